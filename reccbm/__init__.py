@@ -1,3 +1,70 @@
-"""reccbm: the REC-CBM trainer (RACE, OPCC, LCEC, two-stage training)."""
+"""reccbm: REC-CBM, a rubric-aware error-correcting concept bottleneck model for grading.
 
-__all__: list[str] = []
+RACE (rubric-aware concept encoder) -> OPCC (ordinal pairwise concept calibration) -> LCEC
+(latent concept error correction) -> grade head, trained in two stages (Algorithm 1 of the paper).
+Independent of rubrictool: it takes token ids and 0-based labels, and writes checkpoints.
+"""
+
+from __future__ import annotations
+
+from reccbm.checkpoint import load_checkpoint, read_meta, save_checkpoint
+from reccbm.config import ModelConfig, StageIConfig, StageIIConfig, variant_flags, variant_name
+from reccbm.data import EncodedItems, encode_inputs, load_tokenizer
+from reccbm.errors import ReccbmError
+from reccbm.explain import DecisionTrace, decision_trace, reliability
+from reccbm.metrics import concept_metrics, macro_f1, per_concept_metrics, task_metrics
+from reccbm.model import LatentCorrection, RecCBM, RecCBMOutput, TextEncoder, default_backbone
+from reccbm.train import (
+    Event,
+    Predictions,
+    StageResult,
+    cache_concepts,
+    predict,
+    set_seed,
+    train_concepts,
+    train_grader,
+    train_plm,
+)
+
+__all__ = [
+    "ModelConfig",
+    "StageIConfig",
+    "StageIIConfig",
+    "variant_flags",
+    "variant_name",
+    "ReccbmError",
+    "TextEncoder",
+    "RecCBM",
+    "RecCBMOutput",
+    "LatentCorrection",
+    "default_backbone",
+    "build_model",
+    "EncodedItems",
+    "encode_inputs",
+    "load_tokenizer",
+    "Event",
+    "StageResult",
+    "Predictions",
+    "set_seed",
+    "train_concepts",
+    "cache_concepts",
+    "train_grader",
+    "train_plm",
+    "predict",
+    "concept_metrics",
+    "per_concept_metrics",
+    "task_metrics",
+    "macro_f1",
+    "DecisionTrace",
+    "decision_trace",
+    "reliability",
+    "save_checkpoint",
+    "load_checkpoint",
+    "read_meta",
+]
+
+
+def build_model(config: ModelConfig) -> tuple[RecCBM, object]:
+    """A fresh model with pretrained backbone weights and its tokenizer ("" = offline MiniLM)."""
+    name = config.backbone or default_backbone()
+    return RecCBM(config, TextEncoder.from_pretrained(name)), load_tokenizer(name)

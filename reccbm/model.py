@@ -104,7 +104,7 @@ def masked_mean(H: Tensor, mask: Tensor) -> Tensor:
 
 # ---------------------------------------------------------------------------- RACE (Eq. 8-12)
 def orthogonal_queries(K: int, d: int, generator: torch.Generator | None = None) -> Tensor:
-    """Q ∈ R^{K×d} with orthonormal rows: QR decomposition of a Gaussian matrix (sign-fixed).
+    """Query bank Q = {q_k} ∈ R^{K×d} (Eq. 8), orthonormal rows: QR of a Gaussian matrix (sign-fixed).
 
     With K > d rows cannot all be orthogonal; blocks of d orthonormal rows are stacked instead.
     """

@@ -1,0 +1,73 @@
+"""Checkpoints: ``model.safetensors`` + ``model.json`` + ``backbone/`` (HF config and tokenizer).
+
+A run directory is self-contained: loading needs neither the original backbone path nor the
+network, and no part of ``rubrictool``::
+
+    model, tokenizer, meta = reccbm.load_checkpoint("runs/mohler")
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from reccbm.config import ModelConfig, config_from_dict
+from reccbm.data import load_tokenizer
+from reccbm.errors import ReccbmError
+from reccbm.model import RecCBM, TextEncoder
+
+__all__ = ["FORMAT", "save_checkpoint", "load_checkpoint", "read_meta"]
+
+FORMAT = "reccbm-checkpoint/1"
+
+
+def save_checkpoint(
+    model: RecCBM, tokenizer: Any, run_dir: str | Path, stage: str, step: int, meta: dict[str, Any] | None = None
+) -> Path:
+    """Write the weights, the model config, stage/step and caller metadata (concept keys, levels,
+    grade scale, ...) into run_dir; returns the path of model.safetensors."""
+    from safetensors.torch import save_model
+
+    run = Path(run_dir)
+    (run / "backbone").mkdir(parents=True, exist_ok=True)
+    model.encoder.hf_config.save_pretrained(run / "backbone")
+    tokenizer.save_pretrained(str(run / "backbone"))
+    path = run / "model.safetensors"
+    save_model(model, str(path))
+    doc = {"format": FORMAT, "model_config": asdict(model.config), "stage": stage, "step": step} | (meta or {})
+    (run / "model.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    return path
+
+
+def read_meta(run_dir: str | Path) -> dict[str, Any]:
+    """The parsed model.json of a run directory (clear error when it is not one)."""
+    path = Path(run_dir) / "model.json"
+    if not path.is_file():
+        raise ReccbmError(f"{run_dir} is not a trained model: {path.name} is missing")
+    try:
+        doc: dict[str, Any] = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ReccbmError(f"{path} is not valid JSON: {exc}") from exc
+    if doc.get("format") != FORMAT:
+        raise ReccbmError(f"{path} has format {doc.get('format')!r}, expected {FORMAT!r}")
+    return doc
+
+
+def load_checkpoint(run_dir: str | Path) -> tuple[RecCBM, Any, dict[str, Any]]:
+    """(model in eval mode on CPU, tokenizer, model.json contents) from a run directory."""
+    from safetensors.torch import load_model
+    from transformers import AutoConfig
+
+    run = Path(run_dir)
+    meta = read_meta(run)
+    cfg: ModelConfig = config_from_dict(ModelConfig, meta["model_config"])
+    weights = run / "model.safetensors"
+    if not weights.is_file():
+        raise ReccbmError(f"{run_dir} has no model.safetensors")
+    hf_config = AutoConfig.from_pretrained(str(run / "backbone"), local_files_only=True)
+    model = RecCBM(cfg, TextEncoder.from_config(hf_config))
+    load_model(model, str(weights))
+    model.eval()
+    return model, load_tokenizer(str(run / "backbone")), meta

@@ -1,0 +1,140 @@
+"""Inputs for REC-CBM: tokenising x = (q, r, a) and batching encoded items.
+
+One sequence per item, built with the backbone's own special tokens as a pair:
+``first = question [SEP] auxiliary context`` and ``second = response`` (``[SEP]`` is the
+tokenizer's sep token, else its eos token). Truncation keeps the response: it gets up to
+3/4 of the budget even when the question and context are long, and the first segment is cut
+from its end (the context tail goes first). Backbones without pair tokens (GPT-2) get the
+eos token between the two segments.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from reccbm.errors import ReccbmError
+
+__all__ = ["load_tokenizer", "encode_inputs", "EncodedItems", "collate", "iterate_batches"]
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """The backbone's tokenizer (local paths never touch the network); GPT-2 style: pad = eos."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(name_or_path, local_files_only=os.path.isdir(name_or_path))
+    except (OSError, ValueError) as exc:
+        raise ReccbmError(f"cannot load the tokenizer of {name_or_path!r}: {exc}".splitlines()[0]) from exc
+    if not getattr(tok, "is_fast", False):
+        raise ReccbmError(f"the tokenizer of {name_or_path!r} is not a fast (Rust) tokenizer")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.unk_token
+    tok.padding_side = "right"
+    return tok
+
+
+def _cut(texts: Sequence[str], offsets: Sequence[Sequence[tuple[int, int]]], keep: Sequence[int]) -> list[str]:
+    """Each text cut after its keep-th token (character offsets from the fast tokenizer)."""
+    out = []
+    for text, offs, k in zip(texts, offsets, keep):
+        out.append(text if k >= len(offs) else (text[: offs[k - 1][1]] if k > 0 else ""))
+    return out
+
+
+def encode_inputs(
+    tokenizer: Any,
+    questions: Sequence[str],
+    responses: Sequence[str],
+    contexts: Sequence[str],
+    max_len: int,
+) -> list[dict[str, list[int]]]:
+    """Token ids (and token type ids when the backbone uses them) for each x = (q, r, a)."""
+    if not (len(questions) == len(responses) == len(contexts)):
+        raise ReccbmError("questions, responses and contexts must have the same length")
+    sep = tokenizer.sep_token or tokenizer.eos_token or "\n"
+    pair_specials = tokenizer.num_special_tokens_to_add(pair=True)
+    manual_sep = pair_specials == 0  # decoder-only: join the segments with eos ourselves
+    budget = max_len - (1 if manual_sep else pair_specials)
+    if budget < 4:
+        raise ReccbmError(f"max_len={max_len} leaves no room for the text")
+    firsts = [f"{q} {sep} {c}" if c.strip() else q for q, c in zip(questions, contexts)]
+    kw: dict[str, Any] = {"add_special_tokens": False, "return_offsets_mapping": True}
+    enc_f, enc_r = tokenizer(firsts, **kw), tokenizer(list(responses), **kw)
+    keep_f, keep_r = [], []
+    for f_ids, r_ids in zip(enc_f["input_ids"], enc_r["input_ids"]):
+        r_keep = min(len(r_ids), budget - min(len(f_ids), budget // 4))
+        keep_r.append(r_keep)
+        keep_f.append(min(len(f_ids), budget - r_keep))
+    firsts = _cut(firsts, enc_f["offset_mapping"], keep_f)
+    resp = _cut(responses, enc_r["offset_mapping"], keep_r)
+    call: dict[str, Any] = {"truncation": "longest_first", "max_length": max_len}  # safety net only
+    if manual_sep:
+        enc = tokenizer([f"{f} {sep} {r}" for f, r in zip(firsts, resp)], **call)
+    else:
+        enc = tokenizer(firsts, resp, **call)
+    names = [n for n in ("input_ids", "token_type_ids") if n in enc and n in tokenizer.model_input_names]
+    return [{n: list(enc[n][i]) for n in names} for i in range(len(firsts))]
+
+
+@dataclass
+class EncodedItems:
+    """Encoded inputs with their (0-based) labels: concepts (N, K) in 0..M and grades (N,) in 0..S."""
+
+    features: list[dict[str, list[int]]]
+    concepts: np.ndarray | None = None  # (N, K) int64
+    grades: np.ndarray | None = None  # (N,) int64
+
+    def __post_init__(self) -> None:
+        n = len(self.features)
+        if self.concepts is not None and (self.concepts.ndim != 2 or len(self.concepts) != n):
+            raise ReccbmError(f"concept labels must be (N={n}, K), got {self.concepts.shape}")
+        if self.grades is not None and self.grades.shape != (n,):
+            raise ReccbmError(f"grades must be (N={n},), got {self.grades.shape}")
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def subset(self, idx: Sequence[int]) -> EncodedItems:
+        ix = np.asarray(idx, dtype=np.int64)
+        return EncodedItems(
+            [self.features[i] for i in ix],
+            None if self.concepts is None else self.concepts[ix],
+            None if self.grades is None else self.grades[ix],
+        )
+
+
+def collate(items: EncodedItems, idx: Sequence[int], pad_id: int) -> dict[str, Tensor]:
+    """A right-padded batch (dynamic padding to the longest item) with labels when present."""
+    feats = [items.features[i] for i in idx]
+    T = max(len(f["input_ids"]) for f in feats)
+    batch: dict[str, Tensor] = {}
+    for name, fill in (("input_ids", pad_id), ("token_type_ids", 0)):
+        if name in feats[0]:
+            batch[name] = torch.tensor([f[name] + [fill] * (T - len(f[name])) for f in feats])  # (B, T)
+    batch["attention_mask"] = torch.tensor([[1] * len(f["input_ids"]) + [0] * (T - len(f["input_ids"])) for f in feats])
+    if items.concepts is not None:
+        batch["concepts"] = torch.as_tensor(items.concepts[np.asarray(idx)])  # (B, K)
+    if items.grades is not None:
+        batch["grades"] = torch.as_tensor(items.grades[np.asarray(idx)])  # (B,)
+    return batch
+
+
+def iterate_batches(
+    items: EncodedItems, batch_size: int, pad_id: int, shuffle: bool = False, seed: int = 0, sort: bool = False
+) -> Iterator[tuple[np.ndarray, dict[str, Tensor]]]:
+    """(indices, batch) pairs. shuffle: a seeded permutation; sort: by length (fast inference)."""
+    order = np.arange(len(items))
+    if shuffle:
+        order = np.random.default_rng(seed).permutation(len(items))
+    elif sort:
+        order = np.argsort([len(f["input_ids"]) for f in items.features], kind="stable")
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        yield idx, collate(items, idx, pad_id)

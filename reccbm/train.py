@@ -1,0 +1,439 @@
+"""Two-stage training of REC-CBM (Algorithm 1), the PLM baseline, and batched prediction.
+
+* :func:`train_concepts` — Stage I (Eq. 27): (E, Q, {V_k}) on λ_c L_con + λ_r L_rank; model
+  selection on dev concept macro-F1 (C-F1), early stopping with patience.
+* :func:`cache_concepts` — runs the frozen Stage I model once and keeps p̂ (N, K, M+1).
+* :func:`train_grader` — Stage II (Eq. 28): (L, η, W) on λ_t L_task + λ_d L_den + λ_s L_spa over
+  the cached p̂ (Algorithm 1 recomputes frozen predictions per batch; they are identical, so we
+  compute them once — Stage II then costs seconds); selection on dev task macro-F1 (T-F1).
+* :func:`train_plm` — black-box fine-tuning of the same backbone on the grade (selection on T-F1).
+
+Stage I and the PLM run through Hugging Face Accelerate: one process on CPU, the same code
+under ``accelerate launch`` for multi-GPU / multi-node. Stage II is K-dimensional and runs on
+CPU in every process. Progress goes to an optional callback (``reccbm`` never prints).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from reccbm.config import StageIConfig, StageIIConfig
+from reccbm.data import EncodedItems, collate
+from reccbm.errors import ReccbmError
+from reccbm.metrics import concept_metrics, task_metrics
+from reccbm.model import RecCBM, concept_loss, opcc_loss
+
+__all__ = [
+    "Event",
+    "StageResult",
+    "Predictions",
+    "set_seed",
+    "train_concepts",
+    "cache_concepts",
+    "train_grader",
+    "train_plm",
+    "predict",
+]
+
+log = logging.getLogger("reccbm")
+
+
+@dataclass
+class Event:
+    """A progress report: kind is 'start', 'step' or 'epoch' (dev metrics after each epoch)."""
+
+    stage: str  # "stage1", "stage2" or "plm"
+    kind: str
+    epoch: int
+    step: int = 0  # optimiser steps done in this epoch
+    steps_per_epoch: int = 0
+    epochs: int = 0
+    loss: float = float("nan")
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+Callback = Callable[[Event], None]
+
+
+@dataclass
+class StageResult:
+    """What one training stage did: best dev metrics, history and timing."""
+
+    best_epoch: int
+    best: dict[str, float]  # dev metrics of the selected epoch
+    history: list[dict[str, float]]  # per epoch: epoch, loss, dev metrics
+    seconds: float  # wall time of the stage
+    steps: int  # optimiser steps taken
+    step_seconds: float  # mean wall time of one optimiser step
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Predictions:
+    """Model outputs for N items (numpy); concept fields are None for the PLM baseline."""
+
+    grade_probs: np.ndarray  # (N, S+1)
+    p_hat: np.ndarray | None = None  # (N, K, M+1)
+    c_hat: np.ndarray | None = None  # (N, K) expected levels ĉ ∈ [0, M]
+    mu_post: np.ndarray | None = None  # (N, K) corrected concepts (s̃ without LCEC)
+
+    @property
+    def grades(self) -> np.ndarray:
+        return self.grade_probs.argmax(1)
+
+    @property
+    def levels(self) -> np.ndarray:
+        assert self.p_hat is not None
+        return self.p_hat.argmax(2)
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python, numpy and torch (all devices)."""
+    from accelerate.utils import set_seed as _set
+
+    _set(seed)
+
+
+# ---------------------------------------------------------------------------- shared pieces
+def _accelerator(cfg: StageIConfig) -> Any:
+    from accelerate import Accelerator
+
+    return Accelerator(mixed_precision=cfg.mixed_precision, cpu=cfg.device == "cpu")
+
+
+def _loader(items: EncodedItems, batch_size: int, pad_id: int, shuffle: bool, seed: int) -> Any:
+    from torch.utils.data import DataLoader
+
+    g = torch.Generator().manual_seed(seed)
+    return DataLoader(
+        range(len(items)),  # type: ignore[arg-type]
+        batch_size=batch_size,
+        shuffle=shuffle,
+        generator=g,
+        collate_fn=lambda idx: collate(items, idx, pad_id),
+    )
+
+
+def _optimizer(model: RecCBM, cfg: StageIConfig) -> torch.optim.Optimizer:
+    """AdamW over (E, Q, {V_k}) — or (E, head) — with decay on matrices only, Q at lr × multiplier."""
+    q = model.bottleneck.Q if not model.config.plm else None
+    groups: dict[str, list[nn.Parameter]] = {"decay": [], "no_decay": [], "query": []}
+    for p in model.stage1_parameters():
+        key = "query" if p is q else ("decay" if p.ndim >= 2 else "no_decay")
+        groups[key].append(p)
+    return torch.optim.AdamW(
+        [
+            {"params": groups["decay"], "weight_decay": cfg.weight_decay},
+            {"params": groups["no_decay"], "weight_decay": 0.0},
+            {"params": groups["query"], "weight_decay": 0.0, "lr": cfg.lr * cfg.query_lr_multiplier},
+        ],
+        lr=cfg.lr,
+    )
+
+
+def _warmup_linear(opt: torch.optim.Optimizer, total: int, warmup_ratio: float) -> Any:
+    """Linear warm-up over warmup_ratio × total steps, then linear decay to 0."""
+    warm = max(1, int(round(warmup_ratio * total)))
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        return max(0.0, (total - step) / max(1, total - warm))
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def _freeze(model: RecCBM, stage: str) -> None:
+    """requires_grad only on the parameters the stage trains (Algorithm 1: freeze after Stage I)."""
+    train = set(map(id, model.stage1_parameters() if stage == "stage1" else model.stage2_parameters()))
+    for p in model.parameters():
+        p.requires_grad_(id(p) in train)
+
+
+def _key(metrics: dict[str, float], f1: str, acc: str) -> tuple[float, float, float]:
+    """Model selection: dev macro-F1, ties broken by accuracy, then by lower dev loss."""
+    return (round(metrics[f1], 10), round(metrics[acc], 10), -metrics["loss"])
+
+
+def _n_steps(n_items: int, batch: int, cap: int) -> int:
+    n = math.ceil(n_items / batch)
+    return min(n, cap) if cap > 0 else n
+
+
+def _fit_encoder(
+    model: RecCBM,
+    train: EncodedItems,
+    dev: EncodedItems,
+    cfg: StageIConfig,
+    pad_id: int,
+    stage: str,
+    loss_fn: Callable[[RecCBM, dict[str, Tensor]], Tensor],
+    dev_metrics: Callable[[Predictions, EncodedItems], dict[str, float]],
+    sel: tuple[str, str],
+    callback: Callback | None,
+) -> StageResult:
+    """The epoch loop shared by Stage I and the PLM baseline (Accelerate, warm-up, early stopping)."""
+    set_seed(cfg.seed)
+    _freeze(model, "stage1")
+    acc = _accelerator(cfg)
+    opt = _optimizer(model, cfg)
+    steps_per_epoch = _n_steps(len(train), cfg.batch_size * acc.num_processes, cfg.max_steps_per_epoch)
+    sched = _warmup_linear(opt, steps_per_epoch * cfg.epochs, cfg.warmup_ratio)
+    loader = _loader(train, cfg.batch_size, pad_id, shuffle=True, seed=cfg.seed)
+    pmodel, opt, loader, sched = acc.prepare(model, opt, loader, sched)
+    best_key: tuple[float, ...] | None = None
+    best_state: dict[str, Tensor] = {}
+    best, best_epoch, history, bad, steps, step_time = {}, 0, [], 0, 0, 0.0
+    t0 = time.perf_counter()
+    for epoch in range(1, cfg.epochs + 1):
+        pmodel.train()
+        if callback:
+            callback(Event(stage, "start", epoch, 0, steps_per_epoch, cfg.epochs))
+        total = 0.0
+        for i, batch in enumerate(loader):
+            if i >= steps_per_epoch:
+                break
+            ts = time.perf_counter()
+            with acc.autocast():
+                loss = loss_fn(pmodel, batch)
+            acc.backward(loss)
+            if cfg.grad_clip > 0:
+                acc.clip_grad_norm_(pmodel.parameters(), cfg.grad_clip)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step_time += time.perf_counter() - ts
+            steps += 1
+            total += float(loss.detach())
+            if callback:
+                callback(Event(stage, "step", epoch, i + 1, steps_per_epoch, cfg.epochs, float(loss.detach())))
+        unwrapped: RecCBM = acc.unwrap_model(pmodel)
+        metrics = dev_metrics(predict(unwrapped, dev, pad_id, cfg.eval_batch_size), dev)
+        history.append({"epoch": epoch, "train_loss": total / max(1, steps_per_epoch)} | metrics)
+        log.info("%s epoch %d: train loss %.4f, dev %s", stage, epoch, history[-1]["train_loss"], _fmt(metrics))
+        key = _key(metrics, *sel)
+        if best_key is None or key > best_key:
+            best_key, best, best_epoch, bad = key, metrics, epoch, 0
+            best_state = {k: v.detach().to("cpu", copy=True) for k, v in unwrapped.state_dict().items()}
+        else:
+            bad += 1
+        if callback:
+            callback(Event(stage, "epoch", epoch, steps_per_epoch, steps_per_epoch, cfg.epochs, metrics=metrics))
+        if bad >= cfg.patience:
+            log.info("%s: early stop after epoch %d (best epoch %d)", stage, epoch, best_epoch)
+            break
+    model = acc.unwrap_model(pmodel)
+    model.load_state_dict(best_state)
+    model.to("cpu")
+    acc.free_memory()
+    seconds = time.perf_counter() - t0
+    return StageResult(best_epoch, best, history, seconds, steps, step_time / max(1, steps))
+
+
+def _fmt(m: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.4f}" for k, v in m.items())
+
+
+# ---------------------------------------------------------------------------- Stage I
+def _stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
+    def loss(model: RecCBM, batch: dict[str, Tensor]) -> Tensor:
+        out = model(batch)
+        assert out.concept_logits is not None and out.c_hat is not None
+        c = batch["concepts"]  # (B, K)
+        total = cfg.lambda_c * concept_loss(out.concept_logits, c)  # Eq. 12
+        if cfg.lambda_r > 0:
+            total = total + cfg.lambda_r * opcc_loss(out.c_hat, c)  # Eq. 16
+        return total  # Eq. 27
+
+    return loss
+
+
+def train_concepts(
+    model: RecCBM,
+    train: EncodedItems,
+    dev: EncodedItems,
+    cfg: StageIConfig,
+    pad_id: int,
+    callback: Callback | None = None,
+) -> StageResult:
+    """Stage I: train (E, Q, {V_k}) on λ_c L_con + λ_r L_rank; keep the epoch with the best dev C-F1."""
+    if model.config.plm:
+        raise ReccbmError("the PLM baseline has no concept stage; use train_plm")
+    for name, items in (("train", train), ("dev", dev)):
+        if items.concepts is None or len(items) == 0:
+            raise ReccbmError(f"Stage I needs a non-empty {name} split with concept labels")
+
+    def metrics(p: Predictions, items: EncodedItems) -> dict[str, float]:
+        assert items.concepts is not None and p.p_hat is not None
+        return concept_metrics(items.concepts, p.levels) | {"loss": _nll(p.p_hat, items.concepts)}
+
+    return _fit_encoder(model, train, dev, cfg, pad_id, "stage1", _stage1_loss(cfg), metrics, ("c_f1", "c_acc"), callback)
+
+
+def train_plm(
+    model: RecCBM,
+    train: EncodedItems,
+    dev: EncodedItems,
+    cfg: StageIConfig,
+    pad_id: int,
+    callback: Callback | None = None,
+) -> StageResult:
+    """PLM baseline: fine-tune E and a linear head on the grade CE; keep the best dev T-F1 epoch."""
+    if not model.config.plm:
+        raise ReccbmError("train_plm needs a model built with plm=True")
+    for name, items in (("train", train), ("dev", dev)):
+        if items.grades is None or len(items) == 0:
+            raise ReccbmError(f"the PLM baseline needs a non-empty {name} split with grades")
+
+    def loss(m: RecCBM, batch: dict[str, Tensor]) -> Tensor:
+        return F.cross_entropy(m(batch).grade_logits.float(), batch["grades"])
+
+    def metrics(p: Predictions, items: EncodedItems) -> dict[str, float]:
+        assert items.grades is not None
+        return task_metrics(items.grades, p.grades) | {"loss": _nll(p.grade_probs, items.grades)}
+
+    return _fit_encoder(model, train, dev, cfg, pad_id, "plm", loss, metrics, ("t_f1", "t_acc"), callback)
+
+
+# ---------------------------------------------------------------------------- prediction
+@torch.inference_mode()
+def predict(
+    model: RecCBM,
+    items: EncodedItems,
+    pad_id: int,
+    batch_size: int = 64,
+    on_batch: Callable[[int], None] | None = None,
+) -> Predictions:
+    """Batched inference (length-sorted, dynamic padding) on the model's current device."""
+    if len(items) == 0:
+        raise ReccbmError("nothing to predict: no items")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    order = np.argsort([len(f["input_ids"]) for f in items.features], kind="stable")  # length-sorted
+    parts: dict[str, list[np.ndarray]] = {"grade_probs": [], "p_hat": [], "c_hat": [], "mu_post": []}
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        batch = {k: v.to(device) for k, v in collate(items, idx, pad_id).items()}
+        out = model(batch)
+        parts["grade_probs"].append(out.grade_logits.float().softmax(-1).cpu().numpy())
+        for name in ("p_hat", "c_hat", "mu_post"):
+            t = getattr(out, name)
+            if t is not None:
+                parts[name].append(t.float().cpu().numpy())
+        if on_batch:
+            on_batch(len(idx))
+    model.train(was_training)
+    inv = np.argsort(order)  # back to the input order
+
+    def cat(name: str) -> np.ndarray | None:
+        return np.concatenate(parts[name])[inv] if parts[name] else None
+
+    probs = cat("grade_probs")
+    assert probs is not None
+    return Predictions(probs, cat("p_hat"), cat("c_hat"), cat("mu_post"))
+
+
+def _nll(probs: np.ndarray, labels: np.ndarray) -> float:
+    """Mean negative log-likelihood of integer labels under probabilities (..., C)."""
+    p = np.take_along_axis(probs, labels[..., None], axis=-1)[..., 0]
+    return float(-np.log(np.clip(p, 1e-12, 1.0)).mean())
+
+
+def cache_concepts(model: RecCBM, items: EncodedItems, pad_id: int, batch_size: int = 64) -> Tensor:
+    """Frozen Stage I outputs p̂ (N, K, M+1), computed once for Stage II (float32, CPU)."""
+    p = predict(model, items, pad_id, batch_size).p_hat
+    if p is None:
+        raise ReccbmError("the PLM baseline has no concept outputs to cache")
+    return torch.from_numpy(p)
+
+
+# ---------------------------------------------------------------------------- Stage II
+def _stage2_loss(model: RecCBM, p_hat: Tensor, c: Tensor | None, y: Tensor, cfg: StageIIConfig) -> Tensor:
+    out = model.grade_from_concepts(p_hat)
+    total = cfg.lambda_t * F.cross_entropy(out.grade_logits, y)  # Eq. 23
+    if model.lcec is not None and c is not None:
+        den, spa = model.lcec_losses(out, c)  # Eq. 24, 25
+        total = total + cfg.lambda_d * den + cfg.lambda_s * spa
+    return total  # Eq. 28
+
+
+def train_grader(
+    model: RecCBM,
+    train_p_hat: Tensor,
+    train_concepts_: Tensor | None,
+    train_grades: Tensor,
+    dev_p_hat: Tensor,
+    dev_grades: Tensor,
+    cfg: StageIIConfig,
+    callback: Callback | None = None,
+) -> StageResult:
+    """Stage II: train (L, η, W) — only W without LCEC — over cached p̂; keep the best dev T-F1 epoch.
+
+    train_concepts_ are the 0..M concept labels for L_den (Eq. 24); None skips L_den.
+    """
+    if model.config.plm:
+        raise ReccbmError("the PLM baseline has no Stage II")
+    if len(train_p_hat) == 0 or len(dev_p_hat) == 0:
+        raise ReccbmError("Stage II needs non-empty train and dev splits")
+    torch.manual_seed(cfg.seed)
+    model.to("cpu")
+    _freeze(model, "stage2")
+    params = model.stage2_parameters()
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    steps_per_epoch = math.ceil(len(train_p_hat) / cfg.batch_size)
+    sched = _warmup_linear(opt, steps_per_epoch * cfg.epochs, cfg.warmup_ratio)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    best_key: tuple[float, ...] | None = None
+    best_state: list[Tensor] = []
+    best, best_epoch, history, bad, steps = {}, 0, [], 0, 0
+    t0 = time.perf_counter()
+    for epoch in range(1, cfg.epochs + 1):
+        model.train()
+        perm = torch.randperm(len(train_p_hat), generator=gen)
+        total = 0.0
+        for start in range(0, len(perm), cfg.batch_size):
+            idx = perm[start : start + cfg.batch_size]
+            c = None if train_concepts_ is None else train_concepts_[idx]
+            loss = _stage2_loss(model, train_p_hat[idx], c, train_grades[idx], cfg)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            steps += 1
+            total += float(loss.detach())
+        with torch.no_grad():
+            model.eval()
+            logits = model.grade_from_concepts(dev_p_hat).grade_logits
+            metrics = task_metrics(dev_grades.numpy(), logits.argmax(1).numpy())
+            metrics["loss"] = float(F.cross_entropy(logits, dev_grades))
+        history.append({"epoch": epoch, "train_loss": total / steps_per_epoch} | metrics)
+        key = _key(metrics, "t_f1", "t_acc")
+        if best_key is None or key > best_key:
+            best_key, best, best_epoch, bad = key, metrics, epoch, 0
+            best_state = [p.detach().clone() for p in params]
+        else:
+            bad += 1
+        if callback:
+            callback(Event("stage2", "epoch", epoch, steps_per_epoch, steps_per_epoch, cfg.epochs, metrics=metrics))
+        if bad >= cfg.patience:
+            break
+    with torch.no_grad():
+        for p, best_p in zip(params, best_state):
+            p.copy_(best_p)
+    seconds = time.perf_counter() - t0
+    log.info("stage2: best epoch %d of %d, dev %s (%.2f s)", best_epoch, len(history), _fmt(best), seconds)
+    return StageResult(best_epoch, best, history, seconds, steps, seconds / max(1, steps))
+
