@@ -84,9 +84,241 @@ def handle_errors(fn: F) -> F:
 
 
 # == rubric ================================================================================================
-# (commands added below by the foundation work)
+
+
+@rubric_app.command("list")
+@handle_errors
+def rubric_list(
+    folder: Annotated[
+        Path | None, typer.Option("--folder", "-f", help="Also list the *.yaml rubrics in this folder.")
+    ] = None,
+) -> None:
+    """List the bundled rubrics and any in --folder (or $RUBRICTOOL_RUBRICS); broken files show their error.
+
+    Example: rubrictool rubric list --folder my_rubrics/
+    """
+    from rich.table import Table
+
+    from rubrictool.rubric import rubric_infos
+
+    table = Table(title="Rubrics")
+    for col in ("name", "concepts", "levels", "grades", "version", "title / error", "path"):
+        table.add_column(col)
+    for info in rubric_infos(folder):
+        where = "(bundled)" if info.bundled else str(info.path)
+        if info.error:
+            table.add_row(info.name, "", "", "", "", f"[red]{info.error}[/]", where)
+        else:
+            table.add_row(info.name, str(info.n_concepts), info.scale, info.grade, info.version, info.title, where)
+    console.print(table)
+
+
+@rubric_app.command("show")
+@handle_errors
+def rubric_show(
+    rubric: Annotated[str, typer.Argument(help="Bundled rubric name (mohler, asap2, mocha) or a YAML path.")],
+) -> None:
+    """Show a rubric as a table: one row per concept, one column per level anchor.
+
+    Example: rubrictool rubric show mohler
+    """
+    from rubrictool.rubric import load_rubric, rubric_table
+
+    console.print(rubric_table(load_rubric(rubric)))
+
+
+@rubric_app.command("validate")
+@handle_errors
+def rubric_validate(
+    paths: Annotated[list[Path], typer.Argument(help="Rubric YAML files to check.")],
+) -> None:
+    """Check rubric files; print every problem as `file:line: field: message`; exit 1 if any file is bad.
+
+    Example: rubrictool rubric validate rubrics/*.yaml
+    """
+    from rubrictool.rubric import validate_rubric_files
+
+    results = validate_rubric_files(list(paths))
+    n_bad = 0
+    for path, errors in results.items():
+        if errors:
+            n_bad += 1
+            for line in errors:
+                typer.echo(line)
+        else:
+            typer.echo(f"ok: {path}")
+    if n_bad:
+        err_console.print(f"{n_bad} of {len(results)} rubric file(s) have errors", highlight=False)
+        raise typer.Exit(1)
+
+
+@rubric_app.command("new")
+@handle_errors
+def rubric_new(
+    name: Annotated[str, typer.Option("--name", "-n", help="Rubric id, e.g. cs101 (letters, digits, _ . -).")],
+    concepts: Annotated[str, typer.Option("--concepts", "-c", help="Comma-separated concept keys, e.g. FC,CC,TU.")],
+    levels: Annotated[int, typer.Option("--levels", "-l", help="Ordinal levels per concept (1..N).")] = 3,
+    grade_min: Annotated[int, typer.Option("--grade-min", help="Lowest holistic grade.")] = 0,
+    grade_max: Annotated[int, typer.Option("--grade-max", help="Highest holistic grade.")] = 5,
+    title: Annotated[str | None, typer.Option("--title", help="Course / benchmark title.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write (default: <name>.yaml).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Scaffold a commented rubric YAML for a new course; it validates as is, then replace the TODOs.
+
+    Example: rubrictool rubric new --name cs101 --concepts FC,CC,TU --levels 3 --out cs101.yaml
+    """
+    from rubrictool.rubric import new_rubric_file
+
+    keys = [k.strip() for k in concepts.split(",") if k.strip()]
+    path = new_rubric_file(out or Path(f"{name}.yaml"), name, keys, levels, grade_min, grade_max, title, force)
+    console.print(f"wrote {path} ({len(keys)} concepts, levels 1..{levels}); next: rubrictool rubric lint {path}")
+
+
+@rubric_app.command("lint")
+@handle_errors
+def rubric_lint(
+    rubric: Annotated[str, typer.Argument(help="Bundled rubric name or a YAML path.")],
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when there is any warning.")] = False,
+    similarity: Annotated[
+        float, typer.Option("--similarity", help="TF-IDF cosine above which two definitions count as near-duplicates.")
+    ] = 0.5,
+) -> None:
+    """Warn about near-duplicate definitions, repeated anchors, concepts or levels without examples, TODOs.
+
+    Exit 0 with warnings listed; with --strict exit 1 if there are any.
+    Example: rubrictool rubric lint mohler --strict
+    """
+    from rubrictool.rubric import lint_rubric, load_rubric
+
+    warnings = lint_rubric(load_rubric(rubric), similarity=similarity)
+    for w in warnings:
+        typer.echo(f"warning: {w}")
+    typer.echo(f"{len(warnings)} warning(s) in {rubric}")
+    if strict and warnings:
+        raise typer.Exit(1)
+
+
+@rubric_app.command("export")
+@handle_errors
+def rubric_export(
+    rubric: Annotated[str, typer.Argument(help="Bundled rubric name or a YAML path.")],
+    fmt: Annotated[str, typer.Option("--format", "-F", help="markdown (the paper's table layout) or json.")] = "markdown",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout.")] = None,
+) -> None:
+    """Export a rubric as a Markdown table (Concept | Definition | Example | Score scale) or as JSON.
+
+    Example: rubrictool rubric export mocha --format markdown --out mocha.md
+    """
+    from rubrictool.rubric import write_export
+
+    text = write_export(rubric, fmt, out)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        console.print(f"wrote {out}")
+
 
 # == data ==================================================================================================
+
+
+@data_app.command("show")
+@handle_errors
+def data_show(
+    benchmark: Annotated[str, typer.Argument(help="Bundled benchmark (mohler).")] = "mohler",
+    data_dir: DataDirOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Summarise a benchmark: counts, grade histogram, mean response length, the two graders' agreement.
+
+    Example: rubrictool data show mohler --data-dir ../shared/datasets
+    """
+    import json
+
+    from rich.table import Table
+
+    from rubrictool.data import describe_benchmark
+
+    s = describe_benchmark(benchmark, data_dir)
+    if as_json:
+        typer.echo(json.dumps(s, indent=2))
+        return
+    console.print(
+        f"[bold]{benchmark}[/]: {s['n_items']} answers over {s['n_questions']} questions; mean response "
+        f"{s['mean_response_words']} words (median {s['median_response_words']:g})"
+    )
+    hist = Table(title="grade histogram")
+    hist.add_column("grade")
+    hist.add_column("answers", justify="right")
+    hist.add_column("share", justify="right")
+    for g, n in s["grade_histogram"].items():
+        hist.add_row(str(g), str(n), f"{n / s['n_items']:.1%}")
+    console.print(hist)
+    if s["graders"]:
+        gr = s["graders"]
+        console.print(
+            f"graders (me vs other, 0..5): exact agreement {gr['exact_agreement']:.1%}, within 1 point "
+            f"{gr['within_one_point']:.1%}, Pearson r {gr['pearson_r']:.3f}, mean |diff| {gr['mean_abs_diff']:.3f}"
+        )
+
+
+@data_app.command("fetch")
+@handle_errors
+def data_fetch(
+    benchmark: Annotated[str, typer.Argument(help="Benchmark to download (mohler).")] = "mohler",
+    dest: Annotated[
+        Path | None, typer.Option("--dest", help="Data folder (default: $RUBRICTOOL_DATA, else ./data).")
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="http(s):// or file:// URL, or a local .zip/.tar path (default: the authors' archive)."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Download again even if the data is there.")] = False,
+) -> None:
+    """Download and unpack a benchmark into <dest>/<benchmark> (checked, atomic, idempotent).
+
+    Example: rubrictool data fetch mohler --dest data/
+    """
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    from rubrictool.data import fetch_benchmark
+
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+        console=err_console, transient=True,
+    ) as bar:
+        task = bar.add_task(f"downloading {benchmark}", total=None)
+        path, fetched = fetch_benchmark(
+            benchmark, dest, url, force, progress=lambda done, total: bar.update(task, completed=done, total=total)
+        )
+    console.print(f"{'fetched' if fetched else 'already present'}: {path}")
+
+
+@data_app.command("split")
+@handle_errors
+def data_split(
+    source: Annotated[str, typer.Argument(help="Bundled benchmark name (mohler) or an item file (CSV/JSONL/Parquet).")],
+    out: OutOpt = Path("split.json"),
+    seed: Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same split.")] = 0,
+    ratios: Annotated[str, typer.Option("--ratios", help="train,dev,test shares.")] = "0.7,0.2,0.1",
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Write a deterministic train/dev/test split (stratified by grade) as JSON.
+
+    Example: rubrictool data split mohler --seed 0 --out runs/mohler/split.json
+    """
+    from rubrictool.data import split_to_file
+    from rubrictool.errors import DataError
+
+    try:
+        parts = tuple(float(x) for x in ratios.split(","))
+    except ValueError:
+        raise DataError(f"--ratios {ratios!r}: give three numbers like 0.7,0.2,0.1") from None
+    if len(parts) != 3:
+        raise DataError(f"--ratios {ratios!r}: give exactly three shares (train,dev,test)")
+    sizes = split_to_file(source, out, seed, (parts[0], parts[1], parts[2]), data_dir)
+    console.print(f"wrote {out}: " + ", ".join(f"{k} {v}" for k, v in sizes.items()) + f" (seed {seed})")
+
 
 # == annotate ==============================================================================================
 

@@ -11,11 +11,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
+import tarfile
 import tempfile
-from collections.abc import Iterable
+import zipfile
+from collections.abc import Callable, Iterable
 from decimal import ROUND_HALF_UP, Decimal
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,6 +44,12 @@ __all__ = [
     "save_split",
     "load_split",
     "round_half_up",
+    "describe_items",
+    "describe_benchmark",
+    "MOHLER_URL",
+    "fetch_mohler",
+    "fetch_benchmark",
+    "split_to_file",
 ]
 
 ITEM_COLUMNS = ["id", "question", "response", "reference", "context", "grade"]
@@ -377,11 +387,13 @@ def split_items(
     return {k: sorted(v) for k, v in out.items()}
 
 
-def save_split(split: dict[str, list[str]], path: str | Path, seed: int | None = None) -> Path:
-    """Write a split as JSON (atomically), with the seed that made it."""
+def save_split(
+    split: dict[str, list[str]], path: str | Path, seed: int | None = None, meta: dict[str, Any] | None = None
+) -> Path:
+    """Write a split as JSON (atomically), with the seed that made it and optional metadata."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"seed": seed, **{k: split[k] for k in ("train", "dev", "test")}}
+    payload = {"seed": seed, **(meta or {}), **{k: split[k] for k in ("train", "dev", "test")}}
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     with os.fdopen(fd, "w") as fh:
         json.dump(payload, fh, indent=1)
@@ -396,3 +408,203 @@ def load_split(path: str | Path) -> dict[str, list[str]]:
         return {k: [str(x) for x in data[k]] for k in ("train", "dev", "test")}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise DataError(f"{p}: not a split file ({e.__class__.__name__}); expected JSON with train/dev/test id lists") from None
+
+
+# -- summaries ------------------------------------------------------------------------------------------------
+
+
+def describe_items(items: pd.DataFrame) -> dict[str, Any]:
+    """Counts, grade histogram, mean response length and (when present) the two graders' agreement.
+
+    Grader agreement uses ``grade_me`` and ``grade_other`` (both on the benchmark's 0..5 scale):
+    the share of answers where both gave exactly the same score, Pearson's r and the mean absolute
+    difference.
+    """
+    qcol = "question_id" if "question_id" in items.columns else "question"
+    words = items["response"].astype(str).str.split().str.len()
+    out: dict[str, Any] = {
+        "n_items": int(len(items)),
+        "n_questions": int(items[qcol].nunique()) if qcol in items.columns else None,
+        "mean_response_words": round(float(words.mean()), 2) if len(items) else 0.0,
+        "median_response_words": float(words.median()) if len(items) else 0.0,
+        "grade_histogram": {},
+        "graders": None,
+    }
+    if "grade" in items.columns and items["grade"].notna().any():
+        counts = items["grade"].dropna().astype(int).value_counts().sort_index()
+        out["grade_histogram"] = {int(k): int(v) for k, v in counts.items()}
+        out["mean_grade"] = round(float(items["grade"].mean()), 3)
+    if {"grade_me", "grade_other"} <= set(items.columns):
+        pair = items[["grade_me", "grade_other"]].dropna().astype(float)
+        a, b = pair["grade_me"].to_numpy(), pair["grade_other"].to_numpy()
+        r = float(np.corrcoef(a, b)[0, 1]) if len(a) > 1 and a.std() > 0 and b.std() > 0 else float("nan")
+        out["graders"] = {
+            "n": int(len(a)),
+            "exact_agreement": round(float(np.mean(a == b)), 4),
+            "within_one_point": round(float(np.mean(np.abs(a - b) <= 1.0)), 4),
+            "pearson_r": round(r, 4),
+            "mean_abs_diff": round(float(np.mean(np.abs(a - b))), 4),
+        }
+    return out
+
+
+def describe_benchmark(name: str, data_dir: str | Path | None = None) -> dict[str, Any]:
+    """:func:`describe_items` of a bundled benchmark (``rubrictool data show``)."""
+    return {"benchmark": name, **describe_items(load_benchmark(name, data_dir))}
+
+
+# -- download --------------------------------------------------------------------------------------------------
+
+MOHLER_URL = "http://web.eecs.umich.edu/~mihalcea/downloads/ShortAnswerGrading_v2.0.zip"
+"""The UNT short-answer grading data set v2.0 (Mohler, Bunescu & Mihalcea 2011), as its authors host it.
+
+Plain http on purpose: the host's TLS certificate has failed verification for others. The archive
+is checked (it must hold ``data/docs/files``) and the extracted copy must load before it is kept.
+"""
+
+ProgressFn = Callable[[int, int | None], None]
+"""Called with (bytes so far, total bytes or None) while downloading."""
+
+
+def _download(url: str, dest_dir: Path, progress: ProgressFn | None) -> Path:
+    import httpx
+
+    fd, tmp = tempfile.mkstemp(prefix=".download-", suffix=".part", dir=dest_dir)
+    try:
+        with os.fdopen(fd, "wb") as fh, httpx.stream("GET", url, follow_redirects=True, timeout=60.0) as resp:
+            if resp.status_code != 200:
+                raise DataError(
+                    f"{url}: HTTP {resp.status_code}; check the URL, or download the archive yourself and "
+                    "pass its path with --url"
+                )
+            total = int(resp.headers.get("content-length") or 0) or None
+            done = 0
+            for chunk in resp.iter_bytes(1 << 16):
+                fh.write(chunk)
+                done += len(chunk)
+                if progress:
+                    progress(done, total)
+    except httpx.HTTPError as e:
+        os.unlink(tmp)
+        raise DataError(
+            f"{url}: download failed ({e.__class__.__name__}: {e}); check your connection, or download the "
+            "archive yourself and pass its path with --url"
+        ) from None
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return Path(tmp)
+
+
+def _local_source(url: str) -> Path | None:
+    """A local archive path for ``file://`` URLs and plain paths; None for http(s)."""
+    if url.startswith(("http://", "https://")):
+        return None
+    if url.startswith("file://"):
+        from urllib.parse import urlparse
+        from urllib.request import url2pathname
+
+        return Path(url2pathname(urlparse(url).path))
+    if "://" in url:
+        raise DataError(f"{url}: unsupported URL scheme; use http(s)://, file:// or a local archive path")
+    return Path(url)
+
+
+def _archive_members(archive: Path) -> tuple[str, list[str]]:
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            return "zip", zf.namelist()
+    if tarfile.is_tarfile(archive):
+        with tarfile.open(archive) as tf:
+            return "tar", tf.getnames()
+    raise DataError(f"{archive}: not a zip or tar archive; expected ShortAnswerGrading_v2.0.zip")
+
+
+def _extract(archive: Path, into: Path) -> Path:
+    """Extract safely (no absolute or ``..`` paths) and return the folder holding ``data/docs/files``."""
+    kind, names = _archive_members(archive)
+    roots = [n[: -len("data/docs/files")] for n in names if n.rstrip("/").endswith("data/docs/files")]
+    if not roots:
+        raise DataError(
+            f"{archive}: the archive holds no data/docs/files; is it the UNT ShortAnswerGrading_v2.0 archive?"
+        )
+    for n in names:
+        if n.startswith("/") or ".." in Path(n).parts:
+            raise DataError(f"{archive}: unsafe member path {n!r}; refusing to extract")
+    try:
+        if kind == "zip":
+            with zipfile.ZipFile(archive) as zf:
+                zf.extractall(into)
+        else:
+            with tarfile.open(archive) as tf:
+                tf.extractall(into, filter="data")
+    except (zipfile.BadZipFile, tarfile.TarError, OSError, EOFError) as e:
+        raise DataError(f"{archive}: cannot extract ({e.__class__.__name__}: {e}); the archive is damaged") from None
+    return into / min(roots, key=len)
+
+
+def fetch_mohler(
+    dest: str | Path | None = None,
+    url: str | None = None,
+    force: bool = False,
+    progress: ProgressFn | None = None,
+) -> tuple[Path, bool]:
+    """Download and unpack the UNT data set into ``<dest>/mohler``; returns (folder, fetched now?).
+
+    ``url`` may be http(s)://, file:// or a local zip/tar path (default :data:`MOHLER_URL`).
+    Idempotent: an existing, loadable ``<dest>/mohler`` is kept unless ``force``. The download goes to
+    a temporary file, the archive is checked, extracted next to the target and verified to load
+    (2,273 answers) before it is moved into place in one rename.
+    """
+    base = resolve_data_dir(dest)
+    target = base / "mohler"
+    if (target / "data" / "docs" / "files").is_file() and not force:
+        return target, False
+    base.mkdir(parents=True, exist_ok=True)
+    src = url or MOHLER_URL
+    local = _local_source(src)
+    if local is not None and not local.is_file():
+        raise DataError(f"{local}: no such archive; pass a zip/tar file or an http(s):// URL with --url")
+    archive = local if local is not None else _download(src, base, progress)
+    work = Path(tempfile.mkdtemp(prefix=".mohler-", dir=base))
+    try:
+        root = _extract(archive, work / "x")
+        items = load_mohler(root)  # the copy must load before it replaces anything
+        if len(items) == 0:
+            raise DataError(f"{src}: the archive's data set has no answers")
+        old = work / "old"
+        if target.exists():
+            os.replace(target, old)
+        os.replace(root, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if local is None and archive.exists():
+            archive.unlink()
+    return target, True
+
+
+def fetch_benchmark(
+    name: str,
+    dest: str | Path | None = None,
+    url: str | None = None,
+    force: bool = False,
+    progress: ProgressFn | None = None,
+) -> tuple[Path, bool]:
+    """Fetch a bundled benchmark's data by name (only ``mohler`` can be downloaded freely)."""
+    if name == "mohler":
+        return fetch_mohler(dest, url, force, progress)
+    raise DataError(f"no download for benchmark {name!r}; available: {', '.join(BENCHMARKS)}")
+
+
+def split_to_file(
+    source: str,
+    out: str | Path,
+    seed: int = 0,
+    ratios: tuple[float, float, float] = (0.7, 0.2, 0.1),
+    data_dir: str | Path | None = None,
+) -> dict[str, int]:
+    """Split a benchmark (by name) or an item file (by path) and write ``split.json``; returns sizes."""
+    items = load_benchmark(source, data_dir) if source in BENCHMARKS else read_items(source)
+    split = split_items(items, seed=seed, ratios=ratios)
+    save_split(split, out, seed=seed, meta={"source": source, "ratios": list(ratios), "stratify": "grade"})
+    return {k: len(v) for k, v in split.items()}

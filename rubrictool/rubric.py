@@ -7,7 +7,9 @@ interface, agreement/adjudication (level validation) and the trainer (M, S, conc
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,20 @@ __all__ = [
     "parse_rubric",
     "list_rubrics",
     "resolve_rubric_path",
+    "rubric_errors",
+    "validate_rubric_files",
+    "RubricInfo",
+    "rubric_infos",
+    "LintWarning",
+    "lint_rubric",
+    "scaffold_rubric",
+    "write_scaffold",
+    "export_markdown",
+    "export_json",
+    "export_rubric",
+    "rubric_table",
+    "new_rubric_file",
+    "write_export",
 ]
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "rubrics"
@@ -199,8 +215,15 @@ class Rubric(_Strict):
 
 # -- YAML with line numbers ------------------------------------------------------------------------------
 
+Loc = tuple[Any, ...]
 
-def _node_lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int], file: str) -> None:
+
+def _dotted(loc: Loc) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def _node_lines(node: yaml.Node, path: Loc, out: dict[Loc, int], file: str) -> None:
+    """Map every key path (``("concepts", 2, "levels", 1, "anchor")``) to its 1-based line."""
     out[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, int] = {}
@@ -209,10 +232,10 @@ def _node_lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...
             line = knode.start_mark.line + 1
             if key in seen:
                 raise RubricError(
-                    f"{file}:{line}: duplicate key {key!r} (first at line {seen[key]}); remove one of them"
+                    f"{file}:{line}: {_dotted(path + (key,))}: duplicate key {key!r} (first at line "
+                    f"{seen[key]}); remove one of them"
                 )
             seen[key] = line
-            out[path + (key,)] = line
             _node_lines(vnode, path + (key,), out, file)
             out[path + (key,)] = line
     elif isinstance(node, yaml.SequenceNode):
@@ -220,61 +243,190 @@ def _node_lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...
             _node_lines(item, path + (i,), out, file)
 
 
-def _line_for(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | None:
+def _line_for(loc: Loc, lines: dict[Loc, int]) -> int | None:
     for n in range(len(loc), -1, -1):
         if loc[:n] in lines:
             return lines[loc[:n]]
     return None
 
 
-def _concept_line_for_message(msg: str, data: Any, lines: dict[tuple[Any, ...], int]) -> int | None:
-    """For rubric-level errors that name a concept key, point at that concept's line."""
-    if not isinstance(data, dict) or not isinstance(data.get("concepts"), list):
-        return None
-    hits = []
-    for i, c in enumerate(data["concepts"]):
-        if isinstance(c, dict) and isinstance(c.get("key"), str) and (
-            f"{c['key']!r}" in msg or f"concept {c['key']} " in msg
-        ):
-            hits.append(("concepts", i, "key"))
-    if hits:
-        return lines.get(hits[-1]) if "duplicate" in msg else lines.get(hits[0])
-    return None
-
-
-def parse_rubric(text: str, file: str = "<string>") -> Rubric:
-    """Parse and validate rubric YAML text; errors name ``file:line`` and the field."""
+def _compose(text: str, file: str) -> tuple[dict[str, Any], dict[Loc, int]]:
+    """YAML text → (data, key-path → line); syntax errors, duplicate keys and non-mappings raise."""
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
+        ctx_mark = getattr(e, "context_mark", None)
         where = f"{file}:{mark.line + 1}" if mark is not None else file
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise RubricError(f"{where}: YAML syntax error: {problem}; fix the indentation/quoting there") from None
+        ctx = getattr(e, "context", None)
+        started = ""
+        if ctx and ctx_mark is not None and (mark is None or ctx_mark.line != mark.line):
+            started = f" ({ctx.removeprefix('while ')} started at line {ctx_mark.line + 1})"
+        raise RubricError(
+            f"{where}: (yaml): YAML syntax error: {problem}{started}; fix the indentation/quoting there"
+        ) from None
     if root is None:
-        raise RubricError(f"{file}: the file is empty; start from `rubrictool rubric new`")
-    lines: dict[tuple[Any, ...], int] = {}
+        raise RubricError(f"{file}:1: (top level): the file is empty; start from `rubrictool rubric new`")
+    lines: dict[Loc, int] = {}
     _node_lines(root, (), lines, file)
     data = yaml.safe_load(text)
     if not isinstance(data, dict):
-        raise RubricError(f"{file}:1: a rubric must be a YAML mapping (name:, concepts:, ...)")
-    try:
-        return Rubric.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
+        raise RubricError(f"{file}:1: (top level): a rubric must be a YAML mapping (name:, concepts:, ...)")
+    return data, lines
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _semantic_issues(data: dict[str, Any]) -> list[tuple[Loc, str]]:
+    """Cross-field checks on the raw YAML, each located at the exact key that is wrong.
+
+    They repeat what the model validators enforce, but the validators can only point at a whole
+    concept; here the location is the offending key, level or example.
+    """
+    issues: list[tuple[Loc, str]] = []
+    concepts = data.get("concepts")
+    if not isinstance(concepts, list):
+        return issues
+    scale = data.get("scale") if isinstance(data.get("scale"), dict) else {}
+    smin, smax = _int_or_none(scale.get("min")), _int_or_none(scale.get("max"))
+    scale_values = list(range(smin, smax + 1)) if smin is not None and smax is not None else None
+    first_key: dict[str, int] = {}
+    concept_values: list[tuple[int, list[int]]] = []
+    for i, c in enumerate(concepts):
+        if not isinstance(c, dict):
+            continue
+        key = c.get("key")
+        if isinstance(key, str):
+            if key in first_key:
+                issues.append(
+                    (("concepts", i, "key"), f"duplicate concept key {key!r} (concept #{first_key[key]} has it too); "
+                     "every concept needs its own key")
+                )
+            else:
+                first_key[key] = i
+        label = key if isinstance(key, str) else f"#{i}"
+        levels = c.get("levels")
+        values: list[int] = []
+        if isinstance(levels, list):
+            raw = [_int_or_none(lv.get("value")) if isinstance(lv, dict) else None for lv in levels]
+            if raw and all(v is not None for v in raw):
+                values = [v for v in raw if v is not None]
+                expected = list(range(values[0], values[0] + len(values)))
+                for j, (got, want) in enumerate(zip(values, expected)):
+                    if got != want:
+                        issues.append(
+                            (("concepts", i, "levels", j, "value"),
+                             f"levels of concept {label} are {values}; they must be contiguous integers in "
+                             f"ascending order, so this level should be {want} (e.g. {expected})")
+                        )
+                        values = []
+                        break
+        if values:
+            concept_values.append((i, values))
+        lo_hi = (values[0], values[-1]) if values else (
+            (scale_values[0], scale_values[-1]) if scale_values else None
+        )
+        examples = c.get("examples")
+        if lo_hi and isinstance(examples, list):
+            for j, ex in enumerate(examples):
+                lvl = _int_or_none(ex.get("level")) if isinstance(ex, dict) else None
+                if lvl is not None and not lo_hi[0] <= lvl <= lo_hi[1]:
+                    issues.append(
+                        (("concepts", i, "examples", j, "level"),
+                         f"example {j} of concept {label} has level {lvl}, outside its levels "
+                         f"{lo_hi[0]}..{lo_hi[1]}")
+                    )
+    if scale_values is not None and concept_values:
+        off = [(i, v) for i, v in concept_values if v != scale_values]
+        if off and len(off) == len(concept_values) and len({tuple(v) for _, v in off}) == 1:
+            v = off[0][1]
+            issues.append(
+                (("scale",), f"scale is {smin}..{smax} but every concept has levels {v[0]}..{v[-1]}; "
+                 "make them agree")
+            )
+        else:
+            for i, v in off:
+                issues.append(
+                    (("concepts", i, "levels"),
+                     f"concept {concepts[i].get('key')} has levels {v[0]}..{v[-1]} but the rubric scale "
+                     f"is {smin}..{smax}: every concept must use the same levels")
+                )
+    return issues
+
+
+_MODEL_LEVEL_CHECKS = ("contiguous", "duplicate concept key", "outside", "rubric scale", "ascending order")
+
+
+def _collect_errors(e: ValidationError, data: dict[str, Any], lines: dict[Loc, int], file: str) -> list[str]:
+    """Every problem of one rubric as ``file:line: field: message`` lines, in file order."""
+    found: list[tuple[Loc, str]] = _semantic_issues(data)
+    for err in e.errors():
         loc = tuple(err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "value_error" and any(s in msg for s in _MODEL_LEVEL_CHECKS):
+            if found:
+                continue  # the same problem, already located precisely above
         if err["type"] == "extra_forbidden":
             msg = f"unknown field {loc[-1]!r}; check its spelling against the schema (rubrictool rubric new)"
         elif err["type"] == "missing":
             msg = f"required field {loc[-1]!r} is missing"
+        found.append((loc, msg))
+    out: list[tuple[int, str]] = []
+    for loc, msg in found:
         line = _line_for(loc, lines)
-        if not loc or loc == ("concepts",):
-            line = _concept_line_for_message(msg, data, lines) or line
-        field = ".".join(str(p) for p in loc) or "(top level)"
         where = f"{file}:{line}" if line else file
-        more = f" (+{len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
-        raise RubricError(f"{where}: {field}: {msg}{more}") from None
+        out.append((line or 0, f"{where}: {_dotted(loc)}: {msg}"))
+    seen: set[str] = set()
+    ordered = []
+    for _, m in sorted(out, key=lambda t: t[0]):
+        if m not in seen:
+            seen.add(m)
+            ordered.append(m)
+    return ordered
+
+
+def rubric_errors(text: str, file: str = "<string>") -> list[str]:
+    """All problems of rubric YAML text, one ``file:line: field: message`` string each ([] when valid)."""
+    try:
+        data, lines = _compose(text, file)
+    except RubricError as e:
+        return [str(e)]
+    try:
+        Rubric.model_validate(data)
+    except ValidationError as e:
+        return _collect_errors(e, data, lines, file) or [f"{file}: (top level): {e.errors()[0]['msg']}"]
+    return []
+
+
+def parse_rubric(text: str, file: str = "<string>") -> Rubric:
+    """Parse and validate rubric YAML text; the error names ``file:line``, the field and the fix."""
+    data, lines = _compose(text, file)
+    try:
+        return Rubric.model_validate(data)
+    except ValidationError as e:
+        errors = _collect_errors(e, data, lines, file) or [f"{file}: (top level): {e.errors()[0]['msg']}"]
+        more = f" (+{len(errors) - 1} more; see `rubrictool rubric validate {file}`)" if len(errors) > 1 else ""
+        raise RubricError(errors[0] + more) from None
+
+
+def validate_rubric_files(paths: list[str | Path]) -> dict[str, list[str]]:
+    """Check each rubric file; map its path to its problems (an empty list when it is valid)."""
+    out: dict[str, list[str]] = {}
+    for p in paths:
+        path = Path(p)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            out[str(path)] = [f"{path}: no such file; check the path"]
+            continue
+        except (OSError, UnicodeDecodeError) as e:
+            out[str(path)] = [f"{path}: cannot read it ({e.__class__.__name__}); is it a UTF-8 text file?"]
+            continue
+        out[str(path)] = rubric_errors(text, str(path))
+    return out
 
 
 def list_rubrics(folder: str | Path | None = None) -> list[Path]:
@@ -313,3 +465,328 @@ def load_rubric(name_or_path: str | Path) -> Rubric:
     except (OSError, UnicodeDecodeError) as e:
         raise RubricError(f"{path}: cannot read the rubric ({e.__class__.__name__}); is it a UTF-8 text file?") from None
     return parse_rubric(text, str(path))
+
+
+# -- listing ---------------------------------------------------------------------------------------------------
+
+
+class RubricInfo(BaseModel):
+    """One line of ``rubric list``: a rubric file and what it holds, or why it does not load."""
+
+    path: Path
+    bundled: bool
+    name: str
+    title: str = ""
+    version: str = ""
+    n_concepts: int = 0
+    scale: str = ""
+    grade: str = ""
+    error: str | None = None
+
+
+def rubric_infos(folder: str | Path | None = None) -> list[RubricInfo]:
+    """Summaries of the bundled rubrics and those in ``folder``; broken files are listed with their error."""
+    out = []
+    for path in list_rubrics(folder):
+        bundled = path.parent.resolve() == BUNDLED_DIR.resolve()
+        try:
+            r = load_rubric(path)
+        except RubricError as e:
+            out.append(RubricInfo(path=path, bundled=bundled, name=path.stem, error=str(e)))
+            continue
+        out.append(
+            RubricInfo(
+                path=path, bundled=bundled, name=r.name, title=r.title, version=r.version, n_concepts=r.K,
+                scale=f"{r.scale.min}..{r.scale.max}", grade=f"{r.grade.min}..{r.grade.max}",
+            )
+        )
+    return out
+
+
+# -- lint --------------------------------------------------------------------------------------------------------
+
+
+class LintWarning(BaseModel):
+    """Something a rubric designer should look at; not an error (the rubric still loads)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    code: str
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.code}: {self.message}"
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().replace("/", " ").split()).strip(" .")
+
+
+def _definition_similarity(texts: list[str]) -> Any:
+    """Pairwise TF-IDF cosine similarity of the definitions (English stop words removed)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.metrics.pairwise import cosine_similarity
+
+    try:
+        matrix = TfidfVectorizer(stop_words="english").fit_transform(texts)
+    except ValueError:  # every definition is only stop words
+        return None
+    return cosine_similarity(matrix)
+
+
+def lint_rubric(rubric: Rubric, similarity: float = 0.5) -> list[LintWarning]:
+    """Warnings a rubric designer wants before annotators see the rubric.
+
+    * ``near-duplicate-definition``: two definitions whose TF-IDF cosine similarity (stop words
+      removed, fitted on this rubric's definitions) is at least ``similarity`` — the paper's
+      non-redundancy criterion; the bundled rubrics peak at 0.37.
+    * ``repeated-anchor``: the same anchor text on two levels of one concept (raters cannot tell
+      the levels apart), or on two concepts (check they really mean the same thing).
+    * ``no-examples`` / ``level-without-example``: reviewers anchor on examples.
+    * ``placeholder``: TODO text left from ``rubrictool rubric new``.
+    """
+    warns: list[LintWarning] = []
+    concepts = rubric.concepts
+    sim = _definition_similarity([c.definition for c in concepts]) if len(concepts) > 1 else None
+    for i in range(len(concepts)):
+        for j in range(i + 1, len(concepts)):
+            a, b = concepts[i], concepts[j]
+            score = float(sim[i, j]) if sim is not None else 0.0
+            if score >= similarity or _norm(a.definition) == _norm(b.definition):
+                warns.append(LintWarning(
+                    code="near-duplicate-definition", where=f"concepts.{a.key}+{b.key}",
+                    message=f"definitions of {a.key} and {b.key} are {score:.2f} similar (threshold "
+                    f"{similarity}); make each concept measure something distinct, or merge them",
+                ))
+    seen_anchor: dict[str, str] = {}
+    for c in concepts:
+        within: dict[str, int] = {}
+        for lv in c.levels:
+            n = _norm(lv.anchor)
+            if n in within:
+                warns.append(LintWarning(
+                    code="repeated-anchor", where=f"concepts.{c.key}.levels.{lv.value}",
+                    message=f"level {lv.value} of {c.key} has the same anchor as level {within[n]} "
+                    f"({lv.anchor!r}); every level needs its own descriptor",
+                ))
+            else:
+                within[n] = lv.value
+            owner = seen_anchor.get(n)
+            if owner is not None and not owner.startswith(f"{c.key}."):
+                warns.append(LintWarning(
+                    code="repeated-anchor", where=f"concepts.{c.key}.levels.{lv.value}",
+                    message=f"anchor {lv.anchor!r} is also used by {owner}; say what is specific to {c.name}",
+                ))
+            seen_anchor.setdefault(n, f"{c.key}.{lv.value}")
+        if not c.examples:
+            warns.append(LintWarning(
+                code="no-examples", where=f"concepts.{c.key}.examples",
+                message=f"{c.key} has no examples; add at least one excerpt per level for reviewers",
+            ))
+        else:
+            covered = {ex.level for ex in c.examples}
+            missing = [v for v in c.values if v not in covered]
+            if missing:
+                warns.append(LintWarning(
+                    code="level-without-example", where=f"concepts.{c.key}.examples",
+                    message=f"{c.key} has no example for level(s) {', '.join(map(str, missing))}",
+                ))
+        texts = [c.name, c.definition, *(lv.anchor for lv in c.levels), *(ex.text for ex in c.examples)]
+        if any("TODO" in t for t in texts):
+            warns.append(LintWarning(
+                code="placeholder", where=f"concepts.{c.key}",
+                message=f"{c.key} still holds TODO placeholder text from `rubrictool rubric new`",
+            ))
+    for attr in ("title", "description"):
+        if "TODO" in getattr(rubric, attr):
+            warns.append(LintWarning(code="placeholder", where=attr, message=f"{attr} still holds TODO text"))
+    return warns
+
+
+# -- scaffolding -------------------------------------------------------------------------------------------------
+
+_SCAFFOLD_HEAD = """\
+# Rubric inventory for {title}.
+# Made by `rubrictool rubric new`; check it with `rubrictool rubric validate {file}` and
+# `rubrictool rubric lint {file}`. Replace every TODO.
+#
+# Design criteria (REC-CBM paper, appendix "Rubric Definitions"):
+#   * cover the rubric axes that decide the holistic grade,
+#   * keep concepts non-redundant (each one adds distinct evidence),
+#   * give every level an anchor descriptor an expert can apply consistently.
+
+name: {name}          # file/rubric id: letters, digits, _ . -
+title: {title_q}
+version: "0.1"        # bump it whenever definitions or anchors change; runs record it
+description: >-
+  TODO: one or two sentences on the course, the task and who graded it.
+source: null          # where the rubric comes from (paper, syllabus, ...)
+
+# The item-table columns the benchmark fills, and what each holds. Only `response` is required;
+# allowed keys: question, response, reference, context.
+fields:
+  question: The question asked to the student.
+  response: The student's answer.
+  reference: The instructor's reference answer.
+
+# Ordinal concept levels shared by every concept (REC-CBM's M = max - min).
+scale: {{min: 1, max: {levels}}}
+# The holistic grade scale of the course (REC-CBM's S = max - min).
+grade: {{min: {gmin}, max: {gmax}}}
+
+concepts:
+"""
+
+_SCAFFOLD_CONCEPT = """\
+  - key: {key}             # short id used in label files and model outputs
+    name: TODO name of {key}
+    group: null          # optional cluster, e.g. "Correctness and coverage"
+    definition: >-
+      TODO: the extent to which the answer ... (what {key} measures, in one sentence).
+    levels:              # contiguous, ascending; one anchor descriptor per level
+{levels}
+    examples:            # illustrative excerpts for reviewers (optional question/reference/note)
+      - {{text: "TODO: an excerpt of a response at the top level", level: {top}, note: TODO why}}
+"""
+
+
+def scaffold_rubric(
+    name: str, keys: list[str], levels: int = 3, grade_min: int = 0, grade_max: int = 5,
+    title: str | None = None, file: str | None = None,
+) -> str:
+    """The text of a commented rubric YAML for a new course; it validates and loads as is."""
+    import re
+
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", name):
+        raise RubricError(f"rubric name {name!r}: use letters, digits, '_', '.' or '-' (e.g. cs101)")
+    if not keys:
+        raise RubricError("give at least one concept key, e.g. --concepts FC,CC,TU")
+    bad = [k for k in keys if not re.match(_KEY_PATTERN, k)]
+    if bad:
+        raise RubricError(f"concept key(s) {bad}: a key starts with a letter then letters, digits or '_'")
+    dups = sorted({k for k in keys if keys.count(k) > 1})
+    if dups:
+        raise RubricError(f"concept key(s) {dups} given twice; every concept needs its own key")
+    if levels < 2:
+        raise RubricError(f"--levels {levels}: a concept needs at least 2 ordinal levels")
+    if grade_max <= grade_min:
+        raise RubricError(f"grade scale {grade_min}..{grade_max}: max must be greater than min")
+    t = title or f"{name} (TODO: course title)"
+    head = _SCAFFOLD_HEAD.format(
+        name=name, title=t, title_q=json.dumps(t), levels=levels, gmin=grade_min, gmax=grade_max,
+        file=file or f"{name}.yaml",
+    )
+    body = []
+    for k in keys:
+        lv = "\n".join(
+            f'      - {{value: {v}, anchor: "TODO: what a level-{v} response shows for {k}"}}'
+            for v in range(1, levels + 1)
+        )
+        body.append(_SCAFFOLD_CONCEPT.format(key=k, levels=lv, top=levels))
+    text = head + "".join(body)
+    parse_rubric(text, file or f"{name}.yaml")  # the scaffold must always load
+    return text
+
+
+def write_scaffold(path: str | Path, text: str, force: bool = False) -> Path:
+    """Write a scaffolded rubric atomically; refuse to overwrite an existing file unless ``force``."""
+    p = Path(path)
+    if p.exists() and not force:
+        raise RubricError(f"{p}: already exists; pick another --out or pass --force to overwrite it")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, p)
+    return p
+
+
+# -- exports and display -------------------------------------------------------------------------------------------
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _example_md(c: Concept, ex: Example) -> str:
+    parts = []
+    if ex.question:
+        parts.append(f"*Q:* {ex.question}")
+    if ex.reference:
+        parts.append(f"*Reference:* “{ex.reference}”")
+    tag = f"{c.key}={ex.level}" + (f", {ex.note}" if ex.note else "")
+    parts.append(f"*Response:* “{ex.text}” ({tag})")
+    return "<br>".join(parts)
+
+
+def export_markdown(rubric: Rubric) -> str:
+    """The rubric as a Markdown table laid out like the paper's appendix tables."""
+    lines = [
+        f"**{rubric.title}** — `{rubric.name}` v{rubric.version}: {rubric.K} concepts on levels "
+        f"{rubric.scale.min}–{rubric.scale.max}; grades {rubric.grade.min}–{rubric.grade.max}.",
+        "",
+        "| Concept | Definition | Example | Score scale |",
+        "|---|---|---|---|",
+    ]
+    for c in rubric.concepts:
+        examples = "<br>".join(_example_md(c, ex) for ex in c.examples) or "—"
+        scale = "<br>".join(f"{lv.value} = {lv.anchor}" for lv in c.levels)
+        lines.append(
+            f"| {_md_cell(c.name)} ({c.key}) | {_md_cell(c.definition)} | {_md_cell(examples)} | {_md_cell(scale)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def export_json(rubric: Rubric) -> str:
+    """The validated rubric as JSON (what any other tool can read without a YAML parser)."""
+    return json.dumps(rubric.model_dump(mode="json", exclude_none=True), indent=2, ensure_ascii=False) + "\n"
+
+
+def export_rubric(name_or_path: str | Path, fmt: str = "markdown") -> str:
+    """Load a rubric and render it as ``markdown`` or ``json``."""
+    rubric = load_rubric(name_or_path)
+    if fmt == "markdown":
+        return export_markdown(rubric)
+    if fmt == "json":
+        return export_json(rubric)
+    raise RubricError(f"unknown export format {fmt!r}; use markdown or json")
+
+
+def rubric_table(rubric: Rubric) -> Any:
+    """A Rich table: one row per concept, one column per level anchor."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(
+        title=f"{rubric.title} ({rubric.name} v{rubric.version}) — grades {rubric.grade.min}..{rubric.grade.max}",
+        show_lines=True,
+    )
+    table.add_column("Concept", ratio=2)
+    table.add_column("Definition", ratio=3)
+    for v in rubric.scale.values:
+        table.add_column(str(v), ratio=1)
+    for c in rubric.concepts:
+        group = f"\n[dim]{escape(c.group)}[/]" if c.group else ""
+        table.add_row(
+            f"[bold]{escape(c.key)}[/] {escape(c.name)}{group}", escape(c.definition),
+            *(escape(lv.anchor) for lv in c.levels),
+        )
+    return table
+
+
+def new_rubric_file(
+    out: str | Path, name: str, keys: list[str], levels: int = 3, grade_min: int = 0, grade_max: int = 5,
+    title: str | None = None, force: bool = False,
+) -> Path:
+    """Scaffold a rubric (:func:`scaffold_rubric`) and write it to ``out`` (``rubric new``)."""
+    text = scaffold_rubric(name, keys, levels, grade_min, grade_max, title, file=str(out))
+    return write_scaffold(out, text, force=force)
+
+
+def write_export(name_or_path: str | Path, fmt: str, out: str | Path | None = None) -> str:
+    """Render a rubric (:func:`export_rubric`) and, when ``out`` is given, write it there atomically."""
+    text = export_rubric(name_or_path, fmt)
+    if out is not None:
+        write_scaffold(out, text, force=True)
+    return text
