@@ -187,6 +187,7 @@ def rubric_lint(
     """Warn about near-duplicate definitions, repeated anchors, concepts or levels without examples, TODOs.
 
     Exit 0 with warnings listed; with --strict exit 1 if there are any.
+
     Example: rubrictool rubric lint mohler --strict
     """
     from rubrictool.rubric import lint_rubric, load_rubric
@@ -283,14 +284,22 @@ def data_fetch(
 
     from rubrictool.data import fetch_benchmark
 
-    with Progress(
+    bar = Progress(
         "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
         console=err_console, transient=True,
-    ) as bar:
-        task = bar.add_task(f"downloading {benchmark}", total=None)
-        path, fetched = fetch_benchmark(
-            benchmark, dest, url, force, progress=lambda done, total: bar.update(task, completed=done, total=total)
-        )
+    )
+    task = bar.add_task(f"downloading {benchmark}", total=None)
+
+    def on_progress(done: int, total: int | None) -> None:
+        if not bar.live.is_started:  # only a real download shows a bar
+            bar.start()
+        bar.update(task, completed=done, total=total)
+
+    try:
+        path, fetched = fetch_benchmark(benchmark, dest, url, force, progress=on_progress)
+    finally:
+        if bar.live.is_started:
+            bar.stop()
     console.print(f"{'fetched' if fetched else 'already present'}: {path}")
 
 

@@ -1,0 +1,129 @@
+"""Write the CLI reference (docs/cli.md) from the Typer app: every command, its help, its options.
+
+    .venv/bin/python scripts/gen_cli_docs.py            # regenerate docs/cli.md
+    .venv/bin/python scripts/gen_cli_docs.py --check    # exit 1 if docs/cli.md is out of date
+
+The reference is built from the command tree Typer makes (``typer.main.get_command``; Typer 0.29
+vendors its own click, so the tree is walked by duck typing), so a new command shows up as soon as
+it is registered on ``rubrictool.cli.app`` (or one of its sub-apps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import inspect
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import typer
+
+__all__ = ["iter_commands", "render", "main", "DOC_PATH"]
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC_PATH = ROOT / "docs" / "cli.md"
+REGEN = ".venv/bin/python scripts/gen_cli_docs.py"
+
+
+def _is_group(cmd: Any) -> bool:
+    return isinstance(getattr(cmd, "commands", None), dict)
+
+
+def iter_commands(group: Any, prefix: str = "rubrictool") -> Iterator[tuple[str, Any]]:
+    """(full name, command) for every command and sub-group, depth first, in registration order."""
+    yield prefix, group
+    if _is_group(group):
+        for name, cmd in group.commands.items():
+            if getattr(cmd, "hidden", False):
+                continue
+            yield from iter_commands(cmd, f"{prefix} {name}")
+
+
+def _param_row(p: Any) -> tuple[str, str, str]:
+    if p.param_type_name == "option":
+        names = ", ".join(f"`{o}`" for o in [*p.opts, *p.secondary_opts])
+        if p.is_flag and not p.secondary_opts:
+            default = "off" if not p.default else "on"
+        else:
+            default = "" if p.default is None or p.required else f"`{p.default}`"
+        if p.required:
+            default = "required"
+        return names, (p.help or "").replace("|", "\\|"), default
+    help_text = getattr(p, "help", None) or ""
+    kind = "argument" + ("s…" if p.nargs == -1 else "")
+    default = "required" if p.required else (f"`{p.default}`" if p.default not in (None, ()) else "")
+    return f"`{(p.name or '').upper()}` ({kind})", help_text.replace("|", "\\|"), default
+
+
+def render(app: typer.Typer) -> str:
+    """The whole reference as Markdown."""
+    root = typer.main.get_command(app)
+    out = [
+        "# CLI reference",
+        "",
+        f"<!-- Generated from the Typer app by scripts/gen_cli_docs.py; do not edit by hand. Regenerate: {REGEN} -->",
+        "",
+    ]
+    commands = list(iter_commands(root))
+    out.append("Commands: " + ", ".join(f"[`{n}`](#{n.replace(' ', '-')})" for n, _ in commands[1:]))
+    out.append("")
+    for name, cmd in commands:
+        is_group = _is_group(cmd)
+        out.append(f"## {name}")
+        out.append("")
+        usage = cmd.get_usage(typer.Context(cmd, info_name=name)).replace("Usage: ", "")
+        out.append("```")
+        out.append(usage)
+        out.append("```")
+        out.append("")
+        out.append(inspect.cleandoc(cmd.help or "").strip())
+        out.append("")
+        if is_group:
+            subs = [f"`{name} {n}`" for n, c in cmd.commands.items() if not getattr(c, "hidden", False)]
+            if subs:
+                out.append("Subcommands: " + ", ".join(subs))
+                out.append("")
+            continue
+        params = [p for p in cmd.params if p.name != "help"]
+        if params:
+            out.append("| Argument / option | Description | Default |")
+            out.append("|---|---|---|")
+            for p in params:
+                out.append("| " + " | ".join(_param_row(p)) + " |")
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the generated text")
+    parser.add_argument("--out", type=Path, default=DOC_PATH, help="where the reference lives (docs/cli.md)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from rubrictool.cli import app
+
+    text = render(app)
+    if args.check:
+        current = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
+        if current != text:
+            diff = difflib.unified_diff(
+                current.splitlines(), text.splitlines(), str(args.out), "generated", lineterm="", n=1
+            )
+            sys.stdout.write("\n".join(list(diff)[:60]) + "\n")
+            print(f"{args.out} is out of date; regenerate it with: {REGEN}", file=sys.stderr)
+            return 1
+        print(f"{args.out} is up to date")
+        return 0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_name(f".{args.out.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out} ({text.count(chr(10) + '## ')} commands)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
