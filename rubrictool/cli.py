@@ -172,7 +172,9 @@ def rubric_new(
 
     keys = [k.strip() for k in concepts.split(",") if k.strip()]
     path = new_rubric_file(out or Path(f"{name}.yaml"), name, keys, levels, grade_min, grade_max, title, force)
-    console.print(f"wrote {path} ({len(keys)} concepts, levels 1..{levels}); next: rubrictool rubric lint {path}")
+    console.print(
+        f"wrote {path} ({len(keys)} concepts, levels 1..{levels}); next: rubrictool rubric lint {path}", soft_wrap=True
+    )
 
 
 @rubric_app.command("lint")
@@ -217,7 +219,7 @@ def rubric_export(
     if out is None:
         typer.echo(text, nl=False)
     else:
-        console.print(f"wrote {out}")
+        console.print(f"wrote {out}", soft_wrap=True)
 
 
 # == data ==================================================================================================
@@ -300,7 +302,7 @@ def data_fetch(
     finally:
         if bar.live.is_started:
             bar.stop()
-    console.print(f"{'fetched' if fetched else 'already present'}: {path}")
+    console.print(f"{'fetched' if fetched else 'already present'}: {path}", soft_wrap=True)
 
 
 @data_app.command("split")
@@ -326,10 +328,54 @@ def data_split(
     if len(parts) != 3:
         raise DataError(f"--ratios {ratios!r}: give exactly three shares (train,dev,test)")
     sizes = split_to_file(source, out, seed, (parts[0], parts[1], parts[2]), data_dir)
-    console.print(f"wrote {out}: " + ", ".join(f"{k} {v}" for k, v in sizes.items()) + f" (seed {seed})")
+    console.print(f"wrote {out}: " + ", ".join(f"{k} {v}" for k, v in sizes.items()) + f" (seed {seed})", soft_wrap=True)
 
 
 # == annotate ==============================================================================================
+
+
+@app.command("annotate")
+@handle_errors
+def annotate_cmd(
+    benchmark: BenchmarkOpt = None,
+    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric name or YAML path (default: the benchmark's).")] = None,
+    data: Annotated[Path | None, typer.Option("--data", help="Item table (CSV/JSONL/Parquet: id, response, question?, reference?).")] = None,
+    data_dir: DataDirOpt = None,
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="litellm model string; repeatable (default: gpt-4o and gemini/gemini-2.5-pro).")] = None,
+    api_base: Annotated[str | None, typer.Option("--api-base", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 (model openai/<alias>).")] = None,
+    api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="Read the API key from this environment variable (default: the provider's, e.g. OPENAI_API_KEY).")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-j", help="Requests in flight per model.")] = 8,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 120.0,
+    max_retries: Annotated[int, typer.Option("--max-retries", help="Retries on 429, timeouts, 5xx and connection errors.")] = 4,
+    backoff: Annotated[float, typer.Option("--backoff", help="First back-off in seconds (doubles per retry, with jitter).")] = 1.0,
+    fmt: Annotated[str, typer.Option("--format", help="line (the paper's concept=..; label=..; evidence=..) or json (with a JSON schema).")] = "line",
+    template: Annotated[Path | None, typer.Option("--template", help="Your own jinja2 prompt template (default: templates/annotate.prompt.j2).")] = None,
+    examples: Annotated[Path | None, typer.Option("--examples", help="In-context examples: a table with response, question, reference and one level column per concept.")] = None,
+    cache: Annotated[Path, typer.Option("--cache", help="SQLite reply cache (resume, never pay twice).")] = Path(".rubrictool/cache.sqlite"),
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the reply cache.")] = False,
+    budget: Annotated[float | None, typer.Option("--budget", help="Stop cleanly before this many USD would be exceeded.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", help="Annotate only the first N items (a trial run).")] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Reply length cap (also the budget's worst case).")] = 1024,
+    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature.")] = 0.0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the first prompts, token counts and the estimated cost; send nothing.")] = False,
+    out: OutOpt = Path("annotations"),
+) -> None:
+    """Pre-annotate every response on every rubric concept with LLMs (litellm), as the paper's annotation stage.
+
+    Writes the tidy prediction table (item, model, concept, level, evidence, raw_ok + usage), failure
+    records with the raw replies and a per-model summary. Keys come from the environment only.
+
+    Example: rubrictool annotate --benchmark mohler --model gpt-4o --limit 20 --budget 1 --out annotations/
+    """
+    from rubrictool.annotate import DEFAULT_MODELS, AnnotateConfig, run_annotation
+
+    config = AnnotateConfig(
+        models=tuple(model or DEFAULT_MODELS), format=fmt, template=template, examples=examples, api_base=api_base,
+        api_key_env=api_key_env, concurrency=concurrency, timeout=timeout, max_retries=max_retries, backoff=backoff,
+        temperature=temperature, max_tokens=max_tokens, budget=budget, limit=limit, cache=None if no_cache else cache,
+    )
+    run_annotation(benchmark, rubric, data, data_dir, config, out, dry=dry_run, console=console)
+
 
 # == review ================================================================================================
 

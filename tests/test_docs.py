@@ -1,0 +1,80 @@
+"""The CLI documents itself: every command (sub-apps included) has help text with an example and an
+entry in docs/cli.md, and docs/cli.md is exactly what scripts/gen_cli_docs.py generates.
+
+After adding or changing a command, regenerate the reference with one command:
+    .venv/bin/python scripts/gen_cli_docs.py
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from rubrictool.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "cli.md"
+sys.path.insert(0, str(ROOT / "scripts"))
+from gen_cli_docs import iter_commands, render  # noqa: E402
+
+COMMANDS: list[tuple[str, Any]] = list(iter_commands(typer.main.get_command(app)))
+LEAVES = [(n, c) for n, c in COMMANDS if not isinstance(getattr(c, "commands", None), dict)]
+
+
+def test_the_app_has_the_foundation_commands() -> None:
+    names = {n for n, _ in COMMANDS}
+    for cmd in ("rubric list", "rubric show", "rubric validate", "rubric new", "rubric lint", "rubric export",
+                "data show", "data fetch", "data split"):
+        assert f"rubrictool {cmd}" in names
+
+
+@pytest.mark.parametrize(("name", "cmd"), COMMANDS, ids=[n for n, _ in COMMANDS])
+def test_command_has_help_with_an_example(name: str, cmd: Any) -> None:
+    text = (cmd.help or "").strip()
+    assert text, f"{name} has no help text"
+    assert "Example: rubrictool " in text, f"{name}: add an 'Example: rubrictool ...' line to its help"
+
+
+@pytest.mark.parametrize(("name", "cmd"), LEAVES, ids=[n for n, _ in LEAVES])
+def test_command_is_documented(name: str, cmd: Any) -> None:
+    doc = DOC.read_text(encoding="utf-8")
+    assert f"\n## {name}\n" in doc, f"{name} missing from docs/cli.md; run .venv/bin/python scripts/gen_cli_docs.py"
+    section = doc.split(f"\n## {name}\n", 1)[1].split("\n## ", 1)[0]
+    for p in cmd.params:
+        if p.param_type_name == "option":
+            assert f"`{p.opts[0]}`" in section, f"{name}: option {p.opts[0]} not documented"
+
+
+def test_every_command_help_runs() -> None:
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    for name, _ in COMMANDS:
+        res = runner.invoke(app, [*name.split()[1:], "--help"])
+        assert res.exit_code == 0, f"{name} --help failed: {res.output}"
+        assert "Example" in res.output
+
+
+def test_cli_reference_is_up_to_date() -> None:
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_cli_docs.py"), "--check"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_check_mode_detects_a_stale_reference(tmp_path: Path) -> None:
+    stale = tmp_path / "cli.md"
+    stale.write_text(DOC.read_text(encoding="utf-8").replace("## rubrictool data show\n", "## rubrictool data shw\n"))
+    script = str(ROOT / "scripts" / "gen_cli_docs.py")
+    res = subprocess.run([sys.executable, script, "--check", "--out", str(stale)], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert res.returncode == 1 and "out of date" in res.stderr and "data shw" in res.stdout
+    res = subprocess.run([sys.executable, script, "--out", str(stale)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+    assert res.returncode == 0 and stale.read_text(encoding="utf-8") == render(app)
