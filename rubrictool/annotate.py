@@ -1,0 +1,1421 @@
+"""LLM pre-annotation: render the rubric prompt, call models through litellm, parse, cache, account.
+
+The paper's annotation stage asks GPT-4o and Gemini-2.5-pro to label every response on every rubric
+concept with the prompt of its Appendix "Annotation Pipeline" (``templates/annotate.prompt.j2``).
+This module does that for any litellm model string:
+
+1. :func:`render_prompt` fills the template with the item, the rubric and optional in-context examples.
+2. :func:`annotate` runs every (item, model) pair with asyncio (``concurrency`` requests per model),
+   retrying rate limits, timeouts and 5xx with exponential back-off, and asks once more (a *repair*
+   round that sends the parse error back) when a reply cannot be used.
+3. :func:`parse_reply` reads the paper's line format ``concept=<name>; label=<level>; evidence=<text>``
+   or JSON, leniently, and validates each level against the rubric.
+4. :class:`ReplyCache` (SQLite, WAL, one commit per reply) keys replies by model + rendered messages +
+   sampling parameters, so a second run makes no call and a killed run resumes without paying twice.
+5. Token usage and cost come from litellm; ``budget`` (USD) reserves each request's worst case before
+   sending it, so the run stops cleanly before the budget could be exceeded.
+
+The result is the tidy PredictionTable (``item, model, concept, level, evidence, raw_ok`` + usage)
+plus failure records with the raw replies and a per-model summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rubrictool.errors import AnnotateError, DataError
+from rubrictool.rubric import Rubric
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm must not fetch its price map
+
+__all__ = [
+    "PREDICTION_COLUMNS",
+    "USAGE_COLUMNS",
+    "DEFAULT_MODELS",
+    "DEFAULT_TEMPLATE",
+    "OUTPUT_FORMATS",
+    "AnnotateConfig",
+    "ContextExample",
+    "Label",
+    "ParseResult",
+    "ModelSummary",
+    "AnnotateResult",
+    "DryRunModel",
+    "DryRunReport",
+    "ReplyCache",
+    "load_template",
+    "load_examples",
+    "render_prompt",
+    "output_schema",
+    "response_format_for",
+    "cache_key",
+    "parse_reply",
+    "repair_message",
+    "dry_run",
+    "annotate",
+    "output_paths",
+    "write_outputs",
+    "read_predictions",
+    "load_inputs",
+    "print_dry_run",
+    "print_summary",
+    "run_annotation",
+]
+
+PREDICTION_COLUMNS = ["item", "model", "concept", "level", "evidence", "raw_ok"]
+USAGE_COLUMNS = ["repaired", "cached", "prompt_tokens", "completion_tokens", "cost_usd", "error"]
+DEFAULT_MODELS = ("gpt-4o", "gemini/gemini-2.5-pro")
+OUTPUT_FORMATS = ("line", "json")
+DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "templates" / "annotate.prompt.j2"
+_CACHE_VERSION = 1
+_EVIDENCE_MAX = 500
+_EST_EVIDENCE = "the response states the key idea but omits the reason given in the reference"
+
+
+# == configuration ===========================================================================================
+
+
+@dataclass(frozen=True)
+class AnnotateConfig:
+    """Everything that decides which requests are made and how. Fields that change the reply are in the cache key."""
+
+    models: tuple[str, ...] = DEFAULT_MODELS  # litellm model strings, e.g. "gpt-4o", "openai/<alias>"
+    format: str = "line"  # "line": the paper's concept=..; label=..; evidence=..  "json": a JSON object + schema
+    template: Path | None = None  # None: the bundled templates/annotate.prompt.j2
+    examples: Path | None = None  # in-context examples (table with response + one level column per concept)
+    benchmark: str | None = None  # the name shown to the model; default the rubric's name
+    api_base: str | None = None  # a local OpenAI-compatible server (Ollama, vLLM, llama.cpp)
+    api_key_env: str | None = None  # read the key from this env var (never printed or stored)
+    concurrency: int = 8  # requests in flight per model
+    timeout: float = 120.0  # seconds per request
+    max_retries: int = 4  # retries after the first attempt on 429 / timeout / 5xx / connection errors
+    backoff: float = 1.0  # first back-off in seconds; doubles each retry (full jitter), capped at 60 s
+    temperature: float = 0.0
+    max_tokens: int = 1024  # also the worst case the budget reserves per request
+    budget: float | None = None  # USD for this run; None: no limit
+    limit: int | None = None  # annotate only the first N items
+    cache: Path | None = Path(".rubrictool/cache.sqlite")  # None: no cache
+
+    def check(self) -> None:
+        if not self.models:
+            raise AnnotateError("no model given; pass --model (e.g. --model gpt-4o)")
+        if self.format not in OUTPUT_FORMATS:
+            raise AnnotateError(f"unknown --format {self.format!r}; use line or json")
+        for name, v, lo in (("concurrency", self.concurrency, 1), ("max-tokens", self.max_tokens, 1)):
+            if v < lo:
+                raise AnnotateError(f"--{name} must be at least {lo}, got {v}")
+        if self.max_retries < 0:
+            raise AnnotateError(f"--max-retries must be 0 or more, got {self.max_retries}")
+        if not self.timeout > 0:
+            raise AnnotateError(f"--timeout must be positive, got {self.timeout}")
+        if self.budget is not None and not self.budget > 0:
+            raise AnnotateError(f"--budget must be a positive amount in USD, got {self.budget}")
+        if self.limit is not None and self.limit < 1:
+            raise AnnotateError(f"--limit must be at least 1, got {self.limit}")
+        if len(set(self.models)) != len(self.models):
+            raise AnnotateError(f"a model is given twice in {list(self.models)}; pass each --model once")
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "max_tokens": self.max_tokens}
+
+
+# == prompt ==================================================================================================
+
+
+@dataclass(frozen=True)
+class ContextExample:
+    """An in-context example: an input and the annotation it should get (rendered in the run's format)."""
+
+    response: str
+    labels: dict[str, tuple[int, str]]  # concept key -> (level, evidence)
+    question: str = ""
+    reference: str = ""
+    context: str = ""
+
+
+def load_template(path: str | Path | None = None) -> Any:
+    """The jinja2 template (bundled by default); syntax errors name file:line."""
+    import jinja2
+
+    p = Path(path) if path is not None else DEFAULT_TEMPLATE
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise AnnotateError(f"{p}: cannot read the template ({e.__class__.__name__}); pass a UTF-8 jinja2 file") from None
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+    try:
+        tpl = env.from_string(text)
+    except jinja2.TemplateSyntaxError as e:
+        raise AnnotateError(f"{p}:{e.lineno}: template syntax error: {e.message}") from None
+    tpl.filename = str(p)
+    return tpl
+
+
+def _level_column(df: pd.DataFrame, key: str) -> str | None:
+    for c in (key, key.lower(), f"label_{key}", f"{key}_label"):
+        if c in df.columns:
+            return c
+    return None
+
+
+def load_examples(path: str | Path, rubric: Rubric) -> list[ContextExample]:
+    """In-context examples from a CSV/JSONL/Parquet table.
+
+    Columns: ``response`` (required), ``question``, ``reference``, ``context``, one level column per
+    concept key (e.g. ``FC``) and optionally ``<KEY>_evidence``.
+    """
+    from rubrictool.data import read_table
+
+    p = Path(path)
+    try:
+        df = read_table(p)
+    except DataError as e:
+        raise AnnotateError(str(e)) from None
+    if "response" not in df.columns:
+        raise AnnotateError(f"{p}: examples need a 'response' column (and one level column per concept: {', '.join(rubric.keys)})")
+    missing = [k for k in rubric.keys if _level_column(df, k) is None]
+    if missing:
+        raise AnnotateError(f"{p}: examples lack level column(s) {', '.join(missing)}; add one column per concept key")
+    out: list[ContextExample] = []
+    for i, row in enumerate(df.to_dict(orient="records"), 1):
+        labels: dict[str, tuple[int, str]] = {}
+        for c in rubric.concepts:
+            col = _level_column(df, c.key)
+            raw = row.get(col) if col else None
+            level = _as_level(raw)
+            if level is None or level not in c.values:
+                raise AnnotateError(
+                    f"{p}: row {i}: column {col}: level {raw!r} is not one of {c.values} (rubric {rubric.name})"
+                )
+            ev = row.get(f"{c.key}_evidence") or row.get(f"evidence_{c.key}") or ""
+            labels[c.key] = (level, str(ev) if ev == ev else "")
+        resp = row.get("response")
+        if not isinstance(resp, str) or not resp.strip():
+            raise AnnotateError(f"{p}: row {i}: empty response; every example needs one")
+        out.append(
+            ContextExample(
+                response=resp,
+                labels=labels,
+                question=_text(row.get("question")),
+                reference=_text(row.get("reference")),
+                context=_text(row.get("context")),
+            )
+        )
+    return out
+
+
+def _as_level(v: Any) -> int | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, str):
+        v = v.strip()
+        return int(float(v)) if re.fullmatch(r"-?\d+(\.0+)?", v) else None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return int(f) if math.isfinite(f) and f.is_integer() else None
+
+
+def _text(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return str(v)
+
+
+def format_labels(labels: dict[str, tuple[int, str]], rubric: Rubric, fmt: str) -> str:
+    """An annotation in the requested output format (used for in-context examples and estimates)."""
+    if fmt == "json":
+        return json.dumps({k: {"label": lv, "evidence": ev} for k, (lv, ev) in labels.items()}, ensure_ascii=False)
+    return "\n".join(f"concept={k}; label={lv}; evidence={ev}" for k, (lv, ev) in labels.items())
+
+
+def _rubric_definitions(rubric: Rubric) -> str:
+    lines = []
+    for c in rubric.concepts:
+        levels = "; ".join(f"{lv.value} = {lv.anchor}" for lv in c.levels)
+        lines.append(f"- {c.key} ({c.name}): {c.definition} Levels: {levels}.")
+        if c.examples:
+            shown = "; ".join(f'"{ex.text}" -> {ex.level}' for ex in c.examples)
+            lines.append(f"  Illustrative excerpts: {shown}")
+    return "\n".join(lines)
+
+
+def render_prompt(
+    item: dict[str, Any],
+    rubric: Rubric,
+    template: Any = None,
+    examples: Sequence[ContextExample] = (),
+    fmt: str = "line",
+    benchmark: str | None = None,
+) -> str:
+    """The annotation prompt for one item (a row of an ItemTable) — deterministic, so it can key the cache."""
+    import jinja2
+
+    tpl = template if template is not None else load_template()
+    concepts = [
+        {
+            "key": c.key,
+            "name": c.name,
+            "definition": c.definition,
+            "levels": [(lv.value, lv.anchor) for lv in c.levels],
+            "examples": [(ex.text, ex.level) for ex in c.examples],
+        }
+        for c in rubric.concepts
+    ]
+    ctx = {
+        "benchmark": benchmark or rubric.name,
+        "question": _text(item.get("question")),
+        "response": _text(item.get("response")),
+        "reference": _text(item.get("reference")),
+        "context": _text(item.get("context")),
+        "fields": dict(rubric.fields),
+        "concepts": concepts,
+        "keys": rubric.keys,
+        "levels": rubric.scale.values,
+        "concept_list": ", ".join(f"{c.key} ({c.name})" for c in rubric.concepts),
+        "rubric_definitions": _rubric_definitions(rubric),
+        "examples": [
+            {
+                "question": ex.question,
+                "reference": ex.reference,
+                "context": ex.context,
+                "response": ex.response,
+                "output": format_labels(ex.labels, rubric, fmt),
+            }
+            for ex in examples
+        ],
+        "format": fmt,
+    }
+    try:
+        return str(tpl.render(**ctx)).strip() + "\n"
+    except jinja2.UndefinedError as e:
+        where = getattr(tpl, "filename", "template")
+        raise AnnotateError(
+            f"{where}: {e.message}; the template may use: {', '.join(sorted(ctx))}"
+        ) from None
+    except jinja2.TemplateError as e:
+        raise AnnotateError(f"{getattr(tpl, 'filename', 'template')}: cannot render: {e}") from None
+
+
+def output_schema(rubric: Rubric) -> dict[str, Any]:
+    """JSON schema of the JSON output mode: one object per concept key with an integer label and evidence."""
+    props = {
+        c.key: {
+            "type": "object",
+            "properties": {
+                "label": {"type": "integer", "enum": c.values},
+                "evidence": {"type": "string"},
+            },
+            "required": ["label", "evidence"],
+            "additionalProperties": False,
+        }
+        for c in rubric.concepts
+    }
+    return {"type": "object", "properties": props, "required": rubric.keys, "additionalProperties": False}
+
+
+def response_format_for(model: str, rubric: Rubric, fmt: str, api_base: str | None) -> dict[str, Any] | None:
+    """What to send as ``response_format``: a JSON schema where the provider supports one, else JSON mode."""
+    if fmt != "json":
+        return None
+    schema = output_schema(rubric)
+    if api_base:  # llama.cpp, vLLM, Ollama accept a schema with json_object (llama.cpp enforces it by grammar)
+        return {"type": "json_object", "schema": schema}
+    litellm = _litellm()
+    try:
+        if litellm.supports_response_schema(model=model):
+            return {"type": "json_schema", "json_schema": {"name": "concept_annotation", "schema": schema, "strict": True}}
+    except Exception:  # unknown model: fall back to plain JSON mode
+        pass
+    return {"type": "json_object"}
+
+
+def repair_message(result: ParseResult, rubric: Rubric, fmt: str) -> str:
+    """The follow-up turn of the repair round: what was wrong and the exact format to use."""
+    problems = "; ".join(result.errors) or "the reply could not be read"
+    levels = ", ".join(str(v) for v in rubric.scale.values)
+    if fmt == "json":
+        shape = '{"' + rubric.keys[0] + '": {"label": <level>, "evidence": "<brief evidence>"}, ...}'
+    else:
+        shape = "concept=<key>; label=<level>; evidence=<brief evidence>   (one line per concept)"
+    return (
+        f"Your reply could not be used: {problems}. Reply again with exactly one entry for each of the "
+        f"{rubric.K} concepts ({', '.join(rubric.keys)}), each label one of {levels}, and nothing else, "
+        f"in the format:\n{shape}"
+    )
+
+
+# == reply parsing ===========================================================================================
+
+
+@dataclass(frozen=True)
+class Label:
+    concept: str
+    level: int
+    evidence: str
+
+
+@dataclass
+class ParseResult:
+    """What a reply gave: the valid labels, the errors that make it unusable, and ignored noise."""
+
+    labels: dict[str, Label] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    found: str = "none"  # "json", "line" or "none"
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+_FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*$", re.M)
+_NAME_KEYS = ("concept", "name", "key", "dimension", "criterion", "id")
+_LABEL_KEYS = ("label", "level", "score", "rating", "value", "grade")
+_EVIDENCE_KEYS = ("evidence", "justification", "rationale", "reason", "explanation", "snippet", "quote")
+_CONTAINER_KEYS = ("annotations", "labels", "concepts", "results", "scores", "items", "output", "annotation")
+_FIELD = re.compile(r"(?<![A-Za-z])(concept|label|level|score|evidence)\s*[=:]\s*", re.I)
+_BULLET = re.compile(r"^\s*(?:[-*\u2022>]+|\d{1,3}[.)])\s+")
+_NUMBER = re.compile(r"^\s*(?:level|label|score)?\s*[:=]?\s*(-?\d+(?:\.\d+)?)")
+
+
+def _norm(s: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", s.lower())
+
+
+class _Resolver:
+    """Concept references (key, full name, 'Name (KEY)', part of 'A / B') -> concept key."""
+
+    def __init__(self, rubric: Rubric) -> None:
+        self.keys = rubric.keys
+        self.exact: dict[str, str] = {}
+        parts: dict[str, set[str]] = {}
+        for c in rubric.concepts:
+            self.exact[_norm(c.key)] = c.key
+            self.exact.setdefault(_norm(c.name), c.key)
+            for part in re.split(r"[/&]| and ", c.name):
+                if _norm(part):
+                    parts.setdefault(_norm(part), set()).add(c.key)
+        self.parts = {p: next(iter(ks)) for p, ks in parts.items() if len(ks) == 1 and p not in self.exact}
+        self.names = {_norm(c.name): c.key for c in rubric.concepts}
+
+    def __call__(self, raw: Any) -> str | None:
+        if not isinstance(raw, str):
+            raw = str(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else ""
+        s = raw.strip().strip("\"'`*_ ")
+        if not s:
+            return None
+        n = _norm(s)
+        if n in self.exact:
+            return self.exact[n]
+        m = re.search(r"\(([A-Za-z][A-Za-z0-9_]*)\)", s)
+        if m and m.group(1) in self.keys:
+            return m.group(1)
+        head = re.match(r"([A-Za-z][A-Za-z0-9_]*)\s*(?:[-:\u2013\u2014(]|$)", s)
+        if head and head.group(1) in self.keys:
+            return head.group(1)
+        if n in self.parts:
+            return self.parts[n]
+        hits = {k for name, k in self.names.items() if name and name in n}
+        return hits.pop() if len(hits) == 1 else None
+
+
+def _level_of(raw: Any, key: str, rubric: Rubric) -> tuple[int | None, str | None]:
+    """(level, None) or (None, error)."""
+    concept = rubric.concept(key)
+    lo, hi = rubric.scale.min, rubric.scale.max
+    value: float | None = None
+    if isinstance(raw, bool) or raw is None:
+        return None, f"{key}: no label given"
+    if isinstance(raw, (int, float)):
+        value = float(raw)
+    elif isinstance(raw, str):
+        s = raw.strip().strip("\"'`*_[]() ")
+        m = _NUMBER.match(s)
+        if m:
+            try:
+                value = float(m.group(1))
+            except (ValueError, OverflowError):
+                value = None
+        else:
+            ns = _norm(s)
+            for lv in concept.levels:
+                if ns and (ns == _norm(lv.anchor) or ns.startswith(_norm(lv.anchor))):
+                    return lv.value, None
+            return None, f"{key}: label {raw[:40]!r} is not a level ({lo}..{hi})"
+    else:
+        return None, f"{key}: label {str(raw)[:40]!r} is not a level ({lo}..{hi})"
+    if value is None or not math.isfinite(value):
+        return None, f"{key}: label {str(raw)[:40]!r} is not a level ({lo}..{hi})"
+    if not value.is_integer():
+        return None, f"{key}: label {value:g} lies between levels; use one of {lo}..{hi} (no interpolation)"
+    level = int(value)
+    if level not in concept.values:
+        return None, f"{key}: label {level} is outside the levels {lo}..{hi}"
+    return level, None
+
+
+def _clean_evidence(v: Any) -> str:
+    s = v if isinstance(v, str) else ("" if v is None else json.dumps(v, ensure_ascii=False, default=str))
+    s = " ".join(s.split()).strip().strip("\"'`").strip()
+    return s[:_EVIDENCE_MAX]
+
+
+def _pick(d: dict[str, Any], names: Sequence[str]) -> Any:
+    low = {str(k).lower(): v for k, v in d.items()}
+    for n in names:
+        if n in low:
+            return low[n]
+    return None
+
+
+def _json_entries(obj: Any, depth: int = 0) -> list[tuple[Any, Any, Any]]:
+    """(concept ref, label, evidence) triples from the JSON shapes models produce."""
+    if depth > 4:
+        return []
+    if isinstance(obj, list):
+        out: list[tuple[Any, Any, Any]] = []
+        for el in obj[:200]:
+            if isinstance(el, dict):
+                name = _pick(el, _NAME_KEYS)
+                if name is not None:
+                    out.append((name, _pick(el, _LABEL_KEYS), _pick(el, _EVIDENCE_KEYS)))
+                else:
+                    out += _json_entries(el, depth + 1)
+        return out
+    if isinstance(obj, dict):
+        inner = _pick(obj, _CONTAINER_KEYS)
+        if isinstance(inner, (list, dict)) and inner:
+            found = _json_entries(inner, depth + 1)
+            if found:
+                return found
+        if _pick(obj, _NAME_KEYS) is not None and _pick(obj, _LABEL_KEYS) is not None:
+            return [(_pick(obj, _NAME_KEYS), _pick(obj, _LABEL_KEYS), _pick(obj, _EVIDENCE_KEYS))]
+        out = []
+        for k, v in list(obj.items())[:200]:
+            if isinstance(v, dict):
+                out.append((k, _pick(v, _LABEL_KEYS), _pick(v, _EVIDENCE_KEYS)))
+            elif isinstance(v, (int, float, str)) and not isinstance(v, bool):
+                out.append((k, v, None))
+        return out
+    return []
+
+
+def _find_json(text: str) -> list[tuple[Any, Any, Any]] | None:
+    decoder = json.JSONDecoder()
+    starts = [m.start() for m in re.finditer(r"[\[{]", text)][:50]
+    for i in starts:
+        try:
+            obj, _ = decoder.raw_decode(text, i)
+        except (ValueError, RecursionError):
+            continue
+        entries = _json_entries(obj)
+        if entries:
+            return entries
+    return None
+
+
+def _line_entries(text: str, resolve: _Resolver) -> list[tuple[Any, Any, Any]]:
+    out: list[tuple[Any, Any, Any]] = []
+    for raw_line in text.splitlines():
+        line = _BULLET.sub("", raw_line.replace("**", "").replace("__", "")).strip()
+        if not line:
+            continue
+        # several entries on one line: split before each "concept="
+        chunks = re.split(r"(?=(?<![A-Za-z])concept\s*[=:])", line, flags=re.I)
+        for chunk in chunks:
+            # a field runs to the next *new* field name, so "level:" inside evidence stays evidence
+            fields: dict[str, str] = {}
+            cur, start = "", 0
+            for m in _FIELD.finditer(chunk):
+                name = m.group(1).lower()
+                name = "label" if name in ("level", "score") else name
+                if name in fields or name == cur:
+                    continue
+                if cur:
+                    fields[cur] = chunk[start : m.start()]
+                cur, start = name, m.end()
+            if cur:
+                fields[cur] = chunk[start:]
+            fields = {k: v.strip().rstrip(";,|").strip() for k, v in fields.items()}
+            if "concept" in fields:
+                out.append((fields["concept"], fields.get("label"), fields.get("evidence")))
+                continue
+            # "<name>: <level> ..." or "<name> = <level>; evidence..." without the concept= key
+            m2 = re.match(r"^(.{1,80}?)\s*[:=\-\u2013\u2014]\s*(\d+(?:\.\d+)?)\b\s*[;,|\-\u2013\u2014:]?\s*(.*)$", chunk)
+            if m2 and resolve(m2.group(1)) is not None:
+                ev = fields.get("evidence", m2.group(3))
+                out.append((m2.group(1), m2.group(2), ev))
+    return out
+
+
+def parse_reply(text: Any, rubric: Rubric) -> ParseResult:
+    """Read a model's reply (line format or JSON, in code fences or prose) and validate every level.
+
+    Never raises: anything unusable becomes an entry of ``errors``, which the repair round sends back.
+    """
+    res = ParseResult()
+    if not isinstance(text, str) or not text.strip():
+        res.errors.append("the reply is empty")
+        return res
+    resolve = _Resolver(rubric)
+    body = _FENCE.sub("", text.replace("\r\n", "\n").replace("\ufeff", ""))
+    entries = _find_json(body)
+    if entries is not None:
+        res.found = "json"
+    else:
+        entries = _line_entries(body, resolve)
+        res.found = "line" if entries else "none"
+    conflicts: dict[str, set[int]] = {}
+    for name, label, evidence in entries:
+        key = resolve(name)
+        if key is None:
+            res.warnings.append(f"ignored an entry for unknown concept {str(name)[:40]!r}")
+            continue
+        level, err = _level_of(label, key, rubric)
+        if err:
+            res.errors.append(err)
+            continue
+        assert level is not None
+        prev = res.labels.get(key)
+        if prev is not None and prev.level != level:
+            conflicts.setdefault(key, {prev.level}).add(level)
+            continue
+        if prev is None:
+            res.labels[key] = Label(key, level, _clean_evidence(evidence))
+    for key, levels in conflicts.items():
+        res.labels.pop(key, None)
+        res.errors.append(f"{key}: labelled more than once with different levels {sorted(levels)}")
+    bad = {e.split(":", 1)[0] for e in res.errors}
+    missing = [k for k in rubric.keys if k not in res.labels and k not in bad]
+    if res.found == "none":
+        res.errors.append(
+            "no annotation found: expected one line per concept 'concept=<key>; label=<level>; evidence=<text>' or JSON"
+        )
+    elif missing:
+        res.errors.append(f"missing concept(s) {', '.join(missing)}")
+    return res
+
+
+# == cache ===================================================================================================
+
+
+def cache_key(model: str, messages: Sequence[dict[str, Any]], params: dict[str, Any]) -> str:
+    """sha256 of the model string, the rendered messages and the sampling parameters (not key, base, timeout)."""
+    payload = json.dumps(
+        {"v": _CACHE_VERSION, "model": model, "messages": list(messages), "params": params},
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class CachedReply:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+
+
+class ReplyCache:
+    """Model replies in SQLite (WAL; each reply committed on arrival, so a killed run loses nothing paid)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute(
+                "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, model TEXT NOT NULL, reply TEXT NOT NULL,"
+                " prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, cost_usd REAL NOT NULL,"
+                " latency_s REAL NOT NULL, created REAL NOT NULL)"
+            )
+        except sqlite3.Error as e:
+            raise AnnotateError(f"{self.path}: cannot open the reply cache ({e}); pass another --cache path") from None
+
+    def get(self, key: str) -> CachedReply | None:
+        row = self.conn.execute(
+            "SELECT reply, prompt_tokens, completion_tokens, cost_usd FROM replies WHERE key = ?", (key,)
+        ).fetchone()
+        return CachedReply(row[0], int(row[1]), int(row[2]), float(row[3])) if row else None
+
+    def put(self, key: str, model: str, reply: CachedReply, latency_s: float) -> None:
+        with self.conn:  # one atomic transaction per reply
+            self.conn.execute(
+                "INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, model, reply.text, reply.prompt_tokens, reply.completion_tokens, reply.cost_usd, latency_s, time.time()),
+            )
+
+    def __len__(self) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) FROM replies").fetchone()[0])
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _NoCache:
+    def get(self, key: str) -> CachedReply | None:
+        return None
+
+    def put(self, key: str, model: str, reply: CachedReply, latency_s: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+# == litellm =================================================================================================
+
+
+def _litellm() -> Any:
+    import litellm
+
+    litellm.suppress_debug_info = True  # no "Give Feedback" banners on stdout
+    litellm.telemetry = False
+    return litellm
+
+
+_RATES: dict[str, tuple[float, float] | None] = {}
+
+
+def _rates(model: str) -> tuple[float, float] | None:
+    """USD per prompt token and per completion token from litellm's bundled cost map (memoised)."""
+    if model not in _RATES:
+        litellm = _litellm()
+        try:
+            a, _ = litellm.cost_per_token(model=model, prompt_tokens=1_000_000, completion_tokens=0)
+            _, b = litellm.cost_per_token(model=model, prompt_tokens=0, completion_tokens=1_000_000)
+            _RATES[model] = (float(a) / 1e6, float(b) / 1e6)
+        except Exception:
+            _RATES[model] = None
+    return _RATES[model]
+
+
+def _price(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """USD for a request (linear rates: the long-context tiers of some models are not modelled); None: unknown."""
+    r = _rates(model)
+    return None if r is None else r[0] * prompt_tokens + r[1] * completion_tokens
+
+
+def _count_tokens(model: str, messages: Sequence[dict[str, Any]] | None = None, text: str | None = None) -> int:
+    litellm = _litellm()
+    try:
+        if messages is not None:
+            return int(litellm.token_counter(model=model, messages=list(messages)))
+        return int(litellm.token_counter(model=model, text=text or ""))
+    except Exception:  # unknown tokenizer: ~4 characters per token
+        n = sum(len(str(m.get("content", ""))) for m in messages) if messages is not None else len(text or "")
+        return max(1, n // 4)
+
+
+def _retryable(e: BaseException) -> bool:
+    litellm = _litellm()
+    if isinstance(e, (asyncio.TimeoutError, TimeoutError)):
+        return True
+    retry_types = (
+        litellm.RateLimitError,
+        litellm.Timeout,
+        litellm.InternalServerError,
+        litellm.ServiceUnavailableError,
+        litellm.BadGatewayError,
+        litellm.APIConnectionError,
+    )
+    if isinstance(e, retry_types):
+        return True
+    status = getattr(e, "status_code", None)
+    return isinstance(status, int) and (status == 429 or status >= 500)
+
+
+def _fatal(e: BaseException) -> bool:
+    """Errors that will fail every request of the model: stop instead of failing item by item."""
+    litellm = _litellm()
+    return isinstance(e, (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError))
+
+
+def _retry_after(e: BaseException) -> float | None:
+    headers = getattr(e, "litellm_response_headers", None)
+    try:
+        v = headers.get("retry-after") if headers is not None else None
+        return min(float(v), 60.0) if v is not None else None
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _short_error(e: BaseException, secrets: Iterable[str] = ()) -> str:
+    msg = " ".join(str(e).split())[:300] or e.__class__.__name__
+    for s in secrets:
+        if s:
+            msg = msg.replace(s, "***")
+    return f"{e.__class__.__name__}: {msg}"
+
+
+# == the run =================================================================================================
+
+
+@dataclass
+class ModelSummary:
+    """Per model: what was done, what failed, what it cost (this run) and how long it took."""
+
+    model: str
+    items: int = 0  # items finished (ok + failed)
+    ok: int = 0
+    failures: int = 0
+    repaired: int = 0
+    cached_items: int = 0  # items answered entirely from the cache
+    requests: int = 0  # HTTP requests sent (incl. retries)
+    retries: int = 0
+    prompt_tokens: int = 0  # tokens of the replies received in this run (cache hits excluded)
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    price_known: bool = True
+    seconds: float = 0.0  # wall time from the model's first request to its last reply
+    stopped_by_budget: bool = False
+
+
+@dataclass
+class AnnotateResult:
+    predictions: pd.DataFrame
+    failures: list[dict[str, Any]]
+    summary: dict[str, ModelSummary]
+    stopped_by_budget: bool = False
+    total_items: int = 0
+    fatal: dict[str, str] = field(default_factory=dict)  # model -> why it was stopped (wrong key, unknown model)
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(s.cost_usd for s in self.summary.values())
+
+
+class _BudgetStop(Exception):
+    pass
+
+
+class _CallFailed(Exception):
+    def __init__(self, message: str, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.fatal = fatal
+
+
+class _Budget:
+    """Reserve each request's worst case (prompt + max_tokens) before sending; settle with the real cost."""
+
+    def __init__(self, limit: float | None) -> None:
+        self.limit = limit
+        self.spent = 0.0
+        self.reserved = 0.0
+        self.stopped = False
+
+    def reserve(self, amount: float) -> None:
+        if self.limit is None:
+            return
+        if self.stopped or self.spent + self.reserved + amount > self.limit:
+            self.stopped = True
+            raise _BudgetStop()
+        self.reserved += amount
+
+    def settle(self, reserved: float, actual: float) -> None:
+        if self.limit is not None:
+            self.reserved -= reserved
+        self.spent += actual
+
+
+@dataclass
+class _Reply:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0  # paid in this run (0 for a cache hit)
+    cached: bool = False
+
+
+class _Runner:
+    def __init__(self, rubric: Rubric, config: AnnotateConfig, cache: ReplyCache | _NoCache) -> None:
+        self.rubric = rubric
+        self.config = config
+        self.cache = cache
+        self.budget = _Budget(config.budget)
+        self.summary = {m: ModelSummary(model=m) for m in config.models}
+        self.failures: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = []
+        self.inflight: dict[str, asyncio.Future[_Reply]] = {}
+        self.fatal: dict[str, str] = {}
+        self.api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        self.response_formats = {
+            m: response_format_for(m, rubric, config.format, config.api_base) for m in config.models
+        }
+        self.started: dict[str, float] = {}
+        self.on_progress: Any = None
+
+    def _params(self, model: str) -> dict[str, Any]:
+        p = dict(self.config.sampling)
+        rf = self.response_formats[model]
+        if rf is not None:
+            p["response_format"] = rf
+        return p
+
+    async def call(self, model: str, messages: list[dict[str, Any]]) -> _Reply:
+        params = self._params(model)
+        key = cache_key(model, messages, params)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return _Reply(hit.text, hit.prompt_tokens, hit.completion_tokens, 0.0, cached=True)
+        if key in self.inflight:  # the same prompt is already being asked: pay once
+            r = await asyncio.shield(self.inflight[key])
+            return _Reply(r.text, r.prompt_tokens, r.completion_tokens, 0.0, cached=True)
+        fut: asyncio.Future[_Reply] = asyncio.get_running_loop().create_future()
+        self.inflight[key] = fut
+        try:
+            reply = await self._fetch(model, messages, params, key)
+            fut.set_result(reply)
+            return reply
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # mark retrieved
+            raise
+        finally:
+            del self.inflight[key]
+
+    async def _fetch(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any], key: str) -> _Reply:
+        litellm = _litellm()
+        cfg = self.config
+        s = self.summary[model]
+        worst = 0.0
+        if cfg.budget is not None:
+            p = _price(model, int(_count_tokens(model, messages) * 1.1) + 16, cfg.max_tokens)
+            worst = p or 0.0
+        kwargs: dict[str, Any] = dict(
+            model=model, messages=messages, timeout=cfg.timeout, max_retries=0, drop_params=True, **params
+        )
+        if cfg.api_base:
+            kwargs["api_base"] = cfg.api_base
+        if self.api_key is not None:
+            kwargs["api_key"] = self.api_key
+        elif cfg.api_base and not _has_provider_key(model):
+            kwargs["api_key"] = "sk-no-key"  # local servers need none, but the OpenAI client wants one
+        last: str = ""
+        for attempt in range(cfg.max_retries + 1):
+            if model in self.fatal:
+                raise _CallFailed(self.fatal[model], fatal=True)
+            self.budget.reserve(worst)
+            self.started.setdefault(model, time.monotonic())
+            s.requests += 1
+            s.retries += attempt > 0
+            t0 = time.monotonic()
+            timed_out = False
+            try:
+                resp = await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=cfg.timeout + 10)
+            except BaseException as e:
+                timed_out = isinstance(e, (asyncio.TimeoutError, TimeoutError, litellm.Timeout))
+                # a timed-out request may still be billed: keep its worst case as spent
+                self.budget.settle(worst, worst if timed_out else 0.0)
+                if isinstance(e, (asyncio.CancelledError, KeyboardInterrupt)):
+                    raise
+                secrets = [self.api_key or ""]
+                last = _short_error(e, secrets)
+                if _fatal(e):
+                    raise _CallFailed(last, fatal=True) from None
+                if not _retryable(e):
+                    raise _CallFailed(last) from None
+                if attempt == cfg.max_retries:
+                    break
+                delay = _retry_after(e) or random.uniform(0, min(60.0, cfg.backoff * 2**attempt))
+                await asyncio.sleep(delay)
+                continue
+            text = _reply_text(resp)
+            pt, ct = _usage(resp)
+            price = _response_cost(resp)
+            if price is None:
+                price = _price(model, pt, ct)
+            if price is None:
+                s.price_known = False
+            cost = price or 0.0
+            self.budget.settle(worst, cost)
+            reply = _Reply(text, pt, ct, cost)
+            self.cache.put(key, model, CachedReply(text, pt, ct, cost), time.monotonic() - t0)
+            s.prompt_tokens += pt
+            s.completion_tokens += ct
+            s.cost_usd += cost
+            return reply
+        raise _CallFailed(f"gave up after {cfg.max_retries + 1} attempts: {last}")
+
+    async def annotate_item(self, model: str, item_id: str, prompt: str) -> None:
+        s = self.summary[model]
+        messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+        replies: list[_Reply] = []
+        error = ""
+        result: ParseResult | None = None
+        try:
+            first = await self.call(model, messages)
+            replies.append(first)
+            result = _safe_parse(first.text, self.rubric)
+            if not result.ok:
+                fix = messages + [
+                    {"role": "assistant", "content": first.text},
+                    {"role": "user", "content": repair_message(result, self.rubric, self.config.format)},
+                ]
+                second = await self.call(model, fix)
+                replies.append(second)
+                again = _safe_parse(second.text, self.rubric)
+                merged = {**result.labels, **again.labels}
+                only_missing = all(e.startswith("missing concept") for e in again.errors)
+                if again.ok:
+                    result = again
+                elif only_missing and all(k in merged for k in self.rubric.keys):
+                    result = ParseResult(labels=merged, found=again.found)  # the repair gave what was missing
+                else:
+                    result = again if len(again.labels) >= len(result.labels) else result
+                    error = "; ".join(again.errors or result.errors)
+        except _CallFailed as e:
+            error = str(e)
+            if e.fatal:
+                self.fatal.setdefault(model, f"model {model}: {e}")
+        s.items += 1
+        ok = result is not None and result.ok and not error
+        repaired = len(replies) == 2 and ok
+        s.ok += ok
+        s.failures += not ok
+        s.repaired += repaired
+        all_cached = bool(replies) and all(r.cached for r in replies)
+        s.cached_items += all_cached
+        pt = sum(r.prompt_tokens for r in replies)
+        ct = sum(r.completion_tokens for r in replies)
+        cost = sum(r.cost_usd for r in replies)
+        labels = result.labels if result is not None else {}
+        for key in self.rubric.keys:
+            lab = labels.get(key)
+            self.rows.append(
+                {
+                    "item": item_id,
+                    "model": model,
+                    "concept": key,
+                    "level": lab.level if lab else None,
+                    "evidence": lab.evidence if lab else None,
+                    "raw_ok": ok,
+                    "repaired": repaired,
+                    "cached": all_cached,
+                    "prompt_tokens": pt,
+                    "completion_tokens": ct,
+                    "cost_usd": cost,
+                    "error": None if ok else error,
+                }
+            )
+        if not ok:
+            self.failures.append(
+                {
+                    "item": item_id,
+                    "model": model,
+                    "error": error,
+                    "reply": replies[0].text if replies else None,
+                    "repair_reply": replies[1].text if len(replies) > 1 else None,
+                }
+            )
+        if model in self.started:
+            s.seconds = time.monotonic() - self.started[model]
+
+    async def run_model(self, model: str, jobs: list[tuple[str, str]]) -> None:
+        queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        for j in jobs:
+            queue.put_nowait(j)
+
+        async def worker() -> None:
+            while not queue.empty() and not self.budget.stopped and model not in self.fatal:
+                item_id, prompt = queue.get_nowait()
+                try:
+                    await self.annotate_item(model, item_id, prompt)
+                except _BudgetStop:
+                    self.summary[model].stopped_by_budget = True
+                    return
+                if self.on_progress is not None:
+                    self.on_progress(model)
+
+        await asyncio.gather(*(worker() for _ in range(min(self.config.concurrency, max(1, len(jobs))))))
+
+
+def _safe_parse(text: str, rubric: Rubric) -> ParseResult:
+    try:
+        return parse_reply(text, rubric)
+    except Exception as e:  # parse_reply is fuzzed never to raise; this keeps a run alive regardless
+        return ParseResult(errors=[f"unreadable reply ({e.__class__.__name__})"])
+
+
+def _reply_text(resp: Any) -> str:
+    try:
+        content = resp.choices[0].message.content
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+def _response_cost(resp: Any) -> float | None:
+    """The cost litellm computed for this response (it knows provider-specific pricing), if any."""
+    try:
+        v = resp._hidden_params.get("response_cost")
+    except AttributeError:
+        return None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _usage(resp: Any) -> tuple[int, int]:
+    u = getattr(resp, "usage", None)
+    pt = getattr(u, "prompt_tokens", 0) if u is not None else 0
+    ct = getattr(u, "completion_tokens", 0) if u is not None else 0
+    return int(pt or 0), int(ct or 0)
+
+
+def _has_provider_key(model: str) -> bool:
+    litellm = _litellm()
+    try:
+        return bool(litellm.validate_environment(model=model).get("keys_in_environment"))
+    except Exception:
+        return False
+
+
+def _check_keys(config: AnnotateConfig) -> None:
+    if config.api_key_env:
+        if not os.environ.get(config.api_key_env):
+            raise AnnotateError(f"--api-key-env {config.api_key_env}: that environment variable is not set or empty")
+        return
+    if config.api_base:
+        return
+    litellm = _litellm()
+    for m in config.models:
+        try:
+            env = litellm.validate_environment(model=m)
+        except Exception:
+            continue
+        if not env.get("keys_in_environment"):
+            missing = ", ".join(env.get("missing_keys") or []) or "its API key"
+            raise AnnotateError(
+                f"model {m} needs {missing} in the environment (keys are read from the environment only); "
+                "or pass --api-base for a local OpenAI-compatible server"
+            )
+
+
+def _prepare(
+    items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig
+) -> list[tuple[str, str]]:
+    config.check()
+    if "id" not in items.columns or "response" not in items.columns:
+        raise AnnotateError("the item table needs 'id' and 'response' columns")
+    rows = items.head(config.limit) if config.limit else items
+    template = load_template(config.template)
+    examples = load_examples(config.examples, rubric) if config.examples else []
+    return [
+        (str(r["id"]), render_prompt(r, rubric, template, examples, config.format, config.benchmark))
+        for r in rows.to_dict(orient="records")
+    ]
+
+
+def _open_cache(config: AnnotateConfig) -> ReplyCache | _NoCache:
+    return ReplyCache(config.cache) if config.cache is not None else _NoCache()
+
+
+def annotate(
+    items: pd.DataFrame,
+    rubric: Rubric,
+    config: AnnotateConfig,
+    progress: bool = True,
+    console: Any = None,
+) -> AnnotateResult:
+    """Annotate every item with every model; returns predictions, failure records and a summary per model.
+
+    Raises :class:`AnnotateError` for bad settings (missing key, unknown template, a budget for a model
+    without a known price) before anything is sent, and when a model refuses every request (wrong key,
+    unknown model) — what was already answered stays in the cache.
+    """
+    jobs = _prepare(items, rubric, config)
+    _check_keys(config)
+    if config.budget is not None:
+        unpriced = [m for m in config.models if _price(m, 1000, 1000) is None]
+        if unpriced:
+            raise AnnotateError(
+                f"no price for {', '.join(unpriced)} in litellm's cost map, so --budget cannot be enforced; "
+                "drop --budget for local models, or use a priced model string"
+            )
+    cache = _open_cache(config)
+    runner = _Runner(rubric, config, cache)
+    t_start = time.monotonic()
+    try:
+        _run_with_progress(runner, jobs, progress, console)
+    finally:
+        cache.close()
+    if runner.fatal and not any(s.ok for s in runner.summary.values()):
+        raise AnnotateError("; ".join(runner.fatal.values()))
+    df = pd.DataFrame(runner.rows, columns=PREDICTION_COLUMNS + USAGE_COLUMNS)
+    if len(df):
+        order = {m: i for i, m in enumerate(config.models)}
+        keys = {k: i for i, k in enumerate(rubric.keys)}
+        ids = {j[0]: i for i, j in enumerate(jobs)}
+        df = df.sort_values(
+            by=["model", "item", "concept"],
+            key=lambda c: c.map(order if c.name == "model" else ids if c.name == "item" else keys),
+            kind="stable",
+        ).reset_index(drop=True)
+    df["level"] = df["level"].astype("Int64")
+    for s in runner.summary.values():
+        s.seconds = round(s.seconds or (time.monotonic() - t_start if s.items else 0.0), 3)
+    return AnnotateResult(
+        predictions=df,
+        failures=runner.failures,
+        summary=runner.summary,
+        stopped_by_budget=runner.budget.stopped,
+        total_items=len(jobs),
+        fatal=dict(runner.fatal),
+    )
+
+
+def _run_with_progress(runner: _Runner, jobs: list[tuple[str, str]], progress: bool, console: Any) -> None:
+    async def main() -> None:
+        await asyncio.gather(*(runner.run_model(m, jobs) for m in runner.config.models))
+
+    if not progress:
+        asyncio.run(main())
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    con = console or Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=con,
+        transient=False,
+    ) as bar:
+        tasks = {m: bar.add_task(m, total=len(jobs), info="") for m in runner.config.models}
+        total = bar.add_task("total", total=len(jobs) * len(runner.config.models), info="$0.0000")
+
+        def update(model: str) -> None:
+            s = runner.summary[model]
+            tok = s.prompt_tokens + s.completion_tokens
+            bar.update(tasks[model], advance=1, info=f"${s.cost_usd:.4f} {tok:,} tok {s.failures} failed")
+            bar.update(total, advance=1, info=f"${sum(x.cost_usd for x in runner.summary.values()):.4f}")
+
+        runner.on_progress = update
+        asyncio.run(main())
+
+
+# == dry run =================================================================================================
+
+
+@dataclass
+class DryRunModel:
+    model: str
+    requests: int  # requests a run would send (cache hits excluded; repairs not counted)
+    cached: int
+    prompt_tokens: int  # of the requests to send
+    est_completion_tokens: int
+    est_cost_usd: float | None  # None: no price known
+    first_prompt_tokens: list[int]
+
+
+@dataclass
+class DryRunReport:
+    prompts: list[tuple[str, str]]  # (item id, rendered prompt) of the first items
+    models: list[DryRunModel]
+    items: int
+    response_formats: dict[str, Any]
+
+    @property
+    def est_cost_usd(self) -> float:
+        return sum(m.est_cost_usd or 0.0 for m in self.models)
+
+
+def dry_run(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig, show: int = 2) -> DryRunReport:
+    """Render the prompts, count tokens and estimate the cost of the run; sends nothing."""
+    jobs = _prepare(items, rubric, config)
+    example_reply = format_labels({k: (rubric.scale.max, _EST_EVIDENCE) for k in rubric.keys}, rubric, config.format)
+    cache = ReplyCache(config.cache) if config.cache is not None and Path(config.cache).exists() else _NoCache()
+    models = []
+    formats = {}
+    try:
+        for m in config.models:
+            rf = response_format_for(m, rubric, config.format, config.api_base)
+            formats[m] = rf
+            params = dict(config.sampling, **({"response_format": rf} if rf else {}))
+            out_tok = _count_tokens(m, text=example_reply)
+            todo_tokens, cached, first = 0, 0, []
+            for i, (_, prompt) in enumerate(jobs):
+                messages = [{"role": "user", "content": prompt}]
+                n = _count_tokens(m, messages)
+                if i < show:
+                    first.append(n)
+                if cache.get(cache_key(m, messages, params)) is not None:
+                    cached += 1
+                else:
+                    todo_tokens += n
+            todo = len(jobs) - cached
+            price = _price(m, todo_tokens, out_tok * todo) if todo else 0.0
+            models.append(DryRunModel(m, todo, cached, todo_tokens, out_tok * todo, price, first))
+    finally:
+        cache.close()
+    return DryRunReport(prompts=jobs[:show], models=models, items=len(jobs), response_formats=formats)
+
+
+# == outputs =================================================================================================
+
+
+def output_paths(out: str | Path) -> tuple[Path, Path, Path]:
+    """(predictions, failures, summary) paths: ``out`` is a table file (.jsonl/.csv/.parquet) or a folder."""
+    p = Path(out)
+    if p.suffix.lower() in {".jsonl", ".csv", ".parquet", ".pq", ".json"}:
+        return p, p.with_name(p.stem + ".failures.jsonl"), p.with_name(p.stem + ".summary.json")
+    return p / "predictions.jsonl", p / "failures.jsonl", p / "summary.json"
+
+
+def write_outputs(result: AnnotateResult, out: str | Path) -> tuple[Path, Path, Path]:
+    """Write the PredictionTable, the failure records (with raw replies) and the summary, each atomically."""
+    from rubrictool.data import write_table
+
+    pred, fail, summ = output_paths(out)
+    write_table(result.predictions, pred)
+    write_table(pd.DataFrame(result.failures, columns=["item", "model", "error", "reply", "repair_reply"]), fail)
+    payload = {
+        "items": result.total_items,
+        "stopped_by_budget": result.stopped_by_budget,
+        "cost_usd": round(result.cost_usd, 6),
+        "models": {m: asdict(s) for m, s in result.summary.items()},
+    }
+    tmp = summ.with_name(f".{summ.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, summ)
+    return pred, fail, summ
+
+
+def read_predictions(path: str | Path, rubric: Rubric | None = None, valid_only: bool = False) -> pd.DataFrame:
+    """Read a PredictionTable; with a rubric, check concepts and levels (errors name the row)."""
+    from rubrictool.data import read_table
+
+    p = Path(path)
+    df = read_table(p)
+    missing = [c for c in PREDICTION_COLUMNS if c not in df.columns]
+    if missing:
+        raise DataError(f"{p}: not a prediction table: missing column(s) {', '.join(missing)} (write it with rubrictool annotate)")
+    df["item"] = df["item"].astype(str)
+    df["level"] = pd.to_numeric(df["level"], errors="coerce").astype("Int64")
+    df["raw_ok"] = df["raw_ok"].map(lambda v: v is True or str(v).lower() in {"true", "1"})
+    if rubric is not None:
+        for i, row in enumerate(df.itertuples(index=False), 1):
+            if row.concept not in rubric.keys:
+                raise DataError(f"{p}: row {i}: concept {row.concept!r} is not in rubric {rubric.name} ({', '.join(rubric.keys)})")
+            lv = row.level
+            if lv is not pd.NA and lv is not None and int(lv) not in rubric.scale.values:
+                raise DataError(f"{p}: row {i}: level {lv} is outside {rubric.scale.min}..{rubric.scale.max}")
+    if valid_only:
+        df = df[df["raw_ok"] & df["level"].notna()].reset_index(drop=True)
+    return df
+
+
+# == the command =============================================================================================
+
+
+def load_inputs(
+    benchmark: str | None, rubric: str | None, data: str | Path | None, data_dir: str | Path | None
+) -> tuple[pd.DataFrame, Rubric]:
+    """Items and rubric from ``--benchmark NAME`` (rubric defaults to the same name) or ``--rubric R --data FILE``."""
+    from rubrictool.data import load_benchmark, read_items
+    from rubrictool.rubric import load_rubric
+
+    if benchmark and data:
+        raise AnnotateError("pass either --benchmark or --data, not both")
+    if not benchmark and not data:
+        raise AnnotateError("nothing to annotate: pass --benchmark mohler, or --rubric R --data ITEMS.jsonl")
+    if data and not rubric:
+        raise AnnotateError("--data needs --rubric (a bundled rubric name or a YAML path)")
+    items = load_benchmark(benchmark, data_dir) if benchmark else read_items(data)  # type: ignore[arg-type]
+    return items, load_rubric(rubric or benchmark or "")
+
+
+def print_dry_run(report: DryRunReport, console: Any) -> None:
+    from rich.table import Table
+
+    for item_id, prompt in report.prompts:
+        console.rule(f"prompt of item {item_id}")
+        console.print(prompt, markup=False, highlight=False)
+    table = Table(title=f"dry run: {report.items} items, nothing sent")
+    for col in ("model", "requests", "cached", "prompt tokens", "first prompts", "est. output tokens", "est. cost USD"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for m in report.models:
+        cost = "unknown (no price)" if m.est_cost_usd is None else f"{m.est_cost_usd:.4f}"
+        table.add_row(
+            m.model, str(m.requests), str(m.cached), f"{m.prompt_tokens:,}",
+            ", ".join(str(n) for n in m.first_prompt_tokens), f"{m.est_completion_tokens:,}", cost,
+        )
+    console.print(table)
+    console.print(
+        f"estimated cost of the whole run: ${report.est_cost_usd:.4f} (repair rounds and reasoning tokens not "
+        "included; the budget reserves prompt + --max-tokens per request)"
+    )
+
+
+def print_summary(result: AnnotateResult, paths: tuple[Path, Path, Path] | None, console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"annotation summary ({result.total_items} items per model)")
+    for col in ("model", "done", "ok", "failures", "repaired", "cached", "requests", "retries", "tokens", "cost USD", "seconds"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for s in result.summary.values():
+        cost = f"{s.cost_usd:.4f}" if s.price_known else f"{s.cost_usd:.4f} (no price)"
+        table.add_row(
+            s.model, str(s.items), str(s.ok), str(s.failures), str(s.repaired), str(s.cached_items),
+            str(s.requests), str(s.retries), f"{s.prompt_tokens + s.completion_tokens:,}", cost, f"{s.seconds:.1f}",
+        )
+    console.print(table)
+    if paths:
+        console.print(f"wrote {paths[0]} ({len(result.predictions)} rows), {paths[1]} ({len(result.failures)} failures), {paths[2]}")
+    if result.stopped_by_budget:
+        console.print(
+            f"[yellow]stopped before exceeding the budget[/]: ${result.cost_usd:.4f} spent; the items done are "
+            "cached — re-run with a higher --budget to finish (nothing is paid twice)"
+        )
+
+
+def run_annotation(
+    benchmark: str | None,
+    rubric: str | None,
+    data: str | Path | None,
+    data_dir: str | Path | None,
+    config: AnnotateConfig,
+    out: str | Path,
+    dry: bool = False,
+    console: Any = None,
+) -> AnnotateResult | DryRunReport:
+    """What ``rubrictool annotate`` does: load, then dry-run (print, send nothing) or annotate and write."""
+    from rich.console import Console
+
+    con = console or Console()
+    items, rub = load_inputs(benchmark, rubric, data, data_dir)
+    if config.benchmark is None and benchmark:
+        config = AnnotateConfig(**{**config.__dict__, "benchmark": benchmark})
+    if dry:
+        report = dry_run(items, rub, config)
+        print_dry_run(report, con)
+        return report
+    result = annotate(items, rub, config, progress=True, console=Console(stderr=True))
+    paths = write_outputs(result, out)
+    print_summary(result, paths, con)
+    if result.fatal:
+        raise AnnotateError("; ".join(result.fatal.values()) + f" (what was done is in {paths[0]})")
+    return result

@@ -1,0 +1,288 @@
+"""A small scripted OpenAI-compatible chat-completions server for the annotation tests and benchmarks.
+
+It listens on 127.0.0.1 (a free port), answers ``POST /v1/chat/completions`` with whatever a
+*responder* function decides for each request, and records every request it saw, so tests can count
+calls at the server (retries, cache hits, resume after a kill).
+
+    with ScriptedLLMServer(responder) as srv:
+        run(model="openai/scripted", api_base=srv.url)
+        assert srv.count() == 3
+
+A responder gets a :class:`Seen` request (the JSON body, the prompt text, the student response that
+the rubrictool prompt carries) and returns a :class:`Reply`: an HTTP status, the assistant's text, an
+optional delay. ``python tests/_llm_server.py --delay 0.2`` runs a server that answers every request
+with a valid Mohler annotation after a fixed delay (used by ``bench/bench_annotate_throughput.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = [
+    "Seen",
+    "Reply",
+    "ScriptedLLMServer",
+    "student_response",
+    "scripted_level",
+    "line_reply",
+    "json_reply",
+    "good_responder",
+    "MOHLER_KEYS",
+]
+
+MOHLER_KEYS = ["FC", "CC", "TU", "CP", "R", "DU", "EE", "FR"]
+
+_RESPONSE_RE = re.compile(r"Student response \(r\):\s*(.*?)\n", re.S)
+
+
+def student_response(prompt: str) -> str:
+    """The student response a rubrictool prompt carries (the FIRST one: examples come after it? no — before).
+
+    The bundled template puts in-context examples after the inputs, so the first match is the item.
+    """
+    m = _RESPONSE_RE.search(prompt)
+    return m.group(1).strip() if m else ""
+
+
+def scripted_level(response: str, key: str, lo: int = 1, hi: int = 3) -> int:
+    """A deterministic 'judgement' per (response, concept) that tests can recompute."""
+    h = int(hashlib.sha256(f"{response}|{key}".encode()).hexdigest()[:8], 16)
+    return lo + h % (hi - lo + 1)
+
+
+def line_reply(response: str, keys: Sequence[str] = MOHLER_KEYS, lo: int = 1, hi: int = 3) -> str:
+    return "\n".join(
+        f"concept={k}; label={scripted_level(response, k, lo, hi)}; evidence=ev {k} of {response[:20]}" for k in keys
+    )
+
+
+def json_reply(response: str, keys: Sequence[str] = MOHLER_KEYS, lo: int = 1, hi: int = 3) -> str:
+    return json.dumps(
+        {k: {"label": scripted_level(response, k, lo, hi), "evidence": f"ev {k}"} for k in keys}
+    )
+
+
+@dataclass
+class Seen:
+    """One request as the server saw it."""
+
+    n: int  # 1-based arrival number
+    body: dict[str, Any]
+    headers: dict[str, str]
+    t_start: float
+    t_end: float = 0.0
+    status: int = 0
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        msgs = self.body.get("messages") or []
+        return msgs if isinstance(msgs, list) else []
+
+    @property
+    def prompt(self) -> str:
+        """The first user message (the rendered annotation prompt)."""
+        for m in self.messages:
+            if m.get("role") == "user":
+                c = m.get("content")
+                return c if isinstance(c, str) else json.dumps(c)
+        return ""
+
+    @property
+    def response(self) -> str:
+        return student_response(self.prompt)
+
+    @property
+    def is_repair(self) -> bool:
+        return len(self.messages) > 1
+
+
+@dataclass
+class Reply:
+    """What to answer: ``content`` as the assistant message (status 200) or an error ``status``."""
+
+    content: str | None = None
+    status: int = 200
+    delay: float = 0.0
+    prompt_tokens: int = 500
+    completion_tokens: int = 100
+    raw_body: bytes | None = None  # send these bytes instead of a chat-completion JSON
+    headers: dict[str, str] = field(default_factory=dict)
+    hang: threading.Event | None = None  # wait for this event before answering (kill tests)
+
+
+Responder = Callable[[Seen], Reply]
+
+
+def good_responder(seen: Seen) -> Reply:
+    return Reply(content=line_reply(seen.response))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, like a real API server
+    disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+        pass
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path.rstrip("/").endswith("/stats"):
+            self._send(200, json.dumps({"requests": self.server.owner.count()}).encode())
+        elif self.path.rstrip("/").endswith("/models"):
+            self._send(200, json.dumps({"object": "list", "data": [{"id": "scripted", "object": "model"}]}).encode())
+        else:
+            self._send(404, b'{"error": {"message": "not found"}}')
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            body = {}
+        srv = self.server.owner
+        seen = srv._arrive(body, dict(self.headers.items()))
+        try:
+            reply = srv.responder(seen)
+        except Exception as e:  # a broken test responder must not hang the client
+            reply = Reply(status=500, content=f"responder error: {e}")
+        if reply.hang is not None:
+            reply.hang.wait()
+        if reply.delay:
+            time.sleep(reply.delay)
+        if reply.status != 200:
+            msg = reply.content or f"scripted error {reply.status}"
+            payload = json.dumps({"error": {"message": msg, "type": "server_error", "code": reply.status}}).encode()
+            srv._done(seen, reply.status)
+            self._send(reply.status, payload, reply.headers)
+            return
+        if reply.raw_body is not None:
+            payload = reply.raw_body
+        else:
+            payload = json.dumps(
+                {
+                    "id": f"chatcmpl-{seen.n}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": str(body.get("model", "scripted")),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": reply.content or ""},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": reply.prompt_tokens,
+                        "completion_tokens": reply.completion_tokens,
+                        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+                    },
+                }
+            ).encode()
+        srv._done(seen, 200)
+        self._send(200, payload, reply.headers)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+    owner: ScriptedLLMServer
+
+
+class ScriptedLLMServer:
+    """Start with ``start()`` or as a context manager; ``url`` is the ``api_base`` to give litellm."""
+
+    def __init__(self, responder: Responder = good_responder, port: int = 0) -> None:
+        self.responder = responder
+        self.seen: list[Seen] = []
+        self._lock = threading.Lock()
+        self._httpd = _Server(("127.0.0.1", port), _Handler)
+        self._httpd.owner = self
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _arrive(self, body: dict[str, Any], headers: dict[str, str]) -> Seen:
+        with self._lock:
+            s = Seen(n=len(self.seen) + 1, body=body, headers=headers, t_start=time.monotonic())
+            self.seen.append(s)
+            return s
+
+    def _done(self, seen: Seen, status: int) -> None:
+        with self._lock:
+            seen.status = status
+            seen.t_end = time.monotonic()
+
+    def count(self, pred: Callable[[Seen], bool] | None = None) -> int:
+        with self._lock:
+            return sum(1 for s in self.seen if pred is None or pred(s))
+
+    def answered(self) -> list[Seen]:
+        """Requests answered with HTTP 200."""
+        with self._lock:
+            return [s for s in self.seen if s.status == 200]
+
+    def start(self) -> ScriptedLLMServer:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> ScriptedLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _main() -> None:
+    ap = argparse.ArgumentParser(description="A scripted OpenAI-compatible server answering valid Mohler annotations.")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--delay", type=float, default=0.0, help="seconds before every answer")
+    args = ap.parse_args()
+
+    def responder(seen: Seen) -> Reply:
+        return Reply(content=line_reply(seen.response), delay=args.delay)
+
+    srv = ScriptedLLMServer(responder, port=args.port).start()
+    print(srv.url, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        srv.stop()
+
+
+if __name__ == "__main__":
+    _main()

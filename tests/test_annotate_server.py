@@ -1,0 +1,314 @@
+"""`rubrictool annotate` through litellm's real HTTP path against a scripted server on 127.0.0.1.
+
+The server (tests/_llm_server.py) decides each reply from the student response in the prompt, and
+counts every request, so retries, cache hits and resumption are checked at the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from _llm_server import MOHLER_KEYS, Reply, ScriptedLLMServer, Seen, json_reply, line_reply, scripted_level
+from typer.testing import CliRunner
+
+from rubrictool.annotate import AnnotateConfig, annotate, read_predictions, write_outputs
+from rubrictool.cli import app
+from rubrictool.rubric import load_rubric
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "openai/scripted"
+
+
+def make_items(tags: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "id": [f"it{i}" for i in range(len(tags))],
+            "question": "What is the role of a prototype program in problem solving?",
+            "response": [f"answer {i} {tag}" for i, tag in enumerate(tags)],
+            "reference": "To simulate the behaviour of portions of the desired software product.",
+        }
+    )
+
+
+def expected_level(response: str, key: str) -> int:
+    return scripted_level(response, key)
+
+
+class Script:
+    """Replies chosen by the tag at the end of the student response; counts per response."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.n: Counter[str] = Counter()
+
+    def __call__(self, seen: Seen) -> Reply:
+        resp = seen.response
+        with self.lock:
+            self.n[resp] += 1
+            k = self.n[resp]
+        tag = resp.rsplit(" ", 1)[-1]
+        good = line_reply(resp)
+        if tag == "good":
+            return Reply(content=good)
+        if tag == "fenced":  # JSON in a code fence, with prose around it
+            return Reply(content=f"Sure! Here is the annotation:\n```json\n{json_reply(resp)}\n```\nHope this helps.")
+        if tag == "sloppy":  # bullets, bold, full names, odd spacing and case
+            lines = []
+            for key, c in zip(MOHLER_KEYS, load_rubric("mohler").concepts):
+                lines.append(f"- **Concept = {c.name.upper()} ;  LABEL: {expected_level(resp, key)} ; Evidence: \"x\"**")
+            return Reply(content="Annotation:\n" + "\n".join(lines))
+        if tag == "malformed":  # first reply useless, the repair round fixes it
+            return Reply(content="The answer seems mostly fine to me." if not seen.is_repair else good)
+        if tag == "partial":  # CC missing; the repair sends only CC
+            if not seen.is_repair:
+                return Reply(content="\n".join(ln for ln in good.splitlines() if not ln.startswith("concept=CC")))
+            return Reply(content=f"concept=CC; label={expected_level(resp, 'CC')}; evidence=added")
+        if tag == "outofrange":  # level 4 on a 1..3 scale, twice: a failure record
+            return Reply(content=good.replace("concept=FC; label=" + str(expected_level(resp, "FC")), "concept=FC; label=4"))
+        if tag == "ratelimit":
+            return Reply(status=429, content="slow down") if k == 1 else Reply(content=good)
+        if tag == "flaky":
+            return Reply(status=500) if k <= 2 else Reply(content=good)
+        if tag == "slow":
+            return Reply(content=good, delay=3.0) if k == 1 else Reply(content=good)
+        if tag == "down":
+            return Reply(status=503, content="overloaded")
+        return Reply(status=400, content=f"unexpected tag {tag}")
+
+
+TAGS = ["good", "fenced", "sloppy", "malformed", "partial", "outofrange", "ratelimit", "flaky", "slow", "down", "good"]
+
+
+def config(url: str, cache: Path | None, **kw: object) -> AnnotateConfig:
+    base: dict[str, object] = dict(
+        models=(MODEL,), api_base=url, cache=cache, concurrency=4, timeout=1.0, max_retries=2, backoff=0.01
+    )
+    base.update(kw)
+    return AnnotateConfig(**base)  # type: ignore[arg-type]
+
+
+def test_scripted_scenarios_table_failures_retries_and_cache(tmp_path: Path, mohler_rubric) -> None:  # type: ignore[no-untyped-def]
+    items = make_items(TAGS)
+    script = Script()
+    cache = tmp_path / "cache.sqlite"
+    with ScriptedLLMServer(script) as srv:
+        res = annotate(items, mohler_rubric, config(srv.url, cache), progress=False)
+        first_run = srv.count()
+        per_resp = Counter(s.response for s in srv.seen)
+
+        pred = res.predictions
+        assert len(pred) == len(items) * 8
+        assert list(pred.columns[:6]) == ["item", "model", "concept", "level", "evidence", "raw_ok"]
+        by_tag = {row.id: row.response.rsplit(" ", 1)[-1] for row in items.itertuples()}
+        for row in pred.itertuples():
+            tag = by_tag[row.item]
+            resp = items.set_index("id").loc[row.item, "response"]
+            if tag in ("outofrange", "down"):
+                assert not row.raw_ok
+                continue
+            assert row.raw_ok, (tag, row)
+            assert row.level == expected_level(resp, row.concept), (tag, row.concept)
+        assert set(pred.loc[pred.repaired, "item"]) == {"it3", "it4"}  # malformed, partial
+
+        # failure records: the raw replies are kept, the run went on
+        fails = {f["item"]: f for f in res.failures}
+        assert set(fails) == {"it5", "it9"}
+        assert "FC: label 4 is outside" in fails["it5"]["error"] and "concept=FC; label=4" in fails["it5"]["reply"]
+        assert fails["it5"]["repair_reply"] is not None
+        assert "503" in fails["it9"]["error"] or "ServiceUnavailable" in fails["it9"]["error"]
+        # out of range: the other seven concepts are kept but the item is not ok
+        oor = pred[pred.item == "it5"]
+        assert oor.loc[oor.concept == "FC", "level"].isna().all() and oor.level.notna().sum() == 7
+
+        # retries, counted at the server: 429 once, 500 twice, one timeout, 503 every time (1 + 2 retries)
+        r = {tag: per_resp[items.response[i]] for i, tag in enumerate(TAGS) if tag != "good"}
+        assert r == {"fenced": 1, "sloppy": 1, "malformed": 2, "partial": 2, "outofrange": 2,
+                     "ratelimit": 2, "flaky": 3, "slow": 2, "down": 3}
+        s = res.summary[MODEL]
+        assert (s.items, s.ok, s.failures, s.repaired) == (11, 9, 2, 2)
+        assert s.requests == first_run and s.retries == 1 + 2 + 1 + 2
+        assert s.prompt_tokens == 500 * sum(1 for x in srv.seen if x.status == 200)
+
+        # second run: every good reply comes from the cache — only the still-failing 503 item is asked again
+        res2 = annotate(items, mohler_rubric, config(srv.url, cache), progress=False)
+        new = srv.seen[first_run:]
+        assert {x.response for x in new} == {items.response[9]}
+        assert res2.summary[MODEL].cached_items == 10
+        same = ["item", "concept", "level", "raw_ok"]
+        pd.testing.assert_frame_equal(res.predictions[same], res2.predictions[same])
+
+    out = write_outputs(res, tmp_path / "preds.parquet")
+    back = read_predictions(out[0], mohler_rubric)
+    assert len(back) == len(pred) and back.level.dropna().between(1, 3).all()
+    assert len(read_predictions(out[0], mohler_rubric, valid_only=True)) == 9 * 8
+    assert json.loads(out[2].read_text())["models"][MODEL]["failures"] == 2
+
+
+def test_second_run_sends_zero_requests(tmp_path: Path, mohler_rubric) -> None:  # type: ignore[no-untyped-def]
+    items = make_items(["good"] * 6)
+    with ScriptedLLMServer() as srv:
+        cfg = config(srv.url, tmp_path / "c.sqlite", format="json")
+        a = annotate(items, mohler_rubric, cfg, progress=False)
+        n = srv.count()
+        b = annotate(items, mohler_rubric, cfg, progress=False)
+        assert n == 6 and srv.count() == n  # zero requests the second time
+    assert b.summary[MODEL].requests == 0 and b.summary[MODEL].cached_items == 6
+    assert a.predictions["level"].tolist() == b.predictions["level"].tolist()
+    # JSON mode sends the schema as response_format (llama.cpp style for a local server)
+    rf = srv.seen[0].body["response_format"]
+    assert rf["type"] == "json_object" and rf["schema"]["required"] == MOHLER_KEYS
+
+
+def test_budget_stops_before_it_is_exceeded_and_resumes(tmp_path: Path, mohler_rubric) -> None:  # type: ignore[no-untyped-def]
+    # "openai/gpt-4o" against the local server: litellm prices it as gpt-4o ($2.50 / $10 per 1M tokens)
+    items = make_items(["good"] * 12)
+    cache = tmp_path / "c.sqlite"
+    with ScriptedLLMServer() as srv:
+        cfg = config(srv.url, cache, models=("openai/gpt-4o",), concurrency=2, max_tokens=200, budget=0.02)
+        res = annotate(items, mohler_rubric, cfg, progress=False)
+        s = res.summary["openai/gpt-4o"]
+        per_request = 500 * 2.5e-6 + 100 * 10e-6
+        assert res.stopped_by_budget and s.stopped_by_budget
+        assert 0 < s.ok < 12 and s.requests == srv.count() == s.ok
+        assert s.cost_usd == pytest.approx(per_request * s.requests)
+        assert s.cost_usd <= 0.02
+        assert set(res.predictions["item"]) == {f"it{i}" for i in range(s.ok)} or len(set(res.predictions["item"])) == s.ok
+        # a bigger budget finishes the run; nothing is paid twice
+        done_first = {x.response for x in srv.seen}
+        res2 = annotate(items, mohler_rubric, config(srv.url, cache, models=("openai/gpt-4o",), max_tokens=200, budget=1.0), progress=False)
+        later = [x.response for x in srv.seen[s.requests:]]
+        assert not (set(later) & done_first) and len(later) == 12 - s.ok
+        assert res2.summary["openai/gpt-4o"].ok == 12 and not res2.stopped_by_budget
+
+
+def test_budget_needs_a_known_price(tmp_path: Path, mohler_rubric) -> None:  # type: ignore[no-untyped-def]
+    from rubrictool.errors import AnnotateError
+
+    with pytest.raises(AnnotateError, match="no price"):
+        annotate(make_items(["good"]), mohler_rubric, config("http://127.0.0.1:9/v1", None, budget=1.0), progress=False)
+
+
+def test_cli_writes_table_and_never_leaks_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "sk-test-DO-NOT-LEAK-7f3a9c"
+    monkeypatch.setenv("MY_LLM_KEY", secret)
+    data = tmp_path / "items.jsonl"
+    items = make_items(["good", "malformed", "good", "wrongkey"])
+    items.to_json(data, orient="records", lines=True)
+
+    def responder(seen: Seen) -> Reply:
+        if "wrongkey" in seen.response:  # providers echo (part of) a bad key in their error message
+            return Reply(status=400, content=f"bad request for key {secret}")
+        assert seen.headers.get("authorization") == f"Bearer {secret}"
+        return Reply(content=line_reply(seen.response) if not seen.response.endswith("malformed") else "???")
+
+    out = tmp_path / "out"
+    with ScriptedLLMServer(responder) as srv:
+        result = CliRunner().invoke(
+            app,
+            ["annotate", "--rubric", "mohler", "--data", str(data), "--model", MODEL, "--api-base", srv.url,
+             "--api-key-env", "MY_LLM_KEY", "--cache", str(tmp_path / "cache.sqlite"), "--backoff", "0.01",
+             "--out", str(out)],
+        )
+    assert result.exit_code == 0, result.output
+    pred = read_predictions(out / "predictions.jsonl", load_rubric("mohler"))
+    assert sorted(pred.loc[pred.raw_ok, "item"].unique()) == ["it0", "it2"]
+    fails = pd.read_json(out / "failures.jsonl", lines=True)
+    assert set(fails["item"]) == {"it1", "it3"} and "***" in fails.set_index("item").loc["it3", "error"]
+    # the key is in no output, no cache file, no log line
+    texts = [result.output, getattr(result, "stderr", "") or ""]
+    for f in list(out.iterdir()) + list(tmp_path.glob("cache.sqlite*")):
+        texts.append(f.read_bytes().decode("utf-8", "replace"))
+    assert all(secret not in t for t in texts)
+    assert (tmp_path / "cache.sqlite").exists()
+
+
+def test_cli_dry_run_sends_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "items.csv"
+    make_items(["good"] * 5).to_csv(data, index=False)
+    with ScriptedLLMServer() as srv:
+        result = CliRunner().invoke(
+            app,
+            ["annotate", "--rubric", "mohler", "--data", str(data), "--model", "gpt-4o", "--model", MODEL,
+             "--api-base", srv.url, "--dry-run", "--cache", str(tmp_path / "c.sqlite"), "--out", str(tmp_path / "o")],
+        )
+        assert srv.count() == 0
+    assert result.exit_code == 0, result.output
+    assert "Student response (r): answer 0 good" in result.output
+    assert "estimated cost of the whole run" in result.output and "gpt-4o" in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def _cache_rows(path: Path) -> int:
+    if not path.exists():
+        return 0
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    try:
+        return int(con.execute("SELECT COUNT(*) FROM replies").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+def test_resume_after_the_client_is_killed(tmp_path: Path) -> None:
+    """SIGKILL the CLI after 6 answered requests; the re-run asks only for what was never answered."""
+    n_items, answer_first = 16, 6
+    data = tmp_path / "items.jsonl"
+    make_items(["good"] * n_items).to_json(data, orient="records", lines=True)
+    gate = threading.Event()
+    lock = threading.Lock()
+    answered: list[str] = []
+
+    def responder(seen: Seen) -> Reply:
+        with lock:
+            if not gate.is_set() and len(answered) >= answer_first:
+                return Reply(content=line_reply(seen.response), hang=gate)  # hangs until after the kill
+            answered.append(seen.response)
+        return Reply(content=line_reply(seen.response))
+
+    cache, out = tmp_path / "cache.sqlite", tmp_path / "out"
+    cmd = [str(ROOT / ".venv" / "bin" / "rubrictool"), "annotate", "--rubric", "mohler", "--data", str(data),
+           "--model", MODEL, "--concurrency", "3", "--cache", str(cache), "--out", str(out), "--timeout", "60"]
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    if not Path(cmd[0]).exists():
+        cmd[0:1] = [sys.executable, "-m", "rubrictool.cli"]
+    with ScriptedLLMServer(responder) as srv:
+        cmd += ["--api-base", srv.url]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while _cache_rows(cache) < answer_first:  # every answered reply is committed
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, "the client never got 6 replies"
+            time.sleep(0.1)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        in_flight = srv.count() - answer_first
+        assert not (out / "predictions.jsonl").exists()
+        gate.set()  # release the hung handlers (their client is gone)
+        first = list(answered)
+        with lock:
+            answered.clear()
+            gate.set()
+        rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert len(first) == answer_first and in_flight >= 1
+    # no answered request is asked again; the hung in-flight ones (never answered, never paid) are
+    assert not set(first) & set(answered) and len(answered) == n_items - answer_first
+    pred = read_predictions(out / "predictions.jsonl", load_rubric("mohler"), valid_only=True)
+    assert len(pred) == n_items * 8 and pred["item"].nunique() == n_items
+    summary = json.loads((out / "summary.json").read_text())["models"][MODEL]
+    assert summary["cached_items"] == answer_first and summary["ok"] == n_items
