@@ -392,7 +392,7 @@ _EVIDENCE_KEYS = ("evidence", "justification", "rationale", "reason", "explanati
 _CONTAINER_KEYS = ("annotations", "labels", "concepts", "results", "scores", "items", "output", "annotation")
 _FIELD = re.compile(r"(?<![A-Za-z])(concept|label|level|score|evidence)\s*[=:]\s*", re.I)
 _BULLET = re.compile(r"^\s*(?:[-*\u2022>]+|\d{1,3}[.)])\s+")
-_NUMBER = re.compile(r"^\s*(?:level|label|score)?\s*[:=]?\s*(-?\d+(?:\.\d+)?)")
+_NUMBER = re.compile(r"^\s*(?:level|label|score)?\s*[:=]?\s*(-?\d+(?:\.\d+)?)", re.I)
 
 
 def _norm(s: str) -> str:
