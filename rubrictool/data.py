@@ -27,29 +27,29 @@ import pandas as pd
 from rubrictool.errors import DataError
 
 __all__ = [
-    "ITEM_COLUMNS",
     "BENCHMARKS",
     "DATA_ENV",
-    "resolve_data_dir",
-    "read_table",
-    "write_table",
-    "read_items",
-    "validate_items",
-    "load_mohler",
+    "ITEM_COLUMNS",
+    "MOHLER_URL",
+    "concept_passes_dir",
+    "describe_benchmark",
+    "describe_items",
+    "fetch_benchmark",
+    "fetch_mohler",
     "load_benchmark",
     "load_concept_passes",
-    "concept_passes_dir",
-    "read_wide_labels",
-    "split_items",
-    "save_split",
+    "load_mohler",
     "load_split",
+    "read_items",
+    "read_table",
+    "read_wide_labels",
+    "resolve_data_dir",
     "round_half_up",
-    "describe_items",
-    "describe_benchmark",
-    "MOHLER_URL",
-    "fetch_mohler",
-    "fetch_benchmark",
+    "save_split",
+    "split_items",
     "split_to_file",
+    "validate_items",
+    "write_table",
 ]
 
 ITEM_COLUMNS = ["id", "question", "response", "reference", "context", "grade"]
@@ -130,8 +130,7 @@ def write_table(df: pd.DataFrame, path: str | Path) -> Path:
             df.to_csv(tmp, index=False)
         elif fmt == "jsonl":
             with open(tmp, "w", encoding="utf-8") as fh:
-                for rec in df.to_dict(orient="records"):
-                    fh.write(json.dumps({k: _jsonable(v) for k, v in rec.items()}, ensure_ascii=False) + "\n")
+                fh.writelines(json.dumps({k: _jsonable(v) for k, v in rec.items()}, ensure_ascii=False) + "\n" for rec in df.to_dict(orient="records"))
         else:
             df.to_parquet(tmp, index=False)
         os.replace(tmp, p)
@@ -210,7 +209,7 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
 
 def round_half_up(x: float) -> int:
     """Round .5 up (Python's round() rounds half to even: 2.5 -> 2)."""
-    return int(Decimal(str(x)).quantize(Decimal("1"), rounding=ROUND_HALF_UP))
+    return int(Decimal(str(x)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 # -- Mohler (UNT short-answer data set, v2.0) --------------------------------------------------------------
@@ -377,8 +376,8 @@ def split_items(
         ids = sorted(g["id"].astype(str))
         perm = [ids[i] for i in rng.permutation(len(ids))]
         n = len(perm)
-        n_test = int(round(n * ratios[2]))
-        n_dev = int(round(n * ratios[1]))
+        n_test = round(n * ratios[2])
+        n_dev = round(n * ratios[1])
         if n_test + n_dev >= n:  # tiny stratum: keep at least one training example
             n_test, n_dev = (min(n_test, max(n - 1, 0)), 0) if n > 1 else (0, 0)
         out["test"] += perm[:n_test]
@@ -421,9 +420,9 @@ def describe_items(items: pd.DataFrame) -> dict[str, Any]:
     difference.
     """
     qcol = "question_id" if "question_id" in items.columns else "question"
-    words = items["response"].astype(str).str.split().str.len()
+    words = items["response"].astype(str).map(lambda t: len(t.split()))
     out: dict[str, Any] = {
-        "n_items": int(len(items)),
+        "n_items": len(items),
         "n_questions": int(items[qcol].nunique()) if qcol in items.columns else None,
         "mean_response_words": round(float(words.mean()), 2) if len(items) else 0.0,
         "median_response_words": float(words.median()) if len(items) else 0.0,
@@ -432,17 +431,17 @@ def describe_items(items: pd.DataFrame) -> dict[str, Any]:
     }
     if "grade" in items.columns and items["grade"].notna().any():
         counts = items["grade"].dropna().astype(int).value_counts().sort_index()
-        out["grade_histogram"] = {int(k): int(v) for k, v in counts.items()}
+        out["grade_histogram"] = {int(k): int(v) for k, v in zip(counts.index.to_list(), counts.to_list())}
         out["mean_grade"] = round(float(items["grade"].mean()), 3)
     if {"grade_me", "grade_other"} <= set(items.columns):
         pair = items[["grade_me", "grade_other"]].dropna().astype(float)
         a, b = pair["grade_me"].to_numpy(), pair["grade_other"].to_numpy()
-        r = float(np.corrcoef(a, b)[0, 1]) if len(a) > 1 and a.std() > 0 and b.std() > 0 else float("nan")
+        r = float(np.corrcoef(a, b)[0, 1]) if len(a) > 1 and a.std() > 0 and b.std() > 0 else None
         out["graders"] = {
-            "n": int(len(a)),
+            "n": len(a),
             "exact_agreement": round(float(np.mean(a == b)), 4),
             "within_one_point": round(float(np.mean(np.abs(a - b) <= 1.0)), 4),
-            "pearson_r": round(r, 4),
+            "pearson_r": round(r, 4) if r is not None else None,  # undefined when a grader is constant
             "mean_abs_diff": round(float(np.mean(np.abs(a - b))), 4),
         }
     return out

@@ -21,30 +21,30 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rubrictool.errors import RubricError
 
 __all__ = [
-    "Level",
-    "Example",
-    "Concept",
-    "Scale",
-    "Rubric",
     "BUNDLED_DIR",
-    "load_rubric",
-    "parse_rubric",
+    "Concept",
+    "Example",
+    "Level",
+    "LintWarning",
+    "Rubric",
+    "RubricInfo",
+    "Scale",
+    "export_json",
+    "export_markdown",
+    "export_rubric",
+    "lint_rubric",
     "list_rubrics",
+    "load_rubric",
+    "new_rubric_file",
+    "parse_rubric",
     "resolve_rubric_path",
     "rubric_errors",
-    "validate_rubric_files",
-    "RubricInfo",
     "rubric_infos",
-    "LintWarning",
-    "lint_rubric",
-    "scaffold_rubric",
-    "write_scaffold",
-    "export_markdown",
-    "export_json",
-    "export_rubric",
     "rubric_table",
-    "new_rubric_file",
+    "scaffold_rubric",
+    "validate_rubric_files",
     "write_export",
+    "write_scaffold",
 ]
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "rubrics"
@@ -292,7 +292,8 @@ def _semantic_issues(data: dict[str, Any]) -> list[tuple[Loc, str]]:
     concepts = data.get("concepts")
     if not isinstance(concepts, list):
         return issues
-    scale = data.get("scale") if isinstance(data.get("scale"), dict) else {}
+    raw_scale = data.get("scale")
+    scale: dict[str, Any] = raw_scale if isinstance(raw_scale, dict) else {}
     smin, smax = _int_or_none(scale.get("min")), _int_or_none(scale.get("max"))
     scale_values = list(range(smin, smax + 1)) if smin is not None and smax is not None else None
     first_key: dict[str, int] = {}
@@ -303,10 +304,8 @@ def _semantic_issues(data: dict[str, Any]) -> list[tuple[Loc, str]]:
         key = c.get("key")
         if isinstance(key, str):
             if key in first_key:
-                issues.append(
-                    (("concepts", i, "key"), f"duplicate concept key {key!r} (concept #{first_key[key]} has it too); "
-                     "every concept needs its own key")
-                )
+                msg = f"duplicate concept key {key!r} (concept #{first_key[key]} has it too); every concept needs its own key"
+                issues.append((("concepts", i, "key"), msg))
             else:
                 first_key[key] = i
         label = key if isinstance(key, str) else f"#{i}"
@@ -319,11 +318,11 @@ def _semantic_issues(data: dict[str, Any]) -> list[tuple[Loc, str]]:
                 expected = list(range(min(values), min(values) + len(values)))
                 for j, (got, want) in enumerate(zip(values, expected)):
                     if got != want:
-                        issues.append(
-                            (("concepts", i, "levels", j, "value"),
-                             f"levels of concept {label} are {values}; they must be contiguous integers in "
-                             f"ascending order, so this level should be {want} (e.g. {expected})")
+                        msg = (
+                            f"levels of concept {label} are {values}; they must be contiguous integers in "
+                            f"ascending order, so this level should be {want} (e.g. {expected})"
                         )
+                        issues.append((("concepts", i, "levels", j, "value"), msg))
                         values = []
                         break
         if values:
@@ -336,26 +335,20 @@ def _semantic_issues(data: dict[str, Any]) -> list[tuple[Loc, str]]:
             for j, ex in enumerate(examples):
                 lvl = _int_or_none(ex.get("level")) if isinstance(ex, dict) else None
                 if lvl is not None and not lo_hi[0] <= lvl <= lo_hi[1]:
-                    issues.append(
-                        (("concepts", i, "examples", j, "level"),
-                         f"example {j} of concept {label} has level {lvl}, outside its levels "
-                         f"{lo_hi[0]}..{lo_hi[1]}")
-                    )
+                    msg = f"example {j} of concept {label} has level {lvl}, outside its levels {lo_hi[0]}..{lo_hi[1]}"
+                    issues.append((("concepts", i, "examples", j, "level"), msg))
     if scale_values is not None and concept_values:
         off = [(i, v) for i, v in concept_values if v != scale_values]
         if off and len(off) == len(concept_values) and len({tuple(v) for _, v in off}) == 1:
             v = off[0][1]
-            issues.append(
-                (("scale",), f"scale is {smin}..{smax} but every concept has levels {v[0]}..{v[-1]}; "
-                 "make them agree")
-            )
+            issues.append((("scale",), f"scale is {smin}..{smax} but every concept has levels {v[0]}..{v[-1]}; make them agree"))
         else:
             for i, v in off:
-                issues.append(
-                    (("concepts", i, "levels"),
-                     f"concept {concepts[i].get('key')} has levels {v[0]}..{v[-1]} but the rubric scale "
-                     f"is {smin}..{smax}: every concept must use the same levels")
+                msg = (
+                    f"concept {concepts[i].get('key')} has levels {v[0]}..{v[-1]} but the rubric scale "
+                    f"is {smin}..{smax}: every concept must use the same levels"
                 )
+                issues.append((("concepts", i, "levels"), msg))
     return issues
 
 
@@ -368,9 +361,8 @@ def _collect_errors(e: ValidationError, data: dict[str, Any], lines: dict[Loc, i
     for err in e.errors():
         loc = tuple(err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "value_error" and any(s in msg for s in _MODEL_LEVEL_CHECKS):
-            if found:
-                continue  # the same problem, already located precisely above
+        if err["type"] == "value_error" and found and any(s in msg for s in _MODEL_LEVEL_CHECKS):
+            continue  # the same problem, already located precisely above
         if err["type"] == "extra_forbidden":
             msg = f"unknown field {loc[-1]!r}; check its spelling against the schema (rubrictool rubric new)"
         elif err["type"] == "missing":
@@ -526,16 +518,11 @@ def _norm(text: str) -> str:
 
 
 _STOP_WORDS = frozenset(
-    """a about above after again all also an and any are as at be been being below between both but by can
-    could did do does doing during each either few for from further had has have having how i if in into is
-    it its itself just may might more most much must no nor not of off on once only or other our out over own
-    same should so some such than that the their them then there these they this those through to too under
-    until up very was we were what when where whether which while who whom why will with within without would
-    you your""".split()
+    ["a", "about", "above", "after", "again", "all", "also", "an", "and", "any", "are", "as", "at", "be", "been", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "during", "each", "either", "few", "for", "from", "further", "had", "has", "have", "having", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "may", "might", "more", "most", "much", "must", "no", "nor", "not", "of", "off", "on", "once", "only", "or", "other", "our", "out", "over", "own", "same", "should", "so", "some", "such", "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "whether", "which", "while", "who", "whom", "why", "will", "with", "within", "without", "would", "you", "your"]
 )
 
 
-def _definition_similarity(texts: list[str]) -> np.ndarray | None:
+def _definition_similarity(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float64]] | None:
     """Pairwise TF-IDF cosine similarity (smooth idf, l2 rows, English stop words removed).
 
     A few lines of numpy rather than scikit-learn: the same numbers for short texts, and
@@ -743,9 +730,12 @@ def _example_md(c: Concept, ex: Example) -> str:
 
 def export_markdown(rubric: Rubric) -> str:
     """The rubric as a Markdown table laid out like the paper's appendix tables."""
-    lines = [
+    summary = (
         f"**{rubric.title}** — `{rubric.name}` v{rubric.version}: {rubric.K} concepts on levels "
-        f"{rubric.scale.min}–{rubric.scale.max}; grades {rubric.grade.min}–{rubric.grade.max}.",
+        f"{rubric.scale.min}–{rubric.scale.max}; grades {rubric.grade.min}–{rubric.grade.max}."
+    )
+    lines = [
+        summary,
         "",
         "| Concept | Definition | Example | Score scale |",
         "|---|---|---|---|",

@@ -21,7 +21,7 @@ from typing import Any
 
 import typer
 
-__all__ = ["iter_commands", "render", "main", "DOC_PATH"]
+__all__ = ["DOC_PATH", "iter_commands", "main", "render"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC_PATH = ROOT / "docs" / "cli.md"

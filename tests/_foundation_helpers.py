@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rubrictool.rubric import BUNDLED_DIR
 
-__all__ = ["mohler_text", "line_of", "edited", "build_archive", "serve_folder"]
+__all__ = ["build_archive", "edited", "line_of", "mohler_text", "serve_folder"]
 
 
 def mohler_text() -> str:
@@ -57,7 +57,7 @@ def copy_mohler(src: Path, dest: Path) -> Path:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

@@ -55,8 +55,8 @@ def test_rubric_validate_good_and_bad(tmp_path: Path) -> None:
     assert res.exit_code == 1
     lines = [ln for ln in res.output.splitlines() if ln.startswith(str(bad))]
     assert lines == [
-        f"{bad}:{line_of(text, 'key: FC', 1)}: concepts.1.key: duplicate concept key 'FC' (concept #0 has it "
-        "too); every concept needs its own key",
+        (f"{bad}:{line_of(text, 'key: FC', 1)}: concepts.1.key: duplicate concept key 'FC' (concept #0 has it "
+         "too); every concept needs its own key"),
         f"{bad}:{line_of(text, '{value: 2}')}: concepts.2.levels.1.anchor: required field 'anchor' is missing",
     ]
     assert f"ok: {good}" in res.output and "1 of 2 rubric file(s) have errors" in res.output

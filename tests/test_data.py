@@ -57,15 +57,15 @@ def test_mohler_known_answer(mohler_items: pd.DataFrame) -> None:
     )
     # ave 3.5 (me 4, other 3) rounds half UP to 4 (Python's round() would give 4 here but 2 for 2.5)
     assert (row["score_ave"], row["grade"], row["grade_me"], row["grade_other"]) == (3.5, 4, 4.0, 3.0)
-    assert mohler_items.set_index("id").loc["1.1.6", ["score_ave", "grade"]].tolist() == [2.5, 3]
+    assert list(mohler_items.set_index("id").loc["1.1.6", ["score_ave", "grade"]]) == [2.5, 3]
 
 
 def test_mohler_exam_scores_are_normalised_to_0_5(mohler_items: pd.DataFrame) -> None:
     items = mohler_items.set_index("id")
     # data/scores/11.1: me 3, other 7.5 on 0..10; ave 3 on 0..5
-    assert items.loc["11.1.0", ["grade_me", "grade_other", "score_ave", "grade"]].tolist() == [1.5, 3.75, 3.0, 3]
+    assert list(items.loc["11.1.0", ["grade_me", "grade_other", "score_ave", "grade"]]) == [1.5, 3.75, 3.0, 3]
     # data/scores/12.1: me 9, other 10
-    assert items.loc["12.1.1", ["grade_me", "grade_other"]].tolist() == [4.5, 5.0]
+    assert list(items.loc["12.1.1", ["grade_me", "grade_other"]]) == [4.5, 5.0]
     assert items.loc["12.1.1", "question"] == "What is a pointer?"
     assert mohler_items["grade_me"].max() == 5.0 and mohler_items["grade_other"].max() == 5.0
     assert set(mohler_items["grade"]) == {0, 1, 2, 3, 4, 5}
@@ -74,7 +74,7 @@ def test_mohler_exam_scores_are_normalised_to_0_5(mohler_items: pd.DataFrame) ->
 def test_mohler_br_markup_stripped(mohler_items: pd.DataFrame) -> None:
     for col in ("question", "response", "reference"):
         assert not mohler_items[col].str.contains("<br", regex=False).any(), col
-    r = mohler_items.set_index("id").loc["1.1.8", "response"]
+    r = str(mohler_items.set_index("id").loc["1.1.8", "response"])
     assert r.startswith("-To provide an example or model of how the finished program should perfom. -Provides")
 
 
@@ -271,7 +271,7 @@ def test_fetch_file_url_then_idempotent(tmp_path: Path, archives: dict[str, Path
 
 @pytest.mark.parametrize("kind", ["tar", "flat"])
 def test_fetch_local_path_tar_and_flat_layouts(tmp_path: Path, archives: dict[str, Path], kind: str) -> None:
-    path, fetched = fetch_benchmark("mohler", tmp_path, str(archives[kind]))
+    _, fetched = fetch_benchmark("mohler", tmp_path, str(archives[kind]))
     assert fetched and len(load_mohler(tmp_path)) == 2273
     assert archives[kind].is_file()  # a local archive is never deleted
 
@@ -279,7 +279,7 @@ def test_fetch_local_path_tar_and_flat_layouts(tmp_path: Path, archives: dict[st
 def test_fetch_over_http_with_progress(tmp_path: Path, archives: dict[str, Path]) -> None:
     seen: list[tuple[int, int | None]] = []
     with serve_folder(archives["zip"].parent) as base:
-        path, fetched = fetch_mohler(
+        _, fetched = fetch_mohler(
             tmp_path, f"{base}/{archives['zip'].name}", progress=lambda d, t: seen.append((d, t))
         )
         assert fetched and len(load_mohler(tmp_path)) == 2273
@@ -295,7 +295,7 @@ def test_fetch_force_replaces_existing_copy(tmp_path: Path, archives: dict[str, 
     fetch_mohler(tmp_path, str(archives["zip"]))
     marker = tmp_path / "mohler" / "stale.txt"
     marker.write_text("old")
-    path, fetched = fetch_mohler(tmp_path, str(archives["zip"]), force=True)
+    _, fetched = fetch_mohler(tmp_path, str(archives["zip"]), force=True)
     assert fetched and not marker.exists() and len(load_mohler(tmp_path)) == 2273
     assert _leftovers(tmp_path) == []
 

@@ -20,7 +20,7 @@ from rubrictool.cli import app
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "cli.md"
 sys.path.insert(0, str(ROOT / "scripts"))
-from gen_cli_docs import iter_commands, render  # noqa: E402
+from gen_cli_docs import iter_commands, render
 
 COMMANDS: list[tuple[str, Any]] = list(iter_commands(typer.main.get_command(app)))
 LEAVES = [(n, c) for n, c in COMMANDS if not isinstance(getattr(c, "commands", None), dict)]
@@ -63,7 +63,7 @@ def test_every_command_help_runs() -> None:
 def test_cli_reference_is_up_to_date() -> None:
     res = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gen_cli_docs.py"), "--check"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        check=False, capture_output=True, text=True, cwd=ROOT, timeout=120,
     )
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -72,9 +72,9 @@ def test_check_mode_detects_a_stale_reference(tmp_path: Path) -> None:
     stale = tmp_path / "cli.md"
     stale.write_text(DOC.read_text(encoding="utf-8").replace("## rubrictool data show\n", "## rubrictool data shw\n"))
     script = str(ROOT / "scripts" / "gen_cli_docs.py")
-    res = subprocess.run([sys.executable, script, "--check", "--out", str(stale)], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, script, "--check", "--out", str(stale)], check=False, capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert res.returncode == 1 and "out of date" in res.stderr and "data shw" in res.stdout
-    res = subprocess.run([sys.executable, script, "--out", str(stale)], capture_output=True, text=True, cwd=ROOT,
+    res = subprocess.run([sys.executable, script, "--out", str(stale)], check=False, capture_output=True, text=True, cwd=ROOT,
                          timeout=120)
     assert res.returncode == 0 and stale.read_text(encoding="utf-8") == render(app)
