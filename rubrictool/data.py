@@ -295,7 +295,7 @@ def load_mohler(data_dir: str | Path | None = None) -> pd.DataFrame:
                     "grade_other": other[i] * factor,
                 }
             )
-    return pd.DataFrame(rows)
+    return validate_items(pd.DataFrame(rows), str(root))  # an empty answer is reported, never dropped
 
 
 def load_benchmark(name: str, data_dir: str | Path | None = None) -> pd.DataFrame:

@@ -326,3 +326,13 @@ def test_fetch_keeps_nothing_when_the_archive_does_not_load(tmp_path: Path, data
     with pytest.raises(DataError, match="scores"):
         fetch_mohler(dest, str(archive))
     assert not (dest / "mohler").exists() and _leftovers(dest) == []
+
+
+def test_mohler_empty_answer_is_reported_not_dropped(tmp_path: Path, data_dir: Path) -> None:
+    root = shutil.copytree(data_dir / "mohler", tmp_path / "mohler")
+    raw = root / "data" / "raw" / "2.1"
+    lines = raw.read_text().splitlines()
+    lines[2] = "2.1 <br>"
+    raw.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"row \d+: 1 item\(s\) with an empty response \(2\.1\.2\)"):
+        load_mohler(tmp_path)
