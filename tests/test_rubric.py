@@ -373,3 +373,13 @@ def test_json_export_round_trips() -> None:
 
 def test_bundled_dir_holds_exactly_the_three_rubrics() -> None:
     assert sorted(p.stem for p in BUNDLED_DIR.glob("*.yaml")) == ["asap2", "mocha", "mohler"]
+
+
+def test_readme_yaml_snippet_is_a_valid_rubric() -> None:
+    import re
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", readme, re.S)
+    assert blocks, "README lost its rubric YAML example"
+    for block in blocks:
+        assert parse_rubric(block, "README.md").K >= 1
