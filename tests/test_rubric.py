@@ -379,7 +379,7 @@ def test_readme_yaml_snippet_is_a_valid_rubric() -> None:
     import re
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```yaml\n(.*?)```", readme, re.S)
+    blocks = re.findall(r"```yaml\n(.*?)```", readme, re.DOTALL)
     assert blocks, "README lost its rubric YAML example"
     for block in blocks:
         assert parse_rubric(block, "README.md").K >= 1
