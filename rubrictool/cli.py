@@ -228,16 +228,17 @@ def rubric_export(
 @data_app.command("show")
 @handle_errors
 def data_show(
-    benchmark: Annotated[str, typer.Argument(help="Bundled benchmark (mohler).")] = "mohler",
+    benchmark: Annotated[str, typer.Argument(help="Bundled benchmark (mohler) or an item file (CSV/JSONL/Parquet).")] = "mohler",
     data_dir: DataDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Summarise a benchmark: counts, grade histogram, mean response length, the two graders' agreement.
+    """Summarise a benchmark or item file: counts, grade histogram, mean response length, graders' agreement.
 
     Example: rubrictool data show mohler --data-dir ../shared/datasets
     """
     import json
 
+    from rich.markup import escape
     from rich.table import Table
 
     from rubrictool.data import describe_benchmark
@@ -247,7 +248,7 @@ def data_show(
         typer.echo(json.dumps(s, indent=2))
         return
     console.print(
-        f"[bold]{benchmark}[/]: {s['n_items']} answers over {s['n_questions']} questions; mean response "
+        f"[bold]{escape(benchmark)}[/]: {s['n_items']} answers over {s['n_questions']} questions; mean response "
         f"{s['mean_response_words']} words (median {s['median_response_words']:g})"
     )
     hist = Table(title="grade histogram")
@@ -379,7 +380,148 @@ def annotate_cmd(
 
 # == review ================================================================================================
 
+LsUrlOpt = Annotated[
+    str | None,
+    typer.Option("--url", help="Label Studio URL (default: $LABEL_STUDIO_URL, else the server `review serve` runs here)."),
+]
+LsKeyOpt = Annotated[
+    str | None,
+    typer.Option("--api-key", help="Label Studio API token (default: $LABEL_STUDIO_API_KEY); never printed.", show_default=False),
+]
+LsProjectOpt = Annotated[
+    str | None, typer.Option("--project", "-p", help="Project title or numeric id (default: <rubric name>-review).")
+]
+
+
+@review_app.command("serve")
+@handle_errors
+def review_serve(
+    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (the server listens on loopback only).")] = 8080,
+    folder: Annotated[Path, typer.Option("--dir", help="Folder for the server's data, admin token and log.")] = Path(
+        ".rubrictool/label-studio"
+    ),
+    label_studio_bin: Annotated[
+        Path | None,
+        typer.Option("--label-studio-bin", help="The label-studio executable (default: .venv-ls/bin, else PATH)."),
+    ] = None,
+) -> None:
+    """Run a local Label Studio for one researcher until Ctrl-C (data, token and log under --dir).
+
+    Prints the URL and where the admin password and API token files are (mode 0600), never the token.
+
+    Example: rubrictool review serve --port 8080
+    """
+    from rubrictool.review import run_serve
+
+    run_serve(folder, port, label_studio_bin, console)
+
+
+@review_app.command("push")
+@handle_errors
+def review_push(
+    rubric: RubricOpt,
+    data: Annotated[Path, typer.Option("--data", help="Item table (CSV/JSONL/Parquet: id, response, question?, reference?, context?).")],
+    predictions: Annotated[
+        Path | None, typer.Option("--predictions", help="PredictionTable from `rubrictool annotate` (raw_ok rows become pre-annotations).")
+    ] = None,
+    project: LsProjectOpt = None,
+    max_annotations: Annotated[int, typer.Option("--max-annotations", help="Reviews per task.")] = 3,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Tasks per import request.")] = 200,
+    url: LsUrlOpt = None,
+    api_key: LsKeyOpt = None,
+) -> None:
+    """Create or find the review project (interface generated from the rubric) and import the new items.
+
+    One task per item (keyed by item id) with one prediction per LLM model; items already in the
+    project are never imported again.
+
+    Example: rubrictool review push --rubric mohler --data items.jsonl --predictions annotations/predictions.csv
+    """
+    from rubrictool.review import run_push
+
+    run_push(rubric, data, predictions, project, max_annotations, batch_size, url, api_key, console)
+
+
+@review_app.command("status")
+@handle_errors
+def review_status(
+    project: LsProjectOpt = None,
+    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Check the project against this rubric.")] = None,
+    url: LsUrlOpt = None,
+    api_key: LsKeyOpt = None,
+) -> None:
+    """Tasks with 0/1/2/3 reviews, reviews and skips per reviewer, and reviews that changed LLM labels.
+
+    Example: rubrictool review status --project mohler-review
+    """
+    from rubrictool.review import run_status
+
+    run_status(project, rubric, url, api_key, console)
+
+
+@review_app.command("pull")
+@handle_errors
+def review_pull(
+    project: LsProjectOpt = None,
+    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Check the project against this rubric.")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="ReviewTable to write (.csv, .jsonl or .parquet).")] = Path(
+        "reviews.csv"
+    ),
+    url: LsUrlOpt = None,
+    api_key: LsKeyOpt = None,
+) -> None:
+    """Export every submitted review as the tidy ReviewTable that `rubrictool adjudicate` reads.
+
+    Columns: item, reviewer (email), concept, level, source, lead_time, annotation, differs_<model>.
+    Skipped (cancelled) annotations and drafts are not reviews.
+
+    Example: rubrictool review pull --project mohler-review --out reviews.csv
+    """
+    from rubrictool.review import run_pull
+
+    run_pull(project, rubric, out, url, api_key, console)
+
 # == adjudicate ============================================================================================
+
+
+@app.command("adjudicate")
+@handle_errors
+def adjudicate_cmd(
+    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric name or YAML path (default: the benchmark's).")] = None,
+    reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review file, repeatable: long (item, reviewer, concept, level) or one reviewer's wide file (id, FC, ...; reviewer = file stem, or NAME=PATH).")] = None,
+    benchmark: BenchmarkOpt = None,
+    items: Annotated[Path | None, typer.Option("--items", help="Item table (CSV/JSONL/Parquet) for texts, grades and the id check.")] = None,
+    data_dir: DataDirOpt = None,
+    predictions: Annotated[Path | None, typer.Option("--predictions", help="LLM prediction table (item, model, concept, level, raw_ok) to compare with the consensus.")] = None,
+    method: Annotated[str, typer.Option("--method", help="majority (ordinal tie rule) or dawid-skene (crowd-kit).")] = "majority",
+    level: Annotated[str, typer.Option("--level-of-measurement", help="Krippendorff's α metric: ordinal, nominal, interval or ratio.")] = "ordinal",
+    resolutions: Annotated[Path | None, typer.Option("--resolutions", help="Expert decisions (item, concept, level[, note, decided_by]) or a filled-in discussion_queue.csv.")] = None,
+    out: OutOpt = Path("adjudicated"),
+    fmt: Annotated[str, typer.Option("--format", help="Table format: csv, jsonl or parquet.")] = "csv",
+    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap replicates for the α CIs (0 = none).")] = 1000,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap and the coverage folds.")] = 0,
+    expected_reviewers: Annotated[int | None, typer.Option("--expected-reviewers", help="Report items with fewer reviewers (default: all reviewers seen).")] = None,
+) -> None:
+    """Agreement (Krippendorff's α per concept, pairwise, per reviewer, LLM vs consensus, coverage) and adjudication.
+
+    Writes adjudicated.<format> (the training table), decisions.<format>, discussion_queue.csv/.md
+    and agreement.json into --out.
+
+    Example: rubrictool adjudicate --benchmark mohler --out runs/mohler/adjudicated
+    """
+    from rubrictool.adjudicate import run_adjudicate, summary_lines, summary_table
+
+    with err_console.status("computing agreement and adjudicating ..."):
+        result = run_adjudicate(
+            rubric=rubric, reviews=reviews or [], benchmark=benchmark, items=items, data_dir=data_dir,
+            predictions=predictions, resolutions=resolutions, method=method, level=level, out=out, fmt=fmt,
+            n_boot=bootstrap, seed=seed, expected_reviewers=expected_reviewers,
+        )
+    console.print(summary_table(result.agreement))
+    for line in summary_lines(result.agreement):
+        console.print(line, soft_wrap=True, highlight=False)
+    console.print(f"wrote {', '.join(str(p) for p in result.paths.values())}", soft_wrap=True, highlight=False)
+
 
 # == train / grade =========================================================================================
 
