@@ -66,6 +66,8 @@ __all__ = [
     "run_adjudicate",
     "adjudicate_benchmark_labels",
     "summary_rows",
+    "summary_table",
+    "summary_lines",
 ]
 
 REVIEW_COLUMNS = ["item", "reviewer", "concept", "level"]
@@ -922,3 +924,46 @@ def summary_rows(agreement: dict[str, Any]) -> list[dict[str, str]]:
             }
         )
     return rows
+
+
+def summary_table(agreement: dict[str, Any]) -> Any:
+    """A Rich table of :func:`summary_rows` plus the lines below it (coverage, grades, totals)."""
+    from rich.table import Table
+
+    table = Table(title=f"agreement and adjudication — rubric {agreement['rubric']} ({agreement['level_of_measurement']} α)")
+    for name, justify in [("concept", "left"), ("α [95% CI]", "right"), ("exact", "right"), ("unanimous", "right"),
+                          ("flagged", "right"), ("best", "left"), ("worst", "left")]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in summary_rows(agreement):
+        table.add_row(r["concept"], r["alpha"], r["exact"], r["unanimous"], r["flagged"], r["best"], r["worst"])
+    return table
+
+
+def summary_lines(agreement: dict[str, Any]) -> list[str]:
+    """The lines printed under the table: decisions, coverage, grade agreement, LLM agreement, notes."""
+    a = agreement["adjudication"]
+    lines = [
+        f"{agreement['n_items']} items, reviewers {', '.join(agreement['reviewers'])}: {a['n_decisions']} decisions "
+        f"by {a['method']}, {a['unanimous']} unanimous, {a['flagged']} flagged ({a['tied']} ties), {a['resolved']} resolved"
+        + (f"; Dawid-Skene differs from majority vote on {a['dawid_skene_changed']}" if a["dawid_skene_changed"] is not None else "")
+    ]
+    under = agreement["under_reviewed"]["n_items"]
+    if under:
+        lines.append(f"{under} item(s) have fewer than {agreement['expected_reviewers']} reviewers (listed in agreement.json)")
+    cov = agreement["coverage"]
+    if cov.get("available"):
+        lines.append(
+            f"coverage (grade from concept levels, {cov['folds']}-fold CV): one-hot acc {cov['levels_one_hot']['accuracy']:.3f} "
+            f"macro-F1 {cov['levels_one_hot']['macro_f1']:.3f}; numeric acc {cov['levels_as_numbers']['accuracy']:.3f} "
+            f"macro-F1 {cov['levels_as_numbers']['macro_f1']:.3f}; majority class acc {cov['majority_class']['accuracy']:.3f}"
+        )
+    g = agreement["grade"]
+    if g.get("available") and g.get("alpha") is not None:
+        lines.append(f"grade agreement ({' vs '.join(g['graders'])}): interval α {g['alpha']:.3f}, exact {g['exact']:.3f}")
+    for model, per in agreement["llm_vs_consensus"].items():
+        alphas = [v["alpha"] for v in per.values() if v["alpha"] is not None]
+        if alphas:
+            lines.append(f"LLM {model} vs consensus: mean α {sum(alphas) / len(alphas):.3f} over {len(alphas)} concepts")
+    if agreement.get("note"):
+        lines.append(f"note: {agreement['note']}")
+    return lines

@@ -524,6 +524,77 @@ def adjudicate_cmd(
 
 
 # == train / grade =========================================================================================
+FloatOpt = Annotated[float | None, typer.Option(help="Override the config (default: paper's bold optimum).")]
+
+
+@app.command("train")
+@handle_errors
+def train_cmd(
+    benchmark: BenchmarkOpt = None,
+    data: Annotated[Path | None, typer.Option("--data", help="Adjudicated table: items + one column per concept.")] = None,
+    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric of --data (name or YAML).")] = None,
+    split: Annotated[Path | None, typer.Option("--split", help="split.json (default: a 7:2:1 split).")] = None,
+    split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the default split.")] = 0,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run dir (default runs/<data>-<variant>).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML with model/stage1/stage2 sections.")] = None,
+    variant: Annotated[str, typer.Option("--variant", help="reccbm, vanilla (CBM) or plm (no bottleneck).")] = "reccbm",
+    race: Annotated[bool | None, typer.Option("--race/--no-race", help="RACE queries (off: pooled).")] = None,
+    opcc: Annotated[bool | None, typer.Option("--opcc/--no-opcc", help="OPCC ranking loss.")] = None,
+    lcec: Annotated[bool | None, typer.Option("--lcec/--no-lcec", help="LCEC correction.")] = None,
+    seeds: Annotated[int, typer.Option("--seeds", help="Repeat with seeds 0..N-1; mean ± std.")] = 1,
+    agreement: Annotated[Path | None, typer.Option("--agreement", help="agreement.json for the α column.")] = None,
+    backbone: Annotated[str | None, typer.Option("--backbone", help="HF name/path (default MiniLM).")] = None,
+    epochs: Annotated[int | None, typer.Option("--epochs", help="Stage I epochs (default 6).")] = None,
+    max_len: Annotated[int | None, typer.Option("--max-len", help="Tokens per input (default 128).")] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Batch size (default 8).")] = None,
+    lr: FloatOpt = None, stage2_lr: FloatOpt = None, tau: FloatOpt = None,
+    lambda_r: FloatOpt = None, lambda_d: FloatOpt = None, lambda_s: FloatOpt = None,
+    mixed_precision: Annotated[str | None, typer.Option("--mixed-precision", help="no, fp16 or bf16.")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")] = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Train REC-CBM (or a baseline) and write a run dir; print metrics and the reliability table.
+
+    Example: rubrictool train --benchmark mohler
+    """
+    from rubrictool.train import TrainProgress, result_tables, run_train
+
+    with TrainProgress(console) as progress:
+        result = run_train(
+            benchmark=benchmark, data=data, rubric=rubric, split=split, split_seed=split_seed, out=out,
+            config=config, variant=variant, race=race, opcc=opcc, lcec=lcec, seeds=seeds, agreement=agreement,
+            data_dir=data_dir, callback=progress, backbone=backbone, epochs=epochs, max_len=max_len,
+            batch_size=batch_size, lr=lr, stage2_lr=stage2_lr, tau=tau, lambda_r=lambda_r, lambda_d=lambda_d,
+            lambda_s=lambda_s, mixed_precision=mixed_precision, device=device,
+        )
+    for table in result_tables(result):
+        console.print(table)
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+    console.print(f"run written to {result.run_dir}", soft_wrap=True)
+
+
+@app.command("grade")
+@handle_errors
+def grade_cmd(
+    model: Annotated[Path, typer.Option("--model", "-m", help="Run directory written by `rubrictool train`.")],
+    data: Annotated[Path, typer.Option("--data", help="Items to grade (CSV/JSONL/Parquet): response, question...")],
+    out: OutOpt = Path("graded.csv"),
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Items per forward pass.")] = 64,
+) -> None:
+    """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
+
+    Example: rubrictool grade --model runs/mohler-reccbm --data new_answers.csv --out graded.csv
+    """
+    from rich.progress import Progress
+
+    from rubrictool.train import grade_file
+
+    with Progress(console=err_console, transient=True) as bar:
+        task = bar.add_task("grading", total=None)
+        graded, path, seconds = grade_file(model, data, out, batch_size, lambda n: bar.advance(task, n))
+    rate = len(graded) / seconds if seconds > 0 else float("inf")
+    console.print(f"graded {len(graded)} responses in {seconds:.1f} s ({rate:.0f}/s) -> {path}", soft_wrap=True)
 
 
 def main() -> None:
