@@ -524,9 +524,6 @@ def adjudicate_cmd(
 
 
 # == train / grade =========================================================================================
-FloatOpt = Annotated[float | None, typer.Option(help="Override the config (default: paper's bold optimum).")]
-
-
 @app.command("train")
 @handle_errors
 def train_cmd(
@@ -547,8 +544,12 @@ def train_cmd(
     epochs: Annotated[int | None, typer.Option("--epochs", help="Stage I epochs (default 6).")] = None,
     max_len: Annotated[int | None, typer.Option("--max-len", help="Tokens per input (default 128).")] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Batch size (default 8).")] = None,
-    lr: FloatOpt = None, stage2_lr: FloatOpt = None, tau: FloatOpt = None,
-    lambda_r: FloatOpt = None, lambda_d: FloatOpt = None, lambda_s: FloatOpt = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="Stage I learning rate (default 1e-4).")] = None,
+    stage2_lr: Annotated[float | None, typer.Option("--stage2-lr", help="Stage II learning rate (0.02).")] = None,
+    tau: Annotated[float | None, typer.Option("--tau", help="RACE attention temperature τ (1.0).")] = None,
+    lambda_r: Annotated[float | None, typer.Option("--lambda-r", help="OPCC weight λ_r (0.4).")] = None,
+    lambda_d: Annotated[float | None, typer.Option("--lambda-d", help="Denoising weight λ_d (0.1).")] = None,
+    lambda_s: Annotated[float | None, typer.Option("--lambda-s", help="Sparsity weight λ_s (0.005).")] = None,
     mixed_precision: Annotated[str | None, typer.Option("--mixed-precision", help="no, fp16 or bf16.")] = None,
     device: Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")] = None,
     data_dir: DataDirOpt = None,

@@ -448,8 +448,10 @@ def describe_items(items: pd.DataFrame) -> dict[str, Any]:
 
 
 def describe_benchmark(name: str, data_dir: str | Path | None = None) -> dict[str, Any]:
-    """:func:`describe_items` of a bundled benchmark (``rubrictool data show``)."""
-    return {"benchmark": name, **describe_items(load_benchmark(name, data_dir))}
+    """:func:`describe_items` of a bundled benchmark, or of an item file when ``name`` is a path
+    (``rubrictool data show``)."""
+    items = load_benchmark(name, data_dir) if name in BENCHMARKS else read_items(name)
+    return {"benchmark": name, **describe_items(items)}
 
 
 # -- download --------------------------------------------------------------------------------------------------

@@ -92,3 +92,13 @@ def test_data_split_item_file(tmp_path: Path) -> None:
     empty.write_text("id,response\n1,\n")
     res = runner.invoke(app, ["data", "split", str(empty), "--out", str(out)])
     assert res.exit_code == 1 and "empty response" in res.output
+
+
+def test_data_show_item_file(tmp_path: Path) -> None:
+    items = tmp_path / "items.csv"
+    items.write_text("id,question,response,grade\n1,Q1,one two three,2\n2,Q1,four,0\n3,Q2,five six,2\n")
+    res = runner.invoke(app, ["data", "show", str(items), "--json"])
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.output)
+    assert (s["n_items"], s["n_questions"], s["mean_response_words"]) == (3, 2, 2.0)
+    assert s["grade_histogram"] == {"0": 1, "2": 2} and s["graders"] is None

@@ -70,7 +70,7 @@ def test_cli_reference_is_up_to_date() -> None:
 
 def test_check_mode_detects_a_stale_reference(tmp_path: Path) -> None:
     stale = tmp_path / "cli.md"
-    stale.write_text(DOC.read_text(encoding="utf-8").replace("## rubrictool data show\n", "## rubrictool data shw\n"))
+    stale.write_text(render(app).replace("## rubrictool data show\n", "## rubrictool data shw\n"))
     script = str(ROOT / "scripts" / "gen_cli_docs.py")
     res = subprocess.run([sys.executable, script, "--check", "--out", str(stale)], check=False, capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
