@@ -113,15 +113,35 @@ def _accelerator(cfg: StageIConfig) -> Any:
     return Accelerator(mixed_precision=cfg.mixed_precision, cpu=cfg.device == "cpu")
 
 
-def _loader(items: EncodedItems, batch_size: int, pad_id: int, shuffle: bool, seed: int) -> Any:
+class _LengthGroupedBatches:
+    """Shuffled batches of similar length (less padding, same data): each epoch permutes the items,
+    sorts them by length within mega-batches of 32 batches, and shuffles the batch order."""
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int) -> None:
+        self.lengths, self.batch_size, self.seed, self.epoch = np.asarray(lengths), batch_size, seed, 0
+
+    def __iter__(self) -> Any:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        self.epoch += 1
+        perm, mega = rng.permutation(len(self.lengths)), 32 * self.batch_size
+        batches = []
+        for s in range(0, len(perm), mega):
+            chunk = perm[s : s + mega]
+            chunk = chunk[np.argsort(-self.lengths[chunk], kind="stable")]
+            batches += [chunk[i : i + self.batch_size].tolist() for i in range(0, len(chunk), self.batch_size)]
+        return iter([batches[i] for i in rng.permutation(len(batches))])
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.lengths) / self.batch_size)
+
+
+def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int) -> Any:
     from torch.utils.data import DataLoader
 
-    g = torch.Generator().manual_seed(seed)
+    sampler = _LengthGroupedBatches([len(f["input_ids"]) for f in items.features], batch_size, seed)
     return DataLoader(
         range(len(items)),  # type: ignore[arg-type]
-        batch_size=batch_size,
-        shuffle=shuffle,
-        generator=g,
+        batch_sampler=sampler,
         collate_fn=lambda idx: collate(items, idx, pad_id),
     )
 
@@ -191,7 +211,7 @@ def _fit_encoder(
     opt = _optimizer(model, cfg)
     steps_per_epoch = _n_steps(len(train), cfg.batch_size * acc.num_processes, cfg.max_steps_per_epoch)
     sched = _warmup_linear(opt, steps_per_epoch * cfg.epochs, cfg.warmup_ratio)
-    loader = _loader(train, cfg.batch_size, pad_id, shuffle=True, seed=cfg.seed)
+    loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed)
     pmodel, opt, loader, sched = acc.prepare(model, opt, loader, sched)
     best_key: tuple[float, ...] | None = None
     best_state: dict[str, Tensor] = {}
@@ -388,6 +408,24 @@ def train_grader(
         raise ReccbmError("the PLM baseline has no Stage II")
     if len(train_p_hat) == 0 or len(dev_p_hat) == 0:
         raise ReccbmError("Stage II needs non-empty train and dev splits")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # K-dimensional maths: one thread beats two (no sync overhead)
+    try:
+        return _train_grader(model, train_p_hat, train_concepts_, train_grades, dev_p_hat, dev_grades, cfg, callback)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_grader(
+    model: RecCBM,
+    train_p_hat: Tensor,
+    train_concepts_: Tensor | None,
+    train_grades: Tensor,
+    dev_p_hat: Tensor,
+    dev_grades: Tensor,
+    cfg: StageIIConfig,
+    callback: Callback | None,
+) -> StageResult:
     torch.manual_seed(cfg.seed)
     model.to("cpu")
     _freeze(model, "stage2")

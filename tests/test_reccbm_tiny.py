@@ -15,13 +15,18 @@ import torch
 
 from reccbm import EncodedItems, ModelConfig, RecCBM, TextEncoder, encode_inputs, load_tokenizer
 
-WORDS = (
-    "what is a stack queue list array pointer the of and to it in that data structure first last out "
-    "element elements value values stores store memory node nodes linked order returns function variable "
-    "program loop computer yes no not maybe random wrong right good bad answer question reference"
-).split()
+WORDS = ["what", "is", "a", "stack", "queue", "list", "array", "pointer", "the", "of", "and", "to", "it", "in", "that", "data", "structure", "first", "last", "out", "element", "elements", "value", "values", "stores", "store", "memory", "node", "nodes", "linked", "order", "returns", "function", "variable", "program", "loop", "computer", "yes", "no", "not", "maybe", "random", "wrong", "right", "good", "bad", "answer", "question", "reference"]
 
 FAMILIES = ["bert", "roberta", "gpt2", "bart", "t5"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Any:
+    """Tiny models run fastest on one thread (and do not fight other jobs for the cores)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def build_tokenizer(path: Path, family: str) -> None:

@@ -1,0 +1,125 @@
+"""`rubrictool train`: a tiny backbone on a toy Mohler-shaped table, checked through the library."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from test_reccbm_tiny import build_backbone, one_thread, toy_table  # noqa: F401
+from typer.testing import CliRunner
+
+import reccbm
+from rubrictool.cli import app
+from rubrictool.rubric import load_rubric
+
+KEYS = ["FC", "CC", "TU", "CP", "R", "DU", "EE", "FR"]
+runner = CliRunner()
+
+
+def mohler_like_table(n: int = 60, seed: int = 0) -> pd.DataFrame:
+    """Items on the Mohler rubric (8 concepts, levels 1..3, grades 0..5) with learnable signal."""
+    t = toy_table(n, K=3, seed=seed)
+    c = t["c"]  # (n, 3) in 0..2
+    df = pd.DataFrame({"id": [f"q.{i}" for i in range(n)], "question": t["q"], "response": t["r"],
+                       "reference": t["a"], "context": None})
+    for k, key in enumerate(KEYS):
+        df[key] = c[:, k % 3] + 1
+    df["grade"] = np.clip(c.sum(1), 0, 5)
+    return df
+
+
+@pytest.fixture(scope="module")
+def backbone(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return build_backbone(tmp_path_factory.mktemp("tiny"), "bert")
+
+
+def _train(tmp_path: Path, backbone: str, df: pd.DataFrame, *extra: str) -> tuple[int, str, Path]:
+    data = tmp_path / "adjudicated.csv"
+    df.to_csv(data, index=False)
+    out = tmp_path / "run"
+    args = ["train", "--data", str(data), "--rubric", "mohler", "--backbone", backbone, "--epochs", "2",
+            "--max-len", "32", "--out", str(out), "--device", "cpu", "--lr", "3e-3", *extra]
+    res = runner.invoke(app, args)
+    return res.exit_code, res.output, out
+
+
+def test_train_writes_a_complete_run_directory(tmp_path: Path, backbone: str) -> None:
+    agreement = {"concepts": {k: {"alpha": 0.5 + 0.05 * i, "alpha_ci": [0.4, 0.9]} for i, k in enumerate(KEYS)}}
+    (tmp_path / "agreement.json").write_text(json.dumps(agreement))
+    code, output, run = _train(tmp_path, backbone, mohler_like_table(60), "--seeds", "2")
+    assert code == 0, output
+    assert "T-Acc" in output and "reliability" in output and "Spearman" in output
+    for name in ("config.yaml", "split.json", "metrics.json", "reliability.csv", "reliability.md", "train.log",
+                 "model.safetensors", "model.json", "test_predictions.csv"):
+        assert (run / name).is_file(), name
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["model"]["num_concepts"] == 8 and cfg["stage1"]["epochs"] == 2 and cfg["stage2"]["lambda_d"] == 0.1
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert len(metrics["seeds"]) == 2 and set(metrics["summary"]["t_acc"]) == {"mean", "std"}
+    rel = pd.read_csv(run / "reliability.csv")
+    assert list(rel["concept"]) == KEYS and rel["alpha"].tolist() == pytest.approx([a["alpha"] for a in
+                                                                                     agreement["concepts"].values()])
+    assert (rel["sigma2"] > 0).all() and rel["A_kk"].between(0, 1.5).all()
+    assert metrics["spearman_sigma2_vs_1_minus_alpha"] is not None
+    split = json.loads((run / "split.json").read_text())
+    assert len(split["train"]) + len(split["dev"]) + len(split["test"]) == 60
+    model, _, meta = reccbm.load_checkpoint(run)
+    assert meta["concept_keys"] == KEYS and meta["grade"] == [0, 5] and meta["scale"] == [1, 3]
+    assert model.config.num_grades == 6 and model.lcec is not None
+
+
+@pytest.mark.parametrize(
+    ("args", "variant"),
+    [(["--variant", "vanilla"], "vanilla"), (["--no-lcec", "--no-opcc"], "race"), (["--variant", "plm"], "plm")],
+)
+def test_train_variants_from_the_command_line(tmp_path: Path, backbone: str, args: list[str], variant: str) -> None:
+    code, output, run = _train(tmp_path, backbone, mohler_like_table(40), *args)
+    assert code == 0, output
+    meta = reccbm.read_meta(run)
+    assert meta["variant"] == variant
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["stage1"]["lambda_r"] == 0.0  # OPCC is off in all three
+    assert (run / "reliability.csv").is_file() == (variant != "plm")
+
+
+def _mutate(df: pd.DataFrame, col: str, row: int, value: object) -> pd.DataFrame:
+    df = df.copy()
+    df[col] = df[col].astype(object)
+    df.loc[row, col] = value
+    return df
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda df: df.rename(columns={"FC": "FX"}), "no column for concept(s) FC of rubric 'mohler'; unknown column(s): FX"),
+        (lambda df: _mutate(df, "CC", 4, 7), "row 5 (id q.4): concept CC = 7 is not a level of the rubric (1..3)"),
+        (lambda df: _mutate(df, "grade", 2, 9), "row 3 (id q.2): grade 9 is outside the rubric's grade scale 0..5"),
+        (lambda df: _mutate(df, "R", 0, None), "row 1 (id q.0): concept R = missing is not a level"),
+    ],
+)
+def test_bad_tables_end_in_a_clear_message(tmp_path: Path, backbone: str, make, message: str) -> None:  # type: ignore[no-untyped-def]
+    code, output, _ = _train(tmp_path, backbone, make(mohler_like_table(20)))
+    assert code == 1
+    assert message in " ".join(output.split()) and "Traceback" not in output
+
+
+def test_empty_split_and_bad_options_end_in_a_clear_message(tmp_path: Path, backbone: str) -> None:
+    df = mohler_like_table(20)
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"train": list(df["id"][:15]), "dev": [], "test": list(df["id"][15:])}))
+    code, output, _ = _train(tmp_path, backbone, df, "--split", str(split))
+    assert code == 1 and "the dev split is empty" in output
+    code, output, _ = _train(tmp_path, backbone, df, "--variant", "nope")
+    assert code == 1 and "unknown variant 'nope'" in output
+    res = runner.invoke(app, ["train", "--rubric", "mohler"])
+    assert res.exit_code == 1 and "give either --benchmark NAME or --data FILE" in res.output
+
+
+def test_mohler_rubric_matches_the_toy_table() -> None:
+    rb = load_rubric("mohler")
+    assert rb.keys == KEYS and (rb.scale.min, rb.scale.max, rb.grade.min, rb.grade.max) == (1, 3, 0, 5)

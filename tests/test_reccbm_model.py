@@ -1,0 +1,135 @@
+"""The maths of REC-CBM: RACE attention, OPCC pairs and average, LCEC posterior (Appendix proof)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_reccbm_tiny import one_thread  # noqa: F401
+
+from reccbm.model import (
+    ConceptBottleneck,
+    LatentCorrection,
+    expected_scores,
+    masked_mean,
+    opcc_loss,
+    opcc_pairs,
+    orthogonal_queries,
+)
+
+
+def _random_lcec(K: int, seed: int, eta_scale: float = 1.0) -> LatentCorrection:
+    g = torch.Generator().manual_seed(seed)
+    lc = LatentCorrection(K, eps=1e-4)
+    with torch.no_grad():
+        lc.L.copy_(torch.randn(K, K, generator=g))
+        lc.eta.copy_(torch.randn(K, generator=g) * eta_scale)
+    return lc
+
+
+@settings(max_examples=25, deadline=None)
+@given(K=st.integers(1, 9), seed=st.integers(0, 10_000))
+def test_mu_post_is_the_gaussian_conditional_mean_from_the_joint_covariance(K: int, seed: int) -> None:
+    """Appendix proof: Cov(z, s̃) = [[Ω⁻¹, Ω⁻¹], [Ω⁻¹, Ω⁻¹ + D]], E[z | s̃] = Ω⁻¹ (Ω⁻¹ + D)⁻¹ s̃."""
+    lc = _random_lcec(K, seed)
+    Omega = lc.precision()
+    D = torch.diag(lc.noise_variance())
+    P = torch.linalg.inv(Omega)  # prior covariance Ω⁻¹
+    joint = torch.cat([torch.cat([P, P], 1), torch.cat([P, P + D], 1)], 0)  # (2K, 2K)
+    cov_zs, cov_ss = joint[:K, K:], joint[K:, K:]
+    s = torch.rand(5, K, dtype=torch.float64, generator=torch.Generator().manual_seed(seed + 1))
+    long_way = s @ (cov_zs @ torch.linalg.inv(cov_ss)).T  # (5, K) conditional means
+    mu = s @ lc.denoising_matrix().T
+    torch.testing.assert_close(mu, long_way, rtol=1e-6, atol=1e-8)
+    # and the posterior form of Eq. 19-20: A = (Ω + D⁻¹)⁻¹ D⁻¹
+    Sigma = torch.linalg.inv(Omega + torch.linalg.inv(D))
+    torch.testing.assert_close(lc.posterior_covariance(), Sigma, rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(lc.denoising_matrix(), Sigma @ torch.linalg.inv(D), rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(lc(s.float()), mu.float(), rtol=1e-5, atol=1e-6)
+
+
+def test_diagonal_case_recovers_spearman_reliability() -> None:
+    """Remark: Ω = diag(σ_z⁻²) gives A_kk = σ_z² / (σ_z² + σ_k²)."""
+    lc = LatentCorrection(3, eps=0.0)
+    sz2 = torch.tensor([0.5, 1.0, 2.0])
+    s2 = torch.tensor([0.1, 1.0, 4.0])
+    with torch.no_grad():
+        lc.L.copy_(torch.diag(sz2.rsqrt()))
+        lc.eta.copy_(s2.log())
+    A = lc.denoising_matrix()
+    torch.testing.assert_close(torch.diagonal(A), (sz2 / (sz2 + s2)).double())
+    torch.testing.assert_close(A - torch.diag(torch.diagonal(A)), torch.zeros(3, 3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("eta", [-60.0, -20.0, 0.0, 20.0, 60.0])
+def test_lcec_is_numerically_safe_for_tiny_and_huge_noise(eta: float) -> None:
+    lc = _random_lcec(6, 3)
+    with torch.no_grad():
+        lc.eta.fill_(eta)
+    s = torch.rand(4, 6, requires_grad=True)
+    mu = lc(s)
+    mu.sum().backward()
+    assert torch.isfinite(mu).all() and torch.isfinite(lc.L.grad).all() and torch.isfinite(s.grad).all()
+    A = lc.denoising_matrix().detach()
+    if eta <= -20:  # σ² -> 0: trust the measurement, A -> I
+        torch.testing.assert_close(A, torch.eye(6, dtype=A.dtype), atol=1e-3, rtol=0)
+    if eta >= 20:  # σ² -> ∞: shrink to the prior mean 0
+        assert float(A.abs().max()) < 1e-3
+
+
+def test_sparsity_is_the_l1_norm_of_the_strict_lower_triangle() -> None:
+    lc = LatentCorrection(3, eps=1e-4)
+    with torch.no_grad():
+        lc.L.copy_(torch.tensor([[1.0, 9.0, 9.0], [-2.0, 1.0, 9.0], [3.0, -4.0, 1.0]]))
+    assert float(lc.sparsity()) == pytest.approx(9.0)
+    Omega = lc.precision()
+    L = torch.tril(lc.L).double()
+    torch.testing.assert_close(Omega, L @ L.T + 1e-4 * torch.eye(3, dtype=torch.float64))
+
+
+def test_opcc_pairs_and_k_prime_average_on_a_hand_made_batch() -> None:
+    # 3 items, 3 concepts: concept 0 ranks 2 > 1 > 0; concept 1 ties everywhere (no pair);
+    # concept 2 has exactly one pair (item 1 above item 0 and item 2 tied with item 0).
+    c = torch.tensor([[0, 1, 0], [1, 1, 1], [2, 1, 0]])
+    P = opcc_pairs(c)
+    assert P[:, :, 0].nonzero().tolist() == [[1, 0], [2, 0], [2, 1]]
+    assert P[:, :, 1].sum() == 0
+    assert P[:, :, 2].nonzero().tolist() == [[1, 0], [1, 2]]
+    c_hat = torch.tensor([[0.2, 1.0, 0.5], [1.0, 1.5, 0.4], [1.7, 0.1, 0.5]])
+
+    def ls(x: float) -> float:
+        return -math.log(1 / (1 + math.exp(-x)))
+
+    l0 = (ls(1.0 - 0.2) + ls(1.7 - 0.2) + ls(1.7 - 1.0)) / 3
+    l2 = (ls(0.4 - 0.5) + ls(0.4 - 0.5)) / 2
+    assert float(opcc_loss(c_hat, c)) == pytest.approx((l0 + l2) / 2, rel=1e-6)  # K' = 2, not K = 3
+    assert float(opcc_loss(c_hat, torch.zeros(3, 3, dtype=torch.long))) == 0.0  # K' = 0
+
+
+def test_expected_scores() -> None:
+    p = torch.tensor([[[0.2, 0.3, 0.5]], [[1.0, 0.0, 0.0]]])
+    torch.testing.assert_close(expected_scores(p), torch.tensor([[1.3], [0.0]]))
+
+
+def test_race_attention_ignores_padding_and_queries_are_orthogonal() -> None:
+    Q = orthogonal_queries(5, 16)
+    torch.testing.assert_close(Q @ Q.T, torch.eye(5), atol=1e-5, rtol=0)
+    assert orthogonal_queries(20, 8).shape == (20, 8)  # K > d: stacked orthonormal blocks
+    torch.manual_seed(0)
+    race = ConceptBottleneck(K=5, num_levels=3, d=16, tau=0.5, race=True)
+    H = torch.randn(2, 7, 16)
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
+    logits, alpha = race(H, mask)
+    assert logits.shape == (2, 5, 3) and alpha is not None and alpha.shape == (2, 5, 7)
+    torch.testing.assert_close(alpha.sum(-1), torch.ones(2, 5))
+    assert float(alpha[1, :, 4:].abs().max()) == 0.0
+    h = torch.einsum("bkt,btd->bkd", alpha, H)  # Eq. 10 by hand for item 1, concept 0
+    manual = torch.softmax(H[1, :4] @ race.Q[0] / 0.5, 0) @ H[1, :4]
+    torch.testing.assert_close(h[1, 0], manual)
+    shared = ConceptBottleneck(K=5, num_levels=3, d=16, tau=0.5, race=False)
+    _, none = shared(H, mask)
+    assert none is None and shared.Q is None
+    torch.testing.assert_close(masked_mean(H, mask)[1], H[1, :4].mean(0))

@@ -1,0 +1,140 @@
+"""Training: Algorithm 1's parameter split, every variant, a tiny run that learns, save/load."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_reccbm_tiny import build_backbone, encoded, one_thread, tiny_model, toy_table  # noqa: F401
+
+from reccbm import (
+    ReccbmError,
+    StageIConfig,
+    StageIIConfig,
+    cache_concepts,
+    decision_trace,
+    load_checkpoint,
+    predict,
+    save_checkpoint,
+    task_metrics,
+    train_concepts,
+    train_grader,
+    train_plm,
+)
+
+FAST1 = StageIConfig(lr=3e-3, epochs=1, batch_size=8, patience=3, eval_batch_size=16, device="cpu")
+FAST2 = StageIIConfig(lr=0.05, epochs=3, batch_size=8)
+
+
+@pytest.fixture(scope="module")
+def backbone(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return build_backbone(tmp_path_factory.mktemp("tiny"), "bert")
+
+
+def _snapshot(params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in params]
+
+
+def _changed(before: list[torch.Tensor], params: list[torch.nn.Parameter]) -> list[bool]:
+    return [not torch.equal(b, p.detach()) for b, p in zip(before, params)]
+
+
+def test_stage1_updates_only_encoder_queries_classifiers_and_stage2_only_L_eta_W(backbone: str) -> None:
+    model, tok = tiny_model(backbone)
+    train, dev = encoded(tok, toy_table(24, seed=1)), encoded(tok, toy_table(8, seed=2))
+    s1, s2 = model.stage1_parameters(), model.stage2_parameters()
+    assert {id(p) for p in s1}.isdisjoint(id(p) for p in s2)
+    assert {id(p) for p in s1} | {id(p) for p in s2} == {id(p) for p in model.parameters()}
+    assert any(p is model.bottleneck.Q for p in s1) and any(p is model.lcec.L for p in s2)
+    b1, b2 = _snapshot(s1), _snapshot(s2)
+    train_concepts(model, train, dev, FAST1, tok.pad_token_id)
+    assert not any(_changed(b2, s2)), "Stage I touched L, η or W"
+    changed = _changed(b1, s1)
+    assert changed[-3:] == [True, True, True], "Q, V and V_bias must move in Stage I"
+    assert sum(changed) > len(changed) // 2, "most encoder weights must move in Stage I"
+    b1, b2 = _snapshot(s1), _snapshot(s2)
+    p_tr, p_dev = cache_concepts(model, train, tok.pad_token_id), cache_concepts(model, dev, tok.pad_token_id)
+    train_grader(model, p_tr, torch.as_tensor(train.concepts), torch.as_tensor(train.grades), p_dev,
+                 torch.as_tensor(dev.grades), FAST2)
+    assert not any(_changed(b1, s1)), "Stage II touched the encoder, Q or V"
+    assert all(_changed(b2, s2)), "Stage II must move L, η and W"
+
+
+@pytest.mark.parametrize(("race", "opcc", "lcec"), list(itertools.product([True, False], repeat=3)))
+def test_every_race_opcc_lcec_combination_trains(backbone: str, race: bool, opcc: bool, lcec: bool) -> None:
+    model, tok = tiny_model(backbone, race=race, lcec=lcec)
+    train, dev = encoded(tok, toy_table(16, seed=1)), encoded(tok, toy_table(8, seed=2))
+    cfg1 = StageIConfig(lr=1e-3, epochs=1, lambda_r=0.4 if opcc else 0.0, max_steps_per_epoch=1, device="cpu")
+    r1 = train_concepts(model, train, dev, cfg1, tok.pad_token_id)
+    assert r1.steps == 1 and np.isfinite(r1.history[0]["train_loss"])
+    p_tr, p_dev = cache_concepts(model, train, tok.pad_token_id), cache_concepts(model, dev, tok.pad_token_id)
+    r2 = train_grader(model, p_tr, torch.as_tensor(train.concepts), torch.as_tensor(train.grades), p_dev,
+                      torch.as_tensor(dev.grades), StageIIConfig(epochs=1))
+    assert r2.steps == 2
+    assert (model.lcec is not None) == lcec and (model.bottleneck.Q is not None) == race
+
+
+def test_plm_baseline_trains_without_a_bottleneck(backbone: str) -> None:
+    model, tok = tiny_model(backbone, plm=True)
+    train, dev = encoded(tok, toy_table(16, seed=1)), encoded(tok, toy_table(8, seed=2))
+    r = train_plm(model, train, dev, StageIConfig(lr=1e-3, epochs=1, device="cpu"), tok.pad_token_id)
+    assert r.steps == 2 and model.stage2_parameters() == []
+    preds = predict(model, dev, tok.pad_token_id)
+    assert preds.p_hat is None and preds.grade_probs.shape == (8, 4)
+    with pytest.raises(ReccbmError, match="no concept stage"):
+        train_concepts(model, train, dev, FAST1, tok.pad_token_id)
+
+
+def test_tiny_training_run_beats_the_majority_class(backbone: str) -> None:
+    model, tok = tiny_model(backbone)
+    table = toy_table(160, seed=3)
+    items = encoded(tok, table)
+    train, dev, test = items.subset(range(112)), items.subset(range(112, 136)), items.subset(range(136, 160))
+    cfg1 = StageIConfig(lr=3e-3, epochs=6, batch_size=8, patience=3, device="cpu", lambda_r=0.4)
+    r1 = train_concepts(model, train, dev, cfg1, tok.pad_token_id)
+    p = {n: cache_concepts(model, s, tok.pad_token_id) for n, s in (("train", train), ("dev", dev))}
+    train_grader(model, p["train"], torch.as_tensor(train.concepts), torch.as_tensor(train.grades),
+                 p["dev"], torch.as_tensor(dev.grades), StageIIConfig(epochs=30, patience=30))
+    preds = predict(model, test, tok.pad_token_id)
+    assert test.grades is not None and test.concepts is not None
+    majority = np.bincount(train.grades).argmax()
+    base = task_metrics(test.grades, np.full_like(test.grades, majority))["t_acc"]
+    acc = task_metrics(test.grades, preds.grades)["t_acc"]
+    c_base = float((test.concepts == np.bincount(train.concepts.ravel()).argmax()).mean())
+    assert r1.best["c_acc"] > c_base + 0.1
+    assert acc > base, f"T-Acc {acc:.3f} does not beat the majority class {base:.3f}"
+
+
+def test_save_load_gives_identical_predictions(backbone: str, tmp_path: Path) -> None:
+    model, tok = tiny_model(backbone)
+    items = encoded(tok, toy_table(16, seed=4))
+    train_concepts(model, items, items, StageIConfig(lr=1e-3, epochs=1, device="cpu"), tok.pad_token_id)
+    p = cache_concepts(model, items, tok.pad_token_id)
+    train_grader(model, p, torch.as_tensor(items.concepts), torch.as_tensor(items.grades), p,
+                 torch.as_tensor(items.grades), StageIIConfig(epochs=2))
+    before = predict(model, items, tok.pad_token_id)
+    save_checkpoint(model, tok, tmp_path / "run", stage="stage2", step=7, meta={"concept_keys": ["a", "b", "c"]})
+    loaded, tok2, meta = load_checkpoint(tmp_path / "run")
+    assert meta["stage"] == "stage2" and meta["step"] == 7 and meta["concept_keys"] == ["a", "b", "c"]
+    assert loaded.config == model.config
+    after = predict(loaded, encoded(tok2, toy_table(16, seed=4)), tok2.pad_token_id)
+    np.testing.assert_array_equal(before.grade_probs, after.grade_probs)
+    np.testing.assert_array_equal(before.p_hat, after.p_hat)
+    trace = decision_trace(loaded, after)
+    logit = trace.contributions.sum(1) + trace.bias
+    full = (after.mu_post @ loaded.W.weight.detach().numpy().T + loaded.W.bias.detach().numpy())
+    np.testing.assert_allclose(logit, full[np.arange(16), trace.grade], rtol=1e-5, atol=1e-5)
+
+
+def test_bad_inputs_end_in_a_clear_message(backbone: str, tmp_path: Path) -> None:
+    model, tok = tiny_model(backbone)
+    items = encoded(tok, toy_table(8))
+    with pytest.raises(ReccbmError, match="non-empty dev split"):
+        train_concepts(model, items, items.subset([]), FAST1, tok.pad_token_id)
+    with pytest.raises(ReccbmError, match="model.json is missing"):
+        load_checkpoint(tmp_path)
+    with pytest.raises(ReccbmError, match="cannot load backbone"):
+        tiny_model(str(tmp_path / "nope"))
