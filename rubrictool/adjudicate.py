@@ -150,6 +150,14 @@ def _first_bad(df: pd.DataFrame, mask: pd.Series, what: str | Callable[[pd.Serie
     return f"{where}: {what(row) if callable(what) else what} ({int(mask.sum())} such row(s))"
 
 
+def _shown(v: Any) -> str:
+    """A cell value as a user wrote it: 7, 2.5, 'high' (no numpy reprs)."""
+    v = v.item() if isinstance(v, np.generic) else v
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    return repr(v) if isinstance(v, str) else str(v)
+
+
 def validate_reviews(reviews: pd.DataFrame, rubric: Rubric, source: str = "reviews") -> pd.DataFrame:
     """Check a ReviewTable against the rubric; return ``item, reviewer, concept, level, source[, model]``.
 
@@ -182,7 +190,7 @@ def validate_reviews(reviews: pd.DataFrame, rubric: Rubric, source: str = "revie
     bad = lv.isna() | (lv != lv.round()) | (lv < lo) | (lv > hi)
     if bad.any():
         raise AdjudicateError(
-            _first_bad(df, bad, lambda r: f"level {r['level']!r} for concept {r['concept']} of item {r['item']}")
+            _first_bad(df, bad, lambda r: f"level {_shown(r['level'])} for concept {r['concept']} of item {r['item']}")
             + f"; levels must be integers {lo}..{hi} (rubric {rubric.name})"
         )
     df["level"] = lv.astype(np.int64)
