@@ -436,6 +436,17 @@ class _Resolver:
         return hits.pop() if len(hits) == 1 else None
 
 
+_RESOLVERS: dict[int, tuple[Rubric, _Resolver]] = {}
+
+
+def _resolver(rubric: Rubric) -> _Resolver:
+    hit = _RESOLVERS.get(id(rubric))
+    if hit is None or hit[0] is not rubric:
+        hit = (rubric, _Resolver(rubric))
+        _RESOLVERS[id(rubric)] = hit
+    return hit[1]
+
+
 def _level_of(raw: Any, key: str, rubric: Rubric) -> tuple[int | None, str | None]:
     """(level, None) or (None, error)."""
     concept = rubric.concept(key)
@@ -574,7 +585,7 @@ def parse_reply(text: Any, rubric: Rubric) -> ParseResult:
     if not isinstance(text, str) or not text.strip():
         res.errors.append("the reply is empty")
         return res
-    resolve = _Resolver(rubric)
+    resolve = _resolver(rubric)
     body = _FENCE.sub("", text.replace("\r\n", "\n").replace("\ufeff", ""))
     entries = _find_json(body)
     if entries is not None:
@@ -912,6 +923,10 @@ class _Runner:
             kwargs["api_key"] = self.api_key
         elif cfg.api_base and not _has_provider_key(model):
             kwargs["api_key"] = "sk-no-key"  # local servers need none, but the OpenAI client wants one
+        if _rates(model) is None:
+            # no price in litellm's map (a local alias): say 0 explicitly, which spares litellm a costly
+            # search of its map on every reply; the summary still reports the price as unknown
+            kwargs.update(input_cost_per_token=0.0, output_cost_per_token=0.0)
         last: str = ""
         for attempt in range(cfg.max_retries + 1):
             if model in self.fatal:
