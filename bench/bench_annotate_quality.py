@@ -21,6 +21,7 @@ bench/out/annotate_quality.json and bench/out/quality_predictions.jsonl.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -109,7 +110,7 @@ def main() -> None:
         cache=OUT / "quality-cache.sqlite",
     )
     with LlamaServer(gguf, alias, n_ctx=4096, n_threads=args.threads, log=OUT / "llama-quality.log") as srv:
-        cfg = AnnotateConfig(**{**cfg.__dict__, "api_base": srv.url})
+        cfg = dataclasses.replace(cfg, api_base=srv.url)
         t0 = time.perf_counter()
         res = annotate(items, rubric, cfg, progress=True)
         wall = time.perf_counter() - t0

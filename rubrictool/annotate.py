@@ -22,6 +22,7 @@ plus failure records with the raw replies and a per-model summary.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import math
@@ -900,8 +901,11 @@ class _Runner:
             fut.set_result(reply)
             return reply
         except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()  # mark retrieved
+            if isinstance(e, asyncio.CancelledError):
+                fut.cancel()
+            else:
+                fut.set_exception(e)
+                fut.exception()  # mark retrieved: waiting duplicates re-raise it, nobody else must
             raise
         finally:
             del self.inflight[key]
@@ -1424,7 +1428,7 @@ def run_annotation(
     con = console or Console()
     items, rub = load_inputs(benchmark, rubric, data, data_dir)
     if config.benchmark is None and benchmark:
-        config = AnnotateConfig(**{**config.__dict__, "benchmark": benchmark})
+        config = dataclasses.replace(config, benchmark=benchmark)
     if dry:
         report = dry_run(items, rub, config)
         print_dry_run(report, con)
