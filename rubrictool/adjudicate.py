@@ -44,30 +44,30 @@ from rubrictool.errors import AdjudicateError, DataError
 from rubrictool.rubric import Rubric, load_rubric
 
 __all__ = [
-    "REVIEW_COLUMNS",
-    "PREDICTION_COLUMNS",
-    "METHODS",
     "FORMATS",
     "LLM_PASSES_NOTE",
-    "read_reviews",
-    "validate_reviews",
-    "read_predictions",
-    "read_resolutions",
+    "METHODS",
+    "PREDICTION_COLUMNS",
+    "REVIEW_COLUMNS",
+    "AdjudicationResult",
+    "DawidSkeneVote",
     "DecisionGrid",
     "MajorityVote",
-    "DawidSkeneVote",
+    "adjudicate",
+    "adjudicate_benchmark_labels",
     "apply_resolutions",
-    "training_table",
     "discussion_queue",
     "queue_markdown",
-    "AdjudicationResult",
-    "adjudicate",
-    "write_outputs",
+    "read_predictions",
+    "read_resolutions",
+    "read_reviews",
     "run_adjudicate",
-    "adjudicate_benchmark_labels",
+    "summary_lines",
     "summary_rows",
     "summary_table",
-    "summary_lines",
+    "training_table",
+    "validate_reviews",
+    "write_outputs",
 ]
 
 REVIEW_COLUMNS = ["item", "reviewer", "concept", "level"]
@@ -83,8 +83,18 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 _DECISION_COLUMNS = [
-    "item", "concept", "level", "vote", "n_reviewers", "unanimous", "tied", "flagged", "rule",
-    "resolved", "note", "decided_by",
+    "item",
+    "concept",
+    "level",
+    "vote",
+    "n_reviewers",
+    "unanimous",
+    "tied",
+    "flagged",
+    "rule",
+    "resolved",
+    "note",
+    "decided_by",
 ]
 
 
@@ -114,13 +124,17 @@ def read_reviews(specs: Sequence[str | Path], source: str = "human") -> pd.DataF
     for spec in specs:
         name, path = _split_spec(spec)
         if not path.is_file():
-            raise AdjudicateError(f"reviews file {path}: no such file; check the path (wide files: NAME=PATH)")
+            raise AdjudicateError(
+                f"reviews file {path}: no such file; check the path (wide files: NAME=PATH)"
+            )
         df = read_table(path)
         if len(df) == 0:
             raise AdjudicateError(f"{path}: the reviews file is empty")
         if {"item", "reviewer", "concept", "level"} <= set(df.columns):
             if name is not None:
-                raise AdjudicateError(f"{spec}: NAME=PATH names the reviewer of a WIDE file; {path} is long (has a reviewer column)")
+                raise AdjudicateError(
+                    f"{spec}: NAME=PATH names the reviewer of a WIDE file; {path} is long (has a reviewer column)"
+                )
             df = df.copy()
             df["_where"] = [f"{path}:row {i + 2 if path.suffix == '.csv' else i + 1}" for i in range(len(df))]
         elif "id" in df.columns or "item" in df.columns:
@@ -177,7 +191,9 @@ def validate_reviews(reviews: pd.DataFrame, rubric: Rubric, source: str = "revie
     for col in ("item", "reviewer", "concept"):
         empty = df[col].isna() | df[col].astype(str).str.strip().eq("")
         if empty.any():
-            raise AdjudicateError(_first_bad(df, empty, f"empty {col}; every review needs item, reviewer and concept"))
+            raise AdjudicateError(
+                _first_bad(df, empty, f"empty {col}; every review needs item, reviewer and concept")
+            )
         df[col] = df[col].astype(str)
     unknown = ~df["concept"].isin(rubric.keys)
     if unknown.any():
@@ -190,7 +206,11 @@ def validate_reviews(reviews: pd.DataFrame, rubric: Rubric, source: str = "revie
     bad = lv.isna() | (lv != lv.round()) | (lv < lo) | (lv > hi)
     if bad.any():
         raise AdjudicateError(
-            _first_bad(df, bad, lambda r: f"level {_shown(r['level'])} for concept {r['concept']} of item {r['item']}")
+            _first_bad(
+                df,
+                bad,
+                lambda r: f"level {_shown(r['level'])} for concept {r['concept']} of item {r['item']}",
+            )
             + f"; levels must be integers {lo}..{hi} (rubric {rubric.name})"
         )
     df["level"] = lv.astype(np.int64)
@@ -205,7 +225,11 @@ def validate_reviews(reviews: pd.DataFrame, rubric: Rubric, source: str = "revie
     dup = pd.Series(pd.Series(flat).duplicated(keep="first").to_numpy(), index=df.index)
     if dup.any():
         raise AdjudicateError(
-            _first_bad(df, dup, lambda r: f"reviewer {r['reviewer']!r} reviewed item {r['item']} / {r['concept']} twice")
+            _first_bad(
+                df,
+                dup,
+                lambda r: f"reviewer {r['reviewer']!r} reviewed item {r['item']} / {r['concept']} twice",
+            )
             + "; keep one review per reviewer, item and concept (two files with the same reviewer name?)"
         )
     cols = ["item", "reviewer", "concept", "level", "source"] + (["model"] if "model" in df.columns else [])
@@ -295,7 +319,9 @@ class DecisionGrid:
         return np.asarray(~self.unanimous & (self.n > 0))
 
     @classmethod
-    def build(cls, cube: LabelCube, counts: IntArray, level_idx: IntArray, method_rule: str | None = None) -> DecisionGrid:
+    def build(
+        cls, cube: LabelCube, counts: IntArray, level_idx: IntArray, method_rule: str | None = None
+    ) -> DecisionGrid:
         """From value counts ``(N, K, V)`` and the chosen level index per (item, concept)."""
         n = counts.sum(axis=-1)
         top = counts.max(axis=-1)
@@ -322,7 +348,18 @@ class DecisionGrid:
             "item": self.cube.items.to_numpy(dtype=object)[ii],
             "concept": np.asarray(self.cube.concepts, dtype=object)[kk],
         }
-        for name in ("level", "vote", "n", "unanimous", "tied", "flagged", "rule", "resolved", "note", "decided_by"):
+        for name in (
+            "level",
+            "vote",
+            "n",
+            "unanimous",
+            "tied",
+            "flagged",
+            "rule",
+            "resolved",
+            "note",
+            "decided_by",
+        ):
             cols["n_reviewers" if name == "n" else name] = getattr(self, name)[ii, kk]
         return pd.DataFrame(cols)[_DECISION_COLUMNS]
 
@@ -330,7 +367,9 @@ class DecisionGrid:
 def _check_columns(reviews: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in REVIEW_COLUMNS if c not in reviews.columns]
     if missing:
-        raise AdjudicateError(f"reviews: missing column(s) {', '.join(missing)}; expected item, reviewer, concept, level")
+        raise AdjudicateError(
+            f"reviews: missing column(s) {', '.join(missing)}; expected item, reviewer, concept, level"
+        )
     if len(reviews) == 0:
         raise AdjudicateError("reviews: no reviews (empty input)")
     return reviews[REVIEW_COLUMNS]
@@ -434,15 +473,19 @@ class DawidSkeneVote:
         return self.fit(reviews).labels_
 
 
-def apply_resolutions(grid: DecisionGrid, resolutions: pd.DataFrame, source: str = "resolutions") -> DecisionGrid:
+def apply_resolutions(
+    grid: DecisionGrid, resolutions: pd.DataFrame, source: str = "resolutions"
+) -> DecisionGrid:
     """A copy of ``grid`` with expert resolutions (``item, concept, level, note, decided_by``) applied:
     their level replaces the decision, ``rule`` becomes ``resolved`` and note/decider are kept."""
     dup = resolutions.duplicated(["item", "concept"], keep=False)
     if dup.any():
         r = resolutions.loc[dup].iloc[0]
-        raise AdjudicateError(f"{source}: item {r['item']} / {r['concept']} is resolved more than once; keep one decision")
-    ii = grid.cube.items.get_indexer(resolutions["item"].astype(str))
-    kk = pd.Index(grid.cube.concepts).get_indexer(resolutions["concept"])
+        raise AdjudicateError(
+            f"{source}: item {r['item']} / {r['concept']} is resolved more than once; keep one decision"
+        )
+    ii = grid.cube.items.get_indexer(pd.Index(resolutions["item"].astype(str)))
+    kk = pd.Index(grid.cube.concepts).get_indexer(pd.Index(resolutions["concept"]))
     ok = (ii >= 0) & (kk >= 0)
     ok[ok] = grid.n[ii[ok], kk[ok]] > 0
     if not ok.all():
@@ -452,8 +495,16 @@ def apply_resolutions(grid: DecisionGrid, resolutions: pd.DataFrame, source: str
             f"({int((~ok).sum())} such row(s)); check the item id"
         )
     out = DecisionGrid(
-        grid.cube, grid.level.copy(), grid.vote, grid.n, grid.unanimous, grid.tied, grid.rule.copy(),
-        grid.resolved.copy(), grid.note.copy(), grid.decided_by.copy(),
+        grid.cube,
+        grid.level.copy(),
+        grid.vote,
+        grid.n,
+        grid.unanimous,
+        grid.tied,
+        grid.rule.copy(),
+        grid.resolved.copy(),
+        grid.note.copy(),
+        grid.decided_by.copy(),
     )
     out.level[ii, kk] = resolutions["level"].to_numpy(dtype=np.int64)
     out.rule[ii, kk] = "resolved"
@@ -468,14 +519,18 @@ def apply_resolutions(grid: DecisionGrid, resolutions: pd.DataFrame, source: str
 
 def _joined_keys(mask: BoolArray, keys: Sequence[str]) -> npt.NDArray[np.object_]:
     """Per row of an (N, K) boolean mask, the comma-joined keys where it holds ("" when none)."""
-    out = np.full(mask.shape[0], "", dtype=object)
+    out: npt.NDArray[np.object_] = np.full(mask.shape[0], "", dtype=object)
     for k, key in enumerate(keys):
-        out = np.where(mask[:, k], out + (key + ","), out)
+        out = np.asarray(np.where(mask[:, k], out + (key + ","), out), dtype=object)
     return np.asarray(pd.Series(out, dtype=object).str.rstrip(",").to_numpy(dtype=object))
 
 
 def training_table(
-    grid: DecisionGrid, rubric: Rubric, method: str, items: pd.DataFrame | None = None, label_source: str = "human"
+    grid: DecisionGrid,
+    rubric: Rubric,
+    method: str,
+    items: pd.DataFrame | None = None,
+    label_source: str = "human",
 ) -> pd.DataFrame:
     """The AdjudicatedTable: ItemTable columns, one integer column per concept, grade, provenance.
 
@@ -493,14 +548,14 @@ def training_table(
         if not has[:, k].all():
             body.loc[~has[:, k], key] = pd.NA
     body["n_reviewers"] = (~np.isnan(cube.levels)).any(axis=1).sum(axis=1).astype(np.int64)
-    body["unanimous"] = (grid.unanimous | ~has).all(axis=1)
+    body["unanimous"] = np.asarray((grid.unanimous | ~has).all(axis=1))
     body["n_flagged"] = grid.flagged.sum(axis=1).astype(np.int64)
     body["flagged_concepts"] = _joined_keys(grid.flagged, keys)
     body["n_resolved"] = grid.resolved.sum(axis=1).astype(np.int64)
     body["resolved_concepts"] = _joined_keys(grid.resolved, keys)
     body["method"] = method
     body["label_source"] = label_source
-    body = body.loc[has.any(axis=1)].reset_index(drop=True)
+    body = body.loc[np.asarray(has.any(axis=1))].reset_index(drop=True)
     prov = list(body.columns[1 + len(keys) :])
     if items is None:
         for col in reversed(ITEM_COLUMNS[1:]):
@@ -552,7 +607,9 @@ def discussion_queue(grid: DecisionGrid, rubric: Rubric, items: pd.DataFrame | N
     for k, key in enumerate(cube.concepts):
         c = rubric.concept(key)
         for m in range(1 << V):
-            lookup[(k << V) + m] = " | ".join(f"{int(v)}: {c.anchor(int(v))}" for j, v in enumerate(dom) if m >> j & 1)
+            lookup[(k << V) + m] = " | ".join(
+                f"{int(v)}: {c.anchor(int(v))}" for j, v in enumerate(dom) if m >> j & 1
+            )
     q["anchors"] = lookup[(kk << V) + mask]
     if items is not None:
         text = items.assign(id=items["id"].astype(str)).set_index("id")
@@ -564,16 +621,22 @@ def discussion_queue(grid: DecisionGrid, rubric: Rubric, items: pd.DataFrame | N
     return q
 
 
-def queue_markdown(queue: pd.DataFrame, reviewers: Sequence[str], rubric: Rubric, note: str | None = None) -> str:
+def queue_markdown(
+    queue: pd.DataFrame, reviewers: Sequence[str], rubric: Rubric, note: str | None = None
+) -> str:
     """A readable Markdown report of the discussion queue, one section per item (in queue order)."""
     n_open = int((queue["status"] == "open").sum()) if len(queue) else 0
     lines = [
         f"# Discussion queue — rubric {rubric.name}",
         "",
-        f"{len(queue)} flagged item × concept case(s) over {queue['item'].nunique() if len(queue) else 0} item(s): "
-        f"{n_open} open, {len(queue) - n_open} resolved.",
-        "Resolve a case by writing its level into the `resolution` column of `discussion_queue.csv` "
-        "(or a file `item, concept, level, note, decided_by`) and re-running with `--resolutions FILE`.",
+        (
+            f"{len(queue)} flagged item × concept case(s) over {queue['item'].nunique() if len(queue) else 0} "
+            f"item(s): {n_open} open, {len(queue) - n_open} resolved."
+        ),
+        (
+            "Resolve a case by writing its level into the `resolution` column of `discussion_queue.csv` "
+            "(or a file `item, concept, level, note, decided_by`) and re-running with `--resolutions FILE`."
+        ),
         "",
     ]
     if note:
@@ -594,11 +657,26 @@ def queue_markdown(queue: pd.DataFrame, reviewers: Sequence[str], rubric: Rubric
     rows = [
         f"| {c} ({cn}) | {g} | {lv} | {ru} | {st} | {an} |"
         for c, cn, g, lv, ru, st, an in zip(
-            col("concept"), col("concept_name"), cells, col("level"), col("rule"), col("status"), anchors, strict=True
+            col("concept"),
+            col("concept_name"),
+            cells,
+            col("level"),
+            col("rule"),
+            col("status"),
+            anchors,
+            strict=True,
         )
     ]  # text rendering: one formatted line per flagged case
-    texts = [col(name) if name in queue.columns else np.full(len(queue), "", dtype=object) for name in ("question", "reference", "response")]
-    header = "| concept | " + " | ".join(reviewers) + " | decided | rule | status | anchors in question |\n|" + "---|" * (len(reviewers) + 5)
+    texts = [
+        col(name) if name in queue.columns else np.full(len(queue), "", dtype=object)
+        for name in ("question", "reference", "response")
+    ]
+    header = (
+        "| concept | "
+        + " | ".join(reviewers)
+        + " | decided | rule | status | anchors in question |\n|"
+        + "---|" * (len(reviewers) + 5)
+    )
     items = queue["item"].to_numpy(dtype=object)
     first = np.ones(len(items), dtype=bool)
     first[1:] = items[1:] != items[:-1]
@@ -607,7 +685,11 @@ def queue_markdown(queue: pd.DataFrame, reviewers: Sequence[str], rubric: Rubric
     ends = np.append(starts[1:], len(items))
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
         head = [f"\n## Item {items[a]}\n"]
-        head += [f"**{lab}:** {t[a]}  " for lab, t in zip(("Question", "Reference", "Response"), texts, strict=True) if t[a]]
+        head += [
+            f"**{lab}:** {t[a]}  "
+            for lab, t in zip(("Question", "Reference", "Response"), texts, strict=True)
+            if t[a]
+        ]
         body.append("\n".join(head) + "\n\n" + header + "\n" + "\n".join(rows[a:b]))
     return "\n".join(lines) + "\n".join(body) + "\n"
 
@@ -680,7 +762,9 @@ def adjudicate(
     if method not in METHODS:
         raise AdjudicateError(f"unknown method {method!r}; use {' or '.join(METHODS)}")
     if level not in LEVELS_OF_MEASUREMENT:
-        raise AdjudicateError(f"unknown level of measurement {level!r}; use {', '.join(LEVELS_OF_MEASUREMENT)}")
+        raise AdjudicateError(
+            f"unknown level of measurement {level!r}; use {', '.join(LEVELS_OF_MEASUREMENT)}"
+        )
     reviews = validate_reviews(reviews, rubric)
     reviews, llm_rows = _split_sources(reviews)
     if items is not None:
@@ -698,7 +782,9 @@ def adjudicate(
     cube = LabelCube.from_reviews(reviews, rubric.keys, dom, order)
     reviewed = cube.n_reviews().sum(axis=1) > 0
     if not reviewed.all():  # keep only reviewed items in the cube (items-table order)
-        cube = LabelCube(cube.items[reviewed], cube.concepts, cube.reviewers, cube.domain, cube.levels[reviewed])
+        cube = LabelCube(
+            cube.items[reviewed], cube.concepts, cube.reviewers, cube.domain, cube.levels[reviewed]
+        )
     expected = expected_reviewers or len(cube.reviewers)
 
     # 1) consensus
@@ -723,7 +809,7 @@ def adjudicate(
     under = table.loc[n_rev_item < expected, "id"].astype(str).tolist()
     concepts: dict[str, Any] = {}
     for key in rubric.keys:
-        pc = per_concept.loc[key]
+        pc: dict[str, Any] = {str(c): v for c, v in per_concept.loc[key].items()}
         k = cube.concepts.index(key)
         has = grid.n[:, k] > 0
         vs = loo.loc[loo["concept"] == key].set_index("reviewer")
@@ -743,20 +829,32 @@ def adjudicate(
             "tied": int((grid.tied[:, k] & has).sum()),
             "resolved": int(grid.resolved[:, k].sum()),
             "pairwise": pairs.loc[pairs["concept"] == key].drop(columns="concept").to_dict(orient="records"),
-            "vs_others": {str(r): {"alpha": v["alpha"], "exact": v["exact"], "n_items": int(v["n_items"])} for r, v in vs.iterrows()},
+            "vs_others": {
+                str(r): {"alpha": v["alpha"], "exact": v["exact"], "n_items": int(v["n_items"])}
+                for r, v in vs.iterrows()
+            },
             "best_reviewer": str(ranked.index[-1]) if distinct else None,
             "worst_reviewer": str(ranked.index[0]) if distinct else None,
         }
         if changed is not None:
-            concepts[key]["dawid_skene_changed"] = int(((grid.level[:, k] != grid.vote[:, k]) & has & ~grid.resolved[:, k]).sum())
+            concepts[key]["dawid_skene_changed"] = int(
+                ((grid.level[:, k] != grid.vote[:, k]) & has & ~grid.resolved[:, k]).sum()
+            )
     consensus = decisions[["item", "concept", "level"]]
     llm: dict[str, Any] = {}
     for preds in (p for p in (predictions, llm_rows) if p is not None and len(p)):
         vsc = predictions_vs_consensus(preds, consensus, dom, level)
         for _, r in vsc.iterrows():
             llm.setdefault(r["model"], {})[r["concept"]] = {
-                "alpha": r["alpha"], "exact": r["exact"], "n_items": int(r["n_items"]),
-                "confusion": {"rows": "consensus level", "columns": "predicted level", "levels": dom, "matrix": r["confusion"]},
+                "alpha": r["alpha"],
+                "exact": r["exact"],
+                "n_items": int(r["n_items"]),
+                "confusion": {
+                    "rows": "consensus level",
+                    "columns": "predicted level",
+                    "levels": dom,
+                    "matrix": r["confusion"],
+                },
             }
     grade: dict[str, Any] = {"available": False}
     if items is not None:
@@ -772,13 +870,18 @@ def adjudicate(
         "rubric": rubric.name,
         "level_of_measurement": level,
         "method": method,
-        "bootstrap": {"n": n_boot, "seed": seed, "resampled": "items with >= 2 reviews of the concept", "ci": "percentile 95%"},
+        "bootstrap": {
+            "n": n_boot,
+            "seed": seed,
+            "resampled": "items with >= 2 reviews of the concept",
+            "ci": "percentile 95%",
+        },
         "tie_rule": "median of the tied most-frequent levels; the lower middle one when their number is even "
         "(3 reviewers all different -> median; 2 disagreeing -> lower level)",
         "note": note,
         "label_source": label_source,
         "reviewers": cube.reviewers,
-        "n_items": int(len(cube.items)),
+        "n_items": len(cube.items),
         "n_labels": int(cube.n_reviews().sum()),
         "expected_reviewers": int(expected),
         "under_reviewed": {"n_items": len(under), "items": under[:100]},
@@ -786,7 +889,7 @@ def adjudicate(
         "concepts": concepts,
         "adjudication": {
             "method": method,
-            "n_decisions": int(len(decisions)),
+            "n_decisions": len(decisions),
             "unanimous": int(decisions["unanimous"].sum()),
             "flagged": int(decisions["flagged"].sum()),
             "tied": int(decisions["tied"].sum()),
@@ -836,7 +939,9 @@ def _benchmark_inputs(benchmark: str, data_dir: str | Path | None) -> tuple[pd.D
     from rubrictool.data import load_benchmark, load_concept_passes
 
     if benchmark != "mohler":
-        raise AdjudicateError(f"no bundled concept labels for benchmark {benchmark!r}; only mohler ships them")
+        raise AdjudicateError(
+            f"no bundled concept labels for benchmark {benchmark!r}; only mohler ships them"
+        )
     return load_concept_passes(), load_benchmark(benchmark, data_dir)
 
 
@@ -902,7 +1007,9 @@ def adjudicate_benchmark_labels(
     Columns: ItemTable columns, one integer column per concept, provenance. No bootstrap or
     coverage is computed (use :func:`adjudicate` for those).
     """
-    passes, loaded = _benchmark_inputs(benchmark, data_dir if items is None else None) if items is None else (None, items)
+    passes, loaded = (
+        _benchmark_inputs(benchmark, data_dir if items is None else None) if items is None else (None, items)
+    )
     if passes is None:
         from rubrictool.data import load_concept_passes
 
@@ -938,12 +1045,23 @@ def summary_table(agreement: dict[str, Any]) -> Any:
     """A Rich table of :func:`summary_rows` plus the lines below it (coverage, grades, totals)."""
     from rich.table import Table
 
-    table = Table(title=f"agreement and adjudication — rubric {agreement['rubric']} ({agreement['level_of_measurement']} α)")
-    for name, justify in [("concept", "left"), ("α [95% CI]", "right"), ("exact", "right"), ("unanimous", "right"),
-                          ("flagged", "right"), ("best", "left"), ("worst", "left")]:
+    table = Table(
+        title=f"agreement and adjudication — rubric {agreement['rubric']} ({agreement['level_of_measurement']} α)"
+    )
+    for name, justify in [
+        ("concept", "left"),
+        ("α [95% CI]", "right"),
+        ("exact", "right"),
+        ("unanimous", "right"),
+        ("flagged", "right"),
+        ("best", "left"),
+        ("worst", "left"),
+    ]:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in summary_rows(agreement):
-        table.add_row(r["concept"], r["alpha"], r["exact"], r["unanimous"], r["flagged"], r["best"], r["worst"])
+        table.add_row(
+            r["concept"], r["alpha"], r["exact"], r["unanimous"], r["flagged"], r["best"], r["worst"]
+        )
     return table
 
 
@@ -953,11 +1071,17 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
     lines = [
         f"{agreement['n_items']} items, reviewers {', '.join(agreement['reviewers'])}: {a['n_decisions']} decisions "
         f"by {a['method']}, {a['unanimous']} unanimous, {a['flagged']} flagged ({a['tied']} ties), {a['resolved']} resolved"
-        + (f"; Dawid-Skene differs from majority vote on {a['dawid_skene_changed']}" if a["dawid_skene_changed"] is not None else "")
+        + (
+            f"; Dawid-Skene differs from majority vote on {a['dawid_skene_changed']}"
+            if a["dawid_skene_changed"] is not None
+            else ""
+        )
     ]
     under = agreement["under_reviewed"]["n_items"]
     if under:
-        lines.append(f"{under} item(s) have fewer than {agreement['expected_reviewers']} reviewers (listed in agreement.json)")
+        lines.append(
+            f"{under} item(s) have fewer than {agreement['expected_reviewers']} reviewers (listed in agreement.json)"
+        )
     cov = agreement["coverage"]
     if cov.get("available"):
         lines.append(
@@ -967,11 +1091,15 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
         )
     g = agreement["grade"]
     if g.get("available") and g.get("alpha") is not None:
-        lines.append(f"grade agreement ({' vs '.join(g['graders'])}): interval α {g['alpha']:.3f}, exact {g['exact']:.3f}")
+        lines.append(
+            f"grade agreement ({' vs '.join(g['graders'])}): interval α {g['alpha']:.3f}, exact {g['exact']:.3f}"
+        )
     for model, per in agreement["llm_vs_consensus"].items():
         alphas = [v["alpha"] for v in per.values() if v["alpha"] is not None]
         if alphas:
-            lines.append(f"LLM {model} vs consensus: mean α {sum(alphas) / len(alphas):.3f} over {len(alphas)} concepts")
+            lines.append(
+                f"LLM {model} vs consensus: mean α {sum(alphas) / len(alphas):.3f} over {len(alphas)} concepts"
+            )
     if agreement.get("note"):
         lines.append(f"note: {agreement['note']}")
     return lines

@@ -33,22 +33,22 @@ import pandas as pd
 from rubrictool.errors import AdjudicateError
 
 __all__ = [
-    "LevelOfMeasurement",
     "LEVELS_OF_MEASUREMENT",
     "LabelCube",
-    "value_counts",
-    "krippendorff_alpha",
-    "alpha_from_patterns",
+    "LevelOfMeasurement",
     "alpha_counts",
+    "alpha_from_patterns",
     "bootstrap_alpha",
-    "exact_agreement",
-    "ordinal_vote",
     "concept_agreement",
-    "pairwise_agreement",
-    "reviewer_vs_others",
-    "predictions_vs_consensus",
+    "exact_agreement",
     "grade_agreement",
+    "krippendorff_alpha",
+    "ordinal_vote",
+    "pairwise_agreement",
+    "predictions_vs_consensus",
+    "reviewer_vs_others",
     "rubric_coverage",
+    "value_counts",
 ]
 
 LevelOfMeasurement = Literal["nominal", "ordinal", "interval", "ratio"]
@@ -92,10 +92,18 @@ class LabelCube:
         r = reviewer_index.get_indexer(pd.Index([str(x) for x in r_uniq], dtype=object))[r_codes]
         k = concept_index.get_indexer(pd.Index(k_uniq, dtype=object))[k_codes]
         if (i < 0).any() or (k < 0).any():
-            raise AdjudicateError("reviews mention items or concepts outside the given lists; validate them first")
+            raise AdjudicateError(
+                "reviews mention items or concepts outside the given lists; validate them first"
+            )
         levels = np.full((len(item_index), len(concept_index), len(reviewer_index)), np.nan)
         levels[i, k, r] = data["level"].to_numpy(dtype=float)
-        return cls(item_index, list(concepts), [str(x) for x in reviewer_index], np.asarray(domain, dtype=np.int64), levels)
+        return cls(
+            item_index,
+            list(concepts),
+            [str(x) for x in reviewer_index],
+            np.asarray(domain, dtype=np.int64),
+            levels,
+        )
 
     def counts(self) -> IntArray:
         """Value counts per item and concept, ``(N, K, V)``: how many reviewers gave each level (cached)."""
@@ -134,7 +142,9 @@ def krippendorff_alpha(counts: IntArray, domain: Sequence[float], level: str = "
     with np.errstate(divide="ignore", invalid="ignore"):
         return float(
             krippendorff.alpha(
-                value_counts=pairable, value_domain=np.asarray(domain, dtype=float), level_of_measurement=level
+                value_counts=pairable,
+                value_domain=np.asarray(domain, dtype=float),
+                level_of_measurement=level,  # type: ignore[arg-type]  # checked against LEVELS_OF_MEASUREMENT
             )
         )
 
@@ -169,10 +179,14 @@ def _distance(level: str, domain: FloatArray, n_v: FloatArray) -> FloatArray:
         hi = np.maximum(np.arange(V)[:, None], np.arange(V)[None, :])
         between = cum[:, hi] - cum[:, lo] + n_v[:, lo]  # Σ_{g=lo..hi} n_g, (B, V, V)
         return np.asarray((between - (n_v[:, :, None] + n_v[:, None, :]) / 2.0) ** 2, dtype=np.float64)
-    raise AdjudicateError(f"unknown level of measurement {level!r}; use one of {', '.join(LEVELS_OF_MEASUREMENT)}")
+    raise AdjudicateError(
+        f"unknown level of measurement {level!r}; use one of {', '.join(LEVELS_OF_MEASUREMENT)}"
+    )
 
 
-def alpha_from_patterns(patterns: IntArray, weights: FloatArray, domain: Sequence[float], level: str) -> FloatArray:
+def alpha_from_patterns(
+    patterns: IntArray, weights: FloatArray, domain: Sequence[float], level: str
+) -> FloatArray:
     """α for each row of ``weights`` (B, P): the data set holding ``weights[b, p]`` items of count pattern p.
 
     ``1 − Σ o·δ² / Σ e·δ²`` with o = Σ_p w_p o_p (the coincidence matrix), n_v its margins and
@@ -231,7 +245,7 @@ def bootstrap_alpha(
         return (float("nan"), float("nan"))
     rng = np.random.default_rng(seed)
     weights = rng.multinomial(freq.sum(), freq / freq.sum(), size=n_boot)  # (B, P)
-    reps = alpha_from_patterns(patterns, weights, domain, level)
+    reps = alpha_from_patterns(patterns, weights.astype(np.float64), domain, level)
     reps = reps[~np.isnan(reps)]
     if len(reps) == 0:
         return (float("nan"), float("nan"))
@@ -277,7 +291,9 @@ def _two_column_counts(a: FloatArray, b: FloatArray, domain: IntArray) -> IntArr
     return value_counts(np.stack([a, b], axis=-1), domain)
 
 
-def concept_agreement(cube: LabelCube, level: str = "ordinal", n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+def concept_agreement(
+    cube: LabelCube, level: str = "ordinal", n_boot: int = 1000, seed: int = 0
+) -> pd.DataFrame:
     """Per concept: α, its bootstrap CI, exact agreement, items, reviewers and the unanimous share.
 
     ``n_items`` counts items with at least one review of the concept, ``n_pairable`` those with two
@@ -302,7 +318,9 @@ def concept_agreement(cube: LabelCube, level: str = "ordinal", n_boot: int = 100
                 "n_pairable": int(pairable.sum()),
                 "n_reviewers": int((~np.isnan(cube.levels[:, k, :])).any(axis=0).sum()),
                 "n_labels": int(n[:, k].sum()),
-                "unanimous": float((ck.max(axis=-1)[pairable] == n[pairable, k]).mean()) if pairable.any() else float("nan"),
+                "unanimous": float((ck.max(axis=-1)[pairable] == n[pairable, k]).mean())
+                if pairable.any()
+                else float("nan"),
             }
         )
     return pd.DataFrame(rows).set_index("concept")
@@ -384,7 +402,7 @@ def predictions_vs_consensus(
                 "concept": str(key),
                 "alpha": alpha_counts(_two_column_counts(p, t, dom), dom.tolist(), level),
                 "exact": float((p == t).mean()),
-                "n_items": int(len(g)),
+                "n_items": len(g),
                 "confusion": conf.tolist(),
             }
         )
@@ -427,9 +445,7 @@ def grade_agreement(
 # -- rubric coverage -----------------------------------------------------------------------------------------
 
 
-def _cv_scores(
-    X: FloatArray, y: IntArray, folds: int, seed: int, model: str
-) -> tuple[float, float]:
+def _cv_scores(X: FloatArray, y: IntArray, folds: int, seed: int, model: str) -> tuple[float, float]:
     """Cross-validated accuracy and macro-F1; duplicate (x, y) rows of a training fold are fitted once
     with their count as sample weight (the same loss, far fewer rows)."""
     from sklearn.dummy import DummyClassifier
@@ -453,7 +469,9 @@ def _cv_scores(
         if model == "majority" or len(np.unique(yu)) < 2:
             clf = DummyClassifier(strategy="most_frequent")
         else:  # same model either way; the faster solver for each coding (Newton: few dense columns)
-            clf = LogisticRegression(solver="newton-cholesky" if model == "numeric" else "lbfgs", max_iter=500, C=1.0)
+            clf = LogisticRegression(
+                solver="newton-cholesky" if model == "numeric" else "lbfgs", max_iter=500, C=1.0
+            )
         clf.fit(Xu, yu, sample_weight=w)
         pred[test] = clf.predict(X[test])
     return (
@@ -463,7 +481,12 @@ def _cv_scores(
 
 
 def rubric_coverage(
-    table: pd.DataFrame, concepts: Sequence[str], domain: Sequence[int], grade: str = "grade", folds: int = 5, seed: int = 0
+    table: pd.DataFrame,
+    concepts: Sequence[str],
+    domain: Sequence[int],
+    grade: str = "grade",
+    folds: int = 5,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Does the rubric explain the grade? Predict the grade from the adjudicated concept levels.
 
@@ -481,7 +504,10 @@ def rubric_coverage(
     ok = g.notna() & levels.notna().all(axis=1)
     n = int(ok.sum())
     if n < 2 * folds:
-        return {"available": False, "reason": f"only {n} items with a grade and every concept; need {2 * folds}"}
+        return {
+            "available": False,
+            "reason": f"only {n} items with a grade and every concept; need {2 * folds}",
+        }
     y_raw = g[ok].to_numpy(dtype=float)
     y = np.unique(y_raw, return_inverse=True)[1].astype(np.int64)
     X = levels[ok].to_numpy(dtype=float)  # (n, K)
@@ -497,7 +523,11 @@ def rubric_coverage(
         hot = _cv_scores(onehot, y, folds, seed, "onehot")
         rho = {}
         for j, key in enumerate(keys):
-            r = pd.Series(X[:, j]).corr(pd.Series(y_raw), method="spearman") if np.ptp(X[:, j]) > 0 else float("nan")
+            r = (
+                pd.Series(X[:, j]).corr(pd.Series(y_raw), method="spearman")
+                if np.ptp(X[:, j]) > 0
+                else float("nan")
+            )
             rho[key] = float(r)
     return {
         "available": True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-__all__ = ["TOY", "toy_items", "toy_reviews", "long_rows"]
+__all__ = ["TOY", "long_rows", "toy_items", "toy_reviews"]
 
 # item -> concept -> levels of reviewers A, B, C (None = no review)
 TOY: dict[str, dict[str, tuple[int | None, int | None, int | None]]] = {
@@ -15,7 +15,9 @@ TOY: dict[str, dict[str, tuple[int | None, int | None, int | None]]] = {
 }
 
 
-def long_rows(table: dict[str, dict[str, tuple[int | None, ...]]] = TOY, reviewers: str = "ABC") -> list[dict[str, object]]:
+def long_rows(
+    table: dict[str, dict[str, tuple[int | None, int | None, int | None]]] = TOY, reviewers: str = "ABC"
+) -> list[dict[str, object]]:
     return [
         {"item": item, "reviewer": reviewers[r], "concept": concept, "level": level}
         for item, per in table.items()

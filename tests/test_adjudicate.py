@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,11 +26,13 @@ from rubrictool.adjudicate import (
 from rubrictool.agreement import krippendorff_alpha, value_counts
 from rubrictool.data import load_concept_passes, read_table, write_table
 from rubrictool.errors import AdjudicateError
-from rubrictool.rubric import Rubric
+from rubrictool.rubric import load_rubric
 from tests._adjudicate_helpers import TOY, toy_items, toy_reviews
 
+MOHLER = load_rubric("mohler")
 
-def _decision(decisions: pd.DataFrame, item: str, concept: str) -> pd.Series:
+
+def _decision(decisions: pd.DataFrame, item: str, concept: str) -> Any:
     return decisions.set_index(["item", "concept"]).loc[(item, concept)]
 
 
@@ -48,7 +51,12 @@ def test_majority_vote_rules_and_flags() -> None:
     }
     for (item, concept), (level, rule, flagged, tied) in cases.items():
         row = _decision(d, item, concept)
-        assert (row["level"], row["rule"], bool(row["flagged"]), bool(row["tied"])) == (level, rule, flagged, tied)
+        assert (row["level"], row["rule"], bool(row["flagged"]), bool(row["tied"])) == (
+            level,
+            rule,
+            flagged,
+            tied,
+        )
     assert mv.labels_.loc[("q1", "CC")] == 2 and mv.labels_.name == "level"
     assert int(_decision(d, "q2", "FC")["n_reviewers"]) == 2
 
@@ -64,7 +72,9 @@ def test_dawid_skene_is_crowdkits_per_concept() -> None:
     reviews = pd.DataFrame(rows)
     ds = DawidSkeneVote((1, 2, 3)).fit(reviews)
     direct = DawidSkene(n_iter=100, tol=1e-5).fit_predict(
-        reviews.rename(columns={"item": "task", "reviewer": "worker", "level": "label"})[["task", "worker", "label"]]
+        reviews.rename(columns={"item": "task", "reviewer": "worker", "level": "label"})[
+            ["task", "worker", "label"]
+        ]
     )
     got = ds.labels_.xs("FC", level="concept")
     assert (got.sort_index().to_numpy() == direct.sort_index().to_numpy()).all()
@@ -76,27 +86,31 @@ def test_dawid_skene_is_crowdkits_per_concept() -> None:
 
 
 def test_adjudicate_dawid_skene_reports_changes() -> None:
-    res = adjudicate(toy_reviews(), Rubric_mohler(), toy_items(), method="dawid-skene", n_boot=50, coverage=False)
+    res = adjudicate(toy_reviews(), MOHLER, toy_items(), method="dawid-skene", n_boot=50, coverage=False)
     changed = res.agreement["adjudication"]["dawid_skene_changed"]
     assert isinstance(changed, int)
     assert changed == int((res.decisions["level"] != res.decisions["vote"]).sum())
     assert set(res.table["method"]) == {"dawid-skene"}
 
 
-def Rubric_mohler() -> Rubric:  # noqa: N802 - reads like the type it returns
-    from rubrictool.rubric import load_rubric
-
-    return load_rubric("mohler")
-
-
 def test_resolutions_override_and_are_recorded(tmp_path: Path) -> None:
-    rubric = Rubric_mohler()
+    rubric = MOHLER
     f = tmp_path / "res.csv"
     pd.DataFrame(
-        [{"item": "q1", "concept": "CC", "level": 3, "note": "full coverage after discussion", "decided_by": "panel"}]
+        [
+            {
+                "item": "q1",
+                "concept": "CC",
+                "level": 3,
+                "note": "full coverage after discussion",
+                "decided_by": "panel",
+            }
+        ]
     ).to_csv(f, index=False)
     before = adjudicate(toy_reviews(), rubric, toy_items(), n_boot=0, coverage=False)
-    after = adjudicate(toy_reviews(), rubric, toy_items(), resolutions=read_resolutions(f, rubric), n_boot=0, coverage=False)
+    after = adjudicate(
+        toy_reviews(), rubric, toy_items(), resolutions=read_resolutions(f, rubric), n_boot=0, coverage=False
+    )
     row_b = before.table.set_index("id").loc["q1"]
     row_a = after.table.set_index("id").loc["q1"]
     assert row_b["CC"] == 2 and row_a["CC"] == 3
@@ -112,10 +126,12 @@ def test_resolutions_override_and_are_recorded(tmp_path: Path) -> None:
 
 
 def test_filled_queue_is_a_resolutions_file(tmp_path: Path) -> None:
-    rubric = Rubric_mohler()
+    rubric = MOHLER
     res = adjudicate(toy_reviews(), rubric, toy_items(), n_boot=0, coverage=False)
     queue = res.queue.copy()
-    queue.loc[(queue["item"] == "q2") & (queue["concept"] == "FC"), ["resolution", "decided_by"]] = [2, "ann"]
+    hit = ((queue["item"] == "q2") & (queue["concept"] == "FC")).to_numpy()
+    queue.loc[hit, "resolution"] = 2
+    queue.loc[hit, "decided_by"] = "ann"
     path = write_table(queue, tmp_path / "queue.csv")
     resolutions = read_resolutions(path, rubric)
     assert resolutions[["item", "concept", "level", "decided_by"]].values.tolist() == [["q2", "FC", 2, "ann"]]
@@ -125,29 +141,38 @@ def test_filled_queue_is_a_resolutions_file(tmp_path: Path) -> None:
     ("rows", "message"),
     [
         ([{"item": "nope", "concept": "CC", "level": 2}], "item nope / concept CC has no reviews"),
-        ([{"item": "q1", "concept": "CC", "level": 2}, {"item": "q1", "concept": "CC", "level": 3}], "resolved more than once"),
+        (
+            [{"item": "q1", "concept": "CC", "level": 2}, {"item": "q1", "concept": "CC", "level": 3}],
+            "resolved more than once",
+        ),
     ],
 )
 def test_bad_resolutions(rows: list[dict[str, object]], message: str) -> None:
     with pytest.raises(AdjudicateError, match=message):
-        adjudicate(toy_reviews(), Rubric_mohler(), resolutions=pd.DataFrame(rows).assign(note=None, decided_by=None), n_boot=0)
+        adjudicate(
+            toy_reviews(), MOHLER, resolutions=pd.DataFrame(rows).assign(note=None, decided_by=None), n_boot=0
+        )
 
 
 def test_bad_resolution_level_names_the_row(tmp_path: Path) -> None:
     f = tmp_path / "res.csv"
     f.write_text("item,concept,level\nq1,CC,2\nq1,FC,7\n")
     with pytest.raises(AdjudicateError, match=r"res\.csv:row 3: level 7 .* levels must be integers 1\.\.3"):
-        read_resolutions(f, Rubric_mohler())
+        read_resolutions(f, MOHLER)
 
 
 def test_read_reviews_long_wide_and_mixed(tmp_path: Path) -> None:
     reviews = toy_reviews()
     long = reviews.loc[reviews["reviewer"] != "C"]
     long.to_csv(tmp_path / "ab.csv", index=False)
-    wide = reviews.loc[reviews["reviewer"] == "C"].pivot(index="item", columns="concept", values="level").reset_index()
+    wide = (
+        reviews.loc[reviews["reviewer"] == "C"]
+        .pivot(index="item", columns="concept", values="level")
+        .reset_index()
+    )
     write_table(wide.rename(columns={"item": "id"}), tmp_path / "third.jsonl")
     got = read_reviews([str(tmp_path / "ab.csv"), f"C={tmp_path / 'third.jsonl'}"])
-    checked = validate_reviews(got, Rubric_mohler())
+    checked = validate_reviews(got, MOHLER)
     key = ["item", "reviewer", "concept"]
     exp = reviews.sort_values(key).reset_index(drop=True)
     out = checked.sort_values(key).reset_index(drop=True)
@@ -167,9 +192,18 @@ def _write(tmp_path: Path, df: pd.DataFrame, name: str = "r.csv") -> Path:
     [
         (lambda d: d.drop(columns="level"), r"missing column\(s\) level"),
         (lambda d: d.iloc[0:0], "empty"),
-        (lambda d: d.assign(concept=d["concept"].where(d.index != 4, "XX")), r"r\.csv:row 6: unknown concept 'XX'.*FC, CC"),
-        (lambda d: d.assign(level=d["level"].where(d.index != 2, 4)), r"r\.csv:row 4: level 4 for concept FC of item q1.*1\.\.3"),
-        (lambda d: d.assign(level=d["level"].astype(object).where(d.index != 0, "high")), r"row 2: level 'high'"),
+        (
+            lambda d: d.assign(concept=d["concept"].where(d.index != 4, "XX")),
+            r"r\.csv:row 6: unknown concept 'XX'.*FC, CC",
+        ),
+        (
+            lambda d: d.assign(level=d["level"].where(d.index != 2, 4)),
+            r"r\.csv:row 4: level 4 for concept FC of item q1.*1\.\.3",
+        ),
+        (
+            lambda d: d.assign(level=d["level"].astype(object).where(d.index != 0, "high")),
+            r"row 2: level 'high'",
+        ),
         (lambda d: pd.concat([d, d.iloc[[3]]]), r"reviewer 'A' reviewed item q1 / CC twice"),
         (lambda d: d.assign(source="robot"), r"source 'robot'; use human or llm"),
     ],
@@ -179,7 +213,7 @@ def test_bad_reviews_name_the_row(tmp_path: Path, mutate: object, message: str) 
     path = _write(tmp_path, bad)
     with pytest.raises(AdjudicateError, match=message):
         df = read_reviews([path])
-        validate_reviews(df, Rubric_mohler())
+        validate_reviews(df, MOHLER)
 
 
 def test_missing_review_file_and_misused_name(tmp_path: Path) -> None:
@@ -193,13 +227,15 @@ def test_missing_review_file_and_misused_name(tmp_path: Path) -> None:
 
 
 def test_unknown_item_ids_against_items() -> None:
-    reviews = pd.concat([toy_reviews(), pd.DataFrame([{"item": "zz", "reviewer": "A", "concept": "FC", "level": 1}])])
+    reviews = pd.concat(
+        [toy_reviews(), pd.DataFrame([{"item": "zz", "reviewer": "A", "concept": "FC", "level": 1}])]
+    )
     with pytest.raises(AdjudicateError, match=r"1 item id\(s\) not in the items table \(zz\)"):
-        adjudicate(reviews, Rubric_mohler(), toy_items(), n_boot=0)
+        adjudicate(reviews, MOHLER, toy_items(), n_boot=0)
 
 
 def test_under_reviewed_items_are_reported_not_dropped() -> None:
-    res = adjudicate(toy_reviews(), Rubric_mohler(), toy_items(), n_boot=0, coverage=False, expected_reviewers=3)
+    res = adjudicate(toy_reviews(), MOHLER, toy_items(), n_boot=0, coverage=False, expected_reviewers=3)
     a = res.agreement
     assert a["under_reviewed"] == {"n_items": 1, "items": ["q2"]}
     row = res.table.set_index("id").loc["q2"]
@@ -209,12 +245,14 @@ def test_under_reviewed_items_are_reported_not_dropped() -> None:
 
 
 def test_training_table_layout_and_agreement_json(tmp_path: Path) -> None:
-    rubric = Rubric_mohler()
+    rubric = MOHLER
     res = adjudicate(toy_reviews(), rubric, toy_items(), n_boot=100, coverage=False)
     t = res.table
     assert list(t.columns[:6]) == ["id", "question", "response", "reference", "context", "grade"]
     assert list(t.columns[6:14]) == rubric.keys
-    assert {"n_reviewers", "unanimous", "n_flagged", "flagged_concepts", "method", "label_source"} <= set(t.columns)
+    assert {"n_reviewers", "unanimous", "n_flagged", "flagged_concepts", "method", "label_source"} <= set(
+        t.columns
+    )
     assert str(t["FC"].dtype) == "Int64"
     q1 = t.set_index("id").loc["q1"]
     assert q1["flagged_concepts"] == "CC,TU" and q1["n_flagged"] == 2 and not q1["unanimous"]
@@ -229,22 +267,25 @@ def test_training_table_layout_and_agreement_json(tmp_path: Path) -> None:
         paths = write_outputs(res, tmp_path / fmt, fmt)
         back = read_table(paths["table"])
         assert back["id"].astype(str).tolist() == t["id"].tolist()
-        assert back["CC"].tolist() == t["CC"].astype(float).tolist() or back["CC"].tolist() == t["CC"].tolist()
+        assert (
+            back["CC"].tolist() == t["CC"].astype(float).tolist() or back["CC"].tolist() == t["CC"].tolist()
+        )
         saved = json.loads(paths["agreement"].read_text())
         assert saved["concepts"]["FC"]["alpha"] == pytest.approx(fc["alpha"])
 
 
 def test_discussion_queue_shows_levels_and_anchors() -> None:
-    rubric = Rubric_mohler()
+    rubric = MOHLER
     res = adjudicate(toy_reviews(), rubric, toy_items(), n_boot=0, coverage=False)
     q = res.queue.set_index(["item", "concept"])
     assert len(q) == int(res.decisions["flagged"].sum())
-    row = q.loc[("q1", "CC")]
+    row: Any = q.loc[("q1", "CC")]
     assert (row["A"], row["B"], row["C"], row["level"], row["rule"]) == (1, 2, 3, 2, "tie-median")
     cc = rubric.concept("CC")
     assert row["anchors"] == " | ".join(f"{v}: {cc.anchor(v)}" for v in (1, 2, 3))
     assert row["response"] == "LIFO list" and row["status"] == "open"
-    assert pd.isna(q.loc[("q2", "FC"), "C"])
+    missing: Any = q.loc[("q2", "FC"), "C"]
+    assert pd.isna(missing)
     md = res.markdown
     assert "## Item q1" in md and "**Response:** LIFO list" in md
     assert f"| CC ({cc.name}) | 1 | 2 | 3 | 2 | tie-median | open | 1: {cc.anchor(1)} / 2:" in md
@@ -253,8 +294,10 @@ def test_discussion_queue_shows_levels_and_anchors() -> None:
 
 def test_human_reviews_with_llm_rows_compare_the_llm() -> None:
     reviews = toy_reviews().assign(source="human")
-    llm = toy_reviews().loc[lambda d: d["reviewer"] == "A"].assign(reviewer="gpt", source="llm", model="gpt-4o")
-    res = adjudicate(pd.concat([reviews, llm]), Rubric_mohler(), n_boot=0, coverage=False)
+    llm = (
+        toy_reviews().loc[lambda d: d["reviewer"] == "A"].assign(reviewer="gpt", source="llm", model="gpt-4o")
+    )
+    res = adjudicate(pd.concat([reviews, llm]), MOHLER, n_boot=0, coverage=False)
     assert res.agreement["reviewers"] == ["A", "B", "C"]
     assert "gpt-4o" in res.agreement["llm_vs_consensus"]
     assert res.agreement["llm_vs_consensus"]["gpt-4o"]["FC"]["n_items"] == 4
@@ -264,14 +307,22 @@ def test_read_predictions_skips_failures(tmp_path: Path) -> None:
     p = tmp_path / "pred.csv"
     pd.DataFrame(
         {
-            "item": ["q1", "q2", "q3"], "model": "m", "concept": "FC", "level": [3, None, 9],
-            "evidence": "", "raw_ok": [True, False, False],
+            "item": ["q1", "q2", "q3"],
+            "model": "m",
+            "concept": "FC",
+            "level": [3, None, 9],
+            "evidence": "",
+            "raw_ok": [True, False, False],
         }
     ).to_csv(p, index=False)
-    got = read_predictions(p, Rubric_mohler())
+    got = read_predictions(p, MOHLER)
     assert got.values.tolist() == [["q1", "m", "FC", 3]]
-    res = adjudicate(toy_reviews(), Rubric_mohler(), predictions=got, n_boot=0, coverage=False)
-    assert res.agreement["llm_vs_consensus"]["m"]["FC"]["confusion"]["matrix"] == [[0, 0, 0], [0, 0, 0], [0, 0, 1]]
+    res = adjudicate(toy_reviews(), MOHLER, predictions=got, n_boot=0, coverage=False)
+    assert res.agreement["llm_vs_consensus"]["m"]["FC"]["confusion"]["matrix"] == [
+        [0, 0, 0],
+        [0, 0, 0],
+        [0, 0, 1],
+    ]
 
 
 def test_benchmark_labels_are_the_majority_of_the_passes(mohler_items: pd.DataFrame) -> None:

@@ -5,9 +5,11 @@ agreement, grade agreement and rubric coverage."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import krippendorff
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -60,7 +62,7 @@ HAND = np.array(
 HAND_ALPHA = {"interval": 17 / 24, "ordinal": 17 / 24, "nominal": 1 / 3}
 
 
-def _counts(rows_by_unit: np.ndarray, domain: list[int]) -> np.ndarray:
+def _counts(rows_by_unit: npt.NDArray[np.float64], domain: list[int]) -> npt.NDArray[np.int64]:
     return value_counts(rows_by_unit, np.asarray(domain))
 
 
@@ -69,7 +71,9 @@ def test_krippendorff_2011_worked_example(level: str) -> None:
     counts = _counts(K2011.T, DOM5)  # (units, values)
     assert round(krippendorff_alpha(counts, DOM5, level), 3) == K2011_PUBLISHED[level]
     # the pattern form used for the bootstrap gives the same number
-    assert alpha_counts(counts, DOM5, level) == pytest.approx(krippendorff_alpha(counts, DOM5, level), abs=1e-12)
+    assert alpha_counts(counts, DOM5, level) == pytest.approx(
+        krippendorff_alpha(counts, DOM5, level), abs=1e-12
+    )
 
 
 @pytest.mark.parametrize("level", list(HAND_ALPHA))
@@ -96,14 +100,20 @@ def test_missing_reviews_are_missing_values_not_dropped_items() -> None:
 
 
 def test_alpha_undefined_is_nan() -> None:
-    assert math.isnan(krippendorff_alpha(_counts(np.array([[1, 1], [1, 1]]), [1, 2, 3]), [1, 2, 3]))  # no variation
-    assert math.isnan(krippendorff_alpha(_counts(np.array([[1, NAN], [2, NAN]]), [1, 2, 3]), [1, 2, 3]))  # nothing pairable
+    assert math.isnan(
+        krippendorff_alpha(_counts(np.array([[1, 1], [1, 1]]), [1, 2, 3]), [1, 2, 3])
+    )  # no variation
+    assert math.isnan(
+        krippendorff_alpha(_counts(np.array([[1, NAN], [2, NAN]]), [1, 2, 3]), [1, 2, 3])
+    )  # nothing pairable
     assert math.isnan(alpha_counts(_counts(np.array([[1, NAN]]), [1, 2, 3]), [1, 2, 3]))
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    data=st.lists(st.lists(st.one_of(st.none(), st.integers(1, 4)), min_size=3, max_size=3), min_size=2, max_size=25),
+    data=st.lists(
+        st.lists(st.one_of(st.none(), st.integers(1, 4)), min_size=3, max_size=3), min_size=2, max_size=25
+    ),
     level=st.sampled_from(["nominal", "ordinal", "interval", "ratio"]),
 )
 def test_pattern_alpha_equals_the_package(data: list[list[int | None]], level: str) -> None:
@@ -130,7 +140,9 @@ def test_bootstrap_replicate_equals_alpha_of_the_resampled_items() -> None:
     pattern_rows = np.array([pairable[inverse == p][0] for p in range(len(patterns))])
     for level in ("ordinal", "interval", "nominal"):
         by_patterns = alpha_from_patterns(pattern_rows, weights[None, :], [1, 2, 3], level)[0]
-        direct = krippendorff.alpha(value_counts=resampled, value_domain=[1.0, 2.0, 3.0], level_of_measurement=level)
+        direct = krippendorff.alpha(
+            value_counts=resampled, value_domain=[1.0, 2.0, 3.0], level_of_measurement=level
+        )
         assert by_patterns == pytest.approx(direct, abs=1e-12)
 
 
@@ -180,7 +192,7 @@ def test_ordinal_vote_without_reviews_is_minus_one() -> None:
     assert idx.tolist() == [-1, -1] and not tied.any()
 
 
-def _cube(matrix: np.ndarray, reviewers: str = "ABC") -> LabelCube:
+def _cube(matrix: npt.NDArray[np.float64], reviewers: str = "ABC") -> LabelCube:
     rows = [
         {"item": f"i{u}", "reviewer": reviewers[r], "concept": "FC", "level": int(v)}
         for u, unit in enumerate(matrix)
@@ -197,7 +209,7 @@ def test_pairwise_and_leave_one_out_find_the_drifting_reviewer() -> None:
     b = np.where(rng.random(300) < 0.1, np.clip(truth + 1, 1, 3), truth)
     c = rng.integers(1, 4, 300).astype(float)  # C ignores the responses
     cube = _cube(np.stack([a, b, c], axis=1))
-    pairs = pairwise_agreement(cube, "ordinal").set_index(["a", "b"])
+    pairs: Any = pairwise_agreement(cube, "ordinal").set_index(["a", "b"])
     assert pairs.loc[("A", "B"), "exact"] == pytest.approx(float((a == b).mean()))
     assert pairs.loc[("A", "B"), "n_items"] == 300
     assert pairs.loc[("A", "B"), "alpha"] > 0.8 and abs(pairs.loc[("A", "C"), "alpha"]) < 0.2
@@ -211,14 +223,22 @@ def test_pairwise_and_leave_one_out_find_the_drifting_reviewer() -> None:
 def test_predictions_vs_consensus_confusion_matrix() -> None:
     consensus = pd.DataFrame({"item": ["1", "2", "3", "4"], "concept": "FC", "level": [1, 2, 3, 3]})
     preds = pd.DataFrame(
-        {"item": ["1", "2", "3", "4", "1"], "model": ["m"] * 4 + ["n"], "concept": "FC", "level": [1, 3, 3, 2, 1]}
+        {
+            "item": ["1", "2", "3", "4", "1"],
+            "model": ["m"] * 4 + ["n"],
+            "concept": "FC",
+            "level": [1, 3, 3, 2, 1],
+        }
     )
     out = predictions_vs_consensus(preds, consensus, [1, 2, 3]).set_index("model")
     assert out.loc["m", "exact"] == 0.5 and out.loc["m", "n_items"] == 4 and out.loc["n", "n_items"] == 1
     assert out.loc["m", "confusion"] == [[1, 0, 0], [0, 0, 1], [0, 1, 1]]  # rows consensus, columns predicted
     assert out.loc["m", "alpha"] == pytest.approx(
-        krippendorff.alpha(np.array([[1, 3, 3, 2], [1, 2, 3, 3]], dtype=float), level_of_measurement="ordinal",
-                           value_domain=[1, 2, 3])
+        krippendorff.alpha(
+            np.array([[1, 3, 3, 2], [1, 2, 3, 3]], dtype=float),
+            level_of_measurement="ordinal",
+            value_domain=[1, 2, 3],
+        )
     )
 
 

@@ -23,7 +23,17 @@ def test_mohler_passes_end_to_end(tmp_path: Path, data_dir: Path) -> None:
     out = tmp_path / "adj"
     res = runner.invoke(
         app,
-        ["adjudicate", "--benchmark", "mohler", "--data-dir", str(data_dir), "--out", str(out), "--bootstrap", "200"],
+        [
+            "adjudicate",
+            "--benchmark",
+            "mohler",
+            "--data-dir",
+            str(data_dir),
+            "--out",
+            str(out),
+            "--bootstrap",
+            "200",
+        ],
         env=WIDE_ENV,
     )
     assert res.exit_code == 0, res.output
@@ -33,7 +43,9 @@ def test_mohler_passes_end_to_end(tmp_path: Path, data_dir: Path) -> None:
     passes = load_concept_passes()
     for key in ("FC", "FR"):
         wide = passes.loc[passes["concept"] == key].pivot(index="item", columns="reviewer", values="level")
-        expected = krippendorff_alpha(value_counts(wide.to_numpy(dtype=float), np.array([1, 2, 3])), [1, 2, 3], "ordinal")
+        expected = krippendorff_alpha(
+            value_counts(wide.to_numpy(dtype=float), np.array([1, 2, 3])), [1, 2, 3], "ordinal"
+        )
         c = agreement["concepts"][key]
         assert c["alpha"] == pytest.approx(expected)
         assert c["alpha_ci"][0] <= c["alpha"] <= c["alpha_ci"][1]
@@ -51,7 +63,11 @@ def test_mohler_passes_end_to_end(tmp_path: Path, data_dir: Path) -> None:
 def _files(tmp_path: Path) -> tuple[list[str], Path]:
     reviews = toy_reviews()
     reviews.loc[reviews["reviewer"] != "C"].to_csv(tmp_path / "ab.csv", index=False)
-    wide = reviews.loc[reviews["reviewer"] == "C"].pivot(index="item", columns="concept", values="level").reset_index()
+    wide = (
+        reviews.loc[reviews["reviewer"] == "C"]
+        .pivot(index="item", columns="concept", values="level")
+        .reset_index()
+    )
     write_table(wide.rename(columns={"item": "id"}), tmp_path / "c.jsonl")
     items = write_table(toy_items(), tmp_path / "items.csv")
     return [str(tmp_path / "ab.csv"), f"C={tmp_path / 'c.jsonl'}"], items
@@ -61,14 +77,38 @@ def test_files_predictions_resolutions_parquet(tmp_path: Path) -> None:
     specs, items = _files(tmp_path)
     preds = tmp_path / "pred.jsonl"
     write_table(
-        pd.DataFrame({"item": ["q1", "q2"], "model": "gpt-4o", "concept": "FC", "level": [3, 1], "evidence": "", "raw_ok": True}),
+        pd.DataFrame(
+            {
+                "item": ["q1", "q2"],
+                "model": "gpt-4o",
+                "concept": "FC",
+                "level": [3, 1],
+                "evidence": "",
+                "raw_ok": True,
+            }
+        ),
         preds,
     )
     res_file = tmp_path / "res.csv"
     res_file.write_text("item,concept,level,note,decided_by\nq1,CC,3,agreed,panel\n")
     out = tmp_path / "o"
-    args = ["adjudicate", "--rubric", "mohler", "--items", str(items), "--predictions", str(preds),
-            "--resolutions", str(res_file), "--format", "parquet", "--out", str(out), "--bootstrap", "50"]
+    args = [
+        "adjudicate",
+        "--rubric",
+        "mohler",
+        "--items",
+        str(items),
+        "--predictions",
+        str(preds),
+        "--resolutions",
+        str(res_file),
+        "--format",
+        "parquet",
+        "--out",
+        str(out),
+        "--bootstrap",
+        "50",
+    ]
     for s in specs:
         args += ["--reviews", s]
     res = runner.invoke(app, args, env=WIDE_ENV)
@@ -80,21 +120,44 @@ def test_files_predictions_resolutions_parquet(tmp_path: Path) -> None:
     assert agreement["reviewers"] == ["A", "B", "C"]
     assert agreement["llm_vs_consensus"]["gpt-4o"]["FC"]["exact"] == 1.0
     decisions = read_table(out / "decisions.parquet")
-    assert decisions.loc[(decisions["item"] == "q1") & (decisions["concept"] == "CC"), "decided_by"].item() == "panel"
+    assert (
+        decisions.loc[(decisions["item"] == "q1") & (decisions["concept"] == "CC"), "decided_by"].item()
+        == "panel"
+    )
     assert "LLM gpt-4o vs consensus" in res.output
 
 
 def test_dawid_skene_method(tmp_path: Path) -> None:
-    specs, items = _files(tmp_path)
+    specs, _ = _files(tmp_path)
     out = tmp_path / "ds"
     res = runner.invoke(
-        app, ["adjudicate", "-r", "mohler", "--reviews", specs[0], "--reviews", specs[1], "--method", "dawid-skene",
-              "--out", str(out), "--bootstrap", "0"], env=WIDE_ENV,
+        app,
+        [
+            "adjudicate",
+            "-r",
+            "mohler",
+            "--reviews",
+            specs[0],
+            "--reviews",
+            specs[1],
+            "--method",
+            "dawid-skene",
+            "--out",
+            str(out),
+            "--bootstrap",
+            "0",
+        ],
+        env=WIDE_ENV,
     )
     assert res.exit_code == 0, res.output
     agreement = json.loads((out / "agreement.json").read_text())
-    assert agreement["method"] == "dawid-skene" and isinstance(agreement["adjudication"]["dawid_skene_changed"], int)
-    assert f"Dawid-Skene differs from majority vote on {agreement['adjudication']['dawid_skene_changed']}" in res.output
+    assert agreement["method"] == "dawid-skene" and isinstance(
+        agreement["adjudication"]["dawid_skene_changed"], int
+    )
+    assert (
+        f"Dawid-Skene differs from majority vote on {agreement['adjudication']['dawid_skene_changed']}"
+        in res.output
+    )
     assert set(read_table(out / "adjudicated.csv")["method"]) == {"dawid-skene"}
 
 
