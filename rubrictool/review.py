@@ -348,27 +348,23 @@ def build_tasks(items: pd.DataFrame, predictions: pd.DataFrame | None, rubric: R
     return tasks
 
 
-def _read_predictions(path: str | Path, rubric: Rubric, item_ids: set[str]) -> pd.DataFrame:
-    """The valid rows (``raw_ok``) of a PredictionTable, checked against the rubric and the items."""
+def _read_predictions(path: str | Path, rubric: Rubric, item_ids: set[str]) -> tuple[pd.DataFrame, int]:
+    """The valid rows (``raw_ok``) of a PredictionTable for the given items, checked against the rubric,
+    and how many valid rows were for other items (a table made for a whole benchmark may be pushed
+    for a subset of its items)."""
     from rubrictool.annotate import read_predictions
 
     p = Path(path)
     df = read_predictions(p, rubric, valid_only=True)
-    unknown = sorted(set(df["item"]) - item_ids)
-    if unknown:
-        shown = ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else "")
-        raise DataError(
-            f"{p}: {len(unknown)} predicted item(s) are not in the item table ({shown}); "
-            "pass the --data file the predictions were made for"
-        )
-    dup = df.duplicated(["item", "model", "concept"], keep=False)
+    ours = df["item"].isin(item_ids)
+    dup = df[ours].duplicated(["item", "model", "concept"], keep=False)
     if dup.any():
-        row = df[dup].iloc[0]
+        row = df[ours][dup].iloc[0]
         raise DataError(
             f"{p}: item {row['item']} has several {row['concept']} labels from model {row['model']}; "
             "keep one row per item, model and concept"
         )
-    return df
+    return df[ours].reset_index(drop=True), int((~ours).sum())
 
 
 # == projects ===============================================================================================
@@ -468,6 +464,7 @@ class PushResult:
     predictions: int
     models: list[str]
     state_file: Path
+    other_predictions: int = 0  # valid prediction rows for items not in the pushed table (left out)
 
     @property
     def project_url(self) -> str:
@@ -478,7 +475,9 @@ class PushResult:
         return (
             f"project {self.title!r} (id {self.project_id}, {verb}): {self.imported} new task(s) imported with "
             f"{self.predictions} prediction(s) from {', '.join(self.models) or 'no model'}; {self.already} of "
-            f"{self.items} item(s) were already there. Open {self.project_url}"
+            f"{self.items} item(s) were already there"
+            + (f"; {self.other_predictions} prediction row(s) for other items left out" if self.other_predictions else "")
+            + f". Open {self.project_url}"
         )
 
 
@@ -505,7 +504,7 @@ def push(
     if max_annotations < 1:
         raise ReviewError(f"--max-annotations must be at least 1 (got {max_annotations})")
     items = read_items(items_path)
-    preds = _read_predictions(predictions_path, rubric, set(items["id"])) if predictions_path else None
+    preds, other = _read_predictions(predictions_path, rubric, set(items["id"])) if predictions_path else (None, 0)
     title = project or f"{rubric.name}-review"
     state_path = Path(state_file) if state_file else Path(items_path).parent / STATE_NAME
     xml = render_label_config(rubric)
@@ -550,7 +549,7 @@ def push(
             progress(start + len(batch), len(tasks))
     models = sorted(preds["model"].astype(str).unique()) if preds is not None else []
     return PushResult(pid, title, conn.url, created, len(items), len(items) - len(new_items), len(tasks), n_pred,
-                      models, state_path)
+                      models, state_path, other)
 
 
 # == reading reviews back ===================================================================================
@@ -1040,12 +1039,14 @@ def run_serve(folder: str | Path, port: int, bin: str | Path | None, console: Co
     """``review serve``: run a local Label Studio until Ctrl-C, printing where everything is (never the token)."""
 
     def ready(server: LabelStudioServer) -> None:
-        console.print(f"Label Studio is running at {server.url}  (Ctrl-C stops it)", highlight=False)
-        console.print(f"  sign in as {server.admin_email}; password in {server.password_file}", highlight=False)
-        console.print(f"  admin API token in {server.token_file} (mode 0600); data and log in {server.folder}",
-                      highlight=False)
-        console.print(f"  other terminals here: rubrictool review push ... finds it; elsewhere export "
-                      f"{ENV_URL}={server.url} and {ENV_KEY}=$(cat {server.token_file})", highlight=False)
+        for line in (
+            f"Label Studio is running at {server.url}  (Ctrl-C stops it)",
+            f"  sign in as {server.admin_email}; the password is in {server.password_file}",
+            f"  the admin API token is in {server.token_file} (mode 0600); data and log in {server.folder}",
+            f"  `rubrictool review push|status|pull` run from this folder use it; elsewhere set {ENV_URL}={server.url} "
+            f"and {ENV_KEY}=$(cat {server.token_file})",
+        ):
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
 
     code = serve(folder, port, bin, on_ready=ready)
     console.print("Label Studio stopped", highlight=False)
