@@ -501,6 +501,7 @@ def adjudicate_cmd(
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap replicates for the α CIs (0 = none).")] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap and the coverage folds.")] = 0,
     expected_reviewers: Annotated[int | None, typer.Option("--expected-reviewers", help="Report items with fewer reviewers (default: all reviewers seen).")] = None,
+    from_label_studio: Annotated[str | None, typer.Option("--from-label-studio", help="First pull the reviews of this Label Studio project (title or id; connection from $LABEL_STUDIO_URL/$LABEL_STUDIO_API_KEY or `review serve`) into --out/reviews_label_studio.csv.")] = None,
 ) -> None:
     """Agreement (Krippendorff's α per concept, pairwise, per reviewer, LLM vs consensus, coverage) and adjudication.
 
@@ -510,6 +511,11 @@ def adjudicate_cmd(
     Example: rubrictool adjudicate --benchmark mohler --out runs/mohler/adjudicated
     """
     from rubrictool.adjudicate import run_adjudicate, summary_lines, summary_table
+
+    if from_label_studio:  # review pull, then adjudicate what it wrote
+        from rubrictool.review import pull_for_adjudicate
+
+        reviews = [*(reviews or []), str(pull_for_adjudicate(from_label_studio, rubric or benchmark, out))]
 
     with err_console.status("computing agreement and adjudicating ..."):
         result = run_adjudicate(

@@ -1051,3 +1051,18 @@ def run_serve(folder: str | Path, port: int, bin: str | Path | None, console: Co
     code = serve(folder, port, bin, on_ready=ready)
     console.print("Label Studio stopped", highlight=False)
     return code
+
+
+def pull_for_adjudicate(project: str, rubric: str | Path | None, out: str | Path) -> Path:
+    """``adjudicate --from-label-studio PROJECT``: pull the project's reviews (connection from
+    ``$LABEL_STUDIO_URL`` / ``$LABEL_STUDIO_API_KEY`` or the local ``review serve``) into
+    ``<out>/reviews_label_studio.csv`` and return that path, for adjudicate to read like any review file."""
+    from rubrictool.rubric import load_rubric
+
+    rb = load_rubric(rubric) if rubric is not None else None
+    path = Path(out) / "reviews_label_studio.csv"
+    result = pull(resolve_connection(), project, path, rb)
+    if result.counts.get("annotations", 0) == 0:
+        raise ReviewError(f"project {result.title!r} (id {result.project_id}) has no submitted reviews yet; "
+                          "check `rubrictool review status` first")
+    return path

@@ -285,6 +285,28 @@ def test_pull_then_adjudicate_equals_adjudicating_the_files(
         assert ca["n_labels"] == cb["n_labels"] == 24 * 2 + 20
 
 
+def test_cli_adjudicate_from_label_studio(conn: review.Connection, reviewed: dict[str, Any], mohler_rubric: Any,
+                                         tmp_path: Path) -> None:
+    env = {review.ENV_URL: conn.url, review.ENV_KEY: conn.api_key}
+    res = CliRunner().invoke(app, ["adjudicate", "--from-label-studio", "mohler-review", "--rubric", "mohler",
+                                   "--bootstrap", "20", "--out", str(tmp_path / "adj")], env=env)
+    assert res.exit_code == 0, res.output
+    pulled = read_table(tmp_path / "adj" / "reviews_label_studio.csv")
+    assert len(pulled) == (24 + 24 + 20) * 8
+    table = read_table(tmp_path / "adj" / "adjudicated.csv")
+    direct = adjudicate(reviewed["expected"], mohler_rubric, n_boot=20, coverage=False)
+    cols = ["id", *mohler_rubric.keys]
+    pd.testing.assert_frame_equal(
+        table[cols].astype({"id": str}).sort_values("id").reset_index(drop=True),
+        direct.table[cols].sort_values("id").reset_index(drop=True), check_dtype=False,
+    )
+    import json
+
+    agreement = json.loads((tmp_path / "adj" / "agreement.json").read_text())
+    for key in mohler_rubric.keys:
+        assert agreement["concepts"][key]["alpha"] == pytest.approx(direct.agreement["concepts"][key]["alpha"], abs=1e-12)
+
+
 def test_status_counts_reviews_skips_and_changes(conn: review.Connection, reviewed: dict[str, Any],
                                                  passes: pd.DataFrame, pushed: dict[str, Any]) -> None:
     st = review.status(conn, "mohler-review")
