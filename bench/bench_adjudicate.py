@@ -17,6 +17,7 @@ Run: .venv/bin/python bench/bench_adjudicate.py [--items 30000] [--bootstrap 100
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 
@@ -61,9 +62,10 @@ def main() -> None:
     warm_r, warm_i = synthetic(300, seed=1)
     adjudicate(warm_r, rubric, warm_i, method=method, n_boot=50)
     reviews, items = synthetic(args.items)
-    t0 = time.perf_counter()
-    result = adjudicate(reviews, rubric, items, method=method, n_boot=args.bootstrap, seed=0)
-    t1 = time.perf_counter()
+    stages: dict[str, float] = {}
+    c0, t0 = time.process_time(), time.perf_counter()
+    result = adjudicate(reviews, rubric, items, method=method, n_boot=args.bootstrap, seed=0, timings=stages)
+    c1, t1 = time.process_time(), time.perf_counter()
     with tempfile.TemporaryDirectory() as d:
         write_outputs(result, d, "csv")
     t2 = time.perf_counter()
@@ -72,7 +74,11 @@ def main() -> None:
         f"{args.items} items x 3 reviewers x {len(rubric.keys)} concepts = {len(reviews)} reviews, "
         f"method {method}, bootstrap {args.bootstrap}"
     )
-    print(f"adjudicate: {t1 - t0:.2f} s   write outputs: {t2 - t1:.2f} s   total: {t2 - t0:.2f} s")
+    print(
+        f"adjudicate: {t1 - t0:.2f} s wall ({c1 - c0:.2f} s CPU)   write outputs: {t2 - t1:.2f} s   "
+        f"total: {t2 - t0:.2f} s   (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+    )
+    print("stages: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
     print(
         f"alpha FC {a['concepts']['FC']['alpha']:.3f} CI {a['concepts']['FC']['alpha_ci']}, "
         f"flagged {a['adjudication']['flagged']}, coverage one-hot acc "

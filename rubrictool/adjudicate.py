@@ -19,6 +19,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,14 +189,25 @@ def validate_reviews(reviews: pd.DataFrame, rubric: Rubric, source: str = "revie
     if len(reviews) == 0:
         raise AdjudicateError(f"{source}: no reviews (empty input)")
     df = reviews.copy()
+    codes: dict[str, IntArray] = {}
     for col in ("item", "reviewer", "concept"):
-        empty = df[col].isna() | df[col].astype(str).str.strip().eq("")
+        # check the distinct values once, not every row: factorize, then test the uniques; the
+        # column comes back categorical (strings, categories sorted), so later stages reuse the codes
+        code, uniques = pd.factorize(df[col], sort=True, use_na_sentinel=True)
+        text = pd.Index(uniques).astype(str)
+        blank = text.str.strip().isin([""])
+        empty = pd.Series((code < 0) | blank[np.maximum(code, 0)], index=df.index)
         if empty.any():
             raise AdjudicateError(
                 _first_bad(df, empty, f"empty {col}; every review needs item, reviewer and concept")
             )
-        df[col] = df[col].astype(str)
-    unknown = ~df["concept"].isin(rubric.keys)
+        if text.has_duplicates:  # e.g. 1 and "1" both become "1"
+            code, text = pd.factorize(text.to_numpy(dtype=object)[code], sort=True)
+        df[col] = pd.Categorical.from_codes(code, categories=pd.Index(text, dtype=object))
+        codes[col] = code.astype(np.int64)
+    known = pd.Series(pd.unique(df["concept"]), dtype=object)
+    unknown_values = set(known[~known.isin(rubric.keys)])
+    unknown = df["concept"].isin(unknown_values) if unknown_values else pd.Series(False, index=df.index)
     if unknown.any():
         raise AdjudicateError(
             _first_bad(df, unknown, lambda r: f"unknown concept {r['concept']!r}")
@@ -216,12 +228,15 @@ def validate_reviews(reviews: pd.DataFrame, rubric: Rubric, source: str = "revie
     df["level"] = lv.astype(np.int64)
     if "source" not in df.columns:
         df["source"] = "human"
-    df["source"] = df["source"].fillna("human").astype(str).str.lower()
+    src_code, src_uniques = pd.factorize(df["source"].fillna("human"))
+    lowered = pd.Index(src_uniques).astype(str).str.lower()
+    src_code, lowered = pd.factorize(lowered.to_numpy(dtype=object)[src_code]) if lowered.has_duplicates else (src_code, lowered)
+    df["source"] = pd.Categorical.from_codes(src_code, categories=pd.Index(lowered, dtype=object))
     bad_src = ~df["source"].isin(["human", "llm"])
     if bad_src.any():
         raise AdjudicateError(_first_bad(df, bad_src, lambda r: f"source {r['source']!r}; use human or llm"))
-    codes = [pd.factorize(df[c])[0].astype(np.int64) for c in ("item", "reviewer", "concept")]
-    flat = (codes[0] * (codes[1].max() + 1) + codes[1]) * (codes[2].max() + 1) + codes[2]
+    ci, cr, ck = codes["item"], codes["reviewer"], codes["concept"]
+    flat = (ci * (cr.max() + 1) + cr) * (ck.max() + 1) + ck
     dup = pd.Series(pd.Series(flat).duplicated(keep="first").to_numpy(), index=df.index)
     if dup.any():
         raise AdjudicateError(
@@ -645,8 +660,10 @@ def queue_markdown(
         return "\n".join(lines + ["Nothing to discuss: every label is unanimous."]) + "\n"
 
     def col(name: str) -> npt.NDArray[np.object_]:
-        v = queue[name].to_numpy(dtype=object)
-        return np.where(pd.isna(v), "", v.astype(str)).astype(object)
+        c = queue[name]
+        if pd.api.types.is_integer_dtype(c.dtype) and not c.isna().any():
+            return np.asarray(c.to_numpy(dtype=np.int64).astype(str), dtype=object)
+        return np.asarray(c.astype(object).where(c.notna(), "").to_numpy(dtype=object))
 
     given = []
     for name in reviewers:
@@ -734,6 +751,19 @@ def _split_sources(reviews: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | 
     return reviews, None
 
 
+class _Clock:
+    """Stage timings for the benchmark: ``lap(name)`` records the seconds since the previous lap."""
+
+    def __init__(self, out: dict[str, float] | None) -> None:
+        self.out, self.t = out, time.process_time() if os.environ.get("RUBRICTOOL_CPU_CLOCK") else time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.process_time() if os.environ.get("RUBRICTOOL_CPU_CLOCK") else time.perf_counter()
+        if self.out is not None:
+            self.out[name] = self.out.get(name, 0.0) + now - self.t
+        self.t = now
+
+
 def _grader_columns(items: pd.DataFrame) -> list[str]:
     cols = [c for c in items.columns if str(c).startswith("grade_")]
     return [c for c in cols if pd.to_numeric(items[c], errors="coerce").notna().any()]
@@ -752,12 +782,14 @@ def adjudicate(
     expected_reviewers: int | None = None,
     coverage: bool = True,
     note: str | None = None,
+    timings: dict[str, float] | None = None,
 ) -> AdjudicationResult:
     """Validate reviews, compute every agreement figure, decide each label, build the outputs.
 
     ``reviews`` is a ReviewTable (validated here against ``rubric``); ``items`` an ItemTable (review
     item ids must all be in it); ``predictions`` a PredictionTable of LLM labels to compare with the
-    consensus; ``resolutions`` expert decisions that override the vote.
+    consensus; ``resolutions`` expert decisions that override the vote. ``timings``, when given,
+    receives the seconds each stage took.
     """
     if method not in METHODS:
         raise AdjudicateError(f"unknown method {method!r}; use {' or '.join(METHODS)}")
@@ -765,6 +797,7 @@ def adjudicate(
         raise AdjudicateError(
             f"unknown level of measurement {level!r}; use {', '.join(LEVELS_OF_MEASUREMENT)}"
         )
+    clock = _Clock(timings)
     reviews = validate_reviews(reviews, rubric)
     reviews, llm_rows = _split_sources(reviews)
     if items is not None:
@@ -779,6 +812,7 @@ def adjudicate(
             )
     dom = rubric.scale.values
     order = items["id"].astype(str).to_numpy(dtype=object) if items is not None else None
+    clock.lap("validate")
     cube = LabelCube.from_reviews(reviews, rubric.keys, dom, order)
     reviewed = cube.n_reviews().sum(axis=1) > 0
     if not reviewed.all():  # keep only reviewed items in the cube (items-table order)
@@ -787,6 +821,7 @@ def adjudicate(
         )
     expected = expected_reviewers or len(cube.reviewers)
 
+    clock.lap("cube")
     # 1) consensus
     changed: int | None = None
     if method == "majority":
@@ -798,10 +833,14 @@ def adjudicate(
         grid = apply_resolutions(grid, resolutions)
     decisions = grid.frame()
 
+    clock.lap("consensus")
     # 2) agreement
     per_concept = concept_agreement(cube, level, n_boot, seed)
+    clock.lap("alpha+bootstrap")
     pairs = pairwise_agreement(cube, level)
+    clock.lap("pairwise")
     loo = reviewer_vs_others(cube, level)
+    clock.lap("leave-one-out")
     srcs = sorted(str(x) for x in reviews["source"].unique())
     label_source = srcs[0] if len(srcs) == 1 else "mixed"
     table = training_table(grid, rubric, method, items, label_source)
@@ -840,6 +879,7 @@ def adjudicate(
             concepts[key]["dawid_skene_changed"] = int(
                 ((grid.level[:, k] != grid.vote[:, k]) & has & ~grid.resolved[:, k]).sum()
             )
+    clock.lap("table+summary")
     consensus = decisions[["item", "concept", "level"]]
     llm: dict[str, Any] = {}
     for preds in (p for p in (predictions, llm_rows) if p is not None and len(p)):
@@ -856,16 +896,19 @@ def adjudicate(
                     "matrix": r["confusion"],
                 },
             }
+    clock.lap("llm")
     grade: dict[str, Any] = {"available": False}
     if items is not None:
         cols = _grader_columns(table)
         if len(cols) >= 2:
             grade = {"available": True, **grade_agreement(table, cols, "interval", n_boot, seed)}
+    clock.lap("grade")
     cov = (
         rubric_coverage(table, rubric.keys, dom, "grade", 5, seed)
         if coverage
         else {"available": False, "reason": "skipped"}
     )
+    clock.lap("coverage")
     agreement = {
         "rubric": rubric.name,
         "level_of_measurement": level,
@@ -901,8 +944,10 @@ def adjudicate(
         "coverage": cov,
     }
     queue = discussion_queue(grid, rubric, items)
+    clock.lap("queue")
     result = AdjudicationResult(table, decisions, queue, _nan_to_none(agreement), cube.reviewers)
     result.markdown = queue_markdown(queue, cube.reviewers, rubric, note)
+    clock.lap("markdown")
     return result
 
 

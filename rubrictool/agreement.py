@@ -81,16 +81,16 @@ class LabelCube:
     ) -> LabelCube:
         """Pivot a validated tidy ReviewTable (``item, reviewer, concept, level``) into a cube."""
         data = reviews[["item", "reviewer", "concept", "level"]]
-        # factorize once (one hash pass over the long columns), then map the few distinct values
-        i_codes, i_uniq = pd.factorize(data["item"])
-        r_codes, r_uniq = pd.factorize(data["reviewer"])
-        k_codes, k_uniq = pd.factorize(data["concept"])
-        item_index = pd.Index(list(items) if items is not None else list(i_uniq), dtype=object)
-        reviewer_index = pd.Index(sorted(str(x) for x in r_uniq), dtype=object)
+        # one hash pass over each long column (none if it is categorical), then map the few distinct values
+        i_codes, i_uniq = _codes(data["item"])
+        r_codes, r_uniq = _codes(data["reviewer"])
+        k_codes, k_uniq = _codes(data["concept"])
+        item_index = pd.Index(np.asarray(items, dtype=object) if items is not None else i_uniq, dtype=object)
+        reviewer_index = pd.Index(sorted(r_uniq[np.unique(r_codes)]), dtype=object)
         concept_index = pd.Index(list(concepts), dtype=object)
-        i = item_index.get_indexer(pd.Index(i_uniq, dtype=object))[i_codes]
-        r = reviewer_index.get_indexer(pd.Index([str(x) for x in r_uniq], dtype=object))[r_codes]
-        k = concept_index.get_indexer(pd.Index(k_uniq, dtype=object))[k_codes]
+        i = item_index.get_indexer(i_uniq)[i_codes]
+        r = reviewer_index.get_indexer(r_uniq)[r_codes]
+        k = concept_index.get_indexer(k_uniq)[k_codes]
         if (i < 0).any() or (k < 0).any():
             raise AdjudicateError(
                 "reviews mention items or concepts outside the given lists; validate them first"
@@ -116,6 +116,14 @@ class LabelCube:
     def n_reviews(self) -> IntArray:
         """Reviews per item and concept, ``(N, K)``."""
         return np.asarray((~np.isnan(self.levels)).sum(axis=2), dtype=np.int64)
+
+
+def _codes(column: pd.Series) -> tuple[IntArray, pd.Index]:
+    """Integer codes and the distinct values (as strings) of a column; free for a categorical one."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(dtype=np.int64), pd.Index(column.cat.categories.astype(str), dtype=object)
+    codes, uniques = pd.factorize(column)
+    return codes.astype(np.int64), pd.Index(pd.Index(uniques).astype(str), dtype=object)
 
 
 def value_counts(levels: FloatArray, domain: IntArray) -> IntArray:
@@ -460,6 +468,7 @@ def _cv_scores(X: FloatArray, y: IntArray, folds: int, seed: int, model: str) ->
         else KFold(folds, shuffle=True, random_state=seed)
     )
     pred = np.empty_like(y)
+    warm: Any = None  # the folds share most of their rows: start each fit from the previous solution
     for train, test in splitter.split(X, y):
         xy = np.column_stack([X[train], y[train]])
         row_hash = pd.util.hash_pandas_object(pd.DataFrame(xy), index=False).to_numpy()  # one uint64 per row
@@ -468,11 +477,15 @@ def _cv_scores(X: FloatArray, y: IntArray, folds: int, seed: int, model: str) ->
         clf: Any
         if model == "majority" or len(np.unique(yu)) < 2:
             clf = DummyClassifier(strategy="most_frequent")
+        elif warm is not None and len(np.unique(yu)) == len(warm.classes_):
+            clf = warm
         else:  # same model either way; the faster solver for each coding (Newton: few dense columns)
             clf = LogisticRegression(
-                solver="newton-cholesky" if model == "numeric" else "lbfgs", max_iter=500, C=1.0
+                solver="newton-cholesky" if model == "numeric" else "lbfgs", max_iter=500, C=1.0, warm_start=True
             )
         clf.fit(Xu, yu, sample_weight=w)
+        if isinstance(clf, LogisticRegression):
+            warm = clf
         pred[test] = clf.predict(X[test])
     return (
         float(accuracy_score(y, pred)),
