@@ -18,7 +18,7 @@ from reccbm.data import load_tokenizer
 from reccbm.errors import ReccbmError
 from reccbm.model import RecCBM, TextEncoder
 
-__all__ = ["FORMAT", "save_checkpoint", "load_checkpoint", "read_meta"]
+__all__ = ["FORMAT", "load_checkpoint", "read_meta", "save_checkpoint"]
 
 FORMAT = "reccbm-checkpoint/1"
 

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 __all__ = [
+    "VARIANTS",
     "ModelConfig",
     "StageIConfig",
     "StageIIConfig",
-    "VARIANTS",
+    "config_from_dict",
+    "override",
     "variant_flags",
     "variant_name",
-    "override",
-    "config_from_dict",
 ]
 
 
@@ -40,7 +40,7 @@ class ModelConfig:
     eps: float = 1e-4  # ε in Ω = LLᵀ + εI (Eq. 21), keeps the prior precision positive definite
 
     @property
-    def M(self) -> int:  # noqa: N802 - paper notation
+    def M(self) -> int:
         """Maximum ordinal level M of every concept."""
         return self.num_levels - 1
 

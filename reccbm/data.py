@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 from torch import Tensor
 
 from reccbm.errors import ReccbmError
 
-__all__ = ["load_tokenizer", "encode_inputs", "EncodedItems", "collate", "iterate_batches"]
+__all__ = ["EncodedItems", "collate", "encode_inputs", "iterate_batches", "load_tokenizer"]
 
 
 def load_tokenizer(name_or_path: str) -> Any:
@@ -88,8 +89,8 @@ class EncodedItems:
     """Encoded inputs with their (0-based) labels: concepts (N, K) in 0..M and grades (N,) in 0..S."""
 
     features: list[dict[str, list[int]]]
-    concepts: np.ndarray | None = None  # (N, K) int64
-    grades: np.ndarray | None = None  # (N,) int64
+    concepts: NDArray[Any] | None = None  # (N, K) int64
+    grades: NDArray[Any] | None = None  # (N,) int64
 
     def __post_init__(self) -> None:
         n = len(self.features)
@@ -110,7 +111,7 @@ class EncodedItems:
         )
 
 
-def collate(items: EncodedItems, idx: Sequence[int], pad_id: int) -> dict[str, Tensor]:
+def collate(items: EncodedItems, idx: Sequence[int] | NDArray[Any], pad_id: int) -> dict[str, Tensor]:
     """A right-padded batch (dynamic padding to the longest item) with labels when present."""
     feats = [items.features[i] for i in idx]
     T = max(len(f["input_ids"]) for f in feats)
@@ -128,9 +129,9 @@ def collate(items: EncodedItems, idx: Sequence[int], pad_id: int) -> dict[str, T
 
 def iterate_batches(
     items: EncodedItems, batch_size: int, pad_id: int, shuffle: bool = False, seed: int = 0, sort: bool = False
-) -> Iterator[tuple[np.ndarray, dict[str, Tensor]]]:
+) -> Iterator[tuple[NDArray[Any], dict[str, Tensor]]]:
     """(indices, batch) pairs. shuffle: a seeded permutation; sort: by length (fast inference)."""
-    order = np.arange(len(items))
+    order: NDArray[Any] = np.arange(len(items))
     if shuffle:
         order = np.random.default_rng(seed).permutation(len(items))
     elif sort:

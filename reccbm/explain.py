@@ -8,8 +8,10 @@ logit of ŷ (the logit is Σ_k W_{ŷ,k} μ_post,k + b_ŷ).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from reccbm.model import RecCBM
 from reccbm.train import Predictions
@@ -21,13 +23,13 @@ __all__ = ["DecisionTrace", "decision_trace", "reliability"]
 class DecisionTrace:
     """Arrays for N items and K concepts (levels are 0..M; add the rubric's minimum to display)."""
 
-    grade: np.ndarray  # (N,) predicted grade ŷ, 0..S
-    grade_prob: np.ndarray  # (N,) probability of ŷ
-    levels: np.ndarray  # (N, K) argmax_m p̂_{k,m}
-    expected: np.ndarray  # (N, K) ĉ_k ∈ [0, M]
-    mu_post: np.ndarray  # (N, K) μ_post (s̃ without LCEC)
-    contributions: np.ndarray  # (N, K) W_{ŷ,k} · μ_post,k
-    bias: np.ndarray  # (N,) b_ŷ
+    grade: NDArray[Any]  # (N,) predicted grade ŷ, 0..S
+    grade_prob: NDArray[Any]  # (N,) probability of ŷ
+    levels: NDArray[Any]  # (N, K) argmax_m p̂_{k,m}
+    expected: NDArray[Any]  # (N, K) ĉ_k ∈ [0, M]
+    mu_post: NDArray[Any]  # (N, K) μ_post (s̃ without LCEC)
+    contributions: NDArray[Any]  # (N, K) W_{ŷ,k} · μ_post,k
+    bias: NDArray[Any]  # (N,) b_ŷ
 
 
 def decision_trace(model: RecCBM, preds: Predictions) -> DecisionTrace:
@@ -48,7 +50,7 @@ def decision_trace(model: RecCBM, preds: Predictions) -> DecisionTrace:
     )
 
 
-def reliability(model: RecCBM) -> dict[str, np.ndarray]:
+def reliability(model: RecCBM) -> dict[str, NDArray[Any]]:
     """Learned measurement-noise variances σ_k², shrinkage A_kk and prior precision Ω (LCEC only)."""
     if model.lcec is None:
         raise ValueError("this model has no LCEC layer")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["accuracy", "macro_f1", "concept_metrics", "per_concept_metrics", "task_metrics"]
+__all__ = ["accuracy", "concept_metrics", "macro_f1", "per_concept_metrics", "task_metrics"]
 
 
 def accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
@@ -34,7 +34,7 @@ def macro_f1(y_true: ArrayLike, y_pred: ArrayLike) -> float:
 
 def concept_metrics(c_true: ArrayLike, c_pred: ArrayLike) -> dict[str, float]:
     """C-Acc and C-F1 for (N, K) level arrays."""
-    per_acc, per_f1 = per_concept_metrics(c_true, c_pred)
+    _, per_f1 = per_concept_metrics(c_true, c_pred)
     return {"c_acc": accuracy(c_true, c_pred), "c_f1": float(np.mean(per_f1))}
 
 

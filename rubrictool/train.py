@@ -35,19 +35,19 @@ from rubrictool.rubric import Rubric, load_rubric
 
 __all__ = [
     "CPU_DEFAULTS",
+    "FLAT_OPTIONS",
     "LLM_LABELS_NOTE",
+    "TrainProgress",
     "TrainResult",
+    "grade_file",
+    "grade_items",
     "load_train_config",
     "prepare_table",
-    "train_model",
-    "train_benchmark",
     "reliability_table",
-    "grade_items",
-    "grade_file",
-    "run_train",
-    "TrainProgress",
     "result_tables",
-    "FLAT_OPTIONS",
+    "run_train",
+    "train_benchmark",
+    "train_model",
 ]
 
 log = logging.getLogger("rubrictool.train")
@@ -289,10 +289,10 @@ def _reliability_md(df: pd.DataFrame, rho: float | None, notes: list[str]) -> st
         return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
     lines = ["| concept | name | α | α 95% CI | σ² | A_kk | test C-Acc | test C-F1 |", "|---|---|---|---|---|---|---|---|"]
-    for r in df.itertuples():
-        ci = f"[{f(r.alpha_lo)}, {f(r.alpha_hi)}]" if not math.isnan(r.alpha_lo) else "—"
-        lines.append(f"| {r.concept} | {r.name} | {f(r.alpha)} | {ci} | {f(r.sigma2, '.4g')} | {f(r.A_kk)} | "
-                     f"{f(r.test_c_acc)} | {f(r.test_c_f1)} |")
+    for r in df.to_dict("records"):
+        ci = f"[{f(r['alpha_lo'])}, {f(r['alpha_hi'])}]" if not math.isnan(r["alpha_lo"]) else "—"
+        lines.append(f"| {r['concept']} | {r['name']} | {f(r['alpha'])} | {ci} | {f(r['sigma2'], '.4g')} | "
+                     f"{f(r['A_kk'])} | {f(r['test_c_acc'])} | {f(r['test_c_f1'])} |")
     lines += ["", f"Spearman ρ(σ_k², 1 − α_k) across concepts: {f(rho) if rho is not None else '— (needs α and σ²)'}"]
     return "\n".join(lines + [""] + [f"> {n}" for n in notes]) + "\n"
 
@@ -303,13 +303,14 @@ def _summary(infos: list[dict[str, Any]]) -> dict[str, Any]:
     for k in keys:
         v = np.array([i["test"][k] for i in infos], dtype=float)
         out[k] = {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0}
-    for name, get in (
-        ("stage1_seconds", lambda i: i["stage1"]["seconds"]),
-        ("stage1_step_seconds", lambda i: i["stage1"]["step_seconds"]),
-        ("stage2_seconds", lambda i: i["stage2"]["seconds"] if i["stage2"] else 0.0),
-        ("cache_seconds", lambda i: i["cache_seconds"]),
+    for name, stage, key in (
+        ("stage1_seconds", "stage1", "seconds"),
+        ("stage1_step_seconds", "stage1", "step_seconds"),
+        ("stage2_seconds", "stage2", "seconds"),
+        ("stage2_step_seconds", "stage2", "step_seconds"),
     ):
-        out[name] = float(np.mean([get(i) for i in infos]))
+        out[name] = float(np.mean([(i[stage] or {}).get(key, 0.0) for i in infos]))
+    out["cache_seconds"] = float(np.mean([i["cache_seconds"] for i in infos]))
     return out
 
 
@@ -325,6 +326,7 @@ def train_model(
     lcec: bool | None = None,
     overrides: dict[str, dict[str, Any]] | None = None,
     seeds: int = 1,
+    first_seed: int = 0,
     agreement: dict[str, Any] | str | Path | None = None,
     notes: list[str] | None = None,
     callback: Callable[[reccbm.Event], None] | None = None,
@@ -333,7 +335,7 @@ def train_model(
 
     variant: reccbm | vanilla | plm; race/opcc/lcec switch single components off (or on).
     overrides: {"model"|"stage1"|"stage2": {field: value}} over CPU_DEFAULTS and the paper's defaults.
-    seeds: train with seeds 0..seeds-1 and report mean ± std; the run keeps the seed with the best dev
+    seeds: train with seeds first_seed..first_seed+seeds-1 and report mean ± std; the run keeps the seed with the best dev
     selection metric (T-F1). agreement: agreement.json contents or path, for the α column.
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
@@ -376,7 +378,7 @@ def train_model(
         sets = {s: _encode(df.iloc[p], rb, tokenizer, mcfg.max_len, not plm) for s, p in pos.items()}
         best: tuple[float, reccbm.RecCBM, dict[str, Any], Predictions] | None = None
         infos = []
-        for seed in range(seeds):
+        for seed in range(first_seed, first_seed + seeds):
             model, info, preds = _one_seed(seed, cfgs, mcfg, sets, tokenizer, callback)
             infos.append(info)
             log.info("seed %d: test %s", seed, json.dumps(info["test"]))
@@ -534,8 +536,8 @@ def run_train(
     for name, value in flat.items():
         for section, key in FLAT_OPTIONS[name] if value is not None else []:
             overrides.setdefault(section, {})[key] = value
-    kw: dict[str, Any] = dict(variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides, seeds=seeds,
-                              callback=callback)
+    kw: dict[str, Any] = {"variant": variant, "race": race, "opcc": opcc, "lcec": lcec, "overrides": overrides,
+                          "seeds": seeds, "callback": callback}
     if (benchmark is None) == (data is None):
         raise TrainError("give either --benchmark NAME or --data FILE (an adjudicated table) with --rubric")
     stem = benchmark or Path(str(data)).stem
@@ -564,12 +566,13 @@ class TrainProgress:
         )
         self.task: Any = None
 
-    def __enter__(self) -> TrainProgress:
+    def __enter__(self) -> TrainProgress:  # noqa: PYI034
         self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
+
 
     def __call__(self, ev: reccbm.Event) -> None:
         label = {"stage1": "Stage I", "stage2": "Stage II", "plm": "PLM"}[ev.stage]
@@ -604,9 +607,9 @@ def result_tables(result: TrainResult) -> list[Any]:
         r = Table(title="reliability: inter-rater α vs learned noise σ² and shrinkage A_kk")
         for col in ("concept", "α", "σ²", "A_kk", "test C-Acc", "test C-F1"):
             r.add_column(col, justify="right" if col != "concept" else "left")
-        for row in result.reliability.itertuples():
-            r.add_row(row.concept, *(("—" if math.isnan(v) else f"{v:.3f}") for v in
-                                     (row.alpha, row.sigma2, row.A_kk, row.test_c_acc, row.test_c_f1)))
+        for row in result.reliability.to_dict("records"):
+            vals = [float(row[c]) for c in ("alpha", "sigma2", "A_kk", "test_c_acc", "test_c_f1")]
+            r.add_row(str(row["concept"]), *("—" if math.isnan(v) else f"{v:.3f}" for v in vals))
         rho = result.spearman
         r.caption = f"Spearman ρ(σ², 1 − α) = {rho:.3f}" if rho is not None else "Spearman ρ(σ², 1 − α): —"
         out.append(r)

@@ -88,8 +88,9 @@ def test_train_variants_from_the_command_line(tmp_path: Path, backbone: str, arg
 
 def _mutate(df: pd.DataFrame, col: str, row: int, value: object) -> pd.DataFrame:
     df = df.copy()
-    df[col] = df[col].astype(object)
-    df.loc[row, col] = value
+    values = df[col].astype(object).tolist()
+    values[row] = value
+    df[col] = pd.Series(values, dtype=object)
     return df
 
 

@@ -72,6 +72,7 @@ def test_lcec_is_numerically_safe_for_tiny_and_huge_noise(eta: float) -> None:
     s = torch.rand(4, 6, requires_grad=True)
     mu = lc(s)
     mu.sum().backward()
+    assert lc.L.grad is not None and s.grad is not None
     assert torch.isfinite(mu).all() and torch.isfinite(lc.L.grad).all() and torch.isfinite(s.grad).all()
     A = lc.denoising_matrix().detach()
     if eta <= -20:  # σ² -> 0: trust the measurement, A -> I
@@ -84,7 +85,7 @@ def test_sparsity_is_the_l1_norm_of_the_strict_lower_triangle() -> None:
     lc = LatentCorrection(3, eps=1e-4)
     with torch.no_grad():
         lc.L.copy_(torch.tensor([[1.0, 9.0, 9.0], [-2.0, 1.0, 9.0], [3.0, -4.0, 1.0]]))
-    assert float(lc.sparsity()) == pytest.approx(9.0)
+    assert float(lc.sparsity().detach()) == pytest.approx(9.0)
     Omega = lc.precision()
     L = torch.tril(lc.L).double()
     torch.testing.assert_close(Omega, L @ L.T + 1e-4 * torch.eye(3, dtype=torch.float64))
@@ -127,6 +128,7 @@ def test_race_attention_ignores_padding_and_queries_are_orthogonal() -> None:
     torch.testing.assert_close(alpha.sum(-1), torch.ones(2, 5))
     assert float(alpha[1, :, 4:].abs().max()) == 0.0
     h = torch.einsum("bkt,btd->bkd", alpha, H)  # Eq. 10 by hand for item 1, concept 0
+    assert race.Q is not None
     manual = torch.softmax(H[1, :4] @ race.Q[0] / 0.5, 0) @ H[1, :4]
     torch.testing.assert_close(h[1, 0], manual)
     shared = ConceptBottleneck(K=5, num_levels=3, d=16, tau=0.5, race=False)

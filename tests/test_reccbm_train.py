@@ -48,6 +48,7 @@ def test_stage1_updates_only_encoder_queries_classifiers_and_stage2_only_L_eta_W
     s1, s2 = model.stage1_parameters(), model.stage2_parameters()
     assert {id(p) for p in s1}.isdisjoint(id(p) for p in s2)
     assert {id(p) for p in s1} | {id(p) for p in s2} == {id(p) for p in model.parameters()}
+    assert model.lcec is not None
     assert any(p is model.bottleneck.Q for p in s1) and any(p is model.lcec.L for p in s2)
     b1, b2 = _snapshot(s1), _snapshot(s2)
     train_concepts(model, train, dev, FAST1, tok.pad_token_id)
@@ -100,6 +101,7 @@ def test_tiny_training_run_beats_the_majority_class(backbone: str) -> None:
                  p["dev"], torch.as_tensor(dev.grades), StageIIConfig(epochs=30, patience=30))
     preds = predict(model, test, tok.pad_token_id)
     assert test.grades is not None and test.concepts is not None
+    assert train.grades is not None and train.concepts is not None
     majority = np.bincount(train.grades).argmax()
     base = task_metrics(test.grades, np.full_like(test.grades, majority))["t_acc"]
     acc = task_metrics(test.grades, preds.grades)["t_acc"]

@@ -1,0 +1,200 @@
+"""Benchmark of `rubrictool train` on Mohler: REC-CBM vs vanilla CBM vs the PLM baseline.
+
+Side by side on the same splits and seeds (split seed s and model seed s, s = 0..N-1), MiniLM on
+CPU, the CLI defaults unless overridden. Also the oracle-concept bound (a linear grade head on the
+adjudicated concept LABELS of the training split, scored on the test split), the wall time per
+stage, a step-time comparison (Stage I vs PLM on identical batches) and `grade` throughput.
+
+Resumable: every finished run leaves ``<out>/<variant>-s<seed>/metrics.json`` and is skipped when
+the script is started again; the summary is rebuilt from whatever is there.
+
+    python bench/bench_train.py --out bench/results --seeds 3            # full comparison (hours)
+    python bench/bench_train.py --out bench/results --only steps         # step times only (~2 min)
+    python bench/bench_train.py --out bench/results --summary            # tables from what is done
+
+Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np
+import pandas as pd
+
+VARIANTS = ("reccbm", "vanilla", "plm")
+
+
+def _table(split_seed: int, data_dir: str | None) -> tuple[Any, pd.DataFrame, dict[str, list[str]]]:
+    from rubrictool.adjudicate import LLM_PASSES_NOTE, adjudicate
+    from rubrictool.data import load_benchmark, load_concept_passes, split_items
+    from rubrictool.rubric import load_rubric
+
+    rb = load_rubric("mohler")
+    adj = adjudicate(load_concept_passes(), rb, load_benchmark("mohler", data_dir), n_boot=0, coverage=False,
+                     note=LLM_PASSES_NOTE)
+    return rb, adj.table, split_items(adj.table, seed=split_seed)
+
+
+def oracle(split_seed: int, data_dir: str | None) -> dict[str, float]:
+    """Linear grade head (multinomial logistic regression) on the adjudicated concept labels."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import OneHotEncoder
+
+    from reccbm import task_metrics
+
+    rb, table, split = _table(split_seed, data_dir)
+    t = table.set_index("id")
+    out: dict[str, float] = {}
+    for name, onehot in (("levels", False), ("onehot", True)):
+        Xtr, Xte = t.loc[split["train"], rb.keys].to_numpy(float), t.loc[split["test"], rb.keys].to_numpy(float)
+        if onehot:
+            enc = OneHotEncoder(handle_unknown="ignore").fit(Xtr)
+            Xtr, Xte = enc.transform(Xtr).toarray(), enc.transform(Xte).toarray()
+        else:
+            Xtr, Xte = (Xtr - rb.scale.min) / rb.M, (Xte - rb.scale.min) / rb.M  # s = c / M, as the head sees
+        clf = LogisticRegression(max_iter=5000, C=1.0).fit(Xtr, t.loc[split["train"], "grade"].astype(int))
+        m = task_metrics(t.loc[split["test"], "grade"].astype(int).to_numpy(), clf.predict(Xte))
+        out[f"t_acc_{name}"], out[f"t_f1_{name}"] = m["t_acc"], m["t_f1"]
+    return out
+
+
+def run_variant(variant: str, seed: int, out: Path, data_dir: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
+    from rubrictool.train import train_benchmark
+
+    run = out / f"{variant}-s{seed}"
+    if (run / "metrics.json").is_file():
+        return json.loads((run / "metrics.json").read_text())
+    t0 = time.perf_counter()
+    res = train_benchmark("mohler", run, data_dir=data_dir, split_seed=seed, variant=variant, seeds=1,
+                          overrides=overrides, first_seed=seed)
+    res.metrics["wall_seconds"] = time.perf_counter() - t0
+    (run / "metrics.json").write_text(json.dumps(res.metrics, indent=2, default=float) + "\n")
+    return res.metrics
+
+
+def step_times(n_steps: int, data_dir: str | None) -> dict[str, float]:
+    """Mean seconds per optimiser step (forward + backward + AdamW), batch 8, same batches, interleaved."""
+    import torch
+
+    import reccbm
+    from reccbm.data import collate
+    from reccbm.model import concept_loss, opcc_loss
+    from rubrictool.train import _encode, prepare_table
+
+    rb, table, split = _table(0, data_dir)
+    df = prepare_table(table, rb)
+    tok = reccbm.load_tokenizer(reccbm.default_backbone())
+    items = _encode(df[df["id"].isin(split["train"])], rb, tok, 128, True)
+    rng = np.random.default_rng(0)
+    batches = [collate(items, rng.choice(len(items), 8, replace=False), tok.pad_token_id) for _ in range(n_steps)]
+    models = {}
+    for v in VARIANTS:
+        plm, race, _, lcec = reccbm.variant_flags(v)
+        cfg = reccbm.ModelConfig(rb.K, rb.M + 1, rb.S + 1, race=race, lcec=lcec, plm=plm)
+        m = reccbm.RecCBM(cfg, reccbm.TextEncoder.from_pretrained(reccbm.default_backbone()))
+        models[v] = (m, torch.optim.AdamW(m.stage1_parameters(), lr=1e-5))
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for i, batch in enumerate(batches):
+        for v in VARIANTS:
+            m, opt = models[v]
+            t0 = time.perf_counter()
+            o = m(batch)
+            if v == "plm":
+                loss = torch.nn.functional.cross_entropy(o.grade_logits, batch["grades"])
+            else:
+                loss = concept_loss(o.concept_logits, batch["concepts"]) + 0.4 * opcc_loss(o.c_hat, batch["concepts"])
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if i > 0:  # first step warms up
+                times[v].append(time.perf_counter() - t0)
+    return {v: float(np.median(t)) for v, t in times.items()}
+
+
+def throughput(run: Path, data_dir: str | None, n: int = 600) -> float:
+    from rubrictool.data import load_benchmark
+    from rubrictool.train import grade_items
+
+    items = load_benchmark("mohler", data_dir).sample(n, random_state=0)
+    grade_items(run, items.head(64))  # warm-up (model load)
+    t0 = time.perf_counter()
+    grade_items(run, items)
+    return n / (time.perf_counter() - t0)
+
+
+def summary(out: Path) -> str:
+    rows = []
+    for f in sorted(out.glob("*-s*/metrics.json")):
+        m = json.loads(f.read_text())
+        s = m["summary"]
+        rows.append({"variant": m["variant"], "seed": int(f.parent.name.rsplit("-s", 1)[1]),
+                     **{k: s[k]["mean"] for k in ("t_acc", "t_f1", "c_acc", "c_f1") if k in s},
+                     "stage1_s": s["stage1_seconds"], "stage1_step_s": s["stage1_step_seconds"],
+                     "stage2_s": s["stage2_seconds"], "cache_s": s["cache_seconds"],
+                     "epochs": len(m["seeds"][0]["stage1"]["history"]), "wall_s": m.get("wall_seconds", float("nan"))})
+    lines = ["Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.", ""]
+    if rows:
+        df = pd.DataFrame(rows)
+        lines += ["| variant | seeds | T-Acc | T-F1 | C-Acc | C-F1 | Stage I s | step s | Stage II s | wall s |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for v, g in df.groupby("variant", sort=False):
+            def ms(c: str) -> str:
+                if c not in g or g[c].isna().all():
+                    return "—"
+                return f"{g[c].mean():.3f} ± {g[c].std(ddof=1):.3f}" if len(g) > 1 else f"{g[c].mean():.3f}"
+            lines.append(f"| {v} | {','.join(map(str, sorted(g['seed'])))} | {ms('t_acc')} | {ms('t_f1')} | "
+                         f"{ms('c_acc')} | {ms('c_f1')} | {g['stage1_s'].mean():.0f} | {g['stage1_step_s'].mean():.3f} | "
+                         f"{g['stage2_s'].mean():.2f} | {g['wall_s'].mean():.0f} |")
+    for name in ("oracle.json", "steps.json", "throughput.json"):
+        if (out / name).is_file():
+            lines += ["", f"{name[:-5]}: {(out / name).read_text().strip()}"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--only", choices=["runs", "oracle", "steps", "throughput"], default=None)
+    ap.add_argument("--epochs", type=int, default=None, help="Stage I epochs (default: the CLI default)")
+    ap.add_argument("--steps", type=int, default=21, help="steps per variant for the step-time comparison")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--summary", action="store_true")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    if not a.summary:
+        if a.only in (None, "oracle"):
+            res = {s: oracle(s, a.data_dir) for s in range(a.seeds)}
+            agg = {k: f"{np.mean([r[k] for r in res.values()]):.3f} ± {np.std([r[k] for r in res.values()], ddof=1):.3f}"
+                   for k in res[0]} if a.seeds > 1 else res[0]
+            (a.out / "oracle.json").write_text(json.dumps(agg) + "\n")
+        if a.only in (None, "steps"):
+            (a.out / "steps.json").write_text(json.dumps(step_times(a.steps, a.data_dir)) + "\n")
+        if a.only in (None, "runs"):
+            overrides = {"stage1": {"epochs": a.epochs}} if a.epochs else {}
+            for seed in range(a.seeds):
+                for v in a.variants.split(","):
+                    print(f"== {v} seed {seed}", flush=True)
+                    run_variant(v, seed, a.out, a.data_dir, overrides)
+                    print(summary(a.out), flush=True)
+        if a.only in (None, "throughput") and (a.out / "reccbm-s0" / "model.json").is_file():
+            (a.out / "throughput.json").write_text(json.dumps(
+                {"responses_per_s": round(throughput(a.out / "reccbm-s0", a.data_dir), 1)}) + "\n")
+    text = summary(a.out)
+    (a.out / "summary.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
