@@ -230,7 +230,11 @@ def validate_reviews(reviews: pd.DataFrame, rubric: Rubric, source: str = "revie
         df["source"] = "human"
     src_code, src_uniques = pd.factorize(df["source"].fillna("human"))
     lowered = pd.Index(src_uniques).astype(str).str.lower()
-    src_code, lowered = pd.factorize(lowered.to_numpy(dtype=object)[src_code]) if lowered.has_duplicates else (src_code, lowered)
+    src_code, lowered = (
+        pd.factorize(lowered.to_numpy(dtype=object)[src_code])
+        if lowered.has_duplicates
+        else (src_code, lowered)
+    )
     df["source"] = pd.Categorical.from_codes(src_code, categories=pd.Index(lowered, dtype=object))
     bad_src = ~df["source"].isin(["human", "llm"])
     if bad_src.any():
@@ -755,7 +759,10 @@ class _Clock:
     """Stage timings for the benchmark: ``lap(name)`` records the seconds since the previous lap."""
 
     def __init__(self, out: dict[str, float] | None) -> None:
-        self.out, self.t = out, time.process_time() if os.environ.get("RUBRICTOOL_CPU_CLOCK") else time.perf_counter()
+        self.out, self.t = (
+            out,
+            time.process_time() if os.environ.get("RUBRICTOOL_CPU_CLOCK") else time.perf_counter(),
+        )
 
     def lap(self, name: str) -> None:
         now = time.process_time() if os.environ.get("RUBRICTOOL_CPU_CLOCK") else time.perf_counter()
@@ -767,6 +774,72 @@ class _Clock:
 def _grader_columns(items: pd.DataFrame) -> list[str]:
     cols = [c for c in items.columns if str(c).startswith("grade_")]
     return [c for c in cols if pd.to_numeric(items[c], errors="coerce").notna().any()]
+
+
+def _concept_figures(
+    rubric: Rubric,
+    grid: DecisionGrid,
+    per_concept: pd.DataFrame,
+    pairs: pd.DataFrame,
+    loo: pd.DataFrame,
+    dawid_skene: bool = False,
+) -> dict[str, Any]:
+    """``agreement.json``'s ``concepts``: per concept α, CI, exact, counts, flags, pairs, reviewers."""
+    concepts: dict[str, Any] = {}
+    for key in rubric.keys:
+        pc: dict[str, Any] = {str(c): v for c, v in per_concept.loc[key].items()}
+        k = grid.cube.concepts.index(key)
+        has = grid.n[:, k] > 0
+        vs = loo.loc[loo["concept"] == key].set_index("reviewer")
+        ranked = vs["alpha"].dropna().sort_values()
+        distinct = len(ranked) >= 2 and ranked.iloc[0] != ranked.iloc[-1]
+        concepts[key] = {
+            "name": rubric.concept(key).name,
+            "alpha": pc["alpha"],
+            "alpha_ci": [pc["alpha_lo"], pc["alpha_hi"]],
+            "exact": pc["exact"],
+            "n_items": int(pc["n_items"]),
+            "n_pairable": int(pc["n_pairable"]),
+            "n_reviewers": int(pc["n_reviewers"]),
+            "n_labels": int(pc["n_labels"]),
+            "unanimous": pc["unanimous"],
+            "flagged": int(grid.flagged[:, k].sum()),
+            "tied": int((grid.tied[:, k] & has).sum()),
+            "resolved": int(grid.resolved[:, k].sum()),
+            "pairwise": pairs.loc[pairs["concept"] == key].drop(columns="concept").to_dict(orient="records"),
+            "vs_others": {
+                str(r): {"alpha": v["alpha"], "exact": v["exact"], "n_items": int(v["n_items"])}
+                for r, v in vs.iterrows()
+            },
+            "best_reviewer": str(ranked.index[-1]) if distinct else None,
+            "worst_reviewer": str(ranked.index[0]) if distinct else None,
+        }
+        if dawid_skene:
+            concepts[key]["dawid_skene_changed"] = int(
+                ((grid.level[:, k] != grid.vote[:, k]) & has & ~grid.resolved[:, k]).sum()
+            )
+    return concepts
+
+
+def _llm_figures(
+    predictions: Sequence[pd.DataFrame], consensus: pd.DataFrame, domain: list[int], level: str
+) -> dict[str, Any]:
+    """``agreement.json``'s ``llm_vs_consensus``: per model and concept α, exact, confusion matrix."""
+    llm: dict[str, Any] = {}
+    for preds in predictions:
+        for _, r in predictions_vs_consensus(preds, consensus, domain, level).iterrows():
+            llm.setdefault(r["model"], {})[r["concept"]] = {
+                "alpha": r["alpha"],
+                "exact": r["exact"],
+                "n_items": int(r["n_items"]),
+                "confusion": {
+                    "rows": "consensus level",
+                    "columns": "predicted level",
+                    "levels": domain,
+                    "matrix": r["confusion"],
+                },
+            }
+    return llm
 
 
 def adjudicate(
@@ -846,56 +919,12 @@ def adjudicate(
     table = training_table(grid, rubric, method, items, label_source)
     n_rev_item = table["n_reviewers"].to_numpy()
     under = table.loc[n_rev_item < expected, "id"].astype(str).tolist()
-    concepts: dict[str, Any] = {}
-    for key in rubric.keys:
-        pc: dict[str, Any] = {str(c): v for c, v in per_concept.loc[key].items()}
-        k = cube.concepts.index(key)
-        has = grid.n[:, k] > 0
-        vs = loo.loc[loo["concept"] == key].set_index("reviewer")
-        ranked = vs["alpha"].dropna().sort_values()
-        distinct = len(ranked) >= 2 and ranked.iloc[0] != ranked.iloc[-1]
-        concepts[key] = {
-            "name": rubric.concept(key).name,
-            "alpha": pc["alpha"],
-            "alpha_ci": [pc["alpha_lo"], pc["alpha_hi"]],
-            "exact": pc["exact"],
-            "n_items": int(pc["n_items"]),
-            "n_pairable": int(pc["n_pairable"]),
-            "n_reviewers": int(pc["n_reviewers"]),
-            "n_labels": int(pc["n_labels"]),
-            "unanimous": pc["unanimous"],
-            "flagged": int(grid.flagged[:, k].sum()),
-            "tied": int((grid.tied[:, k] & has).sum()),
-            "resolved": int(grid.resolved[:, k].sum()),
-            "pairwise": pairs.loc[pairs["concept"] == key].drop(columns="concept").to_dict(orient="records"),
-            "vs_others": {
-                str(r): {"alpha": v["alpha"], "exact": v["exact"], "n_items": int(v["n_items"])}
-                for r, v in vs.iterrows()
-            },
-            "best_reviewer": str(ranked.index[-1]) if distinct else None,
-            "worst_reviewer": str(ranked.index[0]) if distinct else None,
-        }
-        if changed is not None:
-            concepts[key]["dawid_skene_changed"] = int(
-                ((grid.level[:, k] != grid.vote[:, k]) & has & ~grid.resolved[:, k]).sum()
-            )
+    concepts = _concept_figures(rubric, grid, per_concept, pairs, loo, dawid_skene=changed is not None)
     clock.lap("table+summary")
     consensus = decisions[["item", "concept", "level"]]
-    llm: dict[str, Any] = {}
-    for preds in (p for p in (predictions, llm_rows) if p is not None and len(p)):
-        vsc = predictions_vs_consensus(preds, consensus, dom, level)
-        for _, r in vsc.iterrows():
-            llm.setdefault(r["model"], {})[r["concept"]] = {
-                "alpha": r["alpha"],
-                "exact": r["exact"],
-                "n_items": int(r["n_items"]),
-                "confusion": {
-                    "rows": "consensus level",
-                    "columns": "predicted level",
-                    "levels": dom,
-                    "matrix": r["confusion"],
-                },
-            }
+    llm = _llm_figures(
+        [p for p in (predictions, llm_rows) if p is not None and len(p)], consensus, dom, level
+    )
     clock.lap("llm")
     grade: dict[str, Any] = {"available": False}
     if items is not None:

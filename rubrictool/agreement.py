@@ -121,7 +121,8 @@ class LabelCube:
 def _codes(column: pd.Series) -> tuple[IntArray, pd.Index]:
     """Integer codes and the distinct values (as strings) of a column; free for a categorical one."""
     if isinstance(column.dtype, pd.CategoricalDtype):
-        return column.cat.codes.to_numpy(dtype=np.int64), pd.Index(column.cat.categories.astype(str), dtype=object)
+        cats = pd.Index(column.cat.categories.astype(str), dtype=object)
+        return np.asarray(column.cat.codes.to_numpy(), dtype=np.int64), cats
     codes, uniques = pd.factorize(column)
     return codes.astype(np.int64), pd.Index(pd.Index(uniques).astype(str), dtype=object)
 
@@ -481,7 +482,10 @@ def _cv_scores(X: FloatArray, y: IntArray, folds: int, seed: int, model: str) ->
             clf = warm
         else:  # same model either way; the faster solver for each coding (Newton: few dense columns)
             clf = LogisticRegression(
-                solver="newton-cholesky" if model == "numeric" else "lbfgs", max_iter=500, C=1.0, warm_start=True
+                solver="newton-cholesky" if model == "numeric" else "lbfgs",
+                max_iter=500,
+                C=1.0,
+                warm_start=True,
             )
         clf.fit(Xu, yu, sample_weight=w)
         if isinstance(clf, LogisticRegression):
