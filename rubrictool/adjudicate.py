@@ -1009,14 +1009,17 @@ def write_outputs(result: AdjudicationResult, out: str | Path, fmt: str = "csv")
     return paths
 
 
-def _benchmark_inputs(benchmark: str, data_dir: str | Path | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _benchmark_inputs(
+    benchmark: str, data_dir: str | Path | None, with_items: bool = True
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The bundled concept-label passes of a benchmark and (unless ``with_items`` is false) its items."""
     from rubrictool.data import load_benchmark, load_concept_passes
 
     if benchmark != "mohler":
         raise AdjudicateError(
             f"no bundled concept labels for benchmark {benchmark!r}; only mohler ships them"
         )
-    return load_concept_passes(), load_benchmark(benchmark, data_dir)
+    return load_concept_passes(), load_benchmark(benchmark, data_dir) if with_items else None
 
 
 def run_adjudicate(
@@ -1081,15 +1084,13 @@ def adjudicate_benchmark_labels(
     Columns: ItemTable columns, one integer column per concept, provenance. No bootstrap or
     coverage is computed (use :func:`adjudicate` for those).
     """
-    passes, loaded = (
-        _benchmark_inputs(benchmark, data_dir if items is None else None) if items is None else (None, items)
-    )
-    if passes is None:
-        from rubrictool.data import load_concept_passes
-
-        passes = load_concept_passes()
-    rb = load_rubric(benchmark)
-    return adjudicate(passes, rb, loaded, n_boot=0, coverage=False, note=LLM_PASSES_NOTE).table
+    if items is None:
+        passes, items = _benchmark_inputs(benchmark, data_dir)
+    else:
+        passes, _ = _benchmark_inputs(benchmark, None, with_items=False)
+    return adjudicate(
+        passes, load_rubric(benchmark), items, n_boot=0, coverage=False, note=LLM_PASSES_NOTE
+    ).table
 
 
 def summary_rows(agreement: dict[str, Any]) -> list[dict[str, str]]:

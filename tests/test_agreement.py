@@ -187,6 +187,18 @@ def test_ordinal_vote_tie_rules(given: list[int], expected: int, tied: bool) -> 
     assert idx[0] + 1 == expected and bool(was_tied[0]) is tied
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=7))
+def test_ordinal_vote_picks_a_most_frequent_level(levels: list[int]) -> None:
+    counts = np.bincount(np.array(levels) - 1, minlength=5)
+    idx, tied = ordinal_vote(counts[None, :])
+    modes = sorted(int(v) + 1 for v in np.flatnonzero(counts == counts.max()))
+    assert idx[0] + 1 in modes and bool(tied[0]) == (len(modes) > 1)
+    assert idx[0] + 1 == modes[(len(modes) - 1) // 2]  # the (lower) median of the tied levels
+    if len(levels) == 2:
+        assert idx[0] + 1 == min(levels)  # two reviewers: the lower level
+
+
 def test_ordinal_vote_without_reviews_is_minus_one() -> None:
     idx, tied = ordinal_vote(np.zeros((2, 3), dtype=np.int64))
     assert idx.tolist() == [-1, -1] and not tied.any()
