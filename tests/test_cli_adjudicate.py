@@ -212,3 +212,21 @@ def test_bad_input_is_one_clear_line(tmp_path: Path, kind: str, message: str) ->
     assert message in lines[0]
     assert "Traceback" not in res.output
     assert not (tmp_path / "o" / "agreement.json").exists()
+
+
+def test_level_of_measurement_option(tmp_path: Path) -> None:
+    specs, _ = _files(tmp_path)
+    out = tmp_path / "nominal"
+    args = ["adjudicate", "-r", "mohler", "--reviews", specs[0], "--reviews", specs[1], "--out", str(out)]
+    res = runner.invoke(app, [*args, "--level-of-measurement", "nominal", "--bootstrap", "0"], env=WIDE_ENV)
+    assert res.exit_code == 0, res.output
+    agreement = json.loads((out / "agreement.json").read_text())
+    reviews = toy_reviews()
+    cc = reviews.loc[reviews["concept"] == "CC"].pivot(index="item", columns="reviewer", values="level")
+    counts = value_counts(cc.to_numpy(dtype=float), np.array([1, 2, 3]))
+    assert agreement["level_of_measurement"] == "nominal"
+    assert agreement["concepts"]["CC"]["alpha"] == pytest.approx(
+        krippendorff_alpha(counts, [1, 2, 3], "nominal")
+    )
+    assert agreement["concepts"]["CC"]["alpha_ci"] == [None, None]  # --bootstrap 0: no interval
+    assert "(nominal α)" in res.output
