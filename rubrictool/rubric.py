@@ -230,8 +230,13 @@ def _node_lines(node: yaml.Node, path: Loc, out: dict[Loc, int], file: str) -> N
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, int] = {}
         for knode, vnode in node.value:
-            key = knode.value
             line = knode.start_mark.line + 1
+            if not isinstance(knode, yaml.ScalarNode):
+                raise RubricError(
+                    f"{file}:{line}: {_dotted(path)}: a key must be a plain name, not a list or mapping; "
+                    "check the brackets on that line"
+                )
+            key = knode.value
             if key in seen:
                 raise RubricError(
                     f"{file}:{line}: {_dotted(path + (key,))}: duplicate key {key!r} (first at line "
@@ -252,27 +257,32 @@ def _line_for(loc: Loc, lines: dict[Loc, int]) -> int | None:
     return None
 
 
+def _yaml_error(e: yaml.YAMLError, file: str) -> RubricError:
+    mark = getattr(e, "problem_mark", None)
+    ctx_mark = getattr(e, "context_mark", None)
+    where = f"{file}:{mark.line + 1}" if mark is not None else file
+    problem = " ".join((getattr(e, "problem", None) or str(e).splitlines()[0]).split())
+    ctx = getattr(e, "context", None)
+    started = ""
+    if ctx and ctx_mark is not None and (mark is None or ctx_mark.line != mark.line):
+        started = f" ({ctx.removeprefix('while ')} started at line {ctx_mark.line + 1})"
+    return RubricError(f"{where}: (yaml): YAML syntax error: {problem}{started}; fix the indentation/quoting there")
+
+
 def _compose(text: str, file: str) -> tuple[dict[str, Any], dict[Loc, int]]:
     """YAML text → (data, key-path → line); syntax errors, duplicate keys and non-mappings raise."""
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        ctx_mark = getattr(e, "context_mark", None)
-        where = f"{file}:{mark.line + 1}" if mark is not None else file
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        ctx = getattr(e, "context", None)
-        started = ""
-        if ctx and ctx_mark is not None and (mark is None or ctx_mark.line != mark.line):
-            started = f" ({ctx.removeprefix('while ')} started at line {ctx_mark.line + 1})"
-        raise RubricError(
-            f"{where}: (yaml): YAML syntax error: {problem}{started}; fix the indentation/quoting there"
-        ) from None
+        raise _yaml_error(e, file) from None
     if root is None:
         raise RubricError(f"{file}:1: (top level): the file is empty; start from `rubrictool rubric new`")
     lines: dict[Loc, int] = {}
     _node_lines(root, (), lines, file)
-    data = yaml.safe_load(text)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:  # e.g. an unknown !tag: the text parses but cannot be constructed
+        raise _yaml_error(e, file) from None
     if not isinstance(data, dict):
         raise RubricError(f"{file}:1: (top level): a rubric must be a YAML mapping (name:, concepts:, ...)")
     return data, lines

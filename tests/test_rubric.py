@@ -4,9 +4,12 @@ errors for every bad-input case, lint, scaffolding and exports."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rubrictool.errors import RubricError
 from rubrictool.rubric import (
@@ -376,10 +379,31 @@ def test_bundled_dir_holds_exactly_the_three_rubrics() -> None:
 
 
 def test_readme_yaml_snippet_is_a_valid_rubric() -> None:
-    import re
-
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```yaml\n(.*?)```", readme, re.DOTALL)
     assert blocks, "README lost its rubric YAML example"
     for block in blocks:
         assert parse_rubric(block, "README.md").K >= 1
+
+
+_NOISE = [":", "-", "{", "}", "[", "]", "'", '"', "#", "\t", " ", "&", "*", "!", "|", ">", "%", "@", ",", "?",
+          "  ", "\n", "key", "value", "1", "null", "~"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 200), st.sampled_from(_NOISE),
+                                st.integers(0, 3)), min_size=1, max_size=3))
+def test_any_mangled_rubric_loads_or_fails_with_one_located_line(edits: list[tuple[int, int, str, int]]) -> None:
+    lines = mohler_text().splitlines()
+    for i, j, noise, cut in edits:
+        k = i % len(lines)
+        lines[k] = lines[k][:j] + noise + lines[k][j + cut :]
+    text = "\n".join(lines) + "\n"
+    try:
+        parse_rubric(text, F)
+    except RubricError as e:
+        msg = str(e)
+        assert re.match(rf"^{F}(:\d+)?: \S+", msg) and "\n" not in msg, msg
+        assert rubric_errors(text, F)[0] in msg
+    else:
+        assert rubric_errors(text, F) == []
