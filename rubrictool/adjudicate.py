@@ -1155,7 +1155,8 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
     under = agreement["under_reviewed"]["n_items"]
     if under:
         lines.append(
-            f"{under} item(s) have fewer than {agreement['expected_reviewers']} reviewers (listed in agreement.json)"
+            f"{under} item(s) have fewer than {agreement['expected_reviewers']} reviewers "
+            "(agreement.json lists the first 100 under under_reviewed)"
         )
     cov = agreement["coverage"]
     if cov.get("available"):
