@@ -14,6 +14,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import warnings
 import zipfile
 from collections.abc import Callable, Iterable
 from decimal import ROUND_HALF_UP, Decimal
@@ -77,7 +78,11 @@ def read_table(path: str | Path) -> pd.DataFrame:
         raise DataError(f"{p}: no such file; check the path")
     try:
         if fmt == "csv":
-            return pd.read_csv(p, dtype={"id": str, "item": str}, keep_default_na=False, na_values=[""])
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", pd.errors.ParserWarning)
+                return pd.read_csv(
+                    p, dtype={"id": str, "item": str}, keep_default_na=False, na_values=[""], index_col=False
+                )
         if fmt == "jsonl":
             rows = []
             with p.open(encoding="utf-8") as fh:
@@ -99,6 +104,10 @@ def read_table(path: str | Path) -> pd.DataFrame:
         return pd.read_parquet(p)
     except DataError:
         raise
+    except pd.errors.ParserWarning:
+        raise DataError(
+            f"{p}: a row has more fields than the header; quote text that contains commas"
+        ) from None
     except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError) as e:
         first = str(e).splitlines()[0] if str(e) else e.__class__.__name__
         raise DataError(f"{p}: cannot read as {fmt}: {first}") from None

@@ -336,3 +336,10 @@ def test_mohler_empty_answer_is_reported_not_dropped(tmp_path: Path, data_dir: P
     raw.write_text("\n".join(lines) + "\n")
     with pytest.raises(DataError, match=r"row \d+: 1 item\(s\) with an empty response \(2\.1\.2\)"):
         load_mohler(tmp_path)
+
+
+def test_csv_row_with_extra_fields_is_an_error(tmp_path: Path) -> None:
+    p = tmp_path / "ragged.csv"
+    p.write_text("id,response\n1,yes, and no\n")
+    with pytest.raises(DataError, match=r"ragged.csv: a row has more fields than the header; quote text"):
+        read_items(p)
