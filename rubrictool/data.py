@@ -585,7 +585,12 @@ def fetch_mohler(
         old = work / "old"
         if target.exists():
             os.replace(target, old)
-        os.replace(root, target)
+        try:
+            os.replace(root, target)
+        except OSError:
+            if old.exists():  # put the previous copy back before reporting
+                os.replace(old, target)
+            raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if local is None and archive.exists():
