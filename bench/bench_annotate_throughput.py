@@ -76,24 +76,29 @@ def main() -> None:
             )
             cfg = AnnotateConfig(models=("openai/bench",), api_base=srv.url, cache=None, concurrency=conc)
             before = srv.count()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             res = annotate(items, rubric, cfg, progress=False)
-            dt = time.perf_counter() - t0
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
             sent = srv.count() - before
             ok = int(res.summary["openai/bench"].ok)
             rps = sent / dt
             ideal = conc / args.delay
             rows.append(
                 {"concurrency": conc, "items": n, "requests": sent, "ok": ok, "seconds": round(dt, 3),
-                 "req_per_s": round(rps, 2), "ideal_req_per_s": round(ideal, 2), "share_of_ideal": round(rps / ideal, 3)}
+                 "req_per_s": round(rps, 2), "ideal_req_per_s": round(ideal, 2), "share_of_ideal": round(rps / ideal, 3),
+                 "client_cpu_ms_per_request": round(1000 * cpu / max(1, sent), 1)}
             )
             print(f"concurrency {conc:>3}: {sent} requests in {dt:.2f} s = {rps:.1f} req/s "
-                  f"(ideal {ideal:.1f}; {rps / ideal:.0%}), {ok}/{n} items ok", flush=True)
+                  f"(ideal {ideal:.1f}; {rps / ideal:.0%}), {ok}/{n} items ok, client CPU "
+                  f"{1000 * cpu / max(1, sent):.1f} ms/request", flush=True)
     finally:
         proc.terminate()
         proc.wait()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"delay_s": args.delay, "results": rows}, indent=1) + "\n")
+    load = os.getloadavg()[0]
+    args.out.write_text(json.dumps({"delay_s": args.delay, "load_avg_1min": load, "cpus": os.cpu_count(),
+                                    "results": rows}, indent=1) + "\n")
+    print(f"load average during the run: {load:.1f} on {os.cpu_count()} CPUs")
     print(f"wrote {args.out}")
 
 

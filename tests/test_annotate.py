@@ -43,13 +43,18 @@ def levels(text: str) -> dict[str, int]:
 # -- prompt ------------------------------------------------------------------------------------------------
 
 
-def test_prompt_has_the_papers_placeholders_and_requirements() -> None:
-    p = render_prompt(ITEM, RUBRIC)
+PAPER_TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "annotate.paper.prompt.j2"
+
+
+@pytest.mark.parametrize("template", [None, PAPER_TEMPLATE], ids=["static-first", "paper-order"])
+def test_prompt_has_the_papers_placeholders_and_requirements(template: Path | None) -> None:
+    tpl = load_template(template)
+    p = render_prompt(ITEM, RUBRIC, tpl)
     assert p.startswith("You are an expert educational assessor for open-ended grading.")
     assert "Benchmark: mohler" in p
     assert f"Question or prompt (q): {ITEM['question']}" in p
     assert f"Student response (r): {ITEM['response']}" in p
-    assert f"Reference answer: {ITEM['reference']}" in p
+    assert f"eference answer: {ITEM['reference']}" in p
     for c in RUBRIC.concepts:  # concept list + every level's anchor
         assert f"{c.key} ({c.name})" in p
         for lv in c.levels:
@@ -59,9 +64,21 @@ def test_prompt_has_the_papers_placeholders_and_requirements() -> None:
         assert req in p
     assert "concept=<name>; label=<ordinal_level>; evidence=<brief_evidence>" in p
     assert "In-context examples" not in p
-    pj = render_prompt(ITEM, RUBRIC, fmt="json")
+    pj = render_prompt(ITEM, RUBRIC, tpl, fmt="json")
     assert '"label": <ordinal_level>' in pj and "concept=<name>" not in pj
-    assert render_prompt(ITEM, RUBRIC) == p  # deterministic: it keys the cache
+    assert render_prompt(ITEM, RUBRIC, tpl) == p  # deterministic: it keys the cache
+
+
+def test_default_template_is_static_first() -> None:
+    """Everything before the item's inputs is the same for every item: prefix caches reuse it."""
+    a = render_prompt(ITEM, RUBRIC)
+    b = render_prompt({**ITEM, "question": "Another question?", "response": "Another answer."}, RUBRIC)
+    common = len(next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), 0) * "x")
+    assert a[:common].rstrip().endswith("Question or prompt (q):") and common > 0.85 * len(a)
+    paper = load_template(PAPER_TEMPLATE)
+    c = render_prompt(ITEM, RUBRIC, paper)
+    d = render_prompt({**ITEM, "question": "Another question?"}, RUBRIC, paper)
+    assert next(i for i, (x, y) in enumerate(zip(c, d)) if x != y) < 0.2 * len(c)
 
 
 def test_in_context_examples_in_the_runs_format(tmp_path: Path) -> None:
@@ -76,8 +93,9 @@ def test_in_context_examples_in_the_runs_format(tmp_path: Path) -> None:
     p = render_prompt(ITEM, RUBRIC, examples=ex)
     assert "Example 1 input: question: Q1?; reference: R1; response: ex answer one" in p
     assert "concept=FC; label=3; evidence=right" in p and "Example 2 output:" in p
-    # the item itself comes first, so "Student response (r):" is the item's
-    assert p.index("Student response (r)") < p.index("Example 1 input")
+    # the examples are part of the static prefix; the item's inputs come last
+    assert p.index("Example 2 output") < p.index(f"Student response (r): {ITEM['response']}")
+    assert p.count("Student response (r):") == 1
     pj = render_prompt(ITEM, RUBRIC, examples=ex, fmt="json")
     assert '{"FC": {"label": 3, "evidence": "right"}' in pj
 

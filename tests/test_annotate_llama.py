@@ -35,7 +35,7 @@ def test_smollm2_annotates_three_mohler_answers(smollm2, data_dir: Path, tmp_pat
     out, cache = tmp_path / "out", tmp_path / "cache.sqlite"
     args = ["annotate", "--benchmark", "mohler", "--data-dir", str(data_dir), "--limit", "3",
             "--model", "openai/smollm2", "--api-base", smollm2.url, "--format", fmt, "--concurrency", "1",
-            "--max-tokens", "400", "--timeout", "180", "--cache", str(cache), "--out", str(out)]
+            "--max-tokens", "200", "--timeout", "900", "--cache", str(cache), "--out", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     rubric = load_rubric("mohler")
