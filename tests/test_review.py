@@ -64,9 +64,9 @@ def test_interface_escapes_xml_and_dollar_signs() -> None:
     import xml.etree.ElementTree as ET
 
     root = ET.fromstring(xml)  # well-formed despite <, &, quotes
-    defn = [t.get("value") for t in root.iter("Text") if t.get("name") == "definition_FC"][0]
+    defn = next(t.get("value") for t in root.iter("Text") if t.get("name") == "definition_FC")
     assert defn == 'Uses <b>tags</b> & "quotes" for ＄x'  # "$x" would be read as task data
-    assert [c.get("value") for c in root.iter("Choice")][0] == "1 — costs ＄5 < ＄6"
+    assert next(c.get("value") for c in root.iter("Choice")) == "1 — costs ＄5 < ＄6"
 
 
 def test_concept_keys_that_clash_with_interface_names_are_refused() -> None:
@@ -174,7 +174,14 @@ def test_reviews_from_tasks_skips_cancelled_drafts_and_superseded() -> None:
 def test_reviews_from_tasks_rejects_values_outside_the_interface() -> None:
     bad = [{"id": 3, "data": {"item_id": "x"}, "predictions": [],
             "annotations": [_ann(1, 1, {"FC": 7})], "drafts": []}]
-    with pytest.raises(ReviewError, match=r"task 3 annotation 1: concept FC holds level 7, outside \[1, 2, 3\]"):
+    with pytest.raises(ReviewError, match=r"task 3 annotation 1: concept FC holds \['7'\], not one level of \[1, 2, 3\]"):
+        review.reviews_from_tasks(bad, USERS, SCHEMA)
+    bad[0]["annotations"] = [_ann(1, 1, {"FC": 2})]  # a malformed prediction only loses its differs flag
+    bad[0]["predictions"] = [{"id": 9, "model_version": "m", "result": _ann(0, 0, {"FC": 9})["result"]}]
+    df, _ = review.reviews_from_tasks(bad, USERS, SCHEMA)
+    assert df["level"].tolist() == [2] and df["differs_m"].isna().all()
+    bad[0]["annotations"] = [{"id": 1}]  # what an `include=` listing without `expand` returns
+    with pytest.raises(ReviewError, match="without its result"):
         review.reviews_from_tasks(bad, USERS, SCHEMA)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pandas as pd
 import pytest
-from _labelstudio import LS_BIN, free_port, have_label_studio, ls_server, migrated_template, signup  # noqa: F401
+from _labelstudio import LS_BIN, have_label_studio, ls_server, migrated_template, signup  # noqa: F401
 from conftest import require_or_skip
 from label_studio_sdk import LabelStudio
 from typer.testing import CliRunner
@@ -32,7 +32,7 @@ from rubrictool.adjudicate import adjudicate
 from rubrictool.cli import app
 from rubrictool.data import load_concept_passes, read_table, write_table
 from rubrictool.errors import ReviewError
-from rubrictool.review import LabelStudioServer
+from rubrictool.review import LabelStudioServer, free_port
 from rubrictool.rubric import list_rubrics, load_rubric, parse_rubric, scaffold_rubric
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.timeout(1200)]
@@ -70,7 +70,7 @@ def prediction_table(passes: pd.DataFrame, item_ids: list[str]) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def conn(ls_server: LabelStudioServer) -> review.Connection:
+def conn(ls_server: LabelStudioServer) -> review.Connection:  # noqa: F811 (the imported fixture)
     return ls_server.connection()
 
 
@@ -210,7 +210,7 @@ def _result(labels: dict[str, int]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def reviewed(ls_server: LabelStudioServer, conn: review.Connection, pushed: dict[str, Any],
+def reviewed(ls_server: LabelStudioServer, conn: review.Connection, pushed: dict[str, Any],  # noqa: F811
              passes: pd.DataFrame) -> dict[str, Any]:
     """Three reviewers (own accounts, own tokens) review the project with the A/B/C labels.
 
@@ -221,20 +221,21 @@ def reviewed(ls_server: LabelStudioServer, conn: review.Connection, pushed: dict
     tokens = {r: signup(ls_server.url, email, f"pw-{r}-reviewer-2026") for r, email in REVIEWERS.items()}
     task_of = {t["data"]["item_id"]: t["id"] for t in server_tasks(conn, "mohler-review")}
     ids: list[str] = pushed["ids"]
-    wide = passes.pivot_table(index=["reviewer", "item"], columns="concept", values="level").astype(int)
+    wide: dict[tuple[str, str], dict[str, int]] = {}
+    for rec in passes[passes["item"].isin(ids[:24])].to_dict(orient="records"):
+        wide.setdefault((str(rec["reviewer"]), str(rec["item"])), {})[str(rec["concept"])] = int(rec["level"])
     plan = {"A": ids[:24], "B": ids[:24], "C": ids[:20]}
     for r, todo in plan.items():
-        ls = LabelStudio(base_url=ls_server.url, api_key=tokens[r])
+        ls = LabelStudio(base_url=ls_server.url, api_key=tokens[r])  # type: ignore[no-untyped-call]
         if r == "A":
-            ls.annotations.create(id=task_of[ids[0]], result=_result(dict.fromkeys(wide.columns, 1)), lead_time=3.0)
+            ls.annotations.create(id=task_of[ids[0]], result=_result(dict.fromkeys(wide[("A", ids[0])], 1)), lead_time=3.0)
         for n, item in enumerate(todo):
-            labels = {k: int(v) for k, v in wide.loc[(r, item)].items()}
-            ls.annotations.create(id=task_of[item], result=_result(labels), lead_time=10.0 + n)
-    c = LabelStudio(base_url=ls_server.url, api_key=tokens["C"])
+            ls.annotations.create(id=task_of[item], result=_result(wide[(r, item)]), lead_time=10.0 + n)
+    c = LabelStudio(base_url=ls_server.url, api_key=tokens["C"])  # type: ignore[no-untyped-call]
     c.annotations.create(id=task_of[ids[20]], result=[], was_cancelled=True)
-    r = httpx.post(f"{ls_server.url}/api/tasks/{task_of[ids[22]]}/drafts", headers={"Authorization": f"Token {tokens['C']}"},
-                   json={"result": _result({"FC": 1}), "lead_time": 2.0}, timeout=60)
-    assert r.status_code == 201, r.text
+    draft = httpx.post(f"{ls_server.url}/api/tasks/{task_of[ids[22]]}/drafts", timeout=60,
+                       headers={"Authorization": f"Token {tokens['C']}"}, json={"result": _result({"FC": 1})})
+    assert draft.status_code == 201, draft.text
     expected = passes[
         (passes["reviewer"].isin(["A", "B"]) & passes["item"].isin(ids[:24]))
         | ((passes["reviewer"] == "C") & passes["item"].isin(ids[:20]))
@@ -325,7 +326,8 @@ def test_status_counts_reviews_skips_and_changes(conn: review.Connection, review
         row = st.changed.set_index("model").loc[model]
         assert row["labels"] == len(e) and row["labels_changed"] == int(e["diff"].sum())
         assert row["reviews"] == 68 and row["reviews_changed"] == int(e.groupby(["item", "reviewer"])["diff"].any().sum())
-    assert st.changed.set_index("model").loc["gpt-4o", "labels_changed"] > 0  # B and C disagree with pass A somewhere
+    gpt: Any = st.changed.set_index("model").loc["gpt-4o"]
+    assert gpt["labels_changed"] > 0  # B and C disagree with pass A somewhere
 
 
 # -- bad cases -------------------------------------------------------------------------------------------------
