@@ -492,12 +492,34 @@ class PushResult:
     def summary(self) -> str:
         verb = "created" if self.created else "found"
         return (
-            f"project {self.title!r} (id {self.project_id}, {verb}): {self.imported} new task(s) imported with "
-            f"{self.predictions} prediction(s) from {', '.join(self.models) or 'no model'}; {self.already} of "
+            f"project {self.title!r} (id {self.project_id}, {verb}): {self.imported} new task(s) imported, "
+            f"{self.predictions} prediction(s) added (models: {', '.join(self.models) or 'none'}); {self.already} of "
             f"{self.items} item(s) were already there"
             + (f"; {self.other_predictions} prediction row(s) for other items left out" if self.other_predictions else "")
             + f". Open {self.project_url}"
         )
+
+
+def _add_missing_predictions(
+    conn: Connection, project_id: int, task_of: dict[str, int], preds: pd.DataFrame, rubric: Rubric
+) -> int:
+    """Predictions of models that tasks already on the server do not have yet (e.g. a model annotated
+    after the first push); the key is (item, model), so nothing is ever sent twice."""
+    body = conn.get("/api/predictions", f"reading the predictions of project {project_id}", project=project_id)
+    rows = body.get("results", []) if isinstance(body, dict) else list(body or [])
+    have = {(int(p.get("task") or 0), str(p.get("model_version"))) for p in rows}
+    order = {k: i for i, k in enumerate(rubric.keys)}
+    ours = preds[preds["item"].isin(task_of)]
+    ours = ours.assign(_o=ours["concept"].map(order)).sort_values(["item", "model", "_o"])
+    payload = []
+    for (item, model), g in ours.groupby(["item", "model"], sort=True):
+        task = task_of[str(item)]
+        if (task, str(model)) not in have:
+            payload.append({"task": task, **_prediction(str(model), g)})
+    for start in range(0, len(payload), 500):
+        conn.request("POST", f"/api/projects/{project_id}/import/predictions", "importing predictions",
+                     json=payload[start : start + 500])
+    return len(payload)
 
 
 def push(
@@ -553,10 +575,10 @@ def push(
     state.setdefault(conn.url, {})[title] = {"id": pid, "rubric": rubric.name, "rubric_version": rubric.version}
     _write_json(state_path, state)
 
-    existing = {str(t.get("data", {}).get("item_id")) for t in _list_tasks(conn, pid, False)}
+    existing = {str(t.get("data", {}).get("item_id")): int(t["id"]) for t in _list_tasks(conn, pid, False)}
     new_items = items[~items["id"].isin(existing)]
     tasks = build_tasks(new_items, preds, rubric)
-    n_pred = 0
+    n_pred = _add_missing_predictions(conn, pid, existing, preds, rubric) if preds is not None and existing else 0
     if progress:
         progress(0, len(tasks))
     for start in range(0, len(tasks), batch_size):

@@ -181,6 +181,30 @@ def test_push_without_state_file_finds_the_project_by_title(
     assert len(server_tasks(conn, "mohler-review")) == 40
 
 
+def test_a_model_added_later_is_pushed_once_to_existing_tasks(
+    conn: review.Connection, mohler_rubric: Any, items40: pd.DataFrame, passes: pd.DataFrame, tmp_path: Path
+) -> None:
+    items = items40.head(6)
+    write_table(items, tmp_path / "items.csv")
+    preds = prediction_table(passes, items["id"].tolist())
+    write_table(preds[preds["model"] == "gpt-4o"], tmp_path / "preds.csv")
+    first = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="late-model")
+    assert first.imported == 6 and first.predictions == 6
+    write_table(preds, tmp_path / "preds.csv")  # llama annotated the items afterwards
+    later = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="late-model")
+    assert later.imported == 0 and later.predictions == 6
+    again = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="late-model")
+    assert again.imported == 0 and again.predictions == 0
+    for t in server_tasks(conn, "late-model"):
+        assert sorted(p["model_version"] for p in t["predictions"]) == ["gpt-4o", "llama-3.1-8b"]
+        llama = next(p for p in t["predictions"] if p["model_version"] == "llama-3.1-8b")
+        want = passes[(passes["item"] == t["data"]["item_id"]) & (passes["reviewer"] == "B")]
+        got = {r["from_name"]: int(r["value"]["choices"][0]) for r in llama["result"]}
+        skip = "CC" if t["data"]["item_id"] == items["id"].iloc[2] else None  # the raw_ok=false row
+        assert got == {str(k): int(v) for k, v in zip(want["concept"], want["level"]) if k != skip}
+        assert [r["from_name"] for r in llama["result"]] == [k for k in mohler_rubric.keys if k in got]
+
+
 def test_interrupted_push_resumes_without_duplicates(
     conn: review.Connection, mohler_rubric: Any, items40: pd.DataFrame, tmp_path: Path
 ) -> None:
