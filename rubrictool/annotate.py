@@ -25,6 +25,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 import random
@@ -396,6 +397,17 @@ _BULLET = re.compile(r"^\s*(?:[-*\u2022>]+|\d{1,3}[.)])\s+")
 _NUMBER = re.compile(r"^\s*(?:level|label|score)?\s*[:=]?\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
 
 
+_JSON_KEYED = re.compile(  # "FC": {"label": 2, "evidence": "..."
+    r'"([^"{}\n]{1,80})"\s*:\s*\{\s*"(?:label|level|score)"\s*:\s*"?(-?\d+(?:\.\d+)?)"?'
+    r'(?:\s*,\s*"(?:evidence|justification|rationale)"\s*:\s*"((?:[^"\\\n]|\\.){0,500}))?',
+    re.I,
+)
+_JSON_LISTED = re.compile(  # {"concept": "FC", "label": 2
+    r'\{\s*"(?:concept|name|key)"\s*:\s*"([^"\n]{1,80})"\s*,\s*"(?:label|level|score)"\s*:\s*"?(-?\d+(?:\.\d+)?)',
+    re.I,
+)
+
+
 def _norm(s: str) -> str:
     return re.sub(r"[^a-z0-9]", "", s.lower())
 
@@ -529,18 +541,33 @@ def _json_entries(obj: Any, depth: int = 0) -> list[tuple[Any, Any, Any]]:
     return []
 
 
-def _find_json(text: str) -> list[tuple[Any, Any, Any]] | None:
+def _find_json(text: str, resolve: _Resolver) -> list[tuple[Any, Any, Any]] | None:
+    """Entries from the JSON in ``text`` that names the most concepts; salvages cut-off JSON."""
     decoder = json.JSONDecoder()
+
+    def score(entries: list[tuple[Any, Any, Any]]) -> int:
+        return len({resolve(e[0]) for e in entries} - {None})
+
+    best: list[tuple[Any, Any, Any]] = []
     starts = [m.start() for m in re.finditer(r"[\[{]", text)][:50]
+    done_to = -1
     for i in starts:
+        if i < done_to:
+            continue  # inside a value already decoded
         try:
-            obj, _ = decoder.raw_decode(text, i)
+            obj, end = decoder.raw_decode(text, i)
         except (ValueError, RecursionError):
             continue
+        done_to = end
         entries = _json_entries(obj)
-        if entries:
-            return entries
-    return None
+        if score(entries) > score(best):
+            best = entries
+    if starts and score(best) < len(resolve.keys):  # cut off at max_tokens? take the entries that are whole
+        found = [(m.group(1), m.group(2), m.group(3)) for m in _JSON_KEYED.finditer(text)]
+        found += [(m.group(1), m.group(2), None) for m in _JSON_LISTED.finditer(text)]
+        if score(found) > score(best):
+            best = found
+    return best or None
 
 
 def _line_entries(text: str, resolve: _Resolver) -> list[tuple[Any, Any, Any]]:
@@ -588,7 +615,7 @@ def parse_reply(text: Any, rubric: Rubric) -> ParseResult:
         return res
     resolve = _resolver(rubric)
     body = _FENCE.sub("", text.replace("\r\n", "\n").replace("\ufeff", ""))
-    entries = _find_json(body)
+    entries = _find_json(body, resolve)
     if entries is not None:
         res.found = "json"
     else:
@@ -704,6 +731,8 @@ def _litellm() -> Any:
 
     litellm.suppress_debug_info = True  # no "Give Feedback" banners on stdout
     litellm.telemetry = False
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):  # rubrictool reports failures itself
+        logging.getLogger(name).setLevel(logging.ERROR)
     return litellm
 
 

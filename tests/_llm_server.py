@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import socket
 import subprocess
@@ -329,6 +330,8 @@ class LlamaServer:
             [str(LLAMA_PY), "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", alias,
              "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(n_ctx), "--n_threads", str(n_threads)],
             stdout=self._fh, stderr=subprocess.STDOUT,
+            # OpenMP threads that spin while waiting starve each other on a shared 2-core machine
+            env={**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")},
         )
 
     @property

@@ -279,3 +279,14 @@ def test_read_predictions_validates_against_the_rubric(tmp_path: Path) -> None:
     pd.DataFrame([{"item": "1", "model": "m"}]).to_csv(g, index=False)
     with pytest.raises(DataError, match="not a prediction table"):
         read_predictions(g)
+
+
+def test_cut_off_json_keeps_the_whole_entries() -> None:
+    """A JSON reply cut off at max_tokens: the complete entries count, the rest is 'missing' (repair asks for it)."""
+    full = json.dumps({k: {"label": v, "evidence": f"ev {k}"} for k, v in WANT.items()})
+    cut = full[: full.index('"DU"') + 12]
+    res = parse_reply(cut, RUBRIC)
+    assert res.found == "json" and {k: lab.level for k, lab in res.labels.items()} == {k: WANT[k] for k in ["FC", "CC", "TU", "CP", "R"]}
+    assert res.labels["FC"].evidence == "ev FC" and res.errors == ["missing concept(s) DU, EE, FR"]
+    listed = json.dumps([{"concept": k, "label": v} for k, v in WANT.items()])[:-30]
+    assert len(parse_reply(listed, RUBRIC).labels) >= 6
