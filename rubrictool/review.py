@@ -547,6 +547,8 @@ def push(
     items = read_items(items_path)
     preds, other = _read_predictions(predictions_path, rubric, set(items["id"])) if predictions_path else (None, 0)
     title = project or f"{rubric.name}-review"
+    if not 3 <= len(title) <= 50:
+        raise ReviewError(f"project title {title!r} has {len(title)} characters; Label Studio needs 3 to 50 (--project)")
     state_path = Path(state_file) if state_file else Path(items_path).parent / STATE_NAME
     xml = render_label_config(rubric)
 

@@ -285,3 +285,10 @@ def test_a_server_that_dies_on_start_is_one_message(tmp_path: Path) -> None:
         review.start_server(tmp_path / "ls", port=review.free_port(), bin=fake, timeout=30)
     assert stat.S_IMODE((tmp_path / "ls" / "admin-token").stat().st_mode) == 0o600
     assert not (tmp_path / "ls" / "server.json").exists()
+
+
+def test_push_refuses_a_title_label_studio_would_reject_before_connecting(tmp_path: Path) -> None:
+    write_table(pd.DataFrame({"id": ["1"], "response": ["r"]}), tmp_path / "items.csv")
+    down = review.Connection(f"http://127.0.0.1:{review.free_port()}", "k")
+    with pytest.raises(ReviewError, match="has 2 characters; Label Studio needs 3 to 50"):
+        review.push(down, load_rubric("mohler"), tmp_path / "items.csv", project="ab")

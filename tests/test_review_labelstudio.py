@@ -378,6 +378,17 @@ def test_wrong_token_is_refused_and_never_shown(conn: review.Connection, mohler_
     assert review.find_project(conn, "never-made") is None
 
 
+def test_a_personal_access_token_is_exchanged_for_an_access_token(ls_server: LabelStudioServer) -> None:  # noqa: F811
+    legacy = signup(ls_server.url, "pat-user@example.com", "pw-pat-user-2026")
+    pat = httpx.post(f"{ls_server.url}/api/token/", headers={"Authorization": f"Token {legacy}"}, timeout=60).json()["token"]
+    assert pat.count(".") == 2  # a JWT refresh token, as Label Studio's UI hands out by default
+    c = review.Connection(ls_server.url, pat)
+    assert c.get("/api/current-user/whoami", "test")["email"] == "pat-user@example.com"
+    with pytest.raises(ReviewError, match="refused the personal access token") as e:
+        review.Connection(ls_server.url, pat[:-4] + "AAAA").get("/api/current-user/whoami", "test")
+    assert pat[:-4] not in str(e.value)
+
+
 def test_unknown_project(conn: review.Connection) -> None:
     with pytest.raises(ReviewError, match="no project 'no-such-project'"):
         review.status(conn, "no-such-project")
