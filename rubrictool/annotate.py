@@ -400,11 +400,11 @@ _NUMBER = re.compile(r"^\s*(?:level|label|score)?\s*[:=]?\s*(-?\d+(?:\.\d+)?)", 
 _JSON_KEYED = re.compile(  # "FC": {"label": 2, "evidence": "..."
     r'"([^"{}\n]{1,80})"\s*:\s*\{\s*"(?:label|level|score)"\s*:\s*"?(-?\d+(?:\.\d+)?)"?'
     r'(?:\s*,\s*"(?:evidence|justification|rationale)"\s*:\s*"((?:[^"\\\n]|\\.){0,500}))?',
-    re.I,
+    re.IGNORECASE,
 )
 _JSON_LISTED = re.compile(  # {"concept": "FC", "label": 2
     r'\{\s*"(?:concept|name|key)"\s*:\s*"([^"\n]{1,80})"\s*,\s*"(?:label|level|score)"\s*:\s*"?(-?\d+(?:\.\d+)?)',
-    re.I,
+    re.IGNORECASE,
 )
 
 
