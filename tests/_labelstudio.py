@@ -25,7 +25,7 @@ import pytest
 
 from rubrictool.review import LabelStudioServer, free_port, start_server
 
-__all__ = ["LS_BIN", "have_label_studio", "migrated_template", "server_from_template", "signup", "ls_server"]
+__all__ = ["LS_BIN", "have_label_studio", "ls_server", "migrated_template", "server_from_template", "signup"]
 
 ROOT = Path(__file__).resolve().parent.parent
 LS_BIN = ROOT / ".venv-ls" / "bin" / "label-studio"
