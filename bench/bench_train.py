@@ -148,7 +148,7 @@ def summary(out: Path) -> str:
         lines += ["| variant | seeds | T-Acc | T-F1 | C-Acc | C-F1 | Stage I s | step s | Stage II s | wall s |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for v, g in df.groupby("variant", sort=False):
-            def ms(c: str) -> str:
+            def ms(c: str, g: pd.DataFrame = g) -> str:
                 if c not in g or g[c].isna().all():
                     return "—"
                 return f"{g[c].mean():.3f} ± {g[c].std(ddof=1):.3f}" if len(g) > 1 else f"{g[c].mean():.3f}"

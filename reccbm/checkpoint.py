@@ -68,6 +68,9 @@ def load_checkpoint(run_dir: str | Path) -> tuple[RecCBM, Any, dict[str, Any]]:
         raise ReccbmError(f"{run_dir} has no model.safetensors")
     hf_config = AutoConfig.from_pretrained(str(run / "backbone"), local_files_only=True)
     model = RecCBM(cfg, TextEncoder.from_config(hf_config))
-    load_model(model, str(weights))
+    missing, unexpected = load_model(model, str(weights), strict=False)
+    missing = [k for k in missing if not k.endswith("lcec.mu0")]  # older checkpoints: prior mean 0
+    if missing or unexpected:
+        raise ReccbmError(f"{weights} does not match model.json: missing {missing[:3]}, unexpected {unexpected[:3]}")
     model.eval()
     return model, load_tokenizer(str(run / "backbone")), meta

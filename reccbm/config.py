@@ -38,6 +38,7 @@ class ModelConfig:
     plm: bool = False  # black-box baseline: masked-mean pooled encoder -> grade head, no bottleneck
     tau: float = 1.0  # τ: attention temperature of Eq. 9 (bold optima 0.25/0.75/1.0/1.25; we use 1.0)
     eps: float = 1e-4  # ε in Ω = LLᵀ + εI (Eq. 21), keeps the prior precision positive definite
+    center: bool = False  # True: LCEC prior mean μ₀ = training mean of c/M instead of the paper's 0 (Eq. 17)
 
     @property
     def M(self) -> int:
@@ -67,6 +68,7 @@ class StageIConfig:
     mixed_precision: str = "no"  # "no", "fp16" (CUDA) or "bf16", passed to accelerate.Accelerator
     device: str = "auto"  # "auto" = CUDA when present (or what `accelerate launch` set), else "cpu"
     max_steps_per_epoch: int = 0  # > 0 caps optimiser steps per epoch (smoke tests); 0 = full epochs
+    group_by_length: bool = True  # batches of similar length (less padding, ~25% faster on CPU); False = plain shuffle
 
 
 @dataclass(frozen=True)

@@ -193,15 +193,23 @@ class LatentCorrection(nn.Module):
     A = D^{½} B⁻¹ D^{-½} with B = I + D^{½} Ω D^{½}. B's eigenvalues are >= 1 for any σ², so its
     Cholesky factorisation never fails, whether σ² is tiny (A -> I) or huge (A -> 0). The K×K
     algebra runs in float64 and η is clamped to ±ETA_MAX; no explicit inverse is formed.
+
+    Prior mean: the paper's prior has mean 0 while s̃ ∈ [0, 1] sits near the label mean, so A can
+    only shrink towards 0. With ``mu0`` (a fixed buffer, the training mean of c/M when
+    ModelConfig.center is on) the prior is z ~ N(μ₀, Ω⁻¹) and μ_post = μ₀ + A (s̃ − μ₀): the
+    same A, now shrinking towards the typical answer, as in the Remark's reliability reading.
+    mu0 = 0 is exactly Eq. 20.
     """
 
     ETA_MAX = 20.0  # |η_k| bound: σ² ∈ [e^-20, e^20]
+    mu0: Tensor  # (K,) buffer: prior mean μ₀
 
     def __init__(self, K: int, eps: float) -> None:
         super().__init__()
         self.eps = eps
         self.L = nn.Parameter(torch.eye(K))  # (K, K), only its lower triangle is used: Ω = I + εI at init
         self.eta = nn.Parameter(torch.zeros(K))  # (K,), σ² = exp(η) = 1 at init
+        self.register_buffer("mu0", torch.zeros(K))  # (K,) prior mean μ₀; 0 = the paper's prior
 
     def cholesky_factor(self) -> Tensor:
         return torch.tril(self.L)  # (K, K) lower-triangular
@@ -231,8 +239,9 @@ class LatentCorrection(nn.Module):
         return sd[:, None] * torch.cholesky_solve(torch.diag(sd), LB)  # (K, K)
 
     def forward(self, s_tilde: Tensor) -> Tensor:
-        """μ_post = A s̃ for a batch: (B, K) -> (B, K)."""
-        return (s_tilde.double() @ self.denoising_matrix().T).to(s_tilde.dtype)  # (B, K)
+        """μ_post = μ₀ + A (s̃ − μ₀) for a batch (= A s̃ with μ₀ = 0, Eq. 20): (B, K) -> (B, K)."""
+        mu0 = self.mu0.double()  # (K,)
+        return (mu0 + (s_tilde.double() - mu0) @ self.denoising_matrix().T).to(s_tilde.dtype)  # (B, K)
 
     def sparsity(self) -> Tensor:
         """L_spa = Σ_{i>j} |L_ij| (Eq. 25)."""

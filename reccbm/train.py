@@ -32,7 +32,7 @@ from reccbm.config import StageIConfig, StageIIConfig
 from reccbm.data import EncodedItems, collate
 from reccbm.errors import ReccbmError
 from reccbm.metrics import concept_metrics, task_metrics
-from reccbm.model import RecCBM, concept_loss, opcc_loss
+from reccbm.model import RecCBM, concept_loss, expected_scores, opcc_loss
 
 __all__ = [
     "Event",
@@ -120,13 +120,16 @@ class _LengthGroupedBatches:
     """Shuffled batches of similar length (less padding, same data): each epoch permutes the items,
     sorts them by length within mega-batches of 32 batches, and shuffles the batch order."""
 
-    def __init__(self, lengths: list[int], batch_size: int, seed: int) -> None:
+    def __init__(self, lengths: list[int], batch_size: int, seed: int, group: bool = True) -> None:
         self.lengths, self.batch_size, self.seed, self.epoch = np.asarray(lengths), batch_size, seed, 0
+        self.group = group
 
     def __iter__(self) -> Any:
         rng = np.random.default_rng([self.seed, self.epoch])
         self.epoch += 1
         perm, mega = rng.permutation(len(self.lengths)), 32 * self.batch_size
+        if not self.group:
+            return iter([perm[i : i + self.batch_size].tolist() for i in range(0, len(perm), self.batch_size)])
         batches = []
         for s in range(0, len(perm), mega):
             chunk = perm[s : s + mega]
@@ -138,10 +141,10 @@ class _LengthGroupedBatches:
         return math.ceil(len(self.lengths) / self.batch_size)
 
 
-def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int) -> Any:
+def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group: bool = True) -> Any:
     from torch.utils.data import DataLoader
 
-    sampler = _LengthGroupedBatches([len(f["input_ids"]) for f in items.features], batch_size, seed)
+    sampler = _LengthGroupedBatches([len(f["input_ids"]) for f in items.features], batch_size, seed, group)
     return DataLoader(
         range(len(items)),  # type: ignore[arg-type]
         batch_sampler=sampler,
@@ -214,7 +217,7 @@ def _fit_encoder(
     opt = _optimizer(model, cfg)
     steps_per_epoch = _n_steps(len(train), cfg.batch_size * acc.num_processes, cfg.max_steps_per_epoch)
     sched = _warmup_linear(opt, steps_per_epoch * cfg.epochs, cfg.warmup_ratio)
-    loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed)
+    loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length)
     pmodel, opt, loader, sched = acc.prepare(model, opt, loader, sched)
     best_key: tuple[float, ...] | None = None
     best_state: dict[str, Tensor] = {}
@@ -240,6 +243,9 @@ def _fit_encoder(
             step_time += time.perf_counter() - ts
             steps += 1
             total += float(loss.detach())
+            if (i + 1) % 50 == 0:
+                log.info("%s epoch %d step %d/%d: loss %.4f, %.3f s/step", stage, epoch, i + 1, steps_per_epoch,
+                         total / (i + 1), step_time / steps)
             if callback:
                 callback(Event(stage, "step", epoch, i + 1, steps_per_epoch, cfg.epochs, float(loss.detach())))
         unwrapped: RecCBM = acc.unwrap_model(pmodel)
@@ -431,6 +437,10 @@ def _train_grader(
 ) -> StageResult:
     torch.manual_seed(cfg.seed)
     model.to("cpu")
+    if model.lcec is not None and model.config.center:  # prior mean μ₀ (see LatentCorrection)
+        with torch.no_grad():
+            ref = train_concepts_.double() / model.config.M if train_concepts_ is not None else None
+            model.lcec.mu0.copy_((ref if ref is not None else expected_scores(train_p_hat) / model.config.M).mean(0))
     _freeze(model, "stage2")
     params = model.stage2_parameters()
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)

@@ -49,6 +49,11 @@ def test_mu_post_is_the_gaussian_conditional_mean_from_the_joint_covariance(K: i
     torch.testing.assert_close(lc.posterior_covariance(), Sigma, rtol=1e-6, atol=1e-8)
     torch.testing.assert_close(lc.denoising_matrix(), Sigma @ torch.linalg.inv(D), rtol=1e-6, atol=1e-8)
     torch.testing.assert_close(lc(s.float()), mu.float(), rtol=1e-5, atol=1e-6)
+    # with a prior mean μ₀ (ModelConfig.center): E[z | s̃] = μ₀ + Cov(z, s̃) Cov(s̃)⁻¹ (s̃ − μ₀)
+    mu0 = torch.rand(K, dtype=torch.float64, generator=torch.Generator().manual_seed(seed + 2))
+    lc.mu0.copy_(mu0.float())
+    long_way = lc.mu0.double() + (s - lc.mu0.double()) @ (cov_zs @ torch.linalg.inv(cov_ss)).T
+    torch.testing.assert_close(lc(s), long_way, rtol=1e-6, atol=1e-7)
 
 
 def test_diagonal_case_recovers_spearman_reliability() -> None:
@@ -126,7 +131,7 @@ def test_race_attention_ignores_padding_and_queries_are_orthogonal() -> None:
     logits, alpha = race(H, mask)
     assert logits.shape == (2, 5, 3) and alpha is not None and alpha.shape == (2, 5, 7)
     torch.testing.assert_close(alpha.sum(-1), torch.ones(2, 5))
-    assert float(alpha[1, :, 4:].abs().max()) == 0.0
+    assert float(alpha[1, :, 4:].abs().max().detach()) == 0.0
     h = torch.einsum("bkt,btd->bkd", alpha, H)  # Eq. 10 by hand for item 1, concept 0
     assert race.Q is not None
     manual = torch.softmax(H[1, :4] @ race.Q[0] / 0.5, 0) @ H[1, :4]
@@ -135,3 +140,13 @@ def test_race_attention_ignores_padding_and_queries_are_orthogonal() -> None:
     _, none = shared(H, mask)
     assert none is None and shared.Q is None
     torch.testing.assert_close(masked_mean(H, mask)[1], H[1, :4].mean(0))
+
+
+def test_reccbm_never_imports_rubrictool() -> None:
+    from pathlib import Path
+
+    import reccbm
+
+    for path in Path(reccbm.__file__).parent.glob("*.py"):
+        text = path.read_text()
+        assert "import rubrictool" not in text and "from rubrictool" not in text, path.name

@@ -140,3 +140,13 @@ def test_bad_inputs_end_in_a_clear_message(backbone: str, tmp_path: Path) -> Non
         load_checkpoint(tmp_path)
     with pytest.raises(ReccbmError, match="cannot load backbone"):
         tiny_model(str(tmp_path / "nope"))
+
+
+def test_centered_prior_mean_is_the_training_label_mean(backbone: str) -> None:
+    model, tok = tiny_model(backbone, center=True)
+    items = encoded(tok, toy_table(16, seed=5))
+    p = cache_concepts(model, items, tok.pad_token_id)
+    c, y = torch.as_tensor(items.concepts), torch.as_tensor(items.grades)
+    train_grader(model, p, c, y, p, y, StageIIConfig(epochs=1))
+    assert model.lcec is not None
+    torch.testing.assert_close(model.lcec.mu0, c.float().mean(0) / 2)
