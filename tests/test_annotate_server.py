@@ -293,7 +293,9 @@ def test_resume_after_the_client_is_killed(tmp_path: Path) -> None:
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
             assert time.monotonic() < deadline, "the client never got 6 replies"
             time.sleep(0.1)
-        time.sleep(0.3)
+        while srv.count() <= answer_first:  # kill it mid-run: with a request in flight, hanging
+            assert time.monotonic() < deadline, "the client sent nothing after its 6th reply"
+            time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         assert proc.returncode == -signal.SIGKILL
