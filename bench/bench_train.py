@@ -121,15 +121,23 @@ def step_times(n_steps: int, data_dir: str | None) -> dict[str, float]:
     return {v: float(np.median(t)) for v, t in times.items()}
 
 
-def throughput(run: Path, data_dir: str | None, n: int = 600) -> float:
+def throughput(run: Path, data_dir: str | None, n: int = 600) -> dict[str, float]:
+    """`grade` responses per second (model loading excluded), float32 and --int8, and their agreement."""
     from rubrictool.data import load_benchmark
-    from rubrictool.train import grade_items
+    from rubrictool.train import grade_loaded, load_grader
 
     items = load_benchmark("mohler", data_dir).sample(n, random_state=0)
-    grade_items(run, items.head(64))  # warm-up (model load)
-    t0 = time.perf_counter()
-    grade_items(run, items)
-    return n / (time.perf_counter() - t0)
+    out: dict[str, float] = {}
+    graded = {}
+    for int8 in (False, True):
+        grader = load_grader(run, int8)
+        grade_loaded(grader, items.head(64))  # warm-up
+        t0 = time.perf_counter()
+        graded[int8] = grade_loaded(grader, items)
+        out["int8" if int8 else "float32"] = round(n / (time.perf_counter() - t0), 1)
+    out["int8_same_grade"] = round(float((graded[True]["grade"] == graded[False]["grade"]).mean()), 3)
+    return out
+
 
 
 def summary(out: Path) -> str:
@@ -189,8 +197,7 @@ def main() -> None:
                     run_variant(v, seed, a.out, a.data_dir, overrides)
                     print(summary(a.out), flush=True)
         if a.only in (None, "throughput") and (a.out / "reccbm-s0" / "model.json").is_file():
-            (a.out / "throughput.json").write_text(json.dumps(
-                {"responses_per_s": round(throughput(a.out / "reccbm-s0", a.data_dir), 1)}) + "\n")
+            (a.out / "throughput.json").write_text(json.dumps(throughput(a.out / "reccbm-s0", a.data_dir)) + "\n")
     text = summary(a.out)
     (a.out / "summary.md").write_text(text)
     print(text)

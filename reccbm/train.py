@@ -40,6 +40,7 @@ __all__ = [
     "StageResult",
     "cache_concepts",
     "predict",
+    "quantize_encoder",
     "set_seed",
     "train_concepts",
     "train_grader",
@@ -379,6 +380,21 @@ def _nll(probs: NDArray[Any], labels: NDArray[Any]) -> float:
     """Mean negative log-likelihood of integer labels under probabilities (..., C)."""
     p = np.take_along_axis(probs, labels[..., None], axis=-1)[..., 0]
     return float(-np.log(np.clip(p, 1e-12, 1.0)).mean())
+
+
+def quantize_encoder(model: RecCBM) -> RecCBM:
+    """CPU inference: int8 dynamic quantisation of the encoder's Linear layers (in place; ~1.5x faster
+    on AVX2 CPUs, probabilities change slightly). Never use it before training."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import quantize_dynamic
+
+        model.encoder.module = quantize_dynamic(  # type: ignore[no-untyped-call]
+            model.encoder.module, {nn.Linear}, dtype=torch.qint8
+        )
+    return model
 
 
 def cache_concepts(model: RecCBM, items: EncodedItems, pad_id: int, batch_size: int = 64) -> Tensor:

@@ -66,3 +66,13 @@ def test_grade_bad_inputs_end_in_a_clear_message(tmp_path: Path, run: Path) -> N
     assert res.exit_code == 1 and "no 'response' column" in res.output
     res = runner.invoke(app, ["grade", "-m", str(tmp_path), "--data", str(tmp_path / "bad.csv")])
     assert res.exit_code == 1 and "is not a trained model" in res.output
+
+
+def test_grade_int8_mostly_agrees_with_float(tmp_path: Path, run: Path) -> None:
+    new = mohler_like_table(30, seed=9)[["id", "question", "response", "reference"]]
+    new.to_csv(tmp_path / "new.csv", index=False)
+    res = runner.invoke(app, ["grade", "-m", str(run), "--data", str(tmp_path / "new.csv"), "-o",
+                              str(tmp_path / "q.csv"), "--int8"])
+    assert res.exit_code == 0, res.output
+    q, f = pd.read_csv(tmp_path / "q.csv"), grade_items(run, new)
+    assert (q["grade"] == f["grade"]).mean() >= 0.8
