@@ -315,3 +315,17 @@ def test_resume_after_the_client_is_killed(tmp_path: Path) -> None:
     assert len(pred) == n_items * 8 and pred["item"].nunique() == n_items
     summary = json.loads((out / "summary.json").read_text())["models"][MODEL]
     assert summary["cached_items"] == answer_first and summary["ok"] == n_items
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_prediction_table_round_trips_in_every_format(tmp_path: Path, mohler_rubric, suffix: str) -> None:  # type: ignore[no-untyped-def]
+    items = make_items(["good", "outofrange", "good"])
+    with ScriptedLLMServer(Script()) as srv:
+        res = annotate(items, mohler_rubric, config(srv.url, None), progress=False)
+    pred_path, fail_path, summary_path = write_outputs(res, tmp_path / f"preds{suffix}")
+    assert fail_path.name == "preds.failures.jsonl" and summary_path.name == "preds.summary.json"
+    back = read_predictions(pred_path, mohler_rubric)
+    cols = ["item", "model", "concept", "level", "raw_ok"]
+    pd.testing.assert_frame_equal(back[cols].reset_index(drop=True), res.predictions[cols].reset_index(drop=True),
+                                  check_dtype=False)
+    assert back["level"].isna().sum() == 1 and back.loc[~back.raw_ok, "item"].unique().tolist() == ["it1"]
