@@ -186,7 +186,7 @@ def main() -> None:
             res = {s: oracle(s, a.data_dir) for s in range(a.seeds)}
             agg = {k: f"{np.mean([r[k] for r in res.values()]):.3f} ± {np.std([r[k] for r in res.values()], ddof=1):.3f}"
                    for k in res[0]} if a.seeds > 1 else res[0]
-            (a.out / "oracle.json").write_text(json.dumps(agg) + "\n")
+            (a.out / "oracle.json").write_text(json.dumps(agg, ensure_ascii=False) + "\n")
         if a.only in (None, "steps"):
             (a.out / "steps.json").write_text(json.dumps(step_times(a.steps, a.data_dir)) + "\n")
         if a.only in (None, "runs"):

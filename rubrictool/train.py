@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -366,15 +366,19 @@ def train_model(
     if isinstance(agreement, (str, Path)):
         agreement = _read_agreement(Path(agreement))
     run = Path(run_dir)
-    run.mkdir(parents=True, exist_ok=True)
-    from rubrictool.data import save_split
+    from accelerate import PartialState
 
-    save_split({k: list(v) for k, v in split.items()}, run / "split.json")
+    is_main = PartialState().is_main_process  # under `accelerate launch`, only rank 0 writes the run dir
     resolved = {"variant": name, "rubric": rb.name, "seeds": seeds, "model": asdict(mcfg)}
     resolved |= {s: asdict(config_from_dict(c, cfgs[s])) for s, c in (("stage1", StageIConfig), ("stage2", StageIIConfig))}
-    (run / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True))
+    if is_main:
+        from rubrictool.data import save_split
+
+        run.mkdir(parents=True, exist_ok=True)
+        save_split({k: list(v) for k, v in split.items()}, run / "split.json")
+        (run / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True))
     notes = list(notes or [])
-    with _log_to(run / "train.log"):
+    with _log_to(run / "train.log") if is_main else nullcontext():
         log.info("run %s: variant %s, rubric %s, %d/%d/%d items", run, name, rb.name, *(len(pos[s]) for s in pos))
         tokenizer = reccbm.load_tokenizer(mcfg.backbone or reccbm.default_backbone())
         sets = {s: _encode(df.iloc[p], rb, tokenizer, mcfg.max_len, not plm) for s, p in pos.items()}
@@ -392,6 +396,8 @@ def train_model(
                    "summary": _summary(infos), "notes": notes}
         rel, rho = reliability_table(model, rb, info.get("per_concept"), agreement) if not plm else (pd.DataFrame(), None)
         metrics["spearman_sigma2_vs_1_minus_alpha"] = rho
+        if not is_main:
+            return TrainResult(run, name, metrics, rel, rho, notes)
         (run / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
         if not plm:
             rel.to_csv(run / "reliability.csv", index=False)
