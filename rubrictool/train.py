@@ -255,7 +255,7 @@ def _alpha(agreement: dict[str, Any] | None, key: str) -> tuple[float, float, fl
         entry = (agreement or {}).get("concepts", {}).get(key, {})
         a = entry.get("alpha")
         ci = entry.get("alpha_ci") or [None, None]
-        conv = [float(x) if isinstance(x, (int, float)) else nan for x in (a, *list(ci)[:2])]
+        conv = [float(x) if isinstance(x, (int, float)) else nan for x in (a, *list(ci)[:2])] + [nan, nan]
         return conv[0], conv[1], conv[2]
     except (AttributeError, TypeError, ValueError):
         return nan, nan, nan
