@@ -337,7 +337,9 @@ def response_format_for(model: str, rubric: Rubric, fmt: str, api_base: str | No
     if fmt != "json":
         return None
     schema = output_schema(rubric)
-    if api_base:  # llama.cpp, vLLM, Ollama accept a schema with json_object (llama.cpp enforces it by grammar)
+    if api_base and model.startswith("openai/"):
+        # a local OpenAI-compatible server: llama.cpp (and vLLM) take the schema with json_object and
+        # enforce it by grammar; a hosted provider behind a proxy goes through the check below
         return {"type": "json_object", "schema": schema}
     litellm = _litellm()
     try:
