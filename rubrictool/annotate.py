@@ -746,9 +746,11 @@ def _rates(model: str) -> tuple[float, float] | None:
     if model not in _RATES:
         litellm = _litellm()
         try:
-            a, _ = litellm.cost_per_token(model=model, prompt_tokens=1_000_000, completion_tokens=0)
-            _, b = litellm.cost_per_token(model=model, prompt_tokens=0, completion_tokens=1_000_000)
-            _RATES[model] = (float(a) / 1e6, float(b) / 1e6)
+            # priced at a request-sized 1,000 tokens: larger counts would hit long-context tiers
+            # (Gemini 2.5 Pro doubles its price above 200k prompt tokens per request)
+            a, _ = litellm.cost_per_token(model=model, prompt_tokens=1000, completion_tokens=0)
+            _, b = litellm.cost_per_token(model=model, prompt_tokens=0, completion_tokens=1000)
+            _RATES[model] = (float(a) / 1000, float(b) / 1000)
         except Exception:  # noqa: BLE001 - litellm raises several types for an unpriced model
             _RATES[model] = None
     return _RATES[model]

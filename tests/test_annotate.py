@@ -266,6 +266,9 @@ def test_dry_run_counts_tokens_and_prices_the_whole_run(tmp_path: Path) -> None:
     expected = gpt.prompt_tokens * 2.5e-6 + gpt.est_completion_tokens * 10e-6  # gpt-4o list price
     assert gpt.est_cost_usd == pytest.approx(expected)
     assert local.est_cost_usd is None  # no price known for a local alias
+    gem = dry_run(items, RUBRIC, AnnotateConfig(models=("gemini/gemini-2.5-pro",), cache=None)).models[0]
+    # Gemini 2.5 Pro's base rate ($1.25 / $10 per 1M), not its >200k-token tier, whatever the run's total
+    assert gem.est_cost_usd == pytest.approx(gem.prompt_tokens * 1.25e-6 + gem.est_completion_tokens * 10e-6)
     assert not (tmp_path / "none.sqlite").exists()  # a dry run creates nothing
 
 
