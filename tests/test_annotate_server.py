@@ -81,7 +81,7 @@ class Script:
         if tag == "flaky":
             return Reply(status=500) if k <= 2 else Reply(content=good)
         if tag == "slow":
-            return Reply(content=good, delay=3.0) if k == 1 else Reply(content=good)
+            return Reply(content=good, delay=9.0) if k == 1 else Reply(content=good)
         if tag == "down":
             return Reply(status=503, content="overloaded")
         return Reply(status=400, content=f"unexpected tag {tag}")
@@ -92,7 +92,7 @@ TAGS = ["good", "fenced", "sloppy", "malformed", "partial", "outofrange", "ratel
 
 def config(url: str, cache: Path | None, **kw: object) -> AnnotateConfig:
     base: dict[str, object] = {
-        "models": (MODEL,), "api_base": url, "cache": cache, "concurrency": 4, "timeout": 1.0,
+        "models": (MODEL,), "api_base": url, "cache": cache, "concurrency": 4, "timeout": 3.0,
         "max_retries": 2, "backoff": 0.01,
     }
     base.update(kw)
