@@ -807,11 +807,11 @@ def _retry_after(e: BaseException) -> float | None:
 
 
 def _short_error(e: BaseException, secrets: Iterable[str] = ()) -> str:
-    msg = " ".join(str(e).split())[:300] or e.__class__.__name__
+    msg = " ".join(str(e).split())
     for s in secrets:
         if s:
             msg = msg.replace(s, "***")
-    return f"{e.__class__.__name__}: {msg}"
+    return f"{e.__class__.__name__}: {msg[:300] or '(no message)'}"
 
 
 # == the run =================================================================================================
@@ -905,6 +905,10 @@ class _Runner:
         self.inflight: dict[str, asyncio.Future[_Reply]] = {}
         self.fatal: dict[str, str] = {}
         self.api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        # values that must never reach a message: the key in use and every key-like env variable
+        self.secrets = [self.api_key or ""] + [
+            v for k, v in os.environ.items() if re.search(r"(KEY|TOKEN|SECRET)$", k) and len(v) >= 8
+        ]
         self.response_formats = {
             m: response_format_for(m, rubric, config.format, config.api_base) for m in config.models
         }
@@ -982,8 +986,7 @@ class _Runner:
                 self.budget.settle(worst, worst if timed_out else 0.0)
                 if isinstance(e, (asyncio.CancelledError, KeyboardInterrupt)):
                     raise
-                secrets = [self.api_key or ""]
-                last = _short_error(e, secrets)
+                last = _short_error(e, self.secrets)
                 if _fatal(e):
                     raise _CallFailed(last, fatal=True) from None
                 if not _retryable(e):
@@ -995,11 +998,11 @@ class _Runner:
                 continue
             text = _reply_text(resp)
             pt, ct = _usage(resp)
-            price = _response_cost(resp)
+            price = _response_cost(resp) if _rates(model) is not None else None
             if price is None:
                 price = _price(model, pt, ct)
             if price is None:
-                s.price_known = False
+                s.price_known = False  # a local alias: counted as free, reported as "no price"
             cost = price or 0.0
             self.budget.settle(worst, cost)
             reply = _Reply(text, pt, ct, cost)
