@@ -34,8 +34,10 @@ def require_or_skip(ok: bool, why: str) -> None:
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     d = Path(os.environ["RUBRICTOOL_DATA"]) if "RUBRICTOOL_DATA" in os.environ else SHARED_DATA
-    if not (d / "mohler" / "data" / "docs" / "files").is_file():
-        pytest.skip(f"no Mohler data under {d}; set RUBRICTOOL_DATA")
+    require_or_skip(
+        (d / "mohler" / "data" / "docs" / "files").is_file(),
+        f"no Mohler data under {d}; set RUBRICTOOL_DATA (CI expects ../shared/datasets beside the clone)",
+    )
     return d
 
 
