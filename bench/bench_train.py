@@ -8,9 +8,9 @@ stage, a step-time comparison (Stage I vs PLM on identical batches) and `grade` 
 Resumable: every finished run leaves ``<out>/<variant>-s<seed>/metrics.json`` and is skipped when
 the script is started again; the summary is rebuilt from whatever is there.
 
-    python bench/bench_train.py --out bench/out --seeds 3            # full comparison (hours)
-    python bench/bench_train.py --out bench/out --only steps         # step times only (~2 min)
-    python bench/bench_train.py --out bench/out --summary            # tables from what is done
+    python bench/bench_train.py --out bench/out/train --seeds 3            # full comparison (hours)
+    python bench/bench_train.py --out bench/out/train --only steps         # step times only (~2 min)
+    python bench/bench_train.py --out bench/out/train --summary            # tables from what is done
 
 Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -171,7 +171,7 @@ def summary(out: Path) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=Path("bench/out"))
+    ap.add_argument("--out", type=Path, default=Path("bench/out/train"))
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--only", choices=["runs", "oracle", "steps", "throughput"], default=None)
