@@ -248,13 +248,17 @@ def format_labels(labels: dict[str, tuple[int, str]], rubric: Rubric, fmt: str) 
 
 
 def _rubric_definitions(rubric: Rubric) -> str:
+    """Definition and score scale of every concept, as the paper inserts them.
+
+    The rubric's illustrative excerpts are left out on purpose: the paper says they "are not consumed
+    by the pipeline and serve only as anchors for the human reviewers", and small local models copy
+    them as evidence and labels (seen with Qwen2.5-Coder-1.5B). Templates still get them as
+    ``concepts[].examples``.
+    """
     lines = []
     for c in rubric.concepts:
         levels = "; ".join(f"{lv.value} = {lv.anchor}" for lv in c.levels)
         lines.append(f"- {c.key} ({c.name}): {c.definition} Levels: {levels}.")
-        if c.examples:
-            shown = "; ".join(f'"{ex.text}" -> {ex.level}' for ex in c.examples)
-            lines.append(f"  Illustrative excerpts: {shown}")
     return "\n".join(lines)
 
 
