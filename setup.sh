@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up rubrictool on a fresh machine (Python 3.10+ with venv and pip; no GPU needed).
+# Set up rubrictool on a fresh machine (Python 3.11+ with venv and pip; no GPU needed).
 #   bash setup.sh          .venv with rubrictool and its test tools
 #   bash setup.sh --all    also .venv-ls (Label Studio server) and .venv-llama (llama.cpp server with
 #                          SmolLM2-135M), which the integration tests start on 127.0.0.1

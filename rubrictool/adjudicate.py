@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -395,13 +395,8 @@ def _check_columns(reviews: pd.DataFrame) -> pd.DataFrame:
 
 
 @dataclass
-class MajorityVote:
-    """Majority vote per item and concept with the ordinal tie rule of :func:`ordinal_vote`.
-
-    Ties: the median of the tied most-frequent levels, the lower middle one when their number is
-    even — three reviewers who all differ → the median; two who disagree → the lower level, the
-    rubric's "choose the lower-supported level". Every non-unanimous case is flagged.
-    """
+class _Consensus:
+    """What every consensus aggregator shares: tidy reviews in, ``decisions_``/``labels_`` out."""
 
     domain: Sequence[int] = (1, 2, 3)
     """The ordered level values of the rubric scale."""
@@ -409,15 +404,12 @@ class MajorityVote:
     grid_: DecisionGrid = field(init=False)
     """The same decisions as arrays aligned with the label cube."""
 
-    def fit(self, reviews: pd.DataFrame) -> MajorityVote:
+    def fit(self, reviews: pd.DataFrame) -> Self:
         data = _check_columns(reviews)
         return self.fit_cube(LabelCube.from_reviews(data, list(pd.unique(data["concept"])), self.domain))
 
-    def fit_cube(self, cube: LabelCube) -> MajorityVote:
-        counts = cube.counts()
-        idx, _ = ordinal_vote(counts)
-        self.grid_ = DecisionGrid.build(cube, counts, idx)
-        return self
+    def fit_cube(self, cube: LabelCube) -> Self:
+        raise NotImplementedError
 
     @property
     def decisions_(self) -> pd.DataFrame:
@@ -434,7 +426,23 @@ class MajorityVote:
 
 
 @dataclass
-class DawidSkeneVote:
+class MajorityVote(_Consensus):
+    """Majority vote per item and concept with the ordinal tie rule of :func:`ordinal_vote`.
+
+    Ties: the median of the tied most-frequent levels, the lower middle one when their number is
+    even — three reviewers who all differ → the median; two who disagree → the lower level, the
+    rubric's "choose the lower-supported level". Every non-unanimous case is flagged.
+    """
+
+    def fit_cube(self, cube: LabelCube) -> Self:
+        counts = cube.counts()
+        idx, _ = ordinal_vote(counts)
+        self.grid_ = DecisionGrid.build(cube, counts, idx)
+        return self
+
+
+@dataclass
+class DawidSkeneVote(_Consensus):
     """Dawid & Skene (1979) consensus, one model per concept, fitted by crowd-kit's ``DawidSkene``.
 
     Each reviewer gets a confusion matrix per concept, estimated by EM together with the true
@@ -444,23 +452,15 @@ class DawidSkeneVote:
     EM Algorithm", JRSS C 28(1), 1979, doi:10.2307/2346806.
     """
 
-    domain: Sequence[int] = (1, 2, 3)
-    """The ordered level values of the rubric scale."""
     n_iter: int = 100
     """EM iterations at most (crowd-kit's default)."""
     tol: float = 1e-5
     """Stop when the log-likelihood improves less than this."""
 
-    grid_: DecisionGrid = field(init=False)
-    """The same decisions as arrays aligned with the label cube."""
     changed_: int = field(init=False)
     """How many (item, concept) labels differ from the majority vote."""
 
-    def fit(self, reviews: pd.DataFrame) -> DawidSkeneVote:
-        data = _check_columns(reviews)
-        return self.fit_cube(LabelCube.from_reviews(data, list(pd.unique(data["concept"])), self.domain))
-
-    def fit_cube(self, cube: LabelCube) -> DawidSkeneVote:
+    def fit_cube(self, cube: LabelCube) -> Self:
         from crowdkit.aggregation import DawidSkene
 
         counts = cube.counts()
@@ -477,19 +477,6 @@ class DawidSkeneVote:
         self.grid_ = DecisionGrid.build(cube, counts, ds_idx, method_rule="dawid-skene")
         self.changed_ = int(((self.grid_.level != self.grid_.vote) & (self.grid_.n > 0)).sum())
         return self
-
-    @property
-    def decisions_(self) -> pd.DataFrame:
-        """As :attr:`MajorityVote.decisions_`, ``level`` from Dawid–Skene (rule ``dawid-skene`` where it differs)."""
-        return self.grid_.frame()
-
-    @property
-    def labels_(self) -> pd.Series:
-        """Consensus level, indexed by (item, concept)."""
-        return self.decisions_.set_index(["item", "concept"])["level"].rename("level")
-
-    def fit_predict(self, reviews: pd.DataFrame) -> pd.Series:
-        return self.fit(reviews).labels_
 
 
 def apply_resolutions(
