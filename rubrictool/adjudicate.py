@@ -367,20 +367,9 @@ class DecisionGrid:
             "item": self.cube.items.to_numpy(dtype=object)[ii],
             "concept": np.asarray(self.cube.concepts, dtype=object)[kk],
         }
-        for name in (
-            "level",
-            "vote",
-            "n",
-            "unanimous",
-            "tied",
-            "flagged",
-            "rule",
-            "resolved",
-            "note",
-            "decided_by",
-        ):
-            cols["n_reviewers" if name == "n" else name] = getattr(self, name)[ii, kk]
-        return pd.DataFrame(cols)[_DECISION_COLUMNS]
+        for col in _DECISION_COLUMNS[2:]:  # the grid's arrays, named as the table's columns
+            cols[col] = getattr(self, "n" if col == "n_reviewers" else col)[ii, kk]
+        return pd.DataFrame(cols)
 
 
 def _check_columns(reviews: pd.DataFrame) -> pd.DataFrame:
