@@ -551,7 +551,7 @@ def train_cmd(
     max_len: Annotated[int | None, typer.Option("--max-len", help="Tokens per input (default 128).")] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Batch size (default 8).")] = None,
     lr: Annotated[float | None, typer.Option("--lr", help="Stage I learning rate (default 1e-4).")] = None,
-    stage2_lr: Annotated[float | None, typer.Option("--stage2-lr", help="Stage II learning rate (0.02).")] = None,
+    stage2_lr: Annotated[float | None, typer.Option("--stage2-lr", help="Stage II learning rate (0.05).")] = None,
     tau: Annotated[float | None, typer.Option("--tau", help="RACE attention temperature τ (1.0).")] = None,
     lambda_r: Annotated[float | None, typer.Option("--lambda-r", help="OPCC weight λ_r (0.4).")] = None,
     lambda_d: Annotated[float | None, typer.Option("--lambda-d", help="Denoising weight λ_d (0.1).")] = None,

@@ -57,7 +57,7 @@ log = logging.getLogger("rubrictool.train")
 # Defaults of `rubrictool train` on a CPU: 6 Stage I epochs at 128 tokens keep the Mohler main job
 # (≈1,590 training items, MiniLM, 2 cores) within about 15 minutes end to end. The paper's 50-epoch
 # budget is one `--epochs 50` away (patience 3 still applies).
-CPU_DEFAULTS: dict[str, dict[str, Any]] = {"model": {"max_len": 128}, "stage1": {"epochs": 6}, "stage2": {"epochs": 50}}
+CPU_DEFAULTS: dict[str, dict[str, Any]] = {"model": {"max_len": 128}, "stage1": {"epochs": 6}, "stage2": {"epochs": 30}}
 
 LLM_LABELS_NOTE = (
     "Concept labels: majority vote over three independent LLM annotation passes (A, B, C) of the Mohler "
@@ -523,7 +523,8 @@ FLAT_OPTIONS: dict[str, list[tuple[str, str]]] = {
     "epochs": [("stage1", "epochs")],
     "lr": [("stage1", "lr")],
     "lambda_r": [("stage1", "lambda_r")],
-    "patience": [("stage1", "patience"), ("stage2", "patience")],
+    "patience": [("stage1", "patience")],
+    "stage2_patience": [("stage2", "patience")],
     "batch_size": [("stage1", "batch_size"), ("stage2", "batch_size")],
     "mixed_precision": [("stage1", "mixed_precision")],
     "device": [("stage1", "device")],
