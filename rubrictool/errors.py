@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 __all__ = [
-    "RubrictoolError",
-    "RubricError",
-    "DataError",
-    "AnnotateError",
-    "ReviewError",
     "AdjudicateError",
+    "AnnotateError",
+    "DataError",
+    "ReviewError",
+    "RubricError",
+    "RubrictoolError",
     "TrainError",
 ]
 
