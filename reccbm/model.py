@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +19,9 @@ from torch import Tensor, nn
 
 from reccbm.config import ModelConfig
 from reccbm.errors import ReccbmError
+
+if TYPE_CHECKING:
+    from reccbm.onnx_encoder import OnnxEncoder
 
 __all__ = [
     "ConceptBottleneck",
@@ -268,7 +271,7 @@ class RecCBM(nn.Module):
     def __init__(self, config: ModelConfig, encoder: TextEncoder) -> None:
         super().__init__()
         self.config = config
-        self.encoder = encoder
+        self.encoder: TextEncoder | OnnxEncoder = encoder  # OnnxEncoder: inference only
         K, d = config.num_concepts, encoder.hidden_size
         if config.plm:
             self.plm_head = nn.Linear(d, config.num_grades)  # pooled H -> grade logits

@@ -32,7 +32,7 @@ from reccbm.config import StageIConfig, StageIIConfig
 from reccbm.data import EncodedItems, collate
 from reccbm.errors import ReccbmError
 from reccbm.metrics import concept_metrics, task_metrics
-from reccbm.model import RecCBM, concept_loss, expected_scores, opcc_loss
+from reccbm.model import RecCBM, TextEncoder, concept_loss, expected_scores, opcc_loss
 
 __all__ = [
     "Event",
@@ -387,6 +387,8 @@ def quantize_encoder(model: RecCBM) -> RecCBM:
     on AVX2 CPUs, probabilities change slightly). Never use it before training."""
     import warnings
 
+    if not isinstance(model.encoder, TextEncoder):
+        raise ReccbmError("int8 quantisation needs the torch encoder (the ONNX engine has its own int8 file)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from torch.ao.quantization import quantize_dynamic
