@@ -589,6 +589,9 @@ def grade_cmd(
     out: OutOpt = Path("graded.csv"),
     batch_size: Annotated[int, typer.Option("--batch-size", help="Items per forward pass.")] = 64,
     int8: Annotated[bool, typer.Option("--int8", help="Int8 CPU inference: faster, numbers shift slightly.")] = False,
+    engine: Annotated[str, typer.Option(
+        "--engine", help="Encoder runtime: torch, or onnx (ONNX Runtime; exported once, cached in RUN/onnx).",
+    )] = "torch",
 ) -> None:
     """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
 
@@ -600,7 +603,8 @@ def grade_cmd(
 
     with Progress(console=err_console, transient=True) as bar:
         task = bar.add_task("grading", total=None)
-        graded, path, seconds = grade_file(model, data, out, batch_size, lambda n: bar.advance(task, n), int8)
+        graded, path, seconds = grade_file(model, data, out, batch_size, lambda n: bar.advance(task, n), int8,
+                                           engine)
     rate = len(graded) / seconds if seconds > 0 else float("inf")
     console.print(f"graded {len(graded)} responses in {seconds:.1f} s ({rate:.0f}/s) -> {path}", soft_wrap=True)
 

@@ -35,6 +35,7 @@ from rubrictool.rubric import Rubric, load_rubric
 
 __all__ = [
     "CPU_DEFAULTS",
+    "ENGINES",
     "FLAT_OPTIONS",
     "LLM_LABELS_NOTE",
     "TrainProgress",
@@ -44,6 +45,7 @@ __all__ = [
     "grade_loaded",
     "load_grader",
     "load_train_config",
+    "onnx_cache_dirs",
     "prepare_table",
     "reliability_table",
     "result_tables",
@@ -474,20 +476,57 @@ def grade_items(
     batch_size: int = 64,
     on_batch: Callable[[int], None] | None = None,
     int8: bool = False,
+    engine: str = "torch",
 ) -> pd.DataFrame:
     """Grade new responses with a trained run: per item the predicted grade and its probability,
     each concept's level and expected score (rubric scale), μ_post and contribution W_{ŷ,k}·μ_post,k.
-    int8: quantise the encoder's Linear layers for faster CPU inference (slightly different numbers)."""
-    return grade_loaded(load_grader(run_dir, int8), items, batch_size, on_batch)
+    int8: quantise the encoder's Linear layers for faster CPU inference (slightly different numbers).
+    engine: ``torch`` or ``onnx`` (the encoder runs in ONNX Runtime; see :func:`load_grader`)."""
+    return grade_loaded(load_grader(run_dir, int8, engine), items, batch_size, on_batch)
 
 
-def load_grader(run_dir: str | Path, int8: bool = False) -> tuple[reccbm.RecCBM, Any, dict[str, Any]]:
-    """(model, tokenizer, model.json) of a run, ready for :func:`grade_loaded`."""
+ENGINES = ("torch", "onnx")
+
+
+def onnx_cache_dirs(run_dir: str | Path) -> list[Path]:
+    """Where ``--engine onnx`` keeps the exported encoder: ``RUN/onnx``, else (read-only run directory)
+    ``~/.cache/rubrictool/onnx/<key>`` ($XDG_CACHE_HOME is honoured), else the temp folder; <key>
+    names the run's absolute path."""
+    import hashlib
+    import os
+    import tempfile
+
+    run = Path(run_dir)
+    key = hashlib.sha256(str(run.resolve()).encode()).hexdigest()[:16]
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return [run / "onnx", home / "rubrictool" / "onnx" / key, Path(tempfile.gettempdir()) / "rubrictool-onnx" / key]
+
+
+def load_grader(
+    run_dir: str | Path, int8: bool = False, engine: str = "torch"
+) -> tuple[reccbm.RecCBM, Any, dict[str, Any]]:
+    """(model, tokenizer, model.json) of a run, ready for :func:`grade_loaded`.
+
+    engine="onnx" runs the encoder in ONNX Runtime (the concept bottleneck, LCEC and grade head stay
+    in torch): exported on first use and cached (see :func:`onnx_cache_dirs`), rebuilt when
+    model.safetensors changes; with int8, a dynamically quantised copy of that export."""
+    if engine not in ENGINES:
+        raise TrainError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
     try:
         model, tokenizer, meta = reccbm.load_checkpoint(run_dir)
     except ReccbmError as exc:
         raise TrainError(str(exc)) from None
-    if int8:
+    if engine == "onnx":
+        from reccbm.onnx_encoder import OnnxExportError, use_onnx_encoder
+
+        try:
+            use_onnx_encoder(model, run_dir, int8, onnx_cache_dirs(run_dir))
+        except OnnxExportError as exc:
+            log.info("ONNX export failed: %s", exc)
+            raise TrainError(f"--engine onnx does not support {exc.model_type}; use --engine torch") from None
+        except ReccbmError as exc:
+            raise TrainError(str(exc)) from None
+    elif int8:
         reccbm.quantize_encoder(model)
     return model, tokenizer, meta
 
@@ -647,14 +686,14 @@ def result_tables(result: TrainResult) -> list[Any]:
 
 def grade_file(
     model: str | Path, data: str | Path, out: str | Path, batch_size: int = 64,
-    on_batch: Callable[[int], None] | None = None, int8: bool = False,
+    on_batch: Callable[[int], None] | None = None, int8: bool = False, engine: str = "torch",
 ) -> tuple[pd.DataFrame, Path, float]:
     """``rubrictool grade``: read items (CSV/JSONL/Parquet), grade them, write CSV/JSONL; returns the
     table, the written path and the seconds spent grading."""
     from rubrictool.data import read_table, write_table
 
     items = read_table(data)
-    grader = load_grader(model, int8)
+    grader = load_grader(model, int8, engine)
     t0 = time.perf_counter()
     graded = grade_loaded(grader, items, batch_size, on_batch)
     seconds = time.perf_counter() - t0
