@@ -138,20 +138,26 @@ def step_times(n_steps: int, data_dir: str | None) -> dict[str, float]:
 
 
 def throughput(run: Path, data_dir: str | None, n: int = 600) -> dict[str, float]:
-    """`grade` responses per second (model loading excluded), float32 and --int8, and their agreement."""
+    """`grade` responses per second (model loading and the ONNX export excluded) for the torch and onnx
+    engines, float32 and --int8, and how often each one's grade equals torch float32's."""
     from rubrictool.data import load_benchmark
     from rubrictool.train import grade_loaded, load_grader
 
     items = load_benchmark("mohler", data_dir).sample(n, random_state=0)
     out: dict[str, float] = {}
     graded = {}
-    for int8 in (False, True):
-        grader = load_grader(run, int8)
-        grade_loaded(grader, items.head(64))  # warm-up
-        t0 = time.perf_counter()
-        graded[int8] = grade_loaded(grader, items)
-        out["int8" if int8 else "float32"] = round(n / (time.perf_counter() - t0), 1)
-    out["int8_same_grade"] = round(float((graded[True]["grade"] == graded[False]["grade"]).mean()), 3)
+    for engine in ("torch", "onnx"):
+        for int8 in (False, True):
+            name = f"{'onnx_' if engine == 'onnx' else ''}{'int8' if int8 else 'float32'}"
+            grader = load_grader(run, int8, engine)  # onnx: exported and cached in RUN/onnx on first use
+            grade_loaded(grader, items.head(64))  # warm-up
+            t0 = time.perf_counter()
+            graded[name] = grade_loaded(grader, items)
+            out[name] = round(n / (time.perf_counter() - t0), 1)
+    for name in ("int8", "onnx_float32", "onnx_int8"):
+        out[f"{name}_same_grade"] = round(float((graded[name]["grade"] == graded["float32"]["grade"]).mean()), 3)
+    diff = (graded["onnx_float32"]["grade_prob"] - graded["float32"]["grade_prob"]).abs().max()
+    out["onnx_float32_max_prob_diff"] = float(f"{diff:.2g}")
     return out
 
 
