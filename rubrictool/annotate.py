@@ -737,10 +737,6 @@ def _litellm() -> Any:
 
     litellm.suppress_debug_info = True  # no "Give Feedback" banners on stdout
     litellm.telemetry = False
-    # litellm's opt-in Rust core (logging/callback path): a third less client CPU per request, which is
-    # what limits throughput at high concurrency; litellm falls back to Python for anything it does not
-    # support. LITELLM_RUST=0 in the environment turns it off (the environment wins over this switch).
-    litellm.rust(True)
     for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):  # rubrictool reports failures itself
         logging.getLogger(name).setLevel(logging.ERROR)
     return litellm
