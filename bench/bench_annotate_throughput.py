@@ -2,7 +2,8 @@
 
 A scripted OpenAI-compatible server (tests/_llm_server.py) answers every request with a valid Mohler
 annotation after DELAY seconds. The annotation runs through litellm's real HTTP path with the cache
-off, at concurrency 1, 8 and 32; requests/s is compared with the ideal concurrency / DELAY.
+off, at concurrency 1, 8 and 32, with 1 and 2 client processes (`--workers`); requests/s is compared
+with the ideal concurrency / DELAY.
 
     .venv/bin/python bench/bench_annotate_throughput.py            # delay 0.2 s, 16 waves per level
     .venv/bin/python bench/bench_annotate_throughput.py --delay 0.2 --waves 32 --levels 1,8,32
@@ -15,11 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,12 +45,51 @@ class _Counter:
             return int(json.loads(r.read())["requests"])
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process plus its finished children (the worker processes, once joined)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of another process (the server), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _level(rubric: Any, srv: _Counter, conc: int, workers: int, n: int, delay: float, server_pid: int) -> dict[str, Any]:
+    items = pd.DataFrame(
+        {
+            "id": [f"c{conc}-w{workers}-{i}" for i in range(n)],
+            "response": [f"answer {i} at concurrency {conc} with {workers} workers" for i in range(n)],
+            "question": "What is a prototype?",
+            "reference": "A simulation of the final product.",
+        }
+    )
+    cfg = AnnotateConfig(models=("openai/bench",), api_base=srv.url, cache=None, concurrency=conc, workers=workers)
+    before = srv.count()
+    t0, c0, s0 = time.perf_counter(), _cpu_seconds(), _proc_cpu_seconds(server_pid)
+    res = annotate(items, rubric, cfg, progress=False)
+    dt, cpu, scpu = time.perf_counter() - t0, _cpu_seconds() - c0, _proc_cpu_seconds(server_pid) - s0
+    sent = srv.count() - before
+    ok = int(res.summary["openai/bench"].ok)
+    rps, ideal = sent / dt, conc / delay
+    print(f"concurrency {conc:>3}, {workers} worker(s): {sent} requests in {dt:.2f} s = {rps:.1f} req/s "
+          f"(ideal {ideal:.1f}; {rps / ideal:.0%}), {ok}/{n} items ok, client CPU "
+          f"{1000 * cpu / max(1, sent):.1f} ms/request, server CPU {1000 * scpu / max(1, sent):.1f} ms/request", flush=True)
+    return {"concurrency": conc, "workers": workers, "items": n, "requests": sent, "ok": ok, "seconds": round(dt, 3),
+            "req_per_s": round(rps, 2), "ideal_req_per_s": round(ideal, 2), "share_of_ideal": round(rps / ideal, 3),
+            "client_cpu_ms_per_request": round(1000 * cpu / max(1, sent), 1),
+            "server_cpu_ms_per_request": round(1000 * scpu / max(1, sent), 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--delay", type=float, default=0.2)
     ap.add_argument("--waves", type=int, default=16,
                     help="requests per level = waves x concurrency: a sustained rate, not the start-up transient")
     ap.add_argument("--levels", default="1,8,32")
+    ap.add_argument("--workers", default="1,2", help="client processes to try per level (at most the concurrency)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "annotate_throughput.json")
     args = ap.parse_args()
     rubric = load_rubric("mohler")
@@ -66,32 +108,8 @@ def main() -> None:
         warm = pd.DataFrame({"id": ["w"], "response": ["warm up"], "question": ["q"], "reference": ["r"]})
         annotate(warm, rubric, AnnotateConfig(models=("openai/bench",), api_base=srv.url, cache=None), progress=False)
         for conc in [int(x) for x in args.levels.split(",")]:
-            n = args.waves * conc
-            items = pd.DataFrame(
-                {
-                    "id": [f"c{conc}-{i}" for i in range(n)],
-                    "response": [f"answer {i} at concurrency {conc}" for i in range(n)],
-                    "question": "What is a prototype?",
-                    "reference": "A simulation of the final product.",
-                }
-            )
-            cfg = AnnotateConfig(models=("openai/bench",), api_base=srv.url, cache=None, concurrency=conc)
-            before = srv.count()
-            t0, c0 = time.perf_counter(), time.process_time()
-            res = annotate(items, rubric, cfg, progress=False)
-            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-            sent = srv.count() - before
-            ok = int(res.summary["openai/bench"].ok)
-            rps = sent / dt
-            ideal = conc / args.delay
-            rows.append(
-                {"concurrency": conc, "items": n, "requests": sent, "ok": ok, "seconds": round(dt, 3),
-                 "req_per_s": round(rps, 2), "ideal_req_per_s": round(ideal, 2), "share_of_ideal": round(rps / ideal, 3),
-                 "client_cpu_ms_per_request": round(1000 * cpu / max(1, sent), 1)}
-            )
-            print(f"concurrency {conc:>3}: {sent} requests in {dt:.2f} s = {rps:.1f} req/s "
-                  f"(ideal {ideal:.1f}; {rps / ideal:.0%}), {ok}/{n} items ok, client CPU "
-                  f"{1000 * cpu / max(1, sent):.1f} ms/request", flush=True)
+            for workers in sorted({min(int(w), conc) for w in args.workers.split(",")}):
+                rows.append(_level(rubric, srv, conc, workers, args.waves * conc, args.delay, proc.pid))
     finally:
         proc.terminate()
         proc.wait()

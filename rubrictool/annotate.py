@@ -111,13 +111,17 @@ class AnnotateConfig:
     budget: float | None = None  # USD for this run; None: no limit
     limit: int | None = None  # annotate only the first N items
     cache: Path | None = Path(".rubrictool/cache.sqlite")  # None: no cache
+    # Client processes. Each sends its share of the items with concurrency/workers requests in flight
+    # and budget/workers USD; all share the reply cache. >1 helps only when the client's CPU (~9 ms
+    # per litellm call) is the limit: a fast local server at high concurrency (see README).
+    workers: int = 1
 
     def check(self) -> None:
         if not self.models:
             raise AnnotateError("no model given; pass --model (e.g. --model gpt-4o)")
         if self.format not in OUTPUT_FORMATS:
             raise AnnotateError(f"unknown --format {self.format!r}; use line or json")
-        for name, v, lo in (("concurrency", self.concurrency, 1), ("max-tokens", self.max_tokens, 1)):
+        for name, v, lo in (("concurrency", self.concurrency, 1), ("max-tokens", self.max_tokens, 1), ("workers", self.workers, 1)):
             if v < lo:
                 raise AnnotateError(f"--{name} must be at least {lo}, got {v}")
         if self.max_retries < 0:
@@ -919,6 +923,10 @@ class _Runner:
         self.started: dict[str, float] = {}
         self.on_progress: Any = None
 
+    @property
+    def stopped_by_budget(self) -> bool:
+        return self.budget.stopped
+
     def _params(self, model: str) -> dict[str, Any]:
         p = dict(self.config.sampling)
         rf = self.response_formats[model]
@@ -1211,13 +1219,17 @@ def annotate(
                 f"no price for {', '.join(unpriced)} in litellm's cost map, so --budget cannot be enforced; "
                 "drop --budget for local models, or use a priced model string"
             )
-    cache = _open_cache(config)
-    runner = _Runner(rubric, config, cache)
     t_start = time.monotonic()
-    try:
-        _run_with_progress(runner, jobs, progress, console)
-    finally:
-        cache.close()
+    runner: _Runner | _ShardResult
+    if min(config.workers, config.concurrency, len(jobs)) > 1:
+        runner = _run_workers(rubric, config, jobs, progress, console)
+    else:
+        cache = _open_cache(config)
+        runner = _Runner(rubric, config, cache)
+        try:
+            _run_with_progress(runner, jobs, progress, console)
+        finally:
+            cache.close()
     if runner.fatal and not any(s.ok for s in runner.summary.values()):
         raise AnnotateError("; ".join(runner.fatal.values()))
     df = pd.DataFrame(runner.rows, columns=PREDICTION_COLUMNS + USAGE_COLUMNS)
@@ -1237,7 +1249,7 @@ def annotate(
         predictions=df,
         failures=runner.failures,
         summary=runner.summary,
-        stopped_by_budget=runner.budget.stopped,
+        stopped_by_budget=runner.stopped_by_budget,
         total_items=len(jobs),
         fatal=dict(runner.fatal),
     )
@@ -1274,6 +1286,175 @@ def _run_with_progress(runner: _Runner, jobs: list[tuple[str, str]], progress: b
 
         runner.on_progress = update
         asyncio.run(main())
+
+
+# == several client processes ===============================================================================
+
+
+@dataclass
+class _ShardResult:
+    """What one worker process hands back: the same fields annotate() reads from a _Runner."""
+
+    rows: list[dict[str, Any]]
+    failures: list[dict[str, Any]]
+    summary: dict[str, ModelSummary]
+    fatal: dict[str, str]
+    stopped_by_budget: bool
+
+
+def _shard_configs(config: AnnotateConfig, n_jobs: int) -> list[AnnotateConfig]:
+    """One config per worker: the concurrency split exactly (never more requests in flight than asked),
+    the budget split evenly; at most one worker per request in flight and per item."""
+    w = max(1, min(config.workers, config.concurrency, n_jobs))
+    return [
+        dataclasses.replace(
+            config,
+            workers=1,
+            concurrency=config.concurrency // w + (1 if i < config.concurrency % w else 0),
+            budget=config.budget / w if config.budget is not None else None,
+        )
+        for i in range(w)
+    ]
+
+
+def _exit_with(parent: int) -> None:
+    """Worker side: end this process as soon as the annotate() process is gone (even after SIGKILL)."""
+    import threading
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.25)
+            try:
+                os.kill(parent, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:  # exists, owned by someone else: cannot be ours any more
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="rubrictool-parent-watch").start()
+
+
+def _run_shard(
+    rubric: Rubric, config: AnnotateConfig, jobs: list[tuple[str, str]], queue: Any, shard: int, parent: int
+) -> None:
+    """Worker process: annotate a share of the items; progress and the result go back through ``queue``."""
+    _exit_with(parent)
+    try:
+        cache = _open_cache(config)
+        runner = _Runner(rubric, config, cache)
+
+        def progress(model: str) -> None:
+            s = runner.summary[model]
+            queue.put(("progress", shard, model, s.cost_usd, s.prompt_tokens + s.completion_tokens, s.failures))
+
+        runner.on_progress = progress
+        try:
+            _run_with_progress(runner, jobs, False, None)
+        finally:
+            cache.close()
+        queue.put(("done", _ShardResult(runner.rows, runner.failures, runner.summary, runner.fatal, runner.budget.stopped)))
+    except AnnotateError as e:
+        queue.put(("error", str(e)))
+    except BaseException as e:  # noqa: BLE001 - reported by the parent as one line, never a traceback
+        queue.put(("error", f"a worker process failed: {e.__class__.__name__}: {e}"))
+
+
+def _merge_shards(models: Sequence[str], shards: list[_ShardResult]) -> _ShardResult:
+    summary = {m: ModelSummary(model=m) for m in models}
+    for sh in shards:
+        for m, s in sh.summary.items():
+            t = summary[m]
+            for f in ("items", "ok", "failures", "repaired", "cached_items", "requests", "retries",
+                      "prompt_tokens", "completion_tokens", "cost_usd"):
+                setattr(t, f, getattr(t, f) + getattr(s, f))
+            t.price_known = t.price_known and s.price_known
+            t.seconds = max(t.seconds, s.seconds)
+            t.stopped_by_budget = t.stopped_by_budget or s.stopped_by_budget
+    fatal: dict[str, str] = {}
+    for sh in shards:
+        for m, why in sh.fatal.items():
+            fatal.setdefault(m, why)
+    return _ShardResult(
+        rows=[r for sh in shards for r in sh.rows],
+        failures=[f for sh in shards for f in sh.failures],
+        summary=summary,
+        fatal=fatal,
+        stopped_by_budget=any(sh.stopped_by_budget for sh in shards),
+    )
+
+
+def _run_workers(
+    rubric: Rubric, config: AnnotateConfig, jobs: list[tuple[str, str]], progress: bool, console: Any
+) -> _ShardResult:
+    """Split the items among ``config.workers`` processes (round-robin) and merge what they return.
+
+    Processes are forked when this process runs a single thread (fast: litellm is already imported),
+    otherwise forked from a fork server that imported rubrictool and litellm once (spawned on Windows). Replies land in the shared SQLite cache as they arrive, so an interrupted run
+    resumes like a single-process one.
+    """
+    import multiprocessing as mp
+    import queue as queue_mod
+    import sys
+    import threading
+
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        ctx: Any = mp.get_context("fork")
+    elif sys.platform != "win32":  # forking a multi-threaded process is unsafe: fork from a clean server
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["rubrictool.annotate", "litellm"])  # imported once, not per worker
+    else:
+        ctx = mp.get_context("spawn")
+    subs = _shard_configs(config, len(jobs))
+    w = len(subs)
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_run_shard, args=(rubric, sub, jobs[i::w], q, i, os.getpid()), daemon=True) for i, sub in enumerate(subs)]
+    for p in procs:
+        p.start()
+    shards: list[_ShardResult] = []
+    errors: list[str] = []
+    bar: Any = None
+    try:
+        if progress:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                           console=console or Console(stderr=True), transient=False)
+            bar.start()
+            tasks = {m: bar.add_task(m, total=len(jobs), info="") for m in config.models}
+        latest: dict[tuple[int, str], tuple[float, int, int]] = {}  # (shard, model) -> cost, tokens, failed
+        while len(shards) + len(errors) < w:
+            try:
+                msg = q.get(timeout=1.0)
+            except queue_mod.Empty:
+                if not any(p.is_alive() for p in procs) and q.empty():
+                    errors.append("a worker process exited without a result (killed?); run again to resume from the cache")
+                    break
+                continue
+            if msg[0] == "done":
+                shards.append(msg[1])
+            elif msg[0] == "error":
+                errors.append(msg[1])
+            elif bar is not None:
+                _, shard, model, *totals = msg
+                latest[(shard, model)] = tuple(totals)
+                cost, tok, failed = (sum(v[i] for (_, m), v in latest.items() if m == model) for i in range(3))
+                bar.update(tasks[model], advance=1, info=f"${cost:.4f} {tok:,} tok {failed} failed")
+        for p in procs:
+            p.join(timeout=10)
+    except BaseException:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        raise
+    finally:
+        if bar is not None:
+            bar.stop()
+        q.close()
+    if errors:
+        raise AnnotateError(errors[0])
+    return _merge_shards(config.models, shards)
 
 
 # == dry run =================================================================================================

@@ -346,6 +346,7 @@ def annotate_cmd(
     api_base: Annotated[str | None, typer.Option("--api-base", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 (model openai/<alias>).")] = None,
     api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="Read the API key from this environment variable (default: the provider's, e.g. OPENAI_API_KEY).")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-j", help="Requests in flight per model.")] = 8,
+    workers: Annotated[int, typer.Option("--workers", help="Client processes sharing the items, concurrency and budget (for fast local servers at high concurrency).")] = 1,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 120.0,
     max_retries: Annotated[int, typer.Option("--max-retries", help="Retries on 429, timeouts, 5xx and connection errors.")] = 4,
     backoff: Annotated[float, typer.Option("--backoff", help="First back-off in seconds (doubles per retry, with jitter).")] = 1.0,
@@ -374,6 +375,7 @@ def annotate_cmd(
         models=tuple(model or DEFAULT_MODELS), format=fmt, template=template, examples=examples, api_base=api_base,
         api_key_env=api_key_env, concurrency=concurrency, timeout=timeout, max_retries=max_retries, backoff=backoff,
         temperature=temperature, max_tokens=max_tokens, budget=budget, limit=limit, cache=None if no_cache else cache,
+        workers=workers,
     )
     run_annotation(benchmark, rubric, data, data_dir, config, out, dry=dry_run, console=console)
 

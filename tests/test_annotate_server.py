@@ -205,3 +205,65 @@ def test_prediction_table_round_trips_in_every_format(tmp_path: Path, mohler_rub
     pd.testing.assert_frame_equal(back[cols].reset_index(drop=True), res.predictions[cols].reset_index(drop=True),
                                   check_dtype=False)
     assert back["level"].isna().sum() == 1 and back.loc[~back.raw_ok, "item"].unique().tolist() == ["it1"]
+
+
+# ---------------------------------------------------------------------------- several client processes
+def _comparable(res) -> pd.DataFrame:  # type: ignore[no-untyped-def]
+    return res.predictions.drop(columns=["cached"]).reset_index(drop=True)
+
+
+def test_workers_give_the_same_result_as_one_process(tmp_path: Path, mohler_rubric) -> None:  # type: ignore[no-untyped-def]
+    items = make_items([t for t in TAGS if t != "slow"])  # every other scenario; "slow" only costs time here
+    runs = {}
+    for workers in (1, 2):
+        with ScriptedLLMServer(Script()) as srv:
+            runs[workers] = annotate(items, mohler_rubric, config(srv.url, tmp_path / f"w{workers}.sqlite", workers=workers),
+                                     progress=False)
+            runs[workers].sent = srv.count()  # type: ignore[attr-defined]
+    one, two = runs[1], runs[2]
+    pd.testing.assert_frame_equal(_comparable(one), _comparable(two))  # same rows, same order
+    assert sorted(f["item"] for f in one.failures) == sorted(f["item"] for f in two.failures) != []
+    for field_ in ("items", "ok", "failures", "repaired", "requests", "retries", "prompt_tokens", "completion_tokens"):
+        assert getattr(one.summary[MODEL], field_) == getattr(two.summary[MODEL], field_), field_
+    assert one.sent == two.sent  # type: ignore[attr-defined]
+
+
+def test_workers_share_the_cache_with_a_later_run(tmp_path: Path, mohler_rubric) -> None:  # type: ignore[no-untyped-def]
+    items = make_items(["good"] * 9)
+    cache = tmp_path / "c.sqlite"
+    with ScriptedLLMServer() as srv:
+        a = annotate(items, mohler_rubric, config(srv.url, cache, workers=3), progress=True)
+        assert srv.count() == 9 and a.summary[MODEL].ok == 9
+        b = annotate(items, mohler_rubric, config(srv.url, cache, workers=1), progress=False)
+        assert srv.count() == 9 and b.summary[MODEL].cached_items == 9  # every reply came from the workers' cache
+    assert a.predictions["level"].tolist() == b.predictions["level"].tolist()
+
+
+def test_workers_split_concurrency_exactly_and_budget_evenly() -> None:
+    from rubrictool.annotate import _shard_configs
+
+    cfg = AnnotateConfig(models=(MODEL,), concurrency=5, workers=2, budget=1.0)
+    subs = _shard_configs(cfg, 100)
+    assert [s.concurrency for s in subs] == [3, 2] and [s.budget for s in subs] == [0.5, 0.5]
+    assert all(s.workers == 1 for s in subs)
+    assert len(_shard_configs(AnnotateConfig(models=(MODEL,), concurrency=2, workers=8), 100)) == 2  # never more than in flight
+    assert len(_shard_configs(AnnotateConfig(models=(MODEL,), concurrency=8, workers=8), 3)) == 3  # nor than items
+
+
+def test_workers_keep_the_total_budget(tmp_path: Path, mohler_rubric) -> None:  # type: ignore[no-untyped-def]
+    items = make_items(["good"] * 12)
+    with ScriptedLLMServer() as srv:
+        cfg = config(srv.url, tmp_path / "c.sqlite", models=("openai/gpt-4o",), concurrency=2, max_tokens=200,
+                     budget=0.02, workers=2)
+        res = annotate(items, mohler_rubric, cfg, progress=False)
+        s = res.summary["openai/gpt-4o"]
+        assert res.stopped_by_budget and 0 < s.ok < 12 and s.requests == srv.count()
+        assert s.cost_usd <= 0.02
+
+
+def test_workers_must_be_positive(mohler_rubric) -> None:  # type: ignore[no-untyped-def]
+    from rubrictool.errors import AnnotateError
+
+    with pytest.raises(AnnotateError, match="--workers must be at least 1"):
+        annotate(make_items(["good"]), mohler_rubric, AnnotateConfig(models=(MODEL,), api_base="http://127.0.0.1:9", workers=0),
+                 progress=False)

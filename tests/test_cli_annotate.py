@@ -89,8 +89,30 @@ def _cache_rows(path: Path) -> int:
 
 
 @pytest.mark.slow
-def test_resume_after_the_client_is_killed(tmp_path: Path) -> None:
-    """SIGKILL the CLI after 6 answered requests; the re-run asks only for what was never answered."""
+def _children(pid: int) -> list[int]:
+    """Live child processes of pid (from /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_resume_after_the_client_is_killed(tmp_path: Path, workers: int) -> None:
+    """SIGKILL the CLI after 6 answered requests; the re-run asks only for what was never answered.
+    With worker processes, they end with the killed CLI instead of carrying on as orphans."""
     n_items, answer_first = 16, 6
     data = tmp_path / "items.jsonl"
     make_items(["good"] * n_items).to_json(data, orient="records", lines=True)
@@ -107,7 +129,8 @@ def test_resume_after_the_client_is_killed(tmp_path: Path) -> None:
 
     cache, out = tmp_path / "cache.sqlite", tmp_path / "out"
     cmd = [str(ROOT / ".venv" / "bin" / "rubrictool"), "annotate", "--rubric", "mohler", "--data", str(data),
-           "--model", MODEL, "--concurrency", "3", "--cache", str(cache), "--out", str(out), "--timeout", "60"]
+           "--model", MODEL, "--concurrency", "3", "--cache", str(cache), "--out", str(out), "--timeout", "60",
+           "--workers", str(workers)]
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     if not Path(cmd[0]).exists():
         cmd[0:1] = [sys.executable, "-m", "rubrictool.cli"]
@@ -122,11 +145,16 @@ def test_resume_after_the_client_is_killed(tmp_path: Path) -> None:
         while srv.count() <= answer_first:  # kill it mid-run: with a request in flight, hanging
             assert time.monotonic() < deadline, "the client sent nothing after its 6th reply"
             time.sleep(0.05)
+        workers_pids = _children(proc.pid)
+        assert len(workers_pids) == (workers if workers > 1 else 0)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         assert proc.returncode == -signal.SIGKILL
         in_flight = srv.count() - answer_first
         assert not (out / "predictions.jsonl").exists()
+        if workers > 1:  # orphaned workers notice within 0.25 s and exit before anything is released
+            time.sleep(1.5)
+            assert not [p for p in workers_pids if Path(f"/proc/{p}").exists() and _state(p) != "Z"]
         gate.set()  # release the hung handlers (their client is gone)
         first = list(answered)
         with lock:
