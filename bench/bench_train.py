@@ -195,6 +195,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("bench/out/train"))
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--seed-list", default=None,
+                    help="run only these seeds, e.g. 1 or 1,2 (to share the runs among processes; the summary reads all)")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--only", choices=["runs", "oracle", "steps", "throughput"], default=None)
     ap.add_argument("--epochs", type=int, default=None, help="Stage I epochs (default: the CLI default)")
@@ -213,7 +215,8 @@ def main() -> None:
             (a.out / "steps.json").write_text(json.dumps(step_times(a.steps, a.data_dir)) + "\n")
         if a.only in (None, "runs"):
             overrides = {"stage1": {"epochs": a.epochs}} if a.epochs else {}
-            for seed in range(a.seeds):
+            seeds = [int(x) for x in a.seed_list.split(",")] if a.seed_list else list(range(a.seeds))
+            for seed in seeds:
                 for v in a.variants.split(","):
                     print(f"== {v} seed {seed}", flush=True)
                     run_variant(v, seed, a.out, a.data_dir, overrides)
