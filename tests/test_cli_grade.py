@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_cli_train import KEYS, _train, mohler_like_table
+from test_cli_train import KEYS, mohler_like_table, tiny_bert_run
 from test_reccbm_tiny import build_backbone, one_thread  # noqa: F401
 from typer.testing import CliRunner
 
@@ -21,10 +21,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("graderun")
-    code, output, run = _train(tmp, build_backbone(tmp, "bert"), mohler_like_table(40))
-    assert code == 0, output
-    return run
+    return tiny_bert_run(tmp_path_factory.mktemp("graderun"))
 
 
 def test_grade_writes_the_decision_trace_per_item(tmp_path: Path, run: Path) -> None:

@@ -47,6 +47,13 @@ def _train(tmp_path: Path, backbone: str, df: pd.DataFrame, *extra: str) -> tupl
     return res.exit_code, res.output, out
 
 
+def tiny_bert_run(tmp: Path) -> Path:
+    """A run directory trained through the CLI on 40 Mohler-like items with a tiny BERT (for grading tests)."""
+    code, output, run = _train(tmp, build_backbone(tmp, "bert"), mohler_like_table(40))
+    assert code == 0, output
+    return run
+
+
 def test_train_writes_a_complete_run_directory(tmp_path: Path, backbone: str) -> None:
     agreement = {"concepts": {k: {"alpha": 0.5 + 0.05 * i, "alpha_ci": [0.4, 0.9]} for i, k in enumerate(KEYS)}}
     (tmp_path / "agreement.json").write_text(json.dumps(agreement))

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_cli_train import KEYS, _train, mohler_like_table
+from test_cli_train import KEYS, mohler_like_table, tiny_bert_run
 from test_reccbm_tiny import FAMILIES, build_backbone, encoded, one_thread, tiny_model, toy_table  # noqa: F401
 from typer.testing import CliRunner
 
@@ -35,10 +35,7 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("onnxrun")
-    code, output, run = _train(tmp, build_backbone(tmp, "bert"), mohler_like_table(40))
-    assert code == 0, output
-    return run
+    return tiny_bert_run(tmp_path_factory.mktemp("onnxrun"))
 
 
 @pytest.fixture
