@@ -1255,6 +1255,16 @@ def annotate(
     )
 
 
+def _progress_bar(console: Any) -> Any:
+    """The per-model progress bar of a run (items done, cost, tokens, failures, elapsed time)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                    console=console or Console(stderr=True), transient=False)
+
+
 def _run_with_progress(runner: _Runner, jobs: list[tuple[str, str]], progress: bool, console: Any) -> None:
     async def main() -> None:
         await asyncio.gather(*(runner.run_model(m, jobs) for m in runner.config.models))
@@ -1262,19 +1272,7 @@ def _run_with_progress(runner: _Runner, jobs: list[tuple[str, str]], progress: b
     if not progress:
         asyncio.run(main())
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    con = console or Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-        console=con,
-        transient=False,
-    ) as bar:
+    with _progress_bar(console) as bar:
         tasks = {m: bar.add_task(m, total=len(jobs), info="") for m in runner.config.models}
         total = bar.add_task("total", total=len(jobs) * len(runner.config.models), info="$0.0000")
 
@@ -1326,9 +1324,7 @@ def _exit_with(parent: int) -> None:
             time.sleep(0.25)
             try:
                 os.kill(parent, 0)
-            except ProcessLookupError:
-                os._exit(1)
-            except PermissionError:  # exists, owned by someone else: cannot be ours any more
+            except (ProcessLookupError, PermissionError):  # gone, or the pid now belongs to someone else
                 os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="rubrictool-parent-watch").start()
@@ -1415,12 +1411,7 @@ def _run_workers(
     bar: Any = None
     try:
         if progress:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                           console=console or Console(stderr=True), transient=False)
+            bar = _progress_bar(console)
             bar.start()
             tasks = {m: bar.add_task(m, total=len(jobs), info="") for m in config.models}
         latest: dict[tuple[int, str], tuple[float, int, int]] = {}  # (shard, model) -> cost, tokens, failed
