@@ -57,7 +57,8 @@ def _proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _level(rubric: Any, srv: _Counter, conc: int, workers: int, n: int, delay: float, server_pid: int) -> dict[str, Any]:
+def _level(rubric: Any, srv: _Counter, conc: int, workers: int, n: int, delay: float, server_pid: int,
+           model: str = "openai/bench") -> dict[str, Any]:
     items = pd.DataFrame(
         {
             "id": [f"c{conc}-w{workers}-{i}" for i in range(n)],
@@ -66,18 +67,18 @@ def _level(rubric: Any, srv: _Counter, conc: int, workers: int, n: int, delay: f
             "reference": "A simulation of the final product.",
         }
     )
-    cfg = AnnotateConfig(models=("openai/bench",), api_base=srv.url, cache=None, concurrency=conc, workers=workers)
+    cfg = AnnotateConfig(models=(model,), api_base=srv.url, cache=None, concurrency=conc, workers=workers)
     before = srv.count()
     t0, c0, s0 = time.perf_counter(), _cpu_seconds(), _proc_cpu_seconds(server_pid)
     res = annotate(items, rubric, cfg, progress=False)
     dt, cpu, scpu = time.perf_counter() - t0, _cpu_seconds() - c0, _proc_cpu_seconds(server_pid) - s0
     sent = srv.count() - before
-    ok = int(res.summary["openai/bench"].ok)
+    ok = int(res.summary[model].ok)
     rps, ideal = sent / dt, conc / delay
-    print(f"concurrency {conc:>3}, {workers} worker(s): {sent} requests in {dt:.2f} s = {rps:.1f} req/s "
+    print(f"{model}: concurrency {conc:>3}, {workers} worker(s): {sent} requests in {dt:.2f} s = {rps:.1f} req/s "
           f"(ideal {ideal:.1f}; {rps / ideal:.0%}), {ok}/{n} items ok, client CPU "
           f"{1000 * cpu / max(1, sent):.1f} ms/request, server CPU {1000 * scpu / max(1, sent):.1f} ms/request", flush=True)
-    return {"concurrency": conc, "workers": workers, "items": n, "requests": sent, "ok": ok, "seconds": round(dt, 3),
+    return {"model": model, "concurrency": conc, "workers": workers, "items": n, "requests": sent, "ok": ok, "seconds": round(dt, 3),
             "req_per_s": round(rps, 2), "ideal_req_per_s": round(ideal, 2), "share_of_ideal": round(rps / ideal, 3),
             "client_cpu_ms_per_request": round(1000 * cpu / max(1, sent), 1),
             "server_cpu_ms_per_request": round(1000 * scpu / max(1, sent), 1)}
@@ -90,6 +91,10 @@ def main() -> None:
                     help="requests per level = waves x concurrency: a sustained rate, not the start-up transient")
     ap.add_argument("--levels", default="1,8,32")
     ap.add_argument("--workers", default="1,2", help="client processes to try per level (at most the concurrency)")
+    ap.add_argument("--models", default="openai/bench",
+                    help="litellm model names to compare, e.g. openai/bench,hosted_vllm/bench (provider prefixes "
+                         "for an OpenAI-compatible server: openai/ goes through the OpenAI SDK, hosted_vllm/ through "
+                         "litellm's own HTTP handler)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "annotate_throughput.json")
     args = ap.parse_args()
     rubric = load_rubric("mohler")
@@ -106,10 +111,12 @@ def main() -> None:
     try:
         # warm-up: litellm import, client creation, tokenizer (not part of the measurement)
         warm = pd.DataFrame({"id": ["w"], "response": ["warm up"], "question": ["q"], "reference": ["r"]})
-        annotate(warm, rubric, AnnotateConfig(models=("openai/bench",), api_base=srv.url, cache=None), progress=False)
-        for conc in [int(x) for x in args.levels.split(",")]:
-            for workers in sorted({min(int(w), conc) for w in args.workers.split(",")}):
-                rows.append(_level(rubric, srv, conc, workers, args.waves * conc, args.delay, proc.pid))
+        for model in args.models.split(","):
+            annotate(warm, rubric, AnnotateConfig(models=(model,), api_base=srv.url, cache=None), progress=False)
+        for model in args.models.split(","):
+            for conc in [int(x) for x in args.levels.split(",")]:
+                for workers in sorted({min(int(w), conc) for w in args.workers.split(",")}):
+                    rows.append(_level(rubric, srv, conc, workers, args.waves * conc, args.delay, proc.pid, model))
     finally:
         proc.terminate()
         proc.wait()

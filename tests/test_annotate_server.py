@@ -91,12 +91,15 @@ def config(url: str, cache: Path | None, **kw: object) -> AnnotateConfig:
     return AnnotateConfig(**base)  # type: ignore[arg-type]
 
 
-def test_scripted_scenarios_table_failures_retries_and_cache(tmp_path: Path, mohler_rubric) -> None:  # type: ignore[no-untyped-def]
+# openai/ goes through the OpenAI SDK; hosted_vllm/ through litellm's own HTTP handler (less client CPU
+# per call, README "LLM pre-annotation"): both must give the same table, retries and failure records.
+@pytest.mark.parametrize("model", [MODEL, "hosted_vllm/scripted"])
+def test_scripted_scenarios_table_failures_retries_and_cache(tmp_path: Path, mohler_rubric, model: str) -> None:  # type: ignore[no-untyped-def]
     items = make_items(TAGS)
     script = Script()
     cache = tmp_path / "cache.sqlite"
     with ScriptedLLMServer(script) as srv:
-        res = annotate(items, mohler_rubric, config(srv.url, cache), progress=False)
+        res = annotate(items, mohler_rubric, config(srv.url, cache, models=(model,)), progress=False)
         first_run = srv.count()
         per_resp = Counter(s.response for s in srv.seen)
 
@@ -128,17 +131,17 @@ def test_scripted_scenarios_table_failures_retries_and_cache(tmp_path: Path, moh
         r = {tag: per_resp[items.response[i]] for i, tag in enumerate(TAGS) if tag != "good"}
         assert r == {"fenced": 1, "sloppy": 1, "malformed": 2, "partial": 2, "outofrange": 2,
                      "ratelimit": 2, "flaky": 3, "slow": 2, "down": 3}
-        s = res.summary[MODEL]
+        s = res.summary[model]
         assert (s.items, s.ok, s.failures, s.repaired) == (11, 9, 2, 2)
         assert not s.price_known and s.cost_usd == 0  # a local alias has no price in litellm's map
         assert s.requests == first_run and s.retries == 1 + 2 + 1 + 2
         assert s.prompt_tokens == 500 * sum(1 for x in srv.seen if x.status == 200)
 
         # second run: every good reply comes from the cache — only the still-failing 503 item is asked again
-        res2 = annotate(items, mohler_rubric, config(srv.url, cache), progress=False)
+        res2 = annotate(items, mohler_rubric, config(srv.url, cache, models=(model,)), progress=False)
         new = srv.seen[first_run:]
         assert {x.response for x in new} == {items.response[9]}
-        assert res2.summary[MODEL].cached_items == 10
+        assert res2.summary[model].cached_items == 10
         same = ["item", "concept", "level", "raw_ok"]
         pd.testing.assert_frame_equal(res.predictions[same], res2.predictions[same])
 
@@ -146,18 +149,19 @@ def test_scripted_scenarios_table_failures_retries_and_cache(tmp_path: Path, moh
     back = read_predictions(out[0], mohler_rubric)
     assert len(back) == len(pred) and back.level.dropna().between(1, 3).all()
     assert len(read_predictions(out[0], mohler_rubric, valid_only=True)) == 9 * 8
-    assert json.loads(out[2].read_text())["models"][MODEL]["failures"] == 2
+    assert json.loads(out[2].read_text())["models"][model]["failures"] == 2
 
 
-def test_second_run_sends_zero_requests(tmp_path: Path, mohler_rubric) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("model", [MODEL, "hosted_vllm/scripted"])
+def test_second_run_sends_zero_requests(tmp_path: Path, mohler_rubric, model: str) -> None:  # type: ignore[no-untyped-def]
     items = make_items(["good"] * 6)
     with ScriptedLLMServer() as srv:
-        cfg = config(srv.url, tmp_path / "c.sqlite", format="json")
+        cfg = config(srv.url, tmp_path / "c.sqlite", format="json", models=(model,))
         a = annotate(items, mohler_rubric, cfg, progress=False)
         n = srv.count()
         b = annotate(items, mohler_rubric, cfg, progress=False)
         assert n == 6 and srv.count() == n  # zero requests the second time
-    assert b.summary[MODEL].requests == 0 and b.summary[MODEL].cached_items == 6
+    assert b.summary[model].requests == 0 and b.summary[model].cached_items == 6
     assert a.predictions["level"].tolist() == b.predictions["level"].tolist()
     # JSON mode sends the schema as response_format (llama.cpp style for a local server)
     rf = srv.seen[0].body["response_format"]
