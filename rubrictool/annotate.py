@@ -637,10 +637,11 @@ def parse_reply(text: Any, rubric: Rubric) -> ParseResult:
         entries = _line_entries(body, resolve)
         res.found = "line" if entries else "none"
     conflicts: dict[str, set[int]] = {}
-    for name, label, evidence in entries:
+    unknown: list[int] = []  # positions of entries whose concept name is not in the rubric
+    for pos, (name, label, evidence) in enumerate(entries):
         key = resolve(name)
         if key is None:
-            res.warnings.append(f"ignored an entry for unknown concept {str(name)[:40]!r}")
+            unknown.append(pos)
             continue
         level, err = _level_of(label, key, rubric)
         if err:
@@ -658,12 +659,26 @@ def parse_reply(text: Any, rubric: Rubric) -> ParseResult:
         res.errors.append(f"{key}: labelled more than once with different levels {sorted(levels)}")
     bad = {e.split(":", 1)[0] for e in res.errors}
     missing = [k for k in rubric.keys if k not in res.labels and k not in bad]
+    if len(missing) == 1 and len(unknown) == 1 and len(entries) == rubric.K and unknown[0] == rubric.keys.index(missing[0]):
+        # one entry per concept, in the rubric's order, one name garbled (e.g. "CU" for TU) exactly where the
+        # only missing concept belongs: read it as that concept instead of paying for a repair round
+        name, label, evidence = entries[unknown[0]]
+        level, err = _level_of(label, missing[0], rubric)
+        if err is None and level is not None:
+            res.labels[missing[0]] = Label(missing[0], level, _clean_evidence(evidence))
+            res.warnings.append(f"read the entry for unknown concept {str(name)[:40]!r} as {missing[0]} "
+                                f"(the only missing concept, in its position)")
+            unknown, missing = [], []
+    for pos in unknown:
+        res.warnings.append(f"ignored an entry for unknown concept {str(entries[pos][0])[:40]!r}")
     if res.found == "none":
         res.errors.append(
             "no annotation found: expected one line per concept 'concept=<key>; label=<level>; evidence=<text>' or JSON"
         )
     elif missing:
-        res.errors.append(f"missing concept(s) {', '.join(missing)}")
+        names = ", ".join(repr(str(entries[pos][0])[:40]) for pos in unknown)
+        res.errors.append(f"missing concept(s) {', '.join(missing)}"
+                          + (f" (not concept keys of this rubric: {names})" if unknown else ""))
     return res
 
 

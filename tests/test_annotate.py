@@ -200,6 +200,21 @@ def test_parser_ignores_unknown_concepts_and_repeats() -> None:
     assert res.ok and any("Originality" in w for w in res.warnings)
 
 
+def test_parser_reads_one_garbled_key_in_the_missing_concepts_place() -> None:
+    # Qwen2.5-1.5B writes "CU" for TU (Terminology Usage) in every reply: one entry per concept, in order
+    garbled = GOOD.replace("concept=TU;", "concept=CU;")
+    res = parse_reply(garbled, RUBRIC)
+    assert res.ok and res.labels["TU"].level == WANT["TU"] and res.labels["TU"].evidence == "eTU"
+    assert any("'CU' as TU" in w for w in res.warnings)
+    # not recovered when the position does not match, with two garbled names, or with an extra entry
+    lines = garbled.splitlines()
+    moved = "\n".join(lines[3:] + lines[:3])
+    for text in (moved, garbled.replace("concept=FC;", "concept=XX;"), garbled + "\nconcept=Originality; label=2; evidence=x"):
+        res = parse_reply(text, RUBRIC)
+        assert not res.ok and "TU" not in res.labels
+        assert any("missing concept(s)" in e and "'CU'" in e for e in res.errors), res.errors
+
+
 # -- cache and settings --------------------------------------------------------------------------------------
 
 
