@@ -153,8 +153,11 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
     def do_GET(self) -> None:
-        if self.path.rstrip("/").endswith("/stats"):
-            self._send(200, json.dumps({"requests": self.server.owner.count()}).encode())
+        if self.path.split("?", 1)[0].rstrip("/").endswith("/stats"):
+            # ?since=N: also the first arrival and the last reply (time.monotonic) of the requests after the Nth
+            since = int(self.path.split("since=", 1)[1]) if "since=" in self.path else 0
+            self._send(200, json.dumps({"requests": self.server.owner.count(),
+                                        "window": self.server.owner.window(since)}).encode())
         elif self.path.rstrip("/").endswith("/models"):
             self._send(200, json.dumps({"object": "list", "data": [{"id": "scripted", "object": "model"}]}).encode())
         else:
@@ -240,6 +243,14 @@ class ScriptedLLMServer:
             s = Seen(n=len(self.seen) + 1, body=body, headers=headers, t_start=time.monotonic())
             self.seen.append(s)
             return s
+
+    def window(self, since: int = 0) -> list[float] | None:
+        """[first arrival, last reply] of the requests after the ``since``-th, None while any is unanswered."""
+        with self._lock:
+            later = self.seen[since:]
+            if not later or any(not s.t_end for s in later):
+                return None
+            return [min(s.t_start for s in later), max(s.t_end for s in later)]
 
     def _done(self, seen: Seen, status: int) -> None:
         with self._lock:
