@@ -35,48 +35,13 @@ import numpy as np
 import torch
 
 PARTS = ("train", "dev", "test")
-CS = (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)
 
 
 def _scores(p: torch.Tensor) -> np.ndarray:
-    """s̃ = ĉ / M from p̂ (N, K, M+1)."""
-    m = torch.arange(p.shape[-1], dtype=p.dtype)
-    return ((p * m).sum(-1) / (p.shape[-1] - 1)).numpy()
+    """s̃ = ĉ / M from p̂ (N, K, M+1), as the grade head sees it."""
+    from reccbm.model import expected_scores
 
-
-def linear_head(X: dict[str, np.ndarray], y: dict[str, np.ndarray], fit: str) -> dict[str, float]:
-    """Logistic regression on X[fit], C chosen on dev macro-F1 (on train when fitting on dev), scored on test."""
-    from sklearn.linear_model import LogisticRegression
-
-    from reccbm import task_metrics
-
-    sel = "train" if fit == "dev" else "dev"
-    best: tuple[tuple[float, float], Any] | None = None
-    for C in CS:
-        clf = LogisticRegression(max_iter=5000, C=C).fit(X[fit], y[fit])
-        d = task_metrics(y[sel], clf.predict(X[sel]))
-        if best is None or (d["t_f1"], d["t_acc"]) > best[0]:
-            best = ((d["t_f1"], d["t_acc"]), clf)
-    assert best is not None
-    return task_metrics(y["test"], best[1].predict(X["test"]))
-
-
-def stage2_seeds(run: Path, d: dict[str, dict[str, torch.Tensor]], seeds: int) -> list[dict[str, float]]:
-    """Stage II (CLI defaults) retrained from a fresh head with each seed; test T-Acc / T-F1."""
-    import reccbm
-    from bench_stage2 import fresh_head
-
-    model, _, _ = reccbm.load_checkpoint(run)
-    out = []
-    for seed in range(seeds):
-        torch.manual_seed(seed)
-        fresh_head(model)
-        reccbm.train_grader(model, d["train"]["p"], d["train"]["c"], d["train"]["y"], d["dev"]["p"], d["dev"]["y"],
-                            reccbm.StageIIConfig(seed=seed, epochs=30))
-        with torch.no_grad():
-            pred = model.grade_from_concepts(d["test"]["p"]).grade_logits.argmax(1).numpy()
-        out.append(reccbm.task_metrics(d["test"]["y"].numpy(), pred))
-    return out
+    return (expected_scores(p) / (p.shape[-1] - 1)).numpy()
 
 
 def main() -> None:
@@ -85,7 +50,10 @@ def main() -> None:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--stage2-seeds", type=int, default=3)
     a = ap.parse_args()
-    from bench_stage2 import cached_outputs
+    from bench_stage2 import cached_outputs, retrain
+    from bench_train import tuned_linear_head
+
+    import reccbm
 
     logging.getLogger("reccbm").setLevel(logging.WARNING)
     rows: list[dict[str, Any]] = []
@@ -99,10 +67,11 @@ def main() -> None:
         row: dict[str, Any] = {"run": run.name, "variant": variant}
         for part in PARTS:
             row[f"c_acc_{part}"] = float((d[part]["p"].argmax(-1) == d[part]["c"]).float().mean())
-        for fit in ("train", "dev"):
-            m = linear_head(X, y, fit)
+        for fit in ("train", "dev"):  # C chosen on the other of the two splits
+            m, _, _ = tuned_linear_head(X, y, fit=fit, select="dev" if fit == "train" else "train")
             row[f"lr_{fit}_t_acc"], row[f"lr_{fit}_t_f1"] = m["t_acc"], m["t_f1"]
-        s2 = stage2_seeds(run, d, a.stage2_seeds)
+        model, _, _ = reccbm.load_checkpoint(run)
+        s2 = [retrain(model, d, reccbm.StageIIConfig(seed=seed, epochs=30))[1] for seed in range(a.stage2_seeds)]
         for k in ("t_acc", "t_f1"):
             v = [r[k] for r in s2]
             row[f"s2_{k}_mean"], row[f"s2_{k}_std"], row[f"s2_{k}_runs"] = float(np.mean(v)), float(np.std(v, ddof=1)), v

@@ -64,6 +64,18 @@ def fresh_head(model: Any) -> None:
     model.W.reset_parameters()
 
 
+def retrain(model: Any, d: dict[str, dict[str, torch.Tensor]], cfg: Any) -> tuple[Any, dict[str, float]]:
+    """Stage II from a fresh head (seeded by cfg.seed) on cached outputs; its result and test T-Acc / T-F1."""
+    import reccbm
+
+    torch.manual_seed(cfg.seed)
+    fresh_head(model)
+    r = reccbm.train_grader(model, d["train"]["p"], d["train"]["c"], d["train"]["y"], d["dev"]["p"], d["dev"]["y"], cfg)
+    with torch.no_grad():
+        pred = model.grade_from_concepts(d["test"]["p"]).grade_logits.argmax(1).numpy()
+    return r, reccbm.task_metrics(d["test"]["y"].numpy(), pred)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path)
@@ -80,13 +92,7 @@ def main() -> None:
     for name, kw in SETTINGS.items():
         res = []
         for seed in range(a.seeds):
-            torch.manual_seed(seed)
-            fresh_head(model)
-            r = reccbm.train_grader(model, d["train"]["p"], d["train"]["c"], d["train"]["y"], d["dev"]["p"],
-                                    d["dev"]["y"], reccbm.StageIIConfig(seed=seed, **kw))
-            with torch.no_grad():
-                pred = model.grade_from_concepts(d["test"]["p"]).grade_logits.argmax(1).numpy()
-            t = reccbm.task_metrics(d["test"]["y"].numpy(), pred)
+            r, t = retrain(model, d, reccbm.StageIIConfig(seed=seed, **kw))
             res.append((r.best_epoch, r.best["t_f1"], t["t_acc"], t["t_f1"], r.seconds))
         x = np.array(res, dtype=float)
         rows[name] = x.mean(0).tolist()

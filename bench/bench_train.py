@@ -45,6 +45,29 @@ def _table(split_seed: int, data_dir: str | None) -> tuple[Any, pd.DataFrame, di
     return rb, adj.table, split_items(adj.table, seed=split_seed)
 
 
+CS = (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)
+
+
+def tuned_linear_head(X: dict[str, Any], y: dict[str, Any], fit: str = "train",
+                      select: str = "dev") -> tuple[dict[str, float], float, dict[float, dict[str, float]]]:
+    """Multinomial logistic regression fitted on X[fit] for each L2 strength C in CS, the C with the best
+    macro-F1 (then accuracy) on X[select] kept. Returns its test metrics, that C, and every C's test metrics."""
+    from sklearn.linear_model import LogisticRegression
+
+    from reccbm import task_metrics
+
+    best: tuple[tuple[float, float], float] | None = None
+    per_c: dict[float, dict[str, float]] = {}
+    for C in CS:
+        clf = LogisticRegression(max_iter=5000, C=C).fit(X[fit], y[fit])
+        d = task_metrics(y[select], clf.predict(X[select]))
+        if best is None or (d["t_f1"], d["t_acc"]) > best[0]:
+            best = ((d["t_f1"], d["t_acc"]), C)
+        per_c[C] = task_metrics(y["test"], clf.predict(X["test"]))
+    assert best is not None
+    return per_c[best[1]], best[1], per_c
+
+
 def oracle(split_seed: int, data_dir: str | None) -> dict[str, float]:
     """Linear grade head (multinomial logistic regression) on the adjudicated concept labels.
 
@@ -52,10 +75,7 @@ def oracle(split_seed: int, data_dir: str | None) -> dict[str, float]:
     For each, the L2 strength C is chosen on the dev split by macro-F1 (the trained models' selection
     rule) and the head is scored on test; ``_c1`` keys keep the untuned C = 1 head for comparison.
     """
-    from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import OneHotEncoder
-
-    from reccbm import task_metrics
 
     rb, table, split = _table(split_seed, data_dir)
     t = table.set_index("id")
@@ -68,19 +88,9 @@ def oracle(split_seed: int, data_dir: str | None) -> dict[str, float]:
             X = {part: enc.transform(x).toarray() for part, x in X.items()}
         else:
             X = {part: (x - rb.scale.min) / rb.M for part, x in X.items()}  # s = c / M, as the head sees
-        best: tuple[tuple[float, float], float] | None = None
-        for C in (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0):
-            clf = LogisticRegression(max_iter=5000, C=C).fit(X["train"], y["train"])
-            d = task_metrics(y["dev"], clf.predict(X["dev"]))
-            if best is None or (d["t_f1"], d["t_acc"]) > best[0]:
-                best = ((d["t_f1"], d["t_acc"]), C)
-            if C == 1.0:
-                m1 = task_metrics(y["test"], clf.predict(X["test"]))
-                out[f"t_acc_{name}_c1"], out[f"t_f1_{name}_c1"] = m1["t_acc"], m1["t_f1"]
-        assert best is not None
-        clf = LogisticRegression(max_iter=5000, C=best[1]).fit(X["train"], y["train"])
-        m = task_metrics(y["test"], clf.predict(X["test"]))
-        out[f"t_acc_{name}"], out[f"t_f1_{name}"], out[f"C_{name}"] = m["t_acc"], m["t_f1"], best[1]
+        m, C, per_c = tuned_linear_head(X, y)
+        out[f"t_acc_{name}_c1"], out[f"t_f1_{name}_c1"] = per_c[1.0]["t_acc"], per_c[1.0]["t_f1"]
+        out[f"t_acc_{name}"], out[f"t_f1_{name}"], out[f"C_{name}"] = m["t_acc"], m["t_f1"], C
     return out
 
 
