@@ -2,7 +2,8 @@
 
 A scripted OpenAI-compatible server (tests/_llm_server.py) answers every request with a valid Mohler
 annotation after DELAY seconds. The annotation runs through litellm's real HTTP path with the cache
-off, at concurrency 1, 8 and 32, with 1 and 2 client processes (`--workers`); requests/s is compared
+off, at concurrency 1, 8 and 32, with 1 and 2 client processes and annotate's automatic choice
+(`--workers`, auto: one process per 8 requests in flight against a local server); requests/s is compared
 with the ideal concurrency / DELAY, both over the whole `annotate` call (client start-up included)
 and over the server's window (first request arrived -> last reply sent).
 
@@ -31,7 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import pandas as pd
 
-from rubrictool.annotate import AnnotateConfig, annotate
+from rubrictool.annotate import AnnotateConfig, annotate, auto_workers
 from rubrictool.rubric import load_rubric
 
 
@@ -64,7 +65,7 @@ def _proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _level(rubric: Any, srv: _Counter, conc: int, workers: int, n: int, delay: float, server_pid: int,
+def _level(rubric: Any, srv: _Counter, conc: int, workers: int | None, n: int, delay: float, server_pid: int,
            model: str = "openai/bench") -> dict[str, Any]:
     items = pd.DataFrame(
         {
@@ -81,12 +82,14 @@ def _level(rubric: Any, srv: _Counter, conc: int, workers: int, n: int, delay: f
     dt, cpu, scpu = time.perf_counter() - t0, _cpu_seconds() - c0, _proc_cpu_seconds(server_pid) - s0
     sent = srv.count() - before
     ok = int(res.summary[model].ok)
+    label = f"{res.workers} worker(s)" + (" (auto)" if workers is None else "")
+    workers = res.workers
     rps, ideal = sent / dt, conc / delay
     served = sent / srv.window(before)  # the server's view: no client start-up (imports, worker processes)
-    print(f"{model}: concurrency {conc:>3}, {workers} worker(s): {sent} requests in {dt:.2f} s = {rps:.1f} req/s "
+    print(f"{model}: concurrency {conc:>3}, {label}: {sent} requests in {dt:.2f} s = {rps:.1f} req/s "
           f"(ideal {ideal:.1f}; {rps / ideal:.0%}; server window {served:.1f} req/s = {served / ideal:.0%}), {ok}/{n} items ok, client CPU "
           f"{1000 * cpu / max(1, sent):.1f} ms/request, server CPU {1000 * scpu / max(1, sent):.1f} ms/request", flush=True)
-    return {"model": model, "concurrency": conc, "workers": workers, "items": n, "requests": sent, "ok": ok, "seconds": round(dt, 3),
+    return {"model": model, "concurrency": conc, "workers": workers, "auto": label.endswith("(auto)"), "items": n, "requests": sent, "ok": ok, "seconds": round(dt, 3),
             "req_per_s": round(rps, 2), "ideal_req_per_s": round(ideal, 2), "share_of_ideal": round(rps / ideal, 3),
             "served_req_per_s": round(served, 2), "served_share_of_ideal": round(served / ideal, 3),
             "client_cpu_ms_per_request": round(1000 * cpu / max(1, sent), 1),
@@ -99,8 +102,10 @@ def main() -> None:
     ap.add_argument("--waves", type=int, default=48,
                     help="requests per level = waves x concurrency: a sustained rate, not the start-up transient")
     ap.add_argument("--levels", default="1,8,32")
-    ap.add_argument("--workers", default="1,2", help="client processes to try per level (at most the concurrency)")
-    ap.add_argument("--models", default="openai/bench",
+    ap.add_argument("--workers", default="1,2,auto",
+                    help="client processes to try per level (at most the concurrency); auto: annotate's own choice "
+                         "(one per 8 requests in flight for a local server), skipped where it equals a number already run")
+    ap.add_argument("--models", default="hosted_vllm/bench,openai/bench",
                     help="litellm model names to compare, e.g. openai/bench,hosted_vllm/bench (provider prefixes "
                          "for an OpenAI-compatible server: openai/ goes through the OpenAI SDK, hosted_vllm/ through "
                          "litellm's own HTTP handler)")
@@ -124,8 +129,15 @@ def main() -> None:
             annotate(warm, rubric, AnnotateConfig(models=(model,), api_base=srv.url, cache=None), progress=False)
         for model in args.models.split(","):
             for conc in [int(x) for x in args.levels.split(",")]:
-                for workers in sorted({min(int(w), conc) for w in args.workers.split(",")}):
-                    rows.append(_level(rubric, srv, conc, workers, args.waves * conc, args.delay, proc.pid, model))
+                n = args.waves * conc
+                done: set[int] = set()
+                for w in args.workers.split(","):
+                    workers = None if w.strip() == "auto" else min(int(w), conc)
+                    probe = AnnotateConfig(models=(model,), api_base=srv.url, concurrency=conc, workers=workers)
+                    if auto_workers(probe, n) in done:
+                        continue
+                    done.add(auto_workers(probe, n))
+                    rows.append(_level(rubric, srv, conc, workers, n, args.delay, proc.pid, model))
     finally:
         proc.terminate()
         proc.wait()

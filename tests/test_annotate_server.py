@@ -7,6 +7,7 @@ counts every request, so retries, cache hits and resumption are checked at the s
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import Counter
 from pathlib import Path
@@ -252,6 +253,40 @@ def test_workers_split_concurrency_exactly_and_budget_evenly() -> None:
     assert all(s.workers == 1 for s in subs)
     assert len(_shard_configs(AnnotateConfig(models=(MODEL,), concurrency=2, workers=8), 100)) == 2  # never more than in flight
     assert len(_shard_configs(AnnotateConfig(models=(MODEL,), concurrency=8, workers=8), 3)) == 3  # nor than items
+
+
+def test_auto_workers_one_process_per_eight_in_flight_for_local_servers() -> None:
+    from rubrictool.annotate import auto_workers
+
+    local = "http://127.0.0.1:8080/v1"
+    cpus = os.cpu_count() or 1
+    assert auto_workers(AnnotateConfig(models=(MODEL,), concurrency=32), 1000) == 1  # a hosted API: seconds per reply
+    assert auto_workers(AnnotateConfig(models=(MODEL,), api_base=local, concurrency=8), 1000) == 1
+    assert auto_workers(AnnotateConfig(models=(MODEL,), api_base=local, concurrency=32), 1000) == min(4, 2 * cpus)
+    assert auto_workers(AnnotateConfig(models=(MODEL,), api_base=local, concurrency=17), 1000) == min(3, 2 * cpus)
+    assert auto_workers(AnnotateConfig(models=(MODEL,), api_base=local, concurrency=512), 10**5) == 2 * cpus
+    assert auto_workers(AnnotateConfig(models=(MODEL,), api_base=local, concurrency=32), 63) == 1  # a trial run
+    # an explicit --workers wins, capped by the requests in flight and the items
+    assert auto_workers(AnnotateConfig(models=(MODEL,), api_base=local, concurrency=32, workers=1), 1000) == 1
+    assert auto_workers(AnnotateConfig(models=(MODEL,), concurrency=4, workers=6), 1000) == 4
+    assert auto_workers(AnnotateConfig(models=(MODEL,), concurrency=8, workers=6), 2) == 2
+
+
+def test_workers_draw_items_as_they_free_up(tmp_path: Path, mohler_rubric) -> None:  # type: ignore[no-untyped-def]
+    """A worker stuck on a slow item takes no more: the other one does the rest (no fixed shares)."""
+    items = make_items(["good"] * 16)
+    first = items["response"][0]
+
+    def responder(seen: Seen) -> Reply:
+        return Reply(content=line_reply(seen.response), delay=4.0 if seen.response == first else 0.0)
+
+    with ScriptedLLMServer(responder) as srv:
+        res = annotate(items, mohler_rubric, config(srv.url, None, concurrency=2, workers=2, timeout=30), progress=False)
+        seen = srv.answered()
+    assert res.summary[MODEL].ok == 16 and res.workers == 2
+    slow = next(s for s in seen if s.response == first)
+    # with fixed shares (items 0, 2, 4, ... to one process) half the items would wait for the slow one
+    assert all(s.t_start < slow.t_end for s in seen), "an item was held back behind the slow one"
 
 
 def test_workers_keep_the_total_budget(tmp_path: Path, mohler_rubric) -> None:  # type: ignore[no-untyped-def]
