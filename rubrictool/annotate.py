@@ -1417,15 +1417,28 @@ def _run_shard(
         cache = _open_cache(config)
         runner = _Runner(rubric, config, cache)
 
+        last: dict[str, float] = {}
+
         def progress(model: str) -> None:
+            # at most ~10 messages a second: each put wakes this process's queue feeder thread, which
+            # competes with the event loop for the GIL, and the parent for the CPU
+            now = time.monotonic()
+            if now - last.get(model, 0.0) < 0.1:
+                return
+            last[model] = now
+            send(model)
+
+        def send(model: str) -> None:
             s = runner.summary[model]
-            queue.put(("progress", shard, model, s.cost_usd, s.prompt_tokens + s.completion_tokens, s.failures))
+            queue.put(("progress", shard, model, s.items, s.cost_usd, s.prompt_tokens + s.completion_tokens, s.failures))
 
         runner.on_progress = progress
         try:
             _run_with_progress(runner, jobs, False, None, {m: _shared_take(c, len(jobs)) for m, c in counters.items()})
         finally:
             cache.close()
+        for m in runner.summary:
+            send(m)  # the final counts
         queue.put(("done", _ShardResult(runner.rows, runner.failures, runner.summary, runner.fatal, runner.budget.stopped)))
     except AnnotateError as e:
         queue.put(("error", str(e)))
@@ -1465,15 +1478,17 @@ def _run_workers(
     Each process draws the next item from a counter in shared memory (one per model) whenever one of its
     request slots is free, so a process that gets less CPU simply takes fewer items and all finish together.
 
-    Processes are forked when this process runs a single thread (fast: litellm is already imported),
-    otherwise forked from a fork server that imported rubrictool and litellm once (spawned on Windows). Replies land in the shared SQLite cache as they arrive, so an interrupted run
-    resumes like a single-process one.
+    Processes are forked when this process runs a single thread, after litellm is imported here (4-5 s of
+    CPU that each worker would otherwise spend on its own), otherwise forked from a fork server that
+    imported rubrictool and litellm once (spawned on Windows). Replies land in the shared SQLite cache as
+    they arrive, so an interrupted run resumes like a single-process one.
     """
     import multiprocessing as mp
     import queue as queue_mod
     import sys
     import threading
 
+    _litellm()  # imports litellm, which starts no thread
     if sys.platform.startswith("linux") and threading.active_count() == 1:
         ctx: Any = mp.get_context("fork")
     elif sys.platform != "win32":  # forking a multi-threaded process is unsafe: fork from a clean server
@@ -1499,7 +1514,7 @@ def _run_workers(
             bar = _progress_bar(console)
             bar.start()
             tasks = {m: bar.add_task(m, total=len(jobs), info="") for m in config.models}
-        latest: dict[tuple[int, str], tuple[float, int, int]] = {}  # (shard, model) -> cost, tokens, failed
+        latest: dict[tuple[int, str], tuple[int, float, int, int]] = {}  # (shard, model) -> items, cost, tokens, failed
         while len(shards) + len(errors) < w:
             try:
                 msg = q.get(timeout=1.0)
@@ -1515,8 +1530,8 @@ def _run_workers(
             elif bar is not None:
                 _, shard, model, *totals = msg
                 latest[(shard, model)] = tuple(totals)
-                cost, tok, failed = (sum(v[i] for (_, m), v in latest.items() if m == model) for i in range(3))
-                bar.update(tasks[model], advance=1, info=f"${cost:.4f} {tok:,} tok {failed} failed")
+                done, cost, tok, failed = (sum(v[i] for (_, m), v in latest.items() if m == model) for i in range(4))
+                bar.update(tasks[model], completed=done, info=f"${cost:.4f} {tok:,} tok {failed} failed")
         for p in procs:
             p.join(timeout=10)
     except BaseException:

@@ -234,11 +234,18 @@ def test_workers_give_the_same_result_as_one_process(tmp_path: Path, mohler_rubr
 
 
 def test_workers_share_the_cache_with_a_later_run(tmp_path: Path, mohler_rubric) -> None:  # type: ignore[no-untyped-def]
+    from io import StringIO
+
+    from rich.console import Console
+
     items = make_items(["good"] * 9)
     cache = tmp_path / "c.sqlite"
+    shown = StringIO()
     with ScriptedLLMServer() as srv:
-        a = annotate(items, mohler_rubric, config(srv.url, cache, workers=3), progress=True)
-        assert srv.count() == 9 and a.summary[MODEL].ok == 9
+        a = annotate(items, mohler_rubric, config(srv.url, cache, workers=3), progress=True,
+                     console=Console(file=shown, width=120))
+        assert srv.count() == 9 and a.summary[MODEL].ok == 9 and a.workers == 3
+        assert "9/9" in shown.getvalue()  # the bar adds up the workers' counts
         b = annotate(items, mohler_rubric, config(srv.url, cache, workers=1), progress=False)
         assert srv.count() == 9 and b.summary[MODEL].cached_items == 9  # every reply came from the workers' cache
     assert a.predictions["level"].tolist() == b.predictions["level"].tolist()
