@@ -9,6 +9,10 @@ and over the server's window (first request arrived -> last reply sent).
 
     .venv/bin/python bench/bench_annotate_throughput.py            # delay 0.2 s, 48 waves per level (~2 min)
     .venv/bin/python bench/bench_annotate_throughput.py --delay 0.2 --waves 32 --levels 1,8,32
+    .venv/bin/python bench/bench_annotate_throughput.py --levels 32 --workers auto   # the c=32 target only
+
+The highest level is also run through the command line (`rubrictool annotate` in a fresh process, imports,
+progress bar and output files included; `--no-cli` skips it).
 
 Prints a table and writes bench/out/annotate_throughput.json. Target: >= 80 % of ideal.
 """
@@ -18,9 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -96,6 +102,39 @@ def _level(rubric: Any, srv: _Counter, conc: int, workers: int | None, n: int, d
             "server_cpu_ms_per_request": round(1000 * scpu / max(1, sent), 1)}
 
 
+def _cli(srv: _Counter, model: str, conc: int, n: int, delay: float, tmp: Path) -> dict[str, Any]:
+    """The same level through the command line, as a user runs it: a fresh process (imports included),
+    progress bar, output files. Start-up and writing are timed apart from the server's window."""
+    data = tmp / f"items-{model.replace('/', '_')}-{conc}.csv"
+    pd.DataFrame({"id": [f"cli{i}" for i in range(n)], "response": [f"cli answer {i} {model}" for i in range(n)],
+                  "question": "What is a prototype?", "reference": "A simulation of the final product."}).to_csv(data, index=False)
+    exe = ROOT / ".venv" / "bin" / "rubrictool"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "rubrictool.cli"]
+    cmd += ["annotate", "--rubric", "mohler", "--data", str(data), "--model", model, "--api-base", srv.url,
+            "--concurrency", str(conc), "--no-cache", "--out", str(tmp / "out")]
+    before = srv.count()
+    t0 = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    t1 = time.monotonic()
+    if done.returncode != 0:
+        raise SystemExit(f"rubrictool annotate failed: {done.stdout[-400:]} {done.stderr[-400:]}")
+    sent = srv.count() - before
+    with urllib.request.urlopen(f"{srv.url}/stats?since={before}", timeout=5) as r:
+        first, last = json.loads(r.read())["window"]  # time.monotonic() of the server: same clock
+    ideal = conc / delay
+    served = sent / (last - first)
+    procs = re.search(r"(\d+) client processes", done.stdout + done.stderr)
+    workers = int(procs.group(1)) if procs else 1
+    print(f"{model}: CLI, concurrency {conc:>3}, {workers} worker(s) (auto): {sent} requests; start-up {first - t0:.1f} s, "
+          f"server window {last - first:.2f} s = {served:.1f} req/s = {served / ideal:.0%} of ideal, writing and exit "
+          f"{t1 - last:.1f} s; whole command {t1 - t0:.1f} s = {sent / (t1 - t0) / ideal:.0%}", flush=True)
+    return {"model": model, "concurrency": conc, "workers": workers, "auto": True, "cli": True, "items": n,
+            "requests": sent, "startup_s": round(first - t0, 2), "window_s": round(last - first, 3),
+            "served_req_per_s": round(served, 2), "served_share_of_ideal": round(served / ideal, 3),
+            "tail_s": round(t1 - last, 2), "seconds": round(t1 - t0, 2),
+            "share_of_ideal": round(sent / (t1 - t0) / ideal, 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--delay", type=float, default=0.2)
@@ -109,6 +148,8 @@ def main() -> None:
                     help="litellm model names to compare, e.g. openai/bench,hosted_vllm/bench (provider prefixes "
                          "for an OpenAI-compatible server: openai/ goes through the OpenAI SDK, hosted_vllm/ through "
                          "litellm's own HTTP handler)")
+    ap.add_argument("--cli", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run the highest level through `rubrictool annotate` in a fresh process")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "annotate_throughput.json")
     args = ap.parse_args()
     rubric = load_rubric("mohler")
@@ -138,6 +179,11 @@ def main() -> None:
                         continue
                     done.add(auto_workers(probe, n))
                     rows.append(_level(rubric, srv, conc, workers, n, args.delay, proc.pid, model))
+        if args.cli:
+            top = max(int(x) for x in args.levels.split(","))
+            with tempfile.TemporaryDirectory() as tmp:
+                for model in args.models.split(","):
+                    rows.append(_cli(srv, model, top, args.waves * top, args.delay, Path(tmp)))
     finally:
         proc.terminate()
         proc.wait()
