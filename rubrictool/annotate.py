@@ -951,7 +951,7 @@ class _Runner:
         the provider-key lookup is not free, and a fast local server makes every millisecond count)."""
         if model not in self._kwargs:
             cfg = self.config
-            kw: dict[str, Any] = dict(model=model, timeout=cfg.timeout, max_retries=0, drop_params=True)
+            kw: dict[str, Any] = {"model": model, "timeout": cfg.timeout, "max_retries": 0, "drop_params": True}
             if cfg.api_base:
                 kw["api_base"] = cfg.api_base
             if self.api_key is not None:
