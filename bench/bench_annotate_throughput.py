@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
@@ -52,11 +51,17 @@ class _Counter:
         with urllib.request.urlopen(self.url + "/stats", timeout=5) as r:
             return int(json.loads(r.read())["requests"])
 
-    def window(self, since: int) -> float:
-        """Seconds from the first arrival to the last reply of the requests after the ``since``-th."""
+    def span(self, since: int) -> tuple[float, float]:
+        """First arrival and last reply (the server's time.monotonic(), the same clock as this process's)
+        of the requests after the ``since``-th."""
         with urllib.request.urlopen(f"{self.url}/stats?since={since}", timeout=5) as r:
             first, last = json.loads(r.read())["window"]
-        return float(last - first)
+        return float(first), float(last)
+
+    def window(self, since: int) -> float:
+        """Seconds from the first arrival to the last reply of the requests after the ``since``-th."""
+        first, last = self.span(since)
+        return last - first
 
 
 def _cpu_seconds() -> float:
@@ -88,14 +93,14 @@ def _level(rubric: Any, srv: _Counter, conc: int, workers: int | None, n: int, d
     dt, cpu, scpu = time.perf_counter() - t0, _cpu_seconds() - c0, _proc_cpu_seconds(server_pid) - s0
     sent = srv.count() - before
     ok = int(res.summary[model].ok)
-    label = f"{res.workers} worker(s)" + (" (auto)" if workers is None else "")
-    workers = res.workers
+    auto = workers is None
+    label = f"{res.workers} worker(s)" + (" (auto)" if auto else "")
     rps, ideal = sent / dt, conc / delay
     served = sent / srv.window(before)  # the server's view: no client start-up (imports, worker processes)
     print(f"{model}: concurrency {conc:>3}, {label}: {sent} requests in {dt:.2f} s = {rps:.1f} req/s "
           f"(ideal {ideal:.1f}; {rps / ideal:.0%}; server window {served:.1f} req/s = {served / ideal:.0%}), {ok}/{n} items ok, client CPU "
           f"{1000 * cpu / max(1, sent):.1f} ms/request, server CPU {1000 * scpu / max(1, sent):.1f} ms/request", flush=True)
-    return {"model": model, "concurrency": conc, "workers": workers, "auto": label.endswith("(auto)"), "items": n, "requests": sent, "ok": ok, "seconds": round(dt, 3),
+    return {"model": model, "concurrency": conc, "workers": res.workers, "auto": auto, "items": n, "requests": sent, "ok": ok, "seconds": round(dt, 3),
             "req_per_s": round(rps, 2), "ideal_req_per_s": round(ideal, 2), "share_of_ideal": round(rps / ideal, 3),
             "served_req_per_s": round(served, 2), "served_share_of_ideal": round(served / ideal, 3),
             "client_cpu_ms_per_request": round(1000 * cpu / max(1, sent), 1),
@@ -119,12 +124,10 @@ def _cli(srv: _Counter, model: str, conc: int, n: int, delay: float, tmp: Path) 
     if done.returncode != 0:
         raise SystemExit(f"rubrictool annotate failed: {done.stdout[-400:]} {done.stderr[-400:]}")
     sent = srv.count() - before
-    with urllib.request.urlopen(f"{srv.url}/stats?since={before}", timeout=5) as r:
-        first, last = json.loads(r.read())["window"]  # time.monotonic() of the server: same clock
+    first, last = srv.span(before)
     ideal = conc / delay
     served = sent / (last - first)
-    procs = re.search(r"(\d+) client processes", done.stdout + done.stderr)
-    workers = int(procs.group(1)) if procs else 1
+    workers = auto_workers(AnnotateConfig(models=(model,), api_base=srv.url, concurrency=conc), n)
     print(f"{model}: CLI, concurrency {conc:>3}, {workers} worker(s) (auto): {sent} requests; start-up {first - t0:.1f} s, "
           f"server window {last - first:.2f} s = {served:.1f} req/s = {served / ideal:.0%} of ideal, writing and exit "
           f"{t1 - last:.1f} s; whole command {t1 - t0:.1f} s = {sent / (t1 - t0) / ideal:.0%}", flush=True)
@@ -174,10 +177,10 @@ def main() -> None:
                 done: set[int] = set()
                 for w in args.workers.split(","):
                     workers = None if w.strip() == "auto" else min(int(w), conc)
-                    probe = AnnotateConfig(models=(model,), api_base=srv.url, concurrency=conc, workers=workers)
-                    if auto_workers(probe, n) in done:
+                    k = auto_workers(AnnotateConfig(models=(model,), api_base=srv.url, concurrency=conc, workers=workers), n)
+                    if k in done:
                         continue
-                    done.add(auto_workers(probe, n))
+                    done.add(k)
                     rows.append(_level(rubric, srv, conc, workers, n, args.delay, proc.pid, model))
         if args.cli:
             top = max(int(x) for x in args.levels.split(","))
