@@ -14,22 +14,30 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from reccbm.checkpoint import load_checkpoint, read_meta, save_checkpoint
-from reccbm.config import ModelConfig, StageIConfig, StageIIConfig, variant_flags, variant_name
+from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig, variant_flags, variant_name
 from reccbm.data import EncodedItems, encode_inputs, load_tokenizer
 from reccbm.errors import ReccbmError
-from reccbm.explain import DecisionTrace, decision_trace, reliability
-from reccbm.metrics import concept_metrics, macro_f1, per_concept_metrics, task_metrics
+from reccbm.explain import (
+    DecisionTrace,
+    attention_diagnostics,
+    decision_trace,
+    grades_from_levels,
+    reliability,
+)
+from reccbm.metrics import concept_metrics, grade_metrics, macro_f1, per_concept_metrics, task_metrics
 from reccbm.model import LatentCorrection, RecCBM, RecCBMOutput, TextEncoder, default_backbone
 from reccbm.train import (
     Event,
     Predictions,
     StageResult,
     cache_concepts,
+    init_rubric_queries,
     predict,
     quantize_encoder,
     set_seed,
     train_concepts,
     train_grader,
+    train_joint,
     train_plm,
 )
 
@@ -37,6 +45,7 @@ __all__ = [
     "DecisionTrace",
     "EncodedItems",
     "Event",
+    "JointConfig",
     "LatentCorrection",
     "ModelConfig",
     "Predictions",
@@ -47,12 +56,15 @@ __all__ = [
     "StageIIConfig",
     "StageResult",
     "TextEncoder",
-    "build_model",
+    "attention_diagnostics",
     "cache_concepts",
     "concept_metrics",
     "decision_trace",
     "default_backbone",
     "encode_inputs",
+    "grade_metrics",
+    "grades_from_levels",
+    "init_rubric_queries",
     "load_checkpoint",
     "load_tokenizer",
     "macro_f1",
@@ -66,13 +78,8 @@ __all__ = [
     "task_metrics",
     "train_concepts",
     "train_grader",
+    "train_joint",
     "train_plm",
     "variant_flags",
     "variant_name",
 ]
-
-
-def build_model(config: ModelConfig) -> tuple[RecCBM, object]:
-    """A fresh model with pretrained backbone weights and its tokenizer ("" = offline MiniLM)."""
-    name = config.backbone or default_backbone()
-    return RecCBM(config, TextEncoder.from_pretrained(name)), load_tokenizer(name)

@@ -14,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "VARIANTS",
+    "JointConfig",
     "ModelConfig",
     "StageIConfig",
     "StageIIConfig",
@@ -39,6 +40,15 @@ class ModelConfig:
     tau: float = 1.0  # τ: attention temperature of Eq. 9 (bold optima 0.25/0.75/1.0/1.25; we use 1.0)
     eps: float = 1e-4  # ε in Ω = LLᵀ + εI (Eq. 21), keeps the prior precision positive definite
     center: bool = False  # True: LCEC prior mean μ₀ = training mean of c/M instead of the paper's 0 (Eq. 17)
+    # Grade head. "scalar": ŷ = W μ_post + b (Eq. 22), one weight per concept and grade. "level": also one
+    # weight per level of every concept on p̂_k (U_{y,k,m}); each concept's contribution is still a sum of
+    # its own terms, so contributions + bias = the grade logit. A scalar per concept cannot express a grade
+    # that needs "FC is 3" rather than "FC is high" (docs/design.md).
+    head: str = "scalar"
+    # Concept queries Q at initialisation. "orthogonal": the paper's random orthonormal bank (Eq. 8).
+    # "rubric": each q_k points where the pretrained encoder puts concept k's definition and level anchors
+    # (its mean-pooled embedding minus the mean over concepts), so RACE starts rubric-aware.
+    query_init: str = "orthogonal"
 
     @property
     def M(self) -> int:
@@ -68,7 +78,10 @@ class StageIConfig:
     mixed_precision: str = "no"  # "no", "fp16" (CUDA) or "bf16", passed to accelerate.Accelerator
     device: str = "auto"  # "auto" = CUDA when present (or what `accelerate launch` set), else "cpu"
     max_steps_per_epoch: int = 0  # > 0 caps optimiser steps per epoch (smoke tests); 0 = full epochs
-    group_by_length: bool = True  # batches of similar length (less padding, ~25% faster on CPU); False = plain shuffle
+    group_by_length: bool = True  # batches of similar length (less padding, faster on CPU); False = plain shuffle
+    # L_con reduction: "sum" over the K concepts (Eq. 12, the paper) or "mean" (L_con / K). With "sum" the
+    # eight cross-entropies outweigh L_rank (a mean over concepts) K-fold, so λ_r barely acts.
+    concept_loss: str = "sum"
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,28 @@ class StageIIConfig:
     lambda_d: float = 0.1  # λ_d: weight of L_den (Eq. 24); bold optima 0.1/0.2, we use 0.1
     lambda_s: float = 0.005  # λ_s: weight of L_spa (Eq. 25), the L1 penalty on off-diagonal L (bold 0.005)
     seed: int = 0  # seeds the Stage II data order and head initialisation
+    # Share of the training split held out from Stage I (and the joint stage): Stage II is then fitted on
+    # Stage I outputs for answers the encoder never trained on, so L_den sees the errors it makes on new
+    # answers (σ_k², A_kk describe them). 0 = the paper: Stage II on the training split's own outputs.
+    holdout: float = 0.0
+    select: str = "t_f1"  # dev selection of the Stage II epoch: "t_f1" (paper; ties: T-Acc) or "nll" (dev grade NLL)
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes carried into the checkpoint
+
+
+@dataclass(frozen=True)
+class JointConfig:
+    """Joint stage after Stage I (not in the paper): encoder, queries, concept classifiers, LCEC and grade head
+    trained together on λ_c L_con + λ_r L_rank + λ_t L_task (+ λ_d L_den + λ_s L_spa) through the soft
+    bottleneck, so the grade signal reaches the encoder. Batch, warm-up, λ_c, λ_r, clipping and weight decay
+    are Stage I's; λ_d, λ_s are Stage II's. The epoch kept has the best dev T-F1 among those whose dev C-Acc
+    stays within ``c_acc_drop`` of Stage I's (the state before the joint stage is a candidate too).
+    """
+
+    epochs: int = 0  # 0 = off (the paper's two stages)
+    lr: float = 2e-5  # encoder / query / concept-classifier learning rate (low: the concepts are already fitted)
+    head_lr: float = 1e-3  # learning rate of the grade head W (and U) and of LCEC's L, η
+    lambda_t: float = 1.0  # λ_t: weight of the grade cross-entropy L_task (Eq. 23)
+    c_acc_drop: float = 0.01  # largest dev C-Acc loss (vs Stage I) an epoch may have and still be selected
 
 
 # name -> (plm, race, opcc, lcec); the eight RACE/OPCC/LCEC combinations are all reachable by flags.

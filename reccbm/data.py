@@ -11,7 +11,7 @@ eos token between the two segments.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ from torch import Tensor
 
 from reccbm.errors import ReccbmError
 
-__all__ = ["EncodedItems", "collate", "encode_inputs", "iterate_batches", "load_tokenizer"]
+__all__ = ["EncodedItems", "collate", "encode_inputs", "load_tokenizer"]
 
 
 def load_tokenizer(name_or_path: str) -> Any:
@@ -125,17 +125,3 @@ def collate(items: EncodedItems, idx: Sequence[int] | NDArray[Any], pad_id: int)
     if items.grades is not None:
         batch["grades"] = torch.as_tensor(items.grades[np.asarray(idx)])  # (B,)
     return batch
-
-
-def iterate_batches(
-    items: EncodedItems, batch_size: int, pad_id: int, shuffle: bool = False, seed: int = 0, sort: bool = False
-) -> Iterator[tuple[NDArray[Any], dict[str, Tensor]]]:
-    """(indices, batch) pairs. shuffle: a seeded permutation; sort: by length (fast inference)."""
-    order: NDArray[Any] = np.arange(len(items))
-    if shuffle:
-        order = np.random.default_rng(seed).permutation(len(items))
-    elif sort:
-        order = np.argsort([len(f["input_ids"]) for f in items.features], kind="stable")
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        yield idx, collate(items, idx, pad_id)

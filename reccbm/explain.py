@@ -1,8 +1,9 @@
-"""Per-item decision traces: what the grade head saw and how each concept pushed the grade.
+"""Per-item decision traces, concept interventions and RACE attention diagnostics.
 
-For item i with predicted grade ŷ: the concept levels argmax p̂_k, the expected scores ĉ_k,
-the corrected concepts μ_post,k and each concept's contribution W_{ŷ,k} · μ_post,k to the
-logit of ŷ (the logit is Σ_k W_{ŷ,k} μ_post,k + b_ŷ).
+Decision trace, for item i with predicted grade ŷ: the concept levels argmax p̂_k, the expected scores
+ĉ_k, the corrected concepts μ_post,k and each concept's contribution to the logit of ŷ — W_{ŷ,k} μ_post,k
+(Eq. 22), plus Σ_m (U_{ŷ,k,m} − Ū_{ŷ,k}) p̂_{k,m} with the level head — so that Σ_k contribution + bias
+is the logit of ŷ.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 from numpy.typing import NDArray
 
-from reccbm.model import RecCBM
+from reccbm.data import EncodedItems, collate
+from reccbm.model import RecCBM, masked_mean
 from reccbm.train import Predictions
 
-__all__ = ["DecisionTrace", "decision_trace", "reliability"]
+__all__ = ["DecisionTrace", "attention_diagnostics", "decision_trace", "grades_from_levels", "reliability"]
 
 
 @dataclass
@@ -36,18 +39,61 @@ def decision_trace(model: RecCBM, preds: Predictions) -> DecisionTrace:
     """The trace of each prediction of a concept-bottleneck model."""
     if preds.p_hat is None or preds.c_hat is None or preds.mu_post is None:
         raise ValueError("the PLM baseline has no concept bottleneck to explain")
-    W = model.W.weight.detach().cpu().numpy()  # (S+1, K)
-    b = model.W.bias.detach().cpu().numpy()  # (S+1,)
     y = preds.grades  # (N,)
+    with torch.no_grad():
+        contrib, bias = model.contributions(
+            torch.as_tensor(preds.p_hat).float(), torch.as_tensor(preds.mu_post).float(), torch.as_tensor(y)
+        )  # (N, K), (N,)
     return DecisionTrace(
         grade=y,
         grade_prob=preds.grade_probs[np.arange(len(y)), y],
         levels=preds.levels,
         expected=preds.c_hat,
         mu_post=preds.mu_post,
-        contributions=W[y] * preds.mu_post,  # (N, K)
-        bias=b[y],
+        contributions=contrib.numpy(),  # (N, K)
+        bias=bias.numpy(),
     )
+
+
+@torch.no_grad()
+def grades_from_levels(model: RecCBM, p_hat: NDArray[Any], levels: NDArray[Any], replace: NDArray[Any]) -> NDArray[Any]:
+    """Grade probabilities (N, S+1) after an intervention: where replace (N, K) is True, concept k's p̂_k
+    becomes the one-hot of levels[i, k] (0..M); the frozen grade path (LCEC, head) runs on the result."""
+    p = torch.as_tensor(p_hat).float().clone()  # (N, K, M+1)
+    onehot = torch.nn.functional.one_hot(torch.as_tensor(levels).long(), p.shape[-1]).float()  # (N, K, M+1)
+    mask = torch.as_tensor(replace).bool().unsqueeze(-1)  # (N, K, 1)
+    p = torch.where(mask, onehot, p)
+    model.eval()
+    out: NDArray[Any] = model.grade_from_concepts(p).grade_logits.float().softmax(-1).numpy()
+    return out
+
+
+@torch.no_grad()
+def attention_diagnostics(model: RecCBM, items: EncodedItems, pad_id: int, batch_size: int = 64) -> dict[str, Any]:
+    """How far RACE is from mean pooling: per concept, the mean attention entropy over an item's tokens
+    divided by log T (1 = uniform), and the mean cosine between h_k (Eq. 10) and the masked mean of H."""
+    if model.config.plm or model.bottleneck.Q is None:
+        raise ValueError("attention diagnostics need a model with RACE")
+    model.eval()
+    ent, cos, n = 0.0, 0.0, 0
+    device = next(model.parameters()).device
+    for start in range(0, len(items), batch_size):
+        idx = np.arange(start, min(start + batch_size, len(items)))
+        batch = {k: v.to(device) for k, v in collate(items, idx, pad_id).items()}
+        H = model.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # (B, T, d)
+        _, alpha = model.bottleneck(H, batch["attention_mask"])
+        assert alpha is not None
+        mask = batch["attention_mask"].float()  # (B, T)
+        T = mask.sum(1, keepdim=True)  # (B, 1)
+        a = alpha.float().clamp_min(1e-12)  # (B, K, T)
+        H_ent = -(a * a.log() * mask.unsqueeze(1)).sum(-1) / T.clamp_min(2).log()  # (B, K)
+        h = torch.einsum("bkt,btd->bkd", alpha.float(), H.float())  # (B, K, d)
+        mean = masked_mean(H.float(), mask).unsqueeze(1)  # (B, 1, d)
+        c = torch.nn.functional.cosine_similarity(h, mean.expand_as(h), dim=-1)  # (B, K)
+        ent = ent + H_ent.sum(0).cpu().numpy()
+        cos = cos + c.sum(0).cpu().numpy()
+        n += len(idx)
+    return {"entropy_ratio": (np.asarray(ent) / n).tolist(), "cosine_to_mean": (np.asarray(cos) / n).tolist()}
 
 
 def reliability(model: RecCBM) -> dict[str, NDArray[Any]]:

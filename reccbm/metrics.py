@@ -1,4 +1,7 @@
-"""Evaluation metrics of the paper: C-Acc, C-F1, T-Acc, T-F1.
+"""Evaluation metrics: the paper's C-Acc, C-F1, T-Acc, T-F1, and the grade metrics of the scoring field.
+
+Grade metrics (:func:`grade_metrics`) treat grades as points on an ordinal scale 0..S: quadratic
+weighted kappa (QWK), Pearson r, RMSE, exact agreement (= T-Acc) and adjacent agreement (|ŷ − y| <= 1).
 
 C-Acc: accuracy over all (item, concept) pairs. C-F1: macro-F1 over levels, computed per concept
 and averaged over concepts. T-Acc / T-F1: grade accuracy and macro-F1 over grades. Macro-F1 averages
@@ -11,7 +14,18 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["accuracy", "concept_metrics", "macro_f1", "per_concept_metrics", "task_metrics"]
+__all__ = [
+    "accuracy",
+    "adjacent_agreement",
+    "concept_metrics",
+    "grade_metrics",
+    "macro_f1",
+    "pearson",
+    "per_concept_metrics",
+    "quadratic_weighted_kappa",
+    "rmse",
+    "task_metrics",
+]
 
 
 def accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
@@ -50,3 +64,50 @@ def per_concept_metrics(c_true: ArrayLike, c_pred: ArrayLike) -> tuple[list[floa
 def task_metrics(y_true: ArrayLike, y_pred: ArrayLike) -> dict[str, float]:
     """T-Acc and T-F1 (macro over grades)."""
     return {"t_acc": accuracy(y_true, y_pred), "t_f1": macro_f1(y_true, y_pred)}
+
+
+def quadratic_weighted_kappa(y_true: ArrayLike, y_pred: ArrayLike, num_classes: int | None = None) -> float:
+    """Cohen's κ with quadratic weights w_ij = (i − j)² / (C − 1)² over classes 0..C−1:
+    1 − Σ w O / Σ w E, O the observed confusion counts and E the outer product of the marginals / N."""
+    t, p = np.asarray(y_true, dtype=np.int64).ravel(), np.asarray(y_pred, dtype=np.int64).ravel()
+    if t.size == 0:
+        return float("nan")
+    lo = int(min(t.min(), p.min()))
+    C = num_classes if num_classes is not None else int(max(t.max(), p.max())) - lo + 1
+    t, p = t - lo, p - lo
+    O = np.zeros((C, C))
+    np.add.at(O, (t, p), 1.0)  # (C, C) observed
+    E = np.outer(O.sum(1), O.sum(0)) / t.size  # (C, C) expected by chance
+    i = np.arange(C)
+    w = (i[:, None] - i[None, :]) ** 2 / max(1, (C - 1) ** 2)
+    denom = float((w * E).sum())
+    return 1.0 - float((w * O).sum()) / denom if denom > 0 else float("nan")
+
+
+def pearson(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Pearson r between gold and predicted grades (NaN when either is constant)."""
+    t, p = np.asarray(y_true, dtype=float).ravel(), np.asarray(y_pred, dtype=float).ravel()
+    if t.size < 2 or t.std() == 0 or p.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(t, p)[0, 1])
+
+
+def rmse(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    t, p = np.asarray(y_true, dtype=float).ravel(), np.asarray(y_pred, dtype=float).ravel()
+    return float(np.sqrt(np.mean((t - p) ** 2))) if t.size else float("nan")
+
+
+def adjacent_agreement(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Share of predictions within one grade point of the gold grade."""
+    t, p = np.asarray(y_true, dtype=float).ravel(), np.asarray(y_pred, dtype=float).ravel()
+    return float((np.abs(t - p) <= 1).mean()) if t.size else float("nan")
+
+
+def grade_metrics(y_true: ArrayLike, y_pred: ArrayLike) -> dict[str, float]:
+    """T-Acc (= exact agreement), T-F1, QWK, Pearson r, RMSE and adjacent agreement on grades 0..S."""
+    return task_metrics(y_true, y_pred) | {
+        "qwk": quadratic_weighted_kappa(y_true, y_pred),
+        "pearson": pearson(y_true, y_pred),
+        "rmse": rmse(y_true, y_pred),
+        "adjacent": adjacent_agreement(y_true, y_pred),
+    }

@@ -35,6 +35,7 @@ __all__ = [
     "opcc_loss",
     "opcc_pairs",
     "orthogonal_queries",
+    "rubric_queries",
 ]
 
 
@@ -152,11 +153,20 @@ class ConceptBottleneck(nn.Module):
         return logits, alpha
 
 
-def concept_loss(logits: Tensor, c: Tensor) -> Tensor:
-    """L_con = Σ_k CE(p̂_k, c_k) (Eq. 12), averaged over the batch."""
+def concept_loss(logits: Tensor, c: Tensor, reduction: str = "sum") -> Tensor:
+    """L_con = Σ_k CE(p̂_k, c_k) (Eq. 12), averaged over the batch; reduction="mean" divides by K."""
     B, K, L = logits.shape
     ce = F.cross_entropy(logits.reshape(B * K, L).float(), c.reshape(B * K), reduction="none")  # (B*K,)
-    return ce.view(B, K).sum(1).mean()
+    per_item = ce.view(B, K).sum(1) if reduction == "sum" else ce.view(B, K).mean(1)  # (B,)
+    return per_item.mean()
+
+
+def rubric_queries(E: Tensor, norm: float = 1.0) -> Tensor:
+    """Rubric-aware query bank from the encoder's pooled embeddings e_k (K, d) of each concept's definition
+    and level anchors: q_k = norm · (e_k − ē) / ‖e_k − ē‖. Removing the mean ē drops the direction every
+    text shares (it would score all tokens alike); what is left points at what sets concept k apart."""
+    Q = E - E.mean(0, keepdim=True)  # (K, d)
+    return norm * Q / Q.norm(dim=1, keepdim=True).clamp_min(1e-8)  # (K, d)
 
 
 # ---------------------------------------------------------------------------- OPCC (Eq. 13-16)
@@ -266,7 +276,11 @@ class RecCBMOutput:
 
 
 class RecCBM(nn.Module):
-    """E -> bottleneck {p̂_k} -> (LCEC) -> grade head W; or E -> pooled -> grade head for `plm`."""
+    """E -> bottleneck {p̂_k} -> (LCEC) -> grade head W (and U); or E -> pooled -> grade head for `plm`.
+
+    Grade head (ModelConfig.head): "scalar" is Eq. 22, ŷ = W μ_post + b. "level" adds one weight per level:
+    ŷ_y = b_y + Σ_k (W_{y,k} μ_post,k + Σ_m U_{y,k,m} p̂_{k,m}); concept k's contribution is its bracket.
+    """
 
     def __init__(self, config: ModelConfig, encoder: TextEncoder) -> None:
         super().__init__()
@@ -281,6 +295,10 @@ class RecCBM(nn.Module):
         self.bottleneck = ConceptBottleneck(K, config.num_levels, d, config.tau, config.race)
         self.lcec = LatentCorrection(K, config.eps) if config.lcec else None
         self.W = nn.Linear(K, config.num_grades)  # (S+1, K) task classifier W with bias (Eq. 22)
+        if config.head not in ("scalar", "level"):
+            raise ReccbmError(f"unknown grade head {config.head!r}; use scalar or level")
+        # (S+1, K, M+1) level weights U of the "level" head, zero at init (= the scalar head)
+        self.U = nn.Parameter(torch.zeros(config.num_grades, K, config.num_levels)) if config.head == "level" else None
 
     # Parameter groups of Algorithm 1.
     def stage1_parameters(self) -> list[nn.Parameter]:
@@ -292,7 +310,12 @@ class RecCBM(nn.Module):
         """(L, η, W); only W without LCEC; none for the PLM baseline."""
         if self.config.plm:
             return []
-        return list(self.W.parameters()) + (list(self.lcec.parameters()) if self.lcec is not None else [])
+        head = list(self.W.parameters()) + ([self.U] if self.U is not None else [])
+        return head + (list(self.lcec.parameters()) if self.lcec is not None else [])
+
+    def joint_parameters(self) -> list[nn.Parameter]:
+        """Everything: (E, Q, {V_k}) and (L, η, W, U) — the joint stage."""
+        return self.stage1_parameters() + self.stage2_parameters()
 
     def concepts(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
         """Stage I forward: concept logits (B, K, M+1) and RACE attention."""
@@ -305,7 +328,25 @@ class RecCBM(nn.Module):
         c_hat = expected_scores(p_hat)  # (B, K)
         s_tilde = c_hat / self.config.M  # (B, K) ∈ [0, 1]
         mu_post = self.lcec(s_tilde) if self.lcec is not None else s_tilde  # (B, K)
-        return RecCBMOutput(self.W(mu_post), p_hat=p_hat, c_hat=c_hat, s_tilde=s_tilde, mu_post=mu_post)
+        logits = self.W(mu_post)  # (B, S+1), Eq. 22
+        if self.U is not None:
+            logits = logits + torch.einsum("bkm,ykm->by", p_hat.to(self.U.dtype), self.U)  # (B, S+1) level terms
+        return RecCBMOutput(logits, p_hat=p_hat, c_hat=c_hat, s_tilde=s_tilde, mu_post=mu_post)
+
+    def contributions(self, p_hat: Tensor, mu_post: Tensor, grade: Tensor) -> tuple[Tensor, Tensor]:
+        """Per-concept contributions (B, K) to the logit of `grade` (B,) and the bias (B,): they sum to it.
+
+        Level weights are centred over levels (Σ_m p̂_{k,m} = 1 moves each mean into the bias), so a
+        contribution says how much concept k's level moves the grade, not an arbitrary offset."""
+        Wy = self.W.weight[grade]  # (B, K)
+        contrib = Wy * mu_post  # (B, K)
+        bias = self.W.bias[grade]  # (B,)
+        if self.U is not None:
+            Uy = self.U[grade]  # (B, K, M+1)
+            mean = Uy.mean(-1)  # (B, K)
+            contrib = contrib + ((Uy - mean.unsqueeze(-1)) * p_hat).sum(-1)  # (B, K)
+            bias = bias + mean.sum(-1)  # (B,)
+        return contrib, bias
 
     def forward(self, batch: dict[str, Tensor]) -> RecCBMOutput:
         if self.config.plm:

@@ -28,22 +28,32 @@ import torch.nn.functional as F
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from reccbm.config import StageIConfig, StageIIConfig
+from reccbm.config import JointConfig, StageIConfig, StageIIConfig
 from reccbm.data import EncodedItems, collate
 from reccbm.errors import ReccbmError
 from reccbm.metrics import concept_metrics, task_metrics
-from reccbm.model import RecCBM, TextEncoder, concept_loss, expected_scores, opcc_loss
+from reccbm.model import (
+    RecCBM,
+    TextEncoder,
+    concept_loss,
+    expected_scores,
+    masked_mean,
+    opcc_loss,
+    rubric_queries,
+)
 
 __all__ = [
     "Event",
     "Predictions",
     "StageResult",
     "cache_concepts",
+    "init_rubric_queries",
     "predict",
     "quantize_encoder",
     "set_seed",
     "train_concepts",
     "train_grader",
+    "train_joint",
     "train_plm",
 ]
 
@@ -90,6 +100,7 @@ class Predictions:
     p_hat: NDArray[Any] | None = None  # (N, K, M+1)
     c_hat: NDArray[Any] | None = None  # (N, K) expected levels ĉ ∈ [0, M]
     mu_post: NDArray[Any] | None = None  # (N, K) corrected concepts (s̃ without LCEC)
+    grade_logits: NDArray[Any] | None = None  # (N, S+1) ŷ before the softmax
 
     @property
     def grades(self) -> NDArray[Any]:
@@ -153,21 +164,24 @@ def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group:
     )
 
 
-def _optimizer(model: RecCBM, cfg: StageIConfig) -> torch.optim.Optimizer:
-    """AdamW over (E, Q, {V_k}) — or (E, head) — with decay on matrices only, Q at lr × multiplier."""
+def _optimizer(model: RecCBM, cfg: StageIConfig, stage: str = "stage1", joint: JointConfig | None = None) -> torch.optim.Optimizer:
+    """AdamW over (E, Q, {V_k}) — or (E, head) — with decay on matrices only, Q at lr × multiplier.
+
+    stage="joint": the same groups at joint.lr, plus (L, η, W, U) at joint.head_lr without decay."""
     q = model.bottleneck.Q if not model.config.plm else None
+    lr = joint.lr if (stage == "joint" and joint is not None) else cfg.lr
     groups: dict[str, list[nn.Parameter]] = {"decay": [], "no_decay": [], "query": []}
     for p in model.stage1_parameters():
         key = "query" if p is q else ("decay" if p.ndim >= 2 else "no_decay")
         groups[key].append(p)
-    return torch.optim.AdamW(
-        [
-            {"params": groups["decay"], "weight_decay": cfg.weight_decay},
-            {"params": groups["no_decay"], "weight_decay": 0.0},
-            {"params": groups["query"], "weight_decay": 0.0, "lr": cfg.lr * cfg.query_lr_multiplier},
-        ],
-        lr=cfg.lr,
-    )
+    param_groups: list[dict[str, Any]] = [
+        {"params": groups["decay"], "weight_decay": cfg.weight_decay},
+        {"params": groups["no_decay"], "weight_decay": 0.0},
+        {"params": groups["query"], "weight_decay": 0.0, "lr": lr * cfg.query_lr_multiplier},
+    ]
+    if stage == "joint" and joint is not None:
+        param_groups.append({"params": model.stage2_parameters(), "weight_decay": 0.0, "lr": joint.head_lr})
+    return torch.optim.AdamW(param_groups, lr=lr)
 
 
 def _warmup_linear(opt: torch.optim.Optimizer, total: int, warmup_ratio: float) -> Any:
@@ -184,7 +198,8 @@ def _warmup_linear(opt: torch.optim.Optimizer, total: int, warmup_ratio: float) 
 
 def _freeze(model: RecCBM, stage: str) -> None:
     """requires_grad only on the parameters the stage trains (Algorithm 1: freeze after Stage I)."""
-    train = set(map(id, model.stage1_parameters() if stage == "stage1" else model.stage2_parameters()))
+    params = {"stage1": model.stage1_parameters, "stage2": model.stage2_parameters, "joint": model.joint_parameters}
+    train = set(map(id, params[stage]()))
     for p in model.parameters():
         p.requires_grad_(id(p) in train)
 
@@ -208,26 +223,37 @@ def _fit_encoder(
     stage: str,
     loss_fn: Callable[[RecCBM, dict[str, Tensor]], Tensor],
     dev_metrics: Callable[[Predictions, EncodedItems], dict[str, float]],
-    sel: tuple[str, str],
+    select: Callable[[dict[str, float]], tuple[float, ...]],
     callback: Callback | None,
+    joint: JointConfig | None = None,
+    start_candidate: bool = False,
 ) -> StageResult:
-    """The epoch loop shared by Stage I and the PLM baseline (Accelerate, warm-up, early stopping)."""
+    """The epoch loop shared by Stage I, the PLM baseline and the joint stage (Accelerate, warm-up, early
+    stopping). select maps dev metrics to a key (larger is better); start_candidate: the state before the
+    first epoch is a candidate too (epoch 0), so a stage that does not help on dev changes nothing."""
     set_seed(cfg.seed)
-    _freeze(model, "stage1")
+    train_stage = "joint" if stage == "joint" else "stage1"
+    _freeze(model, train_stage)
+    epochs = joint.epochs if (stage == "joint" and joint is not None) else cfg.epochs
     acc = _accelerator(cfg)
-    opt = _optimizer(model, cfg)
+    opt = _optimizer(model, cfg, train_stage, joint)
     steps_per_epoch = _n_steps(len(train), cfg.batch_size * acc.num_processes, cfg.max_steps_per_epoch)
-    sched = _warmup_linear(opt, steps_per_epoch * cfg.epochs, cfg.warmup_ratio)
+    sched = _warmup_linear(opt, steps_per_epoch * epochs, cfg.warmup_ratio)
     loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length)
     pmodel, opt, loader, sched = acc.prepare(model, opt, loader, sched)
     best_key: tuple[float, ...] | None = None
     best_state: dict[str, Tensor] = {}
     best, best_epoch, history, bad, steps, step_time = {}, 0, [], 0, 0, 0.0
+    if start_candidate:
+        best = dev_metrics(predict(acc.unwrap_model(pmodel), dev, pad_id, cfg.eval_batch_size), dev)
+        best_key = select(best)
+        best_state = {k: v.detach().to("cpu", copy=True) for k, v in acc.unwrap_model(pmodel).state_dict().items()}
+        history.append({"epoch": 0, "train_loss": float("nan")} | best)
     t0 = time.perf_counter()
-    for epoch in range(1, cfg.epochs + 1):
+    for epoch in range(1, epochs + 1):
         pmodel.train()
         if callback:
-            callback(Event(stage, "start", epoch, 0, steps_per_epoch, cfg.epochs))
+            callback(Event(stage, "start", epoch, 0, steps_per_epoch, epochs))
         total = 0.0
         for i, batch in enumerate(loader):
             if i >= steps_per_epoch:
@@ -248,19 +274,19 @@ def _fit_encoder(
                 log.info("%s epoch %d step %d/%d: loss %.4f, %.3f s/step", stage, epoch, i + 1, steps_per_epoch,
                          total / (i + 1), step_time / steps)
             if callback:
-                callback(Event(stage, "step", epoch, i + 1, steps_per_epoch, cfg.epochs, float(loss.detach())))
+                callback(Event(stage, "step", epoch, i + 1, steps_per_epoch, epochs, float(loss.detach())))
         unwrapped: RecCBM = acc.unwrap_model(pmodel)
         metrics = dev_metrics(predict(unwrapped, dev, pad_id, cfg.eval_batch_size), dev)
         history.append({"epoch": epoch, "train_loss": total / max(1, steps_per_epoch)} | metrics)
         log.info("%s epoch %d: train loss %.4f, dev %s", stage, epoch, history[-1]["train_loss"], _fmt(metrics))
-        key = _key(metrics, *sel)
+        key = select(metrics)
         if best_key is None or key > best_key:
             best_key, best, best_epoch, bad = key, metrics, epoch, 0
             best_state = {k: v.detach().to("cpu", copy=True) for k, v in unwrapped.state_dict().items()}
         else:
             bad += 1
         if callback:
-            callback(Event(stage, "epoch", epoch, steps_per_epoch, steps_per_epoch, cfg.epochs, metrics=metrics))
+            callback(Event(stage, "epoch", epoch, steps_per_epoch, steps_per_epoch, epochs, metrics=metrics))
         if bad >= cfg.patience:
             log.info("%s: early stop after epoch %d (best epoch %d)", stage, epoch, best_epoch)
             break
@@ -282,10 +308,25 @@ def _stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Ten
         out = model(batch)
         assert out.concept_logits is not None and out.c_hat is not None
         c = batch["concepts"]  # (B, K)
-        total = cfg.lambda_c * concept_loss(out.concept_logits, c)  # Eq. 12
+        total = cfg.lambda_c * concept_loss(out.concept_logits, c, cfg.concept_loss)  # Eq. 12
         if cfg.lambda_r > 0:
             total = total + cfg.lambda_r * opcc_loss(out.c_hat, c)  # Eq. 16
         return total  # Eq. 27
+
+    return loss
+
+
+def _joint_loss(cfg: StageIConfig, joint: JointConfig, s2: StageIIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
+    """λ_c L_con + λ_r L_rank (Eq. 27) + λ_t L_task (+ λ_d L_den + λ_s L_spa) (Eq. 28), one backward pass."""
+    concepts = _stage1_loss(cfg)
+
+    def loss(model: RecCBM, batch: dict[str, Tensor]) -> Tensor:
+        out = model(batch)
+        total = concepts(model, batch) + joint.lambda_t * F.cross_entropy(out.grade_logits.float(), batch["grades"])
+        if model.lcec is not None:
+            den, spa = model.lcec_losses(out, batch["concepts"])  # Eq. 24, 25
+            total = total + s2.lambda_d * den + s2.lambda_s * spa
+        return total
 
     return loss
 
@@ -309,7 +350,60 @@ def train_concepts(
         assert items.concepts is not None and p.p_hat is not None
         return concept_metrics(items.concepts, p.levels) | {"loss": _nll(p.p_hat, items.concepts)}
 
-    return _fit_encoder(model, train, dev, cfg, pad_id, "stage1", _stage1_loss(cfg), metrics, ("c_f1", "c_acc"), callback)
+    return _fit_encoder(model, train, dev, cfg, pad_id, "stage1", _stage1_loss(cfg), metrics,
+                        lambda m: _key(m, "c_f1", "c_acc"), callback)
+
+
+def train_joint(
+    model: RecCBM,
+    train: EncodedItems,
+    dev: EncodedItems,
+    cfg: StageIConfig,
+    joint: JointConfig,
+    stage2: StageIIConfig,
+    pad_id: int,
+    reference_c_acc: float,
+    callback: Callback | None = None,
+) -> StageResult:
+    """Joint stage: every parameter on the joint loss through the soft bottleneck. Starts from a trained
+    Stage I and a fitted grade head; keeps the epoch (0 = the starting state) with the best dev T-F1 among
+    those whose dev C-Acc >= reference_c_acc − joint.c_acc_drop."""
+    if model.config.plm:
+        raise ReccbmError("the PLM baseline has no concept bottleneck to train jointly")
+    for name, items in (("train", train), ("dev", dev)):
+        if items.concepts is None or items.grades is None or len(items) == 0:
+            raise ReccbmError(f"the joint stage needs a non-empty {name} split with concept labels and grades")
+
+    def metrics(p: Predictions, items: EncodedItems) -> dict[str, float]:
+        assert items.concepts is not None and items.grades is not None
+        return (task_metrics(items.grades, p.grades) | concept_metrics(items.concepts, p.levels)
+                | {"loss": _nll(p.grade_probs, items.grades)})
+
+    floor = reference_c_acc - joint.c_acc_drop
+
+    def select(m: dict[str, float]) -> tuple[float, ...]:
+        return (float(m["c_acc"] >= floor - 1e-12),) + _key(m, "t_f1", "t_acc")
+
+    return _fit_encoder(model, train, dev, cfg, pad_id, "joint", _joint_loss(cfg, joint, stage2), metrics, select,
+                        callback, joint=joint, start_candidate=True)
+
+
+@torch.no_grad()
+def init_rubric_queries(model: RecCBM, tokenizer: Any, texts: list[str], max_len: int = 256) -> Tensor:
+    """Set Q from the pretrained encoder's mean-pooled embedding of each concept's text (definition and
+    level anchors), see :func:`reccbm.model.rubric_queries`; returns Q (K, d)."""
+    if model.config.plm or model.bottleneck.Q is None:
+        raise ReccbmError("rubric-initialised queries need a model with RACE")
+    if len(texts) != model.config.num_concepts:
+        raise ReccbmError(f"{len(texts)} concept texts for {model.config.num_concepts} concepts")
+    enc = tokenizer(list(texts), truncation=True, max_length=max_len, padding=True, return_tensors="pt")
+    was_training = model.training
+    model.eval()
+    H = model.encoder(enc["input_ids"], enc["attention_mask"], enc.get("token_type_ids"))  # (K, T, d)
+    model.train(was_training)
+    Q = rubric_queries(masked_mean(H, enc["attention_mask"]).float())  # (K, d)
+    model.bottleneck.Q.data.copy_(Q.to(model.bottleneck.Q.dtype))
+    return Q
 
 
 def train_plm(
@@ -334,7 +428,8 @@ def train_plm(
         assert items.grades is not None
         return task_metrics(items.grades, p.grades) | {"loss": _nll(p.grade_probs, items.grades)}
 
-    return _fit_encoder(model, train, dev, cfg, pad_id, "plm", loss, metrics, ("t_f1", "t_acc"), callback)
+    return _fit_encoder(model, train, dev, cfg, pad_id, "plm", loss, metrics, lambda m: _key(m, "t_f1", "t_acc"),
+                        callback)
 
 
 # ---------------------------------------------------------------------------- prediction
@@ -353,12 +448,13 @@ def predict(
     model.eval()
     device = next(model.parameters()).device
     order = np.argsort([len(f["input_ids"]) for f in items.features], kind="stable")  # length-sorted
-    parts: dict[str, list[NDArray[Any]]] = {"grade_probs": [], "p_hat": [], "c_hat": [], "mu_post": []}
+    parts: dict[str, list[NDArray[Any]]] = {"grade_probs": [], "grade_logits": [], "p_hat": [], "c_hat": [], "mu_post": []}
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         batch = {k: v.to(device) for k, v in collate(items, idx, pad_id).items()}
         out = model(batch)
         parts["grade_probs"].append(out.grade_logits.float().softmax(-1).cpu().numpy())
+        parts["grade_logits"].append(out.grade_logits.float().cpu().numpy())
         for name in ("p_hat", "c_hat", "mu_post"):
             t = getattr(out, name)
             if t is not None:
@@ -373,7 +469,7 @@ def predict(
 
     probs = cat("grade_probs")
     assert probs is not None
-    return Predictions(probs, cat("p_hat"), cat("c_hat"), cat("mu_post"))
+    return Predictions(probs, cat("p_hat"), cat("c_hat"), cat("mu_post"), cat("grade_logits"))
 
 
 def _nll(probs: NDArray[Any], labels: NDArray[Any]) -> float:
@@ -489,7 +585,7 @@ def _train_grader(
             metrics = task_metrics(dev_grades.numpy(), logits.argmax(1).numpy())
             metrics["loss"] = float(F.cross_entropy(logits, dev_grades))
         history.append({"epoch": epoch, "train_loss": total / steps_per_epoch} | metrics)
-        key = _key(metrics, "t_f1", "t_acc")
+        key = (-metrics["loss"],) if cfg.select == "nll" else _key(metrics, "t_f1", "t_acc")
         if best_key is None or key > best_key:
             best_key, best, best_epoch, bad = key, metrics, epoch, 0
             best_state = [p.detach().clone() for p in params]

@@ -561,26 +561,70 @@ def train_cmd(
     mixed_precision: Annotated[str | None, typer.Option("--mixed-precision", help="no, fp16 or bf16.")] = None,
     device: Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")] = None,
     data_dir: DataDirOpt = None,
+    preset: Annotated[str, typer.Option("--preset", help="default (measured best) or paper (the paper's recipe).")] = "default",
+    folds: Annotated[int, typer.Option("--folds", help="k-fold evaluation: k runs, every item tested once (0 = one split).")] = 0,
+    head: Annotated[str | None, typer.Option("--head", help="Grade head: level (a weight per concept level) or scalar (paper).")] = None,
+    query_init: Annotated[str | None, typer.Option("--query-init", help="RACE queries: rubric (concept texts) or orthogonal (paper).")] = None,
+    center: Annotated[bool | None, typer.Option("--center/--no-center", help="LCEC prior mean at the label mean (paper: 0).")] = None,
+    query_lr_multiplier: Annotated[float | None, typer.Option("--query-lr-mult", help="Query learning rate ÷ Stage I's (1).")] = None,
+    concept_loss: Annotated[str | None, typer.Option("--concept-loss", help="L_con over concepts: mean or sum (paper).")] = None,
+    joint_epochs: Annotated[int | None, typer.Option("--joint-epochs", help="Joint stage epochs after Stage I (0 = off).")] = None,
+    joint_lr: Annotated[float | None, typer.Option("--joint-lr", help="Joint stage learning rate (2e-5).")] = None,
+    holdout: Annotated[float | None, typer.Option("--holdout", help="Share of train held out of Stage I for Stage II (0 = paper).")] = None,
+    stage2_select: Annotated[str | None, typer.Option("--stage2-select", help="Stage II epoch selection: t_f1 or nll.")] = None,
 ) -> None:
     """Train REC-CBM (or a baseline) and write a run dir; print metrics and the reliability table.
 
-    Example: rubrictool train --benchmark mohler
+    Example: rubrictool train --benchmark mohler --folds 5 --out runs/mohler-5fold
     """
     from rubrictool.train import TrainProgress, result_tables, run_train
+
+    def on_fold(i: int, k: int, state: str) -> None:
+        console.print(f"fold {i + 1}/{k}: " + ("finished earlier, read back" if state == "done" else "training"))
 
     with TrainProgress(console) as progress:
         result = run_train(
             benchmark=benchmark, data=data, rubric=rubric, split=split, split_seed=split_seed, out=out,
             config=config, variant=variant, race=race, opcc=opcc, lcec=lcec, seeds=seeds, agreement=agreement,
-            data_dir=data_dir, callback=progress, backbone=backbone, epochs=epochs, max_len=max_len,
-            batch_size=batch_size, lr=lr, stage2_lr=stage2_lr, tau=tau, lambda_r=lambda_r, lambda_d=lambda_d,
-            lambda_s=lambda_s, mixed_precision=mixed_precision, device=device,
+            data_dir=data_dir, callback=progress, preset=preset, folds=folds, on_fold=on_fold, backbone=backbone,
+            epochs=epochs, max_len=max_len, batch_size=batch_size, lr=lr, stage2_lr=stage2_lr, tau=tau,
+            lambda_r=lambda_r, lambda_d=lambda_d, lambda_s=lambda_s, mixed_precision=mixed_precision, device=device,
+            head=head, query_init=query_init, center=center, query_lr_multiplier=query_lr_multiplier,
+            concept_loss=concept_loss, joint_epochs=joint_epochs, joint_lr=joint_lr, holdout=holdout,
+            stage2_select=stage2_select,
         )
     for table in result_tables(result):
         console.print(table)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
     console.print(f"run written to {result.run_dir}", soft_wrap=True)
+
+
+@app.command("compare")
+@handle_errors
+def compare_cmd(
+    run_a: Annotated[Path, typer.Argument(help="k-fold run directory A (the reference).")],
+    run_b: Annotated[Path, typer.Argument(help="k-fold run directory B.")],
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples.")] = 2000,
+    seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
+) -> None:
+    """Paired bootstrap of two k-fold runs on the items both tested: B − A with a 95 % CI per metric.
+
+    Example: rubrictool compare runs/mohler-vanilla runs/mohler-reccbm
+    """
+    from rich.table import Table
+
+    from rubrictool.evaluate import compare_runs
+
+    res = compare_runs(run_a, run_b, n_boot=n_boot, seed=seed)
+    t = Table(title=f"B − A on {res['n_items']} items ({res['n_boot']} paired bootstrap resamples)")
+    for col in ("metric", "A", "B", "B − A", "95 % CI", "P(B not better)"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for m, r in res["metrics"].items():
+        t.add_row(m, f"{r['a']:.3f}", f"{r['b']:.3f}", f"{r['diff']:+.3f}", f"[{r['lo']:+.3f}, {r['hi']:+.3f}]",
+                  f"{r['p_not_better']:.3f}")
+    console.print(t)
+    console.print(f"A = {res['a']}\nB = {res['b']}", soft_wrap=True)
 
 
 @app.command("grade")

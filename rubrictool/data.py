@@ -37,6 +37,7 @@ __all__ = [
     "describe_items",
     "fetch_benchmark",
     "fetch_mohler",
+    "kfold_splits",
     "load_benchmark",
     "load_concept_passes",
     "load_mohler",
@@ -393,6 +394,46 @@ def split_items(
         out["dev"] += perm[n_test : n_test + n_dev]
         out["train"] += perm[n_test + n_dev :]
     return {k: sorted(v) for k, v in out.items()}
+
+
+def kfold_splits(
+    items: pd.DataFrame,
+    k: int = 5,
+    seed: int = 0,
+    dev_share: float = 0.125,
+    stratify: str | None = "grade",
+) -> list[dict[str, list[str]]]:
+    """k train/dev/test splits in which every item is tested exactly once, stratified by ``stratify``.
+
+    Within each stratum the ids are sorted, shuffled with ``seed`` and dealt to the folds in turn, the
+    dealing continuing across strata so that fold sizes differ by at most one. Fold i tests on its own
+    items; dev is a stratified ``dev_share`` of the other folds' items (seed + i), the rest is train.
+    """
+    if k < 2:
+        raise DataError(f"k-fold evaluation needs at least 2 folds, got {k}")
+    if len(items) < k:
+        raise DataError(f"cannot make {k} folds of {len(items)} items")
+    if not 0 < dev_share < 1:
+        raise DataError(f"the dev share must be between 0 and 1, got {dev_share}")
+    rng = np.random.default_rng(seed)
+    if stratify and stratify in items.columns and items[stratify].notna().all():
+        groups: list[tuple[object, pd.DataFrame]] = sorted(items.groupby(stratify), key=lambda kv: float(kv[0]))  # type: ignore[arg-type]
+    else:
+        groups = [("all", items)]
+    fold_of: dict[str, int] = {}
+    turn = 0
+    for _, g in groups:
+        ids = sorted(g["id"].astype(str))
+        for i in rng.permutation(len(ids)):
+            fold_of[ids[i]] = turn % k
+            turn += 1
+    out = []
+    for f in range(k):
+        test = sorted(i for i, fi in fold_of.items() if fi == f)
+        rest = items[items["id"].astype(str).map(fold_of) != f]
+        inner = split_items(rest, seed=seed + 1 + f, ratios=(1 - dev_share, dev_share, 0.0), stratify=stratify)
+        out.append({"train": inner["train"], "dev": inner["dev"], "test": test})
+    return out
 
 
 def save_split(

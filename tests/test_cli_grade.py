@@ -37,11 +37,19 @@ def test_grade_writes_the_decision_trace_per_item(tmp_path: Path, run: Path) -> 
     for key in KEYS:
         assert g[f"{key}_level"].between(1, 3).all() and g[f"{key}_expected"].between(1, 3).all()
         assert {f"{key}_mu_post", f"{key}_contribution"} <= set(g.columns)
-    model, _, _ = reccbm.load_checkpoint(run)
-    W = model.W.weight.detach().numpy()
-    mu = g[[f"{k}_mu_post" for k in KEYS]].to_numpy()
+    model, tok, _ = reccbm.load_checkpoint(run)
     contrib = g[[f"{k}_contribution" for k in KEYS]].to_numpy()
-    np.testing.assert_allclose(contrib, W[g["grade"].to_numpy()] * mu, rtol=1e-4, atol=1e-5)
+    # the contributions and the bias add up to the logit of the predicted grade ...
+    np.testing.assert_allclose(contrib.sum(1) + g["grade_bias"], g["grade_logit"], rtol=1e-4, atol=1e-5)
+    # ... which is the model's own logit for that grade
+    feats = reccbm.encode_inputs(tok, list(new["question"]), list(new["response"]), list(new["reference"].fillna("")),
+                                 model.config.max_len)
+    preds = reccbm.predict(model, reccbm.EncodedItems(feats), tok.pad_token_id)
+    assert preds.grade_logits is not None
+    np.testing.assert_allclose(preds.grade_logits[np.arange(30), g["grade"]], g["grade_logit"], rtol=1e-4, atol=1e-5)
+    if model.U is None:  # the paper's head: contribution_k = W_{ŷ,k} μ_post,k
+        mu = g[[f"{k}_mu_post" for k in KEYS]].to_numpy()
+        np.testing.assert_allclose(contrib, model.W.weight.detach().numpy()[g["grade"].to_numpy()] * mu, rtol=1e-4, atol=1e-5)
     # the library function gives the same table
     lib = grade_items(run, new)
     np.testing.assert_allclose(lib["grade_prob"].to_numpy(), g["grade_prob"].to_numpy(), rtol=1e-5)

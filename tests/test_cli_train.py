@@ -47,9 +47,9 @@ def _train(tmp_path: Path, backbone: str, df: pd.DataFrame, *extra: str) -> tupl
     return res.exit_code, res.output, out
 
 
-def tiny_bert_run(tmp: Path) -> Path:
+def tiny_bert_run(tmp: Path, *extra: str) -> Path:
     """A run directory trained through the CLI on 40 Mohler-like items with a tiny BERT (for grading tests)."""
-    code, output, run = _train(tmp, build_backbone(tmp, "bert"), mohler_like_table(40))
+    code, output, run = _train(tmp, build_backbone(tmp, "bert"), mohler_like_table(40), *extra)
     assert code == 0, output
     return run
 
