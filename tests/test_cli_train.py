@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -131,3 +132,88 @@ def test_empty_split_and_bad_options_end_in_a_clear_message(tmp_path: Path, back
 def test_mohler_rubric_matches_the_toy_table() -> None:
     rb = load_rubric("mohler")
     assert rb.keys == KEYS and (rb.scale.min, rb.scale.max, rb.grade.min, rb.grade.max) == (1, 3, 0, 5)
+
+
+def test_held_out_stage2_never_sees_outputs_for_answers_stage1_trained_on(
+    tmp_path: Path, backbone: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, set[int]] = {"stage1": set(), "joint": set(), "cached": set()}
+    real = {n: getattr(reccbm, n) for n in ("train_concepts", "train_joint", "cache_concepts")}
+
+    def spy(name: str, key: str) -> Any:
+        def wrapped(model: Any, items: Any, *a: Any, **kw: Any) -> Any:
+            seen[key] |= {id(f) for f in items.features}
+            return real[name](model, items, *a, **kw)
+        return wrapped
+
+    monkeypatch.setattr(reccbm, "train_concepts", spy("train_concepts", "stage1"))
+    monkeypatch.setattr(reccbm, "train_joint", spy("train_joint", "joint"))
+    code, output, run = _train(tmp_path, backbone, mohler_like_table(60), "--holdout", "0.25", "--joint-epochs", "0")
+    assert code == 0, output
+    # holdout without a joint stage: Stage II caches outputs only for the held-out answers (and dev)
+    assert seen["stage1"] and not seen["joint"]
+    monkeypatch.setattr(reccbm, "cache_concepts", spy("cache_concepts", "cached"))
+    for ids in seen.values():
+        ids.clear()
+    code, output, run = _train(tmp_path, backbone, mohler_like_table(60), "--holdout", "0.25", "--joint-epochs", "1")
+    assert code == 0, output
+    metrics = json.loads((run / "metrics.json").read_text())
+    held = metrics["seeds"][0]["holdout_positions"]
+    split = json.loads((run / "split.json").read_text())
+    assert 0.15 * len(split["train"]) <= len(held) <= 0.35 * len(split["train"])  # per-grade rounding
+    assert seen["stage1"] == seen["joint"]  # the joint stage trains on Stage I's items only
+    assert seen["cached"] - seen["stage1"], "Stage II never cached the held-out answers"
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["stage2"]["holdout"] == 0.25 and cfg["joint"]["epochs"] == 1 and cfg["preset"] == "default"
+
+
+def test_every_switch_is_saved_in_the_run_and_grade_applies_it(tmp_path: Path, backbone: str) -> None:
+    code, output, run = _train(tmp_path, backbone, mohler_like_table(40), "--head", "level", "--query-init", "rubric",
+                               "--tau", "0.5", "--no-center", "--concept-loss", "sum", "--joint-epochs", "1",
+                               "--holdout", "0", "--stage2-select", "nll", "--query-lr-mult", "3")
+    assert code == 0, output
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert {k: cfg["model"][k] for k in ("head", "query_init", "tau", "center")} == {
+        "head": "level", "query_init": "rubric", "tau": 0.5, "center": False}
+    assert cfg["stage1"]["concept_loss"] == "sum" and cfg["stage1"]["query_lr_multiplier"] == 3.0
+    assert cfg["stage2"]["select"] == "nll" and cfg["joint"]["epochs"] == 1
+    model, _, meta = reccbm.load_checkpoint(run)
+    assert model.U is not None and meta["model_config"]["head"] == "level"
+    (tmp_path / "p").mkdir()
+    paper = _train(tmp_path / "p", backbone, mohler_like_table(40), "--preset", "paper")
+    assert paper[0] == 0, paper[1]
+    cfg = yaml.safe_load((paper[2] / "config.yaml").read_text())
+    assert cfg["preset"] == "paper" and cfg["model"]["head"] == "scalar" and cfg["joint"]["epochs"] == 0
+    assert cfg["stage2"]["holdout"] == 0.0 and cfg["model"]["query_init"] == "orthogonal"
+    res = runner.invoke(app, ["train", "--data", str(tmp_path / "adjudicated.csv"), "--rubric", "mohler",
+                              "--preset", "fast"])
+    assert res.exit_code == 1 and "unknown preset 'fast'" in res.output
+
+
+def test_kfold_training_pools_every_item_once_and_resumes(tmp_path: Path, backbone: str) -> None:
+    df = mohler_like_table(50)
+    code, output, run = _train(tmp_path, backbone, df, "--folds", "2", "--joint-epochs", "0")
+    assert code == 0, output
+    assert "fold 1/2: training" in output and "fold 2/2: training" in output
+    pooled = pd.read_csv(run / "pooled_predictions.csv", dtype={"id": str})
+    assert sorted(pooled["id"]) == sorted(df["id"]) and set(pooled["fold"]) == {0, 1}
+    truth = df.set_index("id").loc[pooled["id"], "grade"].to_numpy()
+    assert (pooled["grade_true"].to_numpy() == truth).all()
+    summary = json.loads((run / "folds.json").read_text())
+    from reccbm.metrics import grade_metrics
+
+    expect = grade_metrics(pooled["grade_true"], pooled["grade"])
+    assert summary["pooled"]["t_acc"] == pytest.approx(expect["t_acc"])
+    assert summary["pooled"]["qwk"] == pytest.approx(expect["qwk"], nan_ok=True)
+    assert {"majority", "oracle_concepts"} <= set(summary["baselines"]) and len(summary["per_fold"]) == 2
+    assert "oracle_t_acc" in summary["pooled"] and (run / "folds.md").is_file()
+    stamp = (run / "fold-0" / "model.safetensors").stat().st_mtime_ns
+    code, output, _ = _train(tmp_path, backbone, df, "--folds", "2", "--joint-epochs", "0")
+    assert code == 0 and "finished earlier" in output
+    assert (run / "fold-0" / "model.safetensors").stat().st_mtime_ns == stamp  # not retrained
+    # compare: a run against itself differs by exactly 0
+    res = runner.invoke(app, ["compare", str(run), str(run), "--n-boot", "50"])
+    assert res.exit_code == 0, res.output
+    assert "+0.000" in res.output and "[+0.000, +0.000]" in res.output
+    res = runner.invoke(app, ["compare", str(run), str(tmp_path)])
+    assert res.exit_code == 1 and "not a finished k-fold run" in res.output
