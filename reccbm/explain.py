@@ -75,7 +75,8 @@ def attention_diagnostics(model: RecCBM, items: EncodedItems, pad_id: int, batch
     if model.config.plm or model.bottleneck.Q is None:
         raise ValueError("attention diagnostics need a model with RACE")
     model.eval()
-    ent, cos, n = 0.0, 0.0, 0
+    K = model.config.num_concepts
+    ent, cos, n = np.zeros(K), np.zeros(K), 0
     device = next(model.parameters()).device
     for start in range(0, len(items), batch_size):
         idx = np.arange(start, min(start + batch_size, len(items)))
@@ -93,7 +94,7 @@ def attention_diagnostics(model: RecCBM, items: EncodedItems, pad_id: int, batch
         ent = ent + H_ent.sum(0).cpu().numpy()
         cos = cos + c.sum(0).cpu().numpy()
         n += len(idx)
-    return {"entropy_ratio": (np.asarray(ent) / n).tolist(), "cosine_to_mean": (np.asarray(cos) / n).tolist()}
+    return {"entropy_ratio": (ent / n).tolist(), "cosine_to_mean": (cos / n).tolist()}
 
 
 def reliability(model: RecCBM) -> dict[str, NDArray[Any]]:

@@ -166,7 +166,8 @@ def rubric_queries(E: Tensor, norm: float = 1.0) -> Tensor:
     and level anchors: q_k = norm · (e_k − ē) / ‖e_k − ē‖. Removing the mean ē drops the direction every
     text shares (it would score all tokens alike); what is left points at what sets concept k apart."""
     Q = E - E.mean(0, keepdim=True)  # (K, d)
-    return norm * Q / Q.norm(dim=1, keepdim=True).clamp_min(1e-8)  # (K, d)
+    out: Tensor = norm * Q / Q.norm(dim=1, keepdim=True).clamp_min(1e-8)  # (K, d)
+    return out
 
 
 # ---------------------------------------------------------------------------- OPCC (Eq. 13-16)

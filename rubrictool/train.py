@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import yaml
+from numpy.typing import NDArray
 
 import reccbm
 from reccbm import JointConfig, ModelConfig, Predictions, ReccbmError, StageIConfig, StageIIConfig
@@ -595,7 +596,7 @@ def train_folds(
     df = prepare_table(table, rb, need_concepts="plm" not in results[0]["variant"])
     has_c = all(k in df.columns for k in rb.keys)
     truth = df.set_index("id")
-    parts, _base = [], {"majority": [], "oracle_concepts": []}
+    parts = []
     for i, sp in enumerate(splits):
         pred = pd.read_csv(run / f"fold-{i}" / "test_predictions.csv", dtype={"id": str})
         pred.insert(1, "fold", i)
@@ -603,10 +604,11 @@ def train_folds(
         if has_c:
             for k in rb.keys:
                 pred[f"{k}_true"] = truth.loc[pred["id"], f"_c_{k}"].to_numpy() + rb.scale.min
-        y = {s: truth.loc[sp[s], "_y"].to_numpy() for s in ("train", "dev", "test")}
+        y: dict[str, NDArray[Any]] = {s: truth.loc[sp[s], "_y"].to_numpy() for s in ("train", "dev", "test")}
         b = pd.DataFrame({"id": sp["test"], "majority": majority_baseline(y["train"], len(sp["test"])) + rb.grade.min})
         if has_c:
-            lv = {s: truth.loc[sp[s], [f"_c_{k}" for k in rb.keys]].to_numpy() for s in ("train", "dev", "test")}
+            lv: dict[str, NDArray[Any]] = {s: truth.loc[sp[s], [f"_c_{k}" for k in rb.keys]].to_numpy()
+                                           for s in ("train", "dev", "test")}
             b["oracle_concepts"] = oracle_concept_baseline(lv, y, rb.M + 1) + rb.grade.min
         parts.append(pred.merge(b, on="id"))
     pooled = pd.concat(parts, ignore_index=True)
@@ -623,7 +625,7 @@ def train_folds(
     }
     attn = [r["seeds"][0].get("attention") for r in results]
     if all(attn):
-        summary["attention"] = {k: np.mean([a[k] for a in attn], axis=0).tolist() for k in attn[0]}  # type: ignore[index]
+        summary["attention"] = {k: np.mean([a[k] for a in attn if a], axis=0).tolist() for k in attn[0] or {}}
     (run / "folds.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     (run / "folds.md").write_text(folds_markdown(summary))
     fold0 = run / "fold-0"
