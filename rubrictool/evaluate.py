@@ -34,6 +34,7 @@ __all__ = [
     "oracle_concept_baseline",
     "paired_bootstrap",
     "pooled_metrics",
+    "spearman_with_ci",
 ]
 
 # metric name -> f(y_true, y_pred); larger is better for all but rmse
@@ -150,3 +151,24 @@ def compare_runs(
                    "b": BOOTSTRAP_METRICS[m](t, both["grade_b"].to_numpy())}
         rows[m] |= paired_bootstrap(t, both["grade_a"], both["grade_b"], m, n_boot, seed)
     return {"a": str(run_a), "b": str(run_b), "n_items": len(both), "n_boot": n_boot, "metrics": rows}
+
+
+def spearman_with_ci(x: ArrayLike, y: ArrayLike, n_boot: int = 2000, seed: int = 0) -> dict[str, float] | None:
+    """Spearman ρ(x, y) across concepts with a 95 % percentile bootstrap interval over concepts (resamples
+    in which either side is constant are skipped). None with fewer than 3 usable pairs."""
+    from scipy.stats import spearmanr
+
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    ok = ~(np.isnan(a) | np.isnan(b))
+    a, b = a[ok], b[ok]
+    if len(a) < 3 or np.unique(a).size < 2 or np.unique(b).size < 2:
+        return None
+    rho = float(spearmanr(a, b).statistic)
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_boot):
+        idx = rng.integers(0, len(a), len(a))
+        if np.unique(a[idx]).size > 1 and np.unique(b[idx]).size > 1:
+            boots.append(float(spearmanr(a[idx], b[idx]).statistic))
+    lo, hi = (np.percentile(boots, [2.5, 97.5]) if boots else (float("nan"), float("nan")))
+    return {"rho": rho, "lo": float(lo), "hi": float(hi), "n": len(a)}

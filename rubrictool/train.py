@@ -482,6 +482,11 @@ def train_model(
                    "summary": _summary(infos), "notes": notes}
         rel, rho = reliability_table(model, rb, info.get("per_concept"), agreement) if not plm else (pd.DataFrame(), None)
         metrics["spearman_sigma2_vs_1_minus_alpha"] = rho
+        if len(rel) and rel["A_kk"].notna().any():
+            from rubrictool.evaluate import spearman_with_ci
+
+            metrics["spearman_ci"] = spearman_with_ci(rel["sigma2"], 1 - rel["alpha"])
+            metrics["mean_A_kk"] = float(rel["A_kk"].mean())
         if not is_main:
             return TrainResult(run, name, metrics, rel, rho, notes)
         (run / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
@@ -623,6 +628,20 @@ def train_folds(
                       for name in ("majority", "oracle_concepts") if name in pooled},
         "train_seconds": [r["summary"].get("train_seconds", 0.0) for r in results],
     }
+    rels = [run / f"fold-{i}" / "reliability.csv" for i in range(folds)]
+    if all(p.is_file() for p in rels):
+        from rubrictool.evaluate import spearman_with_ci
+
+        frames = [pd.read_csv(p) for p in rels]
+        if frames[0]["A_kk"].notna().any():
+            sigma2 = np.mean([f["sigma2"].to_numpy() for f in frames], axis=0)  # (K,) mean over folds
+            summary["reliability"] = {
+                "concepts": frames[0]["concept"].tolist(), "alpha": frames[0]["alpha"].tolist(),
+                "sigma2_mean": sigma2.tolist(),
+                "A_kk_mean": np.mean([f["A_kk"].to_numpy() for f in frames], axis=0).tolist(),
+                "mean_A_kk": float(np.mean([f["A_kk"].mean() for f in frames])),
+                "spearman": spearman_with_ci(sigma2, 1 - frames[0]["alpha"].to_numpy()),
+            }
     attn = [r["seeds"][0].get("attention") for r in results]
     if all(attn):
         summary["attention"] = {k: np.mean([a[k] for a in attn if a], axis=0).tolist() for k in attn[0] or {}}

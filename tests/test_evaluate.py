@@ -97,3 +97,18 @@ def test_pooled_metrics_with_oracle_and_concepts() -> None:
     m = pooled_metrics(df, ["FC"])
     assert m["t_acc"] == 0.75 and m["oracle_t_acc"] == 1.0 and m["oracle_gain_t_acc"] == pytest.approx(0.25)
     assert m["c_acc"] == 0.75
+
+
+def test_spearman_with_ci() -> None:
+    from scipy.stats import spearmanr
+
+    from rubrictool.evaluate import spearman_with_ci
+
+    x = np.array([0.1, 0.4, 0.2, 0.9, 0.5, 0.7, 0.3, 0.8])
+    r = spearman_with_ci(x, x ** 2, n_boot=300)
+    assert r is not None and r["rho"] == pytest.approx(1.0) and r["lo"] == pytest.approx(1.0) and r["n"] == 8
+    y = np.array([0.3, 0.1, 0.9, 0.2, 0.8, 0.4, 0.6, 0.5])
+    r = spearman_with_ci(x, y, n_boot=500)
+    assert r is not None and r["rho"] == pytest.approx(spearmanr(x, y).statistic)
+    assert r["lo"] < r["rho"] < r["hi"]
+    assert spearman_with_ci([1, 2], [2, 1]) is None and spearman_with_ci([1, 1, 1], [1, 2, 3]) is None
