@@ -9,10 +9,13 @@ pooled table (``folds.json``, ``folds.md``) is written; ``--summary`` prints the
 finished configuration with paired bootstrap 95 % CIs against the PLM and vanilla CBM, the oracle
 intervention and the reliability figures, and writes ``<out>/summary.md``.
 
-    python bench/bench_folds.py --out bench/out/folds                      # all configs, all folds (a day)
-    python bench/bench_folds.py --out bench/out/folds --fold 0             # one fold of every config
-    python bench/bench_folds.py --out bench/out/folds --configs default,plm
-    python bench/bench_folds.py --out bench/out/folds --summary            # tables from what is done
+    python bench/bench_folds.py                          # all configs, all folds (a day on 2 cores)
+    python bench/bench_folds.py --fold 0                 # one fold of every config
+    python bench/bench_folds.py --configs default,plm
+    python bench/bench_folds.py --summary                # tables from what is done
+
+The default output folder, bench/results/folds, is committed without the model weights (.gitignore):
+metrics, predictions, configs and logs are enough to pool, compare and resume in a later session.
 
 Concept labels: majority vote over three independent LLM annotation passes, NOT validated by experts.
 """
@@ -41,6 +44,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # levers one at a time on top of the paper's recipe (screening)
     "paper+level": {"variant": "reccbm", "preset": "paper", "overrides": {"model": {"head": "level"}}},
     "vanilla+default": {"variant": "vanilla", "preset": "default"},
+    # a short concept warm-up, then most of the budget in the joint stage at a Stage I-like learning rate
+    "joint4": {"variant": "reccbm", "preset": "default",
+               "overrides": {"stage1": {"epochs": 2}, "joint": {"epochs": 4, "lr": 5e-5}}},
 }
 
 
@@ -125,7 +131,7 @@ def summary(out: Path) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=Path("bench/out/folds"))
+    ap.add_argument("--out", type=Path, default=Path("bench/results/folds"))
     ap.add_argument("--configs", default="default,plm,vanilla,paper", help=f"comma list of {', '.join(CONFIGS)}")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--fold", default=None, help="comma list of fold numbers to run (default: all, then pool)")
