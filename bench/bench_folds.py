@@ -47,6 +47,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # a short concept warm-up, then most of the budget in the joint stage at a Stage I-like learning rate
     "joint4": {"variant": "reccbm", "preset": "default",
                "overrides": {"stage1": {"epochs": 2}, "joint": {"epochs": 4, "lr": 5e-5}}},
+    # joint4 with random concept interventions while the head trains (joint stage and Stage II)
+    "joint4+int": {"variant": "reccbm", "preset": "default",
+                   "overrides": {"stage1": {"epochs": 2}, "joint": {"epochs": 4, "lr": 5e-5, "intervention_p": 0.25},
+                                 "stage2": {"intervention_p": 0.25}}},
 }
 
 

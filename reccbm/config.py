@@ -105,6 +105,7 @@ class StageIIConfig:
     # answers (σ_k², A_kk describe them). 0 = the paper: Stage II on the training split's own outputs.
     holdout: float = 0.0
     select: str = "t_f1"  # dev selection of the Stage II epoch: "t_f1" (paper; ties: T-Acc) or "nll" (dev grade NLL)
+    intervention_p: float = 0.0  # share of p̂_k replaced by the one-hot label per batch (see JointConfig); 0 = paper
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes carried into the checkpoint
 
 
@@ -122,6 +123,10 @@ class JointConfig:
     head_lr: float = 1e-3  # learning rate of the grade head W (and U) and of LCEC's L, η
     lambda_t: float = 1.0  # λ_t: weight of the grade cross-entropy L_task (Eq. 23)
     c_acc_drop: float = 0.01  # largest dev C-Acc loss (vs Stage I) an epoch may have and still be selected
+    # Share of (answer, concept) pairs whose p̂_k is replaced by the one-hot adjudicated level in each training
+    # batch (random interventions). Without it a jointly trained head learns to read soft p̂ that carry grade
+    # information beyond the level, and an expert's correction (a one-hot level) moves the grade the wrong way.
+    intervention_p: float = 0.0
 
 
 # name -> (plm, race, opcc, lcec); the eight RACE/OPCC/LCEC combinations are all reachable by flags.

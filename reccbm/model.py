@@ -35,6 +35,7 @@ __all__ = [
     "opcc_loss",
     "opcc_pairs",
     "orthogonal_queries",
+    "random_interventions",
     "rubric_queries",
 ]
 
@@ -159,6 +160,16 @@ def concept_loss(logits: Tensor, c: Tensor, reduction: str = "sum") -> Tensor:
     ce = F.cross_entropy(logits.reshape(B * K, L).float(), c.reshape(B * K), reduction="none")  # (B*K,)
     per_item = ce.view(B, K).sum(1) if reduction == "sum" else ce.view(B, K).mean(1)  # (B,)
     return per_item.mean()
+
+
+def random_interventions(p_hat: Tensor, c: Tensor, p: float, generator: torch.Generator | None = None) -> Tensor:
+    """p̂ with each (item, concept) replaced, with probability p, by the one-hot of its label c ∈ 0..M:
+    (B, K, M+1), (B, K) -> (B, K, M+1). Trains the grade head to take an expert's correction as it is."""
+    if p <= 0:
+        return p_hat
+    mask = torch.rand(c.shape, generator=generator, device=c.device) < p  # (B, K)
+    onehot = F.one_hot(c.long(), p_hat.shape[-1]).to(p_hat.dtype)  # (B, K, M+1)
+    return torch.where(mask.unsqueeze(-1), onehot, p_hat)
 
 
 def rubric_queries(E: Tensor, norm: float = 1.0) -> Tensor:

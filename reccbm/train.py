@@ -39,6 +39,7 @@ from reccbm.model import (
     expected_scores,
     masked_mean,
     opcc_loss,
+    random_interventions,
     rubric_queries,
 )
 
@@ -318,13 +319,17 @@ def _stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Ten
 
 def _joint_loss(cfg: StageIConfig, joint: JointConfig, s2: StageIIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
     """λ_c L_con + λ_r L_rank (Eq. 27) + λ_t L_task (+ λ_d L_den + λ_s L_spa) (Eq. 28), one backward pass."""
-    concepts = _stage1_loss(cfg)
-
     def loss(model: RecCBM, batch: dict[str, Tensor]) -> Tensor:
-        out = model(batch)
-        total = concepts(model, batch) + joint.lambda_t * F.cross_entropy(out.grade_logits.float(), batch["grades"])
+        c = batch["concepts"]  # (B, K)
+        logits, _ = model.concepts(batch)  # (B, K, M+1)
+        total = cfg.lambda_c * concept_loss(logits, c, cfg.concept_loss)  # Eq. 12
+        p_hat = logits.float().softmax(-1)  # (B, K, M+1), Eq. 11
+        if cfg.lambda_r > 0:
+            total = total + cfg.lambda_r * opcc_loss(expected_scores(p_hat), c)  # Eq. 16
+        out = model.grade_from_concepts(random_interventions(p_hat, c, joint.intervention_p))
+        total = total + joint.lambda_t * F.cross_entropy(out.grade_logits.float(), batch["grades"])  # Eq. 23
         if model.lcec is not None:
-            den, spa = model.lcec_losses(out, batch["concepts"])  # Eq. 24, 25
+            den, spa = model.lcec_losses(out, c)  # Eq. 24, 25
             total = total + s2.lambda_d * den + s2.lambda_s * spa
         return total
 
@@ -505,6 +510,8 @@ def cache_concepts(model: RecCBM, items: EncodedItems, pad_id: int, batch_size: 
 
 # ---------------------------------------------------------------------------- Stage II
 def _stage2_loss(model: RecCBM, p_hat: Tensor, c: Tensor | None, y: Tensor, cfg: StageIIConfig) -> Tensor:
+    if c is not None:
+        p_hat = random_interventions(p_hat, c, cfg.intervention_p)
     out = model.grade_from_concepts(p_hat)
     total = cfg.lambda_t * F.cross_entropy(out.grade_logits, y)  # Eq. 23
     if model.lcec is not None and c is not None:

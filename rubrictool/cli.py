@@ -572,6 +572,7 @@ def train_cmd(
     joint_lr: Annotated[float | None, typer.Option("--joint-lr", help="Joint stage learning rate (2e-5).")] = None,
     holdout: Annotated[float | None, typer.Option("--holdout", help="Share of train held out of Stage I for Stage II (0 = paper).")] = None,
     stage2_select: Annotated[str | None, typer.Option("--stage2-select", help="Stage II epoch selection: t_f1 or nll.")] = None,
+    intervention_p: Annotated[float | None, typer.Option("--intervention-p", help="Share of concepts set to their label while training the head (0 = paper).")] = None,
 ) -> None:
     """Train REC-CBM (or a baseline) and write a run dir; print metrics and the reliability table.
 
@@ -591,7 +592,7 @@ def train_cmd(
             lambda_r=lambda_r, lambda_d=lambda_d, lambda_s=lambda_s, mixed_precision=mixed_precision, device=device,
             head=head, query_init=query_init, center=center, query_lr_multiplier=query_lr_multiplier,
             concept_loss=concept_loss, joint_epochs=joint_epochs, joint_lr=joint_lr, holdout=holdout,
-            stage2_select=stage2_select,
+            stage2_select=stage2_select, intervention_p=intervention_p,
         )
     for table in result_tables(result):
         console.print(table)

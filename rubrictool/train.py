@@ -803,6 +803,7 @@ FLAT_OPTIONS: dict[str, list[tuple[str, str]]] = {
     "joint_epochs": [("joint", "epochs")],
     "joint_lr": [("joint", "lr")],
     "holdout": [("stage2", "holdout")],
+    "intervention_p": [("joint", "intervention_p"), ("stage2", "intervention_p")],
     "stage2_select": [("stage2", "select")],
     "batch_size": [("stage1", "batch_size"), ("stage2", "batch_size")],
     "mixed_precision": [("stage1", "mixed_precision")],

@@ -184,3 +184,35 @@ def test_attention_diagnostics_uniform_queries_give_mean_pooling(backbone: str) 
         model.bottleneck.Q.normal_(0, 50.0)  # sharp queries: attention concentrates
     d = attention_diagnostics(model, items, tok.pad_token_id)
     assert max(d["entropy_ratio"]) < 0.9
+
+
+def test_random_interventions_replace_the_chosen_share_with_one_hot_labels() -> None:
+    from reccbm.model import random_interventions
+
+    p = torch.softmax(torch.randn(400, 8, 3), -1)
+    c = torch.randint(0, 3, (400, 8))
+    assert random_interventions(p, c, 0.0) is p
+    all_ = random_interventions(p, c, 1.0)
+    torch.testing.assert_close(all_, torch.nn.functional.one_hot(c, 3).float())
+    g = torch.Generator().manual_seed(0)
+    half = random_interventions(p, c, 0.25, g)
+    replaced = (half != p).any(-1)  # (N, K)
+    assert 0.2 < float(replaced.float().mean()) < 0.3
+    torch.testing.assert_close(half[replaced], torch.nn.functional.one_hot(c, 3).float()[replaced])
+    torch.testing.assert_close(half[~replaced], p[~replaced])
+
+
+def test_stage2_with_interventions_learns_from_the_labels(backbone: str) -> None:
+    """intervention_p = 1: the head only ever sees one-hot labels, so it grades the labels, not p̂."""
+    model, tok = tiny_model(backbone, head="level", lcec=False)
+    train, dev = encoded(tok, toy_table(48, seed=1)), encoded(tok, toy_table(16, seed=2))
+    uniform = torch.full((48, 3, 3), 1 / 3)  # uninformative outputs: only the labels carry the grade
+    res = train_grader(model, uniform, torch.tensor(train.concepts), torch.tensor(train.grades),
+                       torch.full((16, 3, 3), 1 / 3), torch.tensor(dev.grades),
+                       StageIIConfig(lr=0.05, epochs=20, batch_size=8, intervention_p=1.0, select="nll"))
+    assert res.steps > 0
+    onehot = torch.nn.functional.one_hot(torch.tensor(train.concepts), 3).float()
+    with torch.no_grad():
+        acc = float((model.grade_from_concepts(onehot).grade_logits.argmax(1).numpy() == train.grades).mean())
+    majority = float(np.bincount(train.grades).max() / len(train.grades))
+    assert acc > majority + 0.15, (acc, majority)
