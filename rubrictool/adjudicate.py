@@ -76,7 +76,7 @@ PREDICTION_COLUMNS = ["item", "model", "concept", "level"]
 METHODS = ("majority", "dawid-skene")
 FORMATS = ("csv", "jsonl", "parquet")
 LLM_PASSES_NOTE = (
-    "The bundled Mohler concept labels come from three independent LLM annotation passes (A, B, C) "
+    "The Mohler concept labels (<data dir>/mohler-concepts) come from three independent LLM annotation passes (A, B, C) "
     "standing in for three reviewers; they are NOT expert-validated."
 )
 
@@ -988,14 +988,14 @@ def write_outputs(result: AdjudicationResult, out: str | Path, fmt: str = "csv")
 def _benchmark_inputs(
     benchmark: str, data_dir: str | Path | None, with_items: bool = True
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The bundled concept-label passes of a benchmark and (unless ``with_items`` is false) its items."""
+    """The concept-label passes of a benchmark (from the data directory) and (unless ``with_items`` is false) its items."""
     from rubrictool.data import load_benchmark, load_concept_passes
 
     if benchmark != "mohler":
         raise AdjudicateError(
             f"no bundled concept labels for benchmark {benchmark!r}; only mohler ships them"
         )
-    return load_concept_passes(), load_benchmark(benchmark, data_dir) if with_items else None
+    return load_concept_passes(data_dir), load_benchmark(benchmark, data_dir) if with_items else None
 
 
 def run_adjudicate(
@@ -1018,7 +1018,7 @@ def run_adjudicate(
     """Read the inputs (files and/or a benchmark), adjudicate, write the outputs to ``out``.
 
     ``--benchmark mohler`` supplies the Mohler items and, unless review files are given, the three
-    bundled LLM concept-label passes.
+    LLM concept-label passes in ``<data dir>/mohler-concepts``.
     """
     if rubric is None and benchmark is None:
         raise AdjudicateError("no rubric; pass --rubric NAME|FILE (or --benchmark mohler)")
@@ -1053,7 +1053,7 @@ def run_adjudicate(
 def adjudicate_benchmark_labels(
     benchmark: str = "mohler", items: pd.DataFrame | None = None, data_dir: str | Path | None = None
 ) -> pd.DataFrame:
-    """The adjudicated training table of a benchmark from its bundled concept-label passes.
+    """The adjudicated training table of a benchmark from its concept-label passes (data directory).
 
     For Mohler: majority vote (ordinal tie rule) over the three LLM annotation passes A, B, C —
     NOT expert-validated — joined to ``items`` (default: :func:`rubrictool.data.load_mohler`).
@@ -1063,7 +1063,7 @@ def adjudicate_benchmark_labels(
     if items is None:
         passes, items = _benchmark_inputs(benchmark, data_dir)
     else:
-        passes, _ = _benchmark_inputs(benchmark, None, with_items=False)
+        passes, _ = _benchmark_inputs(benchmark, data_dir, with_items=False)
     return adjudicate(
         passes, load_rubric(benchmark), items, n_boot=0, coverage=False, note=LLM_PASSES_NOTE
     ).table

@@ -1,4 +1,4 @@
-"""Item tables, benchmark loaders, the bundled Mohler concept labels and train/dev/test splits.
+"""Item tables, benchmark loaders, the Mohler concept-label passes and train/dev/test splits.
 
 The ItemTable is one row per student response with the columns
 ``id, question, response, reference, context, grade`` (the last three optional). Every stage reads
@@ -18,7 +18,6 @@ import warnings
 import zipfile
 from collections.abc import Callable, Iterable
 from decimal import ROUND_HALF_UP, Decimal
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -321,9 +320,13 @@ def load_benchmark(name: str, data_dir: str | Path | None = None) -> pd.DataFram
 # -- concept labels as reviewer exports ----------------------------------------------------------------------
 
 
-def concept_passes_dir() -> Path:
-    """The three Mohler concept-label passes shipped with rubrictool (ids and levels only)."""
-    return Path(str(resources.files("rubrictool.resources") / "mohler_concepts"))
+CONCEPT_PASSES = "mohler-concepts"
+PASSES = ("A", "B", "C")
+
+
+def concept_passes_dir(data_dir: str | Path | None = None) -> Path:
+    """``<data dir>/mohler-concepts``: the three Mohler concept-label passes (ids and levels only)."""
+    return resolve_data_dir(data_dir) / CONCEPT_PASSES
 
 
 def read_wide_labels(path: str | Path, reviewer: str | None = None, source: str = "human") -> pd.DataFrame:
@@ -342,14 +345,21 @@ def read_wide_labels(path: str | Path, reviewer: str | None = None, source: str 
     return long[["item", "reviewer", "concept", "level", "source"]].reset_index(drop=True)
 
 
-def load_concept_passes(folder: str | Path | None = None) -> pd.DataFrame:
+def load_concept_passes(data_dir: str | Path | None = None) -> pd.DataFrame:
     """The Mohler concept labels from three independent LLM annotation passes A, B and C, tidy.
 
+    Read from ``<data dir>/mohler-concepts/{A,B,C}.jsonl`` (the same data directory as ``mohler/``).
     They stand in for three reviewers' exports. They are real and independently made, but made by
     LLM annotators, NOT validated by experts: say so wherever results built on them are reported.
     """
-    d = Path(folder) if folder else concept_passes_dir()
-    frames = [read_wide_labels(d / f"{r}.jsonl", reviewer=r, source="llm") for r in ("A", "B", "C")]
+    d = concept_passes_dir(data_dir)
+    missing = [d / f"{r}.jsonl" for r in PASSES if not (d / f"{r}.jsonl").is_file()]
+    if missing:
+        raise DataError(
+            f"{missing[0]}: missing; put the three Mohler concept-label passes A.jsonl, B.jsonl, C.jsonl "
+            f"(one line per answer: id + one level per concept) in {d}"
+        )
+    frames = [read_wide_labels(d / f"{r}.jsonl", reviewer=r, source="llm") for r in PASSES]
     out = pd.concat(frames, ignore_index=True)
     out["level"] = out["level"].astype(int)
     return out

@@ -521,7 +521,7 @@ def _read_agreement(path: Path) -> dict[str, Any] | None:
 
 
 def benchmark_table(benchmark: str, data_dir: str | Path | None = None) -> tuple[Rubric, pd.DataFrame, dict[str, Any]]:
-    """(rubric, adjudicated table, agreement) of a benchmark with bundled concept labels (Mohler): the items
+    """(rubric, adjudicated table, agreement) of a benchmark with concept-label passes (Mohler): the items
     from the data directory, concept labels by majority vote over the three LLM annotation passes."""
     from rubrictool.adjudicate import LLM_PASSES_NOTE, adjudicate
     from rubrictool.data import load_benchmark, load_concept_passes
@@ -530,7 +530,7 @@ def benchmark_table(benchmark: str, data_dir: str | Path | None = None) -> tuple
         raise TrainError(f"no bundled concept labels for benchmark {benchmark!r}; pass --data and --rubric")
     rb = load_rubric(benchmark)
     items = load_benchmark(benchmark, data_dir)
-    adj = adjudicate(load_concept_passes(), rb, items, n_boot=0, coverage=False, note=LLM_PASSES_NOTE)
+    adj = adjudicate(load_concept_passes(data_dir), rb, items, n_boot=0, coverage=False, note=LLM_PASSES_NOTE)
     return rb, adj.table, adj.agreement
 
 
@@ -543,7 +543,7 @@ def train_benchmark(
     **kwargs: Any,
 ) -> TrainResult:
     """``rubrictool train --benchmark mohler``: items from the data directory, concept labels from the
-    bundled three LLM annotation passes (majority vote), α from the same passes, a 7:2:1 split."""
+    three LLM annotation passes in <data dir>/mohler-concepts (majority vote), α from the same passes, a 7:2:1 split."""
     from rubrictool.data import split_items
 
     rb, table, agreement = benchmark_table(benchmark, data_dir)
@@ -858,7 +858,7 @@ def run_train(
         raise TrainError("--split fixes one split; k-fold evaluation (--folds) makes its own")
     if benchmark is not None:
         if split is not None or agreement is not None:
-            raise TrainError("--split/--agreement go with --data; --benchmark builds both from the bundled labels")
+            raise TrainError("--split/--agreement go with --data; --benchmark builds both from the concept-label passes")
         if folds:
             rb, table, agr_doc = benchmark_table(benchmark, data_dir)
             return train_folds(rb, table, run, folds=folds, fold_seed=split_seed, agreement=agr_doc,

@@ -328,7 +328,7 @@ def test_read_predictions_skips_failures(tmp_path: Path) -> None:
 def test_benchmark_labels_are_the_majority_of_the_passes(mohler_items: pd.DataFrame, data_dir: Path) -> None:
     table = adjudicate_benchmark_labels("mohler", data_dir=data_dir)
     assert table["id"].tolist() == mohler_items["id"].tolist() and len(table) == 2273
-    passes = load_concept_passes()
+    passes = load_concept_passes(data_dir)
     wide = passes.pivot_table(index=["item", "concept"], columns="reviewer", values="level")
     # majority of three; with 1-1-1 the median (the passes never split three ways)
     expected = wide.median(axis=1).astype(int)
@@ -339,6 +339,6 @@ def test_benchmark_labels_are_the_majority_of_the_passes(mohler_items: pd.DataFr
     assert table["grade"].notna().all() and table["response"].notna().all()
 
 
-def test_benchmark_labels_need_bundled_passes() -> None:
+def test_benchmark_labels_need_concept_passes() -> None:
     with pytest.raises(AdjudicateError, match="no bundled concept labels for benchmark 'asap2'"):
         adjudicate_benchmark_labels("asap2", items=toy_items())

@@ -40,7 +40,7 @@ def test_mohler_passes_end_to_end(tmp_path: Path, data_dir: Path) -> None:
     table = read_table(out / "adjudicated.csv")
     assert len(table) == 2273 and table["FC"].between(1, 3).all()
     agreement = json.loads((out / "agreement.json").read_text())
-    passes = load_concept_passes()
+    passes = load_concept_passes(data_dir)
     for key in ("FC", "FR"):
         wide = passes.loc[passes["concept"] == key].pivot(index="item", columns="reviewer", values="level")
         expected = krippendorff_alpha(

@@ -109,8 +109,8 @@ def test_round_half_up() -> None:
 # -- concept passes ---------------------------------------------------------------------------------------------------
 
 
-def test_concept_passes_cover_every_item(mohler_items: pd.DataFrame) -> None:
-    passes = load_concept_passes()
+def test_concept_passes_cover_every_item(mohler_items: pd.DataFrame, data_dir: Path) -> None:
+    passes = load_concept_passes(data_dir)
     assert list(passes.columns) == ["item", "reviewer", "concept", "level", "source"]
     assert len(passes) == 3 * 2273 * 8
     assert sorted(passes["reviewer"].unique()) == ["A", "B", "C"]
@@ -121,6 +121,17 @@ def test_concept_passes_cover_every_item(mohler_items: pd.DataFrame) -> None:
         assert not g.duplicated(["item", "concept"]).any()
     first = passes[(passes["item"] == "1.1.0") & (passes["reviewer"] == "A")].set_index("concept")["level"]
     assert first.to_dict() == {"FC": 2, "CC": 2, "TU": 2, "CP": 2, "R": 3, "DU": 2, "EE": 2, "FR": 2}
+
+
+def test_concept_passes_come_from_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUBRICTOOL_DATA", str(tmp_path))
+    with pytest.raises(DataError, match=r"mohler-concepts/A\.jsonl: missing; put the three Mohler concept-label passes"):
+        load_concept_passes()
+    (tmp_path / "mohler-concepts").mkdir()
+    for r in "ABC":
+        (tmp_path / "mohler-concepts" / f"{r}.jsonl").write_text('{"id": "1.1.0", "FC": 2}\n')
+    passes = load_concept_passes()
+    assert passes["reviewer"].tolist() == ["A", "B", "C"] and (passes["source"] == "llm").all()
 
 
 def test_read_wide_labels(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 One server for the whole module (a copy of the session's migrated template). Each test uses its own
 project title, so they stay independent on the shared server.
 
-The reviewers' labels are the bundled Mohler concept passes A, B and C — three independent LLM
+The reviewers' labels are the Mohler concept passes A, B and C (<data dir>/mohler-concepts) — three independent LLM
 annotation passes standing in for three reviewers, NOT expert-validated. Two "models" pre-annotate
 with passes A and B, so a reviewer who keeps model A's label and one who does not are both real.
 """
@@ -52,8 +52,8 @@ def items40(mohler_items: pd.DataFrame) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def passes() -> pd.DataFrame:
-    return load_concept_passes()
+def passes(data_dir: Path) -> pd.DataFrame:
+    return load_concept_passes(data_dir)
 
 
 def prediction_table(passes: pd.DataFrame, item_ids: list[str]) -> pd.DataFrame:
