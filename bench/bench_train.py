@@ -151,7 +151,7 @@ def throughput(run: Path, data_dir: str | None, n: int = 600) -> dict[str, float
     """`grade` responses per second (model loading and the ONNX export excluded) for the torch and onnx
     engines, float32 and --int8, and how often each one's grade equals torch float32's."""
     from rubrictool.data import load_benchmark
-    from rubrictool.train import grade_loaded, load_grader
+    from rubrictool.grade import grade_loaded, load_grader
 
     items = load_benchmark("mohler", data_dir).sample(n, random_state=0)
     out: dict[str, float] = {}

@@ -63,9 +63,6 @@ __all__ = [
     "read_resolutions",
     "read_reviews",
     "run_adjudicate",
-    "summary_lines",
-    "summary_rows",
-    "summary_table",
     "training_table",
     "validate_reviews",
     "write_outputs",
@@ -1067,91 +1064,3 @@ def adjudicate_benchmark_labels(
     return adjudicate(
         passes, load_rubric(benchmark), items, n_boot=0, coverage=False, note=LLM_PASSES_NOTE
     ).table
-
-
-def summary_rows(agreement: dict[str, Any]) -> list[dict[str, str]]:
-    """One row of display strings per concept: α [CI], exact, % unanimous, flagged, best/worst."""
-
-    def f(x: Any, spec: str = ".3f") -> str:
-        return "—" if x is None else format(x, spec)
-
-    rows = []
-    for key, c in agreement["concepts"].items():
-        lo, hi = c["alpha_ci"]
-        rows.append(
-            {
-                "concept": key,
-                "alpha": f"{f(c['alpha'])} [{f(lo)}, {f(hi)}]",
-                "exact": f(c["exact"]),
-                "unanimous": "—" if c["unanimous"] is None else f"{100 * c['unanimous']:.1f}%",
-                "flagged": str(c["flagged"]),
-                "best": c["best_reviewer"] or "—",
-                "worst": c["worst_reviewer"] or "—",
-            }
-        )
-    return rows
-
-
-def summary_table(agreement: dict[str, Any]) -> Any:
-    """A Rich table of :func:`summary_rows` plus the lines below it (coverage, grades, totals)."""
-    from rich.table import Table
-
-    table = Table(
-        title=f"agreement and adjudication — rubric {agreement['rubric']} ({agreement['level_of_measurement']} α)"
-    )
-    for name, justify in [
-        ("concept", "left"),
-        ("α [95% CI]", "right"),
-        ("exact", "right"),
-        ("unanimous", "right"),
-        ("flagged", "right"),
-        ("best", "left"),
-        ("worst", "left"),
-    ]:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for r in summary_rows(agreement):
-        table.add_row(
-            r["concept"], r["alpha"], r["exact"], r["unanimous"], r["flagged"], r["best"], r["worst"]
-        )
-    return table
-
-
-def summary_lines(agreement: dict[str, Any]) -> list[str]:
-    """The lines printed under the table: decisions, coverage, grade agreement, LLM agreement, notes."""
-    a = agreement["adjudication"]
-    lines = [
-        f"{agreement['n_items']} items, reviewers {', '.join(agreement['reviewers'])}: {a['n_decisions']} decisions "
-        f"by {a['method']}, {a['unanimous']} unanimous, {a['flagged']} flagged ({a['tied']} ties), {a['resolved']} resolved"
-        + (
-            f"; Dawid-Skene differs from majority vote on {a['dawid_skene_changed']}"
-            if a["dawid_skene_changed"] is not None
-            else ""
-        )
-    ]
-    under = agreement["under_reviewed"]["n_items"]
-    if under:
-        lines.append(
-            f"{under} item(s) have fewer than {agreement['expected_reviewers']} reviewers "
-            "(agreement.json lists the first 100 under under_reviewed)"
-        )
-    cov = agreement["coverage"]
-    if cov.get("available"):
-        lines.append(
-            f"coverage (grade from concept levels, {cov['folds']}-fold CV): one-hot acc {cov['levels_one_hot']['accuracy']:.3f} "
-            f"macro-F1 {cov['levels_one_hot']['macro_f1']:.3f}; numeric acc {cov['levels_as_numbers']['accuracy']:.3f} "
-            f"macro-F1 {cov['levels_as_numbers']['macro_f1']:.3f}; majority class acc {cov['majority_class']['accuracy']:.3f}"
-        )
-    g = agreement["grade"]
-    if g.get("available") and g.get("alpha") is not None:
-        lines.append(
-            f"grade agreement ({' vs '.join(g['graders'])}): interval α {g['alpha']:.3f}, exact {g['exact']:.3f}"
-        )
-    for model, per in agreement["llm_vs_consensus"].items():
-        alphas = [v["alpha"] for v in per.values() if v["alpha"] is not None]
-        if alphas:
-            lines.append(
-                f"LLM {model} vs consensus: mean α {sum(alphas) / len(alphas):.3f} over {len(alphas)} concepts"
-            )
-    if agreement.get("note"):
-        lines.append(f"note: {agreement['note']}")
-    return lines

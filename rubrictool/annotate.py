@@ -40,6 +40,7 @@ from typing import Any
 import pandas as pd
 
 from rubrictool.errors import AnnotateError, DataError
+from rubrictool.progress import Progress, ProgressFn
 from rubrictool.rubric import Rubric
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm must not fetch its price map
@@ -68,13 +69,10 @@ __all__ = [
     "output_paths",
     "output_schema",
     "parse_reply",
-    "print_dry_run",
-    "print_summary",
     "read_predictions",
     "render_prompt",
     "repair_message",
     "response_format_for",
-    "run_annotation",
     "write_outputs",
 ]
 
@@ -121,7 +119,7 @@ class AnnotateConfig:
         if not self.models:
             raise AnnotateError("no model given; pass --model (e.g. --model gpt-4o)")
         if self.format not in OUTPUT_FORMATS:
-            raise AnnotateError(f"unknown --format {self.format!r}; use line or json")
+            raise AnnotateError(f"unknown reply format {self.format!r}; use line or json")
         for name, v, lo in (("concurrency", self.concurrency, 1), ("max-tokens", self.max_tokens, 1), ("workers", 1 if self.workers is None else self.workers, 1)):
             if v < lo:
                 raise AnnotateError(f"--{name} must be at least {lo}, got {v}")
@@ -1238,10 +1236,12 @@ def annotate(
     items: pd.DataFrame,
     rubric: Rubric,
     config: AnnotateConfig,
-    progress: bool = True,
-    console: Any = None,
+    progress: ProgressFn | None = None,
 ) -> AnnotateResult:
     """Annotate every item with every model; returns predictions, failure records and a summary per model.
+
+    ``progress`` gets one task per model (items done; info: cost, tokens, failures) and, in a single
+    process, a ``total`` task over all models (info: the cost so far).
 
     Raises :class:`AnnotateError` for bad settings (missing key, unknown template, a budget for a model
     without a known price) before anything is sent, and when a model refuses every request (wrong key,
@@ -1260,12 +1260,12 @@ def annotate(
     runner: _Runner | _ShardResult
     n_workers = auto_workers(config, len(jobs))
     if n_workers > 1:
-        runner = _run_workers(rubric, config, jobs, progress, console)
+        runner = _run_workers(rubric, config, jobs, progress)
     else:
         cache = _open_cache(config)
         runner = _Runner(rubric, config, cache)
         try:
-            _run_with_progress(runner, jobs, progress, console)
+            _run_with_progress(runner, jobs, progress)
         finally:
             cache.close()
     if runner.fatal and not any(s.ok for s in runner.summary.values()):
@@ -1294,38 +1294,31 @@ def annotate(
     )
 
 
-def _progress_bar(console: Any) -> Any:
-    """The per-model progress bar of a run (items done, cost, tokens, failures, elapsed time)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                    console=console or Console(stderr=True), transient=False)
-
-
 def _run_with_progress(
-    runner: _Runner, jobs: list[tuple[str, str]], progress: bool, console: Any,
+    runner: _Runner, jobs: list[tuple[str, str]], progress: ProgressFn | None,
     takes: dict[str, Callable[[], int]] | None = None,
 ) -> None:
     async def main() -> None:
         await asyncio.gather(*(runner.run_model(m, jobs, (takes or {}).get(m)) for m in runner.config.models))
 
-    if not progress:
-        asyncio.run(main())
-        return
-    with _progress_bar(console) as bar:
-        tasks = {m: bar.add_task(m, total=len(jobs), info="") for m in runner.config.models}
-        total = bar.add_task("total", total=len(jobs) * len(runner.config.models), info="$0.0000")
+    if progress is not None:
+        report = progress
+        done = dict.fromkeys(runner.config.models, 0)
+        n_total = len(jobs) * len(runner.config.models)
 
         def update(model: str) -> None:
             s = runner.summary[model]
             tok = s.prompt_tokens + s.completion_tokens
-            bar.update(tasks[model], advance=1, info=f"${s.cost_usd:.4f} {tok:,} tok {s.failures} failed")
-            bar.update(total, advance=1, info=f"${sum(x.cost_usd for x in runner.summary.values()):.4f}")
+            done[model] += 1
+            report(Progress(model, done[model], len(jobs), f"${s.cost_usd:.4f} {tok:,} tok {s.failures} failed"))
+            cost = sum(x.cost_usd for x in runner.summary.values())
+            report(Progress("total", sum(done.values()), n_total, f"${cost:.4f}"))
 
+        for m in runner.config.models:
+            report(Progress(m, 0, len(jobs)))
+        report(Progress("total", 0, n_total, "$0.0000"))
         runner.on_progress = update
-        asyncio.run(main())
+    asyncio.run(main())
 
 
 # == several client processes ===============================================================================
@@ -1434,7 +1427,7 @@ def _run_shard(
 
         runner.on_progress = progress
         try:
-            _run_with_progress(runner, jobs, False, None, {m: _shared_take(c, len(jobs)) for m, c in counters.items()})
+            _run_with_progress(runner, jobs, None, {m: _shared_take(c, len(jobs)) for m, c in counters.items()})
         finally:
             cache.close()
         for m in runner.summary:
@@ -1471,7 +1464,7 @@ def _merge_shards(models: Sequence[str], shards: list[_ShardResult]) -> _ShardRe
 
 
 def _run_workers(
-    rubric: Rubric, config: AnnotateConfig, jobs: list[tuple[str, str]], progress: bool, console: Any
+    rubric: Rubric, config: AnnotateConfig, jobs: list[tuple[str, str]], progress: ProgressFn | None
 ) -> _ShardResult:
     """Share the items among ``config.workers`` processes and merge what they return.
 
@@ -1508,12 +1501,10 @@ def _run_workers(
         p.start()
     shards: list[_ShardResult] = []
     errors: list[str] = []
-    bar: Any = None
     try:
-        if progress:
-            bar = _progress_bar(console)
-            bar.start()
-            tasks = {m: bar.add_task(m, total=len(jobs), info="") for m in config.models}
+        if progress is not None:
+            for m in config.models:
+                progress(Progress(m, 0, len(jobs)))
         latest: dict[tuple[int, str], tuple[int, float, int, int]] = {}  # (shard, model) -> items, cost, tokens, failed
         while len(shards) + len(errors) < w:
             try:
@@ -1527,11 +1518,11 @@ def _run_workers(
                 shards.append(msg[1])
             elif msg[0] == "error":
                 errors.append(msg[1])
-            elif bar is not None:
+            elif progress is not None:
                 _, shard, model, *totals = msg
                 latest[(shard, model)] = tuple(totals)
                 done, cost, tok, failed = (sum(v[i] for (_, m), v in latest.items() if m == model) for i in range(4))
-                bar.update(tasks[model], completed=done, info=f"${cost:.4f} {tok:,} tok {failed} failed")
+                progress(Progress(model, int(done), len(jobs), f"${cost:.4f} {int(tok):,} tok {int(failed)} failed"))
         for p in procs:
             p.join(timeout=10)
     except BaseException:
@@ -1540,8 +1531,6 @@ def _run_workers(
                 p.terminate()
         raise
     finally:
-        if bar is not None:
-            bar.stop()
         q.close()
     if errors:
         raise AnnotateError(errors[0])
@@ -1678,77 +1667,3 @@ def load_inputs(
         raise AnnotateError("--data needs --rubric (a bundled rubric name or a YAML path)")
     items = load_benchmark(benchmark, data_dir) if benchmark else read_items(data)  # type: ignore[arg-type]
     return items, load_rubric(rubric or benchmark or "")
-
-
-def print_dry_run(report: DryRunReport, console: Any) -> None:
-    from rich.table import Table
-
-    for item_id, prompt in report.prompts:
-        console.rule(f"prompt of item {item_id}")
-        console.print(prompt, markup=False, highlight=False)
-    table = Table(title=f"dry run: {report.items} items, nothing sent")
-    for col in ("model", "requests", "cached", "prompt tokens", "first prompts", "est. output tokens", "est. cost USD"):
-        table.add_column(col, justify="left" if col == "model" else "right")
-    for m in report.models:
-        cost = "unknown (no price)" if m.est_cost_usd is None else f"{m.est_cost_usd:.4f}"
-        table.add_row(
-            m.model, str(m.requests), str(m.cached), f"{m.prompt_tokens:,}",
-            ", ".join(str(n) for n in m.first_prompt_tokens), f"{m.est_completion_tokens:,}", cost,
-        )
-    console.print(table)
-    console.print(
-        f"estimated cost of the whole run: ${report.est_cost_usd:.4f} (repair rounds and reasoning tokens not "
-        "included; the budget reserves prompt + --max-tokens per request)"
-    )
-
-
-def print_summary(result: AnnotateResult, paths: tuple[Path, Path, Path] | None, console: Any) -> None:
-    from rich.table import Table
-
-    procs = f", {result.workers} client processes" if result.workers > 1 else ""
-    table = Table(title=f"annotation summary ({result.total_items} items per model{procs})")
-    for col in ("model", "done", "ok", "failures", "repaired", "cached", "requests", "retries", "tokens", "cost USD", "seconds"):
-        table.add_column(col, justify="left" if col == "model" else "right")
-    for s in result.summary.values():
-        cost = f"{s.cost_usd:.4f}" if s.price_known else f"{s.cost_usd:.4f} (no price)"
-        table.add_row(
-            s.model, str(s.items), str(s.ok), str(s.failures), str(s.repaired), str(s.cached_items),
-            str(s.requests), str(s.retries), f"{s.prompt_tokens + s.completion_tokens:,}", cost, f"{s.seconds:.1f}",
-        )
-    console.print(table)
-    if paths:
-        console.print(f"wrote {paths[0]} ({len(result.predictions)} rows), {paths[1]} ({len(result.failures)} failures), {paths[2]}")
-    if result.stopped_by_budget:
-        console.print(
-            f"[yellow]stopped before exceeding the budget[/]: ${result.cost_usd:.4f} spent; the items done are "
-            "cached — re-run with a higher --budget to finish (nothing is paid twice)"
-        )
-
-
-def run_annotation(
-    benchmark: str | None,
-    rubric: str | None,
-    data: str | Path | None,
-    data_dir: str | Path | None,
-    config: AnnotateConfig,
-    out: str | Path,
-    dry: bool = False,
-    console: Any = None,
-) -> AnnotateResult | DryRunReport:
-    """What ``rubrictool annotate`` does: load, then dry-run (print, send nothing) or annotate and write."""
-    from rich.console import Console
-
-    con = console or Console()
-    items, rub = load_inputs(benchmark, rubric, data, data_dir)
-    if config.benchmark is None and benchmark:
-        config = dataclasses.replace(config, benchmark=benchmark)
-    if dry:
-        report = dry_run(items, rub, config)
-        print_dry_run(report, con)
-        return report
-    result = annotate(items, rub, config, progress=True, console=Console(stderr=True))
-    paths = write_outputs(result, out)
-    print_summary(result, paths, con)
-    if result.fatal:
-        raise AnnotateError("; ".join(result.fatal.values()) + f" (what was done is in {paths[0]})")
-    return result

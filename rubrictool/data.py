@@ -16,15 +16,17 @@ import tarfile
 import tempfile
 import warnings
 import zipfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pandas as pd
 
 from rubrictool.errors import DataError
+from rubrictool.progress import Progress, ProgressFn
 
 __all__ = [
     "BENCHMARKS",
@@ -523,13 +525,7 @@ Plain http on purpose: the host's TLS certificate has failed verification for ot
 is checked (it must hold ``data/docs/files``) and the extracted copy must load before it is kept.
 """
 
-ProgressFn = Callable[[int, int | None], None]
-"""Called with (bytes so far, total bytes or None) while downloading."""
-
-
 def _download(url: str, dest_dir: Path, progress: ProgressFn | None) -> Path:
-    import httpx
-
     fd, tmp = tempfile.mkstemp(prefix=".download-", suffix=".part", dir=dest_dir)
     try:
         with os.fdopen(fd, "wb") as fh, httpx.stream("GET", url, follow_redirects=True, timeout=60.0) as resp:
@@ -544,7 +540,7 @@ def _download(url: str, dest_dir: Path, progress: ProgressFn | None) -> Path:
                 fh.write(chunk)
                 done += len(chunk)
                 if progress:
-                    progress(done, total)
+                    progress(Progress("downloading", done, total))
     except httpx.HTTPError as e:
         os.unlink(tmp)
         raise DataError(

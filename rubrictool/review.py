@@ -35,20 +35,20 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import httpx
+import jinja2
 import pandas as pd
 
+from rubrictool.data import read_items, write_table
 from rubrictool.errors import DataError, ReviewError
-from rubrictool.rubric import Rubric
-
-if TYPE_CHECKING:
-    from rich.console import Console
+from rubrictool.progress import Progress, ProgressFn
+from rubrictool.rubric import Rubric, load_rubric
 
 __all__ = [
     "ADMIN_EMAIL",
@@ -68,7 +68,6 @@ __all__ = [
     "free_port",
     "parse_label_config",
     "port_is_free",
-    "progress_bar",
     "pull",
     "push",
     "render_label_config",
@@ -95,8 +94,6 @@ _SERVER_FILE = "server.json"
 _LOG_FILE = "server.log"
 _STARTED = re.compile(r"Starting development server at (http://\S+?)/?\s*$", re.MULTILINE)
 _PAGE = 500
-Progress = Callable[[int, int], None]
-"""A progress callback: ``(done, total)``."""
 
 
 # == connection =============================================================================================
@@ -123,8 +120,6 @@ class Connection:
     def request(self, method: str, path: str, what: str, missing_ok: bool = False, **kw: Any) -> Any:
         """One API call; connection problems and HTTP errors become a one-line :class:`ReviewError`
         (with ``missing_ok``, a 404 returns None)."""
-        import httpx
-
         try:
             r = httpx.request(method, self.url + path, headers=self._auth(), timeout=self.timeout, **kw)
         except httpx.HTTPError as e:
@@ -169,8 +164,6 @@ _JWT_CACHE: dict[tuple[str, str], tuple[float, str]] = {}
 
 
 def _jwt_access(conn: Connection, refresh: str) -> str:
-    import httpx
-
     cached = _JWT_CACHE.get((conn.url, refresh))
     if cached and cached[0] > time.time():
         return cached[1]
@@ -232,8 +225,6 @@ def _served(folder: Path) -> dict[str, Any] | None:
 
 def render_label_config(rubric: Rubric, template: str | Path | None = None) -> str:
     """The Label Studio XML for a rubric (question / reference / context shown when the rubric has them)."""
-    import jinja2
-
     reserved = {"item_id", "question", "reference", "context", "response"}
     clash = [k for k in rubric.keys if k in reserved or k.startswith("definition_")]
     if clash:
@@ -432,7 +423,7 @@ def _write_json(path: Path, payload: dict[str, Any], mode: int = 0o644) -> None:
 
 
 def _list_tasks(
-    conn: Connection, project_id: int, with_annotations: bool, progress: Progress | None = None
+    conn: Connection, project_id: int, with_annotations: bool, progress: ProgressFn | None = None
 ) -> list[dict[str, Any]]:
     """Every task of a project: id and data, plus annotations when asked.
 
@@ -452,7 +443,7 @@ def _list_tasks(
         total = int(body.get("total", 0)) if isinstance(body, dict) else 0
         tasks += rows
         if progress:
-            progress(len(tasks), total)
+            progress(Progress("reading tasks", len(tasks), total))
         if not rows or len(tasks) >= total:
             return tasks
         page += 1
@@ -531,7 +522,7 @@ def push(
     max_annotations: int = 3,
     batch_size: int = 200,
     state_file: str | Path | None = None,
-    progress: Progress | None = None,
+    progress: ProgressFn | None = None,
 ) -> PushResult:
     """Create or find the review project and import the items it does not hold yet, with predictions.
 
@@ -540,8 +531,6 @@ def push(
     the server are read from its tasks (``data.item_id``) before importing, so a re-run, an interrupted
     run or a run after adding items imports each item exactly once.
     """
-    from rubrictool.data import read_items
-
     if max_annotations < 1:
         raise ReviewError(f"--max-annotations must be at least 1 (got {max_annotations})")
     items = read_items(items_path)
@@ -582,14 +571,14 @@ def push(
     tasks = build_tasks(new_items, preds, rubric)
     n_pred = _add_missing_predictions(conn, pid, existing, preds, rubric) if preds is not None and existing else 0
     if progress:
-        progress(0, len(tasks))
+        progress(Progress("importing tasks", 0, len(tasks)))
     for start in range(0, len(tasks), batch_size):
         batch = tasks[start : start + batch_size]
         body = conn.request("POST", f"/api/projects/{pid}/import", f"importing tasks into project {pid}",
                             params={"return_task_ids": "true"}, json=batch)
         n_pred += int((body or {}).get("prediction_count") or 0)
         if progress:
-            progress(start + len(batch), len(tasks))
+            progress(Progress("importing tasks", start + len(batch), len(tasks)))
     models = sorted(preds["model"].astype(str).unique()) if preds is not None else []
     return PushResult(pid, title, conn.url, created, len(items), len(items) - len(new_items), len(tasks), n_pred,
                       models, state_path, other)
@@ -690,7 +679,7 @@ def reviews_from_tasks(
 
 
 def _project_reviews(
-    conn: Connection, project: str | int, rubric: Rubric | None, progress: Progress | None = None
+    conn: Connection, project: str | int, rubric: Rubric | None, progress: ProgressFn | None = None
 ) -> tuple[dict[str, Any], list[dict[str, Any]], pd.DataFrame, dict[str, int]]:
     proj = _require_project(conn, project)
     label = f"{proj.get('title')!r} (id {proj['id']})"
@@ -792,11 +781,9 @@ def pull(
     project: str | int,
     out: str | Path | None = None,
     rubric: Rubric | None = None,
-    progress: Progress | None = None,
+    progress: ProgressFn | None = None,
 ) -> PullResult:
     """Export every submitted review of a project as the tidy ReviewTable (written with ``write_table``)."""
-    from rubrictool.data import write_table
-
     proj, _, reviews, counts = _project_reviews(conn, project, rubric, progress)
     path = write_table(reviews, out) if out is not None else None
     return PullResult(int(proj["id"]), str(proj.get("title")), reviews, path, counts)
@@ -936,8 +923,6 @@ def start_server(
     under load); later starts take a few seconds. The admin token (40 hex characters) and password are
     generated once and kept in ``folder`` with mode 0600.
     """
-    import httpx
-
     exe = find_label_studio(bin)
     host = "127.0.0.1"
     if not port_is_free(port, host):
@@ -1018,71 +1003,11 @@ def serve(
         signal.signal(signal.SIGTERM, previous)
 
 
-# == progress ===============================================================================================
+# == what the commands share =================================================================================
 
 
-@contextmanager
-def progress_bar(description: str) -> Iterator[Progress]:
-    """A Rich progress bar on stderr, as a ``(done, total)`` callback."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-    from rich.progress import Progress as RichProgress
-
-    with RichProgress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=False,
-    ) as bar:
-        task = bar.add_task(description, total=None)
-
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield update
-
-
-
-# == what the commands run ==================================================================================
-
-
-def run_push(
-    rubric: str | Path, data: str | Path, predictions: str | Path | None, project: str | None, max_annotations: int,
-    batch_size: int, url: str | None, api_key: str | None, console: Console,
-) -> PushResult:
-    """``review push``: resolve the connection, push with a progress bar, print the summary."""
-    from rubrictool.rubric import load_rubric
-
-    rb = load_rubric(rubric)
-    conn = resolve_connection(url, api_key)
-    with progress_bar("importing tasks") as bar:
-        result = push(conn, rb, data, predictions, project, max_annotations, batch_size, progress=bar)
-    console.print(result.summary(), highlight=False, soft_wrap=True)
-    return result
-
-
-def run_status(project: str | None, rubric: str | Path | None, url: str | None, api_key: str | None,
-               console: Console) -> ReviewStatus:
-    """``review status``: print the review progress of a project."""
-    rb, title = _project_and_rubric(project, rubric)
-    report = status(resolve_connection(url, api_key), title, rb)
-    for line in report.lines():
-        console.print(line, highlight=False, soft_wrap=True)
-    return report
-
-
-def run_pull(project: str | None, rubric: str | Path | None, out: str | Path, url: str | None, api_key: str | None,
-             console: Console) -> PullResult:
-    """``review pull``: write the ReviewTable of a project and print what went in and what was left out."""
-    rb, title = _project_and_rubric(project, rubric)
-    conn = resolve_connection(url, api_key)
-    with progress_bar("reading tasks") as bar:
-        result = pull(conn, title, out, rb, progress=bar)
-    console.print(result.summary(), highlight=False, soft_wrap=True)
-    return result
-
-
-def _project_and_rubric(project: str | None, rubric: str | Path | None) -> tuple[Rubric | None, str]:
-    from rubrictool.rubric import load_rubric
-
+def project_and_rubric(project: str | None, rubric: str | Path | None) -> tuple[Rubric | None, str]:
+    """The rubric (when named) and the project title: ``project``, else ``<rubric>-review``."""
     rb = load_rubric(rubric) if rubric is not None else None
     if project is not None:
         return rb, project
@@ -1091,30 +1016,10 @@ def _project_and_rubric(project: str | None, rubric: str | Path | None) -> tuple
     return rb, f"{rb.name}-review"
 
 
-def run_serve(folder: str | Path, port: int, bin: str | Path | None, console: Console) -> int:
-    """``review serve``: run a local Label Studio until Ctrl-C, printing where everything is (never the token)."""
-
-    def ready(server: LabelStudioServer) -> None:
-        for line in (
-            f"Label Studio is running at {server.url}  (Ctrl-C stops it)",
-            f"  sign in as {server.admin_email}; the password is in {server.password_file}",
-            f"  the admin API token is in {server.token_file} (mode 0600); data and log in {server.folder}",
-            (f"  with the default --dir, `rubrictool review push|status|pull` run from this folder find it; "
-             f"elsewhere set {ENV_URL}={server.url} and {ENV_KEY}=$(cat {server.token_file})"),
-        ):
-            console.print(line, highlight=False, soft_wrap=True, markup=False)
-
-    code = serve(folder, port, bin, on_ready=ready)
-    console.print("Label Studio stopped", highlight=False)
-    return code
-
-
 def pull_for_adjudicate(project: str, rubric: str | Path | None, out: str | Path) -> Path:
     """``adjudicate --from-label-studio PROJECT``: pull the project's reviews (connection from
     ``$LABEL_STUDIO_URL`` / ``$LABEL_STUDIO_API_KEY`` or the local ``review serve``) into
     ``<out>/reviews_label_studio.csv`` and return that path, for adjudicate to read like any review file."""
-    from rubrictool.rubric import load_rubric
-
     rb = load_rubric(rubric) if rubric is not None else None
     path = Path(out) / "reviews_label_studio.csv"
     result = pull(resolve_connection(), project, path, rb)

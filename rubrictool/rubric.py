@@ -40,7 +40,6 @@ __all__ = [
     "resolve_rubric_path",
     "rubric_errors",
     "rubric_infos",
-    "rubric_table",
     "scaffold_rubric",
     "validate_rubric_files",
     "write_export",
@@ -772,28 +771,6 @@ def export_rubric(name_or_path: str | Path, fmt: str = "markdown") -> str:
     if fmt == "json":
         return export_json(rubric)
     raise RubricError(f"unknown export format {fmt!r}; use markdown or json")
-
-
-def rubric_table(rubric: Rubric) -> Any:
-    """A Rich table: one row per concept, one column per level anchor."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(
-        title=f"{rubric.title} ({rubric.name} v{rubric.version}) — grades {rubric.grade.min}..{rubric.grade.max}",
-        show_lines=True,
-    )
-    table.add_column("Concept", ratio=2)
-    table.add_column("Definition", ratio=3)
-    for v in rubric.scale.values:
-        table.add_column(str(v), ratio=1)
-    for c in rubric.concepts:
-        group = f"\n[dim]{escape(c.group)}[/]" if c.group else ""
-        table.add_row(
-            f"[bold]{escape(c.key)}[/] {escape(c.name)}{group}", escape(c.definition),
-            *(escape(lv.anchor) for lv in c.levels),
-        )
-    return table
 
 
 def new_rubric_file(

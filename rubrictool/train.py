@@ -8,7 +8,7 @@ and writes a run directory::
     runs/<name>/config.yaml  split.json  metrics.json  reliability.csv  reliability.md
                 train.log  test_predictions.csv  model.safetensors  model.json  backbone/
 
-:func:`grade_items` is the library function behind ``rubrictool grade``.
+Grading with a trained run lives in :mod:`rubrictool.grade`.
 """
 
 from __future__ import annotations
@@ -29,28 +29,21 @@ import yaml
 from numpy.typing import NDArray
 
 import reccbm
-from reccbm import JointConfig, ModelConfig, Predictions, ReccbmError, StageIConfig, StageIIConfig
+from reccbm import JointConfig, ModelConfig, Predictions, StageIConfig, StageIIConfig
 from reccbm.config import config_from_dict, variant_flags, variant_name
-from rubrictool.errors import DataError, TrainError
+from rubrictool.errors import TrainError
+from rubrictool.grade import predictions_frame as _predictions_frame
 from rubrictool.rubric import Rubric, load_rubric
 
 __all__ = [
     "CPU_DEFAULTS",
-    "ENGINES",
     "FLAT_OPTIONS",
     "LLM_LABELS_NOTE",
-    "TrainProgress",
     "TrainResult",
     "benchmark_table",
-    "grade_file",
-    "grade_items",
-    "grade_loaded",
-    "load_grader",
     "load_train_config",
-    "onnx_cache_dirs",
     "prepare_table",
     "reliability_table",
-    "result_tables",
     "run_train",
     "train_benchmark",
     "train_folds",
@@ -678,112 +671,6 @@ def folds_markdown(summary: dict[str, Any]) -> str:
                      + [f"> {n}" for n in summary["notes"]]) + "\n"
 
 
-# ---------------------------------------------------------------------------- grading
-def _predictions_frame(model: reccbm.RecCBM, rb_or_meta: Rubric | dict[str, Any], preds: Predictions, ids: list[str]) -> pd.DataFrame:
-    if isinstance(rb_or_meta, Rubric):
-        keys, smin, gmin = rb_or_meta.keys, rb_or_meta.scale.min, rb_or_meta.grade.min
-    else:
-        keys, smin, gmin = rb_or_meta["concept_keys"], rb_or_meta["scale"][0], rb_or_meta["grade"][0]
-    out = pd.DataFrame({"id": ids, "grade": preds.grades + gmin})
-    out["grade_prob"] = preds.grade_probs[np.arange(len(ids)), preds.grades]
-    if preds.p_hat is None:
-        return out
-    if preds.grade_logits is not None:
-        out["grade_logit"] = preds.grade_logits[np.arange(len(ids)), preds.grades]
-    tr = reccbm.decision_trace(model, preds)
-    cols: dict[str, Any] = {}
-    for k, key in enumerate(keys):
-        cols[f"{key}_level"] = tr.levels[:, k] + smin
-        cols[f"{key}_expected"] = tr.expected[:, k] + smin
-        cols[f"{key}_mu_post"] = tr.mu_post[:, k]
-        cols[f"{key}_contribution"] = tr.contributions[:, k]
-    cols["grade_bias"] = tr.bias
-    return pd.concat([out, pd.DataFrame(cols)], axis=1)
-
-
-def grade_items(
-    run_dir: str | Path,
-    items: pd.DataFrame,
-    batch_size: int = 64,
-    on_batch: Callable[[int], None] | None = None,
-    int8: bool = False,
-    engine: str = "torch",
-) -> pd.DataFrame:
-    """Grade new responses with a trained run: per item the predicted grade and its probability,
-    each concept's level and expected score (rubric scale), μ_post and contribution W_{ŷ,k}·μ_post,k.
-    int8: quantise the encoder's Linear layers for faster CPU inference (slightly different numbers).
-    engine: ``torch`` or ``onnx`` (the encoder runs in ONNX Runtime; see :func:`load_grader`)."""
-    return grade_loaded(load_grader(run_dir, int8, engine), items, batch_size, on_batch)
-
-
-ENGINES = ("torch", "onnx")
-
-
-def onnx_cache_dirs(run_dir: str | Path) -> list[Path]:
-    """Where ``--engine onnx`` keeps the exported encoder: ``RUN/onnx``, else (read-only run directory)
-    ``~/.cache/rubrictool/onnx/<key>`` ($XDG_CACHE_HOME is honoured), else the temp folder; <key>
-    names the run's absolute path."""
-    import hashlib
-    import os
-    import tempfile
-
-    run = Path(run_dir)
-    key = hashlib.sha256(str(run.resolve()).encode()).hexdigest()[:16]
-    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return [run / "onnx", home / "rubrictool" / "onnx" / key, Path(tempfile.gettempdir()) / "rubrictool-onnx" / key]
-
-
-def load_grader(
-    run_dir: str | Path, int8: bool = False, engine: str = "torch"
-) -> tuple[reccbm.RecCBM, Any, dict[str, Any]]:
-    """(model, tokenizer, model.json) of a run, ready for :func:`grade_loaded`.
-
-    engine="onnx" runs the encoder in ONNX Runtime (the concept bottleneck, LCEC and grade head stay
-    in torch): exported on first use and cached (see :func:`onnx_cache_dirs`), rebuilt when
-    model.safetensors changes; with int8, a dynamically quantised copy of that export."""
-    if engine not in ENGINES:
-        raise TrainError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
-    try:
-        model, tokenizer, meta = reccbm.load_checkpoint(run_dir)
-    except ReccbmError as exc:
-        raise TrainError(str(exc)) from None
-    if engine == "onnx":
-        from reccbm.onnx_encoder import OnnxExportError, use_onnx_encoder
-
-        try:
-            use_onnx_encoder(model, run_dir, int8, onnx_cache_dirs(run_dir))
-        except OnnxExportError as exc:
-            log.info("ONNX export failed: %s", exc)
-            raise TrainError(f"--engine onnx does not support {exc.model_type}; use --engine torch") from None
-        except ReccbmError as exc:
-            raise TrainError(str(exc)) from None
-    elif int8:
-        reccbm.quantize_encoder(model)
-    return model, tokenizer, meta
-
-
-def grade_loaded(
-    grader: tuple[reccbm.RecCBM, Any, dict[str, Any]],
-    items: pd.DataFrame,
-    batch_size: int = 64,
-    on_batch: Callable[[int], None] | None = None,
-) -> pd.DataFrame:
-    """:func:`grade_items` with a model already loaded by :func:`load_grader`."""
-    model, tokenizer, meta = grader
-    if "response" not in items.columns:
-        raise DataError("the items to grade have no 'response' column")
-    if len(items) == 0:
-        raise DataError("no items to grade: the table is empty")
-    df = items.reset_index(drop=True).copy()
-    df["id"] = df["id"].astype(str) if "id" in df.columns else [str(i) for i in range(len(df))]
-    for col in ("question", "reference", "context", "response"):
-        df[col] = df[col].fillna("").astype(str) if col in df.columns else ""
-    aux = [" \n ".join(p for p in (r, c) if p.strip()) for r, c in zip(df["reference"], df["context"])]
-    feats = reccbm.encode_inputs(tokenizer, list(df["question"]), list(df["response"]), aux, model.config.max_len)
-    preds = reccbm.predict(model, reccbm.EncodedItems(feats), tokenizer.pad_token_id, batch_size, on_batch)
-    return _predictions_frame(model, meta, preds, list(df["id"]))
-
-
 # ---------------------------------------------------------------------------- CLI support
 # flat CLI option -> config sections it sets (batch size is shared by both stages, as in the paper)
 FLAT_OPTIONS: dict[str, list[tuple[str, str]]] = {
@@ -872,81 +759,3 @@ def run_train(
         return train_folds(rubric, table, run, folds=folds, fold_seed=split_seed, agreement=agr, on_fold=on_fold, **kw)
     sp = load_split(split) if split else split_items(table, seed=split_seed)
     return train_model(rubric, table, sp, run, agreement=agr, **kw)
-
-
-class TrainProgress:
-    """Rich progress bars for the training callbacks: one bar per epoch (steps, loss) and the dev metric."""
-
-    def __init__(self, console: Any) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[info]}"), console=console,
-        )
-        self.task: Any = None
-
-    def __enter__(self) -> TrainProgress:  # noqa: PYI034
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
-
-
-    def __call__(self, ev: reccbm.Event) -> None:
-        label = {"stage1": "Stage I", "joint": "Joint", "stage2": "Stage II", "plm": "PLM"}[ev.stage]
-        if ev.kind == "start" or (ev.kind == "epoch" and ev.stage == "stage2" and ev.epoch == 1):
-            self.task = self.progress.add_task(f"{label} epoch {ev.epoch}/{ev.epochs}", total=ev.steps_per_epoch,
-                                               info="")
-            if ev.stage == "stage2":
-                self.progress.update(self.task, description=f"{label} (≤{ev.epochs} epochs)", total=ev.epochs)
-        if self.task is None:
-            return
-        if ev.kind == "step":
-            self.progress.update(self.task, completed=ev.step, info=f"loss {ev.loss:.3f}")
-        elif ev.kind == "epoch":
-            sel = "c_f1" if ev.stage == "stage1" else "t_f1"
-            done = ev.epoch if ev.stage == "stage2" else ev.step
-            self.progress.update(self.task, completed=done, info=f"dev {sel.upper().replace('_', '-')} {ev.metrics[sel]:.3f}")
-
-
-def result_tables(result: TrainResult) -> list[Any]:
-    """Rich renderables: the test metrics (mean ± std over seeds) and the reliability table."""
-    from rich.table import Table
-
-    s = result.metrics["summary"]
-    n = len(result.metrics["seeds"])
-    t = Table(title=f"{result.variant}: test metrics ({n} seed{'s' if n > 1 else ''}, mean ± std)")
-    for col in ("T-Acc", "T-F1", "C-Acc", "C-F1", "Stage I s", "Stage II s"):
-        t.add_column(col, justify="right")
-    cell = [f"{s[k]['mean']:.3f} ± {s[k]['std']:.3f}" if k in s else "—" for k in ("t_acc", "t_f1", "c_acc", "c_f1")]
-    t.add_row(*cell, f"{s['stage1_seconds']:.0f}", f"{s['stage2_seconds']:.1f}")
-    out: list[Any] = [t]
-    if len(result.reliability):
-        r = Table(title="reliability: inter-rater α vs learned noise σ² and shrinkage A_kk")
-        for col in ("concept", "α", "σ²", "A_kk", "test C-Acc", "test C-F1"):
-            r.add_column(col, justify="right" if col != "concept" else "left")
-        for row in result.reliability.to_dict("records"):
-            vals = [float(row[c]) for c in ("alpha", "sigma2", "A_kk", "test_c_acc", "test_c_f1")]
-            r.add_row(str(row["concept"]), *("—" if math.isnan(v) else f"{v:.3f}" for v in vals))
-        rho = result.spearman
-        r.caption = f"Spearman ρ(σ², 1 − α) = {rho:.3f}" if rho is not None else "Spearman ρ(σ², 1 − α): —"
-        out.append(r)
-    return out
-
-
-def grade_file(
-    model: str | Path, data: str | Path, out: str | Path, batch_size: int = 64,
-    on_batch: Callable[[int], None] | None = None, int8: bool = False, engine: str = "torch",
-) -> tuple[pd.DataFrame, Path, float]:
-    """``rubrictool grade``: read items (CSV/JSONL/Parquet), grade them, write CSV/JSONL; returns the
-    table, the written path and the seconds spent grading."""
-    from rubrictool.data import read_table, write_table
-
-    items = read_table(data)
-    grader = load_grader(model, int8, engine)
-    t0 = time.perf_counter()
-    graded = grade_loaded(grader, items, batch_size, on_batch)
-    seconds = time.perf_counter() - t0
-    return graded, write_table(graded, out), seconds

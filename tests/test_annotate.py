@@ -246,7 +246,7 @@ def test_reply_cache_persists_atomically(tmp_path: Path) -> None:
     ("kw", "msg"),
     [
         ({"models": ()}, "no model given"),
-        ({"format": "xml"}, "unknown --format"),
+        ({"format": "xml"}, "unknown reply format 'xml'"),
         ({"concurrency": 0}, "--concurrency must be at least 1"),
         ({"budget": 0.0}, "--budget must be a positive"),
         ({"limit": 0}, "--limit must be at least 1"),
@@ -265,9 +265,9 @@ def test_missing_key_is_reported_before_anything_is_sent(monkeypatch: pytest.Mon
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     items = pd.DataFrame([ITEM])
     with pytest.raises(AnnotateError, match="gpt-4o needs OPENAI_API_KEY in the environment"):
-        annotate(items, RUBRIC, AnnotateConfig(models=("gpt-4o",), cache=None), progress=False)
+        annotate(items, RUBRIC, AnnotateConfig(models=("gpt-4o",), cache=None))
     with pytest.raises(AnnotateError, match="--api-key-env NOPE_KEY"):
-        annotate(items, RUBRIC, AnnotateConfig(models=("gpt-4o",), api_key_env="NOPE_KEY", cache=None), progress=False)
+        annotate(items, RUBRIC, AnnotateConfig(models=("gpt-4o",), api_key_env="NOPE_KEY", cache=None))
 
 
 def test_dry_run_counts_tokens_and_prices_the_whole_run(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
 def test_smollm2_annotates_three_mohler_answers(smollm2, data_dir: Path, tmp_path: Path, fmt: str) -> None:  # type: ignore[no-untyped-def]
     out, cache = tmp_path / "out", tmp_path / "cache.sqlite"
     args = ["annotate", "--benchmark", "mohler", "--data-dir", str(data_dir), "--limit", "3",
-            "--model", "openai/smollm2", "--api-base", smollm2.url, "--format", fmt, "--concurrency", "1",
+            "--model", "openai/smollm2", "--api-base", smollm2.url, "--reply-format", fmt, "--concurrency", "1",
             "--max-tokens", "200", "--timeout", "900", "--cache", str(cache), "--out", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

@@ -17,6 +17,7 @@ import pytest
 from _llm_server import MOHLER_KEYS, Reply, ScriptedLLMServer, Seen, json_reply, line_reply, scripted_level
 
 from rubrictool.annotate import AnnotateConfig, annotate, read_predictions, write_outputs
+from rubrictool.progress import Progress
 from rubrictool.rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,7 +101,7 @@ def test_scripted_scenarios_table_failures_retries_and_cache(tmp_path: Path, moh
     script = Script()
     cache = tmp_path / "cache.sqlite"
     with ScriptedLLMServer(script) as srv:
-        res = annotate(items, mohler_rubric, config(srv.url, cache, models=(model,)), progress=False)
+        res = annotate(items, mohler_rubric, config(srv.url, cache, models=(model,)))
         first_run = srv.count()
         per_resp = Counter(s.response for s in srv.seen)
 
@@ -139,7 +140,7 @@ def test_scripted_scenarios_table_failures_retries_and_cache(tmp_path: Path, moh
         assert s.prompt_tokens == 500 * sum(1 for x in srv.seen if x.status == 200)
 
         # second run: every good reply comes from the cache — only the still-failing 503 item is asked again
-        res2 = annotate(items, mohler_rubric, config(srv.url, cache, models=(model,)), progress=False)
+        res2 = annotate(items, mohler_rubric, config(srv.url, cache, models=(model,)))
         new = srv.seen[first_run:]
         assert {x.response for x in new} == {items.response[9]}
         assert res2.summary[model].cached_items == 10
@@ -158,9 +159,9 @@ def test_second_run_sends_zero_requests(tmp_path: Path, mohler_rubric, model: st
     items = make_items(["good"] * 6)
     with ScriptedLLMServer() as srv:
         cfg = config(srv.url, tmp_path / "c.sqlite", format="json", models=(model,))
-        a = annotate(items, mohler_rubric, cfg, progress=False)
+        a = annotate(items, mohler_rubric, cfg)
         n = srv.count()
-        b = annotate(items, mohler_rubric, cfg, progress=False)
+        b = annotate(items, mohler_rubric, cfg)
         assert n == 6 and srv.count() == n  # zero requests the second time
     assert b.summary[model].requests == 0 and b.summary[model].cached_items == 6
     assert a.predictions["level"].tolist() == b.predictions["level"].tolist()
@@ -175,7 +176,7 @@ def test_budget_stops_before_it_is_exceeded_and_resumes(tmp_path: Path, mohler_r
     cache = tmp_path / "c.sqlite"
     with ScriptedLLMServer() as srv:
         cfg = config(srv.url, cache, models=("openai/gpt-4o",), concurrency=2, max_tokens=200, budget=0.02)
-        res = annotate(items, mohler_rubric, cfg, progress=False)
+        res = annotate(items, mohler_rubric, cfg)
         s = res.summary["openai/gpt-4o"]
         per_request = 500 * 2.5e-6 + 100 * 10e-6
         assert res.stopped_by_budget and s.stopped_by_budget
@@ -185,7 +186,7 @@ def test_budget_stops_before_it_is_exceeded_and_resumes(tmp_path: Path, mohler_r
         assert set(res.predictions["item"]) == {f"it{i}" for i in range(s.ok)} or len(set(res.predictions["item"])) == s.ok
         # a bigger budget finishes the run; nothing is paid twice
         done_first = {x.response for x in srv.seen}
-        res2 = annotate(items, mohler_rubric, config(srv.url, cache, models=("openai/gpt-4o",), max_tokens=200, budget=1.0), progress=False)
+        res2 = annotate(items, mohler_rubric, config(srv.url, cache, models=("openai/gpt-4o",), max_tokens=200, budget=1.0))
         later = [x.response for x in srv.seen[s.requests:]]
         assert not (set(later) & done_first) and len(later) == 12 - s.ok
         assert res2.summary["openai/gpt-4o"].ok == 12 and not res2.stopped_by_budget
@@ -195,14 +196,14 @@ def test_budget_needs_a_known_price(tmp_path: Path, mohler_rubric) -> None:  # t
     from rubrictool.errors import AnnotateError
 
     with pytest.raises(AnnotateError, match="no price"):
-        annotate(make_items(["good"]), mohler_rubric, config("http://127.0.0.1:9/v1", None, budget=1.0), progress=False)
+        annotate(make_items(["good"]), mohler_rubric, config("http://127.0.0.1:9/v1", None, budget=1.0))
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
 def test_prediction_table_round_trips_in_every_format(tmp_path: Path, mohler_rubric, suffix: str) -> None:  # type: ignore[no-untyped-def]
     items = make_items(["good", "outofrange", "good"])
     with ScriptedLLMServer(Script()) as srv:
-        res = annotate(items, mohler_rubric, config(srv.url, None), progress=False)
+        res = annotate(items, mohler_rubric, config(srv.url, None))
     pred_path, fail_path, summary_path = write_outputs(res, tmp_path / f"preds{suffix}")
     assert fail_path.name == "preds.failures.jsonl" and summary_path.name == "preds.summary.json"
     back = read_predictions(pred_path, mohler_rubric)
@@ -222,8 +223,7 @@ def test_workers_give_the_same_result_as_one_process(tmp_path: Path, mohler_rubr
     runs = {}
     for workers in (1, 2):
         with ScriptedLLMServer(Script()) as srv:
-            runs[workers] = annotate(items, mohler_rubric, config(srv.url, tmp_path / f"w{workers}.sqlite", workers=workers),
-                                     progress=False)
+            runs[workers] = annotate(items, mohler_rubric, config(srv.url, tmp_path / f"w{workers}.sqlite", workers=workers))
             runs[workers].sent = srv.count()  # type: ignore[attr-defined]
     one, two = runs[1], runs[2]
     pd.testing.assert_frame_equal(_comparable(one), _comparable(two))  # same rows, same order
@@ -234,19 +234,15 @@ def test_workers_give_the_same_result_as_one_process(tmp_path: Path, mohler_rubr
 
 
 def test_workers_share_the_cache_with_a_later_run(tmp_path: Path, mohler_rubric) -> None:  # type: ignore[no-untyped-def]
-    from io import StringIO
-
-    from rich.console import Console
-
     items = make_items(["good"] * 9)
     cache = tmp_path / "c.sqlite"
-    shown = StringIO()
+    shown: list[Progress] = []
     with ScriptedLLMServer() as srv:
-        a = annotate(items, mohler_rubric, config(srv.url, cache, workers=3), progress=True,
-                     console=Console(file=shown, width=120))
+        a = annotate(items, mohler_rubric, config(srv.url, cache, workers=3), progress=shown.append)
         assert srv.count() == 9 and a.summary[MODEL].ok == 9 and a.workers == 3
-        assert "9/9" in shown.getvalue()  # the bar adds up the workers' counts
-        b = annotate(items, mohler_rubric, config(srv.url, cache, workers=1), progress=False)
+        last = [p for p in shown if p.task == MODEL][-1]
+        assert (last.done, last.total) == (9, 9)  # the progress adds up the workers' counts
+        b = annotate(items, mohler_rubric, config(srv.url, cache, workers=1))
         assert srv.count() == 9 and b.summary[MODEL].cached_items == 9  # every reply came from the workers' cache
     assert a.predictions["level"].tolist() == b.predictions["level"].tolist()
 
@@ -288,7 +284,7 @@ def test_workers_draw_items_as_they_free_up(tmp_path: Path, mohler_rubric) -> No
         return Reply(content=line_reply(seen.response), delay=4.0 if seen.response == first else 0.0)
 
     with ScriptedLLMServer(responder) as srv:
-        res = annotate(items, mohler_rubric, config(srv.url, None, concurrency=2, workers=2, timeout=30), progress=False)
+        res = annotate(items, mohler_rubric, config(srv.url, None, concurrency=2, workers=2, timeout=30))
         seen = srv.answered()
     assert res.summary[MODEL].ok == 16 and res.workers == 2
     slow = next(s for s in seen if s.response == first)
@@ -301,7 +297,7 @@ def test_workers_keep_the_total_budget(tmp_path: Path, mohler_rubric) -> None:  
     with ScriptedLLMServer() as srv:
         cfg = config(srv.url, tmp_path / "c.sqlite", models=("openai/gpt-4o",), concurrency=2, max_tokens=200,
                      budget=0.02, workers=2)
-        res = annotate(items, mohler_rubric, cfg, progress=False)
+        res = annotate(items, mohler_rubric, cfg)
         s = res.summary["openai/gpt-4o"]
         assert res.stopped_by_budget and 0 < s.ok < 12 and s.requests == srv.count()
         assert s.cost_usd <= 0.02
@@ -311,5 +307,4 @@ def test_workers_must_be_positive(mohler_rubric) -> None:  # type: ignore[no-unt
     from rubrictool.errors import AnnotateError
 
     with pytest.raises(AnnotateError, match="--workers must be at least 1"):
-        annotate(make_items(["good"]), mohler_rubric, AnnotateConfig(models=(MODEL,), api_base="http://127.0.0.1:9", workers=0),
-                 progress=False)
+        annotate(make_items(["good"]), mohler_rubric, AnnotateConfig(models=(MODEL,), api_base="http://127.0.0.1:9", workers=0))

@@ -102,7 +102,7 @@ def test_files_predictions_resolutions_parquet(tmp_path: Path) -> None:
         str(preds),
         "--resolutions",
         str(res_file),
-        "--format",
+        "--out-format",
         "parquet",
         "--out",
         str(out),
@@ -183,7 +183,7 @@ def _bad(tmp_path: Path, kind: str) -> list[str]:
     elif kind == "unknown method":
         base += ["--method", "vote"]
     elif kind == "unknown format":
-        base += ["--format", "xlsx"]
+        base += ["--format", "xlsx"]  # the old spelling of --out-format, a hidden alias
     elif kind == "no reviews":
         return base
     reviews.to_csv(f, index=False)

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import reccbm
 from rubrictool.cli import app
-from rubrictool.train import grade_items
+from rubrictool.grade import grade_items
 
 runner = CliRunner()
 
@@ -28,7 +28,7 @@ def test_grade_writes_the_decision_trace_per_item(tmp_path: Path, run: Path) -> 
     new = mohler_like_table(30, seed=7).drop(columns=KEYS + ["grade"])
     new.to_csv(tmp_path / "new.csv", index=False)
     out = tmp_path / "graded.csv"
-    res = runner.invoke(app, ["grade", "--model", str(run), "--data", str(tmp_path / "new.csv"), "--out", str(out)])
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "graded 30 responses" in res.output
     g = pd.read_csv(out)
@@ -59,6 +59,7 @@ def test_grade_jsonl_out(tmp_path: Path, run: Path) -> None:
     new = mohler_like_table(5, seed=8)[["id", "question", "response"]]
     new.to_json(tmp_path / "new.jsonl", orient="records", lines=True)
     out = tmp_path / "graded.jsonl"
+    # -m / --model: the old spelling of --run, a hidden alias for one release
     res = runner.invoke(app, ["grade", "-m", str(run), "--data", str(tmp_path / "new.jsonl"), "-o", str(out)])
     assert res.exit_code == 0, res.output
     rows = [json.loads(x) for x in out.read_text().splitlines()]
@@ -67,16 +68,20 @@ def test_grade_jsonl_out(tmp_path: Path, run: Path) -> None:
 
 def test_grade_bad_inputs_end_in_a_clear_message(tmp_path: Path, run: Path) -> None:
     pd.DataFrame({"id": ["a"], "answer": ["x"]}).to_csv(tmp_path / "bad.csv", index=False)
-    res = runner.invoke(app, ["grade", "-m", str(run), "--data", str(tmp_path / "bad.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "bad.csv")])
     assert res.exit_code == 1 and "no 'response' column" in res.output
-    res = runner.invoke(app, ["grade", "-m", str(tmp_path), "--data", str(tmp_path / "bad.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(tmp_path), "--data", str(tmp_path / "bad.csv")])
     assert res.exit_code == 1 and "is not a trained model" in res.output
+    res = runner.invoke(app, ["grade", "--data", str(tmp_path / "bad.csv")])
+    assert res.exit_code == 2 and "--run" in res.output
+    res = runner.invoke(app, ["grade", "--run", str(run), "--model", str(run), "--data", str(tmp_path / "bad.csv")])
+    assert res.exit_code == 2 and "give only --run" in res.output
 
 
 def test_grade_int8_mostly_agrees_with_float(tmp_path: Path, run: Path) -> None:
     new = mohler_like_table(30, seed=9)[["id", "question", "response", "reference"]]
     new.to_csv(tmp_path / "new.csv", index=False)
-    res = runner.invoke(app, ["grade", "-m", str(run), "--data", str(tmp_path / "new.csv"), "-o",
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "-o",
                               str(tmp_path / "q.csv"), "--int8"])
     assert res.exit_code == 0, res.output
     q, f = pd.read_csv(tmp_path / "q.csv"), grade_items(run, new)

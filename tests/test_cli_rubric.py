@@ -123,14 +123,15 @@ def test_rubric_lint_exit_codes(tmp_path: Path) -> None:
 
 
 def test_rubric_export_markdown_and_json(tmp_path: Path) -> None:
-    res = runner.invoke(app, ["rubric", "export", "mohler", "--format", "markdown"])
+    res = runner.invoke(app, ["rubric", "export", "mohler", "--out-format", "markdown"])
     assert res.exit_code == 0
     assert "| Concept | Definition | Example | Score scale |" in res.output
     assert "| Depth of Understanding (DU) |" in res.output
     out = tmp_path / "mocha.json"
+    # --format: the old spelling of --out-format, a hidden alias for one release
     res = runner.invoke(app, ["rubric", "export", "mocha", "--format", "json", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert Rubric.model_validate(json.loads(out.read_text())) == load_rubric("mocha")
     assert parse_rubric(out.read_text()) == load_rubric("mocha")  # the JSON also loads as a rubric file
-    res = runner.invoke(app, ["rubric", "export", "mohler", "--format", "html"])
+    res = runner.invoke(app, ["rubric", "export", "mohler", "--out-format", "html"])
     assert res.exit_code == 1 and "unknown export format 'html'" in res.output

@@ -291,7 +291,7 @@ def test_fetch_over_http_with_progress(tmp_path: Path, archives: dict[str, Path]
     seen: list[tuple[int, int | None]] = []
     with serve_folder(archives["zip"].parent) as base:
         _, fetched = fetch_mohler(
-            tmp_path, f"{base}/{archives['zip'].name}", progress=lambda d, t: seen.append((d, t))
+            tmp_path, f"{base}/{archives['zip'].name}", progress=lambda p: seen.append((p.done, p.total))
         )
         assert fetched and len(load_mohler(tmp_path)) == 2273
         size = archives["zip"].stat().st_size

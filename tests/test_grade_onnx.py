@@ -20,7 +20,7 @@ import reccbm
 from reccbm.data import collate
 from reccbm.onnx_encoder import FLOAT_NAME, INT8_NAME, OnnxEncoder, export_encoder
 from rubrictool.cli import app
-from rubrictool.train import grade_items, load_grader
+from rubrictool.grade import grade_items, load_grader
 
 runner = CliRunner()
 
@@ -134,7 +134,7 @@ def test_cli_engine_onnx_writes_the_torch_columns(run: Path, tmp_path: Path, new
     outs = {}
     for name, extra in (("torch", []), ("onnx", ["--engine", "onnx"]), ("onnx8", ["--engine", "onnx", "--int8"])):
         out = tmp_path / f"{name}.csv"
-        res = runner.invoke(app, ["grade", "-m", str(run), "--data", str(tmp_path / "new.csv"), "-o", str(out),
+        res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "-o", str(out),
                                   *extra])
         assert res.exit_code == 0, res.output
         assert "graded 20 responses" in res.output
@@ -146,7 +146,7 @@ def test_cli_engine_onnx_writes_the_torch_columns(run: Path, tmp_path: Path, new
 
 def test_unknown_engine_is_a_one_line_error(run: Path, tmp_path: Path, new_items: pd.DataFrame) -> None:
     new_items.head(3).to_csv(tmp_path / "new.csv", index=False)
-    res = runner.invoke(app, ["grade", "-m", str(run), "--data", str(tmp_path / "new.csv"), "--engine", "tensorrt"])
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "--engine", "tensorrt"])
     assert res.exit_code == 1
     assert res.output.strip() == "error: unknown engine 'tensorrt'; use torch or onnx"
 
@@ -159,7 +159,7 @@ def test_a_model_that_does_not_export_is_a_one_line_error(run: Path, tmp_path: P
 
     monkeypatch.setattr(torch.onnx, "export", refuse)
     new_items.head(3).to_csv(tmp_path / "new.csv", index=False)
-    res = runner.invoke(app, ["grade", "-m", str(run), "--data", str(tmp_path / "new.csv"), "--engine", "onnx"])
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "--engine", "onnx"])
     assert res.exit_code == 1
     assert res.output.strip() == "error: --engine onnx does not support bert; use --engine torch"
     assert not (run / "onnx" / FLOAT_NAME).exists()

@@ -32,6 +32,7 @@ from rubrictool.adjudicate import adjudicate
 from rubrictool.cli import app
 from rubrictool.data import load_concept_passes, read_table, write_table
 from rubrictool.errors import ReviewError
+from rubrictool.progress import Progress
 from rubrictool.review import LabelStudioServer, free_port
 from rubrictool.rubric import list_rubrics, load_rubric, parse_rubric, scaffold_rubric
 
@@ -133,7 +134,7 @@ def pushed(conn: review.Connection, mohler_rubric: Any, items40: pd.DataFrame, p
     write_table(items40.head(30), d / "items.jsonl")
     seen: list[tuple[int, int]] = []
     first = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv", batch_size=8,
-                        progress=lambda done, total: seen.append((done, total)))
+                        progress=lambda p: seen.append((p.done, p.total)))
     again = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv")
     write_table(items40, d / "items.jsonl")
     added = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv")
@@ -211,8 +212,8 @@ def test_interrupted_push_resumes_without_duplicates(
     write_table(items40, tmp_path / "items.csv")
     calls = []
 
-    def stop_after_two_batches(done: int, total: int) -> None:
-        calls.append(done)
+    def stop_after_two_batches(p: Progress) -> None:
+        calls.append(p.done)
         if len(calls) == 3:  # 0/40, then two batches of 7
             raise KeyboardInterrupt
 

@@ -1,0 +1,46 @@
+"""The ``rubrictool`` command line: thin Typer commands over the library, and all of its output.
+
+One module per command group (:mod:`.rubric`, :mod:`.data`, :mod:`.annotate`, :mod:`.review`,
+:mod:`.adjudicate`, :mod:`.train` with ``grade``). Each command parses options, calls one library
+function and prints what it returns; every Rich table, progress bar and message lives here. Library
+errors (:class:`rubrictool.errors.RubrictoolError`, and ``reccbm``'s ``ReccbmError``) become a
+one-line message and exit code 1 here, and only here.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never reach for the network on import
+
+import typer
+
+from rubrictool.cli import adjudicate, annotate, data, review, rubric, train
+from rubrictool.cli._common import handle_errors
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="rubrictool",
+    help="Rubric curation, LLM pre-annotation, three-expert review and REC-CBM training.\n\n"
+    "Example: rubrictool train --benchmark mohler",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(rubric.app, name="rubric")
+app.add_typer(data.app, name="data")
+app.command("annotate")(handle_errors(annotate.annotate_cmd))
+app.add_typer(review.app, name="review")
+app.command("adjudicate")(handle_errors(adjudicate.adjudicate_cmd))
+app.command("train")(handle_errors(train.train_cmd))
+app.command("compare")(handle_errors(train.compare_cmd))
+app.command("grade")(handle_errors(train.grade_cmd))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""What every command module shares: the consoles, the error handler, options defined once, and the
+one renderer of :class:`rubrictool.progress.Progress` events as Rich progress bars."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+
+from rubrictool.errors import RubrictoolError
+from rubrictool.progress import Progress
+
+__all__ = [
+    "BenchmarkOpt",
+    "DataDirOpt",
+    "OutOpt",
+    "ProgressView",
+    "RubricOpt",
+    "console",
+    "err_console",
+    "handle_errors",
+    "hidden_alias",
+]
+
+console = Console()
+err_console = Console(stderr=True)
+
+# -- shared options (defined once) ------------------------------------------------------------------------
+RubricOpt = Annotated[str, typer.Option("--rubric", "-r", help="Bundled rubric name (mohler, asap2, mocha) or a YAML path.")]
+OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output file or folder.")]
+DataDirOpt = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="Folder holding benchmark data (default: $RUBRICTOOL_DATA, else ./data)."),
+]
+BenchmarkOpt = Annotated[str | None, typer.Option("--benchmark", "-b", help="Bundled benchmark, e.g. mohler.")]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _error_types() -> tuple[type[BaseException], ...]:
+    """RubrictoolError, plus ReccbmError once reccbm is loaded (importing it loads torch: seconds that
+    `rubrictool --help` and the non-training commands should not pay)."""
+    reccbm_errors = sys.modules.get("reccbm.errors")
+    extra: tuple[type[BaseException], ...] = (reccbm_errors.ReccbmError,) if reccbm_errors else ()
+    return (RubrictoolError, *extra)
+
+
+def handle_errors(fn: F) -> F:
+    """Turn library errors into ``error: <message>`` on stderr and exit code 1 (no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except _error_types() as e:
+            err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted; everything already written is kept (re-run to resume)")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def hidden_alias(new: Any, old: Any, new_flag: str, old_flag: str, default: Any = None) -> Any:
+    """The value of an option renamed from ``old_flag`` to ``new_flag`` (whose default is ``default``).
+    The old spelling stays a hidden alias for one release (docs/cli.md lists the renames); giving both
+    is an error."""
+    if old is None:
+        return new
+    if new != default:
+        raise typer.BadParameter(f"{old_flag} is the old name of {new_flag}; give only {new_flag}")
+    return old
+
+
+class ProgressView:
+    """Renders :class:`~rubrictool.progress.Progress` events: one bar per task, added when a task first
+    reports. ``start_on_first`` shows nothing until an event arrives (a download that turns out to be
+    unnecessary draws no bar)."""
+
+    def __init__(
+        self,
+        target: Console,
+        *columns: str | ProgressColumn,
+        transient: bool = False,
+        start_on_first: bool = False,
+    ) -> None:
+        cols = columns or (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        self.bar = RichProgress(*cols, console=target, transient=transient)
+        self.tasks: dict[str, Any] = {}
+        self.start_on_first = start_on_first
+
+    def __enter__(self) -> ProgressView:  # noqa: PYI034
+        if not self.start_on_first:
+            self.bar.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self.bar.live.is_started:
+            self.bar.stop()
+
+    def __call__(self, ev: Progress | None) -> None:
+        if ev is None:
+            return
+        if not self.bar.live.is_started:
+            self.bar.start()
+        task = self.tasks.get(ev.task)
+        if task is None:
+            task = self.tasks[ev.task] = self.bar.add_task(ev.task, total=ev.total, info="")
+        self.bar.update(task, completed=ev.done, total=ev.total, info=ev.info)

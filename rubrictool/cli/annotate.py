@@ -1,0 +1,134 @@
+"""``rubrictool annotate``: LLM pre-annotation of every response on every rubric concept."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rubrictool.annotate import (
+    DEFAULT_MODELS,
+    AnnotateConfig,
+    AnnotateResult,
+    DryRunReport,
+    annotate,
+    dry_run,
+    load_inputs,
+    write_outputs,
+)
+from rubrictool.cli._common import (
+    BenchmarkOpt,
+    DataDirOpt,
+    OutOpt,
+    ProgressView,
+    console,
+    err_console,
+    hidden_alias,
+)
+from rubrictool.errors import AnnotateError
+
+__all__ = ["annotate_cmd", "print_dry_run", "print_summary"]
+
+
+def print_dry_run(report: DryRunReport, con: Console) -> None:
+    for item_id, prompt in report.prompts:
+        con.rule(f"prompt of item {item_id}")
+        con.print(prompt, markup=False, highlight=False)
+    table = Table(title=f"dry run: {report.items} items, nothing sent")
+    for col in ("model", "requests", "cached", "prompt tokens", "first prompts", "est. output tokens", "est. cost USD"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for m in report.models:
+        cost = "unknown (no price)" if m.est_cost_usd is None else f"{m.est_cost_usd:.4f}"
+        table.add_row(
+            m.model, str(m.requests), str(m.cached), f"{m.prompt_tokens:,}",
+            ", ".join(str(n) for n in m.first_prompt_tokens), f"{m.est_completion_tokens:,}", cost,
+        )
+    con.print(table)
+    con.print(
+        f"estimated cost of the whole run: ${report.est_cost_usd:.4f} (repair rounds and reasoning tokens not "
+        "included; the budget reserves prompt + --max-tokens per request)"
+    )
+
+
+def print_summary(result: AnnotateResult, paths: tuple[Path, Path, Path] | None, con: Console) -> None:
+    procs = f", {result.workers} client processes" if result.workers > 1 else ""
+    table = Table(title=f"annotation summary ({result.total_items} items per model{procs})")
+    for col in ("model", "done", "ok", "failures", "repaired", "cached", "requests", "retries", "tokens", "cost USD", "seconds"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for s in result.summary.values():
+        cost = f"{s.cost_usd:.4f}" if s.price_known else f"{s.cost_usd:.4f} (no price)"
+        table.add_row(
+            s.model, str(s.items), str(s.ok), str(s.failures), str(s.repaired), str(s.cached_items),
+            str(s.requests), str(s.retries), f"{s.prompt_tokens + s.completion_tokens:,}", cost, f"{s.seconds:.1f}",
+        )
+    con.print(table)
+    if paths:
+        con.print(f"wrote {paths[0]} ({len(result.predictions)} rows), {paths[1]} ({len(result.failures)} failures), {paths[2]}")
+    if result.stopped_by_budget:
+        con.print(
+            f"[yellow]stopped before exceeding the budget[/]: ${result.cost_usd:.4f} spent; the items done are "
+            "cached — re-run with a higher --budget to finish (nothing is paid twice)"
+        )
+
+
+def annotate_cmd(
+    benchmark: BenchmarkOpt = None,
+    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric name or YAML path (default: the benchmark's).")] = None,
+    data: Annotated[Path | None, typer.Option("--data", help="Item table (CSV/JSONL/Parquet: id, response, question?, reference?).")] = None,
+    data_dir: DataDirOpt = None,
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="litellm model string; repeatable (default: gpt-4o and gemini/gemini-2.5-pro).")] = None,
+    api_base: Annotated[str | None, typer.Option("--api-base", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 (model hosted_vllm/<alias> or openai/<alias>).")] = None,
+    api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="Read the API key from this environment variable (default: the provider's, e.g. OPENAI_API_KEY).")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-j", help="Requests in flight per model.")] = 8,
+    workers: Annotated[int | None, typer.Option("--workers", help="Client processes sharing the items, concurrency and budget (default: auto, i.e. 1, or one per 8 requests in flight for --api-base runs of 64+ items).")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 120.0,
+    max_retries: Annotated[int, typer.Option("--max-retries", help="Retries on 429, timeouts, 5xx and connection errors.")] = 4,
+    backoff: Annotated[float, typer.Option("--backoff", help="First back-off in seconds (doubles per retry, with jitter).")] = 1.0,
+    reply_format: Annotated[str, typer.Option("--reply-format", help="Reply format: line (the paper's concept=..; label=..; evidence=..) or json (with a JSON schema).")] = "line",
+    old_format: Annotated[str | None, typer.Option("--format", hidden=True, help="Old name of --reply-format.")] = None,
+    template: Annotated[Path | None, typer.Option("--template", help="Your own jinja2 prompt template (default: templates/annotate.prompt.j2).")] = None,
+    examples: Annotated[Path | None, typer.Option("--examples", help="In-context examples: a table with response, question, reference and one level column per concept.")] = None,
+    cache: Annotated[Path, typer.Option("--cache", help="SQLite reply cache (resume, never pay twice).")] = Path(".rubrictool/cache.sqlite"),
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the reply cache.")] = False,
+    budget: Annotated[float | None, typer.Option("--budget", help="Stop cleanly before this many USD would be exceeded.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", help="Annotate only the first N items (a trial run).")] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Reply length cap (also the budget's worst case).")] = 1024,
+    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature.")] = 0.0,
+    dry: Annotated[bool, typer.Option("--dry-run", help="Print the first prompts, token counts and the estimated cost; send nothing.")] = False,
+    out: OutOpt = Path("annotations"),
+) -> None:
+    """Pre-annotate every response on every rubric concept with LLMs (litellm), as the paper's annotation stage.
+
+    Writes the tidy prediction table (item, model, concept, level, evidence, raw_ok + usage), failure
+    records with the raw replies and a per-model summary. Keys come from the environment only.
+
+    Example: rubrictool annotate --benchmark mohler --model gpt-4o --limit 20 --budget 1 --out annotations/
+    """
+    fmt = hidden_alias(reply_format, old_format, "--reply-format", "--format", "line")
+    config = AnnotateConfig(
+        models=tuple(model or DEFAULT_MODELS), format=fmt, template=template, examples=examples, api_base=api_base,
+        api_key_env=api_key_env, concurrency=concurrency, timeout=timeout, max_retries=max_retries, backoff=backoff,
+        temperature=temperature, max_tokens=max_tokens, budget=budget, limit=limit, cache=None if no_cache else cache,
+        workers=workers,
+    )
+    items, rub = load_inputs(benchmark, rubric, data, data_dir)
+    if config.benchmark is None and benchmark:
+        config = dataclasses.replace(config, benchmark=benchmark)
+    if dry:
+        print_dry_run(dry_run(items, rub, config), console)
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+               TimeElapsedColumn())
+    # the bar starts with the first report: worker processes are forked before that, from a process
+    # that still runs a single thread (Rich's refresh thread would force the slower fork server)
+    with ProgressView(err_console, *columns, start_on_first=True) as view:
+        result = annotate(items, rub, config, progress=view)
+    paths = write_outputs(result, out)
+    print_summary(result, paths, console)
+    if result.fatal:
+        raise AnnotateError("; ".join(result.fatal.values()) + f" (what was done is in {paths[0]})")

@@ -1,0 +1,101 @@
+"""``rubrictool data ...``: summarise, fetch and split benchmark data and item tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, TransferSpeedColumn
+from rich.table import Table
+
+from rubrictool.cli._common import DataDirOpt, OutOpt, ProgressView, console, err_console, handle_errors
+from rubrictool.data import describe_benchmark, fetch_benchmark, split_to_file
+from rubrictool.errors import DataError
+
+__all__ = ["app"]
+
+app = typer.Typer(help="Benchmark data and item tables. Example: rubrictool data show mohler", no_args_is_help=True)
+
+
+@app.command("show")
+@handle_errors
+def data_show(
+    benchmark: Annotated[str, typer.Argument(help="Bundled benchmark (mohler) or an item file (CSV/JSONL/Parquet).")] = "mohler",
+    data_dir: DataDirOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Summarise a benchmark or item file: counts, grade histogram, mean response length, graders' agreement.
+
+    Example: rubrictool data show mohler --data-dir ../shared/datasets
+    """
+    s = describe_benchmark(benchmark, data_dir)
+    if as_json:
+        typer.echo(json.dumps(s, indent=2))
+        return
+    console.print(
+        f"[bold]{escape(benchmark)}[/]: {s['n_items']} answers over {s['n_questions']} questions; mean response "
+        f"{s['mean_response_words']} words (median {s['median_response_words']:g})"
+    )
+    hist = Table(title="grade histogram")
+    hist.add_column("grade")
+    hist.add_column("answers", justify="right")
+    hist.add_column("share", justify="right")
+    for g, n in s["grade_histogram"].items():
+        hist.add_row(str(g), str(n), f"{n / s['n_items']:.1%}")
+    console.print(hist)
+    if s["graders"]:
+        gr = s["graders"]
+        console.print(
+            f"graders (me vs other, 0..5): exact agreement {gr['exact_agreement']:.1%}, within 1 point "
+            f"{gr['within_one_point']:.1%}, Pearson r {gr['pearson_r']:.3f}, mean |diff| {gr['mean_abs_diff']:.3f}"
+        )
+
+
+@app.command("fetch")
+@handle_errors
+def data_fetch(
+    benchmark: Annotated[str, typer.Argument(help="Benchmark to download (mohler).")] = "mohler",
+    dest: Annotated[
+        Path | None, typer.Option("--dest", help="Data folder (default: $RUBRICTOOL_DATA, else ./data).")
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="http(s):// or file:// URL, or a local .zip/.tar path (default: the authors' archive)."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Download again even if the data is there.")] = False,
+) -> None:
+    """Download and unpack a benchmark into <dest>/<benchmark> (checked, atomic, idempotent).
+
+    Example: rubrictool data fetch mohler --dest data/
+    """
+    columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    # only a real download shows a bar
+    with ProgressView(err_console, *columns, transient=True, start_on_first=True) as view:
+        path, fetched = fetch_benchmark(benchmark, dest, url, force, progress=view)
+    console.print(f"{'fetched' if fetched else 'already present'}: {path}", soft_wrap=True)
+
+
+@app.command("split")
+@handle_errors
+def data_split(
+    source: Annotated[str, typer.Argument(help="Bundled benchmark name (mohler) or an item file (CSV/JSONL/Parquet).")],
+    out: OutOpt = Path("split.json"),
+    seed: Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same split.")] = 0,
+    ratios: Annotated[str, typer.Option("--ratios", help="train,dev,test shares.")] = "0.7,0.2,0.1",
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Write a deterministic train/dev/test split (stratified by grade) as JSON.
+
+    Example: rubrictool data split mohler --seed 0 --out runs/mohler/split.json
+    """
+    try:
+        parts = tuple(float(x) for x in ratios.split(","))
+    except ValueError:
+        raise DataError(f"--ratios {ratios!r}: give three numbers like 0.7,0.2,0.1") from None
+    if len(parts) != 3:
+        raise DataError(f"--ratios {ratios!r}: give exactly three shares (train,dev,test)")
+    sizes = split_to_file(source, out, seed, (parts[0], parts[1], parts[2]), data_dir)
+    console.print(f"wrote {out}: " + ", ".join(f"{k} {v}" for k, v in sizes.items()) + f" (seed {seed})", soft_wrap=True)

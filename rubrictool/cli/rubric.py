@@ -1,0 +1,170 @@
+"""``rubrictool rubric ...``: list, show, validate, scaffold, lint and export rubric inventories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from rubrictool.cli._common import console, err_console, handle_errors, hidden_alias
+from rubrictool.rubric import (
+    Rubric,
+    lint_rubric,
+    load_rubric,
+    new_rubric_file,
+    rubric_infos,
+    validate_rubric_files,
+    write_export,
+)
+
+__all__ = ["app", "rubric_table"]
+
+app = typer.Typer(help="Rubric inventories (YAML). Example: rubrictool rubric show mohler", no_args_is_help=True)
+
+
+def rubric_table(rubric: Rubric) -> Table:
+    """One row per concept, one column per level anchor."""
+    table = Table(
+        title=f"{rubric.title} ({rubric.name} v{rubric.version}) — grades {rubric.grade.min}..{rubric.grade.max}",
+        show_lines=True,
+    )
+    table.add_column("Concept", ratio=2)
+    table.add_column("Definition", ratio=3)
+    for v in rubric.scale.values:
+        table.add_column(str(v), ratio=1)
+    for c in rubric.concepts:
+        group = f"\n[dim]{escape(c.group)}[/]" if c.group else ""
+        table.add_row(
+            f"[bold]{escape(c.key)}[/] {escape(c.name)}{group}", escape(c.definition),
+            *(escape(lv.anchor) for lv in c.levels),
+        )
+    return table
+
+
+@app.command("list")
+@handle_errors
+def rubric_list(
+    folder: Annotated[
+        Path | None, typer.Option("--folder", "-f", help="Also list the *.yaml rubrics in this folder.")
+    ] = None,
+) -> None:
+    """List the bundled rubrics and any in --folder (or $RUBRICTOOL_RUBRICS); broken files show their error.
+
+    Example: rubrictool rubric list --folder my_rubrics/
+    """
+    table = Table(title="Rubrics")
+    for col in ("name", "concepts", "levels", "grades", "version", "title / error", "path"):
+        table.add_column(col)
+    for info in rubric_infos(folder):
+        where = "(bundled)" if info.bundled else str(info.path)
+        if info.error:
+            table.add_row(info.name, "", "", "", "", f"[red]{info.error}[/]", where)
+        else:
+            table.add_row(info.name, str(info.n_concepts), info.scale, info.grade, info.version, info.title, where)
+    console.print(table)
+
+
+@app.command("show")
+@handle_errors
+def rubric_show(
+    rubric: Annotated[str, typer.Argument(help="Bundled rubric name (mohler, asap2, mocha) or a YAML path.")],
+) -> None:
+    """Show a rubric as a table: one row per concept, one column per level anchor.
+
+    Example: rubrictool rubric show mohler
+    """
+    console.print(rubric_table(load_rubric(rubric)))
+
+
+@app.command("validate")
+@handle_errors
+def rubric_validate(
+    paths: Annotated[list[Path], typer.Argument(help="Rubric YAML files to check.")],
+) -> None:
+    """Check rubric files; print every problem as `file:line: field: message`; exit 1 if any file is bad.
+
+    Example: rubrictool rubric validate rubrics/*.yaml
+    """
+    results = validate_rubric_files(list(paths))
+    n_bad = 0
+    for path, errors in results.items():
+        if errors:
+            n_bad += 1
+            for line in errors:
+                typer.echo(line)
+        else:
+            typer.echo(f"ok: {path}")
+    if n_bad:
+        err_console.print(f"{n_bad} of {len(results)} rubric file(s) have errors", highlight=False)
+        raise typer.Exit(1)
+
+
+@app.command("new")
+@handle_errors
+def rubric_new(
+    name: Annotated[str, typer.Option("--name", "-n", help="Rubric id, e.g. cs101 (letters, digits, _ . -).")],
+    concepts: Annotated[str, typer.Option("--concepts", "-c", help="Comma-separated concept keys, e.g. FC,CC,TU.")],
+    levels: Annotated[int, typer.Option("--levels", "-l", help="Ordinal levels per concept (1..N).")] = 3,
+    grade_min: Annotated[int, typer.Option("--grade-min", help="Lowest holistic grade.")] = 0,
+    grade_max: Annotated[int, typer.Option("--grade-max", help="Highest holistic grade.")] = 5,
+    title: Annotated[str | None, typer.Option("--title", help="Course / benchmark title.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write (default: <name>.yaml).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Scaffold a commented rubric YAML for a new course; it validates as is, then replace the TODOs.
+
+    Example: rubrictool rubric new --name cs101 --concepts FC,CC,TU --levels 3 --out cs101.yaml
+    """
+    keys = [k.strip() for k in concepts.split(",") if k.strip()]
+    path = new_rubric_file(out or Path(f"{name}.yaml"), name, keys, levels, grade_min, grade_max, title, force)
+    console.print(
+        f"wrote {path} ({len(keys)} concepts, levels 1..{levels}); next: rubrictool rubric lint {path}", soft_wrap=True
+    )
+
+
+@app.command("lint")
+@handle_errors
+def rubric_lint(
+    rubric: Annotated[str, typer.Argument(help="Bundled rubric name or a YAML path.")],
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when there is any warning.")] = False,
+    similarity: Annotated[
+        float, typer.Option("--similarity", help="TF-IDF cosine above which two definitions count as near-duplicates.")
+    ] = 0.5,
+) -> None:
+    """Warn about near-duplicate definitions, repeated anchors, concepts or levels without examples, TODOs.
+
+    Exit 0 with warnings listed; with --strict exit 1 if there are any.
+
+    Example: rubrictool rubric lint mohler --strict
+    """
+    warnings = lint_rubric(load_rubric(rubric), similarity=similarity)
+    for w in warnings:
+        typer.echo(f"warning: {w}")
+    typer.echo(f"{len(warnings)} warning(s) in {rubric}")
+    if strict and warnings:
+        raise typer.Exit(1)
+
+
+@app.command("export")
+@handle_errors
+def rubric_export(
+    rubric: Annotated[str, typer.Argument(help="Bundled rubric name or a YAML path.")],
+    out_format: Annotated[
+        str, typer.Option("--out-format", "-F", help="markdown (the paper's table layout) or json.")
+    ] = "markdown",
+    old_format: Annotated[str | None, typer.Option("--format", hidden=True, help="Old name of --out-format.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout.")] = None,
+) -> None:
+    """Export a rubric as a Markdown table (Concept | Definition | Example | Score scale) or as JSON.
+
+    Example: rubrictool rubric export mocha --out-format markdown --out mocha.md
+    """
+    fmt = hidden_alias(out_format, old_format, "--out-format", "--format", "markdown")
+    text = write_export(rubric, fmt, out)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        console.print(f"wrote {out}", soft_wrap=True)

@@ -1,0 +1,176 @@
+"""``rubrictool train``, ``compare`` and ``grade``: REC-CBM runs, comparing them, grading with them.
+
+``rubrictool.train``, ``rubrictool.evaluate`` and ``rubrictool.grade`` load torch (seconds), so they
+are imported inside these commands: ``rubrictool --help`` and every other command start without torch.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rubrictool.cli._common import (
+    BenchmarkOpt,
+    DataDirOpt,
+    OutOpt,
+    ProgressView,
+    console,
+    err_console,
+    hidden_alias,
+)
+from rubrictool.progress import from_training_event
+
+if TYPE_CHECKING:
+    from rubrictool.train import TrainResult
+
+__all__ = ["compare_cmd", "grade_cmd", "result_tables", "train_cmd"]
+
+
+def result_tables(result: TrainResult) -> list[Table]:
+    """The test metrics (mean ± std over seeds) and the reliability table."""
+    s = result.metrics["summary"]
+    n = len(result.metrics["seeds"])
+    t = Table(title=f"{result.variant}: test metrics ({n} seed{'s' if n > 1 else ''}, mean ± std)")
+    for col in ("T-Acc", "T-F1", "C-Acc", "C-F1", "Stage I s", "Stage II s"):
+        t.add_column(col, justify="right")
+    cell = [f"{s[k]['mean']:.3f} ± {s[k]['std']:.3f}" if k in s else "—" for k in ("t_acc", "t_f1", "c_acc", "c_f1")]
+    t.add_row(*cell, f"{s['stage1_seconds']:.0f}", f"{s['stage2_seconds']:.1f}")
+    out: list[Table] = [t]
+    if len(result.reliability):
+        r = Table(title="reliability: inter-rater α vs learned noise σ² and shrinkage A_kk")
+        for col in ("concept", "α", "σ²", "A_kk", "test C-Acc", "test C-F1"):
+            r.add_column(col, justify="right" if col != "concept" else "left")
+        for row in result.reliability.to_dict("records"):
+            vals = [float(row[c]) for c in ("alpha", "sigma2", "A_kk", "test_c_acc", "test_c_f1")]
+            r.add_row(str(row["concept"]), *("—" if math.isnan(v) else f"{v:.3f}" for v in vals))
+        rho = result.spearman
+        r.caption = f"Spearman ρ(σ², 1 − α) = {rho:.3f}" if rho is not None else "Spearman ρ(σ², 1 − α): —"
+        out.append(r)
+    return out
+
+
+def train_cmd(
+    benchmark: BenchmarkOpt = None,
+    data: Annotated[Path | None, typer.Option("--data", help="Adjudicated table: items + one column per concept.")] = None,
+    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric of --data (name or YAML).")] = None,
+    split: Annotated[Path | None, typer.Option("--split", help="split.json (default: a 7:2:1 split).")] = None,
+    split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the default split.")] = 0,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run dir (default runs/<data>-<variant>).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML with model/stage1/stage2 sections.")] = None,
+    variant: Annotated[str, typer.Option("--variant", help="reccbm, vanilla (CBM) or plm (no bottleneck).")] = "reccbm",
+    race: Annotated[bool | None, typer.Option("--race/--no-race", help="RACE queries (off: pooled).")] = None,
+    opcc: Annotated[bool | None, typer.Option("--opcc/--no-opcc", help="OPCC ranking loss.")] = None,
+    lcec: Annotated[bool | None, typer.Option("--lcec/--no-lcec", help="LCEC correction.")] = None,
+    seeds: Annotated[int, typer.Option("--seeds", help="Repeat with seeds 0..N-1; mean ± std.")] = 1,
+    agreement: Annotated[Path | None, typer.Option("--agreement", help="agreement.json for the α column.")] = None,
+    backbone: Annotated[str | None, typer.Option("--backbone", help="HF name/path (default MiniLM).")] = None,
+    epochs: Annotated[int | None, typer.Option("--epochs", help="Stage I epochs (default 6).")] = None,
+    max_len: Annotated[int | None, typer.Option("--max-len", help="Tokens per input (default 128).")] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Batch size (default 8).")] = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="Stage I learning rate (default 1e-4).")] = None,
+    stage2_lr: Annotated[float | None, typer.Option("--stage2-lr", help="Stage II learning rate (0.05).")] = None,
+    tau: Annotated[float | None, typer.Option("--tau", help="RACE attention temperature τ (1.0).")] = None,
+    lambda_r: Annotated[float | None, typer.Option("--lambda-r", help="OPCC weight λ_r (0.4).")] = None,
+    lambda_d: Annotated[float | None, typer.Option("--lambda-d", help="Denoising weight λ_d (0.1).")] = None,
+    lambda_s: Annotated[float | None, typer.Option("--lambda-s", help="Sparsity weight λ_s (0.005).")] = None,
+    mixed_precision: Annotated[str | None, typer.Option("--mixed-precision", help="no, fp16 or bf16.")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")] = None,
+    data_dir: DataDirOpt = None,
+    preset: Annotated[str, typer.Option("--preset", help="default (measured best) or paper (the paper's recipe).")] = "default",
+    folds: Annotated[int, typer.Option("--folds", help="k-fold evaluation: k runs, every item tested once (0 = one split).")] = 0,
+    head: Annotated[str | None, typer.Option("--head", help="Grade head: level (a weight per concept level) or scalar (paper).")] = None,
+    query_init: Annotated[str | None, typer.Option("--query-init", help="RACE queries: rubric (concept texts) or orthogonal (paper).")] = None,
+    center: Annotated[bool | None, typer.Option("--center/--no-center", help="LCEC prior mean at the label mean (paper: 0).")] = None,
+    query_lr_multiplier: Annotated[float | None, typer.Option("--query-lr-mult", help="Query learning rate ÷ Stage I's (1).")] = None,
+    concept_loss: Annotated[str | None, typer.Option("--concept-loss", help="L_con over concepts: mean or sum (paper).")] = None,
+    joint_epochs: Annotated[int | None, typer.Option("--joint-epochs", help="Joint stage epochs after Stage I (0 = off).")] = None,
+    joint_lr: Annotated[float | None, typer.Option("--joint-lr", help="Joint stage learning rate (2e-5).")] = None,
+    holdout: Annotated[float | None, typer.Option("--holdout", help="Share of train held out of Stage I for Stage II (0 = paper).")] = None,
+    stage2_select: Annotated[str | None, typer.Option("--stage2-select", help="Stage II epoch selection: t_f1 or nll.")] = None,
+    intervention_p: Annotated[float | None, typer.Option("--intervention-p", help="Share of concepts set to their label while training the head (0 = paper).")] = None,
+) -> None:
+    """Train REC-CBM (or a baseline) and write a run dir; print metrics and the reliability table.
+
+    Example: rubrictool train --benchmark mohler --folds 5 --out runs/mohler-5fold
+    """
+    from rubrictool.train import run_train
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[info]}"))
+    def on_fold(i: int, k: int, state: str) -> None:
+        console.print(f"fold {i + 1}/{k}: " + ("finished earlier, read back" if state == "done" else "training"))
+
+    with ProgressView(console, *columns) as view:
+
+        def progress(ev: Any) -> None:
+            view(from_training_event(ev))
+
+        result = run_train(
+            benchmark=benchmark, data=data, rubric=rubric, split=split, split_seed=split_seed, out=out,
+            config=config, variant=variant, race=race, opcc=opcc, lcec=lcec, seeds=seeds, agreement=agreement,
+            data_dir=data_dir, callback=progress, preset=preset, folds=folds, on_fold=on_fold, backbone=backbone,
+            epochs=epochs, max_len=max_len, batch_size=batch_size, lr=lr, stage2_lr=stage2_lr, tau=tau,
+            lambda_r=lambda_r, lambda_d=lambda_d, lambda_s=lambda_s, mixed_precision=mixed_precision, device=device,
+            head=head, query_init=query_init, center=center, query_lr_multiplier=query_lr_multiplier,
+            concept_loss=concept_loss, joint_epochs=joint_epochs, joint_lr=joint_lr, holdout=holdout,
+            stage2_select=stage2_select, intervention_p=intervention_p,
+        )
+    for table in result_tables(result):
+        console.print(table)
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+    console.print(f"run written to {result.run_dir}", soft_wrap=True)
+
+
+def compare_cmd(
+    run_a: Annotated[Path, typer.Argument(help="k-fold run directory A (the reference).")],
+    run_b: Annotated[Path, typer.Argument(help="k-fold run directory B.")],
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples.")] = 2000,
+    seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
+) -> None:
+    """Paired bootstrap of two k-fold runs on the items both tested: B − A with a 95 % CI per metric.
+
+    Example: rubrictool compare runs/mohler-vanilla runs/mohler-reccbm
+    """
+    from rubrictool.evaluate import compare_runs
+
+    res = compare_runs(run_a, run_b, n_boot=n_boot, seed=seed)
+    t = Table(title=f"B − A on {res['n_items']} items ({res['n_boot']} paired bootstrap resamples)")
+    for col in ("metric", "A", "B", "B − A", "95 % CI", "P(B not better)"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for m, r in res["metrics"].items():
+        t.add_row(m, f"{r['a']:.3f}", f"{r['b']:.3f}", f"{r['diff']:+.3f}", f"[{r['lo']:+.3f}, {r['hi']:+.3f}]",
+                  f"{r['p_not_better']:.3f}")
+    console.print(t)
+    console.print(f"A = {res['a']}\nB = {res['b']}", soft_wrap=True)
+
+
+def grade_cmd(
+    data: Annotated[Path, typer.Option("--data", help="Items to grade (CSV/JSONL/Parquet): response, question...")],
+    run: Annotated[Path | None, typer.Option("--run", help="Run directory written by `rubrictool train`.")] = None,
+    old_model: Annotated[Path | None, typer.Option("--model", "-m", hidden=True, help="Old name of --run.")] = None,
+    out: OutOpt = Path("graded.csv"),
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Items per forward pass.")] = 64,
+    int8: Annotated[bool, typer.Option("--int8", help="Int8 CPU inference: faster, numbers shift slightly.")] = False,
+    engine: Annotated[str, typer.Option(
+        "--engine", help="Encoder runtime: torch, or onnx (ONNX Runtime; exported once, cached in RUN/onnx).",
+    )] = "torch",
+) -> None:
+    """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
+
+    Example: rubrictool grade --run runs/mohler-reccbm --data new_answers.csv --out graded.csv
+    """
+    from rubrictool.grade import grade_file
+
+    run_dir = hidden_alias(run, old_model, "--run", "--model")
+    if run_dir is None:
+        raise typer.BadParameter("give the run directory written by `rubrictool train`", param_hint="--run")
+    with ProgressView(err_console, transient=True) as view:
+        graded, path, seconds = grade_file(run_dir, data, out, batch_size, view, int8, engine)
+    rate = len(graded) / seconds if seconds > 0 else float("inf")
+    console.print(f"graded {len(graded)} responses in {seconds:.1f} s ({rate:.0f}/s) -> {path}", soft_wrap=True)

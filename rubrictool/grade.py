@@ -1,0 +1,159 @@
+"""Grading new responses with a trained run (``rubrictool grade``): torch, ONNX Runtime or int8.
+
+:func:`load_grader` reads a run directory written by :mod:`rubrictool.train` (model.safetensors +
+model.json); :func:`grade_loaded` encodes the items and returns, per item, the grade, its probability
+and each concept's level, expected score, μ_post and contribution — the decision trace of REC-CBM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import reccbm
+from reccbm import Predictions, ReccbmError
+from reccbm.onnx_encoder import OnnxExportError, use_onnx_encoder
+from rubrictool.data import read_table, write_table
+from rubrictool.errors import DataError, TrainError
+from rubrictool.progress import Progress, ProgressFn
+from rubrictool.rubric import Rubric
+
+__all__ = ["ENGINES", "grade_file", "grade_items", "grade_loaded", "load_grader", "onnx_cache_dirs", "predictions_frame"]
+
+log = logging.getLogger("rubrictool.grade")
+
+
+def predictions_frame(
+    model: reccbm.RecCBM, rb_or_meta: Rubric | dict[str, Any], preds: Predictions, ids: list[str]
+) -> pd.DataFrame:
+    """One row per item: grade, its probability and, with a bottleneck, per concept the level, expected
+    score, μ_post and contribution (the layout of ``graded.csv`` and a run's ``test_predictions.csv``)."""
+    if isinstance(rb_or_meta, Rubric):
+        keys, smin, gmin = rb_or_meta.keys, rb_or_meta.scale.min, rb_or_meta.grade.min
+    else:
+        keys, smin, gmin = rb_or_meta["concept_keys"], rb_or_meta["scale"][0], rb_or_meta["grade"][0]
+    out = pd.DataFrame({"id": ids, "grade": preds.grades + gmin})
+    out["grade_prob"] = preds.grade_probs[np.arange(len(ids)), preds.grades]
+    if preds.p_hat is None:
+        return out
+    if preds.grade_logits is not None:
+        out["grade_logit"] = preds.grade_logits[np.arange(len(ids)), preds.grades]
+    tr = reccbm.decision_trace(model, preds)
+    cols: dict[str, Any] = {}
+    for k, key in enumerate(keys):
+        cols[f"{key}_level"] = tr.levels[:, k] + smin
+        cols[f"{key}_expected"] = tr.expected[:, k] + smin
+        cols[f"{key}_mu_post"] = tr.mu_post[:, k]
+        cols[f"{key}_contribution"] = tr.contributions[:, k]
+    cols["grade_bias"] = tr.bias
+    return pd.concat([out, pd.DataFrame(cols)], axis=1)
+
+
+def grade_items(
+    run_dir: str | Path,
+    items: pd.DataFrame,
+    batch_size: int = 64,
+    progress: ProgressFn | None = None,
+    int8: bool = False,
+    engine: str = "torch",
+) -> pd.DataFrame:
+    """Grade new responses with a trained run: per item the predicted grade and its probability,
+    each concept's level and expected score (rubric scale), μ_post and contribution W_{ŷ,k}·μ_post,k.
+    int8: quantise the encoder's Linear layers for faster CPU inference (slightly different numbers).
+    engine: ``torch`` or ``onnx`` (the encoder runs in ONNX Runtime; see :func:`load_grader`)."""
+    return grade_loaded(load_grader(run_dir, int8, engine), items, batch_size, progress)
+
+
+ENGINES = ("torch", "onnx")
+
+
+def onnx_cache_dirs(run_dir: str | Path) -> list[Path]:
+    """Where ``--engine onnx`` keeps the exported encoder: ``RUN/onnx``, else (read-only run directory)
+    ``~/.cache/rubrictool/onnx/<key>`` ($XDG_CACHE_HOME is honoured), else the temp folder; <key>
+    names the run's absolute path."""
+    run = Path(run_dir)
+    key = hashlib.sha256(str(run.resolve()).encode()).hexdigest()[:16]
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return [run / "onnx", home / "rubrictool" / "onnx" / key, Path(tempfile.gettempdir()) / "rubrictool-onnx" / key]
+
+
+def load_grader(
+    run_dir: str | Path, int8: bool = False, engine: str = "torch"
+) -> tuple[reccbm.RecCBM, Any, dict[str, Any]]:
+    """(model, tokenizer, model.json) of a run, ready for :func:`grade_loaded`.
+
+    engine="onnx" runs the encoder in ONNX Runtime (the concept bottleneck, LCEC and grade head stay
+    in torch): exported on first use and cached (see :func:`onnx_cache_dirs`), rebuilt when
+    model.safetensors changes; with int8, a dynamically quantised copy of that export."""
+    if engine not in ENGINES:
+        raise TrainError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
+    try:
+        model, tokenizer, meta = reccbm.load_checkpoint(run_dir)
+    except ReccbmError as exc:
+        raise TrainError(str(exc)) from None
+    if engine == "onnx":
+        try:
+            use_onnx_encoder(model, run_dir, int8, onnx_cache_dirs(run_dir))
+        except OnnxExportError as exc:
+            log.info("ONNX export failed: %s", exc)
+            raise TrainError(f"--engine onnx does not support {exc.model_type}; use --engine torch") from None
+        except ReccbmError as exc:
+            raise TrainError(str(exc)) from None
+    elif int8:
+        reccbm.quantize_encoder(model)
+    return model, tokenizer, meta
+
+
+def grade_loaded(
+    grader: tuple[reccbm.RecCBM, Any, dict[str, Any]],
+    items: pd.DataFrame,
+    batch_size: int = 64,
+    progress: ProgressFn | None = None,
+) -> pd.DataFrame:
+    """:func:`grade_items` with a model already loaded by :func:`load_grader`; ``progress`` counts the
+    items graded (task ``grading``)."""
+    model, tokenizer, meta = grader
+    if "response" not in items.columns:
+        raise DataError("the items to grade have no 'response' column")
+    if len(items) == 0:
+        raise DataError("no items to grade: the table is empty")
+    df = items.reset_index(drop=True).copy()
+    df["id"] = df["id"].astype(str) if "id" in df.columns else [str(i) for i in range(len(df))]
+    for col in ("question", "reference", "context", "response"):
+        df[col] = df[col].fillna("").astype(str) if col in df.columns else ""
+    aux = [" \n ".join(p for p in (r, c) if p.strip()) for r, c in zip(df["reference"], df["context"])]
+    feats = reccbm.encode_inputs(tokenizer, list(df["question"]), list(df["response"]), aux, model.config.max_len)
+    on_batch = None
+    if progress is not None:
+        report, done = progress, [0]
+
+        def on_batch(n: int) -> None:
+            done[0] += n
+            report(Progress("grading", done[0], len(df)))
+
+    preds = reccbm.predict(model, reccbm.EncodedItems(feats), tokenizer.pad_token_id, batch_size, on_batch)
+    return predictions_frame(model, meta, preds, list(df["id"]))
+
+
+
+
+def grade_file(
+    run: str | Path, data: str | Path, out: str | Path, batch_size: int = 64,
+    progress: ProgressFn | None = None, int8: bool = False, engine: str = "torch",
+) -> tuple[pd.DataFrame, Path, float]:
+    """``rubrictool grade``: read items (CSV/JSONL/Parquet), grade them, write CSV/JSONL; returns the
+    table, the written path and the seconds spent grading."""
+    items = read_table(data)
+    grader = load_grader(run, int8, engine)
+    t0 = time.perf_counter()
+    graded = grade_loaded(grader, items, batch_size, progress)
+    seconds = time.perf_counter() - t0
+    return graded, write_table(graded, out), seconds

@@ -1,0 +1,64 @@
+"""The one way library functions report progress: a :class:`Progress` event passed to a callback.
+
+A long-running function (a download, an annotation run, a push to Label Studio, grading, training)
+takes ``progress: ProgressFn | None`` and calls it with the state of one *task* — a named counter
+such as a model's items or the tasks imported so far. The library never prints: the command line
+(:mod:`rubrictool.cli`) renders each task as one progress bar. ``reccbm`` stays independent of
+rubrictool and reports training through its own ``reccbm.Event``; :func:`from_training_event`
+translates those into the same events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Progress", "ProgressFn", "counter", "from_training_event"]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The state of one task of a long-running function."""
+
+    task: str  # what advances, shown as the bar's label: a model, "importing tasks", "Stage I epoch 2/6"
+    done: int  # units done so far (items, bytes, optimiser steps, epochs)
+    total: int | None = None  # units in all; None while unknown
+    info: str = ""  # a short status: cost and tokens, the loss, a dev metric
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+def counter(progress: ProgressFn | None, task: str) -> Callable[[int, int | None], None] | None:
+    """A ``(done, total)`` callback that reports as ``task`` through ``progress`` (None stays None)."""
+    if progress is None:
+        return None
+    report = progress
+
+    def update(done: int, total: int | None) -> None:
+        report(Progress(task, done, total))
+
+    return update
+
+
+_STAGES = {"stage1": "Stage I", "joint": "Joint", "stage2": "Stage II", "plm": "PLM"}
+
+
+def from_training_event(ev: Any) -> Progress | None:
+    """A ``reccbm.Event`` as a :class:`Progress`: one task per Stage I (joint stage, PLM) epoch counting
+    optimiser steps, and one Stage II task counting epochs (Stage II reports only finished epochs)."""
+    label = _STAGES.get(ev.stage, ev.stage)
+    if ev.stage == "stage2":
+        if ev.kind != "epoch":
+            return None
+        return Progress(f"{label} (≤{ev.epochs} epochs)", ev.epoch, ev.epochs, f"dev T-F1 {ev.metrics['t_f1']:.3f}")
+    task = f"{label} epoch {ev.epoch}/{ev.epochs}"
+    if ev.kind == "start":
+        return Progress(task, 0, ev.steps_per_epoch)
+    if ev.kind == "step":
+        return Progress(task, ev.step, ev.steps_per_epoch, f"loss {ev.loss:.3f}")
+    if ev.kind == "epoch":
+        sel = "c_f1" if ev.stage == "stage1" else "t_f1"
+        return Progress(task, ev.step, ev.steps_per_epoch, f"dev {sel.upper().replace('_', '-')} {ev.metrics[sel]:.3f}")
+    return None
