@@ -60,7 +60,8 @@ def _log(msg: str) -> None:
 
 def run(out: Path, configs: list[str], folds: int, only: list[int] | None, data_dir: str | None) -> None:
     from rubrictool.data import kfold_splits
-    from rubrictool.train import LLM_LABELS_NOTE, benchmark_table, train_folds, train_model
+    from rubrictool.tables import LLM_PASSES_NOTE
+    from rubrictool.train import benchmark_table, train_folds, train_model
 
     rb, table, agreement = benchmark_table("mohler", data_dir)
     splits = kfold_splits(table, k=folds, seed=0)
@@ -69,7 +70,7 @@ def run(out: Path, configs: list[str], folds: int, only: list[int] | None, data_
         root = out / name
         if only is None:
             _log(f"{name}: {folds} folds")
-            train_folds(rb, table, root, folds=folds, fold_seed=0, agreement=agreement, notes=[LLM_LABELS_NOTE],
+            train_folds(rb, table, root, folds=folds, fold_seed=0, agreement=agreement, notes=[LLM_PASSES_NOTE],
                         on_fold=lambda i, k, s, n=name: _log(f"{n} fold {i}: {s}"), **kw)
             continue
         for i in only:
@@ -78,7 +79,7 @@ def run(out: Path, configs: list[str], folds: int, only: list[int] | None, data_
                 _log(f"{name} fold {i}: done")
                 continue
             _log(f"{name} fold {i}: train")
-            train_model(rb, table, splits[i], fold_dir, agreement=agreement, notes=[LLM_LABELS_NOTE], **kw)
+            train_model(rb, table, splits[i], fold_dir, agreement=agreement, notes=[LLM_PASSES_NOTE], **kw)
 
 
 def _fold_rows(out: Path) -> list[dict[str, Any]]:

@@ -24,7 +24,8 @@ from pathlib import Path
 import pandas as pd
 
 from rubrictool import review
-from rubrictool.data import load_concept_passes, load_mohler, write_table
+from rubrictool.data import load_concept_passes, load_mohler
+from rubrictool.io import write_table
 from rubrictool.rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent

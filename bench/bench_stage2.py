@@ -35,9 +35,10 @@ SETTINGS: dict[str, dict[str, Any]] = {
 
 def cached_outputs(run: Path, data_dir: str | None) -> tuple[Any, dict[str, dict[str, torch.Tensor]]]:
     import reccbm
-    from rubrictool.adjudicate import LLM_PASSES_NOTE, adjudicate
+    from rubrictool.adjudicate import adjudicate
     from rubrictool.data import load_benchmark, load_concept_passes
     from rubrictool.rubric import load_rubric
+    from rubrictool.tables import LLM_PASSES_NOTE
     from rubrictool.train import _encode, prepare_table
 
     rb = load_rubric("mohler")

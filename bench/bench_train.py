@@ -35,9 +35,10 @@ VARIANTS = ("reccbm", "vanilla", "plm")
 
 
 def _table(split_seed: int, data_dir: str | None) -> tuple[Any, pd.DataFrame, dict[str, list[str]]]:
-    from rubrictool.adjudicate import LLM_PASSES_NOTE, adjudicate
+    from rubrictool.adjudicate import adjudicate
     from rubrictool.data import load_benchmark, load_concept_passes, split_items
     from rubrictool.rubric import load_rubric
+    from rubrictool.tables import LLM_PASSES_NOTE
 
     rb = load_rubric("mohler")
     adj = adjudicate(load_concept_passes(), rb, load_benchmark("mohler", data_dir), n_boot=0, coverage=False,

@@ -20,7 +20,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -40,16 +40,25 @@ from rubrictool.agreement import (
     reviewer_vs_others,
     rubric_coverage,
 )
-from rubrictool.data import ITEM_COLUMNS, read_table, read_wide_labels, validate_items, write_table
+from rubrictool.data import load_benchmark, load_concept_passes
 from rubrictool.errors import AdjudicateError, DataError
+from rubrictool.io import read_table, write_table
 from rubrictool.rubric import Rubric, load_rubric
+from rubrictool.tables import (
+    ADJUDICATED_PROVENANCE,
+    ITEM_COLUMNS,
+    LLM_PASSES_NOTE,
+    PREDICTION_COLUMNS,
+    REVIEW_COLUMNS,
+    read_predictions,
+    read_wide_labels,
+    validate_items,
+    validate_reviews,
+)
 
 __all__ = [
     "FORMATS",
-    "LLM_PASSES_NOTE",
     "METHODS",
-    "PREDICTION_COLUMNS",
-    "REVIEW_COLUMNS",
     "AdjudicationResult",
     "DawidSkeneVote",
     "DecisionGrid",
@@ -58,24 +67,17 @@ __all__ = [
     "adjudicate_benchmark_labels",
     "apply_resolutions",
     "discussion_queue",
+    "llm_labels",
     "queue_markdown",
-    "read_predictions",
     "read_resolutions",
     "read_reviews",
     "run_adjudicate",
     "training_table",
-    "validate_reviews",
     "write_outputs",
 ]
 
-REVIEW_COLUMNS = ["item", "reviewer", "concept", "level"]
-PREDICTION_COLUMNS = ["item", "model", "concept", "level"]
 METHODS = ("majority", "dawid-skene")
 FORMATS = ("csv", "jsonl", "parquet")
-LLM_PASSES_NOTE = (
-    "The Mohler concept labels (<data dir>/mohler-concepts) come from three independent LLM annotation passes (A, B, C) "
-    "standing in for three reviewers; they are NOT expert-validated."
-)
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -155,126 +157,14 @@ def read_reviews(specs: Sequence[str | Path], source: str = "human") -> pd.DataF
     return pd.concat(frames, ignore_index=True)
 
 
-def _first_bad(df: pd.DataFrame, mask: pd.Series, what: str | Callable[[pd.Series], str]) -> str:
-    """``<file:row>: <what> (<n> such row(s))`` for the first row where ``mask`` holds."""
-    row = df.loc[mask].iloc[0]
-    where = row["_where"] if "_where" in df.columns else f"row {int(np.flatnonzero(mask.to_numpy())[0]) + 1}"
-    return f"{where}: {what(row) if callable(what) else what} ({int(mask.sum())} such row(s))"
-
-
-def _shown(v: Any) -> str:
-    """A cell value as a user wrote it: 7, 2.5, 'high' (no numpy reprs)."""
-    v = v.item() if isinstance(v, np.generic) else v
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    return repr(v) if isinstance(v, str) else str(v)
-
-
-def validate_reviews(reviews: pd.DataFrame, rubric: Rubric, source: str = "reviews") -> pd.DataFrame:
-    """Check a ReviewTable against the rubric; return ``item, reviewer, concept, level, source[, model]``.
-
-    Errors name the file and row (or item) of the first offence: missing columns, empty input,
-    empty item/reviewer, unknown concept, non-integer or out-of-range level, a reviewer reviewing
-    the same item and concept twice, a source other than human/llm.
-    """
-    missing = [c for c in REVIEW_COLUMNS if c not in reviews.columns]
-    if missing:
-        raise AdjudicateError(
-            f"{source}: missing column(s) {', '.join(missing)}; a review table needs item, reviewer, concept, level "
-            f"(found {', '.join(map(str, reviews.columns)) or 'none'})"
-        )
-    if len(reviews) == 0:
-        raise AdjudicateError(f"{source}: no reviews (empty input)")
-    df = reviews.copy()
-    codes: dict[str, IntArray] = {}
-    for col in ("item", "reviewer", "concept"):
-        # check the distinct values once, not every row: factorize, then test the uniques; the
-        # column comes back categorical (strings, categories sorted), so later stages reuse the codes
-        code, uniques = pd.factorize(df[col], sort=True, use_na_sentinel=True)
-        text = pd.Index(uniques).astype(str)
-        blank = text.str.strip().isin([""])
-        empty = pd.Series((code < 0) | blank[np.maximum(code, 0)], index=df.index)
-        if empty.any():
-            raise AdjudicateError(
-                _first_bad(df, empty, f"empty {col}; every review needs item, reviewer and concept")
-            )
-        if text.has_duplicates:  # e.g. 1 and "1" both become "1"
-            code, text = pd.factorize(text.to_numpy(dtype=object)[code], sort=True)
-        df[col] = pd.Categorical.from_codes(code, categories=pd.Index(text, dtype=object))
-        codes[col] = code.astype(np.int64)
-    known = pd.Series(pd.unique(df["concept"]), dtype=object)
-    unknown_values = set(known[~known.isin(rubric.keys)])
-    unknown = df["concept"].isin(unknown_values) if unknown_values else pd.Series(False, index=df.index)
-    if unknown.any():
-        raise AdjudicateError(
-            _first_bad(df, unknown, lambda r: f"unknown concept {r['concept']!r}")
-            + f"; rubric {rubric.name} has {', '.join(rubric.keys)}"
-        )
-    lv = pd.to_numeric(df["level"], errors="coerce")
-    lo, hi = rubric.scale.min, rubric.scale.max
-    bad = lv.isna() | (lv != lv.round()) | (lv < lo) | (lv > hi)
-    if bad.any():
-        raise AdjudicateError(
-            _first_bad(
-                df,
-                bad,
-                lambda r: f"level {_shown(r['level'])} for concept {r['concept']} of item {r['item']}",
-            )
-            + f"; levels must be integers {lo}..{hi} (rubric {rubric.name})"
-        )
-    df["level"] = lv.astype(np.int64)
-    if "source" not in df.columns:
-        df["source"] = "human"
-    src_code, src_uniques = pd.factorize(df["source"].fillna("human"))
-    lowered = pd.Index(src_uniques).astype(str).str.lower()
-    src_code, lowered = (
-        pd.factorize(lowered.to_numpy(dtype=object)[src_code])
-        if lowered.has_duplicates
-        else (src_code, lowered)
-    )
-    df["source"] = pd.Categorical.from_codes(src_code, categories=pd.Index(lowered, dtype=object))
-    bad_src = ~df["source"].isin(["human", "llm"])
-    if bad_src.any():
-        raise AdjudicateError(_first_bad(df, bad_src, lambda r: f"source {r['source']!r}; use human or llm"))
-    ci, cr, ck = codes["item"], codes["reviewer"], codes["concept"]
-    flat = (ci * (cr.max() + 1) + cr) * (ck.max() + 1) + ck
-    dup = pd.Series(pd.Series(flat).duplicated(keep="first").to_numpy(), index=df.index)
-    if dup.any():
-        raise AdjudicateError(
-            _first_bad(
-                df,
-                dup,
-                lambda r: f"reviewer {r['reviewer']!r} reviewed item {r['item']} / {r['concept']} twice",
-            )
-            + "; keep one review per reviewer, item and concept (two files with the same reviewer name?)"
-        )
-    cols = ["item", "reviewer", "concept", "level", "source"] + (["model"] if "model" in df.columns else [])
-    return df[cols].reset_index(drop=True)
-
-
-def read_predictions(path: str | Path, rubric: Rubric) -> pd.DataFrame:
-    """An LLM PredictionTable (``item, model, concept, level, evidence, raw_ok``); failed rows skipped."""
-    p = Path(path)
-    if not p.is_file():
-        raise AdjudicateError(f"predictions file {p}: no such file; check the path")
-    df = read_table(p)
-    missing = [c for c in PREDICTION_COLUMNS if c not in df.columns]
-    if missing:
-        raise AdjudicateError(
-            f"{p}: missing column(s) {', '.join(missing)}; a prediction table needs item, model, concept, level "
-            f"(+ evidence, raw_ok); found {', '.join(map(str, df.columns))}"
-        )
-    ok_col = "raw_ok" if "raw_ok" in df.columns else "ok" if "ok" in df.columns else None
-    if ok_col is not None:
-        ok = df[ok_col].map(lambda v: str(v).strip().lower() in {"true", "1", "1.0", "yes"})
-        df = df.loc[ok]
-    df = df.loc[df["level"].notna()].copy()
+def llm_labels(path: str | Path, rubric: Rubric) -> pd.DataFrame:
+    """The usable rows of a PredictionTable (``raw_ok`` with a level) as ``item, model, concept, level``,
+    checked like reviews (one label per item, model and concept), to compare with the consensus."""
+    df = read_predictions(path, rubric, valid_only=True)
     if len(df) == 0:
-        raise AdjudicateError(f"{p}: no usable predictions (every row failed or has no level)")
-    df["reviewer"] = df["model"].astype(str)
-    df["_where"] = [f"{p}:row {i + 2 if p.suffix == '.csv' else i + 1}" for i in df.index]
-    out = validate_reviews(df.assign(source="llm"), rubric, str(p))
-    return out.assign(model=out["reviewer"])[PREDICTION_COLUMNS]
+        raise AdjudicateError(f"{path}: no usable predictions (every row failed or has no level)")
+    out = validate_reviews(df.assign(reviewer=df["model"], source="llm"), rubric, str(path))
+    return out.assign(model=out["reviewer"])[PREDICTION_COLUMNS[:4]]
 
 
 def read_resolutions(path: str | Path, rubric: Rubric) -> pd.DataFrame:
@@ -447,7 +337,7 @@ class DawidSkeneVote(_Consensus):
     """How many (item, concept) labels differ from the majority vote."""
 
     def fit_cube(self, cube: LabelCube) -> Self:
-        from crowdkit.aggregation import DawidSkene
+        from crowdkit.aggregation import DawidSkene  # crowd-kit imports torch: loaded only for this method
 
         counts = cube.counts()
         idx, _ = ordinal_vote(counts)
@@ -548,7 +438,7 @@ def training_table(
     body["method"] = method
     body["label_source"] = label_source
     body = body.loc[np.asarray(has.any(axis=1))].reset_index(drop=True)
-    prov = list(body.columns[1 + len(keys) :])
+    prov = ADJUDICATED_PROVENANCE
     if items is None:
         for col in reversed(ITEM_COLUMNS[1:]):
             body.insert(1, col, None)
@@ -724,7 +614,7 @@ def _split_sources(reviews: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | 
     if (src == "human").any() and (src == "llm").any():
         llm = reviews.loc[src == "llm"].copy()
         llm["model"] = llm["model"].fillna(llm["reviewer"]) if "model" in llm.columns else llm["reviewer"]
-        return reviews.loc[src == "human"].reset_index(drop=True), llm[PREDICTION_COLUMNS]
+        return reviews.loc[src == "human"].reset_index(drop=True), llm[PREDICTION_COLUMNS[:4]]
     return reviews, None
 
 
@@ -986,8 +876,6 @@ def _benchmark_inputs(
     benchmark: str, data_dir: str | Path | None, with_items: bool = True
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The concept-label passes of a benchmark (from the data directory) and (unless ``with_items`` is false) its items."""
-    from rubrictool.data import load_benchmark, load_concept_passes
-
     if benchmark != "mohler":
         raise AdjudicateError(
             f"no bundled concept labels for benchmark {benchmark!r}; only mohler ships them"
@@ -1036,7 +924,7 @@ def run_adjudicate(
         except DataError as e:
             raise AdjudicateError(f"--items: {e}") from None
         item_table = validate_items(item_table, str(items))
-    preds = read_predictions(predictions, rb) if predictions is not None else None
+    preds = llm_labels(predictions, rb) if predictions is not None else None
     res = read_resolutions(resolutions, rb) if resolutions is not None else None
     if note is None and (review_table["source"].astype(str) == "llm").all():
         note = "Every review in this run comes from an LLM (source=llm): the labels are not expert-validated."

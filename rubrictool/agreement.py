@@ -29,6 +29,11 @@ import krippendorff
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+from sklearn.dummy import DummyClassifier
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import accuracy_score, f1_score
+from sklearn.model_selection import KFold, StratifiedKFold
+from threadpoolctl import threadpool_limits
 
 from rubrictool.errors import AdjudicateError
 
@@ -457,11 +462,6 @@ def grade_agreement(
 def _cv_scores(X: FloatArray, y: IntArray, folds: int, seed: int, model: str) -> tuple[float, float]:
     """Cross-validated accuracy and macro-F1; duplicate (x, y) rows of a training fold are fitted once
     with their count as sample weight (the same loss, far fewer rows)."""
-    from sklearn.dummy import DummyClassifier
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import accuracy_score, f1_score
-    from sklearn.model_selection import KFold, StratifiedKFold
-
     smallest = int(np.bincount(np.unique(y, return_inverse=True)[1]).min())
     splitter = (
         StratifiedKFold(folds, shuffle=True, random_state=seed)
@@ -530,7 +530,6 @@ def rubric_coverage(
     X = levels[ok].to_numpy(dtype=float)  # (n, K)
     dom = np.asarray(domain, dtype=float)
     onehot = (X[:, :, None] == dom[None, None, :]).reshape(n, -1).astype(float)  # (n, K·V)
-    from threadpoolctl import threadpool_limits
 
     # one BLAS thread: these fits are small, and on a shared machine extra threads only oversubscribe
     with warnings.catch_warnings(), threadpool_limits(1):

@@ -27,21 +27,29 @@ import hashlib
 import json
 import logging
 import math
+import multiprocessing as mp
 import os
+import queue as queue_mod
 import random
 import re
 import sqlite3
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pandas as pd
 
+from rubrictool.data import load_benchmark
 from rubrictool.errors import AnnotateError, DataError
+from rubrictool.io import read_table, write_table
 from rubrictool.progress import Progress, ProgressFn
-from rubrictool.rubric import Rubric
+from rubrictool.rubric import Rubric, load_rubric
+from rubrictool.tables import PREDICTION_COLUMNS, read_items
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm must not fetch its price map
 
@@ -49,7 +57,6 @@ __all__ = [
     "DEFAULT_MODELS",
     "DEFAULT_TEMPLATE",
     "OUTPUT_FORMATS",
-    "PREDICTION_COLUMNS",
     "USAGE_COLUMNS",
     "AnnotateConfig",
     "AnnotateResult",
@@ -69,14 +76,12 @@ __all__ = [
     "output_paths",
     "output_schema",
     "parse_reply",
-    "read_predictions",
     "render_prompt",
     "repair_message",
     "response_format_for",
     "write_outputs",
 ]
 
-PREDICTION_COLUMNS = ["item", "model", "concept", "level", "evidence", "raw_ok"]
 USAGE_COLUMNS = ["repaired", "cached", "prompt_tokens", "completion_tokens", "cost_usd", "error"]
 DEFAULT_MODELS = ("gpt-4o", "gemini/gemini-2.5-pro")
 OUTPUT_FORMATS = ("line", "json")
@@ -155,7 +160,6 @@ class ContextExample:
 
 def load_template(path: str | Path | None = None) -> Any:
     """The jinja2 template (bundled by default); syntax errors name file:line."""
-    import jinja2
 
     p = Path(path) if path is not None else DEFAULT_TEMPLATE
     try:
@@ -184,7 +188,6 @@ def load_examples(path: str | Path, rubric: Rubric) -> list[ContextExample]:
     Columns: ``response`` (required), ``question``, ``reference``, ``context``, one level column per
     concept key (e.g. ``FC``) and optionally ``<KEY>_evidence``.
     """
-    from rubrictool.data import read_table
 
     p = Path(path)
     try:
@@ -274,7 +277,6 @@ def render_prompt(
     benchmark: str | None = None,
 ) -> str:
     """The annotation prompt for one item (a row of an ItemTable) — deterministic, so it can key the cache."""
-    import jinja2
 
     tpl = template if template is not None else load_template()
     concepts = [
@@ -1372,7 +1374,6 @@ def _shard_configs(config: AnnotateConfig, n_jobs: int) -> list[AnnotateConfig]:
 
 def _exit_with(parent: int) -> None:
     """Worker side: end this process as soon as the annotate() process is gone (even after SIGKILL)."""
-    import threading
 
     def watch() -> None:
         while True:
@@ -1476,10 +1477,6 @@ def _run_workers(
     imported rubrictool and litellm once (spawned on Windows). Replies land in the shared SQLite cache as
     they arrive, so an interrupted run resumes like a single-process one.
     """
-    import multiprocessing as mp
-    import queue as queue_mod
-    import sys
-    import threading
 
     _litellm()  # imports litellm, which starts no thread
     if sys.platform.startswith("linux") and threading.active_count() == 1:
@@ -1607,7 +1604,6 @@ def output_paths(out: str | Path) -> tuple[Path, Path, Path]:
 
 def write_outputs(result: AnnotateResult, out: str | Path) -> tuple[Path, Path, Path]:
     """Write the PredictionTable, the failure records (with raw replies) and the summary, each atomically."""
-    from rubrictool.data import write_table
 
     pred, fail, summ = output_paths(out)
     write_table(result.predictions, pred)
@@ -1624,31 +1620,6 @@ def write_outputs(result: AnnotateResult, out: str | Path) -> tuple[Path, Path, 
     return pred, fail, summ
 
 
-def read_predictions(path: str | Path, rubric: Rubric | None = None, valid_only: bool = False) -> pd.DataFrame:
-    """Read a PredictionTable; with a rubric, check concepts and levels (errors name the row)."""
-    from rubrictool.data import read_table
-
-    p = Path(path)
-    df = read_table(p)
-    missing = [c for c in PREDICTION_COLUMNS if c not in df.columns]
-    if missing:
-        raise DataError(f"{p}: not a prediction table: missing column(s) {', '.join(missing)} (write it with rubrictool annotate)")
-    df["item"] = df["item"].astype(str)
-    df["level"] = pd.to_numeric(df["level"], errors="coerce").astype("Int64")
-    df["raw_ok"] = df["raw_ok"].map(lambda v: v is True or str(v).lower() in {"true", "1"})
-    if rubric is not None:
-        concepts: list[Any] = df["concept"].tolist()
-        lvls: list[Any] = df["level"].tolist()
-        for i, (concept, lv) in enumerate(zip(concepts, lvls), 1):
-            if concept not in rubric.keys:
-                raise DataError(f"{p}: row {i}: concept {concept!r} is not in rubric {rubric.name} ({', '.join(rubric.keys)})")
-            if lv is not pd.NA and lv is not None and int(lv) not in rubric.scale.values:
-                raise DataError(f"{p}: row {i}: level {lv} is outside {rubric.scale.min}..{rubric.scale.max}")
-    if valid_only:
-        df = df[df["raw_ok"] & df["level"].notna()].reset_index(drop=True)
-    return df
-
-
 # == the command =============================================================================================
 
 
@@ -1656,8 +1627,6 @@ def load_inputs(
     benchmark: str | None, rubric: str | None, data: str | Path | None, data_dir: str | Path | None
 ) -> tuple[pd.DataFrame, Rubric]:
     """Items and rubric from ``--benchmark NAME`` (rubric defaults to the same name) or ``--rubric R --data FILE``."""
-    from rubrictool.data import load_benchmark, read_items
-    from rubrictool.rubric import load_rubric
 
     if benchmark and data:
         raise AnnotateError("pass either --benchmark or --data, not both")

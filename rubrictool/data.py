@@ -9,17 +9,17 @@ JSONL and Parquet, and write atomically.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import tarfile
 import tempfile
-import warnings
 import zipfile
 from collections.abc import Iterable
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import httpx
 import numpy as np
@@ -27,11 +27,11 @@ import pandas as pd
 
 from rubrictool.errors import DataError
 from rubrictool.progress import Progress, ProgressFn
+from rubrictool.tables import read_items, read_wide_labels, validate_items
 
 __all__ = [
     "BENCHMARKS",
     "DATA_ENV",
-    "ITEM_COLUMNS",
     "MOHLER_URL",
     "concept_passes_dir",
     "describe_benchmark",
@@ -43,168 +43,15 @@ __all__ = [
     "load_concept_passes",
     "load_mohler",
     "load_split",
-    "read_items",
-    "read_table",
-    "read_wide_labels",
     "resolve_data_dir",
     "round_half_up",
     "save_split",
     "split_items",
     "split_to_file",
-    "validate_items",
-    "write_table",
 ]
 
-ITEM_COLUMNS = ["id", "question", "response", "reference", "context", "grade"]
-REQUIRED_ITEM_COLUMNS = ["id", "response"]
 DATA_ENV = "RUBRICTOOL_DATA"
 BENCHMARKS = ("mohler",)
-FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
-
-
-# -- generic table I/O -------------------------------------------------------------------------------------
-
-
-def _format(path: Path) -> str:
-    fmt = FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise DataError(f"{path}: unknown table format {path.suffix!r}; use .csv, .jsonl or .parquet")
-    return fmt
-
-
-def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a CSV, JSONL or Parquet file into a DataFrame (strings kept as strings)."""
-    p = Path(path)
-    fmt = _format(p)
-    if not p.is_file():
-        raise DataError(f"{p}: no such file; check the path")
-    try:
-        if fmt == "csv":
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", pd.errors.ParserWarning)
-                return pd.read_csv(
-                    p, dtype={"id": str, "item": str}, keep_default_na=False, na_values=[""], index_col=False
-                )
-        if fmt == "jsonl":
-            rows = []
-            with p.open(encoding="utf-8") as fh:
-                for lineno, line in enumerate(fh, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise DataError(f"{p}:{lineno}: invalid JSON ({e.msg}); one JSON object per line") from None
-                    if not isinstance(row, dict):
-                        raise DataError(f"{p}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
-                    rows.append(row)
-            df = pd.DataFrame(rows)
-            for col in ("id", "item"):
-                if col in df.columns:
-                    df[col] = df[col].map(lambda v: v if v is None or isinstance(v, str) else str(v))
-            return df
-        return pd.read_parquet(p)
-    except DataError:
-        raise
-    except pd.errors.ParserWarning:
-        raise DataError(
-            f"{p}: a row has more fields than the header; quote text that contains commas"
-        ) from None
-    except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError) as e:
-        first = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-        raise DataError(f"{p}: cannot read as {fmt}: {first}") from None
-
-
-def _jsonable(v: object) -> object:
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating,)):
-        return None if math.isnan(float(v)) else float(v)
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    if v is pd.NA or v is pd.NaT:
-        return None
-    return v
-
-
-def write_table(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write atomically (temp file + rename) as CSV, JSONL or Parquet, chosen by the file suffix."""
-    p = Path(path)
-    fmt = _format(p)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    os.close(fd)
-    try:
-        if fmt == "csv":
-            df.to_csv(tmp, index=False)
-        elif fmt == "jsonl":
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.writelines(json.dumps({k: _jsonable(v) for k, v in rec.items()}, ensure_ascii=False) + "\n" for rec in df.to_dict(orient="records"))
-        else:
-            df.to_parquet(tmp, index=False)
-        os.replace(tmp, p)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return p
-
-
-# -- item tables ---------------------------------------------------------------------------------------------
-
-
-def validate_items(df: pd.DataFrame, source: str = "items") -> pd.DataFrame:
-    """Check an ItemTable and return it with every optional column present.
-
-    Errors name the file and the first offending row (1-based data row, header excluded).
-    """
-    missing = [c for c in REQUIRED_ITEM_COLUMNS if c not in df.columns]
-    if missing:
-        raise DataError(
-            f"{source}: missing column(s) {', '.join(missing)}; an item table needs id and response "
-            f"(optional: question, reference, context, grade); found {', '.join(map(str, df.columns)) or 'none'}"
-        )
-    df = df.copy()
-    ids = df["id"]
-    if ids.isna().any():
-        row = int(np.flatnonzero(ids.isna().to_numpy())[0]) + 1
-        raise DataError(f"{source}: row {row}: empty id; every item needs a unique id")
-    df["id"] = ids.astype(str)
-    dup = df["id"].duplicated(keep=False)
-    if dup.any():
-        first = df.loc[dup, "id"].iloc[0]
-        rows = [int(i) + 1 for i in np.flatnonzero((df["id"] == first).to_numpy())]
-        raise DataError(
-            f"{source}: duplicate id {first!r} at rows {rows} ({int(df['id'].duplicated().sum())} duplicates "
-            "in all); ids must be unique"
-        )
-    resp = df["response"]
-    empty = resp.isna() | resp.astype(str).str.strip().eq("")
-    if empty.any():
-        bad = df.loc[empty, "id"].tolist()
-        row = int(np.flatnonzero(empty.to_numpy())[0]) + 1
-        shown = ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
-        raise DataError(
-            f"{source}: row {row}: {len(bad)} item(s) with an empty response ({shown}); "
-            "fill them in or remove them explicitly — nothing is dropped silently"
-        )
-    for col in ITEM_COLUMNS:
-        if col not in df.columns:
-            df[col] = None
-    if df["grade"].notna().any():
-        g = pd.to_numeric(df["grade"], errors="coerce")
-        bad_g = g.isna() & df["grade"].notna()
-        if bad_g.any():
-            row = int(np.flatnonzero(bad_g.to_numpy())[0]) + 1
-            raise DataError(f"{source}: row {row}: grade {df['grade'][bad_g].iloc[0]!r} is not a number")
-        df["grade"] = g
-    return df
-
-
-def read_items(path: str | Path) -> pd.DataFrame:
-    """Read and validate an ItemTable from CSV, JSONL or Parquet."""
-    return validate_items(read_table(path), str(path))
 
 
 # -- data directory ----------------------------------------------------------------------------------------
@@ -329,22 +176,6 @@ PASSES = ("A", "B", "C")
 def concept_passes_dir(data_dir: str | Path | None = None) -> Path:
     """``<data dir>/mohler-concepts``: the three Mohler concept-label passes (ids and levels only)."""
     return resolve_data_dir(data_dir) / CONCEPT_PASSES
-
-
-def read_wide_labels(path: str | Path, reviewer: str | None = None, source: str = "human") -> pd.DataFrame:
-    """One reviewer's wide export (``{"id": ..., "FC": 3, ...}`` per row) → tidy ``item, reviewer, concept, level``."""
-    p = Path(path)
-    df = read_table(p)
-    if "id" not in df.columns and "item" not in df.columns:
-        raise DataError(f"{p}: no 'id' column; a wide label file has one row per item: id, <concept>...")
-    key = "id" if "id" in df.columns else "item"
-    concept_cols = [c for c in df.columns if c not in {key, "reviewer", "source", "model"}]
-    long = df.melt(id_vars=[key], value_vars=concept_cols, var_name="concept", value_name="level")
-    long = long.rename(columns={key: "item"}).dropna(subset=["level"])
-    long["item"] = long["item"].astype(str)
-    long["reviewer"] = reviewer or p.stem
-    long["source"] = source
-    return long[["item", "reviewer", "concept", "level", "source"]].reset_index(drop=True)
 
 
 def load_concept_passes(data_dir: str | Path | None = None) -> pd.DataFrame:
@@ -558,8 +389,6 @@ def _local_source(url: str) -> Path | None:
     if url.startswith(("http://", "https://")):
         return None
     if url.startswith("file://"):
-        from urllib.parse import urlparse
-        from urllib.request import url2pathname
 
         return Path(url2pathname(urlparse(url).path))
     if "://" in url:

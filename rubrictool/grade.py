@@ -21,8 +21,8 @@ import pandas as pd
 import reccbm
 from reccbm import Predictions, ReccbmError
 from reccbm.onnx_encoder import OnnxExportError, use_onnx_encoder
-from rubrictool.data import read_table, write_table
 from rubrictool.errors import DataError, TrainError
+from rubrictool.io import read_table, write_table
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.rubric import Rubric
 

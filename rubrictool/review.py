@@ -45,10 +45,11 @@ import httpx
 import jinja2
 import pandas as pd
 
-from rubrictool.data import read_items, write_table
-from rubrictool.errors import DataError, ReviewError
+from rubrictool.errors import ReviewError
+from rubrictool.io import write_table
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.rubric import Rubric, load_rubric
+from rubrictool.tables import read_items, read_predictions
 
 __all__ = [
     "ADMIN_EMAIL",
@@ -343,18 +344,8 @@ def _read_predictions(path: str | Path, rubric: Rubric, item_ids: set[str]) -> t
     """The valid rows (``raw_ok``) of a PredictionTable for the given items, checked against the rubric,
     and how many valid rows were for other items (a table made for a whole benchmark may be pushed
     for a subset of its items)."""
-    from rubrictool.annotate import read_predictions
-
-    p = Path(path)
-    df = read_predictions(p, rubric, valid_only=True)
+    df = read_predictions(path, rubric, valid_only=True)
     ours = df["item"].isin(item_ids)
-    dup = df[ours].duplicated(["item", "model", "concept"], keep=False)
-    if dup.any():
-        row = df[ours][dup].iloc[0]
-        raise DataError(
-            f"{p}: item {row['item']} has several {row['concept']} labels from model {row['model']}; "
-            "keep one row per item, model and concept"
-        )
     return df[ours].reset_index(drop=True), int((~ours).sum())
 
 

@@ -25,20 +25,34 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 import yaml
+from accelerate import PartialState
 from numpy.typing import NDArray
+from scipy.stats import spearmanr
 
 import reccbm
 from reccbm import JointConfig, ModelConfig, Predictions, StageIConfig, StageIIConfig
 from reccbm.config import config_from_dict, variant_flags, variant_name
+from rubrictool.adjudicate import adjudicate
+from rubrictool.data import (
+    kfold_splits,
+    load_benchmark,
+    load_concept_passes,
+    load_split,
+    save_split,
+    split_items,
+)
 from rubrictool.errors import TrainError
+from rubrictool.evaluate import majority_baseline, oracle_concept_baseline, pooled_metrics, spearman_with_ci
 from rubrictool.grade import predictions_frame as _predictions_frame
+from rubrictool.io import read_table
 from rubrictool.rubric import Rubric, load_rubric
+from rubrictool.tables import LLM_PASSES_NOTE
 
 __all__ = [
     "CPU_DEFAULTS",
     "FLAT_OPTIONS",
-    "LLM_LABELS_NOTE",
     "TrainResult",
     "benchmark_table",
     "load_train_config",
@@ -72,10 +86,6 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 SECTIONS: dict[str, type[Any]] = {"model": ModelConfig, "stage1": StageIConfig, "joint": JointConfig,
                                   "stage2": StageIIConfig}
 
-LLM_LABELS_NOTE = (
-    "Concept labels: majority vote over three independent LLM annotation passes (A, B, C) of the Mohler "
-    "answers, NOT validated by experts."
-)
 
 
 # ---------------------------------------------------------------------------- configuration
@@ -245,8 +255,6 @@ def _fit_stage2(
     s2: StageIIConfig, callback: Callable[[reccbm.Event], None] | None,
 ) -> reccbm.StageResult:
     """Stage II on the frozen model's outputs for `items` (cached once), selected on dev."""
-    import torch
-
     assert items.concepts is not None and items.grades is not None and dev.grades is not None
     p_fit = reccbm.cache_concepts(model, items, pad, s1.eval_batch_size)
     p_dev = reccbm.cache_concepts(model, dev, pad, s1.eval_batch_size)
@@ -349,8 +357,6 @@ def reliability_table(
     ok = df["alpha"].notna() & df["sigma2"].notna()
     rho = None
     if ok.sum() >= 3 and df.loc[ok, "alpha"].nunique() > 1 and df.loc[ok, "sigma2"].nunique() > 1:
-        from scipy.stats import spearmanr
-
         rho = float(spearmanr(df.loc[ok, "sigma2"], 1 - df.loc[ok, "alpha"]).statistic)
     return df, rho
 
@@ -445,14 +451,10 @@ def train_model(
     if isinstance(agreement, (str, Path)):
         agreement = _read_agreement(Path(agreement))
     run = Path(run_dir)
-    from accelerate import PartialState
-
     is_main = PartialState().is_main_process  # under `accelerate launch`, only rank 0 writes the run dir
     resolved = {"variant": name, "preset": preset, "rubric": rb.name, "seeds": seeds, "model": asdict(mcfg)}
     resolved |= {s: asdict(config_from_dict(c, cfgs[s])) for s, c in SECTIONS.items() if s != "model"}
     if is_main:
-        from rubrictool.data import save_split
-
         run.mkdir(parents=True, exist_ok=True)
         save_split({k: list(v) for k, v in split.items()}, run / "split.json")
         (run / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True))
@@ -476,8 +478,6 @@ def train_model(
         rel, rho = reliability_table(model, rb, info.get("per_concept"), agreement) if not plm else (pd.DataFrame(), None)
         metrics["spearman_sigma2_vs_1_minus_alpha"] = rho
         if len(rel) and rel["A_kk"].notna().any():
-            from rubrictool.evaluate import spearman_with_ci
-
             metrics["spearman_ci"] = spearman_with_ci(rel["sigma2"], 1 - rel["alpha"])
             metrics["mean_A_kk"] = float(rel["A_kk"].mean())
         if not is_main:
@@ -516,9 +516,6 @@ def _read_agreement(path: Path) -> dict[str, Any] | None:
 def benchmark_table(benchmark: str, data_dir: str | Path | None = None) -> tuple[Rubric, pd.DataFrame, dict[str, Any]]:
     """(rubric, adjudicated table, agreement) of a benchmark with concept-label passes (Mohler): the items
     from the data directory, concept labels by majority vote over the three LLM annotation passes."""
-    from rubrictool.adjudicate import LLM_PASSES_NOTE, adjudicate
-    from rubrictool.data import load_benchmark, load_concept_passes
-
     if benchmark != "mohler":
         raise TrainError(f"no bundled concept labels for benchmark {benchmark!r}; pass --data and --rubric")
     rb = load_rubric(benchmark)
@@ -537,11 +534,9 @@ def train_benchmark(
 ) -> TrainResult:
     """``rubrictool train --benchmark mohler``: items from the data directory, concept labels from the
     three LLM annotation passes in <data dir>/mohler-concepts (majority vote), α from the same passes, a 7:2:1 split."""
-    from rubrictool.data import split_items
-
     rb, table, agreement = benchmark_table(benchmark, data_dir)
     split = split_items(table, seed=split_seed)
-    notes = [LLM_LABELS_NOTE] + list(kwargs.pop("notes", None) or [])
+    notes = [LLM_PASSES_NOTE] + list(kwargs.pop("notes", None) or [])
     return train_model(rb, table, split, run_dir, agreement=agreement, notes=notes, **kwargs)
 
 
@@ -569,9 +564,6 @@ def train_folds(
 
     Resumable per fold: a fold whose run finished (metrics.json written) is read back, not retrained.
     on_fold(i, k, "train"|"done") reports which fold starts or was found finished."""
-    from rubrictool.data import kfold_splits, save_split
-    from rubrictool.evaluate import majority_baseline, oracle_concept_baseline, pooled_metrics
-
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
     if isinstance(agreement, (str, Path)):
         agreement = _read_agreement(Path(agreement))
@@ -623,8 +615,6 @@ def train_folds(
     }
     rels = [run / f"fold-{i}" / "reliability.csv" for i in range(folds)]
     if all(p.is_file() for p in rels):
-        from rubrictool.evaluate import spearman_with_ci
-
         frames = [pd.read_csv(p) for p in rels]
         if frames[0]["A_kk"].notna().any():
             sigma2 = np.mean([f["sigma2"].to_numpy() for f in frames], axis=0)  # (K,) mean over folds
@@ -726,8 +716,6 @@ def run_train(
 ) -> TrainResult:
     """``rubrictool train``: a benchmark or an adjudicated table (+ rubric), flat CLI options over a YAML
     config over CPU_DEFAULTS; the run directory defaults to runs/<benchmark|table>-<variant>."""
-    from rubrictool.data import load_split, read_table, split_items
-
     unknown = sorted(set(flat) - set(FLAT_OPTIONS))
     if unknown:
         raise TrainError(f"unknown option(s) {unknown}")
@@ -749,7 +737,7 @@ def run_train(
         if folds:
             rb, table, agr_doc = benchmark_table(benchmark, data_dir)
             return train_folds(rb, table, run, folds=folds, fold_seed=split_seed, agreement=agr_doc,
-                               notes=[LLM_LABELS_NOTE], on_fold=on_fold, **kw)
+                               notes=[LLM_PASSES_NOTE], on_fold=on_fold, **kw)
         return train_benchmark(benchmark, run, data_dir=data_dir, split_seed=split_seed, **kw)
     if rubric is None:
         raise TrainError("--data needs --rubric NAME|FILE (the rubric the concept columns follow)")

@@ -17,16 +17,17 @@ from rubrictool.adjudicate import (
     MajorityVote,
     adjudicate,
     adjudicate_benchmark_labels,
-    read_predictions,
+    llm_labels,
     read_resolutions,
     read_reviews,
-    validate_reviews,
     write_outputs,
 )
 from rubrictool.agreement import krippendorff_alpha, value_counts
-from rubrictool.data import load_concept_passes, read_table, write_table
-from rubrictool.errors import AdjudicateError
+from rubrictool.data import load_concept_passes
+from rubrictool.errors import AdjudicateError, DataError
+from rubrictool.io import read_table, write_table
 from rubrictool.rubric import load_rubric
+from rubrictool.tables import validate_reviews
 from tests._adjudicate_helpers import TOY, toy_items, toy_reviews
 
 MOHLER = load_rubric("mohler")
@@ -157,7 +158,7 @@ def test_bad_resolutions(rows: list[dict[str, object]], message: str) -> None:
 def test_bad_resolution_level_names_the_row(tmp_path: Path) -> None:
     f = tmp_path / "res.csv"
     f.write_text("item,concept,level\nq1,CC,2\nq1,FC,7\n")
-    with pytest.raises(AdjudicateError, match=r"res\.csv:row 3: level 7 .* levels must be integers 1\.\.3"):
+    with pytest.raises(DataError, match=r"res\.csv:row 3: level 7 .* levels must be integers 1\.\.3"):
         read_resolutions(f, MOHLER)
 
 
@@ -188,30 +189,34 @@ def _write(tmp_path: Path, df: pd.DataFrame, name: str = "r.csv") -> Path:
 
 
 @pytest.mark.parametrize(
-    ("mutate", "message"),
+    ("mutate", "error", "message"),
     [
-        (lambda d: d.drop(columns="level"), r"missing column\(s\) level"),
-        (lambda d: d.iloc[0:0], "empty"),
+        # read_reviews rejects a file that is no review table; validate_reviews (tables) checks the rows
+        (lambda d: d.drop(columns="level"), AdjudicateError, r"missing column\(s\) level"),
+        (lambda d: d.iloc[0:0], AdjudicateError, "empty"),
         (
             lambda d: d.assign(concept=d["concept"].where(d.index != 4, "XX")),
+            DataError,
             r"r\.csv:row 6: unknown concept 'XX'.*FC, CC",
         ),
         (
             lambda d: d.assign(level=d["level"].where(d.index != 2, 4)),
+            DataError,
             r"r\.csv:row 4: level 4 for concept FC of item q1.*1\.\.3",
         ),
         (
             lambda d: d.assign(level=d["level"].astype(object).where(d.index != 0, "high")),
+            DataError,
             r"row 2: level 'high'",
         ),
-        (lambda d: pd.concat([d, d.iloc[[3]]]), r"reviewer 'A' reviewed item q1 / CC twice"),
-        (lambda d: d.assign(source="robot"), r"source 'robot'; use human or llm"),
+        (lambda d: pd.concat([d, d.iloc[[3]]]), DataError, r"reviewer 'A' reviewed item q1 / CC twice"),
+        (lambda d: d.assign(source="robot"), DataError, r"source 'robot'; use human or llm"),
     ],
 )
-def test_bad_reviews_name_the_row(tmp_path: Path, mutate: object, message: str) -> None:
+def test_bad_reviews_name_the_row(tmp_path: Path, mutate: object, error: type[Exception], message: str) -> None:
     bad = mutate(toy_reviews())  # type: ignore[operator]
     path = _write(tmp_path, bad)
-    with pytest.raises(AdjudicateError, match=message):
+    with pytest.raises(error, match=message):
         df = read_reviews([path])
         validate_reviews(df, MOHLER)
 
@@ -303,7 +308,7 @@ def test_human_reviews_with_llm_rows_compare_the_llm() -> None:
     assert res.agreement["llm_vs_consensus"]["gpt-4o"]["FC"]["n_items"] == 4
 
 
-def test_read_predictions_skips_failures(tmp_path: Path) -> None:
+def test_llm_labels_skip_failures(tmp_path: Path) -> None:
     p = tmp_path / "pred.csv"
     pd.DataFrame(
         {
@@ -315,7 +320,7 @@ def test_read_predictions_skips_failures(tmp_path: Path) -> None:
             "raw_ok": [True, False, False],
         }
     ).to_csv(p, index=False)
-    got = read_predictions(p, MOHLER)
+    got = llm_labels(p, MOHLER)
     assert got.values.tolist() == [["q1", "m", "FC", 3]]
     res = adjudicate(toy_reviews(), MOHLER, predictions=got, n_boot=0, coverage=False)
     assert res.agreement["llm_vs_consensus"]["m"]["FC"]["confusion"]["matrix"] == [

@@ -17,13 +17,13 @@ from rubrictool.annotate import (
     load_template,
     output_schema,
     parse_reply,
-    read_predictions,
     render_prompt,
     repair_message,
     response_format_for,
 )
 from rubrictool.errors import AnnotateError, DataError
 from rubrictool.rubric import load_rubric
+from rubrictool.tables import read_predictions
 
 RUBRIC = load_rubric("mohler")
 ITEM = {

@@ -15,9 +15,9 @@ from _llm_server import LlamaServer, llama_available, smollm2_gguf
 from conftest import require_or_skip
 from typer.testing import CliRunner
 
-from rubrictool.annotate import read_predictions
 from rubrictool.cli import app
 from rubrictool.rubric import load_rubric
+from rubrictool.tables import read_predictions
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow]
 

@@ -16,9 +16,10 @@ import pandas as pd
 import pytest
 from _llm_server import MOHLER_KEYS, Reply, ScriptedLLMServer, Seen, json_reply, line_reply, scripted_level
 
-from rubrictool.annotate import AnnotateConfig, annotate, read_predictions, write_outputs
+from rubrictool.annotate import AnnotateConfig, annotate, write_outputs
 from rubrictool.progress import Progress
 from rubrictool.rubric import load_rubric
+from rubrictool.tables import read_predictions
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "openai/scripted"

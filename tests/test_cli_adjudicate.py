@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from rubrictool.agreement import krippendorff_alpha, value_counts
 from rubrictool.cli import app
-from rubrictool.data import load_concept_passes, read_table, write_table
+from rubrictool.data import load_concept_passes
+from rubrictool.io import read_table, write_table
 from tests._adjudicate_helpers import toy_items, toy_reviews
 
 runner = CliRunner()

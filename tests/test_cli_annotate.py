@@ -19,9 +19,9 @@ from _llm_server import Reply, ScriptedLLMServer, Seen, line_reply
 from test_annotate_server import MODEL, make_items
 from typer.testing import CliRunner
 
-from rubrictool.annotate import read_predictions
 from rubrictool.cli import app
 from rubrictool.rubric import load_rubric
+from rubrictool.tables import read_predictions
 
 ROOT = Path(__file__).resolve().parent.parent
 

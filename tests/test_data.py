@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 
 from rubrictool.data import (
-    ITEM_COLUMNS,
     MOHLER_URL,
     describe_benchmark,
     describe_items,
@@ -22,16 +21,13 @@ from rubrictool.data import (
     load_benchmark,
     load_concept_passes,
     load_mohler,
-    read_items,
-    read_table,
-    read_wide_labels,
     resolve_data_dir,
     round_half_up,
-    validate_items,
-    write_table,
 )
 from rubrictool.errors import DataError
+from rubrictool.io import read_table, write_table
 from rubrictool.rubric import load_rubric
+from rubrictool.tables import ITEM_COLUMNS, read_items, read_wide_labels, validate_items
 from tests._foundation_helpers import build_archive, serve_folder
 
 # -- Mohler loader --------------------------------------------------------------------------------------------

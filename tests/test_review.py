@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from rubrictool import review
 from rubrictool.cli import app
-from rubrictool.data import write_table
 from rubrictool.errors import DataError, ReviewError
+from rubrictool.io import write_table
 from rubrictool.rubric import Rubric, list_rubrics, load_rubric, parse_rubric, scaffold_rubric
 
 # -- the interface ---------------------------------------------------------------------------------------------

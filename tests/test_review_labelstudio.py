@@ -30,8 +30,9 @@ from typer.testing import CliRunner
 from rubrictool import review
 from rubrictool.adjudicate import adjudicate
 from rubrictool.cli import app
-from rubrictool.data import load_concept_passes, read_table, write_table
+from rubrictool.data import load_concept_passes
 from rubrictool.errors import ReviewError
+from rubrictool.io import read_table, write_table
 from rubrictool.progress import Progress
 from rubrictool.review import LabelStudioServer, free_port
 from rubrictool.rubric import list_rubrics, load_rubric, parse_rubric, scaffold_rubric
