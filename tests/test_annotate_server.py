@@ -249,7 +249,7 @@ def test_workers_share_the_cache_with_a_later_run(tmp_path: Path, mohler_rubric)
 
 
 def test_workers_split_concurrency_exactly_and_budget_evenly() -> None:
-    from rubrictool.annotate import _shard_configs
+    from rubrictool.annotate.workers import _shard_configs
 
     cfg = AnnotateConfig(models=(MODEL,), concurrency=5, workers=2, budget=1.0)
     subs = _shard_configs(cfg, 100)

@@ -1,0 +1,77 @@
+"""LLM pre-annotation: render the rubric prompt, call models through litellm, parse, cache, account.
+
+The paper's annotation stage asks GPT-4o and Gemini-2.5-pro to label every response on every rubric
+concept with the prompt of its Appendix "Annotation Pipeline" (``templates/annotate.prompt.j2``).
+This module does that for any litellm model string:
+
+1. :func:`render_prompt` fills the template with the item, the rubric and optional in-context examples.
+2. :func:`annotate` runs every (item, model) pair with asyncio (``concurrency`` requests per model),
+   retrying rate limits, timeouts and 5xx with exponential back-off, and asks once more (a *repair*
+   round that sends the parse error back) when a reply cannot be used.
+3. :func:`parse_reply` reads the paper's line format ``concept=<name>; label=<level>; evidence=<text>``
+   or JSON, leniently, and validates each level against the rubric.
+4. :class:`ReplyCache` (SQLite, WAL, one commit per reply) keys replies by model + rendered messages +
+   sampling parameters, so a second run makes no call and a killed run resumes without paying twice.
+5. Token usage and cost come from litellm; ``budget`` (USD) reserves each request's worst case before
+   sending it, so the run stops cleanly before the budget could be exceeded.
+
+The result is the tidy PredictionTable (``item, model, concept, level, evidence, raw_ok`` + usage)
+plus failure records with the raw replies and a per-model summary.
+"""
+
+from __future__ import annotations
+
+from rubrictool.annotate.cache import CachedReply, ReplyCache, cache_key
+from rubrictool.annotate.config import (
+    DEFAULT_MODELS,
+    DEFAULT_TEMPLATE,
+    OUTPUT_FORMATS,
+    USAGE_COLUMNS,
+    AnnotateConfig,
+)
+from rubrictool.annotate.dryrun import DryRunModel, DryRunReport, dry_run
+from rubrictool.annotate.outputs import load_inputs, output_paths, write_outputs
+from rubrictool.annotate.parse import Label, ParseResult, parse_reply
+from rubrictool.annotate.prompt import (
+    ContextExample,
+    load_examples,
+    load_template,
+    output_schema,
+    render_prompt,
+    repair_message,
+    response_format_for,
+)
+from rubrictool.annotate.run import annotate
+from rubrictool.annotate.runner import AnnotateResult, ModelSummary
+from rubrictool.annotate.workers import auto_workers
+
+__all__ = [
+    "DEFAULT_MODELS",
+    "DEFAULT_TEMPLATE",
+    "OUTPUT_FORMATS",
+    "USAGE_COLUMNS",
+    "AnnotateConfig",
+    "AnnotateResult",
+    "CachedReply",
+    "ContextExample",
+    "DryRunModel",
+    "DryRunReport",
+    "Label",
+    "ModelSummary",
+    "ParseResult",
+    "ReplyCache",
+    "annotate",
+    "auto_workers",
+    "cache_key",
+    "dry_run",
+    "load_examples",
+    "load_inputs",
+    "load_template",
+    "output_paths",
+    "output_schema",
+    "parse_reply",
+    "render_prompt",
+    "repair_message",
+    "response_format_for",
+    "write_outputs",
+]

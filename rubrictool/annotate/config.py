@@ -1,0 +1,76 @@
+"""Settings of an annotation run (:class:`AnnotateConfig`) and the constants the stage shares."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rubrictool.errors import AnnotateError
+
+__all__ = ["DEFAULT_MODELS", "DEFAULT_TEMPLATE", "OUTPUT_FORMATS", "USAGE_COLUMNS", "AnnotateConfig"]
+
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm must not fetch its price map
+
+
+USAGE_COLUMNS = ["repaired", "cached", "prompt_tokens", "completion_tokens", "cost_usd", "error"]
+DEFAULT_MODELS = ("gpt-4o", "gemini/gemini-2.5-pro")
+OUTPUT_FORMATS = ("line", "json")
+DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "annotate.prompt.j2"
+_CACHE_VERSION = 1
+_EVIDENCE_MAX = 500
+_EST_EVIDENCE = "the response states the key idea but omits the reason given in the reference"
+
+
+
+
+@dataclass(frozen=True)
+class AnnotateConfig:
+    """Everything that decides which requests are made and how. Fields that change the reply are in the cache key."""
+
+    models: tuple[str, ...] = DEFAULT_MODELS  # litellm model strings, e.g. "gpt-4o", "openai/<alias>"
+    format: str = "line"  # "line": the paper's concept=..; label=..; evidence=..  "json": a JSON object + schema
+    template: Path | None = None  # None: the bundled templates/annotate.prompt.j2
+    examples: Path | None = None  # in-context examples (table with response + one level column per concept)
+    benchmark: str | None = None  # the name shown to the model; default the rubric's name
+    api_base: str | None = None  # a local OpenAI-compatible server (Ollama, vLLM, llama.cpp)
+    api_key_env: str | None = None  # read the key from this env var (never printed or stored)
+    concurrency: int = 8  # requests in flight per model
+    timeout: float = 120.0  # seconds per request
+    max_retries: int = 4  # retries after the first attempt on 429 / timeout / 5xx / connection errors
+    backoff: float = 1.0  # first back-off in seconds; doubles each retry (full jitter), capped at 60 s
+    temperature: float = 0.0
+    max_tokens: int = 1024  # also the worst case the budget reserves per request
+    budget: float | None = None  # USD for this run; None: no limit
+    limit: int | None = None  # annotate only the first N items
+    cache: Path | None = Path(".rubrictool/cache.sqlite")  # None: no cache
+    # Client processes. Each draws items from a shared counter with concurrency/workers requests in
+    # flight and budget/workers USD; all share the reply cache. >1 helps only when the client's CPU
+    # (7-10 ms per litellm call) is the limit: a fast local server at high concurrency (see README).
+    # None: auto (see auto_workers).
+    workers: int | None = None
+
+    def check(self) -> None:
+        if not self.models:
+            raise AnnotateError("no model given; pass --model (e.g. --model gpt-4o)")
+        if self.format not in OUTPUT_FORMATS:
+            raise AnnotateError(f"unknown reply format {self.format!r}; use line or json")
+        for name, v, lo in (("concurrency", self.concurrency, 1), ("max-tokens", self.max_tokens, 1), ("workers", 1 if self.workers is None else self.workers, 1)):
+            if v < lo:
+                raise AnnotateError(f"--{name} must be at least {lo}, got {v}")
+        if self.max_retries < 0:
+            raise AnnotateError(f"--max-retries must be 0 or more, got {self.max_retries}")
+        if not self.timeout > 0:
+            raise AnnotateError(f"--timeout must be positive, got {self.timeout}")
+        if self.budget is not None and not self.budget > 0:
+            raise AnnotateError(f"--budget must be a positive amount in USD, got {self.budget}")
+        if self.limit is not None and self.limit < 1:
+            raise AnnotateError(f"--limit must be at least 1, got {self.limit}")
+        if len(set(self.models)) != len(self.models):
+            raise AnnotateError(f"a model is given twice in {list(self.models)}; pass each --model once")
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "max_tokens": self.max_tokens}

@@ -1,0 +1,72 @@
+"""A dry run: the first prompts, token counts and the estimated cost, nothing sent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rubrictool.annotate.cache import ReplyCache, _NoCache, cache_key
+from rubrictool.annotate.config import _EST_EVIDENCE, AnnotateConfig
+from rubrictool.annotate.llm import _count_tokens, _price
+from rubrictool.annotate.prompt import format_labels, response_format_for
+from rubrictool.annotate.runner import _prepare
+from rubrictool.rubric import Rubric
+
+__all__ = ["DryRunModel", "DryRunReport", "dry_run"]
+
+
+@dataclass
+class DryRunModel:
+    model: str
+    requests: int  # requests a run would send (cache hits excluded; repairs not counted)
+    cached: int
+    prompt_tokens: int  # of the requests to send
+    est_completion_tokens: int
+    est_cost_usd: float | None  # None: no price known
+    first_prompt_tokens: list[int]
+
+
+@dataclass
+class DryRunReport:
+    prompts: list[tuple[str, str]]  # (item id, rendered prompt) of the first items
+    models: list[DryRunModel]
+    items: int
+    response_formats: dict[str, Any]
+
+    @property
+    def est_cost_usd(self) -> float:
+        return sum(m.est_cost_usd or 0.0 for m in self.models)
+
+
+def dry_run(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig, show: int = 2) -> DryRunReport:
+    """Render the prompts, count tokens and estimate the cost of the run; sends nothing."""
+    jobs = _prepare(items, rubric, config)
+    example_reply = format_labels({k: (rubric.scale.max, _EST_EVIDENCE) for k in rubric.keys}, rubric, config.format)
+    cache = ReplyCache(config.cache) if config.cache is not None and Path(config.cache).exists() else _NoCache()
+    models = []
+    formats = {}
+    try:
+        for m in config.models:
+            rf = response_format_for(m, rubric, config.format, config.api_base)
+            formats[m] = rf
+            params = dict(config.sampling, **({"response_format": rf} if rf else {}))
+            out_tok = _count_tokens(m, text=example_reply)
+            todo_tokens, cached, first = 0, 0, []
+            for i, (_, prompt) in enumerate(jobs):
+                messages = [{"role": "user", "content": prompt}]
+                n = _count_tokens(m, messages)
+                if i < show:
+                    first.append(n)
+                if cache.get(cache_key(m, messages, params)) is not None:
+                    cached += 1
+                else:
+                    todo_tokens += n
+            todo = len(jobs) - cached
+            price = _price(m, todo_tokens, out_tok * todo) if todo else 0.0
+            models.append(DryRunModel(m, todo, cached, todo_tokens, out_tok * todo, price, first))
+    finally:
+        cache.close()
+    return DryRunReport(prompts=jobs[:show], models=models, items=len(jobs), response_formats=formats)

@@ -1,0 +1,94 @@
+"""litellm: prices, token counts and which provider errors are worth a retry."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+def _litellm() -> Any:
+    import litellm
+
+    litellm.suppress_debug_info = True  # no "Give Feedback" banners on stdout
+    litellm.telemetry = False
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):  # rubrictool reports failures itself
+        logging.getLogger(name).setLevel(logging.ERROR)
+    return litellm
+
+
+_RATES: dict[str, tuple[float, float] | None] = {}
+
+
+def _rates(model: str) -> tuple[float, float] | None:
+    """USD per prompt token and per completion token from litellm's bundled cost map (memoised)."""
+    if model not in _RATES:
+        litellm = _litellm()
+        try:
+            # priced at a request-sized 1,000 tokens: larger counts would hit long-context tiers
+            # (Gemini 2.5 Pro doubles its price above 200k prompt tokens per request)
+            a, _ = litellm.cost_per_token(model=model, prompt_tokens=1000, completion_tokens=0)
+            _, b = litellm.cost_per_token(model=model, prompt_tokens=0, completion_tokens=1000)
+            _RATES[model] = (float(a) / 1000, float(b) / 1000)
+        except Exception:  # noqa: BLE001 - litellm raises several types for an unpriced model
+            _RATES[model] = None
+    return _RATES[model]
+
+
+def _price(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """USD for a request (linear rates: the long-context tiers of some models are not modelled); None: unknown."""
+    r = _rates(model)
+    return None if r is None else r[0] * prompt_tokens + r[1] * completion_tokens
+
+
+def _count_tokens(model: str, messages: Sequence[dict[str, Any]] | None = None, text: str | None = None) -> int:
+    litellm = _litellm()
+    try:
+        if messages is not None:
+            return int(litellm.token_counter(model=model, messages=list(messages)))
+        return int(litellm.token_counter(model=model, text=text or ""))
+    except Exception:  # noqa: BLE001 - unknown tokenizer: ~4 characters per token
+        n = sum(len(str(m.get("content", ""))) for m in messages) if messages is not None else len(text or "")
+        return max(1, n // 4)
+
+
+def _retryable(e: BaseException) -> bool:
+    litellm = _litellm()
+    if isinstance(e, (asyncio.TimeoutError, TimeoutError)):
+        return True
+    retry_types = (
+        litellm.RateLimitError,
+        litellm.Timeout,
+        litellm.InternalServerError,
+        litellm.ServiceUnavailableError,
+        litellm.BadGatewayError,
+        litellm.APIConnectionError,
+    )
+    if isinstance(e, retry_types):
+        return True
+    status = getattr(e, "status_code", None)
+    return isinstance(status, int) and (status == 429 or status >= 500)
+
+
+def _fatal(e: BaseException) -> bool:
+    """Errors that will fail every request of the model: stop instead of failing item by item."""
+    litellm = _litellm()
+    return isinstance(e, (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError))
+
+
+def _retry_after(e: BaseException) -> float | None:
+    headers = getattr(e, "litellm_response_headers", None)
+    try:
+        v = headers.get("retry-after") if headers is not None else None
+        return min(float(v), 60.0) if v is not None else None
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _short_error(e: BaseException, secrets: Iterable[str] = ()) -> str:
+    msg = " ".join(str(e).split())
+    for s in secrets:
+        if s:
+            msg = msg.replace(s, "***")
+    return f"{e.__class__.__name__}: {msg[:300] or '(no message)'}"

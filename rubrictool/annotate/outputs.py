@@ -1,0 +1,62 @@
+"""Where a run's tables go, writing them, and loading a run's inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+
+from rubrictool.annotate.runner import AnnotateResult
+from rubrictool.data import load_benchmark
+from rubrictool.errors import AnnotateError
+from rubrictool.io import write_table
+from rubrictool.rubric import Rubric, load_rubric
+from rubrictool.tables import read_items
+
+__all__ = ["load_inputs", "output_paths", "write_outputs"]
+
+
+def output_paths(out: str | Path) -> tuple[Path, Path, Path]:
+    """(predictions, failures, summary) paths: ``out`` is a table file (.jsonl/.csv/.parquet) or a folder."""
+    p = Path(out)
+    if p.suffix.lower() in {".jsonl", ".csv", ".parquet", ".pq", ".json"}:
+        return p, p.with_name(p.stem + ".failures.jsonl"), p.with_name(p.stem + ".summary.json")
+    return p / "predictions.jsonl", p / "failures.jsonl", p / "summary.json"
+
+
+def write_outputs(result: AnnotateResult, out: str | Path) -> tuple[Path, Path, Path]:
+    """Write the PredictionTable, the failure records (with raw replies) and the summary, each atomically."""
+
+    pred, fail, summ = output_paths(out)
+    write_table(result.predictions, pred)
+    write_table(pd.DataFrame(result.failures, columns=["item", "model", "error", "reply", "repair_reply"]), fail)
+    payload = {
+        "items": result.total_items,
+        "stopped_by_budget": result.stopped_by_budget,
+        "cost_usd": round(result.cost_usd, 6),
+        "models": {m: asdict(s) for m, s in result.summary.items()},
+    }
+    tmp = summ.with_name(f".{summ.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, summ)
+    return pred, fail, summ
+
+
+
+
+def load_inputs(
+    benchmark: str | None, rubric: str | None, data: str | Path | None, data_dir: str | Path | None
+) -> tuple[pd.DataFrame, Rubric]:
+    """Items and rubric from ``--benchmark NAME`` (rubric defaults to the same name) or ``--rubric R --data FILE``."""
+
+    if benchmark and data:
+        raise AnnotateError("pass either --benchmark or --data, not both")
+    if not benchmark and not data:
+        raise AnnotateError("nothing to annotate: pass --benchmark mohler, or --rubric R --data ITEMS.jsonl")
+    if data and not rubric:
+        raise AnnotateError("--data needs --rubric (a bundled rubric name or a YAML path)")
+    items = load_benchmark(benchmark, data_dir) if benchmark else read_items(data)  # type: ignore[arg-type]
+    return items, load_rubric(rubric or benchmark or "")

@@ -1,0 +1,456 @@
+"""One process's run: asyncio requests per model, retries, repair rounds, budget, accounting."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from rubrictool.annotate.cache import CachedReply, ReplyCache, _NoCache, cache_key
+from rubrictool.annotate.config import AnnotateConfig
+from rubrictool.annotate.llm import (
+    _count_tokens,
+    _fatal,
+    _litellm,
+    _price,
+    _rates,
+    _retry_after,
+    _retryable,
+    _short_error,
+)
+from rubrictool.annotate.parse import ParseResult, parse_reply
+from rubrictool.annotate.prompt import (
+    load_examples,
+    load_template,
+    render_prompt,
+    repair_message,
+    response_format_for,
+)
+from rubrictool.errors import AnnotateError
+from rubrictool.progress import Progress, ProgressFn
+from rubrictool.rubric import Rubric
+
+__all__ = ["AnnotateResult", "ModelSummary"]
+
+
+@dataclass
+class ModelSummary:
+    """Per model: what was done, what failed, what it cost (this run) and how long it took."""
+
+    model: str
+    items: int = 0  # items finished (ok + failed)
+    ok: int = 0
+    failures: int = 0
+    repaired: int = 0
+    cached_items: int = 0  # items answered entirely from the cache
+    requests: int = 0  # HTTP requests sent (incl. retries)
+    retries: int = 0
+    prompt_tokens: int = 0  # tokens of the replies received in this run (cache hits excluded)
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    price_known: bool = True
+    seconds: float = 0.0  # wall time from the model's first request to its last reply
+    stopped_by_budget: bool = False
+
+
+@dataclass
+class AnnotateResult:
+    predictions: pd.DataFrame
+    failures: list[dict[str, Any]]
+    summary: dict[str, ModelSummary]
+    stopped_by_budget: bool = False
+    total_items: int = 0
+    fatal: dict[str, str] = field(default_factory=dict)  # model -> why it was stopped (wrong key, unknown model)
+    workers: int = 1  # client processes the run used
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(s.cost_usd for s in self.summary.values())
+
+
+class _BudgetStop(Exception):
+    pass
+
+
+class _CallFailed(Exception):
+    def __init__(self, message: str, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.fatal = fatal
+
+
+class _Budget:
+    """Reserve each request's worst case (prompt + max_tokens) before sending; settle with the real cost."""
+
+    def __init__(self, limit: float | None) -> None:
+        self.limit = limit
+        self.spent = 0.0
+        self.reserved = 0.0
+        self.stopped = False
+
+    def reserve(self, amount: float) -> None:
+        if self.limit is None:
+            return
+        if self.stopped or self.spent + self.reserved + amount > self.limit:
+            self.stopped = True
+            raise _BudgetStop()
+        self.reserved += amount
+
+    def settle(self, reserved: float, actual: float) -> None:
+        if self.limit is not None:
+            self.reserved -= reserved
+        self.spent += actual
+
+
+@dataclass
+class _Reply:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0  # paid in this run (0 for a cache hit)
+    cached: bool = False
+
+
+class _Runner:
+    def __init__(self, rubric: Rubric, config: AnnotateConfig, cache: ReplyCache | _NoCache) -> None:
+        self.rubric = rubric
+        self.config = config
+        self.cache = cache
+        self.budget = _Budget(config.budget)
+        self.summary = {m: ModelSummary(model=m) for m in config.models}
+        self.failures: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = []
+        self.inflight: dict[str, asyncio.Future[_Reply]] = {}
+        self.fatal: dict[str, str] = {}
+        self.api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        # values that must never reach a message: the key in use and every key-like env variable
+        self.secrets = [self.api_key or ""] + [
+            v for k, v in os.environ.items() if re.search(r"(KEY|TOKEN|SECRET)$", k) and len(v) >= 8
+        ]
+        self.response_formats = {
+            m: response_format_for(m, rubric, config.format, config.api_base) for m in config.models
+        }
+        self.started: dict[str, float] = {}
+        self.on_progress: Any = None
+        self._kwargs: dict[str, dict[str, Any]] = {}
+
+    def _call_kwargs(self, model: str) -> dict[str, Any]:
+        """What every litellm call for ``model`` carries besides messages and sampling (worked out once:
+        the provider-key lookup is not free, and a fast local server makes every millisecond count)."""
+        if model not in self._kwargs:
+            cfg = self.config
+            kw: dict[str, Any] = {"model": model, "timeout": cfg.timeout, "max_retries": 0, "drop_params": True}
+            if cfg.api_base:
+                kw["api_base"] = cfg.api_base
+            if self.api_key is not None:
+                kw["api_key"] = self.api_key
+            elif cfg.api_base and not _has_provider_key(model):
+                kw["api_key"] = "sk-no-key"  # local servers need none, but the OpenAI client wants one
+            self._kwargs[model] = kw
+        return self._kwargs[model]
+
+    @property
+    def stopped_by_budget(self) -> bool:
+        return self.budget.stopped
+
+    def _params(self, model: str) -> dict[str, Any]:
+        p = dict(self.config.sampling)
+        rf = self.response_formats[model]
+        if rf is not None:
+            p["response_format"] = rf
+        return p
+
+    async def call(self, model: str, messages: list[dict[str, Any]]) -> _Reply:
+        params = self._params(model)
+        key = cache_key(model, messages, params)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return _Reply(hit.text, hit.prompt_tokens, hit.completion_tokens, 0.0, cached=True)
+        if key in self.inflight:  # the same prompt is already being asked: pay once
+            r = await asyncio.shield(self.inflight[key])
+            return _Reply(r.text, r.prompt_tokens, r.completion_tokens, 0.0, cached=True)
+        fut: asyncio.Future[_Reply] = asyncio.get_running_loop().create_future()
+        self.inflight[key] = fut
+        try:
+            reply = await self._fetch(model, messages, params, key)
+            fut.set_result(reply)
+            return reply
+        except BaseException as e:
+            if isinstance(e, asyncio.CancelledError):
+                fut.cancel()
+            else:
+                fut.set_exception(e)
+                fut.exception()  # mark retrieved: waiting duplicates re-raise it, nobody else must
+            raise
+        finally:
+            del self.inflight[key]
+
+    async def _fetch(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any], key: str) -> _Reply:
+        litellm = _litellm()
+        cfg = self.config
+        s = self.summary[model]
+        worst = 0.0
+        if cfg.budget is not None:
+            p = _price(model, int(_count_tokens(model, messages) * 1.1) + 16, cfg.max_tokens)
+            worst = p or 0.0
+        kwargs: dict[str, Any] = dict(self._call_kwargs(model), messages=messages, **params)
+        last: str = ""
+        for attempt in range(cfg.max_retries + 1):
+            if model in self.fatal:
+                raise _CallFailed(self.fatal[model], fatal=True)
+            self.budget.reserve(worst)
+            self.started.setdefault(model, time.monotonic())
+            s.requests += 1
+            s.retries += attempt > 0
+            t0 = time.monotonic()
+            timed_out = False
+            try:
+                resp = await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=cfg.timeout + 10)
+            except BaseException as e:
+                timed_out = isinstance(e, (asyncio.TimeoutError, TimeoutError, litellm.Timeout))
+                # a timed-out request may still be billed: keep its worst case as spent
+                self.budget.settle(worst, worst if timed_out else 0.0)
+                if isinstance(e, (asyncio.CancelledError, KeyboardInterrupt)):
+                    raise
+                last = _short_error(e, self.secrets)
+                if _fatal(e):
+                    raise _CallFailed(last, fatal=True) from None
+                if not _retryable(e):
+                    raise _CallFailed(last) from None
+                if attempt == cfg.max_retries:
+                    break
+                delay = _retry_after(e) or random.uniform(0, min(60.0, cfg.backoff * 2**attempt))
+                await asyncio.sleep(delay)
+                continue
+            text = _reply_text(resp)
+            pt, ct = _usage(resp)
+            price = _response_cost(resp) if _rates(model) is not None else None
+            if price is None:
+                price = _price(model, pt, ct)
+            if price is None:
+                s.price_known = False  # a local alias: counted as free, reported as "no price"
+            cost = price or 0.0
+            self.budget.settle(worst, cost)
+            reply = _Reply(text, pt, ct, cost)
+            self.cache.put(key, model, CachedReply(text, pt, ct, cost), time.monotonic() - t0)
+            s.prompt_tokens += pt
+            s.completion_tokens += ct
+            s.cost_usd += cost
+            return reply
+        raise _CallFailed(f"gave up after {cfg.max_retries + 1} attempts: {last}")
+
+    async def annotate_item(self, model: str, item_id: str, prompt: str) -> None:
+        s = self.summary[model]
+        messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+        replies: list[_Reply] = []
+        error = ""
+        result: ParseResult | None = None
+        try:
+            first = await self.call(model, messages)
+            replies.append(first)
+            result = _safe_parse(first.text, self.rubric)
+            if not result.ok:
+                fix = messages + [
+                    {"role": "assistant", "content": first.text},
+                    {"role": "user", "content": repair_message(result, self.rubric, self.config.format)},
+                ]
+                second = await self.call(model, fix)
+                replies.append(second)
+                again = _safe_parse(second.text, self.rubric)
+                merged = {**result.labels, **again.labels}
+                only_missing = all(e.startswith("missing concept") for e in again.errors)
+                if again.ok:
+                    result = again
+                elif only_missing and all(k in merged for k in self.rubric.keys):
+                    result = ParseResult(labels=merged, found=again.found)  # the repair gave what was missing
+                else:
+                    result = again if len(again.labels) >= len(result.labels) else result
+                    error = "; ".join(again.errors or result.errors)
+        except _CallFailed as e:
+            error = str(e)
+            if e.fatal:
+                self.fatal.setdefault(model, f"model {model}: {e}")
+        s.items += 1
+        ok = result is not None and result.ok and not error
+        repaired = len(replies) == 2 and ok
+        s.ok += ok
+        s.failures += not ok
+        s.repaired += repaired
+        all_cached = bool(replies) and all(r.cached for r in replies)
+        s.cached_items += all_cached
+        pt = sum(r.prompt_tokens for r in replies)
+        ct = sum(r.completion_tokens for r in replies)
+        cost = sum(r.cost_usd for r in replies)
+        labels = result.labels if result is not None else {}
+        for key in self.rubric.keys:
+            lab = labels.get(key)
+            self.rows.append(
+                {
+                    "item": item_id,
+                    "model": model,
+                    "concept": key,
+                    "level": lab.level if lab else None,
+                    "evidence": lab.evidence if lab else None,
+                    "raw_ok": ok,
+                    "repaired": repaired,
+                    "cached": all_cached,
+                    "prompt_tokens": pt,
+                    "completion_tokens": ct,
+                    "cost_usd": cost,
+                    "error": None if ok else error,
+                }
+            )
+        if not ok:
+            self.failures.append(
+                {
+                    "item": item_id,
+                    "model": model,
+                    "error": error,
+                    "reply": replies[0].text if replies else None,
+                    "repair_reply": replies[1].text if len(replies) > 1 else None,
+                }
+            )
+        if model in self.started:
+            s.seconds = time.monotonic() - self.started[model]
+
+    async def run_model(self, model: str, jobs: list[tuple[str, str]], take: Callable[[], int] | None = None) -> None:
+        """Annotate ``jobs`` with ``model`` at the configured concurrency.
+
+        ``take`` hands out the index of the next job (-1: none left). Worker processes share one counter
+        per model, so whoever has a free slot takes the next item and no process idles while another
+        still has a backlog; without it, this process takes every job in order.
+        """
+        if take is None:
+            nxt = iter(range(len(jobs)))
+
+            def take() -> int:
+                return next(nxt, -1)
+
+        async def worker() -> None:
+            while not self.budget.stopped and model not in self.fatal:
+                i = take()
+                if i < 0:
+                    return
+                item_id, prompt = jobs[i]
+                try:
+                    await self.annotate_item(model, item_id, prompt)
+                except _BudgetStop:
+                    self.summary[model].stopped_by_budget = True
+                    return
+                if self.on_progress is not None:
+                    self.on_progress(model)
+
+        await asyncio.gather(*(worker() for _ in range(min(self.config.concurrency, max(1, len(jobs))))))
+
+
+def _safe_parse(text: str, rubric: Rubric) -> ParseResult:
+    try:
+        return parse_reply(text, rubric)
+    except Exception as e:  # noqa: BLE001 - parse_reply is fuzzed never to raise; a run must survive regardless
+        return ParseResult(errors=[f"unreadable reply ({e.__class__.__name__})"])
+
+
+def _reply_text(resp: Any) -> str:
+    try:
+        content = resp.choices[0].message.content
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+def _response_cost(resp: Any) -> float | None:
+    """The cost litellm computed for this response (it knows provider-specific pricing), if any."""
+    try:
+        v = resp._hidden_params.get("response_cost")
+    except AttributeError:
+        return None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _usage(resp: Any) -> tuple[int, int]:
+    u = getattr(resp, "usage", None)
+    pt = getattr(u, "prompt_tokens", 0) if u is not None else 0
+    ct = getattr(u, "completion_tokens", 0) if u is not None else 0
+    return int(pt or 0), int(ct or 0)
+
+
+def _has_provider_key(model: str) -> bool:
+    litellm = _litellm()
+    try:
+        return bool(litellm.validate_environment(model=model).get("keys_in_environment"))
+    except Exception:  # noqa: BLE001 - an unknown provider: assume no key
+        return False
+
+
+def _check_keys(config: AnnotateConfig) -> None:
+    if config.api_key_env:
+        if not os.environ.get(config.api_key_env):
+            raise AnnotateError(f"--api-key-env {config.api_key_env}: that environment variable is not set or empty")
+        return
+    if config.api_base:
+        return
+    litellm = _litellm()
+    for m in config.models:
+        try:
+            env = litellm.validate_environment(model=m)
+        except Exception:  # noqa: BLE001,S112 - unknown provider: litellm will report a missing key itself
+            continue
+        if not env.get("keys_in_environment"):
+            missing = ", ".join(env.get("missing_keys") or []) or "its API key"
+            raise AnnotateError(
+                f"model {m} needs {missing} in the environment (keys are read from the environment only); "
+                "or pass --api-base for a local OpenAI-compatible server"
+            )
+
+
+def _prepare(
+    items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig
+) -> list[tuple[str, str]]:
+    config.check()
+    if "id" not in items.columns or "response" not in items.columns:
+        raise AnnotateError("the item table needs 'id' and 'response' columns")
+    rows = items.head(config.limit) if config.limit else items
+    template = load_template(config.template)
+    examples = load_examples(config.examples, rubric) if config.examples else []
+    return [
+        (str(r["id"]), render_prompt({str(k): v for k, v in r.items()}, rubric, template, examples, config.format, config.benchmark))
+        for r in rows.to_dict(orient="records")
+    ]
+
+
+def _open_cache(config: AnnotateConfig) -> ReplyCache | _NoCache:
+    return ReplyCache(config.cache) if config.cache is not None else _NoCache()
+
+
+def _run_with_progress(
+    runner: _Runner, jobs: list[tuple[str, str]], progress: ProgressFn | None,
+    takes: dict[str, Callable[[], int]] | None = None,
+) -> None:
+    async def main() -> None:
+        await asyncio.gather(*(runner.run_model(m, jobs, (takes or {}).get(m)) for m in runner.config.models))
+
+    if progress is not None:
+        report = progress
+        done = dict.fromkeys(runner.config.models, 0)
+        n_total = len(jobs) * len(runner.config.models)
+
+        def update(model: str) -> None:
+            s = runner.summary[model]
+            tok = s.prompt_tokens + s.completion_tokens
+            done[model] += 1
+            report(Progress(model, done[model], len(jobs), f"${s.cost_usd:.4f} {tok:,} tok {s.failures} failed"))
+            cost = sum(x.cost_usd for x in runner.summary.values())
+            report(Progress("total", sum(done.values()), n_total, f"${cost:.4f}"))
+
+        for m in runner.config.models:
+            report(Progress(m, 0, len(jobs)))
+        report(Progress("total", 0, n_total, "$0.0000"))
+        runner.on_progress = update
+    asyncio.run(main())
