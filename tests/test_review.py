@@ -20,6 +20,8 @@ from rubrictool import review
 from rubrictool.cli import app
 from rubrictool.errors import DataError, ReviewError
 from rubrictool.io import write_table
+from rubrictool.review import server as review_server
+from rubrictool.review.tasks import _read_predictions
 from rubrictool.rubric import Rubric, list_rubrics, load_rubric, parse_rubric, scaffold_rubric
 
 # -- the interface ---------------------------------------------------------------------------------------------
@@ -125,16 +127,16 @@ def test_prediction_rows_marked_not_ok_are_left_out(tmp_path: Path) -> None:
         "evidence": ["", "", ""], "raw_ok": [True, False, True],
     })
     write_table(preds, tmp_path / "p.csv")
-    df, other = review._read_predictions(tmp_path / "p.csv", r, {"1"})
+    df, other = _read_predictions(tmp_path / "p.csv", r, {"1"})
     assert df[["item", "concept"]].values.tolist() == [["1", "FC"]] and other == 1
     bad = preds.assign(concept=["FC", "XX", "FC"])
     write_table(bad, tmp_path / "bad.csv")
     with pytest.raises(DataError, match=r"row 2: concept 'XX' is not in rubric mohler"):
-        review._read_predictions(tmp_path / "bad.csv", r, {"1"})
+        _read_predictions(tmp_path / "bad.csv", r, {"1"})
     dup = preds.assign(concept=["FC", "FC", "FC"], raw_ok=True, level=[1, 2, 3])
     write_table(dup, tmp_path / "dup.csv")
     with pytest.raises(DataError, match="several FC labels from model m"):
-        review._read_predictions(tmp_path / "dup.csv", r, {"1"})
+        _read_predictions(tmp_path / "dup.csv", r, {"1"})
 
 
 # -- the ReviewTable from task JSON -----------------------------------------------------------------------------
@@ -233,15 +235,15 @@ def test_connection_falls_back_to_the_running_local_server(monkeypatch: pytest.M
 
 
 def test_secret_files_are_created_0600(tmp_path: Path) -> None:
-    v = review._secret_file(tmp_path / "d" / "tok", lambda: "s3cret")
+    v = review_server._secret_file(tmp_path / "d" / "tok", lambda: "s3cret")
     assert v == "s3cret" and stat.S_IMODE((tmp_path / "d" / "tok").stat().st_mode) == 0o600
-    assert review._secret_file(tmp_path / "d" / "tok", lambda: "other") == "s3cret"  # kept across starts
+    assert review_server._secret_file(tmp_path / "d" / "tok", lambda: "other") == "s3cret"  # kept across starts
 
 
 def test_server_env_keeps_everything_in_the_folder(tmp_path: Path) -> None:
     base = {"HOME": "/home/x", "USERNAME": "x", "PASSWORD": "p", "PORT": "1", "HOST": "h",
             review.ENV_KEY: "k", "PATH": "/bin"}
-    env = review._server_env(tmp_path, "tok", "pw", base)
+    env = review_server._server_env(tmp_path, "tok", "pw", base)
     for k in ("USERNAME", "PASSWORD", "PORT", "HOST", review.ENV_KEY):
         assert k not in env
     for k in ("LABEL_STUDIO_BASE_DATA_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"):
@@ -259,7 +261,7 @@ def test_serve_says_when_label_studio_is_missing(tmp_path: Path) -> None:
 def test_find_label_studio_explains_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(review, "__file__", str(tmp_path / "pkg" / "review.py"))
+    monkeypatch.setattr(review_server, "REPO_DIR", tmp_path / "pkg")
     with pytest.raises(ReviewError, match=r"not installed: run `bash setup.sh --all`"):
         review.find_label_studio()
 

@@ -1,0 +1,246 @@
+"""Creating or finding the review project and importing each item exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rubrictool.errors import ReviewError
+from rubrictool.progress import Progress, ProgressFn
+from rubrictool.review.client import Connection
+from rubrictool.review.interface import check_interface, render_label_config
+from rubrictool.review.settings import _PAGE, STATE_NAME
+from rubrictool.review.tasks import _prediction, _read_predictions, build_tasks
+from rubrictool.rubric import Rubric
+from rubrictool.tables import read_items
+
+__all__ = ["PushResult", "find_project", "push"]
+
+
+def _all_projects(conn: Connection, title: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    page = 1
+    while True:
+        body = conn.get("/api/projects", "listing projects", title=title, page=page, page_size=100)
+        rows = body.get("results", []) if isinstance(body, dict) else list(body or [])
+        out += rows
+        if not isinstance(body, dict) or not body.get("next"):
+            return out
+        page += 1
+
+
+def _get_project(conn: Connection, project_id: int) -> dict[str, Any] | None:
+    found = conn.request("GET", f"/api/projects/{project_id}", f"reading project {project_id}", missing_ok=True)
+    return found if isinstance(found, dict) else None
+
+
+def find_project(conn: Connection, project: str | int) -> dict[str, Any] | None:
+    """A project by numeric id or exact title (None when there is none; an error when titles are ambiguous)."""
+    if isinstance(project, int) or str(project).isdigit():
+        return _get_project(conn, int(project))
+    hits = [p for p in _all_projects(conn, str(project)) if p.get("title") == project]
+    if len(hits) > 1:
+        ids = ", ".join(str(p["id"]) for p in hits)
+        raise ReviewError(f"{len(hits)} projects are titled {project!r} (ids {ids}); pass --project <id> to pick one")
+    return _get_project(conn, int(hits[0]["id"])) if hits else None
+
+
+def _require_project(conn: Connection, project: str | int) -> dict[str, Any]:
+    conn.get("/api/current-user/whoami", "checking the API key")
+    found = find_project(conn, project)
+    if found is None:
+        titles = [str(p.get("title")) for p in _all_projects(conn, "")][:10]
+        raise ReviewError(
+            f"no project {project!r} on {conn.url}; projects there: {', '.join(titles) or 'none'} "
+            "(create one with `rubrictool review push`)"
+        )
+    return found
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    try:
+        state = json.loads(path.read_text())
+        return state if isinstance(state, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_json(path: Path, payload: dict[str, Any], mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(payload, fh, indent=1)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _list_tasks(
+    conn: Connection, project_id: int, with_annotations: bool, progress: ProgressFn | None = None
+) -> list[dict[str, Any]]:
+    """Every task of a project: id and data, plus annotations when asked.
+
+    Only these fields are requested (``include``): the full task rows with predictions and drafts are
+    3–6 times slower to serialise on the server (measured: 6.5 s vs 1.0 s per 500 tasks).
+    """
+    tasks: list[dict[str, Any]] = []
+    page = 1
+    while True:
+        body = conn.get(
+            "/api/tasks", f"reading the tasks of project {project_id}", project=project_id,
+            fields="all" if with_annotations else "task_only",
+            include="id,data,annotations" if with_annotations else "id,data", page=page, page_size=_PAGE,
+            **({"expand": "annotations"} if with_annotations else {}),  # full annotations, not just their ids
+        )
+        rows = body.get("tasks", []) if isinstance(body, dict) else []
+        total = int(body.get("total", 0)) if isinstance(body, dict) else 0
+        tasks += rows
+        if progress:
+            progress(Progress("reading tasks", len(tasks), total))
+        if not rows or len(tasks) >= total:
+            return tasks
+        page += 1
+
+
+def _attach_predictions(conn: Connection, project_id: int, tasks: list[dict[str, Any]]) -> None:
+    """Add each task's predictions (one request for the whole project)."""
+    body = conn.get("/api/predictions", f"reading the predictions of project {project_id}", project=project_id)
+    rows = body.get("results", []) if isinstance(body, dict) else list(body or [])
+    by_task: dict[int, list[dict[str, Any]]] = {}
+    for p in rows:
+        by_task.setdefault(int(p.get("task") or 0), []).append(p)
+    for t in tasks:
+        t["predictions"] = by_task.get(int(t["id"]), [])
+
+
+@dataclass
+class PushResult:
+    """What one push did."""
+
+    project_id: int
+    title: str
+    url: str
+    created: bool
+    items: int
+    already: int
+    imported: int
+    predictions: int
+    models: list[str]
+    state_file: Path
+    other_predictions: int = 0  # valid prediction rows for items not in the pushed table (left out)
+
+    @property
+    def project_url(self) -> str:
+        return f"{self.url}/projects/{self.project_id}/data"
+
+    def summary(self) -> str:
+        verb = "created" if self.created else "found"
+        return (
+            f"project {self.title!r} (id {self.project_id}, {verb}): {self.imported} new task(s) imported, "
+            f"{self.predictions} prediction(s) added (models: {', '.join(self.models) or 'none'}); {self.already} of "
+            f"{self.items} item(s) were already there"
+            + (f"; {self.other_predictions} prediction row(s) for other items left out" if self.other_predictions else "")
+            + f". Open {self.project_url}"
+        )
+
+
+def _add_missing_predictions(
+    conn: Connection, project_id: int, task_of: dict[str, int], preds: pd.DataFrame, rubric: Rubric
+) -> int:
+    """Predictions of models that tasks already on the server do not have yet (e.g. a model annotated
+    after the first push); the key is (item, model), so nothing is ever sent twice."""
+    body = conn.get("/api/predictions", f"reading the predictions of project {project_id}", project=project_id)
+    rows = body.get("results", []) if isinstance(body, dict) else list(body or [])
+    have = {(int(p.get("task") or 0), str(p.get("model_version"))) for p in rows}
+    order = {k: i for i, k in enumerate(rubric.keys)}
+    ours = preds[preds["item"].isin(task_of)]
+    ours = ours.assign(_o=ours["concept"].map(order)).sort_values(["item", "model", "_o"])
+    payload = []
+    for (item, model), g in ours.groupby(["item", "model"], sort=True):
+        task = task_of[str(item)]
+        if (task, str(model)) not in have:
+            payload.append({"task": task, **_prediction(str(model), g)})
+    for start in range(0, len(payload), 500):
+        conn.request("POST", f"/api/projects/{project_id}/import/predictions", "importing predictions",
+                     json=payload[start : start + 500])
+    return len(payload)
+
+
+def push(
+    conn: Connection,
+    rubric: Rubric,
+    items_path: str | Path,
+    predictions_path: str | Path | None = None,
+    project: str | None = None,
+    max_annotations: int = 3,
+    batch_size: int = 200,
+    state_file: str | Path | None = None,
+    progress: ProgressFn | None = None,
+) -> PushResult:
+    """Create or find the review project and import the items it does not hold yet, with predictions.
+
+    The project is found by the id stored in the state file (``.rubrictool-review.json`` next to the
+    items), else by its exact title (default ``<rubric>-review``), else created. The items already on
+    the server are read from its tasks (``data.item_id``) before importing, so a re-run, an interrupted
+    run or a run after adding items imports each item exactly once.
+    """
+    if max_annotations < 1:
+        raise ReviewError(f"--max-annotations must be at least 1 (got {max_annotations})")
+    items = read_items(items_path)
+    preds, other = _read_predictions(predictions_path, rubric, set(items["id"])) if predictions_path else (None, 0)
+    title = project or f"{rubric.name}-review"
+    if not 3 <= len(title) <= 50:
+        raise ReviewError(f"project title {title!r} has {len(title)} characters; Label Studio needs 3 to 50 (--project)")
+    state_path = Path(state_file) if state_file else Path(items_path).parent / STATE_NAME
+    xml = render_label_config(rubric)
+
+    conn.get("/api/current-user/whoami", "checking the API key")
+    state = _read_state(state_path)
+    known = state.get(conn.url, {}).get(title, {})
+    found = _get_project(conn, int(known["id"])) if isinstance(known, dict) and "id" in known else None
+    if found is None:
+        found = find_project(conn, title)
+    created = found is None
+    if found is None:
+        found = conn.request(
+            "POST", "/api/projects", f"creating project {title!r}",
+            json={
+                "title": title, "label_config": xml, "maximum_annotations": max_annotations,
+                "description": f"rubrictool review of rubric {rubric.name} v{rubric.version}: {rubric.title}",
+                "show_collab_predictions": True, "show_skip_button": True,
+            },
+        )
+    else:
+        check_interface(rubric, str(found.get("label_config", "")), f"{title!r} (id {found['id']})")
+        if int(found.get("maximum_annotations") or 0) != max_annotations:
+            conn.request("PATCH", f"/api/projects/{found['id']}", "updating maximum_annotations",
+                         json={"maximum_annotations": max_annotations})
+    pid = int(found["id"])
+    state.setdefault(conn.url, {})[title] = {"id": pid, "rubric": rubric.name, "rubric_version": rubric.version}
+    _write_json(state_path, state)
+
+    existing = {str(t.get("data", {}).get("item_id")): int(t["id"]) for t in _list_tasks(conn, pid, False)}
+    new_items = items[~items["id"].isin(existing)]
+    tasks = build_tasks(new_items, preds, rubric)
+    n_pred = _add_missing_predictions(conn, pid, existing, preds, rubric) if preds is not None and existing else 0
+    if progress:
+        progress(Progress("importing tasks", 0, len(tasks)))
+    for start in range(0, len(tasks), batch_size):
+        batch = tasks[start : start + batch_size]
+        body = conn.request("POST", f"/api/projects/{pid}/import", f"importing tasks into project {pid}",
+                            params={"return_task_ids": "true"}, json=batch)
+        n_pred += int((body or {}).get("prediction_count") or 0)
+        if progress:
+            progress(Progress("importing tasks", start + len(batch), len(tasks)))
+    models = sorted(preds["model"].astype(str).unique()) if preds is not None else []
+    return PushResult(pid, title, conn.url, created, len(items), len(items) - len(new_items), len(tasks), n_pred,
+                      models, state_path, other)
