@@ -1,0 +1,54 @@
+"""Adjudication: reviews in, one consensus level per item and concept out, with every figure of
+agreement, a discussion queue of the contested cases and the training table the trainer reads.
+
+Input is a tidy ReviewTable ``item, reviewer, concept, level`` (optional ``source`` = human|llm and
+``model``; other columns are ignored) read from long CSV/JSONL/Parquet files, from one wide file
+per reviewer (``id, FC, CC, ...``; reviewer = file stem unless given as ``NAME=PATH``), or both.
+
+Consensus is :class:`MajorityVote` (the ordinal tie rule of
+:func:`rubrictool.agreement.ordinal_vote`) or :class:`DawidSkeneVote` (crowd-kit's Dawid–Skene, one
+model per concept). Expert decisions from a resolutions file override either, and are recorded.
+
+When a review table holds both human reviews and LLM rows (``source`` = llm), the consensus is
+built from the human reviews only and the LLM rows are compared with it like ``--predictions``.
+"""
+
+from __future__ import annotations
+
+from rubrictool.adjudicate.aggregators import (
+    FORMATS,
+    METHODS,
+    DawidSkeneVote,
+    DecisionGrid,
+    MajorityVote,
+    apply_resolutions,
+)
+from rubrictool.adjudicate.inputs import llm_labels, read_resolutions, read_reviews
+from rubrictool.adjudicate.outputs import discussion_queue, queue_markdown, training_table
+from rubrictool.adjudicate.run import (
+    AdjudicationResult,
+    adjudicate,
+    adjudicate_benchmark_labels,
+    run_adjudicate,
+    write_outputs,
+)
+
+__all__ = [
+    "FORMATS",
+    "METHODS",
+    "AdjudicationResult",
+    "DawidSkeneVote",
+    "DecisionGrid",
+    "MajorityVote",
+    "adjudicate",
+    "adjudicate_benchmark_labels",
+    "apply_resolutions",
+    "discussion_queue",
+    "llm_labels",
+    "queue_markdown",
+    "read_resolutions",
+    "read_reviews",
+    "run_adjudicate",
+    "training_table",
+    "write_outputs",
+]

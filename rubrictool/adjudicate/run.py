@@ -1,0 +1,422 @@
+"""The whole run: validate, agreement figures, decisions, outputs (:func:`adjudicate`, :func:`run_adjudicate`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rubrictool.adjudicate.aggregators import (
+    FORMATS,
+    METHODS,
+    DawidSkeneVote,
+    DecisionGrid,
+    MajorityVote,
+    apply_resolutions,
+)
+from rubrictool.adjudicate.inputs import llm_labels, read_resolutions, read_reviews
+from rubrictool.adjudicate.outputs import discussion_queue, queue_markdown, training_table
+from rubrictool.agreement import (
+    LEVELS_OF_MEASUREMENT,
+    LabelCube,
+    concept_agreement,
+    grade_agreement,
+    pairwise_agreement,
+    predictions_vs_consensus,
+    reviewer_vs_others,
+    rubric_coverage,
+)
+from rubrictool.data import load_benchmark, load_concept_passes
+from rubrictool.errors import AdjudicateError, DataError
+from rubrictool.io import read_table, write_table
+from rubrictool.rubric import Rubric, load_rubric
+from rubrictool.tables import (
+    LLM_PASSES_NOTE,
+    PREDICTION_COLUMNS,
+    validate_items,
+    validate_reviews,
+)
+
+__all__ = ["AdjudicationResult", "adjudicate", "adjudicate_benchmark_labels", "run_adjudicate", "write_outputs"]
+
+
+@dataclass
+class AdjudicationResult:
+    """Everything one adjudication produced (and, after :func:`write_outputs`, where it went)."""
+
+    table: pd.DataFrame
+    decisions: pd.DataFrame
+    queue: pd.DataFrame
+    agreement: dict[str, Any]
+    reviewers: list[str]
+    markdown: str = ""
+    paths: dict[str, Path] = field(default_factory=dict)
+
+
+def _nan_to_none(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nan_to_none(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating, float)):
+        return None if math.isnan(float(obj)) else float(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+def _split_sources(reviews: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Human reviews and LLM rows when both exist; otherwise everything is a review."""
+    src = reviews["source"]
+    if (src == "human").any() and (src == "llm").any():
+        llm = reviews.loc[src == "llm"].copy()
+        llm["model"] = llm["model"].fillna(llm["reviewer"]) if "model" in llm.columns else llm["reviewer"]
+        return reviews.loc[src == "human"].reset_index(drop=True), llm[PREDICTION_COLUMNS[:4]]
+    return reviews, None
+
+
+class _Clock:
+    """Stage timings for the benchmark: ``lap(name)`` records the seconds since the previous lap."""
+
+    def __init__(self, out: dict[str, float] | None) -> None:
+        self.out, self.t = (
+            out,
+            time.process_time() if os.environ.get("RUBRICTOOL_CPU_CLOCK") else time.perf_counter(),
+        )
+
+    def lap(self, name: str) -> None:
+        now = time.process_time() if os.environ.get("RUBRICTOOL_CPU_CLOCK") else time.perf_counter()
+        if self.out is not None:
+            self.out[name] = self.out.get(name, 0.0) + now - self.t
+        self.t = now
+
+
+def _grader_columns(items: pd.DataFrame) -> list[str]:
+    cols = [c for c in items.columns if str(c).startswith("grade_")]
+    return [c for c in cols if pd.to_numeric(items[c], errors="coerce").notna().any()]
+
+
+def _concept_figures(
+    rubric: Rubric,
+    grid: DecisionGrid,
+    per_concept: pd.DataFrame,
+    pairs: pd.DataFrame,
+    loo: pd.DataFrame,
+    dawid_skene: bool = False,
+) -> dict[str, Any]:
+    """``agreement.json``'s ``concepts``: per concept α, CI, exact, counts, flags, pairs, reviewers."""
+    concepts: dict[str, Any] = {}
+    for key in rubric.keys:
+        pc: dict[str, Any] = {str(c): v for c, v in per_concept.loc[key].items()}
+        k = grid.cube.concepts.index(key)
+        has = grid.n[:, k] > 0
+        vs = loo.loc[loo["concept"] == key].set_index("reviewer")
+        ranked = vs["alpha"].dropna().sort_values()
+        distinct = len(ranked) >= 2 and ranked.iloc[0] != ranked.iloc[-1]
+        concepts[key] = {
+            "name": rubric.concept(key).name,
+            "alpha": pc["alpha"],
+            "alpha_ci": [pc["alpha_lo"], pc["alpha_hi"]],
+            "exact": pc["exact"],
+            "n_items": int(pc["n_items"]),
+            "n_pairable": int(pc["n_pairable"]),
+            "n_reviewers": int(pc["n_reviewers"]),
+            "n_labels": int(pc["n_labels"]),
+            "unanimous": pc["unanimous"],
+            "flagged": int(grid.flagged[:, k].sum()),
+            "tied": int((grid.tied[:, k] & has).sum()),
+            "resolved": int(grid.resolved[:, k].sum()),
+            "pairwise": pairs.loc[pairs["concept"] == key].drop(columns="concept").to_dict(orient="records"),
+            "vs_others": {
+                str(r): {"alpha": v["alpha"], "exact": v["exact"], "n_items": int(v["n_items"])}
+                for r, v in vs.iterrows()
+            },
+            "best_reviewer": str(ranked.index[-1]) if distinct else None,
+            "worst_reviewer": str(ranked.index[0]) if distinct else None,
+        }
+        if dawid_skene:
+            concepts[key]["dawid_skene_changed"] = int(
+                ((grid.level[:, k] != grid.vote[:, k]) & has & ~grid.resolved[:, k]).sum()
+            )
+    return concepts
+
+
+def _llm_figures(
+    predictions: Sequence[pd.DataFrame], consensus: pd.DataFrame, domain: list[int], level: str
+) -> dict[str, Any]:
+    """``agreement.json``'s ``llm_vs_consensus``: per model and concept α, exact, confusion matrix."""
+    llm: dict[str, Any] = {}
+    for preds in predictions:
+        for _, r in predictions_vs_consensus(preds, consensus, domain, level).iterrows():
+            llm.setdefault(r["model"], {})[r["concept"]] = {
+                "alpha": r["alpha"],
+                "exact": r["exact"],
+                "n_items": int(r["n_items"]),
+                "confusion": {
+                    "rows": "consensus level",
+                    "columns": "predicted level",
+                    "levels": domain,
+                    "matrix": r["confusion"],
+                },
+            }
+    return llm
+
+
+def adjudicate(
+    reviews: pd.DataFrame,
+    rubric: Rubric,
+    items: pd.DataFrame | None = None,
+    predictions: pd.DataFrame | None = None,
+    resolutions: pd.DataFrame | None = None,
+    method: str = "majority",
+    level: str = "ordinal",
+    n_boot: int = 1000,
+    seed: int = 0,
+    expected_reviewers: int | None = None,
+    coverage: bool = True,
+    note: str | None = None,
+    timings: dict[str, float] | None = None,
+) -> AdjudicationResult:
+    """Validate reviews, compute every agreement figure, decide each label, build the outputs.
+
+    ``reviews`` is a ReviewTable (validated here against ``rubric``); ``items`` an ItemTable (review
+    item ids must all be in it); ``predictions`` a PredictionTable of LLM labels to compare with the
+    consensus; ``resolutions`` expert decisions that override the vote. ``timings``, when given,
+    receives the seconds each stage took.
+    """
+    if method not in METHODS:
+        raise AdjudicateError(f"unknown method {method!r}; use {' or '.join(METHODS)}")
+    if level not in LEVELS_OF_MEASUREMENT:
+        raise AdjudicateError(
+            f"unknown level of measurement {level!r}; use {', '.join(LEVELS_OF_MEASUREMENT)}"
+        )
+    clock = _Clock(timings)
+    reviews = validate_reviews(reviews, rubric)
+    reviews, llm_rows = _split_sources(reviews)
+    if items is not None:
+        items = validate_items(items, "items")
+        unknown = ~reviews["item"].isin(items["id"].astype(str))
+        if unknown.any():
+            ids = pd.unique(reviews.loc[unknown, "item"])
+            shown = ", ".join(map(str, ids[:5])) + (" ..." if len(ids) > 5 else "")
+            raise AdjudicateError(
+                f"reviews mention {len(ids)} item id(s) not in the items table ({shown}); "
+                "check that the reviews and --items come from the same data"
+            )
+    dom = rubric.scale.values
+    order = items["id"].astype(str).to_numpy(dtype=object) if items is not None else None
+    clock.lap("validate")
+    cube = LabelCube.from_reviews(reviews, rubric.keys, dom, order)
+    reviewed = cube.n_reviews().sum(axis=1) > 0
+    if not reviewed.all():  # keep only reviewed items in the cube (items-table order)
+        cube = LabelCube(
+            cube.items[reviewed], cube.concepts, cube.reviewers, cube.domain, cube.levels[reviewed]
+        )
+    expected = expected_reviewers or len(cube.reviewers)
+
+    clock.lap("cube")
+    # 1) consensus
+    changed: int | None = None
+    if method == "majority":
+        grid = MajorityVote(dom).fit_cube(cube).grid_
+    else:
+        ds = DawidSkeneVote(dom).fit_cube(cube)
+        grid, changed = ds.grid_, ds.changed_
+    if resolutions is not None and len(resolutions):
+        grid = apply_resolutions(grid, resolutions)
+    decisions = grid.frame()
+
+    clock.lap("consensus")
+    # 2) agreement
+    per_concept = concept_agreement(cube, level, n_boot, seed)
+    clock.lap("alpha+bootstrap")
+    pairs = pairwise_agreement(cube, level)
+    clock.lap("pairwise")
+    loo = reviewer_vs_others(cube, level)
+    clock.lap("leave-one-out")
+    srcs = sorted(str(x) for x in reviews["source"].unique())
+    label_source = srcs[0] if len(srcs) == 1 else "mixed"
+    table = training_table(grid, rubric, method, items, label_source)
+    n_rev_item = table["n_reviewers"].to_numpy()
+    under = table.loc[n_rev_item < expected, "id"].astype(str).tolist()
+    concepts = _concept_figures(rubric, grid, per_concept, pairs, loo, dawid_skene=changed is not None)
+    clock.lap("table+summary")
+    consensus = decisions[["item", "concept", "level"]]
+    llm = _llm_figures(
+        [p for p in (predictions, llm_rows) if p is not None and len(p)], consensus, dom, level
+    )
+    clock.lap("llm")
+    grade: dict[str, Any] = {"available": False}
+    if items is not None:
+        cols = _grader_columns(table)
+        if len(cols) >= 2:
+            grade = {"available": True, **grade_agreement(table, cols, "interval", n_boot, seed)}
+    clock.lap("grade")
+    cov = (
+        rubric_coverage(table, rubric.keys, dom, "grade", 5, seed)
+        if coverage
+        else {"available": False, "reason": "skipped"}
+    )
+    clock.lap("coverage")
+    agreement = {
+        "rubric": rubric.name,
+        "level_of_measurement": level,
+        "method": method,
+        "bootstrap": {
+            "n": n_boot,
+            "seed": seed,
+            "resampled": "items with >= 2 reviews of the concept",
+            "ci": "percentile 95%",
+        },
+        "tie_rule": "median of the tied most-frequent levels; the lower middle one when their number is even "
+        "(3 reviewers all different -> median; 2 disagreeing -> lower level)",
+        "note": note,
+        "label_source": label_source,
+        "reviewers": cube.reviewers,
+        "n_items": len(cube.items),
+        "n_labels": int(cube.n_reviews().sum()),
+        "expected_reviewers": int(expected),
+        "under_reviewed": {"n_items": len(under), "items": under[:100]},
+        "items_without_reviews": int((~reviewed).sum()),
+        "concepts": concepts,
+        "adjudication": {
+            "method": method,
+            "n_decisions": len(decisions),
+            "unanimous": int(decisions["unanimous"].sum()),
+            "flagged": int(decisions["flagged"].sum()),
+            "tied": int(decisions["tied"].sum()),
+            "resolved": int(decisions["resolved"].astype(bool).sum()),
+            "dawid_skene_changed": changed,
+        },
+        "llm_vs_consensus": llm,
+        "grade": grade,
+        "coverage": cov,
+    }
+    queue = discussion_queue(grid, rubric, items)
+    clock.lap("queue")
+    result = AdjudicationResult(table, decisions, queue, _nan_to_none(agreement), cube.reviewers)
+    result.markdown = queue_markdown(queue, cube.reviewers, rubric, note)
+    clock.lap("markdown")
+    return result
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def write_outputs(result: AdjudicationResult, out: str | Path, fmt: str = "csv") -> dict[str, Path]:
+    """Write ``adjudicated.<fmt>``, ``decisions.<fmt>``, ``discussion_queue.csv``, ``discussion_queue.md``
+    and ``agreement.json`` into ``out`` (each atomically)."""
+    if fmt not in FORMATS:
+        raise AdjudicateError(f"unknown format {fmt!r}; use {', '.join(FORMATS)}")
+    d = Path(out)
+    if d.exists() and not d.is_dir():
+        raise AdjudicateError(f"--out {d}: exists and is not a folder; pass a folder for the outputs")
+    paths = {
+        "table": write_table(result.table, d / f"adjudicated.{fmt}"),
+        "decisions": write_table(result.decisions, d / f"decisions.{fmt}"),
+        "queue": write_table(result.queue, d / "discussion_queue.csv"),
+    }
+    _write_text(d / "discussion_queue.md", result.markdown)
+    _write_text(d / "agreement.json", json.dumps(result.agreement, indent=1, ensure_ascii=False) + "\n")
+    paths["markdown"] = d / "discussion_queue.md"
+    paths["agreement"] = d / "agreement.json"
+    result.paths = paths
+    return paths
+
+
+def _benchmark_inputs(
+    benchmark: str, data_dir: str | Path | None, with_items: bool = True
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The concept-label passes of a benchmark (from the data directory) and (unless ``with_items`` is false) its items."""
+    if benchmark != "mohler":
+        raise AdjudicateError(
+            f"no bundled concept labels for benchmark {benchmark!r}; only mohler ships them"
+        )
+    return load_concept_passes(data_dir), load_benchmark(benchmark, data_dir) if with_items else None
+
+
+def run_adjudicate(
+    *,
+    rubric: str | Path | Rubric | None = None,
+    reviews: Sequence[str | Path] = (),
+    benchmark: str | None = None,
+    items: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    predictions: str | Path | None = None,
+    resolutions: str | Path | None = None,
+    method: str = "majority",
+    level: str = "ordinal",
+    out: str | Path = "adjudicated",
+    fmt: str = "csv",
+    n_boot: int = 1000,
+    seed: int = 0,
+    expected_reviewers: int | None = None,
+) -> AdjudicationResult:
+    """Read the inputs (files and/or a benchmark), adjudicate, write the outputs to ``out``.
+
+    ``--benchmark mohler`` supplies the Mohler items and, unless review files are given, the three
+    LLM concept-label passes in ``<data dir>/mohler-concepts``.
+    """
+    if rubric is None and benchmark is None:
+        raise AdjudicateError("no rubric; pass --rubric NAME|FILE (or --benchmark mohler)")
+    rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric or str(benchmark))
+    note = None
+    item_table: pd.DataFrame | None = None
+    if benchmark is not None:
+        passes, item_table = _benchmark_inputs(benchmark, data_dir)
+        if not reviews:
+            review_table, note = passes, LLM_PASSES_NOTE
+    if reviews:
+        review_table = read_reviews(reviews)
+    elif benchmark is None:
+        raise AdjudicateError("no reviews; pass --reviews FILE (repeatable) or --benchmark mohler")
+    if items is not None:
+        try:
+            item_table = read_table(items)
+        except DataError as e:
+            raise AdjudicateError(f"--items: {e}") from None
+        item_table = validate_items(item_table, str(items))
+    preds = llm_labels(predictions, rb) if predictions is not None else None
+    res = read_resolutions(resolutions, rb) if resolutions is not None else None
+    if note is None and (review_table["source"].astype(str) == "llm").all():
+        note = "Every review in this run comes from an LLM (source=llm): the labels are not expert-validated."
+    result = adjudicate(
+        review_table, rb, item_table, preds, res, method, level, n_boot, seed, expected_reviewers, note=note
+    )
+    write_outputs(result, out, fmt)
+    return result
+
+
+def adjudicate_benchmark_labels(
+    benchmark: str = "mohler", items: pd.DataFrame | None = None, data_dir: str | Path | None = None
+) -> pd.DataFrame:
+    """The adjudicated training table of a benchmark from its concept-label passes (data directory).
+
+    For Mohler: majority vote (ordinal tie rule) over the three LLM annotation passes A, B, C —
+    NOT expert-validated — joined to ``items`` (default: :func:`rubrictool.data.load_mohler`).
+    Columns: ItemTable columns, one integer column per concept, provenance. No bootstrap or
+    coverage is computed (use :func:`adjudicate` for those).
+    """
+    if items is None:
+        passes, items = _benchmark_inputs(benchmark, data_dir)
+    else:
+        passes, _ = _benchmark_inputs(benchmark, data_dir, with_items=False)
+    return adjudicate(
+        passes, load_rubric(benchmark), items, n_boot=0, coverage=False, note=LLM_PASSES_NOTE
+    ).table
