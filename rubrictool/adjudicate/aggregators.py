@@ -19,7 +19,14 @@ from rubrictool.tables import (
     REVIEW_COLUMNS,
 )
 
-__all__ = ["FORMATS", "METHODS", "DawidSkeneVote", "DecisionGrid", "MajorityVote", "apply_resolutions"]
+__all__ = [
+    "FORMATS",
+    "METHODS",
+    "DawidSkeneVote",
+    "DecisionGrid",
+    "MajorityVote",
+    "apply_resolutions",
+]
 
 
 METHODS = ("majority", "dawid-skene")

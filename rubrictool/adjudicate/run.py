@@ -46,7 +46,13 @@ from rubrictool.tables import (
     validate_reviews,
 )
 
-__all__ = ["AdjudicationResult", "adjudicate", "adjudicate_benchmark_labels", "run_adjudicate", "write_outputs"]
+__all__ = [
+    "AdjudicationResult",
+    "adjudicate",
+    "adjudicate_benchmark_labels",
+    "run_adjudicate",
+    "write_outputs",
+]
 
 
 @dataclass

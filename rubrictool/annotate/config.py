@@ -9,7 +9,13 @@ from typing import Any
 
 from rubrictool.errors import AnnotateError
 
-__all__ = ["DEFAULT_MODELS", "DEFAULT_TEMPLATE", "OUTPUT_FORMATS", "USAGE_COLUMNS", "AnnotateConfig"]
+__all__ = [
+    "DEFAULT_MODELS",
+    "DEFAULT_TEMPLATE",
+    "OUTPUT_FORMATS",
+    "USAGE_COLUMNS",
+    "AnnotateConfig",
+]
 
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm must not fetch its price map

@@ -20,7 +20,15 @@ from rubrictool.errors import AnnotateError, DataError
 from rubrictool.io import read_table
 from rubrictool.rubric import Rubric
 
-__all__ = ["ContextExample", "load_examples", "load_template", "output_schema", "render_prompt", "repair_message", "response_format_for"]
+__all__ = [
+    "ContextExample",
+    "load_examples",
+    "load_template",
+    "output_schema",
+    "render_prompt",
+    "repair_message",
+    "response_format_for",
+]
 
 
 @dataclass(frozen=True)

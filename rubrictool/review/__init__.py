@@ -42,7 +42,7 @@ from rubrictool.review.server import (
     serve,
     start_server,
 )
-from rubrictool.review.settings import ADMIN_EMAIL, DEFAULT_DIR, ENV_KEY, ENV_URL, TEMPLATE
+from rubrictool.review.settings import ADMIN_EMAIL, DEFAULT_DIR, ENV_KEY, ENV_URL, STATE_NAME, TEMPLATE
 from rubrictool.review.tasks import build_tasks, task_data
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_DIR",
     "ENV_KEY",
     "ENV_URL",
+    "STATE_NAME",
     "TEMPLATE",
     "Connection",
     "LabelStudioServer",

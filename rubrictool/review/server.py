@@ -31,7 +31,14 @@ from rubrictool.review.settings import (
     ENV_URL,
 )
 
-__all__ = ["LabelStudioServer", "find_label_studio", "free_port", "port_is_free", "serve", "start_server"]
+__all__ = [
+    "LabelStudioServer",
+    "find_label_studio",
+    "free_port",
+    "port_is_free",
+    "serve",
+    "start_server",
+]
 
 
 REPO_DIR = Path(__file__).resolve().parents[2]

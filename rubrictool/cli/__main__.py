@@ -1,0 +1,5 @@
+"""``python -m rubrictool.cli``: the same as the ``rubrictool`` command."""
+
+from rubrictool.cli import main
+
+main()

@@ -1,0 +1,317 @@
+"""Loading rubrics with line-accurate errors, validating files, and finding bundled and folder rubrics."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rubrictool.errors import RubricError
+from rubrictool.rubric.schema import Rubric
+
+__all__ = [
+    "BUNDLED_DIR",
+    "RubricInfo",
+    "list_rubrics",
+    "load_rubric",
+    "parse_rubric",
+    "resolve_rubric_path",
+    "rubric_errors",
+    "rubric_infos",
+    "validate_rubric_files",
+]
+
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "rubrics"
+"""The rubrics that ship with rubrictool (mohler, asap2, mocha)."""
+
+
+Loc = tuple[Any, ...]
+
+
+def _dotted(loc: Loc) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def _node_lines(node: yaml.Node, path: Loc, out: dict[Loc, int], file: str) -> None:
+    """Map every key path (``("concepts", 2, "levels", 1, "anchor")``) to its 1-based line."""
+    out[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for knode, vnode in node.value:
+            line = knode.start_mark.line + 1
+            if not isinstance(knode, yaml.ScalarNode):
+                raise RubricError(
+                    f"{file}:{line}: {_dotted(path)}: a key must be a plain name, not a list or mapping; "
+                    "check the brackets on that line"
+                )
+            key = knode.value
+            if key in seen:
+                raise RubricError(
+                    f"{file}:{line}: {_dotted(path + (key,))}: duplicate key {key!r} (first at line "
+                    f"{seen[key]}); remove one of them"
+                )
+            seen[key] = line
+            _node_lines(vnode, path + (key,), out, file)
+            out[path + (key,)] = line
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _node_lines(item, path + (i,), out, file)
+
+
+def _line_for(loc: Loc, lines: dict[Loc, int]) -> int | None:
+    for n in range(len(loc), -1, -1):
+        if loc[:n] in lines:
+            return lines[loc[:n]]
+    return None
+
+
+def _yaml_error(e: yaml.YAMLError, file: str) -> RubricError:
+    mark = getattr(e, "problem_mark", None)
+    ctx_mark = getattr(e, "context_mark", None)
+    where = f"{file}:{mark.line + 1}" if mark is not None else file
+    problem = " ".join((getattr(e, "problem", None) or str(e).splitlines()[0]).split())
+    ctx = getattr(e, "context", None)
+    started = ""
+    if ctx and ctx_mark is not None and (mark is None or ctx_mark.line != mark.line):
+        started = f" ({ctx.removeprefix('while ')} started at line {ctx_mark.line + 1})"
+    return RubricError(f"{where}: (yaml): YAML syntax error: {problem}{started}; fix the indentation/quoting there")
+
+
+def _compose(text: str, file: str) -> tuple[dict[str, Any], dict[Loc, int]]:
+    """YAML text → (data, key-path → line); syntax errors, duplicate keys and non-mappings raise."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as e:
+        raise _yaml_error(e, file) from None
+    if root is None:
+        raise RubricError(f"{file}:1: (top level): the file is empty; start from `rubrictool rubric new`")
+    lines: dict[Loc, int] = {}
+    _node_lines(root, (), lines, file)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:  # e.g. an unknown !tag: the text parses but cannot be constructed
+        raise _yaml_error(e, file) from None
+    if not isinstance(data, dict):
+        raise RubricError(f"{file}:1: (top level): a rubric must be a YAML mapping (name:, concepts:, ...)")
+    return data, lines
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _semantic_issues(data: dict[str, Any]) -> list[tuple[Loc, str]]:
+    """Cross-field checks on the raw YAML, each located at the exact key that is wrong.
+
+    They repeat what the model validators enforce, but the validators can only point at a whole
+    concept; here the location is the offending key, level or example.
+    """
+    issues: list[tuple[Loc, str]] = []
+    concepts = data.get("concepts")
+    if not isinstance(concepts, list):
+        return issues
+    raw_scale = data.get("scale")
+    scale: dict[str, Any] = raw_scale if isinstance(raw_scale, dict) else {}
+    smin, smax = _int_or_none(scale.get("min")), _int_or_none(scale.get("max"))
+    scale_values = list(range(smin, smax + 1)) if smin is not None and smax is not None else None
+    first_key: dict[str, int] = {}
+    concept_values: list[tuple[int, list[int]]] = []
+    for i, c in enumerate(concepts):
+        if not isinstance(c, dict):
+            continue
+        key = c.get("key")
+        if isinstance(key, str):
+            if key in first_key:
+                msg = f"duplicate concept key {key!r} (concept #{first_key[key]} has it too); every concept needs its own key"
+                issues.append((("concepts", i, "key"), msg))
+            else:
+                first_key[key] = i
+        label = key if isinstance(key, str) else f"#{i}"
+        levels = c.get("levels")
+        values: list[int] = []
+        if isinstance(levels, list):
+            raw = [_int_or_none(lv.get("value")) if isinstance(lv, dict) else None for lv in levels]
+            if raw and all(v is not None for v in raw):
+                values = [v for v in raw if v is not None]
+                expected = list(range(min(values), min(values) + len(values)))
+                for j, (got, want) in enumerate(zip(values, expected)):
+                    if got != want:
+                        msg = (
+                            f"levels of concept {label} are {values}; they must be contiguous integers in "
+                            f"ascending order, so this level should be {want} (e.g. {expected})"
+                        )
+                        issues.append((("concepts", i, "levels", j, "value"), msg))
+                        values = []
+                        break
+        if values:
+            concept_values.append((i, values))
+        lo_hi = (values[0], values[-1]) if values else (
+            (scale_values[0], scale_values[-1]) if scale_values else None
+        )
+        examples = c.get("examples")
+        if lo_hi and isinstance(examples, list):
+            for j, ex in enumerate(examples):
+                lvl = _int_or_none(ex.get("level")) if isinstance(ex, dict) else None
+                if lvl is not None and not lo_hi[0] <= lvl <= lo_hi[1]:
+                    msg = f"example {j} of concept {label} has level {lvl}, outside its levels {lo_hi[0]}..{lo_hi[1]}"
+                    issues.append((("concepts", i, "examples", j, "level"), msg))
+    if scale_values is not None and concept_values:
+        off = [(i, v) for i, v in concept_values if v != scale_values]
+        if off and len(off) == len(concept_values) and len({tuple(v) for _, v in off}) == 1:
+            v = off[0][1]
+            issues.append((("scale",), f"scale is {smin}..{smax} but every concept has levels {v[0]}..{v[-1]}; make them agree"))
+        else:
+            for i, v in off:
+                msg = (
+                    f"concept {concepts[i].get('key')} has levels {v[0]}..{v[-1]} but the rubric scale "
+                    f"is {smin}..{smax}: every concept must use the same levels"
+                )
+                issues.append((("concepts", i, "levels"), msg))
+    return issues
+
+
+_MODEL_LEVEL_CHECKS = ("contiguous", "duplicate concept key", "outside", "rubric scale", "ascending order")
+
+
+def _collect_errors(e: ValidationError, data: dict[str, Any], lines: dict[Loc, int], file: str) -> list[str]:
+    """Every problem of one rubric as ``file:line: field: message`` lines, in file order."""
+    found: list[tuple[Loc, str]] = _semantic_issues(data)
+    for err in e.errors():
+        loc = tuple(err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "value_error" and found and any(s in msg for s in _MODEL_LEVEL_CHECKS):
+            continue  # the same problem, already located precisely above
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown field {loc[-1]!r}; check its spelling against the schema (rubrictool rubric new)"
+        elif err["type"] == "missing":
+            msg = f"required field {loc[-1]!r} is missing"
+        found.append((loc, msg))
+    out: list[tuple[int, str]] = []
+    for loc, msg in found:
+        line = _line_for(loc, lines)
+        where = f"{file}:{line}" if line else file
+        out.append((line or 0, f"{where}: {_dotted(loc)}: {msg}"))
+    seen: set[str] = set()
+    ordered = []
+    for _, m in sorted(out, key=lambda t: t[0]):
+        if m not in seen:
+            seen.add(m)
+            ordered.append(m)
+    return ordered
+
+
+def rubric_errors(text: str, file: str = "<string>") -> list[str]:
+    """All problems of rubric YAML text, one ``file:line: field: message`` string each ([] when valid)."""
+    try:
+        data, lines = _compose(text, file)
+    except RubricError as e:
+        return [str(e)]
+    try:
+        Rubric.model_validate(data)
+    except ValidationError as e:
+        return _collect_errors(e, data, lines, file) or [f"{file}: (top level): {e.errors()[0]['msg']}"]
+    return []
+
+
+def parse_rubric(text: str, file: str = "<string>") -> Rubric:
+    """Parse and validate rubric YAML text; the error names ``file:line``, the field and the fix."""
+    data, lines = _compose(text, file)
+    try:
+        return Rubric.model_validate(data)
+    except ValidationError as e:
+        errors = _collect_errors(e, data, lines, file) or [f"{file}: (top level): {e.errors()[0]['msg']}"]
+        more = f" (+{len(errors) - 1} more; see `rubrictool rubric validate {file}`)" if len(errors) > 1 else ""
+        raise RubricError(errors[0] + more) from None
+
+
+def validate_rubric_files(paths: list[str | Path]) -> dict[str, list[str]]:
+    """Check each rubric file; map its path to its problems (an empty list when it is valid)."""
+    out: dict[str, list[str]] = {}
+    for p in paths:
+        path = Path(p)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            out[str(path)] = [f"{path}: no such file; check the path"]
+            continue
+        except (OSError, UnicodeDecodeError) as e:
+            out[str(path)] = [f"{path}: cannot read it ({e.__class__.__name__}); is it a UTF-8 text file?"]
+            continue
+        out[str(path)] = rubric_errors(text, str(path))
+    return out
+
+
+def list_rubrics(folder: str | Path | None = None) -> list[Path]:
+    """Bundled rubrics, then any ``*.yaml``/``*.yml`` in ``folder`` (or $RUBRICTOOL_RUBRICS)."""
+    paths = sorted(BUNDLED_DIR.glob("*.yaml"))
+    extra = folder or os.environ.get("RUBRICTOOL_RUBRICS")
+    if extra:
+        d = Path(extra)
+        if not d.is_dir():
+            raise RubricError(f"{d}: not a folder; pass a folder that holds rubric .yaml files")
+        paths += sorted([*d.glob("*.yaml"), *d.glob("*.yml")])
+    return paths
+
+
+def resolve_rubric_path(name_or_path: str | Path) -> Path:
+    """A path to a file, or the name of a bundled rubric (``mohler``, ``asap2``, ``mocha``)."""
+    p = Path(name_or_path)
+    if p.suffix in {".yaml", ".yml"} or p.exists():
+        if not p.is_file():
+            raise RubricError(f"{p}: no such rubric file; check the path or run `rubrictool rubric list`")
+        return p
+    bundled = BUNDLED_DIR / f"{name_or_path}.yaml"
+    if bundled.is_file():
+        return bundled
+    names = ", ".join(x.stem for x in list_rubrics())
+    raise RubricError(f"unknown rubric {str(name_or_path)!r}; bundled rubrics: {names}, or pass a .yaml path")
+
+
+def load_rubric(name_or_path: str | Path) -> Rubric:
+    """Load a bundled rubric by name or a rubric file by path, validated."""
+    if isinstance(name_or_path, Rubric):
+        return name_or_path
+    path = resolve_rubric_path(name_or_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise RubricError(f"{path}: cannot read the rubric ({e.__class__.__name__}); is it a UTF-8 text file?") from None
+    return parse_rubric(text, str(path))
+
+
+
+
+class RubricInfo(BaseModel):
+    """One line of ``rubric list``: a rubric file and what it holds, or why it does not load."""
+
+    path: Path
+    bundled: bool
+    name: str
+    title: str = ""
+    version: str = ""
+    n_concepts: int = 0
+    scale: str = ""
+    grade: str = ""
+    error: str | None = None
+
+
+def rubric_infos(folder: str | Path | None = None) -> list[RubricInfo]:
+    """Summaries of the bundled rubrics and those in ``folder``; broken files are listed with their error."""
+    out = []
+    for path in list_rubrics(folder):
+        bundled = path.parent.resolve() == BUNDLED_DIR.resolve()
+        try:
+            r = load_rubric(path)
+        except RubricError as e:
+            out.append(RubricInfo(path=path, bundled=bundled, name=path.stem, error=str(e)))
+            continue
+        out.append(
+            RubricInfo(
+                path=path, bundled=bundled, name=r.name, title=r.title, version=r.version, n_concepts=r.K,
+                scale=f"{r.scale.min}..{r.scale.max}", grade=f"{r.grade.min}..{r.grade.max}",
+            )
+        )
+    return out

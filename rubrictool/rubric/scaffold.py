@@ -1,0 +1,118 @@
+"""Scaffolding a commented rubric YAML for a new course."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from rubrictool.errors import RubricError
+from rubrictool.rubric.load import parse_rubric
+from rubrictool.rubric.schema import _KEY_PATTERN
+
+__all__ = ["new_rubric_file", "scaffold_rubric", "write_scaffold"]
+
+
+_SCAFFOLD_HEAD = """\
+# Rubric inventory for {title}.
+# Made by `rubrictool rubric new`; check it with `rubrictool rubric validate {file}` and
+# `rubrictool rubric lint {file}`. Replace every TODO.
+#
+# Design criteria (REC-CBM paper, appendix "Rubric Definitions"):
+#   * cover the rubric axes that decide the holistic grade,
+#   * keep concepts non-redundant (each one adds distinct evidence),
+#   * give every level an anchor descriptor an expert can apply consistently.
+
+name: {name}          # file/rubric id: letters, digits, _ . -
+title: {title_q}
+version: "0.1"        # bump it whenever definitions or anchors change; runs record it
+description: >-
+  TODO: one or two sentences on the course, the task and who graded it.
+source: null          # where the rubric comes from (paper, syllabus, ...)
+
+# The item-table columns the benchmark fills, and what each holds. Only `response` is required;
+# allowed keys: question, response, reference, context.
+fields:
+  question: The question asked to the student.
+  response: The student's answer.
+  reference: The instructor's reference answer.
+
+# Ordinal concept levels shared by every concept (REC-CBM's M = max - min).
+scale: {{min: 1, max: {levels}}}
+# The holistic grade scale of the course (REC-CBM's S = max - min).
+grade: {{min: {gmin}, max: {gmax}}}
+
+concepts:
+"""
+
+_SCAFFOLD_CONCEPT = """\
+  - key: {key}             # short id used in label files and model outputs
+    name: TODO name of {key}
+    group: null          # optional cluster, e.g. "Correctness and coverage"
+    definition: >-
+      TODO: the extent to which the answer ... (what {key} measures, in one sentence).
+    levels:              # contiguous, ascending; one anchor descriptor per level
+{levels}
+    examples:            # illustrative excerpts for reviewers (optional question/reference/note)
+      - {{text: "TODO: an excerpt of a response at the top level", level: {top}, note: TODO why}}
+"""
+
+
+def scaffold_rubric(
+    name: str, keys: list[str], levels: int = 3, grade_min: int = 0, grade_max: int = 5,
+    title: str | None = None, file: str | None = None,
+) -> str:
+    """The text of a commented rubric YAML for a new course; it validates and loads as is."""
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", name):
+        raise RubricError(f"rubric name {name!r}: use letters, digits, '_', '.' or '-' (e.g. cs101)")
+    if not keys:
+        raise RubricError("give at least one concept key, e.g. --concepts FC,CC,TU")
+    bad = [k for k in keys if not re.match(_KEY_PATTERN, k)]
+    if bad:
+        raise RubricError(f"concept key(s) {bad}: a key starts with a letter then letters, digits or '_'")
+    dups = sorted({k for k in keys if keys.count(k) > 1})
+    if dups:
+        raise RubricError(f"concept key(s) {dups} given twice; every concept needs its own key")
+    if levels < 2:
+        raise RubricError(f"--levels {levels}: a concept needs at least 2 ordinal levels")
+    if grade_max <= grade_min:
+        raise RubricError(f"grade scale {grade_min}..{grade_max}: max must be greater than min")
+    t = title or f"{name} (TODO: course title)"
+    head = _SCAFFOLD_HEAD.format(
+        name=name, title=t, title_q=json.dumps(t), levels=levels, gmin=grade_min, gmax=grade_max,
+        file=file or f"{name}.yaml",
+    )
+    body = []
+    for k in keys:
+        lv = "\n".join(
+            f'      - {{value: {v}, anchor: "TODO: what a level-{v} response shows for {k}"}}'
+            for v in range(1, levels + 1)
+        )
+        body.append(_SCAFFOLD_CONCEPT.format(key=k, levels=lv, top=levels))
+    text = head + "".join(body)
+    parse_rubric(text, file or f"{name}.yaml")  # the scaffold must always load
+    return text
+
+
+def write_scaffold(path: str | Path, text: str, force: bool = False) -> Path:
+    """Write a scaffolded rubric atomically; refuse to overwrite an existing file unless ``force``."""
+    p = Path(path)
+    if p.exists() and not force:
+        raise RubricError(f"{p}: already exists; pick another --out or pass --force to overwrite it")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, p)
+    return p
+
+
+def new_rubric_file(
+    out: str | Path, name: str, keys: list[str], levels: int = 3, grade_min: int = 0, grade_max: int = 5,
+    title: str | None = None, force: bool = False,
+) -> Path:
+    """Scaffold a rubric (:func:`scaffold_rubric`) and write it to ``out`` (``rubric new``)."""
+    text = scaffold_rubric(name, keys, levels, grade_min, grade_max, title, file=str(out))
+    return write_scaffold(out, text, force=force)

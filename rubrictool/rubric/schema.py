@@ -1,0 +1,178 @@
+"""The rubric schema (pydantic): levels, anchored examples, concepts, the grade scale and the rubric."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rubrictool.errors import RubricError
+
+__all__ = ["Concept", "Example", "Level", "Rubric", "Scale"]
+
+
+"""Folder of the rubrics shipped with rubrictool (``rubrics/`` at the top of the repository)."""
+
+_KEY_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Level(_Strict):
+    """One ordinal level of a concept and the anchor descriptor a rater applies."""
+
+    value: int
+    anchor: str = Field(min_length=1)
+
+    @field_validator("anchor")
+    @classmethod
+    def _anchor_not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("anchor is empty: describe what a response at this level looks like")
+        return v.strip()
+
+
+class Example(_Strict):
+    """An illustrative excerpt with the level it was assigned (for reviewers; not used in training)."""
+
+    text: str = Field(min_length=1)
+    level: int
+    note: str | None = None
+    question: str | None = None
+    reference: str | None = None
+
+
+class Concept(_Strict):
+    """One rubric dimension (a bottleneck unit in REC-CBM)."""
+
+    key: str = Field(pattern=_KEY_PATTERN)
+    name: str = Field(min_length=1)
+    definition: str = Field(min_length=1)
+    group: str | None = None
+    levels: list[Level] = Field(min_length=2)
+    examples: list[Example] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _levels_contiguous(self) -> Concept:
+        values = [lv.value for lv in self.levels]
+        expected = list(range(min(values), min(values) + len(values)))
+        if sorted(values) != expected or len(set(values)) != len(values):
+            raise ValueError(
+                f"levels of concept {self.key} are {values}; they must be contiguous integers "
+                f"in ascending order, e.g. {expected}"
+            )
+        if values != sorted(values):
+            raise ValueError(f"levels of concept {self.key} must be listed in ascending order")
+        lo, hi = values[0], values[-1]
+        for i, ex in enumerate(self.examples):
+            if not lo <= ex.level <= hi:
+                raise ValueError(
+                    f"example {i} of concept {self.key} has level {ex.level}, outside {lo}..{hi}"
+                )
+        return self
+
+    @property
+    def values(self) -> list[int]:
+        return [lv.value for lv in self.levels]
+
+    def anchor(self, value: int) -> str:
+        for lv in self.levels:
+            if lv.value == value:
+                return lv.anchor
+        raise KeyError(value)
+
+
+class Scale(_Strict):
+    """An inclusive integer range, e.g. concept levels 1..3 or grades 0..5."""
+
+    min: int
+    max: int
+    labels: dict[int, str] | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Scale:
+        if self.max <= self.min:
+            raise ValueError(f"max ({self.max}) must be greater than min ({self.min})")
+        return self
+
+    @property
+    def values(self) -> list[int]:
+        return list(range(self.min, self.max + 1))
+
+    @property
+    def n(self) -> int:
+        return self.max - self.min + 1
+
+
+class Rubric(_Strict):
+    """A rubric inventory as stored in ``rubrics/<name>.yaml``."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    title: str
+    version: str
+    description: str
+    source: str | None = None
+    fields: dict[str, str] = Field(
+        description="The benchmark's input fields (question/response/reference/context) and what each holds"
+    )
+    scale: Scale = Field(description="ordinal concept levels shared by every concept")
+    grade: Scale = Field(description="the holistic grade scale")
+    concepts: list[Concept] = Field(min_length=1)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_str(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, (int, float)) else v
+
+    @field_validator("fields")
+    @classmethod
+    def _known_fields(cls, v: dict[str, str]) -> dict[str, str]:
+        allowed = {"question", "response", "reference", "context"}
+        unknown = set(v) - allowed
+        if unknown:
+            raise ValueError(f"unknown input field(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+        if "response" not in v:
+            raise ValueError("fields must describe 'response' (the student's answer)")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Rubric:
+        seen: set[str] = set()
+        for c in self.concepts:
+            if c.key in seen:
+                raise ValueError(f"duplicate concept key {c.key!r}: every concept needs its own key")
+            seen.add(c.key)
+            if c.values != self.scale.values:
+                raise ValueError(
+                    f"concept {c.key} has levels {c.values} but the rubric scale is "
+                    f"{self.scale.min}..{self.scale.max}: every concept must use the same levels"
+                )
+        return self
+
+    # -- conveniences used by every stage ------------------------------------------------------------
+    @property
+    def keys(self) -> list[str]:
+        return [c.key for c in self.concepts]
+
+    @property
+    def K(self) -> int:
+        """Number of concepts."""
+        return len(self.concepts)
+
+    @property
+    def M(self) -> int:
+        """Maximum ordinal concept level after shifting levels to 0..M (the paper's M)."""
+        return self.scale.max - self.scale.min
+
+    @property
+    def S(self) -> int:
+        """Maximum grade after shifting grades to 0..S (the paper's S)."""
+        return self.grade.max - self.grade.min
+
+    def concept(self, key: str) -> Concept:
+        for c in self.concepts:
+            if c.key == key:
+                return c
+        raise RubricError(f"rubric {self.name} has no concept {key!r}; its concepts are {', '.join(self.keys)}")
