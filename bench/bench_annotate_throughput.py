@@ -1,6 +1,6 @@
 """Throughput of `rubrictool annotate` against a local server that answers after a fixed delay.
 
-A scripted OpenAI-compatible server (tests/_llm_server.py) answers every request with a valid Mohler
+A scripted OpenAI-compatible server (tests/support/llm_server.py) answers every request with a valid Mohler
 annotation after DELAY seconds. The annotation runs through litellm's real HTTP path with the cache
 off, at concurrency 1, 8 and 32, with 1 and 2 client processes and annotate's automatic choice
 (`--workers`, auto: one process per 8 requests in flight against a local server); requests/s is compared
@@ -33,7 +33,7 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
 import pandas as pd
 
@@ -159,7 +159,7 @@ def main() -> None:
 
     # the server runs in its own process so that it does not compete with the client for the GIL
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "_llm_server.py"), "--delay", str(args.delay)],
+        [sys.executable, str(ROOT / "tests" / "support" / "llm_server.py"), "--delay", str(args.delay)],
         stdout=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None

@@ -86,9 +86,10 @@ def main() -> None:
 
 def _review(url: str, conn: review.Connection, title: str, passes: pd.DataFrame) -> int:
     """Reviewers A, B, C sign up and submit the pass labels for every task with their own tokens."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from _labelstudio import signup
+    sys.path.insert(0, str(ROOT))
     from label_studio_sdk import LabelStudio
+
+    from tests.support.labelstudio import signup
 
     proj = review.find_project(conn, title)
     assert proj is not None

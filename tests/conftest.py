@@ -1,13 +1,18 @@
-"""Shared test set-up: offline environment, the data directory, small fixtures.
+"""Shared test set-up: offline environment, the data directory, and every fixture used by more than one
+test module. Helpers (servers, toy tables, tiny models) live in ``tests/support/``.
 
 Servers the integration tests need (Label Studio, an OpenAI-compatible LLM server) are started by
-the fixtures of those tests on 127.0.0.1 and stopped afterwards.
+fixtures on 127.0.0.1 and stopped afterwards. The suites that need them carry the markers
+``labelstudio`` and ``llama`` (and the long ones ``slow``), so the fast suite is
+``pytest -m "not labelstudio and not llama and not slow"``; CI runs everything.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,3 +58,30 @@ def mohler_rubric():  # type: ignore[no-untyped-def]
     from rubrictool.rubric import load_rubric
 
     return load_rubric("mohler")
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Tiny models run fastest on one thread (and do not fight other jobs for the cores).
+
+    Used with ``pytestmark = pytest.mark.usefixtures("one_thread")`` by the modules that train; torch
+    is imported here only when such a module runs."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def ls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A running Label Studio for one test module (a copy of the session's migrated template)."""
+    from tests.support.labelstudio import LS_BIN, have_label_studio, server_from_template
+
+    require_or_skip(have_label_studio(), f"Label Studio server not installed ({LS_BIN} missing)")
+    server = server_from_template(tmp_path_factory.mktemp("ls") / "data")
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -28,7 +28,7 @@ from rubrictool.errors import AdjudicateError, DataError
 from rubrictool.io import read_table, write_table
 from rubrictool.rubric import load_rubric
 from rubrictool.tables import validate_reviews
-from tests._adjudicate_helpers import TOY, toy_items, toy_reviews
+from tests.support.toy_reviews import TOY, toy_items, toy_reviews
 
 MOHLER = load_rubric("mohler")
 

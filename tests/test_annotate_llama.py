@@ -11,13 +11,13 @@ import json
 from pathlib import Path
 
 import pytest
-from _llm_server import LlamaServer, llama_available, smollm2_gguf
 from conftest import require_or_skip
 from typer.testing import CliRunner
 
 from rubrictool.cli import app
 from rubrictool.rubric import load_rubric
 from rubrictool.tables import read_predictions
+from tests.support.llm_server import LlamaServer, llama_available, smollm2_gguf
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow]
 

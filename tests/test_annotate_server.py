@@ -12,28 +12,27 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+import httpx
 import pandas as pd
 import pytest
-from _llm_server import MOHLER_KEYS, Reply, ScriptedLLMServer, Seen, json_reply, line_reply, scripted_level
 
 from rubrictool.annotate import AnnotateConfig, annotate, write_outputs
 from rubrictool.progress import Progress
 from rubrictool.rubric import load_rubric
 from rubrictool.tables import read_predictions
+from tests.support.llm_server import (
+    MODEL,
+    MOHLER_KEYS,
+    Reply,
+    ScriptedLLMServer,
+    Seen,
+    json_reply,
+    line_reply,
+    make_items,
+    scripted_level,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL = "openai/scripted"
-
-
-def make_items(tags: list[str]) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "id": [f"it{i}" for i in range(len(tags))],
-            "question": "What is the role of a prototype program in problem solving?",
-            "response": [f"answer {i} {tag}" for i, tag in enumerate(tags)],
-            "reference": "To simulate the behaviour of portions of the desired software product.",
-        }
-    )
 
 
 def expected_level(response: str, key: str) -> int:
@@ -184,7 +183,9 @@ def test_budget_stops_before_it_is_exceeded_and_resumes(tmp_path: Path, mohler_r
         assert 0 < s.ok < 12 and s.requests == srv.count() == s.ok
         assert s.cost_usd == pytest.approx(per_request * s.requests)
         assert s.cost_usd <= 0.02
-        assert set(res.predictions["item"]) == {f"it{i}" for i in range(s.ok)} or len(set(res.predictions["item"])) == s.ok
+        # the items are taken in order and the budget refuses the next one: exactly the first s.ok are done
+        assert set(res.predictions["item"]) == {f"it{i}" for i in range(s.ok)}
+        assert len(res.predictions) == s.ok * len(MOHLER_KEYS) and res.predictions["raw_ok"].all()
         # a bigger budget finishes the run; nothing is paid twice
         done_first = {x.response for x in srv.seen}
         res2 = annotate(items, mohler_rubric, config(srv.url, cache, models=("openai/gpt-4o",), max_tokens=200, budget=1.0))
@@ -309,3 +310,19 @@ def test_workers_must_be_positive(mohler_rubric) -> None:  # type: ignore[no-unt
 
     with pytest.raises(AnnotateError, match="--workers must be at least 1"):
         annotate(make_items(["good"]), mohler_rubric, AnnotateConfig(models=(MODEL,), api_base="http://127.0.0.1:9", workers=0))
+
+
+def test_a_failed_check_inside_a_responder_fails_the_test() -> None:
+    """The scripted server answers 500 when its responder raises, and raises the error again on exit."""
+
+    def responder(seen: Seen) -> Reply:
+        assert seen.headers.get("authorization") == "Bearer right-key", "wrong key sent"
+        return Reply(content="concept=FC; label=1; evidence=x")
+
+    body = {"model": "scripted", "messages": [{"role": "user", "content": "Student response (r): a\n"}]}
+    with pytest.raises(AssertionError, match="wrong key sent"), ScriptedLLMServer(responder) as srv:
+        r = httpx.post(f"{srv.url}/chat/completions", json=body, headers={"Authorization": "Bearer wrong"})
+        assert r.status_code == 500
+    with ScriptedLLMServer(responder) as srv:  # the same check passing: no error on exit
+        r = httpx.post(f"{srv.url}/chat/completions", json=body, headers={"Authorization": "Bearer right-key"})
+        assert r.status_code == 200 and srv.errors == []

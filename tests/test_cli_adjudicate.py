@@ -14,7 +14,7 @@ from rubrictool.agreement import krippendorff_alpha, value_counts
 from rubrictool.cli import app
 from rubrictool.data import load_concept_passes
 from rubrictool.io import read_table, write_table
-from tests._adjudicate_helpers import toy_items, toy_reviews
+from tests.support.toy_reviews import toy_items, toy_reviews
 
 runner = CliRunner()
 WIDE_ENV = {"COLUMNS": "200"}

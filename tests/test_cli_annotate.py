@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from _llm_server import Reply, ScriptedLLMServer, Seen, line_reply
-from test_annotate_server import MODEL, make_items
 from typer.testing import CliRunner
 
 from rubrictool.cli import app
 from rubrictool.rubric import load_rubric
 from rubrictool.tables import read_predictions
+from tests.support.llm_server import MODEL, Reply, ScriptedLLMServer, Seen, line_reply, make_items
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from rubrictool.cli import app
 from rubrictool.data import describe_benchmark, load_mohler, load_split, split_items
-from tests._foundation_helpers import build_archive, serve_folder
+from tests.support.files import build_archive, serve_folder
 
 runner = CliRunner()
 

@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_cli_train import KEYS, mohler_like_table, tiny_bert_run
-from test_reccbm_tiny import build_backbone, one_thread  # noqa: F401
 from typer.testing import CliRunner
 
 import reccbm
 from rubrictool.cli import app
 from rubrictool.grade import grade_items
+from tests.support.tiny_models import KEYS, mohler_like_table, tiny_bert_run
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 runner = CliRunner()
 

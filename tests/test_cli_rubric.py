@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from rubrictool.cli import app
 from rubrictool.rubric import Rubric, lint_rubric, load_rubric, parse_rubric
-from tests._foundation_helpers import edited, line_of, mohler_text
+from tests.support.files import edited, line_of, mohler_text
 
 runner = CliRunner()
 

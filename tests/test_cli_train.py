@@ -6,31 +6,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from test_reccbm_tiny import build_backbone, one_thread, toy_table  # noqa: F401
 from typer.testing import CliRunner
 
 import reccbm
 from rubrictool.cli import app
 from rubrictool.rubric import load_rubric
+from tests.support.tiny_models import KEYS, build_backbone, mohler_like_table, train_with_cli
 
-KEYS = ["FC", "CC", "TU", "CP", "R", "DU", "EE", "FR"]
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 runner = CliRunner()
-
-
-def mohler_like_table(n: int = 60, seed: int = 0) -> pd.DataFrame:
-    """Items on the Mohler rubric (8 concepts, levels 1..3, grades 0..5) with learnable signal."""
-    t = toy_table(n, K=3, seed=seed)
-    c = t["c"]  # (n, 3) in 0..2
-    df = pd.DataFrame({"id": [f"q.{i}" for i in range(n)], "question": t["q"], "response": t["r"],
-                       "reference": t["a"], "context": None})
-    for k, key in enumerate(KEYS):
-        df[key] = c[:, k % 3] + 1
-    df["grade"] = np.clip(c.sum(1), 0, 5)
-    return df
 
 
 @pytest.fixture(scope="module")
@@ -38,27 +26,10 @@ def backbone(tmp_path_factory: pytest.TempPathFactory) -> str:
     return build_backbone(tmp_path_factory.mktemp("tiny"), "bert")
 
 
-def _train(tmp_path: Path, backbone: str, df: pd.DataFrame, *extra: str) -> tuple[int, str, Path]:
-    data = tmp_path / "adjudicated.csv"
-    df.to_csv(data, index=False)
-    out = tmp_path / "run"
-    args = ["train", "--data", str(data), "--rubric", "mohler", "--backbone", backbone, "--epochs", "2",
-            "--max-len", "32", "--out", str(out), "--device", "cpu", "--lr", "3e-3", *extra]
-    res = runner.invoke(app, args)
-    return res.exit_code, res.output, out
-
-
-def tiny_bert_run(tmp: Path, *extra: str) -> Path:
-    """A run directory trained through the CLI on 40 Mohler-like items with a tiny BERT (for grading tests)."""
-    code, output, run = _train(tmp, build_backbone(tmp, "bert"), mohler_like_table(40), *extra)
-    assert code == 0, output
-    return run
-
-
 def test_train_writes_a_complete_run_directory(tmp_path: Path, backbone: str) -> None:
     agreement = {"concepts": {k: {"alpha": 0.5 + 0.05 * i, "alpha_ci": [0.4, 0.9]} for i, k in enumerate(KEYS)}}
     (tmp_path / "agreement.json").write_text(json.dumps(agreement))
-    code, output, run = _train(tmp_path, backbone, mohler_like_table(60), "--seeds", "2")
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(60), "--seeds", "2")
     assert code == 0, output
     assert "T-Acc" in output and "reliability" in output and "Spearman" in output
     for name in ("config.yaml", "split.json", "metrics.json", "reliability.csv", "reliability.md", "train.log",
@@ -85,7 +56,7 @@ def test_train_writes_a_complete_run_directory(tmp_path: Path, backbone: str) ->
     [(["--variant", "vanilla"], "vanilla"), (["--no-lcec", "--no-opcc"], "race"), (["--variant", "plm"], "plm")],
 )
 def test_train_variants_from_the_command_line(tmp_path: Path, backbone: str, args: list[str], variant: str) -> None:
-    code, output, run = _train(tmp_path, backbone, mohler_like_table(40), *args)
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(40), *args)
     assert code == 0, output
     meta = reccbm.read_meta(run)
     assert meta["variant"] == variant
@@ -112,7 +83,7 @@ def _mutate(df: pd.DataFrame, col: str, row: int, value: object) -> pd.DataFrame
     ],
 )
 def test_bad_tables_end_in_a_clear_message(tmp_path: Path, backbone: str, make, message: str) -> None:  # type: ignore[no-untyped-def]
-    code, output, _ = _train(tmp_path, backbone, make(mohler_like_table(20)))
+    code, output, _ = train_with_cli(tmp_path, backbone, make(mohler_like_table(20)))
     assert code == 1
     assert message in " ".join(output.split()) and "Traceback" not in output
 
@@ -121,9 +92,9 @@ def test_empty_split_and_bad_options_end_in_a_clear_message(tmp_path: Path, back
     df = mohler_like_table(20)
     split = tmp_path / "split.json"
     split.write_text(json.dumps({"train": list(df["id"][:15]), "dev": [], "test": list(df["id"][15:])}))
-    code, output, _ = _train(tmp_path, backbone, df, "--split", str(split))
+    code, output, _ = train_with_cli(tmp_path, backbone, df, "--split", str(split))
     assert code == 1 and "the dev split is empty" in output
-    code, output, _ = _train(tmp_path, backbone, df, "--variant", "nope")
+    code, output, _ = train_with_cli(tmp_path, backbone, df, "--variant", "nope")
     assert code == 1 and "unknown variant 'nope'" in output
     res = runner.invoke(app, ["train", "--rubric", "mohler"])
     assert res.exit_code == 1 and "give either --benchmark NAME or --data FILE" in res.output
@@ -148,14 +119,14 @@ def test_held_out_stage2_never_sees_outputs_for_answers_stage1_trained_on(
 
     monkeypatch.setattr(reccbm, "train_concepts", spy("train_concepts", "stage1"))
     monkeypatch.setattr(reccbm, "train_joint", spy("train_joint", "joint"))
-    code, output, run = _train(tmp_path, backbone, mohler_like_table(60), "--holdout", "0.25", "--joint-epochs", "0")
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(60), "--holdout", "0.25", "--joint-epochs", "0")
     assert code == 0, output
     # holdout without a joint stage: Stage II caches outputs only for the held-out answers (and dev)
     assert seen["stage1"] and not seen["joint"]
     monkeypatch.setattr(reccbm, "cache_concepts", spy("cache_concepts", "cached"))
     for ids in seen.values():
         ids.clear()
-    code, output, run = _train(tmp_path, backbone, mohler_like_table(60), "--holdout", "0.25", "--joint-epochs", "1")
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(60), "--holdout", "0.25", "--joint-epochs", "1")
     assert code == 0, output
     metrics = json.loads((run / "metrics.json").read_text())
     held = metrics["seeds"][0]["holdout_positions"]
@@ -168,7 +139,7 @@ def test_held_out_stage2_never_sees_outputs_for_answers_stage1_trained_on(
 
 
 def test_every_switch_is_saved_in_the_run_and_grade_applies_it(tmp_path: Path, backbone: str) -> None:
-    code, output, run = _train(tmp_path, backbone, mohler_like_table(40), "--head", "level", "--query-init", "rubric",
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(40), "--head", "level", "--query-init", "rubric",
                                "--tau", "0.5", "--no-center", "--concept-loss", "sum", "--joint-epochs", "1",
                                "--holdout", "0", "--stage2-select", "nll", "--query-lr-mult", "3")
     assert code == 0, output
@@ -180,7 +151,7 @@ def test_every_switch_is_saved_in_the_run_and_grade_applies_it(tmp_path: Path, b
     model, _, meta = reccbm.load_checkpoint(run)
     assert model.U is not None and meta["model_config"]["head"] == "level"
     (tmp_path / "p").mkdir()
-    paper = _train(tmp_path / "p", backbone, mohler_like_table(40), "--preset", "paper")
+    paper = train_with_cli(tmp_path / "p", backbone, mohler_like_table(40), "--preset", "paper")
     assert paper[0] == 0, paper[1]
     cfg = yaml.safe_load((paper[2] / "config.yaml").read_text())
     assert cfg["preset"] == "paper" and cfg["model"]["head"] == "scalar" and cfg["joint"]["epochs"] == 0
@@ -192,7 +163,7 @@ def test_every_switch_is_saved_in_the_run_and_grade_applies_it(tmp_path: Path, b
 
 def test_kfold_training_pools_every_item_once_and_resumes(tmp_path: Path, backbone: str) -> None:
     df = mohler_like_table(50)
-    code, output, run = _train(tmp_path, backbone, df, "--folds", "2", "--joint-epochs", "0")
+    code, output, run = train_with_cli(tmp_path, backbone, df, "--folds", "2", "--joint-epochs", "0")
     assert code == 0, output
     assert "fold 1/2: training" in output and "fold 2/2: training" in output
     pooled = pd.read_csv(run / "pooled_predictions.csv", dtype={"id": str})
@@ -208,7 +179,7 @@ def test_kfold_training_pools_every_item_once_and_resumes(tmp_path: Path, backbo
     assert {"majority", "oracle_concepts"} <= set(summary["baselines"]) and len(summary["per_fold"]) == 2
     assert "oracle_t_acc" in summary["pooled"] and (run / "folds.md").is_file()
     stamp = (run / "fold-0" / "model.safetensors").stat().st_mtime_ns
-    code, output, _ = _train(tmp_path, backbone, df, "--folds", "2", "--joint-epochs", "0")
+    code, output, _ = train_with_cli(tmp_path, backbone, df, "--folds", "2", "--joint-epochs", "0")
     assert code == 0 and "finished earlier" in output
     assert (run / "fold-0" / "model.safetensors").stat().st_mtime_ns == stamp  # not retrained
     # compare: a run against itself differs by exactly 0

@@ -28,7 +28,7 @@ from rubrictool.errors import DataError
 from rubrictool.io import read_table, write_table
 from rubrictool.rubric import load_rubric
 from rubrictool.tables import ITEM_COLUMNS, read_items, read_wide_labels, validate_items
-from tests._foundation_helpers import build_archive, serve_folder
+from tests.support.files import build_archive, serve_folder
 
 # -- Mohler loader --------------------------------------------------------------------------------------------
 

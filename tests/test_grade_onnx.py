@@ -12,8 +12,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_cli_train import KEYS, mohler_like_table, tiny_bert_run
-from test_reccbm_tiny import FAMILIES, build_backbone, encoded, one_thread, tiny_model, toy_table  # noqa: F401
 from typer.testing import CliRunner
 
 import reccbm
@@ -21,6 +19,18 @@ from reccbm.data import collate
 from reccbm.onnx_encoder import FLOAT_NAME, INT8_NAME, OnnxEncoder, export_encoder
 from rubrictool.cli import app
 from rubrictool.grade import grade_items, load_grader
+from tests.support.tiny_models import (
+    FAMILIES,
+    KEYS,
+    build_backbone,
+    encoded,
+    mohler_like_table,
+    tiny_bert_run,
+    tiny_model,
+    toy_table,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 runner = CliRunner()
 

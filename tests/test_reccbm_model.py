@@ -8,7 +8,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_reccbm_tiny import one_thread  # noqa: F401
 
 from reccbm.model import (
     ConceptBottleneck,
@@ -19,6 +18,8 @@ from reccbm.model import (
     opcc_pairs,
     orthogonal_queries,
 )
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _random_lcec(K: int, seed: int, eta_scale: float = 1.0) -> LatentCorrection:

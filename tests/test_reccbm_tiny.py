@@ -1,128 +1,16 @@
-"""Tiny random backbones of the paper's five families, built locally (no download), and a toy
-data set; plus the test that every family runs a training step.
-
-Other ``test_reccbm_*`` modules import the builders from here.
-"""
+"""Every one of the paper's five backbone families (tiny random models built locally by
+tests/support/tiny_models.py) runs a training step."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
 import torch
 
-from reccbm import EncodedItems, ModelConfig, RecCBM, TextEncoder, encode_inputs, load_tokenizer
+from tests.support.tiny_models import FAMILIES, build_backbone, encoded, tiny_model, toy_table
 
-WORDS = ["what", "is", "a", "stack", "queue", "list", "array", "pointer", "the", "of", "and", "to", "it", "in", "that", "data", "structure", "first", "last", "out", "element", "elements", "value", "values", "stores", "store", "memory", "node", "nodes", "linked", "order", "returns", "function", "variable", "program", "loop", "computer", "yes", "no", "not", "maybe", "random", "wrong", "right", "good", "bad", "answer", "question", "reference"]
-
-FAMILIES = ["bert", "roberta", "gpt2", "bart", "t5"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Any:
-    """Tiny models run fastest on one thread (and do not fight other jobs for the cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def build_tokenizer(path: Path, family: str) -> None:
-    """A WordLevel fast tokenizer over WORDS with the family's special-token layout."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    specials = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "eos": "[EOS]"}
-    vocab = {t: i for i, t in enumerate(list(specials.values()) + WORDS)}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    kw: dict[str, Any] = {"pad_token": "[PAD]", "unk_token": "[UNK]", "eos_token": "[EOS]"}
-    names = ["input_ids", "attention_mask"]
-    if family == "bert":
-        tok.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
-        )
-        kw |= {"cls_token": "[CLS]", "sep_token": "[SEP]"}
-        names = ["input_ids", "token_type_ids", "attention_mask"]
-    elif family in ("roberta", "bart"):
-        tok.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [EOS]", pair="[CLS] $A [EOS] [EOS] $B [EOS]",
-            special_tokens=[("[CLS]", vocab["[CLS]"]), ("[EOS]", vocab["[EOS]"])],
-        )
-        kw |= {"cls_token": "[CLS]", "sep_token": "[EOS]", "bos_token": "[CLS]"}
-    elif family == "t5":
-        tok.post_processor = processors.TemplateProcessing(
-            single="$A [EOS]", pair="$A [EOS] $B [EOS]", special_tokens=[("[EOS]", vocab["[EOS]"])]
-        )
-    else:  # gpt2: no special tokens added, no pad token (the loader sets pad = eos)
-        kw.pop("pad_token")
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_input_names=names, **kw)  # type: ignore[no-untyped-call]
-    fast.save_pretrained(str(path))
-
-
-def tiny_hf_config(family: str, vocab_size: int) -> Any:
-    import transformers as tf
-
-    h: dict[str, Any] = {"vocab_size": vocab_size}
-    if family == "bert":
-        return tf.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37, **h)
-    if family == "roberta":
-        return tf.RobertaConfig(
-            hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37, pad_token_id=0, **h
-        )
-    if family == "gpt2":
-        return tf.GPT2Config(n_embd=32, n_layer=1, n_head=2, n_positions=128, **h)
-    if family == "bart":
-        return tf.BartConfig(
-            d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-            encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=128, pad_token_id=0, **h,
-        )
-    if family == "t5":
-        return tf.T5Config(d_model=32, d_kv=16, d_ff=37, num_layers=1, num_decoder_layers=1, num_heads=2,
-                           pad_token_id=0, **h)
-    raise ValueError(family)
-
-
-def build_backbone(root: Path, family: str = "bert", seed: int = 0) -> str:
-    """A saved tiny random backbone + tokenizer folder, loadable by name like a hub model."""
-    path = root / f"tiny-{family}"
-    if not (path / "config.json").is_file():
-        build_tokenizer(path, family)
-        torch.manual_seed(seed)
-        from transformers import AutoModel
-
-        AutoModel.from_config(tiny_hf_config(family, len(WORDS) + 5)).save_pretrained(str(path))  # type: ignore[no-untyped-call]
-    return str(path)
-
-
-def toy_table(n: int = 48, K: int = 3, seed: int = 0) -> dict[str, Any]:
-    """Toy items whose concept levels (0..2) and grade (0..3) follow the words in the response."""
-    rng = np.random.default_rng(seed)
-    good, bad = ["right", "good", "yes"], ["wrong", "bad", "no"]
-    questions, responses, contexts, concepts, grades = [], [], [], [], []
-    for i in range(n):
-        lv = rng.integers(0, 3, size=K)
-        words = [good[k] if lv[k] == 2 else (bad[k] if lv[k] == 0 else "maybe") for k in range(K)]
-        responses.append(" ".join(words + list(rng.choice(WORDS[:20], size=int(rng.integers(2, 9))))))
-        questions.append("what is a stack")
-        contexts.append("a stack stores elements last in first out" if i % 3 else "")
-        concepts.append(lv)
-        grades.append(int(min(3, lv.sum() // 2)))
-    return {"q": questions, "r": responses, "a": contexts, "c": np.array(concepts), "y": np.array(grades)}
-
-
-def encoded(tokenizer: Any, table: dict[str, Any], max_len: int = 32) -> EncodedItems:
-    feats = encode_inputs(tokenizer, table["q"], table["r"], table["a"], max_len)
-    return EncodedItems(feats, table["c"].astype(np.int64), table["y"].astype(np.int64))
-
-
-def tiny_model(backbone: str, K: int = 3, **flags: Any) -> tuple[RecCBM, Any]:
-    cfg = ModelConfig(num_concepts=K, num_levels=3, num_grades=4, backbone=backbone, max_len=32, **flags)
-    return RecCBM(cfg, TextEncoder.from_pretrained(backbone)), load_tokenizer(backbone)
-
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 import pandas as pd
 import pytest
-from _labelstudio import LS_BIN, have_label_studio, ls_server, migrated_template, signup  # noqa: F401
 from conftest import require_or_skip
 from label_studio_sdk import LabelStudio
 from typer.testing import CliRunner
@@ -36,6 +35,7 @@ from rubrictool.io import read_table, write_table
 from rubrictool.progress import Progress
 from rubrictool.review import LabelStudioServer, free_port
 from rubrictool.rubric import list_rubrics, load_rubric, parse_rubric, scaffold_rubric
+from tests.support.labelstudio import LS_BIN, have_label_studio, migrated_template, signup
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.timeout(1200)]
 
@@ -72,7 +72,7 @@ def prediction_table(passes: pd.DataFrame, item_ids: list[str]) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def conn(ls_server: LabelStudioServer) -> review.Connection:  # noqa: F811 (the imported fixture)
+def conn(ls_server: LabelStudioServer) -> review.Connection:
     return ls_server.connection()
 
 
@@ -236,7 +236,7 @@ def _result(labels: dict[str, int]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def reviewed(ls_server: LabelStudioServer, conn: review.Connection, pushed: dict[str, Any],  # noqa: F811
+def reviewed(ls_server: LabelStudioServer, conn: review.Connection, pushed: dict[str, Any],
              passes: pd.DataFrame) -> dict[str, Any]:
     """Three reviewers (own accounts, own tokens) review the project with the A/B/C labels.
 
@@ -380,7 +380,7 @@ def test_wrong_token_is_refused_and_never_shown(conn: review.Connection, mohler_
     assert review.find_project(conn, "never-made") is None
 
 
-def test_a_personal_access_token_is_exchanged_for_an_access_token(ls_server: LabelStudioServer) -> None:  # noqa: F811
+def test_a_personal_access_token_is_exchanged_for_an_access_token(ls_server: LabelStudioServer) -> None:
     legacy = signup(ls_server.url, "pat-user@example.com", "pw-pat-user-2026")
     pat = httpx.post(f"{ls_server.url}/api/token/", headers={"Authorization": f"Token {legacy}"}, timeout=60).json()["token"]
     assert pat.count(".") == 2  # a JWT refresh token, as Label Studio's UI hands out by default

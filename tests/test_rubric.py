@@ -26,7 +26,7 @@ from rubrictool.rubric import (
     scaffold_rubric,
     validate_rubric_files,
 )
-from tests._foundation_helpers import edited, line_of, mohler_text
+from tests.support.files import edited, line_of, mohler_text
 
 F = "bad.yaml"
 

@@ -17,17 +17,15 @@ import atexit
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from rubrictool.review import LabelStudioServer, free_port, start_server
 
-__all__ = ["LS_BIN", "have_label_studio", "ls_server", "migrated_template", "server_from_template", "signup"]
+__all__ = ["LS_BIN", "have_label_studio", "migrated_template", "server_from_template", "signup"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LS_BIN = ROOT / ".venv-ls" / "bin" / "label-studio"
 START_TIMEOUT = 900.0  # first start under heavy load (other suites running on 2 cores) can take minutes
 
@@ -73,16 +71,3 @@ def signup(url: str, email: str, password: str) -> str:
         tok = c.get("/api/current-user/token")
         assert tok.status_code == 200, f"sign-up of {email} failed: {tok.status_code} {tok.text[:200]}"
         return str(tok.json()["token"])
-
-
-@pytest.fixture(scope="module")
-def ls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelStudioServer]:
-    """A running Label Studio for one test module (a copy of the session's migrated template)."""
-    from conftest import require_or_skip
-
-    require_or_skip(have_label_studio(), f"Label Studio server not installed ({LS_BIN} missing)")
-    server = server_from_template(tmp_path_factory.mktemp("ls") / "data")
-    try:
-        yield server
-    finally:
-        server.stop()

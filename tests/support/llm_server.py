@@ -10,7 +10,7 @@ calls at the server (retries, cache hits, resume after a kill).
 
 A responder gets a :class:`Seen` request (the JSON body, the prompt text, the student response that
 the rubrictool prompt carries) and returns a :class:`Reply`: an HTTP status, the assistant's text, an
-optional delay. ``python tests/_llm_server.py --delay 0.2`` runs a server that answers every request
+optional delay. ``python tests/support/llm_server.py --delay 0.2`` runs a server that answers every request
 with a valid Mohler annotation after a fixed delay (used by ``bench/bench_annotate_throughput.py``).
 """
 
@@ -32,7 +32,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 __all__ = [
+    "MODEL",
     "MOHLER_KEYS",
     "Reply",
     "ScriptedLLMServer",
@@ -40,11 +43,25 @@ __all__ = [
     "good_responder",
     "json_reply",
     "line_reply",
+    "make_items",
     "scripted_level",
     "student_response",
 ]
 
 MOHLER_KEYS = ["FC", "CC", "TU", "CP", "R", "DU", "EE", "FR"]
+MODEL = "openai/scripted"  # litellm's OpenAI client against the scripted server
+
+
+def make_items(tags: list[str]) -> pd.DataFrame:
+    """Items whose responses end in a tag the responders act on (good, malformed, ...)."""
+    return pd.DataFrame(
+        {
+            "id": [f"it{i}" for i in range(len(tags))],
+            "question": "What is the role of a prototype program in problem solving?",
+            "response": [f"answer {i} {tag}" for i, tag in enumerate(tags)],
+            "reference": "To simulate the behaviour of portions of the desired software product.",
+        }
+    )
 
 _RESPONSE_RE = re.compile(r"Student response \(r\):\s*(.*?)\n", re.DOTALL)
 
@@ -82,7 +99,7 @@ class Seen:
 
     n: int  # 1-based arrival number
     body: dict[str, Any]
-    headers: dict[str, str]
+    headers: dict[str, str]  # names in lower case
     t_start: float
     t_end: float = 0.0
     status: int = 0
@@ -171,10 +188,11 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             body = {}
         srv = self.server.owner
-        seen = srv._arrive(body, dict(self.headers.items()))
+        seen = srv._arrive(body, {k.lower(): v for k, v in self.headers.items()})  # names are case-insensitive
         try:
             reply = srv.responder(seen)
         except Exception as e:  # noqa: BLE001 - a broken test responder must not hang the client
+            srv.errors.append(e)  # ... but it fails the test: re-raised when the server stops
             reply = Reply(status=500, content=f"responder error: {e}")
         if reply.hang is not None:
             reply.hang.wait()
@@ -220,11 +238,17 @@ class _Server(ThreadingHTTPServer):
 
 
 class ScriptedLLMServer:
-    """Start with ``start()`` or as a context manager; ``url`` is the ``api_base`` to give litellm."""
+    """Start with ``start()`` or as a context manager; ``url`` is the ``api_base`` to give litellm.
+
+    An exception in the responder (a failed ``assert`` on the request) is answered with HTTP 500 so the
+    client does not hang, recorded in ``errors``, and raised again when the server stops: a check made
+    inside a responder fails the test like any other.
+    """
 
     def __init__(self, responder: Responder = good_responder, port: int = 0) -> None:
         self.responder = responder
         self.seen: list[Seen] = []
+        self.errors: list[Exception] = []
         self._lock = threading.Lock()
         self._httpd = _Server(("127.0.0.1", port), _Handler)
         self._httpd.owner = self
@@ -272,14 +296,21 @@ class ScriptedLLMServer:
         return self
 
     def stop(self) -> None:
+        """Stop serving; raise the first responder error, if there was one."""
         self._httpd.shutdown()
         self._httpd.server_close()
+        if self.errors:
+            raise self.errors[0]
 
     def __enter__(self) -> ScriptedLLMServer:  # noqa: PYI034 - a final class in practice
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is None:
+            self.stop()
+        else:  # the test already failed: keep its error
+            self._httpd.shutdown()
+            self._httpd.server_close()
 
 
 def _main() -> None:
@@ -303,7 +334,7 @@ def _main() -> None:
 
 # == a real local model: llama-cpp-python's OpenAI-compatible server ==========================================
 
-LLAMA_PY = Path(__file__).resolve().parent.parent / ".venv-llama" / "bin" / "python"
+LLAMA_PY = Path(__file__).resolve().parents[2] / ".venv-llama" / "bin" / "python"
 
 
 def llama_available() -> bool:

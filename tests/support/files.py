@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
-import shutil
 import tarfile
 import threading
 import zipfile
@@ -49,11 +48,6 @@ def build_archive(mohler_dir: Path, out: Path, kind: str = "zip", prefix: str = 
             for p in files:
                 tf.add(p, f"{prefix}/{p.relative_to(mohler_dir)}")
     return out
-
-
-def copy_mohler(src: Path, dest: Path) -> Path:
-    shutil.copytree(src, dest)
-    return dest
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
