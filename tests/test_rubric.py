@@ -378,12 +378,13 @@ def test_bundled_dir_holds_exactly_the_three_rubrics() -> None:
     assert sorted(p.stem for p in BUNDLED_DIR.glob("*.yaml")) == ["asap2", "mocha", "mohler"]
 
 
-def test_readme_yaml_snippet_is_a_valid_rubric() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```yaml\n(.*?)```", readme, re.DOTALL)
-    assert blocks, "README lost its rubric YAML example"
-    for block in blocks:
-        assert parse_rubric(block, "README.md").K >= 1
+def test_documented_yaml_snippets_are_valid_rubrics() -> None:
+    root = Path(__file__).resolve().parent.parent
+    guide = (root / "docs" / "rubrics.md").read_text(encoding="utf-8")
+    assert re.findall(r"```yaml\n(.*?)```", guide, re.DOTALL), "docs/rubrics.md lost its rubric YAML example"
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for block in re.findall(r"```yaml\n(.*?)```", doc.read_text(encoding="utf-8"), re.DOTALL):
+            assert parse_rubric(block, doc.name).K >= 1
 
 
 _NOISE = [":", "-", "{", "}", "[", "]", "'", '"', "#", "\t", " ", "&", "*", "!", "|", ">", "%", "@", ",", "?",

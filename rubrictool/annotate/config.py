@@ -54,7 +54,7 @@ class AnnotateConfig:
     cache: Path | None = Path(".rubrictool/cache.sqlite")  # None: no cache
     # Client processes. Each draws items from a shared counter with concurrency/workers requests in
     # flight and budget/workers USD; all share the reply cache. >1 helps only when the client's CPU
-    # (7-10 ms per litellm call) is the limit: a fast local server at high concurrency (see README).
+    # per litellm call is the limit: a fast local server at high concurrency (docs/results.md).
     # None: auto (see auto_workers).
     workers: int | None = None
 

@@ -226,7 +226,7 @@ def output_schema(rubric: Rubric) -> dict[str, Any]:
 
 
 # litellm provider prefixes for an OpenAI-compatible server at --api-base: openai/ goes through the OpenAI
-# SDK, hosted_vllm/ through litellm's own HTTP handler (10-25 % less client CPU per call; README).
+# SDK, hosted_vllm/ through litellm's own HTTP handler (less client CPU per call; docs/results.md).
 LOCAL_SERVER_PREFIXES = ("openai/", "hosted_vllm/")
 
 

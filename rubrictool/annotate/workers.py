@@ -40,10 +40,9 @@ AUTO_MIN_ITEMS = 64
 def auto_workers(config: AnnotateConfig, n_jobs: int) -> int:
     """Client processes for ``--workers`` auto: one, except for a local server (``api_base``) at a
     concurrency above 8 with at least 64 items, where one process per 8 requests in flight (at most two
-    per CPU) keeps each event loop's queue of replies short. Measured: 32 in flight against a server
-    answering in 200 ms reach 61-67 % of the ideal rate in one process, 71-82 % in two, 80-87 % in four
-    on 2 cores (bench/bench_annotate_throughput.py, README). A hosted API answering in seconds never needs more
-    than one."""
+    per CPU) keeps each event loop's queue of replies short; several processes reach a larger share of
+    the ideal rate than one on 2 cores (measured with bench/bench_annotate_throughput.py; the numbers
+    are in docs/results.md). A hosted API answering in seconds never needs more than one."""
     if config.workers is not None:
         return max(1, min(config.workers, config.concurrency, n_jobs))
     if not config.api_base or n_jobs < AUTO_MIN_ITEMS or config.concurrency <= AUTO_IN_FLIGHT_PER_WORKER:
