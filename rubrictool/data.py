@@ -450,7 +450,7 @@ def fetch_mohler(
     src = url or MOHLER_URL
     local = _local_source(src)
     if local is not None and not local.is_file():
-        raise DataError(f"{local}: no such archive; pass a zip/tar file or an http(s):// URL with --url")
+        raise DataError(f"{local}: no such archive", hint="pass a zip/tar file or an http(s):// URL with --url")
     archive = local if local is not None else _download(src, base, progress)
     work = Path(tempfile.mkdtemp(prefix=".mohler-", dir=base))
     try:

@@ -14,7 +14,16 @@ __all__ = [
 
 
 class RubrictoolError(Exception):
-    """Base class: a problem the user can fix; ``str(err)`` is a one-line message saying how."""
+    """Base class: a problem the user can fix.
+
+    ``str(err)`` is one line describing the problem in the library's terms; ``hint``, when given, says
+    how to fix it on the command line (which option to pass). Only :mod:`rubrictool.cli` shows the
+    hint, after the message: ``error: <message>; <hint>``.
+    """
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 class RubricError(RubrictoolError):

@@ -104,7 +104,7 @@ def load_grader(
             use_onnx_encoder(model, run_dir, int8, onnx_cache_dirs(run_dir))
         except OnnxExportError as exc:
             log.info("ONNX export failed: %s", exc)
-            raise TrainError(f"--engine onnx does not support {exc.model_type}; use --engine torch") from None
+            raise TrainError(f"the ONNX engine does not support {exc.model_type}", hint="use --engine torch") from None
         except ReccbmError as exc:
             raise TrainError(str(exc)) from None
     elif int8:

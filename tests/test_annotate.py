@@ -243,20 +243,26 @@ def test_reply_cache_persists_atomically(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("kw", "msg"),
+    ("kw", "msg", "hint"),
     [
-        ({"models": ()}, "no model given"),
-        ({"format": "xml"}, "unknown reply format 'xml'"),
-        ({"concurrency": 0}, "--concurrency must be at least 1"),
-        ({"budget": 0.0}, "--budget must be a positive"),
-        ({"limit": 0}, "--limit must be at least 1"),
-        ({"models": ("a", "a")}, "given twice"),
-        ({"timeout": 0.0}, "--timeout must be positive"),
+        ({"models": ()}, "no model given", "pass --model"),
+        ({"format": "xml"}, "unknown reply format 'xml'", None),
+        ({"concurrency": 0}, "concurrency must be at least 1", "set --concurrency"),
+        ({"budget": 0.0}, "budget must be a positive", "set --budget"),
+        ({"limit": 0}, "limit must be at least 1", "set --limit"),
+        ({"models": ("a", "a")}, "given twice", "pass each --model once"),
+        ({"timeout": 0.0}, "timeout must be positive", "set --timeout"),
     ],
 )
-def test_bad_settings_are_one_line_errors(kw: dict[str, object], msg: str) -> None:
-    with pytest.raises(AnnotateError, match=msg):
+def test_bad_settings_are_one_line_errors(kw: dict[str, object], msg: str, hint: str | None) -> None:
+    """The library says what is wrong; the option that fixes it is the hint the CLI adds."""
+    with pytest.raises(AnnotateError, match=msg) as err:
         AnnotateConfig(**kw).check()  # type: ignore[arg-type]
+    assert "--" not in str(err.value)
+    if hint is None:
+        assert err.value.hint is None
+    else:
+        assert hint in (err.value.hint or "")
 
 
 def test_missing_key_is_reported_before_anything_is_sent(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -266,7 +272,7 @@ def test_missing_key_is_reported_before_anything_is_sent(monkeypatch: pytest.Mon
     items = pd.DataFrame([ITEM])
     with pytest.raises(AnnotateError, match="gpt-4o needs OPENAI_API_KEY in the environment"):
         annotate(items, RUBRIC, AnnotateConfig(models=("gpt-4o",), cache=None))
-    with pytest.raises(AnnotateError, match="--api-key-env NOPE_KEY"):
+    with pytest.raises(AnnotateError, match="environment variable NOPE_KEY"):
         annotate(items, RUBRIC, AnnotateConfig(models=("gpt-4o",), api_key_env="NOPE_KEY", cache=None))
 
 

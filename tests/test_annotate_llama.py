@@ -14,6 +14,7 @@ import pytest
 from conftest import require_or_skip
 from typer.testing import CliRunner
 
+from rubrictool.annotate import parse_reply
 from rubrictool.cli import app
 from rubrictool.rubric import load_rubric
 from rubrictool.tables import read_predictions
@@ -46,11 +47,17 @@ def test_smollm2_annotates_three_mohler_answers(smollm2, data_dir: Path, tmp_pat
     assert summary["items"] == 3 and summary["ok"] + summary["failures"] == 3 and summary["requests"] >= 3
     assert len(pred) == 3 * rubric.K and pred["item"].nunique() == 3
     ok_items = set(pred.loc[pred.raw_ok, "item"])
+    assert summary["ok"] == len(ok_items)
+    # every row is checked, parsed or not: a level is either missing or on the rubric's scale
+    assert pred["level"].dropna().between(1, 3).all()
     for item, rows in pred.groupby("item"):
         if item in ok_items:
-            assert rows["level"].notna().all() and rows["level"].between(1, 3).all()
+            assert rows["level"].notna().all()
     assert {f["item"] for f in failures} == set(pred["item"]) - ok_items
-    assert all(f["reply"] is not None or f["error"] for f in failures)
+    # a failure is genuine: the model's last reply (after the repair round) does not parse, or the call failed
+    for f in failures:
+        last = f["repair_reply"] if f.get("repair_reply") is not None else f["reply"]
+        assert (last is None and f["error"]) or not parse_reply(last, rubric).ok, f
     assert summary["completion_tokens"] > 0
     # the cache: a second run asks the model nothing
     again = CliRunner().invoke(app, args)

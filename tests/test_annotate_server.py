@@ -308,7 +308,7 @@ def test_workers_keep_the_total_budget(tmp_path: Path, mohler_rubric) -> None:  
 def test_workers_must_be_positive(mohler_rubric) -> None:  # type: ignore[no-untyped-def]
     from rubrictool.errors import AnnotateError
 
-    with pytest.raises(AnnotateError, match="--workers must be at least 1"):
+    with pytest.raises(AnnotateError, match="workers must be at least 1"):
         annotate(make_items(["good"]), mohler_rubric, AnnotateConfig(models=(MODEL,), api_base="http://127.0.0.1:9", workers=0))
 
 

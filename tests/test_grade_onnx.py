@@ -171,7 +171,7 @@ def test_a_model_that_does_not_export_is_a_one_line_error(run: Path, tmp_path: P
     new_items.head(3).to_csv(tmp_path / "new.csv", index=False)
     res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "--engine", "onnx"])
     assert res.exit_code == 1
-    assert res.output.strip() == "error: --engine onnx does not support bert; use --engine torch"
+    assert res.output.strip() == "error: the ONNX engine does not support bert; use --engine torch"
     assert not (run / "onnx" / FLOAT_NAME).exists()
 
 

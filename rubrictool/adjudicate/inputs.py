@@ -40,7 +40,7 @@ def read_reviews(specs: Sequence[str | Path], source: str = "human") -> pd.DataF
     file stem or by ``NAME=PATH``. ``source`` fills a missing ``source`` column.
     """
     if not specs:
-        raise AdjudicateError("no reviews given; pass --reviews FILE (long or wide), or --benchmark mohler")
+        raise AdjudicateError("no reviews given", hint="pass --reviews FILE (long or wide), or --benchmark mohler")
     frames = []
     for spec in specs:
         name, path = _split_spec(spec)

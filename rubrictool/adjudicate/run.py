@@ -332,7 +332,7 @@ def write_outputs(result: AdjudicationResult, out: str | Path, fmt: str = "csv")
         raise AdjudicateError(f"unknown format {fmt!r}; use {', '.join(FORMATS)}")
     d = Path(out)
     if d.exists() and not d.is_dir():
-        raise AdjudicateError(f"--out {d}: exists and is not a folder; pass a folder for the outputs")
+        raise AdjudicateError(f"{d}: exists and is not a folder", hint="pass a folder for the outputs to --out")
     paths = {
         "table": write_table(result.table, d / f"adjudicated.{fmt}"),
         "decisions": write_table(result.decisions, d / f"decisions.{fmt}"),
@@ -380,7 +380,7 @@ def run_adjudicate(
     LLM concept-label passes in ``<data dir>/mohler-concepts``.
     """
     if rubric is None and benchmark is None:
-        raise AdjudicateError("no rubric; pass --rubric NAME|FILE (or --benchmark mohler)")
+        raise AdjudicateError("no rubric", hint="pass --rubric NAME|FILE (or --benchmark mohler)")
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric or str(benchmark))
     note = None
     item_table: pd.DataFrame | None = None
@@ -391,12 +391,12 @@ def run_adjudicate(
     if reviews:
         review_table = read_reviews(reviews)
     elif benchmark is None:
-        raise AdjudicateError("no reviews; pass --reviews FILE (repeatable) or --benchmark mohler")
+        raise AdjudicateError("no reviews", hint="pass --reviews FILE (repeatable) or --benchmark mohler")
     if items is not None:
         try:
             item_table = read_table(items)
         except DataError as e:
-            raise AdjudicateError(f"--items: {e}") from None
+            raise AdjudicateError(f"item table: {e}", hint="check --items") from None
         item_table = validate_items(item_table, str(items))
     preds = llm_labels(predictions, rb) if predictions is not None else None
     res = read_resolutions(resolutions, rb) if resolutions is not None else None

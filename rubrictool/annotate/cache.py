@@ -52,7 +52,7 @@ class ReplyCache:
                 " latency_s REAL NOT NULL, created REAL NOT NULL)"
             )
         except sqlite3.Error as e:
-            raise AnnotateError(f"{self.path}: cannot open the reply cache ({e}); pass another --cache path") from None
+            raise AnnotateError(f"{self.path}: cannot open the reply cache ({e})", hint="pass another --cache path") from None
 
     def get(self, key: str) -> CachedReply | None:
         row = self.conn.execute(

@@ -60,22 +60,22 @@ class AnnotateConfig:
 
     def check(self) -> None:
         if not self.models:
-            raise AnnotateError("no model given; pass --model (e.g. --model gpt-4o)")
+            raise AnnotateError("no model given", hint="pass --model (e.g. --model gpt-4o)")
         if self.format not in OUTPUT_FORMATS:
             raise AnnotateError(f"unknown reply format {self.format!r}; use line or json")
-        for name, v, lo in (("concurrency", self.concurrency, 1), ("max-tokens", self.max_tokens, 1), ("workers", 1 if self.workers is None else self.workers, 1)):
+        for name, v, lo in (("concurrency", self.concurrency, 1), ("max_tokens", self.max_tokens, 1), ("workers", 1 if self.workers is None else self.workers, 1)):
             if v < lo:
-                raise AnnotateError(f"--{name} must be at least {lo}, got {v}")
+                raise AnnotateError(f"{name} must be at least {lo}, got {v}", hint=f"set --{name.replace('_', '-')}")
         if self.max_retries < 0:
-            raise AnnotateError(f"--max-retries must be 0 or more, got {self.max_retries}")
+            raise AnnotateError(f"max_retries must be 0 or more, got {self.max_retries}", hint="set --max-retries")
         if not self.timeout > 0:
-            raise AnnotateError(f"--timeout must be positive, got {self.timeout}")
+            raise AnnotateError(f"timeout must be positive, got {self.timeout}", hint="set --timeout")
         if self.budget is not None and not self.budget > 0:
-            raise AnnotateError(f"--budget must be a positive amount in USD, got {self.budget}")
+            raise AnnotateError(f"budget must be a positive amount in USD, got {self.budget}", hint="set --budget")
         if self.limit is not None and self.limit < 1:
-            raise AnnotateError(f"--limit must be at least 1, got {self.limit}")
+            raise AnnotateError(f"limit must be at least 1, got {self.limit}", hint="set --limit")
         if len(set(self.models)) != len(self.models):
-            raise AnnotateError(f"a model is given twice in {list(self.models)}; pass each --model once")
+            raise AnnotateError(f"a model is given twice in {list(self.models)}", hint="pass each --model once")
 
     @property
     def sampling(self) -> dict[str, Any]:

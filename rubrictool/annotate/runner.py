@@ -392,7 +392,7 @@ def _has_provider_key(model: str) -> bool:
 def _check_keys(config: AnnotateConfig) -> None:
     if config.api_key_env:
         if not os.environ.get(config.api_key_env):
-            raise AnnotateError(f"--api-key-env {config.api_key_env}: that environment variable is not set or empty")
+            raise AnnotateError(f"environment variable {config.api_key_env} (the API key) is not set or empty", hint="set it, or pass another --api-key-env")
         return
     if config.api_base:
         return

@@ -61,7 +61,9 @@ def handle_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except _error_types() as e:
-            err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            hint = getattr(e, "hint", None)  # how to fix it on the command line (RubrictoolError)
+            err_console.print(f"[bold red]error:[/] {e}" + (f"; {hint}" if hint else ""), highlight=False,
+                              soft_wrap=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err_console.print("interrupted; everything already written is kept (re-run to resume)")

@@ -232,7 +232,7 @@ def project_and_rubric(project: str | None, rubric: str | Path | None) -> tuple[
     if project is not None:
         return rb, project
     if rb is None:
-        raise ReviewError("which project? pass --project TITLE|ID (or --rubric R for the default title R-review)")
+        raise ReviewError("which project? no project and no rubric given", hint="pass --project TITLE|ID (or --rubric R for the default title R-review)")
     return rb, f"{rb.name}-review"
 
 

@@ -47,7 +47,7 @@ def find_project(conn: Connection, project: str | int) -> dict[str, Any] | None:
     hits = [p for p in _all_projects(conn, str(project)) if p.get("title") == project]
     if len(hits) > 1:
         ids = ", ".join(str(p["id"]) for p in hits)
-        raise ReviewError(f"{len(hits)} projects are titled {project!r} (ids {ids}); pass --project <id> to pick one")
+        raise ReviewError(f"{len(hits)} projects are titled {project!r} (ids {ids})", hint="pass --project <id> to pick one")
     return _get_project(conn, int(hits[0]["id"])) if hits else None
 
 
@@ -194,12 +194,12 @@ def push(
     run or a run after adding items imports each item exactly once.
     """
     if max_annotations < 1:
-        raise ReviewError(f"--max-annotations must be at least 1 (got {max_annotations})")
+        raise ReviewError(f"max_annotations must be at least 1 (got {max_annotations})", hint="set --max-annotations")
     items = read_items(items_path)
     preds, other = _read_predictions(predictions_path, rubric, set(items["id"])) if predictions_path else (None, 0)
     title = project or f"{rubric.name}-review"
     if not 3 <= len(title) <= 50:
-        raise ReviewError(f"project title {title!r} has {len(title)} characters; Label Studio needs 3 to 50 (--project)")
+        raise ReviewError(f"project title {title!r} has {len(title)} characters; Label Studio needs 3 to 50", hint="pass another --project")
     state_path = Path(state_file) if state_file else Path(items_path).parent / STATE_NAME
     xml = render_label_config(rubric)
 

@@ -68,7 +68,7 @@ def scaffold_rubric(
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", name):
         raise RubricError(f"rubric name {name!r}: use letters, digits, '_', '.' or '-' (e.g. cs101)")
     if not keys:
-        raise RubricError("give at least one concept key, e.g. --concepts FC,CC,TU")
+        raise RubricError("a rubric needs at least one concept key", hint="e.g. --concepts FC,CC,TU")
     bad = [k for k in keys if not re.match(_KEY_PATTERN, k)]
     if bad:
         raise RubricError(f"concept key(s) {bad}: a key starts with a letter then letters, digits or '_'")
@@ -76,7 +76,7 @@ def scaffold_rubric(
     if dups:
         raise RubricError(f"concept key(s) {dups} given twice; every concept needs its own key")
     if levels < 2:
-        raise RubricError(f"--levels {levels}: a concept needs at least 2 ordinal levels")
+        raise RubricError(f"{levels} level(s): a concept needs at least 2 ordinal levels", hint="set --levels")
     if grade_max <= grade_min:
         raise RubricError(f"grade scale {grade_min}..{grade_max}: max must be greater than min")
     t = title or f"{name} (TODO: course title)"
@@ -100,7 +100,7 @@ def write_scaffold(path: str | Path, text: str, force: bool = False) -> Path:
     """Write a scaffolded rubric atomically; refuse to overwrite an existing file unless ``force``."""
     p = Path(path)
     if p.exists() and not force:
-        raise RubricError(f"{p}: already exists; pick another --out or pass --force to overwrite it")
+        raise RubricError(f"{p}: already exists", hint="pick another --out or pass --force to overwrite it")
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
