@@ -141,7 +141,7 @@ def value_counts(levels: FloatArray, domain: IntArray) -> IntArray:
 # -- Krippendorff's alpha ------------------------------------------------------------------------------------
 
 
-def krippendorff_alpha(counts: IntArray, domain: Sequence[float], level: str = "ordinal") -> float:
+def krippendorff_alpha(counts: IntArray, domain: Sequence[float], measurement: str = "ordinal") -> float:
     """α from per-item value counts ``(N, V)`` with the ``krippendorff`` package; NaN when undefined.
 
     Undefined means fewer than one item with two values, or every value identical (no expected
@@ -158,7 +158,7 @@ def krippendorff_alpha(counts: IntArray, domain: Sequence[float], level: str = "
             krippendorff.alpha(
                 value_counts=pairable,
                 value_domain=np.asarray(domain, dtype=float),
-                level_of_measurement=level,  # type: ignore[arg-type]  # checked against LEVELS_OF_MEASUREMENT
+                level_of_measurement=measurement,  # type: ignore[arg-type]  # checked against LEVELS_OF_MEASUREMENT
             )
         )
 
@@ -174,32 +174,32 @@ def _pattern_coincidences(patterns: IntArray) -> FloatArray:
     return np.asarray(outer * scale[:, None, None], dtype=np.float64)
 
 
-def _distance(level: str, domain: FloatArray, n_v: FloatArray) -> FloatArray:
+def _distance(measurement: str, domain: FloatArray, n_v: FloatArray) -> FloatArray:
     """Squared distances δ²(c, k) per replicate ``(B, V, V)`` given marginal value totals ``n_v`` (B, V)."""
     v1, v2 = domain[:, None], domain[None, :]
     B, V = n_v.shape
-    if level == "nominal":
+    if measurement == "nominal":
         d = (v1 != v2).astype(float)
         return np.broadcast_to(d, (B, V, V))
-    if level == "interval":
+    if measurement == "interval":
         return np.broadcast_to((v1 - v2) ** 2, (B, V, V))
-    if level == "ratio":
+    if measurement == "ratio":
         s = v1 + v2
         d = np.divide(v1 - v2, s, out=np.zeros((V, V)), where=s != 0) ** 2
         return np.broadcast_to(d, (B, V, V))
-    if level == "ordinal":
+    if measurement == "ordinal":
         cum = np.cumsum(n_v, axis=1)  # (B, V)
         lo = np.minimum(np.arange(V)[:, None], np.arange(V)[None, :])  # (V, V)
         hi = np.maximum(np.arange(V)[:, None], np.arange(V)[None, :])
         between = cum[:, hi] - cum[:, lo] + n_v[:, lo]  # Σ_{g=lo..hi} n_g, (B, V, V)
         return np.asarray((between - (n_v[:, :, None] + n_v[:, None, :]) / 2.0) ** 2, dtype=np.float64)
     raise AdjudicateError(
-        f"unknown level of measurement {level!r}; use one of {', '.join(LEVELS_OF_MEASUREMENT)}"
+        f"unknown level of measurement {measurement!r}; use one of {', '.join(LEVELS_OF_MEASUREMENT)}"
     )
 
 
 def alpha_from_patterns(
-    patterns: IntArray, weights: FloatArray, domain: Sequence[float], level: str
+    patterns: IntArray, weights: FloatArray, domain: Sequence[float], measurement: str
 ) -> FloatArray:
     """α for each row of ``weights`` (B, P): the data set holding ``weights[b, p]`` items of count pattern p.
 
@@ -217,7 +217,7 @@ def alpha_from_patterns(
     e[:, idx, idx] -= n_v
     with np.errstate(divide="ignore", invalid="ignore"):
         e = e / (n - 1.0)[:, None, None]
-        d = _distance(level, dom, n_v)
+        d = _distance(measurement, dom, n_v)
         d_o = (o * d).sum(axis=(1, 2))
         d_e = (e * d).sum(axis=(1, 2))
         out = np.where(d_e > 0, 1.0 - d_o / d_e, np.nan)
@@ -236,18 +236,18 @@ def _patterns(counts: IntArray) -> tuple[IntArray, IntArray]:
     return np.asarray(pairable[first], dtype=np.int64), np.asarray(freq, dtype=np.int64)
 
 
-def alpha_counts(counts: IntArray, domain: Sequence[float], level: str = "ordinal") -> float:
+def alpha_counts(counts: IntArray, domain: Sequence[float], measurement: str = "ordinal") -> float:
     """α from value counts ``(N, V)`` via :func:`alpha_from_patterns` — the same number as
     :func:`krippendorff_alpha` (tested), computed on distinct count patterns: used where many α's
     are needed (pairs, leave-one-out, models)."""
     patterns, freq = _patterns(counts)
     if len(freq) == 0:
         return float("nan")
-    return float(alpha_from_patterns(patterns, freq[None, :].astype(float), domain, level)[0])
+    return float(alpha_from_patterns(patterns, freq[None, :].astype(float), domain, measurement)[0])
 
 
 def bootstrap_alpha(
-    counts: IntArray, domain: Sequence[float], level: str = "ordinal", n_boot: int = 1000, seed: int = 0
+    counts: IntArray, domain: Sequence[float], measurement: str = "ordinal", n_boot: int = 1000, seed: int = 0
 ) -> tuple[float, float]:
     """Percentile 95 % CI of α over ``n_boot`` item resamples (pairable items, with replacement; seeded).
 
@@ -259,7 +259,7 @@ def bootstrap_alpha(
         return (float("nan"), float("nan"))
     rng = np.random.default_rng(seed)
     weights = rng.multinomial(freq.sum(), freq / freq.sum(), size=n_boot)  # (B, P)
-    reps = alpha_from_patterns(patterns, weights.astype(np.float64), domain, level)
+    reps = alpha_from_patterns(patterns, weights.astype(np.float64), domain, measurement)
     reps = reps[~np.isnan(reps)]
     if len(reps) == 0:
         return (float("nan"), float("nan"))
@@ -306,7 +306,7 @@ def _two_column_counts(a: FloatArray, b: FloatArray, domain: IntArray) -> IntArr
 
 
 def concept_agreement(
-    cube: LabelCube, level: str = "ordinal", n_boot: int = 1000, seed: int = 0
+    cube: LabelCube, measurement: str = "ordinal", n_boot: int = 1000, seed: int = 0
 ) -> pd.DataFrame:
     """Per concept: α, its bootstrap CI, exact agreement, items, reviewers and the unanimous share.
 
@@ -320,11 +320,11 @@ def concept_agreement(
     for k, key in enumerate(cube.concepts):
         ck = counts[:, k, :]
         pairable = n[:, k] >= 2
-        lo, hi = bootstrap_alpha(ck, cube.domain.tolist(), level, n_boot, seed + k)
+        lo, hi = bootstrap_alpha(ck, cube.domain.tolist(), measurement, n_boot, seed + k)
         rows.append(
             {
                 "concept": key,
-                "alpha": krippendorff_alpha(ck, cube.domain.tolist(), level),
+                "alpha": krippendorff_alpha(ck, cube.domain.tolist(), measurement),
                 "alpha_lo": lo,
                 "alpha_hi": hi,
                 "exact": exact_agreement(ck),
@@ -340,7 +340,7 @@ def concept_agreement(
     return pd.DataFrame(rows).set_index("concept")
 
 
-def pairwise_agreement(cube: LabelCube, level: str = "ordinal") -> pd.DataFrame:
+def pairwise_agreement(cube: LabelCube, measurement: str = "ordinal") -> pd.DataFrame:
     """α and exact agreement for every pair of reviewers and every concept (items both reviewed)."""
     rows = []
     dom = cube.domain.tolist()
@@ -353,7 +353,7 @@ def pairwise_agreement(cube: LabelCube, level: str = "ordinal") -> pd.DataFrame:
                     "concept": key,
                     "a": a,
                     "b": b,
-                    "alpha": alpha_counts(_two_column_counts(x, y, cube.domain), dom, level),
+                    "alpha": alpha_counts(_two_column_counts(x, y, cube.domain), dom, measurement),
                     "exact": float((x[both] == y[both]).mean()) if both.any() else float("nan"),
                     "n_items": int(both.sum()),
                 }
@@ -361,7 +361,7 @@ def pairwise_agreement(cube: LabelCube, level: str = "ordinal") -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["concept", "a", "b", "alpha", "exact", "n_items"])
 
 
-def reviewer_vs_others(cube: LabelCube, level: str = "ordinal") -> pd.DataFrame:
+def reviewer_vs_others(cube: LabelCube, measurement: str = "ordinal") -> pd.DataFrame:
     """Each reviewer against the consensus (:func:`ordinal_vote`) of the OTHER reviewers, per concept.
 
     A reviewer whose α here is far below the others' is drifting from the group.
@@ -380,7 +380,7 @@ def reviewer_vs_others(cube: LabelCube, level: str = "ordinal") -> pd.DataFrame:
                 {
                     "concept": key,
                     "reviewer": name,
-                    "alpha": alpha_counts(_two_column_counts(x, y, cube.domain), dom, level),
+                    "alpha": alpha_counts(_two_column_counts(x, y, cube.domain), dom, measurement),
                     "exact": float((x[both] == y[both]).mean()) if both.any() else float("nan"),
                     "n_items": int(both.sum()),
                 }
@@ -389,7 +389,7 @@ def reviewer_vs_others(cube: LabelCube, level: str = "ordinal") -> pd.DataFrame:
 
 
 def predictions_vs_consensus(
-    predictions: pd.DataFrame, consensus: pd.DataFrame, domain: Sequence[int], level: str = "ordinal"
+    predictions: pd.DataFrame, consensus: pd.DataFrame, domain: Sequence[int], measurement: str = "ordinal"
 ) -> pd.DataFrame:
     """LLM predictions (``item, model, concept, level``) against consensus (``item, concept, level``).
 
@@ -414,7 +414,7 @@ def predictions_vs_consensus(
             {
                 "model": str(model),
                 "concept": str(key),
-                "alpha": alpha_counts(_two_column_counts(p, t, dom), dom.tolist(), level),
+                "alpha": alpha_counts(_two_column_counts(p, t, dom), dom.tolist(), measurement),
                 "exact": float((p == t).mean()),
                 "n_items": len(g),
                 "confusion": conf.tolist(),
@@ -427,11 +427,11 @@ def predictions_vs_consensus(
 
 
 def grade_agreement(
-    items: pd.DataFrame, columns: Sequence[str], level: str = "interval", n_boot: int = 1000, seed: int = 0
+    items: pd.DataFrame, columns: Sequence[str], measurement: str = "interval", n_boot: int = 1000, seed: int = 0
 ) -> dict[str, Any]:
     """Agreement between two or more graders' grade columns of an item table (e.g. grade_me, grade_other).
 
-    α at ``level`` (interval by default: grades are scores) with its bootstrap CI, the ordinal α,
+    α at ``measurement`` (interval by default: grades are scores) with its bootstrap CI, the ordinal α,
     exact agreement and the mean absolute difference between graders; a missing grade is a missing
     value.
     """
@@ -443,11 +443,11 @@ def grade_agreement(
     both = (~np.isnan(data)).sum(axis=1) >= 2
     diffs = [np.abs(data[:, a] - data[:, b]) for a, b in combinations(range(data.shape[1]), 2)]
     mad = float(np.nanmean(np.concatenate(diffs))) if diffs else float("nan")
-    lo, hi = bootstrap_alpha(counts, values.tolist(), level, n_boot, seed)
+    lo, hi = bootstrap_alpha(counts, values.tolist(), measurement, n_boot, seed)
     return {
         "graders": list(columns),
-        "level_of_measurement": level,
-        "alpha": krippendorff_alpha(counts, values.tolist(), level),
+        "level_of_measurement": measurement,
+        "alpha": krippendorff_alpha(counts, values.tolist(), measurement),
         "alpha_ci": [lo, hi],
         "alpha_ordinal": krippendorff_alpha(counts, values.tolist(), "ordinal"),
         "exact": exact_agreement(counts),

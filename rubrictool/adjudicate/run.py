@@ -159,12 +159,12 @@ def _concept_figures(
 
 
 def _llm_figures(
-    predictions: Sequence[pd.DataFrame], consensus: pd.DataFrame, domain: list[int], level: str
+    predictions: Sequence[pd.DataFrame], consensus: pd.DataFrame, domain: list[int], measurement: str
 ) -> dict[str, Any]:
     """``agreement.json``'s ``llm_vs_consensus``: per model and concept α, exact, confusion matrix."""
     llm: dict[str, Any] = {}
     for preds in predictions:
-        for _, r in predictions_vs_consensus(preds, consensus, domain, level).iterrows():
+        for _, r in predictions_vs_consensus(preds, consensus, domain, measurement).iterrows():
             llm.setdefault(r["model"], {})[r["concept"]] = {
                 "alpha": r["alpha"],
                 "exact": r["exact"],
@@ -186,7 +186,7 @@ def adjudicate(
     predictions: pd.DataFrame | None = None,
     resolutions: pd.DataFrame | None = None,
     method: str = "majority",
-    level: str = "ordinal",
+    measurement: str = "ordinal",
     n_boot: int = 1000,
     seed: int = 0,
     expected_reviewers: int | None = None,
@@ -203,9 +203,9 @@ def adjudicate(
     """
     if method not in METHODS:
         raise AdjudicateError(f"unknown method {method!r}; use {' or '.join(METHODS)}")
-    if level not in LEVELS_OF_MEASUREMENT:
+    if measurement not in LEVELS_OF_MEASUREMENT:
         raise AdjudicateError(
-            f"unknown level of measurement {level!r}; use {', '.join(LEVELS_OF_MEASUREMENT)}"
+            f"unknown level of measurement {measurement!r}; use {', '.join(LEVELS_OF_MEASUREMENT)}"
         )
     clock = _Clock(timings)
     reviews = validate_reviews(reviews, rubric)
@@ -245,11 +245,11 @@ def adjudicate(
 
     clock.lap("consensus")
     # 2) agreement
-    per_concept = concept_agreement(cube, level, n_boot, seed)
+    per_concept = concept_agreement(cube, measurement, n_boot, seed)
     clock.lap("alpha+bootstrap")
-    pairs = pairwise_agreement(cube, level)
+    pairs = pairwise_agreement(cube, measurement)
     clock.lap("pairwise")
-    loo = reviewer_vs_others(cube, level)
+    loo = reviewer_vs_others(cube, measurement)
     clock.lap("leave-one-out")
     srcs = sorted(str(x) for x in reviews["source"].unique())
     label_source = srcs[0] if len(srcs) == 1 else "mixed"
@@ -260,7 +260,7 @@ def adjudicate(
     clock.lap("table+summary")
     consensus = decisions[["item", "concept", "level"]]
     llm = _llm_figures(
-        [p for p in (predictions, llm_rows) if p is not None and len(p)], consensus, dom, level
+        [p for p in (predictions, llm_rows) if p is not None and len(p)], consensus, dom, measurement
     )
     clock.lap("llm")
     grade: dict[str, Any] = {"available": False}
@@ -277,7 +277,7 @@ def adjudicate(
     clock.lap("coverage")
     agreement = {
         "rubric": rubric.name,
-        "level_of_measurement": level,
+        "level_of_measurement": measurement,
         "method": method,
         "bootstrap": {
             "n": n_boot,
@@ -367,7 +367,7 @@ def run_adjudicate(
     predictions: str | Path | None = None,
     resolutions: str | Path | None = None,
     method: str = "majority",
-    level: str = "ordinal",
+    measurement: str = "ordinal",
     out: str | Path = "adjudicated",
     fmt: str = "csv",
     n_boot: int = 1000,
@@ -403,7 +403,7 @@ def run_adjudicate(
     if note is None and (review_table["source"].astype(str) == "llm").all():
         note = "Every review in this run comes from an LLM (source=llm): the labels are not expert-validated."
     result = adjudicate(
-        review_table, rb, item_table, preds, res, method, level, n_boot, seed, expected_reviewers, note=note
+        review_table, rb, item_table, preds, res, method, measurement, n_boot, seed, expected_reviewers, note=note
     )
     write_outputs(result, out, fmt)
     return result

@@ -133,7 +133,7 @@ def adjudicate_cmd(
     with err_console.status("computing agreement and adjudicating ..."):
         result = run_adjudicate(
             rubric=rubric, reviews=reviews or [], benchmark=benchmark, items=items, data_dir=data_dir,
-            predictions=predictions, resolutions=resolutions, method=method, level=level_of_measurement, out=out,
+            predictions=predictions, resolutions=resolutions, method=method, measurement=level_of_measurement, out=out,
             fmt=fmt, n_boot=bootstrap, seed=seed, expected_reviewers=expected_reviewers,
         )
     console.print(summary_table(result.agreement))
