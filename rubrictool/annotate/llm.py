@@ -9,6 +9,8 @@ from typing import Any
 
 
 def _litellm() -> Any:
+    """litellm, imported on first use: the import costs seconds, which a dry run, the tests of the
+    prompt and parser, and every other command never pay."""
     import litellm
 
     litellm.suppress_debug_info = True  # no "Give Feedback" banners on stdout
