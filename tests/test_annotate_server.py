@@ -1,6 +1,6 @@
 """`rubrictool annotate` through litellm's real HTTP path against a scripted server on 127.0.0.1.
 
-The server (tests/_llm_server.py) decides each reply from the student response in the prompt, and
+The server (tests/support/llm_server.py) decides each reply from the student response in the prompt, and
 counts every request, so retries, cache hits and resumption are checked at the server.
 """
 

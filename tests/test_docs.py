@@ -31,7 +31,7 @@ EVERY_COMMAND = [
     "data", "data show", "data fetch", "data split",
     "annotate",
     "review", "review serve", "review push", "review status", "review pull",
-    "adjudicate", "train", "grade",
+    "adjudicate", "train", "compare", "grade",
 ]
 
 

@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_reccbm_tiny import build_backbone, encoded, one_thread, tiny_model, toy_table  # noqa: F401
 
 from reccbm import (
     JointConfig,
@@ -26,6 +25,9 @@ from reccbm import (
 )
 from reccbm.data import collate
 from reccbm.model import concept_loss, rubric_queries
+from tests.support.tiny_models import build_backbone, encoded, tiny_model, toy_table
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 FAST1 = StageIConfig(lr=3e-3, epochs=1, batch_size=8, patience=3, eval_batch_size=16, device="cpu")
 FAST2 = StageIIConfig(lr=0.05, epochs=3, batch_size=8)

@@ -1,4 +1,4 @@
-"""Review against a REAL Label Studio (1.23.2, started on 127.0.0.1 by tests/_labelstudio.py).
+"""Review against a REAL Label Studio (1.23.2, started on 127.0.0.1 by tests/support/labelstudio.py).
 
 One server for the whole module (a copy of the session's migrated template). Each test uses its own
 project title, so they stay independent on the shared server.
