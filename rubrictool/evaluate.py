@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
+from scipy.stats import spearmanr
+from sklearn.linear_model import LogisticRegression
 
 from reccbm.metrics import concept_metrics, grade_metrics, macro_f1, quadratic_weighted_kappa
 from rubrictool.errors import TrainError
@@ -82,8 +84,6 @@ def oracle_concept_baseline(
 ) -> NDArray[Any]:
     """Test grades predicted from the gold concept levels (0..M) by a logistic regression fitted on
     ``train``, its L2 strength C chosen on ``dev`` (macro-F1, then accuracy)."""
-    from sklearn.linear_model import LogisticRegression
-
     X = {s: _one_hot(np.asarray(levels[s], dtype=np.int64), num_levels) for s in ("train", "dev", "test")}
     best: tuple[tuple[float, float], Any] | None = None
     for C in ORACLE_CS:
@@ -156,8 +156,6 @@ def compare_runs(
 def spearman_with_ci(x: ArrayLike, y: ArrayLike, n_boot: int = 2000, seed: int = 0) -> dict[str, float] | None:
     """Spearman ρ(x, y) across concepts with a 95 % percentile bootstrap interval over concepts (resamples
     in which either side is constant are skipped). None with fewer than 3 usable pairs."""
-    from scipy.stats import spearmanr
-
     a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     ok = ~(np.isnan(a) | np.isnan(b))
     a, b = a[ok], b[ok]
