@@ -79,8 +79,8 @@ def _mohler_root(data_dir: str | Path | None) -> Path:
         if (cand / "data" / "docs" / "files").is_file():
             return cand
     raise DataError(
-        f"{base}: no Mohler data (expected {base / 'mohler' / 'data' / 'docs' / 'files'}); "
-        f"run `rubrictool data fetch mohler` or point --data-dir / ${DATA_ENV} at a folder holding mohler/"
+        f"{base}: no Mohler data (expected {base / 'mohler' / 'data' / 'docs' / 'files'})",
+        hint=f"run `rubrictool data fetch mohler` or point --data-dir / ${DATA_ENV} at a folder holding mohler/",
     )
 
 
@@ -161,8 +161,8 @@ def load_benchmark(name: str, data_dir: str | Path | None = None) -> pd.DataFram
     if name == "mohler":
         return load_mohler(data_dir)
     raise DataError(
-        f"no loader for benchmark {name!r}; available: {', '.join(BENCHMARKS)} "
-        "(for other data pass --data FILE with an item table)"
+        f"no loader for benchmark {name!r}; available: {', '.join(BENCHMARKS)}",
+        hint="for other data pass --data FILE with an item table",
     )
 
 
@@ -362,8 +362,8 @@ def _download(url: str, dest_dir: Path, progress: ProgressFn | None) -> Path:
         with os.fdopen(fd, "wb") as fh, httpx.stream("GET", url, follow_redirects=True, timeout=60.0) as resp:
             if resp.status_code != 200:
                 raise DataError(
-                    f"{url}: HTTP {resp.status_code}; check the URL, or download the archive yourself and "
-                    "pass its path with --url"
+                    f"{url}: HTTP {resp.status_code}",
+                    hint="check the URL, or download the archive yourself and pass its path with --url",
                 )
             total = int(resp.headers.get("content-length") or 0) or None
             done = 0
@@ -375,8 +375,8 @@ def _download(url: str, dest_dir: Path, progress: ProgressFn | None) -> Path:
     except httpx.HTTPError as e:
         os.unlink(tmp)
         raise DataError(
-            f"{url}: download failed ({e.__class__.__name__}: {e}); check your connection, or download the "
-            "archive yourself and pass its path with --url"
+            f"{url}: download failed ({e.__class__.__name__}: {e})",
+            hint="check your connection, or download the archive yourself and pass its path with --url",
         ) from None
     except BaseException:
         os.unlink(tmp)

@@ -46,8 +46,8 @@ def annotate(
         unpriced = [m for m in config.models if _price(m, 1000, 1000) is None]
         if unpriced:
             raise AnnotateError(
-                f"no price for {', '.join(unpriced)} in litellm's cost map, so --budget cannot be enforced; "
-                "drop --budget for local models, or use a priced model string"
+                f"no price for {', '.join(unpriced)} in litellm's cost map, so a budget cannot be enforced",
+                hint="drop --budget for local models, or use a priced model string",
             )
     t_start = time.monotonic()
     runner: _Runner | _ShardResult

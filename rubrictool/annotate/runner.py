@@ -405,8 +405,8 @@ def _check_keys(config: AnnotateConfig) -> None:
         if not env.get("keys_in_environment"):
             missing = ", ".join(env.get("missing_keys") or []) or "its API key"
             raise AnnotateError(
-                f"model {m} needs {missing} in the environment (keys are read from the environment only); "
-                "or pass --api-base for a local OpenAI-compatible server"
+                f"model {m} needs {missing} in the environment (keys are read from the environment only)",
+                hint="or pass --api-base for a local OpenAI-compatible server",
             )
 
 

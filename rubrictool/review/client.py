@@ -43,13 +43,14 @@ class Connection:
             r = httpx.request(method, self.url + path, headers=self._auth(), timeout=self.timeout, **kw)
         except httpx.HTTPError as e:
             raise ReviewError(
-                f"cannot reach Label Studio at {self.url} ({e.__class__.__name__}) while {what}; is the server "
-                f"running? start one with `rubrictool review serve` or check --url / ${ENV_URL}"
+                f"cannot reach Label Studio at {self.url} ({e.__class__.__name__}) while {what}",
+                hint=f"is the server running? start one with `rubrictool review serve` or check --url / ${ENV_URL}",
             ) from None
         if r.status_code in (401, 403):
             raise ReviewError(
-                f"Label Studio at {self.url} refused the API key ({r.status_code}) while {what}; check --api-key / "
-                f"${ENV_KEY} (Account & Settings → Access Token in the web UI; legacy tokens must be enabled)"
+                f"Label Studio at {self.url} refused the API key ({r.status_code}) while {what}",
+                hint=f"check --api-key / ${ENV_KEY} (Account & Settings → Access Token in the web UI; legacy tokens "
+                "must be enabled)",
             )
         if r.status_code == 404 and missing_ok:
             return None
@@ -92,8 +93,8 @@ def _jwt_access(conn: Connection, refresh: str) -> str:
         raise ReviewError(f"cannot reach Label Studio at {conn.url} ({e.__class__.__name__}); is the server running?") from None
     if r.status_code != 200 or "access" not in r.text:
         raise ReviewError(
-            f"Label Studio at {conn.url} refused the personal access token ({r.status_code}); create a new one "
-            f"in Account & Settings and pass it with --api-key / ${ENV_KEY}"
+            f"Label Studio at {conn.url} refused the personal access token ({r.status_code})",
+            hint=f"create a new one in Account & Settings and pass it with --api-key / ${ENV_KEY}",
         )
     access = str(r.json()["access"])
     _JWT_CACHE[(conn.url, refresh)] = (time.time() + 240, access)
@@ -110,8 +111,8 @@ def resolve_connection(url: str | None = None, api_key: str | None = None, folde
         url = str(served["url"])
     if url is None:
         raise ReviewError(
-            f"no Label Studio URL: pass --url http://HOST:PORT or set ${ENV_URL} "
-            "(or start a local server with `rubrictool review serve`)"
+            "no Label Studio URL",
+            hint=f"pass --url http://HOST:PORT or set ${ENV_URL} (or start a local server with `rubrictool review serve`)",
         )
     url = url.rstrip("/")
     if not re.match(r"^https?://[^/\s]+", url):
@@ -122,8 +123,8 @@ def resolve_connection(url: str | None = None, api_key: str | None = None, folde
             api_key = token_file.read_text().strip()
     if not api_key:
         raise ReviewError(
-            f"no Label Studio API key for {url}: pass --api-key or set ${ENV_KEY} "
-            "(Account & Settings → Access Token in the web UI)"
+            f"no Label Studio API key for {url}",
+            hint=f"pass --api-key or set ${ENV_KEY} (Account & Settings → Access Token in the web UI)",
         )
     return Connection(url=url, api_key=api_key)
 

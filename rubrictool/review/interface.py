@@ -84,6 +84,6 @@ def check_interface(rubric: Rubric, xml: str, project: str) -> None:
     if changed:
         parts.append("different levels for " + ", ".join(f"{k} ({have[k]} vs {want[k]})" for k in changed))
     raise ReviewError(
-        f"project {project} does not match rubric {rubric.name} ({'; '.join(parts)}); push this rubric to a new "
-        "project with --project NEW-TITLE, or pass the rubric the project was made with"
+        f"project {project} does not match rubric {rubric.name} ({'; '.join(parts)})",
+        hint="push this rubric to a new project with --project NEW-TITLE, or pass the rubric the project was made with",
     )
