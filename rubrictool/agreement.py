@@ -29,10 +29,6 @@ import krippendorff
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from sklearn.dummy import DummyClassifier
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import accuracy_score, f1_score
-from sklearn.model_selection import KFold, StratifiedKFold
 from threadpoolctl import threadpool_limits
 
 from rubrictool.errors import AdjudicateError
@@ -462,6 +458,13 @@ def grade_agreement(
 def _cv_scores(X: FloatArray, y: IntArray, folds: int, seed: int, model: str) -> tuple[float, float]:
     """Cross-validated accuracy and macro-F1; duplicate (x, y) rows of a training fold are fitted once
     with their count as sample weight (the same loss, far fewer rows)."""
+    # scikit-learn takes over a second to import and only this figure needs it: imported here, so that
+    # the CLI (which imports the adjudicate stage) starts without it
+    from sklearn.dummy import DummyClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import accuracy_score, f1_score
+    from sklearn.model_selection import KFold, StratifiedKFold
+
     smallest = int(np.bincount(np.unique(y, return_inverse=True)[1]).min())
     splitter = (
         StratifiedKFold(folds, shuffle=True, random_state=seed)
