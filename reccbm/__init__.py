@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-# Before torch loads OpenMP: idle threads sleep instead of spinning. Same speed on an idle machine,
-# and 2-4x faster steps when other processes share the cores (measured on 2 cores under load).
+# Before torch loads OpenMP: idle threads sleep instead of spinning. Same speed on an idle machine, and
+# much faster steps when other processes share the cores (docs/results.md).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from reccbm.checkpoint import load_checkpoint, read_meta, save_checkpoint

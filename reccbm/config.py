@@ -94,7 +94,7 @@ class StageIIConfig:
     warmup_ratio: float = 0.1  # fraction of all steps used for linear warm-up, then linear decay
     # Epochs without a dev T-F1 improvement before stopping. Default = the whole budget: Stage II costs
     # seconds, and with 1-2 dev items in the rarest grades dev macro-F1 is too noisy for the paper's
-    # patience 3 (it stopped in epochs 4-14 and cost 0.05-0.15 test T-F1; README "Design notes").
+    # patience 3: it stopped far too early and cost test T-F1 (docs/design.md, docs/results.md).
     patience: int = 50
     lambda_t: float = 1.0  # λ_t: weight of the grade cross-entropy L_task (Eq. 23)
     lambda_d: float = 0.1  # λ_d: weight of L_den (Eq. 24); bold optima 0.1/0.2, we use 0.1

@@ -8,7 +8,7 @@ Cholesky) and the grade head keep running in torch on the hidden states it retur
     use_onnx_encoder(model, run_dir, int8=True)   # model.encoder is now an OnnxEncoder
     reccbm.predict(model, items, tokenizer.pad_token_id)
 
-What gets built (measured on Mohler/MiniLM, 2-core AVX2 CPU, the fastest of the combinations tried):
+What gets built (the fastest of the combinations tried on Mohler/MiniLM; docs/results.md):
 
 - ``encoder.onnx``: float32, exported with eager attention so that ONNX Runtime's transformer
   optimizer fuses BERT-like encoders (Attention, EmbedLayerNormalization, SkipLayerNormalization,
