@@ -429,9 +429,9 @@ def train_model(
         raise TrainError(f"unknown variant {variant!r}; use reccbm, vanilla or plm") from None
     race_, opcc_, lcec_ = (d if v is None else v for v, d in ((race, race_d), (opcc, opcc_d), (lcec, lcec_d)))
     if plm and (race or opcc or lcec):
-        raise TrainError("the plm baseline has no bottleneck: --race/--opcc/--lcec do not apply")
+        raise TrainError("the plm baseline has no bottleneck to switch components of", hint="drop --race/--opcc/--lcec")
     if seeds < 1:
-        raise TrainError(f"--seeds must be at least 1, got {seeds}")
+        raise TrainError(f"training needs at least one seed, got {seeds}", hint="set --seeds 1 or more")
     name = variant_name(plm, race_, opcc_, lcec_)
     if preset not in PRESETS:
         raise TrainError(f"unknown preset {preset!r}; use {' or '.join(PRESETS)}")
@@ -517,7 +517,8 @@ def benchmark_table(benchmark: str, data_dir: str | Path | None = None) -> tuple
     """(rubric, adjudicated table, agreement) of a benchmark with concept-label passes (Mohler): the items
     from the data directory, concept labels by majority vote over the three LLM annotation passes."""
     if benchmark != "mohler":
-        raise TrainError(f"no bundled concept labels for benchmark {benchmark!r}; pass --data and --rubric")
+        raise TrainError(f"no concept-label passes for benchmark {benchmark!r}",
+                         hint="pass an adjudicated table with --data and its rubric with --rubric")
     rb = load_rubric(benchmark)
     items = load_benchmark(benchmark, data_dir)
     adj = adjudicate(load_concept_passes(data_dir), rb, items, n_boot=0, coverage=False, note=LLM_PASSES_NOTE)
@@ -726,21 +727,25 @@ def run_train(
     kw: dict[str, Any] = {"variant": variant, "race": race, "opcc": opcc, "lcec": lcec, "overrides": overrides,
                           "seeds": seeds, "callback": callback, "preset": preset}
     if (benchmark is None) == (data is None):
-        raise TrainError("give either --benchmark NAME or --data FILE (an adjudicated table) with --rubric")
+        raise TrainError("training needs one data source: a benchmark or an adjudicated table",
+                         hint="give either --benchmark NAME or --data FILE with --rubric")
     stem = benchmark or Path(str(data)).stem
     run = Path(out) if out else Path("runs") / f"{stem}-{variant}"
     if folds and split is not None:
-        raise TrainError("--split fixes one split; k-fold evaluation (--folds) makes its own")
+        raise TrainError("a fixed split and k-fold evaluation exclude each other: k-fold makes its own splits",
+                         hint="drop --split or --folds")
     if benchmark is not None:
         if split is not None or agreement is not None:
-            raise TrainError("--split/--agreement go with --data; --benchmark builds both from the concept-label passes")
+            raise TrainError("a benchmark builds its split and agreement from the concept-label passes",
+                             hint="--split/--agreement go with --data")
         if folds:
             rb, table, agr_doc = benchmark_table(benchmark, data_dir)
             return train_folds(rb, table, run, folds=folds, fold_seed=split_seed, agreement=agr_doc,
                                notes=[LLM_PASSES_NOTE], on_fold=on_fold, **kw)
         return train_benchmark(benchmark, run, data_dir=data_dir, split_seed=split_seed, **kw)
     if rubric is None:
-        raise TrainError("--data needs --rubric NAME|FILE (the rubric the concept columns follow)")
+        raise TrainError("an adjudicated table needs the rubric its concept columns follow",
+                         hint="add --rubric NAME|FILE")
     table = read_table(data)  # type: ignore[arg-type]
     agr = agreement if agreement is not None else Path(str(data)).parent / "agreement.json"
     if folds:

@@ -98,6 +98,10 @@ def test_empty_split_and_bad_options_end_in_a_clear_message(tmp_path: Path, back
     assert code == 1 and "unknown variant 'nope'" in output
     res = runner.invoke(app, ["train", "--rubric", "mohler"])
     assert res.exit_code == 1 and "give either --benchmark NAME or --data FILE" in res.output
+    code, output, _ = train_with_cli(tmp_path, backbone, df, "--split", str(split), "--folds", "2")
+    assert code == 1 and "exclude each other" in output and "drop --split or --folds" in output
+    code, output, _ = train_with_cli(tmp_path, backbone, df, "--seeds", "0")
+    assert code == 1 and "at least one seed" in output and "Traceback" not in output
 
 
 def test_mohler_rubric_matches_the_toy_table() -> None:
