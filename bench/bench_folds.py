@@ -71,7 +71,7 @@ def run(out: Path, configs: list[str], folds: int, only: list[int] | None, data_
         if only is None:
             _log(f"{name}: {folds} folds")
             train_folds(rb, table, root, folds=folds, fold_seed=0, agreement=agreement, notes=[LLM_PASSES_NOTE],
-                        on_fold=lambda i, k, s, n=name: _log(f"{n} fold {i}: {s}"), **kw)
+                        progress=lambda ev, n=name: _log(f"{n}: {ev.info}"), **kw)
             continue
         for i in only:
             fold_dir = root / f"fold-{i}"

@@ -47,6 +47,7 @@ from rubrictool.errors import TrainError
 from rubrictool.evaluate import majority_baseline, oracle_concept_baseline, pooled_metrics, spearman_with_ci
 from rubrictool.grade import predictions_frame as _predictions_frame
 from rubrictool.io import read_table
+from rubrictool.progress import Progress, ProgressFn
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import LLM_PASSES_NOTE
 
@@ -557,14 +558,14 @@ def train_folds(
     fold_seed: int = 0,
     agreement: dict[str, Any] | str | Path | None = None,
     notes: list[str] | None = None,
-    on_fold: Callable[[int, int, str], None] | None = None,
+    progress: ProgressFn | None = None,
     **kwargs: Any,
 ) -> TrainResult:
     """k-fold evaluation: one run per fold in ``run_dir/fold-<i>`` (every item tested exactly once; see
     :func:`rubrictool.data.kfold_splits`), then pooled metrics and the baselines (:mod:`rubrictool.evaluate`).
 
     Resumable per fold: a fold whose run finished (metrics.json written) is read back, not retrained.
-    on_fold(i, k, "train"|"done") reports which fold starts or was found finished."""
+    progress gets one task, "folds": folds done so far, and whether the next one trains or was read back."""
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
     if isinstance(agreement, (str, Path)):
         agreement = _read_agreement(Path(agreement))
@@ -577,13 +578,15 @@ def train_folds(
     for i, sp in enumerate(splits):
         fold_dir = run / f"fold-{i}"
         if (fold_dir / "metrics.json").is_file() and (fold_dir / "test_predictions.csv").is_file():
-            if on_fold:
-                on_fold(i, folds, "done")
+            if progress:
+                progress(Progress("folds", i + 1, folds, f"fold {i + 1}: finished earlier, read back"))
         else:
-            if on_fold:
-                on_fold(i, folds, "train")
+            if progress:
+                progress(Progress("folds", i, folds, f"fold {i + 1}: training"))
             train_model(rb, table, sp, fold_dir, agreement=agreement, notes=notes, **kwargs)
         results.append(json.loads((fold_dir / "metrics.json").read_text()))
+    if progress:
+        progress(Progress("folds", folds, folds, "all folds done: pooled"))
     df = prepare_table(table, rb, need_concepts="plm" not in results[0]["variant"])
     has_c = all(k in df.columns for k in rb.keys)
     truth = df.set_index("id")
@@ -712,7 +715,7 @@ def run_train(
     callback: Callable[[reccbm.Event], None] | None = None,
     preset: str = "default",
     folds: int = 0,
-    on_fold: Callable[[int, int, str], None] | None = None,
+    progress: ProgressFn | None = None,
     **flat: Any,
 ) -> TrainResult:
     """``rubrictool train``: a benchmark or an adjudicated table (+ rubric), flat CLI options over a YAML
@@ -741,7 +744,7 @@ def run_train(
         if folds:
             rb, table, agr_doc = benchmark_table(benchmark, data_dir)
             return train_folds(rb, table, run, folds=folds, fold_seed=split_seed, agreement=agr_doc,
-                               notes=[LLM_PASSES_NOTE], on_fold=on_fold, **kw)
+                               notes=[LLM_PASSES_NOTE], progress=progress, **kw)
         return train_benchmark(benchmark, run, data_dir=data_dir, split_seed=split_seed, **kw)
     if rubric is None:
         raise TrainError("an adjudicated table needs the rubric its concept columns follow",
@@ -749,6 +752,6 @@ def run_train(
     table = read_table(data)  # type: ignore[arg-type]
     agr = agreement if agreement is not None else Path(str(data)).parent / "agreement.json"
     if folds:
-        return train_folds(rubric, table, run, folds=folds, fold_seed=split_seed, agreement=agr, on_fold=on_fold, **kw)
+        return train_folds(rubric, table, run, folds=folds, fold_seed=split_seed, agreement=agr, progress=progress, **kw)
     sp = load_split(split) if split else split_items(table, seed=split_seed)
     return train_model(rubric, table, sp, run, agreement=agr, **kw)

@@ -169,7 +169,7 @@ def test_kfold_training_pools_every_item_once_and_resumes(tmp_path: Path, backbo
     df = mohler_like_table(50)
     code, output, run = train_with_cli(tmp_path, backbone, df, "--folds", "2", "--joint-epochs", "0")
     assert code == 0, output
-    assert "fold 1/2: training" in output and "fold 2/2: training" in output
+    assert "folds" in output and "all folds done: pooled" in output
     pooled = pd.read_csv(run / "pooled_predictions.csv", dtype={"id": str})
     assert sorted(pooled["id"]) == sorted(df["id"]) and set(pooled["fold"]) == {0, 1}
     truth = df.set_index("id").loc[pooled["id"], "grade"].to_numpy()
@@ -184,7 +184,14 @@ def test_kfold_training_pools_every_item_once_and_resumes(tmp_path: Path, backbo
     assert "oracle_t_acc" in summary["pooled"] and (run / "folds.md").is_file()
     stamp = (run / "fold-0" / "model.safetensors").stat().st_mtime_ns
     code, output, _ = train_with_cli(tmp_path, backbone, df, "--folds", "2", "--joint-epochs", "0")
-    assert code == 0 and "finished earlier" in output
+    assert code == 0 and "all folds done" in output
+    from rubrictool.progress import Progress
+    from rubrictool.train import train_folds
+
+    events: list[Progress] = []
+    train_folds(load_rubric("mohler"), df, run, folds=2, progress=events.append)
+    assert [e.info for e in events] == ["fold 1: finished earlier, read back", "fold 2: finished earlier, read back",
+                                        "all folds done: pooled"]
     assert (run / "fold-0" / "model.safetensors").stat().st_mtime_ns == stamp  # not retrained
     # compare: a run against itself differs by exactly 0
     res = runner.invoke(app, ["compare", str(run), str(run), "--n-boot", "50"])

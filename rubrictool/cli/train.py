@@ -102,9 +102,6 @@ def train_cmd(
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[info]}"))
-    def on_fold(i: int, k: int, state: str) -> None:
-        console.print(f"fold {i + 1}/{k}: " + ("finished earlier, read back" if state == "done" else "training"))
-
     with ProgressView(console, *columns) as view:
 
         def progress(ev: Any) -> None:
@@ -113,7 +110,7 @@ def train_cmd(
         result = run_train(
             benchmark=benchmark, data=data, rubric=rubric, split=split, split_seed=split_seed, out=out,
             config=config, variant=variant, race=race, opcc=opcc, lcec=lcec, seeds=seeds, agreement=agreement,
-            data_dir=data_dir, callback=progress, preset=preset, folds=folds, on_fold=on_fold, backbone=backbone,
+            data_dir=data_dir, callback=progress, preset=preset, folds=folds, progress=view, backbone=backbone,
             epochs=epochs, max_len=max_len, batch_size=batch_size, lr=lr, stage2_lr=stage2_lr, tau=tau,
             lambda_r=lambda_r, lambda_d=lambda_d, lambda_s=lambda_s, mixed_precision=mixed_precision, device=device,
             head=head, query_init=query_init, center=center, query_lr_multiplier=query_lr_multiplier,
