@@ -96,7 +96,7 @@ def oracle(split_seed: int, data_dir: str | None) -> dict[str, float]:
 
 
 def run_variant(variant: str, seed: int, out: Path, data_dir: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
-    from rubrictool.train import train_benchmark
+    from rubrictool.pipeline import train_benchmark
 
     run = out / f"{variant}-s{seed}"
     if (run / "metrics.json").is_file():

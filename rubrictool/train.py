@@ -34,33 +34,23 @@ from scipy.stats import spearmanr
 import reccbm
 from reccbm import JointConfig, ModelConfig, Predictions, StageIConfig, StageIIConfig
 from reccbm.config import config_from_dict, variant_flags, variant_name
-from rubrictool.adjudicate import adjudicate
 from rubrictool.data import (
     kfold_splits,
-    load_benchmark,
-    load_concept_passes,
-    load_split,
     save_split,
-    split_items,
 )
 from rubrictool.errors import TrainError
 from rubrictool.evaluate import majority_baseline, oracle_concept_baseline, pooled_metrics, spearman_with_ci
 from rubrictool.grade import predictions_frame as _predictions_frame
-from rubrictool.io import read_table
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.rubric import Rubric, load_rubric
-from rubrictool.tables import LLM_PASSES_NOTE
 
 __all__ = [
     "CPU_DEFAULTS",
     "FLAT_OPTIONS",
     "TrainResult",
-    "benchmark_table",
     "load_train_config",
     "prepare_table",
     "reliability_table",
-    "run_train",
-    "train_benchmark",
     "train_folds",
     "train_model",
 ]
@@ -514,34 +504,6 @@ def _read_agreement(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def benchmark_table(benchmark: str, data_dir: str | Path | None = None) -> tuple[Rubric, pd.DataFrame, dict[str, Any]]:
-    """(rubric, adjudicated table, agreement) of a benchmark with concept-label passes (Mohler): the items
-    from the data directory, concept labels by majority vote over the three LLM annotation passes."""
-    if benchmark != "mohler":
-        raise TrainError(f"no concept-label passes for benchmark {benchmark!r}",
-                         hint="pass an adjudicated table with --data and its rubric with --rubric")
-    rb = load_rubric(benchmark)
-    items = load_benchmark(benchmark, data_dir)
-    adj = adjudicate(load_concept_passes(data_dir), rb, items, n_boot=0, coverage=False, note=LLM_PASSES_NOTE)
-    return rb, adj.table, adj.agreement
-
-
-def train_benchmark(
-    benchmark: str,
-    run_dir: str | Path,
-    *,
-    data_dir: str | Path | None = None,
-    split_seed: int = 0,
-    **kwargs: Any,
-) -> TrainResult:
-    """``rubrictool train --benchmark mohler``: items from the data directory, concept labels from the
-    three LLM annotation passes in <data dir>/mohler-concepts (majority vote), α from the same passes, a 7:2:1 split."""
-    rb, table, agreement = benchmark_table(benchmark, data_dir)
-    split = split_items(table, seed=split_seed)
-    notes = [LLM_PASSES_NOTE] + list(kwargs.pop("notes", None) or [])
-    return train_model(rb, table, split, run_dir, agreement=agreement, notes=notes, **kwargs)
-
-
 def _same_config(run: Path, resolved: dict[str, Any]) -> bool:
     try:
         return bool(yaml.safe_load((run / "config.yaml").read_text()) == resolved)
@@ -694,64 +656,3 @@ FLAT_OPTIONS: dict[str, list[tuple[str, str]]] = {
     "lambda_d": [("stage2", "lambda_d")],
     "lambda_s": [("stage2", "lambda_s")],
 }
-
-
-def run_train(
-    *,
-    benchmark: str | None,
-    data: str | Path | None,
-    rubric: str | None,
-    split: str | Path | None,
-    split_seed: int,
-    out: str | Path | None,
-    config: str | Path | None,
-    variant: str,
-    race: bool | None,
-    opcc: bool | None,
-    lcec: bool | None,
-    seeds: int,
-    agreement: str | Path | None,
-    data_dir: str | Path | None,
-    callback: Callable[[reccbm.Event], None] | None = None,
-    preset: str = "default",
-    folds: int = 0,
-    progress: ProgressFn | None = None,
-    **flat: Any,
-) -> TrainResult:
-    """``rubrictool train``: a benchmark or an adjudicated table (+ rubric), flat CLI options over a YAML
-    config over CPU_DEFAULTS; the run directory defaults to runs/<benchmark|table>-<variant>."""
-    unknown = sorted(set(flat) - set(FLAT_OPTIONS))
-    if unknown:
-        raise TrainError(f"unknown option(s) {unknown}")
-    overrides = load_train_config(config)
-    for name, value in flat.items():
-        for section, key in FLAT_OPTIONS[name] if value is not None else []:
-            overrides.setdefault(section, {})[key] = value
-    kw: dict[str, Any] = {"variant": variant, "race": race, "opcc": opcc, "lcec": lcec, "overrides": overrides,
-                          "seeds": seeds, "callback": callback, "preset": preset}
-    if (benchmark is None) == (data is None):
-        raise TrainError("training needs one data source: a benchmark or an adjudicated table",
-                         hint="give either --benchmark NAME or --data FILE with --rubric")
-    stem = benchmark or Path(str(data)).stem
-    run = Path(out) if out else Path("runs") / f"{stem}-{variant}"
-    if folds and split is not None:
-        raise TrainError("a fixed split and k-fold evaluation exclude each other: k-fold makes its own splits",
-                         hint="drop --split or --folds")
-    if benchmark is not None:
-        if split is not None or agreement is not None:
-            raise TrainError("a benchmark builds its split and agreement from the concept-label passes",
-                             hint="--split/--agreement go with --data")
-        if folds:
-            rb, table, agr_doc = benchmark_table(benchmark, data_dir)
-            return train_folds(rb, table, run, folds=folds, fold_seed=split_seed, agreement=agr_doc,
-                               notes=[LLM_PASSES_NOTE], progress=progress, **kw)
-        return train_benchmark(benchmark, run, data_dir=data_dir, split_seed=split_seed, **kw)
-    if rubric is None:
-        raise TrainError("an adjudicated table needs the rubric its concept columns follow",
-                         hint="add --rubric NAME|FILE")
-    table = read_table(data)  # type: ignore[arg-type]
-    agr = agreement if agreement is not None else Path(str(data)).parent / "agreement.json"
-    if folds:
-        return train_folds(rubric, table, run, folds=folds, fold_seed=split_seed, agreement=agr, progress=progress, **kw)
-    sp = load_split(split) if split else split_items(table, seed=split_seed)
-    return train_model(rubric, table, sp, run, agreement=agr, **kw)

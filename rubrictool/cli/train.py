@@ -98,7 +98,7 @@ def train_cmd(
 
     Example: rubrictool train --benchmark mohler --folds 5 --out runs/mohler-5fold
     """
-    from rubrictool.train import run_train
+    from rubrictool.pipeline import run_train
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[info]}"))
