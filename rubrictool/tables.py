@@ -13,6 +13,7 @@ range or a missing id is an error naming the file and row (:class:`~rubrictool.e
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ __all__ = [
     "read_items",
     "read_predictions",
     "read_wide_labels",
+    "validate_adjudicated",
     "validate_items",
     "validate_reviews",
 ]
@@ -75,6 +77,64 @@ def adjudicated_columns(rubric: Rubric) -> list[str]:
 
 
 # == ItemTable ===============================================================================================
+
+
+def _row(df: pd.DataFrame, pos: int) -> str:
+    return f"row {pos + 1} (id {df['id'].iloc[pos]})"
+
+
+def _show(v: Any) -> str:
+    """A cell as a user typed it: 'missing' for NaN/None, 3 for 3.0, repr otherwise."""
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return "missing"
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return str(int(v)) if float(v).is_integer() else str(float(v))
+    return repr(v)
+
+
+def validate_adjudicated(table: pd.DataFrame, rubric: Rubric, need_concepts: bool = True) -> pd.DataFrame:
+    """The AdjudicatedTable's one validating reader: check a table against the rubric; return a copy with 0-based ``_c_<key>``
+    concept columns (level − scale.min) and ``_y`` (grade − grade.min). Errors name the row/column."""
+    for col in ("id", "response", "grade"):
+        if col not in table.columns:
+            raise DataError(f"the item table has no {col!r} column (columns: {', '.join(map(str, table.columns))})")
+    df = table.reset_index(drop=True).copy()
+    df["id"] = df["id"].astype(str)
+    dup = df["id"].duplicated()
+    if dup.any():
+        raise DataError(f"{_row(df, int(np.flatnonzero(dup)[0]))}: duplicate id")
+    for col in ("question", "reference", "context", "response"):
+        df[col] = df[col].fillna("").astype(str) if col in df.columns else ""
+    if need_concepts:
+        missing = [k for k in rubric.keys if k not in df.columns]
+        if missing:
+            known = set(rubric.keys) | {"id", "question", "response", "reference", "context", "grade"}
+            extra = [str(c) for c in df.columns if c not in known]
+            raise DataError(
+                f"no column for concept(s) {', '.join(missing)} of rubric {rubric.name!r}; unknown column(s): "
+                f"{', '.join(extra) or 'none'} — is this the right rubric (concept keys {', '.join(rubric.keys)})?"
+            )
+        lo, hi = rubric.scale.min, rubric.scale.max
+        for k in rubric.keys:
+            v = pd.to_numeric(df[k], errors="coerce")
+            bad = v.isna() | (v != v.round()) | (v < lo) | (v > hi)
+            if bad.any():
+                pos = int(np.flatnonzero(bad.to_numpy())[0])
+                raise DataError(
+                    f"{_row(df, pos)}: concept {k} = {_show(df[k].iloc[pos])} is not a level of the rubric ({lo}..{hi})"
+                )
+            df[f"_c_{k}"] = v.astype(np.int64) - lo
+    g = pd.to_numeric(df["grade"], errors="coerce")
+    gmin, gmax = rubric.grade.min, rubric.grade.max
+    bad = g.isna() | (g != g.round()) | (g < gmin) | (g > gmax)
+    if bad.any():
+        pos = int(np.flatnonzero(bad.to_numpy())[0])
+        raise DataError(
+            f"{_row(df, pos)}: grade {_show(df['grade'].iloc[pos])} is outside the rubric's grade scale "
+            f"{gmin}..{gmax} (integers)"
+        )
+    df["_y"] = g.astype(np.int64) - gmin
+    return df
 
 
 def validate_items(df: pd.DataFrame, source: str = "items") -> pd.DataFrame:

@@ -43,6 +43,7 @@ from rubrictool.evaluate import majority_baseline, oracle_concept_baseline, pool
 from rubrictool.grade import predictions_frame as _predictions_frame
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.rubric import Rubric, load_rubric
+from rubrictool.tables import validate_adjudicated
 
 __all__ = [
     "CPU_DEFAULTS",
@@ -111,62 +112,8 @@ def _merge(*layers: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any
 
 
 # ---------------------------------------------------------------------------- validation
-def _row(df: pd.DataFrame, pos: int) -> str:
-    return f"row {pos + 1} (id {df['id'].iloc[pos]})"
-
-
-def _show(v: Any) -> str:
-    """A cell as a user typed it: 'missing' for NaN/None, 3 for 3.0, repr otherwise."""
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
-        return "missing"
-    if isinstance(v, (int, float, np.integer, np.floating)):
-        return str(int(v)) if float(v).is_integer() else str(float(v))
-    return repr(v)
-
-
-def prepare_table(table: pd.DataFrame, rubric: Rubric, need_concepts: bool = True) -> pd.DataFrame:
-    """Validate an adjudicated table against the rubric; return a copy with 0-based ``_c_<key>``
-    concept columns (level − scale.min) and ``_y`` (grade − grade.min). Errors name the row/column."""
-    for col in ("id", "response", "grade"):
-        if col not in table.columns:
-            raise TrainError(f"the item table has no {col!r} column (columns: {', '.join(map(str, table.columns))})")
-    df = table.reset_index(drop=True).copy()
-    df["id"] = df["id"].astype(str)
-    dup = df["id"].duplicated()
-    if dup.any():
-        raise TrainError(f"{_row(df, int(np.flatnonzero(dup)[0]))}: duplicate id")
-    for col in ("question", "reference", "context", "response"):
-        df[col] = df[col].fillna("").astype(str) if col in df.columns else ""
-    if need_concepts:
-        missing = [k for k in rubric.keys if k not in df.columns]
-        if missing:
-            known = set(rubric.keys) | {"id", "question", "response", "reference", "context", "grade"}
-            extra = [str(c) for c in df.columns if c not in known]
-            raise TrainError(
-                f"no column for concept(s) {', '.join(missing)} of rubric {rubric.name!r}; unknown column(s): "
-                f"{', '.join(extra) or 'none'} — is this the right rubric (concept keys {', '.join(rubric.keys)})?"
-            )
-        lo, hi = rubric.scale.min, rubric.scale.max
-        for k in rubric.keys:
-            v = pd.to_numeric(df[k], errors="coerce")
-            bad = v.isna() | (v != v.round()) | (v < lo) | (v > hi)
-            if bad.any():
-                pos = int(np.flatnonzero(bad.to_numpy())[0])
-                raise TrainError(
-                    f"{_row(df, pos)}: concept {k} = {_show(df[k].iloc[pos])} is not a level of the rubric ({lo}..{hi})"
-                )
-            df[f"_c_{k}"] = v.astype(np.int64) - lo
-    g = pd.to_numeric(df["grade"], errors="coerce")
-    gmin, gmax = rubric.grade.min, rubric.grade.max
-    bad = g.isna() | (g != g.round()) | (g < gmin) | (g > gmax)
-    if bad.any():
-        pos = int(np.flatnonzero(bad.to_numpy())[0])
-        raise TrainError(
-            f"{_row(df, pos)}: grade {_show(df['grade'].iloc[pos])} is outside the rubric's grade scale "
-            f"{gmin}..{gmax} (integers)"
-        )
-    df["_y"] = g.astype(np.int64) - gmin
-    return df
+# The AdjudicatedTable is validated where it is stated (rubrictool.tables); the name stays for callers.
+prepare_table = validate_adjudicated
 
 
 def _check_split(df: pd.DataFrame, split: dict[str, list[str]]) -> dict[str, list[int]]:
