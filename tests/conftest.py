@@ -60,6 +60,14 @@ def mohler_rubric():  # type: ignore[no-untyped-def]
     return load_rubric("mohler")
 
 
+@pytest.fixture(scope="session")
+def backbone(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny random BERT backbone + tokenizer folder, built once per session (no download)."""
+    from tests.support.tiny_models import build_backbone
+
+    return build_backbone(tmp_path_factory.mktemp("tiny"), "bert")
+
+
 @pytest.fixture
 def one_thread() -> Iterator[None]:
     """Tiny models run fastest on one thread (and do not fight other jobs for the cores).

@@ -14,16 +14,13 @@ from typer.testing import CliRunner
 import reccbm
 from rubrictool.cli import app
 from rubrictool.rubric import load_rubric
-from tests.support.tiny_models import KEYS, build_backbone, mohler_like_table, train_with_cli
+from tests.support.tiny_models import KEYS, mohler_like_table, train_with_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def backbone(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return build_backbone(tmp_path_factory.mktemp("tiny"), "bert")
 
 
 def test_train_writes_a_complete_run_directory(tmp_path: Path, backbone: str) -> None:

@@ -11,7 +11,6 @@ import torch
 
 from reccbm import (
     JointConfig,
-    StageIConfig,
     StageIIConfig,
     attention_diagnostics,
     cache_concepts,
@@ -25,17 +24,12 @@ from reccbm import (
 )
 from reccbm.data import collate
 from reccbm.model import concept_loss, rubric_queries
-from tests.support.tiny_models import build_backbone, encoded, tiny_model, toy_table
+from tests.support.tiny_models import FAST1, FAST2, encoded, tiny_model, toy_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-FAST1 = StageIConfig(lr=3e-3, epochs=1, batch_size=8, patience=3, eval_batch_size=16, device="cpu")
-FAST2 = StageIIConfig(lr=0.05, epochs=3, batch_size=8)
 
 
-@pytest.fixture(scope="module")
-def backbone(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return build_backbone(tmp_path_factory.mktemp("tiny"), "bert")
 
 
 def _random_head(model: torch.nn.Module) -> None:

@@ -23,17 +23,12 @@ from reccbm import (
     train_grader,
     train_plm,
 )
-from tests.support.tiny_models import build_backbone, encoded, tiny_model, toy_table
+from tests.support.tiny_models import FAST1, FAST2, encoded, tiny_model, toy_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-FAST1 = StageIConfig(lr=3e-3, epochs=1, batch_size=8, patience=3, eval_batch_size=16, device="cpu")
-FAST2 = StageIIConfig(lr=0.05, epochs=3, batch_size=8)
 
 
-@pytest.fixture(scope="module")
-def backbone(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return build_backbone(tmp_path_factory.mktemp("tiny"), "bert")
 
 
 def _snapshot(params: list[torch.nn.Parameter]) -> list[torch.Tensor]:

@@ -11,7 +11,16 @@ import pandas as pd
 import torch
 from typer.testing import CliRunner
 
-from reccbm import EncodedItems, ModelConfig, RecCBM, TextEncoder, encode_inputs, load_tokenizer
+from reccbm import (
+    EncodedItems,
+    ModelConfig,
+    RecCBM,
+    StageIConfig,
+    StageIIConfig,
+    TextEncoder,
+    encode_inputs,
+    load_tokenizer,
+)
 from rubrictool.cli import app
 
 WORDS = ["what", "is", "a", "stack", "queue", "list", "array", "pointer", "the", "of", "and", "to", "it", "in", "that", "data", "structure", "first", "last", "out", "element", "elements", "value", "values", "stores", "store", "memory", "node", "nodes", "linked", "order", "returns", "function", "variable", "program", "loop", "computer", "yes", "no", "not", "maybe", "random", "wrong", "right", "good", "bad", "answer", "question", "reference"]
@@ -144,3 +153,8 @@ def tiny_bert_run(tmp: Path, *extra: str) -> Path:
     code, output, run = train_with_cli(tmp, build_backbone(tmp, "bert"), mohler_like_table(40), *extra)
     assert code == 0, output
     return run
+
+
+# One short Stage I epoch and three Stage II epochs: enough for a tiny model to move, fast on one thread.
+FAST1 = StageIConfig(lr=3e-3, epochs=1, batch_size=8, patience=3, eval_batch_size=16, device="cpu")
+FAST2 = StageIIConfig(lr=0.05, epochs=3, batch_size=8)
