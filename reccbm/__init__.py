@@ -18,10 +18,15 @@ from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig,
 from reccbm.data import EncodedItems, encode_inputs, load_tokenizer
 from reccbm.errors import ReccbmError
 from reccbm.explain import (
+    INTERVENTIONS,
     DecisionTrace,
     attention_diagnostics,
+    concept_order,
     decision_trace,
     grades_from_levels,
+    intervention_levels,
+    override,
+    partial_correlations,
     reliability,
 )
 from reccbm.metrics import concept_metrics, grade_metrics, macro_f1, per_concept_metrics, task_metrics
@@ -42,6 +47,7 @@ from reccbm.train import (
 )
 
 __all__ = [
+    "INTERVENTIONS",
     "DecisionTrace",
     "EncodedItems",
     "Event",
@@ -59,15 +65,19 @@ __all__ = [
     "attention_diagnostics",
     "cache_concepts",
     "concept_metrics",
+    "concept_order",
     "decision_trace",
     "default_backbone",
     "encode_inputs",
     "grade_metrics",
     "grades_from_levels",
     "init_rubric_queries",
+    "intervention_levels",
     "load_checkpoint",
     "load_tokenizer",
     "macro_f1",
+    "partial_correlations",
+    "override",
     "per_concept_metrics",
     "predict",
     "quantize_encoder",

@@ -4,6 +4,15 @@ Decision trace, for item i with predicted grade ŷ: the concept levels argmax p�
 ĉ_k, the corrected concepts μ_post,k and each concept's contribution to the logit of ŷ — W_{ŷ,k} μ_post,k
 (Eq. 22), plus Σ_m (U_{ŷ,k,m} − Ū_{ŷ,k}) p̂_{k,m} with the level head — so that Σ_k contribution + bias
 is the logit of ŷ.
+
+Interventions (§Human Intervention): per item, rank the K concept predictions by uncertainty
+1 − max_m p̂_{k,m}, take the k most uncertain (or most confident), and replace their p̂_k by a one-hot:
+the adjudicated level ("oracle"), the wrong level that most lowers the probability of the gold grade
+("wrong", chosen per concept through the frozen head) or a uniformly random level ("random"); the frozen
+grade path (LCEC, head) then runs on the result (:func:`grades_from_levels`).
+
+Latent denoising analysis: the learned prior precision Ω (Eq. 17, 21) reads as partial correlations
+r_ij = −Ω_ij / √(Ω_ii Ω_jj) (:func:`partial_correlations`).
 """
 
 from __future__ import annotations
@@ -19,7 +28,20 @@ from reccbm.data import EncodedItems, collate
 from reccbm.model import RecCBM, masked_mean
 from reccbm.train import Predictions
 
-__all__ = ["DecisionTrace", "attention_diagnostics", "decision_trace", "grades_from_levels", "reliability"]
+__all__ = [
+    "INTERVENTIONS",
+    "DecisionTrace",
+    "attention_diagnostics",
+    "concept_order",
+    "decision_trace",
+    "grades_from_levels",
+    "intervention_levels",
+    "override",
+    "partial_correlations",
+    "reliability",
+]
+
+INTERVENTIONS = ("oracle", "wrong", "random")
 
 
 @dataclass
@@ -69,6 +91,23 @@ def grades_from_levels(model: RecCBM, p_hat: NDArray[Any], levels: NDArray[Any],
 
 
 @torch.no_grad()
+def override(model: RecCBM, preds: Predictions, levels: NDArray[Any], replace: NDArray[Any]) -> Predictions:
+    """The predictions after an educator's override: concept k of item i judged at levels[i, k] (0..M)
+    wherever replace[i, k]; ĉ, μ_post and the grade follow through the frozen LCEC and head."""
+    if preds.p_hat is None:
+        raise ValueError("the PLM baseline has no concepts to override")
+    p = torch.as_tensor(preds.p_hat).float().clone()  # (N, K, M+1)
+    onehot = torch.nn.functional.one_hot(torch.as_tensor(levels).long(), p.shape[-1]).float()  # (N, K, M+1)
+    p = torch.where(torch.as_tensor(replace).bool().unsqueeze(-1), onehot, p)
+    model.eval()
+    out = model.grade_from_concepts(p)
+    assert out.c_hat is not None and out.mu_post is not None
+    logits = out.grade_logits.float()  # (N, S+1)
+    return Predictions(logits.softmax(-1).numpy(), p.numpy(), out.c_hat.float().numpy(),
+                       out.mu_post.float().numpy(), logits.numpy())
+
+
+@torch.no_grad()
 def attention_diagnostics(model: RecCBM, items: EncodedItems, pad_id: int, batch_size: int = 64) -> dict[str, Any]:
     """How far RACE is from mean pooling: per concept, the mean attention entropy over an item's tokens
     divided by log T (1 = uniform), and the mean cosine between h_k (Eq. 10) and the masked mean of H."""
@@ -107,3 +146,54 @@ def reliability(model: RecCBM) -> dict[str, NDArray[Any]]:
         "A": lc.denoising_matrix().detach().cpu().numpy(),
         "Omega": lc.precision().detach().cpu().numpy(),
     }
+
+
+def partial_correlations(omega: NDArray[Any]) -> NDArray[Any]:
+    """r_ij = −Ω_ij / √(Ω_ii Ω_jj) off the diagonal, 1 on it: the partial correlation of concepts i and j
+    given all the others under the prior z ~ N(0, Ω⁻¹) (Eq. 17)."""
+    O = np.asarray(omega, dtype=float)  # (K, K)
+    d = np.sqrt(np.diag(O))  # (K,)
+    r = -O / np.outer(d, d)  # (K, K)
+    np.fill_diagonal(r, 1.0)
+    return r
+
+
+def concept_order(p_hat: NDArray[Any], most: str = "uncertain") -> NDArray[Any]:
+    """Per item, concept indices (N, K) from the most uncertain (1 − max_m p̂_{k,m} largest) down, or from
+    the most confident with most="confident". Ties keep the concept order."""
+    if most not in ("uncertain", "confident"):
+        raise ValueError(f"most must be 'uncertain' or 'confident', got {most!r}")
+    u = 1.0 - np.asarray(p_hat).max(-1)  # (N, K)
+    out: NDArray[Any] = np.argsort(-u if most == "uncertain" else u, axis=1, kind="stable")  # (N, K)
+    return out
+
+
+@torch.no_grad()
+def intervention_levels(
+    model: RecCBM, p_hat: NDArray[Any], gold: NDArray[Any], grades: NDArray[Any], strategy: str,
+    rng: np.random.Generator | None = None,
+) -> NDArray[Any]:
+    """The level (0..M) each (item, concept) is set to by an intervention (N, K).
+
+    oracle: the adjudicated level `gold`. wrong: per concept, the level ≠ gold that, set alone, gives the
+    gold grade `grades` (N,) the lowest probability through the frozen head. random: uniform over 0..M."""
+    N, K, L = np.asarray(p_hat).shape  # (N, K, M+1)
+    if strategy == "oracle":
+        return np.asarray(gold)
+    if strategy == "random":
+        return (rng or np.random.default_rng(0)).integers(0, L, size=(N, K))
+    if strategy != "wrong":
+        raise ValueError(f"unknown intervention {strategy!r}; use one of {', '.join(INTERVENTIONS)}")
+    best = np.asarray(gold).copy()  # (N, K)
+    low = np.full((N, K), np.inf)
+    rows = np.arange(N)
+    for k in range(K):
+        only_k = np.zeros((N, K), dtype=bool)
+        only_k[:, k] = True
+        for m in range(L):
+            levels = np.full((N, K), m)
+            p_gold = grades_from_levels(model, p_hat, levels, only_k)[rows, grades]  # (N,)
+            better = (m != np.asarray(gold)[:, k]) & (p_gold < low[:, k])
+            low[better, k] = p_gold[better]
+            best[better, k] = m
+    return best
