@@ -2,7 +2,8 @@
 # Set up rubrictool on a fresh machine (Python 3.11+ with venv and pip; no GPU needed).
 #   bash setup.sh          .venv with rubrictool and its test tools
 #   bash setup.sh --all    also .venv-ls (Label Studio server) and .venv-llama (llama.cpp server with
-#                          SmolLM2-135M), which the integration tests start on 127.0.0.1
+#                          SmolLM2-135M), which the integration tests start on 127.0.0.1, and Debian's
+#                          chromium + chromium-driver for the browser test of the report pages
 # Re-running is cheap: installed pieces are kept.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -23,6 +24,15 @@ if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
 .venv/bin/python -m pip install -q -e ".[dev]"
 
 if [ "$all" = 1 ]; then
+  # 1b. Chromium + chromedriver from Debian for the browser test of the report pages (tests/test_browser.py);
+  #     nothing downloads a browser build. Skipped when chromium is already there.
+  if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && apt-get install -y -qq chromium chromium-driver
+    else
+      echo "setup.sh: install chromium and chromium-driver (apt-get, as root) for tests/test_browser.py" >&2
+    fi
+  fi
   # 2. Label Studio server in its own venv (its pins must not fight the project's).
   if [ ! -x .venv-ls/bin/label-studio ]; then
     "$PY" -m venv .venv-ls

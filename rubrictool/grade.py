@@ -26,7 +26,8 @@ from rubrictool.io import read_table, write_table
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.rubric import Rubric
 
-__all__ = ["ENGINES", "grade_file", "grade_items", "grade_loaded", "load_grader", "onnx_cache_dirs", "predictions_frame"]
+__all__ = ["ENGINES", "grade_file", "grade_items", "grade_loaded", "load_grader", "onnx_cache_dirs", "parse_overrides",
+           "predictions_frame"]
 
 log = logging.getLogger("rubrictool.grade")
 
@@ -117,9 +118,11 @@ def grade_loaded(
     items: pd.DataFrame,
     batch_size: int = 64,
     progress: ProgressFn | None = None,
+    overrides: str | dict[str, int] | None = None,
 ) -> pd.DataFrame:
     """:func:`grade_items` with a model already loaded by :func:`load_grader`; ``progress`` counts the
-    items graded (task ``grading``)."""
+    items graded (task ``grading``); ``overrides`` ("FC=3,CC=1" or {key: level}) sets those concepts for
+    every response before the frozen grade path runs."""
     model, tokenizer, meta = grader
     if "response" not in items.columns:
         raise DataError("the items to grade have no 'response' column")
@@ -140,7 +143,41 @@ def grade_loaded(
             report(Progress("grading", done[0], len(df)))
 
     preds = reccbm.predict(model, reccbm.EncodedItems(feats), tokenizer.pad_token_id, batch_size, on_batch)
+    if overrides:
+        preds = _override(model, meta, preds, overrides)
     return predictions_frame(model, meta, preds, list(df["id"]))
+
+
+def parse_overrides(spec: str | None, keys: list[str], scale: tuple[int, int]) -> dict[str, int]:
+    """``"FC=3,CC=1"`` → {"FC": 3, "CC": 1} on the rubric scale; a clear error for an unknown key or level."""
+    out: dict[str, int] = {}
+    for part in (spec or "").replace(";", ",").split(","):
+        if not part.strip():
+            continue
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or key not in keys:
+            raise DataError(f"--set {part.strip()!r}: use KEY=LEVEL with a concept key of the rubric ({', '.join(keys)})")
+        try:
+            level = int(value)
+        except ValueError:
+            raise DataError(f"--set {part.strip()!r}: the level must be an integer {scale[0]}..{scale[1]}") from None
+        if not scale[0] <= level <= scale[1]:
+            raise DataError(f"--set {part.strip()!r}: level {level} is outside the rubric scale {scale[0]}..{scale[1]}")
+        out[key] = level
+    return out
+
+
+def _override(model: reccbm.RecCBM, meta: dict[str, Any], preds: Predictions, spec: str | dict[str, int]) -> Predictions:
+    keys, (lo, hi) = list(meta["concept_keys"]), meta["scale"]
+    if model.config.plm:
+        raise DataError("--set needs concepts: this is a PLM run")
+    sets = parse_overrides(spec, keys, (lo, hi)) if isinstance(spec, str) else spec
+    levels = np.zeros((len(preds.grade_probs), len(keys)), dtype=np.int64)
+    replace = np.zeros_like(levels, dtype=bool)
+    for key, level in sets.items():
+        levels[:, keys.index(key)], replace[:, keys.index(key)] = level - lo, True
+    return reccbm.override(model, preds, levels, replace)
 
 
 
@@ -148,12 +185,13 @@ def grade_loaded(
 def grade_file(
     run: str | Path, data: str | Path, out: str | Path, batch_size: int = 64,
     progress: ProgressFn | None = None, int8: bool = False, engine: str = "torch",
+    overrides: str | dict[str, int] | None = None,
 ) -> tuple[pd.DataFrame, Path, float]:
     """``rubrictool grade``: read items (CSV/JSONL/Parquet), grade them, write CSV/JSONL; returns the
     table, the written path and the seconds spent grading."""
     items = read_table(data)
     grader = load_grader(run, int8, engine)
     t0 = time.perf_counter()
-    graded = grade_loaded(grader, items, batch_size, progress)
+    graded = grade_loaded(grader, items, batch_size, progress, overrides)
     seconds = time.perf_counter() - t0
     return graded, write_table(graded, out), seconds

@@ -1,0 +1,295 @@
+"""``rubrictool explain | intervene | report | ablate`` and ``rubric diagnose``: inspecting a trained run.
+
+Registered onto the app by :func:`register` (called from :mod:`rubrictool.cli`); each body calls the
+library functions of :mod:`rubrictool.report` and prints what they return.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from rubrictool.cli._common import DataDirOpt, ProgressView, console, err_console, handle_errors
+
+if TYPE_CHECKING:
+    from rubrictool.report import Diagnosis, ItemTrace
+
+__all__ = ["register"]
+
+ModelOpt = Annotated[Path, typer.Option("--run", "--model", "-m", help="Run directory written by `rubrictool train`.")]
+TableOpt = Annotated[
+    Path | None,
+    typer.Option("--data", help="The adjudicated table the run was trained on (default: the benchmark's bundled labels)."),
+]
+
+
+def _bar(v: float, scale: float, width: int = 8) -> str:
+    n = round(width * abs(v) / scale) if scale > 0 else 0
+    return ("[blue]" + "█" * n + "[/]") if v >= 0 else ("[dark_orange]" + "█" * n + "[/]")
+
+
+def _print_trace(t: ItemTrace) -> None:
+    from rich.table import Table
+
+    verdict = "" if t.correct is None else (" [green](correct)[/]" if t.correct else f" [red](gold {t.gold_grade})[/]")
+    console.print(f"\n[bold]{t.id}[/]: grade [bold]{t.grade}[/] (p = {t.grade_prob:.3f}), runner-up {t.runner_up} "
+                  f"(p = {t.runner_up_prob:.3f}){verdict}", soft_wrap=True, highlight=False)
+    console.print(f"[dim]{t.response}[/]", soft_wrap=True, highlight=False)
+    table = Table(show_edge=False)
+    for col in ("concept", "level (p)", "ĉ", "s̃", "μ_post", "contrib.", "", "attends to"):
+        table.add_column(col, justify="left" if col in ("concept", "", "attends to") else "right",
+                         no_wrap=col in ("concept", "level (p)", "contrib.", ""))
+    scale = max([abs(c.contribution) for c in t.concepts] + [1e-9])
+    for c in t.concepts:
+        level = f"{c.level} ({c.level_prob:.2f})" + (f" → [bold]{c.set_to}[/]" if c.set_to is not None else "")
+        top = " ".join(tok.strip() for tok, _ in c.top_tokens[:3])
+        table.add_row(c.key, level, f"{c.expected:.2f}", f"{c.s_tilde:.2f}", f"{c.mu_post:.3f}", f"{c.contribution:+.3f}",
+                      _bar(c.contribution, scale), top)
+    console.print(table)
+    console.print(f"Σ contributions {t.contributions_sum() - t.bias:+.3f} + bias {t.bias:+.3f} = logit {t.logit:+.3f}",
+                  highlight=False)
+    if t.grade_after is not None:
+        sets = ", ".join(f"{k}={v}" for k, v in t.overrides.items())
+        console.print(f"with {sets}: grade [bold]{t.grade}[/] → [bold]{t.grade_after}[/] (p = {t.grade_after_prob:.3f}); "
+                      f"p(grade {t.grade}) {t.grade_prob:.3f} → {t.prob_of_grade_after:.3f}", soft_wrap=True,
+                      highlight=False)
+
+
+def explain_cmd(
+    model: ModelOpt,
+    item_ids: Annotated[list[str] | None, typer.Argument(help="Ids of the answers to explain.")] = None,
+    ids: Annotated[list[str] | None, typer.Option("--id", help="Answer id (repeatable; same as the arguments).")] = None,
+    data: Annotated[Path | None, typer.Option("--data", help="Table holding the answers (default: the run's benchmark table).")] = None,
+    set_: Annotated[str | None, typer.Option("--set", help="Override concepts, e.g. FC=3,CC=1: how do the grade and its probability move?")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for explain.html, explain.csv and the PNGs (default RUN/explain).")] = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Why this grade? The decision trace of answers: concept levels, attention, contributions to the logit.
+
+    Writes explain.html (one self-contained page), explain.csv and trace-<id>.png into --out.
+
+    Example: rubrictool explain --run runs/mohler-reccbm 1.1.3 4.2.10 --set FC=3,CC=1
+    """
+    from rubrictool.report import explain_items, open_run, parse_overrides, table_rows
+    from rubrictool.report.page import write_explain
+
+    wanted = [*(item_ids or []), *(ids or [])]
+    if not wanted:
+        raise typer.BadParameter("name the answers to explain: ITEM_ID… or --id ID")
+    with err_console.status("loading the run and tracing ..."):
+        run = open_run(model, data=data, data_dir=data_dir)
+        overrides = parse_overrides(set_, run.keys, (run.scale_min, int(run.meta["scale"][1])))
+        traces = explain_items(run, table_rows(run, wanted, "answer id(s)"), overrides)
+    for t in traces:
+        _print_trace(t)
+    paths = write_explain(traces, out or model / "explain", str(model))
+    console.print(f"wrote {paths['explain.html']}, {paths['explain.csv']} and {len(paths) - 2} PNG(s)",
+                  soft_wrap=True)
+
+
+def intervene_cmd(
+    model: ModelOpt,
+    data: TableOpt = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for intervention.csv/.png (default RUN/intervene).")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="Random draws averaged for the random strategy.")] = 5,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random strategy.")] = 0,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Simulate educator interventions on the test split: T-Acc and QWK as k concepts are replaced.
+
+    The k most uncertain (and separately the k most confident) concept predictions of each answer are
+    set to the adjudicated level (oracle), the most damaging wrong level (wrong) or a random level.
+    Writes intervention.csv, intervention.png (T-Acc) and intervention_qwk.png into --out.
+
+    Example: rubrictool intervene --run runs/mohler-reccbm
+    """
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from rubrictool.report import intervention_curves, open_run, split_rows
+    from rubrictool.report.intervene import write_interventions
+    from rubrictool.report.run import predict_with_attention
+
+    with err_console.status("predicting the test split ..."):
+        run = open_run(model, data=data, data_dir=data_dir)
+        if run.plm:
+            from rubrictool.errors import DataError
+
+            raise DataError("this is a PLM run: it has no concepts to intervene on")
+        test = split_rows(run)
+        preds = predict_with_attention(run, test).preds
+    keys = [f"_c_{k}" for k in run.keys]
+    if not all(k in test for k in keys):
+        from rubrictool.errors import DataError
+
+        raise DataError("the table has no adjudicated concept labels for the test answers: nothing to intervene with")
+    assert preds.p_hat is not None
+    with Progress(console=err_console, transient=True) as bar:
+        task = bar.add_task("intervening", total=None)
+        curves = intervention_curves(run, preds.p_hat, test[keys].to_numpy(), test["_y"].to_numpy(),
+                                     random_repeats=repeats, seed=seed,
+                                     on_step=lambda i, n: bar.update(task, completed=i, total=n))
+    paths = write_interventions(curves, out or model / "intervene")
+    for order in dict.fromkeys(curves["order"]):
+        t = Table(title=f"T-Acc / QWK with the k most {order} concepts replaced ({len(test)} test answers)")
+        t.add_column("k", justify="right")
+        part = curves[curves["order"] == order]
+        strategies = list(dict.fromkeys(part["strategy"]))
+        for s in strategies:
+            t.add_column(s, justify="right")
+        for k in sorted(set(part["k"])):
+            cells = [part[(part["k"] == k) & (part["strategy"] == s)].iloc[0] for s in strategies]
+            t.add_row(str(k), *(f"{c['t_acc']:.3f} / {c['qwk']:.3f}" for c in cells))
+        console.print(t)
+    console.print(f"wrote {', '.join(str(p) for p in paths.values())}", soft_wrap=True)
+
+
+def report_cmd(
+    model: ModelOpt,
+    data: TableOpt = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for report.html/.md, PNGs and CSVs (default RUN/report).")] = None,
+    reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review files for the rubric diagnostics' level confusions (repeatable; default: the benchmark's passes).")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="Random draws of the random intervention.")] = 5,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """One self-contained HTML page (and Markdown) about a trained run, to show a department or paste into a paper.
+
+    Grade metrics with a confusion matrix, machine–human beside human–human agreement, concept metrics
+    and reliability, LCEC correlations, intervention curves, two decision traces, rubric diagnostics
+    and provenance.
+
+    Example: rubrictool report --run runs/mohler-reccbm --out report/
+    """
+    from rubrictool.report import build_report, open_run, write_report
+
+    rev = None
+    if reviews:
+        from rubrictool.adjudicate import read_reviews
+
+        rev = read_reviews(reviews)
+    with err_console.status("building the report ...") as status:
+        run = open_run(model, data=data, data_dir=data_dir)
+        rep = build_report(run, reviews=rev, random_repeats=repeats,
+                           on_progress=lambda msg: status.update(f"{msg} ..."))
+        paths = write_report(rep, out or model / "report")
+    m = rep.metrics
+    console.print(f"{rep.variant} on {rep.n_test} test answers: T-Acc {m['t_acc']:.3f}, QWK {m['qwk']:.3f}, "
+                  f"Pearson r {m['pearson']:.3f}, SMD {m['smd']:+.3f}", soft_wrap=True, highlight=False)
+    for u in rep.unavailable:
+        console.print(f"[yellow]not shown:[/] {u}", soft_wrap=True, highlight=False)
+    if rep.diagnosis is not None:
+        _print_suggestions(rep.diagnosis)
+    console.print(f"wrote {paths['report.html']} (and {len(paths) - 1} more files in {paths['report.html'].parent})",
+                  soft_wrap=True)
+
+
+def _print_suggestions(diag: Diagnosis) -> None:
+    for s in diag.suggestions:
+        console.print(f"• {s}", soft_wrap=True, highlight=False)
+
+
+def diagnose_cmd(
+    adjudicated: Annotated[Path, typer.Option("--adjudicated", "-a", help="The --out folder of `rubrictool adjudicate` (adjudicated.csv, agreement.json, discussion_queue.csv).")],
+    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric name or YAML (default: the one agreement.json names).")] = None,
+    reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review files (repeatable) for the level confusions; default: the discussion queue.")] = None,
+    model: Annotated[Path | None, typer.Option("--model", "-m", help="A trained run: adds the learned partial correlations.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write rubric_diagnosis.csv and .md here.")] = None,
+) -> None:
+    """Diagnose a rubric from adjudicated labels, before any training: α, level confusions, drop-one coverage, redundancy.
+
+    Ends with concrete suggestions (merge two concepts, sharpen two level anchors, ...).
+
+    Example: rubrictool rubric diagnose --adjudicated runs/mohler/adjudicated
+    """
+    import pandas as pd
+    from rich.table import Table
+
+    from rubrictool.report import diagnose_dir
+    from rubrictool.report.diagnose import reviewer_confusion, write_diagnosis
+
+    with err_console.status("diagnosing ..."):
+        diag = diagnose_dir(adjudicated, rubric, reviews, model)
+    t = Table(title=f"rubric diagnosis (grade accuracy from all concepts, 5-fold: {diag.coverage_acc:.3f})")
+    for col in ("concept", "α", "confused levels", "acc. lost without it", "closest", "same level", "label r",
+                "partial r"):
+        t.add_column(col, justify="left" if col in ("concept", "closest", "confused levels") else "right")
+
+    def f(x: Any, spec: str = ".3f") -> str:
+        return "—" if x is None or pd.isna(x) else format(x, spec)
+
+    for r in diag.concepts.to_dict("records"):
+        conf = f"{r['confused_levels']} ({f(r['confused_share'], '.0%')} of {r['n_disagreements']})" if r[
+            "n_disagreements"] else "—"
+        t.add_row(r["concept"], f(r["alpha"]), conf, f(r["drop_one_loss"], "+.3f"), r["closest"],
+                  f(r["same_level"], ".0%"), f(r["label_corr"]), f(r["partial_corr"]))
+    console.print(t)
+    pairs = reviewer_confusion(diag.confusions, list(diag.concepts["concept"]))
+    if len(pairs.columns):
+        p = Table(title="reviewer-by-reviewer disagreements (total: level pairs)")
+        p.add_column("concept")
+        for col in pairs.columns:
+            p.add_column(str(col))
+        for key, row in pairs.iterrows():
+            p.add_row(str(key), *(str(v) for v in row))
+        console.print(p)
+    _print_suggestions(diag)
+    for n in diag.notes:
+        console.print(f"[yellow]note:[/] {n}", soft_wrap=True, highlight=False)
+    if out is not None:
+        paths = write_diagnosis(diag, out)
+        console.print(f"wrote {', '.join(str(p) for p in paths.values())}", soft_wrap=True)
+
+
+def ablate_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder: one run per combination, ablation.csv/.md/.png.")],
+    benchmark: Annotated[str | None, typer.Option("--benchmark", "-b", help="Bundled benchmark, e.g. mohler.")] = None,
+    data: Annotated[Path | None, typer.Option("--data", help="Adjudicated table (with --rubric).")] = None,
+    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric of --data.")] = None,
+    seeds: Annotated[int, typer.Option("--seeds", help="Seeds per combination (mean ± std).")] = 1,
+    folds: Annotated[int, typer.Option("--folds", help="k-fold evaluation per combination (0 = one split).")] = 0,
+    split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the shared split.")] = 0,
+    variants: Annotated[str | None, typer.Option("--variants", help="Only these combinations, e.g. vanilla,reccbm,plm.")] = None,
+    backbone: Annotated[str | None, typer.Option("--backbone", help="HF name/path (default MiniLM).")] = None,
+    epochs: Annotated[int | None, typer.Option("--epochs", help="Stage I epochs.")] = None,
+    max_len: Annotated[int | None, typer.Option("--max-len", help="Tokens per input.")] = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="Stage I learning rate.")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="auto or cpu.")] = None,
+    preset: Annotated[str, typer.Option("--preset", help="default or paper.")] = "default",
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Train the eight RACE/OPCC/LCEC combinations and the PLM on the same split(s) and seeds; table and bar chart.
+
+    Resumable: finished combinations (OUT/<variant>/metrics.json) are kept and read back.
+
+    Example: rubrictool ablate --benchmark mohler --seeds 3 --out runs/ablation
+    """
+    from rubrictool.progress import from_training_event
+    from rubrictool.report.ablate import ablation_markdown, run_ablation
+
+    def on_run(i: int, n: int, name: str, state: str) -> None:
+        console.print(f"[{i + 1}/{n}] {name}: " + ("finished earlier, read back" if state == "done" else "training"))
+
+    with ProgressView(console) as view:
+
+        def callback(ev: Any) -> None:
+            view(from_training_event(ev))
+
+        table, paths = run_ablation(
+            out, variants=[v.strip() for v in variants.split(",") if v.strip()] if variants else None, on_run=on_run,
+            benchmark=benchmark, data=data, rubric=rubric, split=None, split_seed=split_seed, config=None,
+            seeds=seeds, agreement=None, data_dir=data_dir, callback=callback, progress=view, preset=preset,
+            folds=folds, backbone=backbone, epochs=epochs, max_len=max_len, lr=lr, device=device,
+        )
+    console.print(ablation_markdown(table), soft_wrap=True, highlight=False)
+    console.print(f"wrote {', '.join(str(p) for p in paths.values())}", soft_wrap=True)
+
+
+def register(app: typer.Typer, rubric_app: typer.Typer) -> None:
+    """Add explain, intervene, report, ablate and ``rubric diagnose`` to the app."""
+    app.command("explain")(handle_errors(explain_cmd))
+    app.command("intervene")(handle_errors(intervene_cmd))
+    app.command("report")(handle_errors(report_cmd))
+    app.command("ablate")(handle_errors(ablate_cmd))
+    rubric_app.command("diagnose")(handle_errors(diagnose_cmd))

@@ -1,0 +1,108 @@
+"""``rubrictool ablate``: the eight RACE/OPCC/LCEC combinations (and the PLM) on the same split(s) and seeds.
+
+Each combination is an ordinary run directory ``OUT/<variant>`` (``vanilla``, ``race``, ``race+opcc``, …,
+``reccbm``, ``plm``), trained by :func:`rubrictool.pipeline.run_train` with the same data, split, seeds and
+options. Resumable: a combination whose ``metrics.json`` (``folds.json`` with ``--folds``) exists is read back,
+not retrained. The table (mean ± std over seeds; with k folds, the pooled metrics ± their std over
+folds) goes to ``ablation.csv``/``.md`` and the bar chart to ``ablation.png``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reccbm.config import variant_name
+from rubrictool.errors import TrainError
+from rubrictool.report.figures import ablation_png
+
+__all__ = ["COMBINATIONS", "ablation_markdown", "run_ablation"]
+
+# (plm, race, opcc, lcec), from the vanilla CBM to the full REC-CBM, then the PLM
+COMBINATIONS: list[tuple[bool, bool, bool, bool]] = [
+    (False, r, o, lc) for lc, o, r in itertools.product((False, True), repeat=3)
+] + [(True, False, False, False)]
+METRICS = ("t_acc", "t_f1", "qwk", "c_acc", "c_f1")
+
+
+def _row(name: str, flags: tuple[bool, bool, bool, bool], metrics: dict[str, Any]) -> dict[str, Any]:
+    s = metrics.get("summary", {})
+    row: dict[str, Any] = {"variant": name, "race": flags[1], "opcc": flags[2], "lcec": flags[3], "plm": flags[0],
+                           "n_seeds": len(metrics.get("seeds", [])) or None}
+    for m in METRICS:
+        v = s.get(m) or {}
+        row[f"{m}_mean"], row[f"{m}_std"] = v.get("mean"), v.get("std")
+    return row
+
+
+def _metrics(run: Path, done_file: str) -> dict[str, Any]:
+    """metrics.json of a run; for a k-fold run, the pooled metrics with the std over folds."""
+    doc: dict[str, Any] = json.loads((run / done_file).read_text())
+    if done_file == "metrics.json":
+        return doc
+    per_fold = doc.get("per_fold", [])
+    summary = {m: {"mean": v, "std": float(np.std([f[m] for f in per_fold if m in f], ddof=1))
+                   if sum(m in f for f in per_fold) > 1 else 0.0}
+               for m, v in doc.get("pooled", {}).items()}
+    return {"summary": summary, "seeds": per_fold}
+
+
+def run_ablation(
+    out: str | Path, *, variants: list[str] | None = None, on_run: Callable[[int, int, str, str], None] | None = None,
+    **train_kwargs: Any,
+) -> tuple[pd.DataFrame, dict[str, Path]]:
+    """Train (or read back) every combination into ``out/<variant>``; ``train_kwargs`` go to
+    :func:`rubrictool.pipeline.run_train` (benchmark or data, rubric, seeds, folds, options).
+    variants: a subset of the combination names (default all nine). on_run(i, n, name, "train"|"done")."""
+    from rubrictool.pipeline import run_train
+
+    d = Path(out)
+    combos = [(variant_name(*f), f) for f in COMBINATIONS]
+    if variants:
+        unknown = sorted(set(variants) - {n for n, _ in combos})
+        if unknown:
+            raise TrainError(f"unknown variant(s) {unknown}; use {', '.join(n for n, _ in combos)}")
+        combos = [(n, f) for n, f in combos if n in variants]
+    rows = []
+    done_file = "folds.json" if train_kwargs.get("folds") else "metrics.json"
+    for i, (name, (plm, race, opcc, lcec)) in enumerate(combos):
+        run = d / name
+        if (run / done_file).is_file():
+            state = "done"
+        else:
+            state = "train"
+            if on_run:
+                on_run(i, len(combos), name, state)
+            run_train(out=run, variant="plm" if plm else "reccbm", race=None if plm else race,
+                      opcc=None if plm else opcc, lcec=None if plm else lcec, **train_kwargs)
+        if on_run and state == "done":
+            on_run(i, len(combos), name, state)
+        rows.append(_row(name, (plm, race, opcc, lcec), _metrics(run, done_file)))
+    table = pd.DataFrame(rows)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = {"ablation.csv": d / "ablation.csv", "ablation.md": d / "ablation.md", "ablation.png": d / "ablation.png"}
+    table.to_csv(paths["ablation.csv"], index=False)
+    paths["ablation.md"].write_text(ablation_markdown(table))
+    paths["ablation.png"].write_bytes(ablation_png(table))
+    return table, paths
+
+
+def ablation_markdown(table: pd.DataFrame) -> str:
+    def cell(r: dict[str, Any], m: str) -> str:
+        mean, std = r.get(f"{m}_mean"), r.get(f"{m}_std")
+        return "—" if mean is None or pd.isna(mean) else f"{mean:.3f} ± {(std or 0.0):.3f}"
+
+    names = {"t_acc": "T-Acc", "t_f1": "T-F1", "qwk": "QWK", "c_acc": "C-Acc", "c_f1": "C-F1"}
+    lines = ["| variant | RACE | OPCC | LCEC | " + " | ".join(names[m] for m in METRICS) + " |",
+             "|---|---|---|---|" + "---|" * len(METRICS)]
+    for rec in table.to_dict("records"):
+        r = {str(k): v for k, v in rec.items()}
+        marks = ["✓" if r[c] else "" for c in ("race", "opcc", "lcec")]
+        lines.append(f"| {r['variant']} | " + " | ".join(marks) + " | " + " | ".join(cell(r, m) for m in METRICS) + " |")
+    return "\n".join(["# Ablation (test split, mean ± std over seeds)", "", *lines, ""])

@@ -1,0 +1,169 @@
+"""``rubrictool explain``: the decision trace of single responses, and what-if overrides.
+
+For an item the trace holds the response with each concept's attention over its tokens (RACE, Eq. 9),
+each concept's predicted level and its probability, ĉ_k (Eq. 13), s̃_k = ĉ_k / M and μ_post,k (Eq. 20),
+and each concept's contribution to the logit of the predicted grade; with the bias they sum exactly to
+that logit (Eq. 22; :meth:`reccbm.RecCBM.contributions`). An override (``--set FC=3``) replaces the
+concept's p̂_k by a one-hot of the given level and runs the frozen grade path again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import reccbm
+from rubrictool.errors import DataError
+from rubrictool.report.run import AttendedItems, Run, predict_with_attention
+
+__all__ = ["ConceptRow", "ItemTrace", "explain_items", "override_arrays", "traces_frame"]
+
+TOP_TOKENS = 5
+
+
+@dataclass
+class ConceptRow:
+    key: str
+    name: str
+    level: int  # predicted level on the rubric scale
+    level_prob: float  # p̂_{k, level}
+    expected: float  # ĉ_k on the rubric scale
+    s_tilde: float  # ĉ_k / M (0..1, before LCEC)
+    mu_post: float  # μ_post,k (s̃_k without LCEC)
+    contribution: float  # to the logit of the predicted grade
+    gold: int | None = None  # adjudicated level, when known
+    top_tokens: list[tuple[str, float]] = field(default_factory=list)  # most-attended response tokens, α
+    set_to: int | None = None  # the override's level
+    contribution_after: float | None = None  # to the logit of the grade after the override
+
+
+@dataclass
+class ItemTrace:
+    """One response's decision trace (grades on the rubric's grade scale)."""
+
+    id: str
+    question: str
+    response: str
+    grade: int
+    grade_prob: float
+    logit: float
+    bias: float
+    runner_up: int
+    runner_up_prob: float
+    concepts: list[ConceptRow]
+    tokens: list[str]
+    spans: list[tuple[int, int]]
+    alpha: list[list[float]] | None  # (K, T_r) attention on the response tokens; None without RACE
+    gold_grade: int | None = None
+    overrides: dict[str, int] = field(default_factory=dict)
+    grade_after: int | None = None
+    grade_after_prob: float | None = None
+    prob_of_grade_after: float | None = None  # probability of the ORIGINAL grade after the override
+    logit_after: float | None = None
+    bias_after: float | None = None
+    grade_probs: list[float] = field(default_factory=list)  # p(grade) for each grade of the scale
+    grade_probs_after: list[float] = field(default_factory=list)
+
+    @property
+    def correct(self) -> bool | None:
+        return None if self.gold_grade is None else self.gold_grade == self.grade
+
+    def contributions_sum(self) -> float:
+        return float(sum(c.contribution for c in self.concepts) + self.bias)
+
+
+def override_arrays(run: Run, n: int, overrides: dict[str, int]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(levels 0..M, replace mask), both (n, K), for {KEY: level on the rubric scale}."""
+    K = len(run.keys)
+    levels = np.zeros((n, K), dtype=np.int64)
+    replace = np.zeros((n, K), dtype=bool)
+    for key, level in overrides.items():
+        k = run.keys.index(key)
+        levels[:, k], replace[:, k] = level - run.scale_min, True
+    return levels, replace
+
+
+def _trace(run: Run, att: AttendedItems, preds_after: reccbm.Predictions | None, items: pd.DataFrame,
+           overrides: dict[str, int]) -> list[ItemTrace]:
+    import torch
+
+    preds = att.preds
+    assert preds.p_hat is not None and preds.c_hat is not None and preds.mu_post is not None
+    assert preds.grade_logits is not None
+    tr = reccbm.decision_trace(run.model, preds)
+    M = run.model.config.M
+    out: list[ItemTrace] = []
+    after_contrib = after_bias = None
+    if preds_after is not None:
+        assert preds_after.p_hat is not None and preds_after.mu_post is not None
+        with torch.no_grad():
+            c, b = run.model.contributions(torch.as_tensor(preds_after.p_hat), torch.as_tensor(preds_after.mu_post),
+                                           torch.as_tensor(preds_after.grades))
+        after_contrib, after_bias = c.numpy(), b.numpy()
+    for i, row in items.reset_index(drop=True).iterrows():
+        i = int(i)  # type: ignore[call-overload]
+        probs = preds.grade_probs[i]
+        order = np.argsort(-probs, kind="stable")
+        y = int(order[0])
+        alpha = att.alpha[i]
+        concepts = []
+        for k, key in enumerate(run.keys):
+            lv = int(tr.levels[i, k])
+            top: list[tuple[str, float]] = []
+            if alpha is not None and alpha.shape[1]:
+                idx = np.argsort(-alpha[k], kind="stable")[:TOP_TOKENS]
+                top = [(att.tokens[i][t], float(alpha[k, t])) for t in idx]
+            gold = int(row[f"_c_{key}"]) + run.scale_min if f"_c_{key}" in row and pd.notna(row[f"_c_{key}"]) else None
+            concepts.append(ConceptRow(
+                key, run.names[k], lv + run.scale_min, float(preds.p_hat[i, k, lv]),
+                float(tr.expected[i, k]) + run.scale_min, float(preds.c_hat[i, k]) / M, float(tr.mu_post[i, k]),
+                float(tr.contributions[i, k]), gold, top, overrides.get(key),
+                float(after_contrib[i, k]) if after_contrib is not None else None,
+            ))
+        gold_grade = int(row["_y"]) + run.grade_min if "_y" in row and pd.notna(row["_y"]) else None
+        t = ItemTrace(
+            str(row["id"]), str(row.get("question", "")), str(row["response"]), y + run.grade_min, float(probs[y]),
+            float(preds.grade_logits[i, y]), float(tr.bias[i]), int(order[1]) + run.grade_min, float(probs[order[1]]),
+            concepts, att.tokens[i], att.spans[i], alpha.tolist() if alpha is not None else None, gold_grade,
+            dict(overrides), grade_probs=[float(p) for p in probs],
+        )
+        if preds_after is not None and after_bias is not None:
+            assert preds_after.grade_logits is not None
+            pa = preds_after.grade_probs[i]
+            ya = int(pa.argmax())
+            t.grade_after, t.grade_after_prob = ya + run.grade_min, float(pa[ya])
+            t.prob_of_grade_after = float(pa[y])
+            t.logit_after, t.bias_after = float(preds_after.grade_logits[i, ya]), float(after_bias[i])
+            t.grade_probs_after = [float(p) for p in pa]
+        out.append(t)
+    return out
+
+
+def explain_items(run: Run, items: pd.DataFrame, overrides: dict[str, int] | None = None) -> list[ItemTrace]:
+    """Decision traces of the given items (ItemTable rows; ``_y``/``_c_<key>`` add the gold labels)."""
+    if run.plm:
+        raise DataError("this is a PLM run: it grades without concepts, so there is no decision trace to show "
+                        "(train a REC-CBM or vanilla run to explain grades)")
+    if len(items) == 0:
+        raise DataError("no items to explain")
+    att = predict_with_attention(run, items)
+    after = None
+    if overrides:
+        levels, replace = override_arrays(run, len(items), overrides)
+        after = reccbm.override(run.model, att.preds, levels, replace)
+    return _trace(run, att, after, items, overrides or {})
+
+
+def traces_frame(traces: list[ItemTrace]) -> pd.DataFrame:
+    """One row per (item, concept): the numbers of the traces, for CSV export."""
+    rows: list[dict[str, Any]] = []
+    for t in traces:
+        for c in t.concepts:
+            rows.append({"id": t.id, "grade": t.grade, "grade_prob": t.grade_prob, "logit": t.logit, "bias": t.bias,
+                         "concept": c.key, "level": c.level, "level_prob": c.level_prob, "expected": c.expected,
+                         "s_tilde": c.s_tilde, "mu_post": c.mu_post, "contribution": c.contribution, "gold": c.gold,
+                         "set_to": c.set_to, "grade_after": t.grade_after})
+    return pd.DataFrame(rows)

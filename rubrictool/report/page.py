@@ -1,0 +1,416 @@
+"""``rubrictool report``: everything about a trained run on one self-contained page (HTML and Markdown).
+
+:func:`build_report` gathers the numbers and figures (grade metrics, machine–human beside human–human
+agreement, concept metrics and reliability, LCEC correlations, intervention curves, two decision traces,
+rubric diagnostics, provenance); :func:`render_html` / :func:`render_markdown` lay them out, and
+:func:`write_report` writes the page, its PNGs and CSVs. Images are embedded as data: URIs, so the HTML
+file opens offline anywhere.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+from numpy.typing import NDArray
+
+import reccbm
+from rubrictool.errors import DataError
+from rubrictool.report import figures
+from rubrictool.report.diagnose import Diagnosis, diagnose
+from rubrictool.report.explain import ItemTrace, explain_items
+from rubrictool.report.intervene import intervention_curves
+from rubrictool.report.run import Run, bundled_labels, git_revision, predict_with_attention, split_rows
+from rubrictool.report.scores import pair_agreement, smd
+
+__all__ = ["NEAR_ZERO", "Report", "build_report", "out_dir", "render_explain_html", "render_html", "render_markdown",
+           "trace_png", "write_explain", "write_report"]
+
+NEAR_ZERO = 0.1  # |r| below this counts as a near-zero correlation (the paper's appendix threshold)
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+GRADE_METRICS = (("t_acc", "T-Acc (exact agreement)"), ("t_f1", "T-F1"), ("qwk", "QWK"), ("pearson", "Pearson r"),
+                 ("rmse", "RMSE"), ("adjacent", "adjacent agreement (±1)"), ("smd", "SMD (model − human)"),
+                 ("c_acc", "C-Acc"), ("c_f1", "C-F1"))
+
+
+@dataclass
+class Report:
+    """The data of a report page; ``images`` maps a file name to PNG bytes, ``tables`` to DataFrames."""
+
+    title: str
+    run: str
+    variant: str
+    n_test: int
+    metrics: dict[str, float]  # grade (and concept) metrics on the test split; as in metrics.json
+    metrics_source: str
+    provenance: dict[str, Any]
+    agreement: pd.DataFrame = field(default_factory=pd.DataFrame)  # machine–human and human–human rows
+    concepts: pd.DataFrame = field(default_factory=pd.DataFrame)  # per concept C-Acc, C-F1, α, CI, σ², A_kk
+    spearman: float | None = None
+    spearman_ci: dict[str, float] | None = None  # {"rho", "lo", "hi", "n"}: bootstrap over concepts
+    lcec: dict[str, Any] = field(default_factory=dict)  # near-zero shares, the strongest links
+    traces: list[ItemTrace] = field(default_factory=list)
+    diagnosis: Diagnosis | None = None
+    unavailable: list[str] = field(default_factory=list)  # one line per section a run cannot show
+    notes: list[str] = field(default_factory=list)
+    images: dict[str, bytes] = field(default_factory=dict)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+
+def _selected_test_metrics(run: Run) -> tuple[dict[str, Any], str]:
+    seeds = run.metrics.get("seeds") or []
+    sel = run.metrics.get("selected_seed")
+    for s in seeds:
+        if s.get("seed") == sel and isinstance(s.get("test"), dict):
+            return dict(s["test"]), f"metrics.json (seed {sel}, the run's saved model)"
+    return {}, "recomputed (metrics.json has no per-seed test metrics)"
+
+
+def _off_diagonal(m: NDArray[Any]) -> NDArray[Any]:
+    return np.asarray(m[~np.eye(len(m), dtype=bool)])
+
+
+def build_report(
+    run: Run, *, reviews: pd.DataFrame | None = None, random_repeats: int = 5, seed: int = 0,
+    on_progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Everything the report page shows, computed on the run's test split, section by section."""
+    say = on_progress or (lambda _msg: None)
+    test = split_rows(run, "test")
+    gold = test["_y"].to_numpy(np.int64)
+    say(f"predicting {len(test)} test answers")
+    preds = predict_with_attention(run, test).preds
+    pred = preds.grades
+    has_c = preds.p_hat is not None and all(f"_c_{k}" in test for k in run.keys)
+    gold_c = test[[f"_c_{k}" for k in run.keys]].to_numpy(np.int64) if has_c else None
+    saved, source = _selected_test_metrics(run)
+    computed = reccbm.grade_metrics(gold, pred) | (reccbm.concept_metrics(gold_c, preds.levels)
+                                                     if gold_c is not None else {})
+    metrics = {k: float(saved.get(k, computed.get(k, float("nan")))) for k, _ in GRADE_METRICS
+               if k != "smd" and (k in saved or k in computed)}
+    metrics["smd"] = smd(gold, pred)
+    title = f"rubrictool report — {run.meta.get('rubric')} · {run.meta.get('variant')} · {run.path.name}"
+    r = Report(title, str(run.path), str(run.meta.get("variant")), len(test), metrics, source,
+               provenance(run, len(test)), notes=list(run.notes))
+    off = [k for k in computed if k in saved and abs(float(saved[k]) - computed[k]) > 1e-6]
+    if off:
+        r.notes.append(f"recomputing the test predictions gives different {', '.join(off)} than metrics.json "
+                       "(was the model or the table changed after training?)")
+    G = run.model.config.num_grades
+    cm = np.zeros((G, G), dtype=np.int64)
+    np.add.at(cm, (gold, pred), 1)
+    r.images["confusion.png"] = figures.confusion_png(cm, list(range(run.grade_min, run.grade_min + G)))
+    _agreement_section(r, run, test, pred)
+    if run.plm:
+        r.unavailable.append("PLM run: it grades without concepts, so it has no concept metrics, reliability, LCEC "
+                             "correlations, interventions or decision traces")
+        return r
+    assert preds.p_hat is not None
+    _concept_section(r, run, preds, gold_c)
+    partial = _lcec_section(r, run, test)
+    if gold_c is None:
+        r.unavailable.append("interventions and rubric diagnostics: the table has no adjudicated concept labels "
+                             "for the test answers")
+        return r
+    say("simulating interventions")
+    curves = intervention_curves(run, preds.p_hat, gold_c, gold, random_repeats=random_repeats, seed=seed)
+    r.tables["intervention.csv"] = curves
+    r.images["intervention.png"] = figures.intervention_png(curves)
+    # two decision traces: the most confident correct grade and the most confident wrong one
+    conf = preds.grade_probs.max(1)
+    picks = [int(np.argmax(np.where(want, conf, -1))) for want in (pred == gold, pred != gold) if want.any()]
+    say("tracing two decisions")
+    r.traces = explain_items(run, test.iloc[picks])
+    for t in r.traces:
+        r.images[f"trace-{_safe(t.id)}.png"] = trace_png(t)
+    say("diagnosing the rubric")
+    _diagnosis_section(r, run, reviews, partial)
+    return r
+
+
+def _agreement_section(r: Report, run: Run, test: pd.DataFrame, pred: NDArray[Any]) -> None:
+    """Machine–human beside human–human (RSMTool's layout): the model against the gold grade and each
+    grader column present (grade_me, grade_other), the graders against each other."""
+    g0 = run.grade_min
+    rows = [{"pair": "model vs gold grade", **pair_agreement(test["_y"] + g0, pred + g0)}]
+    graders = [c for c in ("grade_me", "grade_other") if c in test and pd.to_numeric(test[c], errors="coerce").notna().any()]
+    for c in graders:
+        rows.append({"pair": f"model vs grader {c.removeprefix('grade_')}",
+                     **pair_agreement(pd.to_numeric(test[c], errors="coerce"), pred + g0)})
+    if len(graders) == 2:
+        a, b = (pd.to_numeric(test[c], errors="coerce") for c in graders)
+        rows.append({"pair": "grader me vs grader other (human–human)", **pair_agreement(a, b)})
+    else:
+        r.unavailable.append("human–human agreement: the table has no two grader columns (grade_me, grade_other)")
+    r.agreement = r.tables["agreement.csv"] = pd.DataFrame(rows)
+
+
+def _concept_section(r: Report, run: Run, preds: reccbm.Predictions, gold_c: NDArray[Any] | None) -> None:
+    """Per-concept C-Acc/C-F1 beside the reliability table (α, CI, σ², A_kk) and the σ² vs 1 − α scatter."""
+    rel_path = run.path / "reliability.csv"
+    rel = pd.read_csv(rel_path) if rel_path.is_file() else pd.DataFrame({"concept": run.keys})
+    per = (next((s.get("per_concept") for s in run.metrics.get("seeds", [])
+                 if s.get("seed") == run.metrics.get("selected_seed")), None) or {})
+    if gold_c is not None:
+        acc, f1 = reccbm.per_concept_metrics(gold_c, preds.levels)
+        per = {"acc": per.get("acc", acc), "f1": per.get("f1", f1)}
+    nan = [np.nan] * len(run.keys)
+    concepts = pd.DataFrame({"concept": run.keys, "name": run.names, "c_acc": per.get("acc", nan),
+                             "c_f1": per.get("f1", nan)})
+    concepts = concepts.merge(rel.drop(columns=[c for c in ("name", "test_c_acc", "test_c_f1") if c in rel]),
+                              on="concept", how="left")
+    r.concepts = r.tables["concepts.csv"] = concepts
+    r.spearman = run.metrics.get("spearman_sigma2_vs_1_minus_alpha")
+    if not run.has_lcec:
+        r.unavailable.append("no LCEC layer in this run: no learned σ², A or Ω, so no reliability scatter and no "
+                             "partial correlations")
+    elif "alpha" in concepts and concepts["alpha"].notna().any():
+        from rubrictool.evaluate import spearman_with_ci
+
+        r.spearman_ci = run.metrics.get("spearman_ci") or spearman_with_ci(concepts["sigma2"], 1 - concepts["alpha"])
+        r.images["reliability.png"] = figures.reliability_png(concepts.dropna(subset=["alpha", "sigma2"]), r.spearman)
+    else:
+        r.unavailable.append("no inter-rater α for the concepts (agreement.json was not found at training time): "
+                             "no reliability scatter")
+
+
+def _lcec_section(r: Report, run: Run, test: pd.DataFrame) -> NDArray[Any] | None:
+    """Label correlation (training split) beside the learned partial correlations; returns the latter."""
+    train = split_rows(run, "train") if run.split.get("train") else test
+    cols = [f"_c_{k}" for k in run.keys]
+    if not all(c in train for c in cols):
+        return None
+    with np.errstate(invalid="ignore", divide="ignore"):
+        emp = np.nan_to_num(np.corrcoef(train[cols].to_numpy(float).T))
+    np.fill_diagonal(emp, 1.0)
+    panels = [("adjudicated label correlation (train)", emp)]
+    r.lcec["label_near_zero"] = float(np.mean(np.abs(_off_diagonal(emp)) < NEAR_ZERO))
+    r.tables["label_correlations.csv"] = pd.DataFrame(emp, index=run.keys, columns=run.keys)
+    partial = None
+    if run.has_lcec:
+        partial = reccbm.partial_correlations(reccbm.reliability(run.model)["Omega"])
+        panels.append(("learned partial correlation −Ω_ij/√(Ω_ii Ω_jj)", partial))
+        r.lcec["partial_near_zero"] = float(np.mean(np.abs(_off_diagonal(partial)) < NEAR_ZERO))
+        iu = np.triu_indices(len(run.keys), 1)
+        top = np.argsort(-np.abs(partial[iu]))[:3]
+        r.lcec["links"] = [(run.keys[iu[0][t]], run.keys[iu[1][t]], float(partial[iu][t])) for t in top]
+        r.tables["partial_correlations.csv"] = pd.DataFrame(partial, index=run.keys, columns=run.keys)
+    r.images["lcec_heatmaps.png"] = figures.heatmaps_png(run.keys, panels)
+    return partial
+
+
+def _diagnosis_section(r: Report, run: Run, reviews: pd.DataFrame | None, partial: NDArray[Any] | None) -> None:
+    """Rubric diagnostics on the run's whole table, with the learned partial correlations."""
+    from rubrictool.rubric import load_rubric
+
+    assert run.table is not None
+    try:
+        rb = load_rubric(str(run.meta["rubric"]))
+    except Exception:  # noqa: BLE001 - a rubric file that moved: say so, show the rest
+        r.unavailable.append(f"rubric diagnostics: the rubric {run.meta['rubric']!r} cannot be loaded")
+        return
+    alpha = {"concepts": {c["concept"]: {"alpha": _num(c.get("alpha")),
+                                         "alpha_ci": [_num(c.get("alpha_lo")), _num(c.get("alpha_hi"))]}
+                          for c in r.concepts.to_dict("records")}}
+    if reviews is None and run.meta.get("rubric") == "mohler" and bundled_labels(run):
+        from rubrictool.data import load_concept_passes
+
+        reviews = load_concept_passes(run.data_dir)
+    r.diagnosis = diagnose(rb, run.table, alpha, reviews, partial)
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if np.isnan(v) else v
+
+
+def _safe(s: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)
+
+
+def provenance(run: Run, n_test: int) -> dict[str, Any]:
+    split_doc = run.split
+    return {
+        "rubric": run.meta.get("rubric"),
+        "rubric_version": run.rubric_version(),
+        "data": run.source,
+        "labels": "; ".join(run.notes) or "adjudicated reviewer labels (see the adjudication's agreement.json)",
+        "variant": run.meta.get("variant"),
+        "backbone": (run.config.get("model") or {}).get("backbone") or "all-MiniLM-L6-v2 (default)",
+        "preset": run.config.get("preset"),
+        "seed": "—" if run.meta.get("seed") is None else run.meta["seed"],
+        "selected_by": run.meta.get("selected_by"),
+        "split": " · ".join(f"{s} {len(split_doc.get(s, []))}" for s in ("train", "dev", "test"))
+                 + f" answers (split.json; {n_test} test answers reported here)",
+        "split_seed": "—" if split_doc.get("seed") is None else split_doc["seed"],
+        "rubrictool revision (of this report; the run does not record its own)": git_revision() or "—",
+        "config": yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True) if run.config else "",
+    }
+
+
+def trace_png(t: ItemTrace) -> bytes:
+    after = [c.contribution_after or 0.0 for c in t.concepts] if t.grade_after is not None else None
+    title = (f"{t.id}: grade {t.grade} (p = {t.grade_prob:.2f}), logit {t.logit:+.2f}"
+             + (f", gold {t.gold_grade}" if t.gold_grade is not None else ""))
+    return figures.contributions_png([c.key for c in t.concepts], [c.contribution for c in t.concepts], t.bias, title,
+                                     after, f"after override → grade {t.grade_after}")
+
+
+# ---------------------------------------------------------------------------- rendering
+def _env() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["f3"] = lambda x: "—" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.3f}"
+    env.filters["pct"] = lambda x: "—" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f} %"
+    env.filters["uri"] = figures.data_uri
+    env.filters["raw"] = lambda x: "" if x is None or (isinstance(x, float) and np.isnan(x)) else repr(float(x))
+    return env
+
+
+def highlighted(t: ItemTrace, k: int) -> str:
+    """The response as HTML with concept k's attention as the background of each token."""
+    if t.alpha is None or not t.spans:
+        return html.escape(t.response)
+    a = np.asarray(t.alpha[k], dtype=float)
+    top = a.max() if a.size and a.max() > 0 else 1.0
+    out, pos = [], 0
+    for (s, e), v in zip(t.spans, a):
+        out.append(html.escape(t.response[pos:s]))
+        w = v / top
+        ink = "; color: #fff" if w > 0.6 else ""
+        out.append(f'<span class="tok" style="background: rgba(31,119,180,{w:.2f}){ink}" title="α = {v:.3f}">'
+                   f"{html.escape(t.response[s:e])}</span>")
+        pos = e
+    out.append(html.escape(t.response[pos:]))
+    return "".join(out)
+
+
+def _trace_view(t: ItemTrace, image: bytes) -> dict[str, Any]:
+    return {"t": t, "image": image, "highlights": [highlighted(t, k) for k in range(len(t.concepts))]}
+
+
+def render_html(r: Report) -> str:
+    views = [_trace_view(t, r.images[f"trace-{_safe(t.id)}.png"]) for t in r.traces]
+    from rubrictool.report.diagnose import reviewer_confusion
+
+    pairs = (reviewer_confusion(r.diagnosis.confusions, list(r.diagnosis.concepts["concept"]))
+             if r.diagnosis is not None else pd.DataFrame())
+    return str(_env().get_template("report.html.j2").render(r=r, metric_names=GRADE_METRICS, traces=views,
+                                                            near_zero=NEAR_ZERO, pairs=pairs))
+
+
+def render_explain_html(traces: list[ItemTrace], run_name: str, images: dict[str, bytes]) -> str:
+    views = [_trace_view(t, images[f"trace-{_safe(t.id)}.png"]) for t in traces]
+    return str(_env().get_template("explain.html.j2").render(traces=views, run=run_name))
+
+
+def _md_table(df: pd.DataFrame, cols: list[tuple[str, str]]) -> list[str]:
+    def cell(v: Any) -> str:
+        if isinstance(v, (float, np.floating)):
+            return "—" if np.isnan(v) else f"{v:.3f}"
+        return "—" if v is None else str(v)
+
+    lines = ["| " + " | ".join(n for _, n in cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(cell(row.get(c)) for c, _ in cols) + " |" for row in df.to_dict("records")]
+    return lines
+
+
+def render_markdown(r: Report) -> str:
+    """The report as Markdown (figures referenced as the PNG files written beside it)."""
+    L = [f"# {r.title}", "", f"Test split: {r.n_test} answers. Numbers from {r.metrics_source}.", ""]
+    L += [f"> {n}" for n in r.notes] + [""] if r.notes else []
+    L += ["## Grade metrics", "", "| metric | value |", "|---|---|"]
+    L += [f"| {name} | {'—' if np.isnan(r.metrics.get(k, np.nan)) else format(r.metrics[k], '.3f')} |"
+          for k, name in GRADE_METRICS if k in r.metrics]
+    L += ["", "![confusion matrix](confusion.png)", "", "## Machine–human and human–human agreement", ""]
+    L += _md_table(r.agreement, [("pair", "pair"), ("n", "n"), ("qwk", "QWK"), ("pearson", "Pearson r"),
+                                 ("smd", "SMD"), ("exact", "exact"), ("adjacent", "adjacent")])
+    if len(r.concepts):
+        L += ["", "## Concepts", ""]
+        L += _md_table(r.concepts, [("concept", "concept"), ("c_acc", "C-Acc"), ("c_f1", "C-F1"), ("alpha", "α"),
+                                    ("alpha_lo", "α lo"), ("alpha_hi", "α hi"), ("sigma2", "σ²"), ("A_kk", "A_kk")])
+        ci = r.spearman_ci
+        L += ["", f"Spearman ρ(σ², 1 − α) = {'—' if r.spearman is None else format(r.spearman, '.3f')}"
+              + (f" (95 % bootstrap CI over {ci['n']} concepts [{ci['lo']:.3f}, {ci['hi']:.3f}])" if ci else "")]
+    for name, title in (("reliability.png", "reliability"), ("lcec_heatmaps.png", "LCEC correlations"),
+                        ("intervention.png", "interventions")):
+        if name in r.images:
+            L += ["", f"![{title}]({name})"]
+    if r.lcec:
+        L += ["", f"Near-zero (|r| < {NEAR_ZERO}) off-diagonal share: labels {r.lcec.get('label_near_zero', 0):.0%}"
+              + (f", learned partial correlations {r.lcec['partial_near_zero']:.0%}" if "partial_near_zero" in r.lcec
+                 else "")]
+    for t in r.traces:
+        L += ["", f"### Decision trace {t.id}: grade {t.grade} (p = {t.grade_prob:.2f}), gold {t.gold_grade}", "",
+              f"> {t.response}", "", f"![trace](trace-{_safe(t.id)}.png)"]
+    if r.diagnosis is not None:
+        L += ["", "## Rubric diagnostics", ""] + [f"- {s}" for s in r.diagnosis.suggestions or ["no suggestion"]]
+    if r.unavailable:
+        L += ["", "## Not shown", ""] + [f"- {u}" for u in r.unavailable]
+    p = r.provenance
+    L += ["", "## Provenance", ""] + [f"- {k}: {v}" for k, v in p.items() if k != "config"]
+    L += ["", "```yaml", p["config"].rstrip(), "```", ""]
+    return "\n".join(L)
+
+
+def out_dir(out: str | Path) -> Path:
+    """`out`, created; a clear error when it cannot be written (a read-only run directory: pass --out)."""
+    d = Path(out)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / ".rubrictool-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise DataError(f"cannot write into {d} ({exc.strerror or exc}); pass --out DIR") from None
+    return d
+
+
+def write_explain(traces: list[ItemTrace], out: str | Path, title: str) -> dict[str, Path]:
+    """explain.html, explain.csv and trace-<id>.png into `out`; returns their paths."""
+    from rubrictool.report.explain import traces_frame
+
+    d = out_dir(out)
+    images = {f"trace-{_safe(t.id)}.png": trace_png(t) for t in traces}
+    paths = {}
+    for name, png in images.items():
+        (d / name).write_bytes(png)
+        paths[name] = d / name
+    (d / "explain.html").write_text(render_explain_html(traces, title, images), encoding="utf-8")
+    traces_frame(traces).to_csv(d / "explain.csv", index=False)
+    return {"explain.html": d / "explain.html", "explain.csv": d / "explain.csv"} | paths
+
+
+def write_report(r: Report, out: str | Path) -> dict[str, Path]:
+    """report.html, report.md, every PNG and CSV into `out`; returns their paths."""
+    d = out_dir(out)
+    paths: dict[str, Path] = {}
+    for name, png in r.images.items():
+        (d / name).write_bytes(png)
+        paths[name] = d / name
+    for name, df in r.tables.items():
+        df.to_csv(d / name, index=name.endswith("correlations.csv"))
+        paths[name] = d / name
+    if r.diagnosis is not None:
+        r.diagnosis.concepts.to_csv(d / "rubric_diagnosis.csv", index=False)
+        r.diagnosis.confusions.to_csv(d / "level_confusions.csv", index=False)
+        paths["rubric_diagnosis.csv"] = d / "rubric_diagnosis.csv"
+        paths["level_confusions.csv"] = d / "level_confusions.csv"
+    (d / "report.html").write_text(render_html(r), encoding="utf-8")
+    (d / "report.md").write_text(render_markdown(r), encoding="utf-8")
+    (d / "report.json").write_text(json.dumps({"metrics": r.metrics, "agreement": r.agreement.to_dict("records"),
+                                               "unavailable": r.unavailable}, indent=1, default=float) + "\n")
+    paths |= {"report.html": d / "report.html", "report.md": d / "report.md", "report.json": d / "report.json"}
+    return paths

@@ -1,0 +1,235 @@
+"""`rubrictool report | intervene | rubric diagnose | ablate` on tiny runs, checked through what they write."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from rubrictool.cli import app
+from rubrictool.report.scores import pair_agreement, smd
+from tests.support.inspect_runs import graded_table, inspect_run, png_ok
+from tests.support.tiny_models import KEYS, build_backbone
+
+runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return inspect_run(tmp_path_factory.mktemp("report"), n=80)
+
+
+def _selected_test(run: Path) -> dict[str, float]:
+    m = json.loads((run / "metrics.json").read_text())
+    return next(s["test"] for s in m["seeds"] if s["seed"] == m["selected_seed"])
+
+
+# ------------------------------------------------------------------ agreement figures
+def test_qwk_pearson_smd_match_scikit_learn_and_scipy() -> None:
+    from scipy.stats import pearsonr
+    from sklearn.metrics import cohen_kappa_score
+
+    rng = np.random.default_rng(3)
+    human = rng.integers(0, 6, 300)
+    machine = np.clip(human + rng.integers(-2, 3, 300), 0, 5)
+    a = pair_agreement(human, machine)
+    assert a["qwk"] == pytest.approx(cohen_kappa_score(human, machine, weights="quadratic"))
+    assert a["pearson"] == pytest.approx(pearsonr(human, machine).statistic)
+    pooled = np.sqrt((np.var(human) + np.var(machine)) / 2)
+    assert a["smd"] == pytest.approx((machine.mean() - human.mean()) / pooled)
+    assert smd([1, 2, 3], [2, 3, 4]) == pytest.approx(1 / np.sqrt(2 / 3))  # one pooled sd up
+    assert a["exact"] == pytest.approx(np.mean(human == machine))
+    assert a["adjacent"] == pytest.approx(np.mean(np.abs(human - machine) <= 1)) and a["n"] == 300
+    # half points (Mohler's graders) are rounded half up for exact agreement and QWK, not for r and SMD
+    b = pair_agreement([0.5, 1.5, 2.0, 3.5], [1, 2, 2, 3])
+    assert b["exact"] == pytest.approx(0.75) and b["pearson"] == pytest.approx(pearsonr([0.5, 1.5, 2, 3.5],
+                                                                                          [1, 2, 2, 3]).statistic)
+
+
+# ------------------------------------------------------------------ report
+def test_report_writes_the_page_its_pngs_and_csvs(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    run, table = tiny
+    out = tmp_path / "rep"
+    res = runner.invoke(app, ["report", "--model", str(run), "--data", str(table), "--out", str(out),
+                              "--repeats", "2"])
+    assert res.exit_code == 0, res.output
+    for name in ("report.html", "report.md", "report.json", "agreement.csv", "concepts.csv", "intervention.csv",
+                 "label_correlations.csv", "partial_correlations.csv", "rubric_diagnosis.csv"):
+        assert (out / name).is_file(), name
+    pngs = sorted(out.glob("*.png"))
+    assert {p.name for p in pngs} >= {"confusion.png", "lcec_heatmaps.png", "intervention.png"}
+    assert len([p for p in pngs if p.name.startswith("trace-")]) == 2
+    for p in pngs:
+        w, h = png_ok(p)
+        assert w > 100 and h > 100, p
+    page = (out / "report.html").read_text()
+    saved = _selected_test(run)
+    for key in ("t_acc", "t_f1", "qwk", "rmse", "adjacent", "c_acc", "c_f1"):
+        m = re.search(rf'id="metric-{key}" data-value="([^"]*)">([^<]*)<', page)
+        assert m, key
+        assert float(m.group(1)) == pytest.approx(saved[key], abs=1e-12) and m.group(2) == f"{saved[key]:.3f}"
+    assert page.count('src="data:image/png;base64,') == len(pngs)
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+    # machine–human beside human–human
+    agr = pd.read_csv(out / "agreement.csv")
+    assert list(agr["pair"]) == ["model vs gold grade", "model vs grader me", "model vs grader other",
+                                 "grader me vs grader other (human–human)"]
+    split = json.loads((run / "split.json").read_text())
+    df = graded_table(80).set_index("id").loc[split["test"]]
+    hh = pair_agreement(df["grade_me"], df["grade_other"])
+    assert agr.iloc[3]["qwk"] == pytest.approx(hh["qwk"]) and agr.iloc[3]["n"] == len(split["test"])
+    assert agr.iloc[0]["exact"] == pytest.approx(saved["t_acc"])
+    # LCEC: the learned partial correlations are those of the run's Ω
+    import reccbm
+
+    model, _, _ = reccbm.load_checkpoint(run)
+    pc = pd.read_csv(out / "partial_correlations.csv", index_col=0)
+    assert np.allclose(pc.to_numpy(), reccbm.partial_correlations(reccbm.reliability(model)["Omega"]), atol=1e-9)
+    md = (out / "report.md").read_text()
+    assert "## Machine–human and human–human agreement" in md and "![confusion matrix](confusion.png)" in md
+
+
+def test_report_says_what_a_run_without_lcec_cannot_show(tmp_path: Path) -> None:
+    run, table = inspect_run(tmp_path, "--no-lcec", n=40)
+    out = tmp_path / "rep"
+    res = runner.invoke(app, ["report", "--model", str(run), "--data", str(table), "--out", str(out), "--repeats", "1"])
+    assert res.exit_code == 0, res.output
+    assert "not shown: no LCEC layer in this run" in " ".join(res.output.split())
+    assert (out / "intervention.png").is_file() and not (out / "partial_correlations.csv").exists()
+    assert "no LCEC layer in this run" in (out / "report.html").read_text()
+
+
+def test_report_of_a_plm_run_shows_grades_and_says_why_nothing_else(tmp_path: Path) -> None:
+    run, table = inspect_run(tmp_path, "--variant", "plm", n=40)
+    out = tmp_path / "rep"
+    res = runner.invoke(app, ["report", "--model", str(run), "--data", str(table), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "not shown: PLM run: it grades without concepts" in text
+    assert {p.name for p in out.glob("*.png")} == {"confusion.png"}
+    page = (out / "report.html").read_text()
+    saved = _selected_test(run)
+    assert f'id="metric-t_acc" data-value="{saved["t_acc"]!r}"' in page and 'id="metric-c_acc"' not in page
+
+
+def test_report_of_a_benchmark_run_without_data_says_to_pass_it(tiny: tuple[Path, Path]) -> None:
+    res = runner.invoke(app, ["report", "--model", str(tiny[0])])
+    assert res.exit_code == 1 and "pass --data FILE" in " ".join(res.output.split())
+
+
+# ------------------------------------------------------------------ intervene
+def test_intervene_writes_curves_for_every_k_and_strategy(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    run, table = tiny
+    res = runner.invoke(app, ["intervene", "--model", str(run), "--data", str(table), "--out", str(tmp_path),
+                              "--repeats", "2"])
+    assert res.exit_code == 0, res.output
+    c = pd.read_csv(tmp_path / "intervention.csv")
+    assert len(c) == 2 * 3 * (len(KEYS) + 1) and set(c["order"]) == {"uncertain", "confident"}
+    k0 = c[c["k"] == 0]
+    assert np.allclose(k0["t_acc"], _selected_test(run)["t_acc"])
+    for name in ("intervention.png", "intervention_qwk.png"):
+        assert png_ok(tmp_path / name)[0] > 300
+
+
+# ------------------------------------------------------------------ rubric diagnose
+def _reviews(tmp: Path) -> tuple[Path, list[str]]:
+    """Three reviewers' wide files: FC and CP always at the same level; reviewer C reads FR's 2 as 3."""
+    df = graded_table(60)
+    rng = np.random.default_rng(5)
+    specs = []
+    for name in ("A", "B", "C"):
+        lab = df[["id", *KEYS]].copy()
+        noisy = rng.random(len(lab)) < 0.15
+        lab.loc[noisy, "R"] = np.clip(lab.loc[noisy, "R"] + 1, 1, 3)
+        if name == "C":
+            lab.loc[lab["FR"] == 2, "FR"] = 3
+        lab.to_csv(tmp / f"{name}.csv", index=False)
+        specs += ["--reviews", str(tmp / f"{name}.csv")]
+    df.drop(columns=KEYS).to_csv(tmp / "items.csv", index=False)
+    return tmp / "items.csv", specs
+
+
+def test_rubric_diagnose_from_adjudicated_labels_alone(tmp_path: Path) -> None:
+    items, specs = _reviews(tmp_path)
+    adj = tmp_path / "adjudicated"
+    res = runner.invoke(app, ["adjudicate", "--rubric", "mohler", *specs, "--items", str(items), "--out", str(adj),
+                              "--bootstrap", "50"])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "diag"
+    res = runner.invoke(app, ["rubric", "diagnose", "--adjudicated", str(adj), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "FC and CP agree on 100 % of answers" in text
+    assert re.search(r"FR levels 2 and 3 are confused in 100 % of its \d+ reviewer disagreements", text)
+    d = pd.read_csv(out / "rubric_diagnosis.csv")
+    assert list(d["concept"]) == KEYS
+    fr = d.set_index("concept").loc["FR"]
+    assert fr["confused_levels"] == "2–3" and fr["n_disagreements"] > 0
+    assert d.set_index("concept").loc["R", "alpha"] < d.set_index("concept").loc["FC", "alpha"]
+    assert d["drop_one_loss"].notna().all() and d["partial_corr"].isna().all()
+    assert "merge them or sharpen their anchors" in (out / "rubric_diagnosis.md").read_text()
+    conf = pd.read_csv(out / "level_confusions.csv")
+    fr = conf[conf["concept"] == "FR"]  # only reviewer C reads FR's 2 as 3: A and B never disagree on FR
+    assert set(zip(fr["reviewer_a"], fr["reviewer_b"])) == {("A", "C"), ("B", "C")}
+    assert set(zip(fr["level_a"], fr["level_b"])) == {(2, 3)}
+    assert "reviewer-by-reviewer disagreements" in text
+
+
+def test_rubric_diagnose_needs_an_adjudicated_folder(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["rubric", "diagnose", "--adjudicated", str(tmp_path)])
+    assert res.exit_code == 1 and "has no adjudicated.csv" in " ".join(res.output.split())
+
+
+# ------------------------------------------------------------------ ablate
+def test_ablate_trains_each_combination_once_and_draws_the_chart(tmp_path: Path) -> None:
+    data = tmp_path / "table.csv"
+    graded_table(40).to_csv(data, index=False)
+    args = ["ablate", "--data", str(data), "--rubric", "mohler", "--variants", "vanilla,race+lcec,plm", "--backbone",
+            build_backbone(tmp_path, "bert"), "--epochs", "1", "--max-len", "32", "--device", "cpu", "--out",
+            str(tmp_path / "abl")]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    t = pd.read_csv(tmp_path / "abl" / "ablation.csv")
+    assert list(t["variant"]) == ["vanilla", "race+lcec", "plm"]
+    assert t.loc[t["variant"] == "plm", "c_acc_mean"].isna().all() and t["t_acc_mean"].between(0, 1).all()
+    assert png_ok(tmp_path / "abl" / "ablation.png")[0] > 300
+    assert "| race+lcec | ✓ |  | ✓ |" in (tmp_path / "abl" / "ablation.md").read_text()
+    mtime = (tmp_path / "abl" / "vanilla" / "metrics.json").stat().st_mtime
+    res = runner.invoke(app, args)  # resumable: nothing is retrained
+    assert res.exit_code == 0 and res.output.count("finished earlier, read back") == 3
+    assert (tmp_path / "abl" / "vanilla" / "metrics.json").stat().st_mtime == mtime
+    res = runner.invoke(app, [*args[:6], "vanila", *args[7:]])
+    assert res.exit_code == 1 and "unknown variant(s) ['vanila']" in res.output
+
+
+def test_ablate_with_folds_pools_each_combination(tmp_path: Path) -> None:
+    data = tmp_path / "table.csv"
+    graded_table(40).to_csv(data, index=False)
+    args = ["ablate", "--data", str(data), "--rubric", "mohler", "--variants", "race+opcc", "--folds", "2",
+            "--backbone", build_backbone(tmp_path, "bert"), "--epochs", "1", "--max-len", "32", "--device", "cpu",
+            "--out", str(tmp_path / "abl")]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    folds = json.loads((tmp_path / "abl" / "race+opcc" / "folds.json").read_text())
+    t = pd.read_csv(tmp_path / "abl" / "ablation.csv")
+    assert t["t_acc_mean"].iloc[0] == pytest.approx(folds["pooled"]["t_acc"])
+    assert t["t_acc_std"].iloc[0] == pytest.approx(np.std([f["t_acc"] for f in folds["per_fold"]], ddof=1))
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0 and "finished earlier, read back" in res.output
+    res = runner.invoke(app, ["report", "--model", str(tmp_path / "abl" / "race+opcc"), "--data", str(data)])
+    assert res.exit_code == 1 and "is a k-fold run: pass one of its folds, e.g. --model" in " ".join(res.output.split())
+
+
+def test_a_folder_that_cannot_be_written_is_one_clear_line(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    run, table = tiny
+    res = runner.invoke(app, ["intervene", "--model", str(run), "--data", str(table), "--out", str(blocked / "x"),
+                              "--repeats", "1"])
+    assert res.exit_code == 1 and "cannot write into" in res.output and "pass --out DIR" in " ".join(res.output.split())
