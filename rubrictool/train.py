@@ -42,6 +42,7 @@ from rubrictool.errors import TrainError
 from rubrictool.evaluate import majority_baseline, oracle_concept_baseline, pooled_metrics, spearman_with_ci
 from rubrictool.grade import predictions_frame as _predictions_frame
 from rubrictool.progress import Progress, ProgressFn
+from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import validate_adjudicated
 
@@ -411,7 +412,8 @@ def train_model(
                 best = (info["dev_selection"]["t_f1"], model, info, preds)
         assert best is not None
         _, model, info, preds = best
-        metrics = {"variant": name, "preset": preset, "rubric": rb.name, "seeds": infos, "selected_seed": info["seed"],
+        metrics = {"variant": name, "preset": preset, "rubric": rb.name, "git_revision": git_revision(),
+                   "seeds": infos, "selected_seed": info["seed"],
                    "summary": _summary(infos), "notes": notes}
         rel, rho = reliability_table(model, rb, info.get("per_concept"), agreement) if not plm else (pd.DataFrame(), None)
         metrics["spearman_sigma2_vs_1_minus_alpha"] = rho
@@ -433,7 +435,8 @@ def train_model(
         frame.to_csv(run / "test_predictions.csv", index=False)
         meta = {"rubric": rb.name, "concept_keys": rb.keys, "concept_names": [c.name for c in rb.concepts],
                 "scale": [rb.scale.min, rb.scale.max], "grade": [rb.grade.min, rb.grade.max],
-                "variant": name, "seed": info["seed"], "selected_by": "dev t_f1", "notes": notes}
+                "variant": name, "seed": info["seed"], "selected_by": "dev t_f1", "notes": notes,
+                "git_revision": metrics["git_revision"]}
         step = info["stage1"]["steps"] + (info["stage2"]["steps"] if info["stage2"] else 0)
         reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta)
         log.info("wrote %s", run)

@@ -32,6 +32,13 @@ def test_train_writes_a_complete_run_directory(tmp_path: Path, backbone: str) ->
     for name in ("config.yaml", "split.json", "metrics.json", "reliability.csv", "reliability.md", "train.log",
                  "model.safetensors", "model.json", "test_predictions.csv"):
         assert (run / name).is_file(), name
+    from rubrictool.provenance import git_revision
+
+    rev = git_revision()
+    if (Path(__file__).resolve().parents[1] / ".git").exists():
+        assert rev is not None  # a checkout: every run records the revision that trained it
+    assert json.loads((run / "model.json").read_text())["git_revision"] == rev
+    assert json.loads((run / "metrics.json").read_text())["git_revision"] == rev
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg["model"]["num_concepts"] == 8 and cfg["stage1"]["epochs"] == 2 and cfg["stage2"]["lambda_d"] == 0.1
     metrics = json.loads((run / "metrics.json").read_text())

@@ -253,7 +253,8 @@ def provenance(run: Run, n_test: int) -> dict[str, Any]:
         "split": " · ".join(f"{s} {len(split_doc.get(s, []))}" for s in ("train", "dev", "test"))
                  + f" answers (split.json; {n_test} test answers reported here)",
         "split_seed": "—" if split_doc.get("seed") is None else split_doc["seed"],
-        "rubrictool revision (of this report; the run does not record its own)": git_revision() or "—",
+        "rubrictool revision of the run": run.meta.get("git_revision") or "— (trained before runs recorded it)",
+        "rubrictool revision of this report": git_revision() or "—",
         "config": yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True) if run.config else "",
     }
 

@@ -9,7 +9,6 @@ trained on: ``--data FILE`` when given, else the bundled benchmark labels the ru
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from reccbm import Predictions, ReccbmError
 from reccbm.data import collate
 from rubrictool.errors import DataError, TrainError
 from rubrictool.grade import parse_overrides
+from rubrictool.provenance import git_revision
 
 __all__ = [
     "AttendedItems",
@@ -224,14 +224,3 @@ def predict_with_attention(run: Run, items: pd.DataFrame, batch_size: int = 16) 
     return AttendedItems(preds, tokens, spans, alphas)
 
 
-def git_revision(path: Path | None = None) -> str | None:
-    """The checkout's commit (short) and a '+dirty' mark; None outside git."""
-    cwd = path or Path(__file__).resolve().parent
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                             timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], check=False, cwd=cwd,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return rev + ("+dirty" if dirty else "")
