@@ -76,8 +76,8 @@ def test_mohler_br_markup_stripped(mohler_items: pd.DataFrame) -> None:
 
 def test_load_benchmark_and_missing_data(tmp_path: Path, data_dir: Path) -> None:
     assert len(load_benchmark("mohler", data_dir)) == 2273
-    with pytest.raises(DataError, match="no loader for benchmark 'asap2'"):
-        load_benchmark("asap2", data_dir)
+    with pytest.raises(DataError, match="no loader for benchmark 'gsm8k'; available: mohler, asap2, mocha"):
+        load_benchmark("gsm8k", data_dir)
     with pytest.raises(DataError, match=r"no Mohler data \(expected .*docs/files\)") as err:
         load_mohler(tmp_path)
     assert "rubrictool data fetch mohler" in (err.value.hint or "")
@@ -322,8 +322,8 @@ def test_fetch_rejects_bad_sources(tmp_path: Path, data_dir: Path) -> None:
         fetch_mohler(tmp_path / "d3", str(tmp_path / "missing.zip"))
     with pytest.raises(DataError, match="unsupported URL scheme"):
         fetch_mohler(tmp_path / "d4", "ftp://example.org/x.zip")
-    with pytest.raises(DataError, match="no download for benchmark 'mocha'"):
-        fetch_benchmark("mocha", tmp_path)
+    with pytest.raises(DataError, match="no download for benchmark 'gsm8k'"):
+        fetch_benchmark("gsm8k", tmp_path)
 
 
 def test_fetch_keeps_nothing_when_the_archive_does_not_load(tmp_path: Path, data_dir: Path) -> None:

@@ -1,0 +1,120 @@
+"""Deterministic train/dev/test splits and k folds of an item table, and their JSON files."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rubrictool.errors import DataError
+
+__all__ = ["kfold_splits", "load_split", "save_split", "split_items"]
+
+
+def split_items(
+    items: pd.DataFrame,
+    seed: int = 0,
+    ratios: tuple[float, float, float] = (0.7, 0.2, 0.1),
+    stratify: str | None = "grade",
+) -> dict[str, list[str]]:
+    """A deterministic train/dev/test split of item ids, stratified by ``stratify`` (the grade).
+
+    Within each stratum the ids are sorted, shuffled with ``seed`` and cut at the ratios (rounded;
+    strata too small for a dev/test share go to train), so the same table and seed always give the
+    same split, whatever the row order.
+    """
+    if abs(sum(ratios) - 1.0) > 1e-6 or any(r < 0 for r in ratios):
+        raise DataError(f"split ratios {ratios} must be non-negative and sum to 1")
+    if len(items) == 0:
+        raise DataError("cannot split an empty item table")
+    rng = np.random.default_rng(seed)
+    out: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
+    if stratify and stratify in items.columns and items[stratify].notna().all():
+        groups: Iterable[tuple[object, pd.DataFrame]] = sorted(
+            items.groupby(stratify), key=lambda kv: float(kv[0])  # type: ignore[arg-type]
+        )
+    else:
+        groups = [("all", items)]
+    for _, g in groups:
+        ids = sorted(g["id"].astype(str))
+        perm = [ids[i] for i in rng.permutation(len(ids))]
+        n = len(perm)
+        n_test = round(n * ratios[2])
+        n_dev = round(n * ratios[1])
+        if n_test + n_dev >= n:  # tiny stratum: keep at least one training example
+            n_test, n_dev = (min(n_test, max(n - 1, 0)), 0) if n > 1 else (0, 0)
+        out["test"] += perm[:n_test]
+        out["dev"] += perm[n_test : n_test + n_dev]
+        out["train"] += perm[n_test + n_dev :]
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def kfold_splits(
+    items: pd.DataFrame,
+    k: int = 5,
+    seed: int = 0,
+    dev_share: float = 0.125,
+    stratify: str | None = "grade",
+) -> list[dict[str, list[str]]]:
+    """k train/dev/test splits in which every item is tested exactly once, stratified by ``stratify``.
+
+    Within each stratum the ids are sorted, shuffled with ``seed`` and dealt to the folds in turn, the
+    dealing continuing across strata so that fold sizes differ by at most one. Fold i tests on its own
+    items; dev is a stratified ``dev_share`` of the other folds' items (seed + i), the rest is train.
+    """
+    if k < 2:
+        raise DataError(f"k-fold evaluation needs at least 2 folds, got {k}")
+    if len(items) < k:
+        raise DataError(f"cannot make {k} folds of {len(items)} items")
+    if not 0 < dev_share < 1:
+        raise DataError(f"the dev share must be between 0 and 1, got {dev_share}")
+    rng = np.random.default_rng(seed)
+    if stratify and stratify in items.columns and items[stratify].notna().all():
+        groups: list[tuple[object, pd.DataFrame]] = sorted(items.groupby(stratify), key=lambda kv: float(kv[0]))  # type: ignore[arg-type]
+    else:
+        groups = [("all", items)]
+    fold_of: dict[str, int] = {}
+    turn = 0
+    for _, g in groups:
+        ids = sorted(g["id"].astype(str))
+        for i in rng.permutation(len(ids)):
+            fold_of[ids[i]] = turn % k
+            turn += 1
+    out = []
+    for f in range(k):
+        test = sorted(i for i, fi in fold_of.items() if fi == f)
+        rest = items[items["id"].astype(str).map(fold_of) != f]
+        inner = split_items(rest, seed=seed + 1 + f, ratios=(1 - dev_share, dev_share, 0.0), stratify=stratify)
+        out.append({"train": inner["train"], "dev": inner["dev"], "test": test})
+    return out
+
+
+def save_split(
+    split: dict[str, list[str]], path: str | Path, seed: int | None = None, meta: dict[str, Any] | None = None
+) -> Path:
+    """Write a split as JSON (atomically), with the seed that made it and optional metadata."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"seed": seed, **(meta or {}), **{k: split[k] for k in ("train", "dev", "test")}}
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(payload, fh, indent=1)
+    os.replace(tmp, p)
+    return p
+
+
+def load_split(path: str | Path) -> dict[str, list[str]]:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+        return {k: [str(x) for x in data[k]] for k in ("train", "dev", "test")}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{p}: not a split file ({e.__class__.__name__}); expected JSON with train/dev/test id lists") from None
+
+
