@@ -60,8 +60,8 @@ def _log(msg: str) -> None:
 
 def run(out: Path, configs: list[str], folds: int, only: list[int] | None, data_dir: str | None) -> None:
     from rubrictool.data import kfold_splits
-    from rubrictool.tables import LLM_PASSES_NOTE
     from rubrictool.pipeline import benchmark_table
+    from rubrictool.tables import LLM_PASSES_NOTE
     from rubrictool.train import train_folds, train_model
 
     rb, table, agreement = benchmark_table("mohler", data_dir)

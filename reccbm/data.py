@@ -55,8 +55,13 @@ def encode_inputs(
     responses: Sequence[str],
     contexts: Sequence[str],
     max_len: int,
+    truncated: list[int] | None = None,
 ) -> list[dict[str, list[int]]]:
-    """Token ids (and token type ids when the backbone uses them) for each x = (q, r, a)."""
+    """Token ids (and token type ids when the backbone uses them) for each x = (q, r, a).
+
+    ``truncated``, when given, receives the positions of the items whose text did not fit in
+    ``max_len`` tokens and was cut (the caller decides how to tell the user).
+    """
     if not (len(questions) == len(responses) == len(contexts)):
         raise ReccbmError("questions, responses and contexts must have the same length")
     sep = tokenizer.sep_token or tokenizer.eos_token or "\n"
@@ -69,10 +74,12 @@ def encode_inputs(
     kw: dict[str, Any] = {"add_special_tokens": False, "return_offsets_mapping": True}
     enc_f, enc_r = tokenizer(firsts, **kw), tokenizer(list(responses), **kw)
     keep_f, keep_r = [], []
-    for f_ids, r_ids in zip(enc_f["input_ids"], enc_r["input_ids"]):
+    for i, (f_ids, r_ids) in enumerate(zip(enc_f["input_ids"], enc_r["input_ids"])):
         r_keep = min(len(r_ids), budget - min(len(f_ids), budget // 4))
         keep_r.append(r_keep)
         keep_f.append(min(len(f_ids), budget - r_keep))
+        if truncated is not None and (r_keep < len(r_ids) or keep_f[-1] < len(f_ids)):
+            truncated.append(i)
     firsts = _cut(firsts, enc_f["offset_mapping"], keep_f)
     resp = _cut(responses, enc_r["offset_mapping"], keep_r)
     call: dict[str, Any] = {"truncation": "longest_first", "max_length": max_len}  # safety net only

@@ -23,7 +23,7 @@ from reccbm import Predictions, ReccbmError
 from reccbm.onnx_encoder import OnnxExportError, use_onnx_encoder
 from rubrictool.errors import DataError, TrainError
 from rubrictool.io import read_table, write_table
-from rubrictool.progress import Progress, ProgressFn
+from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.rubric import Rubric
 
 __all__ = ["ENGINES", "grade_file", "grade_items", "grade_loaded", "load_grader", "onnx_cache_dirs", "parse_overrides",
@@ -133,7 +133,10 @@ def grade_loaded(
     for col in ("question", "reference", "context", "response"):
         df[col] = df[col].fillna("").astype(str) if col in df.columns else ""
     aux = [" \n ".join(p for p in (r, c) if p.strip()) for r, c in zip(df["reference"], df["context"])]
-    feats = reccbm.encode_inputs(tokenizer, list(df["question"]), list(df["response"]), aux, model.config.max_len)
+    cut: list[int] = []
+    feats = reccbm.encode_inputs(tokenizer, list(df["question"]), list(df["response"]), aux, model.config.max_len, cut)
+    if cut:
+        warn(progress, truncation_message(len(cut), len(df), model.config.max_len))
     on_batch = None
     if progress is not None:
         report, done = progress, [0]

@@ -87,6 +87,7 @@ def run_train(
             overrides.setdefault(section, {})[key] = value
     kw: dict[str, Any] = {"variant": variant, "race": race, "opcc": opcc, "lcec": lcec, "overrides": overrides,
                           "seeds": seeds, "callback": callback, "preset": preset}
+    single = kw | {"progress": progress}  # k-fold runs take progress themselves and hand it on
     if (benchmark is None) == (data is None):
         raise TrainError("training needs one data source: a benchmark or an adjudicated table",
                          hint="give either --benchmark NAME or --data FILE with --rubric")
@@ -103,7 +104,7 @@ def run_train(
             rb, table, agr_doc = benchmark_table(benchmark, data_dir)
             return train_folds(rb, table, run, folds=folds, fold_seed=split_seed, agreement=agr_doc,
                                notes=[LLM_PASSES_NOTE], progress=progress, **kw)
-        return train_benchmark(benchmark, run, data_dir=data_dir, split_seed=split_seed, **kw)
+        return train_benchmark(benchmark, run, data_dir=data_dir, split_seed=split_seed, **single)
     if rubric is None:
         raise TrainError("an adjudicated table needs the rubric its concept columns follow",
                          hint="add --rubric NAME|FILE")
@@ -112,4 +113,4 @@ def run_train(
     if folds:
         return train_folds(rubric, table, run, folds=folds, fold_seed=split_seed, agreement=agr, progress=progress, **kw)
     sp = load_split(split) if split else split_items(table, seed=split_seed)
-    return train_model(rubric, table, sp, run, agreement=agr, **kw)
+    return train_model(rubric, table, sp, run, agreement=agr, **single)

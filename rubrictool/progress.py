@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Progress", "ProgressFn", "counter", "from_training_event"]
+__all__ = ["Progress", "ProgressFn", "counter", "from_training_event", "truncation_message", "warn"]
 
 
 @dataclass(frozen=True)
@@ -25,9 +25,24 @@ class Progress:
     done: int  # units done so far (items, bytes, optimiser steps, epochs)
     total: int | None = None  # units in all; None while unknown
     info: str = ""  # a short status: cost and tokens, the loss, a dev metric
+    kind: str = "progress"  # "progress": one bar per task; "warning": info is a message to show once, no bar
 
 
 ProgressFn = Callable[[Progress], None]
+
+
+def warn(progress: ProgressFn | None, message: str) -> None:
+    """Tell the user something once (inputs truncated, ...) through the progress callback, if any."""
+    if progress is not None:
+        progress(Progress("warning", 0, None, message, kind="warning"))
+
+
+def truncation_message(n_truncated: int, n_items: int, max_len: int) -> str:
+    """The one wording of "inputs were cut at max_len" (training and grading)."""
+    return (
+        f"{n_truncated} of {n_items} inputs are longer than max_len={max_len} tokens and were truncated "
+        "(the response keeps at least 3/4 of the budget); raise --max-len to keep more of them"
+    )
 
 
 def counter(progress: ProgressFn | None, task: str) -> Callable[[int, int | None], None] | None:

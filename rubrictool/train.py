@@ -41,7 +41,7 @@ from rubrictool.data import (
 from rubrictool.errors import TrainError
 from rubrictool.evaluate import majority_baseline, oracle_concept_baseline, pooled_metrics, spearman_with_ci
 from rubrictool.grade import predictions_frame as _predictions_frame
-from rubrictool.progress import Progress, ProgressFn
+from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import validate_adjudicated
@@ -144,9 +144,11 @@ class TrainResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _encode(df: pd.DataFrame, rubric: Rubric, tokenizer: Any, max_len: int, concepts: bool) -> reccbm.EncodedItems:
+def _encode(
+    df: pd.DataFrame, rubric: Rubric, tokenizer: Any, max_len: int, concepts: bool, truncated: list[int] | None = None
+) -> reccbm.EncodedItems:
     aux = [" \n ".join(p for p in (r, c) if p.strip()) for r, c in zip(df["reference"], df["context"])]
-    feats = reccbm.encode_inputs(tokenizer, list(df["question"]), list(df["response"]), aux, max_len)
+    feats = reccbm.encode_inputs(tokenizer, list(df["question"]), list(df["response"]), aux, max_len, truncated)
     c = df[[f"_c_{k}" for k in rubric.keys]].to_numpy(np.int64) if concepts else None
     y = df["_y"].to_numpy(np.int64) if "_y" in df.columns else None
     return reccbm.EncodedItems(feats, c, y)
@@ -352,6 +354,7 @@ def train_model(
     agreement: dict[str, Any] | str | Path | None = None,
     notes: list[str] | None = None,
     callback: Callable[[reccbm.Event], None] | None = None,
+    progress: ProgressFn | None = None,
 ) -> TrainResult:
     """Train a variant on ``table`` with ``split`` (ids per train/dev/test) and write ``run_dir``.
 
@@ -401,7 +404,13 @@ def train_model(
     with _log_to(run / "train.log") if is_main else nullcontext():
         log.info("run %s: variant %s, rubric %s, %d/%d/%d items", run, name, rb.name, *(len(pos[s]) for s in pos))
         tokenizer = reccbm.load_tokenizer(mcfg.backbone or reccbm.default_backbone())
-        sets = {s: _encode(df.iloc[p], rb, tokenizer, mcfg.max_len, not plm) for s, p in pos.items()}
+        cut: list[int] = []  # positions (within each split) of the inputs cut at max_len; only the count matters
+        sets = {s: _encode(df.iloc[p], rb, tokenizer, mcfg.max_len, not plm, cut) for s, p in pos.items()}
+        if cut:  # long essays: say how many lost text, in the run (notes) and to the user now
+            msg = truncation_message(len(cut), sum(len(p) for p in pos.values()), mcfg.max_len)
+            notes.append(msg)
+            log.warning(msg)
+            warn(progress, msg)
         best: tuple[float, reccbm.RecCBM, dict[str, Any], Predictions] | None = None
         infos = []
         for seed in range(first_seed, first_seed + seeds):
@@ -495,7 +504,7 @@ def train_folds(
         else:
             if progress:
                 progress(Progress("folds", i, folds, f"fold {i + 1}: training"))
-            train_model(rb, table, sp, fold_dir, agreement=agreement, notes=notes, **kwargs)
+            train_model(rb, table, sp, fold_dir, agreement=agreement, notes=notes, progress=progress, **kwargs)
         results.append(json.loads((fold_dir / "metrics.json").read_text()))
     if progress:
         progress(Progress("folds", folds, folds, "all folds done: pooled"))

@@ -352,7 +352,8 @@ def _benchmark_inputs(
     """The concept-label passes of a benchmark (from the data directory) and (unless ``with_items`` is false) its items."""
     if benchmark != "mohler":
         raise AdjudicateError(
-            f"no bundled concept labels for benchmark {benchmark!r}; only mohler ships them"
+            f"no bundled concept labels for benchmark {benchmark!r}; only mohler ships them",
+            hint=f"pass the reviewers' files with --reviews (or --from-label-studio) to adjudicate {benchmark}",
         )
     return load_concept_passes(data_dir), load_benchmark(benchmark, data_dir) if with_items else None
 
@@ -376,18 +377,20 @@ def run_adjudicate(
 ) -> AdjudicationResult:
     """Read the inputs (files and/or a benchmark), adjudicate, write the outputs to ``out``.
 
-    ``--benchmark mohler`` supplies the Mohler items and, unless review files are given, the three
-    LLM concept-label passes in ``<data dir>/mohler-concepts``.
+    ``--benchmark NAME`` supplies the benchmark's items (mohler, asap2, mocha) for the review files;
+    for Mohler without review files, the three LLM concept-label passes in ``<data dir>/mohler-concepts``
+    are the reviews.
     """
     if rubric is None and benchmark is None:
         raise AdjudicateError("no rubric", hint="pass --rubric NAME|FILE (or --benchmark mohler)")
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric or str(benchmark))
     note = None
     item_table: pd.DataFrame | None = None
-    if benchmark is not None:
+    if benchmark is not None and reviews:  # the reviewers' labels, the benchmark's items (any benchmark)
+        item_table = load_benchmark(benchmark, data_dir)
+    elif benchmark is not None:  # Mohler's bundled concept-label passes stand in for the reviews
         passes, item_table = _benchmark_inputs(benchmark, data_dir)
-        if not reviews:
-            review_table, note = passes, LLM_PASSES_NOTE
+        review_table, note = passes, LLM_PASSES_NOTE
     if reviews:
         review_table = read_reviews(reviews)
     elif benchmark is None:

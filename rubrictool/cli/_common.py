@@ -12,6 +12,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
 
@@ -40,7 +41,7 @@ DataDirOpt = Annotated[
     Path | None,
     typer.Option("--data-dir", help="Folder holding benchmark data (default: $RUBRICTOOL_DATA, else ./data)."),
 ]
-BenchmarkOpt = Annotated[str | None, typer.Option("--benchmark", "-b", help="Bundled benchmark, e.g. mohler.")]
+BenchmarkOpt = Annotated[str | None, typer.Option("--benchmark", "-b", help="Bundled benchmark: mohler, asap2 or mocha.")]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -111,6 +112,9 @@ class ProgressView:
 
     def __call__(self, ev: Progress | None) -> None:
         if ev is None:
+            return
+        if ev.kind == "warning":
+            self.bar.console.print(f"[yellow]warning:[/] {escape(ev.info)}", soft_wrap=True)
             return
         if not self.bar.live.is_started:
             self.bar.start()

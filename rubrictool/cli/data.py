@@ -23,13 +23,15 @@ app = typer.Typer(help="Benchmark data and item tables. Example: rubrictool data
 @app.command("show")
 @handle_errors
 def data_show(
-    benchmark: Annotated[str, typer.Argument(help="Bundled benchmark (mohler) or an item file (CSV/JSONL/Parquet).")] = "mohler",
+    benchmark: Annotated[
+        str, typer.Argument(help="Bundled benchmark (mohler, asap2, mocha) or an item file (CSV/JSONL/Parquet).")
+    ] = "mohler",
     data_dir: DataDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Summarise a benchmark or item file: counts, grade histogram, mean response length, graders' agreement.
+    """Summarise a benchmark or item file: counts, grade histogram, response length, graders' agreement.
 
-    Example: rubrictool data show mohler --data-dir ../shared/datasets
+    Example: rubrictool data show asap2 --data-dir ../shared/datasets
     """
     s = describe_benchmark(benchmark, data_dir)
     if as_json:
@@ -37,8 +39,10 @@ def data_show(
         return
     console.print(
         f"[bold]{escape(benchmark)}[/]: {s['n_items']} answers over {s['n_questions']} questions; mean response "
-        f"{s['mean_response_words']} words (median {s['median_response_words']:g})"
+        f"{s['mean_response_words']} words (median {s['median_response_words']:g}, longest {s['max_response_words']})"
     )
+    for col, counts in s.get("by", {}).items():
+        console.print(f"by {col}: " + ", ".join(f"{escape(k)} {v}" for k, v in counts.items()), soft_wrap=True)
     hist = Table(title="grade histogram")
     hist.add_column("grade")
     hist.add_column("answers", justify="right")
@@ -57,19 +61,22 @@ def data_show(
 @app.command("fetch")
 @handle_errors
 def data_fetch(
-    benchmark: Annotated[str, typer.Argument(help="Benchmark to download (mohler).")] = "mohler",
+    benchmark: Annotated[str, typer.Argument(help="Benchmark to download (mohler, asap2, mocha).")] = "mohler",
     dest: Annotated[
         Path | None, typer.Option("--dest", help="Data folder (default: $RUBRICTOOL_DATA, else ./data).")
     ] = None,
     url: Annotated[
         str | None,
-        typer.Option("--url", help="http(s):// or file:// URL, or a local .zip/.tar path (default: the authors' archive)."),
+        typer.Option("--url", help=(
+            "http(s):// or file:// URL, or a local .zip/.tar path (default: the authors' archive); "
+            "for asap2, 'kaggle' downloads the competition's files with KAGGLE_USERNAME/KAGGLE_KEY."
+        )),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Download again even if the data is there.")] = False,
 ) -> None:
     """Download and unpack a benchmark into <dest>/<benchmark> (checked, atomic, idempotent).
 
-    Example: rubrictool data fetch mohler --dest data/
+    Example: rubrictool data fetch mocha --dest data/
     """
     columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn())
     # only a real download shows a bar
@@ -81,7 +88,9 @@ def data_fetch(
 @app.command("split")
 @handle_errors
 def data_split(
-    source: Annotated[str, typer.Argument(help="Bundled benchmark name (mohler) or an item file (CSV/JSONL/Parquet).")],
+    source: Annotated[
+        str, typer.Argument(help="Bundled benchmark name (mohler, asap2, mocha) or an item file (CSV/JSONL/Parquet).")
+    ],
     out: OutOpt = Path("split.json"),
     seed: Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same split.")] = 0,
     ratios: Annotated[str, typer.Option("--ratios", help="train,dev,test shares.")] = "0.7,0.2,0.1",

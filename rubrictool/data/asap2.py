@@ -87,7 +87,9 @@ def load_asap2(data_dir: str | Path | None = None) -> pd.DataFrame:
     bad = out["grade"].isna() | (out["grade"] % 1 != 0)
     if bad.any():
         row = int(bad.to_numpy().nonzero()[0][0]) + 1
-        raise DataError(f"{path}: row {row}: score {raw['score'].iloc[row - 1]!r} is not a whole number 1..6")
+        value = raw["score"].iloc[row - 1]
+        what = "no score" if pd.isna(value) else f"score {value} is not a whole number 1..6"
+        raise DataError(f"{path}: row {row} (essay {out['id'].iloc[row - 1]}): {what}; the file is damaged — fetch it again")
     out["grade"] = out["grade"].astype(int)
     return out
 

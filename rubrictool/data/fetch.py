@@ -100,6 +100,13 @@ def local_source(url: str) -> Path | None:
 
 
 def _members(archive: Path, spec: ArchiveSpec) -> tuple[str, list[str]]:
+    try:
+        return _list_members(archive, spec)
+    except (zipfile.BadZipFile, tarfile.TarError, OSError, EOFError) as e:
+        raise DataError(f"{archive}: cannot extract ({e.__class__.__name__}: {e}); the archive is damaged") from None
+
+
+def _list_members(archive: Path, spec: ArchiveSpec) -> tuple[str, list[str]]:
     if zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zf:
             return "zip", zf.namelist()
