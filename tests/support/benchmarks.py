@@ -100,7 +100,7 @@ def asap2_kaggle_zip(out: Path, rows: list[dict[str, Any]] | None = None) -> Pat
 
 def _instance(i: int, dataset: str, scores: list[int] | None) -> dict[str, Any]:
     inst: dict[str, Any] = {
-        "context": _text(i + 100, 40),
+        "context": _text(i + 100, 20 + (i % 4) * 10),
         "question": f"what is the {WORDS[i % len(WORDS)]} of the data structure ?",
         "reference": f"it stores the {WORDS[(i + 3) % len(WORDS)]} first",
         "candidate": f"the {WORDS[(i + 5) % len(WORDS)]} {WORDS[(i + 9) % len(WORDS)]} value",
