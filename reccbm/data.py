@@ -71,7 +71,8 @@ def encode_inputs(
     if budget < 4:
         raise ReccbmError(f"max_len={max_len} leaves no room for the text")
     firsts = [f"{q} {sep} {c}" if c.strip() else q for q, c in zip(questions, contexts)]
-    kw: dict[str, Any] = {"add_special_tokens": False, "return_offsets_mapping": True}
+    # full lengths on purpose (the cut happens below): verbose=False keeps transformers from warning about them
+    kw: dict[str, Any] = {"add_special_tokens": False, "return_offsets_mapping": True, "verbose": False}
     enc_f, enc_r = tokenizer(firsts, **kw), tokenizer(list(responses), **kw)
     keep_f, keep_r = [], []
     for i, (f_ids, r_ids) in enumerate(zip(enc_f["input_ids"], enc_r["input_ids"])):

@@ -44,3 +44,26 @@ def test_each_backbone_family_runs_a_step(tiny_root: Path, family: str) -> None:
     assert torch.isfinite(loss)
     grads = [p.grad for p in model.encoder.parameters() if p.grad is not None]
     assert grads and any(float(g.abs().sum()) > 0 for g in grads)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_encode_inputs_reports_exactly_the_inputs_it_cut(tiny_root: Path, family: str) -> None:
+    from reccbm.data import encode_inputs, load_tokenizer
+
+    tok = load_tokenizer(build_backbone(tiny_root, family))
+    max_len = 16
+    responses = ["stack"] * 3 + ["the data structure stores the first element of the list in memory order"] * 3
+    questions = ["what is a stack", "what is a queue of the data structure that stores values", "it"] * 2
+    contexts = ["", "first in first out", ""] * 2
+    cut: list[int] = []
+    feats = encode_inputs(tok, questions, responses, contexts, max_len, cut)
+    assert all(len(f["input_ids"]) <= max_len for f in feats)
+    sep = tok.sep_token or tok.eos_token
+    budget = max_len - (tok.num_special_tokens_to_add(pair=True) or 1)
+    n_tokens = [len(tok(f"{q} {sep} {c}" if c else q, add_special_tokens=False)["input_ids"])
+                + len(tok(r, add_special_tokens=False)["input_ids"]) for q, r, c in zip(questions, responses, contexts)]
+    assert cut == [i for i, n in enumerate(n_tokens) if n > budget]
+    assert 0 < len(cut) < len(responses)
+    none: list[int] = []
+    encode_inputs(tok, questions, responses, contexts, 512, none)
+    assert none == []  # everything fits: nothing reported
