@@ -339,3 +339,14 @@ def test_mocha_and_asap2_split_stratified_by_grade(mocha_dir: Path, asap2_dir: P
     for items in (load_mocha(mocha_dir), load_asap2(asap2_dir)):
         split = split_items(items, seed=0)
         assert sorted(split["train"] + split["dev"] + split["test"]) == sorted(items["id"])
+
+
+def test_a_stray_file_in_the_data_dir_is_not_a_benchmark(tmp_path: Path) -> None:
+    (tmp_path / "train.csv").write_text("essay_id,full_text,score\nx,some other data,2\n")
+    (tmp_path / "train.json").write_text("{}")
+    for name in ("asap2", "mocha"):
+        with pytest.raises(DataError, match=rf"no .* data \(expected .*{name}/"):
+            load_benchmark(name, tmp_path)
+    (tmp_path / "asap2").mkdir()
+    (tmp_path / "asap2" / "train.csv").write_text("essay_id,full_text,score\nx,an essay,2\n")
+    assert load_benchmark("asap2", tmp_path / "asap2")["id"].tolist() == ["x"]  # --data-dir at the folder itself

@@ -27,7 +27,7 @@ from rubrictool.errors import DataError
 from rubrictool.progress import ProgressFn
 from rubrictool.tables import validate_items
 
-__all__ = ["ASAP2", "ASAP2_FILES", "ASAP2_KAGGLE_URL", "ASAP2_URL", "fetch_asap2", "load_asap2"]
+__all__ = ["ASAP2", "ASAP2_FILES", "ASAP2_KAGGLE_URL", "ASAP2_URL", "fetch_asap2", "load_asap2", "read_asap2"]
 
 ASAP2_FILES = ("ASAP_2_Final_github_train.csv", "ASAP2_train_sourcetexts.csv", "train.csv")
 """The files the loader reads, in order of preference: the corpus release, its Kaggle mirror, the competition."""
@@ -62,8 +62,12 @@ def _read_csv(path: Path) -> pd.DataFrame:
 
 def load_asap2(data_dir: str | Path | None = None) -> pd.DataFrame:
     """Load ASAP 2.0 from ``<data dir>/asap2`` into an ItemTable (the first of :data:`ASAP2_FILES` found)."""
-    root = benchmark_dir("asap2", data_dir, ASAP2_FILES, "ASAP 2.0 data")
-    path = next(root / f for f in ASAP2_FILES if (root / f).is_file())
+    return read_asap2(benchmark_dir("asap2", data_dir, ASAP2_FILES, "ASAP 2.0 data"))
+
+
+def read_asap2(root: Path) -> pd.DataFrame:
+    """The ItemTable of the ASAP 2.0 folder ``root`` (holding one of :data:`ASAP2_FILES`)."""
+    path = next((root / f for f in ASAP2_FILES if (root / f).is_file()), root / ASAP2_FILES[0])
     raw = _read_csv(path)
     missing = [c for c in _REQUIRED if c not in raw.columns]
     if missing:
@@ -74,13 +78,14 @@ def load_asap2(data_dir: str | Path | None = None) -> pd.DataFrame:
     question = raw["assignment"] if "assignment" in raw.columns else raw.get("prompt_name")
     items = pd.DataFrame({
         "id": raw["essay_id"],
-        "question": question if question is not None else None,
+        "question": question,
         "response": raw["full_text"],
         "reference": None,
         "context": None,
         "grade": raw["score"],
     })
     extra = raw.drop(columns=[c for c in ("essay_id", "full_text", "score", "assignment") if c in raw.columns])
+    extra = extra.rename(columns={c: f"asap2_{c}" for c in extra.columns if c in items.columns})  # never overwrite
     items = pd.concat([items, extra.reset_index(drop=True)], axis=1)
     items["source_file"] = path.name
     out = validate_items(items, str(path))
@@ -99,7 +104,7 @@ ASAP2 = ArchiveSpec(
     what="the ASAP 2.0 release (ASAP_2_Final_github_train.zip) or the Kaggle competition's files",
     url=ASAP2_URL,
     markers=ASAP2_FILES,
-    load=load_asap2,
+    load=read_asap2,
     manual=_MANUAL,
     credentials=Credentials("KAGGLE_USERNAME", "KAGGLE_KEY", "your Kaggle user name and API key, from kaggle.com → Settings → API; accept the competition's rules first"),
     credentials_for="https://www.kaggle.com/",

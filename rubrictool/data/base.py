@@ -30,7 +30,10 @@ def benchmark_dir(name: str, data_dir: str | Path | None, markers: tuple[str, ..
     """``<data dir>/<name>`` (or the data dir itself) when it holds one of ``markers``; else one clear error
     saying where the files go and which command fetches them."""
     base = resolve_data_dir(data_dir)
-    for cand in (base / name, base):
+    # the data dir itself only when it is the benchmark's folder or the marker is unmistakable (Mohler's
+    # data/docs/files): a stray train.csv beside other data is not ASAP 2.0
+    bare = base.name == name or len(Path(markers[0]).parts) > 1
+    for cand in (base / name, base) if bare else (base / name,):
         if any((cand / m).is_file() for m in markers):
             return cand
     raise DataError(

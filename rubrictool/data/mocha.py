@@ -26,7 +26,7 @@ from rubrictool.errors import DataError
 from rubrictool.progress import ProgressFn
 from rubrictool.tables import validate_items
 
-__all__ = ["MOCHA", "MOCHA_SPLITS", "MOCHA_URL", "fetch_mocha", "load_mocha"]
+__all__ = ["MOCHA", "MOCHA_SPLITS", "MOCHA_URL", "fetch_mocha", "load_mocha", "read_mocha"]
 
 MOCHA_URL = "https://github.com/anthonywchen/MOCHA/raw/main/data/mocha.tar.gz"
 """The release archive as its authors publish it."""
@@ -63,7 +63,11 @@ def load_mocha(data_dir: str | Path | None = None, splits: Sequence[str] = ("tra
     unknown = [s for s in splits if s not in MOCHA_SPLITS]
     if unknown:
         raise DataError(f"unknown MOCHA split(s) {', '.join(unknown)}; use {', '.join(MOCHA_SPLITS)}")
-    root = benchmark_dir("mocha", data_dir, ("train.json",), "MOCHA data")
+    return read_mocha(benchmark_dir("mocha", data_dir, ("train.json",), "MOCHA data"), splits)
+
+
+def read_mocha(root: Path, splits: Sequence[str] = ("train",)) -> pd.DataFrame:
+    """The ItemTable of the MOCHA folder ``root`` (the one holding ``train.json``)."""
     rows: list[dict[str, Any]] = []
     for split in splits:
         path = root / MOCHA_SPLITS[split]
@@ -104,7 +108,7 @@ MOCHA = ArchiveSpec(
     what="the MOCHA release (mocha.tar.gz)",
     url=MOCHA_URL,
     markers=("train.json",),
-    load=load_mocha,
+    load=read_mocha,
     manual=(
         "or place the files by hand: download data/mocha.tar.gz from https://github.com/anthonywchen/MOCHA "
         "and unpack it so that <data dir>/mocha/train.json exists"
