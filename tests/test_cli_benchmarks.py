@@ -59,8 +59,23 @@ def test_data_show(data_root: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["asap2", "mocha"])
+def test_data_export_writes_the_item_file_review_push_reads(data_root: Path, tmp_path: Path, name: str) -> None:
+    out = tmp_path / f"{name}-items.jsonl"
+    res = runner.invoke(app, ["data", "export", name, "--limit", "7", "--out", str(out), "--data-dir", str(data_root)])
+    assert res.exit_code == 0, res.output
+    assert f"wrote {out}: 7 items" in " ".join(res.output.split())
+    got = read_items(out)
+    want = load_benchmark(name, data_root).head(7)
+    assert got["id"].tolist() == want["id"].tolist() and got["response"].tolist() == want["response"].tolist()
+    assert set(want.columns) <= set(got.columns)  # every column, demographic / dataset ones included
+    res = runner.invoke(app, ["data", "export", name, "--limit", "0", "--out", str(out), "--data-dir", str(data_root)])
+    assert res.exit_code == 1 and "--limit 0" in res.output
+
+
+@pytest.mark.parametrize("name", ["asap2", "mocha"])
 def test_missing_data_is_one_line_naming_the_fetch_command(tmp_path: Path, name: str) -> None:
-    for args in (["data", "show", name], ["annotate", "--benchmark", name, "--dry-run"],
+    for args in (["data", "show", name], ["data", "export", name, "--out", str(tmp_path / "x.csv")],
+                 ["annotate", "--benchmark", name, "--dry-run"],
                  ["adjudicate", "--benchmark", name, "--reviews", str(tmp_path / "r.csv")]):
         (tmp_path / "r.csv").write_text("id,X\n1,1\n")
         res = runner.invoke(app, [*args, "--data-dir", str(tmp_path)], env=WIDE)

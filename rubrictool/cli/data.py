@@ -12,7 +12,7 @@ from rich.progress import BarColumn, DownloadColumn, TransferSpeedColumn
 from rich.table import Table
 
 from rubrictool.cli._common import DataDirOpt, OutOpt, ProgressView, console, err_console, handle_errors
-from rubrictool.data import describe_benchmark, fetch_benchmark, split_to_file
+from rubrictool.data import describe_benchmark, export_benchmark, fetch_benchmark, split_to_file
 from rubrictool.errors import DataError
 
 __all__ = ["app"]
@@ -83,6 +83,22 @@ def data_fetch(
     with ProgressView(err_console, *columns, transient=True, start_on_first=True) as view:
         path, fetched = fetch_benchmark(benchmark, dest, url, force, progress=view)
     console.print(f"{'fetched' if fetched else 'already present'}: {path}", soft_wrap=True)
+
+
+@app.command("export")
+@handle_errors
+def data_export(
+    benchmark: Annotated[str, typer.Argument(help="Bundled benchmark (mohler, asap2, mocha).")],
+    out: OutOpt = Path("items.jsonl"),
+    limit: Annotated[int | None, typer.Option("--limit", help="Keep only the first N items.")] = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Write a benchmark's item table (every column) to a CSV/JSONL/Parquet file, e.g. for `review push --data`.
+
+    Example: rubrictool data export asap2 --limit 200 --out asap2-items.jsonl
+    """
+    path, n = export_benchmark(benchmark, out, data_dir, limit)
+    console.print(f"wrote {path}: {n} items", soft_wrap=True)
 
 
 @app.command("split")

@@ -32,6 +32,7 @@ from rubrictool.data.mohler import (
 )
 from rubrictool.data.splits import kfold_splits, load_split, save_split, split_items
 from rubrictool.errors import DataError
+from rubrictool.io import write_table
 from rubrictool.progress import ProgressFn
 from rubrictool.tables import read_items
 
@@ -45,6 +46,7 @@ __all__ = [
     "concept_passes_dir",
     "describe_benchmark",
     "describe_items",
+    "export_benchmark",
     "fetch_asap2",
     "fetch_benchmark",
     "fetch_mocha",
@@ -120,3 +122,18 @@ def split_to_file(
     split = split_items(items, seed=seed, ratios=ratios)
     save_split(split, out, seed=seed, meta={"source": source, "ratios": list(ratios), "stratify": "grade"})
     return {k: len(v) for k, v in split.items()}
+
+
+def export_benchmark(
+    name: str, out: str | Path, data_dir: str | Path | None = None, limit: int | None = None
+) -> tuple[Path, int]:
+    """Write a benchmark's ItemTable (every column) to ``out`` (CSV/JSONL/Parquet by suffix, atomically):
+    the item file that ``review push --data`` and ``annotate --data`` read. ``limit`` keeps the first n
+    items. Returns (path, rows written)."""
+    items = load_benchmark(name, data_dir)
+    if limit is not None:
+        if limit < 1:
+            raise DataError(f"--limit {limit}: give a positive number of items")
+        items = items.head(limit)
+    return write_table(items, out), len(items)
+
