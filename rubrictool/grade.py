@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 import reccbm
@@ -26,8 +27,8 @@ from rubrictool.io import read_table, write_table
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.rubric import Rubric
 
-__all__ = ["ENGINES", "grade_file", "grade_items", "grade_loaded", "load_grader", "onnx_cache_dirs", "parse_overrides",
-           "predictions_frame"]
+__all__ = ["ENGINES", "grade_file", "grade_items", "grade_loaded", "grader_predictions", "level_entropy", "load_grader",
+           "onnx_cache_dirs", "parse_overrides", "predictions_frame", "uncertainty_score"]
 
 log = logging.getLogger("rubrictool.grade")
 
@@ -35,8 +36,8 @@ log = logging.getLogger("rubrictool.grade")
 def predictions_frame(
     model: reccbm.RecCBM, rb_or_meta: Rubric | dict[str, Any], preds: Predictions, ids: list[str]
 ) -> pd.DataFrame:
-    """One row per item: grade, its probability and, with a bottleneck, per concept the level, expected
-    score, μ_post and contribution (the layout of ``graded.csv`` and a run's ``test_predictions.csv``)."""
+    """One row per item: grade, its probability and, with a bottleneck, per concept the level, each level's
+    probability (``<key>_p<level>``), the expected score, μ_post and contribution (the layout of ``graded.csv`` and a run's ``test_predictions.csv``)."""
     if isinstance(rb_or_meta, Rubric):
         keys, smin, gmin = rb_or_meta.keys, rb_or_meta.scale.min, rb_or_meta.grade.min
     else:
@@ -51,6 +52,8 @@ def predictions_frame(
     cols: dict[str, Any] = {}
     for k, key in enumerate(keys):
         cols[f"{key}_level"] = tr.levels[:, k] + smin
+        for j in range(preds.p_hat.shape[2]):  # P(level = smin + j), the concept head's softmax
+            cols[f"{key}_p{smin + j}"] = preds.p_hat[:, k, j]
         cols[f"{key}_expected"] = tr.expected[:, k] + smin
         cols[f"{key}_mu_post"] = tr.mu_post[:, k]
         cols[f"{key}_contribution"] = tr.contributions[:, k]
@@ -149,6 +152,59 @@ def grade_loaded(
     if overrides:
         preds = _override(model, meta, preds, overrides)
     return predictions_frame(model, meta, preds, list(df["id"]))
+
+
+def level_entropy(probs: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Entropy of each concept's level distribution, in [0, 1] (divided by log L): ``(N, K, L)`` → ``(N, K)``."""
+    p = np.clip(np.asarray(probs, dtype=np.float64), 1e-12, 1.0)  # (N, K, L)
+    out: npt.NDArray[np.float64] = -(p * np.log(p)).sum(axis=2) / np.log(p.shape[2])  # (N, K)
+    return out
+
+
+def uncertainty_score(probs: npt.NDArray[np.float64], sigma2: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.float64]:
+    """How unsure the grader is about an item's concept levels, in [0, 1]: the mean normalised level
+    entropy over concepts, each concept weighted by its learned noise variance σ_k² when the run has an
+    LCEC layer (a concept the model found noisy counts more), else equally. ``(N, K, L)`` → ``(N,)``."""
+    h = level_entropy(probs)  # (N, K)
+    w = np.ones(h.shape[1]) if sigma2 is None else np.asarray(sigma2, dtype=np.float64)  # (K,)
+    out: npt.NDArray[np.float64] = (h * w).sum(axis=1) / w.sum()  # (N,)
+    return out
+
+
+def grader_predictions(
+    run_dir: str | Path, items: pd.DataFrame, name: str | None = None, batch_size: int = 64,
+    progress: ProgressFn | None = None,
+) -> pd.DataFrame:
+    """A trained run's concept levels as a PredictionTable (``model`` = the run's folder name unless
+    ``name``; ``source`` = model): one row per item and concept with ``level``, ``p_level`` (its
+    probability), ``entropy`` (that concept's normalised level entropy) and per item ``uncertainty``
+    (:func:`uncertainty_score`, σ_k²-weighted when the run has LCEC) and ``sigma2_weighted``."""
+    grader = load_grader(run_dir)
+    model, _, meta = grader
+    if model.config.plm:
+        raise TrainError(f"{run_dir} is a PLM run: it predicts grades only, no concept levels to pre-annotate with")
+    graded = grade_loaded(grader, items, batch_size, progress)
+    keys, smin = list(meta["concept_keys"]), int(meta["scale"][0])
+    L = int(model.config.num_levels)
+    probs = np.stack([graded[[f"{k}_p{smin + j}" for j in range(L)]].to_numpy(float) for k in keys], axis=1)  # (N, K, L)
+    sigma2 = reccbm.reliability(model)["sigma2"] if model.lcec is not None else None
+    unc = uncertainty_score(probs, sigma2)  # (N,)
+    ent = level_entropy(probs)  # (N, K)
+    levels = probs.argmax(axis=2) + smin  # (N, K)
+    N, K = levels.shape
+    return pd.DataFrame({
+        "item": np.repeat(graded["id"].astype(str).to_numpy(), K),
+        "model": name or Path(run_dir).resolve().name,
+        "concept": np.tile(np.asarray(keys, dtype=object), N),
+        "level": levels.reshape(-1),
+        "evidence": "",
+        "raw_ok": True,
+        "source": "model",
+        "p_level": probs.max(axis=2).reshape(-1),
+        "entropy": ent.reshape(-1),
+        "uncertainty": np.repeat(unc, K),
+        "sigma2_weighted": sigma2 is not None,
+    })
 
 
 def parse_overrides(spec: str | None, keys: list[str], scale: tuple[int, int]) -> dict[str, int]:

@@ -4,7 +4,7 @@
 |---|---|---|
 | ItemTable | id, response, question?, reference?, context?, grade? | loaders → every stage |
 | PredictionTable | item, model, concept, level, evidence, raw_ok | annotate → review push, adjudicate |
-| ReviewTable | item, reviewer, concept, level, source (human/llm) | review pull / files → adjudicate |
+| ReviewTable | item, reviewer, concept, level, source (human/llm/model) | review pull / files / prediction tables → adjudicate |
 | AdjudicatedTable | ItemTable columns, one column per concept key, provenance | adjudicate → train |
 
 Each is checked against the rubric where it enters a stage: an unknown concept, a level out of
@@ -56,13 +56,16 @@ _TRUE = {"true", "1", "1.0", "yes"}
 
 # -- ReviewTable: one row per (item, reviewer, concept), plus source ---------------------------------------
 REVIEW_COLUMNS = ["item", "reviewer", "concept", "level"]
-REVIEW_SOURCES = ("human", "llm")
+REVIEW_SOURCES = ("human", "llm", "model")
+"""Who gave a label: a person (``human``), an LLM annotator (``llm``) or a trained grader (``model``)."""
 
 # -- AdjudicatedTable: ItemTable columns, one integer column per concept key, then these -----------------
 ADJUDICATED_PROVENANCE = [
     "n_reviewers", "unanimous", "n_flagged", "flagged_concepts", "n_resolved", "resolved_concepts", "method",
-    "label_source",
+    "label_source", "unreviewed_concepts",
 ]
+"""``label_source``: who gave the item's labels (human, llm, model or mixed); ``unreviewed_concepts``: the
+concepts no reviewer labelled, taken from the consensus of the pre-annotations (``adjudicate --pre-annotations``)."""
 
 LLM_PASSES_NOTE = (
     "The Mohler concept labels (<data dir>/mohler-concepts) come from three independent LLM annotation passes "
@@ -229,7 +232,7 @@ def validate_reviews(reviews: pd.DataFrame, rubric: Rubric, source: str = "revie
 
     Errors name the file and row (or item) of the first offence: missing columns, empty input,
     empty item/reviewer, unknown concept, non-integer or out-of-range level, a reviewer reviewing
-    the same item and concept twice, a source other than human/llm.
+    the same item and concept twice, a source other than human/llm/model.
     """
     missing = [c for c in REVIEW_COLUMNS if c not in reviews.columns]
     if missing:
@@ -287,9 +290,9 @@ def validate_reviews(reviews: pd.DataFrame, rubric: Rubric, source: str = "revie
         else (src_code, lowered)
     )
     df["source"] = pd.Categorical.from_codes(src_code, categories=pd.Index(lowered, dtype=object))
-    bad_src = ~df["source"].isin(["human", "llm"])
+    bad_src = ~df["source"].isin(list(REVIEW_SOURCES))
     if bad_src.any():
-        raise DataError(_first_bad(df, bad_src, lambda r: f"source {r['source']!r}; use human or llm"))
+        raise DataError(_first_bad(df, bad_src, lambda r: f"source {r['source']!r}; use {', '.join(REVIEW_SOURCES)}"))
     ci, cr, ck = codes["item"], codes["reviewer"], codes["concept"]
     flat = (ci * (cr.max() + 1) + cr) * (ck.max() + 1) + ck
     dup = pd.Series(pd.Series(flat).duplicated(keep="first").to_numpy(), index=df.index)

@@ -210,7 +210,7 @@ def _write(tmp_path: Path, df: pd.DataFrame, name: str = "r.csv") -> Path:
             r"row 2: level 'high'",
         ),
         (lambda d: pd.concat([d, d.iloc[[3]]]), DataError, r"reviewer 'A' reviewed item q1 / CC twice"),
-        (lambda d: d.assign(source="robot"), DataError, r"source 'robot'; use human or llm"),
+        (lambda d: d.assign(source="robot"), DataError, r"source 'robot'; use human, llm, model"),
     ],
 )
 def test_bad_reviews_name_the_row(tmp_path: Path, mutate: object, error: type[Exception], message: str) -> None:

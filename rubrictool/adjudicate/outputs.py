@@ -15,7 +15,7 @@ from rubrictool.tables import (
     ITEM_COLUMNS,
 )
 
-__all__ = ["discussion_queue", "queue_markdown", "training_table"]
+__all__ = ["discussion_queue", "fill_unreviewed", "queue_markdown", "training_table"]
 
 
 def _joined_keys(mask: BoolArray, keys: Sequence[str]) -> npt.NDArray[np.object_]:
@@ -37,7 +37,8 @@ def training_table(
 
     Provenance per item: ``n_reviewers`` (distinct reviewers of the item), ``unanimous`` (every
     concept unanimous), ``n_flagged`` / ``flagged_concepts``, ``n_resolved`` / ``resolved_concepts``,
-    ``method`` and ``label_source`` (human, llm or mixed). Items without any review are left out;
+    ``method``, ``label_source`` (human, llm, model or mixed) and ``unreviewed_concepts`` (empty here;
+    :func:`fill_unreviewed` sets it). Items without any review are left out;
     a concept nobody reviewed for an item is missing (<NA>).
     """
     cube = grid.cube
@@ -56,6 +57,7 @@ def training_table(
     body["resolved_concepts"] = _joined_keys(grid.resolved, keys)
     body["method"] = method
     body["label_source"] = label_source
+    body["unreviewed_concepts"] = ""
     body = body.loc[np.asarray(has.any(axis=1))].reset_index(drop=True)
     prov = ADJUDICATED_PROVENANCE
     if items is None:
@@ -70,6 +72,65 @@ def training_table(
     extra = [c for c in it.columns if c not in ITEM_COLUMNS and c not in body.columns]
     merged = it[ITEM_COLUMNS + extra].merge(body, on="id", how="inner")
     return merged[ITEM_COLUMNS + list(keys) + prov + extra].reset_index(drop=True)
+
+
+def fill_unreviewed(
+    table: pd.DataFrame, pre: DecisionGrid, rubric: Rubric, source: str, items: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """The AdjudicatedTable with the labels no reviewer gave taken from ``pre`` (the consensus of the
+    pre-annotations, one decision per item and concept the reviews left empty).
+
+    A concept missing from a reviewed item is filled in place; an item nobody reviewed gets a row with
+    ``n_reviewers`` 0, ``method`` ``pre-annotation``, ``label_source`` = ``source`` (llm, model or mixed)
+    and no flags. ``unreviewed_concepts`` lists, per item, the concepts that came from the pre-annotations.
+    """
+    keys = list(rubric.keys)
+    cube = pre.cube
+    has = pre.n > 0  # (N, K)
+    pre_ids = cube.items.to_numpy(dtype=object).astype(str)
+    filled = pd.DataFrame({"id": pre_ids})
+    for k, key in enumerate(cube.concepts):
+        filled[key] = pd.array(np.where(has[:, k], pre.level[:, k], 0), dtype="Int64")
+        filled.loc[~has[:, k], key] = pd.NA
+    filled["unreviewed_concepts"] = _joined_keys(has, cube.concepts)
+    filled = filled.loc[np.asarray(has.any(axis=1))]
+    out = table.copy()
+    out["id"] = out["id"].astype(str)
+    known = filled["id"].isin(out["id"])
+    # 1) concepts missing from reviewed items
+    if known.any():
+        part = filled.loc[known].set_index("id")
+        pos = out.set_index("id").index.get_indexer(part.index)
+        for key in keys:
+            col = out[key].astype("Float64").to_numpy(dtype=float, na_value=np.nan)  # (N,)
+            vals = part[key].astype("Float64").to_numpy(dtype=float, na_value=np.nan)  # (M,)
+            take = ~np.isnan(vals) & np.isnan(col[pos])
+            col[pos[take]] = vals[take]
+            out[key] = pd.array(col, dtype="Float64").astype("Int64")
+        extra = part["unreviewed_concepts"].to_numpy(dtype=object)
+        out.loc[out.index[pos], "unreviewed_concepts"] = extra
+    # 2) items nobody reviewed
+    new = filled.loc[~known].reset_index(drop=True)
+    if len(new):
+        new["n_reviewers"] = 0
+        new["unanimous"] = False
+        new["n_flagged"] = 0
+        new["flagged_concepts"] = ""
+        new["n_resolved"] = 0
+        new["resolved_concepts"] = ""
+        new["method"] = "pre-annotation"
+        new["label_source"] = source
+        if items is not None:
+            it = items.assign(id=items["id"].astype(str))
+            extra_cols = [c for c in out.columns if c not in new.columns]
+            new = it[["id"] + [c for c in extra_cols if c in it.columns]].merge(new, on="id", how="inner")
+        out = pd.concat([out, new.reindex(columns=out.columns)], ignore_index=True)
+        if items is not None:
+            order = pd.Index(items["id"].astype(str)).get_indexer(pd.Index(out["id"]))
+            out = out.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+    for key in keys:
+        out[key] = out[key].astype("Int64")
+    return out
 
 
 def discussion_queue(grid: DecisionGrid, rubric: Rubric, items: pd.DataFrame | None = None) -> pd.DataFrame:

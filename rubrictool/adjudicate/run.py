@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from rubrictool.adjudicate.aggregators import (
@@ -23,8 +24,13 @@ from rubrictool.adjudicate.aggregators import (
     MajorityVote,
     apply_resolutions,
 )
-from rubrictool.adjudicate.inputs import llm_labels, read_resolutions, read_reviews
-from rubrictool.adjudicate.outputs import discussion_queue, queue_markdown, training_table
+from rubrictool.adjudicate.inputs import (
+    llm_labels,
+    pre_annotation_labels,
+    read_resolutions,
+    read_review_files,
+)
+from rubrictool.adjudicate.outputs import discussion_queue, fill_unreviewed, queue_markdown, training_table
 from rubrictool.agreement import (
     LEVELS_OF_MEASUREMENT,
     LabelCube,
@@ -83,13 +89,38 @@ def _nan_to_none(obj: Any) -> Any:
 
 
 def _split_sources(reviews: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """Human reviews and LLM rows when both exist; otherwise everything is a review."""
+    """Human reviews, and the LLM / model rows when both exist (those are compared with the human
+    consensus); otherwise everything is a review (e.g. a panel of LLMs as the reviewers)."""
     src = reviews["source"]
-    if (src == "human").any() and (src == "llm").any():
-        llm = reviews.loc[src == "llm"].copy()
+    human = src == "human"
+    if human.any() and (~human).any():
+        llm = reviews.loc[~human].copy()
         llm["model"] = llm["model"].fillna(llm["reviewer"]) if "model" in llm.columns else llm["reviewer"]
-        return reviews.loc[src == "human"].reset_index(drop=True), llm[PREDICTION_COLUMNS[:4]]
+        return reviews.loc[human].reset_index(drop=True), llm[PREDICTION_COLUMNS[:4]]
     return reviews, None
+
+
+def _one_source(values: Sequence[str]) -> str:
+    srcs = sorted({str(x) for x in values})
+    return srcs[0] if len(srcs) == 1 else "mixed"
+
+
+def _pre_annotation_grid(
+    pre: pd.DataFrame, reviewed: pd.DataFrame, rubric: Rubric, order: npt.NDArray[np.object_] | None
+) -> tuple[DecisionGrid, str] | None:
+    """Majority vote (ordinal tie rule) of the pre-annotations over the (item, concept) pairs no reviewer
+    labelled — of the items table when given, else of the items the pre-annotations cover."""
+    seen = pd.MultiIndex.from_frame(reviewed[["item", "concept"]].astype(str))
+    keys = pd.MultiIndex.from_frame(pre[["item", "concept"]].astype(str))
+    todo = pre.loc[~keys.isin(seen)]
+    if order is not None:
+        todo = todo.loc[todo["item"].astype(str).isin(set(order.tolist()))]
+    if len(todo) == 0:
+        return None
+    rows = todo.rename(columns={"model": "reviewer"})
+    ids = [i for i in order.tolist() if i in set(rows["item"].astype(str))] if order is not None else None
+    cube = LabelCube.from_reviews(rows.astype({"item": str}), rubric.keys, rubric.scale.values, ids)
+    return MajorityVote(rubric.scale.values).fit_cube(cube).grid_, _one_source(rows["source"].tolist())
 
 
 class _Clock:
@@ -193,13 +224,19 @@ def adjudicate(
     coverage: bool = True,
     note: str | None = None,
     timings: dict[str, float] | None = None,
+    pre_annotations: pd.DataFrame | None = None,
+    skipped: dict[str, dict[str, int]] | None = None,
 ) -> AdjudicationResult:
     """Validate reviews, compute every agreement figure, decide each label, build the outputs.
 
     ``reviews`` is a ReviewTable (validated here against ``rubric``); ``items`` an ItemTable (review
     item ids must all be in it); ``predictions`` a PredictionTable of LLM labels to compare with the
-    consensus; ``resolutions`` expert decisions that override the vote. ``timings``, when given,
-    receives the seconds each stage took.
+    consensus; ``resolutions`` expert decisions that override the vote. ``pre_annotations``
+    (``item, model, concept, level, source``, see :func:`pre_annotation_labels`) label what no reviewer
+    labelled — every item of ``items`` — by their majority vote; those labels are marked (decisions
+    ``reviewed`` false, ``source``; the table's ``unreviewed_concepts``) and never enter an α. ``skipped``
+    counts the failed labels of prediction tables read as reviewers (reported in agreement.json).
+    ``timings``, when given, receives the seconds each stage took.
     """
     if method not in METHODS:
         raise AdjudicateError(f"unknown method {method!r}; use {' or '.join(METHODS)}")
@@ -209,6 +246,7 @@ def adjudicate(
         )
     clock = _Clock(timings)
     reviews = validate_reviews(reviews, rubric)
+    reviewer_sources = reviews.drop_duplicates("reviewer").set_index("reviewer")["source"].astype(str).to_dict()
     reviews, llm_rows = _split_sources(reviews)
     if items is not None:
         items = validate_items(items, "items")
@@ -251,14 +289,31 @@ def adjudicate(
     clock.lap("pairwise")
     loo = reviewer_vs_others(cube, measurement)
     clock.lap("leave-one-out")
-    srcs = sorted(str(x) for x in reviews["source"].unique())
-    label_source = srcs[0] if len(srcs) == 1 else "mixed"
+    label_source = _one_source(reviews["source"].unique().tolist())
     table = training_table(grid, rubric, method, items, label_source)
+    decisions = decisions.assign(source=label_source, reviewed=True)
+    unreviewed: dict[str, Any] = {"n_items": 0, "n_labels": 0, "models": [], "source": None}
+    if pre_annotations is not None and len(pre_annotations):
+        filled = _pre_annotation_grid(pre_annotations, reviews, rubric, order)
+        if filled is not None:
+            pre_grid, pre_source = filled
+            table = fill_unreviewed(table, pre_grid, rubric, pre_source, items)
+            extra = pre_grid.frame().assign(source=pre_source, reviewed=False, rule="pre-annotation " + pre_grid.frame()["rule"])
+            decisions = pd.concat([decisions, extra], ignore_index=True)
+            unreviewed = {
+                "n_items": int((table["n_reviewers"] == 0).sum()),
+                "n_labels": len(extra),
+                "models": sorted(str(m) for m in pre_annotations["model"].unique()),
+                "source": pre_source,
+            }
+    unreviewed["note"] = (
+        "labels no reviewer saw: the majority vote of the pre-annotations; they are in no agreement figure"
+    )
     n_rev_item = table["n_reviewers"].to_numpy()
     under = table.loc[n_rev_item < expected, "id"].astype(str).tolist()
     concepts = _concept_figures(rubric, grid, per_concept, pairs, loo, dawid_skene=changed is not None)
     clock.lap("table+summary")
-    consensus = decisions[["item", "concept", "level"]]
+    consensus = decisions.loc[decisions["reviewed"], ["item", "concept", "level"]]
     llm = _llm_figures(
         [p for p in (predictions, llm_rows) if p is not None and len(p)], consensus, dom, measurement
     )
@@ -290,6 +345,9 @@ def adjudicate(
         "note": note,
         "label_source": label_source,
         "reviewers": cube.reviewers,
+        "reviewer_sources": reviewer_sources,
+        "skipped_predictions": skipped or {},
+        "unreviewed": unreviewed,
         "n_items": len(cube.items),
         "n_labels": int(cube.n_reviews().sum()),
         "expected_reviewers": int(expected),
@@ -374,12 +432,16 @@ def run_adjudicate(
     n_boot: int = 1000,
     seed: int = 0,
     expected_reviewers: int | None = None,
+    pre_annotations: Sequence[str | Path] = (),
 ) -> AdjudicationResult:
     """Read the inputs (files and/or a benchmark), adjudicate, write the outputs to ``out``.
 
     ``--benchmark NAME`` supplies the benchmark's items (mohler, asap2, mocha) for the review files;
     for Mohler without review files, the three LLM concept-label passes in ``<data dir>/mohler-concepts``
     are the reviews.
+    A prediction table among ``reviews`` is a panel (each model a reviewer). ``pre_annotations``
+    (prediction tables) label, by their majority vote, every item and concept no reviewer labelled
+    (see :func:`adjudicate`).
     """
     if rubric is None and benchmark is None:
         raise AdjudicateError("no rubric", hint="pass --rubric NAME|FILE (or --benchmark mohler)")
@@ -391,8 +453,10 @@ def run_adjudicate(
     elif benchmark is not None:  # Mohler's bundled concept-label passes stand in for the reviews
         passes, item_table = _benchmark_inputs(benchmark, data_dir)
         review_table, note = passes, LLM_PASSES_NOTE
+    skipped: dict[str, dict[str, int]] = {}
     if reviews:
-        review_table = read_reviews(reviews)
+        read = read_review_files(reviews)
+        review_table, skipped = read.table, read.skipped
     elif benchmark is None:
         raise AdjudicateError("no reviews", hint="pass --reviews FILE (repeatable) or --benchmark mohler")
     if items is not None:
@@ -403,10 +467,13 @@ def run_adjudicate(
         item_table = validate_items(item_table, str(items))
     preds = llm_labels(predictions, rb) if predictions is not None else None
     res = read_resolutions(resolutions, rb) if resolutions is not None else None
-    if note is None and (review_table["source"].astype(str) == "llm").all():
-        note = "Every review in this run comes from an LLM (source=llm): the labels are not expert-validated."
+    pre = pre_annotation_labels(pre_annotations, rb) if pre_annotations else None
+    if note is None and (review_table["source"].astype(str).str.lower() != "human").all():
+        note = ("Every review in this run comes from an LLM or a trained model (source llm/model): the labels are "
+                "not expert-validated.")
     result = adjudicate(
-        review_table, rb, item_table, preds, res, method, measurement, n_boot, seed, expected_reviewers, note=note
+        review_table, rb, item_table, preds, res, method, measurement, n_boot, seed, expected_reviewers, note=note,
+        pre_annotations=pre, skipped=skipped,
     )
     write_outputs(result, out, fmt)
     return result

@@ -90,6 +90,15 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
         lines.append(
             f"grade agreement ({' vs '.join(g['graders'])}): interval α {g['alpha']:.3f}, exact {g['exact']:.3f}"
         )
+    for model, s in (agreement.get("skipped_predictions") or {}).items():
+        if s["labels"]:
+            lines.append(f"{model}: {s['labels']} failed or unparsed label(s) on {s['items']} item(s) skipped")
+    un = agreement.get("unreviewed") or {}
+    if un.get("n_labels"):
+        lines.append(
+            f"{un['n_labels']} label(s) no reviewer saw ({un['n_items']} item(s) without any review) come from the "
+            f"pre-annotations ({', '.join(un['models'])}; source {un['source']}); they are in no α"
+        )
     for model, per in agreement["llm_vs_consensus"].items():
         alphas = [v["alpha"] for v in per.values() if v["alpha"] is not None]
         if alphas:
@@ -103,7 +112,7 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
 
 def adjudicate_cmd(
     rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric name or YAML path (default: the benchmark's).")] = None,
-    reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review file, repeatable: long (item, reviewer, concept, level) or one reviewer's wide file (id, FC, ...; reviewer = file stem, or NAME=PATH).")] = None,
+    reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review file, repeatable: long (item, reviewer, concept, level), one reviewer's wide file (id, FC, ...; reviewer = file stem, or NAME=PATH), or a prediction table (each model a reviewer; failed replies skipped and counted).")] = None,
     benchmark: BenchmarkOpt = None,
     items: Annotated[Path | None, typer.Option("--items", help="Item table (CSV/JSONL/Parquet) for texts, grades and the id check.")] = None,
     data_dir: DataDirOpt = None,
@@ -117,6 +126,7 @@ def adjudicate_cmd(
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap replicates for the α CIs (0 = none).")] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap and the coverage folds.")] = 0,
     expected_reviewers: Annotated[int | None, typer.Option("--expected-reviewers", help="Report items with fewer reviewers (default: all reviewers seen).")] = None,
+    pre_annotations: Annotated[list[Path] | None, typer.Option("--pre-annotations", help="Prediction table(s) (LLM annotations, `review push --run` grader predictions): their majority vote labels every item and concept no reviewer labelled (routed review); those labels are marked and in no α.")] = None,
     from_label_studio: Annotated[str | None, typer.Option("--from-label-studio", help="First pull the reviews of this Label Studio project (title or id; connection from $LABEL_STUDIO_URL/$LABEL_STUDIO_API_KEY or `review serve`) into --out/reviews_label_studio.csv.")] = None,
 ) -> None:
     """Agreement (Krippendorff's α per concept, pairwise, per reviewer, LLM vs consensus, coverage) and adjudication.
@@ -135,6 +145,7 @@ def adjudicate_cmd(
             rubric=rubric, reviews=reviews or [], benchmark=benchmark, items=items, data_dir=data_dir,
             predictions=predictions, resolutions=resolutions, method=method, measurement=level_of_measurement, out=out,
             fmt=fmt, n_boot=bootstrap, seed=seed, expected_reviewers=expected_reviewers,
+            pre_annotations=pre_annotations or [],
         )
     console.print(summary_table(result.agreement))
     for line in summary_lines(result.agreement):

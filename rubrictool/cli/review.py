@@ -20,6 +20,7 @@ from rubrictool.review import (
     status,
 )
 from rubrictool.rubric import load_rubric
+from rubrictool.tables import read_items
 
 __all__ = ["app"]
 
@@ -86,20 +87,29 @@ def review_push(
     project: LsProjectOpt = None,
     max_annotations: Annotated[int, typer.Option("--max-annotations", help="Reviews per task.")] = 3,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Tasks per import request.")] = 200,
+    run: Annotated[Path | None, typer.Option("--run", help="A trained run: its concept levels become one more prediction per task (model_version = the run's folder name), scored by its confidence (1 − level entropy, σ²-weighted with LCEC) for sorting in Label Studio.")] = None,
+    select: Annotated[str | None, typer.Option("--select", help="Send only --budget items to review: uncertain (grader least sure; needs --run), disagreement (pre-annotations disagree most) or random.")] = None,
+    budget: Annotated[int | None, typer.Option("--budget", help="How many items --select sends to review.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the tie-break (and of --select random).")] = 0,
     url: LsUrlOpt = None,
     api_key: LsKeyOpt = None,
 ) -> None:
     """Create or find the review project (interface generated from the rubric) and import the new items.
 
-    One task per item (keyed by item id) with one prediction per LLM model; items already in the
-    project are never imported again.
+    One task per item (keyed by item id) with one prediction per LLM model (and per --run); items
+    and predictions already in the project are never imported again. With --select/--budget only the
+    chosen items are imported; `adjudicate --pre-annotations` labels the rest.
 
-    Example: rubrictool review push --rubric mohler --data items.jsonl --predictions annotations/predictions.csv
+    Example: rubrictool review push --rubric mohler --data items.jsonl --predictions annotations/predictions.csv --run runs/mohler --select uncertain --budget 400
     """
     rb = load_rubric(rubric)
     conn = resolve_connection(url, api_key)
     with ProgressView(err_console) as view:
-        result = push(conn, rb, data, predictions, project, max_annotations, batch_size, progress=view)
+        from rubrictool.grade import grader_predictions  # torch loads only when a run is given
+
+        graded = grader_predictions(run, read_items(data), progress=view) if run is not None else None
+        result = push(conn, rb, data, predictions, project, max_annotations, batch_size, progress=view,
+                      model_predictions=graded, select=select, budget=budget, seed=seed)
     console.print(result.summary(), highlight=False, soft_wrap=True)
 
 

@@ -12,9 +12,11 @@ from typing import Any
 import pandas as pd
 
 from rubrictool.errors import ReviewError
+from rubrictool.io import write_table
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.review.client import Connection
 from rubrictool.review.interface import check_interface, render_label_config
+from rubrictool.review.routing import Routing, route
 from rubrictool.review.settings import _PAGE, STATE_NAME
 from rubrictool.review.tasks import _prediction, _read_predictions, build_tasks
 from rubrictool.rubric import Rubric
@@ -137,6 +139,9 @@ class PushResult:
     models: list[str]
     state_file: Path
     other_predictions: int = 0  # valid prediction rows for items not in the pushed table (left out)
+    routing: Routing | None = None  # the --select/--budget selection, when routed
+    routing_file: Path | None = None
+    model_predictions_file: Path | None = None  # the grader's PredictionTable (for adjudicate --pre-annotations)
 
     @property
     def project_url(self) -> str:
@@ -149,6 +154,13 @@ class PushResult:
             f"{self.predictions} prediction(s) added (models: {', '.join(self.models) or 'none'}); {self.already} of "
             f"{self.items} item(s) were already there"
             + (f"; {self.other_predictions} prediction row(s) for other items left out" if self.other_predictions else "")
+            + (
+                f"; routed by {self.routing.how} (seed {self.routing.seed}): {len(self.routing.selected)} of "
+                f"{len(self.routing.table)} item(s) sent to review, ranking in {self.routing_file}"
+                if self.routing is not None else ""
+            )
+            + (f"; the grader's predictions (for adjudicate --pre-annotations) in {self.model_predictions_file}"
+               if self.model_predictions_file is not None else "")
             + f". Open {self.project_url}"
         )
 
@@ -185,6 +197,10 @@ def push(
     batch_size: int = 200,
     state_file: str | Path | None = None,
     progress: ProgressFn | None = None,
+    model_predictions: pd.DataFrame | None = None,
+    select: str | None = None,
+    budget: int | None = None,
+    seed: int = 0,
 ) -> PushResult:
     """Create or find the review project and import the items it does not hold yet, with predictions.
 
@@ -192,11 +208,28 @@ def push(
     items), else by its exact title (default ``<rubric>-review``), else created. The items already on
     the server are read from its tasks (``data.item_id``) before importing, so a re-run, an interrupted
     run or a run after adding items imports each item exactly once.
+
+    ``model_predictions`` (a trained grader's PredictionTable, :func:`rubrictool.grade.grader_predictions`)
+    adds one more prediction per task (``model_version`` = its model name) whose ``score`` is the grader's
+    confidence (1 − uncertainty); it is also written next to the state file for ``adjudicate
+    --pre-annotations``. A prediction is never sent twice for the same task and model, so a re-push is a
+    no-op. ``select`` (uncertain, disagreement, random) with ``budget`` imports only the ``budget`` items
+    :func:`~rubrictool.review.routing.route` picks (the full ranking goes to ``<title>.routing.csv``).
     """
     if max_annotations < 1:
         raise ReviewError(f"max_annotations must be at least 1 (got {max_annotations})", hint="set --max-annotations")
     items = read_items(items_path)
     preds, other = _read_predictions(predictions_path, rubric, set(items["id"])) if predictions_path else (None, 0)
+    if model_predictions is not None and len(model_predictions):
+        mp = model_predictions.astype({"item": str})
+        unknown = set(mp["concept"]) - set(rubric.keys)
+        if unknown:
+            raise ReviewError(f"the grader's concepts {sorted(unknown)} are not in rubric {rubric.name}",
+                              hint="pass a run trained on this rubric")
+        mp = mp[mp["item"].isin(set(items["id"]))]
+        preds = mp if preds is None else pd.concat([preds, mp], ignore_index=True)
+    if (select is None) != (budget is None):
+        raise ReviewError("--select and --budget go together", hint="e.g. --select uncertain --budget 200")
     title = project or f"{rubric.name}-review"
     if not 3 <= len(title) <= 50:
         raise ReviewError(f"project title {title!r} has {len(title)} characters; Label Studio needs 3 to 50", hint="pass another --project")
@@ -227,11 +260,21 @@ def push(
     pid = int(found["id"])
     state.setdefault(conn.url, {})[title] = {"id": pid, "rubric": rubric.name, "rubric_version": rubric.version}
     _write_json(state_path, state)
+    model_file = None
+    if model_predictions is not None and len(model_predictions):
+        name = str(model_predictions["model"].iloc[0])
+        model_file = write_table(model_predictions, state_path.parent / f"predictions-{name}.csv")
+    routing, routing_file = None, None
+    if select is not None and budget is not None:
+        routing = route(items["id"].tolist(), preds, select, budget, seed)
+        routing_file = write_table(routing.table.assign(how=select, seed=seed), state_path.parent / f"{title}.routing.csv")
+        items = items[items["id"].isin(set(routing.selected))]
 
     existing = {str(t.get("data", {}).get("item_id")): int(t["id"]) for t in _list_tasks(conn, pid, False)}
     new_items = items[~items["id"].isin(existing)]
     tasks = build_tasks(new_items, preds, rubric)
-    n_pred = _add_missing_predictions(conn, pid, existing, preds, rubric) if preds is not None and existing else 0
+    on_server = {i: t for i, t in existing.items() if i in set(items["id"])}
+    n_pred = _add_missing_predictions(conn, pid, on_server, preds, rubric) if preds is not None and on_server else 0
     if progress:
         progress(Progress("importing tasks", 0, len(tasks)))
     for start in range(0, len(tasks), batch_size):
@@ -243,4 +286,4 @@ def push(
             progress(Progress("importing tasks", start + len(batch), len(tasks)))
     models = sorted(preds["model"].astype(str).unique()) if preds is not None else []
     return PushResult(pid, title, conn.url, created, len(items), len(items) - len(new_items), len(tasks), n_pred,
-                      models, state_path, other)
+                      models, state_path, other, routing, routing_file, model_file)

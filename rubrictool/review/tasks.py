@@ -30,11 +30,16 @@ def task_data(item: dict[str, Any], rubric: Rubric) -> dict[str, Any]:
 
 
 def _prediction(model: str, rows: pd.DataFrame) -> dict[str, Any]:
+    """One Label Studio prediction; a grader's rows (with ``uncertainty``) also carry ``score`` = 1 −
+    uncertainty, the model confidence Label Studio's Data Manager sorts by (lowest first = least sure)."""
     result = [
         {"from_name": c, "to_name": "response", "type": "choices", "value": {"choices": [str(int(lv))]}}
         for c, lv in zip(rows["concept"], rows["level"])
     ]
-    return {"model_version": str(model), "result": result}
+    out: dict[str, Any] = {"model_version": str(model), "result": result}
+    if "uncertainty" in rows.columns and rows["uncertainty"].notna().any():
+        out["score"] = round(1.0 - float(rows["uncertainty"].max()), 6)
+    return out
 
 
 def build_tasks(items: pd.DataFrame, predictions: pd.DataFrame | None, rubric: Rubric) -> list[dict[str, Any]]:
