@@ -91,6 +91,7 @@ def review_push(
     select: Annotated[str | None, typer.Option("--select", help="Send only --budget items to review: uncertain (grader least sure; needs --run), disagreement (pre-annotations disagree most) or random.")] = None,
     budget: Annotated[int | None, typer.Option("--budget", help="How many items --select sends to review.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the tie-break (and of --select random).")] = 0,
+    hide_predictions: Annotated[bool, typer.Option("--hide-predictions", help="Do not show the pre-annotations to reviewers (blind arm of the anchoring check); they are still stored.")] = False,
     url: LsUrlOpt = None,
     api_key: LsKeyOpt = None,
 ) -> None:
@@ -109,7 +110,8 @@ def review_push(
 
         graded = grader_predictions(run, read_items(data), progress=view) if run is not None else None
         result = push(conn, rb, data, predictions, project, max_annotations, batch_size, progress=view,
-                      model_predictions=graded, select=select, budget=budget, seed=seed)
+                      model_predictions=graded, select=select, budget=budget, seed=seed,
+                      show_predictions=not hide_predictions)
     console.print(result.summary(), highlight=False, soft_wrap=True)
 
 
@@ -121,7 +123,8 @@ def review_status(
     url: LsUrlOpt = None,
     api_key: LsKeyOpt = None,
 ) -> None:
-    """Tasks with 0/1/2/3 reviews, reviews and skips per reviewer, and reviews that changed LLM labels.
+    """Tasks with 0/1/2/3 reviews, reviews and skips per reviewer, reviews that changed LLM labels, and the
+    anchoring check: per concept, α so far and how often reviewers kept each pre-annotated level.
 
     Example: rubrictool review status --project mohler-review
     """

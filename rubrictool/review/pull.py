@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from rubrictool.agreement import LabelCube, krippendorff_alpha
 from rubrictool.errors import ReviewError
 from rubrictool.io import write_table
 from rubrictool.progress import ProgressFn
@@ -19,7 +20,7 @@ from rubrictool.review.interface import check_interface, parse_label_config
 from rubrictool.review.push import _attach_predictions, _list_tasks, _require_project
 from rubrictool.rubric import Rubric, load_rubric
 
-__all__ = ["PullResult", "ReviewStatus", "pull", "reviews_from_tasks", "status"]
+__all__ = ["PullResult", "ReviewStatus", "anchoring_table", "pull", "reviews_from_tasks", "status"]
 
 
 def _users(conn: Connection) -> dict[int, str]:
@@ -142,6 +143,11 @@ class ReviewStatus:
     per_reviewer: pd.DataFrame  # reviewer, reviews, skipped
     changed: pd.DataFrame  # model, reviews, reviews_changed, labels, labels_changed
     max_annotations: int
+    anchoring: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Per concept: reviews so far, α so far (ordinal, items with ≥ 2 reviews), and per pre-annotation model
+    the share of reviews that kept its level (``kept_<model>``)."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The project's blind-review settings as the server reports them."""
 
     def lines(self) -> list[str]:
         """A plain-text report (the CLI prints it)."""
@@ -156,6 +162,24 @@ class ReviewStatus:
                 f"  vs {c.model}: {c.reviews_changed} of {c.reviews} review(s) changed at least one label; "
                 f"{c.labels_changed} of {c.labels} concept label(s) changed"
             )
+        if len(self.anchoring):
+            kept = [c for c in self.anchoring.columns if c.startswith("kept_")]
+            out.append("anchoring check — per concept: α of the reviews so far, and the share of reviews that kept "
+                       "each pre-annotation's level (near 100% with a low α: pre-annotation may be steering the reviewers)")
+            for rec in self.anchoring.to_dict(orient="records"):
+                row: dict[str, Any] = {str(k): v for k, v in rec.items()}
+                a = "—" if pd.isna(row["alpha"]) else f"{row['alpha']:.3f}"
+                shares = "; ".join(
+                    f"kept {c.removeprefix('kept_')} {100 * row[c]:.0f}%" for c in kept if not pd.isna(row[c])
+                )
+                out.append(f"  {row['concept']}: {row['reviews']} review(s), α {a} ({row['pairable']} item(s) with ≥ 2 reviews)"
+                           + (f"; {shares}" if shares else ""))
+        if self.settings:
+            shown = "shown" if self.settings.get("show_collab_predictions", True) else "hidden"
+            hist = "shown" if self.settings.get("show_annotation_history") else "hidden"
+            out.append(f"blind review: pre-annotations {shown} to reviewers; annotation history {hist}; the label stream "
+                       "shows each reviewer only their own annotation (the Data Manager's quick view shows everyone's: "
+                       "Label Studio's community edition has no reviewer role to hide it)")
         return out
 
 
@@ -185,8 +209,36 @@ def status(conn: Connection, project: str | int, rubric: Rubric | None = None) -
         rows.append({"model": col.removeprefix("differs_"), "reviews": len(by_ann),
                      "reviews_changed": int(by_ann.sum()), "labels": len(d), "labels_changed": int(d[col].sum())})
     changed = pd.DataFrame(rows, columns=["model", "reviews", "reviews_changed", "labels", "labels_changed"])
+    settings: dict[str, Any] = {k: proj.get(k) for k in ("show_collab_predictions", "show_annotation_history") if k in proj}
     return ReviewStatus(int(proj["id"]), str(proj.get("title")), len(tasks), hist, per_reviewer, changed,
-                        int(proj.get("maximum_annotations") or 0))
+                        int(proj.get("maximum_annotations") or 0), anchoring_table(reviews, list(parse_label_config(
+                            str(proj.get("label_config", ""))))), settings)
+
+
+def anchoring_table(reviews: pd.DataFrame, concepts: list[str]) -> pd.DataFrame:
+    """Per concept: ``reviews`` (labels so far), ``alpha`` (ordinal Krippendorff α over the items with two
+    or more reviews; NaN before there are any), ``pairable`` and, per pre-annotation model, ``kept_<model>``:
+    the share of reviews whose level equals that model's (``differs_<model>`` false)."""
+    models = [c.removeprefix("differs_") for c in reviews.columns if c.startswith("differs_")]
+    cols = ["concept", "reviews", "alpha", "pairable"] + [f"kept_{m}" for m in models]
+    if len(reviews) == 0:
+        return pd.DataFrame(columns=cols)
+    levels = sorted({int(v) for v in reviews["level"]})
+    domain = list(range(min(levels), max(levels) + 1))
+    cube = LabelCube.from_reviews(reviews, concepts, domain)
+    counts = cube.counts()  # (N, K, V)
+    rows = []
+    for k, key in enumerate(concepts):
+        ck = counts[:, k, :]
+        pairable = int((ck.sum(axis=1) >= 2).sum())
+        row: dict[str, Any] = {"concept": key, "reviews": int(ck.sum()), "pairable": pairable,
+                               "alpha": krippendorff_alpha(ck, domain, "ordinal") if pairable else float("nan")}
+        part = reviews[reviews["concept"] == key]
+        for m in models:
+            d = part[f"differs_{m}"].dropna()
+            row[f"kept_{m}"] = float((~d.astype(bool)).mean()) if len(d) else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=cols)
 
 
 @dataclass

@@ -201,6 +201,7 @@ def push(
     select: str | None = None,
     budget: int | None = None,
     seed: int = 0,
+    show_predictions: bool = True,
 ) -> PushResult:
     """Create or find the review project and import the items it does not hold yet, with predictions.
 
@@ -215,6 +216,11 @@ def push(
     --pre-annotations``. A prediction is never sent twice for the same task and model, so a re-push is a
     no-op. ``select`` (uncertain, disagreement, random) with ``budget`` imports only the ``budget`` items
     :func:`~rubrictool.review.routing.route` picks (the full ranking goes to ``<title>.routing.csv``).
+
+    Blind review, as far as Label Studio's community edition allows: the annotation history is hidden,
+    and ``show_predictions=False`` hides the pre-annotations from reviewers (a blind arm for the
+    anchoring check); both are set on every push. Each reviewer's label stream shows only their own
+    annotation; the Data Manager still shows everyone's (docs/review.md).
     """
     if max_annotations < 1:
         raise ReviewError(f"max_annotations must be at least 1 (got {max_annotations})", hint="set --max-annotations")
@@ -236,6 +242,7 @@ def push(
     state_path = Path(state_file) if state_file else Path(items_path).parent / STATE_NAME
     xml = render_label_config(rubric)
 
+    blind = {"show_collab_predictions": show_predictions, "show_annotation_history": False}
     conn.get("/api/current-user/whoami", "checking the API key")
     state = _read_state(state_path)
     known = state.get(conn.url, {}).get(title, {})
@@ -249,14 +256,14 @@ def push(
             json={
                 "title": title, "label_config": xml, "maximum_annotations": max_annotations,
                 "description": f"rubrictool review of rubric {rubric.name} v{rubric.version}: {rubric.title}",
-                "show_collab_predictions": True, "show_skip_button": True,
+                "show_skip_button": True, **blind,
             },
         )
     else:
         check_interface(rubric, str(found.get("label_config", "")), f"{title!r} (id {found['id']})")
-        if int(found.get("maximum_annotations") or 0) != max_annotations:
-            conn.request("PATCH", f"/api/projects/{found['id']}", "updating maximum_annotations",
-                         json={"maximum_annotations": max_annotations})
+        want = {"maximum_annotations": max_annotations, **blind}
+        if any(found.get(k) != v for k, v in want.items()):
+            conn.request("PATCH", f"/api/projects/{found['id']}", "updating the project's review settings", json=want)
     pid = int(found["id"])
     state.setdefault(conn.url, {})[title] = {"id": pid, "rubric": rubric.name, "rubric_version": rubric.version}
     _write_json(state_path, state)
