@@ -178,6 +178,7 @@ def test_status_reports_anchoring_and_alpha_so_far_and_the_blind_settings(
         r = ref[ref["concept"] == key]
         assert anch.loc[key, "kept_gpt-4o"] == pytest.approx((r["level"] == r["level_pre"]).mean())
     text = "\n".join(st.lines())
+    print(text)
     assert "anchoring check" in text and "pre-annotations hidden to reviewers" in text
     # showing the pre-annotations again is one re-push away; it never re-imports anything
     again = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="anchoring")

@@ -118,7 +118,8 @@ def _pre_annotation_grid(
     if len(todo) == 0:
         return None
     rows = todo.rename(columns={"model": "reviewer"})
-    ids = [i for i in order.tolist() if i in set(rows["item"].astype(str))] if order is not None else None
+    present = set(rows["item"].astype(str))
+    ids = [i for i in order.tolist() if i in present] if order is not None else None
     cube = LabelCube.from_reviews(rows.astype({"item": str}), rubric.keys, rubric.scale.values, ids)
     return MajorityVote(rubric.scale.values).fit_cube(cube).grid_, _one_source(rows["source"].tolist())
 
