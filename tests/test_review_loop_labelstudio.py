@@ -203,6 +203,8 @@ def test_a_reviewer_labels_in_headless_chromium_and_pull_returns_exactly_those_l
     write_table(pre[["item", "model", "concept", "level", "evidence", "raw_ok"]], tmp_path / "preds.csv")
     res = review.push(conn, mohler_rubric, tmp_path / "item.csv", tmp_path / "preds.csv", project="browser-review",
                       show_predictions=False)
+    shown = review.push(conn, mohler_rubric, tmp_path / "item.csv", tmp_path / "preds.csv", project="browser-shown",
+                        state_file=tmp_path / "shown-state.json")
     task = _tasks(conn, "browser-review")[0]["id"]
     # another reviewer has already submitted (all 3s): blind review must not show it to this one
     other = signup(ls_server.url, "first-reviewer@example.com", "pw-first-reviewer-2026")
@@ -218,8 +220,16 @@ def test_a_reviewer_labels_in_headless_chromium_and_pull_returns_exactly_those_l
         d.find_element(By.NAME, "password").send_keys(password)
         d.find_element(By.CSS_SELECTOR, "button[type=submit], input[type=submit]").click()
         WebDriverWait(d, 120).until(lambda d: "/user/login" not in d.current_url)
-        d.get(f"{ls_server.url}/projects/{res.project_id}/data?labeling=1")  # the label stream
         n_radios = 3 * len(mohler_rubric.keys)
+        # control: with the pre-annotations shown, the label stream starts from the model's levels ...
+        d.get(f"{ls_server.url}/projects/{shown.project_id}/data?labeling=1")
+        WebDriverWait(d, 300).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "input[type=radio]")) == n_radios)
+        WebDriverWait(d, 30).until(lambda d: any(r.is_selected() for r in d.find_elements(By.CSS_SELECTOR, "input[type=radio]")))
+        picked = [i for i, r in enumerate(d.find_elements(By.CSS_SELECTOR, "input[type=radio]")) if r.is_selected()]
+        model_levels = pre.set_index("concept")["level"].astype(int)
+        assert picked == [3 * k + int(model_levels[c]) - 1 for k, c in enumerate(mohler_rubric.keys)]
+        # ... and in the blind project (pre-annotations hidden, another reviewer done) nothing is pre-selected
+        d.get(f"{ls_server.url}/projects/{res.project_id}/data?labeling=1")  # the label stream
         WebDriverWait(d, 300).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "input[type=radio]")) == n_radios)
         page = d.find_element(By.TAG_NAME, "body").text
         row = item.iloc[0]
