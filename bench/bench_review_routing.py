@@ -49,7 +49,7 @@ from rubrictool.adjudicate import MajorityVote, adjudicate
 from rubrictool.data import load_benchmark, load_concept_passes
 from rubrictool.grade import uncertainty_score
 from rubrictool.io import write_table
-from rubrictool.review.routing import disagreement_scores, route
+from rubrictool.review.routing import route
 from rubrictool.rubric import load_rubric
 from rubrictool.tables import LLM_PASSES_NOTE
 
@@ -129,7 +129,7 @@ def curves_for(population: str, items: pd.DataFrame, reviews: pd.DataFrame, pre:
     for how in routings + ["oracle"]:
         for seed in range(seeds if how == "random" else 1):
             for s in SHARES:
-                budget = int(round(s * n))
+                budget = int(np.rint(s * n))
                 if budget == 0:
                     chosen: set[str] = set()
                 elif how == "oracle":
@@ -266,7 +266,7 @@ def main() -> None:
         info["best_routing"] = best
         info["target_met"] = bool(info["at_40"][best] >= TARGET_IDENTICAL)
         share = info["share_needed_for_95"][best]
-        info["judgements_saved_at_95"] = None if share is None else int(round((1 - share) * info["n_items"])) * 8 * 3
+        info["judgements_saved_at_95"] = None if share is None else int(np.rint((1 - share) * info["n_items"])) * 8 * 3
     args.out.mkdir(parents=True, exist_ok=True)
     write_table(curves, args.out / "curves.csv")
     fd, tmp = tempfile.mkstemp(dir=args.out, prefix=".summary.")
