@@ -246,3 +246,18 @@ def test_grader_predictions_from_a_tiny_run(tmp_path: Path) -> None:
     fc = got[got["concept"] == "FC"]["level"].to_numpy()
     assert (fc == probs[:, 0, :].argmax(axis=1) + 1).all()
     assert (graded["FC_level"].to_numpy() == fc).all()
+
+
+def test_a_bad_selection_fails_before_any_server_call(tmp_path: Path) -> None:
+    from rubrictool.review import Connection, push
+
+    items = pd.DataFrame({"id": ["a", "b", "c"], "response": ["x", "y", "z"]})
+    items.to_csv(tmp_path / "items.csv", index=False)
+    _panel_rows({"gpt": {i: [2] * 8 for i in "abc"}}).to_csv(tmp_path / "p.csv", index=False)
+    nowhere = Connection("http://127.0.0.1:9", "k" * 40)  # nothing listens there: any call would fail differently
+    with pytest.raises(ReviewError, match="needs the grader's uncertainty"):
+        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv", select="uncertain", budget=2)
+    with pytest.raises(ReviewError, match="go together"):
+        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv", select="random")
+    with pytest.raises(ReviewError, match="unknown selection"):
+        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv", select="smart", budget=2)

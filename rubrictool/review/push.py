@@ -241,6 +241,11 @@ def push(
         raise ReviewError(f"project title {title!r} has {len(title)} characters; Label Studio needs 3 to 50", hint="pass another --project")
     state_path = Path(state_file) if state_file else Path(items_path).parent / STATE_NAME
     xml = render_label_config(rubric)
+    routing, routing_file = None, None
+    if select is not None and budget is not None:  # before any server call: a bad selection changes nothing
+        routing = route(items["id"].tolist(), preds, select, budget, seed)
+        routing_file = write_table(routing.table.assign(how=select, seed=seed), state_path.parent / f"{title}.routing.csv")
+        items = items[items["id"].isin(set(routing.selected))]
 
     blind = {"show_collab_predictions": show_predictions, "show_annotation_history": False}
     conn.get("/api/current-user/whoami", "checking the API key")
@@ -271,16 +276,12 @@ def push(
     if model_predictions is not None and len(model_predictions):
         name = str(model_predictions["model"].iloc[0])
         model_file = write_table(model_predictions, state_path.parent / f"predictions-{name}.csv")
-    routing, routing_file = None, None
-    if select is not None and budget is not None:
-        routing = route(items["id"].tolist(), preds, select, budget, seed)
-        routing_file = write_table(routing.table.assign(how=select, seed=seed), state_path.parent / f"{title}.routing.csv")
-        items = items[items["id"].isin(set(routing.selected))]
 
     existing = {str(t.get("data", {}).get("item_id")): int(t["id"]) for t in _list_tasks(conn, pid, False)}
     new_items = items[~items["id"].isin(existing)]
     tasks = build_tasks(new_items, preds, rubric)
-    on_server = {i: t for i, t in existing.items() if i in set(items["id"])}
+    wanted = set(items["id"])
+    on_server = {i: t for i, t in existing.items() if i in wanted}
     n_pred = _add_missing_predictions(conn, pid, on_server, preds, rubric) if preds is not None and on_server else 0
     if progress:
         progress(Progress("importing tasks", 0, len(tasks)))
