@@ -24,6 +24,9 @@ curve is the share of the N×8 adjudicated labels identical to the full consensu
   folders such as vanilla, paper, two-stage, joint4), the variants are the pre-annotation panel and the
   score is ``rubrictool.review.routing.disagreement_scores``; this population is reported separately, with
   random and uncertainty routing on the same items and the panel's majority vote as the fill;
+- with ``model.safetensors`` kept in a fold (newer folds keep it), that fold's test answers are re-graded
+  with ``rubrictool.grade.grader_predictions`` and a third population compares the library's own
+  uncertainty (level entropy, σ_k²-weighted) with the gap on the same answers (``--no-regrade`` skips it);
 - ``oracle``: items ordered by how many of their pre-annotated labels are wrong — it knows the answer, so it
   is a ceiling for any routing, not a routing.
 
@@ -47,7 +50,7 @@ import pandas as pd
 
 from rubrictool.adjudicate import MajorityVote, adjudicate
 from rubrictool.data import load_benchmark, load_concept_passes
-from rubrictool.grade import uncertainty_score
+from rubrictool.grade import grader_predictions, uncertainty_score
 from rubrictool.io import write_table
 from rubrictool.review.routing import route
 from rubrictool.rubric import load_rubric
@@ -120,13 +123,16 @@ def identical_share(items: pd.DataFrame, reviews: pd.DataFrame, pre: pd.DataFram
 
 
 def curves_for(population: str, items: pd.DataFrame, reviews: pd.DataFrame, pre: pd.DataFrame,
-               reference: pd.DataFrame, routings: list[str], seeds: int) -> list[dict[str, Any]]:
+               reference: pd.DataFrame, routings: list[str], seeds: int,
+               signals: dict[str, pd.DataFrame] | None = None) -> list[dict[str, Any]]:
+    """Curves of every routing (``signals``: extra uncertainty routings, label → pre-annotations whose
+    ``uncertainty`` column ranks the items; the labels that fill stay ``pre``'s)."""
     ids = items["id"].tolist()
     n = len(ids)
     fill = consensus_of(pre.rename(columns={"model": "reviewer"})).reindex(reference.index)
     errors = pd.Series((fill.to_numpy(float) != reference.to_numpy(float)).sum(axis=1), index=reference.index)
     rows = []
-    for how in routings + ["oracle"]:
+    for how in routings + list(signals or {}) + ["oracle"]:
         for seed in range(seeds if how == "random" else 1):
             for s in SHARES:
                 budget = int(np.rint(s * n))
@@ -134,6 +140,8 @@ def curves_for(population: str, items: pd.DataFrame, reviews: pd.DataFrame, pre:
                     chosen: set[str] = set()
                 elif how == "oracle":
                     chosen = set(errors.sort_values(ascending=False, kind="stable").index[:budget])
+                elif signals and how in signals:
+                    chosen = set(route(ids, signals[how], "uncertain", budget, seed).selected)
                 else:
                     chosen = set(route(ids, pre, "uncertain" if how == "uncertainty" else how, budget, seed).selected)
                 rows.append({"population": population, "routing": how, "seed": seed, "share_reviewed": float(s),
@@ -155,10 +163,11 @@ def plot(curves: pd.DataFrame, summary: dict[str, Any], path: Path) -> None:
 
     pops = list(dict.fromkeys(curves["population"]))
     fig, axes = plt.subplots(1, len(pops), figsize=(6.2 * len(pops), 4.8), squeeze=False)
-    colors = {"random": "#888888", "uncertainty": "#1f77b4", "disagreement": "#d62728", "oracle": "#2ca02c"}
+    colors = {"random": "#888888", "uncertainty": "#1f77b4", "uncertainty (gap)": "#9467bd", "disagreement": "#d62728",
+              "oracle": "#2ca02c"}
     for ax, pop in zip(axes[0], pops, strict=True):
         c = curves[curves["population"] == pop]
-        for how in ["random", "uncertainty", "disagreement", "oracle"]:
+        for how in ["random", "uncertainty", "uncertainty (gap)", "disagreement", "oracle"]:
             d = c[c["routing"] == how]
             if not len(d):
                 continue
@@ -198,6 +207,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench/results/review_routing"))
     ap.add_argument("--seeds", type=int, default=5, help="seeds of the random routing")
     ap.add_argument("--fallback-pass", default="A", help="LLM pass that pre-annotates when no fold exists")
+    ap.add_argument("--no-regrade", dest="regrade", action="store_false",
+                    help="do not re-grade the folds that kept model.safetensors (level entropy) ")
     args = ap.parse_args()
     t0 = time.time()
     passes = load_concept_passes(args.data_dir)
@@ -241,6 +252,34 @@ def main() -> None:
                 rows += curves_for(pname, pitems, passes, ppre, reference_all.loc[pitems["id"]],
                                    ["random", "uncertainty", "disagreement"], args.seeds)
         populations.pop("panel_folds", None)
+        # the folds that kept their model: the library's own uncertainty (level entropy, σ²-weighted) by
+        # re-grading their test answers, next to the gap used above, on the same answers
+        if args.regrade:
+            graded = []
+            for fold in sorted(args.folds.glob("fold-*")):
+                if (fold / "model.safetensors").is_file() and (fold / "test_predictions.csv").is_file():
+                    test = json.loads((fold / "split.json").read_text())["test"]
+                    graded.append(grader_predictions(fold, all_items[all_items["id"].isin(test)]).assign(fold=fold.name))
+            if graded:
+                g = pd.concat(graded, ignore_index=True)
+                gids = sorted(set(g["item"]) & set(default["id"]))
+                gitems = all_items[all_items["id"].isin(gids)].reset_index(drop=True)
+                gap_pre = pre[pre["item"].isin(gids)]
+                ent = g[g["item"].isin(gids)][["item", "concept", "uncertainty"]]
+                ent_pre = gap_pre.drop(columns="uncertainty").merge(ent, on=["item", "concept"])
+                same = (gap_pre.merge(g[["item", "concept", "level"]], on=["item", "concept"], suffixes=("", "_g"))
+                        .eval("level == level_g").mean())
+                gname = "folds with a saved model: entropy vs gap"
+                populations[gname] = {
+                    "n_items": len(gitems), "folds": sorted(g["fold"].unique().tolist()),
+                    "pre_annotation": f"grader '{args.folds.name}' OOF ({', '.join(sorted(g['fold'].unique()))})",
+                    "uncertainty": "uncertainty = level entropy, σ²-weighted (re-graded with rubrictool.grade."
+                                   "grader_predictions); uncertainty (gap) = " + kind,
+                    "fill": f"the grader's levels ({args.folds.name})", "regraded_levels_identical": float(same),
+                }
+                print(f"{gname}: {len(gitems)} items; re-graded levels identical to the fold's: {same:.4f}", flush=True)
+                rows += curves_for(gname, gitems, passes, ent_pre, reference_all.loc[gitems["id"]],
+                                   ["random", "uncertainty"], args.seeds, signals={"uncertainty (gap)": gap_pre})
     else:
         p = passes[passes["reviewer"] == args.fallback_pass]
         pre = p.rename(columns={"reviewer": "model"}).assign(model=f"pass {args.fallback_pass}", source="llm")
