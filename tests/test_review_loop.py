@@ -204,6 +204,8 @@ def test_route_picks_exactly_the_top_n_and_is_deterministic_for_a_seed() -> None
         route(ids, dis, "uncertain", 5)
     with pytest.raises(ReviewError, match="at least 1"):
         route(ids, pre, "random", 0)
+    with pytest.raises(ReviewError, match="two or more pre-annotation models"):
+        route(ids, pre, "disagreement", 5)  # one model cannot disagree with itself
 
 
 # -- the grader's uncertainty and its predictions -----------------------------------------------------------------

@@ -89,6 +89,9 @@ def route(
     else:
         if predictions is None or len(predictions) == 0:
             raise ReviewError(f"--select {how} needs pre-annotations", hint="pass --predictions and/or --run")
+        if how == "disagreement" and predictions["model"].nunique() < 2:
+            raise ReviewError("--select disagreement needs two or more pre-annotation models to disagree",
+                              hint="pass a prediction table with several models (--predictions) and/or --run")
         s = uncertainty_scores(predictions) if how == "uncertain" else disagreement_scores(predictions)
         got = s.reindex(ids)
         if how == "uncertain" and got.isna().any():
