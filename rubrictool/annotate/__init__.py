@@ -4,14 +4,16 @@ The paper's annotation stage asks GPT-4o and Gemini-2.5-pro to label every respo
 concept with the prompt of its Appendix "Annotation Pipeline" (``templates/annotate.prompt.j2``).
 This module does that for any litellm model string:
 
-1. :func:`render_prompt` fills the template with the item, the rubric and optional in-context examples.
+1. :func:`render_prompt` fills the template with the item, the rubric and optional in-context examples;
+   every item field enters as quoted data between a random per-request boundary (docs/integrity.md).
 2. :func:`annotate` runs every (item, model) pair with asyncio (``concurrency`` requests per model),
    retrying rate limits, timeouts and 5xx with exponential back-off, and asks once more (a *repair*
    round that sends the parse error back) when a reply cannot be used.
 3. :func:`parse_reply` reads the paper's line format ``concept=<name>; label=<level>; evidence=<text>``
-   or JSON, leniently, and validates each level against the rubric.
+   or JSON, leniently, and validates each level against the rubric; entries that repeat text quoted
+   from the item (a response's fake ``concept=..; label=..`` lines) are not the model's output and are ignored.
 4. :class:`ReplyCache` (SQLite, WAL, one commit per reply) keys replies by model + rendered messages +
-   sampling parameters, so a second run makes no call and a killed run resumes without paying twice.
+   sampling parameters (the random boundary replaced by a constant), so a second run makes no call and a killed run resumes without paying twice.
 5. Token usage and cost come from litellm; ``budget`` (USD) reserves each request's worst case before
    sending it, so the run stops cleanly before the budget could be exceeded.
 
@@ -34,9 +36,12 @@ from rubrictool.annotate.outputs import load_inputs, output_paths, write_outputs
 from rubrictool.annotate.parse import Label, ParseResult, parse_reply
 from rubrictool.annotate.prompt import (
     ContextExample,
+    ItemPrompt,
     load_examples,
     load_template,
+    new_boundary,
     output_schema,
+    render_item_prompt,
     render_prompt,
     repair_message,
     response_format_for,
@@ -56,6 +61,7 @@ __all__ = [
     "ContextExample",
     "DryRunModel",
     "DryRunReport",
+    "ItemPrompt",
     "Label",
     "ModelSummary",
     "ParseResult",
@@ -67,9 +73,11 @@ __all__ = [
     "load_examples",
     "load_inputs",
     "load_template",
+    "new_boundary",
     "output_paths",
     "output_schema",
     "parse_reply",
+    "render_item_prompt",
     "render_prompt",
     "repair_message",
     "response_format_for",

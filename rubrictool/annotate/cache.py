@@ -14,11 +14,25 @@ from typing import Any
 from rubrictool.annotate.config import _CACHE_VERSION
 from rubrictool.errors import AnnotateError
 
-__all__ = ["ReplyCache", "cache_key"]
+__all__ = ["BOUNDARY_KEY", "ReplyCache", "cache_key"]
 
 
-def cache_key(model: str, messages: Sequence[dict[str, Any]], params: dict[str, Any]) -> str:
-    """sha256 of the model string, the rendered messages and the sampling parameters (not key, base, timeout)."""
+BOUNDARY_KEY = "<boundary>"  # what a prompt's random boundary reads as in the cache key
+
+
+def cache_key(
+    model: str, messages: Sequence[dict[str, Any]], params: dict[str, Any], boundary: str | None = None
+) -> str:
+    """sha256 of the model string, the rendered messages and the sampling parameters (not key, base, timeout).
+
+    ``boundary``, the random marker of the prompt's quoted data, is replaced by a constant first: it
+    changes with every request but not what is asked, so a re-run of the same item hits the cache.
+    """
+    if boundary:
+        messages = [
+            {**m, "content": m["content"].replace(boundary, BOUNDARY_KEY)} if isinstance(m.get("content"), str) else m
+            for m in messages
+        ]
     payload = json.dumps(
         {"v": _CACHE_VERSION, "model": model, "messages": list(messages), "params": params},
         sort_keys=True,

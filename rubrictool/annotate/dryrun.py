@@ -56,11 +56,11 @@ def dry_run(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig, show: i
             out_tok = _count_tokens(m, text=example_reply)
             todo_tokens, cached, first = 0, 0, []
             for i, (_, prompt) in enumerate(jobs):
-                messages = [{"role": "user", "content": prompt}]
+                messages = [{"role": "user", "content": prompt.text}]
                 n = _count_tokens(m, messages)
                 if i < show:
                     first.append(n)
-                if cache.get(cache_key(m, messages, params)) is not None:
+                if cache.get(cache_key(m, messages, params, prompt.boundary)) is not None:
                     cached += 1
                 else:
                     todo_tokens += n
@@ -69,4 +69,4 @@ def dry_run(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig, show: i
             models.append(DryRunModel(m, todo, cached, todo_tokens, out_tok * todo, price, first))
     finally:
         cache.close()
-    return DryRunReport(prompts=jobs[:show], models=models, items=len(jobs), response_formats=formats)
+    return DryRunReport(prompts=[(i, p.text) for i, p in jobs[:show]], models=models, items=len(jobs), response_formats=formats)

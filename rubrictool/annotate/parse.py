@@ -1,10 +1,17 @@
-"""Reading a model's reply (the paper's line format or JSON, leniently) and validating every level."""
+"""Reading a model's reply (the paper's line format or JSON, leniently) and validating every level.
+
+Only the model's own output counts: given the texts the prompt quoted (the item's fields) and the
+prompt's boundary, :func:`parse_reply` drops whatever the reply repeats from inside the quoted data —
+a response's planted ``concept=FC; label=3`` lines or JSON, quoted back by the model as evidence or in
+its reasoning, and any echoed ``[BEGIN DATA <boundary>]`` … ``[END DATA <boundary>]`` block.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +37,7 @@ class ParseResult:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     found: str = "none"  # "json", "line" or "none"
+    echoes: int = 0  # entries ignored because they repeat text quoted from the item
 
     @property
     def ok(self) -> bool:
@@ -46,6 +54,9 @@ _BULLET = re.compile(r"^\s*(?:[-*\u2022>]+|\d{1,3}[.)])\s+")
 _NUMBER = re.compile(r"^\s*(?:level|label|score)?\s*[:=]?\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
 
 
+_HEAD = re.compile(r"concept\s*[=:][^;,|\n]*[;,|]\s*(?:label|level|score)\s*[=:]\s*[^\s;,|]+", re.IGNORECASE)
+
+
 _JSON_KEYED = re.compile(  # "FC": {"label": 2, "evidence": "..."
     r'"([^"{}\n]{1,80})"\s*:\s*\{\s*"(?:label|level|score)"\s*:\s*"?(-?\d+(?:\.\d+)?)"?'
     r'(?:\s*,\s*"(?:evidence|justification|rationale)"\s*:\s*"((?:[^"\\\n]|\\.){0,500}))?',
@@ -55,6 +66,37 @@ _JSON_LISTED = re.compile(  # {"concept": "FC", "label": 2
     r'\{\s*"(?:concept|name|key)"\s*:\s*"([^"\n]{1,80})"\s*,\s*"(?:label|level|score)"\s*:\s*"?(-?\d+(?:\.\d+)?)',
     re.IGNORECASE,
 )
+
+
+_SQUASH = re.compile(r"[\s\"'`*_\\]+")
+
+
+def _squash(s: str) -> str:
+    """Text for the echo comparison: NFKC, lower case, without whitespace, quotes, markdown or backslashes."""
+    return _SQUASH.sub("", unicodedata.normalize("NFKC", s).lower())
+
+
+class _Echo:
+    """Is a fragment of the reply a copy of text inside the quoted item fields?"""
+
+    def __init__(self, quoted: Sequence[str]) -> None:
+        self.data = "\x00".join(_squash(q) for q in quoted if isinstance(q, str) and q.strip())
+        self.count = 0
+
+    def __call__(self, fragment: str) -> bool:
+        f = _squash(fragment).strip(";,|.")
+        hit = bool(self.data) and len(f) >= 4 and f in self.data
+        self.count += hit
+        return hit
+
+
+def _drop_quoted_blocks(text: str, boundary: str | None) -> str:
+    """Remove echoed ``[BEGIN DATA b]`` … ``[END DATA b]`` blocks and any other line carrying the boundary."""
+    if not boundary or boundary not in text:
+        return text
+    b = re.escape(boundary)
+    text = re.sub(rf"\[BEGIN DATA {b}\].*?\[END DATA {b}\]", "\n", text, flags=re.DOTALL)
+    return "\n".join(line for line in text.split("\n") if boundary not in line)
 
 
 def _norm(s: str) -> str:
@@ -190,7 +232,7 @@ def _json_entries(obj: Any, depth: int = 0) -> list[tuple[Any, Any, Any]]:
     return []
 
 
-def _find_json(text: str, resolve: _Resolver) -> list[tuple[Any, Any, Any]] | None:
+def _find_json(text: str, resolve: _Resolver, echo: _Echo) -> list[tuple[Any, Any, Any]] | None:
     """Entries from the JSON in ``text`` that names the most concepts; salvages cut-off JSON."""
     decoder = json.JSONDecoder()
 
@@ -208,18 +250,20 @@ def _find_json(text: str, resolve: _Resolver) -> list[tuple[Any, Any, Any]] | No
         except (ValueError, RecursionError):
             continue
         done_to = end
+        if echo(text[i:end]):
+            continue  # JSON copied from the quoted item, not the model's own
         entries = _json_entries(obj)
         if score(entries) > score(best):
             best = entries
     if starts and score(best) < len(resolve.keys):  # cut off at max_tokens? take the entries that are whole
-        found = [(m.group(1), m.group(2), m.group(3)) for m in _JSON_KEYED.finditer(text)]
-        found += [(m.group(1), m.group(2), None) for m in _JSON_LISTED.finditer(text)]
+        found = [(m.group(1), m.group(2), m.group(3)) for m in _JSON_KEYED.finditer(text) if not echo(m.group(0))]
+        found += [(m.group(1), m.group(2), None) for m in _JSON_LISTED.finditer(text) if not echo(m.group(0))]
         if score(found) > score(best):
             best = found
     return best or None
 
 
-def _line_entries(text: str, resolve: _Resolver) -> list[tuple[Any, Any, Any]]:
+def _line_entries(text: str, resolve: _Resolver, echo: _Echo) -> list[tuple[Any, Any, Any]]:
     out: list[tuple[Any, Any, Any]] = []
     for raw_line in text.splitlines():
         line = _BULLET.sub("", raw_line.replace("**", "").replace("__", "")).strip()
@@ -227,7 +271,7 @@ def _line_entries(text: str, resolve: _Resolver) -> list[tuple[Any, Any, Any]]:
             continue
         # several entries on one line: split before each "concept="
         chunks = re.split(r"(?=(?<![A-Za-z])concept\s*[=:])", line, flags=re.IGNORECASE)
-        for chunk in chunks:
+        for n_chunk, chunk in enumerate(chunks):
             # a field runs to the next *new* field name, so "level:" inside evidence stays evidence
             fields: dict[str, str] = {}
             cur, start = "", 0
@@ -242,21 +286,30 @@ def _line_entries(text: str, resolve: _Resolver) -> list[tuple[Any, Any, Any]]:
             if cur:
                 fields[cur] = chunk[start:]
             fields = {k: v.strip().rstrip(";,|").strip() for k, v in fields.items()}
+            if ("concept" in fields or "label" in fields) and echo(chunk):
+                continue  # a line copied from the quoted item, not the model's own
+            head = _HEAD.match(chunk) if n_chunk > 0 else None
+            if head and echo(head.group(0)):
+                continue  # "concept=..; label=.." quoted inside another entry's evidence, copied from the item
             if "concept" in fields:
                 out.append((fields["concept"], fields.get("label"), fields.get("evidence")))
                 continue
             # "<name>: <level> ..." or "<name> = <level>; evidence..." without the concept= key
             m2 = re.match(r"^(.{1,80}?)\s*[:=\-\u2013\u2014]\s*(\d+(?:\.\d+)?)\b\s*[;,|\-\u2013\u2014:]?\s*(.*)$", chunk)
-            if m2 and resolve(m2.group(1)) is not None:
+            if m2 and resolve(m2.group(1)) is not None and not echo(chunk):
                 ev = fields.get("evidence", m2.group(3))
                 out.append((m2.group(1), m2.group(2), ev))
     return out
 
 
-def parse_reply(text: Any, rubric: Rubric) -> ParseResult:
+def parse_reply(text: Any, rubric: Rubric, quoted: Sequence[str] = (), boundary: str | None = None) -> ParseResult:
     """Read a model's reply (line format or JSON, in code fences or prose) and validate every level.
 
-    Never raises: anything unusable becomes an entry of ``errors``, which the repair round sends back.
+    ``quoted``: the item fields the prompt quoted; an entry whose text (compared without case,
+    whitespace, quotes and markdown) occurs inside one of them is an echo, not the model's output, and
+    is ignored (counted in ``echoes``). ``boundary``: the prompt's marker; echoed quoted blocks and
+    lines carrying it are dropped. Never raises: anything unusable becomes an entry of ``errors``,
+    which the repair round sends back.
     """
     res = ParseResult()
     if not isinstance(text, str) or not text.strip():
@@ -264,12 +317,18 @@ def parse_reply(text: Any, rubric: Rubric) -> ParseResult:
         return res
     resolve = _resolver(rubric)
     body = _FENCE.sub("", text.replace("\r\n", "\n").replace("\ufeff", ""))
-    entries = _find_json(body, resolve)
+    body = _drop_quoted_blocks(body, boundary)
+    echo = _Echo(quoted)
+    entries = _find_json(body, resolve, echo)
     if entries is not None:
         res.found = "json"
     else:
-        entries = _line_entries(body, resolve)
+        entries = _line_entries(body, resolve, echo)
         res.found = "line" if entries else "none"
+    res.echoes = echo.count
+    if echo.count:
+        res.warnings.append(f"ignored {echo.count} entr{'y' if echo.count == 1 else 'ies'} that repeat text quoted "
+                            "from the item (not the model's own output)")
     conflicts: dict[str, set[int]] = {}
     unknown: list[int] = []  # positions of entries whose concept name is not in the rubric
     for pos, (name, label, evidence) in enumerate(entries):

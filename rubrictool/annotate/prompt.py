@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +22,15 @@ from rubrictool.io import read_table
 from rubrictool.rubric import Rubric
 
 __all__ = [
+    "QUOTED_FIELDS",
     "ContextExample",
+    "ItemPrompt",
     "load_examples",
     "load_template",
+    "new_boundary",
     "output_schema",
+    "quote_block",
+    "render_item_prompt",
     "render_prompt",
     "repair_message",
     "response_format_for",
@@ -152,6 +158,34 @@ def _rubric_definitions(rubric: Rubric) -> str:
     return "\n".join(lines)
 
 
+QUOTED_FIELDS = ("question", "response", "reference", "context")  # the item fields that enter the prompt as data
+
+
+def new_boundary() -> str:
+    """A fresh random marker for one request's quoted data: 96 bits from :mod:`secrets`, so no response
+    written in advance can contain it."""
+    return secrets.token_hex(12)
+
+
+def quote_block(text: str, boundary: str) -> str:
+    """``text`` as quoted data: between a ``[BEGIN DATA <boundary>]`` line and an ``[END DATA <boundary>]`` line."""
+    return f"[BEGIN DATA {boundary}]\n{text}\n[END DATA {boundary}]"
+
+
+@dataclass(frozen=True)
+class ItemPrompt:
+    """One item's rendered prompt, its boundary and the field texts it quotes.
+
+    ``boundary`` is random per prompt; the reply cache replaces it by a constant in its key
+    (:func:`rubrictool.annotate.cache.cache_key`), so a re-run hits the cache. ``quoted`` is what the
+    reply parser must not take for the model's own output (:func:`rubrictool.annotate.parse.parse_reply`).
+    """
+
+    text: str
+    boundary: str
+    quoted: tuple[str, ...]
+
+
 def render_prompt(
     item: dict[str, Any],
     rubric: Rubric,
@@ -159,10 +193,37 @@ def render_prompt(
     examples: Sequence[ContextExample] = (),
     fmt: str = "line",
     benchmark: str | None = None,
+    boundary: str | None = None,
 ) -> str:
-    """The annotation prompt for one item (a row of an ItemTable) — deterministic, so it can key the cache."""
+    """The annotation prompt for one item (a row of an ItemTable); its quoted data is fenced by
+    ``boundary`` (default: a fresh random one, see :func:`render_item_prompt`)."""
+    return render_item_prompt(item, rubric, template, examples, fmt, benchmark, boundary).text
+
+
+def render_item_prompt(
+    item: dict[str, Any],
+    rubric: Rubric,
+    template: Any = None,
+    examples: Sequence[ContextExample] = (),
+    fmt: str = "line",
+    benchmark: str | None = None,
+    boundary: str | None = None,
+) -> ItemPrompt:
+    """The prompt for one item with its item fields quoted between a random boundary.
+
+    Deterministic for a given ``boundary``; a boundary that occurs in a field (possible only when the
+    caller chose it) is refused, since the field could then close its own quote.
+    """
 
     tpl = template if template is not None else load_template()
+    fields = {f: _text(item.get(f)) for f in QUOTED_FIELDS}
+    if boundary is None:
+        boundary = new_boundary()
+        while any(boundary in v for v in fields.values()):  # 2^-96 per field: never, but cheap to rule out
+            boundary = new_boundary()
+    elif not re.fullmatch(r"[0-9A-Za-z_-]{8,}", boundary) or any(boundary in v for v in fields.values()):
+        raise AnnotateError(f"boundary {boundary!r} is unusable: it must be 8+ letters/digits and occur in no field")
+    b = boundary
     concepts = [
         {
             "key": c.key,
@@ -175,10 +236,9 @@ def render_prompt(
     ]
     ctx = {
         "benchmark": benchmark or rubric.name,
-        "question": _text(item.get("question")),
-        "response": _text(item.get("response")),
-        "reference": _text(item.get("reference")),
-        "context": _text(item.get("context")),
+        **fields,
+        "boundary": b,
+        "quote": lambda text: quote_block(_text(text), b),
         "fields": dict(rubric.fields),
         "concepts": concepts,
         "keys": rubric.keys,
@@ -198,7 +258,7 @@ def render_prompt(
         "format": fmt,
     }
     try:
-        return str(tpl.render(**ctx)).strip() + "\n"
+        text = str(tpl.render(**ctx)).strip() + "\n"
     except jinja2.UndefinedError as e:
         where = getattr(tpl, "filename", "template")
         raise AnnotateError(
@@ -206,6 +266,7 @@ def render_prompt(
         ) from None
     except jinja2.TemplateError as e:
         raise AnnotateError(f"{getattr(tpl, 'filename', 'template')}: cannot render: {e}") from None
+    return ItemPrompt(text, b, tuple(v for v in fields.values() if v.strip()))
 
 
 def output_schema(rubric: Rubric) -> dict[str, Any]:

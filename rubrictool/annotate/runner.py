@@ -28,9 +28,10 @@ from rubrictool.annotate.llm import (
 )
 from rubrictool.annotate.parse import ParseResult, parse_reply
 from rubrictool.annotate.prompt import (
+    ItemPrompt,
     load_examples,
     load_template,
-    render_prompt,
+    render_item_prompt,
     repair_message,
     response_format_for,
 )
@@ -167,9 +168,9 @@ class _Runner:
             p["response_format"] = rf
         return p
 
-    async def call(self, model: str, messages: list[dict[str, Any]]) -> _Reply:
+    async def call(self, model: str, messages: list[dict[str, Any]], boundary: str | None = None) -> _Reply:
         params = self._params(model)
-        key = cache_key(model, messages, params)
+        key = cache_key(model, messages, params, boundary)
         hit = self.cache.get(key)
         if hit is not None:
             return _Reply(hit.text, hit.prompt_tokens, hit.completion_tokens, 0.0, cached=True)
@@ -246,24 +247,24 @@ class _Runner:
             return reply
         raise _CallFailed(f"gave up after {cfg.max_retries + 1} attempts: {last}")
 
-    async def annotate_item(self, model: str, item_id: str, prompt: str) -> None:
+    async def annotate_item(self, model: str, item_id: str, prompt: ItemPrompt) -> None:
         s = self.summary[model]
-        messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+        messages: list[dict[str, Any]] = [{"role": "user", "content": prompt.text}]
         replies: list[_Reply] = []
         error = ""
         result: ParseResult | None = None
         try:
-            first = await self.call(model, messages)
+            first = await self.call(model, messages, prompt.boundary)
             replies.append(first)
-            result = _safe_parse(first.text, self.rubric)
+            result = _safe_parse(first.text, self.rubric, prompt)
             if not result.ok:
                 fix = messages + [
                     {"role": "assistant", "content": first.text},
                     {"role": "user", "content": repair_message(result, self.rubric, self.config.format)},
                 ]
-                second = await self.call(model, fix)
+                second = await self.call(model, fix, prompt.boundary)
                 replies.append(second)
-                again = _safe_parse(second.text, self.rubric)
+                again = _safe_parse(second.text, self.rubric, prompt)
                 merged = {**result.labels, **again.labels}
                 only_missing = all(e.startswith("missing concept") for e in again.errors)
                 if again.ok:
@@ -320,7 +321,7 @@ class _Runner:
         if model in self.started:
             s.seconds = time.monotonic() - self.started[model]
 
-    async def run_model(self, model: str, jobs: list[tuple[str, str]], take: Callable[[], int] | None = None) -> None:
+    async def run_model(self, model: str, jobs: list[tuple[str, ItemPrompt]], take: Callable[[], int] | None = None) -> None:
         """Annotate ``jobs`` with ``model`` at the configured concurrency.
 
         ``take`` hands out the index of the next job (-1: none left). Worker processes share one counter
@@ -350,9 +351,11 @@ class _Runner:
         await asyncio.gather(*(worker() for _ in range(min(self.config.concurrency, max(1, len(jobs))))))
 
 
-def _safe_parse(text: str, rubric: Rubric) -> ParseResult:
+def _safe_parse(text: str, rubric: Rubric, prompt: ItemPrompt | None = None) -> ParseResult:
     try:
-        return parse_reply(text, rubric)
+        if prompt is None:
+            return parse_reply(text, rubric)
+        return parse_reply(text, rubric, prompt.quoted, prompt.boundary)
     except Exception as e:  # noqa: BLE001 - parse_reply is fuzzed never to raise; a run must survive regardless
         return ParseResult(errors=[f"unreadable reply ({e.__class__.__name__})"])
 
@@ -412,7 +415,8 @@ def _check_keys(config: AnnotateConfig) -> None:
 
 def _prepare(
     items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig
-) -> list[tuple[str, str]]:
+) -> list[tuple[str, ItemPrompt]]:
+    """(item id, prompt) per item; every prompt gets its own random boundary."""
     config.check()
     if "id" not in items.columns or "response" not in items.columns:
         raise AnnotateError("the item table needs 'id' and 'response' columns")
@@ -420,7 +424,8 @@ def _prepare(
     template = load_template(config.template)
     examples = load_examples(config.examples, rubric) if config.examples else []
     return [
-        (str(r["id"]), render_prompt({str(k): v for k, v in r.items()}, rubric, template, examples, config.format, config.benchmark))
+        (str(r["id"]),
+         render_item_prompt({str(k): v for k, v in r.items()}, rubric, template, examples, config.format, config.benchmark))
         for r in rows.to_dict(orient="records")
     ]
 
@@ -430,7 +435,7 @@ def _open_cache(config: AnnotateConfig) -> ReplyCache | _NoCache:
 
 
 def _run_with_progress(
-    runner: _Runner, jobs: list[tuple[str, str]], progress: ProgressFn | None,
+    runner: _Runner, jobs: list[tuple[str, ItemPrompt]], progress: ProgressFn | None,
     takes: dict[str, Callable[[], int]] | None = None,
 ) -> None:
     async def main() -> None:

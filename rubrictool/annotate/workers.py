@@ -15,6 +15,7 @@ from typing import Any
 
 from rubrictool.annotate.config import AnnotateConfig
 from rubrictool.annotate.llm import _litellm
+from rubrictool.annotate.prompt import ItemPrompt
 from rubrictool.annotate.runner import ModelSummary, _open_cache, _run_with_progress, _Runner
 from rubrictool.errors import AnnotateError
 from rubrictool.progress import Progress, ProgressFn
@@ -95,7 +96,7 @@ def _shared_take(counter: Any, n: int) -> Callable[[], int]:
 
 
 def _run_shard(
-    rubric: Rubric, config: AnnotateConfig, jobs: list[tuple[str, str]], queue: Any, shard: int, parent: int,
+    rubric: Rubric, config: AnnotateConfig, jobs: list[tuple[str, ItemPrompt]], queue: Any, shard: int, parent: int,
     counters: dict[str, Any],
 ) -> None:
     """Worker process: annotate the items it draws from the shared counters (one per model); progress and
@@ -159,7 +160,7 @@ def _merge_shards(models: Sequence[str], shards: list[_ShardResult]) -> _ShardRe
 
 
 def _run_workers(
-    rubric: Rubric, config: AnnotateConfig, jobs: list[tuple[str, str]], progress: ProgressFn | None
+    rubric: Rubric, config: AnnotateConfig, jobs: list[tuple[str, ItemPrompt]], progress: ProgressFn | None
 ) -> _ShardResult:
     """Share the items among ``config.workers`` processes and merge what they return.
 

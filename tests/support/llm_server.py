@@ -44,6 +44,7 @@ __all__ = [
     "json_reply",
     "line_reply",
     "make_items",
+    "prompt_boundary",
     "scripted_level",
     "student_response",
 ]
@@ -64,15 +65,27 @@ def make_items(tags: list[str]) -> pd.DataFrame:
     )
 
 _RESPONSE_RE = re.compile(r"Student response \(r\):\s*(.*?)\n", re.DOTALL)
+_QUOTED_RE = re.compile(r"Student response \(r\): \[BEGIN DATA ([0-9A-Za-z_-]+)\]\n(.*?)\n\[END DATA \1\]", re.DOTALL)
 
 
 def student_response(prompt: str) -> str:
-    """The student response a rubrictool prompt carries.
-
-    The bundled template puts in-context examples after the item's inputs, so the first match is the item.
-    """
+    """The student response a rubrictool prompt carries: the quoted block after "Student response (r):"
+    (ended by the END DATA line with the prompt's own boundary), or, for a template that does not quote,
+    the rest of that line. The first match is the item: in-context examples come without that label."""
+    m = _QUOTED_RE.search(prompt)
+    if m:
+        return m.group(2).strip()
     m = _RESPONSE_RE.search(prompt)
     return m.group(1).strip() if m else ""
+
+
+_BOUNDARY_RE = re.compile(r"\[BEGIN DATA ([0-9A-Za-z_-]+)\]")
+
+
+def prompt_boundary(prompt: str) -> str | None:
+    """The boundary that fences a prompt's quoted data (None: the template does not quote)."""
+    m = _BOUNDARY_RE.search(prompt)
+    return m.group(1) if m else None
 
 
 def scripted_level(response: str, key: str, lo: int = 1, hi: int = 3) -> int:
