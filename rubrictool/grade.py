@@ -23,6 +23,7 @@ import reccbm
 from reccbm import Predictions, ReccbmError
 from reccbm.onnx_encoder import OnnxExportError, use_onnx_encoder
 from rubrictool.errors import DataError, TrainError
+from rubrictool.flags import Profile, flag_frame, load_profile
 from rubrictool.io import read_table, write_table
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.rubric import Rubric
@@ -122,10 +123,13 @@ def grade_loaded(
     batch_size: int = 64,
     progress: ProgressFn | None = None,
     overrides: str | dict[str, int] | None = None,
+    profile: Profile | None = None,
+    flags: bool = True,
 ) -> pd.DataFrame:
     """:func:`grade_items` with a model already loaded by :func:`load_grader`; ``progress`` counts the
     items graded (task ``grading``); ``overrides`` ("FC=3,CC=1" or {key: level}) sets those concepts for
-    every response before the frozen grade path runs."""
+    every response before the frozen grade path runs. ``flags``: add the ``flags`` column
+    (:mod:`rubrictool.flags`; the two flags that need the training data only with a ``profile``)."""
     model, tokenizer, meta = grader
     if "response" not in items.columns:
         raise DataError("the items to grade have no 'response' column")
@@ -151,7 +155,12 @@ def grade_loaded(
     preds = reccbm.predict(model, reccbm.EncodedItems(feats), tokenizer.pad_token_id, batch_size, on_batch)
     if overrides:
         preds = _override(model, meta, preds, overrides)
-    return predictions_frame(model, meta, preds, list(df["id"]))
+    out = predictions_frame(model, meta, preds, list(df["id"]))
+    if flags:
+        truncated = np.zeros(len(df), dtype=bool)
+        truncated[cut] = True
+        out.insert(3, "flags", flag_frame(df, out, list(meta["concept_keys"]), profile, truncated.tolist()))
+    return out
 
 
 def level_entropy(probs: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -247,10 +256,16 @@ def grade_file(
     overrides: str | dict[str, int] | None = None,
 ) -> tuple[pd.DataFrame, Path, float]:
     """``rubrictool grade``: read items (CSV/JSONL/Parquet), grade them, write CSV/JSONL; returns the
-    table, the written path and the seconds spent grading."""
+    table, the written path and the seconds spent grading. ``graded.attrs["notes"]`` says which flags
+    could not be checked."""
     items = read_table(data)
     grader = load_grader(run, int8, engine)
+    profile = load_profile(run)
     t0 = time.perf_counter()
-    graded = grade_loaded(grader, items, batch_size, progress, overrides)
+    graded = grade_loaded(grader, items, batch_size, progress, overrides, profile)
+    if profile is None:
+        note = (f"{run} has no profile.json (runs trained before flags were added): "
+                "out_of_distribution and concepts_disagree_with_grade were not checked")
+        graded.attrs["notes"] = [note]
     seconds = time.perf_counter() - t0
     return graded, write_table(graded, out), seconds

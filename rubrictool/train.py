@@ -40,6 +40,7 @@ from rubrictool.data import (
 )
 from rubrictool.errors import TrainError
 from rubrictool.evaluate import majority_baseline, oracle_concept_baseline, pooled_metrics, spearman_with_ci
+from rubrictool.flags import profile_from_table, save_profile
 from rubrictool.grade import predictions_frame as _predictions_frame
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.provenance import git_revision
@@ -448,6 +449,9 @@ def train_model(
                 "git_revision": metrics["git_revision"]}
         step = info["stage1"]["steps"] + (info["stage2"]["steps"] if info["stage2"] else 0)
         reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta)
+        train_rows = df.iloc[pos["train"]]  # what `grade` flags compare new responses with (rubrictool.flags)
+        save_profile(profile_from_table(train_rows, train_rows["id"].astype(str).tolist(), [] if plm else rb.keys,
+                                        (rb.scale.min, rb.scale.max)), run)
         log.info("wrote %s", run)
     return TrainResult(run, name, metrics, rel, rho, notes)
 

@@ -161,6 +161,9 @@ def grade_cmd(
 ) -> None:
     """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
 
+    A flags column names what a teacher should review (copies_reference, copies_question,
+    concepts_disagree_with_grade, out_of_distribution, truncated; docs/integrity.md).
+
     Example: rubrictool grade --run runs/mohler-reccbm --data new_answers.csv --out graded.csv
     """
     from rubrictool.grade import grade_file
@@ -172,3 +175,10 @@ def grade_cmd(
         graded, path, seconds = grade_file(run_dir, data, out, batch_size, view, int8, engine, overrides=set_)
     rate = len(graded) / seconds if seconds > 0 else float("inf")
     console.print(f"graded {len(graded)} responses in {seconds:.1f} s ({rate:.0f}/s) -> {path}", soft_wrap=True)
+    flagged = graded["flags"].astype(str) != ""
+    if flagged.any():
+        counts = graded.loc[flagged, "flags"].str.split(";").explode().value_counts()
+        console.print(f"{int(flagged.sum())} flagged for a teacher to review (column flags): "
+                      + ", ".join(f"{k} {v}" for k, v in counts.items()), soft_wrap=True, highlight=False)
+    for note in graded.attrs.get("notes", []):
+        console.print(f"[yellow]note:[/] {note}", soft_wrap=True, highlight=False)

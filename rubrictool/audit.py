@@ -1,0 +1,279 @@
+"""``rubrictool audit``: how far standard gaming moves a trained grader (docs/integrity.md).
+
+Automatic short-answer graders are fooled by answers padded with the reference's words, the question
+pasted back or a few adversarial words (Filighera et al., "Fooling Automatic Short Answer Grading
+Systems", AIED 2020). :func:`audit_run` applies such transformations to every answer of a run's test
+split, grades the original and each transformed answer with the run's model (:func:`rubrictool.grade.grade_loaded`)
+and reports per transformation the mean grade shift, the share of answers whose grade rises or falls,
+the mean shift of every concept's predicted level, and how many transformed answers the grade flags
+catch (against the share of the original, honest answers they flag). Deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rubrictool.errors import DataError
+from rubrictool.flags import FLAGS, Profile, load_profile, profile_from_table
+from rubrictool.grade import grade_loaded
+from rubrictool.io import write_table
+from rubrictool.progress import Progress, ProgressFn
+from rubrictool.report.run import Run, open_run, split_rows
+
+__all__ = ["FILLER", "TRANSFORMATIONS", "AuditResult", "audit_run", "keywords", "transform", "write_audit"]
+
+# Generic on-topic-sounding sentences that say nothing about any particular question.
+FILLER = (
+    "This is a very important concept in computer science and it is used in many programs.",
+    "In general, a good programmer always thinks carefully about the problem before writing the code.",
+    "It depends on the situation, but usually this approach makes the program more efficient and easier to read.",
+    "There are many advantages and some disadvantages, which are discussed in the textbook.",
+)
+_STOP_TEXT = (
+    "a an the and or but if of to in on at by for with from as is are was were be been being it its this that "
+    "these those there their they them he she we you i not no yes do does did done can could will would should "
+    "may might must so such than then also only into over under about which who whom what when where why how "
+    "all any each both more most other some own same very just"
+)
+_STOP = frozenset(_STOP_TEXT.split(" "))
+
+
+def keywords(text: str, limit: int = 10) -> list[str]:
+    """The content words of ``text`` in order of first use (no stop words, 3+ letters), at most ``limit``."""
+    out: list[str] = []
+    for w in re.findall(r"[A-Za-z][A-Za-z0-9_+#-]*", text):
+        lw = w.lower()
+        if len(lw) >= 3 and lw not in _STOP and lw not in out:
+            out.append(lw)
+    return out[:limit]
+
+
+def _first_sentence(text: str) -> str:
+    parts = [p.strip() for p in re.split(r"(?<=[.!?])\s+", text.strip()) if p.strip()]
+    return parts[0] if parts else text.strip()
+
+
+_Transform = Callable[[dict[str, str], np.random.Generator], str]
+TRANSFORMATIONS: dict[str, _Transform] = {
+    # the reference answer pasted after the response
+    "append_reference": lambda it, rng: f"{it['response']} {it['reference']}".strip(),
+    # the reference's content words (up to 10) after the response
+    "append_keywords": lambda it, rng: f"{it['response']} {' '.join(keywords(it['reference']))}".strip(),
+    # the question pasted after the response
+    "append_question": lambda it, rng: f"{it['response']} {it['question']}".strip(),
+    # two generic sentences (chosen with the seed) after the response
+    "append_filler": lambda it, rng: " ".join([it["response"], *rng.choice(FILLER, size=2, replace=False)]).strip(),
+    # the response's first sentence, three more times
+    "repeat_sentence": lambda it, rng: " ".join([it["response"]] + [_first_sentence(it["response"])] * 3).strip(),
+    # the words of a correct answer to the same question (best-graded training answer, else the reference), shuffled
+    "shuffled_correct": lambda it, rng: " ".join(rng.permutation(it["correct"].split()).tolist()),
+}
+
+
+def transform(name: str, item: dict[str, str], rng: np.random.Generator) -> str:
+    """One transformation of one item (``response``, ``reference``, ``question``, ``correct``)."""
+    if name not in TRANSFORMATIONS:
+        raise DataError(f"unknown transformation {name!r}; use {', '.join(TRANSFORMATIONS)}")
+    return TRANSFORMATIONS[name](item, rng)
+
+
+@dataclass
+class AuditResult:
+    """Per transformation one row of ``summary``; ``items`` one row per (transformation, answer)."""
+
+    run: Path
+    summary: pd.DataFrame
+    items: pd.DataFrame
+    keys: list[str]
+    seed: int
+    n: int
+    honest_flagged: float  # share of the original test answers with any flag
+    honest_flag_shares: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _correct_answers(run: Run, test: pd.DataFrame) -> list[str]:
+    """Per test answer, the best-graded training answer to the same question (the reference if none)."""
+    table = run.table
+    assert table is not None
+    train_ids = {str(i) for i in run.split.get("train", [])}
+    tr = table.assign(id=table["id"].astype(str))
+    tr = tr[tr["id"].isin(train_ids)]
+    best: dict[str, str] = {}
+    if "grade" in tr.columns and "question" in tr.columns:
+        tr = tr.assign(_g=pd.to_numeric(tr["grade"], errors="coerce")).sort_values(["_g", "id"], ascending=[False, True])
+        for q, r in zip(tr["question"].astype(str), tr["response"].astype(str)):
+            best.setdefault(q, r)
+    return [best.get(q) or ref or resp for q, ref, resp in zip(test["question"], test["reference"], test["response"])]
+
+
+def audit_run(
+    run_dir: str | Path,
+    data: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    transformations: list[str] | None = None,
+    progress: ProgressFn | None = None,
+) -> AuditResult:
+    """Apply the gaming transformations to the run's test split and grade every version with the run."""
+    names = transformations or list(TRANSFORMATIONS)
+    for name in names:
+        if name not in TRANSFORMATIONS:
+            raise DataError(f"unknown transformation {name!r}; use {', '.join(TRANSFORMATIONS)}")
+    run = open_run(run_dir, data, data_dir)
+    test = split_rows(run, "test")
+    keys = [] if run.plm else run.keys
+    profile: Profile | None = load_profile(run.path, data_dir) if data is None else None
+    if profile is None and run.table is not None:  # the table the run trained on is open: build it
+        profile = profile_from_table(run.table, [str(i) for i in run.split.get("train", [])], keys,
+                                     (run.scale_min, int(run.meta["scale"][1])))
+    grader = (run.model, run.tokenizer, run.meta)
+    base = test[["id", "question", "reference", "context", "response"]].copy()
+    base["correct"] = _correct_answers(run, test)
+    total = len(base) * (len(names) + 1)
+    done = 0
+
+    def grade(items: pd.DataFrame) -> pd.DataFrame:
+        nonlocal done
+        out = grade_loaded(grader, items.drop(columns=["correct"]), batch_size, None, profile=profile)
+        done += len(items)
+        if progress is not None:
+            progress(Progress("audit", done, total))
+        return out
+
+    if progress is not None:
+        progress(Progress("audit", 0, total))
+    original = grade(base)
+    rows, item_rows = [], []
+    for name in names:
+        # one stream per transformation, keyed by its place in TRANSFORMATIONS: auditing a subset gives the same texts
+        rng = np.random.default_rng([seed, list(TRANSFORMATIONS).index(name)])
+        records = base.to_dict(orient="records")
+        changed = base.copy()
+        changed["response"] = [transform(name, {str(k): str(v) for k, v in r.items()}, rng) for r in records]
+        graded = grade(changed)
+        shift = graded["grade"].to_numpy() - original["grade"].to_numpy()
+        flagged = graded["flags"].astype(str) != ""
+        row: dict[str, Any] = {
+            "transformation": name,
+            "n": len(base),
+            "mean_grade_shift": float(shift.mean()),
+            "share_raised": float((shift > 0).mean()),
+            "share_lowered": float((shift < 0).mean()),
+            "mean_grade_before": float(original["grade"].mean()),
+            "share_flagged": float(flagged.mean()),
+            # of the answers whose grade rose, the share a teacher would be sent
+            "share_raised_flagged": float(flagged[shift > 0].mean()) if (shift > 0).any() else float("nan"),
+        }
+        for f in FLAGS:
+            row[f"flag_{f}"] = float(graded["flags"].astype(str).str.split(";").apply(lambda fs, f=f: f in fs).mean())
+        for k in keys:
+            row[f"shift_{k}"] = float((graded[f"{k}_level"] - original[f"{k}_level"]).mean())
+        rows.append(row)
+        item_rows.append(pd.DataFrame({
+            "transformation": name, "id": base["id"], "grade_before": original["grade"], "grade_after": graded["grade"],
+            "flags_before": original["flags"], "flags_after": graded["flags"], "response_after": changed["response"],
+        }))
+    honest = original["flags"].astype(str)
+    result = AuditResult(
+        run=run.path, summary=pd.DataFrame(rows), items=pd.concat(item_rows, ignore_index=True), keys=keys, seed=seed,
+        n=len(base), honest_flagged=float((honest != "").mean()),
+        honest_flag_shares={f: float(honest.str.split(";").apply(lambda fs, f=f: f in fs).mean()) for f in FLAGS},
+    )
+    if profile is None:
+        result.notes.append("no training profile: out_of_distribution and concepts_disagree_with_grade not checked")
+    if run.plm:
+        result.notes.append("a PLM run: no concepts, so no concept shifts and no concepts_disagree_with_grade flag")
+    return result
+
+
+def _markdown(res: AuditResult, title: str) -> str:
+    s = res.summary
+    lines = [f"# Gaming audit: {title}", "",
+             (f"{res.n} test answers, seed {res.seed}. Grade shift = predicted grade of the transformed answer minus "
+              "that of the original; flagged = the transformed answer has any `grade` flag "
+              f"(honest answers flagged: {100 * res.honest_flagged:.1f} %)."), "",
+             "| transformation | mean grade shift | grade rises | grade falls | flagged | rises flagged |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in s.to_dict(orient="records"):
+        rf = "—" if np.isnan(r["share_raised_flagged"]) else f"{100 * r['share_raised_flagged']:.0f} %"
+        lines.append(f"| {r['transformation']} | {r['mean_grade_shift']:+.3f} | {100 * r['share_raised']:.1f} % | "
+                     f"{100 * r['share_lowered']:.1f} % | {100 * r['share_flagged']:.1f} % | {rf} |")
+    if res.keys:
+        lines += ["", "Mean shift of each concept's predicted level:", "",
+                  "| transformation | " + " | ".join(res.keys) + " |", "|---|" + "---:|" * len(res.keys)]
+        for r in s.to_dict(orient="records"):
+            lines.append(f"| {r['transformation']} | " + " | ".join(f"{r[f'shift_{k}']:+.2f}" for k in res.keys) + " |")
+    lines += ["", "Share of answers with each flag (honest = the original test answers):", "",
+              "| | " + " | ".join(FLAGS) + " |", "|---|" + "---:|" * len(FLAGS),
+              "| honest | " + " | ".join(f"{100 * res.honest_flag_shares[f]:.1f} %" for f in FLAGS) + " |"]
+    for r in s.to_dict(orient="records"):
+        lines.append(f"| {r['transformation']} | " + " | ".join(f"{100 * r[f'flag_{f}']:.1f} %" for f in FLAGS) + " |")
+    lines += [f"\nNote: {n}" for n in res.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _figure(res: AuditResult, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = res.summary
+    ncols = 2 if res.keys else 1
+    fig, axes = plt.subplots(1, ncols, figsize=(6.5 * ncols, 0.55 * len(s) + 2.2), squeeze=False)
+    ax = axes[0][0]
+    y = np.arange(len(s))
+    ax.barh(y - 0.2, s["mean_grade_shift"], height=0.4, color="#c0504d", label="mean grade shift (grade points)")
+    ax.barh(y + 0.2, s["share_raised"], height=0.4, color="#4f81bd", label="share of answers whose grade rises")
+    ax.set_yticks(y, s["transformation"])
+    ax.invert_yaxis()
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_title("grade")
+    ax.legend(loc="lower right", fontsize=8)
+    if res.keys:
+        ax2 = axes[0][1]
+        m = s[[f"shift_{k}" for k in res.keys]].to_numpy()
+        lim = max(0.05, float(np.abs(m).max()))
+        im = ax2.imshow(m, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
+        ax2.set_xticks(np.arange(len(res.keys)), res.keys)
+        ax2.set_yticks(y, s["transformation"])
+        for i in range(m.shape[0]):
+            for j in range(m.shape[1]):
+                ax2.text(j, i, f"{m[i, j]:+.2f}", ha="center", va="center", fontsize=7)
+        ax2.set_title("mean shift of each concept's predicted level")
+        fig.colorbar(im, ax=ax2, shrink=0.8)
+    fig.suptitle(f"Gaming audit: {title} ({res.n} test answers, seed {res.seed})", fontsize=10)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def write_audit(res: AuditResult, out_dir: str | Path, title: str | None = None) -> dict[str, Path]:
+    """audit.csv / .md / .json, audit.png and audit_items.csv in ``out_dir`` (each written atomically)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    title = title or str(res.run)
+    paths = {"csv": write_table(res.summary, out / "audit.csv"), "items": write_table(res.items, out / "audit_items.csv")}
+    md, js = out / "audit.md", out / "audit.json"
+    for path, text in ((md, _markdown(res, title)), (js, json.dumps({
+        "run": str(res.run), "seed": res.seed, "n": res.n, "keys": res.keys, "honest_flagged": res.honest_flagged,
+        "honest_flag_shares": res.honest_flag_shares, "notes": res.notes,
+        "transformations": res.summary.to_dict(orient="records")}, indent=1, default=float) + "\n")):
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    paths |= {"md": md, "json": js, "png": out / "audit.png"}
+    _figure(res, out / "audit.png", title)
+    return paths

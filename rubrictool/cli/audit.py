@@ -1,0 +1,52 @@
+"""``rubrictool audit``: the gaming audit of a trained run (:mod:`rubrictool.audit`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from rubrictool.cli._common import DataDirOpt, ProgressView, console, err_console
+
+__all__ = ["audit_cmd"]
+
+
+def audit_cmd(
+    run: Annotated[Path, typer.Option("--run", help="Run directory written by `rubrictool train`.")],
+    data: Annotated[Path | None, typer.Option(
+        "--data", help="The adjudicated table the run was trained on (default: the benchmark's bundled labels).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for audit.csv/.md/.json/.png (default RUN/audit).")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the filler choice and the shuffles.")] = 0,
+    transform: Annotated[list[str] | None, typer.Option(
+        "--transform", help="Only these transformations (repeatable; default all: append_reference, append_keywords, "
+        "append_question, append_filler, repeat_sentence, shuffled_correct).")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Items per forward pass.")] = 32,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """How far standard gaming moves a trained grader, on the run's test split.
+
+    Appends the reference, its keywords, the question, filler or a repeated sentence to every test
+    answer, or replaces it by a shuffled copy of a correct answer, and grades every version: mean grade
+    shift, share of answers whose grade rises, mean shift of each concept's level, and how many gamed
+    answers the `grade` flags catch. Writes a table (CSV/MD/JSON) and a PNG.
+
+    Example: rubrictool audit --run runs/mohler-reccbm --out audit/
+    """
+    from rubrictool.audit import audit_run, write_audit
+
+    with ProgressView(err_console, transient=True) as view:
+        res = audit_run(run, data=data, data_dir=data_dir, seed=seed, batch_size=batch_size,
+                        transformations=transform, progress=view)
+    paths = write_audit(res, out or run / "audit")
+    t = Table(title=f"gaming audit: {res.n} test answers (honest answers flagged: {100 * res.honest_flagged:.1f} %)")
+    for col in ("transformation", "mean grade shift", "grade rises", "flagged"):
+        t.add_column(col, justify="left" if col == "transformation" else "right")
+    for r in res.summary.to_dict(orient="records"):
+        t.add_row(r["transformation"], f"{r['mean_grade_shift']:+.3f}", f"{100 * r['share_raised']:.1f} %",
+                  f"{100 * r['share_flagged']:.1f} %")
+    console.print(t)
+    for n in res.notes:
+        console.print(f"[yellow]note:[/] {n}", soft_wrap=True, highlight=False)
+    console.print(f"wrote {paths['md']}, {paths['png'].name}, audit.csv/.json/_items.csv", soft_wrap=True)

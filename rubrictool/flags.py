@@ -1,0 +1,218 @@
+"""Flags for a human: graded responses that look like gaming or that the model should not be trusted on.
+
+``rubrictool grade`` adds a ``flags`` column: the reasons, joined by ``;`` (empty: nothing to review).
+Each flag is defined once here; docs/integrity.md gives the definitions and what they were measured on.
+
+- ``copies_reference`` / ``copies_question``: at least ``COPY_SHARE`` of the reference's (question's)
+  word trigrams occur in the response (word bigrams for a text of three words or fewer, single words
+  for one word): the response contains a near-copy of it.
+- ``concepts_disagree_with_grade`` (runs with a bottleneck): the grade is further from the grade the
+  concept levels imply than the training data allows. The implied grade is a least-squares line of
+  the gold grade on the mean gold concept level (rescaled to 0..1) over the run's training split; the
+  allowance is the ``CONSISTENCY_QUANTILE`` quantile of that line's absolute residuals there (at least
+  one grade point). At grading time the line is applied to the model's expected concept scores.
+- ``out_of_distribution``: the response is unlike every training response. Either more than the
+  ``OOD_QUANTILE`` quantile of the training responses' leave-one-out share of unseen words (word types
+  no other training response uses) of its own word types are unseen in the training responses (with
+  at least ``OOD_MIN_WORDS`` word types), or it has more than ``OOD_LENGTH_FACTOR`` times the longest
+  training response's words.
+- ``truncated``: the model read only part of the input: the response or the question/reference/context
+  was cut to the run's ``max_len`` tokens (``reccbm.encode_inputs``'s ``truncated``).
+
+The training-side numbers form a :class:`Profile`, saved by ``rubrictool train`` as ``profile.json``;
+for an older run trained on the bundled Mohler labels it is rebuilt from the run's training split.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rubrictool.errors import DataError
+
+__all__ = [
+    "CONSISTENCY_QUANTILE",
+    "COPY_SHARE",
+    "FLAGS",
+    "OOD_LENGTH_FACTOR",
+    "OOD_MIN_WORDS",
+    "OOD_QUANTILE",
+    "PROFILE_FILE",
+    "Profile",
+    "build_profile",
+    "copy_share",
+    "flag_frame",
+    "load_profile",
+    "profile_from_table",
+    "save_profile",
+    "words",
+]
+
+FLAGS = ("copies_reference", "copies_question", "concepts_disagree_with_grade", "out_of_distribution", "truncated")
+COPY_SHARE = 0.8  # share of the reference's (question's) n-grams found in the response
+CONSISTENCY_QUANTILE = 0.95  # of |gold grade - implied grade| over the training split
+OOD_QUANTILE = 0.99  # of the training responses' leave-one-out unseen-word share
+OOD_MIN_WORDS = 3  # fewer word types: too short to call unseen words unusual
+OOD_LENGTH_FACTOR = 2.0  # times the longest training response, in words
+PROFILE_FILE = "profile.json"
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens (any script; a run of CJK characters is one token)."""
+    return _WORD.findall(str(text).lower())
+
+
+def _ngrams(tokens: Sequence[str], n: int) -> set[tuple[str, ...]]:
+    return {tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
+
+
+def copy_share(source: str, response: str) -> float:
+    """Share of ``source``'s word n-grams (trigrams; bigrams for <= 3 words, words for 1) found in ``response``."""
+    src, rsp = words(source), words(response)
+    if not src:
+        return 0.0
+    n = 3 if len(src) > 3 else (2 if len(src) > 1 else 1)
+    grams = _ngrams(src, n)
+    return len(grams & _ngrams(rsp, n)) / len(grams)
+
+
+@dataclass
+class Profile:
+    """What the flags need from the training data (``profile.json``)."""
+
+    vocabulary: dict[str, int]  # word -> training responses that contain it
+    n_train: int
+    unseen_threshold: float  # OOD_QUANTILE quantile of the leave-one-out unseen-word share
+    max_words: int  # words of the longest training response
+    consistency: dict[str, float] | None = None  # intercept, slope, allowance; None without concepts
+    scale: tuple[int, int] | None = None  # rubric concept scale (min, max) the line was fitted on
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Profile:
+        scale = doc.get("scale")
+        return cls({str(k): int(v) for k, v in doc["vocabulary"].items()}, int(doc["n_train"]),
+                   float(doc["unseen_threshold"]), int(doc["max_words"]), doc.get("consistency"),
+                   (int(scale[0]), int(scale[1])) if scale else None)
+
+
+def build_profile(
+    responses: Sequence[str],
+    grades: Sequence[float] | np.ndarray[Any, Any] | None = None,
+    levels: np.ndarray[Any, Any] | None = None,
+    scale: tuple[int, int] | None = None,
+) -> Profile:
+    """The profile of a training split: its responses, and (for the consistency line) their gold grades
+    and gold concept levels (N, K) on the rubric scale ``scale``."""
+    toks = [set(words(r)) for r in responses]
+    df: Counter[str] = Counter()
+    for t in toks:
+        df.update(t)
+    loo = [sum(df[w] == 1 for w in t) / len(t) for t in toks if len(t) >= OOD_MIN_WORDS]
+    threshold = float(np.quantile(loo, OOD_QUANTILE)) if loo else 1.0
+    longest = max((len(words(r)) for r in responses), default=0)
+    consistency = None
+    if grades is not None and levels is not None and scale is not None and len(grades) >= 3:
+        x = (np.asarray(levels, dtype=float).mean(axis=1) - scale[0]) / max(1, scale[1] - scale[0])
+        y = np.asarray(grades, dtype=float)
+        slope, intercept = np.polyfit(x, y, 1) if np.ptp(x) > 0 else (0.0, float(y.mean()))
+        resid = np.abs(y - (intercept + slope * x))
+        allowance = max(1.0, float(np.quantile(resid, CONSISTENCY_QUANTILE)))
+        consistency = {"intercept": float(intercept), "slope": float(slope), "allowance": allowance}
+    return Profile(dict(df), len(responses), threshold, longest, consistency, scale)
+
+
+def save_profile(profile: Profile, run_dir: str | Path) -> Path:
+    path = Path(run_dir) / PROFILE_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(profile.to_json(), ensure_ascii=False, sort_keys=True))
+    tmp.replace(path)
+    return path
+
+
+def load_profile(run_dir: str | Path, data_dir: str | Path | None = None) -> Profile | None:
+    """The run's ``profile.json``; for a run without one that was trained on the bundled Mohler labels,
+    rebuilt from its training split (cheap: word counts and one line fit); else None."""
+    run = Path(run_dir)
+    path = run / PROFILE_FILE
+    if path.is_file():
+        try:
+            return Profile.from_json(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise DataError(f"{path}: unreadable flag profile ({e.__class__.__name__}); delete it to rebuild") from None
+    try:
+        meta = json.loads((run / "model.json").read_text())
+        split = json.loads((run / "split.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if meta.get("rubric") != "mohler" or not any("LLM annotation passes" in str(n) for n in meta.get("notes") or []):
+        return None
+    from rubrictool.pipeline import benchmark_table  # the bundled labels; pipeline sits above grading
+
+    _, table, _ = benchmark_table("mohler", data_dir)
+    return profile_from_table(table, [str(i) for i in split.get("train", [])], list(meta["concept_keys"]),
+                              (int(meta["scale"][0]), int(meta["scale"][1])))
+
+
+def profile_from_table(table: pd.DataFrame, train_ids: list[str], keys: list[str], scale: tuple[int, int]) -> Profile:
+    """:func:`build_profile` of the rows of ``table`` whose id is in ``train_ids``."""
+    df = table.assign(id=table["id"].astype(str))
+    df = df[df["id"].isin(set(train_ids))]
+    has_c = bool(keys) and all(k in df.columns for k in keys) and "grade" in df.columns
+    grades = pd.to_numeric(df["grade"]).to_numpy() if has_c else None
+    levels = df[keys].apply(pd.to_numeric).to_numpy() if has_c else None
+    return build_profile(df["response"].fillna("").astype(str).tolist(), grades, levels, scale if has_c else None)
+
+
+def flag_frame(
+    items: pd.DataFrame,
+    graded: pd.DataFrame,
+    keys: list[str],
+    profile: Profile | None,
+    truncated: Sequence[bool] | None = None,
+) -> pd.Series:
+    """The ``flags`` column for graded items (same order): reasons joined by ``;``, empty when none.
+
+    ``truncated``: per item, whether the encoder cut its input. Without a profile the two flags that
+    need training data are not checked."""
+    n = len(items)
+    col = {c: items[c].fillna("").astype(str).tolist() if c in items.columns else [""] * n
+           for c in ("response", "reference", "question")}
+    expected = [f"{k}_expected" for k in keys]
+    has_concepts = all(c in graded.columns for c in expected)
+    out = []
+    for i in range(n):
+        resp = col["response"][i]
+        reasons = []
+        if col["reference"][i].strip() and copy_share(col["reference"][i], resp) >= COPY_SHARE:
+            reasons.append("copies_reference")
+        if col["question"][i].strip() and copy_share(col["question"][i], resp) >= COPY_SHARE:
+            reasons.append("copies_question")
+        if profile is not None and profile.consistency and profile.scale and has_concepts:
+            lo, hi = profile.scale
+            x = (float(np.mean([graded[c].iloc[i] for c in expected])) - lo) / max(1, hi - lo)
+            c = profile.consistency
+            if abs(float(graded["grade"].iloc[i]) - (c["intercept"] + c["slope"] * x)) > c["allowance"]:
+                reasons.append("concepts_disagree_with_grade")
+        if profile is not None:
+            types = set(words(resp))
+            unseen = sum(w not in profile.vocabulary for w in types) / len(types) if types else 0.0
+            too_long = len(words(resp)) > OOD_LENGTH_FACTOR * max(1, profile.max_words)
+            if (len(types) >= OOD_MIN_WORDS and unseen > profile.unseen_threshold) or too_long:
+                reasons.append("out_of_distribution")
+        if truncated is not None and truncated[i]:
+            reasons.append("truncated")
+        out.append(";".join(reasons))
+    return pd.Series(out, index=graded.index, name="flags", dtype=object)

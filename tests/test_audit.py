@@ -1,0 +1,100 @@
+"""`rubrictool audit` on a tiny trained run: every transformation, the grade shift computed right, the
+outputs it writes, and determinism for a seed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from rubrictool.audit import FILLER, TRANSFORMATIONS, audit_run, keywords, transform
+from rubrictool.cli import app
+from rubrictool.errors import DataError
+from rubrictool.grade import grade_items
+from tests.support.inspect_runs import inspect_run, png_ok
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return inspect_run(tmp_path_factory.mktemp("audit"), n=60)
+
+
+ITEM = {"response": "A stack is last in first out. It has push and pop.", "reference": "a stack stores elements last in first out",
+        "question": "what is a stack", "correct": "elements go on top and come off the top"}
+
+
+def test_each_transformation() -> None:
+    rng = np.random.default_rng(0)
+    assert transform("append_reference", ITEM, rng) == ITEM["response"] + " " + ITEM["reference"]
+    assert transform("append_question", ITEM, rng) == ITEM["response"] + " " + ITEM["question"]
+    assert keywords(ITEM["reference"]) == ["stack", "stores", "elements", "last", "first", "out"]
+    assert transform("append_keywords", ITEM, rng) == ITEM["response"] + " stack stores elements last first out"
+    filler = transform("append_filler", ITEM, rng)
+    added = filler[len(ITEM["response"]) + 1:]
+    assert filler.startswith(ITEM["response"]) and sum(f in added for f in FILLER) == 2
+    assert transform("repeat_sentence", ITEM, rng) == ITEM["response"] + " " + " ".join(["A stack is last in first out."] * 3)
+    shuffled = transform("shuffled_correct", ITEM, rng)
+    assert sorted(shuffled.split()) == sorted(ITEM["correct"].split()) and shuffled != ITEM["correct"]
+    with pytest.raises(DataError, match="unknown transformation"):
+        transform("nope", ITEM, rng)
+
+
+def test_audit_cli_writes_table_png_and_the_shift_is_computed_right(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    run, table = tiny
+    out = tmp_path / "audit"
+    res = CliRunner().invoke(app, ["audit", "--run", str(run), "--data", str(table), "--out", str(out), "--seed", "3"])
+    assert res.exit_code == 0, res.output
+    summary = pd.read_csv(out / "audit.csv")
+    items = pd.read_csv(out / "audit_items.csv", keep_default_na=False)
+    assert list(summary["transformation"]) == list(TRANSFORMATIONS)
+    split = json.loads((run / "split.json").read_text())
+    n = len(split["test"])
+    assert (summary["n"] == n).all() and len(items) == n * len(TRANSFORMATIONS)
+    # the grade before is the run's own grade of the original answer, the grade after its grade of the
+    # transformed answer, recomputed here independently with grade_items
+    src = pd.read_csv(table).set_index("id").loc[split["test"]].reset_index()
+    before = grade_items(run, src)["grade"].to_numpy()
+    for name, part in items.groupby("transformation", sort=False):
+        assert part["grade_before"].tolist() == before.tolist()
+        regraded = grade_items(run, src.assign(response=part["response_after"].to_numpy()))["grade"].to_numpy()
+        assert part["grade_after"].tolist() == regraded.tolist()
+        row = summary.set_index("transformation").loc[name]
+        assert row["mean_grade_shift"] == pytest.approx((regraded - before).mean())
+        assert row["share_raised"] == pytest.approx((regraded > before).mean())
+        assert row["share_flagged"] == pytest.approx((part["flags_after"] != "").mean())
+    ref = items[items["transformation"] == "append_reference"]
+    assert ref["response_after"].tolist() == [f"{r} {a}".strip() for r, a in zip(src["response"], src["reference"].fillna(""))]
+    # appending the reference makes the answer contain it: caught whenever there is a reference
+    has_ref = src["reference"].fillna("").str.strip() != ""
+    assert all("copies_reference" in f for f, h in zip(ref["flags_after"], has_ref) if h)
+    for col in [f"shift_{k}" for k in ("FC", "CC", "TU", "CP", "R", "DU", "EE", "FR")]:
+        assert col in summary.columns
+    doc = json.loads((out / "audit.json").read_text())
+    assert doc["n"] == n and len(doc["transformations"]) == len(TRANSFORMATIONS)
+    md = (out / "audit.md").read_text()
+    assert "| append_reference |" in md and "honest" in md
+    w, h = png_ok(out / "audit.png")
+    assert w > 600 and h > 200
+    assert "gaming audit" in res.output and "wrote" in res.output
+
+
+def test_audit_is_deterministic_for_a_seed(tiny: tuple[Path, Path]) -> None:
+    run, table = tiny
+    names = ["append_filler", "shuffled_correct"]
+    a = audit_run(run, data=table, seed=5, transformations=names)
+    b = audit_run(run, data=table, seed=5, transformations=names)
+    c = audit_run(run, data=table, seed=6, transformations=names)
+    pd.testing.assert_frame_equal(a.items, b.items)
+    pd.testing.assert_frame_equal(a.summary, b.summary)
+    assert a.items["response_after"].tolist() != c.items["response_after"].tolist()
+    # one random stream per transformation: auditing one alone gives the same texts as with the others
+    alone = audit_run(run, data=table, seed=5, transformations=["shuffled_correct"])
+    assert alone.items["response_after"].tolist() == a.items[a.items["transformation"] == "shuffled_correct"]["response_after"].tolist()
+    with pytest.raises(DataError, match="unknown transformation"):
+        audit_run(run, data=table, transformations=["nope"])

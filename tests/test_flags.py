@@ -1,0 +1,144 @@
+"""The grade flags (rubrictool/flags.py): each flag on a constructed case and its negative, the profile
+a run saves, and the flags column of `rubrictool grade` on a tiny trained run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from rubrictool.cli import app
+from rubrictool.flags import (
+    COPY_SHARE,
+    FLAGS,
+    Profile,
+    build_profile,
+    copy_share,
+    flag_frame,
+    load_profile,
+)
+from tests.support.tiny_models import KEYS, mohler_like_table, tiny_bert_run
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+REF = "To simulate the behaviour of portions of the desired software product."
+QUESTION = "What is the role of a prototype program in problem solving?"
+TRAIN = [
+    "a prototype simulates part of the software product",
+    "it lets the customer see the program before it is finished",
+    "the prototype is a model of the desired product",
+    "to test the behaviour of portions of the program",
+    "it shows how the software will work for the user",
+] * 4
+
+
+def flags_of(response: str, graded: dict[str, float] | None = None, profile: Profile | None = None,
+             truncated: bool | None = None, keys: list[str] | None = None) -> list[str]:
+    items = pd.DataFrame({"response": [response], "reference": [REF], "question": [QUESTION]})
+    g = pd.DataFrame([graded or {"grade": 3}])
+    col = flag_frame(items, g, keys or [], profile, None if truncated is None else [truncated])
+    return [f for f in col.iloc[0].split(";") if f]
+
+
+def test_copies_reference_and_question() -> None:
+    assert copy_share(REF, f"I think {REF.lower()} and more") == 1.0
+    assert flags_of(f"My answer. {REF}") == ["copies_reference"]
+    assert flags_of(f"{QUESTION} It is used to try things out.") == ["copies_question"]
+    # an honest paraphrase shares words but not most trigrams
+    honest = "A prototype lets you simulate some behaviour of the product before building it."
+    assert copy_share(REF, honest) < COPY_SHARE and flags_of(honest) == []
+    # a short reference compares bigrams; an empty one never flags
+    assert copy_share("stack overflow", "it is a stack overflow") == 1.0
+    items = pd.DataFrame({"response": [REF], "reference": [""], "question": [""]})
+    assert flag_frame(items, pd.DataFrame([{"grade": 1}]), [], None).iloc[0] == ""
+
+
+def test_concepts_disagree_with_grade() -> None:
+    # gold: grade = 5 x mean level on 0..1 exactly, so the allowance is its floor of one grade point
+    levels = np.array([[1] * 8, [2] * 8, [3] * 8] * 5)
+    grades = (levels.mean(1) - 1) / 2 * 5
+    prof = build_profile(TRAIN[:15], grades, levels, (1, 3))
+    assert prof.consistency is not None
+    assert prof.consistency["slope"] == pytest.approx(5) and prof.consistency["allowance"] == 1.0
+    top = {f"{k}_expected": 3.0 for k in KEYS}
+    assert "concepts_disagree_with_grade" in flags_of("the prototype is a model", {"grade": 1, **top}, prof, keys=KEYS)
+    assert "concepts_disagree_with_grade" not in flags_of("the prototype is a model", {"grade": 5, **top}, prof, keys=KEYS)
+    assert "concepts_disagree_with_grade" not in flags_of("the prototype is a model", {"grade": 4, **top}, prof, keys=KEYS)
+    # a PLM run has no expected concept scores: never flagged
+    assert "concepts_disagree_with_grade" not in flags_of("the prototype is a model", {"grade": 0}, prof, keys=KEYS)
+
+
+def test_out_of_distribution() -> None:
+    prof = build_profile(TRAIN)
+    # every training response shares all its words with another copy: the leave-one-out share is 0
+    assert prof.unseen_threshold == 0.0 and prof.max_words == 11
+    assert flags_of("the prototype shows the customer the software", profile=prof) == []
+    assert flags_of("原型程序用于模拟软件产品的部分行为 以便 客户 查看", profile=prof) == ["out_of_distribution"]
+    assert flags_of("the prototype xylophone quantum banana", profile=prof) == ["out_of_distribution"]
+    assert flags_of(" ".join(["the prototype"] * 12), profile=prof) == ["out_of_distribution"]  # > 2 x 11 words
+    assert flags_of(" ".join(["the prototype"] * 11), profile=prof) == []  # 22 words: not more than twice 11
+    assert flags_of("zzz qqq", profile=prof) == []  # two word types: too short to judge
+    assert flags_of("the prototype xylophone quantum banana") == []  # no profile: not checked
+    # leave-one-out: words only one training response uses count as unseen for it
+    p2 = build_profile(["a b c d", "a b c e", "a b c f", "a b c d"])
+    assert p2.unseen_threshold == pytest.approx(np.quantile([0, 0.25, 0.25, 0], 0.99))
+
+
+def test_truncated() -> None:
+    assert flags_of("the prototype", truncated=True) == ["truncated"]
+    assert flags_of("the prototype", truncated=False) == []
+
+
+def test_profile_round_trip_and_missing(tmp_path: Path) -> None:
+    prof = build_profile(TRAIN, [1.0] * 20, np.ones((20, 8)), (1, 3))
+    (tmp_path / "profile.json").write_text(json.dumps(prof.to_json()))
+    assert load_profile(tmp_path) == prof
+    assert load_profile(tmp_path / "nothing") is None
+    (tmp_path / "profile.json").write_text("{")
+    with pytest.raises(Exception, match="unreadable flag profile"):
+        load_profile(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_bert_run(tmp_path_factory.mktemp("flags"))
+
+
+def test_grade_writes_flags_and_training_saves_the_profile(run: Path, tmp_path: Path) -> None:
+    prof = load_profile(run)
+    assert prof is not None and (run / "profile.json").is_file() and prof.n_train > 0 and prof.consistency is not None
+    table = mohler_like_table(40)
+    honest = table.iloc[1]  # row 0 has no reference
+    items = pd.DataFrame([
+        {"id": "honest", "question": honest["question"], "response": honest["response"], "reference": honest["reference"]},
+        {"id": "copy", "question": honest["question"], "response": "my answer " + str(honest["reference"]),
+         "reference": honest["reference"]},
+        {"id": "long", "question": honest["question"], "response": " ".join([str(honest["response"])] * 30),
+         "reference": honest["reference"]},
+        {"id": "foreign", "question": honest["question"], "response": "это совсем другой ответ на другом языке",
+         "reference": honest["reference"]},
+    ])
+    data, out = tmp_path / "new.csv", tmp_path / "graded.csv"
+    items.to_csv(data, index=False)
+    res = CliRunner().invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    graded = pd.read_csv(out, keep_default_na=False).set_index("id")
+    assert list(graded.columns[:3]) == ["grade", "grade_prob", "flags"]
+    assert "copies_reference" in graded.loc["copy", "flags"].split(";")
+    assert "truncated" in graded.loc["long", "flags"].split(";") and "truncated" not in graded.loc["honest", "flags"]
+    assert "out_of_distribution" in graded.loc["foreign", "flags"].split(";")
+    assert "copies_reference" not in graded.loc["honest", "flags"] and "out_of_distribution" not in graded.loc["honest", "flags"]
+    assert set(";".join(graded["flags"]).split(";")) - {""} <= set(FLAGS)
+    assert "flagged for a teacher to review" in res.output
+    # an older run without profile.json (and not on the bundled Mohler labels): says what was not checked
+    old = tmp_path / "old-run"
+    shutil.copytree(run, old)
+    (old / "profile.json").unlink()
+    res = CliRunner().invoke(app, ["grade", "--run", str(old), "--data", str(data), "--out", str(out)])
+    assert res.exit_code == 0 and "out_of_distribution and concepts_disagree_with_grade were not checked" in res.output
+    assert "out_of_distribution" not in pd.read_csv(out, keep_default_na=False).set_index("id").loc["foreign", "flags"]
