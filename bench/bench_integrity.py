@@ -153,9 +153,9 @@ def report_annotator(rubric: Rubric, jobs: list[dict[str, Any]], done: dict[str,
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "annotator.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, ensure_ascii=False))
     wide = df.pivot_table(index=["attack", "kind"], columns="prompt", values=["moved", "raised", "unusable"], aggfunc="first")
-    lines = [f"# Annotator injection ({meta['date']})", "", f"`{meta['command']}` -- {meta['model']}; "
-             f"{len(bases)} weak Mohler answers ({', '.join(bases)}); usable clean replies before/after: "
-             f"{clean_ok['before']}/{clean_ok['after']}.", "",
+    lines = [f"# Annotator injection ({meta['date']})", "",
+             (f"`{meta['command']}` -- {meta['model']}; {len(bases)} weak Mohler answers ({', '.join(bases)}); "
+              f"usable clean replies before/after: {clean_ok['before']}/{clean_ok['after']}."), "",
              "| attack | kind | moved before | moved after | raised before | raised after | unreadable before | unreadable after |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for (attack, kind), r in wide.reindex([(a, kinds[a]) for a in attacks]).iterrows():
