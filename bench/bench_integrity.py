@@ -184,7 +184,8 @@ def run_grader(args: argparse.Namespace) -> None:
             summary[name] = json.loads((out / "audit.json").read_text())
             continue
         t0 = time.perf_counter()
-        result = audit_run(path, seed=args.seed, batch_size=args.batch_size, progress=None)
+        data_dir = os.environ.get("RUBRICTOOL_DATA", ROOT.parent / "shared" / "datasets")
+        result = audit_run(path, data_dir=data_dir, seed=args.seed, batch_size=args.batch_size, progress=None)
         write_audit(result, out, title=f"{name} ({path})")
         print(f"{name}: {time.perf_counter() - t0:.0f} s -> {out}", flush=True)
         summary[name] = json.loads((out / "audit.json").read_text())

@@ -31,7 +31,7 @@ EVERY_COMMAND = [
     "data", "data show", "data fetch", "data export", "data split",
     "annotate",
     "review", "review serve", "review push", "review status", "review pull",
-    "adjudicate", "train", "compare", "grade",
+    "adjudicate", "train", "compare", "grade", "audit",
     "explain", "intervene", "report", "ablate", "rubric diagnose",
 ]
 
