@@ -38,6 +38,7 @@ RESULTS = ROOT / "bench" / "results" / "integrity"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import numpy as np
 import pandas as pd
 
 from rubrictool.annotate import load_template, parse_reply, render_item_prompt
@@ -208,8 +209,31 @@ def run_grader(args: argparse.Namespace) -> None:
                 cells += [f"{r[('mean_grade_shift', run)]:+.2f}", f"{100 * r[('share_raised', run)]:.0f} %",
                           f"{100 * r[('share_flagged', run)]:.0f} %"]
             lines.append(f"| {t} | " + " | ".join(cells) + " |")
+        lines += paired_shift_ci(runs)
         (RESULTS / "grader.md").write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
+
+
+def paired_shift_ci(runs: list[str], resamples: int = 2000) -> list[str]:
+    """First run minus second: the difference of the mean grade shift per transformation over the same
+    test answers, with a 95 % bootstrap CI over answers (seed 0); needs both audit_items.csv."""
+    if len(runs) < 2:
+        return []
+    paths = [RESULTS / f"grader-{r}" / "audit_items.csv" for r in runs[:2]]
+    if not all(p.exists() for p in paths):
+        return []
+    a, b = (pd.read_csv(p, keep_default_na=False) for p in paths)
+    rng = np.random.default_rng(0)
+    head = f"Paired difference of the mean grade shift, {runs[0]} − {runs[1]} (95 % bootstrap CI over answers, {resamples} resamples):"
+    out = ["", head, "", "| transformation | difference | 95 % CI |", "|---|---:|---|"]
+    for t in a["transformation"].unique():
+        x = a[a["transformation"] == t].set_index("id")
+        y = b[b["transformation"] == t].set_index("id").loc[x.index]
+        d = (x["grade_after"] - x["grade_before"]).to_numpy() - (y["grade_after"] - y["grade_before"]).to_numpy()
+        boot = [d[rng.integers(0, len(d), len(d))].mean() for _ in range(resamples)]
+        lo, hi = np.percentile(boot, [2.5, 97.5])
+        out.append(f"| {t} | {d.mean():+.3f} | [{lo:+.3f}, {hi:+.3f}] |")
+    return out
 
 
 def main() -> None:

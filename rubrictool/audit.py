@@ -230,7 +230,7 @@ def _figure(res: AuditResult, path: Path, title: str) -> None:
 
     s = res.summary
     ncols = 2 if res.keys else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(6.5 * ncols, 0.55 * len(s) + 2.2), squeeze=False)
+    fig, axes = plt.subplots(1, ncols, figsize=(6.5 * ncols, 0.55 * len(s) + 2.6), squeeze=False)
     ax = axes[0][0]
     y = np.arange(len(s))
     ax.barh(y - 0.2, s["mean_grade_shift"], height=0.4, color="#c0504d", label="mean grade shift (grade points)")
@@ -239,7 +239,7 @@ def _figure(res: AuditResult, path: Path, title: str) -> None:
     ax.invert_yaxis()
     ax.axvline(0, color="black", lw=0.8)
     ax.set_title("grade")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.06), ncol=2, fontsize=8, frameon=False)
     if res.keys:
         ax2 = axes[0][1]
         m = s[[f"shift_{k}" for k in res.keys]].to_numpy()
