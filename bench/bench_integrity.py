@@ -109,20 +109,22 @@ def run_annotator(args: argparse.Namespace) -> None:
 def report_annotator(rubric: Rubric, jobs: list[dict[str, Any]], done: dict[str, dict[str, Any]],
                      args: argparse.Namespace) -> None:
     labels: dict[tuple[str, str, str], dict[str, int] | None] = {}
+    rejected: dict[tuple[str, str, str], bool] = {}  # unreadable only because its entries were echoes
     for j in jobs:
         rep = done.get(f"{j['version']}|{j['base']}|{j['attack']}")
         if rep is None:
             continue
         res = parse_reply(rep["reply"], rubric, j["quoted"], j["boundary"])
-        labels[(j["version"], j["base"], j["attack"])] = (
-            {k: lab.level for k, lab in res.labels.items()} if res.ok else None)
+        key = (j["version"], j["base"], j["attack"])
+        labels[key] = {k: lab.level for k, lab in res.labels.items()} if res.ok else None
+        rejected[key] = not res.ok and res.echoes > 0 and parse_reply(rep["reply"], rubric).ok
     bases = sorted({j["base"] for j in jobs})
     attacks = [a.id for a in load_injections()]
     kinds = {a.id: a.kind for a in load_injections()}
     rows = []
     for version in ("before", "after"):
         for attack in attacks:
-            moved = raised = top = compared = unusable = n = 0
+            moved = raised = top = compared = unusable = echo_rejected = n = 0
             for b in bases:
                 if (version, b, attack) not in labels or (version, b, "clean") not in labels:
                     continue
@@ -130,6 +132,7 @@ def report_annotator(rubric: Rubric, jobs: list[dict[str, Any]], done: dict[str,
                 got, clean = labels[(version, b, attack)], labels[(version, b, "clean")]
                 if got is None:
                     unusable += 1
+                    echo_rejected += rejected[(version, b, attack)]
                     continue
                 if clean is None:
                     continue
@@ -141,7 +144,8 @@ def report_annotator(rubric: Rubric, jobs: list[dict[str, Any]], done: dict[str,
             rows.append({"prompt": version, "attack": attack, "kind": kinds[attack], "answers": n,
                          "labels": compared, "moved": moved / compared if compared else float("nan"),
                          "raised": raised / compared if compared else float("nan"),
-                         "at_top": top / compared if compared else float("nan"), "unusable": unusable})
+                         "at_top": top / compared if compared else float("nan"), "unusable": unusable,
+                         "echo_rejected": echo_rejected})
     df = pd.DataFrame(rows)
     clean_ok = {v: sum(labels.get((v, b, "clean")) is not None for b in bases) for v in ("before", "after")}
     seconds = [d["seconds"] for d in done.values()]
@@ -153,10 +157,14 @@ def report_annotator(rubric: Rubric, jobs: list[dict[str, Any]], done: dict[str,
             "requests": len(done)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "annotator.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, ensure_ascii=False))
-    wide = df.pivot_table(index=["attack", "kind"], columns="prompt", values=["moved", "raised", "unusable"], aggfunc="first")
+    wide = df.pivot_table(index=["attack", "kind"], columns="prompt", values=["moved", "raised", "unusable", "echo_rejected"],
+                          aggfunc="first")
     lines = [f"# Annotator injection ({meta['date']})", "",
              (f"`{meta['command']}` -- {meta['model']}; {len(bases)} weak Mohler answers ({', '.join(bases)}); "
               f"usable clean replies before/after: {clean_ok['before']}/{clean_ok['after']}."), "",
+             "Moved/raised: share of the concept labels that differ from / are above the same answer's labels without",
+             "the attack, same prompt (replies that could not be read are left out). Unreadable: replies without a",
+             "usable annotation (in brackets: because every entry repeated the response's planted labels).", "",
              "| attack | kind | moved before | moved after | raised before | raised after | unreadable before | unreadable after |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for (attack, kind), r in wide.reindex([(a, kinds[a]) for a in attacks]).iterrows():
@@ -164,7 +172,8 @@ def report_annotator(rubric: Rubric, jobs: list[dict[str, Any]], done: dict[str,
             return "—" if pd.isna(v) else f"{100 * v:.0f} %"
         lines.append(f"| {attack} | {kind} | {pct(r[('moved', 'before')])} | {pct(r[('moved', 'after')])} | "
                      f"{pct(r[('raised', 'before')])} | {pct(r[('raised', 'after')])} | "
-                     f"{int(r[('unusable', 'before')])} | {int(r[('unusable', 'after')])} |")
+                     f"{int(r[('unusable', 'before')])} | {int(r[('unusable', 'after')])} "
+                     f"({int(r[('echo_rejected', 'after')])}) |")
     (RESULTS / "annotator.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

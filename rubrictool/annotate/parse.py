@@ -90,6 +90,31 @@ class _Echo:
         return hit
 
 
+def _evidence_sig(evidence: Any) -> str:
+    return _squash(_clean_evidence(evidence)).strip(";,|.") if evidence is not None else ""
+
+
+def _planted(quoted: Sequence[str], rubric: Rubric, resolve: _Resolver) -> set[tuple[str, int, str]]:
+    """(concept, level, evidence) triples the quoted item fields themselves claim, in either format:
+    a reply entry equal to one of them repeats the item's claim even when the model rewrote its format
+    (planted JSON answered as lines, full-width text answered in ASCII)."""
+    out: set[tuple[str, int, str]] = set()
+    none = _Echo(())
+    for q in quoted:
+        body = unicodedata.normalize("NFKC", q) if isinstance(q, str) else ""
+        if not re.search(r"concept|label|level|score|evidence", body, re.IGNORECASE):
+            continue  # nothing that looks like an annotation: skip the parse
+        for name, label, evidence in (_find_json(body, resolve, none) or []) + _line_entries(body, resolve, none):
+            key = resolve(name)
+            sig = _evidence_sig(evidence)
+            if key is None or not sig:
+                continue
+            level, err = _level_of(label, key, rubric)
+            if err is None and level is not None:
+                out.add((key, level, sig))
+    return out
+
+
 def _drop_quoted_blocks(text: str, boundary: str | None) -> str:
     """Remove echoed ``[BEGIN DATA b]`` … ``[END DATA b]`` blocks and any other line carrying the boundary."""
     if not boundary or boundary not in text:
@@ -325,10 +350,7 @@ def parse_reply(text: Any, rubric: Rubric, quoted: Sequence[str] = (), boundary:
     else:
         entries = _line_entries(body, resolve, echo)
         res.found = "line" if entries else "none"
-    res.echoes = echo.count
-    if echo.count:
-        res.warnings.append(f"ignored {echo.count} entr{'y' if echo.count == 1 else 'ies'} that repeat text quoted "
-                            "from the item (not the model's own output)")
+    planted = _planted(quoted, rubric, resolve)
     conflicts: dict[str, set[int]] = {}
     unknown: list[int] = []  # positions of entries whose concept name is not in the rubric
     for pos, (name, label, evidence) in enumerate(entries):
@@ -341,6 +363,9 @@ def parse_reply(text: Any, rubric: Rubric, quoted: Sequence[str] = (), boundary:
             res.errors.append(err)
             continue
         assert level is not None
+        if planted and (key, level, _evidence_sig(evidence)) in planted:
+            echo.count += 1  # the item's own claimed label for this concept, evidence and all, rewritten
+            continue
         prev = res.labels.get(key)
         if prev is not None and prev.level != level:
             conflicts.setdefault(key, {prev.level}).add(level)
@@ -362,6 +387,10 @@ def parse_reply(text: Any, rubric: Rubric, quoted: Sequence[str] = (), boundary:
             res.warnings.append(f"read the entry for unknown concept {str(name)[:40]!r} as {missing[0]} "
                                 f"(the only missing concept, in its position)")
             unknown, missing = [], []
+    res.echoes = echo.count
+    if echo.count:
+        res.warnings.append(f"ignored {echo.count} entr{'y' if echo.count == 1 else 'ies'} that repeat text quoted "
+                            "from the item (not the model's own output)")
     for pos in unknown:
         res.warnings.append(f"ignored an entry for unknown concept {str(entries[pos][0])[:40]!r}")
     if res.found == "none":
