@@ -57,20 +57,21 @@ def test_attacks_through_smollm2(smollm2, tmp_path: Path) -> None:  # type: igno
     # ~1,500 words of padding do not fit SmolLM2's 2,048-token context: a failure record, the run goes on
     long = next(f for f in res.failures if f["item"] == "long-padding")
     assert long["reply"] is None and long["error"]
-    # every label in the table is what the guarded parser reads from the model's own first reply
+    # every label in the table is what the guarded parser reads from the model's own first reply, and the
+    # reply is found again under a prompt rendered anew (another boundary): the cache key does not see it
     with sqlite3.connect(cache) as db:
         replies = dict(db.execute("SELECT key, reply FROM replies").fetchall())
     params = {**cfg.sampling, "response_format": response_format_for(cfg.models[0], RUBRIC, "json", cfg.api_base)}
-    checked = 0
+    found = 0
     for _, row in items.iterrows():
-        p = render_item_prompt(row.to_dict(), RUBRIC)  # a new boundary: the cache key does not see it
-        reply = replies.get(cache_key(cfg.models[0], [{"role": "user", "content": p.text}], params, p.boundary))
-        got = preds[(preds["item"] == row["id"]) & preds["raw_ok"]]
-        if reply is None or got.empty:
+        if row["id"] == "long-padding":
             continue
+        p = render_item_prompt(row.to_dict(), RUBRIC, fmt="json")
+        reply = replies.get(cache_key(cfg.models[0], [{"role": "user", "content": p.text}], params, p.boundary))
+        assert reply is not None, row["id"]
+        found += 1
         parsed = parse_reply(reply, RUBRIC, p.quoted, p.boundary)
-        if parsed.ok:  # not repaired: the table holds exactly these labels
-            assert {r.concept: int(r.level) for r in got.itertuples()} == {k: lab.level for k, lab in parsed.labels.items()}
-            checked += 1
-    assert res.summary["openai/smollm2"].requests >= len(chosen)
-    assert checked >= 2
+        rows = preds[(preds["item"] == row["id"]) & ~preds["repaired"]].dropna(subset=["level"])
+        for r in rows.itertuples():
+            assert parsed.labels[r.concept].level == int(r.level), (row["id"], r.concept)
+    assert found == len(chosen) - 1
