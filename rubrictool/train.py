@@ -7,6 +7,7 @@ and writes a run directory::
 
     runs/<name>/config.yaml  split.json  metrics.json  reliability.csv  reliability.md
                 train.log  test_predictions.csv  model.safetensors  model.json  backbone/
+                profile.json (what the grade flags compare new responses with, rubrictool.flags)
 
 Grading with a trained run lives in :mod:`rubrictool.grade`.
 """
