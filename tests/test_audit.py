@@ -98,3 +98,11 @@ def test_audit_is_deterministic_for_a_seed(tiny: tuple[Path, Path]) -> None:
     assert alone.items["response_after"].tolist() == a.items[a.items["transformation"] == "shuffled_correct"]["response_after"].tolist()
     with pytest.raises(DataError, match="unknown transformation"):
         audit_run(run, data=table, transformations=["nope"])
+
+
+def test_an_unwritable_out_is_one_clear_error_before_any_grading(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    run, table = tiny
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    res = CliRunner().invoke(app, ["audit", "--run", str(run), "--data", str(table), "--out", str(blocker / "audit")])
+    assert res.exit_code == 1 and "cannot write the audit there" in res.output and "Traceback" not in res.output
