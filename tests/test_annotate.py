@@ -288,7 +288,8 @@ def test_missing_key_is_reported_before_anything_is_sent(monkeypatch: pytest.Mon
 
 
 def test_dry_run_counts_tokens_and_prices_the_whole_run(tmp_path: Path) -> None:
-    items = pd.DataFrame([{**ITEM, "id": f"i{i}", "response": ITEM["response"] + " x" * (25 * i)} for i in range(5)])
+    # responses 150 tokens apart: each prompt's random boundary moves its token count by up to ~70
+    items = pd.DataFrame([{**ITEM, "id": f"i{i}", "response": ITEM["response"] + " x" * (150 * i)} for i in range(5)])
     cfg = AnnotateConfig(models=("gpt-4o", "openai/local-alias"), cache=tmp_path / "none.sqlite", limit=4)
     rep = dry_run(items, RUBRIC, cfg, show=2)
     assert rep.items == 4 and [p[0] for p in rep.prompts] == ["i0", "i1"]
