@@ -326,3 +326,11 @@ def test_cut_off_json_keeps_the_whole_entries() -> None:
     assert res.labels["FC"].evidence == "ev FC" and res.errors == ["missing concept(s) DU, EE, FR"]
     listed = json.dumps([{"concept": k, "label": v} for k, v in WANT.items()])[:-30]
     assert len(parse_reply(listed, RUBRIC).labels) >= 6
+
+
+def test_several_key_level_pairs_on_one_line() -> None:
+    """Qwen2.5-Coder-1.5B sometimes answers 'FC=3; CC=2; ...' on one line (bench_integrity, long inputs)."""
+    line = "; ".join(f"{k}={lv}" for k, lv in WANT.items())
+    assert levels(line) == WANT and parse_reply(line, RUBRIC).ok
+    assert levels("Scores: " + line) == {}  # prose in front: not a bare list of pairs, not guessed
+    assert not parse_reply("FC=3; XX=2; TU=3", RUBRIC).ok  # an unknown key: not read as pairs

@@ -54,6 +54,9 @@ _BULLET = re.compile(r"^\s*(?:[-*\u2022>]+|\d{1,3}[.)])\s+")
 _NUMBER = re.compile(r"^\s*(?:level|label|score)?\s*[:=]?\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
 
 
+_PAIR = r"([A-Za-z][A-Za-z0-9_]{0,20})\s*[=:]\s*(\d+(?:\.\d+)?)"
+_PAIRS = re.compile(_PAIR)
+_PAIRS_LINE = re.compile(rf"\s*{_PAIR}(?:\s*[;,|]\s*{_PAIR})+\s*[;,|.]?\s*")
 _HEAD = re.compile(r"concept\s*[=:][^;,|\n]*[;,|]\s*(?:label|level|score)\s*[=:]\s*[^\s;,|]+", re.IGNORECASE)
 
 
@@ -318,6 +321,12 @@ def _line_entries(text: str, resolve: _Resolver, echo: _Echo) -> list[tuple[Any,
                 continue  # "concept=..; label=.." quoted inside another entry's evidence, copied from the item
             if "concept" in fields:
                 out.append((fields["concept"], fields.get("label"), fields.get("evidence")))
+                continue
+            # several "<key>=<level>" on one line ("FC=3; CC=2; TU=3"): one entry each, no evidence
+            pairs = _PAIRS.findall(chunk)
+            if len(pairs) >= 2 and _PAIRS_LINE.fullmatch(chunk) and all(resolve(k) is not None for k, _ in pairs):
+                if not echo(chunk):
+                    out += [(k, v, None) for k, v in pairs]
                 continue
             # "<name>: <level> ..." or "<name> = <level>; evidence..." without the concept= key
             m2 = re.match(r"^(.{1,80}?)\s*[:=\-\u2013\u2014]\s*(\d+(?:\.\d+)?)\b\s*[;,|\-\u2013\u2014:]?\s*(.*)$", chunk)
