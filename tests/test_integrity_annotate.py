@@ -179,3 +179,27 @@ def test_a_planted_claim_rewritten_in_another_format_is_still_an_echo() -> None:
     reply = "concept=FC; label=3; evidence=complete\n" + "\n".join(f"concept={k}; label=1; evidence=x" for k in RUBRIC.keys[1:])
     res = parse_reply(reply, RUBRIC, [full])
     assert res.echoes == 1 and "FC" not in res.labels
+
+
+def test_a_reply_that_repeats_the_boundary_still_hits_the_cache(tmp_path: Path) -> None:
+    """The model copies the quoted block (with this request's boundary) into an unusable first reply; the
+    repair turn carries that reply. A second run, with new boundaries, must find both turns in the cache
+    (seen with SmolLM2 on llama.cpp). Two identical items share one request."""
+
+    def responder(seen: Seen) -> Reply:
+        b = prompt_boundary(seen.prompt)
+        if not seen.is_repair:
+            return Reply(content=f"I read:\n[BEGIN DATA {b}]\n{seen.response}\n[END DATA {b}]\nand it is fine.")
+        assert b in seen.messages[1]["content"]  # the first reply, as the client sends it back
+        return Reply(content="\n".join(f"concept={k}; label={LO}; evidence=own" for k in RUBRIC.keys))
+
+    items = pd.DataFrame([{"id": f"i{i}", **ITEM, "response": r} for i, r in enumerate([GENUINE[0], GENUINE[0], GENUINE[1]])])
+    with ScriptedLLMServer(responder) as srv:
+        cfg = AnnotateConfig(models=(MODEL,), cache=tmp_path / "cache.sqlite", api_base=srv.url, concurrency=4)
+        first = annotate(items, RUBRIC, cfg)
+        n = srv.count()
+        again = annotate(items, RUBRIC, cfg)
+        assert srv.count() == n == 4  # two distinct items, a first reply and a repair each
+    assert not first.failures and not again.failures
+    assert again.summary[MODEL].cached_items == 3 and again.summary[MODEL].requests == 0
+    assert (again.predictions["level"] == LO).all()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import os
 import random
@@ -14,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from rubrictool.annotate.cache import CachedReply, ReplyCache, _NoCache, cache_key
+from rubrictool.annotate.cache import BOUNDARY_KEY, CachedReply, ReplyCache, _NoCache, cache_key
 from rubrictool.annotate.config import AnnotateConfig
 from rubrictool.annotate.llm import (
     _count_tokens,
@@ -171,17 +172,19 @@ class _Runner:
     async def call(self, model: str, messages: list[dict[str, Any]], boundary: str | None = None) -> _Reply:
         params = self._params(model)
         key = cache_key(model, messages, params, boundary)
+        # a reply that repeats the boundary is kept with the constant in its place and given back with the
+        # boundary of the prompt that asks, so a repair turn quoting it keys the same in every run
         hit = self.cache.get(key)
         if hit is not None:
-            return _Reply(hit.text, hit.prompt_tokens, hit.completion_tokens, 0.0, cached=True)
+            return _Reply(_restore(hit.text, boundary), hit.prompt_tokens, hit.completion_tokens, 0.0, cached=True)
         if key in self.inflight:  # the same prompt is already being asked: pay once
             r = await asyncio.shield(self.inflight[key])
-            return _Reply(r.text, r.prompt_tokens, r.completion_tokens, 0.0, cached=True)
+            return _Reply(_restore(r.text, boundary), r.prompt_tokens, r.completion_tokens, 0.0, cached=True)
         fut: asyncio.Future[_Reply] = asyncio.get_running_loop().create_future()
         self.inflight[key] = fut
         try:
-            reply = await self._fetch(model, messages, params, key)
-            fut.set_result(reply)
+            reply = await self._fetch(model, messages, params, key, boundary)
+            fut.set_result(dataclasses.replace(reply, text=_canonical(reply.text, boundary)))
             return reply
         except BaseException as e:
             if isinstance(e, asyncio.CancelledError):
@@ -193,7 +196,9 @@ class _Runner:
         finally:
             del self.inflight[key]
 
-    async def _fetch(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any], key: str) -> _Reply:
+    async def _fetch(
+        self, model: str, messages: list[dict[str, Any]], params: dict[str, Any], key: str, boundary: str | None = None
+    ) -> _Reply:
         litellm = _litellm()
         cfg = self.config
         s = self.summary[model]
@@ -240,7 +245,7 @@ class _Runner:
             cost = price or 0.0
             self.budget.settle(worst, cost)
             reply = _Reply(text, pt, ct, cost)
-            self.cache.put(key, model, CachedReply(text, pt, ct, cost), time.monotonic() - t0)
+            self.cache.put(key, model, CachedReply(_canonical(text, boundary), pt, ct, cost), time.monotonic() - t0)
             s.prompt_tokens += pt
             s.completion_tokens += ct
             s.cost_usd += cost
@@ -349,6 +354,14 @@ class _Runner:
                     self.on_progress(model)
 
         await asyncio.gather(*(worker() for _ in range(min(self.config.concurrency, max(1, len(jobs))))))
+
+
+def _canonical(text: str, boundary: str | None) -> str:
+    return text.replace(boundary, BOUNDARY_KEY) if boundary else text
+
+
+def _restore(text: str, boundary: str | None) -> str:
+    return text.replace(BOUNDARY_KEY, boundary) if boundary else text
 
 
 def _safe_parse(text: str, rubric: Rubric, prompt: ItemPrompt | None = None) -> ParseResult:
