@@ -51,6 +51,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
                                 "stage2": {"intervention_p": 0.0}}},
     "joint4": {"variant": "reccbm", "preset": "default",
                "overrides": {"joint": {"intervention_p": 0.0}, "stage2": {"intervention_p": 0.0}}},
+    # screening a default that keeps the concepts: L_con summed over concepts (as in the paper) in Stage I and the
+    # joint stage, so the grade loss does not outweigh eight concepts during joint training
+    "default+sum": {"variant": "reccbm", "preset": "default", "overrides": {"stage1": {"concept_loss": "sum"}}},
 }
 
 
