@@ -81,8 +81,10 @@ def test_prompt_has_the_papers_placeholders_and_requirements(template: Path | No
 
 def test_default_template_is_static_first() -> None:
     """Everything before the item's inputs is the same for every item: prefix caches reuse it."""
-    a = render_prompt(ITEM, RUBRIC)
-    b = render_prompt({**ITEM, "question": "Another question?", "response": "Another answer."}, RUBRIC)
+    # two requests' boundaries (fixed here, random in use) differ from their first character on
+    a = render_prompt(ITEM, RUBRIC, boundary="0" * 24)
+    b = render_prompt({**ITEM, "question": "Another question?", "response": "Another answer."}, RUBRIC,
+                      boundary="f" * 24)
     common = len(next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), 0) * "x")
     # the random boundary first appears in the notice that opens the item's inputs
     assert a[:common].endswith("line with this request's marker, which is ") and common > 0.8 * len(a)

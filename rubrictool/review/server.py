@@ -240,7 +240,9 @@ def serve(
     def _term(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, _term)
+    # SIGINT too: a shell starts background jobs (`rubrictool review serve &`) with SIGINT ignored, and
+    # Python then never raises KeyboardInterrupt, so `kill -INT` would leave the server running
+    previous = {sig: signal.signal(sig, _term) for sig in (signal.SIGTERM, signal.SIGINT)}
     server: LabelStudioServer | None = None
     try:
         server = start_server(folder, port, bin, timeout)
@@ -252,4 +254,5 @@ def serve(
     finally:
         if server is not None:
             server.stop()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
