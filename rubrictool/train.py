@@ -39,7 +39,7 @@ from rubrictool.data import (
     kfold_splits,
     save_split,
 )
-from rubrictool.errors import TrainError
+from rubrictool.errors import DataError, TrainError
 from rubrictool.evaluate import majority_baseline, oracle_concept_baseline, pooled_metrics, spearman_with_ci
 from rubrictool.flags import profile_from_table, save_profile
 from rubrictool.grade import predictions_frame as _predictions_frame
@@ -513,8 +513,16 @@ def train_folds(
         results.append(json.loads((fold_dir / "metrics.json").read_text()))
     if progress:
         progress(Progress("folds", folds, folds, "all folds done: pooled"))
-    df = prepare_table(table, rb, need_concepts="plm" not in results[0]["variant"])
-    has_c = all(k in df.columns for k in rb.keys)
+    plm = "plm" in results[0]["variant"]
+    # the true levels, when the table has them: the concept metrics (not for the PLM, which predicts none) and
+    # the oracle-concept baseline (for every variant, so the PLM's table has it too)
+    has_c = not plm or all(k in table.columns for k in rb.keys)
+    try:
+        df = prepare_table(table, rb, need_concepts=has_c)
+    except DataError:
+        if not plm:
+            raise
+        has_c, df = False, prepare_table(table, rb, need_concepts=False)
     truth = df.set_index("id")
     parts = []
     for i, sp in enumerate(splits):
@@ -533,7 +541,7 @@ def train_folds(
         parts.append(pred.merge(b, on="id"))
     pooled = pd.concat(parts, ignore_index=True)
     pooled.to_csv(run / "pooled_predictions.csv", index=False)
-    keys = rb.keys if has_c else []
+    keys = rb.keys if has_c and not plm else []
     summary = {
         "variant": results[0]["variant"], "preset": results[0].get("preset"), "rubric": rb.name, "folds": folds,
         "fold_seed": fold_seed, "n_items": len(pooled), "notes": list(notes or []),

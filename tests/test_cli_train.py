@@ -203,3 +203,17 @@ def test_kfold_training_pools_every_item_once_and_resumes(tmp_path: Path, backbo
     assert "+0.000" in res.output and "[+0.000, +0.000]" in res.output
     res = runner.invoke(app, ["compare", str(run), str(tmp_path)])
     assert res.exit_code == 1 and "not a finished k-fold run" in res.output
+
+
+def test_kfold_plm_pools_with_the_oracle_concept_baseline(tmp_path: Path, backbone: str) -> None:
+    """The PLM predicts no concepts: its pooled table has grade metrics only, and the oracle-concept baseline
+    when the table carries concept labels (the k-fold comparison puts both side by side)."""
+    df = mohler_like_table(40)
+    code, output, run = train_with_cli(tmp_path, backbone, df, "--folds", "2", "--variant", "plm")
+    assert code == 0, output
+    summary = json.loads((run / "folds.json").read_text())
+    assert "c_acc" not in summary["pooled"] and summary["variant"] == "plm"
+    assert {"majority", "oracle_concepts"} <= set(summary["baselines"])
+    pooled = pd.read_csv(run / "pooled_predictions.csv", dtype={"id": str})
+    truth = df.set_index("id").loc[pooled["id"], "FC"].to_numpy()
+    assert (pooled["FC_true"].to_numpy() == truth).all()
