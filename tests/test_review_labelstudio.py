@@ -508,5 +508,9 @@ def test_serve_runs_on_loopback_with_a_private_token_and_stops_on_ctrl_c(
         assert not (folder / "server.json").exists()
         assert list(home.iterdir()) == []  # nothing written to the home directory
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # a failed test: SIGTERM lets serve stop its Label Studio (own session) too
+            proc.terminate()
+            try:
+                proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
