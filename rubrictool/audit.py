@@ -24,11 +24,11 @@ import pandas as pd
 from rubrictool.errors import DataError
 from rubrictool.flags import FLAGS, Profile, load_profile, profile_from_table
 from rubrictool.grade import grade_loaded
-from rubrictool.io import write_table
+from rubrictool.io import writable_dir, write_table
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.report.run import Run, open_run, split_rows
 
-__all__ = ["FILLER", "TRANSFORMATIONS", "AuditResult", "audit_run", "keywords", "prepare_out_dir", "transform",
+__all__ = ["FILLER", "TRANSFORMATIONS", "AuditResult", "audit_run", "keywords", "transform",
            "write_audit"]
 
 # Generic on-topic-sounding sentences that say nothing about any particular question.
@@ -261,22 +261,9 @@ def _figure(res: AuditResult, path: Path, title: str) -> None:
     tmp.replace(path)
 
 
-def prepare_out_dir(out_dir: str | Path) -> Path:
-    """Create ``out_dir`` and check it is writable (before an audit spends minutes grading)."""
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise DataError(f"{out}: cannot write the audit there ({e.__class__.__name__})", hint="pass --out DIR") from None
-    return out
-
-
 def write_audit(res: AuditResult, out_dir: str | Path, title: str | None = None) -> dict[str, Path]:
     """audit.csv / .md / .json, audit.png and audit_items.csv in ``out_dir`` (each written atomically)."""
-    out = prepare_out_dir(out_dir)
+    out = writable_dir(out_dir)
     title = title or str(res.run)
     paths = {"csv": write_table(res.summary, out / "audit.csv"), "items": write_table(res.items, out / "audit_items.csv")}
     md, js = out / "audit.md", out / "audit.json"

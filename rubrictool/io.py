@@ -103,3 +103,17 @@ def write_table(df: pd.DataFrame, path: str | Path) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return p
+
+
+def writable_dir(out: str | Path) -> Path:
+    """``out``, created; one clear error when it cannot be written (e.g. a read-only run directory), checked
+    before a command spends minutes computing what it will write there."""
+    d = Path(out)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / ".rubrictool-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise DataError(f"cannot write into {d} ({exc.strerror or exc}); pass --out DIR") from None
+    return d

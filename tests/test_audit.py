@@ -105,4 +105,4 @@ def test_an_unwritable_out_is_one_clear_error_before_any_grading(tiny: tuple[Pat
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     res = CliRunner().invoke(app, ["audit", "--run", str(run), "--data", str(table), "--out", str(blocker / "audit")])
-    assert res.exit_code == 1 and "cannot write the audit there" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 1 and "cannot write into" in res.output and "Traceback" not in res.output

@@ -34,9 +34,10 @@ def audit_cmd(
 
     Example: rubrictool audit --run runs/mohler-reccbm --out audit/
     """
-    from rubrictool.audit import audit_run, prepare_out_dir, write_audit
+    from rubrictool.audit import audit_run, write_audit
+    from rubrictool.io import writable_dir
 
-    prepare_out_dir(out or run / "audit")
+    writable_dir(out or run / "audit")
     with ProgressView(err_console, transient=True) as view:
         res = audit_run(run, data=data, data_dir=data_dir, seed=seed, batch_size=batch_size,
                         transformations=transform, progress=view)

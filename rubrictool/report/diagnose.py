@@ -265,9 +265,9 @@ def confusion_matrix_text(conf: pd.DataFrame, key: str) -> list[tuple[str, int]]
 def write_diagnosis(diag: Diagnosis, out: str | Path) -> dict[str, Path]:
     """rubric_diagnosis.csv (per concept), level_confusions.csv (per reviewer pair and level pair) and
     rubric_diagnosis.md (the suggestions) into `out`."""
-    from rubrictool.report.page import out_dir
+    from rubrictool.io import writable_dir
 
-    d = out_dir(out)
+    d = writable_dir(out)
     paths = {n: d / n for n in ("rubric_diagnosis.csv", "level_confusions.csv", "rubric_diagnosis.md")}
     diag.concepts.to_csv(paths["rubric_diagnosis.csv"], index=False)
     diag.confusions.to_csv(paths["level_confusions.csv"], index=False)

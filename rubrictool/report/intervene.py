@@ -66,10 +66,10 @@ def intervention_curves(
 
 def write_interventions(curves: pd.DataFrame, out: str | Path) -> dict[str, Path]:
     """intervention.csv, intervention.png (T-Acc) and intervention_qwk.png into `out`."""
+    from rubrictool.io import writable_dir
     from rubrictool.report.figures import intervention_png
-    from rubrictool.report.page import out_dir
 
-    d = out_dir(out)
+    d = writable_dir(out)
     curves.to_csv(d / "intervention.csv", index=False)
     (d / "intervention.png").write_bytes(intervention_png(curves, "t_acc"))
     (d / "intervention_qwk.png").write_bytes(intervention_png(curves, "qwk"))

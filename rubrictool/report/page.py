@@ -22,7 +22,7 @@ import yaml
 from numpy.typing import NDArray
 
 import reccbm
-from rubrictool.errors import DataError
+from rubrictool.io import writable_dir
 from rubrictool.report import figures
 from rubrictool.report.diagnose import Diagnosis, diagnose
 from rubrictool.report.explain import ItemTrace, explain_items
@@ -30,7 +30,7 @@ from rubrictool.report.intervene import intervention_curves
 from rubrictool.report.run import Run, bundled_labels, git_revision, predict_with_attention, split_rows
 from rubrictool.report.scores import pair_agreement, smd
 
-__all__ = ["NEAR_ZERO", "Report", "build_report", "out_dir", "render_explain_html", "render_html", "render_markdown",
+__all__ = ["NEAR_ZERO", "Report", "build_report", "render_explain_html", "render_html", "render_markdown",
            "trace_png", "write_explain", "write_report"]
 
 NEAR_ZERO = 0.1  # |r| below this counts as a near-zero correlation (the paper's appendix threshold)
@@ -366,24 +366,13 @@ def render_markdown(r: Report) -> str:
     return "\n".join(L)
 
 
-def out_dir(out: str | Path) -> Path:
-    """`out`, created; a clear error when it cannot be written (a read-only run directory: pass --out)."""
-    d = Path(out)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        probe = d / ".rubrictool-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise DataError(f"cannot write into {d} ({exc.strerror or exc}); pass --out DIR") from None
-    return d
 
 
 def write_explain(traces: list[ItemTrace], out: str | Path, title: str) -> dict[str, Path]:
     """explain.html, explain.csv and trace-<id>.png into `out`; returns their paths."""
     from rubrictool.report.explain import traces_frame
 
-    d = out_dir(out)
+    d = writable_dir(out)
     images = {f"trace-{_safe(t.id)}.png": trace_png(t) for t in traces}
     paths = {}
     for name, png in images.items():
@@ -396,7 +385,7 @@ def write_explain(traces: list[ItemTrace], out: str | Path, title: str) -> dict[
 
 def write_report(r: Report, out: str | Path) -> dict[str, Path]:
     """report.html, report.md, every PNG and CSV into `out`; returns their paths."""
-    d = out_dir(out)
+    d = writable_dir(out)
     paths: dict[str, Path] = {}
     for name, png in r.images.items():
         (d / name).write_bytes(png)
