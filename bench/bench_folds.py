@@ -54,6 +54,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # screening a default that keeps the concepts: L_con summed over concepts (as in the paper) in Stage I and the
     # joint stage, so the grade loss does not outweigh eight concepts during joint training
     "default+sum": {"variant": "reccbm", "preset": "default", "overrides": {"stage1": {"concept_loss": "sum"}}},
+    # screening longer training within the main job's 15 minutes: the default's dev T-Acc and C-Acc both still
+    # rise at its last joint epoch, and vanilla's concepts (6 Stage I epochs) are more accurate
+    "long": {"variant": "reccbm", "preset": "default", "overrides": {"stage1": {"epochs": 4}, "joint": {"epochs": 6}}},
+    "joint8": {"variant": "reccbm", "preset": "default", "overrides": {"joint": {"epochs": 8}}},
+    "long6": {"variant": "reccbm", "preset": "default", "overrides": {"stage1": {"epochs": 6}, "joint": {"epochs": 4}}},
 }
 
 

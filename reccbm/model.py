@@ -69,12 +69,21 @@ class TextEncoder(nn.Module):
     def from_pretrained(cls, name_or_path: str) -> TextEncoder:
         """Load pretrained weights by hub name or local path (local paths never touch the network)."""
         from transformers import AutoModel
+        from transformers.utils import logging as hf_logging
 
         local = os.path.isdir(name_or_path)
+        # Reading weights from disk takes a second; transformers' own "Loading weights" bar would cut into the
+        # caller's progress display (a hub download keeps its bar: only local loads are quiet).
+        quiet = local and hf_logging.is_progress_bar_enabled()
+        if quiet:
+            hf_logging.disable_progress_bar()
         try:
             full = AutoModel.from_pretrained(name_or_path, local_files_only=local)
         except OSError as exc:
             raise ReccbmError(f"cannot load backbone {name_or_path!r}: {exc}".splitlines()[0]) from exc
+        finally:
+            if quiet:
+                hf_logging.enable_progress_bar()
         return cls(_encoder_part(full), full.config)
 
     @classmethod

@@ -573,7 +573,7 @@ def train_folds(
     metrics = {"variant": summary["variant"], "summary": {k: {"mean": v, "std": 0.0} for k, v in summary["pooled"].items()},
                "folds": summary, "seeds": results[0]["seeds"]}
     metrics["summary"] |= {f"{s}_seconds": float(np.mean([r["summary"].get(f"{s}_seconds", 0.0) for r in results]))
-                           for s in ("stage1", "stage2")}
+                           for s in ("stage1", "joint", "stage2", "train")}
     return TrainResult(run, summary["variant"], metrics, rel, results[0].get("spearman_sigma2_vs_1_minus_alpha"),
                        list(notes or []))
 

@@ -28,7 +28,8 @@ def test_train_writes_a_complete_run_directory(tmp_path: Path, backbone: str) ->
     (tmp_path / "agreement.json").write_text(json.dumps(agreement))
     code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(60), "--seeds", "2")
     assert code == 0, output
-    assert "T-Acc" in output and "reliability" in output and "Spearman" in output
+    assert "T-Acc" in output and "QWK" in output and "reliability" in output and "Spearman" in output
+    assert "2 seeds, mean ± std" in output and " ± " in output and " min" in output
     for name in ("config.yaml", "split.json", "metrics.json", "reliability.csv", "reliability.md", "train.log",
                  "model.safetensors", "model.json", "test_predictions.csv"):
         assert (run / name).is_file(), name
@@ -62,6 +63,7 @@ def test_train_writes_a_complete_run_directory(tmp_path: Path, backbone: str) ->
 def test_train_variants_from_the_command_line(tmp_path: Path, backbone: str, args: list[str], variant: str) -> None:
     code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(40), *args)
     assert code == 0, output
+    assert "(1 seed)" in output and " ± " not in output  # one seed has no spread to show
     meta = reccbm.read_meta(run)
     assert meta["variant"] == variant
     cfg = yaml.safe_load((run / "config.yaml").read_text())
@@ -174,6 +176,7 @@ def test_kfold_training_pools_every_item_once_and_resumes(tmp_path: Path, backbo
     code, output, run = train_with_cli(tmp_path, backbone, df, "--folds", "2", "--joint-epochs", "0")
     assert code == 0, output
     assert "folds" in output and "all folds done: pooled" in output
+    assert "2 folds pooled, 50 answers" in output and "per fold" in output and " ± " not in output
     pooled = pd.read_csv(run / "pooled_predictions.csv", dtype={"id": str})
     assert sorted(pooled["id"]) == sorted(df["id"]) and set(pooled["fold"]) == {0, 1}
     truth = df.set_index("id").loc[pooled["id"], "grade"].to_numpy()

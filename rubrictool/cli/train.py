@@ -32,17 +32,30 @@ __all__ = ["compare_cmd", "grade_cmd", "result_tables", "train_cmd"]
 
 
 def result_tables(result: TrainResult) -> list[Table]:
-    """The test metrics (mean ± std over seeds) and the reliability table."""
+    """The test metrics (mean ± std when there are several seeds) and the reliability table."""
     s = result.metrics["summary"]
+    folds = result.metrics.get("folds")
     n = len(result.metrics["seeds"])
-    t = Table(title=f"{result.variant}: test metrics ({n} seed{'s' if n > 1 else ''}, mean ± std)")
-    for col in ("T-Acc", "T-F1", "C-Acc", "C-F1", "Stage I s", "Stage II s"):
+    if folds:
+        what = f"{folds['folds']} folds pooled, {folds['n_items']} answers"
+    else:
+        what = f"{n} seeds, mean ± std" if n > 1 else "1 seed"
+    t = Table(title=f"{result.variant}: test metrics ({what})")
+    for col in ("T-Acc", "T-F1", "QWK", "C-Acc", "C-F1", "training"):
         t.add_column(col, justify="right")
-    cell = [f"{s[k]['mean']:.3f} ± {s[k]['std']:.3f}" if k in s else "—" for k in ("t_acc", "t_f1", "c_acc", "c_f1")]
-    t.add_row(*cell, f"{s['stage1_seconds']:.0f}", f"{s['stage2_seconds']:.1f}")
+
+    def cell(k: str) -> str:
+        if k not in s:
+            return "—"
+        return f"{s[k]['mean']:.3f} ± {s[k]['std']:.3f}" if n > 1 and not folds else f"{s[k]['mean']:.3f}"
+
+    # training time of one run (of one fold); runs written before train_seconds was recorded add up their stages
+    seconds = float(s.get("train_seconds") or sum(float(s.get(f"{x}_seconds", 0.0)) for x in ("stage1", "joint", "stage2")))
+    t.add_row(*(cell(k) for k in ("t_acc", "t_f1", "qwk", "c_acc", "c_f1")),
+              f"{seconds / 60:.1f} min" + (" per fold" if folds else ""))
     out: list[Table] = [t]
     if len(result.reliability):
-        r = Table(title="reliability: inter-rater α vs learned noise σ² and shrinkage A_kk")
+        r = Table(title="reliability: inter-rater α, noise σ², shrinkage A_kk")
         for col in ("concept", "α", "σ²", "A_kk", "test C-Acc", "test C-F1"):
             r.add_column(col, justify="right" if col != "concept" else "left")
         for row in result.reliability.to_dict("records"):
