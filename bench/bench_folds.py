@@ -59,6 +59,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "long": {"variant": "reccbm", "preset": "default", "overrides": {"stage1": {"epochs": 4}, "joint": {"epochs": 6}}},
     "joint8": {"variant": "reccbm", "preset": "default", "overrides": {"joint": {"epochs": 8}}},
     "long6": {"variant": "reccbm", "preset": "default", "overrides": {"stage1": {"epochs": 6}, "joint": {"epochs": 4}}},
+    # the joint stage's dev selection (T-F1 on ~230 answers, the start state competing, Stage I's patience 3) undid
+    # joint8 on fold 0; "last" keeps the final state of a fixed budget instead
+    "last": {"variant": "reccbm", "preset": "default", "overrides": {"joint": {"select": "last"}}},
+    "long-last": {"variant": "reccbm", "preset": "default",
+                  "overrides": {"stage1": {"epochs": 4}, "joint": {"epochs": 6, "select": "last"}}},
+    "long6-last": {"variant": "reccbm", "preset": "default",
+                   "overrides": {"stage1": {"epochs": 6}, "joint": {"epochs": 4, "select": "last"}}},
 }
 
 

@@ -115,7 +115,8 @@ class JointConfig:
     trained together on λ_c L_con + λ_r L_rank + λ_t L_task (+ λ_d L_den + λ_s L_spa) through the soft
     bottleneck, so the grade signal reaches the encoder. Batch, warm-up, λ_c, λ_r, clipping and weight decay
     are Stage I's; λ_d, λ_s are Stage II's. The epoch kept has the best dev T-F1 among those whose dev C-Acc
-    stays within ``c_acc_drop`` of Stage I's (the state before the joint stage is a candidate too).
+    stays within ``c_acc_drop`` of Stage I's (the state before the joint stage is a candidate too), or, with
+    ``select="last"``, the state after the last epoch.
     """
 
     epochs: int = 0  # 0 = off (the paper's two stages)
@@ -123,6 +124,10 @@ class JointConfig:
     head_lr: float = 1e-3  # learning rate of the grade head W (and U) and of LCEC's L, η
     lambda_t: float = 1.0  # λ_t: weight of the grade cross-entropy L_task (Eq. 23)
     c_acc_drop: float = 0.01  # largest dev C-Acc loss (vs Stage I) an epoch may have and still be selected
+    # Which state the joint stage keeps. "t_f1": the epoch with the best dev T-F1 among those holding dev C-Acc,
+    # the starting state included, with Stage I's patience. "last": the whole budget, the final state (the
+    # learning rate has decayed to 0 by then); no dev selection, so a small dev split cannot undo the stage.
+    select: str = "t_f1"
     # Share of (answer, concept) pairs whose p̂_k is replaced by the one-hot adjudicated level in each training
     # batch (random interventions). Without it a jointly trained head learns to read soft p̂ that carry grade
     # information beyond the level, and an expert's correction (a one-hot level) moves the grade the wrong way.

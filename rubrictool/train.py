@@ -20,7 +20,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ __all__ = [
     "TrainResult",
     "load_train_config",
     "prepare_table",
+    "preset_config",
     "reliability_table",
     "train_folds",
     "train_model",
@@ -111,6 +112,19 @@ def _merge(*layers: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any
     for layer in layers:
         for section, values in (layer or {}).items():
             out.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+    return out
+
+
+def preset_config(preset: str) -> dict[str, dict[str, Any]]:
+    """Every field of every section as ``--preset NAME`` sets it (the paper's dataclass defaults, CPU_DEFAULTS,
+    then the preset), before a config file or command-line options; the model's sizes come from the rubric."""
+    if preset not in PRESETS:
+        raise TrainError(f"unknown preset {preset!r}; use {' or '.join(PRESETS)}")
+    cfgs = _merge(CPU_DEFAULTS, PRESETS[preset])
+    out: dict[str, dict[str, Any]] = {}
+    for sec, cls in SECTIONS.items():
+        out[sec] = {f.name: cfgs[sec].get(f.name, f.default) for f in fields(cls)
+                    if f.name in cfgs[sec] or f.default is not MISSING}
     return out
 
 
@@ -617,6 +631,7 @@ FLAT_OPTIONS: dict[str, list[tuple[str, str]]] = {
     "concept_loss": [("stage1", "concept_loss")],
     "joint_epochs": [("joint", "epochs")],
     "joint_lr": [("joint", "lr")],
+    "joint_select": [("joint", "select")],
     "holdout": [("stage2", "holdout")],
     "intervention_p": [("joint", "intervention_p"), ("stage2", "intervention_p")],
     "stage2_select": [("stage2", "select")],

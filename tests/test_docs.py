@@ -94,3 +94,39 @@ def test_check_mode_detects_a_stale_reference(tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, script, "--out", str(stale)], check=False, capture_output=True, text=True, cwd=ROOT,
                          timeout=120)
     assert res.returncode == 0 and stale.read_text(encoding="utf-8") == render(app)
+
+
+def _doc_value(cell: str) -> Any:
+    text = cell.strip().strip("`")
+    if text in ("on", "off"):
+        return text == "on"
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def test_training_guide_states_both_presets_as_the_code_sets_them() -> None:
+    """docs/training.md's preset table: every value is what `--preset paper/default` sets, and every field the
+    two presets set differently has a row (a changed default cannot leave the guide behind)."""
+    import re
+
+    from rubrictool.train import preset_config
+
+    paper, default = preset_config("paper"), preset_config("default")
+    text = (ROOT / "docs" / "training.md").read_text()
+    documented: set[tuple[str, str]] = set()
+    for line in text.splitlines():
+        if not line.startswith("| `--"):
+            continue
+        cells = line.split("|")[1:-1]
+        keys = re.findall(r"`(model|stage1|joint|stage2)\.(\w+)`", cells[0])
+        assert keys, line
+        for sec, name in keys:
+            documented.add((sec, name))
+            for preset, cfg, cell in (("paper", paper, cells[1]), ("default", default, cells[2])):
+                want, got = cfg[sec][name], _doc_value(cell)
+                assert (float(want) if isinstance(want, (int, float)) and not isinstance(want, bool) else want) == got, \
+                    f"docs/training.md says {sec}.{name} = {cell.strip()} under {preset}; the code sets {want!r}"
+    differing = {(sec, k) for sec in paper for k in paper[sec] if paper[sec][k] != default[sec][k]}
+    assert differing <= documented, f"no row in docs/training.md for {sorted(differing - documented)}"

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+import reccbm
+import reccbm.train
 from reccbm import (
     JointConfig,
     StageIIConfig,
@@ -140,6 +142,33 @@ def test_joint_selection_respects_the_concept_accuracy_floor(backbone: str) -> N
     res = train_joint(model, train, dev, FAST1, JointConfig(epochs=1, lr=1e-3, c_acc_drop=5.0), FAST2,
                       tok.pad_token_id, 0.0)
     assert res.best["t_f1"] == max(h["t_f1"] for h in res.history)
+
+
+def test_joint_select_last_keeps_the_final_state_whatever_dev_says(backbone: str) -> None:
+    """select="last": every epoch runs (no early stop, even at patience 1 on a dev set that cannot improve),
+    the start is no candidate, and the model is the state after the last epoch."""
+    from dataclasses import replace
+
+    model, tok = tiny_model(backbone, head="level")
+    train, dev = encoded(tok, toy_table(16, seed=1)), encoded(tok, toy_table(8, seed=2))
+    seen: list[dict[str, torch.Tensor]] = []
+    real_predict = reccbm.train.predict
+
+    def spy(m, *a, **k):  # type: ignore[no-untyped-def]
+        seen.append({n: t.detach().clone() for n, t in m.state_dict().items()})
+        return real_predict(m, *a, **k)
+
+    cfg = replace(FAST1, patience=1)
+    joint = JointConfig(epochs=3, lr=3e-3, head_lr=1e-2, select="last")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(reccbm.train, "predict", spy)
+        res = train_joint(model, train, dev, cfg, joint, FAST2, tok.pad_token_id, 2.0)  # impossible C-Acc floor
+    assert [h["epoch"] for h in res.history] == [1, 2, 3] and res.best_epoch == 3
+    final = model.state_dict()
+    assert all(torch.equal(final[n], t) for n, t in seen[-1].items())  # the state evaluated after epoch 3
+    assert any(not torch.equal(final[n], t) for n, t in seen[0].items())  # ... not the one after epoch 1
+    with pytest.raises(reccbm.ReccbmError, match="unknown joint selection"):
+        train_joint(model, train, dev, cfg, JointConfig(epochs=1, select="best"), FAST2, tok.pad_token_id, 0.0)
 
 
 def test_stage2_selection_on_dev_nll(backbone: str) -> None:

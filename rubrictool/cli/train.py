@@ -102,7 +102,8 @@ def train_cmd(
     query_lr_multiplier: Annotated[float | None, typer.Option("--query-lr-mult", help="Query learning rate ÷ Stage I's (1).")] = None,
     concept_loss: Annotated[str | None, typer.Option("--concept-loss", help="L_con over concepts: mean or sum (paper).")] = None,
     joint_epochs: Annotated[int | None, typer.Option("--joint-epochs", help="Joint stage epochs after Stage I (0 = off).")] = None,
-    joint_lr: Annotated[float | None, typer.Option("--joint-lr", help="Joint stage learning rate (2e-5).")] = None,
+    joint_lr: Annotated[float | None, typer.Option("--joint-lr", help="Joint stage learning rate (preset: 5e-5).")] = None,
+    joint_select: Annotated[str | None, typer.Option("--joint-select", help="Joint stage state kept: t_f1 (best dev T-F1 holding C-Acc) or last.")] = None,
     holdout: Annotated[float | None, typer.Option("--holdout", help="Share of train held out of Stage I for Stage II (0 = paper).")] = None,
     stage2_select: Annotated[str | None, typer.Option("--stage2-select", help="Stage II epoch selection: t_f1 or nll.")] = None,
     intervention_p: Annotated[float | None, typer.Option("--intervention-p", help="Share of concepts set to their label while training the head (0 = paper).")] = None,
@@ -127,7 +128,7 @@ def train_cmd(
             epochs=epochs, max_len=max_len, batch_size=batch_size, lr=lr, stage2_lr=stage2_lr, tau=tau,
             lambda_r=lambda_r, lambda_d=lambda_d, lambda_s=lambda_s, mixed_precision=mixed_precision, device=device,
             head=head, query_init=query_init, center=center, query_lr_multiplier=query_lr_multiplier,
-            concept_loss=concept_loss, joint_epochs=joint_epochs, joint_lr=joint_lr, holdout=holdout,
+            concept_loss=concept_loss, joint_epochs=joint_epochs, joint_lr=joint_lr, joint_select=joint_select, holdout=holdout,
             stage2_select=stage2_select, intervention_p=intervention_p,
         )
     for table in result_tables(result):
