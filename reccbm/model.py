@@ -76,14 +76,14 @@ class TextEncoder(nn.Module):
         # caller's progress display (a hub download keeps its bar: only local loads are quiet).
         quiet = local and hf_logging.is_progress_bar_enabled()
         if quiet:
-            hf_logging.disable_progress_bar()
+            hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         try:
             full = AutoModel.from_pretrained(name_or_path, local_files_only=local)
         except OSError as exc:
             raise ReccbmError(f"cannot load backbone {name_or_path!r}: {exc}".splitlines()[0]) from exc
         finally:
             if quiet:
-                hf_logging.enable_progress_bar()
+                hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
         return cls(_encoder_part(full), full.config)
 
     @classmethod
