@@ -66,6 +66,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
                   "overrides": {"stage1": {"epochs": 4}, "joint": {"epochs": 6, "select": "last"}}},
     "long6-last": {"variant": "reccbm", "preset": "default",
                    "overrides": {"stage1": {"epochs": 6}, "joint": {"epochs": 4, "select": "last"}}},
+    # no hold-out: Stage I and the joint stage train on the whole training part (a fifth more answers), and the
+    # grade head is the one the joint stage trained on it, not a refit on the held-out fifth (~320 answers)
+    "nohold-last": {"variant": "reccbm", "preset": "default",
+                    "overrides": {"joint": {"select": "last"}, "stage2": {"holdout": 0.0}}},
 }
 
 
