@@ -151,13 +151,15 @@ def test_held_out_stage2_never_sees_outputs_for_answers_stage1_trained_on(
 def test_every_switch_is_saved_in_the_run_and_grade_applies_it(tmp_path: Path, backbone: str) -> None:
     code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(40), "--head", "level", "--query-init", "rubric",
                                "--tau", "0.5", "--no-center", "--concept-loss", "sum", "--joint-epochs", "1",
-                               "--holdout", "0", "--stage2-select", "nll", "--query-lr-mult", "3")
+                               "--joint-select", "last", "--holdout", "0", "--stage2-select", "nll", "--query-lr-mult", "3")
     assert code == 0, output
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert {k: cfg["model"][k] for k in ("head", "query_init", "tau", "center")} == {
         "head": "level", "query_init": "rubric", "tau": 0.5, "center": False}
     assert cfg["stage1"]["concept_loss"] == "sum" and cfg["stage1"]["query_lr_multiplier"] == 3.0
-    assert cfg["stage2"]["select"] == "nll" and cfg["joint"]["epochs"] == 1
+    assert cfg["stage2"]["select"] == "nll" and cfg["joint"]["epochs"] == 1 and cfg["joint"]["select"] == "last"
+    log = (run / "train.log").read_text()
+    assert "joint epoch 1:" in log and "joint: early stop" not in log
     model, _, meta = reccbm.load_checkpoint(run)
     assert model.U is not None and meta["model_config"]["head"] == "level"
     (tmp_path / "p").mkdir()
