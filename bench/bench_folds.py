@@ -70,6 +70,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # grade head is the one the joint stage trained on it, not a refit on the held-out fifth (~320 answers)
     "nohold-last": {"variant": "reccbm", "preset": "default",
                     "overrides": {"joint": {"select": "last"}, "stage2": {"holdout": 0.0}}},
+    "nohold-last-int50": {"variant": "reccbm", "preset": "default",
+                          "overrides": {"joint": {"select": "last", "intervention_p": 0.5},
+                                        "stage2": {"holdout": 0.0, "intervention_p": 0.5}}},
 }
 
 
