@@ -75,8 +75,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "default": {
         "model": {"head": "level", "query_init": "rubric", "center": True, "tau": 0.25},
         "stage1": {"epochs": 2, "concept_loss": "mean", "query_lr_multiplier": 10.0},
-        "joint": {"epochs": 4, "lr": 5e-5, "intervention_p": 0.25},
-        "stage2": {"holdout": 0.2, "intervention_p": 0.25},
+        "joint": {"epochs": 4, "lr": 5e-5, "intervention_p": 0.25, "select": "last"},
+        "stage2": {"intervention_p": 0.25},
     },
 }
 SECTIONS: dict[str, type[Any]] = {"model": ModelConfig, "stage1": StageIConfig, "joint": JointConfig,
