@@ -417,6 +417,10 @@ def train_model(
         save_split({k: list(v) for k, v in split.items()}, run / "split.json")
         (run / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True))
     notes = list(notes or [])
+    if mcfg.lcec and not plm and resolved["stage2"]["holdout"] == 0:
+        notes.append("σ² and A_kk are fitted on the outputs for the training answers themselves, where the encoder "
+                     "errs less than on new answers; --holdout 0.2 fits them on answers it never trained on, at a "
+                     "cost in grade accuracy (docs/training.md)")
     with _log_to(run / "train.log") if is_main else nullcontext():
         log.info("run %s: variant %s, rubric %s, %d/%d/%d items", run, name, rb.name, *(len(pos[s]) for s in pos))
         tokenizer = reccbm.load_tokenizer(mcfg.backbone or reccbm.default_backbone())

@@ -30,6 +30,7 @@ def test_train_writes_a_complete_run_directory(tmp_path: Path, backbone: str) ->
     assert code == 0, output
     assert "T-Acc" in output and "QWK" in output and "reliability" in output and "Spearman" in output
     assert "2 seeds, mean ± std" in output and " ± " in output and " min" in output
+    assert "σ² and A_kk are fitted on the outputs for the training answers themselves" in output  # default: no hold-out
     for name in ("config.yaml", "split.json", "metrics.json", "reliability.csv", "reliability.md", "train.log",
                  "model.safetensors", "model.json", "test_predictions.csv"):
         assert (run / name).is_file(), name
@@ -146,6 +147,7 @@ def test_held_out_stage2_never_sees_outputs_for_answers_stage1_trained_on(
     assert seen["cached"] - seen["stage1"], "Stage II never cached the held-out answers"
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg["stage2"]["holdout"] == 0.25 and cfg["joint"]["epochs"] == 1 and cfg["preset"] == "default"
+    assert "σ² and A_kk are fitted on the outputs for the training answers" not in output  # they are not
 
 
 def test_every_switch_is_saved_in_the_run_and_grade_applies_it(tmp_path: Path, backbone: str) -> None:
