@@ -133,6 +133,10 @@ class JointConfig:
     # information beyond the level, and an expert's correction (a one-hot level) moves the grade the wrong way.
     intervention_p: float = 0.0
 
+    def __post_init__(self) -> None:
+        if self.select not in ("t_f1", "last"):
+            raise ValueError(f"unknown joint selection {self.select!r}; use t_f1 or last")
+
 
 # name -> (plm, race, opcc, lcec); the eight RACE/OPCC/LCEC combinations are all reachable by flags.
 VARIANTS: dict[str, tuple[bool, bool, bool, bool]] = {

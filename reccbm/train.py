@@ -233,7 +233,8 @@ def _fit_encoder(
     """The epoch loop shared by Stage I, the PLM baseline and the joint stage (Accelerate, warm-up, early
     stopping). select maps dev metrics to a key (larger is better); start_candidate: the state before the
     first epoch is a candidate too (epoch 0), so a stage that does not help on dev changes nothing;
-    keep_last: run every epoch and keep the final state (dev metrics are logged, not used)."""
+    keep_last: every epoch counts as the best so far, so all of them run and the final state is kept (dev
+    metrics are logged, not used)."""
     set_seed(cfg.seed)
     train_stage = "joint" if stage == "joint" else "stage1"
     _freeze(model, train_stage)
@@ -283,12 +284,7 @@ def _fit_encoder(
         history.append({"epoch": epoch, "train_loss": total / max(1, steps_per_epoch)} | metrics)
         log.info("%s epoch %d: train loss %.4f, dev %s", stage, epoch, history[-1]["train_loss"], _fmt(metrics))
         key = select(metrics)
-        if keep_last:
-            best, best_epoch = metrics, epoch
-            if callback:
-                callback(Event(stage, "epoch", epoch, steps_per_epoch, steps_per_epoch, epochs, metrics=metrics))
-            continue
-        if best_key is None or key > best_key:
+        if keep_last or best_key is None or key > best_key:
             best_key, best, best_epoch, bad = key, metrics, epoch, 0
             best_state = {k: v.detach().to("cpu", copy=True) for k, v in unwrapped.state_dict().items()}
         else:
@@ -299,8 +295,7 @@ def _fit_encoder(
             log.info("%s: early stop after epoch %d (best epoch %d)", stage, epoch, best_epoch)
             break
     model = acc.unwrap_model(pmodel)
-    if not keep_last:
-        model.load_state_dict(best_state)
+    model.load_state_dict(best_state)
     model.to("cpu")
     acc.free_memory()
     seconds = time.perf_counter() - t0
@@ -381,8 +376,6 @@ def train_joint(
     """Joint stage: every parameter on the joint loss through the soft bottleneck. Starts from a trained
     Stage I and a fitted grade head; keeps the epoch (0 = the starting state) with the best dev T-F1 among
     those whose dev C-Acc >= reference_c_acc − joint.c_acc_drop, or with joint.select == "last" the final state."""
-    if joint.select not in ("t_f1", "last"):
-        raise ReccbmError(f"unknown joint selection {joint.select!r}; use t_f1 or last")
     if model.config.plm:
         raise ReccbmError("the PLM baseline has no concept bottleneck to train jointly")
     for name, items in (("train", train), ("dev", dev)):

@@ -402,7 +402,7 @@ def train_model(
         for sec, cls in SECTIONS.items():
             if sec != "model":
                 config_from_dict(cls, cfgs[sec])
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise TrainError(f"bad configuration: {exc}") from None
     df = prepare_table(table, rb, need_concepts=not plm)
     pos = _check_split(df, split)

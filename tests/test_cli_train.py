@@ -109,6 +109,10 @@ def test_empty_split_and_bad_options_end_in_a_clear_message(tmp_path: Path, back
     assert code == 1 and "exclude each other" in output and "drop --split or --folds" in output
     code, output, _ = train_with_cli(tmp_path, backbone, df, "--seeds", "0")
     assert code == 1 and "at least one seed" in output and "Traceback" not in output
+    (tmp_path / "sel").mkdir()
+    code, output, run = train_with_cli(tmp_path / "sel", backbone, df, "--joint-select", "best")
+    assert code == 1 and "unknown joint selection 'best'; use t_f1 or last" in output and "Traceback" not in output
+    assert not (run / "train.log").exists()  # refused before any training
 
 
 def test_mohler_rubric_matches_the_toy_table() -> None:

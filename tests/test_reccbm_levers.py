@@ -167,8 +167,8 @@ def test_joint_select_last_keeps_the_final_state_whatever_dev_says(backbone: str
     final = model.state_dict()
     assert all(torch.equal(final[n], t) for n, t in seen[-1].items())  # the state evaluated after epoch 3
     assert any(not torch.equal(final[n], t) for n, t in seen[0].items())  # ... not the one after epoch 1
-    with pytest.raises(reccbm.ReccbmError, match="unknown joint selection"):
-        train_joint(model, train, dev, cfg, JointConfig(epochs=1, select="best"), FAST2, tok.pad_token_id, 0.0)
+    with pytest.raises(ValueError, match="unknown joint selection 'best'; use t_f1 or last"):
+        JointConfig(epochs=1, select="best")
 
 
 def test_stage2_selection_on_dev_nll(backbone: str) -> None:
