@@ -417,7 +417,7 @@ def train_model(
         save_split({k: list(v) for k, v in split.items()}, run / "split.json")
         (run / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True))
     notes = list(notes or [])
-    if mcfg.lcec and not plm and resolved["stage2"]["holdout"] == 0:
+    if mcfg.lcec and not plm and not cfgs["stage2"].get("holdout"):
         notes.append("σ² and A_kk are fitted on the outputs for the training answers themselves, where the encoder "
                      "errs less than on new answers; --holdout 0.2 fits them on answers it never trained on, at a "
                      "cost in grade accuracy (docs/training.md)")
