@@ -4,7 +4,8 @@
    tested on its test part and pooled over the folds — a logistic regression on one-hot levels (the level
    head's form; L2 strength C from 0.1 to 10) and two non-linear heads (random forest, gradient boosting) that
    may read any combination of levels. T-Acc, T-F1 (with the F1 of every grade), QWK. A grader whose grade
-   goes through these eight concepts can at best do what its head does on the gold levels.
+   goes through these eight concepts can at best do what its head does on the gold levels. The pooled test
+   predictions of the PLM, the default and vanilla CBM (bench_folds.py) are scored beside them.
 2. ``decode CONFIG``: the decision rule on a finished configuration's grade distributions (needs the fold
    weights, ``model.safetensors``, which are not committed): argmax (what ``grade`` reports), the rounded
    expected grade, the median grade, and thresholds on the expected grade tuned on each fold's dev part for
@@ -34,6 +35,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import cohen_kappa_score, f1_score
 
 FOLDS = Path(__file__).resolve().parent / "results" / "folds"
+REFERENCE = ("plm", "default", "vanilla")
 
 
 def _scores(y: np.ndarray, p: np.ndarray) -> dict[str, Any]:
@@ -68,7 +70,20 @@ def gold(data_dir: str | None) -> dict[str, Any]:
             te = [pos[i] for i in s["test"]]
             pred[te] = make().fit(X[tr], y[tr]).predict(X[te])
         out[name] = _scores(y, pred)
+    # for reference: the pooled test predictions of the finished configurations (committed CSVs)
+    for cfg in REFERENCE:
+        files = sorted((FOLDS / cfg).glob("fold-*/test_predictions.csv"))
+        if len(files) == 5:
+            got = {str(i): int(g) for f in files for i, g in zip(*_id_grade(f))}
+            out[f"{cfg}: its pooled test predictions"] = _scores(y, np.array([got[i] for i in table["id"].astype(str)]))
     return out
+
+
+def _id_grade(path: Path) -> tuple[list[str], list[int]]:
+    import pandas as pd
+
+    df = pd.read_csv(path, dtype={"id": str})
+    return list(df["id"]), list(df["grade"])
 
 
 def _qwk_thresholds(e: np.ndarray, y: np.ndarray, n_grades: int) -> np.ndarray:
@@ -87,8 +102,19 @@ def _qwk_thresholds(e: np.ndarray, y: np.ndarray, n_grades: int) -> np.ndarray:
     return th
 
 
-def decode(config: str, data_dir: str | None) -> dict[str, Any]:
+def _grade_probs(grader: tuple[Any, Any, Any], df: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(grade probabilities, gold grades) of a loaded run on the rows of an AdjudicatedTable."""
     import reccbm
+
+    model, tok, _ = grader
+    aux = [" \n ".join(p for p in (str(r), str(c)) if p.strip())
+           for r, c in zip(df["reference"].fillna(""), df["context"].fillna(""))]
+    feats = reccbm.encode_inputs(tok, list(df["question"]), list(df["response"]), aux, model.config.max_len, [])
+    probs = reccbm.predict(model, reccbm.EncodedItems(feats), tok.pad_token_id).grade_probs
+    return probs, df["grade"].to_numpy(dtype=np.int64)
+
+
+def decode(config: str, data_dir: str | None) -> dict[str, Any]:
     from rubrictool.grade import load_grader
     from rubrictool.pipeline import benchmark_table
 
@@ -100,19 +126,10 @@ def decode(config: str, data_dir: str | None) -> dict[str, Any]:
         run = FOLDS / config / f"fold-{k}"
         if not (run / "model.safetensors").is_file():
             sys.exit(f"{run}: no model.safetensors (weights are not committed; train the folds here first)")
-        model, tok, _ = load_grader(run)
+        grader = load_grader(run)
         split = json.loads((run / "split.json").read_text())
-
-        def probs(ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
-            df = table.iloc[[pos[i] for i in ids]]
-            aux = [" \n ".join(p for p in (str(r), str(c)) if p.strip())
-                   for r, c in zip(df["reference"].fillna(""), df["context"].fillna(""))]
-            feats = reccbm.encode_inputs(tok, list(df["question"]), list(df["response"]), aux, model.config.max_len, [])
-            p = reccbm.predict(model, reccbm.EncodedItems(feats), tok.pad_token_id).grade_probs
-            return p, df["grade"].to_numpy(dtype=np.int64)
-
-        p_dev, y_dev = probs(split["dev"])
-        p_test, y_test = probs(split["test"])
+        p_dev, y_dev = _grade_probs(grader, table.iloc[[pos[i] for i in split["dev"]]])
+        p_test, y_test = _grade_probs(grader, table.iloc[[pos[i] for i in split["test"]]])
         g = np.arange(p_test.shape[1])
         e = p_test @ g
         th = _qwk_thresholds(p_dev @ g, y_dev, p_test.shape[1])
