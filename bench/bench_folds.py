@@ -55,7 +55,7 @@ def _on_heldout(**sections: dict[str, Any]) -> dict[str, Any]:
 
 
 def _on_default(**sections: dict[str, Any]) -> dict[str, Any]:
-    """The current default preset with 2 Stage I epochs (its Stage I until session 8), plus ``sections``."""
+    """The default preset with 2 Stage I epochs (its Stage I until session 8), plus ``sections``."""
     return _on({"stage1": {"epochs": 2}}, **sections)
 
 
@@ -89,10 +89,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "long6-last": _on_heldout(stage1={"epochs": 6}, joint={"epochs": 4, "select": "last"}),
     # no hold-out + "last" became the default (its fold 0 was screened as "nohold-last"); with more interventions:
     "nohold-last-int50": _on_default(joint={"intervention_p": 0.5}, stage2={"intervention_p": 0.5}),
-    # concept accuracy on top of the current default (its C-Acc is below vanilla's): the grade loss weighs a
-    # quarter in the joint stage, one more Stage I epoch (about 1.4 min more in the main job), and both
+    # the default from 2026-11-25 morning to session 8: 2 Stage I epochs
+    "s1x2": _on_default(),
+    # concept accuracy on top of s1x2 (its C-Acc is below vanilla's): the grade loss weighs a quarter in the
+    # joint stage, one more Stage I epoch ("s1x3": it became the default, its folds are default/), both, and two
+    # more
     "jl25": _on_default(joint={"lambda_t": 0.25}),
-    "s1x3": _on_default(stage1={"epochs": 3}),
     "jl25-s1x3": _on_default(stage1={"epochs": 3}, joint={"lambda_t": 0.25}),
     "s1x4": _on_default(stage1={"epochs": 4}),
 }

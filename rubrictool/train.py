@@ -74,7 +74,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "paper": {"stage1": {"epochs": 6}},
     "default": {
         "model": {"head": "level", "query_init": "rubric", "center": True, "tau": 0.25},
-        "stage1": {"epochs": 2, "concept_loss": "mean", "query_lr_multiplier": 10.0},
+        "stage1": {"epochs": 3, "concept_loss": "mean", "query_lr_multiplier": 10.0},
         "joint": {"epochs": 4, "lr": 5e-5, "intervention_p": 0.25, "select": "last"},
         "stage2": {"intervention_p": 0.25},
     },
