@@ -71,8 +71,8 @@ def test_level_head_has_a_weight_per_level_and_starts_as_the_scalar_head(backbon
     base = level.grade_from_concepts(onehot).grade_logits
     onehot[0, 1] = torch.tensor([1.0, 0.0, 0.0])
     moved = level.grade_from_concepts(onehot).grade_logits
-    delta = (moved - base)[0]
-    assert math.isclose(float(delta[2] - delta[0]), 1.5 + float(level.W.weight[2, 1] - level.W.weight[0, 1]) * -0.5,
+    delta = (moved - base)[0].detach()
+    assert math.isclose(float(delta[2] - delta[0]), 1.5 + (level.W.weight[2, 1] - level.W.weight[0, 1]).item() * -0.5,
                         rel_tol=1e-4, abs_tol=1e-5)
 
 
