@@ -130,3 +130,24 @@ def test_training_guide_states_both_presets_as_the_code_sets_them() -> None:
                     f"docs/training.md says {sec}.{name} = {cell.strip()} under {preset}; the code sets {want!r}"
     differing = {(sec, k) for sec in paper for k in paper[sec] if paper[sec][k] != default[sec][k]}
     assert differing <= documented, f"no row in docs/training.md for {sorted(differing - documented)}"
+
+
+def test_train_option_help_states_both_presets_as_the_code_sets_them() -> None:
+    """An option whose help says "(preset default X, paper Y)" is held to what the presets set."""
+    import re
+
+    from rubrictool.train import FLAT_OPTIONS, preset_config
+
+    presets = {"default": preset_config("default"), "paper": preset_config("paper")}
+    train = dict(COMMANDS)["rubrictool train"]
+    checked = 0
+    for param in train.params:
+        m = re.search(r"\(.*preset default ([^,]+), paper ([^)]+)\)", param.help or "")
+        if not m:
+            continue
+        sec, name = FLAT_OPTIONS[param.name][0]
+        for preset, said in (("default", m.group(1)), ("paper", m.group(2))):
+            want = presets[preset][sec].get(name, 0)
+            assert float(want) == _doc_value(said), f"--{param.name}: help says {said} under {preset}; the code sets {want!r}"
+        checked += 1
+    assert checked >= 5
