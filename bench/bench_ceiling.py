@@ -105,11 +105,10 @@ def _qwk_thresholds(e: np.ndarray, y: np.ndarray, n_grades: int) -> np.ndarray:
 def _grade_probs(grader: tuple[Any, Any, Any], df: Any) -> tuple[np.ndarray, np.ndarray]:
     """(grade probabilities, gold grades) of a loaded run on the rows of an AdjudicatedTable."""
     import reccbm
+    from rubrictool.grade import model_inputs
 
     model, tok, _ = grader
-    aux = [" \n ".join(p for p in (str(r), str(c)) if p.strip())
-           for r, c in zip(df["reference"].fillna(""), df["context"].fillna(""))]
-    feats = reccbm.encode_inputs(tok, list(df["question"]), list(df["response"]), aux, model.config.max_len, [])
+    feats = model_inputs(tok, df, model.config.max_len)
     probs = reccbm.predict(model, reccbm.EncodedItems(feats), tok.pad_token_id).grade_probs
     return probs, df["grade"].to_numpy(dtype=np.int64)
 

@@ -117,6 +117,21 @@ def load_grader(
     return model, tokenizer, meta
 
 
+TEXT_COLUMNS = ("question", "reference", "context", "response")
+
+
+def model_inputs(
+    tokenizer: Any, df: pd.DataFrame, max_len: int, truncated: list[int] | None = None
+) -> list[dict[str, list[int]]]:
+    """Token features of x = (q, r, a) for every row of an item table: the question, the reference answer
+    and the context joined as r, and the response. The one input rule that training, grading and the
+    report share; a missing column or an empty cell is empty text. ``truncated`` receives the positions
+    of the inputs cut to ``max_len`` tokens."""
+    text = {c: df[c].fillna("").astype(str).tolist() if c in df.columns else [""] * len(df) for c in TEXT_COLUMNS}
+    aux = [" \n ".join(p for p in (r, c) if p.strip()) for r, c in zip(text["reference"], text["context"])]
+    return reccbm.encode_inputs(tokenizer, text["question"], text["response"], aux, max_len, truncated)
+
+
 def grade_loaded(
     grader: tuple[reccbm.RecCBM, Any, dict[str, Any]],
     items: pd.DataFrame,
@@ -137,11 +152,10 @@ def grade_loaded(
         raise DataError("no items to grade: the table is empty")
     df = items.reset_index(drop=True).copy()
     df["id"] = df["id"].astype(str) if "id" in df.columns else [str(i) for i in range(len(df))]
-    for col in ("question", "reference", "context", "response"):
+    for col in TEXT_COLUMNS:
         df[col] = df[col].fillna("").astype(str) if col in df.columns else ""
-    aux = [" \n ".join(p for p in (r, c) if p.strip()) for r, c in zip(df["reference"], df["context"])]
     cut: list[int] = []
-    feats = reccbm.encode_inputs(tokenizer, list(df["question"]), list(df["response"]), aux, model.config.max_len, cut)
+    feats = model_inputs(tokenizer, df, model.config.max_len, cut)
     if cut:
         warn(progress, truncation_message(len(cut), len(df), model.config.max_len))
     on_batch = None

@@ -42,6 +42,7 @@ from rubrictool.data import (
 from rubrictool.errors import DataError, TrainError
 from rubrictool.evaluate import majority_baseline, oracle_concept_baseline, pooled_metrics, spearman_with_ci
 from rubrictool.flags import profile_from_table, save_profile
+from rubrictool.grade import model_inputs
 from rubrictool.grade import predictions_frame as _predictions_frame
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.provenance import git_revision
@@ -163,8 +164,7 @@ class TrainResult:
 def _encode(
     df: pd.DataFrame, rubric: Rubric, tokenizer: Any, max_len: int, concepts: bool, truncated: list[int] | None = None
 ) -> reccbm.EncodedItems:
-    aux = [" \n ".join(p for p in (r, c) if p.strip()) for r, c in zip(df["reference"], df["context"])]
-    feats = reccbm.encode_inputs(tokenizer, list(df["question"]), list(df["response"]), aux, max_len, truncated)
+    feats = model_inputs(tokenizer, df, max_len, truncated)
     c = df[[f"_c_{k}" for k in rubric.keys]].to_numpy(np.int64) if concepts else None
     y = df["_y"].to_numpy(np.int64) if "_y" in df.columns else None
     return reccbm.EncodedItems(feats, c, y)

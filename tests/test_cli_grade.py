@@ -87,3 +87,20 @@ def test_grade_int8_mostly_agrees_with_float(tmp_path: Path, run: Path) -> None:
     assert res.exit_code == 0, res.output
     q, f = pd.read_csv(tmp_path / "q.csv"), grade_items(run, new)
     assert (q["grade"] == f["grade"]).mean() >= 0.8
+
+
+def test_model_inputs_is_the_one_input_rule(backbone: str) -> None:
+    """x = (question, reference ⊕ context, response); a missing column or an empty cell is empty text."""
+    from rubrictool.grade import model_inputs
+
+    tok = reccbm.load_tokenizer(backbone)
+    full = pd.DataFrame({"question": ["What is a stack?"], "reference": ["LIFO list"], "context": [None],
+                         "response": ["last in, first out"]})
+    no_context = full.drop(columns=["context"])
+    with_context = full.assign(context=["week 3"])
+    direct = reccbm.encode_inputs(tok, ["What is a stack?"], ["last in, first out"], ["LIFO list \n week 3"], 64)
+    assert model_inputs(tok, full, 64) == model_inputs(tok, no_context, 64)
+    assert model_inputs(tok, with_context, 64) == direct != model_inputs(tok, full, 64)
+    cut: list[int] = []
+    model_inputs(tok, with_context.assign(response=["word " * 200]), 32, cut)
+    assert cut == [0]

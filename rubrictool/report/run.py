@@ -22,7 +22,7 @@ import reccbm
 from reccbm import Predictions, ReccbmError
 from reccbm.data import collate
 from rubrictool.errors import DataError, TrainError
-from rubrictool.grade import parse_overrides
+from rubrictool.grade import model_inputs, parse_overrides
 from rubrictool.provenance import git_revision
 
 __all__ = [
@@ -193,11 +193,9 @@ def predict_with_attention(run: Run, items: pd.DataFrame, batch_size: int = 16) 
     import torch
 
     df = items.reset_index(drop=True)
-    for col in ("question", "reference", "context", "response"):
-        df[col] = df[col].fillna("").astype(str) if col in df.columns else ""
-    aux = [" \n ".join(p for p in (r, c) if p.strip()) for r, c in zip(df["reference"], df["context"])]
+    df["response"] = df["response"].fillna("").astype(str) if "response" in df.columns else ""
     tok = run.tokenizer
-    feats = reccbm.encode_inputs(tok, list(df["question"]), list(df["response"]), aux, run.model.config.max_len)
+    feats = model_inputs(tok, df, run.model.config.max_len)
     enc = reccbm.EncodedItems(feats)
     preds = reccbm.predict(run.model, enc, tok.pad_token_id, batch_size)
     tokens: list[list[str]] = []
