@@ -62,7 +62,10 @@ def load_checkpoint(run_dir: str | Path) -> tuple[RecCBM, Any, dict[str, Any]]:
 
     run = Path(run_dir)
     meta = read_meta(run)
-    cfg: ModelConfig = config_from_dict(ModelConfig, meta["model_config"])
+    try:
+        cfg: ModelConfig = config_from_dict(ModelConfig, meta["model_config"])
+    except (TypeError, ValueError) as exc:
+        raise ReccbmError(f"{run / 'model.json'}: bad model_config: {exc}") from None
     weights = run / "model.safetensors"
     if not weights.is_file():
         raise ReccbmError(f"{run_dir} has no model.safetensors")

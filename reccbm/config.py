@@ -25,6 +25,12 @@ __all__ = [
 ]
 
 
+def _choice(what: str, value: str, options: tuple[str, ...]) -> None:
+    """Refuse an unknown value of a field that names one of ``options`` (when the config is built)."""
+    if value not in options:
+        raise ValueError(f"unknown {what} {value!r}; use {' or '.join(options)}")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Architecture of one REC-CBM (or baseline) model."""
@@ -49,6 +55,10 @@ class ModelConfig:
     # "rubric": each q_k points where the pretrained encoder puts concept k's definition and level anchors
     # (its mean-pooled embedding minus the mean over concepts), so RACE starts rubric-aware.
     query_init: str = "orthogonal"
+
+    def __post_init__(self) -> None:
+        _choice("grade head", self.head, ("scalar", "level"))
+        _choice("query init", self.query_init, ("orthogonal", "rubric"))
 
     @property
     def M(self) -> int:
@@ -83,6 +93,9 @@ class StageIConfig:
     # eight cross-entropies outweigh L_rank (a mean over concepts) K-fold, so λ_r barely acts.
     concept_loss: str = "sum"
 
+    def __post_init__(self) -> None:
+        _choice("concept loss", self.concept_loss, ("sum", "mean"))
+
 
 @dataclass(frozen=True)
 class StageIIConfig:
@@ -107,6 +120,9 @@ class StageIIConfig:
     select: str = "t_f1"  # dev selection of the Stage II epoch: "t_f1" (paper; ties: T-Acc) or "nll" (dev grade NLL)
     intervention_p: float = 0.0  # share of p̂_k replaced by the one-hot label per batch (see JointConfig); 0 = paper
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes carried into the checkpoint
+
+    def __post_init__(self) -> None:
+        _choice("Stage II selection", self.select, ("t_f1", "nll"))
 
 
 @dataclass(frozen=True)
@@ -134,8 +150,7 @@ class JointConfig:
     intervention_p: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.select not in ("t_f1", "last"):
-            raise ValueError(f"unknown joint selection {self.select!r}; use t_f1 or last")
+        _choice("joint selection", self.select, ("t_f1", "last"))
 
 
 # name -> (plm, race, opcc, lcec); the eight RACE/OPCC/LCEC combinations are all reachable by flags.

@@ -316,8 +316,6 @@ class RecCBM(nn.Module):
         self.bottleneck = ConceptBottleneck(K, config.num_levels, d, config.tau, config.race)
         self.lcec = LatentCorrection(K, config.eps) if config.lcec else None
         self.W = nn.Linear(K, config.num_grades)  # (S+1, K) task classifier W with bias (Eq. 22)
-        if config.head not in ("scalar", "level"):
-            raise ReccbmError(f"unknown grade head {config.head!r}; use scalar or level")
         # (S+1, K, M+1) level weights U of the "level" head, zero at init (= the scalar head)
         self.U = nn.Parameter(torch.zeros(config.num_grades, K, config.num_levels)) if config.head == "level" else None
 

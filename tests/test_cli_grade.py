@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +78,16 @@ def test_grade_bad_inputs_end_in_a_clear_message(tmp_path: Path, run: Path) -> N
     assert res.exit_code == 2 and "--run" in res.output
     res = runner.invoke(app, ["grade", "--run", str(run), "--model", str(run), "--data", str(tmp_path / "bad.csv")])
     assert res.exit_code == 2 and "give only --run" in res.output
+    edited = tmp_path / "edited-run"
+    shutil.copytree(run, edited)
+    meta = json.loads((edited / "model.json").read_text())
+    meta["model_config"]["head"] = "levels"
+    (edited / "model.json").write_text(json.dumps(meta))
+    new = mohler_like_table(3, seed=9)[["id", "question", "response"]]
+    new.to_csv(tmp_path / "new.csv", index=False)
+    res = runner.invoke(app, ["grade", "--run", str(edited), "--data", str(tmp_path / "new.csv")])
+    assert res.exit_code == 1 and "bad model_config: unknown grade head 'levels'" in res.output
+    assert "Traceback" not in res.output
 
 
 def test_grade_int8_mostly_agrees_with_float(tmp_path: Path, run: Path) -> None:

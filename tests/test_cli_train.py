@@ -115,6 +115,21 @@ def test_empty_split_and_bad_options_end_in_a_clear_message(tmp_path: Path, back
     assert not (run / "train.log").exists()  # refused before any training
 
 
+@pytest.mark.parametrize(("option", "what", "options"), [
+    ("--head", "grade head", "scalar or level"),
+    ("--query-init", "query init", "orthogonal or rubric"),
+    ("--concept-loss", "concept loss", "sum or mean"),
+    ("--joint-select", "joint selection", "t_f1 or last"),
+    ("--stage2-select", "Stage II selection", "t_f1 or nll"),
+])
+def test_an_unknown_choice_is_refused_before_training(tmp_path: Path, backbone: str, option: str, what: str,
+                                                      options: str) -> None:
+    """A misspelt choice used to train silently with another one (e.g. --stage2-select NLL ran t_f1)."""
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(20), option, "bogus")
+    assert code == 1 and f"unknown {what} 'bogus'; use {options}" in output and "Traceback" not in output
+    assert not run.exists()  # refused before anything is written
+
+
 def test_mohler_rubric_matches_the_toy_table() -> None:
     rb = load_rubric("mohler")
     assert rb.keys == KEYS and (rb.scale.min, rb.scale.max, rb.grade.min, rb.grade.max) == (1, 3, 0, 5)
