@@ -30,6 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
+import pandas as pd
 from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import cohen_kappa_score, f1_score
@@ -39,10 +40,12 @@ REFERENCE = ("plm", "default", "vanilla")
 
 
 def _scores(y: np.ndarray, p: np.ndarray) -> dict[str, Any]:
-    return {"t_acc": float(np.mean(p == y)), "t_f1": float(f1_score(y, p, average="macro")),
-            "qwk": float(cohen_kappa_score(y, p, weights="quadratic")),
-            "rmse": float(np.sqrt(np.mean((p - y) ** 2))),
-            "f1_per_grade": [round(float(v), 3) for v in f1_score(y, p, average=None, labels=sorted(set(y)))]}
+    """The project's grade metrics (T-Acc, T-F1, QWK, RMSE) and the F1 of every grade."""
+    from reccbm import grade_metrics
+
+    m = grade_metrics(y, p)
+    return {k: m[k] for k in ("t_acc", "t_f1", "qwk", "rmse")} | {
+        "f1_per_grade": [round(float(v), 3) for v in f1_score(y, p, average=None, labels=sorted(set(y)))]}
 
 
 def gold(data_dir: str | None) -> dict[str, Any]:
@@ -70,20 +73,13 @@ def gold(data_dir: str | None) -> dict[str, Any]:
             te = [pos[i] for i in s["test"]]
             pred[te] = make().fit(X[tr], y[tr]).predict(X[te])
         out[name] = _scores(y, pred)
-    # for reference: the pooled test predictions of the finished configurations (committed CSVs)
+    # for reference: the pooled test predictions of the finished configurations (committed)
     for cfg in REFERENCE:
-        files = sorted((FOLDS / cfg).glob("fold-*/test_predictions.csv"))
-        if len(files) == 5:
-            got = {str(i): int(g) for f in files for i, g in zip(*_id_grade(f))}
-            out[f"{cfg}: its pooled test predictions"] = _scores(y, np.array([got[i] for i in table["id"].astype(str)]))
+        path = FOLDS / cfg / "pooled_predictions.csv"
+        if path.is_file():
+            pooled = pd.read_csv(path)
+            out[f"{cfg}: its pooled test predictions"] = _scores(pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy())
     return out
-
-
-def _id_grade(path: Path) -> tuple[list[str], list[int]]:
-    import pandas as pd
-
-    df = pd.read_csv(path, dtype={"id": str})
-    return list(df["id"]), list(df["grade"])
 
 
 def _qwk_thresholds(e: np.ndarray, y: np.ndarray, n_grades: int) -> np.ndarray:
