@@ -91,9 +91,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "nohold-last-int50": _on_default(joint={"intervention_p": 0.5}, stage2={"intervention_p": 0.5}),
     # the default from 2026-11-25 morning to session 8: 2 Stage I epochs
     "s1x2": _on_default(),
-    # concept accuracy on top of s1x2 (its C-Acc is below vanilla's): the grade loss weighs a quarter in the
-    # joint stage, one more Stage I epoch ("s1x3": it became the default, its folds are default/), both, and two
-    # more
+    # concept accuracy on top of s1x2 (its C-Acc is below vanilla's): the grade loss weighs a quarter in the joint
+    # stage (jl25); a third Stage I epoch ("s1x3", screened under that name, is the default now: default/); both;
+    # a fourth Stage I epoch (s1x4)
     "jl25": _on_default(joint={"lambda_t": 0.25}),
     "jl25-s1x3": _on_default(stage1={"epochs": 3}, joint={"lambda_t": 0.25}),
     "s1x4": _on_default(stage1={"epochs": 4}),
