@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -336,3 +337,32 @@ def test_several_key_level_pairs_on_one_line() -> None:
     assert levels(line) == WANT and parse_reply(line, RUBRIC).ok
     assert levels("Scores: " + line) == {}  # prose in front: not a bare list of pairs, not guessed
     assert not parse_reply("FC=3; XX=2; TU=3", RUBRIC).ok  # an unknown key: not read as pairs
+
+
+def _open_at_once(path: str, barrier: Any, out: Any) -> None:
+    barrier.wait()
+    try:
+        ReplyCache(path).close()
+        out.put("")
+    except AnnotateError as exc:
+        out.put(str(exc))
+
+
+def test_workers_open_the_cache_the_parent_created_without_locking_each_other(tmp_path: Path) -> None:
+    """annotate --workers creates the cache before forking: opened by four processes at the same moment it
+    never reports "database is locked" (four processes each creating it raced for the write lock)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    failures = []
+    for trial in range(15):
+        path = str(tmp_path / f"c{trial}.sqlite")
+        ReplyCache(path).close()  # what _run_workers does first
+        barrier, out = ctx.Barrier(4), ctx.Queue()
+        procs = [ctx.Process(target=_open_at_once, args=(path, barrier, out)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        failures += [msg for msg in (out.get(timeout=60) for _ in procs) if msg]
+        for p in procs:
+            p.join()
+    assert failures == []

@@ -181,6 +181,9 @@ def _run_workers(
         ctx.set_forkserver_preload(["rubrictool.annotate", "litellm"])  # imported once, not per worker
     else:
         ctx = mp.get_context("spawn")
+    # The cache is created here, once: WAL mode and the table are set before the workers open it. Workers that
+    # each had to create it at the same moment raced for the write lock ("database is locked").
+    _open_cache(config).close()
     subs = _shard_configs(config, len(jobs))
     w = len(subs)
     q = ctx.Queue()
