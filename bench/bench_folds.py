@@ -59,6 +59,11 @@ def _on_default(**sections: dict[str, Any]) -> dict[str, Any]:
     return _on({"stage1": {"epochs": 2}}, **sections)
 
 
+def _on_s1x3(**sections: dict[str, Any]) -> dict[str, Any]:
+    """The default preset of session 8 (3 Stage I epochs), plus ``sections``."""
+    return _on({"stage1": {"epochs": 3}}, **sections)
+
+
 # name -> train_model keyword arguments (variant, preset, overrides)
 CONFIGS: dict[str, dict[str, Any]] = {
     "default": {"variant": "reccbm", "preset": "default"},
@@ -97,6 +102,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "jl25": _on_default(joint={"lambda_t": 0.25}),
     "jl25-s1x3": _on_default(stage1={"epochs": 3}, joint={"lambda_t": 0.25}),
     "s1x4": _on_default(stage1={"epochs": 4}),
+    # session 9, on the default of session 8 (3 Stage I epochs, pinned): Stage II (LCEC and the head) refitted on
+    # cross-fitted outputs, every training answer's p̂ from one of two models that never trained on it
+    "crossfit2": _on_s1x3(stage2={"crossfit": 2}),
 }
 
 

@@ -117,12 +117,21 @@ class StageIIConfig:
     # Stage I outputs for answers the encoder never trained on, so L_den sees the errors it makes on new
     # answers (σ_k², A_kk describe them). 0 = the paper: Stage II on the training split's own outputs.
     holdout: float = 0.0
+    # Cross-fitted Stage II: k >= 2 trains k extra Stage I (+ joint stage) models, each on the training split
+    # without one of k grade-stratified parts, and fits LCEC and the head on every training answer's output
+    # from the model that did not train on it; the model kept (and tested) is still the one trained on all
+    # of the split. Costs k extra trainings on (k-1)/k of the data. 0 = off (the paper).
+    crossfit: int = 0
     select: str = "t_f1"  # dev selection of the Stage II epoch: "t_f1" (paper; ties: T-Acc) or "nll" (dev grade NLL)
     intervention_p: float = 0.0  # share of p̂_k replaced by the one-hot label per batch (see JointConfig); 0 = paper
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes carried into the checkpoint
 
     def __post_init__(self) -> None:
         _choice("Stage II selection", self.select, ("t_f1", "nll"))
+        if self.crossfit == 1 or self.crossfit < 0:
+            raise ValueError(f"crossfit is 0 (off) or a number of parts >= 2, got {self.crossfit}")
+        if self.crossfit and self.holdout > 0:
+            raise ValueError("crossfit and holdout are two ways to fit Stage II on unseen answers; use one")
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ class Event:
     epochs: int = 0
     loss: float = float("nan")
     metrics: dict[str, float] = field(default_factory=dict)
+    part: str = ""  # which of several models of one run reports, e.g. "cross-fit 1/2"; "" = the run's model
 
 
 Callback = Callable[[Event], None]

@@ -64,6 +64,8 @@ def from_training_event(ev: Any) -> Progress | None:
     """A ``reccbm.Event`` as a :class:`Progress`: one task per Stage I (joint stage, PLM) epoch counting
     optimiser steps, and one Stage II task counting epochs (Stage II reports only finished epochs)."""
     label = _STAGES.get(ev.stage, ev.stage)
+    if getattr(ev, "part", ""):
+        label = f"{ev.part}: {label}"
     if ev.stage == "stage2":
         if ev.kind != "epoch":
             return None

@@ -20,7 +20,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +191,19 @@ def concept_texts(rubric: Rubric) -> list[str]:
     return [f"{c.name}. {c.definition} " + " ".join(f"{lv.anchor}." for lv in c.levels) for c in rubric.concepts]
 
 
+def _stratified_parts(items: reccbm.EncodedItems, k: int, seed: int, salt: int) -> list[list[int]]:
+    """Positions of ``items`` dealt into k grade-stratified, seeded parts (each grade round-robin)."""
+    assert items.grades is not None
+    rng = np.random.default_rng([seed, salt])
+    parts: list[list[int]] = [[] for _ in range(k)]
+    offset = 0
+    for g in np.unique(items.grades):
+        for i, p in enumerate(rng.permutation(np.flatnonzero(items.grades == g)).tolist()):
+            parts[(offset + i) % k].append(p)
+        offset += len(np.flatnonzero(items.grades == g))  # the next grade starts where this one stopped
+    return [sorted(p) for p in parts]
+
+
 def _holdout(items: reccbm.EncodedItems, share: float, seed: int) -> tuple[list[int], list[int]]:
     """Positions (fit, held) of a grade-stratified, seeded hold-out of `share` of the items."""
     assert items.grades is not None
@@ -219,6 +232,54 @@ def _fit_stage2(
                                torch.tensor(dev.grades), s2, callback)
 
 
+def _concept_model(
+    seed: int, cfgs: dict[str, dict[str, Any]], mcfg: ModelConfig, fit: reccbm.EncodedItems, dev: reccbm.EncodedItems,
+    tokenizer: Any, callback: Callable[[reccbm.Event], None] | None, texts: list[str] | None, head: bool,
+) -> tuple[reccbm.RecCBM, reccbm.StageResult, reccbm.StageResult | None, reccbm.StageResult | None]:
+    """A fresh model through Stage I and, when configured, the joint stage on ``fit``: (model, Stage I, Stage II, joint).
+
+    Stage II runs on ``fit``'s own outputs when the joint stage needs a head to start from, or when ``head``."""
+    s1 = config_from_dict(StageIConfig, cfgs["stage1"] | {"seed": seed})
+    s2 = config_from_dict(StageIIConfig, cfgs["stage2"] | {"seed": seed})
+    jc = config_from_dict(JointConfig, cfgs["joint"])
+    reccbm.set_seed(seed)
+    model = reccbm.RecCBM(mcfg, reccbm.TextEncoder.from_pretrained(mcfg.backbone or reccbm.default_backbone()))
+    pad = tokenizer.pad_token_id
+    if mcfg.race and mcfg.query_init == "rubric":
+        if texts is None:
+            raise TrainError("query_init 'rubric' needs the rubric's concept texts")
+        reccbm.init_rubric_queries(model, tokenizer, texts)
+    r1 = reccbm.train_concepts(model, fit, dev, s1, pad, callback)
+    rj = r2 = None
+    if head or jc.epochs > 0:  # the paper's Stage II, or the head the joint stage starts from
+        r2 = _fit_stage2(model, fit, dev, pad, s1, s2, callback)
+    if jc.epochs > 0:
+        rj = reccbm.train_joint(model, fit, dev, s1, jc, s2, pad, r1.best["c_acc"], callback)
+    return model, r1, r2, rj
+
+
+def _out_of_fold(
+    seed: int, cfgs: dict[str, dict[str, Any]], mcfg: ModelConfig, fit: reccbm.EncodedItems, dev: reccbm.EncodedItems,
+    tokenizer: Any, callback: Callable[[reccbm.Event], None] | None, texts: list[str] | None, k: int,
+) -> tuple[torch.Tensor, list[list[int]]]:
+    """Cross-fitting: p̂ (N, K, M+1) for every item of ``fit``, each from a model trained without its part."""
+    parts = _stratified_parts(fit, k, seed, 11)
+    p_oof: torch.Tensor | None = None
+    eval_batch = config_from_dict(StageIConfig, cfgs["stage1"]).eval_batch_size
+    for j, part in enumerate(parts):
+        rest = sorted(set(range(len(fit))) - set(part))
+        cb = None if callback is None else (
+            lambda ev, j=j: callback(replace(ev, part=f"cross-fit {j + 1}/{k}")))
+        inner, *_ = _concept_model(seed, cfgs, mcfg, fit.subset(rest), dev, tokenizer, cb, texts, head=False)
+        p = reccbm.cache_concepts(inner, fit.subset(part), tokenizer.pad_token_id, eval_batch)
+        if p_oof is None:
+            p_oof = torch.empty((len(fit), *p.shape[1:]), dtype=p.dtype)
+        p_oof[part] = p
+        log.info("cross-fit %d/%d: trained on %d answers, outputs for %d", j + 1, k, len(rest), len(part))
+    assert p_oof is not None
+    return p_oof, parts
+
+
 def _one_seed(
     seed: int,
     cfgs: dict[str, dict[str, Any]],
@@ -228,36 +289,37 @@ def _one_seed(
     callback: Callable[[reccbm.Event], None] | None,
     texts: list[str] | None = None,
 ) -> tuple[reccbm.RecCBM, dict[str, Any], Predictions]:
-    """One seed: Stage I, (joint stage), Stage II — on the hold-out when stage2.holdout > 0 — then test."""
+    """One seed: Stage I, (joint stage), Stage II — on unseen answers when stage2.holdout > 0 or
+    stage2.crossfit ≥ 2 — then test."""
     s1 = config_from_dict(StageIConfig, cfgs["stage1"] | {"seed": seed})
     s2 = config_from_dict(StageIIConfig, cfgs["stage2"] | {"seed": seed})
-    jc = config_from_dict(JointConfig, cfgs["joint"])
-    reccbm.set_seed(seed)
-    model = reccbm.RecCBM(mcfg, reccbm.TextEncoder.from_pretrained(mcfg.backbone or reccbm.default_backbone()))
     pad = tokenizer.pad_token_id
     info: dict[str, Any] = {"seed": seed}
     t0 = time.perf_counter()
     if mcfg.plm:
+        reccbm.set_seed(seed)
+        model = reccbm.RecCBM(mcfg, reccbm.TextEncoder.from_pretrained(mcfg.backbone or reccbm.default_backbone()))
         r1 = reccbm.train_plm(model, sets["train"], sets["dev"], s1, pad, callback)
         info |= {"stage1": r1.as_dict(), "joint": None, "stage2": None, "cache_seconds": 0.0}
     else:
         fit, held, dev = sets["train"], None, sets["dev"]
+        p_oof = None
+        if s2.crossfit >= 2:  # first the k models that give every training answer an unseen-answer output
+            p_oof, parts = _out_of_fold(seed, cfgs, mcfg, fit, dev, tokenizer, callback, texts, s2.crossfit)
+            info["crossfit_parts"] = parts  # positions in the training split; part j's outputs come from model j
         if s2.holdout > 0:
             fit_pos, held_pos = _holdout(fit, s2.holdout, seed)
             fit, held = fit.subset(fit_pos), fit.subset(held_pos)
             info["holdout_positions"] = held_pos  # positions in the training split (never seen by Stage I)
-        if mcfg.race and mcfg.query_init == "rubric":
-            if texts is None:
-                raise TrainError("query_init 'rubric' needs the rubric's concept texts")
-            reccbm.init_rubric_queries(model, tokenizer, texts)
-        r1 = reccbm.train_concepts(model, fit, dev, s1, pad, callback)
-        rj = r2 = None
-        if held is None or jc.epochs > 0:  # the paper's Stage II, or the head the joint stage starts from
-            r2 = _fit_stage2(model, fit, dev, pad, s1, s2, callback)
-        if jc.epochs > 0:
-            rj = reccbm.train_joint(model, fit, dev, s1, jc, s2, pad, r1.best["c_acc"], callback)
+        model, r1, r2, rj = _concept_model(seed, cfgs, mcfg, fit, dev, tokenizer, callback, texts,
+                                           head=held is None and p_oof is None)
         if held is not None:  # LCEC and the head on outputs for answers the encoder never trained on
             r2 = _fit_stage2(model, held, dev, pad, s1, s2, callback)
+        if p_oof is not None:  # ... or on every training answer's out-of-fold output
+            assert fit.concepts is not None and fit.grades is not None and dev.grades is not None
+            p_dev = reccbm.cache_concepts(model, dev, pad, s1.eval_batch_size)
+            r2 = reccbm.train_grader(model, p_oof, torch.tensor(fit.concepts), torch.tensor(fit.grades), p_dev,
+                                     torch.tensor(dev.grades), s2, callback)
         assert r2 is not None
         info |= {"stage1": r1.as_dict(), "joint": rj.as_dict() if rj else None, "stage2": r2.as_dict(),
                  "cache_seconds": 0.0}
@@ -417,10 +479,10 @@ def train_model(
         save_split({k: list(v) for k, v in split.items()}, run / "split.json")
         (run / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True))
     notes = list(notes or [])
-    if mcfg.lcec and not plm and not cfgs["stage2"].get("holdout"):
+    if mcfg.lcec and not plm and not cfgs["stage2"].get("holdout") and not cfgs["stage2"].get("crossfit"):
         notes.append("σ² and A_kk are fitted on the outputs for the training answers themselves, where the encoder "
-                     "errs less than on new answers; --holdout 0.2 fits them on answers it never trained on, at a "
-                     "cost in grade accuracy (docs/training.md)")
+                     "errs less than on new answers; --crossfit 2 (or --holdout 0.2) fits them on answers the encoder "
+                     "never trained on, at a cost in training time (or grade accuracy; docs/training.md)")
     with _log_to(run / "train.log") if is_main else nullcontext():
         log.info("run %s: variant %s, rubric %s, %d/%d/%d items", run, name, rb.name, *(len(pos[s]) for s in pos))
         tokenizer = reccbm.load_tokenizer(mcfg.backbone or reccbm.default_backbone())
@@ -637,6 +699,7 @@ FLAT_OPTIONS: dict[str, list[tuple[str, str]]] = {
     "joint_lr": [("joint", "lr")],
     "joint_select": [("joint", "select")],
     "holdout": [("stage2", "holdout")],
+    "crossfit": [("stage2", "crossfit")],
     "intervention_p": [("joint", "intervention_p"), ("stage2", "intervention_p")],
     "stage2_select": [("stage2", "select")],
     "batch_size": [("stage1", "batch_size"), ("stage2", "batch_size")],

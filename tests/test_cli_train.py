@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -169,6 +170,70 @@ def test_held_out_stage2_never_sees_outputs_for_answers_stage1_trained_on(
     assert "σ² and A_kk are fitted on the outputs for the training answers" not in output  # they are not
 
 
+def test_cross_fitted_stage2_sees_each_training_answer_only_through_a_model_that_never_trained_on_it(
+    tmp_path: Path, backbone: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trained: list[tuple[int, frozenset[int]]] = []  # (model, the answers its Stage I saw)
+    joint: list[tuple[int, frozenset[int]]] = []
+    cached: list[tuple[int, list[int], Any]] = []  # (model, answers, p̂)
+    graders: list[Any] = []  # train_p_hat of every Stage II fit
+    real = {n: getattr(reccbm, n) for n in ("train_concepts", "train_joint", "cache_concepts", "train_grader")}
+
+    def ids(items: Any) -> list[int]:
+        return [id(f) for f in items.features]
+
+    def train_concepts(model: Any, items: Any, *a: Any, **kw: Any) -> Any:
+        trained.append((id(model), frozenset(ids(items))))
+        return real["train_concepts"](model, items, *a, **kw)
+
+    def train_joint(model: Any, items: Any, *a: Any, **kw: Any) -> Any:
+        joint.append((id(model), frozenset(ids(items))))
+        return real["train_joint"](model, items, *a, **kw)
+
+    def cache_concepts(model: Any, items: Any, *a: Any, **kw: Any) -> Any:
+        out = real["cache_concepts"](model, items, *a, **kw)
+        cached.append((id(model), ids(items), out))
+        return out
+
+    def train_grader(model: Any, p_hat: Any, *a: Any, **kw: Any) -> Any:
+        graders.append(p_hat.clone())
+        return real["train_grader"](model, p_hat, *a, **kw)
+
+    for name, fn in (("train_concepts", train_concepts), ("train_joint", train_joint),
+                     ("cache_concepts", cache_concepts), ("train_grader", train_grader)):
+        monkeypatch.setattr(reccbm, name, fn)
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(60), "--crossfit", "2", "--joint-epochs", "1")
+    assert code == 0, output
+    assert len(trained) == 3 and [m for m, _ in joint] == [m for m, _ in trained]  # two cross-fit models, then the run's
+    assert [s for _, s in joint] == [s for _, s in trained]  # each joint stage on its own Stage I's answers
+    (m1, s1), (m2, s2), (main, everything) = trained
+    assert len({m1, m2, main}) == 3 and s1 | s2 == everything and s1 != s2
+    seen = {m1: s1, m2: s2}
+    # each cross-fit model caches its own answers once (the head its joint stage starts from), then the others
+    out_of_fold = [(m, a, p) for m, a, p in cached if m in seen and set(a) <= everything and not set(a) & seen[m]]
+    assert [m for m, _, _ in out_of_fold] == [m1, m2]
+    assert set(out_of_fold[0][1]) | set(out_of_fold[1][1]) == everything
+    metrics = json.loads((run / "metrics.json").read_text())
+    parts = metrics["seeds"][0]["crossfit_parts"]
+    assert sorted(parts[0] + parts[1]) == list(range(len(everything)))
+    final = graders[-1]  # the run's Stage II: fitted on the out-of-fold outputs, each at its own position
+    for part, (_, _, p) in zip(parts, out_of_fold):
+        assert torch.equal(final[part], p)
+    assert metrics["mean_A_kk"] > 0
+    assert "σ² and A_kk are fitted on the outputs for the training answers" not in output
+    assert yaml.safe_load((run / "config.yaml").read_text())["stage2"]["crossfit"] == 2
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--crossfit", "1"], "crossfit is 0 (off) or a number of parts >= 2, got 1"),
+    (["--crossfit", "2", "--holdout", "0.2"], "crossfit and holdout are two ways to fit Stage II on unseen answers; use one"),
+])
+def test_a_bad_crossfit_is_refused_before_training(tmp_path: Path, backbone: str, args: list[str], message: str) -> None:
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(20), *args)
+    assert code == 1 and message in " ".join(output.split()) and "Traceback" not in output
+    assert not (run / "metrics.json").exists()
+
+
 def test_every_switch_is_saved_in_the_run_and_grade_applies_it(tmp_path: Path, backbone: str) -> None:
     code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(40), "--head", "level", "--query-init", "rubric",
                                "--tau", "0.5", "--no-center", "--concept-loss", "sum", "--joint-epochs", "1",
@@ -243,3 +308,14 @@ def test_kfold_plm_pools_with_the_oracle_concept_baseline(tmp_path: Path, backbo
     pooled = pd.read_csv(run / "pooled_predictions.csv", dtype={"id": str})
     truth = df.set_index("id").loc[pooled["id"], "FC"].to_numpy()
     assert (pooled["FC_true"].to_numpy() == truth).all()
+
+
+def test_training_events_of_a_cross_fit_model_are_labelled_as_such() -> None:
+    from rubrictool.progress import from_training_event
+
+    plain = from_training_event(reccbm.Event("stage1", "step", 2, 5, 10, 3, loss=0.5))
+    assert plain is not None and plain.task == "Stage I epoch 2/3"
+    part = from_training_event(reccbm.Event("stage1", "step", 2, 5, 10, 3, loss=0.5, part="cross-fit 1/2"))
+    assert part is not None and part.task == "cross-fit 1/2: Stage I epoch 2/3" and part.done == 5
+    s2 = from_training_event(reccbm.Event("stage2", "epoch", 4, 1, 1, 30, metrics={"t_f1": 0.25}, part="cross-fit 2/2"))
+    assert s2 is not None and s2.task == "cross-fit 2/2: Stage II (≤30 epochs)" and s2.info == "dev T-F1 0.250"

@@ -105,6 +105,7 @@ def train_cmd(
     joint_lr: Annotated[float | None, typer.Option("--joint-lr", help="Joint stage learning rate (preset default 5e-5, paper 2e-5).")] = None,
     joint_select: Annotated[str | None, typer.Option("--joint-select", help="Joint stage state kept: t_f1 (best dev T-F1 holding C-Acc) or last.")] = None,
     holdout: Annotated[float | None, typer.Option("--holdout", help="Share of train held out of Stage I for Stage II (0 = paper).")] = None,
+    crossfit: Annotated[int | None, typer.Option("--crossfit", help="Fit Stage II on out-of-fold outputs of k extra models (0 = paper; k+1 trainings).")] = None,
     stage2_select: Annotated[str | None, typer.Option("--stage2-select", help="Stage II epoch selection: t_f1 or nll.")] = None,
     intervention_p: Annotated[float | None, typer.Option("--intervention-p", help="Share of concepts set to their label while training the head (0 = paper).")] = None,
 ) -> None:
@@ -129,7 +130,7 @@ def train_cmd(
             lambda_r=lambda_r, lambda_d=lambda_d, lambda_s=lambda_s, mixed_precision=mixed_precision, device=device,
             head=head, query_init=query_init, center=center, query_lr_multiplier=query_lr_multiplier,
             concept_loss=concept_loss, joint_epochs=joint_epochs, joint_lr=joint_lr, joint_select=joint_select, holdout=holdout,
-            stage2_select=stage2_select, intervention_p=intervention_p,
+            crossfit=crossfit, stage2_select=stage2_select, intervention_p=intervention_p,
         )
     for table in result_tables(result):
         console.print(table)
