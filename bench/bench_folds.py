@@ -105,6 +105,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # session 9, on the default of session 8 (3 Stage I epochs, pinned): Stage II (LCEC and the head) refitted on
     # cross-fitted outputs, every training answer's p̂ from one of two models that never trained on it
     "crossfit2": _on_s1x3(stage2={"crossfit": 2}),
+    # the paper's components switched off one at a time in that default (RACE: one pooled vector for every
+    # concept; OPCC: λ_r = 0; LCEC: the head reads p̂ directly)
+    "no-race": _on_s1x3() | {"race": False},
+    "no-opcc": _on_s1x3() | {"opcc": False},
+    "no-lcec": _on_s1x3() | {"lcec": False},
 }
 
 
