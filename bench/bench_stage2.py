@@ -6,6 +6,7 @@ initialisation) under several settings and Stage II seeds, and reports dev and t
 This is the measurement behind the Stage II defaults (README, Design notes).
 
     .venv/bin/python bench/bench_stage2.py bench/out/train/main-default --seeds 3
+    .venv/bin/python bench/bench_stage2.py bench/results/folds/paper/fold-{0,1,2,3,4} --seeds 3
 
 Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -30,7 +31,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "no early stop, LR 0.02, 50 ep": {"lr": 0.02, "epochs": 50, "patience": 50},
     "no early stop, LR 0.05, 30 ep (default)": {"lr": 0.05, "epochs": 30, "patience": 30},
     "no early stop, LR 0.05, 50 ep": {"lr": 0.05, "epochs": 50, "patience": 50},
+    "default, epoch chosen on dev NLL": {"lr": 0.05, "epochs": 30, "patience": 30, "select": "nll"},
 }
+AVERAGED = "no early stop, LR 0.05, 30 ep (default)"  # its seeds' grade logits are also averaged (one row)
 
 
 def cached_outputs(run: Path, data_dir: str | None) -> tuple[Any, dict[str, dict[str, torch.Tensor]]]:
@@ -65,41 +68,49 @@ def fresh_head(model: Any) -> None:
     model.W.reset_parameters()
 
 
-def retrain(model: Any, d: dict[str, dict[str, torch.Tensor]], cfg: Any) -> tuple[Any, dict[str, float]]:
-    """Stage II from a fresh head (seeded by cfg.seed) on cached outputs; its result and test T-Acc / T-F1."""
+def retrain(model: Any, d: dict[str, dict[str, torch.Tensor]], cfg: Any) -> tuple[Any, dict[str, float], torch.Tensor]:
+    """Stage II from a fresh head (seeded by cfg.seed) on cached outputs: its result, test T-Acc / T-F1 and
+    test grade logits."""
     import reccbm
 
     torch.manual_seed(cfg.seed)
     fresh_head(model)
     r = reccbm.train_grader(model, d["train"]["p"], d["train"]["c"], d["train"]["y"], d["dev"]["p"], d["dev"]["y"], cfg)
     with torch.no_grad():
-        pred = model.grade_from_concepts(d["test"]["p"]).grade_logits.argmax(1).numpy()
-    return r, reccbm.task_metrics(d["test"]["y"].numpy(), pred)
+        logits = model.grade_from_concepts(d["test"]["p"]).grade_logits
+    return r, reccbm.task_metrics(d["test"]["y"].numpy(), logits.argmax(1).numpy()), logits
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run", type=Path)
+    ap.add_argument("runs", type=Path, nargs="+", help="run directories (e.g. every fold of a bench_folds config)")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--data-dir", default=None)
     a = ap.parse_args()
     import reccbm
 
     logging.getLogger("reccbm").setLevel(logging.WARNING)
-    model, d = cached_outputs(a.run, a.data_dir)
-    print(f"run {a.run}: variant {'LCEC' if model.lcec is not None else 'no LCEC'}; Stage II seeds 0..{a.seeds - 1}")
-    print("| setting | best epochs | dev T-F1 | test T-Acc | test T-F1 | seconds |\n|---|---|---|---|---|---|")
-    rows = {}
-    for name, kw in SETTINGS.items():
-        res = []
-        for seed in range(a.seeds):
-            r, t = retrain(model, d, reccbm.StageIIConfig(seed=seed, **kw))
-            res.append((r.best_epoch, r.best["t_f1"], t["t_acc"], t["t_f1"], r.seconds))
-        x = np.array(res, dtype=float)
-        rows[name] = x.mean(0).tolist()
-        print(f"| {name} | {', '.join(str(int(e)) for e in x[:, 0])} | {x[:, 1].mean():.3f} | "
-              f"{x[:, 2].mean():.3f} ± {x[:, 2].std(ddof=1):.3f} | {x[:, 3].mean():.3f} ± {x[:, 3].std(ddof=1):.3f} | "
-              f"{x[:, 4].mean():.1f} |", flush=True)
+    print("| run | setting | best epochs | dev T-F1 | test T-Acc | test T-F1 | test QWK | seconds |\n|---|---|---|---|---|---|---|---|")
+    for run in a.runs:
+        model, d = cached_outputs(run, a.data_dir)
+        y = d["test"]["y"].numpy()
+        for name, kw in SETTINGS.items():
+            res, logits = [], []
+            for seed in range(a.seeds):
+                r, t, lg = retrain(model, d, reccbm.StageIIConfig(seed=seed, **kw))
+                q = reccbm.grade_metrics(y, lg.argmax(1).numpy())["qwk"]
+                res.append((r.best_epoch, r.best["t_f1"], t["t_acc"], t["t_f1"], q, r.seconds))
+                logits.append(lg)
+            x = np.array(res, dtype=float)
+            print(f"| {run} | {name} | {', '.join(str(int(e)) for e in x[:, 0])} | {x[:, 1].mean():.3f} | "
+                  f"{x[:, 2].mean():.3f} ± {x[:, 2].std(ddof=1):.3f} | {x[:, 3].mean():.3f} ± {x[:, 3].std(ddof=1):.3f} | "
+                  f"{x[:, 4].mean():.3f} ± {x[:, 4].std(ddof=1):.3f} | {x[:, 5].mean():.1f} |", flush=True)
+            if name == AVERAGED:  # one grader: the mean of the seeds' logits (contributions average too)
+                pred = torch.stack(logits).mean(0).argmax(1).numpy()
+                t = reccbm.grade_metrics(y, pred)
+                q = t["qwk"]
+                print(f"| {run} | {a.seeds} seeds of the default, logits averaged | — | — | {t['t_acc']:.3f} | "
+                      f"{t['t_f1']:.3f} | {q:.3f} | — |", flush=True)
 
 
 if __name__ == "__main__":
