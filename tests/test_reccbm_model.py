@@ -70,6 +70,36 @@ def test_diagonal_case_recovers_spearman_reliability() -> None:
     torch.testing.assert_close(A - torch.diag(torch.diagonal(A)), torch.zeros(3, 3, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sigma2_is_identified_only_together_with_the_prior_precision(seed: int) -> None:
+    """μ_post depends on D and Ω only through A = (I + DΩ)⁻¹. Scaling concept k's σ_k² by t_k and row k of L by
+    t_k^{-½} turns A into T^{½} A T^{-½}: the diagonal A_kk is unchanged, only the off-diagonal terms move, and
+    μ_post is unchanged whenever Ω is diagonal. So the data fix A_kk (the reliability σ_z²/(σ_z² + σ_k²) of the
+    Remark), not σ_k² by itself (docs/design.md)."""
+    K = 5
+    g = torch.Generator().manual_seed(seed)
+    t = torch.rand(K, generator=g, dtype=torch.float64) * 9 + 0.5  # (K,) per-concept factors
+    s = torch.rand(7, K, generator=g)  # (B, K) s̃
+    for diagonal in (False, True):
+        lc = LatentCorrection(K, eps=0.0)
+        with torch.no_grad():
+            L = torch.randn(K, K, generator=g) * 0.6 + 2 * torch.eye(K)
+            lc.L.copy_(torch.diag(torch.diagonal(L)) if diagonal else L)
+            lc.eta.copy_(torch.randn(K, generator=g))
+        A, mu, sigma2 = lc.denoising_matrix(), lc(s), lc.noise_variance()
+        with torch.no_grad():
+            lc.eta.add_(t.log().float())
+            lc.L.mul_(t.rsqrt().float()[:, None])  # Ω -> T^{-½} Ω T^{-½}
+        A2 = lc.denoising_matrix()
+        torch.testing.assert_close(torch.diagonal(A2), torch.diagonal(A), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(A2, t.sqrt()[:, None] * A / t.sqrt()[None, :], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(lc.noise_variance(), sigma2 * t, rtol=1e-5, atol=0.0)  # every σ_k² moved
+        if diagonal:
+            torch.testing.assert_close(lc(s), mu, rtol=1e-5, atol=1e-6)
+        else:
+            assert not torch.allclose(lc(s), mu, atol=1e-4)  # off-diagonal terms: only they tell σ_k² apart
+
+
 @pytest.mark.parametrize("eta", [-60.0, -20.0, 0.0, 20.0, 60.0])
 def test_lcec_is_numerically_safe_for_tiny_and_huge_noise(eta: float) -> None:
     lc = _random_lcec(6, 3)
