@@ -29,7 +29,14 @@ from reccbm.explain import (
     partial_correlations,
     reliability,
 )
-from reccbm.metrics import concept_metrics, grade_metrics, macro_f1, per_concept_metrics, task_metrics
+from reccbm.metrics import (
+    concept_metrics,
+    concept_score_reliability,
+    grade_metrics,
+    macro_f1,
+    per_concept_metrics,
+    task_metrics,
+)
 from reccbm.model import LatentCorrection, RecCBM, RecCBMOutput, TextEncoder, default_backbone
 from reccbm.train import (
     Event,
@@ -66,6 +73,7 @@ __all__ = [
     "cache_concepts",
     "concept_metrics",
     "concept_order",
+    "concept_score_reliability",
     "decision_trace",
     "default_backbone",
     "encode_inputs",

@@ -18,6 +18,7 @@ __all__ = [
     "accuracy",
     "adjacent_agreement",
     "concept_metrics",
+    "concept_score_reliability",
     "grade_metrics",
     "macro_f1",
     "pearson",
@@ -111,3 +112,26 @@ def grade_metrics(y_true: ArrayLike, y_pred: ArrayLike) -> dict[str, float]:
         "rmse": rmse(y_true, y_pred),
         "adjacent": adjacent_agreement(y_true, y_pred),
     }
+
+
+def concept_score_reliability(c_hat: ArrayLike, c_true: ArrayLike, M: int) -> dict[str, list[float]]:
+    """How noisy each concept score is on answers the model never trained on (test outputs), per concept k.
+
+    With s̃_k = ĉ_k / M and c_k / M the label on [0, 1] (LCEC's measurement model s̃ = z + e, Eq. 17-18):
+    ``sigma2`` σ̂_k² = var(s̃_k − c_k/M), the noise variance of the score; ``reliability``
+    var(c_k/M) / (var(c_k/M) + σ̂_k²), the share of the score's variance that is signal — A_kk of the
+    paper's diagonal case (Remark), but fixed by the data, whereas LCEC's σ_k² is identified only together
+    with its prior precision; ``slope`` the least-squares slope of c_k/M on s̃_k, the A_kk that minimises
+    L_den for a diagonal A. c_hat: (N, K) expected levels in [0, M]; c_true: (N, K) levels 0..M.
+    """
+    s = np.asarray(c_hat, dtype=float) / M  # (N, K)
+    c = np.asarray(c_true, dtype=float) / M  # (N, K)
+    if s.shape != c.shape or s.ndim != 2 or len(s) < 2:
+        raise ValueError(f"expected two (N >= 2, K) arrays of the same shape, got {s.shape} and {c.shape}")
+    sigma2 = (s - c).var(0)  # (K,)
+    var_c, var_s = c.var(0), s.var(0)  # (K,)
+    cov = ((c - c.mean(0)) * (s - s.mean(0))).mean(0)  # (K,)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(var_c + sigma2 > 0, var_c / (var_c + sigma2), np.nan)
+        slope = np.where(var_s > 0, cov / var_s, np.nan)
+    return {"sigma2": sigma2.tolist(), "reliability": rel.tolist(), "slope": slope.tolist()}

@@ -332,6 +332,9 @@ def _one_seed(
         assert preds.p_hat is not None
         m |= reccbm.concept_metrics(test.concepts, preds.levels)
         info["per_concept"] = dict(zip(("acc", "f1"), reccbm.per_concept_metrics(test.concepts, preds.levels)))
+        assert preds.c_hat is not None
+        score = reccbm.concept_score_reliability(preds.c_hat, test.concepts, mcfg.M)  # noise on new answers
+        info["per_concept"] |= {"score_sigma2": score["sigma2"], "score_reliability": score["reliability"]}
         oracle = reccbm.grades_from_levels(model, preds.p_hat, test.concepts, np.ones_like(test.concepts, bool))
         m |= {f"oracle_{k}": v for k, v in reccbm.grade_metrics(test.grades, oracle.argmax(1)).items()
               if k in ("t_acc", "t_f1", "qwk")}
@@ -360,7 +363,8 @@ def _alpha(agreement: dict[str, Any] | None, key: str) -> tuple[float, float, fl
 def reliability_table(
     model: reccbm.RecCBM, rubric: Rubric, per_concept: dict[str, list[float]] | None, agreement: dict[str, Any] | None
 ) -> tuple[pd.DataFrame, float | None]:
-    """Per concept: α (inter-rater), learned σ_k², shrinkage A_kk, test C-Acc/C-F1; and ρ(σ², 1 − α)."""
+    """Per concept: α (inter-rater), learned σ_k², shrinkage A_kk, test C-Acc/C-F1 and the test reliability of the
+    concept score (:func:`reccbm.concept_score_reliability`); and ρ(σ², 1 − α)."""
     rel = reccbm.reliability(model) if model.lcec is not None else None
     rows = []
     for k, c in enumerate(rubric.concepts):
@@ -371,6 +375,7 @@ def reliability_table(
             "A_kk": float(rel["A"][k, k]) if rel else float("nan"),
             "test_c_acc": per_concept["acc"][k] if per_concept else float("nan"),
             "test_c_f1": per_concept["f1"][k] if per_concept else float("nan"),
+            "test_reliability": (per_concept or {}).get("score_reliability", [float("nan")] * rubric.K)[k],
         })
     df = pd.DataFrame(rows)
     ok = df["alpha"].notna() & df["sigma2"].notna()
@@ -380,16 +385,31 @@ def reliability_table(
     return df, rho
 
 
+def noise_share_rho(df: pd.DataFrame) -> dict[str, float] | None:
+    """Spearman ρ(1 − test reliability_k, 1 − α_k) with its bootstrap CI over concepts: does the model's concept
+    score carry more noise on the concepts the raters disagree on? None without α or test labels."""
+    if "test_reliability" not in df:
+        return None
+    return spearman_with_ci(1 - df["test_reliability"].to_numpy(float), 1 - df["alpha"].to_numpy(float))
+
+
 def _reliability_md(df: pd.DataFrame, rho: float | None, notes: list[str]) -> str:
     def f(x: float, spec: str = ".3f") -> str:
         return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
-    lines = ["| concept | name | α | α 95% CI | σ² | A_kk | test C-Acc | test C-F1 |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| concept | name | α | α 95% CI | σ² | A_kk | test C-Acc | test C-F1 | test reliability |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in df.to_dict("records"):
         ci = f"[{f(r['alpha_lo'])}, {f(r['alpha_hi'])}]" if not math.isnan(r["alpha_lo"]) else "—"
         lines.append(f"| {r['concept']} | {r['name']} | {f(r['alpha'])} | {ci} | {f(r['sigma2'], '.4g')} | "
-                     f"{f(r['A_kk'])} | {f(r['test_c_acc'])} | {f(r['test_c_f1'])} |")
-    lines += ["", f"Spearman ρ(σ_k², 1 − α_k) across concepts: {f(rho) if rho is not None else '— (needs α and σ²)'}"]
+                     f"{f(r['A_kk'])} | {f(r['test_c_acc'])} | {f(r['test_c_f1'])} | {f(r['test_reliability'])} |")
+    share = noise_share_rho(df)
+    lines += ["", f"Spearman ρ(σ_k², 1 − α_k) across concepts: {f(rho) if rho is not None else '— (needs α and σ²)'}",
+              "Spearman ρ(1 − test reliability_k, 1 − α_k): "
+              + (f"{share['rho']:.3f} [{share['lo']:.3f}, {share['hi']:.3f}]" if share else "— (needs α and test labels)"),
+              "", ("> test reliability = var(c/M) / (var(c/M) + σ̂²), σ̂² = var(s̃ − c/M) over the test answers: the share "
+                   "of the concept score's variance that is signal on answers the model never trained on. Unlike σ_k² "
+                   "(identified only together with LCEC's prior precision) the data fix it (docs/design.md).")]
     return "\n".join(lines + [""] + [f"> {n}" for n in notes]) + "\n"
 
 
@@ -511,6 +531,8 @@ def train_model(
         if len(rel) and rel["A_kk"].notna().any():
             metrics["spearman_ci"] = spearman_with_ci(rel["sigma2"], 1 - rel["alpha"])
             metrics["mean_A_kk"] = float(rel["A_kk"].mean())
+        if len(rel):
+            metrics["spearman_noise_share"] = noise_share_rho(rel)
         if not is_main:
             return TrainResult(run, name, metrics, rel, rho, notes)
         (run / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
@@ -643,6 +665,13 @@ def train_folds(
                 "mean_A_kk": float(np.mean([f["A_kk"].mean() for f in frames])),
                 "spearman": spearman_with_ci(sigma2, 1 - frames[0]["alpha"].to_numpy()),
             }
+    if keys and all(f"{k}_expected" in pooled for k in keys):  # the concept scores' noise on new answers, all folds
+        score = reccbm.concept_score_reliability(pooled[[f"{k}_expected" for k in keys]].to_numpy(float) - rb.scale.min,
+                                                 pooled[[f"{k}_true" for k in keys]].to_numpy(float) - rb.scale.min, rb.M)
+        alpha = [_alpha(agreement, k)[0] for k in keys]
+        summary["score_reliability"] = {"concepts": keys, "alpha": alpha, **score,
+                                        "spearman_noise_share": spearman_with_ci(1 - np.asarray(score["reliability"]),
+                                                                                 1 - np.asarray(alpha))}
     attn = [r["seeds"][0].get("attention") for r in results]
     if all(attn):
         summary["attention"] = {k: np.mean([a[k] for a in attn if a], axis=0).tolist() for k in attn[0] or {}}
@@ -651,7 +680,8 @@ def train_folds(
     fold0 = run / "fold-0"
     rel = pd.read_csv(fold0 / "reliability.csv") if (fold0 / "reliability.csv").is_file() else pd.DataFrame()
     metrics = {"variant": summary["variant"], "summary": {k: {"mean": v, "std": 0.0} for k, v in summary["pooled"].items()},
-               "folds": summary, "seeds": results[0]["seeds"]}
+               "folds": summary, "seeds": results[0]["seeds"],
+               "spearman_noise_share": summary.get("score_reliability", {}).get("spearman_noise_share")}
     metrics["summary"] |= {f"{s}_seconds": float(np.mean([r["summary"].get(f"{s}_seconds", 0.0) for r in results]))
                            for s in ("stage1", "joint", "stage2", "train")}
     return TrainResult(run, summary["variant"], metrics, rel, results[0].get("spearman_sigma2_vs_1_minus_alpha"),

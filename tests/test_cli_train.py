@@ -50,6 +50,9 @@ def test_train_writes_a_complete_run_directory(tmp_path: Path, backbone: str) ->
     assert list(rel["concept"]) == KEYS and rel["alpha"].tolist() == pytest.approx([a["alpha"] for a in
                                                                                      agreement["concepts"].values()])
     assert (rel["sigma2"] > 0).all() and rel["A_kk"].between(0, 1.5).all()
+    assert rel["test_reliability"].between(0, 1).all()  # the concept score's signal share on the test answers
+    assert "ρ(1 − test reliability, 1 − α)" in output and "test reliability" in (run / "reliability.md").read_text()
+    assert {"rho", "lo", "hi", "n"} <= set(json.loads((run / "metrics.json").read_text())["spearman_noise_share"])
     assert metrics["spearman_sigma2_vs_1_minus_alpha"] is not None
     split = json.loads((run / "split.json").read_text())
     assert len(split["train"]) + len(split["dev"]) + len(split["test"]) == 60
@@ -277,6 +280,12 @@ def test_kfold_training_pools_every_item_once_and_resumes(tmp_path: Path, backbo
     assert summary["pooled"]["qwk"] == pytest.approx(expect["qwk"], nan_ok=True)
     assert {"majority", "oracle_concepts"} <= set(summary["baselines"]) and len(summary["per_fold"]) == 2
     assert "oracle_t_acc" in summary["pooled"] and (run / "folds.md").is_file()
+    from reccbm.metrics import concept_score_reliability
+
+    expected = concept_score_reliability(pooled[[f"{k}_expected" for k in KEYS]].to_numpy() - 1,
+                                         pooled[[f"{k}_true" for k in KEYS]].to_numpy() - 1, 2)
+    assert summary["score_reliability"]["reliability"] == pytest.approx(expected["reliability"], nan_ok=True)
+    assert summary["score_reliability"]["concepts"] == KEYS
     stamp = (run / "fold-0" / "model.safetensors").stat().st_mtime_ns
     code, output, _ = train_with_cli(tmp_path, backbone, df, "--folds", "2", "--joint-epochs", "0")
     assert code == 0 and "all folds done" in output

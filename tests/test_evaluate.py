@@ -112,3 +112,24 @@ def test_spearman_with_ci() -> None:
     assert r is not None and r["rho"] == pytest.approx(spearmanr(x, y).statistic)
     assert r["lo"] < r["rho"] < r["hi"]
     assert spearman_with_ci([1, 2], [2, 1]) is None and spearman_with_ci([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_concept_score_reliability_recovers_a_known_noise_level() -> None:
+    """s̃ = c/M + e with e ~ N(0, σ²) independent of c: σ̂² ≈ σ², reliability ≈ var(c/M)/(var(c/M) + σ²) and the
+    least-squares slope of c/M on s̃ ≈ the same ratio (Remark, diagonal case)."""
+    from reccbm.metrics import concept_score_reliability
+
+    rng = np.random.default_rng(0)
+    n, M = 200_000, 2
+    c = np.stack([rng.integers(0, M + 1, n), rng.choice([0, 2], n, p=[0.2, 0.8])], 1)  # (N, 2) levels 0..M
+    sd = np.array([0.1, 0.3])
+    c_hat = c + M * rng.normal(0, sd, (n, 2))  # expected levels: s̃ = c/M + e
+    out = concept_score_reliability(c_hat, c, M)
+    var_c = (c / M).var(0)
+    assert out["sigma2"] == pytest.approx(sd**2, rel=0.02)
+    assert out["reliability"] == pytest.approx(var_c / (var_c + sd**2), rel=0.01)
+    assert out["slope"] == pytest.approx(var_c / (var_c + sd**2), rel=0.02)
+    perfect = concept_score_reliability(c.astype(float), c, M)
+    assert perfect["sigma2"] == [0.0, 0.0] and perfect["reliability"] == [1.0, 1.0]
+    with pytest.raises(ValueError, match="two"):
+        concept_score_reliability(c_hat[:, :1], c, M)

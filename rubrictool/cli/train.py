@@ -56,13 +56,16 @@ def result_tables(result: TrainResult) -> list[Table]:
     out: list[Table] = [t]
     if len(result.reliability):
         r = Table(title="reliability: inter-rater α, noise σ², shrinkage A_kk")
-        for col in ("concept", "α", "σ²", "A_kk", "test C-Acc", "test C-F1"):
+        for col in ("concept", "α", "σ²", "A_kk", "test C-Acc", "test C-F1", "test reliability"):
             r.add_column(col, justify="right" if col != "concept" else "left")
         for row in result.reliability.to_dict("records"):
-            vals = [float(row[c]) for c in ("alpha", "sigma2", "A_kk", "test_c_acc", "test_c_f1")]
+            vals = [float(row.get(c, math.nan)) for c in ("alpha", "sigma2", "A_kk", "test_c_acc", "test_c_f1", "test_reliability")]
             r.add_row(str(row["concept"]), *("—" if math.isnan(v) else f"{v:.3f}" for v in vals))
         rho = result.spearman
         r.caption = f"Spearman ρ(σ², 1 − α) = {rho:.3f}" if rho is not None else "Spearman ρ(σ², 1 − α): —"
+        share = result.metrics.get("spearman_noise_share")
+        if share:
+            r.caption += f"; ρ(1 − test reliability, 1 − α) = {share['rho']:.3f} [{share['lo']:.2f}, {share['hi']:.2f}]"
         out.append(r)
     return out
 
