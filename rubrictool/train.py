@@ -36,6 +36,7 @@ import reccbm
 from reccbm import JointConfig, ModelConfig, Predictions, StageIConfig, StageIIConfig
 from reccbm.config import config_from_dict, variant_flags, variant_name
 from rubrictool.data import (
+    deal_strata,
     kfold_splits,
     save_split,
 )
@@ -192,16 +193,10 @@ def concept_texts(rubric: Rubric) -> list[str]:
 
 
 def _stratified_parts(items: reccbm.EncodedItems, k: int, seed: int, salt: int) -> list[list[int]]:
-    """Positions of ``items`` dealt into k grade-stratified, seeded parts (each grade round-robin)."""
+    """Positions of ``items`` in k grade-stratified, seeded parts (the dealing of k-fold evaluation)."""
     assert items.grades is not None
-    rng = np.random.default_rng([seed, salt])
-    parts: list[list[int]] = [[] for _ in range(k)]
-    offset = 0
-    for g in np.unique(items.grades):
-        for i, p in enumerate(rng.permutation(np.flatnonzero(items.grades == g)).tolist()):
-            parts[(offset + i) % k].append(p)
-        offset += len(np.flatnonzero(items.grades == g))  # the next grade starts where this one stopped
-    return [sorted(p) for p in parts]
+    strata = [np.flatnonzero(items.grades == g).tolist() for g in np.unique(items.grades)]
+    return [sorted(p) for p in deal_strata(strata, k, np.random.default_rng([seed, salt]))]
 
 
 def _holdout(items: reccbm.EncodedItems, share: float, seed: int) -> tuple[list[int], list[int]]:
@@ -222,11 +217,13 @@ def _holdout(items: reccbm.EncodedItems, share: float, seed: int) -> tuple[list[
 
 def _fit_stage2(
     model: reccbm.RecCBM, items: reccbm.EncodedItems, dev: reccbm.EncodedItems, pad: int, s1: StageIConfig,
-    s2: StageIIConfig, callback: Callable[[reccbm.Event], None] | None,
+    s2: StageIIConfig, callback: Callable[[reccbm.Event], None] | None, p_fit: torch.Tensor | None = None,
 ) -> reccbm.StageResult:
-    """Stage II on the frozen model's outputs for `items` (cached once), selected on dev."""
+    """Stage II on the frozen model's outputs for `items` (cached once), or on ``p_fit`` given for them (cross-fitted
+    outputs), selected on the model's dev outputs."""
     assert items.concepts is not None and items.grades is not None and dev.grades is not None
-    p_fit = reccbm.cache_concepts(model, items, pad, s1.eval_batch_size)
+    if p_fit is None:
+        p_fit = reccbm.cache_concepts(model, items, pad, s1.eval_batch_size)
     p_dev = reccbm.cache_concepts(model, dev, pad, s1.eval_batch_size)
     return reccbm.train_grader(model, p_fit, torch.tensor(items.concepts), torch.tensor(items.grades), p_dev,
                                torch.tensor(dev.grades), s2, callback)
@@ -316,10 +313,7 @@ def _one_seed(
         if held is not None:  # LCEC and the head on outputs for answers the encoder never trained on
             r2 = _fit_stage2(model, held, dev, pad, s1, s2, callback)
         if p_oof is not None:  # ... or on every training answer's out-of-fold output
-            assert fit.concepts is not None and fit.grades is not None and dev.grades is not None
-            p_dev = reccbm.cache_concepts(model, dev, pad, s1.eval_batch_size)
-            r2 = reccbm.train_grader(model, p_oof, torch.tensor(fit.concepts), torch.tensor(fit.grades), p_dev,
-                                     torch.tensor(dev.grades), s2, callback)
+            r2 = _fit_stage2(model, fit, dev, pad, s1, s2, callback, p_fit=p_oof)
         assert r2 is not None
         info |= {"stage1": r1.as_dict(), "joint": rj.as_dict() if rj else None, "stage2": r2.as_dict(),
                  "cache_seconds": 0.0}
@@ -385,12 +379,10 @@ def reliability_table(
     return df, rho
 
 
-def noise_share_rho(df: pd.DataFrame) -> dict[str, float] | None:
+def noise_share_rho(reliability: Any, alpha: Any) -> dict[str, float] | None:
     """Spearman ρ(1 − test reliability_k, 1 − α_k) with its bootstrap CI over concepts: does the model's concept
     score carry more noise on the concepts the raters disagree on? None without α or test labels."""
-    if "test_reliability" not in df:
-        return None
-    return spearman_with_ci(1 - df["test_reliability"].to_numpy(float), 1 - df["alpha"].to_numpy(float))
+    return spearman_with_ci(1 - np.asarray(reliability, float), 1 - np.asarray(alpha, float))
 
 
 def _reliability_md(df: pd.DataFrame, rho: float | None, notes: list[str]) -> str:
@@ -403,7 +395,7 @@ def _reliability_md(df: pd.DataFrame, rho: float | None, notes: list[str]) -> st
         ci = f"[{f(r['alpha_lo'])}, {f(r['alpha_hi'])}]" if not math.isnan(r["alpha_lo"]) else "—"
         lines.append(f"| {r['concept']} | {r['name']} | {f(r['alpha'])} | {ci} | {f(r['sigma2'], '.4g')} | "
                      f"{f(r['A_kk'])} | {f(r['test_c_acc'])} | {f(r['test_c_f1'])} | {f(r['test_reliability'])} |")
-    share = noise_share_rho(df)
+    share = noise_share_rho(df["test_reliability"], df["alpha"])
     lines += ["", f"Spearman ρ(σ_k², 1 − α_k) across concepts: {f(rho) if rho is not None else '— (needs α and σ²)'}",
               "Spearman ρ(1 − test reliability_k, 1 − α_k): "
               + (f"{share['rho']:.3f} [{share['lo']:.3f}, {share['hi']:.3f}]" if share else "— (needs α and test labels)"),
@@ -532,7 +524,7 @@ def train_model(
             metrics["spearman_ci"] = spearman_with_ci(rel["sigma2"], 1 - rel["alpha"])
             metrics["mean_A_kk"] = float(rel["A_kk"].mean())
         if len(rel):
-            metrics["spearman_noise_share"] = noise_share_rho(rel)
+            metrics["spearman_noise_share"] = noise_share_rho(rel["test_reliability"], rel["alpha"])
         if not is_main:
             return TrainResult(run, name, metrics, rel, rho, notes)
         (run / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
@@ -670,8 +662,7 @@ def train_folds(
                                                  pooled[[f"{k}_true" for k in keys]].to_numpy(float) - rb.scale.min, rb.M)
         alpha = [_alpha(agreement, k)[0] for k in keys]
         summary["score_reliability"] = {"concepts": keys, "alpha": alpha, **score,
-                                        "spearman_noise_share": spearman_with_ci(1 - np.asarray(score["reliability"]),
-                                                                                 1 - np.asarray(alpha))}
+                                        "spearman_noise_share": noise_share_rho(score["reliability"], alpha)}
     attn = [r["seeds"][0].get("attention") for r in results]
     if all(attn):
         summary["attention"] = {k: np.mean([a[k] for a in attn if a], axis=0).tolist() for k in attn[0] or {}}

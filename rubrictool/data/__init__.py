@@ -30,7 +30,7 @@ from rubrictool.data.mohler import (
     load_concept_passes,
     load_mohler,
 )
-from rubrictool.data.splits import kfold_splits, load_split, save_split, split_items
+from rubrictool.data.splits import deal_strata, kfold_splits, load_split, save_split, split_items
 from rubrictool.errors import DataError
 from rubrictool.io import write_table
 from rubrictool.progress import ProgressFn
@@ -44,6 +44,7 @@ __all__ = [
     "MOCHA_URL",
     "MOHLER_URL",
     "concept_passes_dir",
+    "deal_strata",
     "describe_benchmark",
     "describe_items",
     "export_benchmark",

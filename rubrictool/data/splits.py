@@ -55,6 +55,18 @@ def split_items(
     return {k: sorted(v) for k, v in out.items()}
 
 
+def deal_strata(strata: list[list[Any]], k: int, rng: np.random.Generator) -> list[list[Any]]:
+    """k stratified parts: each stratum, in the order given, is shuffled with ``rng`` and dealt to the parts in
+    turn, the dealing continuing across strata, so that part sizes differ by at most one."""
+    parts: list[list[Any]] = [[] for _ in range(k)]
+    turn = 0
+    for members in strata:
+        for i in rng.permutation(len(members)):
+            parts[turn % k].append(members[i])
+            turn += 1
+    return parts
+
+
 def kfold_splits(
     items: pd.DataFrame,
     k: int = 5,
@@ -79,13 +91,8 @@ def kfold_splits(
         groups: list[tuple[object, pd.DataFrame]] = sorted(items.groupby(stratify), key=lambda kv: float(kv[0]))  # type: ignore[arg-type]
     else:
         groups = [("all", items)]
-    fold_of: dict[str, int] = {}
-    turn = 0
-    for _, g in groups:
-        ids = sorted(g["id"].astype(str))
-        for i in rng.permutation(len(ids)):
-            fold_of[ids[i]] = turn % k
-            turn += 1
+    fold_of = {i: f for f, part in enumerate(deal_strata([sorted(g["id"].astype(str)) for _, g in groups], k, rng))
+               for i in part}
     out = []
     for f in range(k):
         test = sorted(i for i, fi in fold_of.items() if fi == f)
