@@ -27,6 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import pandas as pd
 import torch
+from bench_stage2 import fresh_head  # the same fresh Stage II head as the Stage II bench
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "λ_d 0.1, interventions 0.25 (the default's Stage II)": {"lambda_d": 0.1, "intervention_p": 0.25},
@@ -36,17 +37,6 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "λ_d 10, no interventions": {"lambda_d": 10.0, "intervention_p": 0.0},
     "L_den only": {"lambda_d": 1.0, "lambda_t": 0.0, "intervention_p": 0.0},
 }
-
-
-def fresh_head(model: Any) -> None:
-    from reccbm import LatentCorrection
-
-    if model.lcec is not None:
-        model.lcec = LatentCorrection(model.config.num_concepts, model.config.eps)
-    model.W.reset_parameters()
-    if model.U is not None:
-        with torch.no_grad():
-            model.U.zero_()
 
 
 def main() -> None:

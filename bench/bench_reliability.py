@@ -63,6 +63,7 @@ def rho_over_answers(pooled: pd.DataFrame, keys: list[str], alpha: np.ndarray, l
 def main() -> None:
     from rubrictool.evaluate import spearman_with_ci
     from rubrictool.rubric import load_rubric
+    from rubrictool.train import noise_share_rho
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--folds", type=Path, default=Path("bench/results/folds"))
@@ -87,7 +88,7 @@ def main() -> None:
         ci = spearman_with_ci(t["sigma2_hat"], 1 - alpha)
         ans_lo, ans_hi = rho_over_answers(pooled, keys, alpha, lo, hi, a.boot)
         lcec_ci = spearman_with_ci(t["lcec_sigma2"], 1 - alpha)
-        share_ci = spearman_with_ci(1 - t["reliability"], 1 - alpha)  # noise share of the score vs of the raters
+        share_ci = noise_share_rho(t["reliability"], alpha)  # noise share of the score vs of the raters
         assert share_ci is not None
         print(f"\n## {name} ({len(pooled)} answers, pooled test outputs)\n")
         print("| concept | α | σ̂² (data) | mean error | slope b (MMSE A_kk) | reliability | LCEC σ² | LCEC A_kk |")

@@ -60,12 +60,15 @@ def cached_outputs(run: Path, data_dir: str | None) -> tuple[Any, dict[str, dict
 
 
 def fresh_head(model: Any) -> None:
-    """Re-initialise the Stage II parameters (L, η, W) of a loaded model."""
+    """Re-initialise the Stage II parameters (L, η, W, and the level head's U) of a loaded model."""
     from reccbm import LatentCorrection
 
     if model.lcec is not None:
         model.lcec = LatentCorrection(model.config.num_concepts, model.config.eps)
     model.W.reset_parameters()
+    if model.U is not None:
+        with torch.no_grad():
+            model.U.zero_()
 
 
 def retrain(model: Any, d: dict[str, dict[str, torch.Tensor]], cfg: Any) -> tuple[Any, dict[str, float], torch.Tensor]:
