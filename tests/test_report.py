@@ -75,6 +75,12 @@ def test_report_writes_the_page_its_pngs_and_csvs(tiny: tuple[Path, Path], tmp_p
         assert m, key
         assert float(m.group(1)) == pytest.approx(saved[key], abs=1e-12) and m.group(2) == f"{saved[key]:.3f}"
     assert page.count('src="data:image/png;base64,') == len(pngs)
+    rel = pd.read_csv(run / "reliability.csv").set_index("concept")  # the run's test reliability, shown per concept
+    for key, value in rel["test_reliability"].items():
+        m = re.search(rf'id="test-rel-{key}" data-value="([^"]*)">', page)
+        assert m and float(m.group(1)) == pytest.approx(value, abs=1e-12), key
+    share = json.loads((run / "metrics.json").read_text()).get("spearman_noise_share")
+    assert ('id="noise-share"' in page) == bool(share)
     assert "<script" not in page and "http://" not in page and "https://" not in page
     # machine–human beside human–human
     agr = pd.read_csv(out / "agreement.csv")

@@ -55,6 +55,7 @@ class Report:
     concepts: pd.DataFrame = field(default_factory=pd.DataFrame)  # per concept C-Acc, C-F1, α, CI, σ², A_kk
     spearman: float | None = None
     spearman_ci: dict[str, float] | None = None  # {"rho", "lo", "hi", "n"}: bootstrap over concepts
+    noise_share: dict[str, float] | None = None  # ρ(1 − test reliability, 1 − α) with its CI, when the run has it
     lcec: dict[str, Any] = field(default_factory=dict)  # near-zero shares, the strongest links
     traces: list[ItemTrace] = field(default_factory=list)
     diagnosis: Diagnosis | None = None
@@ -168,6 +169,7 @@ def _concept_section(r: Report, run: Run, preds: reccbm.Predictions, gold_c: NDA
                               on="concept", how="left")
     r.concepts = r.tables["concepts.csv"] = concepts
     r.spearman = run.metrics.get("spearman_sigma2_vs_1_minus_alpha")
+    r.noise_share = run.metrics.get("spearman_noise_share")
     if not run.has_lcec:
         r.unavailable.append("no LCEC layer in this run: no learned σ², A or Ω, so no reliability scatter and no "
                              "partial correlations")
@@ -340,11 +342,17 @@ def render_markdown(r: Report) -> str:
                                  ("smd", "SMD"), ("exact", "exact"), ("adjacent", "adjacent")])
     if len(r.concepts):
         L += ["", "## Concepts", ""]
-        L += _md_table(r.concepts, [("concept", "concept"), ("c_acc", "C-Acc"), ("c_f1", "C-F1"), ("alpha", "α"),
-                                    ("alpha_lo", "α lo"), ("alpha_hi", "α hi"), ("sigma2", "σ²"), ("A_kk", "A_kk")])
-        ci = r.spearman_ci
+        cols = [("concept", "concept"), ("c_acc", "C-Acc"), ("c_f1", "C-F1"), ("alpha", "α"), ("alpha_lo", "α lo"),
+                ("alpha_hi", "α hi"), ("sigma2", "σ²"), ("A_kk", "A_kk")]
+        L += _md_table(r.concepts, cols + ([("test_reliability", "test reliability")]
+                                           if "test_reliability" in r.concepts else []))
+        ci, share = r.spearman_ci, r.noise_share
         L += ["", f"Spearman ρ(σ², 1 − α) = {'—' if r.spearman is None else format(r.spearman, '.3f')}"
               + (f" (95 % bootstrap CI over {ci['n']} concepts [{ci['lo']:.3f}, {ci['hi']:.3f}])" if ci else "")]
+        if share:
+            L += ["", (f"Spearman ρ(1 − test reliability, 1 − α) = {share['rho']:.3f} (95 % bootstrap CI over "
+                       f"{share['n']} concepts [{share['lo']:.3f}, {share['hi']:.3f}]): test reliability is the share of "
+                       "each concept score's variance that is signal on the test answers (docs/training.md)")]
     for name, title in (("reliability.png", "reliability"), ("lcec_heatmaps.png", "LCEC correlations"),
                         ("intervention.png", "interventions")):
         if name in r.images:
