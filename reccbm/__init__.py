@@ -1,8 +1,10 @@
 """reccbm: REC-CBM, a rubric-aware error-correcting concept bottleneck model for grading.
 
 RACE (rubric-aware concept encoder) -> OPCC (ordinal pairwise concept calibration) -> LCEC
-(latent concept error correction) -> grade head, trained in two stages (Algorithm 1 of the paper).
-Independent of rubrictool: it takes token ids and 0-based labels, and writes checkpoints.
+(latent concept error correction) -> grade head. :func:`fit` runs the recipe: Stage I, then Stage II
+(the paper's Algorithm 1), with an optional joint stage and a cross-fitted Stage II in between
+(:class:`Recipe` says which). Independent of rubrictool: it takes token ids and 0-based labels, and
+writes checkpoints.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from reccbm.checkpoint import load_checkpoint, read_meta, save_checkpoint
 from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig, variant_flags, variant_name
 from reccbm.data import EncodedItems, encode_inputs, load_tokenizer
 from reccbm.errors import ReccbmError
+from reccbm.fit import Fitted, Recipe, fit
 from reccbm.explain import (
     INTERVENTIONS,
     DecisionTrace,
@@ -58,12 +61,14 @@ __all__ = [
     "DecisionTrace",
     "EncodedItems",
     "Event",
+    "Fitted",
     "JointConfig",
     "LatentCorrection",
     "ModelConfig",
     "Predictions",
     "RecCBM",
     "RecCBMOutput",
+    "Recipe",
     "ReccbmError",
     "StageIConfig",
     "StageIIConfig",
@@ -77,6 +82,7 @@ __all__ = [
     "decision_trace",
     "default_backbone",
     "encode_inputs",
+    "fit",
     "grade_metrics",
     "grades_from_levels",
     "init_rubric_queries",

@@ -113,10 +113,6 @@ class StageIIConfig:
     lambda_d: float = 0.1  # λ_d: weight of L_den (Eq. 24); bold optima 0.1/0.2, we use 0.1
     lambda_s: float = 0.005  # λ_s: weight of L_spa (Eq. 25), the L1 penalty on off-diagonal L (bold 0.005)
     seed: int = 0  # seeds the Stage II data order and head initialisation
-    # Share of the training split held out from Stage I (and the joint stage): Stage II is then fitted on
-    # Stage I outputs for answers the encoder never trained on, so L_den sees the errors it makes on new
-    # answers (σ_k², A_kk describe them). 0 = the paper: Stage II on the training split's own outputs.
-    holdout: float = 0.0
     # Cross-fitted Stage II: k >= 2 trains k extra Stage I (+ joint stage) models, each on the training split
     # without one of k grade-stratified parts, and fits LCEC and the head on every training answer's output
     # from the model that did not train on it; the model kept (and tested) is still the one trained on all
@@ -130,8 +126,6 @@ class StageIIConfig:
         _choice("Stage II selection", self.select, ("t_f1", "nll"))
         if self.crossfit == 1 or self.crossfit < 0:
             raise ValueError(f"crossfit is 0 (off) or a number of parts >= 2, got {self.crossfit}")
-        if self.crossfit and self.holdout > 0:
-            raise ValueError("crossfit and holdout are two ways to fit Stage II on unseen answers; use one")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""Two-stage training of REC-CBM (Algorithm 1), the PLM baseline, and batched prediction.
+"""REC-CBM's training stages as building blocks, the PLM baseline, and batched prediction.
+
+The order in which they run is :func:`reccbm.fit` (reccbm/fit.py).
 
 * :func:`train_concepts` — Stage I (Eq. 27): (E, Q, {V_k}) on λ_c L_con + λ_r L_rank; model
   selection on dev concept macro-F1 (C-F1), early stopping with patience.
@@ -6,11 +8,12 @@
 * :func:`train_grader` — Stage II (Eq. 28): (L, η, W) on λ_t L_task + λ_d L_den + λ_s L_spa over
   the cached p̂ (Algorithm 1 recomputes frozen predictions per batch; they are identical, so we
   compute them once — Stage II then costs seconds); selection on dev task macro-F1 (T-F1).
+* :func:`train_joint` — the joint stage (not in the paper): every parameter on the joint loss.
 * :func:`train_plm` — black-box fine-tuning of the same backbone on the grade (selection on T-F1).
 
-Stage I and the PLM run through Hugging Face Accelerate: one process on CPU, the same code
-under ``accelerate launch`` for multi-GPU / multi-node. Stage II is K-dimensional and runs on
-CPU in every process. Progress goes to an optional callback (``reccbm`` never prints).
+Stage I, the joint stage and the PLM run through Hugging Face Accelerate: one process on CPU, the
+same code under ``accelerate launch`` for multi-GPU / multi-node. Stage II is K-dimensional and runs
+on CPU in every process. Progress goes to an optional callback (``reccbm`` never prints).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""Training and grading with REC-CBM on a rubric and an adjudicated item table.
+"""Training runs: configuration, run directories and k-fold evaluation around :func:`reccbm.fit`.
 
 :func:`train_model` is the library function behind ``rubrictool train``: it validates the table
 against the rubric, maps concept levels to 0..M (level − scale.min) and grades to 0..S
-(grade − grade.min), trains (Stage I then Stage II, or the PLM baseline) for one or more seeds,
+(grade − grade.min), runs the recipe (:func:`reccbm.fit`: Stage I, joint stage, Stage II; or the PLM
+baseline) for one or more seeds,
 and writes a run directory::
 
     runs/<name>/config.yaml  split.json  metrics.json  reliability.csv  reliability.md
@@ -36,7 +37,6 @@ import reccbm
 from reccbm import JointConfig, ModelConfig, Predictions, StageIConfig, StageIIConfig
 from reccbm.config import config_from_dict, variant_flags, variant_name
 from rubrictool.data import (
-    deal_strata,
     kfold_splits,
     save_split,
 )
@@ -192,133 +192,30 @@ def concept_texts(rubric: Rubric) -> list[str]:
     return [f"{c.name}. {c.definition} " + " ".join(f"{lv.anchor}." for lv in c.levels) for c in rubric.concepts]
 
 
-def _stratified_parts(items: reccbm.EncodedItems, k: int, seed: int, salt: int) -> list[list[int]]:
-    """Positions of ``items`` in k grade-stratified, seeded parts (the dealing of k-fold evaluation)."""
-    assert items.grades is not None
-    strata = [np.flatnonzero(items.grades == g).tolist() for g in np.unique(items.grades)]
-    return [sorted(p) for p in deal_strata(strata, k, np.random.default_rng([seed, salt]))]
-
-
-def _holdout(items: reccbm.EncodedItems, share: float, seed: int) -> tuple[list[int], list[int]]:
-    """Positions (fit, held) of a grade-stratified, seeded hold-out of `share` of the items."""
-    assert items.grades is not None
-    rng = np.random.default_rng([seed, 7])
-    fit: list[int] = []
-    held: list[int] = []
-    for g in np.unique(items.grades):
-        pos = rng.permutation(np.flatnonzero(items.grades == g))
-        n = round(share * len(pos)) if len(pos) > 1 else 0
-        held += pos[:n].tolist()
-        fit += pos[n:].tolist()
-    if not held or not fit:
-        raise TrainError(f"a hold-out of {share:.0%} of {len(items)} training items leaves one side empty")
-    return sorted(fit), sorted(held)
-
-
-def _fit_stage2(
-    model: reccbm.RecCBM, items: reccbm.EncodedItems, dev: reccbm.EncodedItems, pad: int, s1: StageIConfig,
-    s2: StageIIConfig, callback: Callable[[reccbm.Event], None] | None, p_fit: torch.Tensor | None = None,
-) -> reccbm.StageResult:
-    """Stage II on the frozen model's outputs for `items` (cached once), or on ``p_fit`` given for them (cross-fitted
-    outputs), selected on the model's dev outputs."""
-    assert items.concepts is not None and items.grades is not None and dev.grades is not None
-    if p_fit is None:
-        p_fit = reccbm.cache_concepts(model, items, pad, s1.eval_batch_size)
-    p_dev = reccbm.cache_concepts(model, dev, pad, s1.eval_batch_size)
-    return reccbm.train_grader(model, p_fit, torch.tensor(items.concepts), torch.tensor(items.grades), p_dev,
-                               torch.tensor(dev.grades), s2, callback)
-
-
-def _concept_model(
-    seed: int, cfgs: dict[str, dict[str, Any]], mcfg: ModelConfig, fit: reccbm.EncodedItems, dev: reccbm.EncodedItems,
-    tokenizer: Any, callback: Callable[[reccbm.Event], None] | None, texts: list[str] | None, head: bool,
-) -> tuple[reccbm.RecCBM, reccbm.StageResult, reccbm.StageResult | None, reccbm.StageResult | None]:
-    """A fresh model through Stage I and, when configured, the joint stage on ``fit``: (model, Stage I, Stage II, joint).
-
-    Stage II runs on ``fit``'s own outputs when the joint stage needs a head to start from, or when ``head``."""
-    s1 = config_from_dict(StageIConfig, cfgs["stage1"] | {"seed": seed})
-    s2 = config_from_dict(StageIIConfig, cfgs["stage2"] | {"seed": seed})
-    jc = config_from_dict(JointConfig, cfgs["joint"])
-    reccbm.set_seed(seed)
-    model = reccbm.RecCBM(mcfg, reccbm.TextEncoder.from_pretrained(mcfg.backbone or reccbm.default_backbone()))
-    pad = tokenizer.pad_token_id
-    if mcfg.race and mcfg.query_init == "rubric":
-        if texts is None:
-            raise TrainError("query_init 'rubric' needs the rubric's concept texts")
-        reccbm.init_rubric_queries(model, tokenizer, texts)
-    r1 = reccbm.train_concepts(model, fit, dev, s1, pad, callback)
-    rj = r2 = None
-    if head or jc.epochs > 0:  # the paper's Stage II, or the head the joint stage starts from
-        r2 = _fit_stage2(model, fit, dev, pad, s1, s2, callback)
-    if jc.epochs > 0:
-        rj = reccbm.train_joint(model, fit, dev, s1, jc, s2, pad, r1.best["c_acc"], callback)
-    return model, r1, r2, rj
-
-
-def _out_of_fold(
-    seed: int, cfgs: dict[str, dict[str, Any]], mcfg: ModelConfig, fit: reccbm.EncodedItems, dev: reccbm.EncodedItems,
-    tokenizer: Any, callback: Callable[[reccbm.Event], None] | None, texts: list[str] | None, k: int,
-) -> tuple[torch.Tensor, list[list[int]]]:
-    """Cross-fitting: p̂ (N, K, M+1) for every item of ``fit``, each from a model trained without its part."""
-    parts = _stratified_parts(fit, k, seed, 11)
-    p_oof: torch.Tensor | None = None
-    eval_batch = config_from_dict(StageIConfig, cfgs["stage1"]).eval_batch_size
-    for j, part in enumerate(parts):
-        rest = sorted(set(range(len(fit))) - set(part))
-        cb = None if callback is None else (
-            lambda ev, j=j: callback(replace(ev, part=f"cross-fit {j + 1}/{k}")))
-        inner, *_ = _concept_model(seed, cfgs, mcfg, fit.subset(rest), dev, tokenizer, cb, texts, head=False)
-        p = reccbm.cache_concepts(inner, fit.subset(part), tokenizer.pad_token_id, eval_batch)
-        if p_oof is None:
-            p_oof = torch.empty((len(fit), *p.shape[1:]), dtype=p.dtype)
-        p_oof[part] = p
-        log.info("cross-fit %d/%d: trained on %d answers, outputs for %d", j + 1, k, len(rest), len(part))
-    assert p_oof is not None
-    return p_oof, parts
+def recipe_from(cfgs: dict[str, dict[str, Any]], mcfg: ModelConfig) -> reccbm.Recipe:
+    """The :class:`reccbm.Recipe` of resolved config sections (model sizes already set)."""
+    return reccbm.Recipe(mcfg, config_from_dict(StageIConfig, cfgs["stage1"]), config_from_dict(JointConfig, cfgs["joint"]),
+                         config_from_dict(StageIIConfig, cfgs["stage2"]))
 
 
 def _one_seed(
     seed: int,
-    cfgs: dict[str, dict[str, Any]],
-    mcfg: ModelConfig,
+    recipe: reccbm.Recipe,
     sets: dict[str, reccbm.EncodedItems],
     tokenizer: Any,
     callback: Callable[[reccbm.Event], None] | None,
     texts: list[str] | None = None,
 ) -> tuple[reccbm.RecCBM, dict[str, Any], Predictions]:
-    """One seed: Stage I, (joint stage), Stage II — on unseen answers when stage2.holdout > 0 or
-    stage2.crossfit ≥ 2 — then test."""
-    s1 = config_from_dict(StageIConfig, cfgs["stage1"] | {"seed": seed})
-    s2 = config_from_dict(StageIIConfig, cfgs["stage2"] | {"seed": seed})
+    """One seed: the recipe (:func:`reccbm.fit`), then the test split."""
+    fitted = reccbm.fit(sets["train"], sets["dev"], recipe.seeded(seed), tokenizer, concept_texts=texts, callback=callback)
+    model, mcfg = fitted.model, recipe.model
+    info: dict[str, Any] = {"seed": seed, **fitted.as_dict(), "cache_seconds": 0.0, "train_seconds": fitted.seconds,
+                            "dev_selection": fitted.dev}
+    del info["dev"], info["seconds"]
+    if fitted.crossfit_parts is None:
+        del info["crossfit_parts"], info["crossfit_steps"]
     pad = tokenizer.pad_token_id
-    info: dict[str, Any] = {"seed": seed}
-    t0 = time.perf_counter()
-    if mcfg.plm:
-        reccbm.set_seed(seed)
-        model = reccbm.RecCBM(mcfg, reccbm.TextEncoder.from_pretrained(mcfg.backbone or reccbm.default_backbone()))
-        r1 = reccbm.train_plm(model, sets["train"], sets["dev"], s1, pad, callback)
-        info |= {"stage1": r1.as_dict(), "joint": None, "stage2": None, "cache_seconds": 0.0}
-    else:
-        fit, held, dev = sets["train"], None, sets["dev"]
-        p_oof = None
-        if s2.crossfit >= 2:  # first the k models that give every training answer an unseen-answer output
-            p_oof, parts = _out_of_fold(seed, cfgs, mcfg, fit, dev, tokenizer, callback, texts, s2.crossfit)
-            info["crossfit_parts"] = parts  # positions in the training split; part j's outputs come from model j
-        if s2.holdout > 0:
-            fit_pos, held_pos = _holdout(fit, s2.holdout, seed)
-            fit, held = fit.subset(fit_pos), fit.subset(held_pos)
-            info["holdout_positions"] = held_pos  # positions in the training split (never seen by Stage I)
-        model, r1, r2, rj = _concept_model(seed, cfgs, mcfg, fit, dev, tokenizer, callback, texts,
-                                           head=held is None and p_oof is None)
-        if held is not None:  # LCEC and the head on outputs for answers the encoder never trained on
-            r2 = _fit_stage2(model, held, dev, pad, s1, s2, callback)
-        if p_oof is not None:  # ... or on every training answer's out-of-fold output
-            r2 = _fit_stage2(model, fit, dev, pad, s1, s2, callback, p_fit=p_oof)
-        assert r2 is not None
-        info |= {"stage1": r1.as_dict(), "joint": rj.as_dict() if rj else None, "stage2": r2.as_dict(),
-                 "cache_seconds": 0.0}
-    info["train_seconds"] = time.perf_counter() - t0
-    preds = reccbm.predict(model, sets["test"], pad, s1.eval_batch_size)
+    preds = reccbm.predict(model, sets["test"], pad, recipe.stage1.eval_batch_size)
     test = sets["test"]
     assert test.grades is not None
     m = reccbm.grade_metrics(test.grades, preds.grades)
@@ -333,11 +230,8 @@ def _one_seed(
         m |= {f"oracle_{k}": v for k, v in reccbm.grade_metrics(test.grades, oracle.argmax(1)).items()
               if k in ("t_acc", "t_f1", "qwk")}
         if mcfg.race:
-            info["attention"] = reccbm.attention_diagnostics(model, test, pad, s1.eval_batch_size)
+            info["attention"] = reccbm.attention_diagnostics(model, test, pad, recipe.stage1.eval_batch_size)
     info["test"] = m
-    info["dev_selection"] = r1.best if mcfg.plm else info["stage2"]["best"]
-    if not mcfg.plm and info.get("joint") and info["stage2"] is None:
-        info["dev_selection"] = info["joint"]["best"]
     return model, info, preds
 
 
@@ -473,9 +367,7 @@ def train_model(
     cfgs["model"] |= {"num_concepts": rb.K, "num_levels": rb.M + 1, "num_grades": rb.S + 1}
     try:
         mcfg = config_from_dict(ModelConfig, cfgs["model"])
-        for sec, cls in SECTIONS.items():
-            if sec != "model":
-                config_from_dict(cls, cfgs[sec])
+        recipe = recipe_from(cfgs, mcfg)
     except (TypeError, ValueError) as exc:
         raise TrainError(f"bad configuration: {exc}") from None
     df = prepare_table(table, rb, need_concepts=not plm)
@@ -491,10 +383,10 @@ def train_model(
         save_split({k: list(v) for k, v in split.items()}, run / "split.json")
         (run / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True))
     notes = list(notes or [])
-    if mcfg.lcec and not plm and not cfgs["stage2"].get("holdout") and not cfgs["stage2"].get("crossfit"):
+    if mcfg.lcec and not plm and not cfgs["stage2"].get("crossfit"):
         notes.append("σ² and A_kk are fitted on the outputs for the training answers themselves, where the encoder "
-                     "errs less than on new answers; --crossfit 2 (or --holdout 0.2) fits them on answers the encoder "
-                     "never trained on, at a cost in training time (or grade accuracy; docs/training.md)")
+                     "errs less than on new answers; --crossfit 2 fits them on answers the encoder "
+                     "never trained on, at a cost in training time (docs/training.md)")
     with _log_to(run / "train.log") if is_main else nullcontext():
         log.info("run %s: variant %s, rubric %s, %d/%d/%d items", run, name, rb.name, *(len(pos[s]) for s in pos))
         tokenizer = reccbm.load_tokenizer(mcfg.backbone or reccbm.default_backbone())
@@ -508,7 +400,7 @@ def train_model(
         best: tuple[float, reccbm.RecCBM, dict[str, Any], Predictions] | None = None
         infos = []
         for seed in range(first_seed, first_seed + seeds):
-            model, info, preds = _one_seed(seed, cfgs, mcfg, sets, tokenizer, callback, concept_texts(rb))
+            model, info, preds = _one_seed(seed, recipe, sets, tokenizer, callback, concept_texts(rb))
             infos.append(info)
             log.info("seed %d: test %s", seed, json.dumps(info["test"]))
             if best is None or info["dev_selection"]["t_f1"] > best[0]:
@@ -542,7 +434,7 @@ def train_model(
                 "scale": [rb.scale.min, rb.scale.max], "grade": [rb.grade.min, rb.grade.max],
                 "variant": name, "seed": info["seed"], "selected_by": "dev t_f1", "notes": notes,
                 "git_revision": metrics["git_revision"]}
-        step = info["stage1"]["steps"] + (info["stage2"]["steps"] if info["stage2"] else 0)
+        step = info["steps"]  # every stage that shaped the model: Stage I, the joint stage, Stage II
         reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta)
         train_rows = df.iloc[pos["train"]]  # what `grade` flags compare new responses with (rubrictool.flags)
         save_profile(profile_from_table(train_rows, train_rows["id"].astype(str).tolist(), [] if plm else rb.keys,

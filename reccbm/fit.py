@@ -1,0 +1,194 @@
+"""The training recipe: :func:`fit` runs REC-CBM's stages in order and returns the fitted model.
+
+    Stage I (Eq. 27)      encoder E, queries Q, concept classifiers {V_k} on λ_c L_con + λ_r L_rank
+    Stage II (Eq. 28)     LCEC (L, η) and the grade head (W, U) on the frozen Stage I outputs p̂
+    joint stage           (``joint.epochs > 0``; not in the paper) every parameter on the joint loss through the
+                          soft bottleneck, starting from the Stage II head
+    cross-fitted Stage II (``stage2.crossfit = k ≥ 2``; not in the paper) LCEC and the head refitted on outputs for
+                          the training answers from k models that each never trained on them
+
+The paper's recipe (Algorithm 1) is Stage I then Stage II; the PLM baseline is one fine-tuning stage. The
+stages themselves are in :mod:`reccbm.train`; this module owns their order, the seed and what is reported.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig
+from reccbm.data import EncodedItems
+from reccbm.errors import ReccbmError
+from reccbm.metrics import concept_metrics, task_metrics
+from reccbm.model import RecCBM, TextEncoder, default_backbone
+from reccbm.train import (
+    Callback,
+    StageResult,
+    cache_concepts,
+    init_rubric_queries,
+    predict,
+    set_seed,
+    train_concepts,
+    train_grader,
+    train_joint,
+    train_plm,
+)
+
+__all__ = ["Fitted", "Recipe", "deal_parts", "fit"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Every stage's configuration: what :func:`fit` runs (``model.plm``: the black-box baseline)."""
+
+    model: ModelConfig
+    stage1: StageIConfig = field(default_factory=StageIConfig)  # Stage I (and the PLM's fine-tuning)
+    joint: JointConfig = field(default_factory=JointConfig)  # the joint stage; epochs 0 = off (the paper)
+    stage2: StageIIConfig = field(default_factory=StageIIConfig)  # Stage II, and cross-fitting
+
+    def seeded(self, seed: int) -> Recipe:
+        """The same recipe with every stage seeded by ``seed``."""
+        return replace(self, stage1=replace(self.stage1, seed=seed), stage2=replace(self.stage2, seed=seed))
+
+
+@dataclass
+class Fitted:
+    """What :func:`fit` returns: the model and what each stage did."""
+
+    model: RecCBM
+    stage1: StageResult  # Stage I, or the PLM's fine-tuning
+    joint: StageResult | None  # None: no joint stage
+    stage2: StageResult | None  # the Stage II that fitted the returned head (None for the PLM)
+    dev: dict[str, float]  # dev metrics of the returned model (T-Acc, T-F1, … and C-Acc, C-F1): seeds are chosen on these
+    steps: int  # optimiser steps of every stage that shaped the returned model
+    seconds: float  # wall time of the whole recipe, cross-fitting included
+    crossfit_parts: list[list[int]] | None = None  # positions in train: part j's Stage II inputs came from model j
+    crossfit_steps: int = 0  # optimiser steps of the cross-fitting models (not part of the returned model)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The history without the model (JSON-ready)."""
+        return {"stage1": self.stage1.as_dict(), "joint": self.joint.as_dict() if self.joint else None,
+                "stage2": self.stage2.as_dict() if self.stage2 else None, "dev": self.dev, "steps": self.steps,
+                "seconds": self.seconds, "crossfit_parts": self.crossfit_parts, "crossfit_steps": self.crossfit_steps}
+
+
+def deal_parts(grades: Any, k: int, seed: int, salt: int) -> list[list[int]]:
+    """Positions of items in k grade-stratified, seeded parts: each grade's positions shuffled and dealt in turn,
+    the next grade starting where the last one stopped (the dealing of k-fold evaluation)."""
+    rng = np.random.default_rng([seed, salt])
+    grades = np.asarray(grades)
+    parts: list[list[int]] = [[] for _ in range(k)]
+    nxt = 0
+    for g in np.unique(grades):
+        members = np.flatnonzero(grades == g)
+        for i in rng.permutation(len(members)):
+            parts[nxt % k].append(int(members[i]))
+            nxt += 1
+    return [sorted(p) for p in parts]
+
+
+def _new_model(cfg: ModelConfig, seed: int) -> RecCBM:
+    set_seed(seed)
+    return RecCBM(cfg, TextEncoder.from_pretrained(cfg.backbone or default_backbone()))
+
+
+def _stage2(model: RecCBM, train: EncodedItems, dev: EncodedItems, r: Recipe, pad: int, callback: Callback | None,
+            p_fit: torch.Tensor | None = None) -> StageResult:
+    """Stage II on the frozen model's outputs for ``train`` (cached once), or on ``p_fit`` given for them (the
+    cross-fitted outputs); selected on the model's dev outputs."""
+    assert train.concepts is not None and train.grades is not None and dev.grades is not None
+    if p_fit is None:
+        p_fit = cache_concepts(model, train, pad, r.stage1.eval_batch_size)
+    p_dev = cache_concepts(model, dev, pad, r.stage1.eval_batch_size)
+    return train_grader(model, p_fit, torch.tensor(train.concepts), torch.tensor(train.grades), p_dev,
+                        torch.tensor(dev.grades), r.stage2, callback)
+
+
+def _concept_model(train: EncodedItems, dev: EncodedItems, r: Recipe, tokenizer: Any, texts: list[str] | None,
+                   callback: Callback | None, head: bool) -> tuple[RecCBM, StageResult, StageResult | None, StageResult | None]:
+    """A fresh model through Stage I, a Stage II head (when ``head`` or the joint stage starts from one) and the joint
+    stage: (model, Stage I, Stage II, joint)."""
+    pad = tokenizer.pad_token_id
+    model = _new_model(r.model, r.stage1.seed)
+    if r.model.race and r.model.query_init == "rubric":
+        if texts is None:
+            raise ReccbmError("query_init 'rubric' needs the rubric's concept texts")
+        init_rubric_queries(model, tokenizer, texts)
+    r1 = train_concepts(model, train, dev, r.stage1, pad, callback)
+    r2 = rj = None
+    if head or r.joint.epochs > 0:
+        r2 = _stage2(model, train, dev, r, pad, callback)
+    if r.joint.epochs > 0:
+        rj = train_joint(model, train, dev, r.stage1, r.joint, r.stage2, pad, r1.best["c_acc"], callback)
+    return model, r1, r2, rj
+
+
+def _cross_fitted_outputs(train: EncodedItems, dev: EncodedItems, r: Recipe, tokenizer: Any, texts: list[str] | None,
+                          callback: Callback | None) -> tuple[torch.Tensor, list[list[int]], int]:
+    """p̂ (N, K, M+1) for every training item from a model (Stage I + joint stage) trained without its part."""
+    k = r.stage2.crossfit
+    assert train.grades is not None
+    parts = deal_parts(train.grades, k, r.stage1.seed, 11)
+    p_oof: torch.Tensor | None = None
+    steps = 0
+    for j, part in enumerate(parts):
+        rest = sorted(set(range(len(train))) - set(part))
+        cb = None if callback is None else (lambda ev, j=j: callback(replace(ev, part=f"cross-fit {j + 1}/{k}")))
+        inner, r1, _, rj = _concept_model(train.subset(rest), dev, r, tokenizer, texts, cb, head=False)
+        steps += r1.steps + (rj.steps if rj else 0)
+        p = cache_concepts(inner, train.subset(part), tokenizer.pad_token_id, r.stage1.eval_batch_size)
+        if p_oof is None:
+            p_oof = torch.empty((len(train), *p.shape[1:]), dtype=p.dtype)
+        p_oof[part] = p
+    assert p_oof is not None
+    return p_oof, parts, steps
+
+
+def dev_metrics(model: RecCBM, dev: EncodedItems, pad: int, batch_size: int = 64) -> dict[str, float]:
+    """Grade metrics (and concept metrics, with a bottleneck) of ``model`` on ``dev``."""
+    p = predict(model, dev, pad, batch_size)
+    assert dev.grades is not None
+    out = task_metrics(dev.grades, p.grades)
+    if p.p_hat is not None and dev.concepts is not None:
+        out |= concept_metrics(dev.concepts, p.levels)
+    return out
+
+
+def fit(
+    train: EncodedItems,
+    dev: EncodedItems,
+    recipe: Recipe,
+    tokenizer: Any,
+    *,
+    concept_texts: list[str] | None = None,
+    callback: Callable[[Any], None] | None = None,
+) -> Fitted:
+    """Train a model by ``recipe`` on ``train`` (token ids, 0-based concept levels and grades), selecting on ``dev``.
+
+    PLM: one fine-tuning stage. REC-CBM and its ablations: Stage I; then, with a joint stage, a Stage II head to
+    start from and the joint stage; with cross-fitting, Stage II refitted on out-of-fold outputs; otherwise Stage II
+    on the training outputs. ``concept_texts`` (one per concept) initialise the queries when
+    ``model.query_init == "rubric"``. Progress goes to ``callback`` as :class:`reccbm.Event`; seed everything with
+    :meth:`Recipe.seeded`."""
+    t0 = time.perf_counter()
+    pad = tokenizer.pad_token_id
+    if recipe.model.plm:
+        model = _new_model(recipe.model, recipe.stage1.seed)
+        r1 = train_plm(model, train, dev, recipe.stage1, pad, callback)
+        return Fitted(model, r1, None, None, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size), r1.steps,
+                      time.perf_counter() - t0)
+    p_oof, parts, cf_steps = None, None, 0
+    if recipe.stage2.crossfit >= 2:  # first the k models that give every training answer an unseen-answer output
+        p_oof, parts, cf_steps = _cross_fitted_outputs(train, dev, recipe, tokenizer, concept_texts, callback)
+    model, r1, r2, rj = _concept_model(train, dev, recipe, tokenizer, concept_texts, callback, head=p_oof is None)
+    if p_oof is not None:
+        r2 = _stage2(model, train, dev, recipe, pad, callback, p_fit=p_oof)
+    assert r2 is not None
+    steps = r1.steps + (rj.steps if rj else 0) + r2.steps
+    return Fitted(model, r1, rj, r2, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size), steps,
+                  time.perf_counter() - t0, parts, cf_steps)

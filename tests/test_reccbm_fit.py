@@ -1,0 +1,56 @@
+"""reccbm.fit, the recipe in one place: stages in order, the dev metrics seeds are chosen on, the step count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import reccbm
+from reccbm import JointConfig, ModelConfig, Recipe, StageIIConfig, load_tokenizer
+from reccbm.fit import dev_metrics
+from tests.support.tiny_models import FAST1, encoded, mohler_like_table, toy_table
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _recipe(backbone: str, joint_epochs: int) -> Recipe:
+    model = ModelConfig(num_concepts=3, num_levels=3, num_grades=4, backbone=backbone, max_len=32, head="level")
+    return Recipe(model, FAST1, JointConfig(epochs=joint_epochs, lr=3e-3, select="last", intervention_p=0.25),
+                  StageIIConfig(lr=0.05, epochs=3, batch_size=8))
+
+
+def test_fit_reports_the_returned_models_dev_metrics_and_counts_every_stage(backbone: str) -> None:
+    tok = load_tokenizer(backbone)
+    train, dev = encoded(tok, toy_table(48, seed=0)), encoded(tok, toy_table(24, seed=1))
+    fitted = reccbm.fit(train, dev, _recipe(backbone, joint_epochs=2), tok)
+    assert fitted.joint is not None and fitted.stage2 is not None and fitted.joint.steps > 0
+    # the dev metrics are those of the model fit returns (after the joint stage), not of the head fitted before it
+    assert fitted.dev == dev_metrics(fitted.model, dev, tok.pad_token_id)
+    assert fitted.steps == fitted.stage1.steps + fitted.joint.steps + fitted.stage2.steps
+
+
+def test_fit_without_a_joint_stage_is_the_papers_two_stages(backbone: str) -> None:
+    tok = load_tokenizer(backbone)
+    train, dev = encoded(tok, toy_table(48, seed=0)), encoded(tok, toy_table(24, seed=1))
+    fitted = reccbm.fit(train, dev, _recipe(backbone, joint_epochs=0), tok)
+    assert fitted.joint is None and fitted.stage2 is not None
+    assert fitted.steps == fitted.stage1.steps + fitted.stage2.steps
+
+
+def test_several_seeds_keep_the_seed_whose_final_model_is_best_on_dev(tmp_path: Path, backbone: str) -> None:
+    from rubrictool.data import split_items
+    from rubrictool.train import train_model
+
+    df = mohler_like_table(60)
+    overrides = {"model": {"max_len": 32, "backbone": backbone}, "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
+                 "joint": {"epochs": 1}, "stage2": {"epochs": 3}}
+    res = train_model("mohler", df, split_items(df, seed=0), tmp_path / "run", seeds=2, overrides=overrides)
+    seeds = res.metrics["seeds"]
+    best = max(seeds, key=lambda s: s["dev_selection"]["t_f1"])
+    assert res.metrics["selected_seed"] == best["seed"]
+    for s in seeds:  # the dev metrics seeds are chosen on describe the model after the joint stage
+        assert s["joint"] is not None and set(s["dev_selection"]) >= {"t_f1", "t_acc", "c_acc"}
+        assert s["steps"] == s["stage1"]["steps"] + s["joint"]["steps"] + s["stage2"]["steps"]
+    _, _, meta = reccbm.load_checkpoint(tmp_path / "run")
+    assert meta["seed"] == best["seed"]
