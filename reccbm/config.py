@@ -55,6 +55,10 @@ class ModelConfig:
     # "rubric": each q_k points where the pretrained encoder puts concept k's definition and level anchors
     # (its mean-pooled embedding minus the mean over concepts), so RACE starts rubric-aware.
     query_init: str = "orthogonal"
+    # Interventions (an expert's level for a concept). False: the paper's, the one-hot p̂_k passes through LCEC's A like
+    # any output, so shrinkage pulls the expert's level back towards the prior. True: LCEC conditions its Gaussian on
+    # the level (known exactly; the other concepts move through Ω), in training (random interventions) and when grading.
+    condition: bool = False
 
     def __post_init__(self) -> None:
         _choice("grade head", self.head, ("scalar", "level"))
@@ -119,11 +123,17 @@ class StageIIConfig:
     # of the split. Costs k extra trainings on (k-1)/k of the data. 0 = off (the paper).
     crossfit: int = 0
     select: str = "t_f1"  # dev selection of the Stage II epoch: "t_f1" (paper; ties: T-Acc) or "nll" (dev grade NLL)
-    intervention_p: float = 0.0  # share of p̂_k replaced by the one-hot label per batch (see JointConfig); 0 = paper
+    # Which outputs LCEC's (L, η) learn the concept head's errors from. "train": the training answers' own outputs,
+    # with the head (the paper), where the encoder errs far less than on new answers, so A stays near I. "dev": after
+    # the other stages, (L, η) are fitted by L_den + L_spa on the dev answers' outputs (answers the encoder never trained
+    # on: the errors it will meet), then the head is refitted on the training outputs through that fixed LCEC.
+    lcec_fit: str = "train"
+    intervention_p: float = 0.0  # share of p̂_k set to the label's one-hot per batch (see JointConfig); 0 = paper
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes carried into the checkpoint
 
     def __post_init__(self) -> None:
         _choice("Stage II selection", self.select, ("t_f1", "nll"))
+        _choice("LCEC fit", self.lcec_fit, ("train", "dev"))
         if self.crossfit == 1 or self.crossfit < 0:
             raise ValueError(f"crossfit is 0 (off) or a number of parts >= 2, got {self.crossfit}")
 

@@ -9,7 +9,9 @@ Interventions (§Human Intervention): per item, rank the K concept predictions b
 1 − max_m p̂_{k,m}, take the k most uncertain (or most confident), and replace their p̂_k by a one-hot:
 the adjudicated level ("oracle"), the wrong level that most lowers the probability of the gold grade
 ("wrong", chosen per concept through the frozen head) or a uniformly random level ("random"); the frozen
-grade path (LCEC, head) then runs on the result (:func:`grades_from_levels`).
+grade path (LCEC, head) then runs on the result (:func:`grades_from_levels`). With ``ModelConfig.condition``
+LCEC conditions on the given levels (exact; the others move through Ω, reccbm/lcec.py); without it (the
+paper) the one-hots pass through A.
 
 Latent denoising analysis: the learned prior precision Ω (Eq. 17, 21) reads as partial correlations
 r_ij = −Ω_ij / √(Ω_ii Ω_jj) (:func:`partial_correlations`).
@@ -86,7 +88,7 @@ def grades_from_levels(model: RecCBM, p_hat: NDArray[Any], levels: NDArray[Any],
     mask = torch.as_tensor(replace).bool().unsqueeze(-1)  # (N, K, 1)
     p = torch.where(mask, onehot, p)
     model.eval()
-    out: NDArray[Any] = model.grade_from_concepts(p).grade_logits.float().softmax(-1).numpy()
+    out: NDArray[Any] = model.grade_from_concepts(p, mask[..., 0]).grade_logits.float().softmax(-1).numpy()
     return out
 
 
@@ -98,9 +100,10 @@ def override(model: RecCBM, preds: Predictions, levels: NDArray[Any], replace: N
         raise ValueError("the PLM baseline has no concepts to override")
     p = torch.as_tensor(preds.p_hat).float().clone()  # (N, K, M+1)
     onehot = torch.nn.functional.one_hot(torch.as_tensor(levels).long(), p.shape[-1]).float()  # (N, K, M+1)
-    p = torch.where(torch.as_tensor(replace).bool().unsqueeze(-1), onehot, p)
+    observed = torch.as_tensor(replace).bool()  # (N, K)
+    p = torch.where(observed.unsqueeze(-1), onehot, p)
     model.eval()
-    out = model.grade_from_concepts(p)
+    out = model.grade_from_concepts(p, observed)
     assert out.c_hat is not None and out.mu_post is not None
     logits = out.grade_logits.float()  # (N, S+1)
     return Predictions(logits.softmax(-1).numpy(), p.numpy(), out.c_hat.float().numpy(),

@@ -6,6 +6,9 @@
                           soft bottleneck, starting from the Stage II head
     cross-fitted Stage II (``stage2.crossfit = k ≥ 2``; not in the paper) LCEC and the head refitted on outputs for
                           the training answers from k models that each never trained on them
+    LCEC on new answers   (``stage2.lcec_fit = "dev"``; not in the paper) LCEC's (L, η) fitted on the dev answers'
+                          outputs, the errors the encoder makes on answers it never trained on; then the head is
+                          refitted on the training outputs through that fixed LCEC
 
 The paper's recipe (Algorithm 1) is Stage I then Stage II; the PLM baseline is one fine-tuning stage. The
 stages themselves are in :mod:`reccbm.train`; this module owns their order, the seed and what is reported.
@@ -30,6 +33,7 @@ from reccbm.train import (
     Callback,
     StageResult,
     cache_concepts,
+    fit_lcec,
     init_rubric_queries,
     predict,
     set_seed,
@@ -69,12 +73,14 @@ class Fitted:
     seconds: float  # wall time of the whole recipe, cross-fitting included
     crossfit_parts: list[list[int]] | None = None  # positions in train: part j's Stage II inputs came from model j
     crossfit_steps: int = 0  # optimiser steps of the cross-fitting models (not part of the returned model)
+    lcec: StageResult | None = None  # LCEC fitted on the dev outputs (stage2.lcec_fit = "dev"); then stage2 is the head refit
 
     def as_dict(self) -> dict[str, Any]:
         """The history without the model (JSON-ready)."""
         return {"stage1": self.stage1.as_dict(), "joint": self.joint.as_dict() if self.joint else None,
                 "stage2": self.stage2.as_dict() if self.stage2 else None, "dev": self.dev, "steps": self.steps,
-                "seconds": self.seconds, "crossfit_parts": self.crossfit_parts, "crossfit_steps": self.crossfit_steps}
+                "seconds": self.seconds, "crossfit_parts": self.crossfit_parts, "crossfit_steps": self.crossfit_steps,
+                "lcec": self.lcec.as_dict() if self.lcec else None}
 
 
 def deal_parts(grades: Any, k: int, seed: int, salt: int) -> list[list[int]]:
@@ -190,5 +196,15 @@ def fit(
         r2 = _stage2(model, train, dev, recipe, pad, callback, p_fit=p_oof)
     assert r2 is not None
     steps = r1.steps + (rj.steps if rj else 0) + r2.steps
+    rl = None
+    if recipe.stage2.lcec_fit == "dev" and model.lcec is not None:  # LCEC learns the errors of new answers...
+        assert dev.concepts is not None and train.concepts is not None and train.grades is not None
+        assert dev.grades is not None
+        p_dev = cache_concepts(model, dev, pad, recipe.stage1.eval_batch_size)
+        rl = fit_lcec(model, p_dev, torch.tensor(dev.concepts), recipe.stage2, callback)
+        p_train = p_oof if p_oof is not None else cache_concepts(model, train, pad, recipe.stage1.eval_batch_size)
+        r2 = train_grader(model, p_train, torch.tensor(train.concepts), torch.tensor(train.grades), p_dev,  # ... and the
+                          torch.tensor(dev.grades), recipe.stage2, callback, head_only=True)  # head reads through it
+        steps += rl.steps + r2.steps
     return Fitted(model, r1, rj, r2, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size), steps,
-                  time.perf_counter() - t0, parts, cf_steps)
+                  time.perf_counter() - t0, parts, cf_steps, rl)

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from reccbm.config import ModelConfig
 from reccbm.errors import ReccbmError
+from reccbm.lcec import LatentCorrection
 
 if TYPE_CHECKING:
     from reccbm.onnx_encoder import OnnxEncoder
@@ -35,6 +36,7 @@ __all__ = [
     "opcc_loss",
     "opcc_pairs",
     "orthogonal_queries",
+    "random_conditioning",
     "random_interventions",
     "rubric_queries",
 ]
@@ -171,14 +173,23 @@ def concept_loss(logits: Tensor, c: Tensor, reduction: str = "sum") -> Tensor:
     return per_item.mean()
 
 
-def random_interventions(p_hat: Tensor, c: Tensor, p: float, generator: torch.Generator | None = None) -> Tensor:
-    """p̂ with each (item, concept) replaced, with probability p, by the one-hot of its label c ∈ 0..M:
-    (B, K, M+1), (B, K) -> (B, K, M+1). Trains the grade head to take an expert's correction as it is."""
+def random_conditioning(
+    p_hat: Tensor, c: Tensor, p: float, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor | None]:
+    """Random interventions while the grade head trains: each (item, concept) is chosen with probability p; its p̂_k
+    becomes the one-hot of its label c ∈ 0..M. Returns (p̂ (B, K, M+1), the chosen mask (B, K), or None when p = 0),
+    the mask for LCEC to condition on (:meth:`RecCBM.grade_from_concepts`). Trains the head to take an expert's
+    correction as it is."""
     if p <= 0:
-        return p_hat
+        return p_hat, None
     mask = torch.rand(c.shape, generator=generator, device=c.device) < p  # (B, K)
     onehot = F.one_hot(c.long(), p_hat.shape[-1]).to(p_hat.dtype)  # (B, K, M+1)
-    return torch.where(mask.unsqueeze(-1), onehot, p_hat)
+    return torch.where(mask.unsqueeze(-1), onehot, p_hat), mask
+
+
+def random_interventions(p_hat: Tensor, c: Tensor, p: float, generator: torch.Generator | None = None) -> Tensor:
+    """p̂ after :func:`random_conditioning`, without the mask: (B, K, M+1), (B, K) -> (B, K, M+1)."""
+    return random_conditioning(p_hat, c, p, generator)[0]
 
 
 def rubric_queries(E: Tensor, norm: float = 1.0) -> Tensor:
@@ -215,71 +226,7 @@ def opcc_loss(c_hat: Tensor, c: Tensor) -> Tensor:
     return loss_k[has_pairs].mean()  # Eq. 16
 
 
-# ---------------------------------------------------------------------------- LCEC (Eq. 17-25)
-class LatentCorrection(nn.Module):
-    """Latent concept error correction: posterior mean of z | s̃ under z ~ N(0, Ω⁻¹) (Eq. 17) and
-    s̃ | z ~ N(z, D), D = diag(σ²) (Eq. 18):
-
-        Σ_post = (Ω + D⁻¹)⁻¹ (Eq. 19),  μ_post = Σ_post D⁻¹ s̃ = A s̃ (Eq. 20),
-        Ω = LLᵀ + εI (Eq. 21),  σ_k² = exp(η_k).
-
-    Numerics: with D^{½} = diag(σ), Ω + D⁻¹ = D^{-½} (I + D^{½} Ω D^{½}) D^{-½}, so
-    A = D^{½} B⁻¹ D^{-½} with B = I + D^{½} Ω D^{½}. B's eigenvalues are >= 1 for any σ², so its
-    Cholesky factorisation never fails, whether σ² is tiny (A -> I) or huge (A -> 0). The K×K
-    algebra runs in float64 and η is clamped to ±ETA_MAX; no explicit inverse is formed.
-
-    Prior mean: the paper's prior has mean 0 while s̃ ∈ [0, 1] sits near the label mean, so A can
-    only shrink towards 0. With ``mu0`` (a fixed buffer, the training mean of c/M when
-    ModelConfig.center is on) the prior is z ~ N(μ₀, Ω⁻¹) and μ_post = μ₀ + A (s̃ − μ₀): the
-    same A, now shrinking towards the typical answer, as in the Remark's reliability reading.
-    mu0 = 0 is exactly Eq. 20.
-    """
-
-    ETA_MAX = 20.0  # |η_k| bound: σ² ∈ [e^-20, e^20]
-    mu0: Tensor  # (K,) buffer: prior mean μ₀
-
-    def __init__(self, K: int, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-        self.L = nn.Parameter(torch.eye(K))  # (K, K), only its lower triangle is used: Ω = I + εI at init
-        self.eta = nn.Parameter(torch.zeros(K))  # (K,), σ² = exp(η) = 1 at init
-        self.register_buffer("mu0", torch.zeros(K))  # (K,) prior mean μ₀; 0 = the paper's prior
-
-    def cholesky_factor(self) -> Tensor:
-        return torch.tril(self.L)  # (K, K) lower-triangular
-
-    def precision(self) -> Tensor:
-        """Ω = LLᵀ + εI (Eq. 21), float64 (K, K)."""
-        L = self.cholesky_factor().double()
-        return L @ L.T + self.eps * torch.eye(L.shape[0], dtype=L.dtype, device=L.device)
-
-    def noise_variance(self) -> Tensor:
-        """σ² = exp(η), float64 (K,)."""
-        return self.eta.double().clamp(-self.ETA_MAX, self.ETA_MAX).exp()
-
-    def _B_cholesky(self) -> tuple[Tensor, Tensor]:
-        sd = self.noise_variance().sqrt()  # (K,) = diag(D^{½})
-        B = torch.eye(sd.shape[0], dtype=sd.dtype, device=sd.device) + sd[:, None] * self.precision() * sd[None, :]
-        return sd, torch.linalg.cholesky(B)  # (K,), (K, K)
-
-    def denoising_matrix(self) -> Tensor:
-        """A = Σ_post D⁻¹ = D^{½} B⁻¹ D^{-½} (Eq. 20), float64 (K, K), via a Cholesky solve."""
-        sd, LB = self._B_cholesky()
-        return sd[:, None] * torch.cholesky_solve(torch.diag(1.0 / sd), LB)  # (K, K)
-
-    def posterior_covariance(self) -> Tensor:
-        """Σ_post = (Ω + D⁻¹)⁻¹ = D^{½} B⁻¹ D^{½} (Eq. 19), float64 (K, K)."""
-        sd, LB = self._B_cholesky()
-        return sd[:, None] * torch.cholesky_solve(torch.diag(sd), LB)  # (K, K)
-
-    def forward(self, s_tilde: Tensor) -> Tensor:
-        """μ_post = μ₀ + A (s̃ − μ₀) for a batch (= A s̃ with μ₀ = 0, Eq. 20): (B, K) -> (B, K)."""
-        mu0 = self.mu0.double()  # (K,)
-        return (mu0 + (s_tilde.double() - mu0) @ self.denoising_matrix().T).to(s_tilde.dtype)  # (B, K)
-
-    def sparsity(self) -> Tensor:
-        """L_spa = Σ_{i>j} |L_ij| (Eq. 25)."""
-        return torch.tril(self.L, diagonal=-1).abs().sum()
+# ---------------------------------------------------------------------------- LCEC (Eq. 17-25): reccbm/lcec.py
 
 
 # ---------------------------------------------------------------------------- the whole model
@@ -342,11 +289,16 @@ class RecCBM(nn.Module):
         logits, alpha = self.bottleneck(H, batch["attention_mask"])
         return logits, alpha
 
-    def grade_from_concepts(self, p_hat: Tensor) -> RecCBMOutput:
-        """Stage II forward on (cached) p̂: s̃ = ĉ/M, μ_post = A s̃ (or s̃), ŷ = W μ_post + b."""
+    def grade_from_concepts(self, p_hat: Tensor, observed: Tensor | None = None) -> RecCBMOutput:
+        """Stage II forward on (cached) p̂: s̃ = ĉ/M, μ_post = A s̃ (or s̃), ŷ = W μ_post + b.
+
+        observed (B, K): concepts whose p̂_k is an expert's one-hot level. With ``config.condition`` LCEC conditions
+        on them (they are known exactly, the others move through Ω; :meth:`LatentCorrection.forward`); without it
+        (the paper) the one-hot passes through A like any output."""
         c_hat = expected_scores(p_hat)  # (B, K)
         s_tilde = c_hat / self.config.M  # (B, K) ∈ [0, 1]
-        mu_post = self.lcec(s_tilde) if self.lcec is not None else s_tilde  # (B, K)
+        cond = observed if self.config.condition else None
+        mu_post = self.lcec(s_tilde, cond) if self.lcec is not None else s_tilde  # (B, K)
         logits = self.W(mu_post)  # (B, S+1), Eq. 22
         if self.U is not None:
             logits = logits + torch.einsum("bkm,ykm->by", p_hat.to(self.U.dtype), self.U)  # (B, S+1) level terms

@@ -42,7 +42,7 @@ from reccbm.model import (
     expected_scores,
     masked_mean,
     opcc_loss,
-    random_interventions,
+    random_conditioning,
     rubric_queries,
 )
 
@@ -55,6 +55,7 @@ __all__ = [
     "predict",
     "quantize_encoder",
     "set_seed",
+    "fit_lcec",
     "train_concepts",
     "train_grader",
     "train_joint",
@@ -333,7 +334,7 @@ def _joint_loss(cfg: StageIConfig, joint: JointConfig, s2: StageIIConfig) -> Cal
         p_hat = logits.float().softmax(-1)  # (B, K, M+1), Eq. 11
         if cfg.lambda_r > 0:
             total = total + cfg.lambda_r * opcc_loss(expected_scores(p_hat), c)  # Eq. 16
-        out = model.grade_from_concepts(random_interventions(p_hat, c, joint.intervention_p))
+        out = model.grade_from_concepts(*random_conditioning(p_hat, c, joint.intervention_p))
         total = total + joint.lambda_t * F.cross_entropy(out.grade_logits.float(), batch["grades"])  # Eq. 23
         if model.lcec is not None:
             den, spa = model.lcec_losses(out, c)  # Eq. 24, 25
@@ -517,9 +518,10 @@ def cache_concepts(model: RecCBM, items: EncodedItems, pad_id: int, batch_size: 
 
 # ---------------------------------------------------------------------------- Stage II
 def _stage2_loss(model: RecCBM, p_hat: Tensor, c: Tensor | None, y: Tensor, cfg: StageIIConfig) -> Tensor:
+    observed = None
     if c is not None:
-        p_hat = random_interventions(p_hat, c, cfg.intervention_p)
-    out = model.grade_from_concepts(p_hat)
+        p_hat, observed = random_conditioning(p_hat, c, cfg.intervention_p)
+    out = model.grade_from_concepts(p_hat, observed)
     total = cfg.lambda_t * F.cross_entropy(out.grade_logits, y)  # Eq. 23
     if model.lcec is not None and c is not None:
         den, spa = model.lcec_losses(out, c)  # Eq. 24, 25
@@ -536,10 +538,12 @@ def train_grader(
     dev_grades: Tensor,
     cfg: StageIIConfig,
     callback: Callback | None = None,
+    head_only: bool = False,
 ) -> StageResult:
     """Stage II: train (L, η, W) — only W without LCEC — over cached p̂; keep the best dev T-F1 epoch.
 
-    train_concepts_ are the 0..M concept labels for L_den (Eq. 24); None skips L_den.
+    train_concepts_ are the 0..M concept labels for L_den (Eq. 24); None skips L_den. head_only: train the grade
+    head (W, U) alone, LCEC kept as it is (after :func:`fit_lcec`).
     """
     if model.config.plm:
         raise ReccbmError("the PLM baseline has no Stage II")
@@ -548,7 +552,8 @@ def train_grader(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # K-dimensional maths: one thread beats two (no sync overhead)
     try:
-        return _train_grader(model, train_p_hat, train_concepts_, train_grades, dev_p_hat, dev_grades, cfg, callback)
+        return _train_grader(model, train_p_hat, train_concepts_, train_grades, dev_p_hat, dev_grades, cfg, callback,
+                             head_only)
     finally:
         torch.set_num_threads(threads)
 
@@ -562,15 +567,21 @@ def _train_grader(
     dev_grades: Tensor,
     cfg: StageIIConfig,
     callback: Callback | None,
+    head_only: bool = False,
 ) -> StageResult:
     torch.manual_seed(cfg.seed)
     model.to("cpu")
-    if model.lcec is not None and model.config.center:  # prior mean μ₀ (see LatentCorrection)
+    if model.lcec is not None and model.config.center and not head_only:  # prior mean μ₀ (see LatentCorrection)
         with torch.no_grad():
             ref = train_concepts_.double() / model.config.M if train_concepts_ is not None else None
             model.lcec.mu0.copy_((ref if ref is not None else expected_scores(train_p_hat) / model.config.M).mean(0))
     _freeze(model, "stage2")
     params = model.stage2_parameters()
+    if head_only:
+        lcec = set(map(id, model.lcec.parameters())) if model.lcec is not None else set()
+        params = [p for p in params if id(p) not in lcec]
+        for p in model.parameters():
+            p.requires_grad_(any(p is q for q in params))
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     steps_per_epoch = math.ceil(len(train_p_hat) / cfg.batch_size)
     sched = _warmup_linear(opt, steps_per_epoch * cfg.epochs, cfg.warmup_ratio)
@@ -616,3 +627,48 @@ def _train_grader(
     log.info("stage2: best epoch %d of %d, dev %s (%.2f s)", best_epoch, len(history), _fmt(best), seconds)
     return StageResult(best_epoch, best, history, seconds, steps, seconds / max(1, steps))
 
+
+
+def fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig, callback: Callback | None = None) -> StageResult:
+    """LCEC's (L, η) alone on L_den + λ_s L_spa (Eq. 24, 25) over cached outputs p̂ (N, K, M+1) and their 0..M
+    labels, everything else frozen; the final state is kept. Given outputs for answers the encoder never trained on
+    (the dev split's), σ² and Ω describe the errors it makes on new answers (StageIIConfig.lcec_fit = "dev")."""
+    if model.lcec is None:
+        raise ReccbmError("this model has no LCEC layer to fit")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(cfg.seed)
+        model.to("cpu")
+        params = list(model.lcec.parameters())
+        for p in model.parameters():
+            p.requires_grad_(any(p is q for q in params))
+        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+        steps_per_epoch = math.ceil(len(p_hat) / cfg.batch_size)
+        sched = _warmup_linear(opt, steps_per_epoch * cfg.epochs, cfg.warmup_ratio)
+        gen = torch.Generator().manual_seed(cfg.seed)
+        history, steps, t0 = [], 0, time.perf_counter()
+        model.train()
+        for epoch in range(1, cfg.epochs + 1):
+            perm = torch.randperm(len(p_hat), generator=gen)
+            total = 0.0
+            for start in range(0, len(perm), cfg.batch_size):
+                idx = perm[start : start + cfg.batch_size]
+                den, spa = model.lcec_losses(model.grade_from_concepts(p_hat[idx]), concepts[idx])  # Eq. 24, 25
+                loss = den + cfg.lambda_s * spa  # λ_d weighs L_den against the grade loss; alone it has weight 1
+                opt.zero_grad(set_to_none=True)
+                loss.backward()  # type: ignore[no-untyped-call]
+                opt.step()
+                sched.step()
+                steps += 1
+                total += float(loss.detach())
+            history.append({"epoch": epoch, "train_loss": total / steps_per_epoch})
+            if callback:
+                callback(Event("lcec", "epoch", epoch, steps_per_epoch, steps_per_epoch, cfg.epochs,
+                               metrics={"loss": history[-1]["train_loss"]}))
+        model.eval()
+        seconds = time.perf_counter() - t0
+        return StageResult(cfg.epochs, {"loss": history[-1]["train_loss"]}, history, seconds, steps,
+                           seconds / max(1, steps))
+    finally:
+        torch.set_num_threads(threads)

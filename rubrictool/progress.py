@@ -57,7 +57,7 @@ def counter(progress: ProgressFn | None, task: str) -> Callable[[int, int | None
     return update
 
 
-_STAGES = {"stage1": "Stage I", "joint": "Joint", "stage2": "Stage II", "plm": "PLM"}
+_STAGES = {"stage1": "Stage I", "joint": "Joint", "stage2": "Stage II", "plm": "PLM", "lcec": "LCEC on dev outputs"}
 
 
 def from_training_event(ev: Any) -> Progress | None:
@@ -66,10 +66,11 @@ def from_training_event(ev: Any) -> Progress | None:
     label = _STAGES.get(ev.stage, ev.stage)
     if getattr(ev, "part", ""):
         label = f"{ev.part}: {label}"
-    if ev.stage == "stage2":
+    if ev.stage in ("stage2", "lcec"):
         if ev.kind != "epoch":
             return None
-        return Progress(f"{label} (≤{ev.epochs} epochs)", ev.epoch, ev.epochs, f"dev T-F1 {ev.metrics['t_f1']:.3f}")
+        info = f"dev T-F1 {ev.metrics['t_f1']:.3f}" if ev.stage == "stage2" else f"L_den {ev.metrics['loss']:.4f}"
+        return Progress(f"{label} (≤{ev.epochs} epochs)", ev.epoch, ev.epochs, info)
     task = f"{label} epoch {ev.epoch}/{ev.epochs}"
     if ev.kind == "start":
         return Progress(task, 0, ev.steps_per_epoch)

@@ -75,10 +75,10 @@ CPU_DEFAULTS: dict[str, dict[str, Any]] = {"model": {"max_len": 128}, "stage1": 
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "paper": {"stage1": {"epochs": 6}},
     "default": {
-        "model": {"head": "level", "query_init": "rubric", "center": True, "tau": 0.25},
+        "model": {"head": "level", "query_init": "rubric", "center": True, "tau": 0.25, "condition": True},
         "stage1": {"epochs": 3, "concept_loss": "mean", "query_lr_multiplier": 10.0},
         "joint": {"epochs": 4, "lr": 5e-5, "intervention_p": 0.25, "select": "last"},
-        "stage2": {"intervention_p": 0.25},
+        "stage2": {"intervention_p": 0.25, "lcec_fit": "dev"},
     },
 }
 SECTIONS: dict[str, type[Any]] = {"model": ModelConfig, "stage1": StageIConfig, "joint": JointConfig,

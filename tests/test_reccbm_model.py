@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -181,3 +183,29 @@ def test_reccbm_never_imports_rubrictool() -> None:
     for path in Path(reccbm.__file__).parent.glob("*.py"):
         text = path.read_text()
         assert "import rubrictool" not in text and "from rubrictool" not in text, path.name
+
+
+def test_conditioning_on_an_experts_levels_is_the_gaussian_conditional() -> None:
+    """Observed concepts come back exactly; the others equal the posterior mean of z_J given z_I = x_I and s̃_J,
+    computed here by hand from the joint Gaussian (prior N(μ₀, Ω⁻¹), noise D on the unobserved only)."""
+    K = 5
+    lc = _random_lcec(K, seed=3)
+    with torch.no_grad():
+        lc.mu0.copy_(torch.rand(K, dtype=lc.mu0.dtype))
+    s = torch.rand(4, K, dtype=torch.float64)
+    observed = torch.tensor([[True, False, False, True, False], [False] * K, [True] * K, [False, True, False, False, False]])
+    got = lc(s, observed).detach().numpy()
+    Omega, D = lc.precision().detach().numpy(), np.diag(lc.noise_variance().detach().numpy())
+    C, mu0 = np.linalg.inv(Omega), lc.mu0.double().numpy()
+    for i in range(4):
+        I, J = observed[i].numpy(), ~observed[i].numpy()
+        want = s[i].numpy().copy()
+        if J.any():
+            # z_J | z_I = x_I: mean m, covariance S (the prior conditional); then s̃_J = z_J + noise (D_J)
+            m = mu0[J] + C[np.ix_(J, I)] @ np.linalg.solve(C[np.ix_(I, I)], s[i].numpy()[I] - mu0[I]) if I.any() else mu0[J]
+            S = C[np.ix_(J, J)] - (C[np.ix_(J, I)] @ np.linalg.solve(C[np.ix_(I, I)], C[np.ix_(I, J)]) if I.any() else 0)
+            want[J] = m + S @ np.linalg.solve(S + D[np.ix_(J, J)], s[i].numpy()[J] - m)
+        np.testing.assert_allclose(got[i], want, rtol=1e-6, atol=1e-8)
+    np.testing.assert_array_equal(got[observed.numpy()], s.numpy()[observed.numpy()])  # exactly the expert's value
+    unobserved_only = lc(s[1:2], observed[1:2]).detach()
+    torch.testing.assert_close(unobserved_only, lc(s[1:2]).detach())  # no observation: Eq. 20
