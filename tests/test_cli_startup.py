@@ -104,3 +104,19 @@ def test_lint_loads_numpy_only_when_it_runs() -> None:
     assert run["exit"] == 0, run["output"]
     assert "level-without-example" in run["output"]
     assert run["loaded"] == ["numpy"]
+
+
+def test_startup_benchmark_smoke_run(tmp_path: Path) -> None:
+    """benchmarks/cli_startup.py --smoke runs every command once and writes its JSON."""
+    out = tmp_path / "cli_startup.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "cli_startup.py"), "--smoke", "--out", str(out)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(out.read_text())
+    names = [r["name"] for r in report["results"]]
+    assert "rubrictool rubric show mohler" in names and 'python -c "import pandas"' in names and len(names) == 7
+    assert all(r["exit_codes"] == [0] and r["median_s"] > 0 for r in report["results"])
+    assert report["smoke"] is True and report["runs"] == 1 and report["git_revision"]
