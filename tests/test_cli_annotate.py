@@ -90,7 +90,6 @@ def _cache_rows(path: Path) -> int:
         con.close()
 
 
-@pytest.mark.slow
 def _children(pid: int) -> list[int]:
     """Live child processes of pid (from /proc)."""
     out = []
@@ -111,6 +110,7 @@ def _state(pid: int) -> str:
         return "gone"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_resume_after_the_client_is_killed(tmp_path: Path, workers: int) -> None:
     """SIGKILL the CLI after 6 answered requests; the re-run asks only for what was never answered.
