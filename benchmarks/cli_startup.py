@@ -11,8 +11,9 @@ Times the wall clock of whole subprocesses, the way a researcher editing a rubri
 
 and, as yardsticks, ``python -c pass`` (the interpreter alone) and ``python -c "import pandas"``.
 Each is run once untimed (to warm the file cache), then ``--runs`` times (default 5); the JSON
-written to ``--out`` holds every time, the median, the exit codes, the date, the git revision of the
-rubrictool that ran and the load average (the target, under 1 s, is for an idle machine).
+written to ``--out`` holds every wall time and CPU time (user + system: what a busy machine inflates
+less), their medians, the exit codes, the date, the git revision of the rubrictool that ran and the
+load average (the target, under 1 s of wall time, is for an idle machine).
 
 The command run is the ``rubrictool`` script beside this interpreter (else the one on PATH, or
 ``--cli``). It imports whichever rubrictool the interpreter finds: set PYTHONPATH to a checkout to
@@ -28,6 +29,7 @@ import argparse
 import importlib.util
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -85,12 +87,17 @@ def commands(cli: str) -> dict[str, list[str]]:
     }
 
 
-def time_once(argv: list[str]) -> tuple[float, int, str]:
-    """Wall seconds, exit code and stderr of one run."""
-    start = time.perf_counter()
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_once(argv: list[str]) -> tuple[float, float, int, str]:
+    """Wall seconds, CPU seconds (user + system), exit code and stderr of one run."""
+    cpu, start = _children_cpu(), time.perf_counter()
     res = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False,
                          env={**os.environ, "COLUMNS": "120"})
-    return time.perf_counter() - start, res.returncode, res.stderr
+    return time.perf_counter() - start, _children_cpu() - cpu, res.returncode, res.stderr
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,18 +115,20 @@ def main(argv: list[str] | None = None) -> int:
     for name, cmd in commands(cli).items():
         if not args.smoke:
             time_once(cmd)  # warm-up: file cache, .pyc
-        times, codes = [], []
+        times, cpus, codes = [], [], []
         for _ in range(runs):
-            seconds, code, err = time_once(cmd)
+            seconds, cpu, code, err = time_once(cmd)
             times.append(seconds)
+            cpus.append(cpu)
             codes.append(code)
             if code != 0:
                 failed = True
                 print(f"{name}: exit {code}\n{err.strip()}", file=sys.stderr)
-        median = statistics.median(times)
+        median, median_cpu = statistics.median(times), statistics.median(cpus)
         results.append({"name": name, "argv": [Path(cmd[0]).name, *cmd[1:]], "median_s": round(median, 3),
-                        "times_s": [round(t, 3) for t in times], "exit_codes": codes})
-        print(f"{name:<40} {median:6.2f} s  (median of {runs})", flush=True)
+                        "median_cpu_s": round(median_cpu, 3), "times_s": [round(t, 3) for t in times],
+                        "cpu_s": [round(c, 3) for c in cpus], "exit_codes": codes})
+        print(f"{name:<40} {median:6.2f} s wall  {median_cpu:5.2f} s CPU  (median of {runs})", flush=True)
 
     report = {
         "benchmark": "cli_startup",
