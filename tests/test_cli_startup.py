@@ -56,9 +56,15 @@ print(json.dumps(out))
 """
 
 
+def checkout_env() -> dict[str, str]:
+    """This process's environment with this checkout first on PYTHONPATH."""
+    paths = [str(ROOT), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def probe(args: list[str]) -> dict[str, Any]:
     """Run PROBE in a fresh interpreter on this checkout's code (not an installed copy)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = checkout_env()
     res = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False,
@@ -109,7 +115,7 @@ def test_lint_loads_numpy_only_when_it_runs() -> None:
 def test_startup_benchmark_smoke_run(tmp_path: Path) -> None:
     """benchmarks/cli_startup.py --smoke runs every command once and writes its JSON."""
     out = tmp_path / "cli_startup.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = checkout_env()
     res = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "cli_startup.py"), "--smoke", "--out", str(out)],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False,
