@@ -5,6 +5,10 @@ Servers the integration tests need (Label Studio, an OpenAI-compatible LLM serve
 fixtures on 127.0.0.1 and stopped afterwards. The suites that need them carry the markers
 ``labelstudio`` and ``llama`` (and the long ones ``slow``), so the fast suite is
 ``pytest -m "not labelstudio and not llama and not slow"``; CI runs everything.
+
+A test whose server or benchmark data is missing goes through :func:`require_or_skip`: it skips on
+a workstation (``-ra`` lists each skip and its reason at the end of the run), and fails in CI
+(``RUBRICTOOL_REQUIRE_SERVERS=1``, or ``CI=true`` as CI services set it).
 """
 
 from __future__ import annotations
@@ -27,23 +31,35 @@ if "RUBRICTOOL_DATA" not in os.environ and SHARED_DATA.is_dir():
     os.environ["RUBRICTOOL_DATA"] = str(SHARED_DATA)
 
 
-def require_or_skip(ok: bool, why: str) -> None:
-    """Skip a test whose server is not installed, except in CI (RUBRICTOOL_REQUIRE_SERVERS=1): fail there."""
+def in_ci() -> bool:
+    """CI: RUBRICTOOL_REQUIRE_SERVERS=1 (.ci/run sets it), or CI=true/1 (set by CI services)."""
+    return os.environ.get("RUBRICTOOL_REQUIRE_SERVERS") == "1" or os.environ.get("CI", "").lower() in {"1", "true"}
+
+
+def require_or_skip(ok: bool, why: str, fix: str = "run `bash setup.sh --all`") -> None:
+    """Skip a test whose server or data is missing, except in CI (:func:`in_ci`): fail there."""
     if ok:
         return
-    if os.environ.get("RUBRICTOOL_REQUIRE_SERVERS") == "1":
-        pytest.fail(f"{why} (RUBRICTOOL_REQUIRE_SERVERS=1: run `bash setup.sh --all`)")
+    if in_ci():
+        pytest.fail(f"{why} (in CI a missing server or data set fails: {fix})")
     pytest.skip(why)
+
+
+def mohler_data_dir() -> Path:
+    """$RUBRICTOOL_DATA (else ../shared/datasets) if it holds the Mohler data; else skip, or fail in CI."""
+    d = Path(os.environ["RUBRICTOOL_DATA"]) if "RUBRICTOOL_DATA" in os.environ else SHARED_DATA
+    require_or_skip(
+        (d / "mohler" / "data" / "docs" / "files").is_file(),
+        f"no Mohler data under {d}; set RUBRICTOOL_DATA",
+        fix="set RUBRICTOOL_DATA, or put the data in ../shared/datasets beside the clone",
+    )
+    return d
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    d = Path(os.environ["RUBRICTOOL_DATA"]) if "RUBRICTOOL_DATA" in os.environ else SHARED_DATA
-    require_or_skip(
-        (d / "mohler" / "data" / "docs" / "files").is_file(),
-        f"no Mohler data under {d}; set RUBRICTOOL_DATA (CI expects ../shared/datasets beside the clone)",
-    )
-    return d
+    """The benchmark data folder: every test that reads the Mohler data takes it from here."""
+    return mohler_data_dir()
 
 
 @pytest.fixture(scope="session")

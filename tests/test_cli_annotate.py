@@ -51,7 +51,7 @@ def test_cli_writes_table_and_never_leaks_the_key(tmp_path: Path, monkeypatch: p
     pred = read_predictions(out / "predictions.jsonl", load_rubric("mohler"))
     assert sorted(pred.loc[pred.raw_ok, "item"].unique()) == ["it0", "it2"]
     fails = pd.read_json(out / "failures.jsonl", lines=True)
-    assert set(fails["item"]) == {"it1", "it3"} and "***" in fails.set_index("item").loc["it3", "error"]
+    assert set(fails["item"]) == {"it1", "it3"} and "***" in str(fails.set_index("item").loc["it3", "error"])
     # the key is in no output, no cache file, no log line
     texts = [result.output, getattr(result, "stderr", "") or ""]
     for f in list(out.iterdir()) + list(tmp_path.glob("cache.sqlite*")):
@@ -90,7 +90,6 @@ def _cache_rows(path: Path) -> int:
         con.close()
 
 
-@pytest.mark.slow
 def _children(pid: int) -> list[int]:
     """Live child processes of pid (from /proc)."""
     out = []
@@ -111,6 +110,7 @@ def _state(pid: int) -> str:
         return "gone"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_resume_after_the_client_is_killed(tmp_path: Path, workers: int) -> None:
     """SIGKILL the CLI after 6 answered requests; the re-run asks only for what was never answered.

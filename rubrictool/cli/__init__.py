@@ -6,6 +6,15 @@ One module per command group (:mod:`.rubric`, :mod:`.data`, :mod:`.annotate`, :m
 function and prints what it returns; every Rich table, progress bar and message lives here. Library
 errors (:class:`rubrictool.errors.RubrictoolError`, and ``reccbm``'s ``ReccbmError``) become a
 one-line message and exit code 1 here, and only here.
+
+Imports are lazy: every command module is imported to build the app, so at module top a command
+module imports only typer, rich, the standard library, :mod:`rubrictool.errors`,
+:mod:`rubrictool.progress` and the :mod:`rubrictool.rubric` package. Heavy libraries (pandas, numpy,
+scipy, torch, transformers, accelerate, litellm, scikit-learn, crowd-kit, matplotlib,
+label_studio_sdk) and every library module that pulls them in (``rubrictool.data``, ``tables``,
+``io``, ``annotate``, ``review``, ``adjudicate``, ``train``, ``grade``, ``report`` ...) are imported
+inside the command that needs them; types for annotations under ``if TYPE_CHECKING:``.
+tests/test_cli_startup.py enforces it; docs/design.md ("Why the CLI imports lazily") says why.
 """
 
 from __future__ import annotations

@@ -8,9 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from rubrictool.adjudicate import run_adjudicate
 from rubrictool.cli._common import BenchmarkOpt, DataDirOpt, OutOpt, console, err_console, hidden_alias
-from rubrictool.review import pull_for_adjudicate
 
 __all__ = ["adjudicate_cmd", "summary_lines", "summary_rows", "summary_table"]
 
@@ -136,6 +134,9 @@ def adjudicate_cmd(
 
     Example: rubrictool adjudicate --benchmark mohler --out runs/mohler/adjudicated
     """
+    from rubrictool.adjudicate import run_adjudicate
+    from rubrictool.review import pull_for_adjudicate
+
     fmt = hidden_alias(out_format, old_format, "--out-format", "--format", "csv")
     if from_label_studio:  # review pull, then adjudicate what it wrote
         reviews = [*(reviews or []), str(pull_for_adjudicate(from_label_studio, rubric or benchmark, out))]

@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rubrictool.annotate import (
-    DEFAULT_MODELS,
-    AnnotateConfig,
-    AnnotateResult,
-    DryRunReport,
-    annotate,
-    dry_run,
-    load_inputs,
-    write_outputs,
-)
 from rubrictool.cli._common import (
     BenchmarkOpt,
     DataDirOpt,
@@ -31,6 +21,9 @@ from rubrictool.cli._common import (
     hidden_alias,
 )
 from rubrictool.errors import AnnotateError
+
+if TYPE_CHECKING:
+    from rubrictool.annotate import AnnotateResult, DryRunReport
 
 __all__ = ["annotate_cmd", "print_dry_run", "print_summary"]
 
@@ -109,6 +102,15 @@ def annotate_cmd(
 
     Example: rubrictool annotate --benchmark mohler --model gpt-4o --limit 20 --budget 1 --out annotations/
     """
+    from rubrictool.annotate import (
+        DEFAULT_MODELS,
+        AnnotateConfig,
+        annotate,
+        dry_run,
+        load_inputs,
+        write_outputs,
+    )
+
     fmt = hidden_alias(reply_format, old_format, "--reply-format", "--format", "line")
     config = AnnotateConfig(
         models=tuple(model or DEFAULT_MODELS), format=fmt, template=template, examples=examples, api_base=api_base,

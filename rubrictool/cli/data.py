@@ -12,7 +12,6 @@ from rich.progress import BarColumn, DownloadColumn, TransferSpeedColumn
 from rich.table import Table
 
 from rubrictool.cli._common import DataDirOpt, OutOpt, ProgressView, console, err_console, handle_errors
-from rubrictool.data import describe_benchmark, export_benchmark, fetch_benchmark, split_to_file
 from rubrictool.errors import DataError
 
 __all__ = ["app"]
@@ -33,6 +32,8 @@ def data_show(
 
     Example: rubrictool data show asap2 --data-dir ../shared/datasets
     """
+    from rubrictool.data import describe_benchmark
+
     s = describe_benchmark(benchmark, data_dir)
     if as_json:
         typer.echo(json.dumps(s, indent=2))
@@ -78,6 +79,8 @@ def data_fetch(
 
     Example: rubrictool data fetch mocha --dest data/
     """
+    from rubrictool.data import fetch_benchmark
+
     columns = ("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn())
     # only a real download shows a bar
     with ProgressView(err_console, *columns, transient=True, start_on_first=True) as view:
@@ -97,6 +100,8 @@ def data_export(
 
     Example: rubrictool data export asap2 --limit 200 --out asap2-items.jsonl
     """
+    from rubrictool.data import export_benchmark
+
     path, n = export_benchmark(benchmark, out, data_dir, limit)
     console.print(f"wrote {path}: {n} items", soft_wrap=True)
 
@@ -116,6 +121,8 @@ def data_split(
 
     Example: rubrictool data split mohler --seed 0 --out runs/mohler/split.json
     """
+    from rubrictool.data import split_to_file
+
     try:
         parts = tuple(float(x) for x in ratios.split(","))
     except ValueError:

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from rubrictool.cli._common import ProgressView, RubricOpt, console, err_console, handle_errors
-from rubrictool.review import (
-    ENV_KEY,
-    ENV_URL,
-    LabelStudioServer,
-    project_and_rubric,
-    pull,
-    push,
-    resolve_connection,
-    serve,
-    status,
-)
 from rubrictool.rubric import load_rubric
-from rubrictool.tables import read_items
+
+if TYPE_CHECKING:
+    from rubrictool.review import LabelStudioServer
 
 __all__ = ["app"]
 
@@ -61,6 +52,8 @@ def review_serve(
 
     Example: rubrictool review serve --port 8080
     """
+    from rubrictool.review import ENV_KEY, ENV_URL, serve
+
 
     def ready(server: LabelStudioServer) -> None:
         for line in (
@@ -103,6 +96,9 @@ def review_push(
 
     Example: rubrictool review push --rubric mohler --data items.jsonl --predictions annotations/predictions.csv --run runs/mohler --select uncertain --budget 400
     """
+    from rubrictool.review import push, resolve_connection
+    from rubrictool.tables import read_items
+
     rb = load_rubric(rubric)
     conn = resolve_connection(url, api_key)
     with ProgressView(err_console) as view:
@@ -128,6 +124,8 @@ def review_status(
 
     Example: rubrictool review status --project mohler-review
     """
+    from rubrictool.review import project_and_rubric, resolve_connection, status
+
     rb, title = project_and_rubric(project, rubric)
     report = status(resolve_connection(url, api_key), title, rb)
     for line in report.lines():
@@ -152,6 +150,8 @@ def review_pull(
 
     Example: rubrictool review pull --project mohler-review --out reviews.csv
     """
+    from rubrictool.review import project_and_rubric, pull, resolve_connection
+
     rb, title = project_and_rubric(project, rubric)
     conn = resolve_connection(url, api_key)
     with ProgressView(err_console) as view:

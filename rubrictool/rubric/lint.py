@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from rubrictool.rubric.schema import Rubric
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["LintWarning", "lint_rubric"]
 
@@ -39,8 +41,11 @@ def _definition_similarity(texts: list[str]) -> np.ndarray[Any, np.dtype[np.floa
     """Pairwise TF-IDF cosine similarity (smooth idf, l2 rows, English stop words removed).
 
     A few lines of numpy rather than scikit-learn: the same numbers for short texts, and
-    ``rubric lint`` starts in well under a second.
+    ``rubric lint`` starts in well under a second. numpy is imported here, not at module top: the
+    rubric package is loaded by every CLI command (docs/design.md, "Why the CLI imports lazily").
     """
+    import numpy as np
+
     docs = [[w for w in re.findall(r"[a-z0-9]+", t.lower()) if w not in _STOP_WORDS and len(w) > 1] for t in texts]
     vocab = sorted({w for d in docs for w in d})
     if not vocab:
