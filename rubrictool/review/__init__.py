@@ -25,7 +25,7 @@ written by this module (``Connection.__repr__`` hides it).
 from __future__ import annotations
 
 from rubrictool.review.client import Connection, resolve_connection
-from rubrictool.review.interface import check_interface, parse_label_config, render_label_config
+from rubrictool.review.interface import check_interface, parse_label_config, prefilled_by, render_label_config
 from rubrictool.review.pull import (
     PullResult,
     ReviewStatus,
@@ -66,6 +66,7 @@ __all__ = [
     "free_port",
     "parse_label_config",
     "port_is_free",
+    "prefilled_by",
     "project_and_rubric",
     "pull",
     "pull_for_adjudicate",
