@@ -22,6 +22,7 @@ import argparse
 import sys
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from rubrictool.agreement import krippendorff_alpha
@@ -31,7 +32,7 @@ from rubrictool.rubric import load_rubric
 P_COPY = (0.0, 0.1, 0.25, 0.5, 0.75)
 
 
-def alpha2(x: np.ndarray, y: np.ndarray, domain: list[int]) -> float:
+def alpha2(x: npt.NDArray[np.int64], y: npt.NDArray[np.int64], domain: list[int]) -> float:
     """Ordinal α of two raters who labelled every item: x, y are (N,) levels."""
     counts = np.zeros((len(x), len(domain)), dtype=np.int64)  # (N, V)
     for v in (x, y):
@@ -75,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     model.loc["mean"] = model.mean()
     print("\nα between the model (A) and a reviewer, by p:")
     print(model.round(3).to_string())
-    spread = df[df["p_copy"] > 0].groupby("p_copy")["alpha_reviewers"].agg(["min", "max"])
-    print("\nrange over seeds and concepts of α between the reviewers:")
-    print(spread.round(3).to_string())
+    per_seed = df[df["p_copy"] > 0].groupby(["p_copy", "seed"])[["alpha_reviewers", "alpha_model"]].mean()
+    print("\nseed-to-seed standard deviation of the concept means:")
+    print(per_seed.groupby(level="p_copy").std().round(4).to_string())
     return 0
 
 
