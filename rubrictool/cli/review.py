@@ -83,12 +83,12 @@ def review_push(
     rubric: RubricOpt,
     data: Annotated[Path, typer.Option("--data", help="Item table (CSV/JSONL/Parquet: id, response, question?, reference?, context?).")],
     predictions: Annotated[
-        Path | None, typer.Option("--predictions", help="PredictionTable from `rubrictool annotate` (raw_ok rows become pre-annotations).")
+        Path | None, typer.Option("--predictions", help="PredictionTable from `rubrictool annotate`: ranks items for --select; its raw_ok rows are sent as pre-annotations only with --show-predictions.")
     ] = None,
     project: LsProjectOpt = None,
     max_annotations: Annotated[int, typer.Option("--max-annotations", help="Reviews per task.")] = 3,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Tasks per import request.")] = 200,
-    run: Annotated[Path | None, typer.Option("--run", help="A trained run: its concept levels become one more prediction per task (model_version = the run's folder name), scored by its confidence (1 − level entropy, σ²-weighted with LCEC) for sorting in Label Studio.")] = None,
+    run: Annotated[Path | None, typer.Option("--run", help="A trained run: grades the items (predictions-<run>.csv, for --select uncertain and adjudicate --pre-annotations); with --show-predictions its levels are one more prediction per task (model_version = the run's folder name), scored by its confidence (1 − level entropy, σ²-weighted with LCEC) for sorting in Label Studio.")] = None,
     select: Annotated[str | None, typer.Option("--select", help="Send only --budget items to review: uncertain (grader least sure; needs --run), disagreement (pre-annotations disagree most) or random.")] = None,
     budget: Annotated[int | None, typer.Option("--budget", help="How many items --select sends to review.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the tie-break (and of --select random).")] = 0,
