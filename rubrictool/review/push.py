@@ -215,7 +215,7 @@ def push(
     show_predictions: bool = False,
     prefill_model: str | None = None,
 ) -> PushResult:
-    """Create or find the review project and import the items it does not hold yet, with predictions.
+    """Create or find the review project and import the items it does not hold yet (blind by default).
 
     The project is found by the id stored in the state file (``.rubrictool-review.json`` next to the
     items), else by its exact title (default ``<rubric>-review``), else created. The items already on
@@ -223,7 +223,7 @@ def push(
     run or a run after adding items imports each item exactly once.
 
     ``model_predictions`` (a trained grader's PredictionTable, :func:`rubrictool.grade.grader_predictions`)
-    adds one more prediction per task (``model_version`` = its model name) whose ``score`` is the grader's
+    ranks items for ``select="uncertain"`` and, in anchored review only, adds one more prediction per task (``model_version`` = its model name) whose ``score`` is the grader's
     confidence (1 − uncertainty); it is also written next to the state file for ``adjudicate
     --pre-annotations``. A prediction is never sent twice for the same task and model, so a re-push is a
     no-op. ``select`` (uncertain, disagreement, random) with ``budget`` imports only the ``budget`` items
