@@ -77,6 +77,10 @@ def conn(ls_server: LabelStudioServer) -> review.Connection:
     return ls_server.connection()
 
 
+def _rows(body: Any) -> list[Any]:
+    return list(body.get("results", [])) if isinstance(body, dict) else list(body or [])
+
+
 def server_tasks(conn: review.Connection, title: str) -> list[dict[str, Any]]:
     proj = review.find_project(conn, title)
     assert proj is not None
@@ -129,17 +133,20 @@ def test_generated_interface_is_accepted(conn: review.Connection, tmp_path: Path
 @pytest.fixture(scope="module")
 def pushed(conn: review.Connection, mohler_rubric: Any, items40: pd.DataFrame, passes: pd.DataFrame,
            tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Push 30 items, push again, add 10 items and push again (the review project of this module)."""
+    """Push 30 items, push again, add 10 items and push again (the review project of this module).
+
+    Anchored review (``show_predictions``), so the tests below can check the predictions on the server
+    and the reviews that changed them; blind review (the default) is tested on its own project."""
     d = tmp_path_factory.mktemp("push")
     ids = items40["id"].tolist()
     write_table(prediction_table(passes, ids), d / "predictions.csv")
     write_table(items40.head(30), d / "items.jsonl")
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[int, int | None]] = []
     first = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv", batch_size=8,
-                        progress=lambda p: seen.append((p.done, p.total)))
-    again = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv")
+                        progress=lambda p: seen.append((p.done, p.total)), show_predictions=True)
+    again = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv", show_predictions=True)
     write_table(items40, d / "items.jsonl")
-    added = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv")
+    added = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv", show_predictions=True)
     return {"dir": d, "first": first, "again": again, "added": added, "progress": seen, "ids": ids}
 
 
@@ -156,6 +163,62 @@ def test_push_creates_imports_and_never_duplicates(conn: review.Connection, push
     assert sorted(item_ids) == sorted(pushed["ids"]) and len(set(item_ids)) == 40
     state = (pushed["dir"] / review.STATE_NAME).read_text()
     assert str(first.project_id) in state and conn.api_key not in state
+    # anchored: Label Studio pre-selects the predictions of the project's model_version, which the banner names
+    proj = review.find_project(conn, "mohler-review")
+    assert proj is not None and proj["show_collab_predictions"] is True and proj["model_version"] == "gpt-4o"
+    assert first.prefill_model == "gpt-4o" and review.prefilled_by(proj["label_config"]) == "gpt-4o"
+    assert "(level pre-filled by gpt-4o)" in proj["label_config"]
+
+
+def test_blind_push_sends_no_predictions(conn: review.Connection, mohler_rubric: Any, items40: pd.DataFrame,
+                                         passes: pd.DataFrame, tmp_path: Path) -> None:
+    """The default: a task fetched back through the API has no predictions, whatever --predictions held."""
+    items = items40.head(8)
+    write_table(items, tmp_path / "items.csv")
+    write_table(prediction_table(passes, items["id"].tolist()), tmp_path / "preds.csv")
+    res = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="blind")
+    assert res.blind and res.imported == 8 and res.predictions == 0 and res.kept_rows == 8 * 2 * 8 - 2  # two rows are raw_ok false
+    assert "blind review: no predictions sent" in res.summary()
+    tasks = server_tasks(conn, "blind")
+    assert len(tasks) == 8 and all(t["predictions"] == [] for t in tasks)
+    assert all(t["total_predictions"] == 0 for t in tasks)
+    proj = review.find_project(conn, "blind")
+    assert proj is not None
+    assert _rows(conn.get("/api/predictions", "test", project=proj["id"])) == []
+    assert proj["show_collab_predictions"] is False and proj["show_annotation_history"] is False
+    assert not proj["model_version"] and review.prefilled_by(proj["label_config"]) is None
+    assert "Blind review" in proj["label_config"]
+    # one task as a reviewer's label stream gets it: no predictions, nothing pre-selected
+    one = conn.get(f"/api/tasks/{tasks[0]['id']}", "test")
+    assert one["predictions"] == [] and one["annotations"] == []
+    # a re-push stays blind; asking for anchored review in this project is refused before any change
+    again = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="blind")
+    assert again.imported == 0 and again.predictions == 0
+    with pytest.raises(ReviewError, match="is a blind-review project"):
+        review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="blind",
+                    show_predictions=True)
+    assert all(t["predictions"] == [] for t in server_tasks(conn, "blind"))
+    assert _rows(conn.get("/api/predictions", "test", project=proj["id"])) == []
+
+
+def test_anchored_interface_with_examples_is_accepted(conn: review.Connection, mohler_rubric: Any,
+                                                      items40: pd.DataFrame, passes: pd.DataFrame,
+                                                      tmp_path: Path) -> None:
+    """--show-predictions with --prefill-model: the server stores the banner naming the model, pre-selects
+    that model's predictions (model_version), and shows the rubric's worked examples."""
+    items = items40.head(3)
+    write_table(items, tmp_path / "items.csv")
+    write_table(prediction_table(passes, items["id"].tolist()), tmp_path / "preds.csv")
+    res = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="anchored-llama",
+                      show_predictions=True, prefill_model="llama-3.1-8b")
+    assert res.prefill_model == "llama-3.1-8b" and res.predictions == 6
+    proj = review.find_project(conn, "anchored-llama")
+    assert proj is not None and proj["model_version"] == "llama-3.1-8b" and proj["show_collab_predictions"] is True
+    assert proj["label_config"].strip() == review.render_label_config(mohler_rubric, prefilled_by="llama-3.1-8b").strip()
+    parsed = proj["parsed_label_config"]
+    assert "example_FC_1" in parsed or "example_FC_1" in proj["label_config"]
+    with pytest.raises(ReviewError, match="anchored review"):  # blind review into an anchored project
+        review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="anchored-llama")
 
 
 def test_predictions_are_one_per_model_without_unusable_rows(
@@ -179,7 +242,7 @@ def test_push_without_state_file_finds_the_project_by_title(
 ) -> None:
     d = pushed["dir"]
     (d / review.STATE_NAME).unlink()
-    res = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv")
+    res = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv", show_predictions=True)
     assert not res.created and res.project_id == pushed["first"].project_id and res.imported == 0
     assert len(server_tasks(conn, "mohler-review")) == 40
 
@@ -191,12 +254,15 @@ def test_a_model_added_later_is_pushed_once_to_existing_tasks(
     write_table(items, tmp_path / "items.csv")
     preds = prediction_table(passes, items["id"].tolist())
     write_table(preds[preds["model"] == "gpt-4o"], tmp_path / "preds.csv")
-    first = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="late-model")
+    first = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="late-model",
+                         show_predictions=True)
     assert first.imported == 6 and first.predictions == 6
     write_table(preds, tmp_path / "preds.csv")  # llama annotated the items afterwards
-    later = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="late-model")
+    later = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="late-model",
+                         show_predictions=True)
     assert later.imported == 0 and later.predictions == 6
-    again = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="late-model")
+    again = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="late-model",
+                         show_predictions=True)
     assert again.imported == 0 and again.predictions == 0
     for t in server_tasks(conn, "late-model"):
         assert sorted(p["model_version"] for p in t["predictions"]) == ["gpt-4o", "llama-3.1-8b"]

@@ -23,6 +23,7 @@ from rubrictool import review
 from rubrictool.adjudicate import adjudicate, run_adjudicate
 from rubrictool.cli import app
 from rubrictool.data import load_concept_passes
+from rubrictool.errors import ReviewError
 from rubrictool.grade import grader_predictions
 from rubrictool.io import read_table, write_table
 from rubrictool.review import LabelStudioServer
@@ -87,11 +88,14 @@ def test_push_run_adds_one_grader_prediction_per_task_and_a_repush_adds_none(
     items = mohler_like_table(10, seed=3)[ITEM_COLS]
     write_table(items, tmp_path / "items.csv")
     args = ["review", "push", "--rubric", "mohler", "--data", str(tmp_path / "items.csv"), "--run", str(run),
-            "--project", "grader-review"]
+            "--project", "grader-review", "--show-predictions"]
     res = CliRunner().invoke(app, args, env=_env(conn))
     assert res.exit_code == 0, res.output
     out = " ".join(res.output.split())
     assert "10 new task(s) imported, 10 prediction(s) added (models: run)" in out
+    assert "reviewers see the levels of run pre-selected" in out
+    proj = _project(conn, "grader-review")
+    assert proj["model_version"] == "run" and review.prefilled_by(proj["label_config"]) == "run"
     want = grader_predictions(run, items)
     by_item = {i: g.set_index("concept") for i, g in want.groupby("item")}
     task_item = {t["id"]: t["data"]["item_id"] for t in _tasks(conn, "grader-review")}
@@ -127,6 +131,10 @@ def test_routed_push_imports_exactly_the_selected_items(
     unc = grader_predictions(run, items).groupby("item")["uncertainty"].max().sort_values(ascending=False)
     on_server = {t["data"]["item_id"] for t in _tasks(conn, "routed-uncertain")}
     assert on_server == set(unc.index[:4])
+    # routed by the grader, reviewed blind (the default): the grader's levels are nowhere on the server
+    assert _predictions(conn, "routed-uncertain") == [] and all(t["predictions"] == [] for t in _tasks(conn, "routed-uncertain"))
+    assert "blind review: no predictions sent" in " ".join(res.output.split())
+    assert len(read_table(tmp_path / "predictions-run.csv")) == 80  # kept here for adjudicate --pre-annotations
     ranking = read_table(tmp_path / "routed-uncertain.routing.csv")
     assert len(ranking) == 10 and ranking["selected"].sum() == 4 and set(ranking["how"]) == {"uncertain"}
     assert CliRunner().invoke(app, args, env=_env(conn)).exit_code == 0  # same seed: same items, none new
@@ -158,9 +166,9 @@ def test_status_reports_anchoring_and_alpha_so_far_and_the_blind_settings(
     pre = mine[mine["reviewer"] == "A"].assign(model="gpt-4o", evidence="", raw_ok=True)
     write_table(pre[["item", "model", "concept", "level", "evidence", "raw_ok"]], tmp_path / "preds.csv")
     review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="anchoring",
-                show_predictions=False)
+                show_predictions=True)
     proj = _project(conn, "anchoring")
-    assert proj["show_collab_predictions"] is False and proj["show_annotation_history"] is False
+    assert proj["show_collab_predictions"] is True and proj["show_annotation_history"] is False
     task_of = {t["data"]["item_id"]: t["id"] for t in _tasks(conn, "anchoring")}
     for r, email in REVIEWERS.items():
         ls = LabelStudio(base_url=ls_server.url, api_key=signup(ls_server.url, email, f"pw-{r}-anchor-2026"))  # type: ignore[no-untyped-call]
@@ -179,10 +187,11 @@ def test_status_reports_anchoring_and_alpha_so_far_and_the_blind_settings(
         assert anch.loc[key, "kept_gpt-4o"] == pytest.approx((r["level"] == r["level_pre"]).mean())
     text = "\n".join(st.lines())
     print(text)
-    assert "anchoring check" in text and "pre-annotations hidden to reviewers" in text
-    # showing the pre-annotations again is one re-push away; it never re-imports anything
-    again = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="anchoring")
-    assert again.imported == 0 and _project(conn, "anchoring")["show_collab_predictions"] is True
+    assert "anchoring check" in text and "anchored review: reviewers see the levels of gpt-4o pre-selected" in text
+    # a blind push into this anchored project is refused (one α would mix both), and changes nothing
+    with pytest.raises(ReviewError, match="mix blind and anchored reviews"):
+        review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="anchoring")
+    assert _project(conn, "anchoring")["show_collab_predictions"] is True
 
 
 # -- a reviewer in a real browser ------------------------------------------------------------------------------------
@@ -201,10 +210,9 @@ def test_a_reviewer_labels_in_headless_chromium_and_pull_returns_exactly_those_l
     write_table(item, tmp_path / "item.csv")
     pre = passes[passes["item"] == "1.1.3"].query("reviewer == 'A'").assign(model="gpt-4o", evidence="", raw_ok=True)
     write_table(pre[["item", "model", "concept", "level", "evidence", "raw_ok"]], tmp_path / "preds.csv")
-    res = review.push(conn, mohler_rubric, tmp_path / "item.csv", tmp_path / "preds.csv", project="browser-review",
-                      show_predictions=False)
+    res = review.push(conn, mohler_rubric, tmp_path / "item.csv", tmp_path / "preds.csv", project="browser-review")
     shown = review.push(conn, mohler_rubric, tmp_path / "item.csv", tmp_path / "preds.csv", project="browser-shown",
-                        state_file=tmp_path / "shown-state.json")
+                        state_file=tmp_path / "shown-state.json", show_predictions=True)
     task = _tasks(conn, "browser-review")[0]["id"]
     # another reviewer has already submitted (all 3s): blind review must not show it to this one
     other = signup(ls_server.url, "first-reviewer@example.com", "pw-first-reviewer-2026")
@@ -228,6 +236,10 @@ def test_a_reviewer_labels_in_headless_chromium_and_pull_returns_exactly_those_l
         picked = [i for i, r in enumerate(d.find_elements(By.CSS_SELECTOR, "input[type=radio]")) if r.is_selected()]
         model_levels = pre.set_index("concept")["level"].astype(int)
         assert picked == [3 * k + int(model_levels[c]) - 1 for k, c in enumerate(mohler_rubric.keys)]
+        shown_page = " ".join(d.find_element(By.TAG_NAME, "body").text.split())
+        assert "Pre-filled by gpt-4o (a model, not a reviewer)" in shown_page  # marked as the model's
+        assert "FC · Factual Correctness (level pre-filled by gpt-4o)" in shown_page
+        d.save_screenshot(str(tmp_path / "review-browser-anchored.png"))
         # ... and in the blind project (pre-annotations hidden, another reviewer done) nothing is pre-selected
         d.get(f"{ls_server.url}/projects/{res.project_id}/data?labeling=1")  # the label stream
         WebDriverWait(d, 300).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "input[type=radio]")) == n_radios)
@@ -235,8 +247,11 @@ def test_a_reviewer_labels_in_headless_chromium_and_pull_returns_exactly_those_l
         row = item.iloc[0]
         for text in (row["question"], row["reference"], row["response"]):
             assert " ".join(str(text).split()) in " ".join(page.split())
+        assert "Blind review" in page and "Pre-filled" not in page
         for c in mohler_rubric.concepts:
             assert c.definition in page and f"{c.key} · {c.name}" in page
+            for ex in c.examples:  # the rubric's worked examples, with their level and anchor
+                assert f"Level {ex.level} ({c.anchor(ex.level)}): “{ex.text}”" in page
             for lv in c.levels:
                 assert f"{lv.value} — {lv.anchor}" in page
         radios = d.find_elements(By.CSS_SELECTOR, "input[type=radio]")
@@ -257,6 +272,7 @@ def test_a_reviewer_labels_in_headless_chromium_and_pull_returns_exactly_those_l
         WebDriverWait(d, 120).until(lambda d: "No More Tasks" in d.find_element(By.TAG_NAME, "body").text)
     kept = artifact_path("review-browser.png")
     shutil.copyfile(shot, kept)
+    shutil.copyfile(tmp_path / "review-browser-anchored.png", artifact_path("review-browser-anchored.png"))
     print(f"screenshot of the reviewer's labelling page: {kept}")
     pulled = review.pull(conn, "browser-review", tmp_path / "reviews.csv", mohler_rubric)
     mine = pulled.table[pulled.table["reviewer"] == email]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rubrictool.cli._common import ProgressView, RubricOpt, console, err_console, handle_errors
+from rubrictool.errors import ReviewError
 from rubrictool.rubric import load_rubric
 
 if TYPE_CHECKING:
@@ -75,30 +76,40 @@ def review_push(
     rubric: RubricOpt,
     data: Annotated[Path, typer.Option("--data", help="Item table (CSV/JSONL/Parquet: id, response, question?, reference?, context?).")],
     predictions: Annotated[
-        Path | None, typer.Option("--predictions", help="PredictionTable from `rubrictool annotate` (raw_ok rows become pre-annotations).")
+        Path | None, typer.Option("--predictions", help="PredictionTable from `rubrictool annotate`: ranks items for --select; its raw_ok rows are sent as pre-annotations only with --show-predictions.")
     ] = None,
     project: LsProjectOpt = None,
     max_annotations: Annotated[int, typer.Option("--max-annotations", help="Reviews per task.")] = 3,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Tasks per import request.")] = 200,
-    run: Annotated[Path | None, typer.Option("--run", help="A trained run: its concept levels become one more prediction per task (model_version = the run's folder name), scored by its confidence (1 − level entropy, σ²-weighted with LCEC) for sorting in Label Studio.")] = None,
+    run: Annotated[Path | None, typer.Option("--run", help="A trained run: grades the items (predictions-<run>.csv, for --select uncertain and adjudicate --pre-annotations); with --show-predictions its levels are one more prediction per task (model_version = the run's folder name), scored by its confidence (1 − level entropy, σ²-weighted with LCEC) for sorting in Label Studio.")] = None,
     select: Annotated[str | None, typer.Option("--select", help="Send only --budget items to review: uncertain (grader least sure; needs --run), disagreement (pre-annotations disagree most) or random.")] = None,
     budget: Annotated[int | None, typer.Option("--budget", help="How many items --select sends to review.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the tie-break (and of --select random).")] = 0,
-    hide_predictions: Annotated[bool, typer.Option("--hide-predictions", help="Do not show the pre-annotations to reviewers (blind arm of the anchoring check); they are still stored.")] = False,
+    show_predictions: Annotated[bool, typer.Option("--show-predictions", help="Anchored review (opt-in): send the predictions and let Label Studio pre-select one model's levels, marked on the interface as pre-filled by that model. The default is blind review: no predictions on the tasks.")] = False,
+    prefill_model: Annotated[str | None, typer.Option("--prefill-model", help="With --show-predictions: the model whose levels are pre-selected (default: the --run grader, else the first model by name).")] = None,
+    hide_predictions: Annotated[bool, typer.Option("--hide-predictions", hidden=True, help="Blind review (now the default; kept for old scripts).")] = False,
     url: LsUrlOpt = None,
     api_key: LsKeyOpt = None,
 ) -> None:
     """Create or find the review project (interface generated from the rubric) and import the new items.
 
-    One task per item (keyed by item id) with one prediction per LLM model (and per --run); items
-    and predictions already in the project are never imported again. With --select/--budget only the
-    chosen items are imported; `adjudicate --pre-annotations` labels the rest.
+    Blind review by default: one task per item (keyed by item id) with no predictions, so reviewers see
+    neither the models' levels nor each other's; --predictions and --run only rank items for --select
+    and stay here for `adjudicate --predictions`. --show-predictions (anchored review) adds one prediction
+    per model (model_version = the model) and pre-selects one model's levels, marked as pre-filled by it.
+    Items and predictions already in the project are never imported again. With --select/--budget only
+    the chosen items are imported; `adjudicate --pre-annotations` labels the rest.
 
     Example: rubrictool review push --rubric mohler --data items.jsonl --predictions annotations/predictions.csv --run runs/mohler --select uncertain --budget 400
+
+    Example (anchored): rubrictool review push --rubric mohler --data items.jsonl --predictions annotations/predictions.csv --project mohler-anchored --show-predictions --prefill-model gpt-4o
     """
     from rubrictool.review import push, resolve_connection
     from rubrictool.tables import read_items
 
+    if hide_predictions and show_predictions:
+        raise ReviewError("--hide-predictions and --show-predictions contradict each other",
+                          hint="blind review is the default: drop both, or keep --show-predictions for anchored review")
     rb = load_rubric(rubric)
     conn = resolve_connection(url, api_key)
     with ProgressView(err_console) as view:
@@ -107,7 +118,7 @@ def review_push(
         graded = grader_predictions(run, read_items(data), progress=view) if run is not None else None
         result = push(conn, rb, data, predictions, project, max_annotations, batch_size, progress=view,
                       model_predictions=graded, select=select, budget=budget, seed=seed,
-                      show_predictions=not hide_predictions)
+                      show_predictions=show_predictions, prefill_model=prefill_model)
     console.print(result.summary(), highlight=False, soft_wrap=True)
 
 

@@ -5,9 +5,11 @@ The flow, one function per command:
 1. :func:`render_label_config` turns a rubric into a Label Studio labelling interface (the template
    ``templates/label_studio.xml.j2``): the question, reference answer, context and response, then one
    single-choice control per concept whose choices show every level's anchor and store the bare level.
-2. :func:`push` creates (or finds) the project, imports the items as tasks keyed by ``data.item_id``
-   with one prediction per LLM model (``model_version`` = the model) and never imports an item twice:
-   the item ids already on the server are read back before every import.
+2. :func:`push` creates (or finds) the project and imports the items as tasks keyed by ``data.item_id``,
+   never an item twice (the item ids already on the server are read back before every import). Blind
+   review by default: the tasks carry no predictions. With ``show_predictions`` (anchored review) each
+   task gets one prediction per model (``model_version`` = the model) and the interface names the model
+   whose levels Label Studio pre-selects.
 3. :func:`status` counts reviews per task and per reviewer, and reviews that changed an LLM label.
 4. :func:`pull` turns every submitted annotation into the tidy ReviewTable
    ``item, reviewer, concept, level, source, lead_time, annotation, differs_<model>...`` that
@@ -23,7 +25,7 @@ written by this module (``Connection.__repr__`` hides it).
 from __future__ import annotations
 
 from rubrictool.review.client import Connection, resolve_connection
-from rubrictool.review.interface import check_interface, parse_label_config, render_label_config
+from rubrictool.review.interface import check_interface, parse_label_config, prefilled_by, render_label_config
 from rubrictool.review.pull import (
     PullResult,
     ReviewStatus,
@@ -64,6 +66,7 @@ __all__ = [
     "free_port",
     "parse_label_config",
     "port_is_free",
+    "prefilled_by",
     "project_and_rubric",
     "pull",
     "pull_for_adjudicate",

@@ -12,18 +12,38 @@ from rubrictool.errors import ReviewError
 from rubrictool.review.settings import TEMPLATE
 from rubrictool.rubric import Rubric
 
-__all__ = ["check_interface", "parse_label_config", "render_label_config"]
+__all__ = ["check_interface", "parse_label_config", "prefilled_by", "render_label_config"]
 
 
-def render_label_config(rubric: Rubric, template: str | Path | None = None) -> str:
-    """The Label Studio XML for a rubric (question / reference / context shown when the rubric has them)."""
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+"""Characters XML 1.0 cannot carry at all (escaping does not help): dropped from rubric text."""
+
+
+def _static(text: object) -> str:
+    """Rubric text as a literal in the interface: no XML-forbidden characters, and "$" shown as "＄" (Label
+    Studio would read "$x" as the task's data field x). XML escaping itself is the template's autoescape."""
+    return _NOT_XML.sub("", str(text)).replace("$", "＄")
+
+
+def render_label_config(
+    rubric: Rubric, template: str | Path | None = None, prefilled_by: str | None = None
+) -> str:
+    """The Label Studio XML for a rubric (question / reference / context shown when the rubric has them).
+
+    Each concept shows its definition, its worked examples (the rubric's ``examples``: level, anchor,
+    text, note) and one choice per level with its anchor. ``prefilled_by`` None (blind review) puts a
+    "Blind review" line on top; a model name (the project's ``model_version``, whose levels Label Studio
+    pre-selects) puts a "Pre-filled by <model>" banner on top and names the model on every concept.
+    """
     reserved = {"item_id", "question", "reference", "context", "response"}
-    clash = [k for k in rubric.keys if k in reserved or k.startswith("definition_")]
+    clash = [k for k in rubric.keys if k in reserved or k.startswith(("definition_", "example_"))]
     if clash:
         raise ReviewError(
             f"rubric {rubric.name}: concept key(s) {', '.join(clash)} clash with the interface's own names "
-            f"({', '.join(sorted(reserved))}, definition_*); rename them in the rubric YAML"
+            f"({', '.join(sorted(reserved))}, definition_*, example_*); rename them in the rubric YAML"
         )
+    if prefilled_by is not None and not _static(prefilled_by).strip():
+        raise ReviewError("the pre-filling model has an empty name", hint="name it with --prefill-model")
     path = Path(template) if template else TEMPLATE
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(path.parent)),
@@ -31,9 +51,9 @@ def render_label_config(rubric: Rubric, template: str | Path | None = None) -> s
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )
-    env.filters["static"] = lambda s: str(s).replace("$", "＄")  # "$x" would be read as task data
+    env.filters["static"] = _static
     try:
-        xml = env.get_template(path.name).render(rubric=rubric, show=_shown_fields(rubric))
+        xml = env.get_template(path.name).render(rubric=rubric, show=_shown_fields(rubric), prefilled_by=prefilled_by)
     except jinja2.TemplateError as e:
         line = getattr(e, "lineno", None)
         raise ReviewError(f"{path}{f':{line}' if line else ''}: template error: {e}") from None
@@ -87,3 +107,17 @@ def check_interface(rubric: Rubric, xml: str, project: str) -> None:
         f"project {project} does not match rubric {rubric.name} ({'; '.join(parts)})",
         hint="push this rubric to a new project with --project NEW-TITLE, or pass the rubric the project was made with",
     )
+
+
+def prefilled_by(xml: str) -> str | None:
+    """The model a project's interface says pre-fills the levels (None: a blind-review interface, or one
+    made before the banner existed)."""
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError:
+        return None
+    for el in root.iter("Header"):
+        m = re.fullmatch(r"Pre-filled by (.+) \(a model, not a reviewer\)", el.get("value") or "")
+        if m:
+            return m.group(1)
+    return None

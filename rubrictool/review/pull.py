@@ -175,11 +175,15 @@ class ReviewStatus:
                 out.append(f"  {row['concept']}: {row['reviews']} review(s), α {a} ({row['pairable']} item(s) with ≥ 2 reviews)"
                            + (f"; {shares}" if shares else ""))
         if self.settings:
-            shown = "shown" if self.settings.get("show_collab_predictions", True) else "hidden"
             hist = "shown" if self.settings.get("show_annotation_history") else "hidden"
-            out.append(f"blind review: pre-annotations {shown} to reviewers; annotation history {hist}; the label stream "
-                       "shows each reviewer only their own annotation (the Data Manager's quick view shows everyone's: "
-                       "Label Studio's community edition has no reviewer role to hide it)")
+            if self.settings.get("show_collab_predictions", True):
+                mode = (f"anchored review: reviewers see the levels of {self.settings.get('model_version') or 'a model'} "
+                        "pre-selected (marked as pre-filled by it)")
+            else:
+                mode = "blind review: reviewers see no model's levels"
+            out.append(f"{mode}; annotation history {hist}; the label stream shows each reviewer only their own "
+                       "annotation (the Data Manager's quick view shows everyone's: Label Studio's community edition "
+                       "has no reviewer role to hide it)")
         return out
 
 
@@ -209,7 +213,8 @@ def status(conn: Connection, project: str | int, rubric: Rubric | None = None) -
         rows.append({"model": col.removeprefix("differs_"), "reviews": len(by_ann),
                      "reviews_changed": int(by_ann.sum()), "labels": len(d), "labels_changed": int(d[col].sum())})
     changed = pd.DataFrame(rows, columns=["model", "reviews", "reviews_changed", "labels", "labels_changed"])
-    settings: dict[str, Any] = {k: proj.get(k) for k in ("show_collab_predictions", "show_annotation_history") if k in proj}
+    settings: dict[str, Any] = {k: proj.get(k) for k in ("show_collab_predictions", "show_annotation_history", "model_version")
+                               if k in proj}
     return ReviewStatus(int(proj["id"]), str(proj.get("title")), len(tasks), hist, per_reviewer, changed,
                         int(proj.get("maximum_annotations") or 0), anchoring_table(reviews, list(parse_label_config(
                             str(proj.get("label_config", ""))))), settings)

@@ -142,6 +142,12 @@ class PushResult:
     routing: Routing | None = None  # the --select/--budget selection, when routed
     routing_file: Path | None = None
     model_predictions_file: Path | None = None  # the grader's PredictionTable (for adjudicate --pre-annotations)
+    prefill_model: str | None = None  # None: blind review (no predictions sent); else the model_version pre-filled
+    kept_rows: int = 0  # blind review: the usable prediction rows kept out of Label Studio
+
+    @property
+    def blind(self) -> bool:
+        return self.prefill_model is None
 
     @property
     def project_url(self) -> str:
@@ -150,9 +156,14 @@ class PushResult:
     def summary(self) -> str:
         verb = "created" if self.created else "found"
         return (
-            f"project {self.title!r} (id {self.project_id}, {verb}): {self.imported} new task(s) imported, "
-            f"{self.predictions} prediction(s) added (models: {', '.join(self.models) or 'none'}); {self.already} of "
-            f"{self.items} item(s) were already there"
+            f"project {self.title!r} (id {self.project_id}, {verb}): {self.imported} new task(s) imported"
+            + (", blind review: no predictions sent, reviewers see no model's levels"
+               + (f" ({self.kept_rows} prediction row(s) of {', '.join(self.models)} kept out of Label Studio, for "
+                  "`adjudicate --predictions`)" if self.kept_rows else "")
+               if self.blind else
+               f", {self.predictions} prediction(s) added (models: {', '.join(self.models) or 'none'}); reviewers see "
+               f"the levels of {self.prefill_model} pre-selected, marked as pre-filled by it")
+            + f"; {self.already} of {self.items} item(s) were already there"
             + (f"; {self.other_predictions} prediction row(s) for other items left out" if self.other_predictions else "")
             + (
                 f"; routed by {self.routing.how} (seed {self.routing.seed}): {len(self.routing.selected)} of "
@@ -201,9 +212,10 @@ def push(
     select: str | None = None,
     budget: int | None = None,
     seed: int = 0,
-    show_predictions: bool = True,
+    show_predictions: bool = False,
+    prefill_model: str | None = None,
 ) -> PushResult:
-    """Create or find the review project and import the items it does not hold yet, with predictions.
+    """Create or find the review project and import the items it does not hold yet (blind by default).
 
     The project is found by the id stored in the state file (``.rubrictool-review.json`` next to the
     items), else by its exact title (default ``<rubric>-review``), else created. The items already on
@@ -211,16 +223,22 @@ def push(
     run or a run after adding items imports each item exactly once.
 
     ``model_predictions`` (a trained grader's PredictionTable, :func:`rubrictool.grade.grader_predictions`)
-    adds one more prediction per task (``model_version`` = its model name) whose ``score`` is the grader's
+    ranks items for ``select="uncertain"`` and, in anchored review only, adds one more prediction per task (``model_version`` = its model name) whose ``score`` is the grader's
     confidence (1 − uncertainty); it is also written next to the state file for ``adjudicate
     --pre-annotations``. A prediction is never sent twice for the same task and model, so a re-push is a
     no-op. ``select`` (uncertain, disagreement, random) with ``budget`` imports only the ``budget`` items
     :func:`~rubrictool.review.routing.route` picks (the full ranking goes to ``<title>.routing.csv``).
 
-    Blind review, as far as Label Studio's community edition allows: the annotation history is hidden,
-    and ``show_predictions=False`` hides the pre-annotations from reviewers (a blind arm for the
-    anchoring check); both are set on every push. Each reviewer's label stream shows only their own
-    annotation; the Data Manager still shows everyone's (docs/review.md).
+    Blind review is the default, as far as Label Studio's community edition allows: the tasks carry no
+    predictions at all (the PredictionTable stays here, for ``adjudicate --predictions``), the project
+    shows no pre-annotations and no annotation history, and the interface says the review is blind.
+    Each reviewer's label stream shows only their own annotation; the Data Manager still shows
+    everyone's (docs/review.md). ``show_predictions=True`` (anchored review, an explicit opt-in) sends
+    the predictions, and Label Studio pre-selects the levels of ``prefill_model`` (default: the grader
+    when ``model_predictions`` is given, else the first model by name), the project's ``model_version``;
+    the interface names that model on a banner and on every concept. A project keeps the mode it was
+    made with: pushing blind into an anchored project, or the other way round, is refused (one α would
+    mix both).
     """
     if max_annotations < 1:
         raise ReviewError(f"max_annotations must be at least 1 (got {max_annotations})", hint="set --max-annotations")
@@ -236,18 +254,21 @@ def push(
         preds = mp if preds is None else pd.concat([preds, mp], ignore_index=True)
     if (select is None) != (budget is None):
         raise ReviewError("--select and --budget go together", hint="e.g. --select uncertain --budget 200")
+    models = sorted(preds["model"].astype(str).unique()) if preds is not None else []
+    prefill = _prefill(show_predictions, prefill_model, models,
+                       str(model_predictions["model"].iloc[0]) if model_predictions is not None and len(model_predictions) else None)
     title = project or f"{rubric.name}-review"
     if not 3 <= len(title) <= 50:
         raise ReviewError(f"project title {title!r} has {len(title)} characters; Label Studio needs 3 to 50", hint="pass another --project")
     state_path = Path(state_file) if state_file else Path(items_path).parent / STATE_NAME
-    xml = render_label_config(rubric)
+    xml = render_label_config(rubric, prefilled_by=prefill)
     routing, routing_file = None, None
     if select is not None and budget is not None:  # before any server call: a bad selection changes nothing
         routing = route(items["id"].tolist(), preds, select, budget, seed)
         routing_file = write_table(routing.table.assign(how=select, seed=seed), state_path.parent / f"{title}.routing.csv")
         items = items[items["id"].isin(set(routing.selected))]
 
-    blind = {"show_collab_predictions": show_predictions, "show_annotation_history": False}
+    blind = {"show_collab_predictions": prefill is not None, "show_annotation_history": False}
     conn.get("/api/current-user/whoami", "checking the API key")
     state = _read_state(state_path)
     known = state.get(conn.url, {}).get(title, {})
@@ -266,7 +287,10 @@ def push(
         )
     else:
         check_interface(rubric, str(found.get("label_config", "")), f"{title!r} (id {found['id']})")
-        want = {"maximum_annotations": max_annotations, **blind}
+        _check_mode(found, prefill, title)
+        want: dict[str, Any] = {"maximum_annotations": max_annotations, **blind}
+        if str(found.get("label_config", "")).strip() != xml.strip():  # examples or the pre-filling model changed
+            want["label_config"] = xml
         if any(found.get(k) != v for k, v in want.items()):
             conn.request("PATCH", f"/api/projects/{found['id']}", "updating the project's review settings", json=want)
     pid = int(found["id"])
@@ -279,10 +303,11 @@ def push(
 
     existing = {str(t.get("data", {}).get("item_id")): int(t["id"]) for t in _list_tasks(conn, pid, False)}
     new_items = items[~items["id"].isin(existing)]
-    tasks = build_tasks(new_items, preds, rubric)
+    shown = preds if prefill is not None else None  # blind review: no task carries a prediction
+    tasks = build_tasks(new_items, shown, rubric)
     wanted = set(items["id"])
     on_server = {i: t for i, t in existing.items() if i in wanted}
-    n_pred = _add_missing_predictions(conn, pid, on_server, preds, rubric) if preds is not None and on_server else 0
+    n_pred = _add_missing_predictions(conn, pid, on_server, shown, rubric) if shown is not None and on_server else 0
     if progress:
         progress(Progress("importing tasks", 0, len(tasks)))
     for start in range(0, len(tasks), batch_size):
@@ -292,6 +317,44 @@ def push(
         n_pred += int((body or {}).get("prediction_count") or 0)
         if progress:
             progress(Progress("importing tasks", start + len(batch), len(tasks)))
-    models = sorted(preds["model"].astype(str).unique()) if preds is not None else []
+    if prefill is not None and found.get("model_version") != prefill:  # after the import: it must exist by now
+        conn.request("PATCH", f"/api/projects/{pid}", f"setting the pre-filling model to {prefill}",
+                     json={"model_version": prefill})
+    kept = len(preds) if preds is not None and prefill is None else 0
     return PushResult(pid, title, conn.url, created, len(items), len(items) - len(new_items), len(tasks), n_pred,
-                      models, state_path, other, routing, routing_file, model_file)
+                      models, state_path, other, routing, routing_file, model_file, prefill, kept)
+
+
+def _prefill(show: bool, model: str | None, models: list[str], grader: str | None) -> str | None:
+    """The model whose levels Label Studio pre-selects (None: blind review), checked before any server call."""
+    if not show:
+        if model is not None:
+            raise ReviewError(f"--prefill-model {model} only makes sense with --show-predictions (the default is blind "
+                              "review: no model's levels shown)", hint="add --show-predictions, or drop --prefill-model")
+        return None
+    if not models:
+        raise ReviewError("--show-predictions: there are no predictions to show",
+                          hint="pass --predictions FILE and/or --run RUN, or drop --show-predictions for blind review")
+    chosen = model or grader or models[0]
+    if chosen not in models:
+        raise ReviewError(f"--prefill-model {chosen!r} has no predictions for these items; the models are "
+                          f"{', '.join(models)}", hint="pass one of them")
+    return chosen
+
+
+def _check_mode(found: dict[str, Any], prefill: str | None, title: str) -> None:
+    """Refuse to switch a project between blind and anchored review (its α would mix the two)."""
+    label = f"project {title!r} (id {found['id']})"
+    if prefill is None and found.get("show_collab_predictions"):
+        raise ReviewError(
+            f"{label} shows the model's levels to its reviewers (anchored review); pushing blind review into it "
+            "would mix blind and anchored reviews in one α",
+            hint="push blind review to a new project with --project NEW-TITLE, or pass --show-predictions to keep "
+                 "adding to this one",
+        )
+    if prefill is not None and not found.get("show_collab_predictions"):
+        raise ReviewError(
+            f"{label} is a blind-review project; showing the model's levels now would anchor the reviews still to "
+            "come and mix both kinds in one α",
+            hint="push anchored review to a new project with --project NEW-TITLE --show-predictions",
+        )
