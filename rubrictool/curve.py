@@ -12,7 +12,7 @@ exists is read back, not retrained, so a killed run resumes where it stopped and
 with more sizes, repeats or folds later. The cell's run directory is built in ``DIR/work/`` and deleted
 afterwards (``keep_runs`` keeps it in ``DIR/runs/``).
 
-Written: ``curve.csv`` (one row per cell), ``curve.json`` (settings, the summary per variant and size,
+Written, over every cell in ``DIR/cells`` (this call's and earlier calls'): ``curve.csv`` (one row per cell), ``curve.json`` (settings, the summary per variant and size,
 the size that reaches 90 % of the full-data QWK) and ``curve.png`` (:func:`plot_curve`).
 :func:`position_on_curve` tells a run's report where its training size sits on a curve.
 """
@@ -234,12 +234,12 @@ class CurveResult:
     """What :func:`learning_curve` produced; everything here is also written to ``out``."""
 
     out: Path
-    cells: pd.DataFrame  # curve.csv: one row per cell (CURVE_COLUMNS)
+    cells: pd.DataFrame  # curve.csv: one row per cell in out/cells (CURVE_COLUMNS), this call's and earlier ones'
     summary: pd.DataFrame  # one row per (variant, size): means and spreads over folds × repeats
     reach90: dict[str, dict[str, Any] | None]  # per variant: the answers that reach 90 % of the full-data QWK
     png: Path | None
     trained: int  # cells trained by this call
-    read_back: int  # cells finished earlier and read back
+    read_back: int  # cells of this call's plan finished earlier and read back
     notes: list[str] = field(default_factory=list)
 
 
@@ -267,7 +267,7 @@ def learning_curve(
     progress: ProgressFn | None = None,
 ) -> CurveResult:
     """Train every (fold, size, repeat, variant) cell not trained yet in ``out``, then write curve.csv, curve.json
-    and curve.png over all of them (see the module docstring for what a cell is and how it is drawn).
+    and curve.png over every cell in ``out`` (earlier calls may have added other folds, sizes or repeats) (see the module docstring for what a cell is and how it is drawn).
 
     sizes: numbers of labelled answers (train + dev) and optionally "all" (the fold's whole training part; needed
     for :func:`reach_fraction`). by: grouped folds (e.g. "question"), passed to kfold_splits only when given.
@@ -313,7 +313,6 @@ def learning_curve(
     cells_dir.mkdir(parents=True, exist_ok=True)
     by_id = df.set_index("id")
     plan = [(r, f, s, v) for r in range(repeats) for f in run_folds for s in sizes for v in variants]
-    rows: list[dict[str, Any]] = []
     trained = read_back = 0
     warned: set[str] = set()
 
@@ -327,7 +326,7 @@ def learning_curve(
         name = _cell_name(fold, size, repeat, variant)
         path = cells_dir / f"{name}.json"
         if path.is_file():
-            rows.append(_read_cell(path, settings))
+            _read_cell(path, settings)
             read_back += 1
             if progress:
                 progress(Progress("cells", done + 1, len(plan), f"{name}: finished earlier, read back"))
@@ -364,20 +363,24 @@ def learning_curve(
             os.replace(run_dir, kept)
         _write_json(path, cell)  # the cell is done only once this file exists
         shutil.rmtree(run_dir, ignore_errors=True)
-        rows.append(cell)
         trained += 1
     if progress:
         progress(Progress("cells", len(plan), len(plan), f"{trained} trained, {read_back} read back"))
     shutil.rmtree(work_dir, ignore_errors=True)
+    # the curve is every cell in the directory: this call's and those earlier calls added (other folds, sizes, repeats)
+    rows = [_read_cell(p, settings) for p in sorted(cells_dir.glob("*.json"))]
     cells = pd.DataFrame(rows)[CURVE_COLUMNS]
+    cells = cells.assign(_o=cells["size"].map(_size_order)).sort_values(["repeat", "fold", "_o"], kind="stable")
+    cells = cells.drop(columns="_o").reset_index(drop=True)
     write_table(cells, root / "curve.csv")
     summary = summarize_curve(cells)
-    reach = {v: reach_fraction(cells, v) for v in variants}
+    reach = {str(v): reach_fraction(cells, str(v)) for v in dict.fromkeys(cells["variant"])}
     png = plot_curve(cells, root / "curve.png", reach=reach, title=_title(rb.name, folds, by)) if plot else None
     _write_json(root / "curve.json", {
-        "rubric": rb.name, "settings": settings_doc, "settings_digest": settings, "sizes": [str(s) for s in sizes],
-        "variants": list(variants), "repeats": repeats, "fold_ids": run_folds,
-        "encoder_epochs": {v: per_variant[v][1] for v in variants},
+        "rubric": rb.name, "settings": settings_doc, "settings_digest": settings, "cells": len(cells),
+        "sizes": sorted(set(cells["size"]), key=_size_order), "variants": list(dict.fromkeys(cells["variant"])),
+        "repeats": sorted({int(r) for r in cells["repeat"]}), "folds_run": sorted({int(f) for f in cells["fold"]}),
+        "encoder_epochs": {str(v): int(e) for v, e in cells.groupby("variant")["encoder_epochs"].first().items()},
         "dev": f"a stratified {dev_share:.1%} of each subsample (n counts every labelled answer: train + dev)",
         "git_revision": git_revision(), "notes": list(notes or []),
         "summary": summary.to_dict(orient="records"), "reach_90": reach,
@@ -521,9 +524,10 @@ def plot_curve(cells: pd.DataFrame, path: str | Path, *, reach: dict[str, dict[s
         ax.set_xlabel("labelled answers (train + dev)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8, loc="lower right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=min(4, len(labels)), frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06 * math.ceil(len(labels) / 4), 1, 1))
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".png", dir=p.parent)
