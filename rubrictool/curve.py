@@ -355,7 +355,7 @@ def learning_curve(
                 **{m: float(test_m[m]) for m in METRICS}, **{f"majority_{m}": float(maj[m]) for m in METRICS},
                 "encoder_epochs": epochs, "train_seconds": seconds, "settings": settings, "seed": repeat,
                 "train_ids": sample.fit, "dev_ids": sample.dev,
-                "test_ids": pred["id"].tolist(), "test_grades": pred["grade"].astype(int).tolist()}
+                "test_ids": pred["id"].tolist(), "test_predicted": pred["grade"].astype(int).tolist()}
         if keep_runs:
             kept = root / "runs" / name
             shutil.rmtree(kept, ignore_errors=True)

@@ -76,7 +76,7 @@ def test_the_curve_is_written_resumed_after_a_kill_and_read_back(tmp_path: Path,
     assert len({tuple(d["test_ids"]) for d in docs}) == 1  # the same test part throughout
     test = set(docs[0]["test_ids"])
     assert all(not (set(d["train_ids"]) | set(d["dev_ids"])) & test for d in docs)
-    assert all(set(d["test_grades"]) <= {1, 2, 3, 4} for d in docs)  # on the course's own grade scale
+    assert all(set(d["test_predicted"]) <= {1, 2, 3, 4} for d in docs)  # on the course's own grade scale
     png = (out / "curve.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (out / "work").exists() and not list(out.rglob("*.tmp"))
