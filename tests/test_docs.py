@@ -31,7 +31,7 @@ EVERY_COMMAND = [
     "data", "data show", "data fetch", "data export", "data split",
     "annotate",
     "review", "review serve", "review push", "review status", "review pull",
-    "adjudicate", "train", "compare", "grade", "audit",
+    "adjudicate", "train", "compare", "grade", "audit", "learning-curve",
     "explain", "intervene", "report", "ablate", "rubric diagnose",
 ]
 

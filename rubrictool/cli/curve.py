@@ -1,0 +1,93 @@
+"""``rubrictool learning-curve``: grading quality against the number of hand-graded answers.
+
+:mod:`rubrictool.curve` trains models (torch), so it is imported inside the command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rubrictool.cli._common import BenchmarkOpt, DataDirOpt, ProgressView, console
+from rubrictool.progress import from_training_event
+
+__all__ = ["learning_curve_cmd"]
+
+
+def learning_curve_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Curve directory: cells/, curve.csv, curve.json, curve.png.")],
+    benchmark: BenchmarkOpt = None,
+    data: Annotated[Path | None, typer.Option("--data", help="Adjudicated table: items + one column per concept.")] = None,
+    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric of --data (name or YAML).")] = None,
+    agreement: Annotated[Path | None, typer.Option("--agreement", help="agreement.json for --data (default: beside it).")] = None,
+    sizes: Annotated[str, typer.Option(
+        "--sizes", help="Labelled answers per model (train + dev), comma-separated; 'all' = a fold's whole training part.",
+    )] = "50,100,200,400,800,all",
+    variants: Annotated[str, typer.Option("--variants", help="Comma-separated: reccbm, plm, vanilla.")] = "reccbm,plm,vanilla",
+    repeats: Annotated[int, typer.Option("--repeats", help="Subsamples (and seeds) per fold and size.")] = 3,
+    folds: Annotated[int, typer.Option("--folds", help="k folds; each fold's test part is the same for every size.")] = 5,
+    fold: Annotated[str | None, typer.Option("--fold", help="Only these folds, e.g. 0,1 (default: all).")] = None,
+    fold_seed: Annotated[int, typer.Option("--fold-seed", help="Seed of the folds.")] = 0,
+    by: Annotated[str | None, typer.Option("--by", help="Grouped folds, e.g. question: no group in both train and test.")] = None,
+    dev_share: Annotated[float, typer.Option("--dev-share", help="Share of each subsample used as its dev part.")] = 0.125,
+    preset: Annotated[str, typer.Option("--preset", help="default (measured best) or paper.")] = "default",
+    config: Annotated[Path | None, typer.Option("--config", help="YAML with model/stage1/joint/stage2 sections.")] = None,
+    match_budget: Annotated[bool, typer.Option(
+        "--match-budget/--no-match-budget", help="The PLM trains its encoder as many epochs as Stage I + joint stage.",
+    )] = True,
+    backbone: Annotated[str | None, typer.Option("--backbone", help="HF name/path (default MiniLM).")] = None,
+    epochs: Annotated[int | None, typer.Option("--epochs", help="Stage I epochs (preset default 3, paper 6).")] = None,
+    joint_epochs: Annotated[int | None, typer.Option("--joint-epochs", help="Joint stage epochs (preset default 4).")] = None,
+    stage2_epochs: Annotated[int | None, typer.Option("--stage2-epochs", help="Stage II epochs (default 30).")] = None,
+    max_len: Annotated[int | None, typer.Option("--max-len", help="Tokens per input (default 128).")] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Batch size (default 8).")] = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="Stage I learning rate (default 1e-4).")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")] = None,
+    keep_runs: Annotated[bool, typer.Option("--keep-runs", help="Keep each cell's run directory in OUT/runs/ (large).")] = False,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Learning curve: train each variant on growing stratified subsamples of every fold's training part and test
+    on the fold's test part; write curve.csv (one row per cell), curve.png and curve.json. Resumable: finished
+    cells are read back, so re-running (or adding sizes, repeats, folds) trains only what is missing.
+
+    Example: rubrictool learning-curve --benchmark mohler --sizes 50,100,200,400,800,all --variants reccbm,plm,vanilla --repeats 3 --out curves/mohler
+    """
+    from rubrictool.curve import run_learning_curve
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[info]}"))
+    with ProgressView(console, *columns, transient=True) as view:
+
+        def events(ev: Any) -> None:
+            view(from_training_event(ev))
+
+        res = run_learning_curve(
+            benchmark=benchmark, data=data, rubric=rubric, out=out, sizes=sizes, variants=variants, folds=folds,
+            fold=fold, data_dir=data_dir, agreement=agreement, config=config, repeats=repeats, fold_seed=fold_seed,
+            by=by, dev_share=dev_share, preset=preset, match_budget=match_budget, keep_runs=keep_runs,
+            backbone=backbone, epochs=epochs, joint_epochs=joint_epochs, stage2_epochs=stage2_epochs, max_len=max_len,
+            batch_size=batch_size, lr=lr, device=device, callback=events, progress=view,
+        )
+    t = Table(title="learning curve: mean ± s.d. over folds × repeats")
+    for col in ("variant", "size", "answers", "cells", "QWK", "T-Acc", "T-F1", "majority T-Acc"):
+        t.add_column(col, justify="left" if col == "variant" else "right")
+    for r in res.summary.to_dict(orient="records"):
+        t.add_row(str(r["variant"]), str(r["size"]), f"{r['n_train']:.0f}", str(r["cells"]),
+                  f"{r['qwk']:.3f} ± {r['qwk_sd']:.3f}", f"{r['t_acc']:.3f} ± {r['t_acc_sd']:.3f}",
+                  f"{r['t_f1']:.3f}", f"{r['majority_t_acc']:.3f}")
+    console.print(t)
+    for variant, reach in res.reach90.items():
+        if reach:
+            console.print(f"{variant}: about {reach['n_estimate']} labelled answers reach 90 % of its full-data QWK "
+                          f"({reach['target']:.3f} of {reach['full']:.3f} with {reach['full_n_train']:.0f}; "
+                          f"first size at it: {reach['size']})", soft_wrap=True, highlight=False)
+        elif "all" in res.summary["size"].astype(str).tolist():
+            console.print(f"{variant}: its full-data QWK is not above 0; no 90 % point", highlight=False)
+    for note in res.notes:
+        console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+    console.print(f"{res.trained} cell(s) trained, {res.read_back} read back; curve written to {res.out}"
+                  f" (curve.csv, curve.json{', curve.png' if res.png else ''})", soft_wrap=True, highlight=False)

@@ -1,0 +1,586 @@
+"""Learning curves: how grading quality grows with the number of hand-graded answers.
+
+:func:`learning_curve` is the library function behind ``rubrictool learning-curve``. The table is cut into k
+folds once (:func:`rubrictool.data.kfold_splits`); each fold's test part stays the same for every size and
+variant. From the rest of the fold (its training part, train ∪ dev of the k-fold split) a subsample of n
+answers stratified by grade is drawn for each repeat, the sizes of one (fold, repeat) nested (the 100 contain
+the 50); n is every labelled answer the model sees: a stratified ``dev_share`` of the n is its dev part
+(early stopping and selection) and the rest trains it. Each (fold, size, repeat, variant) is one *cell*:
+one :func:`rubrictool.train.train_model` run, whose test metrics and the majority-class baseline of the
+same n labels go to ``DIR/cells/<cell>.json``, written atomically once the cell is done. A cell file that
+exists is read back, not retrained, so a killed run resumes where it stopped and a curve can be extended
+with more sizes, repeats or folds later. The cell's run directory is built in ``DIR/work/`` and deleted
+afterwards (``keep_runs`` keeps it in ``DIR/runs/``).
+
+Written, over every cell in ``DIR/cells`` (this call's and earlier calls'): ``curve.csv`` (one row per cell), ``curve.json`` (settings, the summary per variant and size,
+the size that reaches 90 % of the full-data QWK) and ``curve.png`` (:func:`plot_curve`).
+:func:`position_on_curve` tells a run's report where its training size sits on a curve.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import inspect
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from reccbm import grade_metrics
+from rubrictool.data import kfold_splits
+from rubrictool.errors import DataError, TrainError
+from rubrictool.evaluate import majority_baseline
+from rubrictool.io import read_table, write_table
+from rubrictool.progress import Progress, ProgressFn
+from rubrictool.provenance import git_revision
+from rubrictool.rubric import Rubric, load_rubric
+from rubrictool.tables import validate_adjudicated
+from rubrictool.train import load_train_config, preset_config, train_model
+
+__all__ = [
+    "CURVE_COLUMNS",
+    "MIN_SIZE",
+    "VARIANTS",
+    "CurveResult",
+    "curve_overrides",
+    "learning_curve",
+    "parse_folds",
+    "parse_sizes",
+    "plot_curve",
+    "position_on_curve",
+    "reach_fraction",
+    "run_learning_curve",
+    "summarize_curve",
+]
+
+VARIANTS = ("reccbm", "plm", "vanilla")
+MIN_SIZE = 10  # below this a stratified dev part of 1-2 answers and a handful of training answers say nothing
+ALL = "all"  # the size token for the fold's whole training part
+CURVE_COLUMNS = ["fold", "size", "repeat", "variant", "n_train", "n_dev", "t_acc", "qwk", "t_f1", "majority_t_acc",
+                 "majority_qwk", "majority_t_f1", "encoder_epochs", "train_seconds"]
+METRICS = ("t_acc", "qwk", "t_f1")
+
+# flat options of the command -> the config fields they set (those a tiny test model needs, and the budget)
+_FLAT: dict[str, list[tuple[str, str]]] = {
+    "backbone": [("model", "backbone")],
+    "max_len": [("model", "max_len")],
+    "epochs": [("stage1", "epochs")],
+    "lr": [("stage1", "lr")],
+    "batch_size": [("stage1", "batch_size"), ("stage2", "batch_size")],
+    "device": [("stage1", "device")],
+    "joint_epochs": [("joint", "epochs")],
+    "stage2_epochs": [("stage2", "epochs")],
+}
+
+
+# ---------------------------------------------------------------------------- options
+def parse_sizes(text: str) -> list[int | str]:
+    """``"50,100,200,all"`` -> [50, 100, 200, "all"]: positive whole numbers (at least MIN_SIZE), ascending, and
+    optionally ``all`` (the fold's whole training part), always last."""
+    out: list[int | str] = []
+    for tok in (t.strip().lower() for t in text.split(",")):
+        if tok == ALL:
+            out.append(ALL)
+            continue
+        try:
+            n = int(tok)
+        except ValueError:
+            raise DataError(f"--sizes {text}: {tok!r} is not a number of answers",
+                            hint="give whole numbers and optionally 'all', e.g. --sizes 50,100,200,all") from None
+        if n < MIN_SIZE:
+            raise DataError(f"--sizes {text}: {n} answers is too few (at least {MIN_SIZE}: a dev part and a training "
+                            "part are both drawn from them)", hint="drop it or give a larger size")
+        out.append(n)
+    nums = sorted({s for s in out if isinstance(s, int)})
+    return [*nums, *([ALL] if ALL in out else [])]
+
+
+def parse_folds(text: str | None, k: int) -> list[int]:
+    """``"0,2"`` -> [0, 2]: which of the k folds to run (None: all of them)."""
+    if k < 2:
+        raise DataError(f"--folds {k}: a learning curve needs at least 2 folds")
+    if text is None or not text.strip():
+        return list(range(k))
+    out = []
+    for tok in (t.strip() for t in text.split(",")):
+        if not tok.isdigit() or int(tok) >= k:
+            raise DataError(f"--fold {text}: {tok!r} is not a fold of 0..{k - 1}", hint=f"give fold numbers below --folds {k}")
+        out.append(int(tok))
+    return sorted(set(out))
+
+
+def curve_overrides(config: str | Path | None = None, **flat: Any) -> dict[str, dict[str, Any]]:
+    """The training overrides of a curve: a YAML config (:func:`rubrictool.train.load_train_config`) under the flat
+    options backbone, max_len, epochs, lr, batch_size, device, joint_epochs, stage2_epochs (None: not set)."""
+    unknown = sorted(set(flat) - set(_FLAT))
+    if unknown:
+        raise TrainError(f"unknown option(s) {unknown}; known: {sorted(_FLAT)}")
+    out = load_train_config(config)
+    for name, value in flat.items():
+        for section, key in _FLAT[name] if value is not None else []:
+            out.setdefault(section, {})[key] = value
+    return out
+
+
+def _encoder_epochs(preset: str, overrides: dict[str, dict[str, Any]]) -> int:
+    """Epochs the encoder trains in a concept model under ``preset`` + ``overrides``: Stage I plus the joint stage."""
+    cfg = preset_config(preset)
+    for section, values in overrides.items():
+        cfg.setdefault(section, {}).update(values)
+    return int(cfg["stage1"]["epochs"]) + int(cfg.get("joint", {}).get("epochs") or 0)
+
+
+def _variant_overrides(variant: str, preset: str, overrides: dict[str, dict[str, Any]],
+                       match_budget: bool) -> tuple[dict[str, dict[str, Any]], int]:
+    """(overrides, encoder epochs) of one variant. With ``match_budget`` the PLM trains its encoder as many epochs as
+    the concept models do in Stage I and the joint stage together (issue #25 item 6: a fair baseline)."""
+    ov = copy.deepcopy(overrides)
+    budget = _encoder_epochs(preset, overrides)
+    if variant == "plm":
+        if match_budget:
+            ov.setdefault("stage1", {})["epochs"] = budget
+            return ov, budget
+        return ov, _encoder_epochs(preset, {**ov, "joint": {"epochs": 0}})  # the PLM has no joint stage
+    return ov, budget
+
+
+# ---------------------------------------------------------------------------- subsamples
+def _stratified_order(grades: NDArray[Any], rng: np.random.Generator) -> NDArray[np.intp]:
+    """A seeded order of positions whose every prefix is stratified by grade: each grade's members, shuffled, get
+    evenly spaced keys (j + u) / n_g in [0, 1) and the order sorts by key, so a prefix of n holds n · share_g ± 1
+    of grade g. Prefixes are nested: the first 100 contain the first 50."""
+    key = np.empty(len(grades))
+    for g in np.unique(grades):
+        members = rng.permutation(np.flatnonzero(grades == g))
+        key[members] = (np.arange(len(members)) + rng.random()) / len(members)
+    return np.asarray(np.lexsort((rng.random(len(grades)), key)), dtype=np.intp)
+
+
+@dataclass(frozen=True)
+class _Sample:
+    fit: list[str]
+    dev: list[str]
+
+    @property
+    def ids(self) -> list[str]:
+        return sorted(self.fit + self.dev)
+
+
+def _subsample(pool: pd.DataFrame, order: NDArray[np.intp], n: int, dev_share: float, seed: list[int]) -> _Sample:
+    """The first n of ``order`` over ``pool`` (columns id, _y), split into a stratified dev part and the rest."""
+    sub = pool.iloc[order[:n]]
+    grades = sub["_y"].to_numpy()
+    n_dev = min(max(1, round(dev_share * n)), n - 1)
+    dev_pos = set(_stratified_order(grades, np.random.default_rng(seed))[:n_dev].tolist())
+    ids = sub["id"].tolist()
+    return _Sample(fit=sorted(i for p, i in enumerate(ids) if p not in dev_pos),
+                   dev=sorted(i for p, i in enumerate(ids) if p in dev_pos))
+
+
+# ---------------------------------------------------------------------------- cells
+def _cell_name(fold: int, size: int | str, repeat: int, variant: str) -> str:
+    return f"fold{fold}-n{size}-r{repeat}-{variant}"
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> Path:
+    """Atomically: a reader (or a resumed run) sees the whole file or none of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=1, default=float)
+            fh.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _read_cell(path: Path, settings: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: unreadable cell file ({exc.__class__.__name__})", hint="delete it to retrain that cell") from None
+    if doc.get("settings") != settings:
+        raise DataError(f"{path}: this cell was trained with other settings (table, folds, preset or training options) "
+                        "than this run", hint="give a new --out, or delete the directory's cells/ to start over")
+    return dict(doc)
+
+
+def _settings_digest(doc: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _table_digest(df: pd.DataFrame, keys: Sequence[str]) -> str:
+    cols = ["id", "_y", *[f"_c_{k}" for k in keys if f"_c_{k}" in df.columns]]
+    body = df[cols].sort_values("id").to_csv(index=False)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+@dataclass
+class CurveResult:
+    """What :func:`learning_curve` produced; everything here is also written to ``out``."""
+
+    out: Path
+    cells: pd.DataFrame  # curve.csv: one row per cell in out/cells (CURVE_COLUMNS), this call's and earlier ones'
+    summary: pd.DataFrame  # one row per (variant, size): means and spreads over folds × repeats
+    reach90: dict[str, dict[str, Any] | None]  # per variant: the answers that reach 90 % of the full-data QWK
+    png: Path | None
+    trained: int  # cells trained by this call
+    read_back: int  # cells of this call's plan finished earlier and read back
+    notes: list[str] = field(default_factory=list)
+
+
+def learning_curve(
+    rubric: Rubric | str | Path,
+    table: pd.DataFrame,
+    out: str | Path,
+    *,
+    sizes: Sequence[int | str],
+    variants: Sequence[str] = VARIANTS,
+    repeats: int = 3,
+    folds: int = 5,
+    fold_ids: Sequence[int] | None = None,
+    fold_seed: int = 0,
+    by: str | None = None,
+    dev_share: float = 0.125,
+    preset: str = "default",
+    overrides: dict[str, dict[str, Any]] | None = None,
+    match_budget: bool = True,
+    agreement: dict[str, Any] | str | Path | None = None,
+    notes: list[str] | None = None,
+    keep_runs: bool = False,
+    plot: bool = True,
+    callback: Callable[[Any], None] | None = None,
+    progress: ProgressFn | None = None,
+) -> CurveResult:
+    """Train every (fold, size, repeat, variant) cell not trained yet in ``out``, then write curve.csv, curve.json
+    and curve.png over every cell in ``out`` (earlier calls may have added other folds, sizes or repeats) (see the module docstring for what a cell is and how it is drawn).
+
+    sizes: numbers of labelled answers (train + dev) and optionally "all" (the fold's whole training part; needed
+    for :func:`reach_fraction`). by: grouped folds (e.g. "question"), passed to kfold_splits only when given.
+    match_budget: the PLM's encoder trains as many epochs as the concept models' Stage I + joint stage.
+    callback: reccbm training events, passed to train_model. progress gets one task, "cells".
+    """
+    rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad or not variants:
+        raise TrainError(f"unknown variant(s) {bad or variants}; use {', '.join(VARIANTS)}", hint="e.g. --variants reccbm,plm")
+    if repeats < 1:
+        raise TrainError(f"--repeats {repeats}: give at least 1")
+    if not 0 < dev_share < 0.5:
+        raise TrainError(f"--dev-share {dev_share}: give a share between 0 and 0.5")
+    if not sizes:
+        raise DataError("no sizes to train", hint="e.g. --sizes 50,100,200,all")
+    need_concepts = any(v != "plm" for v in variants)
+    df = validate_adjudicated(table, rb, need_concepts=need_concepts)
+    split_kw: dict[str, Any] = {}
+    if by is not None:
+        if "by" not in inspect.signature(kfold_splits).parameters:
+            raise DataError(f"--by {by}: grouped folds are not in this build of rubrictool.data.kfold_splits",
+                            hint="drop --by for grade-stratified random folds")
+        split_kw["by"] = by
+    splits = kfold_splits(df, k=folds, seed=fold_seed, **split_kw)
+    run_folds = list(range(folds)) if fold_ids is None else list(fold_ids)
+    if any(f not in range(folds) for f in run_folds):
+        raise DataError(f"--fold {run_folds}: folds are 0..{folds - 1}")
+    pools = {f: sorted(splits[f]["train"] + splits[f]["dev"]) for f in run_folds}
+    smallest = min(len(p) for p in pools.values())
+    too_big = [s for s in sizes if isinstance(s, int) and s > smallest]
+    if too_big:
+        raise DataError(f"--sizes: {too_big[0]} answers is more than a fold's training part ({smallest} answers of "
+                        f"{len(df)}, {folds} folds)", hint=f"give sizes up to {smallest}, or 'all' for the whole part")
+    overrides = overrides or {}
+    per_variant = {v: _variant_overrides(v, preset, overrides, match_budget) for v in variants}
+    settings_doc = {"rubric": rb.name, "table": _table_digest(df, rb.keys), "folds": folds, "fold_seed": fold_seed,
+                    "by": by, "dev_share": dev_share, "preset": preset, "overrides": overrides,
+                    "match_budget": match_budget}
+    settings = _settings_digest(settings_doc)
+    root = Path(out)
+    cells_dir, work_dir = root / "cells", root / "work"
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    by_id = df.set_index("id")
+    plan = [(r, f, s, v) for r in range(repeats) for f in run_folds for s in sizes for v in variants]
+    trained = read_back = 0
+    warned: set[str] = set()
+
+    def once(ev: Progress) -> None:  # a warning (inputs truncated) is shown once, not once per cell
+        if progress is None or (ev.kind == "warning" and ev.info in warned):
+            return
+        warned.add(ev.info)
+        progress(ev)
+
+    for done, (repeat, fold, size, variant) in enumerate(plan):
+        name = _cell_name(fold, size, repeat, variant)
+        path = cells_dir / f"{name}.json"
+        if path.is_file():
+            _read_cell(path, settings)
+            read_back += 1
+            if progress:
+                progress(Progress("cells", done + 1, len(plan), f"{name}: finished earlier, read back"))
+            continue
+        if progress:
+            progress(Progress("cells", done, len(plan), f"{name}: training"))
+        pool = by_id.loc[pools[fold], ["_y"]].reset_index()
+        order = _stratified_order(pool["_y"].to_numpy(), np.random.default_rng([fold_seed, fold, repeat, 101]))
+        n = len(pool) if size == ALL else int(size)
+        sample = _subsample(pool, order, n, dev_share, [fold_seed, fold, repeat, n, 202])
+        test = splits[fold]["test"]
+        split = {"train": sample.fit, "dev": sample.dev, "test": test}
+        ov, epochs = per_variant[variant]
+        run_dir = work_dir / name
+        shutil.rmtree(run_dir, ignore_errors=True)  # a cell killed half-way left its run directory behind
+        t0 = time.perf_counter()
+        res = train_model(rb, table, split, run_dir, variant=variant, overrides=ov, preset=preset, seeds=1,
+                          first_seed=repeat, agreement=agreement, notes=notes, callback=callback, progress=once)
+        seconds = time.perf_counter() - t0
+        test_m = res.metrics["seeds"][0]["test"]
+        y_test = by_id.loc[test, "_y"].to_numpy()
+        maj_pred = majority_baseline(by_id.loc[sample.ids, "_y"].to_numpy(), len(test))
+        maj = grade_metrics(y_test, maj_pred)
+        pred = pd.read_csv(run_dir / "test_predictions.csv", dtype={"id": str})
+        cell = {"fold": fold, "size": str(size), "repeat": repeat, "variant": variant, "n_train": n, "n_dev": len(sample.dev),
+                **{m: float(test_m[m]) for m in METRICS}, **{f"majority_{m}": float(maj[m]) for m in METRICS},
+                "encoder_epochs": epochs, "train_seconds": seconds, "settings": settings, "seed": repeat,
+                "train_ids": sample.fit, "dev_ids": sample.dev,
+                "test_ids": pred["id"].tolist(), "test_predicted": pred["grade"].astype(int).tolist()}
+        if keep_runs:
+            kept = root / "runs" / name
+            shutil.rmtree(kept, ignore_errors=True)
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(run_dir, kept)
+        _write_json(path, cell)  # the cell is done only once this file exists
+        shutil.rmtree(run_dir, ignore_errors=True)
+        trained += 1
+    if progress:
+        progress(Progress("cells", len(plan), len(plan), f"{trained} trained, {read_back} read back"))
+    shutil.rmtree(work_dir, ignore_errors=True)
+    # the curve is every cell in the directory: this call's and those earlier calls added (other folds, sizes, repeats)
+    rows = [_read_cell(p, settings) for p in sorted(cells_dir.glob("*.json"))]
+    cells = pd.DataFrame(rows)[CURVE_COLUMNS]
+    cells = cells.assign(_o=cells["size"].map(_size_order)).sort_values(["repeat", "fold", "_o"], kind="stable")
+    cells = cells.drop(columns="_o").reset_index(drop=True)
+    write_table(cells, root / "curve.csv")
+    summary = summarize_curve(cells)
+    reach = {str(v): reach_fraction(cells, str(v)) for v in dict.fromkeys(cells["variant"])}
+    png = plot_curve(cells, root / "curve.png", reach=reach, title=_title(rb.name, folds, by)) if plot else None
+    _write_json(root / "curve.json", {
+        "rubric": rb.name, "settings": settings_doc, "settings_digest": settings, "cells": len(cells),
+        "sizes": sorted(set(cells["size"]), key=_size_order), "variants": list(dict.fromkeys(cells["variant"])),
+        "repeats": sorted({int(r) for r in cells["repeat"]}), "folds_run": sorted({int(f) for f in cells["fold"]}),
+        "encoder_epochs": {str(v): int(e) for v, e in cells.groupby("variant")["encoder_epochs"].first().items()},
+        "dev": f"a stratified {dev_share:.1%} of each subsample (n counts every labelled answer: train + dev)",
+        "git_revision": git_revision(), "notes": list(notes or []),
+        "summary": summary.to_dict(orient="records"), "reach_90": reach,
+    })
+    return CurveResult(root, cells, summary, reach, png, trained, read_back, list(notes or []))
+
+
+def _title(rubric: str, folds: int, by: str | None) -> str:
+    split = f"{folds} folds grouped by {by}" if by else f"{folds} random folds"
+    return f"Learning curve: {rubric} ({split}; mean ± 1 s.d. over folds × repeats)"
+
+
+# ---------------------------------------------------------------------------- reading a curve
+def _size_order(size: str) -> float:
+    return math.inf if size == ALL else float(size)
+
+
+def summarize_curve(cells: pd.DataFrame) -> pd.DataFrame:
+    """One row per (variant, size), sizes ascending: cells, mean n_train, mean and s.d. of each metric over
+    folds × repeats, and the majority baseline's means."""
+    rows = []
+    for (variant, size), g in cells.assign(size=cells["size"].astype(str)).groupby(["variant", "size"], sort=False):
+        row: dict[str, Any] = {"variant": variant, "size": size, "cells": len(g), "n_train": float(g["n_train"].mean())}
+        for m in METRICS:
+            row[m] = float(g[m].mean())
+            row[f"{m}_sd"] = float(g[m].std(ddof=1)) if len(g) > 1 else 0.0
+            row[f"majority_{m}"] = float(g[f"majority_{m}"].mean())
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    first = {v: i for i, v in enumerate(dict.fromkeys(cells["variant"]))}  # variants in the order the cells list them
+    out["_v"], out["_o"] = out["variant"].map(first), out["size"].map(_size_order)
+    return out.sort_values(["_v", "_o"], kind="stable").drop(columns=["_v", "_o"]).reset_index(drop=True)
+
+
+def _interp_log(n: float, n0: float, v0: float, n1: float, v1: float) -> float:
+    if n1 == n0:
+        return v0
+    t = (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
+    return v0 + t * (v1 - v0)
+
+
+def reach_fraction(cells: pd.DataFrame, variant: str, fraction: float = 0.9, metric: str = "qwk") -> dict[str, Any] | None:
+    """How many labelled answers reach ``fraction`` of the full-data ``metric`` (the "all" size) for ``variant``:
+    the first size whose mean reaches it, and the number interpolated (linearly in log n) between that size and the
+    one before. None without an "all" size or when the full-data value is not above 0."""
+    s = summarize_curve(cells[cells["variant"] == variant])
+    if s.empty or ALL not in set(s["size"]):
+        return None
+    full = float(s.loc[s["size"] == ALL, metric].iloc[0])
+    if not full > 0:
+        return None
+    target = fraction * full
+    prev: tuple[float, float] | None = None
+    for row in s.to_dict(orient="records"):
+        n, v = float(row["n_train"]), float(row[metric])
+        if v >= target:
+            if prev is None:
+                est, where = n, "at or below the smallest size"
+            else:
+                t = (target - prev[1]) / (v - prev[1])
+                est, where = math.exp(math.log(prev[0]) + t * (math.log(n) - math.log(prev[0]))), "between sizes"
+            return {"variant": variant, "metric": metric, "fraction": fraction, "full": full, "target": target,
+                    "full_n_train": float(s.loc[s["size"] == ALL, "n_train"].iloc[0]), "size": str(row["size"]),
+                    "size_n_train": n, "n_estimate": round(est), "where": where}
+        prev = (n, v)
+    return None  # not reached (cannot happen: the "all" size reaches its own value)
+
+
+def position_on_curve(curve_csv: str | Path, n_train: float, variant: str) -> dict[str, Any]:
+    """Where a run trained on ``n_train`` labelled answers sits on a learning curve (curve.csv) of ``variant``: the
+    expected QWK and T-Acc at n_train, interpolated linearly in log n between the neighbouring sizes' means, and
+    those neighbours. Outside the measured sizes the nearest size's values are given and ``within`` is False."""
+    p = Path(curve_csv)
+    cells = read_table(p)
+    missing = sorted(set(CURVE_COLUMNS[:8]) - set(cells.columns))
+    if missing:
+        raise DataError(f"{p}: not a curve.csv (no column(s) {missing})", hint="give the curve.csv of `rubrictool learning-curve`")
+    cells = cells.assign(size=cells["size"].astype(str), variant=cells["variant"].astype(str))
+    if variant not in set(cells["variant"]):
+        raise DataError(f"{p}: no cells of variant {variant!r}; the curve has {', '.join(sorted(set(cells['variant'])))}")
+    if not n_train > 0:
+        raise DataError(f"n_train {n_train}: give the number of labelled answers the run trained on (> 0)")
+    s = summarize_curve(cells[cells["variant"] == variant]).sort_values("n_train", kind="stable")
+    pts = s.to_dict(orient="records")
+
+    def point(r: Any) -> dict[str, Any]:
+        return {"size": r["size"], "n_train": r["n_train"], "qwk": r["qwk"], "qwk_sd": r["qwk_sd"], "t_acc": r["t_acc"],
+                "t_acc_sd": r["t_acc_sd"], "cells": r["cells"]}
+
+    lower = [r for r in pts if r["n_train"] <= n_train]
+    upper = [r for r in pts if r["n_train"] >= n_train]
+    lo, hi = (lower[-1] if lower else None), (upper[0] if upper else None)
+    if lo is not None and hi is not None:
+        qwk = _interp_log(n_train, lo["n_train"], lo["qwk"], hi["n_train"], hi["qwk"])
+        t_acc = _interp_log(n_train, lo["n_train"], lo["t_acc"], hi["n_train"], hi["t_acc"])
+    else:
+        near = lo if lo is not None else hi
+        assert near is not None
+        qwk, t_acc = near["qwk"], near["t_acc"]
+    return {"variant": variant, "n_train": n_train, "qwk": qwk, "t_acc": t_acc, "within": lo is not None and hi is not None,
+            "lower": point(lo) if lo else None, "upper": point(hi) if hi else None,
+            "full": point(pts[-1]) if pts and pts[-1]["size"] == ALL else None, "curve": str(p)}
+
+
+# ---------------------------------------------------------------------------- the figure
+_COLOURS = {"reccbm": "#1f77b4", "plm": "#ff7f0e", "vanilla": "#2ca02c"}
+
+
+def plot_curve(cells: pd.DataFrame, path: str | Path, *, reach: dict[str, dict[str, Any] | None] | None = None,
+               title: str = "Learning curve") -> Path:
+    """curve.png: QWK and T-Acc against labelled answers (log scale), one line per variant (mean over folds ×
+    repeats, band ± 1 s.d.), the majority-class baseline dashed, and where each variant reaches 90 % of its
+    full-data QWK (dotted). Written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = summarize_curve(cells)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    for ax, metric, label in ((axes[0], "qwk", "QWK"), (axes[1], "t_acc", "T-Acc")):
+        for variant, g in s.groupby("variant", sort=False):
+            colour = _COLOURS.get(str(variant), "#7f7f7f")
+            x, y, sd = g["n_train"].to_numpy(), g[metric].to_numpy(), g[f"{metric}_sd"].to_numpy()
+            ax.plot(x, y, marker="o", color=colour, label=str(variant))
+            ax.fill_between(x, y - sd, y + sd, color=colour, alpha=0.15, lw=0)
+            r = (reach or {}).get(str(variant))
+            if metric == "qwk" and r:
+                ax.axhline(r["target"], color=colour, ls=":", lw=0.9)
+                ax.plot([r["n_estimate"]], [r["target"]], marker="v", color=colour, ms=8,
+                        label=f"{variant}: 90 % of full QWK at ≈{r['n_estimate']}")
+        base = s.groupby("size", sort=False).agg(n=("n_train", "mean"), v=(f"majority_{metric}", "mean"))
+        base = base.sort_values("n")
+        ax.plot(base["n"], base["v"], ls="--", color="#7f7f7f", label="majority class")
+        ax.set_xscale("log")
+        ticks = dict(sorted({round(float(r["n_train"])): str(r["size"]) for r in s.to_dict(orient="records")}.items()))
+        ax.set_xticks(list(ticks), [f"{n}\n(all)" if size == ALL else str(n) for n, size in ticks.items()])
+        ax.minorticks_off()
+        ax.set_xlabel("labelled answers (train + dev)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=min(4, len(labels)), frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.06 * math.ceil(len(labels) / 4), 1, 1))
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".png", dir=p.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=110)
+        os.replace(tmp, p)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return p
+
+
+# ---------------------------------------------------------------------------- the command's entry point
+def run_learning_curve(
+    *,
+    benchmark: str | None,
+    data: str | Path | None,
+    rubric: str | None,
+    out: str | Path,
+    sizes: str,
+    variants: str = ",".join(VARIANTS),
+    folds: int = 5,
+    fold: str | None = None,
+    data_dir: str | Path | None = None,
+    agreement: str | Path | None = None,
+    config: str | Path | None = None,
+    **kwargs: Any,
+) -> CurveResult:
+    """``rubrictool learning-curve``: a benchmark (Mohler's concept-label passes) or an adjudicated table + rubric;
+    sizes, variants and folds as the command gives them (comma lists); flat training options (see
+    :func:`curve_overrides`) over a YAML config; the rest goes to :func:`learning_curve`."""
+    flat = {k: kwargs.pop(k) for k in list(kwargs) if k in _FLAT}
+    overrides = curve_overrides(config, **flat)
+    size_list = parse_sizes(sizes)
+    variant_list = [v.strip() for v in variants.split(",") if v.strip()]
+    fold_ids = parse_folds(fold, folds)
+    if (benchmark is None) == (data is None):
+        raise TrainError("a learning curve needs one data source: a benchmark or an adjudicated table",
+                         hint="give either --benchmark NAME or --data FILE with --rubric")
+    if benchmark is not None:
+        from rubrictool.pipeline import benchmark_table
+        from rubrictool.tables import LLM_PASSES_NOTE
+
+        if agreement is not None:
+            raise TrainError("a benchmark builds its agreement from the concept-label passes", hint="--agreement goes with --data")
+        rb, table, agr = benchmark_table(benchmark, data_dir)
+        return learning_curve(rb, table, out, sizes=size_list, variants=variant_list, folds=folds, fold_ids=fold_ids,
+                              overrides=overrides, agreement=agr, notes=[LLM_PASSES_NOTE], **kwargs)
+    if rubric is None:
+        raise TrainError("an adjudicated table needs the rubric its concept columns follow", hint="add --rubric NAME|FILE")
+    table = read_table(str(data))
+    agr_path = Path(agreement) if agreement is not None else Path(str(data)).parent / "agreement.json"
+    return learning_curve(rubric, table, out, sizes=size_list, variants=variant_list, folds=folds, fold_ids=fold_ids,
+                          overrides=overrides, agreement=agr_path if agr_path.is_file() else None, **kwargs)

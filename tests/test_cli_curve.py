@@ -1,0 +1,123 @@
+"""`rubrictool learning-curve` on a course that is not Mohler (0..2 levels, grades 1..4) with a tiny BERT: the cells
+it writes, resuming after a kill, a rerun that trains nothing, and one-line errors for bad sizes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from rubrictool.cli import app
+from rubrictool.curve import CURVE_COLUMNS, position_on_curve
+from rubrictool.io import read_table
+from tests.support.toy_course import ecology_rubric, ecology_table
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+runner = CliRunner()
+
+
+def _args(tmp_path: Path, backbone: str, *extra: str) -> list[str]:
+    data = tmp_path / "ecology.csv"
+    if not data.exists():
+        ecology_table(90).to_csv(data, index=False)
+    return ["learning-curve", "--data", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--out",
+            str(tmp_path / "curve"), "--folds", "3", "--fold", "0", "--variants", "reccbm,plm",
+            "--backbone", backbone, "--epochs", "1", "--joint-epochs", "1", "--stage2-epochs", "3", "--max-len", "32",
+            "--lr", "3e-3", "--device", "cpu", *extra]
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, fail_at: int | None = None) -> list[str]:
+    """Count train_model calls (by run dir name); raise KeyboardInterrupt at call number ``fail_at`` (a kill)."""
+    calls: list[str] = []
+    from rubrictool.train import train_model as real
+
+
+    def train(*args: Any, **kw: Any) -> Any:
+        calls.append(Path(args[3]).name)
+        if fail_at is not None and len(calls) == fail_at:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr("rubrictool.curve.train_model", train)
+    return calls
+
+
+def test_the_curve_is_written_resumed_after_a_kill_and_read_back(tmp_path: Path, backbone: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    args = _args(tmp_path, backbone, "--sizes", "12,all", "--repeats", "2")
+    out = tmp_path / "curve"
+    killed = _counting(monkeypatch, fail_at=3)
+    res = runner.invoke(app, args)
+    assert res.exit_code == 130 and "re-run to resume" in res.output and len(killed) == 3
+    done = sorted(p.name for p in (out / "cells").iterdir())
+    assert done == ["fold0-n12-r0-plm.json", "fold0-n12-r0-reccbm.json"]  # the killed cell left no cell file
+    assert all(json.loads((out / "cells" / n).read_text())["variant"] in n for n in done)
+    assert not (out / "curve.csv").exists()
+
+    calls = _counting(monkeypatch)
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert len(calls) == 6 and "6 cell(s) trained, 2 read back" in res.output
+    assert "fold0-n12-r0-reccbm" not in calls and "fold0-nall-r0-reccbm" in calls
+    cells = read_table(out / "curve.csv")
+    assert list(cells.columns) == CURVE_COLUMNS and len(cells) == 8
+    assert {(str(s), r, v) for s, r, v in zip(cells["size"], cells["repeat"], cells["variant"])} == {
+        (s, r, v) for s in ("12", "all") for r in (0, 1) for v in ("reccbm", "plm")}
+    assert set(cells["fold"]) == {0}
+    assert set(cells.loc[cells["size"].astype(str) == "12", "n_train"]) == {12}
+    assert set(cells.loc[cells["size"].astype(str) == "all", "n_train"]) == {60}  # 90 answers, 3 folds: 60 outside the test part
+    rates = cells[["t_acc", "majority_t_acc", "t_f1"]]
+    assert ((rates >= 0) & (rates <= 1)).all().all() and cells["qwk"].between(-1, 1).all()
+    docs = [json.loads(p.read_text()) for p in sorted((out / "cells").glob("*.json"))]
+    assert len({tuple(d["test_ids"]) for d in docs}) == 1  # the same test part throughout
+    test = set(docs[0]["test_ids"])
+    assert all(not (set(d["train_ids"]) | set(d["dev_ids"])) & test for d in docs)
+    assert all(set(d["test_predicted"]) <= {1, 2, 3, 4} for d in docs)  # on the course's own grade scale
+    png = (out / "curve.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "work").exists() and not list(out.rglob("*.tmp"))
+    summary = json.loads((out / "curve.json").read_text())
+    assert summary["settings"]["folds"] == 3 and summary["encoder_epochs"] == {"reccbm": 2, "plm": 2}
+    pos = position_on_curve(out / "curve.csv", 30, "plm")
+    assert pos["lower"]["size"] == "12" and pos["upper"]["size"] == "all" and pos["within"]
+
+    before = (out / "curve.csv").read_text()
+    calls = _counting(monkeypatch, fail_at=1)  # any training now would be a failure
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert calls == [] and "0 cell(s) trained, 8 read back" in res.output
+    assert (out / "curve.csv").read_text() == before
+    res = runner.invoke(app, _args(tmp_path, backbone, "--sizes", "12", "--repeats", "1"))  # a smaller plan
+    assert res.exit_code == 0 and calls == [] and "0 cell(s) trained, 2 read back" in " ".join(res.output.split())
+    assert (out / "curve.csv").read_text() == before  # the curve is still every cell in the directory
+
+
+@pytest.mark.parametrize(("sizes", "message"), [
+    ("0", "--sizes 0: 0 answers is too few (at least 10"),
+    ("12,many", "--sizes 12,many: 'many' is not a number of answers"),
+    ("12,61", "--sizes: 61 answers is more than a fold's training part (60 answers of 90, 3 folds); give sizes up to 60"),
+])
+def test_bad_sizes_are_one_line_errors(tmp_path: Path, backbone: str, monkeypatch: pytest.MonkeyPatch, sizes: str,
+                                       message: str) -> None:
+    calls = _counting(monkeypatch, fail_at=1)
+    res = runner.invoke(app, _args(tmp_path, backbone, "--sizes", sizes))
+    assert res.exit_code == 1 and calls == []
+    text = res.output.strip()
+    assert text.startswith("error: ") and message in " ".join(text.split()) and "Traceback" not in text
+    assert len(text.splitlines()) <= 2  # one message (Rich may wrap it once on a narrow terminal)
+
+
+def test_other_bad_options_are_one_line_errors(tmp_path: Path, backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _counting(monkeypatch, fail_at=1)
+    for extra, message in ((["--variants", "reccbm,bert"], "unknown variant(s) ['bert']"),
+                           (["--fold", "3"], "--fold 3: '3' is not a fold of 0..2"),
+                           (["--repeats", "0"], "--repeats 0: give at least 1")):
+        res = runner.invoke(app, _args(tmp_path, backbone, "--sizes", "12", *extra))
+        assert res.exit_code == 1 and message in " ".join(res.output.split()) and "Traceback" not in res.output
+    res = runner.invoke(app, ["learning-curve", "--rubric", "mohler", "--out", str(tmp_path / "x"), "--sizes", "20"])
+    assert res.exit_code == 1 and "give either --benchmark NAME or --data FILE" in res.output
+    assert calls == []

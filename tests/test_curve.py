@@ -1,0 +1,218 @@
+"""rubrictool.curve without training: subsamples, the cell plan, reading a curve back (90 % point, position of a
+run on it), the figure. Training is replaced by a stand-in that predicts the majority grade of its training split."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rubrictool import curve
+from rubrictool.curve import (
+    CURVE_COLUMNS,
+    learning_curve,
+    parse_folds,
+    parse_sizes,
+    plot_curve,
+    position_on_curve,
+    reach_fraction,
+)
+from rubrictool.errors import DataError, TrainError
+from rubrictool.io import write_table
+from rubrictool.rubric import load_rubric
+from tests.support.toy_course import ecology_rubric, ecology_table
+
+
+def test_sizes_parse_to_ascending_numbers_then_all() -> None:
+    assert parse_sizes("400, 50,all,100,50") == [50, 100, 400, "all"]
+    assert parse_sizes("ALL") == ["all"]
+    for bad, words in (("0", "too few"), ("50,x", "'x' is not a number"), ("-5", "too few"), ("3", "too few"),
+                       ("2.5", "not a number")):
+        with pytest.raises(DataError, match=words):
+            parse_sizes(bad)
+
+
+def test_folds_parse() -> None:
+    assert parse_folds(None, 5) == [0, 1, 2, 3, 4] and parse_folds("3,1,1", 5) == [1, 3]
+    with pytest.raises(DataError, match="not a fold of 0..4"):
+        parse_folds("5", 5)
+    with pytest.raises(DataError, match="at least 2 folds"):
+        parse_folds(None, 1)
+
+
+def test_every_prefix_of_the_stratified_order_keeps_the_grade_shares() -> None:
+    grades = np.repeat([0, 1, 2, 3, 4, 5], [3, 20, 60, 150, 300, 120])  # skewed, like Mohler's grades
+    order = curve._stratified_order(grades, np.random.default_rng(1))
+    assert sorted(order.tolist()) == list(range(len(grades)))  # a permutation
+    shares = {g: np.mean(grades == g) for g in np.unique(grades)}
+    for n in (10, 25, 50, 100, 333, 653):
+        prefix = grades[order[:n]]
+        for g, share in shares.items():
+            assert abs(np.sum(prefix == g) - n * share) <= 1 + 1e-9, (n, g)
+    other = curve._stratified_order(grades, np.random.default_rng(2))
+    assert order[:50].tolist() != other[:50].tolist()  # the seed matters
+
+
+def test_a_subsample_is_nested_across_sizes_and_its_dev_part_is_stratified() -> None:
+    rng = np.random.default_rng(0)
+    pool = pd.DataFrame({"id": [f"a{i}" for i in range(200)], "_y": rng.integers(0, 4, 200)})
+    order = curve._stratified_order(pool["_y"].to_numpy(), np.random.default_rng(5))
+    small, big = (curve._subsample(pool, order, n, 0.125, [0, n]) for n in (40, 120))
+    assert len(small.ids) == 40 and len(big.ids) == 120 and set(small.ids) <= set(big.ids)
+    assert not set(small.fit) & set(small.dev) and len(small.dev) == 5
+    tiny = curve._subsample(pool, order, 10, 0.125, [0, 10])
+    assert len(tiny.dev) == 1 and len(tiny.fit) == 9
+
+
+def _fake_train(calls: list[dict[str, Any]]) -> Any:
+    """Stands in for train_model: predicts the most common training grade; records what it was given."""
+
+    def train(rb: Any, table: pd.DataFrame, split: dict[str, list[str]], run_dir: Path, **kw: Any) -> Any:
+        calls.append({"split": split, **kw})
+        grades = table.set_index(table["id"].astype(str))["grade"]
+        mode = int(grades.loc[split["train"]].mode().min())
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"id": split["test"], "grade": mode}).to_csv(Path(run_dir) / "test_predictions.csv", index=False)
+        y = grades.loc[split["test"]].to_numpy()
+        acc = float(np.mean(y == mode))
+        return SimpleNamespace(metrics={"seeds": [{"test": {"t_acc": acc, "qwk": 0.0, "t_f1": acc / 2}}]})
+
+    return train
+
+
+def test_cells_share_the_test_part_and_draw_from_the_training_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(curve, "train_model", _fake_train(calls))
+    rub, df = ecology_rubric(tmp_path), ecology_table(120)
+    res = learning_curve(rub, df, tmp_path / "c", sizes=[20, 40, "all"], variants=["reccbm", "plm"], repeats=2, folds=4,
+                         fold_ids=[1, 3], overrides={"stage1": {"epochs": 2}, "joint": {"epochs": 1}}, plot=False)
+    assert len(calls) == 2 * 2 * 3 * 2 == res.trained and res.read_back == 0
+    assert list(res.cells.columns) == CURVE_COLUMNS
+    keys = set(zip(res.cells["fold"], res.cells["size"], res.cells["repeat"], res.cells["variant"]))
+    assert keys == {(f, s, r, v) for f in (1, 3) for s in ("20", "40", "all") for r in (0, 1) for v in ("reccbm", "plm")}
+    by_test: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for c in calls:
+        by_test.setdefault(tuple(c["split"]["test"]), []).append(c)
+    assert len(by_test) == 2 and all(len(v) == 12 for v in by_test.values())  # one test part per fold, all cells
+    for test, cs in by_test.items():
+        for c in cs:
+            labelled = set(c["split"]["train"]) | set(c["split"]["dev"])
+            assert not labelled & set(test)
+    rows = res.cells.set_index(["fold", "size", "repeat", "variant"])
+    assert (rows.xs("20", level="size")["n_train"] == 20).all() and (rows.xs("all", level="size")["n_train"] == 90).all()
+    # the same subsample (and majority baseline) for every variant of a (fold, size, repeat): a paired comparison
+    same = res.cells.groupby(["fold", "size", "repeat"])["majority_t_acc"].nunique()
+    assert (same == 1).all()
+    plm = [c for c in calls if c["variant"] == "plm"]
+    cbm = [c for c in calls if c["variant"] == "reccbm"]
+    assert all(c["overrides"]["stage1"]["epochs"] == 3 for c in plm)  # Stage I 2 + joint 1: the matched budget
+    assert all(c["overrides"]["stage1"]["epochs"] == 2 for c in cbm)
+    assert set(res.cells.loc[res.cells["variant"] == "plm", "encoder_epochs"]) == {3}
+    assert {c["first_seed"] for c in calls} == {0, 1}  # the repeat is the training seed
+    doc = json.loads((tmp_path / "c" / "curve.json").read_text())
+    assert doc["encoder_epochs"] == {"reccbm": 3, "plm": 3} and "train + dev" in doc["dev"]
+
+
+def test_a_bigger_size_than_the_training_part_and_unknown_variants_are_refused(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(curve, "train_model", _fake_train(calls))
+    rub, df = ecology_rubric(tmp_path), ecology_table(60)
+    with pytest.raises(DataError, match=r"200 answers is more than a fold's training part \(45 answers of 60, 4 folds\)"):
+        learning_curve(rub, df, tmp_path / "c", sizes=[20, 200], folds=4)
+    with pytest.raises(TrainError, match="unknown variant"):
+        learning_curve(rub, df, tmp_path / "c", sizes=[20], variants=["bert"], folds=4)
+    assert not calls
+
+
+def test_grouping_is_passed_to_the_folds_only_when_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, Any]] = []
+    from rubrictool.data import kfold_splits as real
+
+
+    def kfold(items: pd.DataFrame, k: int = 5, seed: int = 0, by: str | None = None) -> Any:
+        seen.append({"by": by})
+        return real(items, k=k, seed=seed)
+
+    monkeypatch.setattr("rubrictool.curve.kfold_splits", kfold)
+    monkeypatch.setattr(curve, "train_model", _fake_train([]))
+    rub, df = ecology_rubric(tmp_path), ecology_table(60)
+    learning_curve(rub, df, tmp_path / "a", sizes=[20], variants=["plm"], repeats=1, folds=3, fold_ids=[0], plot=False)
+    learning_curve(rub, df, tmp_path / "b", sizes=[20], variants=["plm"], repeats=1, folds=3, fold_ids=[0], by="question",
+                   plot=False)
+    assert seen == [{"by": None}, {"by": "question"}]
+
+
+def test_a_cell_made_with_other_settings_is_not_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(curve, "train_model", _fake_train([]))
+    rub, df = ecology_rubric(tmp_path), ecology_table(60)
+    kw: dict[str, Any] = {"sizes": [20], "variants": ["plm"], "repeats": 1, "folds": 3, "fold_ids": [0], "plot": False}
+    learning_curve(rub, df, tmp_path / "c", **kw)
+    with pytest.raises(DataError, match="trained with other settings"):
+        learning_curve(rub, df, tmp_path / "c", preset="paper", **kw)
+
+
+def _cells(rows: list[tuple[str, str, int, float, float]]) -> pd.DataFrame:
+    """(variant, size, n_train, qwk, t_acc) per cell -> a curve.csv frame (two folds each: ± 0.02 around the value)."""
+    out = []
+    for variant, size, n, qwk, acc in rows:
+        for fold, d in ((0, -0.02), (1, 0.02)):
+            out.append({"fold": fold, "size": size, "repeat": 0, "variant": variant, "n_train": n, "n_dev": n // 8,
+                        "t_acc": acc + d, "qwk": qwk + d, "t_f1": acc / 2, "majority_t_acc": 0.3, "majority_qwk": 0.0,
+                        "majority_t_f1": 0.1, "encoder_epochs": 7, "train_seconds": 1.0})
+    return pd.DataFrame(out)[CURVE_COLUMNS]
+
+
+CURVE = [("reccbm", "50", 50, 0.30, 0.50), ("reccbm", "100", 100, 0.50, 0.60), ("reccbm", "200", 200, 0.58, 0.66),
+         ("reccbm", "all", 400, 0.60, 0.70), ("plm", "50", 50, 0.10, 0.40), ("plm", "100", 100, 0.20, 0.45)]
+
+
+def test_the_answers_that_reach_90_percent_of_the_full_data_qwk() -> None:
+    cells = _cells(CURVE)
+    r = reach_fraction(cells, "reccbm")
+    assert r is not None and r["full"] == pytest.approx(0.60) and r["target"] == pytest.approx(0.54)
+    assert r["size"] == "200" and r["full_n_train"] == 400
+    t = (0.54 - 0.50) / (0.58 - 0.50)  # linear in log n between 100 (0.50) and 200 (0.58)
+    assert r["n_estimate"] == round(math.exp(math.log(100) + t * (math.log(200) - math.log(100))))
+    assert reach_fraction(cells, "plm") is None  # no "all" size
+    early = _cells([("v", "50", 50, 0.59, 0.5), ("v", "all", 400, 0.60, 0.7)])
+    assert reach_fraction(early, "v")["where"] == "at or below the smallest size"  # type: ignore[index]
+
+
+def test_position_of_a_run_on_a_curve(tmp_path: Path) -> None:
+    path = write_table(_cells(CURVE), tmp_path / "curve.csv")
+    mid = position_on_curve(path, math.sqrt(100 * 200), "reccbm")  # halfway between 100 and 200 on a log axis
+    assert mid["within"] and mid["lower"]["size"] == "100" and mid["upper"]["size"] == "200"
+    assert mid["qwk"] == pytest.approx(0.54) and mid["t_acc"] == pytest.approx(0.63)
+    assert mid["lower"]["qwk_sd"] == pytest.approx(math.sqrt(2 * 0.02**2))  # the spread over the two folds
+    assert mid["full"]["n_train"] == 400
+    exact = position_on_curve(path, 50, "reccbm")
+    assert exact["qwk"] == pytest.approx(0.30) and exact["within"]
+    beyond = position_on_curve(path, 1000, "reccbm")
+    assert not beyond["within"] and beyond["upper"] is None and beyond["qwk"] == pytest.approx(0.60)
+    with pytest.raises(DataError, match="no cells of variant 'vanilla'; the curve has plm, reccbm"):
+        position_on_curve(path, 100, "vanilla")
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(DataError, match="not a curve.csv"):
+        position_on_curve(tmp_path / "other.csv", 100, "reccbm")
+
+
+def test_the_figure_is_a_png(tmp_path: Path) -> None:
+    cells = _cells(CURVE)
+    png = plot_curve(cells, tmp_path / "curve.png", reach={"reccbm": reach_fraction(cells, "reccbm")})
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert not [p for p in tmp_path.iterdir() if p.name != "curve.png"]  # no temporary file left
+
+
+def test_the_toy_course_is_not_mohler(tmp_path: Path) -> None:
+    rb = load_rubric(ecology_rubric(tmp_path))
+    df = ecology_table(90)
+    assert (rb.scale.min, rb.scale.max, rb.grade.min, rb.grade.max) == (0, 2, 1, 4) and rb.keys == ["EV", "MC", "CL"]
+    assert set(df["grade"]) <= {1, 2, 3, 4} and df["question"].nunique() == 6
