@@ -159,9 +159,11 @@ def load_profile(run_dir: str | Path, data_dir: str | Path | None = None) -> Pro
         return None
     if meta.get("rubric") != "mohler" or not any("LLM annotation passes" in str(n) for n in meta.get("notes") or []):
         return None
-    from rubrictool.pipeline import benchmark_table  # the bundled labels; pipeline sits above grading
+    from rubrictool.adjudicate import (
+        adjudicate_benchmark_labels,  # the bundled labels (adjudication sits below grading)
+    )
 
-    _, table, _ = benchmark_table("mohler", data_dir)
+    table = adjudicate_benchmark_labels("mohler", data_dir=data_dir)
     return profile_from_table(table, [str(i) for i in split.get("train", [])], list(meta["concept_keys"]),
                               (int(meta["scale"][0]), int(meta["scale"][1])))
 

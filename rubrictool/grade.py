@@ -100,6 +100,9 @@ def load_grader(
     model.safetensors changes; with int8, a dynamically quantised copy of that export."""
     if engine not in ENGINES:
         raise TrainError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
+    from rubrictool.runs import open_run
+
+    open_run(run_dir)  # refuses a k-fold parent, a half-written or mixed run directory
     try:
         model, tokenizer, meta = reccbm.load_checkpoint(run_dir)
     except ReccbmError as exc:

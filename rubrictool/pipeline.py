@@ -21,9 +21,9 @@ from rubrictool.io import read_table
 from rubrictool.progress import ProgressFn
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import LLM_PASSES_NOTE
-from rubrictool.train import FLAT_OPTIONS, TrainResult, load_train_config, train_folds, train_model
+from rubrictool.train import FLAT_OPTIONS, TrainResult, load_train_config, parse_cfg, train_folds, train_model
 
-__all__ = ["benchmark_table", "run_train", "train_benchmark"]
+__all__ = ["benchmark_provenance", "benchmark_table", "run_train", "train_benchmark"]
 
 
 def benchmark_table(benchmark: str, data_dir: str | Path | None = None) -> tuple[Rubric, pd.DataFrame, dict[str, Any]]:
@@ -51,7 +51,14 @@ def train_benchmark(
     rb, table, agreement = benchmark_table(benchmark, data_dir)
     split = split_items(table, seed=split_seed)
     notes = [LLM_PASSES_NOTE] + list(kwargs.pop("notes", None) or [])
-    return train_model(rb, table, split, run_dir, agreement=agreement, notes=notes, **kwargs)
+    return train_model(rb, table, split, run_dir, agreement=agreement, notes=notes, **(benchmark_provenance(benchmark) | kwargs))
+
+
+def benchmark_provenance(benchmark: str) -> dict[str, Any]:
+    """train_model's ``table_source`` and ``labels`` for a benchmark trained on its bundled concept-label passes."""
+    return {"table_source": {"benchmark": benchmark},
+            "labels": {"source": "llm", "expert_validated": False, "benchmark": benchmark, "passes": ["A", "B", "C"],
+                       "detail": LLM_PASSES_NOTE}}
 
 
 def run_train(
@@ -78,10 +85,13 @@ def run_train(
 ) -> TrainResult:
     """``rubrictool train``: a benchmark or an adjudicated table (+ rubric), flat CLI options over a YAML
     config over CPU_DEFAULTS; the run directory defaults to runs/<benchmark|table>-<variant>."""
+    cfg = flat.pop("cfg", None) or []
     unknown = sorted(set(flat) - set(FLAT_OPTIONS))
     if unknown:
         raise TrainError(f"unknown option(s) {unknown}")
     overrides = load_train_config(config)
+    for section, values in parse_cfg(cfg).items():  # --cfg over --config
+        overrides.setdefault(section, {}).update(values)
     for name, value in flat.items():
         for section, key in FLAT_OPTIONS[name] if value is not None else []:
             overrides.setdefault(section, {})[key] = value
@@ -103,14 +113,15 @@ def run_train(
         if folds:
             rb, table, agr_doc = benchmark_table(benchmark, data_dir)
             return train_folds(rb, table, run, folds=folds, fold_seed=split_seed, agreement=agr_doc,
-                               notes=[LLM_PASSES_NOTE], progress=progress, **kw)
+                               notes=[LLM_PASSES_NOTE], progress=progress, **(kw | benchmark_provenance(benchmark)))
         return train_benchmark(benchmark, run, data_dir=data_dir, split_seed=split_seed, **single)
     if rubric is None:
         raise TrainError("an adjudicated table needs the rubric its concept columns follow",
                          hint="add --rubric NAME|FILE")
     table = read_table(data)  # type: ignore[arg-type]
     agr = agreement if agreement is not None else Path(str(data)).parent / "agreement.json"
+    kw["table_source"] = {"path": str(data)}
     if folds:
         return train_folds(rubric, table, run, folds=folds, fold_seed=split_seed, agreement=agr, progress=progress, **kw)
     sp = load_split(split) if split else split_items(table, seed=split_seed)
-    return train_model(rubric, table, sp, run, agreement=agr, **single)
+    return train_model(rubric, table, sp, run, agreement=agr, **(single | {"table_source": kw["table_source"]}))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
@@ -27,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 import yaml
 from accelerate import PartialState
 from numpy.typing import NDArray
@@ -48,6 +46,15 @@ from rubrictool.grade import predictions_frame as _predictions_frame
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
+from rubrictool.runs import (
+    RECORD,
+    TABLE_COPY_MAX_BYTES,
+    building,
+    label_source,
+    run_is_complete,
+    sha256_file,
+    write_record,
+)
 from rubrictool.tables import validate_adjudicated
 
 __all__ = [
@@ -55,6 +62,7 @@ __all__ = [
     "FLAT_OPTIONS",
     "TrainResult",
     "load_train_config",
+    "parse_cfg",
     "prepare_table",
     "preset_config",
     "reliability_table",
@@ -339,6 +347,8 @@ def train_model(
     notes: list[str] | None = None,
     callback: Callable[[reccbm.Event], None] | None = None,
     progress: ProgressFn | None = None,
+    table_source: dict[str, Any] | None = None,
+    labels: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train a variant on ``table`` with ``split`` (ids per train/dev/test) and write ``run_dir``.
 
@@ -347,6 +357,9 @@ def train_model(
     "paper"), CPU_DEFAULTS and the paper's dataclass defaults.
     seeds: train with seeds first_seed..first_seed+seeds-1 and report mean ± std; the run keeps the seed with the best dev
     selection metric (T-F1). agreement: agreement.json contents or path, for the α column.
+    table_source: where ``table`` came from ({"path": FILE} or {"benchmark": NAME}), recorded in run.json with the
+    file's hash; labels: who made the labels (default: from agreement.json and the table's label_source column).
+    The run is built aside and renamed into place when complete (:mod:`rubrictool.runs`).
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
     try:
@@ -378,17 +391,52 @@ def train_model(
     is_main = PartialState().is_main_process  # under `accelerate launch`, only rank 0 writes the run dir
     resolved = {"variant": name, "preset": preset, "rubric": rb.name, "seeds": seeds, "model": asdict(mcfg)}
     resolved |= {s: asdict(config_from_dict(c, cfgs[s])) for s, c in SECTIONS.items() if s != "model"}
-    if is_main:
-        run.mkdir(parents=True, exist_ok=True)
-        save_split({k: list(v) for k, v in split.items()}, run / "split.json")
-        (run / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True))
     notes = list(notes or [])
-    if mcfg.lcec and not plm and not cfgs["stage2"].get("crossfit"):
+    if mcfg.lcec and not plm and not cfgs["stage2"].get("crossfit") and cfgs["stage2"].get("lcec_fit") != "dev":
         notes.append("σ² and A_kk are fitted on the outputs for the training answers themselves, where the encoder "
                      "errs less than on new answers; --crossfit 2 fits them on answers the encoder "
                      "never trained on, at a cost in training time (docs/training.md)")
+    # the run is built in a staging folder beside run_dir and renamed into place when complete (rubrictool.runs)
+    with building(run) if is_main else nullcontext(run) as stage:
+        if is_main:
+            save_split({k: list(v) for k, v in split.items()}, stage / "split.json")
+            (stage / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True))
+        result = _train_into(run, stage, is_main, rb, df, pos, name, preset, mcfg, recipe, seeds, first_seed, agreement, notes,
+                             callback, progress, plm)
+        if is_main:
+            write_record(stage, rubric=rb, table=_table_record(stage, table, table_source),
+                         labels=label_source(table, agreement, labels))
+    log.info("wrote %s", run)
+    return replace(result, run_dir=run)
+
+
+def _table_record(stage: Path, table: pd.DataFrame, source: dict[str, Any] | None) -> dict[str, Any]:
+    """run.json's ``table``: where the training table came from (path and content hash, or benchmark) and, for a
+    table under TABLE_COPY_MAX_BYTES, a copy in the run (table.csv) that readers use."""
+    rec: dict[str, Any] = {"path": None, "sha256": None, "rows": len(table), "copy": None, "benchmark": None}
+    rec |= {k: v for k, v in (source or {}).items() if k in rec}
+    if rec["path"] and Path(rec["path"]).is_file():
+        rec["path"] = str(Path(rec["path"]).resolve())
+        rec["sha256"] = sha256_file(rec["path"])
+    copy = stage / "table.csv"
+    table.to_csv(copy, index=False)
+    if copy.stat().st_size > TABLE_COPY_MAX_BYTES:
+        copy.unlink()
+    else:
+        rec["copy"] = copy.name
+    return rec
+
+
+def _train_into(
+    target: Path, stage: Path, is_main: bool, rb: Rubric, df: pd.DataFrame, pos: dict[str, list[int]], name: str, preset: str,
+    mcfg: ModelConfig, recipe: reccbm.Recipe, seeds: int, first_seed: int, agreement: dict[str, Any] | None,
+    notes: list[str], callback: Callable[[reccbm.Event], None] | None, progress: ProgressFn | None, plm: bool,
+) -> TrainResult:
+    """Train every seed and write the run's files into ``stage`` (the main process only)."""
+    run = stage
     with _log_to(run / "train.log") if is_main else nullcontext():
-        log.info("run %s: variant %s, rubric %s, %d/%d/%d items", run, name, rb.name, *(len(pos[s]) for s in pos))
+        log.info("run %s (built in %s): variant %s, rubric %s, %d/%d/%d items", target, run.name, name, rb.name,
+                 *(len(pos[s]) for s in pos))
         tokenizer = reccbm.load_tokenizer(mcfg.backbone or reccbm.default_backbone())
         cut: list[int] = []  # positions (within each split) of the inputs cut at max_len; only the count matters
         sets = {s: _encode(df.iloc[p], rb, tokenizer, mcfg.max_len, not plm, cut) for s, p in pos.items()}
@@ -439,7 +487,6 @@ def train_model(
         train_rows = df.iloc[pos["train"]]  # what `grade` flags compare new responses with (rubrictool.flags)
         save_profile(profile_from_table(train_rows, train_rows["id"].astype(str).tolist(), [] if plm else rb.keys,
                                         (rb.scale.min, rb.scale.max)), run)
-        log.info("wrote %s", run)
     return TrainResult(run, name, metrics, rel, rho, notes)
 
 
@@ -459,6 +506,14 @@ def _same_config(run: Path, resolved: dict[str, Any]) -> bool:
         return bool(yaml.safe_load((run / "config.yaml").read_text()) == resolved)
     except (OSError, yaml.YAMLError):
         return False
+
+
+def _fold_done(fold_dir: Path) -> bool:
+    """A fold to read back: a complete run (its files match run.json); a fold written before run records counts when
+    its metrics, test predictions and model.json are all there."""
+    if (fold_dir / RECORD).is_file():
+        return run_is_complete(fold_dir)
+    return all((fold_dir / f).is_file() for f in ("metrics.json", "test_predictions.csv", "model.json"))
 
 
 def train_folds(
@@ -489,7 +544,7 @@ def train_folds(
     results: list[dict[str, Any]] = []
     for i, sp in enumerate(splits):
         fold_dir = run / f"fold-{i}"
-        if (fold_dir / "metrics.json").is_file() and (fold_dir / "test_predictions.csv").is_file():
+        if _fold_done(fold_dir):
             if progress:
                 progress(Progress("folds", i + 1, folds, f"fold {i + 1}: finished earlier, read back"))
         else:
@@ -593,33 +648,35 @@ def folds_markdown(summary: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------- CLI support
-# flat CLI option -> config sections it sets (batch size is shared by both stages, as in the paper)
+# flat CLI option -> config sections it sets (batch size is shared by both stages, as in the paper); every other field
+# is set by --config YAML or --cfg SECTION.FIELD=VALUE (parse_cfg)
 FLAT_OPTIONS: dict[str, list[tuple[str, str]]] = {
     "backbone": [("model", "backbone")],
     "max_len": [("model", "max_len")],
-    "tau": [("model", "tau")],
     "epochs": [("stage1", "epochs")],
     "lr": [("stage1", "lr")],
-    "lambda_r": [("stage1", "lambda_r")],
-    "patience": [("stage1", "patience")],
-    "stage2_patience": [("stage2", "patience")],
-    "head": [("model", "head")],
-    "query_init": [("model", "query_init")],
-    "center": [("model", "center")],
-    "query_lr_multiplier": [("stage1", "query_lr_multiplier")],
-    "concept_loss": [("stage1", "concept_loss")],
-    "joint_epochs": [("joint", "epochs")],
-    "joint_lr": [("joint", "lr")],
-    "joint_select": [("joint", "select")],
-    "holdout": [("stage2", "holdout")],
-    "crossfit": [("stage2", "crossfit")],
-    "intervention_p": [("joint", "intervention_p"), ("stage2", "intervention_p")],
-    "stage2_select": [("stage2", "select")],
     "batch_size": [("stage1", "batch_size"), ("stage2", "batch_size")],
-    "mixed_precision": [("stage1", "mixed_precision")],
     "device": [("stage1", "device")],
-    "stage2_epochs": [("stage2", "epochs")],
-    "stage2_lr": [("stage2", "lr")],
-    "lambda_d": [("stage2", "lambda_d")],
-    "lambda_s": [("stage2", "lambda_s")],
+    "crossfit": [("stage2", "crossfit")],
 }
+
+
+def parse_cfg(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``--cfg SECTION.FIELD=VALUE`` entries as config sections (values read as YAML scalars), checked like a
+    --config file: an unknown section or field is refused, naming the known ones."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot or not name:
+            raise TrainError(f"--cfg {item!r}: use SECTION.FIELD=VALUE, e.g. --cfg stage2.lambda_d=1")
+        if section not in SECTIONS:
+            raise TrainError(f"--cfg {item!r}: unknown section {section!r}; use {', '.join(SECTIONS)}")
+        known = {f.name for f in fields(SECTIONS[section])}
+        if name not in known:
+            raise TrainError(f"--cfg {item!r}: unknown {section} field {name!r}; known: {', '.join(sorted(known))}")
+        try:
+            out.setdefault(section, {})[name] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise TrainError(f"--cfg {item!r}: the value is not a number, word or true/false") from None
+    return out

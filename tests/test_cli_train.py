@@ -31,7 +31,7 @@ def test_train_writes_a_complete_run_directory(tmp_path: Path, backbone: str) ->
     assert code == 0, output
     assert "T-Acc" in output and "QWK" in output and "reliability" in output and "Spearman" in output
     assert "2 seeds, mean ± std" in output and " ± " in output and " min" in output
-    assert "σ² and A_kk are fitted on the outputs for the training answers themselves" in output  # default: no hold-out
+    assert "σ² and A_kk are fitted on the outputs for the training answers themselves" not in output  # default: on dev
     for name in ("config.yaml", "split.json", "metrics.json", "reliability.csv", "reliability.md", "train.log",
                  "model.safetensors", "model.json", "test_predictions.csv"):
         assert (run / name).is_file(), name
@@ -114,63 +114,42 @@ def test_empty_split_and_bad_options_end_in_a_clear_message(tmp_path: Path, back
     code, output, _ = train_with_cli(tmp_path, backbone, df, "--seeds", "0")
     assert code == 1 and "at least one seed" in output and "Traceback" not in output
     (tmp_path / "sel").mkdir()
-    code, output, run = train_with_cli(tmp_path / "sel", backbone, df, "--joint-select", "best")
+    code, output, run = train_with_cli(tmp_path / "sel", backbone, df, "--cfg", "joint.select=best")
     assert code == 1 and "unknown joint selection 'best'; use t_f1 or last" in output and "Traceback" not in output
     assert not (run / "train.log").exists()  # refused before any training
 
 
-@pytest.mark.parametrize(("option", "what", "options"), [
-    ("--head", "grade head", "scalar or level"),
-    ("--query-init", "query init", "orthogonal or rubric"),
-    ("--concept-loss", "concept loss", "sum or mean"),
-    ("--joint-select", "joint selection", "t_f1 or last"),
-    ("--stage2-select", "Stage II selection", "t_f1 or nll"),
+@pytest.mark.parametrize(("key", "what", "options"), [
+    ("model.head", "grade head", "scalar or level"),
+    ("model.query_init", "query init", "orthogonal or rubric"),
+    ("stage1.concept_loss", "concept loss", "sum or mean"),
+    ("joint.select", "joint selection", "t_f1 or last"),
+    ("stage2.select", "Stage II selection", "t_f1 or nll"),
+    ("stage2.lcec_fit", "LCEC fit", "train or dev"),
 ])
-def test_an_unknown_choice_is_refused_before_training(tmp_path: Path, backbone: str, option: str, what: str,
+def test_an_unknown_choice_is_refused_before_training(tmp_path: Path, backbone: str, key: str, what: str,
                                                       options: str) -> None:
-    """A misspelt choice used to train silently with another one (e.g. --stage2-select NLL ran t_f1)."""
-    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(20), option, "bogus")
+    """A misspelt choice used to train silently with another one (e.g. stage2.select NLL ran t_f1)."""
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(20), "--cfg", f"{key}=bogus")
     assert code == 1 and f"unknown {what} 'bogus'; use {options}" in output and "Traceback" not in output
     assert not run.exists()  # refused before anything is written
+
+
+@pytest.mark.parametrize(("item", "message"), [
+    ("stage2.lambda", "unknown stage2 field 'lambda'"),
+    ("stage3.epochs=2", "unknown section 'stage3'"),
+    ("epochs=2", "use SECTION.FIELD=VALUE"),
+    ("model.head", "use SECTION.FIELD=VALUE"),
+])
+def test_a_bad_cfg_entry_is_one_line_naming_what_is_known(tmp_path: Path, backbone: str, item: str, message: str) -> None:
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(20), "--cfg", item)
+    assert code == 1 and message in " ".join(output.split()) and "Traceback" not in output
+    assert not run.exists()
 
 
 def test_mohler_rubric_matches_the_toy_table() -> None:
     rb = load_rubric("mohler")
     assert rb.keys == KEYS and (rb.scale.min, rb.scale.max, rb.grade.min, rb.grade.max) == (1, 3, 0, 5)
-
-
-def test_held_out_stage2_never_sees_outputs_for_answers_stage1_trained_on(
-    tmp_path: Path, backbone: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    seen: dict[str, set[int]] = {"stage1": set(), "joint": set(), "cached": set()}
-    real = {n: getattr(reccbm, n) for n in ("train_concepts", "train_joint", "cache_concepts")}
-
-    def spy(name: str, key: str) -> Any:
-        def wrapped(model: Any, items: Any, *a: Any, **kw: Any) -> Any:
-            seen[key] |= {id(f) for f in items.features}
-            return real[name](model, items, *a, **kw)
-        return wrapped
-
-    monkeypatch.setattr(reccbm, "train_concepts", spy("train_concepts", "stage1"))
-    monkeypatch.setattr(reccbm, "train_joint", spy("train_joint", "joint"))
-    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(60), "--holdout", "0.25", "--joint-epochs", "0")
-    assert code == 0, output
-    # holdout without a joint stage: Stage II caches outputs only for the held-out answers (and dev)
-    assert seen["stage1"] and not seen["joint"]
-    monkeypatch.setattr(reccbm, "cache_concepts", spy("cache_concepts", "cached"))
-    for ids in seen.values():
-        ids.clear()
-    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(60), "--holdout", "0.25", "--joint-epochs", "1")
-    assert code == 0, output
-    metrics = json.loads((run / "metrics.json").read_text())
-    held = metrics["seeds"][0]["holdout_positions"]
-    split = json.loads((run / "split.json").read_text())
-    assert 0.15 * len(split["train"]) <= len(held) <= 0.35 * len(split["train"])  # per-grade rounding
-    assert seen["stage1"] == seen["joint"]  # the joint stage trains on Stage I's items only
-    assert seen["cached"] - seen["stage1"], "Stage II never cached the held-out answers"
-    cfg = yaml.safe_load((run / "config.yaml").read_text())
-    assert cfg["stage2"]["holdout"] == 0.25 and cfg["joint"]["epochs"] == 1 and cfg["preset"] == "default"
-    assert "σ² and A_kk are fitted on the outputs for the training answers" not in output  # they are not
 
 
 def test_cross_fitted_stage2_sees_each_training_answer_only_through_a_model_that_never_trained_on_it(
@@ -205,7 +184,7 @@ def test_cross_fitted_stage2_sees_each_training_answer_only_through_a_model_that
     for name, fn in (("train_concepts", train_concepts), ("train_joint", train_joint),
                      ("cache_concepts", cache_concepts), ("train_grader", train_grader)):
         monkeypatch.setattr(reccbm, name, fn)
-    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(60), "--crossfit", "2", "--joint-epochs", "1")
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(60), "--crossfit", "2", "--cfg", "joint.epochs=1")
     assert code == 0, output
     assert len(trained) == 3 and [m for m, _ in joint] == [m for m, _ in trained]  # two cross-fit models, then the run's
     assert [s for _, s in joint] == [s for _, s in trained]  # each joint stage on its own Stage I's answers
@@ -229,7 +208,7 @@ def test_cross_fitted_stage2_sees_each_training_answer_only_through_a_model_that
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--crossfit", "1"], "crossfit is 0 (off) or a number of parts >= 2, got 1"),
-    (["--crossfit", "2", "--holdout", "0.2"], "crossfit and holdout are two ways to fit Stage II on unseen answers; use one"),
+    (["--crossfit", "-2"], "crossfit is 0 (off) or a number of parts >= 2, got -2"),
 ])
 def test_a_bad_crossfit_is_refused_before_training(tmp_path: Path, backbone: str, args: list[str], message: str) -> None:
     code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(20), *args)
@@ -238,9 +217,10 @@ def test_a_bad_crossfit_is_refused_before_training(tmp_path: Path, backbone: str
 
 
 def test_every_switch_is_saved_in_the_run_and_grade_applies_it(tmp_path: Path, backbone: str) -> None:
-    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(40), "--head", "level", "--query-init", "rubric",
-                               "--tau", "0.5", "--no-center", "--concept-loss", "sum", "--joint-epochs", "1",
-                               "--joint-select", "last", "--holdout", "0", "--stage2-select", "nll", "--query-lr-mult", "3")
+    cfg_args = [x for kv in ("model.head=level", "model.query_init=rubric", "model.tau=0.5", "model.center=false",
+                             "stage1.concept_loss=sum", "joint.epochs=1", "joint.select=last", "stage2.select=nll",
+                             "stage1.query_lr_multiplier=3") for x in ("--cfg", kv)]
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(40), *cfg_args)
     assert code == 0, output
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert {k: cfg["model"][k] for k in ("head", "query_init", "tau", "center")} == {
@@ -256,7 +236,7 @@ def test_every_switch_is_saved_in_the_run_and_grade_applies_it(tmp_path: Path, b
     assert paper[0] == 0, paper[1]
     cfg = yaml.safe_load((paper[2] / "config.yaml").read_text())
     assert cfg["preset"] == "paper" and cfg["model"]["head"] == "scalar" and cfg["joint"]["epochs"] == 0
-    assert cfg["stage2"]["holdout"] == 0.0 and cfg["model"]["query_init"] == "orthogonal"
+    assert cfg["stage2"]["lcec_fit"] == "train" and not cfg["model"]["condition"] and cfg["model"]["query_init"] == "orthogonal"
     res = runner.invoke(app, ["train", "--data", str(tmp_path / "adjudicated.csv"), "--rubric", "mohler",
                               "--preset", "fast"])
     assert res.exit_code == 1 and "unknown preset 'fast'" in res.output
@@ -264,7 +244,7 @@ def test_every_switch_is_saved_in_the_run_and_grade_applies_it(tmp_path: Path, b
 
 def test_kfold_training_pools_every_item_once_and_resumes(tmp_path: Path, backbone: str) -> None:
     df = mohler_like_table(50)
-    code, output, run = train_with_cli(tmp_path, backbone, df, "--folds", "2", "--joint-epochs", "0")
+    code, output, run = train_with_cli(tmp_path, backbone, df, "--folds", "2", "--cfg", "joint.epochs=0")
     assert code == 0, output
     assert "folds" in output and "all folds done: pooled" in output
     assert "2 folds pooled, 50 answers" in output and "per fold" in output and " ± " not in output
@@ -287,7 +267,7 @@ def test_kfold_training_pools_every_item_once_and_resumes(tmp_path: Path, backbo
     assert summary["score_reliability"]["reliability"] == pytest.approx(expected["reliability"], nan_ok=True)
     assert summary["score_reliability"]["concepts"] == KEYS
     stamp = (run / "fold-0" / "model.safetensors").stat().st_mtime_ns
-    code, output, _ = train_with_cli(tmp_path, backbone, df, "--folds", "2", "--joint-epochs", "0")
+    code, output, _ = train_with_cli(tmp_path, backbone, df, "--folds", "2", "--cfg", "joint.epochs=0")
     assert code == 0 and "all folds done" in output
     from rubrictool.progress import Progress
     from rubrictool.train import train_folds

@@ -28,7 +28,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def tiny_scalar(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The paper's scalar head W μ_post (no level weights U), with LCEC."""
-    return inspect_run(tmp_path_factory.mktemp("scalar"), "--head", "scalar")
+    return inspect_run(tmp_path_factory.mktemp("scalar"), "--cfg", "model.head=scalar")
 
 
 # ------------------------------------------------------------------ maths

@@ -89,30 +89,19 @@ def train_cmd(
     max_len: Annotated[int | None, typer.Option("--max-len", help="Tokens per input (default 128).")] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Batch size (default 8).")] = None,
     lr: Annotated[float | None, typer.Option("--lr", help="Stage I learning rate (default 1e-4).")] = None,
-    stage2_lr: Annotated[float | None, typer.Option("--stage2-lr", help="Stage II learning rate (0.05).")] = None,
-    tau: Annotated[float | None, typer.Option("--tau", help="RACE attention temperature τ (preset default 0.25, paper 1.0).")] = None,
-    lambda_r: Annotated[float | None, typer.Option("--lambda-r", help="OPCC weight λ_r (0.4).")] = None,
-    lambda_d: Annotated[float | None, typer.Option("--lambda-d", help="Denoising weight λ_d (0.1).")] = None,
-    lambda_s: Annotated[float | None, typer.Option("--lambda-s", help="Sparsity weight λ_s (0.005).")] = None,
-    mixed_precision: Annotated[str | None, typer.Option("--mixed-precision", help="no, fp16 or bf16.")] = None,
     device: Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")] = None,
     data_dir: DataDirOpt = None,
     preset: Annotated[str, typer.Option("--preset", help="default (measured best) or paper (the paper's recipe).")] = "default",
     folds: Annotated[int, typer.Option("--folds", help="k-fold evaluation: k runs, every item tested once (0 = one split).")] = 0,
-    head: Annotated[str | None, typer.Option("--head", help="Grade head: level (a weight per concept level) or scalar (paper).")] = None,
-    query_init: Annotated[str | None, typer.Option("--query-init", help="RACE queries: rubric (concept texts) or orthogonal (paper).")] = None,
-    center: Annotated[bool | None, typer.Option("--center/--no-center", help="LCEC prior mean at the label mean (paper: 0).")] = None,
-    query_lr_multiplier: Annotated[float | None, typer.Option("--query-lr-mult", help="Query learning rate ÷ Stage I's (preset default 10, paper 1).")] = None,
-    concept_loss: Annotated[str | None, typer.Option("--concept-loss", help="L_con over concepts: mean or sum (paper).")] = None,
-    joint_epochs: Annotated[int | None, typer.Option("--joint-epochs", help="Joint stage epochs after Stage I, 0 = off (preset default 4, paper 0).")] = None,
-    joint_lr: Annotated[float | None, typer.Option("--joint-lr", help="Joint stage learning rate (preset default 5e-5, paper 2e-5).")] = None,
-    joint_select: Annotated[str | None, typer.Option("--joint-select", help="Joint stage state kept: t_f1 (best dev T-F1 holding C-Acc) or last.")] = None,
-    holdout: Annotated[float | None, typer.Option("--holdout", help="Share of train held out of Stage I for Stage II (0 = paper).")] = None,
-    crossfit: Annotated[int | None, typer.Option("--crossfit", help="Fit Stage II on out-of-fold outputs of k extra models (0 = paper; k+1 trainings).")] = None,
-    stage2_select: Annotated[str | None, typer.Option("--stage2-select", help="Stage II epoch selection: t_f1 or nll.")] = None,
-    intervention_p: Annotated[float | None, typer.Option("--intervention-p", help="Share of concepts set to their label while training the head (0 = paper).")] = None,
+    crossfit: Annotated[int | None, typer.Option("--crossfit", help="Fit Stage II on out-of-fold outputs of k extra models (0 = off, the paper; k+1 trainings).")] = None,
+    cfg: Annotated[list[str] | None, typer.Option(
+        "--cfg", help="Any config field, SECTION.FIELD=VALUE (repeatable), e.g. --cfg stage2.lambda_d=1 --cfg "
+        "model.head=scalar; sections model, stage1, joint, stage2 (docs/training.md lists every field).")] = None,
 ) -> None:
     """Train REC-CBM (or a baseline) and write a run dir; print metrics and the reliability table.
+
+    Options cover what a user chooses; every other field of the recipe is a --config YAML entry or a
+    --cfg SECTION.FIELD=VALUE (docs/training.md).
 
     Example: rubrictool train --benchmark mohler --folds 5 --out runs/mohler-5fold
     """
@@ -129,11 +118,8 @@ def train_cmd(
             benchmark=benchmark, data=data, rubric=rubric, split=split, split_seed=split_seed, out=out,
             config=config, variant=variant, race=race, opcc=opcc, lcec=lcec, seeds=seeds, agreement=agreement,
             data_dir=data_dir, callback=progress, preset=preset, folds=folds, progress=view, backbone=backbone,
-            epochs=epochs, max_len=max_len, batch_size=batch_size, lr=lr, stage2_lr=stage2_lr, tau=tau,
-            lambda_r=lambda_r, lambda_d=lambda_d, lambda_s=lambda_s, mixed_precision=mixed_precision, device=device,
-            head=head, query_init=query_init, center=center, query_lr_multiplier=query_lr_multiplier,
-            concept_loss=concept_loss, joint_epochs=joint_epochs, joint_lr=joint_lr, joint_select=joint_select, holdout=holdout,
-            crossfit=crossfit, stage2_select=stage2_select, intervention_p=intervention_p,
+            epochs=epochs, max_len=max_len, batch_size=batch_size, lr=lr, device=device, crossfit=crossfit,
+            cfg=cfg or [],
         )
     for table in result_tables(result):
         console.print(table)

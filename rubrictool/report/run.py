@@ -1,29 +1,30 @@
 """A trained run, opened for inspection: model, rubric scales, the table it was trained on, predictions.
 
-:func:`open_run` reads a run directory (``rubrictool train``) and finds the adjudicated table it was
-trained on: ``--data FILE`` when given, else the bundled benchmark labels the run names (Mohler).
+:func:`open_run` opens a run directory (:class:`rubrictool.runs.Run`, the one run type) with its model and the
+adjudicated table it was trained on: ``--data FILE`` when given, else the run's copy of it (or the recorded file),
+else the bundled benchmark labels the run names (Mohler).
 :func:`predict_with_attention` runs the model once over items and keeps, besides
 :class:`reccbm.Predictions`, each item's tokens and RACE attention α_{k,t} (Eq. 9) over its response.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 from numpy.typing import NDArray
 
 import reccbm
-from reccbm import Predictions, ReccbmError
+from reccbm import Predictions
 from reccbm.data import collate
-from rubrictool.errors import DataError, TrainError
+from rubrictool import runs
+from rubrictool.errors import DataError
 from rubrictool.grade import model_inputs, parse_overrides
 from rubrictool.provenance import git_revision
+from rubrictool.runs import Run
 
 __all__ = [
     "AttendedItems",
@@ -37,107 +38,20 @@ __all__ = [
 ]
 
 
-@dataclass
-class Run:
-    """A run directory with its model loaded; ``table`` is the adjudicated table (None when unknown)."""
-
-    path: Path
-    model: reccbm.RecCBM
-    tokenizer: Any
-    meta: dict[str, Any]  # model.json
-    metrics: dict[str, Any]  # metrics.json ({} when absent)
-    config: dict[str, Any]  # config.yaml ({} when absent)
-    split: dict[str, list[str]]  # split.json ({} when absent)
-    table: pd.DataFrame | None = None
-    source: str = "unknown"  # where `table` came from, for the provenance section
-    notes: list[str] = field(default_factory=list)
-    data_dir: str | Path | None = None  # benchmark data directory (None: $RUBRICTOOL_DATA, else ./data)
-
-    @property
-    def keys(self) -> list[str]:
-        return list(self.meta["concept_keys"])
-
-    @property
-    def names(self) -> list[str]:
-        return list(self.meta.get("concept_names") or self.keys)
-
-    @property
-    def scale_min(self) -> int:
-        return int(self.meta["scale"][0])
-
-    @property
-    def grade_min(self) -> int:
-        return int(self.meta["grade"][0])
-
-    @property
-    def plm(self) -> bool:
-        return bool(self.model.config.plm)
-
-    @property
-    def has_lcec(self) -> bool:
-        return not self.plm and self.model.lcec is not None
-
-    @property
-    def has_race(self) -> bool:
-        return not self.plm and self.model.bottleneck.Q is not None
-
-    def rubric_version(self) -> str | None:
-        from rubrictool.rubric import load_rubric
-
-        try:
-            return str(load_rubric(str(self.meta["rubric"])).version)
-        except Exception:  # a rubric file that moved: the name is still known  # noqa: BLE001
-            return None
-
-
-def _read(path: Path, kind: str) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        doc = json.loads(path.read_text()) if kind == "json" else yaml.safe_load(path.read_text())
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise TrainError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
-    return doc if isinstance(doc, dict) else {}
-
-
 def open_run(run_dir: str | Path, data: str | Path | None = None, data_dir: str | Path | None = None,
              need_table: bool = True) -> Run:
-    """Load a run directory; the table from ``data`` or, for a benchmark run, from its bundled labels."""
-    path = Path(run_dir)
-    if not (path / "model.json").is_file():
-        if (path / "fold-0" / "model.json").is_file():
-            raise TrainError(f"{path} is a k-fold run: pass one of its folds, e.g. --model {path / 'fold-0'}")
-        raise TrainError(f"{path} is not a trained run: model.json is missing (train one with `rubrictool train`)")
-    try:
-        model, tokenizer, meta = reccbm.load_checkpoint(path)
-    except ReccbmError as exc:
-        raise TrainError(str(exc)) from None
-    run = Run(path, model, tokenizer, meta, _read(path / "metrics.json", "json"), _read(path / "config.yaml", "yaml"),
-              _read(path / "split.json", "json"))
-    run.notes = [str(n) for n in meta.get("notes") or run.metrics.get("notes") or []]
-    run.data_dir = data_dir
-    if data is not None:
-        from rubrictool.io import read_table
-
-        run.table, run.source = read_table(data), str(data)
-    elif need_table:
-        run.table, run.source = _benchmark_table(run, data_dir)
+    """:func:`rubrictool.runs.open_run` with the model loaded and, when ``need_table``, the training table (``data``,
+    else the run's copy or recorded table, else the benchmark's bundled labels)."""
+    run = runs.open_run(run_dir, data_dir=data_dir)
+    _ = run.model  # load now: every reader of a run needs the model
+    if data is not None or need_table:
+        run.load_table(data)
     return run
 
 
-def _benchmark_table(run: Run, data_dir: str | Path | None) -> tuple[pd.DataFrame, str]:
-    from rubrictool.pipeline import benchmark_table
-
-    name = str(run.meta.get("rubric"))
-    if name == "mohler" and bundled_labels(run):
-        _, table, _ = benchmark_table(name, data_dir)
-        return table, "Mohler benchmark (UNT short answers) with the bundled concept labels"
-    raise DataError(f"{run.path} was trained on a table of your own: pass --data FILE (the adjudicated table)")
-
-
 def bundled_labels(run: Run) -> bool:
-    """Was the run trained on the bundled Mohler LLM labels (its notes say so)?"""
-    return any("LLM annotation passes" in n for n in run.notes)
+    """Was the run trained on a benchmark's bundled concept-label passes (its label source says so)?"""
+    return run.bundled_labels
 
 
 def split_rows(run: Run, split: str = "test") -> pd.DataFrame:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +221,9 @@ def parse_rubric(text: str, file: str = "<string>") -> Rubric:
     """Parse and validate rubric YAML text; the error names ``file:line``, the field and the fix."""
     data, lines = _compose(text, file)
     try:
-        return Rubric.model_validate(data)
+        rubric = Rubric.model_validate(data)
+        rubric._source_file, rubric._source_text = file, text
+        return rubric
     except ValidationError as e:
         errors = _collect_errors(e, data, lines, file) or [f"{file}: (top level): {e.errors()[0]['msg']}"]
         more = f" (+{len(errors) - 1} more; see `rubrictool rubric validate {file}`)" if len(errors) > 1 else ""
@@ -257,17 +260,33 @@ def list_rubrics(folder: str | Path | None = None) -> list[Path]:
 
 
 def resolve_rubric_path(name_or_path: str | Path) -> Path:
-    """A path to a file, or the name of a bundled rubric (``mohler``, ``asap2``, ``mocha``)."""
+    """A rubric by path, else by name in the user rubric folder ($RUBRICTOOL_RUBRICS: ``<name>.yaml``/``.yml``, or a
+    file whose ``name:`` is it), else a bundled rubric (``mohler``, ``asap2``, ``mocha``)."""
     p = Path(name_or_path)
     if p.suffix in {".yaml", ".yml"} or p.exists():
         if not p.is_file():
             raise RubricError(f"{p}: no such rubric file; check the path or run `rubrictool rubric list`")
         return p
-    bundled = BUNDLED_DIR / f"{name_or_path}.yaml"
+    name = str(name_or_path)
+    user = os.environ.get("RUBRICTOOL_RUBRICS")
+    if user and Path(user).is_dir():
+        for cand in (Path(user) / f"{name}.yaml", Path(user) / f"{name}.yml"):
+            if cand.is_file():
+                return cand
+        for cand in sorted([*Path(user).glob("*.yaml"), *Path(user).glob("*.yml")]):
+            try:
+                head = cand.read_text(encoding="utf-8")[:4096]
+            except (OSError, UnicodeDecodeError):
+                continue
+            if re.search(rf"^name:\s*['\"]?{re.escape(name)}['\"]?\s*$", head, re.MULTILINE):
+                return cand
+    bundled = BUNDLED_DIR / f"{name}.yaml"
     if bundled.is_file():
         return bundled
-    names = ", ".join(x.stem for x in list_rubrics())
-    raise RubricError(f"unknown rubric {str(name_or_path)!r}; bundled rubrics: {names}, or pass a .yaml path")
+    where = f" in {user} ($RUBRICTOOL_RUBRICS) or" if user else ""
+    names = ", ".join(sorted({x.stem for x in BUNDLED_DIR.glob('*.yaml')}))
+    raise RubricError(f"unknown rubric {name!r}: not{where} among the bundled rubrics ({names}); pass a .yaml path "
+                      "or put the file in the folder $RUBRICTOOL_RUBRICS names")
 
 
 def load_rubric(name_or_path: str | Path) -> Rubric:

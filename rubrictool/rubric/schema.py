@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from rubrictool.errors import RubricError
 
@@ -120,6 +120,18 @@ class Rubric(_Strict):
     scale: Scale = Field(description="ordinal concept levels shared by every concept")
     grade: Scale = Field(description="the holistic grade scale")
     concepts: list[Concept] = Field(min_length=1)
+    _source_file: str | None = PrivateAttr(default=None)
+    _source_text: str | None = PrivateAttr(default=None)
+
+    @property
+    def source_file(self) -> str | None:
+        """The file the rubric was read from (None when built in memory)."""
+        return self._source_file
+
+    @property
+    def source_text(self) -> str | None:
+        """The YAML text it was parsed from, as written (a run keeps a copy)."""
+        return self._source_text
 
     @field_validator("version", mode="before")
     @classmethod

@@ -1,0 +1,354 @@
+"""A run directory: built aside and renamed into place when complete, then opened once by every reader.
+
+``rubrictool train`` writes a run (and each fold of a k-fold run) into a staging folder beside its destination
+(``.<name>.building-<pid>-…``) and renames it into place only when every file is written; a retrain replaces the
+old run whole, so a reader sees the old run, the new one, or none, never a mix. The last file written is the
+completion record ``run.json``::
+
+    {"format": 1, "run_id": "…", "created": "…", "git_revision": "…",
+     "rubric": {"name", "version", "sha256", "file": "rubric.yaml"},        a copy of the rubric YAML it trained on
+     "table":  {"path", "sha256", "rows", "copy": "table.csv" | null, "benchmark": "mohler" | null},
+     "labels": {"source": "llm" | "human" | "mixed" | "model" | "unknown", "expert_validated", "detail", …},
+     "files":  {"metrics.json": {"bytes", "sha256"}, …}}                     every other file, checked when opened
+
+:func:`open_run` refuses a directory whose files do not match its record (half-written, mixed, edited) with one line
+saying to retrain; :class:`Run` gives grade, explain, intervene, report and audit the config, split, metrics, rubric,
+label source and training table, and loads the model only when asked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from rubrictool.errors import DataError, TrainError
+from rubrictool.provenance import git_revision
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    import reccbm
+    from rubrictool.rubric import Rubric
+
+__all__ = [
+    "RECORD",
+    "TABLE_COPY_MAX_BYTES",
+    "Run",
+    "building",
+    "label_source",
+    "open_run",
+    "run_is_complete",
+    "sha256_file",
+    "write_record",
+]
+
+RECORD = "run.json"
+FORMAT = 1
+TABLE_COPY_MAX_BYTES = 50 * 2**20  # training tables up to this size are copied into the run (table.csv)
+_HASH_ON_OPEN_MAX_BYTES = 16 * 2**20  # larger files (model weights) are checked by size when a run is opened
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _umask_mode(mode: int = 0o777) -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mode & ~mask
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_builds(target: Path) -> None:
+    """Staging folders of this destination left by a build that was killed (its process is gone)."""
+    for p in target.parent.glob(f".{target.name}.building-*"):
+        try:
+            pid = int(p.name.rsplit(".building-", 1)[1].split("-")[0])
+        except (IndexError, ValueError):
+            continue
+        if pid != os.getpid() and not _pid_alive(pid):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+@contextmanager
+def building(target: str | Path) -> Iterator[Path]:
+    """A fresh staging folder beside ``target``; when the block ends normally it replaces ``target`` whole (an old run
+    there is removed), otherwise it is deleted and ``target`` is left as it was."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_builds(target)
+    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-{os.getpid()}-", dir=target.parent))
+    os.chmod(stage, _umask_mode())  # mkdtemp makes 0700; a run is as readable as any other output
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    if target.exists():
+        old = target.parent / f".{target.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.rename(target, old)
+        os.rename(stage, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(stage, target)
+
+
+def label_source(table: pd.DataFrame | None = None, agreement: dict[str, Any] | None = None,
+                 given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Who made the training labels: ``given`` (a benchmark's passes), else agreement.json's ``label_source`` and its
+    reviewer counts, else the AdjudicatedTable's ``label_source`` column (counts per source)."""
+    if given:
+        return dict(given)
+    out: dict[str, Any] = {"source": "unknown", "expert_validated": None}
+    if table is not None and "label_source" in table.columns:
+        counts = {str(k): int(v) for k, v in table["label_source"].dropna().astype(str).value_counts().items()}
+        if counts:
+            out["counts"] = counts
+            out["source"] = next(iter(counts)) if len(counts) == 1 else "mixed"
+    if agreement:
+        if agreement.get("label_source"):
+            out["source"] = str(agreement["label_source"])
+        for key in ("n_reviewers", "reviewers", "method", "note"):
+            if agreement.get(key) is not None:
+                out[key] = agreement[key]
+    if out["source"] in ("llm", "model"):
+        out["expert_validated"] = False
+    elif out["source"] == "human":
+        out["expert_validated"] = True
+    return out
+
+
+def write_record(stage: Path, *, rubric: Rubric, table: dict[str, Any], labels: dict[str, Any]) -> dict[str, Any]:
+    """Copy the rubric YAML into the staging folder, then write ``run.json`` over every file in it (the last write)."""
+    rubric_text = rubric.source_text  # the file as written (comments kept); a rubric built in memory: its validated form
+    if rubric_text is None:
+        rubric_text = yaml.safe_dump(rubric.model_dump(mode="json", exclude_none=True), sort_keys=False, allow_unicode=True)
+    (stage / "rubric.yaml").write_text(rubric_text, encoding="utf-8")
+    files: dict[str, dict[str, Any]] = {}
+    for p in sorted(stage.rglob("*")):
+        if p.is_file() and p.name != RECORD:
+            files[p.relative_to(stage).as_posix()] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+    record = {
+        "format": FORMAT, "run_id": uuid.uuid4().hex, "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "git_revision": git_revision(),
+        "rubric": {"name": rubric.name, "version": str(rubric.version), "sha256": files["rubric.yaml"]["sha256"],
+                   "file": "rubric.yaml", "path": rubric.source_file},
+        "table": table, "labels": labels, "files": files,
+    }
+    tmp = stage / f".{RECORD}.tmp"
+    tmp.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, stage / RECORD)
+    return record
+
+
+def _check(path: Path, record: dict[str, Any]) -> str | None:
+    """Why the directory does not match its record, or None."""
+    for name, want in (record.get("files") or {}).items():
+        p = path / name
+        if not p.is_file():
+            return f"{name} is missing"
+        size = p.stat().st_size
+        if size != want.get("bytes"):
+            return f"{name} has {size} bytes, the run wrote {want.get('bytes')}"
+        if size <= _HASH_ON_OPEN_MAX_BYTES and sha256_file(p) != want.get("sha256"):
+            return f"{name} changed after the run was written"
+    return None
+
+
+def run_is_complete(path: str | Path) -> bool:
+    """A run directory with a completion record that its files match (k-fold resume reads such a fold back)."""
+    p = Path(path)
+    try:
+        record = json.loads((p / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and _check(p, record) is None
+
+
+def _read(path: Path, kind: str) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text()) if kind == "json" else yaml.safe_load(path.read_text())
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise TrainError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    return doc if isinstance(doc, dict) else {}
+
+
+@dataclass
+class Run:
+    """A run directory, checked against its record; the model loads on first use of ``model`` / ``tokenizer``."""
+
+    path: Path
+    record: dict[str, Any]  # run.json ({} for a run written before completion records)
+    meta: dict[str, Any]  # model.json
+    metrics: dict[str, Any]  # metrics.json ({} when absent)
+    config: dict[str, Any]  # config.yaml ({} when absent)
+    split: dict[str, list[str]]  # split.json ({} when absent)
+    table: pd.DataFrame | None = None  # the training table, once :meth:`load_table` ran (report, explain, audit)
+    source: str = "unknown"  # where ``table`` came from, for the provenance section
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. the recorded table changed since training
+    data_dir: str | Path | None = None  # benchmark data directory (None: $RUBRICTOOL_DATA, else ./data)
+
+    @cached_property
+    def _loaded(self) -> tuple[reccbm.RecCBM, Any]:
+        import reccbm
+        from reccbm import ReccbmError
+
+        try:
+            model, tokenizer, _ = reccbm.load_checkpoint(self.path)
+        except ReccbmError as exc:
+            raise TrainError(str(exc)) from None
+        return model, tokenizer
+
+    @property
+    def model(self) -> reccbm.RecCBM:
+        return self._loaded[0]
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._loaded[1]
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self.meta["concept_keys"])
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.meta.get("concept_names") or self.keys)
+
+    @property
+    def scale_min(self) -> int:
+        return int(self.meta["scale"][0])
+
+    @property
+    def grade_min(self) -> int:
+        return int(self.meta["grade"][0])
+
+    @property
+    def plm(self) -> bool:
+        return str(self.meta.get("variant", "")) == "plm" or bool(self.model.config.plm)
+
+    @property
+    def has_lcec(self) -> bool:
+        return not self.plm and self.model.lcec is not None
+
+    @property
+    def has_race(self) -> bool:
+        return not self.plm and self.model.bottleneck.Q is not None
+
+    @property
+    def labels(self) -> dict[str, Any]:
+        """Who made the training labels (run.json ``labels``; older runs: read from their notes)."""
+        if self.record.get("labels"):
+            return dict(self.record["labels"])
+        if any("LLM annotation passes" in n for n in self.notes):  # runs written before run.json
+            return {"source": "llm", "expert_validated": False, "benchmark": self.meta.get("rubric")}
+        return {"source": "unknown", "expert_validated": None}
+
+    @property
+    def bundled_labels(self) -> bool:
+        """Trained on a benchmark's bundled concept-label passes (Mohler's three LLM passes)?"""
+        return bool(self.labels.get("benchmark")) or bool((self.record.get("table") or {}).get("benchmark"))
+
+    @cached_property
+    def rubric(self) -> Rubric:
+        """The rubric the run trained on: its copy in the run (rubric.yaml), else by name (older runs)."""
+        from rubrictool.rubric import load_rubric, parse_rubric
+
+        copy = self.path / "rubric.yaml"
+        if copy.is_file():
+            return parse_rubric(copy.read_text(encoding="utf-8"), str(copy))
+        return load_rubric(str(self.meta["rubric"]))
+
+    def rubric_version(self) -> str | None:
+        v = (self.record.get("rubric") or {}).get("version")
+        if v is not None:
+            return str(v)
+        try:
+            return str(self.rubric.version)
+        except Exception:  # noqa: BLE001 - an older run whose rubric cannot be found: the name is still known
+            return None
+
+    def load_table(self, data: str | Path | None = None) -> pd.DataFrame:
+        """The training table: ``data`` if given, else the run's copy, else the recorded path, else the benchmark's
+        bundled labels; a table that changed since training is used with a warning (``warnings``)."""
+        from rubrictool.io import read_table
+
+        rec = self.record.get("table") or {}
+        if data is not None:
+            self.table, self.source = read_table(data), str(data)
+            if rec.get("sha256") and Path(data).is_file() and sha256_file(data) != rec["sha256"]:
+                self.warnings.append(f"{data} is not the table this run was trained on (its content differs)")
+            return self.table
+        copy = self.path / str(rec.get("copy") or "table.csv")
+        if rec.get("copy") and copy.is_file():
+            self.table, self.source = read_table(copy), f"the run's copy of {rec.get('path') or 'its training table'}"
+            src = rec.get("path")
+            if src and Path(src).is_file() and sha256_file(src) != rec.get("sha256"):
+                self.warnings.append(f"{src} changed since this run was trained; the run's copy of the table is used")
+            return self.table
+        if rec.get("path") and Path(rec["path"]).is_file():
+            self.table, self.source = read_table(rec["path"]), str(rec["path"])
+            if rec.get("sha256") and sha256_file(rec["path"]) != rec["sha256"]:
+                self.warnings.append(f"{rec['path']} changed since this run was trained: the ids may not match")
+            return self.table
+        if self.bundled_labels and str(self.meta.get("rubric")) == "mohler":
+            from rubrictool.adjudicate import adjudicate_benchmark_labels
+
+            self.table = adjudicate_benchmark_labels("mohler", data_dir=self.data_dir)
+            self.source = "Mohler benchmark (UNT short answers) with the bundled concept labels"
+            return self.table
+        where = f" (it was {rec['path']})" if rec.get("path") else ""
+        raise DataError(f"{self.path}: the table this run was trained on is not available{where}; "
+                        "pass --data FILE (the adjudicated table)")
+
+
+def open_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Run:
+    """Open a run directory written by ``rubrictool train``; refuses a k-fold parent, an incomplete or mixed run."""
+    path = Path(run_dir)
+    if not (path / "model.json").is_file():
+        if (path / "fold-0").is_dir():
+            raise TrainError(f"{path} is a k-fold run: pass one of its folds, e.g. --run {path / 'fold-0'}")
+        raise TrainError(f"{path} is not a trained run: model.json is missing (train one with `rubrictool train`)")
+    record = _read(path / RECORD, "json")
+    if record:
+        why = _check(path, record)
+        if why:
+            raise TrainError(f"{path} is incomplete or was changed after training: {why}",
+                             hint=f"train it again (`rubrictool train … --out {path}`)")
+    meta = _read(path / "model.json", "json")
+    run = Run(path, record, meta, _read(path / "metrics.json", "json"), _read(path / "config.yaml", "yaml"),
+              _read(path / "split.json", "json"), data_dir=data_dir)
+    run.notes = [str(n) for n in meta.get("notes") or run.metrics.get("notes") or []]
+    if not record:
+        run.warnings.append(f"{path} was written before runs had a completion record (run.json): it cannot be "
+                            "checked for completeness")
+    return run

@@ -1,0 +1,171 @@
+"""Run directories: built aside and renamed into place, a completion record every reader checks, the rubric and the
+training table kept in the run, the label source recorded, and a rerun or a kill that never leaves a mix."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import reccbm
+from rubrictool.cli import app
+from rubrictool.errors import TrainError
+from rubrictool.runs import RECORD, building, open_run, run_is_complete
+from tests.support.tiny_models import mohler_like_table, train_with_cli
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+runner = CliRunner()
+
+COURSE_RUBRIC = """\
+name: stats101
+title: Statistics 101 quiz
+version: "2026.1"
+description: A first-draft rubric for a statistics quiz (a course that is not Mohler).
+fields:
+  question: the quiz question
+  response: the student's answer
+  reference: the instructor's model answer
+scale: {min: 0, max: 2}
+grade: {min: 0, max: 2}
+concepts:
+  - key: MEAN
+    name: Mean
+    definition: The answer computes or explains the mean correctly.
+    levels:
+      - {value: 0, anchor: "No mean."}
+      - {value: 1, anchor: "A mean with an error."}
+      - {value: 2, anchor: "A correct mean."}
+  - key: SPREAD
+    name: Spread
+    definition: The answer describes the spread of the data.
+    levels:
+      - {value: 0, anchor: "No spread."}
+      - {value: 1, anchor: "Spread named, not measured."}
+      - {value: 2, anchor: "Spread measured."}
+  - key: UNITS
+    name: Units
+    definition: The answer keeps the units of the data.
+    levels:
+      - {value: 0, anchor: "No units."}
+      - {value: 1, anchor: "Units sometimes."}
+      - {value: 2, anchor: "Units throughout."}
+"""
+
+
+def _course(tmp: Path, n: int = 40) -> tuple[Path, Path]:
+    """A stats course (3 concepts 0..2, grade 0..2) as a user folder rubric and an adjudicated CSV."""
+    folder = tmp / "my-rubrics"
+    folder.mkdir()
+    (folder / "stats101.yaml").write_text(COURSE_RUBRIC)
+    df = mohler_like_table(n)
+    c = df[["FC", "CC", "TU"]].to_numpy() - 1  # 0..2
+    table = df[["id", "question", "response", "reference"]].assign(MEAN=c[:, 0], SPREAD=c[:, 1], UNITS=c[:, 2],
+                                                                      grade=(c.sum(1) + 1) // 3,
+                                                                      label_source="llm")
+    data = tmp / "stats101.csv"
+    table.to_csv(data, index=False)
+    return folder, data
+
+
+def _train(tmp: Path, backbone: str, data: Path, out: Path, *extra: str) -> tuple[int, str]:
+    args = ["train", "--data", str(data), "--rubric", "stats101", "--backbone", backbone, "--epochs", "1",
+            "--max-len", "32", "--out", str(out), "--device", "cpu", "--lr", "3e-3", "--cfg", "joint.epochs=1", *extra]
+    res = runner.invoke(app, args)
+    return res.exit_code, res.output
+
+
+def test_a_course_run_keeps_its_rubric_table_and_label_source(tmp_path: Path, backbone: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, data = _course(tmp_path)
+    monkeypatch.setenv("RUBRICTOOL_RUBRICS", str(folder))
+    res = runner.invoke(app, ["rubric", "show", "stats101"])  # found by name in the user rubric folder
+    assert res.exit_code == 0 and "Statistics 101" in res.output, res.output
+    code, output = _train(tmp_path, backbone, data, tmp_path / "run")
+    assert code == 0, output
+    run = open_run(tmp_path / "run")
+    assert run.record["rubric"] == {**run.record["rubric"], "name": "stats101", "version": "2026.1"}
+    assert (tmp_path / "run" / "rubric.yaml").read_text() == COURSE_RUBRIC  # the file as written
+    assert run.labels["source"] == "llm" and run.labels["expert_validated"] is False
+    assert run.record["table"]["rows"] == 40 and run.record["table"]["copy"] == "table.csv"
+    monkeypatch.delenv("RUBRICTOOL_RUBRICS")  # the run no longer needs the folder, nor the table's file
+    data.unlink()
+    assert run.rubric.keys == ["MEAN", "SPREAD", "UNITS"] and run.rubric_version() == "2026.1"
+    table = run.load_table()
+    assert len(table) == 40 and "copy" in run.source
+    res = runner.invoke(app, ["intervene", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "iv")])
+    assert res.exit_code == 0, res.output
+
+
+def test_a_changed_table_is_used_with_a_warning(tmp_path: Path, backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, data = _course(tmp_path)
+    monkeypatch.setenv("RUBRICTOOL_RUBRICS", str(folder))
+    code, output = _train(tmp_path, backbone, data, tmp_path / "run")
+    assert code == 0, output
+    df = pd.read_csv(data)
+    df.loc[0, "response"] = "an answer edited after training"
+    df.to_csv(data, index=False)
+    run = open_run(tmp_path / "run")
+    run.load_table()
+    assert any("changed since this run was trained" in w for w in run.warnings)
+
+
+def test_a_half_written_or_mixed_run_is_refused_in_one_line(tmp_path: Path, backbone: str) -> None:
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(40))
+    assert code == 0, output
+    assert run_is_complete(run)
+    cfg = run / "config.yaml"
+    original = cfg.read_text()
+    cfg.write_text(original.replace("variant: reccbm", "variant: vanilla"))  # a file from another training
+    assert not run_is_complete(run)
+    with pytest.raises(TrainError, match="incomplete or was changed after training: config.yaml"):
+        open_run(run)
+    data = tmp_path / "adjudicated.csv"
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(tmp_path / "g.csv")])
+    assert res.exit_code == 1 and "config.yaml" in res.output and "train it again" in res.output and "Traceback" not in res.output
+    cfg.write_text(original)
+    assert run_is_complete(run)
+    (run / "model.safetensors").unlink()
+    with pytest.raises(TrainError, match="model.safetensors is missing"):
+        open_run(run)
+
+
+def test_a_retrain_that_dies_leaves_the_old_run_whole(tmp_path: Path, backbone: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(40))
+    assert code == 0, output
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    real_save = reccbm.save_checkpoint
+
+    def dies(*a, **kw):  # type: ignore[no-untyped-def]
+        real_save(*a, **kw)
+        raise KeyboardInterrupt  # killed after the checkpoint, before the profile and the record
+
+    monkeypatch.setattr(reccbm, "save_checkpoint", dies)
+    code, output, _ = train_with_cli(tmp_path, backbone, mohler_like_table(40), "--variant", "vanilla")
+    assert code != 0 and "Traceback" not in output  # Ctrl-C: the CLI exits 130
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert after == before and run_is_complete(run)  # the old run, byte for byte
+    assert not [p for p in tmp_path.iterdir() if ".building-" in p.name]  # no staging folder left
+    assert json.loads((run / "model.json").read_text())["variant"] == "reccbm"
+
+
+def test_building_replaces_a_directory_whole_or_not_at_all(tmp_path: Path) -> None:
+    target = tmp_path / "run"
+    with building(target) as stage:
+        (stage / "a.txt").write_text("1")
+    assert (target / "a.txt").read_text() == "1"
+    with pytest.raises(RuntimeError), building(target) as stage:
+        (stage / "b.txt").write_text("2")
+        raise RuntimeError("killed")
+    assert sorted(p.name for p in target.iterdir()) == ["a.txt"]
+    with building(target) as stage:
+        (stage / "c.txt").write_text("3")
+    assert sorted(p.name for p in target.iterdir()) == ["c.txt"]
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert oct(target.stat().st_mode & 0o777) == oct(0o777 & ~mask)
+    assert RECORD == "run.json"
