@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ from rubrictool.agreement import (
 )
 from rubrictool.data import load_benchmark, load_concept_passes
 from rubrictool.errors import AdjudicateError, DataError
-from rubrictool.io import read_table, write_table
+from rubrictool.io import atomic_write_text, read_table, write_table
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import (
     LLM_PASSES_NOTE,
@@ -376,14 +375,6 @@ def adjudicate(
     return result
 
 
-def _write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 def write_outputs(result: AdjudicationResult, out: str | Path, fmt: str = "csv") -> dict[str, Path]:
     """Write ``adjudicated.<fmt>``, ``decisions.<fmt>``, ``discussion_queue.csv``, ``discussion_queue.md``
     and ``agreement.json`` into ``out`` (each atomically)."""
@@ -397,8 +388,8 @@ def write_outputs(result: AdjudicationResult, out: str | Path, fmt: str = "csv")
         "decisions": write_table(result.decisions, d / f"decisions.{fmt}"),
         "queue": write_table(result.queue, d / "discussion_queue.csv"),
     }
-    _write_text(d / "discussion_queue.md", result.markdown)
-    _write_text(d / "agreement.json", json.dumps(result.agreement, indent=1, ensure_ascii=False) + "\n")
+    atomic_write_text(d / "discussion_queue.md", result.markdown)
+    atomic_write_text(d / "agreement.json", json.dumps(result.agreement, indent=1, ensure_ascii=False) + "\n")
     paths["markdown"] = d / "discussion_queue.md"
     paths["agreement"] = d / "agreement.json"
     result.paths = paths

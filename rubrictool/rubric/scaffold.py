@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
+from rubrictool.atomic import atomic_write_text
 from rubrictool.errors import RubricError
 from rubrictool.rubric.load import parse_rubric
 from rubrictool.rubric.schema import _KEY_PATTERN
@@ -101,12 +100,7 @@ def write_scaffold(path: str | Path, text: str, force: bool = False) -> Path:
     p = Path(path)
     if p.exists() and not force:
         raise RubricError(f"{p}: already exists", hint="pick another --out or pass --force to overwrite it")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, p)
-    return p
+    return atomic_write_text(p, text)
 
 
 def new_rubric_file(
