@@ -29,7 +29,17 @@ from rubrictool.adjudicate.inputs import (
     read_resolutions,
     read_review_files,
 )
-from rubrictool.adjudicate.outputs import discussion_queue, fill_unreviewed, queue_markdown, training_table
+from rubrictool.adjudicate.outputs import (
+    DEFAULT_QUEUE,
+    QUEUE_RULES,
+    discussion_queue,
+    fill_unreviewed,
+    keep_unlabelled,
+    parse_queue_rule,
+    queue_markdown,
+    queue_mask,
+    training_table,
+)
 from rubrictool.agreement import (
     LEVELS_OF_MEASUREMENT,
     LabelCube,
@@ -226,6 +236,7 @@ def adjudicate(
     timings: dict[str, float] | None = None,
     pre_annotations: pd.DataFrame | None = None,
     skipped: dict[str, dict[str, int]] | None = None,
+    queue: str = DEFAULT_QUEUE,
 ) -> AdjudicationResult:
     """Validate reviews, compute every agreement figure, decide each label, build the outputs.
 
@@ -236,8 +247,11 @@ def adjudicate(
     labelled — every item of ``items`` — by their majority vote; those labels are marked (decisions
     ``reviewed`` false, ``source``; the table's ``unreviewed_concepts``) and never enter an α. ``skipped``
     counts the failed labels of prediction tables read as reviewers (reported in agreement.json).
-    ``timings``, when given, receives the seconds each stage took.
+    ``timings``, when given, receives the seconds each stage took. ``queue`` says which decisions go to the
+    discussion queue (:data:`~rubrictool.adjudicate.outputs.QUEUE_RULES`, comma-joined; default ties and gaps
+    of two levels or more).
     """
+    parse_queue_rule(queue)  # a bad rule fails before any work
     if method not in METHODS:
         raise AdjudicateError(f"unknown method {method!r}; use {' or '.join(METHODS)}")
     if measurement not in LEVELS_OF_MEASUREMENT:
@@ -309,9 +323,15 @@ def adjudicate(
     unreviewed["note"] = (
         "labels no reviewer saw: the majority vote of the pre-annotations; they are in no agreement figure"
     )
+    unlabelled: list[str] = []
+    if items is not None:  # an item without any label (every reply failed) stays, unlabelled, and is listed
+        table, unlabelled = keep_unlabelled(table, items, rubric)
     n_rev_item = table["n_reviewers"].to_numpy()
     under = table.loc[n_rev_item < expected, "id"].astype(str).tolist()
     concepts = _concept_figures(rubric, grid, per_concept, pairs, loo, dawid_skene=changed is not None)
+    queued = queue_mask(grid, queue)
+    for k, key in enumerate(cube.concepts):
+        concepts[key]["queued"] = int(queued[:, k].sum())
     clock.lap("table+summary")
     consensus = decisions.loc[decisions["reviewed"], ["item", "concept", "level"]]
     llm = _llm_figures(
@@ -353,6 +373,13 @@ def adjudicate(
         "expected_reviewers": int(expected),
         "under_reviewed": {"n_items": len(under), "items": under[:100]},
         "items_without_reviews": int((~reviewed).sum()),
+        "unlabelled": {
+            "n_items": len(unlabelled),
+            "items": unlabelled[:1000],
+            "note": "items of --items without any valid label (no review, every model's reply failed): kept in the "
+            "adjudicated table with empty concept columns and method 'unlabelled'; train skips them",
+        },
+        "items_given": items is not None,
         "concepts": concepts,
         "adjudication": {
             "method": method,
@@ -362,15 +389,21 @@ def adjudicate(
             "tied": int(decisions["tied"].sum()),
             "resolved": int(decisions["resolved"].astype(bool).sum()),
             "dawid_skene_changed": changed,
+            "queue": {
+                "rule": queue,
+                "means": " or ".join(QUEUE_RULES[p] for p in parse_queue_rule(queue)) + " (and every resolved case)",
+                "n_cases": int(queued.sum()),
+                "n_items": int(queued.any(axis=1).sum()),
+            },
         },
         "llm_vs_consensus": llm,
         "grade": grade,
         "coverage": cov,
     }
-    queue = discussion_queue(grid, rubric, items)
+    queue_table = discussion_queue(grid, rubric, items, queue)
     clock.lap("queue")
-    result = AdjudicationResult(table, decisions, queue, _nan_to_none(agreement), cube.reviewers)
-    result.markdown = queue_markdown(queue, cube.reviewers, rubric, note)
+    result = AdjudicationResult(table, decisions, queue_table, _nan_to_none(agreement), cube.reviewers)
+    result.markdown = queue_markdown(queue_table, cube.reviewers, rubric, note, queue)
     clock.lap("markdown")
     return result
 
@@ -425,6 +458,7 @@ def run_adjudicate(
     seed: int = 0,
     expected_reviewers: int | None = None,
     pre_annotations: Sequence[str | Path] = (),
+    queue: str = DEFAULT_QUEUE,
 ) -> AdjudicationResult:
     """Read the inputs (files and/or a benchmark), adjudicate, write the outputs to ``out``.
 
@@ -465,7 +499,7 @@ def run_adjudicate(
                 "not expert-validated.")
     result = adjudicate(
         review_table, rb, item_table, preds, res, method, measurement, n_boot, seed, expected_reviewers, note=note,
-        pre_annotations=pre, skipped=skipped,
+        pre_annotations=pre, skipped=skipped, queue=queue,
     )
     write_outputs(result, out, fmt)
     return result

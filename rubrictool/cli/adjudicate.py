@@ -72,6 +72,13 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
             else ""
         )
     ]
+    q = a.get("queue")
+    if q:
+        lines.append(
+            f"discussion queue (--queue {q['rule']}): {q['n_cases']} case(s) over {q['n_items']} item(s) — {q['means']}"
+            + (f"; {a['flagged'] - q['n_cases']} other non-unanimous label(s) decided by the vote (--queue all lists them)"
+               if "all" not in q["rule"].split(",") and a["flagged"] > q["n_cases"] else "")
+        )
     under = agreement["under_reviewed"]["n_items"]
     if under:
         lines.append(
@@ -98,6 +105,19 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
         lines.append(
             f"{un['n_labels']} label(s) no reviewer saw ({un['n_items']} item(s) without any review) come from the "
             f"pre-annotations ({', '.join(un['models'])}; source {un['source']}); they are in no α"
+        )
+    unl = agreement.get("unlabelled") or {}
+    if unl.get("n_items"):
+        ids = unl["items"]
+        lines.append(
+            f"{unl['n_items']} item(s) have no valid label from any reviewer or model ({', '.join(ids[:10])}"
+            + (" ..." if unl["n_items"] > 10 else "")
+            + "): kept in the adjudicated table unlabelled (agreement.json lists them under unlabelled); train skips them"
+        )
+    if agreement.get("items_given") is False:
+        lines.append(
+            "no --items: the adjudicated table holds the concept labels only, with empty question, response and "
+            "grade columns; to train on it, re-run with --items ITEMS (e.g. the file `rubrictool data import` wrote)"
         )
     for model, per in agreement["llm_vs_consensus"].items():
         alphas = [v["alpha"] for v in per.values() if v["alpha"] is not None]
@@ -127,6 +147,7 @@ def adjudicate_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap and the coverage folds.")] = 0,
     expected_reviewers: Annotated[int | None, typer.Option("--expected-reviewers", help="Report items with fewer reviewers (default: all reviewers seen).")] = None,
     pre_annotations: Annotated[list[Path] | None, typer.Option("--pre-annotations", help="Prediction table(s) (LLM annotations, `review push --run` grader predictions): their majority vote labels every item and concept no reviewer labelled (routed review); those labels are marked and in no α.")] = None,
+    queue: Annotated[str, typer.Option("--queue", help="What goes to the discussion queue: all (every non-unanimous label), ties, gap2 (reviewers two or more levels apart); combine with commas. Default: ties,gap2.")] = "ties,gap2",
     from_label_studio: Annotated[str | None, typer.Option("--from-label-studio", help="First pull the reviews of this Label Studio project (title or id; connection from $LABEL_STUDIO_URL/$LABEL_STUDIO_API_KEY or `review serve`) into --out/reviews_label_studio.csv.")] = None,
 ) -> None:
     """Agreement (Krippendorff's α per concept, pairwise, per reviewer, LLM vs consensus, coverage) and adjudication.
@@ -135,6 +156,8 @@ def adjudicate_cmd(
     and agreement.json into --out.
 
     Example: rubrictool adjudicate --benchmark mohler --out runs/mohler/adjudicated
+
+    Example: rubrictool adjudicate --rubric science.yaml --reviews predictions.jsonl --items items.csv --queue all --out llm-panel/
     """
     fmt = hidden_alias(out_format, old_format, "--out-format", "--format", "csv")
     if from_label_studio:  # review pull, then adjudicate what it wrote
@@ -145,7 +168,7 @@ def adjudicate_cmd(
             rubric=rubric, reviews=reviews or [], benchmark=benchmark, items=items, data_dir=data_dir,
             predictions=predictions, resolutions=resolutions, method=method, measurement=level_of_measurement, out=out,
             fmt=fmt, n_boot=bootstrap, seed=seed, expected_reviewers=expected_reviewers,
-            pre_annotations=pre_annotations or [],
+            pre_annotations=pre_annotations or [], queue=queue,
         )
     console.print(summary_table(result.agreement))
     for line in summary_lines(result.agreement):
