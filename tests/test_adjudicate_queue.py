@@ -81,6 +81,10 @@ def test_queue_rules(tmp_path: Path) -> None:
     assert agreement["adjudication"]["flagged"] == 4  # s1/CL is still flagged as not unanimous
     assert "discussion queue (--queue ties,gap2): 3 case(s) over 2 item(s)" in text
     assert "1 other non-unanimous label(s) decided by the vote (--queue all lists them)" in text
+    # rubric diagnose still sees every disagreement (the reviewers' level pairs), queued or not
+    every = read_table(tmp_path / "default" / "disagreements.csv")
+    assert set(zip(every["item"].astype(str), every["concept"], strict=True)) == queued(tmp_path / "default") | {
+        ("s1", "CL")}
     md = (tmp_path / "default" / "discussion_queue.md").read_text()
     assert "## Item s2" in md and "## Item s1" not in md
 

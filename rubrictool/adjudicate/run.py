@@ -81,6 +81,9 @@ class AdjudicationResult:
     reviewers: list[str]
     markdown: str = ""
     paths: dict[str, Path] = field(default_factory=dict)
+    disagreements: pd.DataFrame | None = None
+    """Every non-unanimous decision in the queue's layout (``--queue all``), whatever ``queue`` selects:
+    the reviewers' level pairs that ``rubric diagnose`` counts."""
 
 
 def _nan_to_none(obj: Any) -> Any:
@@ -404,13 +407,15 @@ def adjudicate(
     clock.lap("queue")
     result = AdjudicationResult(table, decisions, queue_table, _nan_to_none(agreement), cube.reviewers)
     result.markdown = queue_markdown(queue_table, cube.reviewers, rubric, note, queue)
+    result.disagreements = queue_table if queue == "all" else discussion_queue(grid, rubric, items, "all")
     clock.lap("markdown")
     return result
 
 
 def write_outputs(result: AdjudicationResult, out: str | Path, fmt: str = "csv") -> dict[str, Path]:
-    """Write ``adjudicated.<fmt>``, ``decisions.<fmt>``, ``discussion_queue.csv``, ``discussion_queue.md``
-    and ``agreement.json`` into ``out`` (each atomically)."""
+    """Write ``adjudicated.<fmt>``, ``decisions.<fmt>``, ``discussion_queue.csv``, ``discussion_queue.md``,
+    ``disagreements.csv`` (every non-unanimous case, for ``rubric diagnose``) and ``agreement.json`` into
+    ``out`` (each atomically)."""
     if fmt not in FORMATS:
         raise AdjudicateError(f"unknown format {fmt!r}; use {', '.join(FORMATS)}")
     d = Path(out)
@@ -421,6 +426,8 @@ def write_outputs(result: AdjudicationResult, out: str | Path, fmt: str = "csv")
         "decisions": write_table(result.decisions, d / f"decisions.{fmt}"),
         "queue": write_table(result.queue, d / "discussion_queue.csv"),
     }
+    if result.disagreements is not None:
+        paths["disagreements"] = write_table(result.disagreements, d / "disagreements.csv")
     atomic_write_text(d / "discussion_queue.md", result.markdown)
     atomic_write_text(d / "agreement.json", json.dumps(result.agreement, indent=1, ensure_ascii=False) + "\n")
     paths["markdown"] = d / "discussion_queue.md"
