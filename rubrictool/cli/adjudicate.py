@@ -16,7 +16,7 @@ __all__ = ["adjudicate_cmd", "summary_lines", "summary_rows", "summary_table"]
 
 
 def summary_rows(agreement: dict[str, Any]) -> list[dict[str, str]]:
-    """One row of display strings per concept: α [CI], exact, % unanimous, flagged, best/worst."""
+    """One row of display strings per concept: α [CI], exact, % unanimous, flagged, queued, best/worst."""
 
     def f(x: Any, spec: str = ".3f") -> str:
         return "—" if x is None else format(x, spec)
@@ -31,6 +31,7 @@ def summary_rows(agreement: dict[str, Any]) -> list[dict[str, str]]:
                 "exact": f(c["exact"]),
                 "unanimous": "—" if c["unanimous"] is None else f"{100 * c['unanimous']:.1f}%",
                 "flagged": str(c["flagged"]),
+                "queued": str(c.get("queued", "—")),
                 "best": c["best_reviewer"] or "—",
                 "worst": c["worst_reviewer"] or "—",
             }
@@ -49,13 +50,14 @@ def summary_table(agreement: dict[str, Any]) -> Table:
         ("exact", "right"),
         ("unanimous", "right"),
         ("flagged", "right"),
+        ("queued", "right"),
         ("best", "left"),
         ("worst", "left"),
     ]:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in summary_rows(agreement):
         table.add_row(
-            r["concept"], r["alpha"], r["exact"], r["unanimous"], r["flagged"], r["best"], r["worst"]
+            r["concept"], r["alpha"], r["exact"], r["unanimous"], r["flagged"], r["queued"], r["best"], r["worst"]
         )
     return table
 
