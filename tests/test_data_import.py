@@ -185,3 +185,32 @@ def test_parse_columns() -> None:
     }
     with pytest.raises(DataError, match="not COLUMN=HEADER"):
         parse_columns("response")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl", ".parquet", ".xlsx"])
+def test_every_format_gives_the_same_item_table(tmp_path: Path, suffix: str) -> None:
+    df = pd.DataFrame({
+        "  Student Answer ": ["light and water", "soil", "wind"],  # headers as teachers type them
+        "MODEL-ANSWER": ["light, water, CO2", "light, water, CO2", "moving water"],
+        "Score": [2, 0, 1],
+        "Question ID": ["P1", "P1", "E1"],
+    })
+    src = tmp_path / f"course{suffix}"
+    if suffix == ".csv":
+        df.to_csv(src, index=False)
+    elif suffix == ".tsv":
+        df.to_csv(src, index=False, sep="\t")
+    elif suffix == ".jsonl":
+        df.to_json(src, orient="records", lines=True)
+    elif suffix == ".parquet":
+        df.to_parquet(src, index=False)
+    else:
+        df.to_excel(src, index=False)
+    imported = read_course_file(src)
+    assert imported.report.mapping == {"question": "Question ID", "response": "Student Answer",
+                                       "reference": "MODEL-ANSWER", "grade": "Score"}
+    items = imported.items
+    assert items["id"].tolist() == ["P1.1", "P1.2", "E1.1"]
+    assert items["response"].tolist() == ["light and water", "soil", "wind"]
+    assert items["grade"].tolist() == [2, 0, 1]
+    assert imported.report.grade["histogram"] == {"0": 1, "1": 1, "2": 1}
