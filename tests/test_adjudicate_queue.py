@@ -114,7 +114,7 @@ def test_an_item_every_model_failed_on_stays_unlabelled_and_listed(tmp_path: Pat
 
 
 def test_no_items_is_said_and_train_names_the_file_and_the_fix(tmp_path: Path, backbone: str) -> None:
-    rubric, items, preds = course(tmp_path)
+    rubric, _items, preds = course(tmp_path)
     text = adjudicate(rubric, preds, tmp_path / "llm-panel")
     assert "no --items: the adjudicated table holds the concept labels only" in text
     assert json.loads((tmp_path / "llm-panel" / "agreement.json").read_text())["items_given"] is False
