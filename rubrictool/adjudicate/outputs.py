@@ -31,8 +31,8 @@ __all__ = [
 
 QUEUE_RULES = {
     "all": "every label that is not unanimous (2-to-1 majorities included)",
-    "ties": "ties: no single most frequent level",
-    "gap2": "gaps of two levels or more between the reviewers' highest and lowest level",
+    "ties": "ties (no single most frequent level)",
+    "gap2": "gaps of two levels or more between the reviewers",
 }
 """What ``adjudicate --queue`` can send to the discussion queue (combine with commas)."""
 
