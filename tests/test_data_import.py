@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rubrictool.cli import app
-from rubrictool.data.importer import import_items, parse_columns, read_course_file
+from rubrictool.data.importer import import_items, parse_columns, read_course_file, write_course_items
 from rubrictool.errors import DataError
 from rubrictool.tables import read_items
 
@@ -194,6 +194,7 @@ def test_every_format_gives_the_same_item_table(tmp_path: Path, suffix: str) -> 
         "MODEL-ANSWER": ["light, water, CO2", "light, water, CO2", "moving water"],
         "Score": [2, 0, 1],
         "Question ID": ["P1", "P1", "E1"],
+        "Student": [101, "s2", None],  # mixed types in an extra column: kept as text
     })
     src = tmp_path / f"course{suffix}"
     if suffix == ".csv":
@@ -203,7 +204,7 @@ def test_every_format_gives_the_same_item_table(tmp_path: Path, suffix: str) -> 
     elif suffix == ".jsonl":
         df.to_json(src, orient="records", lines=True)
     elif suffix == ".parquet":
-        df.to_parquet(src, index=False)
+        df.assign(Student=df["Student"].astype("string")).to_parquet(src, index=False)  # Parquet: one type a column
     else:
         df.to_excel(src, index=False)
     imported = read_course_file(src)
@@ -214,3 +215,5 @@ def test_every_format_gives_the_same_item_table(tmp_path: Path, suffix: str) -> 
     assert items["response"].tolist() == ["light and water", "soil", "wind"]
     assert items["grade"].tolist() == [2, 0, 1]
     assert imported.report.grade["histogram"] == {"0": 1, "1": 1, "2": 1}
+    out = write_course_items(imported, tmp_path / "items.parquet")
+    assert read_items(out)["Student"].tolist()[:2] == ["101", "s2"]

@@ -366,7 +366,11 @@ def read_course_file(
         if h in used:
             continue
         name = h if h not in items.columns else f"source_{h}"
-        items[name] = raw[h]
+        col = raw[h]
+        kinds = {type(v) for v in col.dropna().tolist()}
+        if len(kinds) > 1:  # e.g. 101 and "s2" in one spreadsheet column: text, so every format can store it
+            col = col.map(lambda v: None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
+        items[name] = col
         report.unused.append(h)
 
     # what to tell before writing: empty responses, repeated rows
