@@ -154,8 +154,9 @@ def adjudicate_cmd(
 ) -> None:
     """Agreement (Krippendorff's α per concept, pairwise, per reviewer, LLM vs consensus, coverage) and adjudication.
 
-    Writes adjudicated.<format> (the training table), decisions.<format>, discussion_queue.csv/.md
-    and agreement.json into --out.
+    Writes adjudicated.<format> (the training table), decisions.<format>, discussion_queue.csv/.md (the
+    cases --queue selects), disagreements.csv (every non-unanimous case) and agreement.json into --out.
+    Give --items (the item file) so the table has the answers and grades that train needs.
 
     Example: rubrictool adjudicate --benchmark mohler --out runs/mohler/adjudicated
 
