@@ -94,7 +94,7 @@ class ImportReport:
     """Where each empty response is ("row 7 (id bio.3)")."""
     dropped_empty: bool = False
     duplicate_rows: list[str] = field(default_factory=list)
-    """Rows that repeat an earlier row in every mapped column ("row 9 = row 4")."""
+    """Rows that repeat an earlier row in every column of the file ("row 9 = row 4")."""
     duplicate_answers: int = 0
     """Answers whose text repeats another answer to the same question (not identical rows)."""
     n_written: int = 0
@@ -379,9 +379,7 @@ def read_course_file(
     report.empty_responses = [
         f"{_where(report, int(pos))} (id {items['id'].iloc[int(pos)]})" for pos in np.flatnonzero(empty.to_numpy())
     ]
-    mapped = [c for c in ("question", "response", "reference", "context", "grade") if c in items.columns]
-    key_cols = mapped + (["source_id"] if "source_id" in items.columns else [])
-    keyed = items[key_cols].astype(str)
+    keyed = items.drop(columns="id").astype(str)  # every column of the file (made ids aside)
     dup = keyed.duplicated(keep="first")
     if dup.any():
         firsts = keyed.drop_duplicates(keep="first")
