@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from rubrictool.atomic import atomic_write_text, new_file_mode, publish
 from rubrictool.errors import DataError
 
-__all__ = ["FORMATS", "read_table", "write_table"]
+__all__ = ["FORMATS", "atomic_write_text", "new_file_mode", "publish", "read_table", "write_table"]
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 
@@ -84,7 +85,8 @@ def _jsonable(v: object) -> object:
 
 
 def write_table(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write atomically (temp file + rename) as CSV, JSONL or Parquet, chosen by the file suffix."""
+    """Write atomically (temp file + rename) as CSV, JSONL or Parquet, chosen by the file suffix; the file gets
+    the mode a new file would (umask respected, e.g. 0644 under umask 022), not mkstemp's 0600."""
     p = Path(path)
     fmt = _format(p)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +100,7 @@ def write_table(df: pd.DataFrame, path: str | Path) -> Path:
                 fh.writelines(json.dumps({k: _jsonable(v) for k, v in rec.items()}, ensure_ascii=False) + "\n" for rec in df.to_dict(orient="records"))
         else:
             df.to_parquet(tmp, index=False)
-        os.replace(tmp, p)
+        publish(tmp, p)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -15,10 +15,11 @@ import pandas as pd
 
 import reccbm
 from rubrictool.adjudicate import adjudicate
+from rubrictool.adjudicate.outputs import trainable_rows
 from rubrictool.data import load_benchmark, load_concept_passes, load_split, split_items
 from rubrictool.errors import TrainError
 from rubrictool.io import read_table
-from rubrictool.progress import ProgressFn
+from rubrictool.progress import ProgressFn, warn
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import LLM_PASSES_NOTE
 from rubrictool.train import FLAT_OPTIONS, TrainResult, load_train_config, parse_cfg, train_folds, train_model
@@ -118,7 +119,11 @@ def run_train(
     if rubric is None:
         raise TrainError("an adjudicated table needs the rubric its concept columns follow",
                          hint="add --rubric NAME|FILE")
-    table = read_table(data)  # type: ignore[arg-type]
+    rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
+    table, unlabelled = trainable_rows(read_table(data), rb, str(data))  # type: ignore[arg-type]
+    if unlabelled:
+        warn(progress, f"{data}: skipping {len(unlabelled)} unlabelled row(s) (no reviewer or model labelled them: "
+                       f"{', '.join(unlabelled[:5])}{' ...' if len(unlabelled) > 5 else ''})")
     agr = agreement if agreement is not None else Path(str(data)).parent / "agreement.json"
     kw["table_source"] = {"path": str(data)}
     if folds:

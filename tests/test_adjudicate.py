@@ -281,7 +281,7 @@ def test_training_table_layout_and_agreement_json(tmp_path: Path) -> None:
 
 def test_discussion_queue_shows_levels_and_anchors() -> None:
     rubric = MOHLER
-    res = adjudicate(toy_reviews(), rubric, toy_items(), n_boot=0, coverage=False)
+    res = adjudicate(toy_reviews(), rubric, toy_items(), n_boot=0, coverage=False, queue="all")
     q = res.queue.set_index(["item", "concept"])
     assert len(q) == int(res.decisions["flagged"].sum())
     row: Any = q.loc[("q1", "CC")]

@@ -9,13 +9,36 @@ import numpy.typing as npt
 import pandas as pd
 
 from rubrictool.adjudicate.aggregators import BoolArray, DecisionGrid
+from rubrictool.errors import AdjudicateError, DataError
 from rubrictool.rubric import Rubric
 from rubrictool.tables import (
     ADJUDICATED_PROVENANCE,
     ITEM_COLUMNS,
 )
 
-__all__ = ["discussion_queue", "fill_unreviewed", "queue_markdown", "training_table"]
+__all__ = [
+    "DEFAULT_QUEUE",
+    "QUEUE_RULES",
+    "discussion_queue",
+    "fill_unreviewed",
+    "keep_unlabelled",
+    "parse_queue_rule",
+    "queue_markdown",
+    "queue_mask",
+    "trainable_rows",
+    "training_table",
+]
+
+QUEUE_RULES = {
+    "all": "every label that is not unanimous (2-to-1 majorities included)",
+    "ties": "ties (no single most frequent level)",
+    "gap2": "gaps of two levels or more between the reviewers",
+}
+"""What ``adjudicate --queue`` can send to the discussion queue (combine with commas)."""
+
+DEFAULT_QUEUE = "ties,gap2"
+"""The default queue: ties and gaps of two levels or more. A 2-to-1 majority one level apart is decided by the
+vote and stays out of the queue (it is still flagged in the table and the decisions)."""
 
 
 def _joined_keys(mask: BoolArray, keys: Sequence[str]) -> npt.NDArray[np.object_]:
@@ -133,8 +156,100 @@ def fill_unreviewed(
     return out
 
 
-def discussion_queue(grid: DecisionGrid, rubric: Rubric, items: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The flagged (item, concept) cases, one row each, with every reviewer's level and the anchors.
+def parse_queue_rule(rule: str) -> tuple[str, ...]:
+    """``"ties,gap2"`` -> ("ties", "gap2"); an unknown part is an error listing the rules."""
+    parts = tuple(dict.fromkeys(p.strip().lower() for p in rule.split(",") if p.strip()))
+    bad = [p for p in parts if p not in QUEUE_RULES]
+    if bad or not parts:
+        raise AdjudicateError(
+            f"--queue {rule!r}: unknown rule {bad[0] if bad else '(empty)'!r}; use "
+            + ", ".join(f"{k} ({v})" for k, v in QUEUE_RULES.items())
+            + "; combine with commas, e.g. ties,gap2 (the default)"
+        )
+    return parts
+
+
+def queue_mask(grid: DecisionGrid, rule: str = DEFAULT_QUEUE) -> BoolArray:
+    """``(N, K)``: the decisions ``rule`` sends to the discussion queue (:data:`QUEUE_RULES`, comma-joined),
+    plus every resolved one (its decision is on record there)."""
+    parts = parse_queue_rule(rule)
+    levels = grid.cube.levels  # (N, K, R), NaN = no review
+    seen = ~np.isnan(levels)
+    hi = np.where(seen, levels, -np.inf).max(axis=-1)  # (N, K)
+    lo = np.where(seen, levels, np.inf).min(axis=-1)  # (N, K)
+    has = grid.n >= 2
+    picked = np.zeros(grid.n.shape, dtype=bool)
+    if "all" in parts:
+        picked |= grid.flagged
+    if "ties" in parts:
+        picked |= grid.tied & has
+    if "gap2" in parts:
+        picked |= has & (hi - lo >= 2)
+    return np.asarray(picked | grid.resolved)
+
+
+UNLABELLED = "unlabelled"
+"""``method`` of an AdjudicatedTable row whose item no reviewer and no model labelled (every reply failed)."""
+
+
+def keep_unlabelled(table: pd.DataFrame, items: pd.DataFrame, rubric: Rubric) -> tuple[pd.DataFrame, list[str]]:
+    """The AdjudicatedTable with a row for every item of ``items`` that has no label at all (e.g. every
+    model's reply failed): concept columns empty, ``n_reviewers`` 0, ``method`` ``unlabelled``,
+    ``label_source`` ``none``; rows in the items' order. Returns (table, the ids of those items).
+    Nothing in ``items`` is dropped silently; ``train`` skips these rows and says how many."""
+    ids = items["id"].astype(str)
+    missing = ~ids.isin(set(table["id"].astype(str)))
+    if not missing.any():
+        return table, []
+    new = items.loc[missing.to_numpy()].assign(id=ids[missing.to_numpy()]).reindex(columns=table.columns)
+    for key in rubric.keys:
+        new[key] = pd.NA
+    new = new.assign(
+        n_reviewers=0, unanimous=False, n_flagged=0, flagged_concepts="", n_resolved=0, resolved_concepts="",
+        method=UNLABELLED, label_source="none", unreviewed_concepts="",
+    )
+    out = pd.concat([table, new], ignore_index=True)
+    order = pd.Index(ids).get_indexer(pd.Index(out["id"].astype(str)))
+    out = out.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+    for key in rubric.keys:
+        out[key] = out[key].astype("Int64")
+    return out, new["id"].tolist()
+
+
+def trainable_rows(table: pd.DataFrame, rubric: Rubric, source: str) -> tuple[pd.DataFrame, list[str]]:
+    """The rows of an AdjudicatedTable a grader can learn from, and the ids of the unlabelled rows left out
+    (every concept empty: items that no reviewer or model labelled).
+
+    A table adjudicated without ``--items`` has no responses or grades: that is an error naming
+    ``source`` and the fix (re-run adjudicate with ``--items``), not a "grade missing" on row 1.
+    """
+    def empty(col: str) -> bool:
+        if col not in table.columns:
+            return True
+        v = table[col]
+        return bool((v.isna() | v.astype(str).str.strip().isin(["", "nan", "None"])).all())
+
+    lacking = [c for c in ("response", "grade") if empty(c)]
+    if lacking:
+        raise DataError(
+            f"{source}: the {' and '.join(lacking)} column(s) are empty — this table was adjudicated without the "
+            "item table, so it holds concept labels but no answers or grades to train on",
+            hint="re-run `rubrictool adjudicate ... --items ITEMS` with the item file (e.g. from `rubrictool data "
+            "import`, with a grade column) and train on the new adjudicated table",
+        )
+    keys = [k for k in rubric.keys if k in table.columns]
+    if not keys:
+        return table, []
+    none = table[keys].isna().all(axis=1).to_numpy()
+    skipped = table.loc[none, "id"].astype(str).tolist()
+    return table.loc[~none].reset_index(drop=True), skipped
+
+
+def discussion_queue(
+    grid: DecisionGrid, rubric: Rubric, items: pd.DataFrame | None = None, rule: str = DEFAULT_QUEUE
+) -> pd.DataFrame:
+    """The (item, concept) cases ``rule`` queues (:func:`queue_mask`; default ties and gaps of two levels or
+    more), one row each, with every reviewer's level and the anchors.
 
     Columns: item, concept, concept_name, status (open/resolved), level (decided), vote, rule,
     n_reviewers, one column per reviewer, anchors (of the levels given), question/response/reference
@@ -142,7 +257,7 @@ def discussion_queue(grid: DecisionGrid, rubric: Rubric, items: pd.DataFrame | N
     in — the filled file is accepted by ``--resolutions``.
     """
     cube = grid.cube
-    ii, kk = np.nonzero(grid.flagged | grid.resolved)
+    ii, kk = np.nonzero(queue_mask(grid, rule))
     given = cube.levels[ii, kk, :]  # (F, R)
     names = {c.key: c.name for c in rubric.concepts}
     concept = np.asarray(cube.concepts, dtype=object)[kk]
@@ -184,16 +299,17 @@ def discussion_queue(grid: DecisionGrid, rubric: Rubric, items: pd.DataFrame | N
 
 
 def queue_markdown(
-    queue: pd.DataFrame, reviewers: Sequence[str], rubric: Rubric, note: str | None = None
+    queue: pd.DataFrame, reviewers: Sequence[str], rubric: Rubric, note: str | None = None, rule: str = DEFAULT_QUEUE
 ) -> str:
     """A readable Markdown report of the discussion queue, one section per item (in queue order)."""
     n_open = int((queue["status"] == "open").sum()) if len(queue) else 0
+    what = " or ".join(QUEUE_RULES[p] for p in parse_queue_rule(rule))
     lines = [
         f"# Discussion queue — rubric {rubric.name}",
         "",
         (
-            f"{len(queue)} flagged item × concept case(s) over {queue['item'].nunique() if len(queue) else 0} "
-            f"item(s): {n_open} open, {len(queue) - n_open} resolved."
+            f"{len(queue)} item × concept case(s) over {queue['item'].nunique() if len(queue) else 0} "
+            f"item(s): {n_open} open, {len(queue) - n_open} resolved. Queued (`--queue {rule}`): {what}."
         ),
         (
             "Resolve a case by writing its level into the `resolution` column of `discussion_queue.csv` "
@@ -204,7 +320,7 @@ def queue_markdown(
     if note:
         lines += [f"> {note}", ""]
     if len(queue) == 0:
-        return "\n".join(lines + ["Nothing to discuss: every label is unanimous."]) + "\n"
+        return "\n".join(lines + [f"Nothing to discuss under `--queue {rule}`."]) + "\n"
 
     def col(name: str) -> npt.NDArray[np.object_]:
         c = queue[name]

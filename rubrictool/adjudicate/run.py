@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,17 @@ from rubrictool.adjudicate.inputs import (
     read_resolutions,
     read_review_files,
 )
-from rubrictool.adjudicate.outputs import discussion_queue, fill_unreviewed, queue_markdown, training_table
+from rubrictool.adjudicate.outputs import (
+    DEFAULT_QUEUE,
+    QUEUE_RULES,
+    discussion_queue,
+    fill_unreviewed,
+    keep_unlabelled,
+    parse_queue_rule,
+    queue_markdown,
+    queue_mask,
+    training_table,
+)
 from rubrictool.agreement import (
     LEVELS_OF_MEASUREMENT,
     LabelCube,
@@ -43,7 +52,7 @@ from rubrictool.agreement import (
 )
 from rubrictool.data import load_benchmark, load_concept_passes
 from rubrictool.errors import AdjudicateError, DataError
-from rubrictool.io import read_table, write_table
+from rubrictool.io import atomic_write_text, read_table, write_table
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import (
     LLM_PASSES_NOTE,
@@ -72,6 +81,9 @@ class AdjudicationResult:
     reviewers: list[str]
     markdown: str = ""
     paths: dict[str, Path] = field(default_factory=dict)
+    disagreements: pd.DataFrame | None = None
+    """Every non-unanimous decision in the queue's layout (``--queue all``), whatever ``queue`` selects:
+    the reviewers' level pairs that ``rubric diagnose`` counts."""
 
 
 def _nan_to_none(obj: Any) -> Any:
@@ -227,6 +239,7 @@ def adjudicate(
     timings: dict[str, float] | None = None,
     pre_annotations: pd.DataFrame | None = None,
     skipped: dict[str, dict[str, int]] | None = None,
+    queue: str = DEFAULT_QUEUE,
 ) -> AdjudicationResult:
     """Validate reviews, compute every agreement figure, decide each label, build the outputs.
 
@@ -237,8 +250,11 @@ def adjudicate(
     labelled — every item of ``items`` — by their majority vote; those labels are marked (decisions
     ``reviewed`` false, ``source``; the table's ``unreviewed_concepts``) and never enter an α. ``skipped``
     counts the failed labels of prediction tables read as reviewers (reported in agreement.json).
-    ``timings``, when given, receives the seconds each stage took.
+    ``timings``, when given, receives the seconds each stage took. ``queue`` says which decisions go to the
+    discussion queue (:data:`~rubrictool.adjudicate.outputs.QUEUE_RULES`, comma-joined; default ties and gaps
+    of two levels or more).
     """
+    parse_queue_rule(queue)  # a bad rule fails before any work
     if method not in METHODS:
         raise AdjudicateError(f"unknown method {method!r}; use {' or '.join(METHODS)}")
     if measurement not in LEVELS_OF_MEASUREMENT:
@@ -310,9 +326,15 @@ def adjudicate(
     unreviewed["note"] = (
         "labels no reviewer saw: the majority vote of the pre-annotations; they are in no agreement figure"
     )
+    unlabelled: list[str] = []
+    if items is not None:  # an item without any label (every reply failed) stays, unlabelled, and is listed
+        table, unlabelled = keep_unlabelled(table, items, rubric)
     n_rev_item = table["n_reviewers"].to_numpy()
     under = table.loc[n_rev_item < expected, "id"].astype(str).tolist()
     concepts = _concept_figures(rubric, grid, per_concept, pairs, loo, dawid_skene=changed is not None)
+    queued = queue_mask(grid, queue)
+    for k, key in enumerate(cube.concepts):
+        concepts[key]["queued"] = int(queued[:, k].sum())
     clock.lap("table+summary")
     consensus = decisions.loc[decisions["reviewed"], ["item", "concept", "level"]]
     llm = _llm_figures(
@@ -354,6 +376,13 @@ def adjudicate(
         "expected_reviewers": int(expected),
         "under_reviewed": {"n_items": len(under), "items": under[:100]},
         "items_without_reviews": int((~reviewed).sum()),
+        "unlabelled": {
+            "n_items": len(unlabelled),
+            "items": unlabelled[:1000],
+            "note": "items of --items without any valid label (no review, every model's reply failed): kept in the "
+            "adjudicated table with empty concept columns and method 'unlabelled'; train skips them",
+        },
+        "items_given": items is not None,
         "concepts": concepts,
         "adjudication": {
             "method": method,
@@ -363,30 +392,30 @@ def adjudicate(
             "tied": int(decisions["tied"].sum()),
             "resolved": int(decisions["resolved"].astype(bool).sum()),
             "dawid_skene_changed": changed,
+            "queue": {
+                "rule": queue,
+                "means": " or ".join(QUEUE_RULES[p] for p in parse_queue_rule(queue)) + " (and every resolved case)",
+                "n_cases": int(queued.sum()),
+                "n_items": int(queued.any(axis=1).sum()),
+            },
         },
         "llm_vs_consensus": llm,
         "grade": grade,
         "coverage": cov,
     }
-    queue = discussion_queue(grid, rubric, items)
+    queue_table = discussion_queue(grid, rubric, items, queue)
     clock.lap("queue")
-    result = AdjudicationResult(table, decisions, queue, _nan_to_none(agreement), cube.reviewers)
-    result.markdown = queue_markdown(queue, cube.reviewers, rubric, note)
+    result = AdjudicationResult(table, decisions, queue_table, _nan_to_none(agreement), cube.reviewers)
+    result.markdown = queue_markdown(queue_table, cube.reviewers, rubric, note, queue)
+    result.disagreements = queue_table if queue == "all" else discussion_queue(grid, rubric, items, "all")
     clock.lap("markdown")
     return result
 
 
-def _write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 def write_outputs(result: AdjudicationResult, out: str | Path, fmt: str = "csv") -> dict[str, Path]:
-    """Write ``adjudicated.<fmt>``, ``decisions.<fmt>``, ``discussion_queue.csv``, ``discussion_queue.md``
-    and ``agreement.json`` into ``out`` (each atomically)."""
+    """Write ``adjudicated.<fmt>``, ``decisions.<fmt>``, ``discussion_queue.csv``, ``discussion_queue.md``,
+    ``disagreements.csv`` (every non-unanimous case, for ``rubric diagnose``) and ``agreement.json`` into
+    ``out`` (each atomically)."""
     if fmt not in FORMATS:
         raise AdjudicateError(f"unknown format {fmt!r}; use {', '.join(FORMATS)}")
     d = Path(out)
@@ -397,8 +426,10 @@ def write_outputs(result: AdjudicationResult, out: str | Path, fmt: str = "csv")
         "decisions": write_table(result.decisions, d / f"decisions.{fmt}"),
         "queue": write_table(result.queue, d / "discussion_queue.csv"),
     }
-    _write_text(d / "discussion_queue.md", result.markdown)
-    _write_text(d / "agreement.json", json.dumps(result.agreement, indent=1, ensure_ascii=False) + "\n")
+    if result.disagreements is not None:
+        paths["disagreements"] = write_table(result.disagreements, d / "disagreements.csv")
+    atomic_write_text(d / "discussion_queue.md", result.markdown)
+    atomic_write_text(d / "agreement.json", json.dumps(result.agreement, indent=1, ensure_ascii=False) + "\n")
     paths["markdown"] = d / "discussion_queue.md"
     paths["agreement"] = d / "agreement.json"
     result.paths = paths
@@ -434,6 +465,7 @@ def run_adjudicate(
     seed: int = 0,
     expected_reviewers: int | None = None,
     pre_annotations: Sequence[str | Path] = (),
+    queue: str = DEFAULT_QUEUE,
 ) -> AdjudicationResult:
     """Read the inputs (files and/or a benchmark), adjudicate, write the outputs to ``out``.
 
@@ -474,7 +506,7 @@ def run_adjudicate(
                 "not expert-validated.")
     result = adjudicate(
         review_table, rb, item_table, preds, res, method, measurement, n_boot, seed, expected_reviewers, note=note,
-        pre_annotations=pre, skipped=skipped,
+        pre_annotations=pre, skipped=skipped, queue=queue,
     )
     write_outputs(result, out, fmt)
     return result

@@ -37,8 +37,19 @@ class DryRunReport:
     response_formats: dict[str, Any]
 
     @property
-    def est_cost_usd(self) -> float:
-        return sum(m.est_cost_usd or 0.0 for m in self.models)
+    def unpriced(self) -> list[str]:
+        """The models with requests to send whose price litellm does not know (local or custom models)."""
+        return [m.model for m in self.models if m.est_cost_usd is None and m.requests > 0]
+
+    @property
+    def est_cost_usd(self) -> float | None:
+        """The estimated cost of the models whose price is known; ``None`` when no model that has requests to
+        send has a known price (never a made-up $0). With some models unpriced (:attr:`unpriced`) it is a
+        lower bound: the priced models' part only."""
+        priced = [m for m in self.models if m.est_cost_usd is not None]
+        if self.unpriced and not any(m.requests > 0 for m in priced):
+            return None
+        return sum(m.est_cost_usd or 0.0 for m in priced)
 
 
 def dry_run(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig, show: int = 2) -> DryRunReport:

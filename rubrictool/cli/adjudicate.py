@@ -14,7 +14,7 @@ __all__ = ["adjudicate_cmd", "summary_lines", "summary_rows", "summary_table"]
 
 
 def summary_rows(agreement: dict[str, Any]) -> list[dict[str, str]]:
-    """One row of display strings per concept: α [CI], exact, % unanimous, flagged, best/worst."""
+    """One row of display strings per concept: α [CI], exact, % unanimous, flagged, queued, best/worst."""
 
     def f(x: Any, spec: str = ".3f") -> str:
         return "—" if x is None else format(x, spec)
@@ -29,6 +29,7 @@ def summary_rows(agreement: dict[str, Any]) -> list[dict[str, str]]:
                 "exact": f(c["exact"]),
                 "unanimous": "—" if c["unanimous"] is None else f"{100 * c['unanimous']:.1f}%",
                 "flagged": str(c["flagged"]),
+                "queued": str(c.get("queued", "—")),
                 "best": c["best_reviewer"] or "—",
                 "worst": c["worst_reviewer"] or "—",
             }
@@ -47,13 +48,14 @@ def summary_table(agreement: dict[str, Any]) -> Table:
         ("exact", "right"),
         ("unanimous", "right"),
         ("flagged", "right"),
+        ("queued", "right"),
         ("best", "left"),
         ("worst", "left"),
     ]:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in summary_rows(agreement):
         table.add_row(
-            r["concept"], r["alpha"], r["exact"], r["unanimous"], r["flagged"], r["best"], r["worst"]
+            r["concept"], r["alpha"], r["exact"], r["unanimous"], r["flagged"], r["queued"], r["best"], r["worst"]
         )
     return table
 
@@ -70,6 +72,13 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
             else ""
         )
     ]
+    q = a.get("queue")
+    if q:
+        lines.append(
+            f"discussion queue (--queue {q['rule']}): {q['n_cases']} case(s) over {q['n_items']} item(s) — {q['means']}"
+            + (f"; {a['flagged'] - q['n_cases']} other non-unanimous label(s) decided by the vote (--queue all lists them)"
+               if "all" not in q["rule"].split(",") and a["flagged"] > q["n_cases"] else "")
+        )
     under = agreement["under_reviewed"]["n_items"]
     if under:
         lines.append(
@@ -96,6 +105,19 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
         lines.append(
             f"{un['n_labels']} label(s) no reviewer saw ({un['n_items']} item(s) without any review) come from the "
             f"pre-annotations ({', '.join(un['models'])}; source {un['source']}); they are in no α"
+        )
+    unl = agreement.get("unlabelled") or {}
+    if unl.get("n_items"):
+        ids = unl["items"]
+        lines.append(
+            f"{unl['n_items']} item(s) have no valid label from any reviewer or model ({', '.join(ids[:10])}"
+            + (" ..." if unl["n_items"] > 10 else "")
+            + "): kept in the adjudicated table unlabelled (agreement.json lists them under unlabelled); train skips them"
+        )
+    if agreement.get("items_given") is False:
+        lines.append(
+            "no --items: the adjudicated table holds the concept labels only, with empty question, response and "
+            "grade columns; to train on it, re-run with --items ITEMS (e.g. the file `rubrictool data import` wrote)"
         )
     for model, per in agreement["llm_vs_consensus"].items():
         alphas = [v["alpha"] for v in per.values() if v["alpha"] is not None]
@@ -125,14 +147,18 @@ def adjudicate_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap and the coverage folds.")] = 0,
     expected_reviewers: Annotated[int | None, typer.Option("--expected-reviewers", help="Report items with fewer reviewers (default: all reviewers seen).")] = None,
     pre_annotations: Annotated[list[Path] | None, typer.Option("--pre-annotations", help="Prediction table(s) (LLM annotations, `review push --run` grader predictions): their majority vote labels every item and concept no reviewer labelled (routed review); those labels are marked and in no α.")] = None,
+    queue: Annotated[str, typer.Option("--queue", help="What goes to the discussion queue: all (every non-unanimous label), ties, gap2 (reviewers two or more levels apart); combine with commas. Default: ties,gap2.")] = "ties,gap2",
     from_label_studio: Annotated[str | None, typer.Option("--from-label-studio", help="First pull the reviews of this Label Studio project (title or id; connection from $LABEL_STUDIO_URL/$LABEL_STUDIO_API_KEY or `review serve`) into --out/reviews_label_studio.csv.")] = None,
 ) -> None:
     """Agreement (Krippendorff's α per concept, pairwise, per reviewer, LLM vs consensus, coverage) and adjudication.
 
-    Writes adjudicated.<format> (the training table), decisions.<format>, discussion_queue.csv/.md
-    and agreement.json into --out.
+    Writes adjudicated.<format> (the training table), decisions.<format>, discussion_queue.csv/.md (the
+    cases --queue selects), disagreements.csv (every non-unanimous case) and agreement.json into --out.
+    Give --items (the item file) so the table has the answers and grades that train needs.
 
     Example: rubrictool adjudicate --benchmark mohler --out runs/mohler/adjudicated
+
+    Example: rubrictool adjudicate --rubric science.yaml --reviews predictions.jsonl --items items.csv --queue all --out llm-panel/
     """
     from rubrictool.adjudicate import run_adjudicate
     from rubrictool.review import pull_for_adjudicate
@@ -146,7 +172,7 @@ def adjudicate_cmd(
             rubric=rubric, reviews=reviews or [], benchmark=benchmark, items=items, data_dir=data_dir,
             predictions=predictions, resolutions=resolutions, method=method, measurement=level_of_measurement, out=out,
             fmt=fmt, n_boot=bootstrap, seed=seed, expected_reviewers=expected_reviewers,
-            pre_annotations=pre_annotations or [],
+            pre_annotations=pre_annotations or [], queue=queue,
         )
     console.print(summary_table(result.agreement))
     for line in summary_lines(result.agreement):

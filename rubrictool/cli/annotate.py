@@ -42,9 +42,16 @@ def print_dry_run(report: DryRunReport, con: Console) -> None:
             ", ".join(str(n) for n in m.first_prompt_tokens), f"{m.est_completion_tokens:,}", cost,
         )
     con.print(table)
+    total, unpriced = report.est_cost_usd, report.unpriced
+    if total is None:
+        cost = f"unknown (no price known for {', '.join(unpriced)})"
+    elif unpriced:
+        cost = f"${total:.4f} for the priced models, plus an unknown amount for {', '.join(unpriced)} (no price known)"
+    else:
+        cost = f"${total:.4f}"
     con.print(
-        f"estimated cost of the whole run: ${report.est_cost_usd:.4f} (repair rounds and reasoning tokens not "
-        "included; the budget reserves prompt + --max-tokens per request)"
+        f"estimated cost of the whole run: {cost} (repair rounds and reasoning tokens not "
+        "included; the budget reserves prompt + --max-tokens per request)", markup=False, highlight=False,
     )
 
 

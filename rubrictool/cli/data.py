@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -131,3 +131,98 @@ def data_split(
         raise DataError(f"--ratios {ratios!r}: give exactly three shares (train,dev,test)")
     sizes = split_to_file(source, out, seed, (parts[0], parts[1], parts[2]), data_dir)
     console.print(f"wrote {out}: " + ", ".join(f"{k} {v}" for k, v in sizes.items()) + f" (seed {seed})", soft_wrap=True)
+
+
+def _import_lines(rep: Any) -> list[str]:
+    """What `data import` found, one statement per line (the library's ImportReport, in words)."""
+    lines = []
+    where = f" (sheet {rep.sheet!r}" + (f"; other sheets: {', '.join(map(repr, rep.other_sheets))}" if rep.other_sheets else "") + ")" if rep.sheet else ""
+    lines.append(f"read {rep.source}{where}: {rep.n_rows} rows" + (f" ({rep.blank_rows} blank row(s) skipped)" if rep.blank_rows else ""))
+    shown = [f"{k} <- {rep.mapping[k]!r}" + (" (guessed)" if k in rep.guessed else "") for k in
+             ("id", "question", "response", "reference", "context", "grade") if k in rep.mapping]
+    lines.append("columns: " + ", ".join(shown))
+    missing = [k for k in ("question", "reference", "grade") if k not in rep.mapping]
+    if missing:
+        lines.append(f"no column found for: {', '.join(missing)} (map one with --columns {missing[0]}=HEADER)")
+    if rep.unused:
+        lines.append("kept as extra columns: " + ", ".join(map(repr, rep.unused)))
+    made = "<question>.<n>" if "question" in rep.mapping else "<n> (row order)"
+    if rep.ids == "made":
+        lines.append(f"ids: the file has no id column; made ids {made}")
+    elif rep.ids == "remade":
+        rep_ids = ", ".join(rep.repeated_ids[:5]) + (" ..." if len(rep.repeated_ids) > 5 else "")
+        lines.append(
+            f"ids: column {rep.mapping['id']!r} repeats or leaves out ids ({len(rep.repeated_ids)}: {rep_ids}); made unique "
+            f"ids {made}; the file's ids are kept in column {rep.id_column_kept_as}"
+        )
+    else:
+        lines.append(f"ids: column {rep.mapping['id']!r}, all unique")
+    if rep.n_questions is not None:
+        lines.append(f"questions: {rep.n_questions}")
+    g = rep.grade
+    if g:
+        if g["min"] is None:
+            lines.append(f"grade ({g['column']!r}): every cell is empty")
+        else:
+            hist = ", ".join(f"{k}: {v}" for k, v in g["histogram"].items())
+            kind = "integers" if g["integer"] else "NOT all integers (the trainer needs integer grades)"
+            lines.append(
+                f"grade ({g['column']!r}): {g['min']:g}..{g['max']:g}, {kind}; answers per grade {hist}"
+                + (f"; {g['n_missing']} missing" if g["n_missing"] else "")
+                + ("; true/false read as 1/0" if g["booleans"] else "")
+            )
+            lines.append(f"  in the rubric: grade: {{min: {g['min']:g}, max: {g['max']:g}}} (or --grade-min/--grade-max of rubric new)")
+    if rep.empty_responses:
+        lines.append(f"empty responses: {len(rep.empty_responses)}: " + "; ".join(rep.empty_responses[:10])
+                     + (" ..." if len(rep.empty_responses) > 10 else ""))
+    else:
+        lines.append("empty responses: none")
+    if rep.duplicate_rows:
+        lines.append(f"repeated rows: {len(rep.duplicate_rows)} row(s) repeat an earlier row in every column: "
+                     + "; ".join(rep.duplicate_rows[:10]) + (" ..." if len(rep.duplicate_rows) > 10 else "")
+                     + " (kept; delete them in the file if they were pasted twice)")
+    else:
+        lines.append("repeated rows: none")
+    if rep.duplicate_answers:
+        lines.append(f"{rep.duplicate_answers} answers share their text with another answer to the same question (kept)")
+    return lines
+
+
+@app.command("import")
+@handle_errors
+def data_import(
+    file: Annotated[Path, typer.Argument(help="The course's answer file: .csv, .tsv, .jsonl, .parquet or .xlsx.")],
+    out: OutOpt = Path("items.csv"),
+    columns: Annotated[
+        str | None,
+        typer.Option("--columns", help=(
+            "Map item-table columns to the file's headers, e.g. response=answer,reference=reference_answer,grade=correct "
+            "(id, question, response, reference, context, grade; 'grade=' maps none). Unmapped ones are guessed."
+        )),
+    ] = None,
+    sheet: Annotated[str | None, typer.Option("--sheet", help="XLSX sheet to read (default: the first).")] = None,
+    drop_empty: Annotated[
+        bool, typer.Option("--drop-empty", help="Leave out answers with an empty response (listed); without it they stop the import.")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what the import finds; write nothing.")] = False,
+) -> None:
+    """Import a course's own answer file (its own headers) as an item table every later stage reads.
+
+    Guesses the columns (answer/response/student_answer, reference_answer/model_answer/key, score/grade/mark/
+    points/correct, question/prompt/item, id/student_id, ...) case- and space-insensitively and prints the
+    mapping; makes ids unique as <question>.<n> when the file has none or repeats them; reports the grade
+    scale, empty responses and repeated rows before anything is written.
+
+    Example: rubrictool data import science.xlsx --out items.csv --columns response=answer,grade=correct
+    """
+    from rubrictool.data.importer import read_course_file, write_course_items
+
+    imported = read_course_file(file, columns, sheet)
+    for line in _import_lines(imported.report):
+        console.print(escape(line), soft_wrap=True, highlight=False)
+    if dry_run:
+        console.print("dry run: nothing written", highlight=False)
+        return
+    path = write_course_items(imported, out, drop_empty)
+    left = f" ({len(imported.report.empty_responses)} empty response(s) left out)" if imported.report.dropped_empty else ""
+    console.print(f"wrote {escape(str(path))}: {imported.report.n_written} items{left}", soft_wrap=True, highlight=False)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rubrictool.atomic import publish
 from rubrictool.errors import DataError
 
 __all__ = ["kfold_splits", "load_split", "save_split", "split_items"]
@@ -112,7 +113,7 @@ def save_split(
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     with os.fdopen(fd, "w") as fh:
         json.dump(payload, fh, indent=1)
-    os.replace(tmp, p)
+    publish(tmp, p)  # umask-respecting mode, then the rename
     return p
 
 

@@ -231,8 +231,10 @@ def diagnose_dir(
         from rubrictool.adjudicate import read_reviews
 
         rev = read_reviews(reviews)
-    elif (d / "discussion_queue.csv").is_file():
-        queue = pd.read_csv(d / "discussion_queue.csv", dtype={"item": str})
+    elif (d / "disagreements.csv").is_file() or (d / "discussion_queue.csv").is_file():
+        # every non-unanimous case; the discussion queue holds only what --queue selects (older folders: the queue)
+        name = "disagreements.csv" if (d / "disagreements.csv").is_file() else "discussion_queue.csv"
+        queue = pd.read_csv(d / name, dtype={"item": str})
         rev = queue_reviews(queue, [str(r) for r in agreement.get("reviewers", [])])
     pc = None
     if run is not None:

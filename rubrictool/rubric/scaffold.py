@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
+from rubrictool.atomic import atomic_write_text
 from rubrictool.errors import RubricError
 from rubrictool.rubric.load import parse_rubric
 from rubrictool.rubric.schema import _KEY_PATTERN
@@ -24,9 +22,13 @@ _SCAFFOLD_HEAD = """\
 #   * cover the rubric axes that decide the holistic grade,
 #   * keep concepts non-redundant (each one adds distinct evidence),
 #   * give every level an anchor descriptor an expert can apply consistently.
+#
+# Free text sits in `>-` blocks: replace the TODO line under `name: >-`, `anchor: >-`, ... with your
+# own words on indented lines; commas, colons, quotes, braces and '#' are all fine there.
 
 name: {name}          # file/rubric id: letters, digits, _ . -
-title: {title_q}
+title: >-
+  {title}
 version: "0.1"        # bump it whenever definitions or anchors change; runs record it
 description: >-
   TODO: one or two sentences on the course, the task and who graded it.
@@ -49,22 +51,36 @@ concepts:
 
 _SCAFFOLD_CONCEPT = """\
   - key: {key}             # short id used in label files and model outputs
-    name: TODO name of {key}
+    name: >-
+      TODO: name of {key}
     group: null          # optional cluster, e.g. "Correctness and coverage"
     definition: >-
       TODO: the extent to which the answer ... (what {key} measures, in one sentence).
     levels:              # contiguous, ascending; one anchor descriptor per level
 {levels}
-    examples:            # illustrative excerpts for reviewers (optional question/reference/note)
-      - {{text: "TODO: an excerpt of a response at the top level", level: {top}, note: TODO why}}
+    examples:            # illustrative excerpts for reviewers (optional: question, reference, note)
+      - level: {top}
+        text: >-
+          TODO: an excerpt of a response at the top level
+        note: >-
+          TODO: why this excerpt is at level {top}
 """
+
+_SCAFFOLD_LEVEL = """\
+      - value: {value}
+        anchor: >-
+          TODO: what a level-{value} response shows for {key}"""
 
 
 def scaffold_rubric(
     name: str, keys: list[str], levels: int = 3, grade_min: int = 0, grade_max: int = 5,
     title: str | None = None, file: str | None = None,
 ) -> str:
-    """The text of a commented rubric YAML for a new course; it validates and loads as is."""
+    """The text of a commented rubric YAML for a new course; it validates and loads as is.
+
+    Every text a teacher replaces is a folded block scalar (``>-``), never a ``{...}`` flow mapping or a
+    plain scalar, so what they type there (commas, colons, quotes, braces) cannot break the YAML;
+    the TODO placeholders are what ``rubric lint`` flags."""
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", name):
         raise RubricError(f"rubric name {name!r}: use letters, digits, '_', '.' or '-' (e.g. cs101)")
     if not keys:
@@ -79,17 +95,14 @@ def scaffold_rubric(
         raise RubricError(f"{levels} level(s): a concept needs at least 2 ordinal levels", hint="set --levels")
     if grade_max <= grade_min:
         raise RubricError(f"grade scale {grade_min}..{grade_max}: max must be greater than min")
-    t = title or f"{name} (TODO: course title)"
+    t = " ".join((title or f"{name} (TODO: course title)").split())  # one line: it also goes into a comment
     head = _SCAFFOLD_HEAD.format(
-        name=name, title=t, title_q=json.dumps(t), levels=levels, gmin=grade_min, gmax=grade_max,
+        name=name, title=t, levels=levels, gmin=grade_min, gmax=grade_max,
         file=file or f"{name}.yaml",
     )
     body = []
     for k in keys:
-        lv = "\n".join(
-            f'      - {{value: {v}, anchor: "TODO: what a level-{v} response shows for {k}"}}'
-            for v in range(1, levels + 1)
-        )
+        lv = "\n".join(_SCAFFOLD_LEVEL.format(value=v, key=k) for v in range(1, levels + 1))
         body.append(_SCAFFOLD_CONCEPT.format(key=k, levels=lv, top=levels))
     text = head + "".join(body)
     parse_rubric(text, file or f"{name}.yaml")  # the scaffold must always load
@@ -101,12 +114,7 @@ def write_scaffold(path: str | Path, text: str, force: bool = False) -> Path:
     p = Path(path)
     if p.exists() and not force:
         raise RubricError(f"{p}: already exists", hint="pick another --out or pass --force to overwrite it")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, p)
-    return p
+    return atomic_write_text(p, text)
 
 
 def new_rubric_file(

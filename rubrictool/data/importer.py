@@ -1,0 +1,433 @@
+"""Importing a course's own answer file (CSV, TSV, JSONL, Parquet or XLSX) as an ItemTable.
+
+A teacher's spreadsheet has its own headers (``answer``, ``reference_answer``, ``correct``, ...). The
+import maps them onto the ItemTable's columns (``id, question, response, reference, context, grade``),
+guessing common header names case- and space-insensitively unless ``columns`` says otherwise, makes
+ids unique when the file has none or repeats them, and reports what it found — the mapping, the grade
+scale, empty responses, repeated rows — before anything is written (:func:`read_course_file`, then
+:func:`write_course_items`; :func:`import_items` does both).
+
+Row numbers in messages count data rows from 1 below the header; for XLSX they are the spreadsheet's
+own row numbers (the header is row 1).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rubrictool.errors import DataError
+from rubrictool.io import read_table, write_table
+from rubrictool.tables import ITEM_COLUMNS, validate_items
+
+__all__ = [
+    "HEADER_GUESSES",
+    "IMPORT_FORMATS",
+    "ImportReport",
+    "ImportedItems",
+    "import_items",
+    "parse_columns",
+    "read_course_file",
+    "write_course_items",
+]
+
+IMPORT_FORMATS = {
+    ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet",
+    ".xlsx": "xlsx", ".xlsm": "xlsx",
+}
+
+HEADER_GUESSES: dict[str, tuple[str, ...]] = {
+    "id": ("id", "item_id", "answer_id", "response_id", "submission_id", "student_id", "uid", "row_id"),
+    "question": ("question", "question_text", "prompt", "item", "task", "question_id", "qid"),
+    "response": (
+        "response", "answer", "student_answer", "student_response", "answer_text", "response_text",
+        "student_text", "submission", "essay", "candidate",
+    ),
+    "reference": (
+        "reference", "reference_answer", "model_answer", "key", "answer_key", "correct_answer", "desired_answer",
+        "ideal_answer", "expected_answer", "sample_answer", "solution",
+    ),
+    "context": ("context", "passage", "source_text", "reading"),
+    "grade": ("grade", "score", "mark", "marks", "points", "correct", "total", "final_grade", "label"),
+}
+"""Header names tried per ItemTable column, in order of preference (compared lower-case, ignoring spaces,
+``_`` and ``-``): the first header of the file matching a column's list is used."""
+
+_TRUE = {"true", "yes", "y"}
+_FALSE = {"false", "no", "n"}
+
+
+def _norm(name: object) -> str:
+    return re.sub(r"[\s_\-]+", "", str(name)).lower()
+
+
+@dataclass
+class ImportReport:
+    """What an import found, said before anything is written."""
+
+    source: str
+    fmt: str
+    sheet: str | None = None
+    other_sheets: list[str] = field(default_factory=list)
+    n_rows: int = 0
+    """Data rows read (blank rows excluded)."""
+    blank_rows: int = 0
+    mapping: dict[str, str] = field(default_factory=dict)
+    """ItemTable column -> the file's header it comes from."""
+    guessed: list[str] = field(default_factory=list)
+    """The ItemTable columns whose header was guessed (not given in ``columns``)."""
+    unused: list[str] = field(default_factory=list)
+    """Headers kept as extra columns (renamed ``source_<name>`` when the name is an ItemTable column)."""
+    ids: str = "kept"
+    """kept (the file's ids, unique), made (the file has no id column) or remade (the file repeats ids)."""
+    repeated_ids: list[str] = field(default_factory=list)
+    id_column_kept_as: str | None = None
+    grade: dict[str, Any] = field(default_factory=dict)
+    """min, max, integer, n_missing, histogram, booleans (true/false read as 1/0)."""
+    n_questions: int | None = None
+    empty_responses: list[str] = field(default_factory=list)
+    """Where each empty response is ("row 7 (id bio.3)")."""
+    dropped_empty: bool = False
+    duplicate_rows: list[str] = field(default_factory=list)
+    """Rows that repeat an earlier row in every column of the file ("row 9 = row 4")."""
+    duplicate_answers: int = 0
+    """Answers whose text repeats another answer to the same question (not identical rows)."""
+    n_written: int = 0
+    out: str | None = None
+
+
+@dataclass
+class ImportedItems:
+    """The ItemTable an import will write, and its report."""
+
+    items: pd.DataFrame
+    report: ImportReport
+
+
+def parse_columns(spec: str | None) -> dict[str, str | None]:
+    """``response=answer,grade=correct`` -> {"response": "answer", "grade": "correct"}; an empty right side
+    (``grade=``) means "no such column" (a guess is not used)."""
+    out: dict[str, str | None] = {}
+    if not spec:
+        return out
+    for part in spec.split(","):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise DataError(
+                f"--columns {spec!r}: {part.strip()!r} is not COLUMN=HEADER; e.g. --columns response=answer,grade=correct"
+            )
+        key, _, header = part.partition("=")
+        key = key.strip().lower()
+        if key not in ITEM_COLUMNS:
+            raise DataError(
+                f"--columns: {key!r} is not an item table column; map one of {', '.join(ITEM_COLUMNS)} "
+                "(e.g. response=answer)"
+            )
+        if key in out:
+            raise DataError(f"--columns: {key} is mapped twice")
+        out[key] = header.strip() or None
+    return out
+
+
+def _read_raw(path: Path, fmt: str, sheet: str | None, report: ImportReport) -> pd.DataFrame:
+    """The file as a DataFrame of strings/numbers, headers as written (stripped)."""
+    if sheet is not None and fmt != "xlsx":
+        raise DataError(f"{path}: --sheet is for XLSX workbooks; this is a {fmt.upper()} file")
+    if fmt in ("csv", "tsv"):
+        try:
+            df = pd.read_csv(
+                path, sep="\t" if fmt == "tsv" else ",", dtype=str, keep_default_na=False, na_values=[""],
+                index_col=False, encoding="utf-8-sig",
+            )
+        except UnicodeDecodeError:
+            raise DataError(
+                f"{path}: not UTF-8 text; save it as 'CSV UTF-8' (Excel) or re-encode it to UTF-8"
+            ) from None
+        except (ValueError, pd.errors.ParserError, OSError) as e:
+            first = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+            raise DataError(f"{path}: cannot read as {fmt.upper()}: {first}") from None
+    elif fmt == "xlsx":
+        try:
+            book = pd.ExcelFile(path, engine="openpyxl")
+        except ImportError:
+            raise DataError(
+                "reading XLSX needs openpyxl", hint="pip install openpyxl (a rubrictool dependency)"
+            ) from None
+        except (ValueError, OSError, KeyError) as e:
+            raise DataError(f"{path}: cannot read as XLSX ({e.__class__.__name__}: {e}); is it an Excel workbook?") from None
+        names = [str(n) for n in book.sheet_names]
+        if sheet is not None and sheet not in names:
+            raise DataError(f"{path}: no sheet {sheet!r}; its sheets: {', '.join(map(repr, names))}; pass --sheet NAME")
+        if not names:
+            raise DataError(f"{path}: the workbook has no sheets")
+        chosen = sheet if sheet is not None else names[0]
+        report.sheet, report.other_sheets = chosen, [n for n in names if n != chosen]
+        df = book.parse(chosen, dtype=object)
+        book.close()
+    else:
+        df = read_table(path)  # JSONL, Parquet: io's reader and its errors
+    df.columns = [str(c).strip() for c in df.columns]
+    unnamed = [c for c in df.columns if c.startswith("Unnamed:") and df[c].isna().all()]
+    df = df.drop(columns=unnamed)
+    if df.columns.duplicated().any():
+        dup = df.columns[df.columns.duplicated()][0]
+        raise DataError(f"{path}: two columns are headed {dup!r}; give every column its own header")
+    return df
+
+
+def _num(x: float) -> str:
+    """3.0 -> "3", 2.5 -> "2.5"."""
+    return str(int(x)) if x.is_integer() else str(x)
+
+
+def _where(report: ImportReport, pos: int) -> str:
+    """A data row (0-based position in the file's data rows) as the user finds it."""
+    return f"row {pos + 2}" if report.fmt == "xlsx" else f"row {pos + 1}"
+
+
+def _map_columns(headers: list[str], given: dict[str, str | None], path: Path) -> tuple[dict[str, str], list[str]]:
+    by_norm: dict[str, str] = {}
+    for h in headers:
+        by_norm.setdefault(_norm(h), h)
+    mapping: dict[str, str] = {}
+    for key, header in given.items():
+        if header is None:
+            continue
+        if header in headers:
+            mapping[key] = header
+        elif _norm(header) in by_norm:
+            mapping[key] = by_norm[_norm(header)]
+        else:
+            raise DataError(
+                f"{path}: --columns {key}={header}: no column {header!r}; its headers: {', '.join(map(repr, headers))}"
+            )
+    taken = set(mapping.values())
+    doubled = [h for h in taken if list(mapping.values()).count(h) > 1]
+    if doubled:
+        raise DataError(f"--columns: header {doubled[0]!r} is mapped to two columns")
+    guessed = []
+    for key in ITEM_COLUMNS:
+        if key in given:
+            continue
+        for cand in HEADER_GUESSES[key]:
+            found = by_norm.get(_norm(cand))
+            if found is not None and found not in taken:
+                mapping[key] = found
+                taken.add(found)
+                guessed.append(key)
+                break
+    return mapping, guessed
+
+
+def _grades(col: pd.Series, report: ImportReport, header: str, path: Path) -> pd.Series:
+    """The grade column as numbers (true/false/yes/no read as 1/0); a cell that is no number is an error."""
+    text = col.map(lambda v: None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v).strip())
+    low = text.str.lower()
+    booleans = low.isin(_TRUE | _FALSE)
+    num = pd.to_numeric(text.where(~booleans), errors="coerce")
+    num = num.where(~booleans, low.isin(_TRUE).astype(float))
+    bad = num.isna() & text.notna() & text.ne("")
+    if bad.any():
+        pos = int(np.flatnonzero(bad.to_numpy())[0])
+        raise DataError(
+            f"{path}: {_where(report, pos)}, column {header!r}: grade {text.iloc[pos]!r} is not a number "
+            f"({int(bad.sum())} such cell(s)); map the grades to numbers first (e.g. A=4, B=3) or map another "
+            "column with --columns grade=HEADER"
+        )
+    have = num.dropna()
+    integer = bool((have == have.round()).all())
+    hist = have.value_counts().sort_index()
+    report.grade = {
+        "column": header,
+        "min": float(have.min()) if len(have) else None,
+        "max": float(have.max()) if len(have) else None,
+        "integer": integer,
+        "n_missing": int(num.isna().sum()),
+        "histogram": {_num(float(k)): int(v) for k, v in zip(hist.index.tolist(), hist.tolist())},
+        "booleans": bool(booleans.any()),
+    }
+    return num.astype("Int64") if integer else num
+
+
+def _check_nul(df: pd.DataFrame, report: ImportReport, path: Path) -> None:
+    for col in df.columns:
+        s = df[col]
+        if pd.api.types.is_numeric_dtype(s.dtype):
+            continue
+        has = s.map(lambda v: isinstance(v, str) and "\x00" in v)
+        if has.any():
+            pos = int(np.flatnonzero(has.to_numpy())[0])
+            raise DataError(
+                f"{path}: {_where(report, pos)}, column {col!r}: the cell contains a NUL byte ({int(has.sum())} such "
+                "cell(s)); remove it — a NUL usually means a binary file or the wrong encoding"
+            )
+
+
+def _question_tags(q: pd.Series) -> pd.Series:
+    """A short id per question for made ids: the question itself when it is a short token (``Q3``,
+    ``1.2``), else ``q1, q2, ...`` in order of first appearance."""
+    uniq = list(dict.fromkeys(q.tolist()))
+    short = all(re.fullmatch(r"[A-Za-z0-9._-]{1,24}", u) for u in uniq)
+    tags = {u: (u if short else f"q{i}") for i, u in enumerate(uniq, 1)}
+    return q.map(tags)
+
+
+def read_course_file(
+    path: str | Path,
+    columns: dict[str, str | None] | str | None = None,
+    sheet: str | None = None,
+) -> ImportedItems:
+    """Read a course's answer file into an ItemTable plus a report of what was found; writes nothing.
+
+    ``columns`` maps ItemTable columns to the file's headers (``{"response": "answer"}`` or the CLI's
+    ``response=answer,...``); columns not given are guessed from :data:`HEADER_GUESSES`. Other headers
+    are kept as extra columns. Ids: the file's id column when its values are unique; otherwise (none,
+    or repeated) ``<question>.<n>`` (n counting the question's answers from 1; ``<n>`` without a
+    question column), the file's ids kept as ``source_id``. Empty responses stay in the table and are
+    listed in the report (:func:`write_course_items` refuses or drops them).
+    """
+    p = Path(path)
+    fmt = IMPORT_FORMATS.get(p.suffix.lower())
+    if fmt is None:
+        hint = "save it as .xlsx or .csv" if p.suffix.lower() in (".xls", ".ods", ".numbers") else ""
+        raise DataError(
+            f"{p}: unknown file type {p.suffix!r}; import reads .csv, .tsv, .jsonl, .parquet or .xlsx"
+            + (f" ({hint})" if hint else "")
+        )
+    if not p.is_file():
+        raise DataError(f"{p}: no such file; check the path")
+    given = parse_columns(columns) if isinstance(columns, str) or columns is None else dict(columns)
+    report = ImportReport(source=str(p), fmt=fmt)
+    raw = _read_raw(p, fmt, sheet, report)
+    blank = raw.apply(lambda c: c.isna() | c.astype(str).str.strip().eq("")).all(axis=1)
+    report.blank_rows = int(blank.sum())
+    raw = raw.loc[~blank.to_numpy()].reset_index(drop=True)
+    report.n_rows = len(raw)
+    if len(raw) == 0:
+        raise DataError(f"{p}: no data rows" + (f" in sheet {report.sheet!r}" if report.sheet else ""))
+    headers = list(raw.columns)
+    mapping, guessed = _map_columns(headers, given, p)
+    report.mapping, report.guessed = mapping, guessed
+    if "response" not in mapping:
+        raise DataError(
+            f"{p}: no column for the students' answers among its headers ({', '.join(map(repr, headers))})",
+            hint="name it with --columns response=HEADER",
+        )
+    _check_nul(raw, report, p)
+
+    items = pd.DataFrame(index=raw.index)
+    for key in ITEM_COLUMNS:
+        if key in mapping and key not in ("id", "grade"):
+            col = raw[mapping[key]]
+            items[key] = col.map(lambda v: None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
+    if "grade" in mapping:
+        items["grade"] = _grades(raw[mapping["grade"]], report, mapping["grade"], p)
+    if "question" in items.columns:
+        items["question"] = items["question"].fillna("").str.strip()
+        report.n_questions = int(items["question"].nunique())
+
+    # ids: the file's when unique, else <question>.<n>
+    id_col = mapping.get("id")
+    file_ids = None
+    if id_col is not None:
+        file_ids = raw[id_col].map(
+            lambda v: None if v is None or (isinstance(v, float) and np.isnan(v)) else
+            (str(int(v)) if isinstance(v, float) and v.is_integer() else str(v).strip())
+        )
+    if file_ids is not None and file_ids.notna().all() and file_ids.ne("").all() and not file_ids.duplicated().any():
+        items.insert(0, "id", file_ids)
+    else:
+        if file_ids is not None:
+            report.ids = "remade"
+            rep = file_ids[file_ids.duplicated(keep=False) | file_ids.isna() | file_ids.eq("")]
+            report.repeated_ids = [str(x) for x in dict.fromkeys(rep.fillna("(empty)").tolist())]
+            report.id_column_kept_as = "source_id"
+        else:
+            report.ids = "made"
+        if "question" in items.columns:
+            tags = _question_tags(items["question"])
+            n = items.groupby(tags, sort=False).cumcount() + 1
+            made = tags.astype(str) + "." + n.astype(str)
+        else:
+            made = pd.Series([str(i) for i in range(1, len(items) + 1)], index=items.index)
+        items.insert(0, "id", made)
+        if file_ids is not None:
+            items["source_id"] = file_ids
+
+    # extra columns, kept under their own names (source_<name> when the name is taken)
+    used = set(mapping.values())
+    for h in headers:
+        if h in used:
+            continue
+        name = h if h not in items.columns else f"source_{h}"
+        col = raw[h]
+        kinds = {type(v) for v in col.dropna().tolist()}
+        if len(kinds) > 1:  # e.g. 101 and "s2" in one spreadsheet column: text, so every format can store it
+            col = col.map(lambda v: None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
+        items[name] = col
+        report.unused.append(h)
+
+    # what to tell before writing: empty responses, repeated rows
+    resp = items["response"]
+    empty = resp.isna() | resp.fillna("").str.strip().eq("")
+    report.empty_responses = [
+        f"{_where(report, int(pos))} (id {items['id'].iloc[int(pos)]})" for pos in np.flatnonzero(empty.to_numpy())
+    ]
+    keyed = items.drop(columns="id").astype(str)  # every column of the file (made ids aside)
+    dup = keyed.duplicated(keep="first")
+    if dup.any():
+        firsts = keyed.drop_duplicates(keep="first")
+        first_pos = {tuple(r): i for i, r in zip(firsts.index, firsts.itertuples(index=False, name=None))}
+        for pos in np.flatnonzero(dup.to_numpy()):
+            row = tuple(keyed.iloc[int(pos)])
+            report.duplicate_rows.append(f"{_where(report, int(pos))} = {_where(report, int(first_pos[row]))}")
+    same_text = items.loc[~empty & ~dup, [c for c in ("question", "response") if c in items.columns]]
+    report.duplicate_answers = int(same_text.assign(response=same_text["response"].str.strip().str.lower())
+                                   .duplicated(keep=False).sum())
+    validate_items(items.loc[~empty.to_numpy()], str(p))  # what every later stage will check
+    return ImportedItems(items.reset_index(drop=True), report)
+
+
+def write_course_items(imported: ImportedItems, out: str | Path, drop_empty: bool = False) -> Path:
+    """Write an imported ItemTable (CSV/JSONL/Parquet by the suffix of ``out``, atomically).
+
+    Empty responses (listed in the report) are refused — no later stage accepts them — unless
+    ``drop_empty``, which leaves them out (``report.dropped_empty``)."""
+    o = Path(out)
+    src = Path(imported.report.source)
+    if o.exists() and src.exists() and o.resolve() == src.resolve():
+        raise DataError(f"--out {o} is the file being imported; write the item table to another file")
+    rep = imported.report
+    items = imported.items
+    if rep.empty_responses:
+        if not drop_empty:
+            shown = "; ".join(rep.empty_responses[:5]) + (" ..." if len(rep.empty_responses) > 5 else "")
+            raise DataError(
+                f"{rep.source}: {len(rep.empty_responses)} empty response(s): {shown}; nothing written",
+                hint="fill them in, or pass --drop-empty to leave them out (they stay listed, never dropped silently)",
+            )
+        resp = items["response"]
+        items = items.loc[~(resp.isna() | resp.fillna("").str.strip().eq("")).to_numpy()].reset_index(drop=True)
+        imported.items, rep.dropped_empty = items, True
+    path = write_table(items, o)
+    imported.report.n_written, imported.report.out = len(imported.items), str(path)
+    return path
+
+
+def import_items(
+    path: str | Path,
+    out: str | Path,
+    columns: dict[str, str | None] | str | None = None,
+    sheet: str | None = None,
+    drop_empty: bool = False,
+) -> ImportedItems:
+    """:func:`read_course_file`, then :func:`write_course_items` to ``out``."""
+    imported = read_course_file(path, columns, sheet)
+    write_course_items(imported, out, drop_empty)
+    return imported

@@ -1,0 +1,219 @@
+"""`rubrictool data import`: a course's own file (XLSX/CSV/JSONL/Parquet, its own headers) → an ItemTable.
+
+The fixture is a small science course, not Mohler: headers answer/reference_answer/correct, a student id
+repeated across questions, one empty answer, grades 0-2, a second sheet.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from rubrictool.cli import app
+from rubrictool.data.importer import import_items, parse_columns, read_course_file, write_course_items
+from rubrictool.errors import DataError
+from rubrictool.tables import read_items
+
+runner = CliRunner()
+
+QUESTIONS = {
+    "What does a plant need for photosynthesis?": "Light, water and carbon dioxide.",
+    "What causes erosion of a river bank?": "Flowing water carries soil and rock away.",
+}
+ANSWERS = [
+    ["sunlight water and CO2", "light and water", "soil", "Light, water and carbon dioxide, in the leaves", "  "],
+    ["water moving takes the soil", "wind", "the river water carries sand away", "rocks", "water moving takes the soil"],
+]
+GRADES = [[2, 1, 0, 2, 0], [2, 0, 2, 0, 2]]
+
+
+def science_frame() -> pd.DataFrame:
+    rows = []
+    for (q, ref), answers, grades in zip(QUESTIONS.items(), ANSWERS, GRADES, strict=True):
+        for i, (a, g) in enumerate(zip(answers, grades, strict=True)):
+            rows.append({"Student ID": f"s{i + 1}", "Question": q, "answer": a, "reference_answer": ref,
+                         "correct": g, "Teacher note": "ok" if g == 2 else None})
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture
+def science_xlsx(tmp_path: Path) -> Path:
+    path = tmp_path / "science.xlsx"
+    with pd.ExcelWriter(path) as w:
+        science_frame().to_excel(w, sheet_name="answers", index=False)
+        pd.DataFrame({"remark": ["graded by two teachers"]}).to_excel(w, sheet_name="notes", index=False)
+    return path
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    res = runner.invoke(app, ["data", "import", *args])
+    return res.exit_code, res.output
+
+
+def test_xlsx_course_guesses_columns_makes_ids_and_refuses_empty_answers_before_writing(
+    science_xlsx: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "items.csv"
+    code, text = invoke(str(science_xlsx), "--out", str(out))
+    assert code == 1
+    assert not out.exists()  # nothing written
+    flat = " ".join(text.split())
+    # the report came first: mapping, ids, grade scale, the empty answer with its row and made id
+    assert "response <- 'answer' (guessed)" in flat and "grade <- 'correct' (guessed)" in flat
+    assert "reference <- 'reference_answer' (guessed)" in flat and "question <- 'Question' (guessed)" in flat
+    assert "other sheets: 'notes'" in flat
+    assert "repeats or leaves out ids" in flat and "source_id" in flat
+    assert "grade ('correct'): 0..2, integers" in flat
+    assert "empty responses: 1: row 6 (id q1.5)" in flat  # spreadsheet row 6 (the header is row 1)
+    assert "--drop-empty" in flat
+
+    code, text = invoke(str(science_xlsx), "--out", str(out), "--drop-empty")
+    assert code == 0, text
+    items = read_items(out)  # the reader every later stage uses
+    assert len(items) == 9
+    assert items["id"].tolist()[:4] == ["q1.1", "q1.2", "q1.3", "q1.4"]
+    assert items["id"].is_unique
+    assert items.loc[items["id"] == "q2.5", "source_id"].item() == "s5"
+    assert items.loc[items["id"] == "q1.2", "grade"].item() == 1
+    assert set(items["reference"]) == set(QUESTIONS.values())
+    assert "Teacher note" in items.columns
+    assert "1 empty response(s) left out" in " ".join(text.split())
+
+
+def test_imported_table_feeds_later_stages(science_xlsx: Path, tmp_path: Path) -> None:
+    out = tmp_path / "items.jsonl"
+    assert invoke(str(science_xlsx), "--out", str(out), "--drop-empty")[0] == 0
+    split = tmp_path / "split.json"
+    res = runner.invoke(app, ["data", "split", str(out), "--ratios", "0.6,0.2,0.2", "--out", str(split)])
+    assert res.exit_code == 0, res.output
+    parts = json.loads(split.read_text())
+    assert sorted(parts["train"] + parts["dev"] + parts["test"]) == sorted(read_items(out)["id"])
+    res = runner.invoke(app, ["data", "show", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["grade_histogram"] == {"0": 3, "1": 1, "2": 5}
+
+
+def test_explicit_columns_on_a_csv_with_other_headers(tmp_path: Path) -> None:
+    src = tmp_path / "quiz.csv"
+    pd.DataFrame({
+        "Item": ["Q1", "Q1", "Q2"], "Learner text": ["mean is 3", "median", "sd 2"],
+        "Key": ["3", "3", "2"], "Points (0-10)": [10, 4, 7], "Code": ["a1", "a2", "a3"],
+    }).to_csv(src, index=False)
+    out = tmp_path / "items.parquet"
+    code, text = invoke(str(src), "--out", str(out), "--columns", "response=learner text,grade=Points (0-10),id=Code")
+    assert code == 0, text
+    items = read_items(out)
+    assert items["id"].tolist() == ["a1", "a2", "a3"]  # unique ids are kept
+    assert items["grade"].tolist() == [10, 4, 7]
+    assert items["question"].tolist() == ["Q1", "Q1", "Q2"]  # guessed from "Item"
+    assert items["reference"].tolist() == ["3", "3", "2"]  # guessed from "Key"
+    assert "ids: column 'Code', all unique" in " ".join(text.split())
+
+
+def test_made_ids_use_short_question_tokens_and_grade_can_be_left_out(tmp_path: Path) -> None:
+    src = tmp_path / "q.jsonl"
+    src.write_text("".join(json.dumps({"prompt": q, "student_answer": a, "score": g}) + "\n"
+                           for q, a, g in [("Q7", "x", 1), ("Q7", "y", 0), ("Q9", "z", 1)]))
+    imported = import_items(src, tmp_path / "items.csv", columns="grade=")
+    assert imported.items["id"].tolist() == ["Q7.1", "Q7.2", "Q9.1"]
+    assert imported.report.ids == "made" and "grade" not in imported.report.mapping
+    assert "score" in imported.items.columns  # kept as an extra column, not used as the grade
+
+
+def test_repeated_rows_and_scale_reported_in_a_dry_run(tmp_path: Path) -> None:
+    src = tmp_path / "c.csv"
+    pd.DataFrame({"response": ["a b", "c d", "a b"], "question": ["q", "q", "q"], "grade": ["1", "TRUE", "1"]}).to_csv(
+        src, index=False
+    )
+    out = tmp_path / "items.csv"
+    code, text = invoke(str(src), "--out", str(out), "--dry-run")
+    assert code == 0, text
+    assert not out.exists()
+    flat = " ".join(text.split())
+    assert "repeated rows: 1 row(s) repeat an earlier row in every column: row 3 = row 1" in flat
+    assert "true/false read as 1/0" in flat
+    assert "dry run: nothing written" in flat
+
+
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (["--columns", "response=antwort"], ["no column 'antwort'", "its headers: 'Student ID', 'Question', 'answer'"]),
+        (["--columns", "answer=answer"], ["'answer' is not an item table column"]),
+        (["--sheet", "Sheet9"], ["no sheet 'Sheet9'", "its sheets: 'answers', 'notes'"]),
+        (["--columns", "response="], ["no column for the students' answers", "--columns response=HEADER"]),
+    ],
+)
+def test_one_line_errors_name_the_file_and_the_fix(science_xlsx: Path, tmp_path: Path, args: list[str], expect: list[str]) -> None:
+    code, text = invoke(str(science_xlsx), "--out", str(tmp_path / "o.csv"), *args)
+    assert code == 1
+    flat = " ".join(text.split())
+    assert "Traceback" not in text
+    assert "science.xlsx" in flat or "--columns:" in flat  # the file, or the option at fault
+    for e in expect:
+        assert e in flat
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_nul_byte_names_row_and_column(tmp_path: Path) -> None:
+    src = tmp_path / "nul.csv"
+    src.write_bytes(b"answer,grade\nfine,1\nbro\x00ken,2\n")
+    with pytest.raises(DataError, match=r"nul.csv: row 2, column 'answer': the cell contains a NUL byte"):
+        read_course_file(src)
+
+
+def test_bad_grade_and_bad_type_and_same_file(tmp_path: Path) -> None:
+    src = tmp_path / "g.csv"
+    pd.DataFrame({"answer": ["a", "b"], "mark": ["1", "B+"]}).to_csv(src, index=False)
+    with pytest.raises(DataError, match=r"row 2, column 'mark': grade 'B\+' is not a number"):
+        read_course_file(src)
+    with pytest.raises(DataError, match=r"unknown file type '.xls'.*save it as .xlsx"):
+        read_course_file(tmp_path / "old.xls")
+    ok = tmp_path / "ok.csv"
+    pd.DataFrame({"answer": ["a"], "mark": [1]}).to_csv(ok, index=False)
+    code, text = invoke(str(ok), "--out", str(ok))
+    assert code == 1 and "is the file being imported" in " ".join(text.split())
+
+
+def test_parse_columns() -> None:
+    assert parse_columns("response=answer, grade=correct,question=") == {
+        "response": "answer", "grade": "correct", "question": None
+    }
+    with pytest.raises(DataError, match="not COLUMN=HEADER"):
+        parse_columns("response")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl", ".parquet", ".xlsx"])
+def test_every_format_gives_the_same_item_table(tmp_path: Path, suffix: str) -> None:
+    df = pd.DataFrame({
+        "  Student Answer ": ["light and water", "soil", "wind"],  # headers as teachers type them
+        "MODEL-ANSWER": ["light, water, CO2", "light, water, CO2", "moving water"],
+        "Score": [2, 0, 1],
+        "Question ID": ["P1", "P1", "E1"],
+        "Student": [101, "s2", None],  # mixed types in an extra column: kept as text
+    })
+    src = tmp_path / f"course{suffix}"
+    if suffix == ".csv":
+        df.to_csv(src, index=False)
+    elif suffix == ".tsv":
+        df.to_csv(src, index=False, sep="\t")
+    elif suffix == ".jsonl":
+        df.to_json(src, orient="records", lines=True)
+    elif suffix == ".parquet":
+        df.assign(Student=df["Student"].astype("string")).to_parquet(src, index=False)  # Parquet: one type a column
+    else:
+        df.to_excel(src, index=False)
+    imported = read_course_file(src)
+    assert imported.report.mapping == {"question": "Question ID", "response": "Student Answer",
+                                       "reference": "MODEL-ANSWER", "grade": "Score"}
+    items = imported.items
+    assert items["id"].tolist() == ["P1.1", "P1.2", "E1.1"]
+    assert items["response"].tolist() == ["light and water", "soil", "wind"]
+    assert items["grade"].tolist() == [2, 0, 1]
+    assert imported.report.grade["histogram"] == {"0": 1, "1": 1, "2": 1}
+    out = write_course_items(imported, tmp_path / "items.parquet")
+    assert read_items(out)["Student"].tolist()[:2] == ["101", "s2"]

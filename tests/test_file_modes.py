@@ -1,0 +1,58 @@
+"""Files written atomically get the mode a new file would have under the process umask (not mkstemp's 0600),
+so colleagues on a shared server can read predictions, adjudicated tables, splits and rubrics."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rubrictool.adjudicate import run_adjudicate
+from rubrictool.atomic import atomic_write_text, new_file_mode
+from rubrictool.data import save_split
+from rubrictool.io import write_table
+from rubrictool.rubric.scaffold import new_rubric_file
+
+
+@pytest.fixture(params=[0o022, 0o002, 0o077])
+def umask(request: pytest.FixtureRequest) -> Iterator[int]:
+    old = os.umask(request.param)
+    try:
+        yield int(request.param)
+    finally:
+        os.umask(old)
+
+
+def mode(p: Path) -> int:
+    return stat.S_IMODE(p.stat().st_mode)
+
+
+def test_atomic_writers_respect_the_umask(umask: int, tmp_path: Path) -> None:
+    want = 0o666 & ~umask
+    assert new_file_mode() == want
+    df = pd.DataFrame({"id": ["a", "b"], "response": ["x", "y"]})
+    for name in ("t.csv", "t.jsonl", "t.parquet"):
+        assert mode(write_table(df, tmp_path / name)) == want
+    assert mode(atomic_write_text(tmp_path / "n.txt", "hi")) == want
+    assert mode(save_split({"train": ["a"], "dev": [], "test": ["b"]}, tmp_path / "split.json")) == want
+    rubric = new_rubric_file(tmp_path / "sci.yaml", "sci", ["EV", "CL"], grade_min=0, grade_max=2)
+    assert mode(rubric) == want
+    # no temporary file is left behind
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_adjudicate_outputs_are_readable_by_the_group(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        rubric = new_rubric_file(tmp_path / "sci.yaml", "sci", ["EV"], levels=2, grade_min=0, grade_max=2)
+        reviews = tmp_path / "reviews.csv"
+        pd.DataFrame({"item": ["a", "a", "b", "b"], "reviewer": ["r1", "r2", "r1", "r2"], "concept": "EV",
+                      "level": [1, 2, 2, 2]}).to_csv(reviews, index=False)
+        res = run_adjudicate(rubric=rubric, reviews=[reviews], out=tmp_path / "adj", n_boot=0)
+    finally:
+        os.umask(old)
+    assert {p.name: mode(p) for p in res.paths.values()} == {p.name: 0o644 for p in res.paths.values()}
