@@ -73,6 +73,12 @@ def _retryable(e: BaseException) -> bool:
     return isinstance(status, int) and (status == 429 or status >= 500)
 
 
+def _connection_error(e: BaseException) -> bool:
+    """No HTTP reply came back: connection refused, DNS failure, reset, or a timeout."""
+    litellm = _litellm()
+    return isinstance(e, (asyncio.TimeoutError, TimeoutError, litellm.APIConnectionError, litellm.Timeout))
+
+
 def _fatal(e: BaseException) -> bool:
     """Errors that will fail every request of the model: stop instead of failing item by item."""
     litellm = _litellm()

@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rubrictool.annotate import (
-    DEFAULT_MODELS,
-    AnnotateConfig,
-    AnnotateResult,
-    DryRunReport,
-    annotate,
-    dry_run,
-    load_inputs,
-    write_outputs,
-)
 from rubrictool.cli._common import (
     BenchmarkOpt,
     DataDirOpt,
@@ -31,6 +21,9 @@ from rubrictool.cli._common import (
     hidden_alias,
 )
 from rubrictool.errors import AnnotateError
+
+if TYPE_CHECKING:  # the annotate package pulls in pandas: imported inside the command, not at CLI start
+    from rubrictool.annotate import AnnotateResult, DryRunReport
 
 __all__ = ["annotate_cmd", "print_dry_run", "print_summary"]
 
@@ -69,6 +62,9 @@ def print_summary(result: AnnotateResult, paths: tuple[Path, Path, Path] | None,
     con.print(table)
     if paths:
         con.print(f"wrote {paths[0]} ({len(result.predictions)} rows), {paths[1]} ({len(result.failures)} failures), {paths[2]}")
+    retried = sum(s.retried for s in result.summary.values())
+    if retried:
+        con.print(f"--retry-failed: sent again {retried} item(s) whose cached replies had failed")
     if result.stopped_by_budget:
         con.print(
             f"[yellow]stopped before exceeding the budget[/]: ${result.cost_usd:.4f} spent; the items done are "
@@ -100,6 +96,9 @@ def annotate_cmd(
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Reply length cap (also the budget's worst case).")] = 1024,
     temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature.")] = 0.0,
     dry: Annotated[bool, typer.Option("--dry-run", help="Print the first prompts, token counts and the estimated cost; send nothing.")] = False,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Send again the items whose cached replies failed (successful cached replies are never re-sent). Example: rubrictool annotate --rubric r.yaml --data items.csv --retry-failed")] = False,
+    max_failures: Annotated[float, typer.Option("--max-failures", help="Exit 3 when more than this share of the item × model annotations failed (0..1; the outputs are written). Example: --max-failures 0.1")] = 0.05,
+    allow_draft: Annotated[bool, typer.Option("--allow-draft", help="Send a rubric that still has TODO placeholders or two levels with one anchor (refused by default). Example: rubrictool annotate --rubric draft.yaml --data items.csv --limit 5 --allow-draft")] = False,
     out: OutOpt = Path("annotations"),
 ) -> None:
     """Pre-annotate every response on every rubric concept with LLMs (litellm), as the paper's annotation stage.
@@ -107,15 +106,23 @@ def annotate_cmd(
     Writes the tidy prediction table (item, model, concept, level, evidence, raw_ok + usage), failure
     records with the raw replies and a per-model summary. Keys come from the environment only.
 
+    Exit codes: 0 done; 1 an error (bad settings, a draft rubric, the cache or output locked by another
+    run, a model stopped early because its endpoint is unreachable or almost every reply fails, a full
+    disk); 2 a usage error; 3 done and written, but more than --max-failures of the annotations failed.
+
     Example: rubrictool annotate --benchmark mohler --model gpt-4o --limit 20 --budget 1 --out annotations/
     """
+    from rubrictool.annotate import DEFAULT_MODELS, AnnotateConfig, dry_run, load_inputs, run_annotation
+    from rubrictool.rubric.load import resolve_rubric_path
+
     fmt = hidden_alias(reply_format, old_format, "--reply-format", "--format", "line")
     config = AnnotateConfig(
         models=tuple(model or DEFAULT_MODELS), format=fmt, template=template, examples=examples, api_base=api_base,
         api_key_env=api_key_env, concurrency=concurrency, timeout=timeout, max_retries=max_retries, backoff=backoff,
         temperature=temperature, max_tokens=max_tokens, budget=budget, limit=limit, cache=None if no_cache else cache,
-        workers=workers,
+        workers=workers, retry_failed=retry_failed, allow_draft=allow_draft, max_failures=max_failures,
     )
+    config.check()  # one line for an option out of range, before any data is read
     items, rub = load_inputs(benchmark, rubric, data, data_dir)
     if config.benchmark is None and benchmark:
         config = dataclasses.replace(config, benchmark=benchmark)
@@ -126,9 +133,18 @@ def annotate_cmd(
                TimeElapsedColumn())
     # the bar starts with the first report: worker processes are forked before that, from a process
     # that still runs a single thread (Rich's refresh thread would force the slower fork server)
+    rubric_file = resolve_rubric_path(rubric or benchmark or "")
     with ProgressView(err_console, *columns, start_on_first=True) as view:
-        result = annotate(items, rub, config, progress=view)
-    paths = write_outputs(result, out)
+        result, paths = run_annotation(items, rub, config, out, progress=view, rubric_file=rubric_file)
     print_summary(result, paths, console)
     if result.fatal:
         raise AnnotateError("; ".join(result.fatal.values()) + f" (what was done is in {paths[0]})")
+    if result.failure_share > config.max_failures:
+        failed = sum(s.failures for s in result.summary.values())
+        done = sum(s.items for s in result.summary.values())
+        err_console.print(
+            f"[bold red]error:[/] {failed} of {done} item × model annotations failed ({result.failure_share:.1%}, "
+            f"more than --max-failures {config.max_failures:.1%}); they are in {paths[1]}: fix the cause and "
+            "re-run with --retry-failed", highlight=False, soft_wrap=True,
+        )
+        raise typer.Exit(3)
