@@ -87,7 +87,7 @@ class AnnotateConfig:
             raise AnnotateError(f"temperature must lie in 0..2 (the providers' range), got {self.temperature:g}",
                                 hint="set --temperature")
         if not 0 <= self.max_failures <= 1:
-            raise AnnotateError(f"max_failures is a share of the requests, 0..1, got {self.max_failures:g}",
+            raise AnnotateError(f"max_failures must be a share of the annotations, 0..1, got {self.max_failures:g}",
                                 hint="set --max-failures (e.g. 0.05 for 5 %)")
         if self.budget is not None and not self.budget > 0:
             raise AnnotateError(f"budget must be a positive amount in USD, got {self.budget}", hint="set --budget")
