@@ -27,53 +27,12 @@ from rubrictool.annotate import ReplyCache, draft_problems
 from rubrictool.cli import app
 from rubrictool.rubric import load_rubric
 from rubrictool.tables import read_predictions
+from tests.support.courses import COURSE_RUBRIC
 from tests.support.llm_server import MODEL, Reply, ScriptedLLMServer, Seen, free_port, line_reply
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ["SAFE", "METH", "UNIT"]
 LO, HI = 0, 2
-
-COURSE_RUBRIC = """\
-name: chemlab
-title: First-year chemistry lab reports
-version: "1.0"
-description: Short written answers in a first-year chemistry lab course, graded 0-10 by the lab tutor.
-source: course syllabus
-fields:
-  question: The lab question.
-  response: The student's written answer.
-  reference: The tutor's model answer.
-scale: {min: 0, max: 2}
-grade: {min: 0, max: 10}
-concepts:
-  - key: SAFE
-    name: Safety reasoning
-    definition: Whether the answer names the hazard and the precaution that controls it.
-    levels:
-      - {value: 0, anchor: No hazard named}
-      - {value: 1, anchor: Hazard named without a precaution}
-      - {value: 2, anchor: Hazard and matching precaution}
-    examples:
-      - {text: "Wear goggles because the acid splashes.", level: 2}
-  - key: METH
-    name: Method
-    definition: Whether the steps of the procedure are in a workable order with quantities.
-    levels:
-      - {value: 0, anchor: Steps missing or in an unworkable order}
-      - {value: 1, anchor: Workable order but quantities missing}
-      - {value: 2, anchor: Workable order with quantities}
-    examples:
-      - {text: "Add 10 mL of HCl to the flask, then titrate.", level: 2}
-  - key: UNIT
-    name: Units and significant figures
-    definition: Whether results carry correct units and a sensible number of significant figures.
-    levels:
-      - {value: 0, anchor: Units absent}
-      - {value: 1, anchor: Units present with errors}
-      - {value: 2, anchor: Correct units and precision}
-    examples:
-      - {text: "0.105 mol/L", level: 2}
-"""
 
 
 def course(tmp_path: Path, n: int, tags: list[str] | None = None) -> tuple[Path, Path]:
@@ -268,7 +227,7 @@ def test_a_second_annotate_on_the_same_cache_or_output_stops_at_once(tmp_path: P
                                (tmp_path / "other.sqlite", out, f"the output {out / 'predictions.jsonl'}")):
                 t0 = time.monotonic()
                 second = subprocess.run(_cmd(rubric, data, srv.url, c, o), env=env, capture_output=True, text=True,
-                                        timeout=120)
+                                        timeout=120, check=False)
                 msg = " ".join((second.stdout + second.stderr).split())
                 assert second.returncode == 1, msg
                 assert f"{what} is in use by another rubrictool annotate (pid {first.pid} on " in msg, msg
@@ -284,7 +243,7 @@ def test_a_second_annotate_on_the_same_cache_or_output_stops_at_once(tmp_path: P
                 first.wait()
             gate.set()
         again = subprocess.run(_cmd(rubric, data, srv.url, cache, out), env=env, capture_output=True, text=True,
-                               timeout=300)
+                               timeout=300, check=False)
         assert again.returncode == 0, again.stdout + again.stderr
     pred = read_predictions(out / "predictions.jsonl", load_rubric(rubric), valid_only=True)
     assert pred["item"].nunique() == 6
@@ -326,7 +285,7 @@ def test_a_cache_that_cannot_be_written_is_one_line_and_keeps_what_was_paid(
 def test_outputs_that_cannot_be_written_are_one_line_and_the_cache_keeps_everything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rubrictool.annotate.outputs as outputs
+    from rubrictool.annotate import outputs
 
     rubric, data = course(tmp_path, 5)
 

@@ -53,7 +53,7 @@ def test_cli_writes_table_and_never_leaks_the_key(tmp_path: Path, monkeypatch: p
     pred = read_predictions(out / "predictions.jsonl", load_rubric("mohler"))
     assert sorted(pred.loc[pred.raw_ok, "item"].unique()) == ["it0", "it2"]
     fails = pd.read_json(out / "failures.jsonl", lines=True)
-    assert set(fails["item"]) == {"it1", "it3"} and "***" in fails.set_index("item").loc["it3", "error"]
+    assert set(fails["item"]) == {"it1", "it3"} and "***" in str(fails.set_index("item").loc["it3", "error"])
     # the key is in no output, no cache file, no log line
     texts = [result.output, getattr(result, "stderr", "") or ""]
     for f in list(out.iterdir()) + list(tmp_path.glob("cache.sqlite*")):

@@ -19,6 +19,7 @@ import yaml
 
 from rubrictool.annotate import (
     AnnotateConfig,
+    ItemPrompt,
     annotate,
     cache_key,
     dry_run,
@@ -29,6 +30,7 @@ from rubrictool.annotate import (
 from rubrictool.annotate.injections import Attack, attack_response, load_injections
 from rubrictool.errors import AnnotateError
 from rubrictool.rubric import Rubric, load_rubric
+from tests.support.courses import COURSE_RUBRIC
 from tests.support.llm_server import MODEL, Reply, ScriptedLLMServer, Seen, prompt_boundary
 
 RUBRIC = load_rubric("mohler")
@@ -136,7 +138,10 @@ def test_the_random_boundary_does_not_invalidate_the_cache(tmp_path: Path) -> No
     b = render_item_prompt({**ITEM, "response": GENUINE[0]}, RUBRIC)
     c = render_item_prompt({**ITEM, "response": GENUINE[1]}, RUBRIC)
     assert a.boundary != b.boundary and a.text != b.text
-    key = lambda p: cache_key(MODEL, [{"role": "user", "content": p.text}], {}, p.boundary)
+
+    def key(p: ItemPrompt) -> str:
+        return cache_key(MODEL, [{"role": "user", "content": p.text}], {}, p.boundary)
+
     assert key(a) == key(b) != key(c)
     assert cache_key(MODEL, [{"role": "user", "content": a.text}], {}) != cache_key(MODEL, [{"role": "user", "content": b.text}], {})
 
@@ -208,8 +213,6 @@ def test_a_reply_that_repeats_the_boundary_still_hits_the_cache(tmp_path: Path) 
 
 
 def _chemlab() -> Rubric:
-    from tests.test_annotate_robust import COURSE_RUBRIC
-
     return Rubric.model_validate(yaml.safe_load(COURSE_RUBRIC))
 
 
