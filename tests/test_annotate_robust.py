@@ -159,7 +159,10 @@ def test_an_unreachable_endpoint_stops_early_with_an_error(tmp_path: Path, worke
     assert code == 1, out
     flat = " ".join(out.split())
     assert "stopped early, its endpoint is unreachable" in flat and "Traceback" not in out
-    assert took < 30, took  # 150 items × 5 attempts with back-off would take minutes
+    assert took < 60, took  # 150 items × 5 attempts with back-off would take minutes
+    # what was in flight is recorded; the items never sent are not in the table
+    fails = pd.read_json(tmp_path / "out" / "failures.jsonl", lines=True)
+    assert 1 <= len(fails) <= 8 * workers, len(fails)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -171,6 +174,9 @@ def test_almost_every_reply_failing_stops_early(tmp_path: Path, workers: int) ->
     assert code == 1, out
     assert "almost every reply fails" in " ".join(out.split())
     assert n < 2 * 60, n  # stopped after ~20 items per process, not 200 items × 2 requests
+    # the raw replies are written, to find out why they fail
+    fails = pd.read_json(tmp_path / "out" / "failures.jsonl", lines=True)
+    assert (fails["reply"] == "As an AI I cannot grade.").sum() >= 20
 
 
 def test_a_server_that_answers_some_requests_is_not_stopped(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from rubrictool.annotate.llm import _price
 from rubrictool.annotate.lock import writer_lock
 from rubrictool.annotate.outputs import output_paths, write_outputs
 from rubrictool.annotate.runner import (
+    EARLY_STOP,
     AnnotateResult,
     _check_keys,
     _open_cache,
@@ -129,8 +130,9 @@ def annotate(
                 cache.close()
     if runner.cache_error:
         raise AnnotateError(runner.cache_error, hint="free space or fix the folder's permissions, then re-run")
-    if runner.fatal and not any(s.ok for s in runner.summary.values()):
-        raise AnnotateError("; ".join(runner.fatal.values()))
+    early = any(EARLY_STOP in why for why in runner.fatal.values())
+    if runner.fatal and not early and not any(s.ok for s in runner.summary.values()):
+        raise AnnotateError("; ".join(runner.fatal.values()))  # a wrong key or model for every model: nothing to write
     df = pd.DataFrame(runner.rows, columns=PREDICTION_COLUMNS + USAGE_COLUMNS)
     if len(df):
         order = {m: i for i, m in enumerate(config.models)}

@@ -105,6 +105,7 @@ class _CallFailed(Exception):
 #    reply and one request spent all its retries that way;
 #  * almost every reply fails: of the first FAIL_MIN_ITEMS or more items sent in this run (cache hits
 #    not counted), at least FAIL_SHARE failed.
+EARLY_STOP = "stopped early"  # how an early stop's reason starts (after "model <m>: ")
 CONNECT_FAILURES = 3
 FAIL_MIN_ITEMS = 20
 FAIL_SHARE = 0.9
@@ -221,7 +222,7 @@ class _Runner:
         """Stop ``model`` when an early-stop rule says so (in every worker process)."""
         why = self.breakers[model].verdict()
         if why is not None and model not in self.fatal:
-            self.fatal[model] = f"model {model}: stopped early, {why}"
+            self.fatal[model] = f"model {model}: {EARLY_STOP}, {why}"
             flag = self.stop_flags.get(model)
             if flag is not None:
                 flag.value = 1

@@ -138,7 +138,12 @@ def annotate_cmd(
         result, paths = run_annotation(items, rub, config, out, progress=view, rubric_file=rubric_file)
     print_summary(result, paths, console)
     if result.fatal:
-        raise AnnotateError("; ".join(result.fatal.values()) + f" (what was done is in {paths[0]})")
+        early = any("stopped early" in why for why in result.fatal.values())
+        raise AnnotateError(
+            "; ".join(result.fatal.values()) + f" (what was done is in {paths[0]}, the raw replies in {paths[1]})",
+            hint="every reply received is in the cache: re-run when the endpoint answers, or with --retry-failed "
+            "once the cause of the failed replies is fixed" if early else None,
+        )
     if result.failure_share > config.max_failures:
         failed = sum(s.failures for s in result.summary.values())
         done = sum(s.items for s in result.summary.values())
