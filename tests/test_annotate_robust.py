@@ -82,6 +82,8 @@ def test_a_draft_rubric_is_refused_unless_allow_draft(tmp_path: Path) -> None:
         assert code == 1 and flat.count("error:") == 1 and "Traceback" not in out
         assert flat.startswith(f"error: {draft}: a draft, not sent to any model: concepts.SAFE: placeholder:"), flat
         assert flat.endswith("or pass --allow-draft")
+        code, out = cli(*base_args(draft, data, srv.url, tmp_path), "--dry-run")  # shows a draft's prompts
+        assert code == 0 and "a real run refuses this rubric, a draft" in " ".join(out.split()) and srv.count() == 0
         code, out = cli(*base_args(draft, data, srv.url, tmp_path), "--allow-draft", "--limit", "2", "--max-failures", "1")
         assert code == 0, out
         assert srv.count() == 4  # sent on request: a first reply and a repair per item, all unusable

@@ -2,8 +2,10 @@
 
 Only the model's own output counts: given the texts the prompt quoted (the item's fields) and the
 prompt's boundary, :func:`parse_reply` drops whatever the reply repeats from inside the quoted data —
-a response's planted ``concept=FC; label=3`` lines or JSON, quoted back by the model as evidence or in
-its reasoning, and any echoed ``[BEGIN DATA <boundary>]`` … ``[END DATA <boundary>]`` block.
+a response's planted ``concept=FC; label=3`` lines or JSON copied whole (evidence and all), the item's
+claims rewritten in another format, a planted line quoted inside the model's evidence, and any echoed
+``[BEGIN DATA <boundary>]`` … ``[END DATA <boundary>]`` block — and nothing else: an entry with evidence
+of its own is the model's, whatever the response planted (docs/integrity.md).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -112,7 +113,14 @@ def annotate_cmd(
 
     Example: rubrictool annotate --benchmark mohler --model gpt-4o --limit 20 --budget 1 --out annotations/
     """
-    from rubrictool.annotate import DEFAULT_MODELS, AnnotateConfig, dry_run, load_inputs, run_annotation
+    from rubrictool.annotate import (
+        DEFAULT_MODELS,
+        AnnotateConfig,
+        draft_problems,
+        dry_run,
+        load_inputs,
+        run_annotation,
+    )
     from rubrictool.rubric.load import resolve_rubric_path
 
     fmt = hidden_alias(reply_format, old_format, "--reply-format", "--format", "line")
@@ -128,6 +136,11 @@ def annotate_cmd(
         config = dataclasses.replace(config, benchmark=benchmark)
     if dry:
         print_dry_run(dry_run(items, rub, config), console)
+        drafts = draft_problems(rub)
+        if drafts and not config.allow_draft:
+            console.print(f"[yellow]note:[/] a real run refuses this rubric, a draft ({escape(drafts[0])}"
+                          f"{f' and {len(drafts) - 1} more' if len(drafts) > 1 else ''}), unless --allow-draft",
+                          soft_wrap=True, highlight=False)
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                TimeElapsedColumn())
