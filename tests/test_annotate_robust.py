@@ -290,6 +290,40 @@ def test_a_cache_that_cannot_be_written_is_one_line_and_keeps_what_was_paid(
         assert srv.count() - sent == 10 - 3  # the three stored replies are not paid for again
 
 
+def test_a_file_size_limit_during_annotate_is_one_line_and_a_rerun_pays_nothing_twice(tmp_path: Path) -> None:
+    """A real process under RLIMIT_FSIZE (the cache's write-ahead log cannot grow: what a full disk does to
+    SQLite): one line, no traceback; the re-run sends only what the cache did not keep."""
+    import resource
+
+    rubric, data = course(tmp_path, 40)
+    cache, out = tmp_path / "cache.sqlite", tmp_path / "out"
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": str(ROOT)}
+    limit = 64 * 1024
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    with ScriptedLLMServer(good) as srv:
+        cmd = [*_cmd(rubric, data, srv.url, cache, out), "--concurrency", "1"]
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False,
+                           preexec_fn=small_files)  # noqa: PLW1509 - the limit must hold in the child only
+        msg = " ".join((r.stdout + r.stderr).split())
+        assert r.returncode == 1 and "Traceback" not in msg, msg
+        assert f"{cache}: cannot write the reply cache" in msg and "replies stored before are kept in it" in msg, msg
+        con = sqlite3.connect(str(cache))
+        try:
+            kept = int(con.execute("SELECT COUNT(*) FROM replies").fetchone()[0])
+        finally:
+            con.close()
+        first = srv.count()
+        assert 0 < kept < 40 and first == kept + 1  # stopped at the first reply it could not store
+        again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert srv.count() - first == 40 - kept  # nothing stored is paid for again
+    pred = read_predictions(out / "predictions.jsonl", load_rubric(rubric), valid_only=True)
+    assert pred["item"].nunique() == 40
+
+
 def test_outputs_that_cannot_be_written_are_one_line_and_the_cache_keeps_everything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
