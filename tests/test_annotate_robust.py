@@ -306,7 +306,7 @@ def test_a_file_size_limit_during_annotate_is_one_line_and_a_rerun_pays_nothing_
     with ScriptedLLMServer(good) as srv:
         cmd = [*_cmd(rubric, data, srv.url, cache, out), "--concurrency", "1"]
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False,
-                           preexec_fn=small_files)  # noqa: PLW1509 - the limit must hold in the child only
+                           preexec_fn=small_files)  # the limit holds in the child only
         msg = " ".join((r.stdout + r.stderr).split())
         assert r.returncode == 1 and "Traceback" not in msg, msg
         assert f"{cache}: cannot write the reply cache" in msg and "replies stored before are kept in it" in msg, msg
