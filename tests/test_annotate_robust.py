@@ -379,3 +379,35 @@ def test_numeric_options_out_of_range_are_refused_with_one_line(tmp_path: Path, 
     lines = [line for line in out.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: {name} must") and flag in lines[0], out
     assert not (tmp_path / "cache.sqlite").exists()
+
+
+def test_a_lock_is_free_once_its_holder_dies_even_with_forked_workers_alive(tmp_path: Path) -> None:
+    """A holder that forks (as --workers does) and dies: its children do not keep the lock."""
+    from rubrictool.annotate import LockHeld, writer_lock
+
+    target = tmp_path / "cache.sqlite"
+    script = (
+        "import os, sys, time\n"
+        "from rubrictool.annotate.lock import writer_lock\n"
+        f"with writer_lock({str(target)!r}, 'the cache', 'wait'):\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(20); os._exit(0)\n"  # a worker outliving its parent
+        "    print('locked', flush=True)\n"
+        "    sys.stdin.readline()\n"
+        "    os._exit(0)\n"  # dies holding the lock: no release, no unlink
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    holder = subprocess.Popen([sys.executable, "-c", script], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    assert holder.stdout is not None and holder.stdin is not None
+    assert holder.stdout.readline().strip() == "locked"
+    held = rf"the cache is in use by another rubrictool annotate \(pid {holder.pid} on "
+    with pytest.raises(LockHeld, match=held), writer_lock(target, "the cache", "wait"):
+        pass
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    holder.wait(timeout=30)
+    assert (tmp_path / "cache.sqlite.lock").exists()  # left behind, with its child still running
+    with writer_lock(target, "the cache", "wait") as path:
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+    assert not path.exists()
