@@ -167,6 +167,18 @@ def test_an_unreachable_endpoint_stops_early_with_an_error(tmp_path: Path, worke
     assert 1 <= len(fails) <= 8 * workers, len(fails)
 
 
+def test_repeated_timeouts_on_the_first_requests_stop_early(tmp_path: Path) -> None:
+    rubric, data = course(tmp_path, 60)
+    with ScriptedLLMServer(lambda s: Reply(content="late", delay=6)) as srv:
+        t0 = time.monotonic()
+        code, out = cli(*base_args(rubric, data, srv.url, tmp_path), "--timeout", "1", "--concurrency", "4")
+        took = time.monotonic() - t0
+        n = srv.count()
+    assert code == 1, out
+    assert "stopped early, its endpoint is unreachable" in " ".join(out.split())
+    assert n <= 12 and took < 60, (n, took)  # not 60 items × 5 attempts of a second each
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_almost_every_reply_failing_stops_early(tmp_path: Path, workers: int) -> None:
     rubric, data = course(tmp_path, 200)
