@@ -97,7 +97,7 @@ class _CallFailed(Exception):
         self.fatal = fatal
 
 
-# Early stop (docs/annotate.md, "Exit codes and early stop"). A model is stopped, instead of spending its
+# Early stop (docs/annotate.md, "A real course"). A model is stopped, instead of spending its
 # retries on every remaining item, when
 #  * its endpoint never answered: CONNECT_FAILURES attempts failed to connect or timed out, a retry among
 #    them, and no HTTP reply came back in this run (connection refused, DNS, a dead host);
@@ -141,10 +141,6 @@ class _Breaker:
             return (f"almost every reply fails: {self.sent_failed} of the {self.sent} items sent failed "
                     f"(last: {self.last_error})")
         return None
-
-
-class _CacheFailed(Exception):
-    pass
 
 
 class _Budget:
@@ -231,11 +227,11 @@ class _Runner:
         if not self.cache_error:
             path = getattr(self.cache, "path", "the reply cache")
             try:
-                kept = f"the {len(self.cache)} replies stored before are kept in it" if isinstance(self.cache, ReplyCache) else ""
+                n = f"the {len(self.cache)} replies" if isinstance(self.cache, ReplyCache) else "the replies"
             except sqlite3.Error:
-                kept = "the replies stored before are kept in it"
-            self.cache_error = (f"{path}: cannot {doing} the reply cache ({e}); the run stopped and {kept} "
-                                "(a re-run with the same --cache sends none of them again)")
+                n = "the replies"
+            self.cache_error = (f"{path}: cannot {doing} the reply cache ({e}); the run stopped and {n} stored "
+                                "before are kept in it (a re-run with the same --cache sends none of them again)")
             for flag in self.stop_flags.values():
                 flag.value = 1
 
