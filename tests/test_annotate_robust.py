@@ -188,7 +188,8 @@ def test_almost_every_reply_failing_stops_early(tmp_path: Path, workers: int) ->
     assert code == 1, out
     assert "almost every reply fails" in " ".join(out.split())
     assert n < 2 * 60, n  # stopped after ~20 items per process, not 200 items × 2 requests
-    # the raw replies are written, to find out why they fail
+    # the raw replies are written, to find out why they fail, and the summary says why the run stopped
+    assert "almost every reply fails" in json.loads((tmp_path / "out" / "summary.json").read_text())["stopped"][MODEL]
     fails = pd.read_json(tmp_path / "out" / "failures.jsonl", lines=True)
     assert (fails["reply"] == "As an AI I cannot grade.").sum() >= 20
 

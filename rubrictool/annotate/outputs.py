@@ -43,6 +43,7 @@ def write_outputs(result: AnnotateResult, out: str | Path, cache: str | Path | N
             "items": result.total_items,
             "stopped_by_budget": result.stopped_by_budget,
             "failure_share": round(result.failure_share, 6),
+            "stopped": dict(result.fatal),  # model -> why it took no more items (wrong key, early stop)
             "cost_usd": round(result.cost_usd, 6),
             "models": {m: asdict(s) for m, s in result.summary.items()},
         }
