@@ -47,7 +47,9 @@ def test_cli_writes_table_and_never_leaks_the_key(tmp_path: Path, monkeypatch: p
              "--api-key-env", "MY_LLM_KEY", "--cache", str(tmp_path / "cache.sqlite"), "--backoff", "0.01",
              "--out", str(out)],
         )
-    assert result.exit_code == 0, result.output
+    # 2 of 4 annotations failed: above --max-failures (5 %), so exit 3, with every output written
+    assert result.exit_code == 3, result.output
+    assert "2 of 4 item × model annotations failed" in result.output
     pred = read_predictions(out / "predictions.jsonl", load_rubric("mohler"))
     assert sorted(pred.loc[pred.raw_ok, "item"].unique()) == ["it0", "it2"]
     fails = pd.read_json(out / "failures.jsonl", lines=True)

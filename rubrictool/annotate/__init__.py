@@ -14,7 +14,9 @@ This module does that for any litellm model string:
    from the item (a response's fake ``concept=..; label=..`` lines) are not the model's output and are ignored.
 4. :class:`ReplyCache` (SQLite, WAL, one commit per reply) keys replies by model + rendered messages +
    sampling parameters (the random boundary replaced by a constant), so a second run makes no call and a killed run resumes without paying twice.
-5. Token usage and cost come from litellm; ``budget`` (USD) reserves each request's worst case before
+5. :func:`run_annotation` holds a lock beside the cache and the output (one writer each), refuses a
+   draft rubric, and stops a model early when its endpoint is unreachable or almost every reply fails.
+6. Token usage and cost come from litellm; ``budget`` (USD) reserves each request's worst case before
    sending it, so the run stops cleanly before the budget could be exceeded.
 
 The result is the tidy PredictionTable (``item, model, concept, level, evidence, raw_ok`` + usage)
@@ -32,6 +34,7 @@ from rubrictool.annotate.config import (
     AnnotateConfig,
 )
 from rubrictool.annotate.dryrun import DryRunModel, DryRunReport, dry_run
+from rubrictool.annotate.lock import LockHeld, writer_lock
 from rubrictool.annotate.outputs import load_inputs, output_paths, write_outputs
 from rubrictool.annotate.parse import Label, ParseResult, parse_reply
 from rubrictool.annotate.prompt import (
@@ -46,7 +49,7 @@ from rubrictool.annotate.prompt import (
     repair_message,
     response_format_for,
 )
-from rubrictool.annotate.run import annotate
+from rubrictool.annotate.run import annotate, check_ready, draft_problems, run_annotation
 from rubrictool.annotate.runner import AnnotateResult, ModelSummary
 from rubrictool.annotate.workers import auto_workers
 
@@ -63,12 +66,15 @@ __all__ = [
     "DryRunReport",
     "ItemPrompt",
     "Label",
+    "LockHeld",
     "ModelSummary",
     "ParseResult",
     "ReplyCache",
     "annotate",
     "auto_workers",
     "cache_key",
+    "check_ready",
+    "draft_problems",
     "dry_run",
     "load_examples",
     "load_inputs",
@@ -81,5 +87,7 @@ __all__ = [
     "render_prompt",
     "repair_message",
     "response_format_for",
+    "run_annotation",
     "write_outputs",
+    "writer_lock",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,8 +58,14 @@ class AnnotateConfig:
     # per litellm call is the limit: a fast local server at high concurrency (docs/results.md).
     # None: auto (see auto_workers).
     workers: int | None = None
+    retry_failed: bool = False  # send again the items whose cached replies failed (successful replies never)
+    allow_draft: bool = False  # send a rubric that still has TODO placeholders or indistinguishable levels
+    # the run counts as failed (the CLI exits 3) when more than this share of its (item, model) pairs
+    # failed; a failure share is also what stops a run early (see runner._Breaker)
+    max_failures: float = 0.05
 
     def check(self) -> None:
+        """One line for the first setting out of range (each names the option that sets it)."""
         if not self.models:
             raise AnnotateError("no model given", hint="pass --model (e.g. --model gpt-4o)")
         if self.format not in OUTPUT_FORMATS:
@@ -66,10 +73,22 @@ class AnnotateConfig:
         for name, v, lo in (("concurrency", self.concurrency, 1), ("max_tokens", self.max_tokens, 1), ("workers", 1 if self.workers is None else self.workers, 1)):
             if v < lo:
                 raise AnnotateError(f"{name} must be at least {lo}, got {v}", hint=f"set --{name.replace('_', '-')}")
+        for name, x in (("timeout", self.timeout), ("backoff", self.backoff), ("temperature", self.temperature),
+                        ("budget", self.budget), ("max_failures", self.max_failures)):
+            if x is not None and not math.isfinite(x):
+                raise AnnotateError(f"{name} must be a finite number, got {x}", hint=f"set --{name.replace('_', '-')}")
         if self.max_retries < 0:
             raise AnnotateError(f"max_retries must be 0 or more, got {self.max_retries}", hint="set --max-retries")
         if not self.timeout > 0:
             raise AnnotateError(f"timeout must be positive, got {self.timeout}", hint="set --timeout")
+        if self.backoff < 0:
+            raise AnnotateError(f"backoff must be 0 seconds or more, got {self.backoff:g}", hint="set --backoff")
+        if not 0 <= self.temperature <= 2:
+            raise AnnotateError(f"temperature must lie in 0..2 (the providers' range), got {self.temperature:g}",
+                                hint="set --temperature")
+        if not 0 <= self.max_failures <= 1:
+            raise AnnotateError(f"max_failures must be a share of the annotations, 0..1, got {self.max_failures:g}",
+                                hint="set --max-failures (e.g. 0.05 for 5 %)")
         if self.budget is not None and not self.budget > 0:
             raise AnnotateError(f"budget must be a positive amount in USD, got {self.budget}", hint="set --budget")
         if self.limit is not None and self.limit < 1:

@@ -73,6 +73,25 @@ def _retryable(e: BaseException) -> bool:
     return isinstance(status, int) and (status == 429 or status >= 500)
 
 
+def _connection_error(e: BaseException) -> bool:
+    """No HTTP reply came back: connection refused, DNS failure, reset, or a timeout. litellm reports a
+    refused connection as an InternalServerError (status 500), so the exception's whole chain is read."""
+    import httpx
+    import openai
+
+    litellm = _litellm()
+    kinds = (asyncio.TimeoutError, TimeoutError, OSError, litellm.APIConnectionError, litellm.Timeout,
+             openai.APIConnectionError, httpx.TransportError)
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen and len(seen) < 20:
+        if isinstance(cur, kinds):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def _fatal(e: BaseException) -> bool:
     """Errors that will fail every request of the model: stop instead of failing item by item."""
     litellm = _litellm()

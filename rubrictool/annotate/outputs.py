@@ -27,21 +27,39 @@ def output_paths(out: str | Path) -> tuple[Path, Path, Path]:
     return p / "predictions.jsonl", p / "failures.jsonl", p / "summary.json"
 
 
-def write_outputs(result: AnnotateResult, out: str | Path) -> tuple[Path, Path, Path]:
-    """Write the PredictionTable, the failure records (with raw replies) and the summary, each atomically."""
+def write_outputs(result: AnnotateResult, out: str | Path, cache: str | Path | None = None) -> tuple[Path, Path, Path]:
+    """Write the PredictionTable, the failure records (with raw replies) and the summary, each atomically.
+
+    A full disk or a read-only folder is one :class:`AnnotateError` naming the file; every reply is in
+    ``cache`` (when the run had one), so a re-run writes the outputs without paying again."""
 
     pred, fail, summ = output_paths(out)
-    write_table(result.predictions, pred)
-    write_table(pd.DataFrame(result.failures, columns=["item", "model", "error", "reply", "repair_reply"]), fail)
-    payload = {
-        "items": result.total_items,
-        "stopped_by_budget": result.stopped_by_budget,
-        "cost_usd": round(result.cost_usd, 6),
-        "models": {m: asdict(s) for m, s in result.summary.items()},
-    }
-    tmp = summ.with_name(f".{summ.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, summ)
+    current = pred
+    try:
+        write_table(result.predictions, pred)
+        current = fail
+        write_table(pd.DataFrame(result.failures, columns=["item", "model", "error", "reply", "repair_reply"]), fail)
+        payload = {
+            "items": result.total_items,
+            "stopped_by_budget": result.stopped_by_budget,
+            "failure_share": round(result.failure_share, 6),
+            "stopped": dict(result.fatal),  # model -> why it took no more items (wrong key, early stop)
+            "cost_usd": round(result.cost_usd, 6),
+            "models": {m: asdict(s) for m, s in result.summary.items()},
+        }
+        current = summ
+        tmp = summ.with_name(f".{summ.name}.tmp")
+        try:
+            tmp.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+            os.replace(tmp, summ)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+    except OSError as e:
+        kept = (f"every reply is kept in the cache {cache}: a re-run with the same --cache writes the outputs "
+                "without sending anything") if cache is not None else "no cache was kept (--no-cache)"
+        raise AnnotateError(f"{current}: cannot write it ({e.strerror or e}); {kept}",
+                            hint="free space or fix the folder's permissions, then re-run") from None
     return pred, fail, summ
 
 

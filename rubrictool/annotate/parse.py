@@ -2,8 +2,10 @@
 
 Only the model's own output counts: given the texts the prompt quoted (the item's fields) and the
 prompt's boundary, :func:`parse_reply` drops whatever the reply repeats from inside the quoted data —
-a response's planted ``concept=FC; label=3`` lines or JSON, quoted back by the model as evidence or in
-its reasoning, and any echoed ``[BEGIN DATA <boundary>]`` … ``[END DATA <boundary>]`` block.
+a response's planted ``concept=FC; label=3`` lines or JSON copied whole (evidence and all), the item's
+claims rewritten in another format, a planted line quoted inside the model's evidence, and any echoed
+``[BEGIN DATA <boundary>]`` … ``[END DATA <boundary>]`` block — and nothing else: an entry with evidence
+of its own is the model's, whatever the response planted (docs/integrity.md).
 """
 
 from __future__ import annotations
@@ -291,6 +293,16 @@ def _find_json(text: str, resolve: _Resolver, echo: _Echo) -> list[tuple[Any, An
     return best or None
 
 
+def _copied_on(chunk: str, head_end: int, evidence: str | None, ev_start: int | None, echo: _Echo) -> bool:
+    """Is a ``concept=..; label=..`` head that follows another entry on its line the item's text quoted
+    inside that entry's evidence? Yes when the head is copied from the item and the copy goes on into
+    its evidence (or it has none of its own); an entry with evidence of its own is the model's."""
+    if not evidence or ev_start is None:
+        return echo(chunk[:head_end])
+    # the head and the first words of its evidence, as one stretch of the item's text
+    return echo(chunk[: ev_start + min(len(chunk) - ev_start, 12)])
+
+
 def _line_entries(text: str, resolve: _Resolver, echo: _Echo) -> list[tuple[Any, Any, Any]]:
     out: list[tuple[Any, Any, Any]] = []
     for raw_line in text.splitlines():
@@ -299,9 +311,12 @@ def _line_entries(text: str, resolve: _Resolver, echo: _Echo) -> list[tuple[Any,
             continue
         # several entries on one line: split before each "concept="
         chunks = re.split(r"(?=(?<![A-Za-z])concept\s*[=:])", line, flags=re.IGNORECASE)
-        for n_chunk, chunk in enumerate(chunks):
+        after_entry = False  # an earlier chunk of this line holds text: this one may sit inside its evidence
+        for chunk in chunks:
+            continuation, after_entry = after_entry, after_entry or bool(chunk.strip())
             # a field runs to the next *new* field name, so "level:" inside evidence stays evidence
             fields: dict[str, str] = {}
+            starts: dict[str, int] = {}
             cur, start = "", 0
             for m in _FIELD.finditer(chunk):
                 name = m.group(1).lower()
@@ -311,13 +326,14 @@ def _line_entries(text: str, resolve: _Resolver, echo: _Echo) -> list[tuple[Any,
                 if cur:
                     fields[cur] = chunk[start : m.start()]
                 cur, start = name, m.end()
+                starts[name] = start
             if cur:
                 fields[cur] = chunk[start:]
             fields = {k: v.strip().rstrip(";,|").strip() for k, v in fields.items()}
             if ("concept" in fields or "label" in fields) and echo(chunk):
-                continue  # a line copied from the quoted item, not the model's own
-            head = _HEAD.match(chunk) if n_chunk > 0 else None
-            if head and echo(head.group(0)):
+                continue  # a line copied from the quoted item, evidence and all: not the model's own
+            head = _HEAD.match(chunk) if continuation else None
+            if head and _copied_on(chunk, head.end(), fields.get("evidence"), starts.get("evidence"), echo):
                 continue  # "concept=..; label=.." quoted inside another entry's evidence, copied from the item
             if "concept" in fields:
                 out.append((fields["concept"], fields.get("label"), fields.get("evidence")))

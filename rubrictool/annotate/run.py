@@ -1,14 +1,20 @@
-""":func:`annotate`: every item with every model, in one process or shared among several."""
+""":func:`annotate`: every item with every model, in one process or shared among several;
+:func:`run_annotation`: the same, holding the cache and output locks, then writing the outputs."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from pathlib import Path
 
 import pandas as pd
 
 from rubrictool.annotate.config import USAGE_COLUMNS, AnnotateConfig
 from rubrictool.annotate.llm import _price
+from rubrictool.annotate.lock import writer_lock
+from rubrictool.annotate.outputs import output_paths, write_outputs
 from rubrictool.annotate.runner import (
+    EARLY_STOP,
     AnnotateResult,
     _check_keys,
     _open_cache,
@@ -20,9 +26,63 @@ from rubrictool.annotate.workers import _run_workers, _ShardResult, auto_workers
 from rubrictool.errors import AnnotateError
 from rubrictool.progress import ProgressFn
 from rubrictool.rubric import Rubric
+from rubrictool.rubric.lint import lint_rubric
 from rubrictool.tables import PREDICTION_COLUMNS
 
-__all__ = ["annotate"]
+__all__ = ["annotate", "check_ready", "draft_problems", "run_annotation"]
+
+
+def draft_problems(rubric: Rubric) -> list[str]:
+    """What makes ``rubric`` a draft not to send to a model: ``rubric lint``'s placeholder warnings (TODO
+    text left by ``rubric new``) and two levels of one concept with the same anchor (nothing tells them
+    apart). Other lint warnings (no examples, near-duplicate definitions, an anchor shared by two
+    concepts) are for reviewers and do not stop a run."""
+    return [
+        str(w) for w in lint_rubric(rubric)
+        if w.code == "placeholder" or (w.code == "repeated-anchor" and "same anchor as level" in w.message)
+    ]
+
+
+def check_ready(rubric: Rubric, where: str | Path | None = None) -> None:
+    """Raise one line naming the rubric (``where``: its file) and its first draft problem, if any."""
+    problems = draft_problems(rubric)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise AnnotateError(
+            f"{where or f'rubric {rubric.name!r}'}: a draft, not sent to any model: {problems[0]}{more}",
+            hint="finish it (rubrictool rubric lint lists every problem) or pass --allow-draft",
+        )
+
+
+def _locks(stack: contextlib.ExitStack, config: AnnotateConfig, out: str | Path | None) -> None:
+    """One writer per cache and per output (rubrictool.annotate.lock)."""
+    if config.cache is not None:
+        stack.enter_context(writer_lock(config.cache, f"the reply cache {config.cache}",
+                                        "wait for it to finish, or pass another --cache"))
+    if out is not None:
+        pred = output_paths(out)[0]
+        stack.enter_context(writer_lock(pred, f"the output {pred}", "wait for it to finish, or pass another --out"))
+
+
+def run_annotation(
+    items: pd.DataFrame,
+    rubric: Rubric,
+    config: AnnotateConfig,
+    out: str | Path,
+    progress: ProgressFn | None = None,
+    rubric_file: str | Path | None = None,
+) -> tuple[AnnotateResult, tuple[Path, Path, Path]]:
+    """:func:`annotate`, then :func:`write_outputs`, holding ``<cache>.lock`` and ``<predictions>.lock``
+    throughout: a second run on the same cache or output stops at once (:class:`LockHeld`, naming the
+    holder). Returns the result and the paths written. ``rubric_file`` names the rubric in the draft check."""
+    config.check()
+    if not config.allow_draft:
+        check_ready(rubric, rubric_file)
+    with contextlib.ExitStack() as stack:
+        _locks(stack, config, out)
+        result = annotate(items, rubric, config, progress)
+        paths = write_outputs(result, out, config.cache)
+    return result, paths
 
 
 def annotate(
@@ -33,6 +93,9 @@ def annotate(
 ) -> AnnotateResult:
     """Annotate every item with every model; returns predictions, failure records and a summary per model.
 
+    The rubric must not be a draft (:func:`check_ready`) unless ``config.allow_draft``; the reply
+    cache is locked against a second writer for the run (:func:`run_annotation` also locks the output).
+
     ``progress`` gets one task per model (items done; info: cost, tokens, failures) and, in a single
     process, a ``total`` task over all models (info: the cost so far).
 
@@ -41,6 +104,8 @@ def annotate(
     unknown model) — what was already answered stays in the cache.
     """
     jobs = _prepare(items, rubric, config)
+    if not config.allow_draft:
+        check_ready(rubric)
     _check_keys(config)
     if config.budget is not None:
         unpriced = [m for m in config.models if _price(m, 1000, 1000) is None]
@@ -52,17 +117,22 @@ def annotate(
     t_start = time.monotonic()
     runner: _Runner | _ShardResult
     n_workers = auto_workers(config, len(jobs))
-    if n_workers > 1:
-        runner = _run_workers(rubric, config, jobs, progress)
-    else:
-        cache = _open_cache(config)
-        runner = _Runner(rubric, config, cache)
-        try:
-            _run_with_progress(runner, jobs, progress)
-        finally:
-            cache.close()
-    if runner.fatal and not any(s.ok for s in runner.summary.values()):
-        raise AnnotateError("; ".join(runner.fatal.values()))
+    with contextlib.ExitStack() as stack:
+        _locks(stack, config, None)
+        if n_workers > 1:
+            runner = _run_workers(rubric, config, jobs, progress)
+        else:
+            cache = _open_cache(config)
+            runner = _Runner(rubric, config, cache)
+            try:
+                _run_with_progress(runner, jobs, progress)
+            finally:
+                cache.close()
+    if runner.cache_error:
+        raise AnnotateError(runner.cache_error, hint="free space or fix the folder's permissions, then re-run")
+    early = any(EARLY_STOP in why for why in runner.fatal.values())
+    if runner.fatal and not early and not any(s.ok for s in runner.summary.values()):
+        raise AnnotateError("; ".join(runner.fatal.values()))  # a wrong key or model for every model: nothing to write
     df = pd.DataFrame(runner.rows, columns=PREDICTION_COLUMNS + USAGE_COLUMNS)
     if len(df):
         order = {m: i for i, m in enumerate(config.models)}

@@ -8,6 +8,7 @@ import math
 import os
 import random
 import re
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import pandas as pd
 from rubrictool.annotate.cache import BOUNDARY_KEY, CachedReply, ReplyCache, _NoCache, cache_key
 from rubrictool.annotate.config import AnnotateConfig
 from rubrictool.annotate.llm import (
+    _connection_error,
     _count_tokens,
     _fatal,
     _litellm,
@@ -53,6 +55,7 @@ class ModelSummary:
     failures: int = 0
     repaired: int = 0
     cached_items: int = 0  # items answered entirely from the cache
+    retried: int = 0  # items whose cached failed replies --retry-failed sent again
     requests: int = 0  # HTTP requests sent (incl. retries)
     retries: int = 0
     prompt_tokens: int = 0  # tokens of the replies received in this run (cache hits excluded)
@@ -77,6 +80,12 @@ class AnnotateResult:
     def cost_usd(self) -> float:
         return sum(s.cost_usd for s in self.summary.values())
 
+    @property
+    def failure_share(self) -> float:
+        """Failed (item, model) pairs over the pairs finished (0 when none finished)."""
+        done = sum(s.items for s in self.summary.values())
+        return sum(s.failures for s in self.summary.values()) / done if done else 0.0
+
 
 class _BudgetStop(Exception):
     pass
@@ -86,6 +95,52 @@ class _CallFailed(Exception):
     def __init__(self, message: str, fatal: bool = False) -> None:
         super().__init__(message)
         self.fatal = fatal
+
+
+# Early stop (docs/annotate.md, "A real course"). A model is stopped, instead of spending its
+# retries on every remaining item, when
+#  * its endpoint never answered: CONNECT_FAILURES attempts failed to connect or timed out, a retry among
+#    them, and no HTTP reply came back in this run (connection refused, DNS, a dead host);
+#  * its endpoint stopped answering: CONNECT_FAILURES attempts in a row failed to connect since its last
+#    reply and one request spent all its retries that way;
+#  * almost every reply fails: of the first FAIL_MIN_ITEMS or more items sent in this run (cache hits
+#    not counted), at least FAIL_SHARE failed.
+EARLY_STOP = "stopped early"  # how an early stop's reason starts (after "model <m>: ")
+CONNECT_FAILURES = 3
+FAIL_MIN_ITEMS = 20
+FAIL_SHARE = 0.9
+
+
+class _Breaker:
+    """Per model: what the early-stop rules above need to know."""
+
+    def __init__(self) -> None:
+        self.replied = False  # an HTTP reply (any status) came back in this run
+        self.connect_failures = 0  # attempts in a row without an HTTP reply
+        self.retried = False  # one of them was a retry
+        self.gave_up = False  # a request spent all its attempts without an HTTP reply
+        self.sent = 0  # items that sent a request in this run
+        self.sent_failed = 0
+        self.last_error = ""
+
+    def reply(self) -> None:
+        self.replied, self.connect_failures, self.retried, self.gave_up = True, 0, False, False
+
+    def no_reply(self, attempt: int, error: str) -> None:
+        self.connect_failures += 1
+        self.retried = self.retried or attempt > 0
+        self.last_error = error
+
+    def verdict(self) -> str | None:
+        """Why to stop now, or None."""
+        if self.connect_failures >= CONNECT_FAILURES and (self.gave_up or (not self.replied and self.retried)):
+            what = "stopped answering" if self.replied else "is unreachable"
+            return (f"its endpoint {what}: {self.connect_failures} attempts in a row got no reply "
+                    f"(last: {self.last_error})")
+        if self.sent >= FAIL_MIN_ITEMS and self.sent_failed >= FAIL_SHARE * self.sent:
+            return (f"almost every reply fails: {self.sent_failed} of the {self.sent} items sent failed "
+                    f"(last: {self.last_error})")
+        return None
 
 
 class _Budget:
@@ -142,6 +197,43 @@ class _Runner:
         self.started: dict[str, float] = {}
         self.on_progress: Any = None
         self._kwargs: dict[str, dict[str, Any]] = {}
+        self.breakers = {m: _Breaker() for m in config.models}
+        # worker processes: one shared flag per model (mp.Value), set by whichever process stops it
+        self.stop_flags: dict[str, Any] = {}
+        self.cache_error = ""  # the first failure to read or write the cache: the run stops
+        self.refreshed: set[str] = set()  # cache keys fetched in this run (never re-sent by --retry-failed)
+
+    def stopped(self, model: str) -> str | None:
+        """Why ``model`` takes no more items (None: it goes on)."""
+        if self.cache_error:
+            return self.cache_error
+        if model in self.fatal:
+            return self.fatal[model]
+        flag = self.stop_flags.get(model)
+        if flag is not None and flag.value:
+            return f"model {model}: stopped by another worker process (see its reason)"
+        return None
+
+    def _trip(self, model: str) -> None:
+        """Stop ``model`` when an early-stop rule says so (in every worker process)."""
+        why = self.breakers[model].verdict()
+        if why is not None and model not in self.fatal:
+            self.fatal[model] = f"model {model}: {EARLY_STOP}, {why}"
+            flag = self.stop_flags.get(model)
+            if flag is not None:
+                flag.value = 1
+
+    def _cache_failed(self, e: sqlite3.Error, doing: str) -> None:
+        if not self.cache_error:
+            path = getattr(self.cache, "path", "the reply cache")
+            try:
+                n = f"the {len(self.cache)} replies" if isinstance(self.cache, ReplyCache) else "the replies"
+            except sqlite3.Error:
+                n = "the replies"
+            self.cache_error = (f"{path}: cannot {doing} the reply cache ({e}); the run stopped and {n} stored "
+                                "before are kept in it (a re-run with the same --cache sends none of them again)")
+            for flag in self.stop_flags.values():
+                flag.value = 1
 
     def _call_kwargs(self, model: str) -> dict[str, Any]:
         """What every litellm call for ``model`` carries besides messages and sampling (worked out once:
@@ -169,12 +261,20 @@ class _Runner:
             p["response_format"] = rf
         return p
 
-    async def call(self, model: str, messages: list[dict[str, Any]], boundary: str | None = None) -> _Reply:
+    async def call(
+        self, model: str, messages: list[dict[str, Any]], boundary: str | None = None, fresh: bool = False
+    ) -> _Reply:
+        """The reply to ``messages``: from the cache, from an identical request in flight, or sent.
+        ``fresh``: skip the cache (--retry-failed), unless this run already fetched the same request."""
         params = self._params(model)
         key = cache_key(model, messages, params, boundary)
         # a reply that repeats the boundary is kept with the constant in its place and given back with the
         # boundary of the prompt that asks, so a repair turn quoting it keys the same in every run
-        hit = self.cache.get(key)
+        try:
+            hit = None if fresh and key not in self.refreshed else self.cache.get(key)
+        except sqlite3.Error as e:
+            self._cache_failed(e, "read")
+            raise _CallFailed(self.cache_error) from None
         if hit is not None:
             return _Reply(_restore(hit.text, boundary), hit.prompt_tokens, hit.completion_tokens, 0.0, cached=True)
         if key in self.inflight:  # the same prompt is already being asked: pay once
@@ -208,9 +308,11 @@ class _Runner:
             worst = p or 0.0
         kwargs: dict[str, Any] = dict(self._call_kwargs(model), messages=messages, **params)
         last: str = ""
+        b = self.breakers[model]
         for attempt in range(cfg.max_retries + 1):
-            if model in self.fatal:
-                raise _CallFailed(self.fatal[model], fatal=True)
+            why = self.stopped(model)
+            if why is not None:
+                raise _CallFailed(why, fatal=model in self.fatal)
             self.budget.reserve(worst)
             self.started.setdefault(model, time.monotonic())
             s.requests += 1
@@ -226,6 +328,13 @@ class _Runner:
                 if isinstance(e, (asyncio.CancelledError, KeyboardInterrupt)):
                     raise
                 last = _short_error(e, self.secrets)
+                if _connection_error(e):
+                    b.no_reply(attempt, last)
+                    if attempt == cfg.max_retries:
+                        b.gave_up = True
+                    self._trip(model)
+                else:
+                    b.reply()
                 if _fatal(e):
                     raise _CallFailed(last, fatal=True) from None
                 if not _retryable(e):
@@ -235,6 +344,7 @@ class _Runner:
                 delay = _retry_after(e) or random.uniform(0, min(60.0, cfg.backoff * 2**attempt))
                 await asyncio.sleep(delay)
                 continue
+            b.reply()
             text = _reply_text(resp)
             pt, ct = _usage(resp)
             price = _response_cost(resp) if _rates(model) is not None else None
@@ -245,7 +355,11 @@ class _Runner:
             cost = price or 0.0
             self.budget.settle(worst, cost)
             reply = _Reply(text, pt, ct, cost)
-            self.cache.put(key, model, CachedReply(_canonical(text, boundary), pt, ct, cost), time.monotonic() - t0)
+            self.refreshed.add(key)
+            try:
+                self.cache.put(key, model, CachedReply(_canonical(text, boundary), pt, ct, cost), time.monotonic() - t0)
+            except sqlite3.Error as e:  # disk full, read-only folder: stop, keep what is stored
+                self._cache_failed(e, "write")
             s.prompt_tokens += pt
             s.completion_tokens += ct
             s.cost_usd += cost
@@ -254,12 +368,32 @@ class _Runner:
 
     async def annotate_item(self, model: str, item_id: str, prompt: ItemPrompt) -> None:
         s = self.summary[model]
+        replies, result, error = await self._ask(model, prompt)
+        failed = result is None or not result.ok or bool(error)
+        if failed and self.config.retry_failed and replies and all(r.cached for r in replies):
+            # --retry-failed: this failure was read from the cache; ask again (the new replies replace the
+            # cached ones). Replies paid for in this run are never asked again, nor successful cached ones.
+            s.retried += 1
+            replies, result, error = await self._ask(model, prompt, fresh=True)
+        b = self.breakers[model]
+        if not (replies and all(r.cached for r in replies)):
+            b.sent += 1
+            if result is None or not result.ok or error:
+                b.sent_failed += 1
+                b.last_error = (error or "; ".join(result.errors if result else []))[:200]
+            self._trip(model)
+        self._record(model, item_id, replies, result, error)
+
+    async def _ask(
+        self, model: str, prompt: ItemPrompt, fresh: bool = False
+    ) -> tuple[list[_Reply], ParseResult | None, str]:
+        """The item's reply, parsed, with at most one repair round: (replies, parse result, error)."""
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt.text}]
         replies: list[_Reply] = []
         error = ""
         result: ParseResult | None = None
         try:
-            first = await self.call(model, messages, prompt.boundary)
+            first = await self.call(model, messages, prompt.boundary, fresh)
             replies.append(first)
             result = _safe_parse(first.text, self.rubric, prompt)
             if not result.ok:
@@ -267,7 +401,7 @@ class _Runner:
                     {"role": "assistant", "content": first.text},
                     {"role": "user", "content": repair_message(result, self.rubric, self.config.format)},
                 ]
-                second = await self.call(model, fix, prompt.boundary)
+                second = await self.call(model, fix, prompt.boundary, fresh)
                 replies.append(second)
                 again = _safe_parse(second.text, self.rubric, prompt)
                 merged = {**result.labels, **again.labels}
@@ -282,7 +416,13 @@ class _Runner:
         except _CallFailed as e:
             error = str(e)
             if e.fatal:
-                self.fatal.setdefault(model, f"model {model}: {e}")
+                self.fatal.setdefault(model, str(e) if str(e).startswith(f"model {model}: ") else f"model {model}: {e}")
+        return replies, result, error
+
+    def _record(
+        self, model: str, item_id: str, replies: list[_Reply], result: ParseResult | None, error: str
+    ) -> None:
+        s = self.summary[model]
         s.items += 1
         ok = result is not None and result.ok and not error
         repaired = len(replies) == 2 and ok
@@ -340,7 +480,7 @@ class _Runner:
                 return next(nxt, -1)
 
         async def worker() -> None:
-            while not self.budget.stopped and model not in self.fatal:
+            while not self.budget.stopped and self.stopped(model) is None:
                 i = take()
                 if i < 0:
                     return

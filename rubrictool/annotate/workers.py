@@ -31,6 +31,7 @@ class _ShardResult:
     summary: dict[str, ModelSummary]
     fatal: dict[str, str]
     stopped_by_budget: bool
+    cache_error: str = ""
 
 
 # auto workers: requests in flight per client process, and the smallest run worth starting processes for
@@ -97,7 +98,7 @@ def _shared_take(counter: Any, n: int) -> Callable[[], int]:
 
 def _run_shard(
     rubric: Rubric, config: AnnotateConfig, jobs: list[tuple[str, ItemPrompt]], queue: Any, shard: int, parent: int,
-    counters: dict[str, Any],
+    counters: dict[str, Any], stop_flags: dict[str, Any],
 ) -> None:
     """Worker process: annotate the items it draws from the shared counters (one per model); progress and
     the result go back through ``queue``."""
@@ -105,6 +106,7 @@ def _run_shard(
     try:
         cache = _open_cache(config)
         runner = _Runner(rubric, config, cache)
+        runner.stop_flags = stop_flags  # a model one process stops early, every process stops
 
         last: dict[str, float] = {}
 
@@ -128,7 +130,8 @@ def _run_shard(
             cache.close()
         for m in runner.summary:
             send(m)  # the final counts
-        queue.put(("done", _ShardResult(runner.rows, runner.failures, runner.summary, runner.fatal, runner.budget.stopped)))
+        queue.put(("done", _ShardResult(runner.rows, runner.failures, runner.summary, runner.fatal, runner.budget.stopped,
+                                        runner.cache_error)))
     except AnnotateError as e:
         queue.put(("error", str(e)))
     except BaseException as e:  # noqa: BLE001 - reported by the parent as one line, never a traceback
@@ -140,7 +143,7 @@ def _merge_shards(models: Sequence[str], shards: list[_ShardResult]) -> _ShardRe
     for sh in shards:
         for m, s in sh.summary.items():
             t = summary[m]
-            for f in ("items", "ok", "failures", "repaired", "cached_items", "requests", "retries",
+            for f in ("items", "ok", "failures", "repaired", "cached_items", "retried", "requests", "retries",
                       "prompt_tokens", "completion_tokens", "cost_usd"):
                 setattr(t, f, getattr(t, f) + getattr(s, f))
             t.price_known = t.price_known and s.price_known
@@ -156,6 +159,7 @@ def _merge_shards(models: Sequence[str], shards: list[_ShardResult]) -> _ShardRe
         summary=summary,
         fatal=fatal,
         stopped_by_budget=any(sh.stopped_by_budget for sh in shards),
+        cache_error=next((sh.cache_error for sh in shards if sh.cache_error), ""),
     )
 
 
@@ -188,8 +192,9 @@ def _run_workers(
     w = len(subs)
     q = ctx.Queue()
     counters = {m: ctx.Value("q", 0) for m in config.models}
+    stop_flags = {m: ctx.Value("b", 0) for m in config.models}
     procs = [
-        ctx.Process(target=_run_shard, args=(rubric, sub, jobs, q, i, os.getpid(), counters), daemon=True)
+        ctx.Process(target=_run_shard, args=(rubric, sub, jobs, q, i, os.getpid(), counters, stop_flags), daemon=True)
         for i, sub in enumerate(subs)
     ]
     for p in procs:
@@ -213,6 +218,8 @@ def _run_workers(
                 shards.append(msg[1])
             elif msg[0] == "error":
                 errors.append(msg[1])
+                for flag in stop_flags.values():  # the others finish what they have in flight and stop
+                    flag.value = 1
             elif progress is not None:
                 _, shard, model, *totals = msg
                 latest[(shard, model)] = tuple(totals)

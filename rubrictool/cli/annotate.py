@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -22,7 +23,7 @@ from rubrictool.cli._common import (
 )
 from rubrictool.errors import AnnotateError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the annotate package pulls in pandas: imported inside the command, not at CLI start
     from rubrictool.annotate import AnnotateResult, DryRunReport
 
 __all__ = ["annotate_cmd", "print_dry_run", "print_summary"]
@@ -69,6 +70,9 @@ def print_summary(result: AnnotateResult, paths: tuple[Path, Path, Path] | None,
     con.print(table)
     if paths:
         con.print(f"wrote {paths[0]} ({len(result.predictions)} rows), {paths[1]} ({len(result.failures)} failures), {paths[2]}")
+    retried = sum(s.retried for s in result.summary.values())
+    if retried:
+        con.print(f"--retry-failed: sent again {retried} item(s) whose cached replies had failed")
     if result.stopped_by_budget:
         con.print(
             f"[yellow]stopped before exceeding the budget[/]: ${result.cost_usd:.4f} spent; the items done are "
@@ -86,9 +90,9 @@ def annotate_cmd(
     api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="Read the API key from this environment variable (default: the provider's, e.g. OPENAI_API_KEY).")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-j", help="Requests in flight per model.")] = 8,
     workers: Annotated[int | None, typer.Option("--workers", help="Client processes sharing the items, concurrency and budget (default: auto, i.e. 1, or one per 8 requests in flight for --api-base runs of 64+ items).")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 120.0,
-    max_retries: Annotated[int, typer.Option("--max-retries", help="Retries on 429, timeouts, 5xx and connection errors.")] = 4,
-    backoff: Annotated[float, typer.Option("--backoff", help="First back-off in seconds (doubles per retry, with jitter).")] = 1.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request (> 0).")] = 120.0,
+    max_retries: Annotated[int, typer.Option("--max-retries", help="Retries on 429, timeouts, 5xx and connection errors (0 or more).")] = 4,
+    backoff: Annotated[float, typer.Option("--backoff", help="First back-off in seconds, 0 or more (doubles per retry, with jitter).")] = 1.0,
     reply_format: Annotated[str, typer.Option("--reply-format", help="Reply format: line (the paper's concept=..; label=..; evidence=..) or json (with a JSON schema).")] = "line",
     old_format: Annotated[str | None, typer.Option("--format", hidden=True, help="Old name of --reply-format.")] = None,
     template: Annotated[Path | None, typer.Option("--template", help="Your own jinja2 prompt template (default: templates/annotate.prompt.j2).")] = None,
@@ -98,8 +102,11 @@ def annotate_cmd(
     budget: Annotated[float | None, typer.Option("--budget", help="Stop cleanly before this many USD would be exceeded.")] = None,
     limit: Annotated[int | None, typer.Option("--limit", "-n", help="Annotate only the first N items (a trial run).")] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Reply length cap (also the budget's worst case).")] = 1024,
-    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature.")] = 0.0,
+    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature, 0..2.")] = 0.0,
     dry: Annotated[bool, typer.Option("--dry-run", help="Print the first prompts, token counts and the estimated cost; send nothing.")] = False,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Send again the items whose cached replies failed (successful cached replies are never re-sent). Example: rubrictool annotate --rubric r.yaml --data items.csv --retry-failed")] = False,
+    max_failures: Annotated[float, typer.Option("--max-failures", help="Exit 3 when more than this share of the item × model annotations failed (0..1; the outputs are written). Example: --max-failures 0.1")] = 0.05,
+    allow_draft: Annotated[bool, typer.Option("--allow-draft", help="Send a rubric that still has TODO placeholders or two levels with one anchor (refused by default). Example: rubrictool annotate --rubric draft.yaml --data items.csv --limit 5 --allow-draft")] = False,
     out: OutOpt = Path("annotations"),
 ) -> None:
     """Pre-annotate every response on every rubric concept with LLMs (litellm), as the paper's annotation stage.
@@ -107,37 +114,62 @@ def annotate_cmd(
     Writes the tidy prediction table (item, model, concept, level, evidence, raw_ok + usage), failure
     records with the raw replies and a per-model summary. Keys come from the environment only.
 
+    Exit codes: 0 done; 1 an error (bad settings, a draft rubric, the cache or output locked by another
+    run, a model stopped early because its endpoint is unreachable or almost every reply fails, a full
+    disk); 2 a usage error; 3 done and written, but more than --max-failures of the annotations failed.
+
     Example: rubrictool annotate --benchmark mohler --model gpt-4o --limit 20 --budget 1 --out annotations/
     """
     from rubrictool.annotate import (
         DEFAULT_MODELS,
         AnnotateConfig,
-        annotate,
+        draft_problems,
         dry_run,
         load_inputs,
-        write_outputs,
+        run_annotation,
     )
+    from rubrictool.rubric.load import resolve_rubric_path
 
     fmt = hidden_alias(reply_format, old_format, "--reply-format", "--format", "line")
     config = AnnotateConfig(
         models=tuple(model or DEFAULT_MODELS), format=fmt, template=template, examples=examples, api_base=api_base,
         api_key_env=api_key_env, concurrency=concurrency, timeout=timeout, max_retries=max_retries, backoff=backoff,
         temperature=temperature, max_tokens=max_tokens, budget=budget, limit=limit, cache=None if no_cache else cache,
-        workers=workers,
+        workers=workers, retry_failed=retry_failed, allow_draft=allow_draft, max_failures=max_failures,
     )
+    config.check()  # one line for an option out of range, before any data is read
     items, rub = load_inputs(benchmark, rubric, data, data_dir)
     if config.benchmark is None and benchmark:
         config = dataclasses.replace(config, benchmark=benchmark)
     if dry:
         print_dry_run(dry_run(items, rub, config), console)
+        drafts = draft_problems(rub)
+        if drafts and not config.allow_draft:
+            console.print(f"[yellow]note:[/] a real run refuses this rubric, a draft ({escape(drafts[0])}"
+                          f"{f' and {len(drafts) - 1} more' if len(drafts) > 1 else ''}), unless --allow-draft",
+                          soft_wrap=True, highlight=False)
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                TimeElapsedColumn())
     # the bar starts with the first report: worker processes are forked before that, from a process
     # that still runs a single thread (Rich's refresh thread would force the slower fork server)
+    rubric_file = resolve_rubric_path(rubric or benchmark or "")
     with ProgressView(err_console, *columns, start_on_first=True) as view:
-        result = annotate(items, rub, config, progress=view)
-    paths = write_outputs(result, out)
+        result, paths = run_annotation(items, rub, config, out, progress=view, rubric_file=rubric_file)
     print_summary(result, paths, console)
     if result.fatal:
-        raise AnnotateError("; ".join(result.fatal.values()) + f" (what was done is in {paths[0]})")
+        early = any("stopped early" in why for why in result.fatal.values())
+        raise AnnotateError(
+            "; ".join(result.fatal.values()) + f" (what was done is in {paths[0]}, the raw replies in {paths[1]})",
+            hint="every reply received is in the cache: re-run when the endpoint answers, or with --retry-failed "
+            "once the cause of the failed replies is fixed" if early else None,
+        )
+    if result.failure_share > config.max_failures:
+        failed = sum(s.failures for s in result.summary.values())
+        done = sum(s.items for s in result.summary.values())
+        err_console.print(
+            f"[bold red]error:[/] {failed} of {done} item × model annotations failed ({result.failure_share:.1%}, "
+            f"more than --max-failures {config.max_failures:.1%}); they are in {paths[1]}: fix the cause and "
+            "re-run with --retry-failed", highlight=False, soft_wrap=True,
+        )
+        raise typer.Exit(3)

@@ -1,0 +1,140 @@
+"""One writer per reply cache and per output: an advisory lock file beside each.
+
+``<cache>.lock`` (and ``<predictions>.lock`` beside the output) is held with ``fcntl.flock`` for the
+whole run and names its holder (pid, host, start time). A second ``annotate`` on the same cache or
+output stops at once with that name instead of paying for the same requests again and leaving a
+prediction table that disagrees with the cache. The kernel releases a flock when its process dies, so
+the file a killed run leaves behind never blocks the next one: only a lock that is *held* does.
+
+Within one process the lock is re-entrant (``annotate()`` inside :func:`run_annotation` takes it
+again), and worker processes forked by ``--workers`` drop their inherited copy at once, so a killed
+parent's lock is free the moment the parent is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from rubrictool.errors import AnnotateError
+
+__all__ = ["LockHeld", "lock_path", "writer_lock"]
+
+try:  # POSIX; elsewhere the lock is a no-op (documented in docs/annotate.md)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+
+class LockHeld(AnnotateError):
+    """Another process is writing the same cache or output."""
+
+
+_held: dict[str, tuple[int, int]] = {}  # resolved lock path -> (fd, depth) held by this process
+_guard = threading.Lock()
+
+
+def _close_inherited() -> None:
+    """In a forked child: close the inherited lock descriptors (the parent keeps the locks)."""
+    for fd, _ in _held.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_inherited)
+
+
+def lock_path(target: str | Path) -> Path:
+    """The lock file of ``target``: ``<target>.lock`` beside it."""
+    p = Path(target)
+    return p.with_name(p.name + ".lock")
+
+
+def _holder(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(info["started"])))
+        return f"pid {int(info['pid'])} on {str(info['host'])[:64]}, running since {since}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that has not written its name yet"
+
+
+def _acquire(path: Path, what: str, hint: str) -> int:
+    """Open and flock ``path`` (non-blocking); return the descriptor. The file is re-opened when another
+    holder unlinked it between our open and our lock, so two processes never lock two different files."""
+    assert fcntl is not None
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise AnnotateError(
+                f"{path}: cannot create the lock file of {what} ({e.strerror or e})",
+                hint="make its folder writable, or pass another path",
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise LockHeld(
+                f"{what} is in use by another rubrictool annotate ({_holder(path)}; lock file {path})", hint=hint
+            ) from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # locked a file its holder had just removed: take the new one
+
+
+def _write_holder(fd: int) -> None:
+    info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+    data = (json.dumps(info) + "\n").encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+
+
+@contextlib.contextmanager
+def writer_lock(target: str | Path, what: str, hint: str) -> Iterator[Path]:
+    """Hold ``<target>.lock`` exclusively for the block; :class:`LockHeld` (naming the holder) at once if
+    another process holds it. ``what`` names the target in messages ("the reply cache x.sqlite")."""
+    path = lock_path(target)
+    if fcntl is None:  # pragma: no cover - no flock: no protection
+        yield path
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = str(path.parent.resolve() / path.name)
+    except OSError as e:
+        raise AnnotateError(f"{path.parent}: cannot create the folder of {what} ({e.strerror or e})") from None
+    with _guard:
+        held = _held.get(key)
+        if held is not None:
+            _held[key] = (held[0], held[1] + 1)
+        else:
+            fd = _acquire(path, what, hint)
+            try:
+                _write_holder(fd)
+            except OSError:
+                pass  # a full disk: the lock holds all the same, only its holder's name is missing
+            _held[key] = (fd, 1)
+    try:
+        yield path
+    finally:
+        with _guard:
+            fd, depth = _held[key]
+            if depth > 1:
+                _held[key] = (fd, depth - 1)
+            else:
+                del _held[key]
+                with contextlib.suppress(OSError):
+                    os.unlink(path)  # while still holding it: a waiter re-checks the inode and retries
+                os.close(fd)
