@@ -112,5 +112,5 @@ def run_train(
     agr = agreement if agreement is not None else Path(str(data)).parent / "agreement.json"
     if folds:
         return train_folds(rubric, table, run, folds=folds, fold_seed=split_seed, agreement=agr, progress=progress, **kw)
-    sp = load_split(split) if split else split_items(table, seed=split_seed)
+    sp = load_split(split) if split else split_items(table, seed=split_seed, source=str(data))
     return train_model(rubric, table, sp, run, agreement=agr, **single)

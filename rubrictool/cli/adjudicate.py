@@ -10,6 +10,7 @@ from rich.table import Table
 
 from rubrictool.adjudicate import run_adjudicate
 from rubrictool.cli._common import BenchmarkOpt, DataDirOpt, OutOpt, console, err_console, hidden_alias
+from rubrictool.cli._sanitize import shown
 from rubrictool.review import pull_for_adjudicate
 
 __all__ = ["adjudicate_cmd", "summary_lines", "summary_rows", "summary_table"]
@@ -149,5 +150,5 @@ def adjudicate_cmd(
         )
     console.print(summary_table(result.agreement))
     for line in summary_lines(result.agreement):
-        console.print(line, soft_wrap=True, highlight=False)
+        console.print(shown(line), soft_wrap=True, highlight=False)
     console.print(f"wrote {', '.join(str(p) for p in result.paths.values())}", soft_wrap=True, highlight=False)

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, TransferSpeedColumn
 from rich.table import Table
 
 from rubrictool.cli._common import DataDirOpt, OutOpt, ProgressView, console, err_console, handle_errors
+from rubrictool.cli._sanitize import shown
 from rubrictool.data import describe_benchmark, export_benchmark, fetch_benchmark, split_to_file
 from rubrictool.errors import DataError
 
@@ -38,11 +38,11 @@ def data_show(
         typer.echo(json.dumps(s, indent=2))
         return
     console.print(
-        f"[bold]{escape(benchmark)}[/]: {s['n_items']} answers over {s['n_questions']} questions; mean response "
+        f"[bold]{shown(benchmark)}[/]: {s['n_items']} answers over {s['n_questions']} questions; mean response "
         f"{s['mean_response_words']} words (median {s['median_response_words']:g}, longest {s['max_response_words']})"
     )
     for col, counts in s.get("by", {}).items():
-        console.print(f"by {col}: " + ", ".join(f"{escape(k)} {v}" for k, v in counts.items()), soft_wrap=True)
+        console.print(f"by {col}: " + ", ".join(f"{shown(k)} {v}" for k, v in counts.items()), soft_wrap=True)
     hist = Table(title="grade histogram")
     hist.add_column("grade")
     hist.add_column("answers", justify="right")

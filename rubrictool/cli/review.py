@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from rubrictool.cli._common import ProgressView, RubricOpt, console, err_console, handle_errors
+from rubrictool.cli._sanitize import shown
 from rubrictool.review import (
     ENV_KEY,
     ENV_URL,
@@ -112,7 +113,7 @@ def review_push(
         result = push(conn, rb, data, predictions, project, max_annotations, batch_size, progress=view,
                       model_predictions=graded, select=select, budget=budget, seed=seed,
                       show_predictions=not hide_predictions)
-    console.print(result.summary(), highlight=False, soft_wrap=True)
+    console.print(shown(result.summary()), highlight=False, soft_wrap=True)
 
 
 @app.command("status")
@@ -131,7 +132,7 @@ def review_status(
     rb, title = project_and_rubric(project, rubric)
     report = status(resolve_connection(url, api_key), title, rb)
     for line in report.lines():
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(shown(line), highlight=False, soft_wrap=True)
 
 
 @app.command("pull")
@@ -156,4 +157,4 @@ def review_pull(
     conn = resolve_connection(url, api_key)
     with ProgressView(err_console) as view:
         result = pull(conn, title, out, rb, progress=view)
-    console.print(result.summary(), highlight=False, soft_wrap=True)
+    console.print(shown(result.summary()), highlight=False, soft_wrap=True)
