@@ -14,6 +14,7 @@ from rubrictool.tables import (
     ADJUDICATED_PROVENANCE,
     ITEM_COLUMNS,
 )
+from rubrictool.textsafe import md_inline, md_quote
 
 __all__ = ["discussion_queue", "fill_unreviewed", "queue_markdown", "training_table"]
 
@@ -186,10 +187,11 @@ def discussion_queue(grid: DecisionGrid, rubric: Rubric, items: pd.DataFrame | N
 def queue_markdown(
     queue: pd.DataFrame, reviewers: Sequence[str], rubric: Rubric, note: str | None = None
 ) -> str:
-    """A readable Markdown report of the discussion queue, one section per item (in queue order)."""
+    """A readable Markdown report of the discussion queue, one section per item (in queue order). Text from the
+    data (ids, answers, names, anchors) is escaped (:mod:`rubrictool.textsafe`): no HTML, no table breaks."""
     n_open = int((queue["status"] == "open").sum()) if len(queue) else 0
     lines = [
-        f"# Discussion queue — rubric {rubric.name}",
+        f"# Discussion queue — rubric {md_inline(rubric.name)}",
         "",
         (
             f"{len(queue)} flagged item × concept case(s) over {queue['item'].nunique() if len(queue) else 0} "
@@ -202,7 +204,7 @@ def queue_markdown(
         "",
     ]
     if note:
-        lines += [f"> {note}", ""]
+        lines += [md_quote(note), ""]
     if len(queue) == 0:
         return "\n".join(lines + ["Nothing to discuss: every label is unanimous."]) + "\n"
 
@@ -217,9 +219,9 @@ def queue_markdown(
         lv = queue[name].to_numpy(dtype=float, na_value=np.nan)
         given.append(np.where(np.isnan(lv), "·", np.nan_to_num(lv).astype(np.int64).astype(str)))
     cells = [" | ".join(t) for t in zip(*given, strict=True)] if given else [""] * len(queue)
-    anchors = [a.replace("|", "/") for a in col("anchors")]
+    anchors = [md_inline(a) for a in col("anchors")]
     rows = [
-        f"| {c} ({cn}) | {g} | {lv} | {ru} | {st} | {an} |"
+        f"| {md_inline(c)} ({md_inline(cn)}) | {g} | {lv} | {ru} | {st} | {an} |"
         for c, cn, g, lv, ru, st, an in zip(
             col("concept"),
             col("concept_name"),
@@ -237,7 +239,7 @@ def queue_markdown(
     ]
     header = (
         "| concept | "
-        + " | ".join(reviewers)
+        + " | ".join(md_inline(r) for r in reviewers)
         + " | decided | rule | status | anchors in question |\n|"
         + "---|" * (len(reviewers) + 5)
     )
@@ -248,9 +250,9 @@ def queue_markdown(
     starts = np.flatnonzero(first)
     ends = np.append(starts[1:], len(items))
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-        head = [f"\n## Item {items[a]}\n"]
+        head = [f"\n## Item {md_inline(items[a])}\n"]
         head += [
-            f"**{lab}:** {t[a]}  "
+            f"**{lab}:** {md_inline(t[a])}  "
             for lab, t in zip(("Question", "Reference", "Response"), texts, strict=True)
             if t[a]
         ]

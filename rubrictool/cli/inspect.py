@@ -26,7 +26,7 @@ TableOpt = Annotated[
 ]
 
 
-def _bar(v: float, scale: float, width: int = 8) -> str:
+def _bar(v: float, scale: float, width: int = 6) -> str:
     n = round(width * abs(v) / scale) if scale > 0 else 0
     return ("[blue]" + "█" * n + "[/]") if v >= 0 else ("[dark_orange]" + "█" * n + "[/]")
 
@@ -43,20 +43,22 @@ def _print_trace(t: ItemTrace) -> None:
         console.print(f"[bold]reference answer:[/] {shown(t.reference)}", soft_wrap=True, highlight=False)
     console.print(f"[bold]response:[/] [dim]{shown(t.response)}[/]", soft_wrap=True, highlight=False)
     other = t.other_grade is not None
-    table = Table(show_edge=False)
+    table = Table(box=None, pad_edge=False, header_style="bold")  # narrow: fits 80 columns
     cols = ["concept", "level (p)", "ĉ", "s̃", "μ_post", f"→ {t.grade}"]
-    cols += [f"→ {t.other_grade} ({t.other_kind})", "difference"] if other else []
-    for col in (*cols, "", "attends to"):
-        table.add_column(col, justify="left" if col in ("concept", "", "attends to") else "right",
-                         no_wrap=col not in ("attends to",))
+    cols += [f"→ {t.other_grade} ({'gold' if t.other_kind == 'gold' else '2nd'})", "diff."] if other else []
+    for col in (*cols, ""):
+        table.add_column(col, justify="left" if col in ("concept", "") else "right", no_wrap=True)
     scale = max([abs(c.contribution) for c in t.concepts] + [abs(c.difference or 0.0) for c in t.concepts] + [1e-9])
     for c in t.concepts:
         level = f"{c.level} ({c.level_prob:.2f})" + (f" → [bold]{c.set_to}[/]" if c.set_to is not None else "")
-        top = " ".join(shown(tok.strip(), one_line=True) for tok, _ in c.top_tokens[:3])
         diff = [f"{c.contribution_other or 0.0:+.3f}", f"{c.difference or 0.0:+.3f}"] if other else []
         table.add_row(shown(c.key, one_line=True), level, f"{c.expected:.2f}", f"{c.s_tilde:.2f}", f"{c.mu_post:.3f}",
-                      f"{c.contribution:+.3f}", *diff, _bar((c.difference or 0.0) if other else c.contribution, scale), top)
+                      f"{c.contribution:+.3f}", *diff, _bar((c.difference or 0.0) if other else c.contribution, scale))
     console.print(table)
+    attends = [f"{shown(c.key, one_line=True)}: " + " ".join(shown(tok.strip(), one_line=True) for tok, _ in c.top_tokens[:3])
+               for c in t.concepts if c.top_tokens]
+    if attends:
+        console.print("attends to — " + " · ".join(attends), soft_wrap=True, highlight=False)
     console.print(f"grade {t.grade}: Σ contributions {t.contributions_sum() - t.bias:+.3f} + bias {t.bias:+.3f} "
                   f"= logit {t.logit:+.3f}", highlight=False)
     if other and t.other_logit is not None and t.other_bias is not None:
@@ -74,9 +76,10 @@ def _print_trace(t: ItemTrace) -> None:
 def _print_legend() -> None:
     from rubrictool.report.explain import SYMBOLS
 
-    console.print("\n[bold]legend[/] (the bars show the difference when a second grade is compared, else the "
-                  "contribution; blue pushes toward the predicted grade)", soft_wrap=True, highlight=False)
-    names = {"ĉ_k": "ĉ", "s̃_k": "s̃", "contribution": "→ g", "difference": "difference"}
+    console.print("\n[bold]legend[/] (→ g: toward grade g; 2nd: the runner-up grade; the bars show diff. when a "
+                  "second grade is compared, else the contribution; blue pushes toward the predicted grade)",
+                  soft_wrap=True, highlight=False)
+    names = {"ĉ_k": "ĉ", "s̃_k": "s̃", "contribution": "→ g", "difference": "diff."}
     for sym, words in SYMBOLS.items():
         console.print(f"  [bold]{names.get(sym, sym)}[/]: {words}", soft_wrap=True, highlight=False)
 

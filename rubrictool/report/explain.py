@@ -29,7 +29,7 @@ SYMBOLS = {  # the legend of every explain view, in words a teacher reads (docs/
     "level (p)": "the level the model reads for the concept, and its probability p̂",
     "ĉ_k": "expected level: the average of the levels weighted by their probabilities (2.6 = between 2 and 3, "
            "nearer 3)",
-    "s̃_k": "the expected level as a share of the top level, 0..1 (ĉ_k / M)",
+    "s̃_k": "the expected level as a share of the scale, 0..1: (ĉ_k − lowest level) / (highest − lowest level)",
     "μ_post": "the concept estimate the grade is computed from: s̃_k corrected by LCEC, which pulls a noisy "
               "concept towards what the other concepts suggest (equal to s̃_k without LCEC)",
     "contribution": "how much the concept pushes the score of a grade up (+) or down (−); with the bias they add "

@@ -82,7 +82,12 @@ def contributions_png(keys: Sequence[str], contributions: Sequence[float], bias:
                         ha="left" if vi >= 0 else "right", va="center", fontsize=7 if n > 1 else 8)
         shown += v
     if n > 1:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=n, fontsize=8, frameon=False)
+        from matplotlib.patches import Patch
+
+        handles = [Patch(facecolor=BLUE, label=f"{label} (orange: against)"),
+                   *(Patch(label=name, **{k: v for k, v in style.items() if k != "color"},
+                           facecolor=style["color"]) for name, _, style in series[1:])]
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8, frameon=False)
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(y, labels)
     ax.invert_yaxis()
