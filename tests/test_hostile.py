@@ -387,5 +387,6 @@ def test_the_discussion_queue_md_escapes_answers_and_names() -> None:
                           "question": ["q <i>"], "reference": [""], "alice|bob": [1], "<u>carol</u>": [2]})
     md = queue_markdown(queue, ["alice|bob", "<u>carol</u>"], rb, note="labels by <script>x</script>")
     assert "<script" not in md and "<img" not in md and "<b>" not in md and "<u>" not in md and "\x1b" not in md
+    assert "none / partial" in md
     header = next(ln for ln in md.splitlines() if ln.startswith("| concept"))
     assert header.count("|") - header.count("\\|") == 8  # concept, 2 reviewers, decided, rule, status, anchors

@@ -219,7 +219,7 @@ def queue_markdown(
         lv = queue[name].to_numpy(dtype=float, na_value=np.nan)
         given.append(np.where(np.isnan(lv), "·", np.nan_to_num(lv).astype(np.int64).astype(str)))
     cells = [" | ".join(t) for t in zip(*given, strict=True)] if given else [""] * len(queue)
-    anchors = [md_inline(a) for a in col("anchors")]
+    anchors = [md_inline(str(a).replace("|", "/")) for a in col("anchors")]
     rows = [
         f"| {md_inline(c)} ({md_inline(cn)}) | {g} | {lv} | {ru} | {st} | {an} |"
         for c, cn, g, lv, ru, st, an in zip(
