@@ -325,6 +325,8 @@ def _grade_nonempty(
         if flags:
             graded["flags"] = pd.Series(dtype=object)
     graded.index = np.flatnonzero(~empty)
+    ints = [c for c in graded.columns if pd.api.types.is_integer_dtype(graded[c])]
+    graded = graded.astype(dict.fromkeys(ints, "Int64"))  # a grade stays 3, not 3.0, beside the empty ones
     blank = pd.DataFrame({"id": df.loc[empty, "id"]}, index=np.flatnonzero(empty))
     if flags:
         blank["flags"] = EMPTY_FLAG

@@ -171,7 +171,7 @@ def test_grade_set_overrides_a_concept_for_every_response(tiny: tuple[Path, Path
     assert (sets["FC_level"] == 1).all() and (sets["TU_level"] == 3).all()
     assert (sets["FC_expected"] == 1).all() and (sets["CC_level"] == plain["CC_level"]).all()
     assert not np.allclose(sets["grade_logit"], plain["grade_logit"])
-    contrib = sets[[c for c in sets.columns if c.endswith("_contribution")]].sum(1) + sets["grade_bias"]
+    contrib = sets[[c for c in sets.columns if c.endswith("_contribution")]].sum(axis=1) + sets["grade_bias"]
     assert np.allclose(contrib, sets["grade_logit"], atol=1e-4)
     # the library gives the same numbers as explain's override
     run = open_run(run_dir, data=table)

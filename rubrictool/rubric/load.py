@@ -102,7 +102,7 @@ def _check_yaml_size(text: str, file: str) -> None:
     anchors: dict[str, int] = {}  # anchor → nodes it expands to
     stack: list[tuple[str | None, int]] = []  # open collections: (anchor, nodes so far)
     try:
-        for ev in yaml.parse(text):
+        for ev in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # C scanner when built
             if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 depth = len(stack) + 1
                 if depth > MAX_YAML_DEPTH:
