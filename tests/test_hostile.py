@@ -393,3 +393,24 @@ def test_the_discussion_queue_md_escapes_answers_and_names() -> None:
     assert "none / partial" in md
     header = next(ln for ln in md.splitlines() if ln.startswith("| concept"))
     assert header.count("|") - header.count("\\|") == 8  # concept, 2 reviewers, decided, rule, status, anchors
+
+
+# ---------------------------------------------------------------------------- terminal output of other commands
+def test_rubric_show_and_list_print_names_without_controls_or_markup(tmp_path: Path) -> None:
+    hostile = RUBRIC.replace("name: Evidence", 'name: "Evi\\e[31mdence [bold red]loud[/] \\a"')
+    folder = tmp_path / "rubrics"
+    folder.mkdir()
+    (folder / "bio2.yaml").write_text(hostile)
+    assert "\x1b" in load_rubric(folder / "bio2.yaml").concepts[0].name  # the YAML escape really is an ESC
+    res = runner.invoke(app, ["rubric", "show", str(folder / "bio2.yaml")])
+    assert res.exit_code == 0, res.output
+    assert "\x1b" not in res.output and "\x07" not in res.output
+    assert "EV Evidence [bold" in res.output and "red]loud[/]" in res.output  # literal text, not Rich markup
+
+
+def test_an_error_quoting_a_hostile_id_is_printed_clean(course: dict[str, Path]) -> None:
+    res = runner.invoke(app, ["explain", "--run", str(course["run"]), "--data", str(course["table"]),
+                              "\x1b[2J\x1b]0;pwned\x07[red]nope"])
+    assert res.exit_code == 1
+    text = one_line_error(res.output)
+    assert "\x1b" not in res.output and "\x07" not in res.output and "[red]nope" in text
