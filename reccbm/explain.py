@@ -35,6 +35,7 @@ __all__ = [
     "DecisionTrace",
     "attention_diagnostics",
     "concept_order",
+    "contributions_toward",
     "decision_trace",
     "grades_from_levels",
     "intervention_levels",
@@ -59,23 +60,35 @@ class DecisionTrace:
     bias: NDArray[Any]  # (N,) b_ŷ
 
 
+@torch.no_grad()
+def contributions_toward(model: RecCBM, preds: Predictions, grades: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any]]:
+    """Each concept's contribution to the logit of grade g_i (any grade, 0..S, one per item) and the bias b_g:
+    ``(N, K), (N,)``. With g = ŷ this is the decision trace; with g = the gold (or runner-up) grade it shows
+    what argued for that grade instead. Σ_k contribution_k + b_g = logit of g (Eq. 22), so the difference of
+    two grades' logits splits exactly into per-concept differences."""
+    if preds.p_hat is None or preds.mu_post is None:
+        raise ValueError("the PLM baseline has no concept bottleneck to explain")
+    g = torch.as_tensor(np.asarray(grades)).long()  # (N,)
+    contrib, bias = model.contributions(
+        torch.as_tensor(preds.p_hat).float(), torch.as_tensor(preds.mu_post).float(), g
+    )  # (N, K), (N,)
+    return contrib.numpy(), bias.numpy()
+
+
 def decision_trace(model: RecCBM, preds: Predictions) -> DecisionTrace:
     """The trace of each prediction of a concept-bottleneck model."""
     if preds.p_hat is None or preds.c_hat is None or preds.mu_post is None:
         raise ValueError("the PLM baseline has no concept bottleneck to explain")
     y = preds.grades  # (N,)
-    with torch.no_grad():
-        contrib, bias = model.contributions(
-            torch.as_tensor(preds.p_hat).float(), torch.as_tensor(preds.mu_post).float(), torch.as_tensor(y)
-        )  # (N, K), (N,)
+    contrib, bias = contributions_toward(model, preds, y)  # (N, K), (N,)
     return DecisionTrace(
         grade=y,
         grade_prob=preds.grade_probs[np.arange(len(y)), y],
         levels=preds.levels,
         expected=preds.c_hat,
         mu_post=preds.mu_post,
-        contributions=contrib.numpy(),  # (N, K)
-        bias=bias.numpy(),
+        contributions=contrib,  # (N, K)
+        bias=bias,
     )
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "INT8_NAME",
     "OnnxEncoder",
     "OnnxExportError",
+    "OnnxWriteError",
     "export_encoder",
     "load_onnx_encoder",
     "use_onnx_encoder",
@@ -64,6 +65,32 @@ OPSET = 17
 _BERT_LIKE = {"bert", "roberta", "xlm-roberta", "camembert", "electra"}
 _META_FORMAT, _META_WEIGHTS, _META_VARIANT = "reccbm.format", "reccbm.weights", "reccbm.variant"
 _META_TOKEN_TYPES = "reccbm.token_types"  # input | unused | absent-only (see _token_types_mode)
+
+
+class OnnxWriteError(ReccbmError, OSError):
+    """A file of the export could not be written (disk full, file-size limit, read-only folder): an OSError
+    that names the file, not a sign that the encoder cannot be exported."""
+
+    def __init__(self, exc: OSError, path: str | Path) -> None:
+        where = exc.filename or path
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        super().__init__(f"cannot write {where}: {reason} (OSError errno {exc.errno})")
+        self.errno, self.strerror, self.filename = exc.errno, reason, str(where)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind an exporter failure, if any (torch wraps it in its own exception types)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, OSError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 class OnnxExportError(ReccbmError):
@@ -249,7 +276,10 @@ def export_encoder(encoder: TextEncoder, path: str | Path, meta: dict[str, str] 
                     dynamo=False, input_names=names, output_names=["hidden"], opset_version=OPSET,
                     dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "hidden"]},
                 )
-        except Exception as exc:  # noqa: BLE001 - any exporter failure means: not exportable
+        except Exception as exc:  # noqa: BLE001 - any exporter failure means: not exportable (unless a write failed)
+            os_err = _os_error(exc)
+            if os_err is not None:
+                raise OnnxWriteError(os_err, raw) from None
             raise OnnxExportError(model_type, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}") from None
         finally:
             encoder.train(was_training)
@@ -377,8 +407,9 @@ def load_onnx_encoder(
                 export_encoder(encoder, fp32, _meta(stamp, "float32"))
             if int8:
                 _quantize(fp32, d / INT8_NAME, _meta(stamp, "int8"))
-        except OSError as exc:  # read-only or missing folder: try the next one
-            problems.append(f"{d}: {exc.strerror or exc}")
+        except OSError as exc:  # read-only, missing or full folder: try the next one
+            problems.append(f"{d}: {exc}" if isinstance(exc, OnnxWriteError)
+                            else f"{d}: {exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else ""))
             continue
         return OnnxEncoder(d / name, encoder.hf_config, threads)
     raise ReccbmError(f"cannot write the ONNX encoder to any cache folder ({'; '.join(problems)})")

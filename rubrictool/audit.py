@@ -27,6 +27,7 @@ from rubrictool.grade import grade_loaded
 from rubrictool.io import writable_dir, write_table
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.report.run import Run, open_run, split_rows
+from rubrictool.textsafe import md_inline
 
 __all__ = ["FILLER", "TRANSFORMATIONS", "AuditResult", "audit_run", "keywords", "transform",
            "write_audit"]
@@ -199,7 +200,7 @@ def audit_run(
 
 def _markdown(res: AuditResult, title: str) -> str:
     s = res.summary
-    lines = [f"# Gaming audit: {title}", "",
+    lines = [f"# Gaming audit: {md_inline(title)}", "",
              (f"{res.n} test answers, seed {res.seed}. Grade shift = predicted grade of the transformed answer minus "
               "that of the original; flagged = the transformed answer has any `grade` flag "
               f"(honest answers flagged: {100 * res.honest_flagged:.1f} %)."), "",
@@ -211,7 +212,7 @@ def _markdown(res: AuditResult, title: str) -> str:
                      f"{100 * r['share_lowered']:.1f} % | {100 * r['share_flagged']:.1f} % | {rf} |")
     if res.keys:
         lines += ["", "Mean shift of each concept's predicted level:", "",
-                  "| transformation | " + " | ".join(res.keys) + " |", "|---|" + "---:|" * len(res.keys)]
+                  "| transformation | " + " | ".join(md_inline(k) for k in res.keys) + " |", "|---|" + "---:|" * len(res.keys)]
         for r in s.to_dict(orient="records"):
             lines.append(f"| {r['transformation']} | " + " | ".join(f"{r[f'shift_{k}']:+.2f}" for k in res.keys) + " |")
     lines += ["", "Share of answers with each flag (honest = the original test answers):", "",
@@ -219,7 +220,7 @@ def _markdown(res: AuditResult, title: str) -> str:
               "| honest | " + " | ".join(f"{100 * res.honest_flag_shares[f]:.1f} %" for f in FLAGS) + " |"]
     for r in s.to_dict(orient="records"):
         lines.append(f"| {r['transformation']} | " + " | ".join(f"{100 * r[f'flag_{f}']:.1f} %" for f in FLAGS) + " |")
-    lines += [f"\nNote: {n}" for n in res.notes]
+    lines += [f"\nNote: {md_inline(n)}" for n in res.notes]
     return "\n".join(lines) + "\n"
 
 

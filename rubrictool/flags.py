@@ -16,6 +16,8 @@ Each flag is defined once here; docs/integrity.md gives the definitions and what
   no other training response uses) of its own word types are unseen in the training responses (with
   at least ``OOD_MIN_WORDS`` word types), or it has more than ``OOD_LENGTH_FACTOR`` times the longest
   training response's words.
+- ``empty``: the response is empty, whitespace only or null. ``rubrictool grade`` gives such an answer
+  no model grade (its grade and every model column are empty) instead of grading nothing as an answer.
 - ``truncated``: the model read only part of the input: the response or the question/reference/context
   was cut to the run's ``max_len`` tokens (``reccbm.encode_inputs``'s ``truncated``).
 
@@ -41,6 +43,7 @@ from rubrictool.errors import DataError
 __all__ = [
     "CONSISTENCY_QUANTILE",
     "COPY_SHARE",
+    "EMPTY_FLAG",
     "FLAGS",
     "OOD_LENGTH_FACTOR",
     "OOD_MIN_WORDS",
@@ -56,7 +59,9 @@ __all__ = [
     "words",
 ]
 
-FLAGS = ("copies_reference", "copies_question", "concepts_disagree_with_grade", "out_of_distribution", "truncated")
+FLAGS = ("copies_reference", "copies_question", "concepts_disagree_with_grade", "out_of_distribution", "truncated",
+         "empty")
+EMPTY_FLAG = "empty"  # no response to grade (grade.empty_responses)
 COPY_SHARE = 0.8  # share of the reference's (question's) n-grams found in the response
 CONSISTENCY_QUANTILE = 0.95  # of |gold grade - implied grade| over the training split
 OOD_QUANTILE = 0.99  # of the training responses' leave-one-out unseen-word share
@@ -197,6 +202,9 @@ def flag_frame(
     out = []
     for i in range(n):
         resp = col["response"][i]
+        if not resp.strip():
+            out.append(EMPTY_FLAG)  # nothing was read: no other reason applies
+            continue
         reasons = []
         if col["reference"][i].strip() and copy_share(col["reference"][i], resp) >= COPY_SHARE:
             reasons.append("copies_reference")

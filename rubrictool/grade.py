@@ -23,12 +23,12 @@ import reccbm
 from reccbm import Predictions, ReccbmError
 from reccbm.onnx_encoder import OnnxExportError, use_onnx_encoder
 from rubrictool.errors import DataError, TrainError
-from rubrictool.flags import Profile, flag_frame, load_profile
+from rubrictool.flags import EMPTY_FLAG, Profile, flag_frame, load_profile
 from rubrictool.io import read_table, write_table
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.rubric import Rubric
 
-__all__ = ["ENGINES", "grade_file", "grade_items", "grade_loaded", "grader_predictions", "level_entropy", "load_grader",
+__all__ = ["ENGINES", "check_output_path", "check_unique_ids", "empty_responses", "grade_file", "grade_items", "grade_loaded", "grader_predictions", "level_entropy", "load_grader",
            "onnx_cache_dirs", "parse_overrides", "predictions_frame", "uncertainty_score"]
 
 log = logging.getLogger("rubrictool.grade")
@@ -114,7 +114,11 @@ def load_grader(
             log.info("ONNX export failed: %s", exc)
             raise TrainError(f"the ONNX engine does not support {exc.model_type}", hint="use --engine torch") from None
         except ReccbmError as exc:
-            raise TrainError(str(exc)) from None
+            raise TrainError(str(exc), hint="pass --engine torch") from None
+        except OSError as exc:  # e.g. the temp folder is full: name the file, not the engine
+            raise TrainError(f"the ONNX engine could not write {exc.filename or 'its files'}: "
+                             f"{exc.strerror or exc} (OSError errno {exc.errno})",
+                             hint="free space or pass --engine torch") from None
     elif int8:
         reccbm.quantize_encoder(model)
     return model, tokenizer, meta
@@ -157,6 +161,10 @@ def grade_loaded(
     df["id"] = df["id"].astype(str) if "id" in df.columns else [str(i) for i in range(len(df))]
     for col in TEXT_COLUMNS:
         df[col] = df[col].fillna("").astype(str) if col in df.columns else ""
+    check_unique_ids(df)
+    empty = empty_responses(df)
+    if empty.any():
+        return _grade_nonempty(grader, df, empty, batch_size, progress, overrides, profile, flags)
     cut: list[int] = []
     feats = model_inputs(tokenizer, df, model.config.max_len, cut)
     if cut:
@@ -265,6 +273,68 @@ def _override(model: reccbm.RecCBM, meta: dict[str, Any], preds: Predictions, sp
     return reccbm.override(model, preds, levels, replace)
 
 
+# ---------------------------------------------------------------------------- input policy
+# What grade refuses or leaves ungraded, before any model runs (docs/integrity.md, "grade's input policy").
+
+
+def empty_responses(df: pd.DataFrame) -> npt.NDArray[np.bool_]:
+    """Per row, whether the response is empty, whitespace only or null: such a row gets no model grade
+    (the model would grade nothing as if it were an answer) and the ``empty`` flag."""
+    if "response" not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    resp = df["response"]
+    out: npt.NDArray[np.bool_] = (resp.isna() | resp.astype(str).str.strip().eq("")).to_numpy(dtype=bool)
+    return out
+
+
+def check_unique_ids(items: pd.DataFrame, source: str = "the items to grade") -> None:
+    """A table with an ``id`` used twice is refused, naming the ids (a grade must belong to one answer)."""
+    if "id" not in items.columns:
+        return
+    ids = items["id"].astype(str)
+    dup = ids[ids.duplicated(keep=False)]
+    if len(dup):
+        names = list(dict.fromkeys(dup))
+        shown = ", ".join(repr(i) for i in names[:5]) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
+        raise DataError(f"{source}: {len(names)} id(s) used more than once: {shown}",
+                        hint="give every answer its own id")
+
+
+def check_output_path(data: str | Path, out: str | Path) -> None:
+    """Refuse ``--out`` naming the ``--data`` file itself (symlinks resolved): grading would overwrite the input."""
+    src, dst = Path(data), Path(out)
+    same = src.resolve() == dst.resolve()
+    if not same and src.exists() and dst.exists():
+        same = os.path.samefile(src, dst)
+    if same:
+        raise DataError(f"--out {dst} is the --data file itself: grading would overwrite the answers",
+                        hint="pass another --out, e.g. graded.csv")
+
+
+def _grade_nonempty(
+    grader: tuple[reccbm.RecCBM, Any, dict[str, Any]], df: pd.DataFrame, empty: npt.NDArray[np.bool_],
+    batch_size: int, progress: ProgressFn | None, overrides: str | dict[str, int] | None,
+    profile: Profile | None, flags: bool,
+) -> pd.DataFrame:
+    """:func:`grade_loaded` of the rows with a response; the empty ones keep their place with no grade
+    (every model column empty) and the ``empty`` flag."""
+    n_empty = int(empty.sum())
+    warn(progress, f"{n_empty} of {len(df)} responses are empty: not graded, flagged 'empty'")
+    if n_empty < len(df):
+        graded = grade_loaded(grader, df[~empty], batch_size, progress, overrides, profile, flags)
+    else:
+        graded = pd.DataFrame({"id": pd.Series(dtype=object), "grade": pd.Series(dtype=float),
+                               "grade_prob": pd.Series(dtype=float)})
+        if flags:
+            graded["flags"] = pd.Series(dtype=object)
+    graded.index = np.flatnonzero(~empty)
+    ints = [c for c in graded.columns if pd.api.types.is_integer_dtype(graded[c])]
+    graded = graded.astype(dict.fromkeys(ints, "Int64"))  # a grade stays 3, not 3.0, beside the empty ones
+    blank = pd.DataFrame({"id": df.loc[empty, "id"]}, index=np.flatnonzero(empty))
+    if flags:
+        blank["flags"] = EMPTY_FLAG
+    out = pd.concat([graded, blank]).sort_index().reset_index(drop=True)
+    return out[graded.columns]
 
 
 def grade_file(
@@ -275,7 +345,9 @@ def grade_file(
     """``rubrictool grade``: read items (CSV/JSONL/Parquet), grade them, write CSV/JSONL; returns the
     table, the written path and the seconds spent grading. ``graded.attrs["notes"]`` says which flags
     could not be checked."""
+    check_output_path(data, out)
     items = read_table(data)
+    check_unique_ids(items)
     grader = load_grader(run, int8, engine)
     profile = load_profile(run)
     t0 = time.perf_counter()

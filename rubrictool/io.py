@@ -15,7 +15,7 @@ import pandas as pd
 from rubrictool.atomic import atomic_write_text, new_file_mode, publish
 from rubrictool.errors import DataError
 
-__all__ = ["FORMATS", "atomic_write_text", "new_file_mode", "publish", "read_table", "write_table"]
+__all__ = ["FORMATS", "atomic_write_text", "new_file_mode", "publish", "read_table", "reject_nul", "write_table"]
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 
@@ -27,8 +27,34 @@ def _format(path: Path) -> str:
     return fmt
 
 
+def reject_nul(df: pd.DataFrame, source: str | Path) -> pd.DataFrame:
+    """``df`` unchanged, or a one-line error naming the file, row and column of the first text cell (or
+    header) holding a NUL byte: a NUL in an answer is binary junk or a UTF-16 file read as UTF-8, and it
+    cuts text short in C libraries, terminals and Label Studio."""
+    for col in df.columns:
+        if "\x00" in str(col):
+            raise DataError(f"{source}: header: column name {str(col)!r} contains a NUL byte (\\0)",
+                            hint="save the file as UTF-8 text without NUL bytes")
+    for col in df.columns:
+        values = df[col]
+        if not (pd.api.types.is_object_dtype(values) or pd.api.types.is_string_dtype(values)):
+            continue
+        has = values.map(lambda v: isinstance(v, str) and "\x00" in v).to_numpy(dtype=bool)
+        if has.any():
+            pos = int(np.flatnonzero(has)[0])
+            ident = f" (id {str(df['id'].iloc[pos]).replace(chr(0), '')})" if "id" in df.columns else ""
+            raise DataError(f"{source}: row {pos + 1}{ident}, column {str(col)!r}: the text contains a NUL byte (\\0)",
+                            hint="remove it, or save the file as UTF-8 text (a UTF-16 file reads as NULs)")
+    return df
+
+
 def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a CSV, JSONL or Parquet file into a DataFrame (strings kept as strings)."""
+    """Read a CSV, JSONL or Parquet file into a DataFrame (strings kept as strings); a NUL byte in any text
+    cell is refused (:func:`reject_nul`)."""
+    return reject_nul(_read_table(path), path)
+
+
+def _read_table(path: str | Path) -> pd.DataFrame:
     p = Path(path)
     fmt = _format(p)
     if not p.is_file():

@@ -128,5 +128,5 @@ def run_train(
     kw["table_source"] = {"path": str(data)}
     if folds:
         return train_folds(rubric, table, run, folds=folds, fold_seed=split_seed, agreement=agr, progress=progress, **kw)
-    sp = load_split(split) if split else split_items(table, seed=split_seed)
+    sp = load_split(split) if split else split_items(table, seed=split_seed, source=str(data))
     return train_model(rubric, table, sp, run, agreement=agr, **(single | {"table_source": kw["table_source"]}))

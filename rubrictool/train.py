@@ -56,6 +56,7 @@ from rubrictool.runs import (
     write_record,
 )
 from rubrictool.tables import validate_adjudicated
+from rubrictool.textsafe import md_inline, md_quote
 
 __all__ = [
     "CPU_DEFAULTS",
@@ -295,7 +296,7 @@ def _reliability_md(df: pd.DataFrame, rho: float | None, notes: list[str]) -> st
              "|---|---|---|---|---|---|---|---|---|"]
     for r in df.to_dict("records"):
         ci = f"[{f(r['alpha_lo'])}, {f(r['alpha_hi'])}]" if not math.isnan(r["alpha_lo"]) else "—"
-        lines.append(f"| {r['concept']} | {r['name']} | {f(r['alpha'])} | {ci} | {f(r['sigma2'], '.4g')} | "
+        lines.append(f"| {md_inline(r['concept'])} | {md_inline(r['name'])} | {f(r['alpha'])} | {ci} | {f(r['sigma2'], '.4g')} | "
                      f"{f(r['A_kk'])} | {f(r['test_c_acc'])} | {f(r['test_c_f1'])} | {f(r['test_reliability'])} |")
     share = noise_share_rho(df["test_reliability"], df["alpha"])
     lines += ["", f"Spearman ρ(σ_k², 1 − α_k) across concepts: {f(rho) if rho is not None else '— (needs α and σ²)'}",
@@ -304,7 +305,7 @@ def _reliability_md(df: pd.DataFrame, rho: float | None, notes: list[str]) -> st
               "", ("> test reliability = var(c/M) / (var(c/M) + σ̂²), σ̂² = var(s̃ − c/M) over the test answers: the share "
                    "of the concept score's variance that is signal on answers the model never trained on. Unlike σ_k² "
                    "(identified only together with LCEC's prior precision) the data fix it (docs/design.md).")]
-    return "\n".join(lines + [""] + [f"> {n}" for n in notes]) + "\n"
+    return "\n".join(lines + [""] + [md_quote(n) for n in notes]) + "\n"
 
 
 SUMMARY_METRICS = ("t_acc", "t_f1", "qwk", "pearson", "rmse", "adjacent", "c_acc", "c_f1", "oracle_t_acc")

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 import reccbm
 from rubrictool.cli import app
 from rubrictool.report import explain_items, intervention_curves, open_run, split_rows, table_rows
+from rubrictool.report.page import trace_file
 from tests.support.inspect_runs import inspect_run, png_ok
 
 runner = CliRunner()
@@ -140,7 +141,7 @@ def test_explain_prints_the_trace_and_writes_page_csv_and_pngs(tiny: tuple[Path,
         assert part["contribution"].sum() + part["bias"].iloc[0] == pytest.approx(part["logit"].iloc[0], abs=1e-4)
     assert set(df.loc[df["concept"] == "FC", "set_to"]) == {3}
     for i in ids:
-        w, h = png_ok(out / f"trace-{i}.png")
+        w, h = png_ok(out / trace_file(i))
         assert w > 100 and h > 100
     page = (out / "explain.html").read_text()
     assert "data:image/png;base64," in page and "http" not in page.replace("http-equiv", "")
@@ -170,7 +171,7 @@ def test_grade_set_overrides_a_concept_for_every_response(tiny: tuple[Path, Path
     assert (sets["FC_level"] == 1).all() and (sets["TU_level"] == 3).all()
     assert (sets["FC_expected"] == 1).all() and (sets["CC_level"] == plain["CC_level"]).all()
     assert not np.allclose(sets["grade_logit"], plain["grade_logit"])
-    contrib = sets[[c for c in sets.columns if c.endswith("_contribution")]].sum(1) + sets["grade_bias"]
+    contrib = sets[[c for c in sets.columns if c.endswith("_contribution")]].sum(axis=1) + sets["grade_bias"]
     assert np.allclose(contrib, sets["grade_logit"], atol=1e-4)
     # the library gives the same numbers as explain's override
     run = open_run(run_dir, data=table)

@@ -15,6 +15,7 @@ from rubrictool.tables import (
     ADJUDICATED_PROVENANCE,
     ITEM_COLUMNS,
 )
+from rubrictool.textsafe import md_inline, md_quote
 
 __all__ = [
     "DEFAULT_QUEUE",
@@ -301,11 +302,12 @@ def discussion_queue(
 def queue_markdown(
     queue: pd.DataFrame, reviewers: Sequence[str], rubric: Rubric, note: str | None = None, rule: str = DEFAULT_QUEUE
 ) -> str:
-    """A readable Markdown report of the discussion queue, one section per item (in queue order)."""
+    """A readable Markdown report of the discussion queue, one section per item (in queue order). Text from the
+    data (ids, answers, names, anchors) is escaped (:mod:`rubrictool.textsafe`): no HTML, no table breaks."""
     n_open = int((queue["status"] == "open").sum()) if len(queue) else 0
     what = " or ".join(QUEUE_RULES[p] for p in parse_queue_rule(rule))
     lines = [
-        f"# Discussion queue — rubric {rubric.name}",
+        f"# Discussion queue — rubric {md_inline(rubric.name)}",
         "",
         (
             f"{len(queue)} item × concept case(s) over {queue['item'].nunique() if len(queue) else 0} "
@@ -318,7 +320,7 @@ def queue_markdown(
         "",
     ]
     if note:
-        lines += [f"> {note}", ""]
+        lines += [md_quote(note), ""]
     if len(queue) == 0:
         return "\n".join(lines + [f"Nothing to discuss under `--queue {rule}`."]) + "\n"
 
@@ -333,9 +335,9 @@ def queue_markdown(
         lv = queue[name].to_numpy(dtype=float, na_value=np.nan)
         given.append(np.where(np.isnan(lv), "·", np.nan_to_num(lv).astype(np.int64).astype(str)))
     cells = [" | ".join(t) for t in zip(*given, strict=True)] if given else [""] * len(queue)
-    anchors = [a.replace("|", "/") for a in col("anchors")]
+    anchors = [md_inline(str(a).replace("|", "/")) for a in col("anchors")]
     rows = [
-        f"| {c} ({cn}) | {g} | {lv} | {ru} | {st} | {an} |"
+        f"| {md_inline(c)} ({md_inline(cn)}) | {g} | {lv} | {ru} | {st} | {an} |"
         for c, cn, g, lv, ru, st, an in zip(
             col("concept"),
             col("concept_name"),
@@ -353,7 +355,7 @@ def queue_markdown(
     ]
     header = (
         "| concept | "
-        + " | ".join(reviewers)
+        + " | ".join(md_inline(r) for r in reviewers)
         + " | decided | rule | status | anchors in question |\n|"
         + "---|" * (len(reviewers) + 5)
     )
@@ -364,9 +366,9 @@ def queue_markdown(
     starts = np.flatnonzero(first)
     ends = np.append(starts[1:], len(items))
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-        head = [f"\n## Item {items[a]}\n"]
+        head = [f"\n## Item {md_inline(items[a])}\n"]
         head += [
-            f"**{lab}:** {t[a]}  "
+            f"**{lab}:** {md_inline(t[a])}  "
             for lab, t in zip(("Question", "Reference", "Response"), texts, strict=True)
             if t[a]
         ]

@@ -12,12 +12,14 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
+from rich.text import Text
 
+from rubrictool.cli._sanitize import shown
 from rubrictool.errors import RubrictoolError
 from rubrictool.progress import Progress
+from rubrictool.textsafe import strip_controls
 
 __all__ = [
     "BenchmarkOpt",
@@ -25,14 +27,27 @@ __all__ = [
     "OutOpt",
     "ProgressView",
     "RubricOpt",
+    "SafeConsole",
     "console",
     "err_console",
     "handle_errors",
     "hidden_alias",
 ]
 
-console = Console()
-err_console = Console(stderr=True)
+
+
+class SafeConsole(Console):
+    """A Rich console that never writes a control character it did not make: every string it renders (print
+    arguments, table cells) loses terminal escape sequences and control characters first (line breaks and
+    tabs kept). Text from users still goes through :func:`rubrictool.cli._sanitize.shown`, which also
+    escapes Rich markup."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(strip_controls(text), **kwargs)
+
+
+console = SafeConsole()
+err_console = SafeConsole(stderr=True)
 
 # -- shared options (defined once) ------------------------------------------------------------------------
 RubricOpt = Annotated[str, typer.Option("--rubric", "-r", help="Bundled rubric name (mohler, asap2, mocha) or a YAML path.")]
@@ -63,7 +78,7 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except _error_types() as e:
             hint = getattr(e, "hint", None)  # how to fix it on the command line (RubrictoolError)
-            err_console.print(f"[bold red]error:[/] {e}" + (f"; {hint}" if hint else ""), highlight=False,
+            err_console.print(f"[bold red]error:[/] {shown(e)}" + (f"; {shown(hint)}" if hint else ""), highlight=False,
                               soft_wrap=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
@@ -114,7 +129,7 @@ class ProgressView:
         if ev is None:
             return
         if ev.kind == "warning":
-            self.bar.console.print(f"[yellow]warning:[/] {escape(ev.info)}", soft_wrap=True)
+            self.bar.console.print(f"[yellow]warning:[/] {shown(ev.info)}", soft_wrap=True)
             return
         if not self.bar.live.is_started:
             self.bar.start()

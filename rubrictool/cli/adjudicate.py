@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from rubrictool.cli._common import BenchmarkOpt, DataDirOpt, OutOpt, console, err_console, hidden_alias
+from rubrictool.cli._sanitize import shown
 
 __all__ = ["adjudicate_cmd", "summary_lines", "summary_rows", "summary_table"]
 
@@ -176,5 +177,5 @@ def adjudicate_cmd(
         )
     console.print(summary_table(result.agreement))
     for line in summary_lines(result.agreement):
-        console.print(line, soft_wrap=True, highlight=False)
+        console.print(shown(line), soft_wrap=True, highlight=False)
     console.print(f"wrote {', '.join(str(p) for p in result.paths.values())}", soft_wrap=True, highlight=False)

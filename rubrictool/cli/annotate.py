@@ -21,6 +21,7 @@ from rubrictool.cli._common import (
     err_console,
     hidden_alias,
 )
+from rubrictool.cli._sanitize import shown
 from rubrictool.errors import AnnotateError
 
 if TYPE_CHECKING:  # the annotate package pulls in pandas: imported inside the command, not at CLI start
@@ -64,7 +65,7 @@ def print_summary(result: AnnotateResult, paths: tuple[Path, Path, Path] | None,
     for s in result.summary.values():
         cost = f"{s.cost_usd:.4f}" if s.price_known else f"{s.cost_usd:.4f} (no price)"
         table.add_row(
-            s.model, str(s.items), str(s.ok), str(s.failures), str(s.repaired), str(s.cached_items),
+            shown(s.model), str(s.items), str(s.ok), str(s.failures), str(s.repaired), str(s.cached_items),
             str(s.requests), str(s.retries), f"{s.prompt_tokens + s.completion_tokens:,}", cost, f"{s.seconds:.1f}",
         )
     con.print(table)

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from rubrictool.cli._common import DataDirOpt, ProgressView, console, err_console
+from rubrictool.cli._sanitize import shown
 
 __all__ = ["audit_cmd"]
 
@@ -50,5 +51,5 @@ def audit_cmd(
                   f"{100 * r['share_flagged']:.1f} %")
     console.print(t)
     for n in res.notes:
-        console.print(f"[yellow]note:[/] {n}", soft_wrap=True, highlight=False)
+        console.print(f"[yellow]note:[/] {shown(n)}", soft_wrap=True, highlight=False)
     console.print(f"wrote {paths['md']}, {paths['png'].name}, audit.csv/.json/_items.csv", soft_wrap=True)

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, TransferSpeedColumn
 from rich.table import Table
 
 from rubrictool.cli._common import DataDirOpt, OutOpt, ProgressView, console, err_console, handle_errors
+from rubrictool.cli._sanitize import shown
 from rubrictool.errors import DataError
 
 __all__ = ["app"]
@@ -39,11 +39,11 @@ def data_show(
         typer.echo(json.dumps(s, indent=2))
         return
     console.print(
-        f"[bold]{escape(benchmark)}[/]: {s['n_items']} answers over {s['n_questions']} questions; mean response "
+        f"[bold]{shown(benchmark)}[/]: {s['n_items']} answers over {s['n_questions']} questions; mean response "
         f"{s['mean_response_words']} words (median {s['median_response_words']:g}, longest {s['max_response_words']})"
     )
     for col, counts in s.get("by", {}).items():
-        console.print(f"by {col}: " + ", ".join(f"{escape(k)} {v}" for k, v in counts.items()), soft_wrap=True)
+        console.print(f"by {col}: " + ", ".join(f"{shown(k)} {v}" for k, v in counts.items()), soft_wrap=True)
     hist = Table(title="grade histogram")
     hist.add_column("grade")
     hist.add_column("answers", justify="right")
@@ -219,10 +219,10 @@ def data_import(
 
     imported = read_course_file(file, columns, sheet)
     for line in _import_lines(imported.report):
-        console.print(escape(line), soft_wrap=True, highlight=False)
+        console.print(shown(line), soft_wrap=True, highlight=False)
     if dry_run:
         console.print("dry run: nothing written", highlight=False)
         return
     path = write_course_items(imported, out, drop_empty)
     left = f" ({len(imported.report.empty_responses)} empty response(s) left out)" if imported.report.dropped_empty else ""
-    console.print(f"wrote {escape(str(path))}: {imported.report.n_written} items{left}", soft_wrap=True, highlight=False)
+    console.print(f"wrote {shown(str(path))}: {imported.report.n_written} items{left}", soft_wrap=True, highlight=False)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from rubrictool.cli._common import DataDirOpt, ProgressView, console, err_console, handle_errors
+from rubrictool.cli._sanitize import shown
 
 if TYPE_CHECKING:
     from rubrictool.report import Diagnosis, ItemTrace
@@ -25,7 +26,7 @@ TableOpt = Annotated[
 ]
 
 
-def _bar(v: float, scale: float, width: int = 8) -> str:
+def _bar(v: float, scale: float, width: int = 6) -> str:
     n = round(width * abs(v) / scale) if scale > 0 else 0
     return ("[blue]" + "█" * n + "[/]") if v >= 0 else ("[dark_orange]" + "█" * n + "[/]")
 
@@ -34,27 +35,53 @@ def _print_trace(t: ItemTrace) -> None:
     from rich.table import Table
 
     verdict = "" if t.correct is None else (" [green](correct)[/]" if t.correct else f" [red](gold {t.gold_grade})[/]")
-    console.print(f"\n[bold]{t.id}[/]: grade [bold]{t.grade}[/] (p = {t.grade_prob:.3f}), runner-up {t.runner_up} "
-                  f"(p = {t.runner_up_prob:.3f}){verdict}", soft_wrap=True, highlight=False)
-    console.print(f"[dim]{t.response}[/]", soft_wrap=True, highlight=False)
-    table = Table(show_edge=False)
-    for col in ("concept", "level (p)", "ĉ", "s̃", "μ_post", "contrib.", "", "attends to"):
-        table.add_column(col, justify="left" if col in ("concept", "", "attends to") else "right",
-                         no_wrap=col in ("concept", "level (p)", "contrib.", ""))
-    scale = max([abs(c.contribution) for c in t.concepts] + [1e-9])
+    console.print(f"\n[bold]{shown(t.id, one_line=True)}[/]: grade [bold]{t.grade}[/] (p = {t.grade_prob:.3f}), "
+                  f"runner-up {t.runner_up} (p = {t.runner_up_prob:.3f}){verdict}", soft_wrap=True, highlight=False)
+    if t.question:
+        console.print(f"[bold]question:[/] {shown(t.question)}", soft_wrap=True, highlight=False)
+    if t.reference:
+        console.print(f"[bold]reference answer:[/] {shown(t.reference)}", soft_wrap=True, highlight=False)
+    console.print(f"[bold]response:[/] [dim]{shown(t.response)}[/]", soft_wrap=True, highlight=False)
+    other = t.other_grade is not None
+    table = Table(box=None, pad_edge=False, header_style="bold")  # narrow: fits 80 columns
+    cols = ["concept", "level (p)", "ĉ", "s̃", "μ_post", f"→ {t.grade}"]
+    cols += [f"→ {t.other_grade} ({'gold' if t.other_kind == 'gold' else '2nd'})", "diff."] if other else []
+    for col in (*cols, ""):
+        table.add_column(col, justify="left" if col in ("concept", "") else "right", no_wrap=True)
+    scale = max([abs(c.contribution) for c in t.concepts] + [abs(c.difference or 0.0) for c in t.concepts] + [1e-9])
     for c in t.concepts:
         level = f"{c.level} ({c.level_prob:.2f})" + (f" → [bold]{c.set_to}[/]" if c.set_to is not None else "")
-        top = " ".join(tok.strip() for tok, _ in c.top_tokens[:3])
-        table.add_row(c.key, level, f"{c.expected:.2f}", f"{c.s_tilde:.2f}", f"{c.mu_post:.3f}", f"{c.contribution:+.3f}",
-                      _bar(c.contribution, scale), top)
+        diff = [f"{c.contribution_other or 0.0:+.3f}", f"{c.difference or 0.0:+.3f}"] if other else []
+        table.add_row(shown(c.key, one_line=True), level, f"{c.expected:.2f}", f"{c.s_tilde:.2f}", f"{c.mu_post:.3f}",
+                      f"{c.contribution:+.3f}", *diff, _bar((c.difference or 0.0) if other else c.contribution, scale))
     console.print(table)
-    console.print(f"Σ contributions {t.contributions_sum() - t.bias:+.3f} + bias {t.bias:+.3f} = logit {t.logit:+.3f}",
-                  highlight=False)
+    attends = [f"{shown(c.key, one_line=True)}: " + " ".join(shown(tok.strip(), one_line=True) for tok, _ in c.top_tokens[:3])
+               for c in t.concepts if c.top_tokens]
+    if attends:
+        console.print("attends to — " + " · ".join(attends), soft_wrap=True, highlight=False)
+    console.print(f"grade {t.grade}: Σ contributions {t.contributions_sum() - t.bias:+.3f} + bias {t.bias:+.3f} "
+                  f"= logit {t.logit:+.3f}", highlight=False)
+    if other and t.other_logit is not None and t.other_bias is not None:
+        s_other = sum(c.contribution_other or 0.0 for c in t.concepts)
+        console.print(f"grade {t.other_grade}: Σ contributions {s_other:+.3f} + bias {t.other_bias:+.3f} "
+                      f"= logit {t.other_logit:+.3f}", highlight=False)
+        console.print(f"why: {shown(t.why(), one_line=True)}", soft_wrap=True, highlight=False)
     if t.grade_after is not None:
-        sets = ", ".join(f"{k}={v}" for k, v in t.overrides.items())
+        sets = ", ".join(f"{shown(k, one_line=True)}={v}" for k, v in t.overrides.items())
         console.print(f"with {sets}: grade [bold]{t.grade}[/] → [bold]{t.grade_after}[/] (p = {t.grade_after_prob:.3f}); "
                       f"p(grade {t.grade}) {t.grade_prob:.3f} → {t.prob_of_grade_after:.3f}", soft_wrap=True,
                       highlight=False)
+
+
+def _print_legend() -> None:
+    from rubrictool.report.explain import SYMBOLS
+
+    console.print("\n[bold]legend[/] (→ g: toward grade g; 2nd: the runner-up grade; the bars show diff. when a "
+                  "second grade is compared, else the contribution; blue pushes toward the predicted grade)",
+                  soft_wrap=True, highlight=False)
+    names = {"ĉ_k": "ĉ", "s̃_k": "s̃", "contribution": "→ g", "difference": "diff."}
+    for sym, words in SYMBOLS.items():
+        console.print(f"  [bold]{names.get(sym, sym)}[/]: {words}", soft_wrap=True, highlight=False)
 
 
 def explain_cmd(
@@ -68,7 +95,7 @@ def explain_cmd(
 ) -> None:
     """Why this grade? The decision trace of answers: concept levels, attention, contributions to the logit.
 
-    Writes explain.html (one self-contained page), explain.csv and trace-<id>.png into --out.
+    Writes explain.html (one self-contained page), explain.csv and one trace-<id>-<hash>.png per answer into --out.
 
     Example: rubrictool explain --run runs/mohler-reccbm 1.1.3 4.2.10 --set FC=3,CC=1
     """
@@ -84,6 +111,7 @@ def explain_cmd(
         traces = explain_items(run, table_rows(run, wanted, "answer id(s)"), overrides)
     for t in traces:
         _print_trace(t)
+    _print_legend()
     paths = write_explain(traces, out or model / "explain", str(model))
     console.print(f"wrote {paths['explain.html']}, {paths['explain.csv']} and {len(paths) - 2} PNG(s)",
                   soft_wrap=True)
@@ -175,10 +203,10 @@ def report_cmd(
                            on_progress=lambda msg: status.update(f"{msg} ..."))
         paths = write_report(rep, out or model / "report")
     m = rep.metrics
-    console.print(f"{rep.variant} on {rep.n_test} test answers: T-Acc {m['t_acc']:.3f}, QWK {m['qwk']:.3f}, "
+    console.print(f"{shown(rep.variant)} on {rep.n_test} test answers: T-Acc {m['t_acc']:.3f}, QWK {m['qwk']:.3f}, "
                   f"Pearson r {m['pearson']:.3f}, SMD {m['smd']:+.3f}", soft_wrap=True, highlight=False)
     for u in rep.unavailable:
-        console.print(f"[yellow]not shown:[/] {u}", soft_wrap=True, highlight=False)
+        console.print(f"[yellow]not shown:[/] {shown(u)}", soft_wrap=True, highlight=False)
     if rep.diagnosis is not None:
         _print_suggestions(rep.diagnosis)
     console.print(f"wrote {paths['report.html']} (and {len(paths) - 1} more files in {paths['report.html'].parent})",
@@ -187,7 +215,7 @@ def report_cmd(
 
 def _print_suggestions(diag: Diagnosis) -> None:
     for s in diag.suggestions:
-        console.print(f"• {s}", soft_wrap=True, highlight=False)
+        console.print(f"• {shown(s)}", soft_wrap=True, highlight=False)
 
 
 def diagnose_cmd(
@@ -222,7 +250,7 @@ def diagnose_cmd(
     for r in diag.concepts.to_dict("records"):
         conf = f"{r['confused_levels']} ({f(r['confused_share'], '.0%')} of {r['n_disagreements']})" if r[
             "n_disagreements"] else "—"
-        t.add_row(r["concept"], f(r["alpha"]), conf, f(r["drop_one_loss"], "+.3f"), r["closest"],
+        t.add_row(shown(r["concept"]), f(r["alpha"]), shown(conf), f(r["drop_one_loss"], "+.3f"), shown(r["closest"]),
                   f(r["same_level"], ".0%"), f(r["label_corr"]), f(r["partial_corr"]))
     console.print(t)
     pairs = reviewer_confusion(diag.confusions, list(diag.concepts["concept"]))
@@ -230,13 +258,13 @@ def diagnose_cmd(
         p = Table(title="reviewer-by-reviewer disagreements (total: level pairs)")
         p.add_column("concept")
         for col in pairs.columns:
-            p.add_column(str(col))
+            p.add_column(shown(col))
         for key, row in pairs.iterrows():
-            p.add_row(str(key), *(str(v) for v in row))
+            p.add_row(shown(key), *(shown(v) for v in row))
         console.print(p)
     _print_suggestions(diag)
     for n in diag.notes:
-        console.print(f"[yellow]note:[/] {n}", soft_wrap=True, highlight=False)
+        console.print(f"[yellow]note:[/] {shown(n)}", soft_wrap=True, highlight=False)
     if out is not None:
         paths = write_diagnosis(diag, out)
         console.print(f"wrote {', '.join(str(p) for p in paths.values())}", soft_wrap=True)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rubrictool.cli._common import ProgressView, RubricOpt, console, err_console, handle_errors
+from rubrictool.cli._sanitize import shown
 from rubrictool.errors import ReviewError
 from rubrictool.rubric import load_rubric
 
@@ -119,7 +120,7 @@ def review_push(
         result = push(conn, rb, data, predictions, project, max_annotations, batch_size, progress=view,
                       model_predictions=graded, select=select, budget=budget, seed=seed,
                       show_predictions=show_predictions, prefill_model=prefill_model)
-    console.print(result.summary(), highlight=False, soft_wrap=True)
+    console.print(shown(result.summary()), highlight=False, soft_wrap=True)
 
 
 @app.command("status")
@@ -140,7 +141,7 @@ def review_status(
     rb, title = project_and_rubric(project, rubric)
     report = status(resolve_connection(url, api_key), title, rb)
     for line in report.lines():
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(shown(line), highlight=False, soft_wrap=True)
 
 
 @app.command("pull")
@@ -167,4 +168,4 @@ def review_pull(
     conn = resolve_connection(url, api_key)
     with ProgressView(err_console) as view:
         result = pull(conn, title, out, rb, progress=view)
-    console.print(result.summary(), highlight=False, soft_wrap=True)
+    console.print(shown(result.summary()), highlight=False, soft_wrap=True)

@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from rubrictool.cli._common import console, err_console, handle_errors, hidden_alias
+from rubrictool.cli._sanitize import shown
 from rubrictool.rubric import (
     Rubric,
     lint_rubric,
@@ -36,10 +36,10 @@ def rubric_table(rubric: Rubric) -> Table:
     for v in rubric.scale.values:
         table.add_column(str(v), ratio=1)
     for c in rubric.concepts:
-        group = f"\n[dim]{escape(c.group)}[/]" if c.group else ""
+        group = f"\n[dim]{shown(c.group)}[/]" if c.group else ""
         table.add_row(
-            f"[bold]{escape(c.key)}[/] {escape(c.name)}{group}", escape(c.definition),
-            *(escape(lv.anchor) for lv in c.levels),
+            f"[bold]{shown(c.key)}[/] {shown(c.name)}{group}", shown(c.definition),
+            *(shown(lv.anchor) for lv in c.levels),
         )
     return table
 
@@ -61,9 +61,10 @@ def rubric_list(
     for info in rubric_infos(folder):
         where = "(bundled)" if info.bundled else str(info.path)
         if info.error:
-            table.add_row(info.name, "", "", "", "", f"[red]{info.error}[/]", where)
+            table.add_row(shown(info.name), "", "", "", "", f"[red]{shown(info.error)}[/]", shown(where))
         else:
-            table.add_row(info.name, str(info.n_concepts), info.scale, info.grade, info.version, info.title, where)
+            table.add_row(shown(info.name), str(info.n_concepts), info.scale, info.grade, shown(info.version), shown(info.title),
+                          shown(where))
     console.print(table)
 
 

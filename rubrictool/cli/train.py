@@ -23,6 +23,7 @@ from rubrictool.cli._common import (
     err_console,
     hidden_alias,
 )
+from rubrictool.cli._sanitize import shown
 from rubrictool.progress import from_training_event
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def train_cmd(
     for table in result_tables(result):
         console.print(table)
     for note in result.notes:
-        console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+        console.print(f"[yellow]note:[/] {shown(note)}", soft_wrap=True)
     console.print(f"run written to {result.run_dir}", soft_wrap=True)
 
 
@@ -183,6 +184,6 @@ def grade_cmd(
     if flagged.any():
         counts = graded.loc[flagged, "flags"].str.split(";").explode().value_counts()
         console.print(f"{int(flagged.sum())} flagged for a teacher to review (column flags): "
-                      + ", ".join(f"{k} {v}" for k, v in counts.items()), soft_wrap=True, highlight=False)
+                      + ", ".join(f"{shown(k)} {v}" for k, v in counts.items()), soft_wrap=True, highlight=False)
     for note in graded.attrs.get("notes", []):
-        console.print(f"[yellow]note:[/] {note}", soft_wrap=True, highlight=False)
+        console.print(f"[yellow]note:[/] {shown(note)}", soft_wrap=True, highlight=False)

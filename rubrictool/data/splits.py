@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +17,32 @@ from rubrictool.errors import DataError
 __all__ = ["kfold_splits", "load_split", "save_split", "split_items"]
 
 
+def _strata(items: pd.DataFrame, stratify: str | None, source: str) -> list[tuple[object, pd.DataFrame]]:
+    """The groups of ``items`` by the ``stratify`` column in numeric order (one group when the column is absent
+    or has a missing value); a value that is not a number is a one-line error naming the row and column."""
+    if not (stratify and stratify in items.columns and items[stratify].notna().all()):
+        return [("all", items)]
+    values = pd.to_numeric(items[stratify], errors="coerce")
+    if values.isna().any():
+        pos = int(np.flatnonzero(values.isna().to_numpy())[0])
+        ident = f" (id {items['id'].iloc[pos]})" if "id" in items.columns else ""
+        raise DataError(f"{source}: row {pos + 1}{ident}: column {stratify!r} = {items[stratify].iloc[pos]!r} is not a "
+                        "number", hint=f"write the {stratify} as a number of the rubric's scale")
+    return [(key, g) for key, g in items.groupby(values.to_numpy(), sort=True)]
+
+
 def split_items(
     items: pd.DataFrame,
     seed: int = 0,
     ratios: tuple[float, float, float] = (0.7, 0.2, 0.1),
     stratify: str | None = "grade",
+    source: str = "the item table",
 ) -> dict[str, list[str]]:
     """A deterministic train/dev/test split of item ids, stratified by ``stratify`` (the grade).
 
     Within each stratum the ids are sorted, shuffled with ``seed`` and cut at the ratios (rounded;
     strata too small for a dev/test share go to train), so the same table and seed always give the
-    same split, whatever the row order.
+    same split, whatever the row order. ``source`` names the table in errors (its file).
     """
     if abs(sum(ratios) - 1.0) > 1e-6 or any(r < 0 for r in ratios):
         raise DataError(f"split ratios {ratios} must be non-negative and sum to 1")
@@ -36,13 +50,7 @@ def split_items(
         raise DataError("cannot split an empty item table")
     rng = np.random.default_rng(seed)
     out: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
-    if stratify and stratify in items.columns and items[stratify].notna().all():
-        groups: Iterable[tuple[object, pd.DataFrame]] = sorted(
-            items.groupby(stratify), key=lambda kv: float(kv[0])  # type: ignore[arg-type]
-        )
-    else:
-        groups = [("all", items)]
-    for _, g in groups:
+    for _, g in _strata(items, stratify, source):
         ids = sorted(g["id"].astype(str))
         perm = [ids[i] for i in rng.permutation(len(ids))]
         n = len(perm)
@@ -88,10 +96,7 @@ def kfold_splits(
     if not 0 < dev_share < 1:
         raise DataError(f"the dev share must be between 0 and 1, got {dev_share}")
     rng = np.random.default_rng(seed)
-    if stratify and stratify in items.columns and items[stratify].notna().all():
-        groups: list[tuple[object, pd.DataFrame]] = sorted(items.groupby(stratify), key=lambda kv: float(kv[0]))  # type: ignore[arg-type]
-    else:
-        groups = [("all", items)]
+    groups = _strata(items, stratify, "the item table")
     fold_of = {i: f for f, part in enumerate(deal_strata([sorted(g["id"].astype(str)) for _, g in groups], k, rng))
                for i in part}
     out = []

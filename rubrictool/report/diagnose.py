@@ -273,7 +273,9 @@ def write_diagnosis(diag: Diagnosis, out: str | Path) -> dict[str, Path]:
     paths = {n: d / n for n in ("rubric_diagnosis.csv", "level_confusions.csv", "rubric_diagnosis.md")}
     diag.concepts.to_csv(paths["rubric_diagnosis.csv"], index=False)
     diag.confusions.to_csv(paths["level_confusions.csv"], index=False)
-    lines = ["# Rubric diagnosis", "", *(f"- {s}" for s in diag.suggestions or ["no suggestion"]), "",
-             *(f"> {n}" for n in diag.notes)]
+    from rubrictool.textsafe import md_inline, md_quote
+
+    lines = ["# Rubric diagnosis", "", *(f"- {md_inline(s)}" for s in diag.suggestions or ["no suggestion"]), "",
+             *(md_quote(n) for n in diag.notes)]
     paths["rubric_diagnosis.md"].write_text("\n".join(lines) + "\n")
     return paths

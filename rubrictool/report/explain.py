@@ -3,7 +3,9 @@
 For an item the trace holds the response with each concept's attention over its tokens (RACE, Eq. 9),
 each concept's predicted level and its probability, ĉ_k (Eq. 13), s̃_k = ĉ_k / M and μ_post,k (Eq. 20),
 and each concept's contribution to the logit of the predicted grade; with the bias they sum exactly to
-that logit (Eq. 22; :meth:`reccbm.RecCBM.contributions`). An override (``--set FC=3``) replaces the
+that logit (Eq. 22; :meth:`reccbm.RecCBM.contributions`). Beside it, the contributions toward a second
+grade: the gold grade when it is known and differs, else the runner-up, so a teacher sees which concepts
+made the predicted grade beat it (:func:`reccbm.contributions_toward`). An override (``--set FC=3``) replaces the
 concept's p̂_k by a one-hot of the given level and runs the frozen grade path again.
 """
 
@@ -19,9 +21,23 @@ import reccbm
 from rubrictool.errors import DataError
 from rubrictool.report.run import AttendedItems, Run, predict_with_attention
 
-__all__ = ["ConceptRow", "ItemTrace", "explain_items", "override_arrays", "traces_frame"]
+__all__ = ["SYMBOLS", "ConceptRow", "ItemTrace", "explain_items", "override_arrays", "traces_frame"]
 
 TOP_TOKENS = 5
+
+SYMBOLS = {  # the legend of every explain view, in words a teacher reads (docs/inspect.md)
+    "level (p)": "the level the model reads for the concept, and its probability p̂",
+    "ĉ_k": "expected level: the average of the levels weighted by their probabilities (2.6 = between 2 and 3, "
+           "nearer 3)",
+    "s̃_k": "the expected level as a share of the scale, 0..1: (ĉ_k − lowest level) / (highest − lowest level)",
+    "μ_post": "the concept estimate the grade is computed from: s̃_k corrected by LCEC, which pulls a noisy "
+              "concept towards what the other concepts suggest (equal to s̃_k without LCEC)",
+    "contribution": "how much the concept pushes the score of a grade up (+) or down (−); with the bias they add "
+                    "up to that grade's score (logit), and the grade with the highest score wins",
+    "difference": "contribution toward the predicted grade minus toward the compared grade (the teacher's grade "
+                  "when the table has it and it differs, else the runner-up): the concepts with the largest positive "
+                  "differences are why the predicted grade won",
+}
 
 
 @dataclass
@@ -38,6 +54,12 @@ class ConceptRow:
     top_tokens: list[tuple[str, float]] = field(default_factory=list)  # most-attended response tokens, α
     set_to: int | None = None  # the override's level
     contribution_after: float | None = None  # to the logit of the grade after the override
+    contribution_other: float | None = None  # to the logit of the compared grade (ItemTrace.other_grade)
+
+    @property
+    def difference(self) -> float | None:
+        """Contribution toward the predicted grade minus toward the compared one (why the prediction won)."""
+        return None if self.contribution_other is None else self.contribution - self.contribution_other
 
 
 @dataclass
@@ -66,6 +88,11 @@ class ItemTrace:
     bias_after: float | None = None
     grade_probs: list[float] = field(default_factory=list)  # p(grade) for each grade of the scale
     grade_probs_after: list[float] = field(default_factory=list)
+    reference: str = ""  # the reference answer, when the table has one
+    other_grade: int | None = None  # the grade compared with the prediction: the gold one if known and
+    other_kind: str = ""  # different ("gold"), else the runner-up ("runner-up")
+    other_logit: float | None = None
+    other_bias: float | None = None
 
     @property
     def correct(self) -> bool | None:
@@ -73,6 +100,18 @@ class ItemTrace:
 
     def contributions_sum(self) -> float:
         return float(sum(c.contribution for c in self.concepts) + self.bias)
+
+    def why(self) -> str:
+        """One sentence: which concepts made the predicted grade beat the compared one ('' without one)."""
+        if self.other_grade is None or self.other_logit is None:
+            return ""
+        diffs = sorted(((c.difference or 0.0, c.key) for c in self.concepts), reverse=True)
+        pro = [f"{k} ({d:+.2f})" for d, k in diffs if d > 0][:3]
+        con = [f"{k} ({d:+.2f})" for d, k in reversed(diffs) if d < 0][:2]
+        gap = self.logit - self.other_logit
+        s = (f"grade {self.grade} beat the {self.other_kind} grade {self.other_grade} by {gap:+.2f} in logit"
+             + (f", mostly through {', '.join(pro)}" if pro else ""))
+        return s + (f"; {', '.join(con)} argued for {self.other_grade}" if con else "")
 
 
 def override_arrays(run: Run, n: int, overrides: dict[str, int]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -94,6 +133,8 @@ def _trace(run: Run, att: AttendedItems, preds_after: reccbm.Predictions | None,
     assert preds.p_hat is not None and preds.c_hat is not None and preds.mu_post is not None
     assert preds.grade_logits is not None
     tr = reccbm.decision_trace(run.model, preds)
+    other = _other_grades(run, preds, items)  # (N,) 0..S: gold when known and different, else runner-up
+    other_contrib, other_bias = reccbm.contributions_toward(run.model, preds, other)  # (N, K), (N,)
     M = run.model.config.M
     out: list[ItemTrace] = []
     after_contrib = after_bias = None
@@ -122,6 +163,7 @@ def _trace(run: Run, att: AttendedItems, preds_after: reccbm.Predictions | None,
                 float(tr.expected[i, k]) + run.scale_min, float(preds.c_hat[i, k]) / M, float(tr.mu_post[i, k]),
                 float(tr.contributions[i, k]), gold, top, overrides.get(key),
                 float(after_contrib[i, k]) if after_contrib is not None else None,
+                float(other_contrib[i, k]),
             ))
         gold_grade = int(row["_y"]) + run.grade_min if "_y" in row and pd.notna(row["_y"]) else None
         t = ItemTrace(
@@ -129,6 +171,10 @@ def _trace(run: Run, att: AttendedItems, preds_after: reccbm.Predictions | None,
             float(preds.grade_logits[i, y]), float(tr.bias[i]), int(order[1]) + run.grade_min, float(probs[order[1]]),
             concepts, att.tokens[i], att.spans[i], alpha.tolist() if alpha is not None else None, gold_grade,
             dict(overrides), grade_probs=[float(p) for p in probs],
+            reference=str(row.get("reference", "") if pd.notna(row.get("reference", "")) else ""),
+            other_grade=int(other[i]) + run.grade_min,
+            other_kind="gold" if gold_grade is not None and gold_grade != y + run.grade_min else "runner-up",
+            other_logit=float(preds.grade_logits[i, int(other[i])]), other_bias=float(other_bias[i]),
         )
         if preds_after is not None and after_bias is not None:
             assert preds_after.grade_logits is not None
@@ -140,6 +186,17 @@ def _trace(run: Run, att: AttendedItems, preds_after: reccbm.Predictions | None,
             t.grade_probs_after = [float(p) for p in pa]
         out.append(t)
     return out
+
+
+def _other_grades(run: Run, preds: reccbm.Predictions, items: pd.DataFrame) -> np.ndarray[Any, Any]:
+    """Per item the grade (0..S) to compare the prediction with: the gold grade when known and different
+    from the prediction, else the runner-up (second most probable grade)."""
+    runner_up = np.argsort(-preds.grade_probs, axis=1, kind="stable")[:, 1]  # (N,)
+    if "_y" not in items.columns:
+        return runner_up
+    gold = pd.to_numeric(items["_y"], errors="coerce").to_numpy(dtype=float)  # (N,) 0..S or NaN
+    use_gold = ~np.isnan(gold) & (np.nan_to_num(gold, nan=-1) != preds.grades)
+    return np.where(use_gold, np.nan_to_num(gold, nan=0).astype(np.int64), runner_up)
 
 
 def explain_items(run: Run, items: pd.DataFrame, overrides: dict[str, int] | None = None) -> list[ItemTrace]:
@@ -165,5 +222,7 @@ def traces_frame(traces: list[ItemTrace]) -> pd.DataFrame:
             rows.append({"id": t.id, "grade": t.grade, "grade_prob": t.grade_prob, "logit": t.logit, "bias": t.bias,
                          "concept": c.key, "level": c.level, "level_prob": c.level_prob, "expected": c.expected,
                          "s_tilde": c.s_tilde, "mu_post": c.mu_post, "contribution": c.contribution, "gold": c.gold,
-                         "set_to": c.set_to, "grade_after": t.grade_after})
+                         "set_to": c.set_to, "grade_after": t.grade_after, "other_grade": t.other_grade,
+                         "other_kind": t.other_kind, "contribution_other": c.contribution_other,
+                         "difference": c.difference})
     return pd.DataFrame(rows)

@@ -50,30 +50,51 @@ def data_uri(png: bytes) -> str:
 
 
 def contributions_png(keys: Sequence[str], contributions: Sequence[float], bias: float, title: str,
-                      after: Sequence[float] | None = None, after_label: str = "after override") -> bytes:
-    """Horizontal bars: each concept's contribution to the grade's logit, the bias, and their sum."""
+                      after: Sequence[float] | None = None, after_label: str = "after override",
+                      other: tuple[str, Sequence[float], float] | None = None,
+                      label: str = "as predicted") -> bytes:
+    """Horizontal bars: each concept's contribution to the grade's logit, the bias, and their sum.
+
+    ``after``: each concept's contribution after an override (hatched bars); ``other``: (label,
+    contributions, bias) toward a second grade (the gold or runner-up one; white bars, with its bias and
+    sum). The axis always holds every bar and its value label (nothing is clipped)."""
     plt = _plt()
     labels = [*keys, "bias", "= logit"]
     vals = [*contributions, bias, float(np.sum(contributions) + bias)]
-    y = np.arange(len(labels))
-    fig, ax = plt.subplots(figsize=(6.4, 0.42 * len(labels) + 1.2))
-    h = 0.38 if after is not None else 0.7
-    colors = [BLUE if v >= 0 else ORANGE for v in vals[:-2]] + [GREY, "black"]
-    ax.barh(y - (h / 2 if after is not None else 0), vals, height=h, color=colors, label="as predicted")
+    series: list[tuple[str, list[float], dict[str, Any]]] = [
+        (label, vals, {"color": [BLUE if v >= 0 else ORANGE for v in vals[:-2]] + [GREY, "black"]})]
+    if other is not None:
+        o_label, o_vals, o_bias = other
+        series.append((o_label, [*o_vals, o_bias, float(np.sum(o_vals) + o_bias)],
+                       {"color": "white", "edgecolor": "black"}))
     if after is not None:
-        ax.barh(y[: len(keys)] + h / 2, list(after), height=h, color="none", edgecolor="black", hatch="//",
-                label=after_label)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8, frameon=False)
-    for yi, v in zip(y, vals):
-        ax.annotate(f"{v:+.2f}", (v, yi), xytext=(3 if v >= 0 else -3, 0), textcoords="offset points",
-                    ha="left" if v >= 0 else "right", va="center", fontsize=8)
+        series.append((after_label, list(after), {"color": "none", "edgecolor": "black", "hatch": "//"}))
+    y = np.arange(len(labels))
+    n = len(series)
+    h = 0.8 / n
+    fig, ax = plt.subplots(figsize=(6.4, (0.3 + 0.14 * n) * len(labels) + 1.2))
+    shown: list[float] = []
+    for s_i, (name, v, style) in enumerate(series):
+        yy = y[: len(v)] + (s_i - (n - 1) / 2) * h
+        ax.barh(yy, v, height=h, label=name, **style)
+        for yi, vi in zip(yy, v):
+            ax.annotate(f"{vi:+.2f}", (vi, yi), xytext=(3 if vi >= 0 else -3, 0), textcoords="offset points",
+                        ha="left" if vi >= 0 else "right", va="center", fontsize=7 if n > 1 else 8)
+        shown += v
+    if n > 1:
+        from matplotlib.patches import Patch
+
+        handles = [Patch(facecolor=BLUE, label=f"{label} (orange: against)"),
+                   *(Patch(label=name, **{k: v for k, v in style.items() if k != "color"},
+                           facecolor=style["color"]) for name, _, style in series[1:])]
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8, frameon=False)
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(y, labels)
     ax.invert_yaxis()
     ax.set_xlabel("contribution to the logit")
     ax.set_title(title, fontsize=10)
-    lo, hi = min(0.0, *vals), max(0.0, *vals)
-    pad = 0.25 * (hi - lo or 1.0)
+    lo, hi = min(0.0, *shown), max(0.0, *shown)
+    pad = 0.3 * (hi - lo or 1.0)  # room for the "+1.23" labels beyond the longest bars
     ax.set_xlim(lo - pad, hi + pad)
     return _png(fig)
 

@@ -9,8 +9,10 @@ file opens offline anywhere.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +27,13 @@ import reccbm
 from rubrictool.io import writable_dir
 from rubrictool.report import figures
 from rubrictool.report.diagnose import Diagnosis, diagnose
-from rubrictool.report.explain import ItemTrace, explain_items
+from rubrictool.report.explain import SYMBOLS, ItemTrace, explain_items
 from rubrictool.report.intervene import intervention_curves
 from rubrictool.report.run import Run, bundled_labels, git_revision, predict_with_attention, split_rows
 from rubrictool.report.scores import pair_agreement, smd
+from rubrictool.textsafe import md_inline, md_quote, strip_controls
 
-__all__ = ["NEAR_ZERO", "Report", "build_report", "render_explain_html", "render_html", "render_markdown",
+__all__ = ["NEAR_ZERO", "Report", "build_report", "render_explain_html", "render_html", "render_markdown", "trace_file",
            "trace_png", "write_explain", "write_report"]
 
 NEAR_ZERO = 0.1  # |r| below this counts as a near-zero correlation (the paper's appendix threshold)
@@ -130,7 +133,7 @@ def build_report(
     say("tracing two decisions")
     r.traces = explain_items(run, test.iloc[picks])
     for t in r.traces:
-        r.images[f"trace-{_safe(t.id)}.png"] = trace_png(t)
+        r.images[trace_file(t.id)] = trace_png(t)
     say("diagnosing the rubric")
     _diagnosis_section(r, run, reviews, partial)
     return r
@@ -237,7 +240,10 @@ def _num(x: Any) -> float | None:
 
 
 def _safe(s: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)
+    """A file-name part for an answer id: its safe characters (at most 40) and a short hash of the whole id,
+    so ids that differ only in unsafe characters (``a/b``, ``a_b``, ``a:b``) get different files."""
+    slug = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in s)[:40]
+    return f"{slug}-{hashlib.sha256(s.encode('utf-8')).hexdigest()[:8]}"
 
 
 def provenance(run: Run, n_test: int) -> dict[str, Any]:
@@ -261,12 +267,23 @@ def provenance(run: Run, n_test: int) -> dict[str, Any]:
     }
 
 
+def trace_file(item_id: str) -> str:
+    """The PNG name of an answer's decision trace: ``trace-<safe id>-<hash>.png`` (unique per id, safe on
+    every file system)."""
+    return f"trace-{_safe(item_id)}.png"
+
+
 def trace_png(t: ItemTrace) -> bytes:
     after = [c.contribution_after or 0.0 for c in t.concepts] if t.grade_after is not None else None
-    title = (f"{t.id}: grade {t.grade} (p = {t.grade_prob:.2f}), logit {t.logit:+.2f}"
+    title = (f"{strip_controls(t.id, '').replace('$', chr(92) + '$')}: grade {t.grade} (p = {t.grade_prob:.2f}), logit {t.logit:+.2f}"
              + (f", gold {t.gold_grade}" if t.gold_grade is not None else ""))
+    other = None
+    if t.other_grade is not None and t.other_bias is not None:
+        other = (f"toward the {t.other_kind} grade {t.other_grade}",
+                 [c.contribution_other or 0.0 for c in t.concepts], t.other_bias)
     return figures.contributions_png([c.key for c in t.concepts], [c.contribution for c in t.concepts], t.bias, title,
-                                     after, f"after override → grade {t.grade_after}")
+                                     after, f"after override → grade {t.grade_after}", other,
+                                     f"toward the predicted grade {t.grade}")
 
 
 # ---------------------------------------------------------------------------- rendering
@@ -305,7 +322,7 @@ def _trace_view(t: ItemTrace, image: bytes) -> dict[str, Any]:
 
 
 def render_html(r: Report) -> str:
-    views = [_trace_view(t, r.images[f"trace-{_safe(t.id)}.png"]) for t in r.traces]
+    views = [_trace_view(t, r.images[trace_file(t.id)]) for t in r.traces]
     from rubrictool.report.diagnose import reviewer_confusion
 
     pairs = (reviewer_confusion(r.diagnosis.confusions, list(r.diagnosis.concepts["concept"]))
@@ -315,15 +332,15 @@ def render_html(r: Report) -> str:
 
 
 def render_explain_html(traces: list[ItemTrace], run_name: str, images: dict[str, bytes]) -> str:
-    views = [_trace_view(t, images[f"trace-{_safe(t.id)}.png"]) for t in traces]
-    return str(_env().get_template("explain.html.j2").render(traces=views, run=run_name))
+    views = [_trace_view(t, images[trace_file(t.id)]) for t in traces]
+    return str(_env().get_template("explain.html.j2").render(traces=views, run=run_name, symbols=SYMBOLS))
 
 
 def _md_table(df: pd.DataFrame, cols: list[tuple[str, str]]) -> list[str]:
     def cell(v: Any) -> str:
         if isinstance(v, (float, np.floating)):
             return "—" if np.isnan(v) else f"{v:.3f}"
-        return "—" if v is None else str(v)
+        return "—" if v is None else md_inline(v)
 
     lines = ["| " + " | ".join(n for _, n in cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(cell(row.get(c)) for c, _ in cols) + " |" for row in df.to_dict("records")]
@@ -331,9 +348,10 @@ def _md_table(df: pd.DataFrame, cols: list[tuple[str, str]]) -> list[str]:
 
 
 def render_markdown(r: Report) -> str:
-    """The report as Markdown (figures referenced as the PNG files written beside it)."""
-    L = [f"# {r.title}", "", f"Test split: {r.n_test} answers. Numbers from {r.metrics_source}.", ""]
-    L += [f"> {n}" for n in r.notes] + [""] if r.notes else []
+    """The report as Markdown (figures referenced as the PNG files written beside it). Text that comes from
+    the data (ids, answers, names, notes) is escaped (:mod:`rubrictool.textsafe`): no HTML, no markup."""
+    L = [f"# {md_inline(r.title)}", "", f"Test split: {r.n_test} answers. Numbers from {md_inline(r.metrics_source)}.", ""]
+    L += [md_quote(n) for n in r.notes] + [""] if r.notes else []
     L += ["## Grade metrics", "", "| metric | value |", "|---|---|"]
     L += [f"| {name} | {'—' if np.isnan(r.metrics.get(k, np.nan)) else format(r.metrics[k], '.3f')} |"
           for k, name in GRADE_METRICS if k in r.metrics]
@@ -362,15 +380,19 @@ def render_markdown(r: Report) -> str:
               + (f", learned partial correlations {r.lcec['partial_near_zero']:.0%}" if "partial_near_zero" in r.lcec
                  else "")]
     for t in r.traces:
-        L += ["", f"### Decision trace {t.id}: grade {t.grade} (p = {t.grade_prob:.2f}), gold {t.gold_grade}", "",
-              f"> {t.response}", "", f"![trace](trace-{_safe(t.id)}.png)"]
+        L += ["", f"### Decision trace {md_inline(t.id)}: grade {t.grade} (p = {t.grade_prob:.2f}), gold {t.gold_grade}",
+              "", md_quote(t.response), "", f"![trace]({trace_file(t.id)})"]
+        if t.why():
+            L += ["", md_inline(t.why())]
     if r.diagnosis is not None:
-        L += ["", "## Rubric diagnostics", ""] + [f"- {s}" for s in r.diagnosis.suggestions or ["no suggestion"]]
+        L += ["", "## Rubric diagnostics", ""] + [f"- {md_inline(s)}" for s in r.diagnosis.suggestions or ["no suggestion"]]
     if r.unavailable:
-        L += ["", "## Not shown", ""] + [f"- {u}" for u in r.unavailable]
+        L += ["", "## Not shown", ""] + [f"- {md_inline(u)}" for u in r.unavailable]
     p = r.provenance
-    L += ["", "## Provenance", ""] + [f"- {k}: {v}" for k, v in p.items() if k != "config"]
-    L += ["", "```yaml", p["config"].rstrip(), "```", ""]
+    L += ["", "## Provenance", ""] + [f"- {k}: {md_inline(v)}" for k, v in p.items() if k != "config"]
+    config = strip_controls(p["config"]).rstrip()
+    fence = "`" * max([3] + [len(m) + 1 for m in re.findall("`{3,}", config)])  # longer than any run inside
+    L += ["", f"{fence}yaml", config, fence, ""]
     return "\n".join(L)
 
 
@@ -381,7 +403,7 @@ def write_explain(traces: list[ItemTrace], out: str | Path, title: str) -> dict[
     from rubrictool.report.explain import traces_frame
 
     d = writable_dir(out)
-    images = {f"trace-{_safe(t.id)}.png": trace_png(t) for t in traces}
+    images = {trace_file(t.id): trace_png(t) for t in traces}
     paths = {}
     for name, png in images.items():
         (d / name).write_bytes(png)

@@ -81,8 +81,64 @@ def _yaml_error(e: yaml.YAMLError, file: str) -> RubricError:
     return RubricError(f"{where}: (yaml): YAML syntax error: {problem}{started}; fix the indentation/quoting there")
 
 
+MAX_YAML_CHARS = 1_000_000  # a rubric is a few kB; a megabyte is already far more than any real one
+MAX_YAML_ALIASES = 100  # `*name` references: a rubric may reuse an anchor a few times, never thousands
+MAX_YAML_DEPTH = 50  # nesting of mappings/lists (a rubric nests about 5 deep)
+MAX_YAML_NODES = 100_000  # nodes once every alias is expanded: what a reader of the data would walk
+
+
+def _event_line(ev: yaml.Event) -> int:
+    return ev.start_mark.line + 1 if ev.start_mark is not None else 1
+
+
+def _check_yaml_size(text: str, file: str) -> None:
+    """Refuse YAML that would take too long or too much memory to expand (an alias bomb: each level of
+    ``&a [*b, *b, ...]`` multiplies the expanded size) before anything walks it: limits on the text
+    size, the number of aliases, the nesting depth, and the node count with aliases expanded. The event
+    stream is scanned without building anything, so a refusal takes milliseconds."""
+    if len(text) > MAX_YAML_CHARS:
+        raise RubricError(f"{file}: (yaml): the file has {len(text):,} characters, more than a rubric needs "
+                          f"(limit {MAX_YAML_CHARS:,}); is it the right file?")
+    aliases = depth = 0
+    anchors: dict[str, int] = {}  # anchor → nodes it expands to
+    stack: list[tuple[str | None, int]] = []  # open collections: (anchor, nodes so far)
+    try:
+        for ev in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # C scanner when built
+            if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth = len(stack) + 1
+                if depth > MAX_YAML_DEPTH:
+                    raise RubricError(f"{file}:{_event_line(ev)}: (yaml): nested more than {MAX_YAML_DEPTH} "
+                                      "levels deep; a rubric needs a handful")
+                stack.append((ev.anchor, 1))
+                continue
+            if isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                anchor, n = stack.pop()
+            elif isinstance(ev, yaml.AliasEvent):
+                aliases += 1
+                if aliases > MAX_YAML_ALIASES:
+                    raise RubricError(f"{file}:{_event_line(ev)}: (yaml): more than {MAX_YAML_ALIASES} "
+                                      "aliases (*name); write the repeated text out instead")
+                anchor, n = None, anchors.get(str(ev.anchor), 1)
+            elif isinstance(ev, yaml.ScalarEvent):
+                anchor, n = ev.anchor, 1
+            else:
+                continue
+            if anchor is not None:
+                anchors[anchor] = n
+            if n > MAX_YAML_NODES:
+                raise RubricError(f"{file}:{_event_line(ev)}: (yaml): the aliases (*name) expand to more "
+                                  f"than {MAX_YAML_NODES:,} values (an alias bomb?); write the rubric out plainly")
+            if stack:
+                top_anchor, total = stack[-1]
+                stack[-1] = (top_anchor, total + n)
+    except yaml.YAMLError as e:
+        raise _yaml_error(e, file) from None
+
+
 def _compose(text: str, file: str) -> tuple[dict[str, Any], dict[Loc, int]]:
-    """YAML text → (data, key-path → line); syntax errors, duplicate keys and non-mappings raise."""
+    """YAML text → (data, key-path → line); syntax errors, duplicate keys, non-mappings and documents that
+    expand too far (:func:`_check_yaml_size`) raise."""
+    _check_yaml_size(text, file)
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as e:

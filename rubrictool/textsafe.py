@@ -1,0 +1,64 @@
+"""Untrusted text made safe to show: in a terminal (no control characters) and in Markdown (no HTML, no markup).
+
+Student answers, ids, reviewer notes and model replies are written by people we do not control. They reach
+a terminal (``explain`` prints a response) and Markdown files (report.md, discussion_queue.md,
+reliability.md) that are opened in viewers which render HTML. Two rules, one function each:
+
+- :func:`strip_controls`: terminal escape sequences (``ESC[31m``, OSC titles and hyperlinks) are removed
+  whole, then every other control character (C0 except the kept ``\\n``/``\\t``, DEL, C1) and the Unicode
+  bidirectional overrides that reorder what a reader sees.
+- :func:`md_text` / :func:`md_inline`: the text with its controls stripped, ``&``, ``<``, ``>`` as HTML
+  entities (``<script>`` and ``<img onerror=…>`` show as text) and the Markdown punctuation that could
+  open code, emphasis, links, images or table cells backslash-escaped; :func:`md_inline` also folds line
+  breaks into spaces for a table cell or a heading, :func:`md_quote` keeps them inside a ``>`` quote.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+__all__ = ["md_inline", "md_quote", "md_text", "strip_controls"]
+
+# ESC [ … final byte (CSI), ESC ] … BEL or ESC \ (OSC), ESC P/X/^/_ … ESC \ (DCS and friends), ESC + one byte
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"
+    r"|\x1b[@-Z\\-_]"
+    r"|\x9b[0-?]*[ -/]*[@-~]"
+)
+_BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f"
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
+
+
+def _controls(keep: str) -> re.Pattern[str]:
+    chars = [chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in keep]
+    return re.compile("[" + re.escape("".join(chars) + _BIDI) + "]")
+
+
+_CONTROLS = {keep: _controls(keep) for keep in ("\n\t", "")}
+
+
+def strip_controls(text: object, keep: str = "\n\t") -> str:
+    """``text`` as a string without terminal escape sequences or control characters; ``keep`` lists the
+    layout characters to leave (``"\\n\\t"`` by default, ``""`` for one line; ``\\r`` is never kept)."""
+    s = _ESCAPES.sub("", str(text))
+    pattern = _CONTROLS.get(keep) or _controls(keep)
+    return pattern.sub("", s)
+
+
+def md_text(text: object) -> str:
+    """Untrusted text for a Markdown paragraph: controls stripped, HTML escaped, Markdown punctuation escaped."""
+    s = html.escape(strip_controls(text).replace("\t", " "), quote=False)
+    return _MD_PUNCT.sub(r"\\\1", s)
+
+
+def md_inline(text: object) -> str:
+    """:func:`md_text` on one line (table cells, headings, list items): line breaks become spaces."""
+    return " ".join(md_text(text).split())
+
+
+def md_quote(text: object) -> str:
+    """A ``> `` block quote of untrusted text, every line quoted (a line break cannot end the quote)."""
+    return "\n".join("> " + line for line in md_text(text).splitlines() or [""])
