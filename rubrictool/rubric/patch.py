@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from typing import Any
 
 import yaml
@@ -15,6 +16,9 @@ import yaml
 from rubrictool.errors import RubricError
 
 __all__ = ["add_concept", "set_anchor", "set_grading", "set_level_points", "unified_diff"]
+
+
+_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9 _.()/'-]*[A-Za-z0-9.)]")
 
 
 def _root(text: str) -> yaml.MappingNode:
@@ -55,7 +59,10 @@ def _scalar(v: Any) -> str:
         return f"{v:g}"
     if isinstance(v, int):
         return str(v)
-    return json.dumps(str(v), ensure_ascii=False)
+    text = str(v)
+    if _PLAIN.fullmatch(text) and yaml.safe_load(text) == text:  # plain when it reads back as the same string
+        return text
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _apply(text: str, edits: list[tuple[int, int, str]]) -> str:
