@@ -25,7 +25,7 @@ def course(n_tasks: int = 14, seed: int = 0) -> pd.DataFrame:
     for t in range(n_tasks):
         easy = t % 3  # tasks differ in difficulty, so grades cluster by task
         for j in range(3 + (7 * t) % 15):
-            g = int(min(2, max(0, rng.integers(0, 3) + easy - 1)))
+            g = min(2, max(0, int(rng.integers(0, 3)) + easy - 1))
             rows.append({"id": f"s{t:02d}-{j}", "task": f"T{t}", "question": f"T{t}", "response": f"r {t} {j}", "grade": g})
     return pd.DataFrame(rows)
 
