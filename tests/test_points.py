@@ -200,3 +200,16 @@ def test_cli_fit_points_writes_a_rubric_that_validates(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["rubric", "fit-points", str(rubric), "--out", str(out)])
     assert res.exit_code == 1 and "exactly one of --data" in res.output
+
+
+def test_cli_fit_points_from_a_run(tmp_path: Path, one_thread: None) -> None:
+    from tests.support.tiny_models import tiny_bert_run
+
+    run = tiny_bert_run(tmp_path / "t", "--head", "level")
+    out = tmp_path / "mohler-points.yaml"
+    res = runner.invoke(app, ["rubric", "fit-points", "mohler", "--run", str(run), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "over 6561 concept profiles" in " ".join(res.output.split())  # 3^8: every profile of the 8 concepts
+    rb = load_rubric(out)
+    assert rb.has_points and rb.keys == load_rubric("mohler").keys
+    assert (np.diff(points_table(rb), axis=1) >= 0).all()
