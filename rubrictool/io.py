@@ -15,7 +15,7 @@ import pandas as pd
 from rubrictool.atomic import atomic_write_text, new_file_mode, publish
 from rubrictool.errors import DataError
 
-__all__ = ["FORMATS", "atomic_write_text", "new_file_mode", "publish", "read_table", "reject_nul", "write_table"]
+__all__ = ["FORMATS", "atomic_write_text", "new_file_mode", "publish", "read_table", "reject_nul", "write_table", "write_text"]
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 
@@ -145,3 +145,18 @@ def writable_dir(out: str | Path) -> Path:
     except OSError as exc:
         raise DataError(f"cannot write into {d} ({exc.strerror or exc}); pass --out DIR") from None
     return d
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write a text file (UTF-8) atomically: a temp file beside it, then a rename."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return p

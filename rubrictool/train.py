@@ -527,6 +527,7 @@ def train_folds(
     agreement: dict[str, Any] | str | Path | None = None,
     notes: list[str] | None = None,
     progress: ProgressFn | None = None,
+    by: str | None = None,
     **kwargs: Any,
 ) -> TrainResult:
     """k-fold evaluation: one run per fold in ``run_dir/fold-<i>`` (every item tested exactly once; see
@@ -538,10 +539,10 @@ def train_folds(
     if isinstance(agreement, (str, Path)):
         agreement = _read_agreement(Path(agreement))
     run = Path(run_dir)
-    splits = kfold_splits(prepare_table(table, rb, need_concepts=False), k=folds, seed=fold_seed)
+    splits = kfold_splits(prepare_table(table, rb, need_concepts=False), k=folds, seed=fold_seed, by=by)
     run.mkdir(parents=True, exist_ok=True)
     for i, sp in enumerate(splits):
-        save_split(sp, run / f"fold-{i}.split.json", seed=fold_seed, meta={"fold": i, "folds": folds})
+        save_split(sp, run / f"fold-{i}.split.json", seed=fold_seed, meta={"fold": i, "folds": folds, "by": by})
     results: list[dict[str, Any]] = []
     for i, sp in enumerate(splits):
         fold_dir = run / f"fold-{i}"
@@ -586,7 +587,7 @@ def train_folds(
     keys = rb.keys if has_c and not plm else []
     summary = {
         "variant": results[0]["variant"], "preset": results[0].get("preset"), "rubric": rb.name, "folds": folds,
-        "fold_seed": fold_seed, "n_items": len(pooled), "notes": list(notes or []),
+        "fold_seed": fold_seed, "by": by, "n_items": len(pooled), "notes": list(notes or []),
         "pooled": pooled_metrics(pooled, keys),
         "per_fold": [r["seeds"][0]["test"] | {"fold": i} for i, r in enumerate(results)],
         "baselines": {name: pooled_metrics(pooled.assign(grade=pooled[name]).drop(columns=["grade_oracle"], errors="ignore"), [])

@@ -28,6 +28,7 @@ LEAVES = [(n, c) for n, c in COMMANDS if not isinstance(getattr(c, "commands", N
 
 EVERY_COMMAND = [
     "rubric", "rubric list", "rubric show", "rubric validate", "rubric new", "rubric lint", "rubric export",
+    "rubric points", "rubric fit-points",
     "data", "data show", "data fetch", "data export", "data split", "data import",
     "annotate",
     "review", "review serve", "review push", "review status", "review pull",

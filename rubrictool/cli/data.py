@@ -116,10 +116,15 @@ def data_split(
     seed: Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same split.")] = 0,
     ratios: Annotated[str, typer.Option("--ratios", help="train,dev,test shares.")] = "0.7,0.2,0.1",
     data_dir: DataDirOpt = None,
+    by: Annotated[str | None, typer.Option("--by", help=(
+        "Keep every value of this column in one part, e.g. question: no question in both train and test "
+        "(whole questions assigned, balancing sizes and grades)."))] = None,
 ) -> None:
-    """Write a deterministic train/dev/test split (stratified by grade) as JSON.
+    """Write a deterministic train/dev/test split (stratified by grade) as JSON; --by question for new questions.
 
     Example: rubrictool data split mohler --seed 0 --out runs/mohler/split.json
+
+    Example: rubrictool data split items.csv --by question --out split-by-question.json
     """
     from rubrictool.data import split_to_file
 
@@ -129,8 +134,9 @@ def data_split(
         raise DataError(f"--ratios {ratios!r}: give three numbers like 0.7,0.2,0.1") from None
     if len(parts) != 3:
         raise DataError(f"--ratios {ratios!r}: give exactly three shares (train,dev,test)")
-    sizes = split_to_file(source, out, seed, (parts[0], parts[1], parts[2]), data_dir)
-    console.print(f"wrote {out}: " + ", ".join(f"{k} {v}" for k, v in sizes.items()) + f" (seed {seed})", soft_wrap=True)
+    sizes = split_to_file(source, out, seed, (parts[0], parts[1], parts[2]), data_dir, by)
+    console.print(f"wrote {out}: " + ", ".join(f"{k} {v}" for k, v in sizes.items()) + f" (seed {seed}"
+                  + (f", grouped by {by})" if by else ")"), soft_wrap=True)
 
 
 def _import_lines(rep: Any) -> list[str]:

@@ -224,12 +224,26 @@ def diagnose_cmd(
     reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review files (repeatable) for the level confusions; default: the discussion queue.")] = None,
     model: Annotated[Path | None, typer.Option("--model", "-m", help="A trained run: adds the learned partial correlations.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write rubric_diagnosis.csv and .md here.")] = None,
+    n_pairs: Annotated[int, typer.Option("--pairs", help="Contrasting pairs shown per grade boundary the concepts cannot separate.")] = 3,
+    suggest: Annotated[str | None, typer.Option("--suggest", help=(
+        "LLM (litellm model string) that proposes a new concept or sharper anchors from the pairs, as a rubric YAML "
+        "diff that validates (rubric_suggestion.diff in --out, else here)."))] = None,
+    api_base: Annotated[str | None, typer.Option("--api-base", help="OpenAI-compatible server for --suggest, e.g. http://127.0.0.1:8080/v1.")] = None,
+    api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="Environment variable holding the --suggest API key.")] = None,
+    cache: Annotated[Path | None, typer.Option("--cache", help="Reply cache (SQLite) for --suggest: the same question is paid once.")] = Path(".rubrictool-cache/suggest.sqlite"),
 ) -> None:
-    """Diagnose a rubric from adjudicated labels, before any training: α, level confusions, drop-one coverage, redundancy.
+    """Diagnose a rubric from adjudicated labels, before any training: α, level confusions, drop-one coverage, redundancy,
+    and what the rubric cannot see.
 
-    Ends with concrete suggestions (merge two concepts, sharpen two level anchors, ...).
+    With grades in the table it also fits a head on the adjudicated concept levels (5-fold cross-validated): the
+    ceiling per grade, the grade boundaries the levels cannot separate (binary balanced accuracy below 0.75) and,
+    for each, answers with the same concept profile and different grades side by side. --suggest MODEL asks an LLM
+    to propose the missing criterion as a diff of the rubric file; a proposal that does not validate is reported,
+    not written. Ends with concrete suggestions (merge two concepts, sharpen two level anchors, ...).
 
     Example: rubrictool rubric diagnose --adjudicated runs/mohler/adjudicated
+
+    Example: rubrictool rubric diagnose --adjudicated adj/ --out diag/ --suggest openai/gpt-4o-mini
     """
     import pandas as pd
     from rich.table import Table
@@ -238,7 +252,7 @@ def diagnose_cmd(
     from rubrictool.report.diagnose import reviewer_confusion, write_diagnosis
 
     with err_console.status("diagnosing ..."):
-        diag = diagnose_dir(adjudicated, rubric, reviews, model)
+        diag = diagnose_dir(adjudicated, rubric, reviews, model, pairs_per_boundary=n_pairs)
     t = Table(title=f"rubric diagnosis (grade accuracy from all concepts, 5-fold: {diag.coverage_acc:.3f})")
     for col in ("concept", "α", "confused levels", "acc. lost without it", "closest", "same level", "label r",
                 "partial r"):
@@ -262,12 +276,71 @@ def diagnose_cmd(
         for key, row in pairs.iterrows():
             p.add_row(shown(key), *(shown(v) for v in row))
         console.print(p)
+    if diag.ceiling is not None:
+        _print_ceiling(diag)
     _print_suggestions(diag)
     for n in diag.notes:
         console.print(f"[yellow]note:[/] {shown(n)}", soft_wrap=True, highlight=False)
     if out is not None:
         paths = write_diagnosis(diag, out)
         console.print(f"wrote {', '.join(str(p) for p in paths.values())}", soft_wrap=True)
+    if suggest is not None:
+        _suggest(diag, rubric, suggest, api_base, api_key_env, cache, out)
+
+
+def _print_ceiling(diag: Diagnosis) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    c = diag.ceiling
+    assert c is not None
+    t = Table(title=f"what the concept levels can tell apart: a head on the adjudicated levels, {c.folds}-fold "
+                    f"(T-Acc {c.t_acc:.3f}, T-F1 {c.t_f1:.3f}, QWK {c.qwk:.3f})")
+    for col in ("grade", "answers", "precision", "recall", "F1"):
+        t.add_column(col, justify="right")
+    for r in c.per_grade.to_dict("records"):
+        t.add_row(str(r["grade"]), str(r["n"]), f"{r['precision']:.2f}", f"{r['recall']:.2f}", f"{r['f1']:.2f}")
+    console.print(t)
+    b = Table(title="grade boundaries (binary head on the two grades' answers; 0.5 is chance)")
+    for col in ("boundary", "answers", "lo→up", "up→lo", "bal. acc.", "shared profile", ""):
+        b.add_column(col, justify="left" if col in ("boundary", "") else "right", no_wrap=col in ("", "boundary"))
+    for r in c.boundaries.to_dict("records"):
+        b.add_row(f"{r['lower']}/{r['upper']}", f"{r['n_lower']} + {r['n_upper']}", str(r["lower_as_upper"]),
+                  str(r["upper_as_lower"]), f"{r['balanced_acc']:.2f}", f"{100 * r['shared_profiles']:.0f} %",
+                  "[red]cannot separate[/]" if r["named"] else "[green]separated[/]")
+    console.print(b)
+    for p in diag.pairs:
+        prof = " ".join(f"{k}={v}" for k, v in p.profile.items())
+        q = "same question" if p.same_question else "different questions"
+        t = Table(title=f"grade {p.lower} vs {p.upper}: {prof} ({q}; profile seen {p.n_lower}× at {p.lower}, "
+                        f"{p.n_upper}× at {p.upper})", show_lines=True)
+        t.add_column("", style="dim")
+        t.add_column(f"grade {p.lower} ({escape(p.a['id'])})", ratio=1)
+        t.add_column(f"grade {p.upper} ({escape(p.b['id'])})", ratio=1)
+        t.add_row("question", escape(p.a["question"]), escape(p.b["question"]))
+        t.add_row("response", escape(p.a["response"]), escape(p.b["response"]))
+        console.print(t)
+
+
+def _suggest(diag: Diagnosis, rubric: str | None, model: str, api_base: str | None, api_key_env: str | None,
+             cache: Path | None, out: Path | None) -> None:
+    from rubrictool.io import write_text
+    from rubrictool.report.suggest import propose_for_diagnosis
+
+    with err_console.status(f"asking {model} for the missing criterion ..."):
+        prop = propose_for_diagnosis(diag, model, rubric, api_base=api_base, api_key_env=api_key_env, cache=cache)
+    cost = (f"${prop.cost_usd:.4f}" if prop.price_known else "no price") if not prop.cached else "cached, $0"
+    console.print(f"{model}: {prop.prompt_tokens} prompt + {prop.completion_tokens} completion tokens ({cost})",
+                  highlight=False)
+    if not prop.valid:
+        err_console.print(f"[yellow]the proposal does not validate, not written:[/] {prop.error}", soft_wrap=True,
+                          highlight=False)
+        return
+    folder = out if out is not None else Path(".")
+    diff = write_text(folder / "rubric_suggestion.diff", prop.diff)
+    yml = write_text(folder / "rubric_suggestion.yaml", prop.text)
+    typer.echo(prop.diff, nl=False)
+    console.print(f"wrote {diff} and {yml} (the rubric with the change; it validates)", soft_wrap=True)
 
 
 def ablate_cmd(

@@ -39,7 +39,7 @@ def rubric_table(rubric: Rubric) -> Table:
         group = f"\n[dim]{shown(c.group)}[/]" if c.group else ""
         table.add_row(
             f"[bold]{shown(c.key)}[/] {shown(c.name)}{group}", shown(c.definition),
-            *(shown(lv.anchor) for lv in c.levels),
+            *(shown(lv.anchor) + (f" [dim]({lv.points:g} pts)[/]" if lv.points is not None else "") for lv in c.levels),
         )
     return table
 
@@ -169,3 +169,70 @@ def rubric_export(
         typer.echo(text, nl=False)
     else:
         console.print(f"wrote {out}", soft_wrap=True)
+
+
+@app.command("points")
+@handle_errors
+def rubric_points(
+    rubric: Annotated[str, typer.Argument(help="A rubric with `points:` on every level (YAML path or bundled name).")],
+    labels: Annotated[Path, typer.Option("--labels", "-l", help=(
+        "Concept levels of the answers: LLM labels (annotate's predictions), an adjudicated table, or a run's "
+        "test_predictions.csv / pooled_predictions.csv."))],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write id, points_total, points_grade (and grade) here.")] = None,
+) -> None:
+    """Grade answers from their concept levels alone with the rubric's own points: no training (a cold start).
+
+    When the file has gold grades (an adjudicated table, a run's pooled_predictions.csv) the points grades are
+    scored against them (T-Acc, T-F1, QWK, ...).
+
+    Example: rubrictool rubric points cs101.yaml --labels annotations/predictions.jsonl --out graded.csv
+    """
+    from rubrictool.points import grade_file
+
+    table, metrics, kind = grade_file(rubric, labels, out)
+    n_ok = int(table["points_grade"].notna().sum())
+    console.print(f"{n_ok} of {len(table)} answers graded from {kind} with the points of {rubric}", soft_wrap=True,
+                  highlight=False)
+    if n_ok < len(table):
+        err_console.print(f"{len(table) - n_ok} answer(s) lack a level for some concept: no points grade", highlight=False)
+    hist = table["points_grade"].value_counts().sort_index()
+    console.print("points grades: " + ", ".join(f"{g}: {n}" for g, n in hist.items()), highlight=False)
+    if metrics:
+        console.print("against the gold grades (n = {n:.0f}): T-Acc {t_acc:.3f}, T-F1 {t_f1:.3f}, QWK {qwk:.3f}, "
+                      "adjacent {adjacent:.3f}".format(**metrics), highlight=False)
+    if out is not None:
+        console.print(f"wrote {out}", soft_wrap=True)
+
+
+@app.command("fit-points")
+@handle_errors
+def rubric_fit_points(
+    rubric: Annotated[str, typer.Argument(help="Rubric name or YAML path (without points, or points to replace).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The rubric with the suggested points (and OUT.diff).")],
+    data: Annotated[Path | None, typer.Option("--data", help="Graded answers with gold concept levels (adjudicated table).")] = None,
+    run: Annotated[Path | None, typer.Option("--run", help="A trained run: read its grade head's weights as points.")] = None,
+) -> None:
+    """Suggest points per level for a rubric that has none: fitted to graded answers, or read from a trained head.
+
+    The suggestion is the rubric's own YAML with `points:` on every level and `grading: {points: sum, map: direct}`
+    (the total is the grade), validated, plus its diff: accept it as is, or round the points and edit.
+
+    Example: rubrictool rubric fit-points mohler --data adjudicated/adjudicated.csv --out mohler-points.yaml
+    """
+    from rubrictool.points import suggest_points, write_suggestion
+
+    sugg = suggest_points(rubric, data, run)
+    f = sugg.fitted
+    t = Table(title=f"suggested points per level ({f.source})")
+    t.add_column("concept")
+    for v in sugg.rubric.scale.values:
+        t.add_column(f"level {v}", justify="right")
+    for c, row in zip(sugg.rubric.concepts, f.points):
+        t.add_row(c.key, *(f"{p:g}" for p in row))
+    console.print(t)
+    fit = f"R² {f.r2:.3f} over {f.n} {'answers' if data else 'concept profiles'}"
+    if f.t_acc is not None and f.qwk is not None:
+        fit += f"; on those answers the rounded totals reach T-Acc {f.t_acc:.3f}, QWK {f.qwk:.3f} (in-sample)"
+    console.print(fit, highlight=False)
+    paths = write_suggestion(sugg, out)
+    console.print(f"wrote {paths[0]} (validates) and {paths[1]}", soft_wrap=True)

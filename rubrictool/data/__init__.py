@@ -30,7 +30,15 @@ from rubrictool.data.mohler import (
     load_concept_passes,
     load_mohler,
 )
-from rubrictool.data.splits import deal_strata, kfold_splits, load_split, save_split, split_items
+from rubrictool.data.splits import (
+    deal_strata,
+    group_kfold_splits,
+    group_split_items,
+    kfold_splits,
+    load_split,
+    save_split,
+    split_items,
+)
 from rubrictool.errors import DataError
 from rubrictool.io import write_table
 from rubrictool.progress import ProgressFn
@@ -52,6 +60,8 @@ __all__ = [
     "fetch_benchmark",
     "fetch_mocha",
     "fetch_mohler",
+    "group_kfold_splits",
+    "group_split_items",
     "kfold_splits",
     "load_asap2",
     "load_benchmark",
@@ -117,11 +127,14 @@ def split_to_file(
     seed: int = 0,
     ratios: tuple[float, float, float] = (0.7, 0.2, 0.1),
     data_dir: str | Path | None = None,
+    by: str | None = None,
 ) -> dict[str, int]:
-    """Split a benchmark (by name) or an item file (by path) and write ``split.json``; returns sizes."""
+    """Split a benchmark (by name) or an item file (by path) and write ``split.json``; returns sizes.
+    ``by`` (e.g. ``"question"``) keeps every value of that column in one part (:func:`group_split_items`)."""
     items = load_benchmark(source, data_dir) if source in BENCHMARKS else read_items(source)
-    split = split_items(items, seed=seed, ratios=ratios)
-    save_split(split, out, seed=seed, meta={"source": source, "ratios": list(ratios), "stratify": "grade"})
+    split = group_split_items(items, by, seed=seed, ratios=ratios) if by else split_items(items, seed=seed, ratios=ratios)
+    meta = {"source": source, "ratios": list(ratios), "stratify": "grade"} | ({"by": by} if by else {})
+    save_split(split, out, seed=seed, meta=meta)
     return {k: len(v) for k, v in split.items()}
 
 

@@ -26,12 +26,13 @@ from rubrictool.rubric.load import (
     validate_rubric_files,
 )
 from rubrictool.rubric.scaffold import new_rubric_file, scaffold_rubric, write_scaffold
-from rubrictool.rubric.schema import Concept, Example, Level, Rubric, Scale
+from rubrictool.rubric.schema import Concept, Example, Grading, Level, Rubric, Scale
 
 __all__ = [
     "BUNDLED_DIR",
     "Concept",
     "Example",
+    "Grading",
     "Level",
     "LintWarning",
     "Rubric",

@@ -230,12 +230,71 @@ def _semantic_issues(data: dict[str, Any]) -> list[tuple[Loc, str]]:
     return issues
 
 
-_MODEL_LEVEL_CHECKS = ("contiguous", "duplicate concept key", "outside", "rubric scale", "ascending order")
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _points_issues(data: dict[str, Any]) -> list[tuple[Loc, str]]:
+    """The points checks of :func:`rubrictool.rubric.schema._points_problems`, each at the key that is wrong:
+    the level without points, the points that fall, the threshold out of order or out of reach."""
+    raw_concepts = data.get("concepts")
+    concepts = [c if isinstance(c, dict) else {} for c in raw_concepts] if isinstance(raw_concepts, list) else []
+    raw_grading = data.get("grading")
+    grading: dict[str, Any] = raw_grading if isinstance(raw_grading, dict) else {}
+    raw_levels: list[list[Any]] = [c["levels"] if isinstance(c.get("levels"), list) else [] for c in concepts]
+    levels = [[lv if isinstance(lv, dict) else {} for lv in lvs] for lvs in raw_levels]
+    has = [[_num(lv.get("points")) for lv in lvs] for lvs in levels]
+    if not any(p is not None for ps in has for p in ps):
+        if raw_grading is not None:
+            return [(("grading",), "grading: is set but no level has points: give every level `points:`, or drop grading")]
+        return []
+    issues: list[tuple[Loc, str]] = []
+    for i, (c, lvs, ps) in enumerate(zip(concepts, levels, has)):
+        for j, (lv, pt) in enumerate(zip(lvs, ps)):
+            if pt is None and "points" not in lv:
+                issues.append((("concepts", i, "levels", j), (f"level {lv.get('value')} of concept {c.get('key')} has no "
+                               "points: when any level has points, every level needs them")))
+        for j in range(1, len(ps)):
+            lo, hi = ps[j - 1], ps[j]
+            if lo is not None and hi is not None and hi < lo:
+                issues.append((("concepts", i, "levels", j, "points"),
+                               (f"points of concept {c.get('key')} fall from {lo:g} at level {lvs[j - 1].get('value')} "
+                               f"to {hi:g} at level {lvs[j].get('value')}: a higher level must not earn fewer points")))
+    if issues or not all(p is not None for ps in has for p in ps) or not all(has):
+        return issues
+    lo_total = sum(min(p for p in ps if p is not None) for ps in has)
+    hi_total = sum(max(p for p in ps if p is not None) for ps in has)
+    raw_gs = data.get("grade")
+    gs: dict[str, Any] = raw_gs if isinstance(raw_gs, dict) else {}
+    gmin, gmax = _int_or_none(gs.get("min")), _int_or_none(gs.get("max"))
+    th = grading.get("thresholds")
+    if grading.get("map", "linear") == "linear" and hi_total <= lo_total:
+        issues.append((("grading", "map"), f"grading map linear needs a range of totals, but every response earns {lo_total:g} points"))
+    if grading.get("map") == "thresholds" and isinstance(th, list) and gmin is not None and gmax is not None:
+        nums = [_num(t) for t in th]
+        if len(th) != gmax - gmin:
+            issues.append((("grading", "thresholds"), (f"thresholds has {len(th)} number(s) but grades {gmin}..{gmax} need "
+                           f"{gmax - gmin}: the least total for each of grades {gmin + 1}..{gmax}")))
+        else:
+            for k in range(1, len(nums)):
+                a, b = nums[k - 1], nums[k]
+                if a is not None and b is not None and b <= a:
+                    issues.append((("grading", "thresholds", k), (f"thresholds must rise: threshold {k} ({b:g}) is not "
+                                   f"above threshold {k - 1} ({a:g})")))
+            for k, t in enumerate(nums):
+                if t is not None and not lo_total < t <= hi_total:
+                    issues.append((("grading", "thresholds", k), (f"threshold {k} ({t:g}) is outside the totals a response "
+                                   f"can earn ({lo_total:g}..{hi_total:g}]: grade {gmin + k + 1} could never (or always) be given")))
+    return issues
+
+
+_MODEL_LEVEL_CHECKS = ("contiguous", "duplicate concept key", "outside", "rubric scale", "ascending order",
+                       "has no points", "must not earn fewer", "no level has points", "thresholds", "range of totals")
 
 
 def _collect_errors(e: ValidationError, data: dict[str, Any], lines: dict[Loc, int], file: str) -> list[str]:
     """Every problem of one rubric as ``file:line: field: message`` lines, in file order."""
-    found: list[tuple[Loc, str]] = _semantic_issues(data)
+    found: list[tuple[Loc, str]] = _semantic_issues(data) + _points_issues(data)
     for err in e.errors():
         loc = tuple(err["loc"])
         msg = err["msg"].removeprefix("Value error, ")

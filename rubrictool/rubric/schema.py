@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from rubrictool.errors import RubricError
 
-__all__ = ["Concept", "Example", "Level", "Rubric", "Scale"]
+__all__ = ["Concept", "Example", "Grading", "Level", "Rubric", "Scale"]
 
 
 """Folder of the rubrics shipped with rubrictool (``rubrics/`` at the top of the repository)."""
@@ -25,6 +26,7 @@ class Level(_Strict):
 
     value: int
     anchor: str = Field(min_length=1)
+    points: float | None = None  # what an analytic rubric awards for this level (optional; all levels or none)
 
     @field_validator("anchor")
     @classmethod
@@ -106,6 +108,64 @@ class Scale(_Strict):
         return self.max - self.min + 1
 
 
+class Grading(_Strict):
+    """How the levels' points make the grade (only with ``points:`` on every level).
+
+    ``points: sum`` adds one level's points per concept. ``map`` turns the total into a grade:
+    ``direct`` — the total is the grade (rounded half up, clipped to the grade scale); ``linear`` — the
+    lowest to highest total a response can earn is stretched onto the grade scale, then rounded;
+    ``thresholds`` — ``thresholds[i]`` is the least total that earns grade ``grade.min + i + 1``
+    (one per grade above the lowest, strictly increasing, inside the totals a response can earn).
+    """
+
+    points: Literal["sum"] = "sum"
+    map: Literal["direct", "linear", "thresholds"] = "linear"
+    thresholds: list[float] | None = None
+
+
+def _points_problems(concepts: list[Concept], grade: Scale, grading: Grading | None) -> list[str]:
+    """The points checks of a rubric, one message each (the loader locates them at the exact key)."""
+    with_points = [(c, lv) for c in concepts for lv in c.levels if lv.points is not None]
+    if not with_points:
+        return ["grading: is set but no level has points: give every level `points:`, or drop grading"] if grading else []
+    out = []
+    for c in concepts:
+        for lv in c.levels:
+            if lv.points is None:
+                out.append(f"level {lv.value} of concept {c.key} has no points: when any level has points, every level needs them")
+        pts = [lv.points for lv in c.levels]
+        for a, b, lo, hi in zip(c.levels, c.levels[1:], pts, pts[1:]):
+            if lo is not None and hi is not None and hi < lo:
+                out.append(f"points of concept {c.key} fall from {lo:g} at level {a.value} to {hi:g} at level {b.value}: "
+                           "a higher level must not earn fewer points")
+    if out:
+        return out
+    lo_total = sum(min(lv.points or 0.0 for lv in c.levels) for c in concepts)
+    hi_total = sum(max(lv.points or 0.0 for lv in c.levels) for c in concepts)
+    g = grading or Grading()
+    if g.map == "linear" and hi_total <= lo_total:
+        out.append(f"grading map linear needs a range of totals, but every response earns {lo_total:g} points")
+    if g.map == "thresholds":
+        th = g.thresholds
+        if th is None:
+            out.append(f"grading map thresholds needs thresholds: one least total per grade above {grade.min} "
+                       f"({grade.n - 1} numbers)")
+        elif len(th) != grade.n - 1:
+            out.append(f"thresholds has {len(th)} number(s) but grades {grade.min}..{grade.max} need {grade.n - 1}: "
+                       f"the least total for each of grades {grade.min + 1}..{grade.max}")
+        else:
+            for i, (t0, t1) in enumerate(itertools.pairwise(th)):
+                if t1 <= t0:
+                    out.append(f"thresholds must rise: threshold {i + 1} ({t1:g}) is not above threshold {i} ({t0:g})")
+            for i, t in enumerate(th):
+                if not lo_total < t <= hi_total:
+                    out.append(f"threshold {i} ({t:g}) is outside the totals a response can earn ({lo_total:g}..{hi_total:g}]: "
+                               f"grade {grade.min + i + 1} could never (or always) be given")
+    elif g.thresholds is not None:
+        out.append(f"thresholds are only read with map: thresholds (map is {g.map}); drop them or set map: thresholds")
+    return out
+
+
 class Rubric(_Strict):
     """A rubric inventory as stored in ``rubrics/<name>.yaml``."""
 
@@ -120,6 +180,7 @@ class Rubric(_Strict):
     scale: Scale = Field(description="ordinal concept levels shared by every concept")
     grade: Scale = Field(description="the holistic grade scale")
     concepts: list[Concept] = Field(min_length=1)
+    grading: Grading | None = Field(default=None, description="how levels' points make the grade (analytic rubrics)")
     _source_file: str | None = PrivateAttr(default=None)
     _source_text: str | None = PrivateAttr(default=None)
 
@@ -161,7 +222,15 @@ class Rubric(_Strict):
                     f"concept {c.key} has levels {c.values} but the rubric scale is "
                     f"{self.scale.min}..{self.scale.max}: every concept must use the same levels"
                 )
+        problems = _points_problems(self.concepts, self.grade, self.grading)
+        if problems:
+            raise ValueError(problems[0])
         return self
+
+    @property
+    def has_points(self) -> bool:
+        """Whether the rubric declares points per level (then every level has them)."""
+        return all(lv.points is not None for c in self.concepts for lv in c.levels)
 
     # -- conveniences used by every stage ------------------------------------------------------------
     @property

@@ -1,0 +1,375 @@
+"""A grade from the rubric's own points, with no training: the cold start of a new course.
+
+An analytic rubric awards points per level of each concept (``points:`` on every level) and says how
+the total becomes a grade (``grading: {points: sum, map: direct|linear|thresholds}``; see
+:class:`rubrictool.rubric.Grading`). :func:`points_grades` applies that to concept levels — LLM labels
+of new answers, an adjudicated table, or a run's predicted levels — and :func:`points_baseline` is the
+same as a baseline beside the majority class.
+
+A rubric without points can be given a *suggested* table: :func:`fit_points` fits the grade to the
+levels (least squares on each concept's level steps, constrained so a higher level never earns fewer
+points), :func:`points_from_head` reads a trained grade head the same way (the head's expected grade
+over concept profiles, made additive), and :func:`points_suggestion` writes either into the rubric's
+own YAML, validated, with its diff, for a teacher to accept or edit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from rubrictool.errors import DataError, RubricError
+from rubrictool.rubric import Rubric, parse_rubric, resolve_rubric_path
+from rubrictool.rubric.patch import set_grading, set_level_points, unified_diff
+
+if TYPE_CHECKING:
+    import reccbm
+
+__all__ = [
+    "FittedPoints",
+    "PointsSuggestion",
+    "fit_points",
+    "grade_file",
+    "grade_from_totals",
+    "grade_table",
+    "levels_from_labels",
+    "points_baseline",
+    "points_from_head",
+    "points_grades",
+    "points_suggestion",
+    "points_table",
+    "read_levels",
+    "suggest_points",
+    "write_suggestion",
+]
+
+
+def points_table(rubric: Rubric) -> NDArray[np.float64]:
+    """(K, M+1) points of each concept's levels, lowest level first; an error when the rubric has none."""
+    if not rubric.has_points:
+        raise RubricError(
+            f"rubric {rubric.name} declares no points per level",
+            hint=f"add `points:` to every level (docs/rubrics.md), or let `rubrictool rubric fit-points {rubric.name}` "
+                 "suggest them from graded answers",
+        )
+    return np.array([[float(lv.points or 0.0) for lv in c.levels] for c in rubric.concepts])  # (K, M+1)
+
+
+def _round_half_up(x: NDArray[np.float64]) -> NDArray[np.int64]:
+    return np.floor(x + 0.5 + 1e-9).astype(np.int64)
+
+
+def grade_from_totals(
+    totals: NDArray[np.float64], rubric: Rubric, points: NDArray[np.float64] | None = None,
+    grading: dict[str, Any] | None = None,
+) -> NDArray[np.int64]:
+    """Grades (on the rubric's grade scale) from points totals, by the rubric's ``grading`` map
+    (or ``grading``, e.g. ``{"map": "direct"}`` for a fitted table)."""
+    pts = points_table(rubric) if points is None else points
+    g = grading if grading is not None else (rubric.grading.model_dump() if rubric.grading else {})
+    how = g.get("map", "linear")
+    lo_total, hi_total = float(pts.min(axis=1).sum()), float(pts.max(axis=1).sum())
+    gmin, gmax = rubric.grade.min, rubric.grade.max
+    if how == "direct":
+        raw = totals
+    elif how == "linear":
+        if hi_total <= lo_total:
+            raise RubricError("a linear grading map needs a range of totals, but every response earns the same points")
+        raw = gmin + (totals - lo_total) / (hi_total - lo_total) * (gmax - gmin)
+    elif how == "thresholds":
+        th = np.asarray(g.get("thresholds") or [], dtype=float)
+        if len(th) != gmax - gmin:
+            raise RubricError(f"grading thresholds: {len(th)} given, grades {gmin}..{gmax} need {gmax - gmin}")
+        above: NDArray[np.int64] = (totals[:, None] >= th[None, :] - 1e-9).sum(axis=1).astype(np.int64)  # (N,)
+        return gmin + above
+    else:
+        raise RubricError(f"unknown grading map {how!r}; use direct, linear or thresholds")
+    return np.clip(_round_half_up(np.asarray(raw, dtype=float)), gmin, gmax)
+
+
+def _check_levels(levels: NDArray[Any], rubric: Rubric) -> NDArray[np.int64]:
+    lv = np.asarray(levels)
+    if lv.ndim != 2 or lv.shape[1] != rubric.K:
+        raise DataError(f"concept levels must be an (N, {rubric.K}) array, one column per concept of {rubric.name}; "
+                        f"got shape {lv.shape}")
+    if len(lv) and (np.isnan(lv.astype(float)).any() or lv.min() < 0 or lv.max() > rubric.M):
+        raise DataError(f"0-based concept levels must lie in 0..{rubric.M} with none missing")
+    return lv.astype(np.int64)
+
+
+def points_grades(
+    rubric: Rubric, levels: NDArray[Any], points: NDArray[np.float64] | None = None,
+    grading: dict[str, Any] | None = None,
+) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """(totals, grades) of answers from their 0-based concept levels (N, K): each concept's level earns its
+    points (``points`` (K, M+1), default the rubric's), summed, then mapped to the grade scale."""
+    lv = _check_levels(levels, rubric)
+    pts = points_table(rubric) if points is None else np.asarray(points, dtype=float)
+    totals = pts[np.arange(rubric.K)[None, :], lv].sum(axis=1) if len(lv) else np.zeros(0)  # (N,)
+    return totals, grade_from_totals(totals, rubric, pts, grading)
+
+
+def points_baseline(
+    rubric: Rubric, levels_0_based: NDArray[Any], grade_min: int | None = None,
+    points: NDArray[np.float64] | None = None, grading: dict[str, Any] | None = None,
+) -> NDArray[np.int64]:
+    """The zero-training points grader as a baseline: grades for (N, K) 0-based concept levels (gold or
+    predicted). Returned on the rubric's grade scale, or shifted so that ``grade_min`` is 0-based's origin:
+    pass ``grade_min=rubric.grade.min`` to get 0-based grades (as train.py's ``_y``).
+
+    A rubric without points needs a ``points`` table (e.g. :func:`fit_points` on the training part) and its
+    ``grading`` (``{"map": "direct"}`` for a fitted one)."""
+    _, grades = points_grades(rubric, levels_0_based, points, grading)
+    return grades - (grade_min or 0)
+
+
+# ---------------------------------------------------------------------------- fitted points
+@dataclass
+class FittedPoints:
+    """A suggested points table: ``points`` (K, M+1), to be summed and read directly as the grade."""
+
+    points: NDArray[np.float64]  # (K, M+1), rising with the level
+    source: str  # what it was fitted to ("gold levels and grades of N answers", "the grade head of RUN")
+    n: int  # answers (or concept profiles) fitted
+    r2: float  # share of the target's variance the additive table explains
+    t_acc: float | None = None  # accuracy of the rounded totals on the fitted answers (gold fits only)
+    qwk: float | None = None
+    grading: dict[str, Any] = field(default_factory=lambda: {"points": "sum", "map": "direct"})
+
+
+def _fit_additive(levels: NDArray[np.int64], target: NDArray[np.float64], M: int,
+                  weights: NDArray[np.float64] | None = None) -> tuple[NDArray[np.float64], float]:
+    """Least squares of ``target`` on each concept's level steps [level ≥ 1], …, [level ≥ M] with the steps
+    ≥ 0 (a higher level never earns less) and a free intercept spread evenly over the concepts' lowest
+    levels: (points (K, M+1), R²)."""
+    from scipy.optimize import nnls
+
+    N, K = levels.shape
+    steps = (levels[:, :, None] >= np.arange(1, M + 1)[None, None, :]).astype(float).reshape(N, K * M)  # (N, K·M)
+    X = np.hstack([steps, np.ones((N, 1)), -np.ones((N, 1))])  # free intercept as the difference of two ≥ 0
+    w = np.sqrt(weights) if weights is not None else np.ones(N)
+    coef, _ = nnls(X * w[:, None], target * w, maxiter=50 * X.shape[1])
+    inc = coef[: K * M].reshape(K, M)  # (K, M) points gained per level step
+    intercept = float(coef[-2] - coef[-1])
+    pts = np.concatenate([np.zeros((K, 1)), np.cumsum(inc, axis=1)], axis=1) + intercept / K  # (K, M+1)
+    fit = X[:, :-2] @ coef[:-2] + intercept
+    wt = weights if weights is not None else np.ones(N)
+    mean = float(np.average(target, weights=wt))
+    ss_tot = float(np.average((target - mean) ** 2, weights=wt))
+    r2 = 1.0 - float(np.average((target - fit) ** 2, weights=wt)) / ss_tot if ss_tot > 0 else float("nan")
+    return pts, r2
+
+
+def fit_points(rubric: Rubric, levels_0_based: NDArray[Any], grades: NDArray[Any], decimals: int = 2) -> FittedPoints:
+    """A points table fitted to graded answers: least squares of the grade on the levels, rising with the level,
+    rounded to ``decimals``; its totals read directly as the grade (``map: direct``)."""
+    from reccbm.metrics import quadratic_weighted_kappa
+
+    lv = _check_levels(levels_0_based, rubric)
+    y = np.asarray(grades, dtype=float)
+    if len(y) != len(lv) or len(y) < 2 or np.isnan(y).any():
+        raise DataError("fitting points needs at least two answers, each with its concept levels and a grade")
+    pts, r2 = _fit_additive(lv, y, rubric.M)
+    pts = np.round(pts, decimals)
+    fp = FittedPoints(pts, f"the gold concept levels and grades of {len(y)} answers", len(y), r2)
+    _, pred = points_grades(rubric, lv, pts, fp.grading)
+    truth = np.clip(_round_half_up(y), rubric.grade.min, rubric.grade.max)
+    fp.t_acc = float((pred == truth).mean())
+    fp.qwk = quadratic_weighted_kappa(truth - rubric.grade.min, pred - rubric.grade.min)
+    return fp
+
+
+def points_from_head(model: reccbm.RecCBM, rubric: Rubric, source: str = "a trained grade head",
+                     max_profiles: int = 20000, seed: int = 0, decimals: int = 2) -> FittedPoints:
+    """A trained grade head (scalar or level head: W, U, and LCEC if any) read as points: the head's expected
+    grade for each concept profile (one-hot levels, every profile, or ``max_profiles`` drawn with ``seed`` when
+    there are more), fitted by an additive table rising with the level. R² says how additive the head is."""
+    import torch
+
+    if model.config.plm:
+        raise RubricError("a PLM run has no concept bottleneck: its grade head cannot be read as points per level")
+    K, L = rubric.K, rubric.M + 1
+    if model.config.num_concepts != K or model.config.num_levels != L:
+        raise RubricError(f"the run's head has {model.config.num_concepts} concepts × {model.config.num_levels} levels; "
+                          f"rubric {rubric.name} has {K} × {L}")
+    if L**K <= max_profiles:
+        grids = np.meshgrid(*[np.arange(L)] * K, indexing="ij")
+        profiles = np.stack([g.reshape(-1) for g in grids], axis=1)  # (L^K, K)
+    else:
+        profiles = np.random.default_rng(seed).integers(0, L, size=(max_profiles, K))  # (P, K)
+    p_hat = torch.nn.functional.one_hot(torch.as_tensor(profiles), L).float()  # (P, K, L)
+    with torch.no_grad():
+        probs = model.grade_from_concepts(p_hat).grade_logits.float().softmax(-1).numpy()  # (P, S+1)
+    expected = probs @ np.arange(probs.shape[1], dtype=float) + rubric.grade.min  # (P,) on the grade scale
+    pts, r2 = _fit_additive(profiles.astype(np.int64), expected, rubric.M)
+    return FittedPoints(np.round(pts, decimals), source, len(profiles), r2)
+
+
+@dataclass
+class PointsSuggestion:
+    """The rubric file with the fitted points written in (validated), and its unified diff."""
+
+    text: str
+    diff: str
+    rubric: Rubric
+    fitted: FittedPoints
+
+
+def points_suggestion(rubric_path: str | Path, fitted: FittedPoints) -> PointsSuggestion:
+    """Write ``fitted`` into the rubric's own YAML (``points:`` on every level, a ``grading:`` block), load it
+    with the rubric loader (an invalid result raises), and diff it against the file."""
+    path = resolve_rubric_path(rubric_path)
+    old = path.read_text(encoding="utf-8")
+    new = set_grading(set_level_points(old, [[float(p) for p in row] for row in fitted.points]), fitted.grading)
+    rb = parse_rubric(new, f"{path.name} (with suggested points)")
+    return PointsSuggestion(new, unified_diff(old, new, path.name), rb, fitted)
+
+
+# ---------------------------------------------------------------------------- reading levels
+def levels_from_labels(labels: pd.DataFrame, rubric: Rubric) -> pd.DataFrame:
+    """A PredictionTable (item, model, concept, level[, raw_ok]) as one row per item and one column per concept:
+    the median level over the models (the lower of two middle levels), usable rows only."""
+    df = labels
+    if "raw_ok" in df.columns:
+        df = df[df["raw_ok"].astype(str).str.lower().isin(["true", "1", "yes"])]
+    df = df.assign(level=pd.to_numeric(df["level"], errors="coerce")).dropna(subset=["level"])
+    unknown = sorted(set(df["concept"].astype(str)) - set(rubric.keys))
+    if unknown:
+        raise DataError(f"the labels name concept(s) {', '.join(unknown)} that rubric {rubric.name} does not have")
+    med = df.groupby(["item", "concept"])["level"].agg(lambda s: float(np.sort(s.to_numpy())[(len(s) - 1) // 2]))
+    wide = med.unstack("concept").reindex(columns=rubric.keys)
+    wide.index = wide.index.astype(str)
+    return wide.rename_axis("id").reset_index().rename_axis(None, axis=1)
+
+
+def read_levels(path: str | Path, rubric: Rubric) -> tuple[pd.DataFrame, str]:
+    """Concept levels of answers from a file, as (table with ``id``, one column per concept on the rubric's
+    scale, ``grade`` when the file has gold grades; what the file was). Reads a PredictionTable (LLM labels),
+    an adjudicated or item table with one column per concept, or a run's ``test_predictions.csv`` /
+    ``pooled_predictions.csv`` (``<KEY>_level`` columns; their ``grade`` is the model's, ``grade_true`` the gold)."""
+    from rubrictool.io import read_table
+
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"{p}: no such file; pass LLM labels (annotate's predictions), an adjudicated table or a run's "
+                        "test_predictions.csv")
+    df = read_table(p)
+    if {"item", "concept", "level"} <= set(df.columns):
+        out, kind = levels_from_labels(df, rubric), "LLM labels (median over models)"
+    elif all(f"{k}_level" in df.columns for k in rubric.keys):
+        out = df[["id"]].assign(**{k: df[f"{k}_level"] for k in rubric.keys})
+        if "grade_true" in df.columns:
+            out["grade"] = df["grade_true"]
+        if "grade" in df.columns:
+            out["model_grade"] = df["grade"]
+        kind = "a run's predicted levels"
+    elif all(k in df.columns for k in rubric.keys):
+        cols = ["id", *rubric.keys] + (["grade"] if "grade" in df.columns else [])
+        out, kind = df[cols].copy(), "concept levels (one column per concept)"
+    else:
+        missing = [k for k in rubric.keys if k not in df.columns]
+        raise DataError(f"{p}: found neither a PredictionTable (item, concept, level), nor a column per concept "
+                        f"(missing {', '.join(missing)}), nor <KEY>_level columns of a run")
+    if "id" not in out.columns:
+        raise DataError(f"{p}: no id column")
+    out["id"] = out["id"].astype(str)
+    for k in rubric.keys:
+        out[k] = pd.to_numeric(out[k], errors="coerce")
+        bad = out[k].notna() & ~out[k].isin(rubric.scale.values)
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise DataError(f"{p}: answer {out['id'].iloc[row]}: {k} = {out[k].iloc[row]:g} is not a level of "
+                            f"{rubric.scale.min}..{rubric.scale.max}")
+    if "grade" in out.columns:
+        out["grade"] = pd.to_numeric(out["grade"], errors="coerce")
+    return out, kind
+
+
+def grade_table(levels: pd.DataFrame, rubric: Rubric) -> tuple[pd.DataFrame, dict[str, float] | None]:
+    """Points grades of a :func:`read_levels` table: id, points_total, points_grade (and grade when known), and
+    grade metrics (T-Acc, T-F1, QWK, ...) against the gold grades when every graded answer has one.
+    Answers missing a concept's level get no points grade."""
+    from reccbm.metrics import grade_metrics
+
+    keys = rubric.keys
+    ok = levels[keys].notna().all(axis=1)
+    lv = levels.loc[ok, keys].to_numpy(float).astype(np.int64) - rubric.scale.min
+    totals, grades = points_grades(rubric, lv)
+    out = levels[["id"]].copy()
+    out["points_total"] = np.nan
+    out["points_grade"] = pd.array([None] * len(out), dtype="Int64")
+    out.loc[ok, "points_total"] = np.round(totals, 6)
+    out.loc[ok, "points_grade"] = grades
+    for col in ("grade", "model_grade"):
+        if col in levels.columns:
+            out[col] = levels[col]
+    metrics = None
+    if "grade" in levels.columns:
+        both = ok & levels["grade"].notna()
+        if both.any():
+            truth = np.clip(_round_half_up(levels.loc[both, "grade"].to_numpy(float)), rubric.grade.min, rubric.grade.max)
+            pred = out.loc[both, "points_grade"].to_numpy(np.int64)
+            metrics = {k: float(v) for k, v in grade_metrics(truth - rubric.grade.min, pred - rubric.grade.min).items()
+                       if isinstance(v, (int, float)) and not math.isnan(float(v))}
+            metrics["n"] = float(both.sum())
+    return out, metrics
+
+
+def grade_file(rubric: Rubric | str | Path, labels: str | Path, out: str | Path | None = None
+               ) -> tuple[pd.DataFrame, dict[str, float] | None, str]:
+    """``rubrictool rubric points``: read concept levels (:func:`read_levels`), grade them with the rubric's
+    points (:func:`grade_table`), write ``out`` (CSV/JSONL/Parquet, atomically) when given.
+    Returns (graded table, metrics against gold grades or None, what the labels file was)."""
+    from rubrictool.io import write_table
+    from rubrictool.rubric import load_rubric
+
+    rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
+    points_table(rb)  # no points: say so before reading anything
+    levels, kind = read_levels(labels, rb)
+    table, metrics = grade_table(levels, rb)
+    if out is not None:
+        write_table(table, out)
+    return table, metrics, kind
+
+
+def suggest_points(rubric: str | Path, data: str | Path | None = None, run: str | Path | None = None
+                   ) -> PointsSuggestion:
+    """``rubrictool rubric fit-points``: a points table fitted to the gold levels and grades of ``data`` (an
+    adjudicated table), or read from the grade head of ``run``, written into the rubric's YAML and validated."""
+    from rubrictool.io import read_table
+    from rubrictool.rubric import load_rubric
+
+    if (data is None) == (run is None):
+        raise DataError("give exactly one of --data (graded answers with concept levels) or --run (a trained run)")
+    rb = load_rubric(rubric)
+    if data is not None:
+        df = read_table(data)
+        missing = [k for k in [*rb.keys, "grade"] if k not in df.columns]
+        if missing:
+            raise DataError(f"{data}: no column(s) {', '.join(missing)}; pass an adjudicated table (one column per "
+                            "concept and the grade)")
+        X = df[rb.keys].apply(pd.to_numeric, errors="coerce")
+        y = pd.to_numeric(df["grade"], errors="coerce")
+        ok = X.notna().all(axis=1) & y.notna()
+        fitted = fit_points(rb, X[ok].to_numpy(float).astype(np.int64) - rb.scale.min, y[ok].to_numpy(float))
+    else:
+        import reccbm
+
+        assert run is not None
+        model, _, _ = reccbm.load_checkpoint(run)
+        fitted = points_from_head(model, rb, source=f"the grade head of {run}")
+    return points_suggestion(rubric, fitted)
+
+
+def write_suggestion(sugg: PointsSuggestion, out: str | Path) -> tuple[Path, Path]:
+    """The rubric with the suggested points (``out``) and its diff (``out`` with ``.diff``), atomically."""
+    from rubrictool.io import write_text
+
+    p = Path(out)
+    return write_text(p, sugg.text), write_text(p.with_suffix(p.suffix + ".diff"), sugg.diff)
