@@ -11,7 +11,7 @@ warm-up call on 300 items (imports of pandas/sklearn/crowd-kit are not counted):
 - ``write``: writing all outputs (CSV);
 - optionally ``--dawid-skene`` times the Dawid-Skene consensus instead of majority vote.
 
-Run: .venv/bin/python bench/bench_adjudicate.py [--items 30000] [--bootstrap 1000] [--dawid-skene]
+Run: .venv/bin/python benchmarks/adjudicate.py [--items 30000] [--bootstrap 1000] [--dawid-skene]
 (with RUBRICTOOL_CPU_CLOCK=1 the per-stage times are CPU seconds instead of wall seconds, which
 stay meaningful on a machine shared with other jobs)
 """

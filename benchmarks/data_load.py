@@ -12,7 +12,7 @@ passages. Timed (wall seconds, after imports):
 - ``tokenise``: ``reccbm.encode_inputs`` with the MiniLM tokenizer at max_len 128 and 512, and how
   many inputs it cut (a property of the synthetic lengths, not of the real essays).
 
-Run: .venv/bin/python bench/bench_data_load.py [--out bench/results/data_load.json]
+Run: .venv/bin/python benchmarks/data_load.py [--out benchmarks/results/data_load.json]
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def mocha_file(path: Path, n: int, seed: int = 0) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="bench/results/data_load.json")
+    ap.add_argument("--out", default="benchmarks/results/data_load.json")
     ap.add_argument("--asap2", type=int, default=17307)
     ap.add_argument("--mocha", type=int, default=31069)
     args = ap.parse_args()

@@ -30,8 +30,8 @@ curve is the share of the N×8 adjudicated labels identical to the full consensu
 - ``oracle``: items ordered by how many of their pre-annotated labels are wrong — it knows the answer, so it
   is a ceiling for any routing, not a routing.
 
-Run: .venv/bin/python bench/bench_review_routing.py --folds /work/main/bench/results/folds/heldout \
-        [--data-dir ../shared/datasets] [--out bench/results/review_routing] [--seeds 5]
+Run: .venv/bin/python benchmarks/review_routing.py --folds benchmarks/out/folds/default \
+        [--data-dir ../shared/datasets] [--out benchmarks/results/review_routing] [--seeds 5]
 Writes curves.csv, summary.json and routing.png into --out (each atomically; a re-run recomputes, ~1–3 min).
 """
 
@@ -199,12 +199,12 @@ def plot(curves: pd.DataFrame, summary: dict[str, Any], path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--folds", type=Path, default=Path("bench/results/folds/default"),
+    ap.add_argument("--folds", type=Path, default=Path("benchmarks/out/folds/default"),
                     help="the grader variant whose out-of-fold predictions pre-annotate (fold-*/test_predictions.csv)")
     ap.add_argument("--panel", nargs="*", default=["vanilla", "paper", "two-stage", "joint4"],
                     help="sibling variant folders of --folds whose OOF concept predictions join the disagreement panel")
     ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--out", type=Path, default=Path("bench/results/review_routing"))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/review_routing"))
     ap.add_argument("--seeds", type=int, default=5, help="seeds of the random routing")
     ap.add_argument("--fallback-pass", default="A", help="LLM pass that pre-annotates when no fold exists")
     ap.add_argument("--no-regrade", dest="regrade", action="store_false",

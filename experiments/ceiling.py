@@ -1,18 +1,18 @@
-"""What the concepts allow, on the 5 folds of bench_folds.py: the ceiling a bottleneck grader can reach.
+"""What the concepts allow, on the 5 folds of benchmarks/folds.py: the ceiling a bottleneck grader can reach.
 
 1. ``gold``: grade heads fitted on the *gold* (adjudicated) concept levels of each fold's training part,
    tested on its test part and pooled over the folds — a logistic regression on one-hot levels (the level
    head's form; L2 strength C from 0.1 to 10) and two non-linear heads (random forest, gradient boosting) that
    may read any combination of levels. T-Acc, T-F1 (with the F1 of every grade), QWK. A grader whose grade
    goes through these eight concepts can at best do what its head does on the gold levels. The pooled test
-   predictions of the PLM, the default and vanilla CBM (bench_folds.py) are scored beside them.
+   predictions of the PLM, the default and vanilla CBM (benchmarks/folds.py) are scored beside them.
 2. ``decode CONFIG``: the decision rule on a finished configuration's grade distributions (needs the fold
    weights, ``model.safetensors``, which are not committed): argmax (what ``grade`` reports), the rounded
    expected grade, the median grade, and thresholds on the expected grade tuned on each fold's dev part for
    QWK. It shows how far QWK can be bought with T-Acc without retraining.
 
-    .venv/bin/python bench/bench_ceiling.py gold
-    .venv/bin/python bench/bench_ceiling.py decode default
+    .venv/bin/python experiments/ceiling.py gold
+    .venv/bin/python experiments/ceiling.py decode default
 
 Concept labels: majority vote over three independent LLM annotation passes, NOT validated by experts.
 """
@@ -149,7 +149,7 @@ def _table(title: str, res: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=("gold", "decode"))
-    ap.add_argument("config", nargs="?", default="default", help="decode: a finished bench_folds.py configuration")
+    ap.add_argument("config", nargs="?", default="default", help="decode: a finished benchmarks/folds.py configuration")
     ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
     a = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

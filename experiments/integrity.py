@@ -1,17 +1,17 @@
 """Grading integrity (issue #17): how far gaming moves the LLM annotator and the trained grader.
 
-Two parts, each resumable, results in bench/results/integrity/ (committed):
+Two parts, each resumable, results in benchmarks/results/integrity/ (committed):
 
-    .venv/bin/python bench/bench_integrity.py annotator [--n-base 2]
-    .venv/bin/python bench/bench_integrity.py grader --run default=RUN_DIR --run plm=RUN_DIR
+    .venv/bin/python experiments/integrity.py annotator [--n-base 2]
+    .venv/bin/python experiments/integrity.py grader --run default=RUN_DIR --run plm=RUN_DIR
 
 annotator: every attack of rubrictool/annotate/injections.yaml applied to a few weak Mohler answers
 (grade <= 2, distinct questions, seed 0), annotated by a real local model -- Qwen2.5-Coder-1.5B-Instruct
-Q4_K_M on llama-cpp-python's server (.venv-llama; the GGUF is assembled as in bench_annotate_quality.py)
--- once with the prompt before #17 (bench/integrity/annotate.unquoted.prompt.j2, parsed without
+Q4_K_M on llama-cpp-python's server (.venv-llama; the GGUF is assembled as in annotate_quality.py)
+-- once with the prompt before #17 (experiments/integrity/annotate.unquoted.prompt.j2, parsed without
 knowing what was quoted) and once with the current prompt and parser. Each request is sent once
 through litellm at temperature 0 without a repair round; replies are kept in
-bench/out/integrity-replies.json, so a re-run only asks what is missing. Per attack: the share of
+experiments/out/integrity-replies.json, so a re-run only asks what is missing. Per attack: the share of
 concept labels that moved / rose against the same answer without the attack (same prompt), the
 share at the top level, and the replies that could not be read.
 
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 RESULTS = ROOT / "bench" / "results" / "integrity"
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "experiments"))
 
 import numpy as np
 import pandas as pd
@@ -77,7 +77,7 @@ def annotator_jobs(rubric: Rubric, n_base: int) -> list[dict[str, Any]]:
 
 
 def run_annotator(args: argparse.Namespace) -> None:
-    from bench_annotate_quality import ensure_model
+    from annotate_quality import ensure_model
 
     from tests.support.llm_server import LlamaServer
 
@@ -149,7 +149,7 @@ def report_annotator(rubric: Rubric, jobs: list[dict[str, Any]], done: dict[str,
     df = pd.DataFrame(rows)
     clean_ok = {v: sum(labels.get((v, b, "clean")) is not None for b in bases) for v in ("before", "after")}
     seconds = [d["seconds"] for d in done.values()]
-    meta = {"date": date.today().isoformat(), "command": "python bench/bench_integrity.py annotator "
+    meta = {"date": date.today().isoformat(), "command": "python experiments/integrity.py annotator "
             f"--n-base {args.n_base} --max-tokens {args.max_tokens}",
             "model": "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (llama-cpp-python 0.3.36 server, 2 threads, temperature 0)",
             "base_answers": bases, "clean_replies_usable": clean_ok,
@@ -210,7 +210,7 @@ def run_grader(args: argparse.Namespace) -> None:
         runs = list(summary)
         head = "| transformation | " + " | ".join(f"{r}: shift | {r}: rises | {r}: flagged" for r in runs) + " |"
         lines = [f"# Grader gaming ({date.today().isoformat()})", "",
-                 "`python bench/bench_integrity.py grader " + " ".join(f"--run {s}" for s in args.run) + "`", "", head,
+                 "`python experiments/integrity.py grader " + " ".join(f"--run {s}" for s in args.run) + "`", "", head,
                  "|---|" + "---:|" * (3 * len(runs))]
         for t, r in wide.iterrows():
             cells = []

@@ -1,6 +1,6 @@
 """What the pooled test outputs say about concept noise: the σ_k² and A_kk the data imply, next to LCEC's.
 
-For each configuration of bench_folds.py whose five folds are pooled (``<folds>/<config>/pooled_predictions.csv``:
+For each configuration of benchmarks/folds.py whose five folds are pooled (``<folds>/<config>/pooled_predictions.csv``:
 every Mohler answer's outputs from the fold model that never trained on it), per concept k:
 
 - s̃_k = (E[level] − 1) / M, the model's concept score on the [0, 1] scale, and c_k / M the adjudicated level;
@@ -16,7 +16,7 @@ and ρ(σ̂_k², 1 − α_k) with two 95 % bootstrap intervals: over concepts (a
 ρ) and over answers (the α_k fixed, σ̂_k² recomputed on resampled answers: how sure the ranking is given
 these eight concepts). α_k is the inter-rater α of the three LLM annotation passes.
 
-    .venv/bin/python bench/bench_reliability.py --configs default,crossfit2,paper
+    .venv/bin/python experiments/reliability.py --configs default,crossfit2,paper
 
 Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -66,7 +66,7 @@ def main() -> None:
     from rubrictool.train import noise_share_rho
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--folds", type=Path, default=Path("bench/results/folds"))
+    ap.add_argument("--folds", type=Path, default=Path("benchmarks/out/folds"))
     ap.add_argument("--configs", default="default,crossfit2,paper,s1x2,heldout")
     ap.add_argument("--boot", type=int, default=2000)
     a = ap.parse_args()

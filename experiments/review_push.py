@@ -1,7 +1,7 @@
 """Time `review push | status | pull` on a real local Label Studio with every Mohler item.
 
-    .venv/bin/python bench/bench_review_push.py                 # 2,273 items, 2 models x 8 concepts
-    .venv/bin/python bench/bench_review_push.py --n 40 --reviewers      # + 3 reviewers, status, pull
+    .venv/bin/python experiments/review_push.py                 # 2,273 items, 2 models x 8 concepts
+    .venv/bin/python experiments/review_push.py --n 40 --reviewers      # + 3 reviewers, status, pull
 
 Starts Label Studio (``.venv-ls``) from ``--folder`` (default /tmp/rubrictool-bench-ls; the first run
 migrates the database), pushes the items with predictions from two "models" (the bundled concept
@@ -9,7 +9,7 @@ passes A and B — LLM annotation passes, not expert-validated), pushes again (m
 then runs status and pull. With ``--reviewers``, three reviewer accounts sign up and review every
 item with the labels of passes A, B and C first (their own tokens), so status and pull have work to
 count. Prints the status report and one JSON object of timings and counts (also written to
-bench/out/review_push.json).
+experiments/out/review_push.json).
 """
 
 from __future__ import annotations
