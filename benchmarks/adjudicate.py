@@ -53,16 +53,20 @@ def synthetic(n_items: int, n_reviewers: int = 3, seed: int = 0) -> tuple[pd.Dat
     return reviews, items
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=30000)
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--dawid-skene", action="store_true")
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="300 items, 20 bootstrap replicates, no warm-up call")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.items, args.bootstrap = 300, 20
     rubric = load_rubric("mohler")
     method = "dawid-skene" if args.dawid_skene else "majority"
-    warm_r, warm_i = synthetic(300, seed=1)
-    adjudicate(warm_r, rubric, warm_i, method=method, n_boot=50)
+    if not args.smoke:
+        warm_r, warm_i = synthetic(300, seed=1)
+        adjudicate(warm_r, rubric, warm_i, method=method, n_boot=50)
     reviews, items = synthetic(args.items)
     stages: dict[str, float] = {}
     c0, t0 = time.process_time(), time.perf_counter()

@@ -112,8 +112,12 @@ def run(out: Path, configs: dict[str, dict[str, Any]], folds: int, only: list[in
         root = out / name
         if only is None:
             _log(f"{name}: {folds} folds")
+
+            def report(ev: Any, n: str = name) -> None:
+                _log(f"{n}: {ev.info}")
+
             train_folds(rubric, table, root, folds=folds, fold_seed=0, agreement=agreement, notes=notes,
-                        overrides=over, progress=lambda ev, n=name: _log(f"{n}: {ev.info}"), **kw)
+                        overrides=over, progress=report, **kw)
             continue
         splits = kfold_splits(table, k=folds, seed=0)
         for i in only:

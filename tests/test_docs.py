@@ -199,7 +199,7 @@ def test_every_relative_link_and_anchor_in_the_docs_resolves() -> None:
                 continue
             if anchor and dest.suffix == ".md":
                 text = dest.read_text(encoding="utf-8")
-                slugs = {_slug(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+                slugs = {_slug(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
                 if anchor not in slugs:
                     broken.append(f"{where} (no heading with that anchor)")
     assert not broken, "\n".join(broken)
@@ -209,7 +209,7 @@ def test_the_repository_speaks_of_dates_and_revisions_not_rounds_of_work() -> No
     """Docs, code, benchmarks and experiments name what changed and when (a date, a git revision, a config name)."""
     import re
 
-    pattern = re.compile(r"session[ -]?[0-9]|this session|previous session|same session|session-[0-9]", re.I)
+    pattern = re.compile(r"session[ -]?[0-9]|this session|previous session|same session|session-[0-9]", re.IGNORECASE)
     roots = [ROOT / "README.md", ROOT / "docs", ROOT / "rubrictool", ROOT / "reccbm", ROOT / "benchmarks",
              ROOT / "experiments", ROOT / "scripts"]
     hits = []

@@ -12,7 +12,7 @@ passages. Timed (wall seconds, after imports):
 - ``tokenise``: ``reccbm.encode_inputs`` with the MiniLM tokenizer at max_len 128 and 512, and how
   many inputs it cut (a property of the synthetic lengths, not of the real essays).
 
-Run: .venv/bin/python benchmarks/data_load.py [--out benchmarks/results/data_load.json]
+Run: .venv/bin/python experiments/data_load.py [--out benchmarks/results/data_load.json]
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ curve is the share of the N×8 adjudicated labels identical to the full consensu
 - ``oracle``: items ordered by how many of their pre-annotated labels are wrong — it knows the answer, so it
   is a ceiling for any routing, not a routing.
 
-Run: .venv/bin/python benchmarks/review_routing.py --folds benchmarks/out/folds/default \
+Run: .venv/bin/python experiments/review_routing.py --folds benchmarks/out/folds/default \
         [--data-dir ../shared/datasets] [--out benchmarks/results/review_routing] [--seeds 5]
 Writes curves.csv, summary.json and routing.png into --out (each atomically; a re-run recomputes, ~1–3 min).
 """

@@ -7,9 +7,9 @@ off, at concurrency 1, 8 and 32, with 1 and 2 client processes and annotate's au
 with the ideal concurrency / DELAY, both over the whole `annotate` call (client start-up included)
 and over the server's window (first request arrived -> last reply sent).
 
-    .venv/bin/python benchmarks/annotate_throughput.py            # delay 0.2 s, 48 waves per level (~2 min)
-    .venv/bin/python benchmarks/annotate_throughput.py --delay 0.2 --waves 32 --levels 1,8,32
-    .venv/bin/python benchmarks/annotate_throughput.py --levels 32 --workers auto   # the c=32 target only
+    .venv/bin/python experiments/annotate_throughput.py            # delay 0.2 s, 48 waves per level (~2 min)
+    .venv/bin/python experiments/annotate_throughput.py --delay 0.2 --waves 32 --levels 1,8,32
+    .venv/bin/python experiments/annotate_throughput.py --levels 32 --workers auto   # the c=32 target only
 
 The highest level is also run through the command line (`rubrictool annotate` in a fresh process, imports,
 progress bar and output files included; `--no-cli` skips it).

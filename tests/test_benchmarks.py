@@ -1,0 +1,76 @@
+"""Every product benchmark in benchmarks/ runs: each script's --smoke mode on a tiny input, in a fresh process
+(as a user runs it), checked by what it printed and wrote. The measured figures are in docs/results.md."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.tiny_models import build_backbone
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+SCRIPTS = sorted(BENCH.glob("*.py"))
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, *args], check=False, capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.name for p in SCRIPTS])
+def test_benchmark_uses_the_public_api_only(script: Path) -> None:
+    """No private names imported, no sys.path edits, no benchmark importing another or the tests."""
+    tree = ast.parse(script.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if mod == "__future__":
+                continue
+            assert not mod.startswith(("tests", "benchmarks", "experiments")) and node.level == 0, f"{script.name}: {mod}"
+            assert not any(part.startswith("_") for part in mod.split(".")), f"{script.name} imports {mod}"
+            private = [a.name for a in node.names if a.name.startswith("_")]
+            assert not private, f"{script.name} imports private {private} from {mod}"
+        if isinstance(node, ast.Attribute) and node.attr in ("insert", "append") and ast.unparse(node.value) == "sys.path":
+            pytest.fail(f"{script.name} edits sys.path")
+    assert "--smoke" in script.read_text(encoding="utf-8"), f"{script.name} has no --smoke mode"
+
+
+def test_every_benchmark_has_a_smoke_test() -> None:
+    assert {p.stem for p in SCRIPTS} == {"adjudicate", "folds"}, "add a smoke test for the new benchmark here"
+
+
+def test_adjudicate_smoke() -> None:
+    res = _run("benchmarks/adjudicate.py", "--smoke")
+    assert res.returncode == 0, res.stderr
+    assert "300 items x 3 reviewers x 8 concepts" in res.stdout
+    assert "adjudicate: " in res.stdout and "stages: validate" in res.stdout
+
+
+def test_folds_smoke_with_a_config_file(tmp_path: Path) -> None:
+    """Two folds of the PLM and of a --config YAML run (rubrictool train --config format; named by its stem, its
+    fields applied) with a tiny backbone: pooled tables and the paired comparison."""
+    backbone = build_backbone(tmp_path, "bert")
+    cfg = tmp_path / "short-joint.yaml"
+    cfg.write_text("joint:\n  intervention_p: 0.0\nstage2:\n  lambda_d: 1.0\n")
+    out = tmp_path / "folds"
+    res = _run("benchmarks/folds.py", "--smoke", "--runs", "plm", "--config", str(cfg), "--backbone", backbone,
+               "--out", str(out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    import yaml
+
+    resolved = yaml.safe_load((out / "short-joint" / "fold-0" / "config.yaml").read_text())
+    assert resolved["joint"]["intervention_p"] == 0.0 and resolved["stage2"]["lambda_d"] == 1.0
+    assert resolved["model"]["backbone"] == backbone and resolved["variant"] == "reccbm"
+    for name in ("short-joint", "plm"):
+        assert json.loads((out / name / "folds.json").read_text())["pooled"]["t_acc"] >= 0.0
+        assert len(list((out / name).glob("fold-*/metrics.json"))) == 2
+    summary = (out / "summary.md").read_text()
+    assert "| short-joint |" in summary and "short-joint − plm (paired bootstrap, 40 items)" in summary
