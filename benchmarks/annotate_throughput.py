@@ -7,9 +7,10 @@ off, at concurrency 1, 8 and 32, with 1 and 2 client processes and annotate's au
 with the ideal concurrency / DELAY, both over the whole `annotate` call (client start-up included)
 and over the server's window (first request arrived -> last reply sent).
 
-    .venv/bin/python experiments/annotate_throughput.py            # delay 0.2 s, 48 waves per level (~2 min)
-    .venv/bin/python experiments/annotate_throughput.py --delay 0.2 --waves 32 --levels 1,8,32
-    .venv/bin/python experiments/annotate_throughput.py --levels 32 --workers auto   # the c=32 target only
+    .venv/bin/python benchmarks/annotate_throughput.py            # delay 0.2 s, 48 waves per level (~2 min)
+    .venv/bin/python benchmarks/annotate_throughput.py --delay 0.2 --waves 32 --levels 1,8,32
+    .venv/bin/python benchmarks/annotate_throughput.py --levels 32 --workers auto   # the c=32 target only
+    .venv/bin/python benchmarks/annotate_throughput.py --smoke    # 2 waves at 1 and 4 in flight, one worker, no CLI row
 
 The highest level is also run through the command line (`rubrictool annotate` in a fresh process, imports,
 progress bar and output files included; `--no-cli` skips it).
@@ -33,7 +34,6 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 import pandas as pd
 
@@ -89,7 +89,7 @@ def _level(rubric: Any, srv: _Counter, conc: int, workers: int | None, n: int, d
     cfg = AnnotateConfig(models=(model,), api_base=srv.url, cache=None, concurrency=conc, workers=workers)
     before = srv.count()
     t0, c0, s0 = time.perf_counter(), _cpu_seconds(), _proc_cpu_seconds(server_pid)
-    res = annotate(items, rubric, cfg, progress=False)
+    res = annotate(items, rubric, cfg, progress=None)
     dt, cpu, scpu = time.perf_counter() - t0, _cpu_seconds() - c0, _proc_cpu_seconds(server_pid) - s0
     sent = srv.count() - before
     ok = int(res.summary[model].ok)
@@ -138,7 +138,7 @@ def _cli(srv: _Counter, model: str, conc: int, n: int, delay: float, tmp: Path) 
             "share_of_ideal": round(sent / (t1 - t0) / ideal, 3)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--delay", type=float, default=0.2)
     ap.add_argument("--waves", type=int, default=48,
@@ -153,8 +153,15 @@ def main() -> None:
                          "litellm's own HTTP handler)")
     ap.add_argument("--cli", action=argparse.BooleanOptionalAction, default=True,
                     help="also run the highest level through `rubrictool annotate` in a fresh process")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "annotate_throughput.json")
-    args = ap.parse_args()
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out" / "annotate_throughput.json")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a tiny run: delay 0.02 s, 2 waves at concurrency 1 and 4, one worker, one model, no CLI row")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.delay, args.waves, args.levels, args.workers = 0.02, 2, "1,4", "1"
+        args.models, args.cli = "hosted_vllm/bench", False
+        if args.out == ap.get_default("out"):
+            args.out = Path(tempfile.mkdtemp(prefix="throughput-smoke-")) / "annotate_throughput.json"
     rubric = load_rubric("mohler")
 
     # the server runs in its own process so that it does not compete with the client for the GIL
@@ -170,7 +177,7 @@ def main() -> None:
         # warm-up: litellm import, client creation, tokenizer (not part of the measurement)
         warm = pd.DataFrame({"id": ["w"], "response": ["warm up"], "question": ["q"], "reference": ["r"]})
         for model in args.models.split(","):
-            annotate(warm, rubric, AnnotateConfig(models=(model,), api_base=srv.url, cache=None), progress=False)
+            annotate(warm, rubric, AnnotateConfig(models=(model,), api_base=srv.url, cache=None), progress=None)
         for model in args.models.split(","):
             for conc in [int(x) for x in args.levels.split(",")]:
                 n = args.waves * conc

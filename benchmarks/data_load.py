@@ -1,7 +1,7 @@
 """Benchmark: fetching, loading and tokenising ASAP 2.0 and MOCHA at their published sizes.
 
 No real file is reachable offline, so the files are synthetic, in the published layouts
-(tests/support/benchmarks.py) and at the published sizes: an ASAP 2.0 file of 17,307 essays
+(the ones tests/support/benchmarks.py builds for the loader tests) and at the published sizes: an ASAP 2.0 file of 17,307 essays
 (the Kaggle competition's train.csv count) of 150-650 words over 7 prompts with the release's
 columns, and a MOCHA train.json of 31,069 answers over six constituent datasets with 60-300-word
 passages. Timed (wall seconds, after imports):
@@ -12,25 +12,31 @@ passages. Timed (wall seconds, after imports):
 - ``tokenise``: ``reccbm.encode_inputs`` with the MiniLM tokenizer at max_len 128 and 512, and how
   many inputs it cut (a property of the synthetic lengths, not of the real essays).
 
-Run: .venv/bin/python experiments/data_load.py [--out benchmarks/results/data_load.json]
+Run: .venv/bin/python benchmarks/data_load.py [--out benchmarks/results/data_load.json] [--backbone NAME|PATH]
+     .venv/bin/python benchmarks/data_load.py --smoke --backbone PATH    # 40 essays and 60 answers, to a temporary file
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import sys
+import tarfile
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.support.benchmarks import asap2_csv_text, mocha_tar
-from tests.support.tiny_models import WORDS
+WORDS = ["what", "is", "a", "stack", "queue", "list", "array", "pointer", "the", "of", "and", "to", "it", "in", "that",
+         "data", "structure", "first", "last", "out", "element", "value", "stores", "memory", "node", "linked", "order",
+         "returns", "function", "variable", "program", "loop", "computer", "answer", "question", "reference"]
+ASAP2_COLUMNS = ["essay_id", "score", "full_text", "assignment", "prompt_name", "economically_disadvantaged",
+                 "student_disability_status", "ell_status", "race_ethnicity", "gender", "grade_level", "essay_word_count"]
 
 PROMPTS = ["Car-free cities", "Does the electoral college work?", "Exploring Venus", "The Face on Mars",
            "Facial action coding system", "A Cowboy Who Rode the Waves", "Driverless cars"]
@@ -48,10 +54,12 @@ def asap2_file(path: Path, n: int, seed: int = 0) -> Path:
              "economically_disadvantaged": "Economically disadvantaged", "student_disability_status": "Not identified as having disability",
              "ell_status": "No", "race_ethnicity": "White", "gender": "F", "grade_level": 10, "essay_word_count": 0}
             for i in range(n)]
-    import zipfile
-
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=ASAP2_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("ASAP_2_Final_github_train.csv", asap2_csv_text(rows))
+        zf.writestr("ASAP_2_Final_github_train.csv", buf.getvalue())
     return path
 
 
@@ -65,19 +73,32 @@ def mocha_file(path: Path, n: int, seed: int = 0) -> Path:
             "context": _words(rng, int(rng.integers(60, 301))), "question": _words(rng, 10), "reference": _words(rng, 6),
             "candidate": _words(rng, int(rng.integers(1, 12))), "score": score,
             "metadata": {"scores": [score], "source": "gpt2"}}
-    return mocha_tar(path, {"train.json": train, "dev.json": {}, "test_no_labels.json": {}, "minimal_pairs.json": {}})
+    docs = {"train.json": train, "dev.json": {}, "test_no_labels.json": {}, "minimal_pairs.json": {}}
+    with tarfile.open(path, "w:gz") as tf:  # mocha.tar.gz as published: mocha/<file>
+        for name, doc in docs.items():
+            data = json.dumps(doc, indent=1).encode()
+            info = tarfile.TarInfo(f"mocha/{name}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return path
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benchmarks/results/data_load.json")
     ap.add_argument("--asap2", type=int, default=17307)
     ap.add_argument("--mocha", type=int, default=31069)
-    args = ap.parse_args()
+    ap.add_argument("--backbone", default=None, help="tokenizer to time (default: the trainer's MiniLM)")
+    ap.add_argument("--smoke", action="store_true", help="40 essays and 60 answers, results to a temporary file")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.asap2, args.mocha = 40, 60
+        if args.out == ap.get_default("out"):
+            args.out = str(Path(tempfile.mkdtemp(prefix="data-load-smoke-")) / "data_load.json")
     import reccbm
     from rubrictool.data import describe_benchmark, fetch_benchmark, load_benchmark
 
-    tok = reccbm.load_tokenizer(reccbm.default_backbone())
+    tok = reccbm.load_tokenizer(args.backbone or reccbm.default_backbone())
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
@@ -108,6 +129,7 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), **results}, indent=1) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -30,9 +30,11 @@ curve is the share of the N×8 adjudicated labels identical to the full consensu
 - ``oracle``: items ordered by how many of their pre-annotated labels are wrong — it knows the answer, so it
   is a ceiling for any routing, not a routing.
 
-Run: .venv/bin/python experiments/review_routing.py --folds benchmarks/out/folds/default \
+Run: .venv/bin/python benchmarks/review_routing.py --folds benchmarks/out/folds/default \
         [--data-dir ../shared/datasets] [--out benchmarks/results/review_routing] [--seeds 5]
 Writes curves.csv, summary.json and routing.png into --out (each atomically; a re-run recomputes, ~1–3 min).
+``--smoke``: 30 synthetic items, three synthetic passes and one synthetic fold of grader predictions (level
+probabilities included), one random seed, shares in steps of 0.2, results to a temporary folder.
 """
 
 from __future__ import annotations
@@ -197,7 +199,34 @@ def plot(curves: pd.DataFrame, summary: dict[str, Any], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def main() -> None:
+def smoke_inputs(root: Path, n: int = 30, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, Path]:
+    """Synthetic items, three review passes (ReviewTable) and a fold of grader predictions under ``root``."""
+    rng = np.random.default_rng(seed)
+    ids = [f"s.{i}" for i in range(n)]
+    truth = rng.integers(min(LEVELS), max(LEVELS) + 1, size=(n, len(KEYS)))  # (N, K)
+    items = pd.DataFrame({"id": ids, "question": "q", "response": [f"answer {i}" for i in range(n)],
+                          "reference": "r", "grade": rng.integers(0, 6, size=n)})
+    rows = []
+    for reviewer in ("A", "B", "C"):
+        noisy = np.clip(truth + rng.choice([-1, 0, 1], p=[0.1, 0.8, 0.1], size=truth.shape), min(LEVELS), max(LEVELS))
+        rows += [{"item": ids[i], "reviewer": reviewer, "concept": k, "level": int(noisy[i, j])}
+                 for i in range(n) for j, k in enumerate(KEYS)]
+    passes = pd.DataFrame(rows)
+    fold = root / "folds" / "default" / "fold-0"
+    fold.mkdir(parents=True)
+    pred = pd.DataFrame({"id": ids})
+    for j, k in enumerate(KEYS):
+        probs = rng.dirichlet(np.ones(len(LEVELS)), size=n)  # (N, L)
+        for li, lv in enumerate(LEVELS):
+            pred[f"{k}_p{lv}"] = probs[:, li]
+        pred[f"{k}_level"] = np.where(rng.random(n) < 0.7, truth[:, j], np.asarray(LEVELS)[probs.argmax(1)])
+        pred[f"{k}_expected"] = probs @ np.asarray(LEVELS, dtype=float)
+    pred.to_csv(fold / "test_predictions.csv", index=False)
+    (fold / "metrics.json").write_text("{}\n")
+    return items, passes, fold.parent
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--folds", type=Path, default=Path("benchmarks/out/folds/default"),
                     help="the grader variant whose out-of-fold predictions pre-annotate (fold-*/test_predictions.csv)")
@@ -209,10 +238,21 @@ def main() -> None:
     ap.add_argument("--fallback-pass", default="A", help="LLM pass that pre-annotates when no fold exists")
     ap.add_argument("--no-regrade", dest="regrade", action="store_false",
                     help="do not re-grade the folds that kept model.safetensors (level entropy) ")
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="30 synthetic items and one synthetic fold, one seed, "
+                    "shares reviewed in steps of 0.2")
+    args = ap.parse_args(argv)
+    global SHARES
     t0 = time.time()
-    passes = load_concept_passes(args.data_dir)
-    all_items = load_benchmark("mohler", args.data_dir)[["id", "question", "response", "reference", "grade"]]
+    if args.smoke:
+        root = Path(tempfile.mkdtemp(prefix="routing-smoke-"))
+        all_items, passes, args.folds = smoke_inputs(root)
+        args.seeds, args.panel, args.regrade = 1, [], False
+        SHARES = np.round(np.linspace(0, 1, 6), 2)
+        if args.out == ap.get_default("out"):
+            args.out = root / "review_routing"
+    else:
+        passes = load_concept_passes(args.data_dir)
+        all_items = load_benchmark("mohler", args.data_dir)[["id", "question", "response", "reference", "grade"]]
     reference_all = consensus_of(passes)
 
     default, used, kind = fold_predictions(args.folds)
@@ -267,8 +307,8 @@ def main() -> None:
                 gap_pre = pre[pre["item"].isin(gids)]
                 ent = g[g["item"].isin(gids)][["item", "concept", "uncertainty"]]
                 ent_pre = gap_pre.drop(columns="uncertainty").merge(ent, on=["item", "concept"])
-                same = (gap_pre.merge(g[["item", "concept", "level"]], on=["item", "concept"], suffixes=("", "_g"))
-                        .eval("level == level_g").mean())
+                both = gap_pre.merge(g[["item", "concept", "level"]], on=["item", "concept"], suffixes=("", "_g"))
+                same = float((both["level"] == both["level_g"]).mean())
                 gname = "folds with a saved model: entropy vs gap"
                 populations[gname] = {
                     "n_items": len(gitems), "folds": sorted(g["fold"].unique().tolist()),
@@ -314,6 +354,7 @@ def main() -> None:
     os.replace(tmp, args.out / "summary.json")
     plot(curves, summary, args.out / "routing.png")
     print(json.dumps(summary, indent=1, ensure_ascii=False))
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
