@@ -16,7 +16,7 @@ and ρ(σ̂_k², 1 − α_k) with two 95 % bootstrap intervals: over concepts (a
 ρ) and over answers (the α_k fixed, σ̂_k² recomputed on resampled answers: how sure the ranking is given
 these eight concepts). α_k is the inter-rater α of the three LLM annotation passes.
 
-    .venv/bin/python experiments/reliability.py --configs default,crossfit2,paper
+    .venv/bin/python experiments/reliability.py      # default, paper, vanilla: the pooled predictions in benchmarks/results/folds
 
 Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -66,8 +66,10 @@ def main() -> None:
     from rubrictool.train import noise_share_rho
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--folds", type=Path, default=Path("benchmarks/out/folds"))
-    ap.add_argument("--configs", default="default,crossfit2,paper,s1x2,heldout")
+    ap.add_argument("--folds", type=Path, default=Path("benchmarks/results/folds"),
+                    help="a folder of finished k-fold runs (default: the pooled predictions kept in the tree)")
+    ap.add_argument("--configs", default="default,paper,vanilla")
+    ap.add_argument("--out", type=Path, default=Path("experiments/results/reliability_data.json"))
     ap.add_argument("--boot", type=int, default=2000)
     a = ap.parse_args()
     rb = load_rubric("mohler")
@@ -105,7 +107,8 @@ def main() -> None:
         print(f"ρ(1 − reliability, 1 − α) = {share_ci['rho']:.3f} [{share_ci['lo']:.2f}, {share_ci['hi']:.2f}]")
         out[name] = {"table": t.to_dict("records"), "rho": ci, "rho_ci_answers": [ans_lo, ans_hi],
                      "lcec_rho": lcec_ci, "rho_noise_share": share_ci}
-    path = a.folds / "reliability_data.json"
+    path = a.out
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2, default=float) + "\n")
     print(f"\nwrote {path}")
 
