@@ -31,7 +31,7 @@ from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "bench" / "out"
+OUT = ROOT / "experiments" / "out"
 sys.path.insert(0, str(ROOT))
 
 import krippendorff

@@ -35,7 +35,9 @@ from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassif
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import cohen_kappa_score, f1_score
 
-FOLDS = Path(__file__).resolve().parent / "results" / "folds"
+ROOT = Path(__file__).resolve().parents[1]
+FOLDS = ROOT / "benchmarks" / "results" / "folds"  # the pooled predictions kept in the tree (--folds: another folder)
+RESULTS = ROOT / "experiments" / "results"
 REFERENCE = ("plm", "default", "vanilla")
 
 
@@ -151,15 +153,18 @@ def main() -> None:
     ap.add_argument("what", choices=("gold", "decode"))
     ap.add_argument("config", nargs="?", default="default", help="decode: a finished benchmarks/folds.py configuration")
     ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
+    ap.add_argument("--folds", type=Path, default=ROOT / "benchmarks" / "results" / "folds",
+                    help="finished benchmarks/folds.py runs (decode needs their weights: benchmarks/out/folds)")
     a = ap.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    globals()["FOLDS"] = a.folds
     if a.what == "gold":
         res, title, name = gold(a.data_dir), "head on the gold concept levels (5 folds pooled)", "ceiling_gold.json"
     else:
         res, title, name = decode(a.config, a.data_dir), f"{a.config}: decision rule (5 folds pooled)", f"ceiling_decode_{a.config}.json"
-    tmp = FOLDS / (name + ".tmp")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tmp = RESULTS / (name + ".tmp")
     tmp.write_text(json.dumps(res, indent=1))
-    tmp.replace(FOLDS / name)
+    tmp.replace(RESULTS / name)
     print(_table(title, res))
 
 

@@ -33,8 +33,8 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "bench" / "out"
-RESULTS = ROOT / "bench" / "results" / "integrity"
+OUT = ROOT / "experiments" / "out"
+RESULTS = ROOT / "benchmarks" / "results" / "integrity"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
@@ -47,7 +47,7 @@ from rubrictool.annotate.llm import _litellm
 from rubrictool.data import load_mohler
 from rubrictool.rubric import Rubric, load_rubric
 
-OLD_TEMPLATE = ROOT / "bench" / "integrity" / "annotate.unquoted.prompt.j2"
+OLD_TEMPLATE = ROOT / "experiments" / "integrity" / "annotate.unquoted.prompt.j2"
 REPLIES = OUT / "integrity-replies.json"
 
 

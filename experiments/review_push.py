@@ -80,8 +80,8 @@ def main() -> None:
     print("\n".join(st.lines()))
     text = json.dumps(out, indent=1)
     print(text)
-    (ROOT / "bench" / "out").mkdir(parents=True, exist_ok=True)
-    (ROOT / "bench" / "out" / "review_push.json").write_text(text + "\n")
+    (ROOT / "experiments" / "out").mkdir(parents=True, exist_ok=True)
+    (ROOT / "experiments" / "out" / "review_push.json").write_text(text + "\n")
 
 
 def _review(url: str, conn: review.Connection, title: str, passes: pd.DataFrame) -> int:
