@@ -152,3 +152,72 @@ def test_train_option_help_states_both_presets_as_the_code_sets_them() -> None:
             assert float(want) == _doc_value(said), f"--{param.name}: help says {said} under {preset}; the code sets {want!r}"
         checked += 1
     assert checked >= 1
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    import re
+
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def _markdown_files() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
+            *[p for p in (ROOT / "benchmarks" / "README.md", ROOT / "experiments" / "README.md") if p.is_file()]]
+
+
+def _links(path: Path) -> list[tuple[int, str]]:
+    """(line, target) of every relative Markdown link outside fenced code blocks."""
+    import re
+
+    out, fenced = [], False
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        for target in re.findall(r"\]\(([^)\s]+)\)", line):
+            if not re.match(r"[a-z]+:", target):
+                out.append((n, target))
+    return out
+
+
+def test_every_relative_link_and_anchor_in_the_docs_resolves() -> None:
+    """README.md, docs/ and the benchmark READMEs: every relative link names a file that exists and every #anchor
+    a heading of that file (a renamed heading cannot leave a link behind)."""
+    import re
+
+    broken = []
+    for md in _markdown_files():
+        for n, target in _links(md):
+            file_part, _, anchor = target.partition("#")
+            dest = (md.parent / file_part).resolve() if file_part else md
+            where = f"{md.relative_to(ROOT)}:{n}: {target}"
+            if not dest.exists():
+                broken.append(f"{where} (no such file)")
+                continue
+            if anchor and dest.suffix == ".md":
+                text = dest.read_text(encoding="utf-8")
+                slugs = {_slug(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+                if anchor not in slugs:
+                    broken.append(f"{where} (no heading with that anchor)")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_repository_speaks_of_dates_and_revisions_not_rounds_of_work() -> None:
+    """Docs, code, benchmarks and experiments name what changed and when (a date, a git revision, a config name)."""
+    import re
+
+    pattern = re.compile(r"session[ -]?[0-9]|this session|previous session|same session|session-[0-9]", re.IGNORECASE)
+    roots = [ROOT / "README.md", ROOT / "docs", ROOT / "rubrictool", ROOT / "reccbm", ROOT / "benchmarks",
+             ROOT / "experiments", ROOT / "scripts"]
+    hits = []
+    for root in roots:
+        files = [root] if root.is_file() else [p for p in root.rglob("*") if p.suffix in (".md", ".py", ".yaml", ".j2")]
+        for f in files:
+            for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+                if pattern.search(line):
+                    hits.append(f"{f.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
+    assert not hits, "\n".join(hits)

@@ -43,7 +43,7 @@ def auto_workers(config: AnnotateConfig, n_jobs: int) -> int:
     """Client processes for ``--workers`` auto: one, except for a local server (``api_base``) at a
     concurrency above 8 with at least 64 items, where one process per 8 requests in flight (at most two
     per CPU) keeps each event loop's queue of replies short; several processes reach a larger share of
-    the ideal rate than one on 2 cores (measured with bench/bench_annotate_throughput.py; the numbers
+    the ideal rate than one on 2 cores (measured with benchmarks/annotate_throughput.py; the numbers
     are in docs/results.md). A hosted API answering in seconds never needs more than one."""
     if config.workers is not None:
         return max(1, min(config.workers, config.concurrency, n_jobs))

@@ -11,7 +11,7 @@ calls at the server (retries, cache hits, resume after a kill).
 A responder gets a :class:`Seen` request (the JSON body, the prompt text, the student response that
 the rubrictool prompt carries) and returns a :class:`Reply`: an HTTP status, the assistant's text, an
 optional delay. ``python tests/support/llm_server.py --delay 0.2`` runs a server that answers every request
-with a valid Mohler annotation after a fixed delay (used by ``bench/bench_annotate_throughput.py``).
+with a valid Mohler annotation after a fixed delay (used by ``benchmarks/annotate_throughput.py``).
 """
 
 from __future__ import annotations

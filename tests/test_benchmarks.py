@@ -1,0 +1,106 @@
+"""Every product benchmark in benchmarks/ runs: each script's --smoke mode on a tiny input, run as ``__main__``
+(in this process, so that torch and the rest are imported once), checked by what it printed and wrote. The
+measured figures are in docs/results.md."""
+
+from __future__ import annotations
+
+import ast
+import json
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.tiny_models import build_backbone
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+SCRIPTS = sorted(BENCH.glob("*.py"))
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], script: str, *args: str) -> str:
+    """Run ``benchmarks/<script>`` as ``python benchmarks/<script> ARGS`` would, from the repository root; its stdout."""
+    monkeypatch.chdir(ROOT)
+    for var, value in (("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"), ("LITELLM_LOCAL_MODEL_COST_MAP", "True")):
+        monkeypatch.setenv(var, value)  # what the scripts set for themselves, restored after the test
+    monkeypatch.setattr(sys, "argv", [script, *args])
+    try:
+        runpy.run_path(str(ROOT / script), run_name="__main__")
+    except SystemExit as exc:
+        assert not exc.code, f"{script} exited with {exc.code}"
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.name for p in SCRIPTS])
+def test_benchmark_uses_the_public_api_only(script: Path) -> None:
+    """No private names imported, no sys.path edits, no benchmark importing another or the tests."""
+    tree = ast.parse(script.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if mod == "__future__":
+                continue
+            assert not mod.startswith(("tests", "benchmarks", "experiments")) and node.level == 0, f"{script.name}: {mod}"
+            assert not any(part.startswith("_") for part in mod.split(".")), f"{script.name} imports {mod}"
+            private = [a.name for a in node.names if a.name.startswith("_")]
+            assert not private, f"{script.name} imports private {private} from {mod}"
+        if isinstance(node, ast.Attribute) and node.attr in ("insert", "append") and ast.unparse(node.value) == "sys.path":
+            pytest.fail(f"{script.name} edits sys.path")
+    assert "--smoke" in script.read_text(encoding="utf-8"), f"{script.name} has no --smoke mode"
+
+
+# what each smoke run prints when it worked (a benchmark not listed here must at least exit 0)
+EXPECT = {
+    "adjudicate": ["300 items x 3 reviewers x 8 concepts", "stages: validate"],
+    "annotate_throughput": ["concurrency   4, 1 worker(s): 8 requests", "8/8 items ok", "wrote "],
+    "data_load": ["asap2 {'archive_mb'", "'n_items': 40", "'n_items': 60", "wrote "],
+    "review_routing": ['"share_needed_for_95"', '"at_40"', "wrote "],
+    "grade_speed": ["torch: ", "torch-int8: ", "same grade as torch float32", "wrote "],
+}
+NEEDS_BACKBONE = {"data_load", "grade_speed"}
+SMOKED = [p for p in SCRIPTS if p.stem != "folds"]  # folds.py: test_folds_smoke_with_a_config_file
+
+
+@pytest.fixture(scope="module")
+def tiny_backbone(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return build_backbone(tmp_path_factory.mktemp("backbone"), "bert")
+
+
+@pytest.mark.parametrize("script", SMOKED, ids=[p.name for p in SMOKED])
+def test_benchmark_smoke(script: Path, tiny_backbone: str, monkeypatch: pytest.MonkeyPatch,
+                         capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--smoke", *(["--backbone", tiny_backbone] if script.stem in NEEDS_BACKBONE else [])]
+    out = _run(monkeypatch, capsys, str(script.relative_to(ROOT)), *args)
+    for text in EXPECT.get(script.stem, []):
+        assert text in out, f"{script.name} --smoke did not print {text!r}:\n{out[-2000:]}"
+
+
+def test_folds_smoke_with_a_config_file(tmp_path: Path, tiny_backbone: str, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Two folds of the PLM and of a --config YAML run (rubrictool train --config format; named by its stem, its
+    fields applied) with a tiny backbone: pooled tables and the paired comparison."""
+    backbone = tiny_backbone
+    cfg = tmp_path / "short-joint.yaml"
+    cfg.write_text("joint:\n  intervention_p: 0.0\nstage2:\n  lambda_d: 1.0\n")
+    out = tmp_path / "folds"
+    _run(monkeypatch, capsys, "benchmarks/folds.py", "--smoke", "--runs", "plm", "--config", str(cfg), "--backbone",
+         backbone, "--out", str(out))
+    import yaml
+
+    resolved = yaml.safe_load((out / "short-joint" / "fold-0" / "config.yaml").read_text())
+    assert resolved["joint"]["intervention_p"] == 0.0 and resolved["stage2"]["lambda_d"] == 1.0
+    assert resolved["model"]["backbone"] == backbone and resolved["variant"] == "reccbm"
+    for name in ("short-joint", "plm"):
+        assert json.loads((out / name / "folds.json").read_text())["pooled"]["t_acc"] >= 0.0
+        assert len(list((out / name).glob("fold-*/metrics.json"))) == 2
+    summary = (out / "summary.md").read_text()
+    assert "| short-joint |" in summary and "short-joint − plm (paired bootstrap, 40 items)" in summary
+
+
+def test_benchmarks_are_lint_clean() -> None:
+    """CI lints the benchmarks like the package (ruff, the project's settings)."""
+    res = subprocess.run([sys.executable, "-m", "ruff", "check", "benchmarks"], check=False, capture_output=True,
+                         text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
