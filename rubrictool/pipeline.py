@@ -16,7 +16,7 @@ import pandas as pd
 import reccbm
 from rubrictool.adjudicate import adjudicate
 from rubrictool.adjudicate.outputs import trainable_rows
-from rubrictool.data import load_benchmark, load_concept_passes, load_split, split_items
+from rubrictool.data import group_split_items, load_benchmark, load_concept_passes, load_split, split_items
 from rubrictool.errors import TrainError
 from rubrictool.io import read_table
 from rubrictool.progress import ProgressFn, warn
@@ -45,12 +45,13 @@ def train_benchmark(
     *,
     data_dir: str | Path | None = None,
     split_seed: int = 0,
+    by: str | None = None,
     **kwargs: Any,
 ) -> TrainResult:
     """``rubrictool train --benchmark mohler``: items from the data directory, concept labels from the
     three LLM annotation passes in <data dir>/mohler-concepts (majority vote), α from the same passes, a 7:2:1 split."""
     rb, table, agreement = benchmark_table(benchmark, data_dir)
-    split = split_items(table, seed=split_seed)
+    split = group_split_items(table, by, seed=split_seed) if by else split_items(table, seed=split_seed)
     notes = [LLM_PASSES_NOTE] + list(kwargs.pop("notes", None) or [])
     return train_model(rb, table, split, run_dir, agreement=agreement, notes=notes, **(benchmark_provenance(benchmark) | kwargs))
 
@@ -87,6 +88,7 @@ def run_train(
     """``rubrictool train``: a benchmark or an adjudicated table (+ rubric), flat CLI options over a YAML
     config over CPU_DEFAULTS; the run directory defaults to runs/<benchmark|table>-<variant>."""
     cfg = flat.pop("cfg", None) or []
+    by = flat.pop("by", None)
     unknown = sorted(set(flat) - set(FLAT_OPTIONS))
     if unknown:
         raise TrainError(f"unknown option(s) {unknown}")
@@ -113,9 +115,9 @@ def run_train(
                              hint="--split/--agreement go with --data")
         if folds:
             rb, table, agr_doc = benchmark_table(benchmark, data_dir)
-            return train_folds(rb, table, run, folds=folds, fold_seed=split_seed, agreement=agr_doc,
+            return train_folds(rb, table, run, folds=folds, fold_seed=split_seed, agreement=agr_doc, by=by,
                                notes=[LLM_PASSES_NOTE], progress=progress, **(kw | benchmark_provenance(benchmark)))
-        return train_benchmark(benchmark, run, data_dir=data_dir, split_seed=split_seed, **single)
+        return train_benchmark(benchmark, run, data_dir=data_dir, split_seed=split_seed, by=by, **single)
     if rubric is None:
         raise TrainError("an adjudicated table needs the rubric its concept columns follow",
                          hint="add --rubric NAME|FILE")
@@ -127,6 +129,12 @@ def run_train(
     agr = agreement if agreement is not None else Path(str(data)).parent / "agreement.json"
     kw["table_source"] = {"path": str(data)}
     if folds:
-        return train_folds(rubric, table, run, folds=folds, fold_seed=split_seed, agreement=agr, progress=progress, **kw)
-    sp = load_split(split) if split else split_items(table, seed=split_seed, source=str(data))
+        return train_folds(rubric, table, run, folds=folds, fold_seed=split_seed, agreement=agr, progress=progress, by=by,
+                           **kw)
+    if split:
+        sp = load_split(split)
+    elif by:
+        sp = group_split_items(table, by, seed=split_seed)
+    else:
+        sp = split_items(table, seed=split_seed, source=str(data))
     return train_model(rubric, table, sp, run, agreement=agr, **(single | {"table_source": kw["table_source"]}))

@@ -169,3 +169,17 @@ def test_building_replaces_a_directory_whole_or_not_at_all(tmp_path: Path) -> No
     os.umask(mask)
     assert oct(target.stat().st_mode & 0o777) == oct(0o777 & ~mask)
     assert RECORD == "run.json"
+
+
+def test_train_folds_by_question_never_tests_a_question_it_trained_on(tmp_path: Path, backbone: str) -> None:
+    df = mohler_like_table(48)
+    df["question"] = [f"question {i % 6}" for i in range(len(df))]
+    code, output, run = train_with_cli(tmp_path, backbone, df, "--folds", "2", "--by", "question", "--cfg", "joint.epochs=0")
+    assert code == 0, output
+    q = df.set_index("id")["question"]
+    for i in range(2):
+        split = json.loads((run / f"fold-{i}.split.json").read_text())
+        seen = set(q[split["train"]]) | set(q[split["dev"]])
+        assert seen.isdisjoint(set(q[split["test"]])), f"fold {i} tests a question it trained on"
+    assert json.loads((run / "folds.json").read_text())["by"] == "question"
+    assert run_is_complete(run / "fold-0") and run_is_complete(run / "fold-1")

@@ -94,6 +94,8 @@ def train_cmd(
     data_dir: DataDirOpt = None,
     preset: Annotated[str, typer.Option("--preset", help="default (measured best) or paper (the paper's recipe).")] = "default",
     folds: Annotated[int, typer.Option("--folds", help="k-fold evaluation: k runs, every item tested once (0 = one split).")] = 0,
+    by: Annotated[str | None, typer.Option("--by", help="Keep every value of this column in one part, e.g. question: "
+                                           "test on questions never seen in training (folds and the default split).")] = None,
     crossfit: Annotated[int | None, typer.Option("--crossfit", help="Fit Stage II on out-of-fold outputs of k extra models (0 = off, the paper; k+1 trainings).")] = None,
     cfg: Annotated[list[str] | None, typer.Option(
         "--cfg", help="Any config field, SECTION.FIELD=VALUE (repeatable), e.g. --cfg stage2.lambda_d=1 --cfg "
@@ -120,7 +122,7 @@ def train_cmd(
             config=config, variant=variant, race=race, opcc=opcc, lcec=lcec, seeds=seeds, agreement=agreement,
             data_dir=data_dir, callback=progress, preset=preset, folds=folds, progress=view, backbone=backbone,
             epochs=epochs, max_len=max_len, batch_size=batch_size, lr=lr, device=device, crossfit=crossfit,
-            cfg=cfg or [],
+            cfg=cfg or [], by=by,
         )
     for table in result_tables(result):
         console.print(table)
