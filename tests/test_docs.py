@@ -118,7 +118,7 @@ def test_training_guide_states_both_presets_as_the_code_sets_them() -> None:
     text = (ROOT / "docs" / "training.md").read_text()
     documented: set[tuple[str, str]] = set()
     for line in text.splitlines():
-        if not line.startswith("| `--"):
+        if not re.match(r"\| `(--|model\.|stage1\.|joint\.|stage2\.)", line):
             continue
         cells = line.split("|")[1:-1]
         keys = re.findall(r"`(model|stage1|joint|stage2)\.(\w+)`", cells[0])
