@@ -118,6 +118,8 @@ def run_train(
             return train_folds(rb, table, run, folds=folds, fold_seed=split_seed, agreement=agr_doc, by=by,
                                notes=[LLM_PASSES_NOTE], progress=progress, **(kw | benchmark_provenance(benchmark)))
         return train_benchmark(benchmark, run, data_dir=data_dir, split_seed=split_seed, by=by, **single)
+    if rubric is None and (Path(str(data)).parent / "rubric.yaml").is_file():  # adjudicate keeps it beside the table
+        rubric = str(Path(str(data)).parent / "rubric.yaml")
     if rubric is None:
         raise TrainError("an adjudicated table needs the rubric its concept columns follow",
                          hint="add --rubric NAME|FILE")

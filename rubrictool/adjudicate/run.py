@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+import yaml
 
 from rubrictool.adjudicate.aggregators import (
     FORMATS,
@@ -84,6 +85,9 @@ class AdjudicationResult:
     disagreements: pd.DataFrame | None = None
     """Every non-unanimous decision in the queue's layout (``--queue all``), whatever ``queue`` selects:
     the reviewers' level pairs that ``rubric diagnose`` counts."""
+    rubric: Rubric | None = None
+    """The rubric the labels follow: written beside them as ``rubric.yaml`` (``rubric diagnose`` and ``train``
+    find it there)."""
 
 
 def _nan_to_none(obj: Any) -> Any:
@@ -406,6 +410,7 @@ def adjudicate(
     queue_table = discussion_queue(grid, rubric, items, queue)
     clock.lap("queue")
     result = AdjudicationResult(table, decisions, queue_table, _nan_to_none(agreement), cube.reviewers)
+    result.rubric = rubric
     result.markdown = queue_markdown(queue_table, cube.reviewers, rubric, note, queue)
     result.disagreements = queue_table if queue == "all" else discussion_queue(grid, rubric, items, "all")
     clock.lap("markdown")
@@ -428,6 +433,11 @@ def write_outputs(result: AdjudicationResult, out: str | Path, fmt: str = "csv")
     }
     if result.disagreements is not None:
         paths["disagreements"] = write_table(result.disagreements, d / "disagreements.csv")
+    if result.rubric is not None:  # the rubric the labels follow, as written, so the folder needs no --rubric later
+        text = result.rubric.source_text or yaml.safe_dump(result.rubric.model_dump(mode="json", exclude_none=True),
+                                                             sort_keys=False, allow_unicode=True)
+        atomic_write_text(d / "rubric.yaml", text)
+        paths["rubric"] = d / "rubric.yaml"
     atomic_write_text(d / "discussion_queue.md", result.markdown)
     atomic_write_text(d / "agreement.json", json.dumps(result.agreement, indent=1, ensure_ascii=False) + "\n")
     paths["markdown"] = d / "discussion_queue.md"

@@ -412,6 +412,10 @@ def diagnose_dir(
         except (OSError, json.JSONDecodeError) as exc:
             raise DataError(f"{d / 'agreement.json'}: {exc}") from None
     name = rubric if rubric is not None else agreement.get("rubric")
+    if rubric is None and (d / "rubric.yaml").is_file():  # the copy adjudicate keeps beside the labels
+        from rubrictool.rubric import parse_rubric
+
+        name = parse_rubric((d / "rubric.yaml").read_text(encoding="utf-8"), str(d / "rubric.yaml"))
     if name is None:
         raise DataError("no rubric: pass --rubric NAME|FILE (agreement.json names none)")
     rb = name if isinstance(name, Rubric) else load_rubric(str(name))
