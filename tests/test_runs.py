@@ -98,6 +98,11 @@ def test_a_course_run_keeps_its_rubric_table_and_label_source(tmp_path: Path, ba
     assert len(table) == 40 and "copy" in run.source
     res = runner.invoke(app, ["intervene", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "iv")])
     assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["report", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "LLM annotations" in md and "NOT expert-validated" in md and "2026.1" in md  # label source, rubric version
+    assert "cannot be loaded" not in md  # the rubric diagnostics found the run's own rubric
 
 
 def test_a_changed_table_is_used_with_a_warning(tmp_path: Path, backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:

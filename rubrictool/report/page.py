@@ -213,12 +213,10 @@ def _lcec_section(r: Report, run: Run, test: pd.DataFrame) -> NDArray[Any] | Non
 
 def _diagnosis_section(r: Report, run: Run, reviews: pd.DataFrame | None, partial: NDArray[Any] | None) -> None:
     """Rubric diagnostics on the run's whole table, with the learned partial correlations."""
-    from rubrictool.rubric import load_rubric
-
     assert run.table is not None
     try:
-        rb = load_rubric(str(run.meta["rubric"]))
-    except Exception:  # noqa: BLE001 - a rubric file that moved: say so, show the rest
+        rb = run.rubric  # the run's copy of its rubric (older runs: by name)
+    except Exception:  # noqa: BLE001 - an older run whose rubric file moved: say so, show the rest
         r.unavailable.append(f"rubric diagnostics: the rubric {run.meta['rubric']!r} cannot be loaded")
         return
     alpha = {"concepts": {c["concept"]: {"alpha": _num(c.get("alpha")),
@@ -246,13 +244,33 @@ def _safe(s: str) -> str:
     return f"{slug}-{hashlib.sha256(s.encode('utf-8')).hexdigest()[:8]}"
 
 
+def label_words(labels: dict[str, Any]) -> str:
+    """Who made the training labels, in words (run.json ``labels``)."""
+    src = str(labels.get("source", "unknown"))
+    words = {"llm": "LLM annotations", "human": "human reviewers", "model": "a trained model's pre-annotations",
+             "mixed": "a mix of human reviews and LLM or model labels"}.get(src, "unknown (the run does not record it)")
+    bits = [words]
+    if labels.get("passes"):
+        bits.append(f"passes {', '.join(map(str, labels['passes']))}")
+    if labels.get("n_reviewers"):
+        bits.append(f"{labels['n_reviewers']} reviewers")
+    if labels.get("counts"):
+        bits.append("per source: " + ", ".join(f"{k} {v}" for k, v in labels["counts"].items()))
+    if labels.get("expert_validated") is False:
+        bits.append("NOT expert-validated")
+    elif labels.get("expert_validated") is True:
+        bits.append("reviewed by people")
+    return "; ".join(bits)
+
+
 def provenance(run: Run, n_test: int) -> dict[str, Any]:
     split_doc = run.split
     return {
         "rubric": run.meta.get("rubric"),
         "rubric_version": run.rubric_version(),
         "data": run.source,
-        "labels": "; ".join(run.notes) or "adjudicated reviewer labels (see the adjudication's agreement.json)",
+        "labels": label_words(run.labels),
+        "notes": "; ".join(run.notes) or "—",
         "variant": run.meta.get("variant"),
         "backbone": (run.config.get("model") or {}).get("backbone") or "all-MiniLM-L6-v2 (default)",
         "preset": run.config.get("preset"),
