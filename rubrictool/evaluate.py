@@ -38,6 +38,8 @@ __all__ = [
     "compare_runs",
     "expected_calibration_error",
     "honest_metrics",
+    "inconclusive",
+    "lcec_activity",
     "majority_baseline",
     "oracle_concept_baseline",
     "paired_bootstrap",
@@ -57,6 +59,8 @@ BOOTSTRAP_METRICS: dict[str, Callable[[NDArray[Any], NDArray[Any]], float]] = {
 ORACLE_CS = (0.01, 0.1, 1.0, 10.0, 100.0)
 SMALL_TEST = 50  # fewer test answers than this: a single split cannot tell models apart (suggest --folds 5)
 CONSTANT_SHARE = 0.9  # one grade predicted for at least this share of the test answers: a (near-)constant model
+LCEC_INERT_A = 0.98  # mean A_kk at or above this: LCEC barely shrinks the concept scores
+LCEC_INERT_R = 0.05  # every learned partial correlation below this in |r|: LCEC links no concepts
 ECE_BINS = 10  # equal-width bins of the top-class probability
 
 
@@ -276,4 +280,25 @@ def honest_metrics(y_true: ArrayLike, y_pred: ArrayLike, y_train: ArrayLike | No
                       "message": f"only {len(t)} test answers: too few to tell this model from chance or from "
                                  "another; train with --folds 5 to test every answer once"})
     return out
+
+
+def lcec_activity(a_diag: ArrayLike, partial: ArrayLike) -> dict[str, Any]:
+    """Whether a learned LCEC does anything: mean A_kk, the largest |partial correlation| off the diagonal and
+    ``inert`` (mean A_kk ≥ LCEC_INERT_A or every |r| < LCEC_INERT_R), with ``reason`` in words."""
+    a, r = np.asarray(a_diag, dtype=float), np.asarray(partial, dtype=float)  # (K,), (K, K)
+    off = np.abs(r[~np.eye(len(r), dtype=bool)])
+    mean_a = float(a.mean())
+    max_r = float(off.max()) if off.size else 0.0
+    reasons = []
+    if mean_a >= LCEC_INERT_A:
+        reasons.append(f"mean A_kk is {mean_a:.3f} (≥ {LCEC_INERT_A}): it barely shrinks the concept scores")
+    if max_r < LCEC_INERT_R:
+        reasons.append(f"every learned partial correlation is below {LCEC_INERT_R} in size (largest {max_r:.3f}): "
+                       "it links no concepts")
+    return {"mean_A_kk": mean_a, "max_abs_partial": max_r, "inert": bool(reasons), "reason": "; ".join(reasons)}
+
+
+def inconclusive(ci: dict[str, float] | None) -> bool:
+    """A correlation whose 95 % CI spans 0 (or that has none, or a NaN bound) says nothing either way."""
+    return ci is None or not (ci["lo"] > 0 or ci["hi"] < 0)
 

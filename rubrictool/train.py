@@ -45,6 +45,8 @@ from rubrictool.evaluate import (
     calibration,
     expected_calibration_error,
     honest_metrics,
+    inconclusive,
+    lcec_activity,
     majority_baseline,
     oracle_concept_baseline,
     pooled_metrics,
@@ -256,24 +258,12 @@ def _alpha(agreement: dict[str, Any] | None, key: str) -> tuple[float, float, fl
         return nan, nan, nan
 
 
-LCEC_INERT_A = 0.98  # mean A_kk at or above this: LCEC barely shrinks the concept scores
-LCEC_INERT_R = 0.05  # every learned partial correlation below this in |r|: LCEC links no concepts
-
-
 def lcec_state(model: reccbm.RecCBM) -> dict[str, Any] | None:
-    """Whether the learned LCEC does anything: mean A_kk, the largest |partial correlation| and ``inert``
-    (mean A_kk ≥ LCEC_INERT_A or every |r| < LCEC_INERT_R), with ``reason`` in words. None without LCEC."""
+    """Whether the learned LCEC does anything (:func:`rubrictool.evaluate.lcec_activity`); None without LCEC."""
     if model.lcec is None:
         return None
     rel = reccbm.reliability(model)
-    partial = reccbm.partial_correlations(rel["Omega"])  # (K, K)
-    off = np.abs(partial[~np.eye(len(partial), dtype=bool)])
-    mean_a = float(np.mean(np.diag(rel["A"])))
-    max_r = float(off.max()) if off.size else 0.0
-    reasons = ([f"mean A_kk {mean_a:.3f} ≥ {LCEC_INERT_A}: it barely shrinks the concept scores"] if mean_a >= LCEC_INERT_A
-               else []) + ([(f"every learned partial correlation is below {LCEC_INERT_R} in size (largest {max_r:.3f}): "
-                            "it links no concepts")] if max_r < LCEC_INERT_R else [])
-    return {"mean_A_kk": mean_a, "max_abs_partial": max_r, "inert": bool(reasons), "reason": "; ".join(reasons)}
+    return lcec_activity(np.diag(rel["A"]), reccbm.partial_correlations(rel["Omega"]))
 
 
 def reliability_table(
@@ -318,11 +308,6 @@ def implied_noise_rhos(sigma2_implied: Any, score_sigma2: Any, alpha: Any) -> di
     s = np.asarray(sigma2_implied, float)
     return {"implied_vs_measured": spearman_with_ci(s, np.asarray(score_sigma2, float)),
             "implied_vs_1_minus_alpha": spearman_with_ci(s, 1 - np.asarray(alpha, float))}
-
-
-def inconclusive(ci: dict[str, float] | None) -> bool:
-    """A correlation whose 95 % CI spans 0 (or that could not be computed) says nothing either way."""
-    return ci is None or not (ci["lo"] > 0 or ci["hi"] < 0)
 
 
 def noise_share_rho(reliability: Any, alpha: Any) -> dict[str, float] | None:
