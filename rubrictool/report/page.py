@@ -211,6 +211,8 @@ def _concept_section(r: Report, run: Run, preds: reccbm.Predictions, gold_c: NDA
                              "c_f1": per.get("f1", nan)})
     concepts = concepts.merge(rel.drop(columns=[c for c in ("name", "test_c_acc", "test_c_f1") if c in rel]),
                               on="concept", how="left")
+    if bundled_labels(run) and ("alpha_lo" not in concepts or concepts["alpha_lo"].isna().all()):
+        concepts = _benchmark_alpha(run, concepts)  # runs trained before α's CI was computed for the bundled labels
     r.concepts = r.tables["concepts.csv"] = concepts
     r.spearman = run.metrics.get("spearman_sigma2_vs_1_minus_alpha")
     r.noise_share = run.metrics.get("spearman_noise_share")
@@ -232,6 +234,23 @@ def _concept_section(r: Report, run: Run, preds: reccbm.Predictions, gold_c: NDA
     else:
         r.unavailable.append("no inter-rater α for the concepts (agreement.json was not found at training time): "
                              "no reliability scatter")
+
+
+def _benchmark_alpha(run: Run, concepts: pd.DataFrame) -> pd.DataFrame:
+    """α and its bootstrap CI from the benchmark's own label passes (rubrictool.pipeline.benchmark_table)."""
+    from rubrictool.pipeline import benchmark_table
+
+    try:
+        agreement = benchmark_table(str(run.meta.get("rubric")), run.data_dir)[2].get("concepts", {})
+    except Exception:  # noqa: BLE001 - the passes are not on this machine: keep what the run recorded
+        return concepts
+    out = concepts.copy()
+    entries = [agreement.get(k, {}) for k in out["concept"]]
+    cis = [list(e.get("alpha_ci") or [None, None]) + [None, None] for e in entries]
+    out["alpha"] = [_num(e.get("alpha")) for e in entries]
+    out["alpha_lo"] = [_num(c[0]) for c in cis]
+    out["alpha_hi"] = [_num(c[1]) for c in cis]
+    return out.astype({"alpha": float, "alpha_lo": float, "alpha_hi": float})
 
 
 def _lcec_section(r: Report, run: Run, test: pd.DataFrame) -> NDArray[Any] | None:
