@@ -28,7 +28,7 @@ from rubrictool.progress import from_training_event
 if TYPE_CHECKING:
     from rubrictool.train import TrainResult
 
-__all__ = ["compare_cmd", "grade_cmd", "honest_caption", "result_tables", "train_cmd", "warning_lines"]
+__all__ = ["compare_cmd", "correlation_lines", "grade_cmd", "honest_caption", "result_tables", "train_cmd", "warning_lines"]
 
 
 def result_tables(result: TrainResult) -> list[Table]:
@@ -65,17 +65,23 @@ def result_tables(result: TrainResult) -> list[Table]:
         for row in result.reliability.to_dict("records"):
             vals = [float(row.get(c, math.nan)) for c, _ in cols]
             r.add_row(str(row["concept"]), *("—" if math.isnan(v) else f"{v:.3f}" for v in vals))
-        rho = result.spearman
-        parts = [f"Spearman ρ(σ², 1 − α) = {rho:.3f}" if rho is not None else "Spearman ρ(σ², 1 − α): —"]
-        implied = result.metrics.get("implied_noise") or {}
-        for key, what in (("implied_vs_measured", "ρ(σ²(implied), σ̂²)"), ("implied_vs_1_minus_alpha", "ρ(σ²(implied), 1 − α)")):
-            parts.append(f"{what} {_rho_text(implied.get(key))}")
-        share = result.metrics.get("spearman_noise_share")
-        if share:
-            parts.append(f"ρ(1 − test reliability, 1 − α) {_rho_text(share)}")
-        r.caption = "; ".join(parts)
         out.append(r)
     return out
+
+
+def correlation_lines(result: TrainResult) -> list[str]:
+    """Spearman ρ across concepts, each with its bootstrap CI and "inconclusive" when the CI spans 0."""
+    if not len(result.reliability):
+        return []
+    rho = result.spearman
+    lines = [f"Spearman ρ(σ², 1 − α) = {rho:.3f}" if rho is not None else "Spearman ρ(σ², 1 − α): —"]
+    implied = result.metrics.get("implied_noise") or {}
+    for key, what in (("implied_vs_measured", "ρ(σ²(implied), σ̂²)"), ("implied_vs_1_minus_alpha", "ρ(σ²(implied), 1 − α)")):
+        lines.append(f"Spearman {what} = {_rho_text(implied.get(key))}")
+    share = result.metrics.get("spearman_noise_share")
+    if share:
+        lines.append(f"Spearman ρ(1 − test reliability, 1 − α) = {_rho_text(share)}")
+    return lines
 
 
 def _rho_text(ci: dict[str, float] | None) -> str:
@@ -173,6 +179,8 @@ def train_cmd(
         )
     for table in result_tables(result):
         console.print(table)
+    for line in correlation_lines(result):
+        console.print(line, soft_wrap=True, highlight=False)
     if honest_caption(result.metrics):
         console.print(honest_caption(result.metrics), soft_wrap=True, highlight=False)
     for line in warning_lines(result.metrics):

@@ -55,9 +55,10 @@ BAD = ("nothing", "guess", "whatever")
 FILL = ("the", "sample", "data", "values", "we", "look", "at", "shows", "some", "answer")
 
 
-def stats_rubric(tmp: Path) -> Path:
+def stats_rubric(tmp: Path, grade_max: int = 2) -> Path:
+    """The course's rubric as a YAML file; grade_max 1 makes the grade pass/fail."""
     path = tmp / "stats101.yaml"
-    path.write_text(RUBRIC)
+    path.write_text(RUBRIC.replace("grade: {min: 0, max: 2}", f"grade: {{min: 0, max: {grade_max}}}"))
     return path
 
 
@@ -81,11 +82,13 @@ def stats_table(n: int = 48, seed: int = 0, skew: float = 0.0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def train_stats(tmp: Path, backbone: str, df: pd.DataFrame, *extra: str) -> tuple[int, str, Path]:
-    """`rubrictool train` on the course with a tiny backbone; (exit code, output, run dir)."""
+def train_stats(tmp: Path, backbone: str, df: pd.DataFrame, *extra: str, grade_max: int = 2) -> tuple[int, str, Path]:
+    """`rubrictool train` on the course with a tiny backbone; (exit code, output, run dir). The table is
+    written to tmp/stats.csv, the rubric to tmp/stats101.yaml."""
     data, out = tmp / "stats.csv", tmp / "run"
-    df.to_csv(data, index=False)
-    args = ["train", "--data", str(data), "--rubric", str(stats_rubric(tmp)), "--backbone", backbone, "--epochs", "1",
+    df.assign(grade=df["grade"].clip(0, grade_max), grade_ta=df["grade_ta"].clip(0, grade_max),
+              grade_prof=df["grade_prof"].clip(0, grade_max)).to_csv(data, index=False)
+    args = ["train", "--data", str(data), "--rubric", str(stats_rubric(tmp, grade_max)), "--backbone", backbone, "--epochs", "1",
             "--max-len", "24", "--out", str(out), "--device", "cpu", "--lr", "3e-3", "--joint-epochs", "0", *extra]
     res = CliRunner().invoke(app, args)
     return res.exit_code, res.output, out
