@@ -162,6 +162,9 @@ def test_the_report_opens_with_a_verdict_and_warns(course: tuple[Path, Path, str
     md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
     m = json.loads((run / "metrics.json").read_text())
     assert md.index("## Verdict") < md.index("## Grade metrics")
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["verdict"] and all(f"- {v}" in md for v in doc["verdict"])
+    assert [w["code"] for w in doc["warnings"]] == [w["code"] for w in m["warnings"]]
     for w in m["warnings"]:  # the run's warnings, on the page
         assert w["message"] in md and f'id="warning-{w["code"]}"' in page
     pred = pd.read_csv(run / "test_predictions.csv")

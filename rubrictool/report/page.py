@@ -533,6 +533,11 @@ def write_report(r: Report, out: str | Path) -> dict[str, Path]:
     (d / "report.html").write_text(render_html(r), encoding="utf-8")
     (d / "report.md").write_text(render_markdown(r), encoding="utf-8")
     (d / "report.json").write_text(json.dumps({"metrics": r.metrics, "agreement": r.agreement.to_dict("records"),
-                                               "unavailable": r.unavailable}, indent=1, default=float) + "\n")
+                                               "unavailable": r.unavailable, "verdict": r.verdict,
+                                               "warnings": r.warnings, "calibration": r.calibration,
+                                               "honest": {k: v for k, v in r.honest.items() if k != "warnings"},
+                                               "implied_noise": r.implied, "lcec": {k: v for k, v in r.lcec.items()
+                                                                                   if k != "links"}},
+                                              indent=1, default=float) + "\n")
     paths |= {"report.html": d / "report.html", "report.md": d / "report.md", "report.json": d / "report.json"}
     return paths
