@@ -185,7 +185,7 @@ def test_the_report_opens_with_a_verdict_and_warns(course: tuple[Path, Path, str
     assert (out / "calibration.png").is_file() and f"{m['calibration']['ece']:.3f}" in md
     # σ² implied beside σ̂², and the inert LCEC hides its links
     concepts = pd.read_csv(out / "concepts.csv")
-    assert {"sigma2_implied", "score_sigma2"} <= set(concepts.columns)
+    assert {"sigma2_implied", "score_sigma2"} <= set(concepts.columns) and (out / "implied_noise.png").is_file()
     inert = m["lcec"]["inert"]
     assert ("LCEC is inert in this run" in md) == inert and ("strongest learned links" in md) != inert
     from rubrictool.report.diagnose import partial_from_run

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from rubrictool.evaluate import ECE_BINS, inconclusive
+from rubrictool.report.diagnose import LOW_ALPHA
 
-__all__ = ["LOW_ALPHA", "LOW_RELIABILITY", "calibration_png", "inconclusive", "verdict"]
+__all__ = ["LOW_ALPHA", "LOW_RELIABILITY", "calibration_png", "implied_noise_png", "inconclusive", "verdict"]
 
-LOW_ALPHA = 0.667  # Krippendorff's lowest α for tentative conclusions
 LOW_RELIABILITY = 0.5  # a concept score whose test variance is less than half signal
 
 
@@ -71,11 +71,7 @@ def verdict(
 def calibration_png(cal: dict[str, Any]) -> bytes:
     """Reliability diagram: per bin of the top-class probability, the share of answers graded right against the
     mean probability (the diagonal is perfect calibration); bar widths are the bins, labels their counts."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _plt()
     bins = cal.get("bins") or []  # equal-width bins (rubrictool.evaluate.ECE_BINS)
     fig, ax = plt.subplots(figsize=(4.6, 3.8))
     ax.plot([0, 1], [0, 1], color="#7f7f7f", linestyle="--", linewidth=1, label="perfect calibration")
@@ -100,3 +96,35 @@ def calibration_png(cal: dict[str, Any]) -> bytes:
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def implied_noise_png(concepts: pd.DataFrame, rho: dict[str, float] | None) -> bytes:
+    """One labelled dot per concept: the noise LCEC's shrinkage implies, σ_k²(implied), against the noise
+    measured on the test answers, σ̂_k² (columns sigma2_implied, score_sigma2)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.0, 3.8))
+    x, y = concepts["score_sigma2"].to_numpy(float), concepts["sigma2_implied"].to_numpy(float)
+    ax.scatter(x, y, color="#1f77b4")
+    for xi, yi, k in zip(x, y, concepts["concept"]):
+        ax.annotate(str(k), (xi, yi), xytext=(4, 3), textcoords="offset points", fontsize=9)
+    ax.set_xlabel("measured noise σ̂_k² = var(s̃ − c/M), test answers")
+    ax.set_ylabel("implied noise v_k (1 − A_kk) / A_kk")
+    title = "implied vs measured concept noise"
+    if rho:
+        title += f" (ρ = {rho['rho']:.2f} [{rho['lo']:.2f}, {rho['hi']:.2f}]" + (", inconclusive)" if inconclusive(rho) else ")")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+

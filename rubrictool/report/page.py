@@ -26,7 +26,7 @@ from rubrictool.io import writable_dir
 from rubrictool.report import figures
 from rubrictool.report.diagnose import Diagnosis, diagnose
 from rubrictool.report.explain import ItemTrace, explain_items
-from rubrictool.report.honest import calibration_png, verdict
+from rubrictool.report.honest import calibration_png, implied_noise_png, verdict
 from rubrictool.report.intervene import intervention_curves
 from rubrictool.report.run import Run, bundled_labels, git_revision, predict_with_attention, split_rows
 from rubrictool.report.scores import pair_agreement, smd
@@ -223,6 +223,10 @@ def _concept_section(r: Report, run: Run, preds: reccbm.Predictions, gold_c: NDA
 
         r.implied = implied_noise_rhos(concepts["sigma2_implied"], concepts["score_sigma2"],
                                        concepts.get("alpha", pd.Series(np.nan, index=concepts.index)))
+    if {"sigma2_implied", "score_sigma2"} <= set(concepts.columns):
+        pts = concepts.dropna(subset=["sigma2_implied", "score_sigma2"])
+        if len(pts):
+            r.images["implied_noise.png"] = implied_noise_png(pts, r.implied.get("implied_vs_measured"))
     if not run.has_lcec:
         r.unavailable.append("no LCEC layer in this run: no learned σ², A or Ω, so no reliability scatter and no "
                              "partial correlations")
@@ -472,7 +476,8 @@ def render_markdown(r: Report) -> str:
                        f"{share['n']} concepts [{share['lo']:.3f}, {share['hi']:.3f}]){_spans(share)}: test reliability "
                        "is the share of each concept score's variance that is signal on the test answers "
                        "(docs/training.md)")]
-    for name, title in (("reliability.png", "reliability"), ("lcec_heatmaps.png", "LCEC correlations"),
+    for name, title in (("reliability.png", "reliability"), ("implied_noise.png", "implied vs measured noise"),
+                        ("lcec_heatmaps.png", "LCEC correlations"),
                         ("intervention.png", "interventions")):
         if name in r.images:
             L += ["", f"![{title}]({name})"]
