@@ -36,16 +36,18 @@ def verdict(
     concepts: the page's concept table (alpha, test_reliability); correlations: name -> ρ with its CI."""
     out = []
     never = [g for g in grades if g not in set(predicted)]
+    n = honest.get("n_test", "")
     if len(set(predicted)) == 1:
-        out.append(f"The model gives every one of the {honest['n_test']} test answers grade {predicted[0]}: "
-                   "it grades nothing.")
+        out.append(f"The model gives every one of the {n} test answers grade {predicted[0]}: it grades nothing.")
     elif never:
         out.append(f"The model never predicts grade{'s' if len(never) > 1 else ''} {_names(never)} on the "
-                   f"{honest['n_test']} test answers.")
-    vs, maj = honest["vs_majority"], honest["majority"]
-    beats = vs["lo"] > 0
-    out.append(f"It {'beats' if beats else 'does not beat'} the majority class (always grade {maj['grade']}, "
-               f"T-Acc {maj['t_acc']:.3f}): T-Acc {vs['diff']:+.3f} over it, 95 % CI [{vs['lo']:+.3f}, {vs['hi']:+.3f}].")
+                   f"{n} test answers.")
+    if honest.get("vs_majority"):
+        vs, maj = honest["vs_majority"], honest["majority"]
+        beats = vs["lo"] > 0
+        out.append(f"It {'beats' if beats else 'does not beat'} the majority class (always grade {maj['grade']}, "
+                   f"T-Acc {maj['t_acc']:.3f}): T-Acc {vs['diff']:+.3f} over it, 95 % CI "
+                   f"[{vs['lo']:+.3f}, {vs['hi']:+.3f}].")
     if "alpha" in concepts:
         low = concepts.loc[concepts["alpha"].astype(float) < LOW_ALPHA, "concept"].tolist()
         if low:
@@ -61,7 +63,7 @@ def verdict(
         out.append(f"Inconclusive (95 % CI spans 0): {_names(vague)}.")
     small = [w for w in honest.get("warnings", []) if w.get("code") == "small_test"]
     if small:
-        out.append(f"With {honest['n_test']} test answers these numbers cannot tell this model from another: "
+        out.append(f"With {n} test answers these numbers cannot tell this model from another: "
                    "train with --folds 5 to test every answer once.")
     if lcec and lcec.get("inert"):
         out.append(f"LCEC is inert in this run ({lcec['reason']}), so its learned links are not shown.")

@@ -150,11 +150,21 @@ def build_report(
 def _honest_section(r: Report, run: Run, gold: NDArray[Any], probs: NDArray[Any]) -> None:
     """Test size, majority class, bootstrap CIs, warnings and calibration, recomputed from the page's predictions
     (the same numbers as metrics.json for runs that recorded them; runs written before get them too)."""
+    from rubrictool.errors import DataError
     from rubrictool.evaluate import calibration, honest_metrics
 
-    train = split_rows(run, "train")["_y"].to_numpy(np.int64) if run.split.get("train") else gold
-    r.honest = honest_metrics(gold, probs.argmax(1), train, grade_min=run.grade_min)
-    r.warnings = list(r.honest["warnings"])
+    saved = (run.metrics.get("majority") or {}).get("grade")
+    majority = None if saved is None else np.full(len(gold), int(saved) - run.grade_min)
+    try:
+        train = split_rows(run, "train")["_y"].to_numpy(np.int64) if majority is None else None
+    except (DataError, KeyError):  # a table without the training answers (or their grades)
+        train = None
+    if train is None and majority is None:
+        r.unavailable.append("the majority-class baseline and the run's warnings: the table has no graded "
+                             "training answers")
+    else:
+        r.honest = honest_metrics(gold, probs.argmax(1), train, grade_min=run.grade_min, y_majority=majority)
+        r.warnings = list(r.honest["warnings"])
     r.calibration = calibration(probs, gold)
     r.images["calibration.png"] = calibration_png(r.calibration)
 
