@@ -243,4 +243,5 @@ def test_folds_pool_calibration_and_the_implied_noise(tmp_path: Path) -> None:
     assert rel["score_sigma2_pooled"] == folds["score_reliability"]["sigma2"]
     assert "implied_vs_measured" in rel and "implied_vs_1_minus_alpha" in rel
     assert "majority class" in (run / "folds.md").read_text()
+    assert f"n = {len(pooled)} answers pooled over 2 folds" in " ".join(output.split())
     assert not math.isnan(folds["ci"]["t_acc"]["lo"])

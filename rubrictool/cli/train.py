@@ -102,7 +102,9 @@ def honest_caption(metrics: dict[str, Any]) -> str:
         return "—" if math.isnan(lo) else f"[{lo:.3f}, {hi:.3f}]"
 
     nll = cal.get("nll")
-    return (f"n = {int(metrics.get('n_test', 0))} test answers; 95 % bootstrap CI T-Acc {iv('t_acc')}, QWK {iv('qwk')}; "
+    folds = metrics.get("folds")
+    what = f"answers pooled over {folds['folds']} folds" if folds else "test answers"
+    return (f"n = {int(metrics.get('n_test', 0))} {what}; 95 % bootstrap CI T-Acc {iv('t_acc')}, QWK {iv('qwk')}; "
             f"majority class (grade {maj['grade']}) T-Acc {maj['t_acc']:.3f}"
             + (f"; ECE {cal['ece']:.3f}" if "ece" in cal else "") + (f", NLL {nll:.3f}" if nll is not None else ""))
 
