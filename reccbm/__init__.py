@@ -19,7 +19,6 @@ from reccbm.checkpoint import load_checkpoint, read_meta, save_checkpoint
 from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig, variant_flags, variant_name
 from reccbm.data import EncodedItems, encode_inputs, load_tokenizer
 from reccbm.errors import ReccbmError
-from reccbm.fit import Fitted, Recipe, fit
 from reccbm.explain import (
     INTERVENTIONS,
     DecisionTrace,
@@ -33,6 +32,7 @@ from reccbm.explain import (
     partial_correlations,
     reliability,
 )
+from reccbm.fit import Fitted, Recipe, fit
 from reccbm.metrics import (
     concept_metrics,
     concept_score_reliability,
@@ -69,8 +69,8 @@ __all__ = [
     "Predictions",
     "RecCBM",
     "RecCBMOutput",
-    "Recipe",
     "ReccbmError",
+    "Recipe",
     "StageIConfig",
     "StageIIConfig",
     "StageResult",

@@ -100,6 +100,12 @@ class AuditResult:
     honest_flagged: float  # share of the original test answers with any flag
     honest_flag_shares: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    constant_grade: int | None = None  # the one grade the model gave every answer, original and transformed
+    constant: str = ""  # why the shifts say nothing about robustness, in words ("" for a model that grades)
+
+    @property
+    def is_constant(self) -> bool:
+        return bool(self.constant)
 
 
 def _correct_answers(run: Run, test: pd.DataFrame) -> list[str]:
@@ -155,6 +161,7 @@ def audit_run(
     if progress is not None:
         progress(Progress("audit", 0, total))
     original = grade(base)
+    seen = set(original["grade"].tolist())  # every grade the model gives, original and transformed
     rows, item_rows = [], []
     for name in names:
         # one stream per transformation, keyed by its place in TRANSFORMATIONS: auditing a subset gives the same texts
@@ -163,6 +170,7 @@ def audit_run(
         changed = base.copy()
         changed["response"] = [transform(name, {str(k): str(v) for k, v in r.items()}, rng) for r in records]
         graded = grade(changed)
+        seen |= set(graded["grade"].tolist())
         shift = graded["grade"].to_numpy() - original["grade"].to_numpy()
         flagged = graded["flags"].astype(str) != ""
         row: dict[str, Any] = {
@@ -191,6 +199,15 @@ def audit_run(
         n=len(base), honest_flagged=float((honest != "").mean()),
         honest_flag_shares={f: float(honest.str.split(";").apply(lambda fs, f=f: f in fs).mean()) for f in FLAGS},
     )
+    run_warns = {str(w.get("code")) for w in run.metrics.get("warnings") or [] if isinstance(w, dict)}
+    if len(seen) == 1:
+        result.constant_grade = int(next(iter(seen)))
+        result.constant = (f"the model gives grade {result.constant_grade} to every answer, original and transformed: "
+                           "its grade cannot move, so a shift of +0.000 says nothing about robustness to gaming. "
+                           "Train a model that grades (more answers, --folds 5) before auditing it")
+    elif "constant_predictions" in run_warns:
+        result.constant = ("the run's own metrics warn that the model gives (almost) every test answer one grade: "
+                           "small shifts here say little about robustness to gaming")
     if profile is None:
         result.notes.append("no training profile: out_of_distribution and concepts_disagree_with_grade not checked")
     if run.plm:
@@ -200,12 +217,14 @@ def audit_run(
 
 def _markdown(res: AuditResult, title: str) -> str:
     s = res.summary
-    lines = [f"# Gaming audit: {md_inline(title)}", "",
-             (f"{res.n} test answers, seed {res.seed}. Grade shift = predicted grade of the transformed answer minus "
-              "that of the original; flagged = the transformed answer has any `grade` flag "
-              f"(honest answers flagged: {100 * res.honest_flagged:.1f} %)."), "",
-             "| transformation | mean grade shift | grade rises | grade falls | flagged | rises flagged |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [f"# Gaming audit: {md_inline(title)}", ""]
+    if res.constant:
+        lines += [f"**The model is constant:** {res.constant}.", ""]
+    lines += [(f"{res.n} test answers, seed {res.seed}. Grade shift = predicted grade of the transformed answer minus "
+               "that of the original; flagged = the transformed answer has any `grade` flag "
+               f"(honest answers flagged: {100 * res.honest_flagged:.1f} %)."), "",
+              "| transformation | mean grade shift | grade rises | grade falls | flagged | rises flagged |",
+              "|---|---:|---:|---:|---:|---:|"]
     for r in s.to_dict(orient="records"):
         rf = "—" if np.isnan(r["share_raised_flagged"]) else f"{100 * r['share_raised_flagged']:.0f} %"
         lines.append(f"| {r['transformation']} | {r['mean_grade_shift']:+.3f} | {100 * r['share_raised']:.1f} % | "
@@ -271,6 +290,7 @@ def write_audit(res: AuditResult, out_dir: str | Path, title: str | None = None)
     for path, text in ((md, _markdown(res, title)), (js, json.dumps({
         "run": str(res.run), "seed": res.seed, "n": res.n, "keys": res.keys, "honest_flagged": res.honest_flagged,
         "honest_flag_shares": res.honest_flag_shares, "notes": res.notes,
+        "constant": res.constant or None, "constant_grade": res.constant_grade,
         "transformations": res.summary.to_dict(orient="records")}, indent=1, default=float) + "\n")):
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(text, encoding="utf-8")

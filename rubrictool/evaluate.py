@@ -31,7 +31,15 @@ from rubrictool.errors import TrainError
 
 __all__ = [
     "BOOTSTRAP_METRICS",
+    "CONSTANT_SHARE",
+    "SMALL_TEST",
+    "bootstrap_ci",
+    "calibration",
     "compare_runs",
+    "expected_calibration_error",
+    "honest_metrics",
+    "inconclusive",
+    "lcec_activity",
     "majority_baseline",
     "oracle_concept_baseline",
     "paired_bootstrap",
@@ -49,6 +57,11 @@ BOOTSTRAP_METRICS: dict[str, Callable[[NDArray[Any], NDArray[Any]], float]] = {
 }
 
 ORACLE_CS = (0.01, 0.1, 1.0, 10.0, 100.0)
+SMALL_TEST = 50  # fewer test answers than this: a single split cannot tell models apart (suggest --folds 5)
+CONSTANT_SHARE = 0.9  # one grade predicted for at least this share of the test answers: a (near-)constant model
+LCEC_INERT_A = 0.98  # mean A_kk at or above this: LCEC barely shrinks the concept scores
+LCEC_INERT_R = 0.05  # every learned partial correlation below this in |r|: LCEC links no concepts
+ECE_BINS = 10  # equal-width bins of the top-class probability
 
 
 def pooled_metrics(pooled: pd.DataFrame, keys: list[str]) -> dict[str, float]:
@@ -170,3 +183,122 @@ def spearman_with_ci(x: ArrayLike, y: ArrayLike, n_boot: int = 2000, seed: int =
             boots.append(float(spearmanr(a[idx], b[idx]).statistic))
     lo, hi = (np.percentile(boots, [2.5, 97.5]) if boots else (float("nan"), float("nan")))
     return {"rho": rho, "lo": float(lo), "hi": float(hi), "n": len(a)}
+
+
+def bootstrap_ci(y_true: ArrayLike, y_pred: ArrayLike, metric: str = "t_acc", n_boot: int = 1000,
+                 seed: int = 0) -> dict[str, float]:
+    """metric(y_true, y_pred) with its 95 % percentile bootstrap interval (items resampled with replacement):
+    {"value", "lo", "hi"}. The one-sample counterpart of :func:`paired_bootstrap`."""
+    if metric not in BOOTSTRAP_METRICS:
+        raise TrainError(f"unknown metric {metric!r}; use one of {', '.join(BOOTSTRAP_METRICS)}")
+    f = BOOTSTRAP_METRICS[metric]
+    t, p = np.asarray(y_true), np.asarray(y_pred)
+    if len(t) != len(p) or len(t) == 0:
+        raise TrainError("a bootstrap CI needs the same, non-empty set of items for truth and prediction")
+    rng = np.random.default_rng(seed)
+    vals = np.empty(n_boot)
+    for i in range(n_boot):
+        idx = rng.integers(0, len(t), len(t))
+        vals[i] = f(t[idx], p[idx])
+    return {"value": f(t, p), "lo": float(np.percentile(vals, 2.5)), "hi": float(np.percentile(vals, 97.5))}
+
+
+def calibration(probs: ArrayLike, y_true: ArrayLike, bins: int = ECE_BINS) -> dict[str, Any]:
+    """How well the grade probabilities match how often the model is right.
+
+    probs: (N, S+1) grade probabilities; y_true: (N,) grades 0..S. ``ece``: expected calibration error over
+    ``bins`` equal-width bins of the top-class probability, Σ_b (n_b / N) |acc_b − conf_b|; ``nll``: the
+    mean negative log-likelihood −log p(y_true) (probabilities clipped at 1e-12); ``bins``: per non-empty bin
+    its lower edge, count, mean confidence and accuracy (the reliability diagram's points)."""
+    p, y = np.asarray(probs, dtype=float), np.asarray(y_true, dtype=np.int64)
+    if p.ndim != 2 or len(p) != len(y) or len(y) == 0:
+        raise TrainError(f"calibration needs (N, grades) probabilities and N grades, got {p.shape} and {y.shape}")
+    conf, pred = p.max(1), p.argmax(1)  # (N,)
+    out = expected_calibration_error(conf, pred == y, bins)
+    nll = float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], 1e-12, None))))
+    return {"ece": out["ece"], "nll": nll, "ece_bins": out["ece_bins"], "bins": out["bins"]}
+
+
+def expected_calibration_error(confidence: ArrayLike, correct: ArrayLike, bins: int = ECE_BINS) -> dict[str, Any]:
+    """ECE from each answer's top-class probability and whether its top grade was right (what
+    test_predictions.csv keeps: grade_prob, grade == gold), so pooled folds need no probability vectors."""
+    conf, right = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=float)
+    idx = np.minimum((conf * bins).astype(int), bins - 1)  # (N,) bin of each answer
+    rows, ece = [], 0.0
+    for b in range(bins):
+        m = idx == b
+        if m.any():
+            acc, cb = float(right[m].mean()), float(conf[m].mean())
+            ece += float(m.mean()) * abs(acc - cb)
+            rows.append({"lo": b / bins, "n": int(m.sum()), "confidence": cb, "accuracy": acc})
+    return {"ece": float(ece), "ece_bins": f"{bins} equal-width bins of the top-class probability", "bins": rows}
+
+
+def honest_metrics(y_true: ArrayLike, y_pred: ArrayLike, y_train: ArrayLike | None, n_boot: int = 1000,
+                   seed: int = 0, grade_min: int = 0, y_majority: ArrayLike | None = None) -> dict[str, Any]:
+    """What a single split can say about itself (grades 0..S; ``grade_min`` shifts the grades it names back
+    to the rubric's scale).
+
+    ``n_test``; ``majority``: the training split's most common grade and its T-Acc/QWK on the test answers;
+    ``ci``: bootstrap 95 % CIs of T-Acc and QWK; ``vs_majority``: paired bootstrap of T-Acc (model − majority);
+    ``top_share``: the share of test answers given the most predicted grade; ``warnings``: [{code, message}]
+    with codes ``constant_predictions`` (≥ CONSTANT_SHARE of the answers get one grade),
+    ``not_above_majority`` (the paired CI of T-Acc over the majority class reaches 0) and ``small_test``
+    (fewer than SMALL_TEST test answers). ``y_majority``: the majority-class prediction of each test answer
+    instead of ``y_train`` (pooled folds, each with its own training split's majority)."""
+    t, p = np.asarray(y_true), np.asarray(y_pred)
+    if y_majority is not None:
+        maj = np.asarray(y_majority)
+    elif y_train is not None:
+        maj = majority_baseline(y_train, len(t))
+    else:
+        raise TrainError("honest_metrics needs the training grades or the majority-class predictions")
+    mvals, mcounts = np.unique(maj, return_counts=True)
+    values, counts = np.unique(p, return_counts=True)
+    top = int(values[np.argmax(counts)])
+    share = float(counts.max() / len(p))
+    out: dict[str, Any] = {
+        "n_test": len(t),
+        "majority": {"grade": int(mvals[np.argmax(mcounts)]) + grade_min, "t_acc": BOOTSTRAP_METRICS["t_acc"](t, maj),
+                     "qwk": BOOTSTRAP_METRICS["qwk"](t, maj)},
+        "ci": {m: bootstrap_ci(t, p, m, n_boot, seed) for m in ("t_acc", "qwk")},
+        "vs_majority": paired_bootstrap(t, maj, p, "t_acc", n_boot, seed),
+        "top_grade": top + grade_min, "top_share": share, "warnings": [],
+    }
+    warns: list[dict[str, str]] = out["warnings"]
+    if share >= CONSTANT_SHARE:
+        warns.append({"code": "constant_predictions",
+                      "message": f"the model gives grade {top + grade_min} to {100 * share:.0f} % of the {len(t)} test "
+                                 "answers: it has learned (almost) nothing but the most common grade"})
+    vs = out["vs_majority"]
+    if vs["lo"] <= 0:
+        warns.append({"code": "not_above_majority",
+                      "message": f"T-Acc is not above the majority class (always grade {int(mvals[np.argmax(mcounts)]) + grade_min}): "
+                                 f"{vs['diff']:+.3f}, 95 % CI [{vs['lo']:+.3f}, {vs['hi']:+.3f}]"})
+    if len(t) < SMALL_TEST:
+        warns.append({"code": "small_test",
+                      "message": f"only {len(t)} test answers: too few to tell this model from chance or from "
+                                 "another; train with --folds 5 to test every answer once"})
+    return out
+
+
+def lcec_activity(a_diag: ArrayLike, partial: ArrayLike) -> dict[str, Any]:
+    """Whether a learned LCEC does anything: mean A_kk, the largest |partial correlation| off the diagonal and
+    ``inert`` (mean A_kk ≥ LCEC_INERT_A or every |r| < LCEC_INERT_R), with ``reason`` in words."""
+    a, r = np.asarray(a_diag, dtype=float), np.asarray(partial, dtype=float)  # (K,), (K, K)
+    off = np.abs(r[~np.eye(len(r), dtype=bool)])
+    mean_a = float(a.mean())
+    max_r = float(off.max()) if off.size else 0.0
+    reasons = []
+    if mean_a >= LCEC_INERT_A:
+        reasons.append(f"mean A_kk is {mean_a:.3f} (≥ {LCEC_INERT_A}): it barely shrinks the concept scores")
+    if max_r < LCEC_INERT_R:
+        reasons.append(f"every learned partial correlation is below {LCEC_INERT_R} in size (largest {max_r:.3f}): "
+                       "it links no concepts")
+    return {"mean_A_kk": mean_a, "max_abs_partial": max_r, "inert": bool(reasons), "reason": "; ".join(reasons)}
+
+
+def inconclusive(ci: dict[str, float] | None) -> bool:
+    """A correlation whose 95 % CI spans 0 (or that has none, or a NaN bound) says nothing either way."""
+    return ci is None or not (ci["lo"] > 0 or ci["hi"] < 0)
+

@@ -35,7 +35,8 @@ def benchmark_table(benchmark: str, data_dir: str | Path | None = None) -> tuple
                          hint="pass an adjudicated table with --data and its rubric with --rubric")
     rb = load_rubric(benchmark)
     items = load_benchmark(benchmark, data_dir)
-    adj = adjudicate(load_concept_passes(data_dir), rb, items, n_boot=0, coverage=False, note=LLM_PASSES_NOTE)
+    # α's bootstrap CI for the reliability table and the report: 200 resamples take about 0.2 s on Mohler's 2,273 items
+    adj = adjudicate(load_concept_passes(data_dir), rb, items, n_boot=200, coverage=False, note=LLM_PASSES_NOTE)
     return rb, adj.table, adj.agreement
 
 

@@ -39,7 +39,17 @@ from rubrictool.data import (
     save_split,
 )
 from rubrictool.errors import DataError, TrainError
-from rubrictool.evaluate import majority_baseline, oracle_concept_baseline, pooled_metrics, spearman_with_ci
+from rubrictool.evaluate import (
+    calibration,
+    expected_calibration_error,
+    honest_metrics,
+    inconclusive,
+    lcec_activity,
+    majority_baseline,
+    oracle_concept_baseline,
+    pooled_metrics,
+    spearman_with_ci,
+)
 from rubrictool.flags import profile_from_table, save_profile
 from rubrictool.grade import model_inputs
 from rubrictool.grade import predictions_frame as _predictions_frame
@@ -257,22 +267,41 @@ def _alpha(agreement: dict[str, Any] | None, key: str) -> tuple[float, float, fl
         return nan, nan, nan
 
 
+def lcec_state(model: reccbm.RecCBM) -> dict[str, Any] | None:
+    """Whether the learned LCEC does anything (:func:`rubrictool.evaluate.lcec_activity`); None without LCEC."""
+    if model.lcec is None:
+        return None
+    rel = reccbm.reliability(model)
+    return lcec_activity(np.diag(rel["A"]), reccbm.partial_correlations(rel["Omega"]))
+
+
 def reliability_table(
-    model: reccbm.RecCBM, rubric: Rubric, per_concept: dict[str, list[float]] | None, agreement: dict[str, Any] | None
+    model: reccbm.RecCBM, rubric: Rubric, per_concept: dict[str, list[float]] | None, agreement: dict[str, Any] | None,
+    train_levels: NDArray[Any] | None = None,
 ) -> tuple[pd.DataFrame, float | None]:
-    """Per concept: α (inter-rater), learned σ_k², shrinkage A_kk, test C-Acc/C-F1 and the test reliability of the
-    concept score (:func:`reccbm.concept_score_reliability`); and ρ(σ², 1 − α)."""
+    """Per concept: α (inter-rater), learned σ_k², shrinkage A_kk, test C-Acc/C-F1, the test reliability of the
+    concept score and its measured noise σ̂_k² = var(s̃ − c/M) on the test answers
+    (:func:`reccbm.concept_score_reliability`); with ``train_levels`` (N, K levels 0..M) also v_k = var(c_k/M)
+    over the training labels and the identified noise σ_k²(implied) = v_k (1 − A_kk) / A_kk (under a diagonal
+    prior precision A_kk = v_k / (v_k + σ_k²); σ_k² itself is identified only together with Ω). And ρ(σ², 1 − α)."""
     rel = reccbm.reliability(model) if model.lcec is not None else None
+    nan = float("nan")
+    v = (np.asarray(train_levels, float) / rubric.M).var(0) if train_levels is not None and len(train_levels) > 1 \
+        else np.full(rubric.K, nan)  # (K,)
     rows = []
     for k, c in enumerate(rubric.concepts):
         a, lo, hi = _alpha(agreement, c.key)
+        a_kk = float(rel["A"][k, k]) if rel else nan
         rows.append({
             "concept": c.key, "name": c.name, "alpha": a, "alpha_lo": lo, "alpha_hi": hi,
-            "sigma2": float(rel["sigma2"][k]) if rel else float("nan"),
-            "A_kk": float(rel["A"][k, k]) if rel else float("nan"),
-            "test_c_acc": per_concept["acc"][k] if per_concept else float("nan"),
-            "test_c_f1": per_concept["f1"][k] if per_concept else float("nan"),
-            "test_reliability": (per_concept or {}).get("score_reliability", [float("nan")] * rubric.K)[k],
+            "sigma2": float(rel["sigma2"][k]) if rel else nan,
+            "A_kk": a_kk,
+            "label_var": float(v[k]),
+            "sigma2_implied": float(v[k] * (1 - a_kk) / a_kk) if a_kk > 0 else nan,
+            "score_sigma2": (per_concept or {}).get("score_sigma2", [nan] * rubric.K)[k],
+            "test_c_acc": per_concept["acc"][k] if per_concept else nan,
+            "test_c_f1": per_concept["f1"][k] if per_concept else nan,
+            "test_reliability": (per_concept or {}).get("score_reliability", [nan] * rubric.K)[k],
         })
     df = pd.DataFrame(rows)
     ok = df["alpha"].notna() & df["sigma2"].notna()
@@ -282,29 +311,52 @@ def reliability_table(
     return df, rho
 
 
+def implied_noise_rhos(sigma2_implied: Any, score_sigma2: Any, alpha: Any) -> dict[str, dict[str, float] | None]:
+    """Does the identified noise σ_k²(implied) mean what it claims? Spearman ρ with the measured noise on new
+    answers σ̂_k² and with 1 − α_k, each with a bootstrap CI over concepts (None when a side is missing or constant)."""
+    s = np.asarray(sigma2_implied, float)
+    return {"implied_vs_measured": spearman_with_ci(s, np.asarray(score_sigma2, float)),
+            "implied_vs_1_minus_alpha": spearman_with_ci(s, 1 - np.asarray(alpha, float))}
+
+
 def noise_share_rho(reliability: Any, alpha: Any) -> dict[str, float] | None:
     """Spearman ρ(1 − test reliability_k, 1 − α_k) with its bootstrap CI over concepts: does the model's concept
     score carry more noise on the concepts the raters disagree on? None without α or test labels."""
     return spearman_with_ci(1 - np.asarray(reliability, float), 1 - np.asarray(alpha, float))
 
 
+def _ci_text(ci: dict[str, float] | None, what: str) -> str:
+    if ci is None:
+        return f"— (needs {what})"
+    verdict = " — inconclusive: the CI spans 0" if inconclusive(ci) else ""
+    return f"{ci['rho']:.3f} [{ci['lo']:.3f}, {ci['hi']:.3f}]{verdict}"
+
+
 def _reliability_md(df: pd.DataFrame, rho: float | None, notes: list[str]) -> str:
     def f(x: float, spec: str = ".3f") -> str:
         return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
-    lines = ["| concept | name | α | α 95% CI | σ² | A_kk | test C-Acc | test C-F1 | test reliability |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| concept | name | α | α 95% CI | σ² | A_kk | σ²(implied) | σ̂² (test) | test C-Acc | test C-F1 | "
+             "test reliability |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in df.to_dict("records"):
         ci = f"[{f(r['alpha_lo'])}, {f(r['alpha_hi'])}]" if not math.isnan(r["alpha_lo"]) else "—"
         lines.append(f"| {md_inline(r['concept'])} | {md_inline(r['name'])} | {f(r['alpha'])} | {ci} | {f(r['sigma2'], '.4g')} | "
-                     f"{f(r['A_kk'])} | {f(r['test_c_acc'])} | {f(r['test_c_f1'])} | {f(r['test_reliability'])} |")
+                     f"{f(r['A_kk'])} | {f(r['sigma2_implied'], '.4g')} | {f(r['score_sigma2'], '.4g')} | "
+                     f"{f(r['test_c_acc'])} | {f(r['test_c_f1'])} | {f(r['test_reliability'])} |")
     share = noise_share_rho(df["test_reliability"], df["alpha"])
+    rhos = implied_noise_rhos(df["sigma2_implied"], df["score_sigma2"], df["alpha"])
     lines += ["", f"Spearman ρ(σ_k², 1 − α_k) across concepts: {f(rho) if rho is not None else '— (needs α and σ²)'}",
-              "Spearman ρ(1 − test reliability_k, 1 − α_k): "
-              + (f"{share['rho']:.3f} [{share['lo']:.3f}, {share['hi']:.3f}]" if share else "— (needs α and test labels)"),
-              "", ("> test reliability = var(c/M) / (var(c/M) + σ̂²), σ̂² = var(s̃ − c/M) over the test answers: the share "
-                   "of the concept score's variance that is signal on answers the model never trained on. Unlike σ_k² "
-                   "(identified only together with LCEC's prior precision) the data fix it (docs/design.md).")]
+              "Spearman ρ(σ_k²(implied), σ̂_k²) across concepts: "
+              + _ci_text(rhos["implied_vs_measured"], "LCEC and test labels"),
+              "Spearman ρ(σ_k²(implied), 1 − α_k) across concepts: "
+              + _ci_text(rhos["implied_vs_1_minus_alpha"], "LCEC and α"),
+              "Spearman ρ(1 − test reliability_k, 1 − α_k): " + _ci_text(share, "α and test labels"),
+              "", ("> σ²(implied) = v_k (1 − A_kk) / A_kk with v_k = var(c_k/M) over the training labels: the noise "
+                   "variance LCEC's shrinkage A_kk implies under a diagonal prior (A_kk = v_k / (v_k + σ_k²)); the "
+                   "learned σ_k² is identified only together with the prior precision Ω. σ̂² = var(s̃ − c/M) over the "
+                   "test answers is the noise measured on answers the model never trained on."),
+              "", ("> test reliability = var(c/M) / (var(c/M) + σ̂²): the share of the concept score's variance that "
+                   "is signal on answers the model never trained on (docs/design.md).")]
     return "\n".join(lines + [""] + [md_quote(n) for n in notes]) + "\n"
 
 
@@ -450,6 +502,8 @@ def _train_into(
         infos = []
         for seed in range(first_seed, first_seed + seeds):
             model, info, preds = _one_seed(seed, recipe, sets, tokenizer, callback, concept_texts(rb))
+            cal = calibration(preds.grade_probs, np.asarray(sets["test"].grades))
+            info["test"] |= {"ece": cal["ece"], "nll": cal["nll"]}
             infos.append(info)
             log.info("seed %d: test %s", seed, json.dumps(info["test"]))
             if best is None or info["dev_selection"]["t_f1"] > best[0]:
@@ -459,11 +513,19 @@ def _train_into(
         metrics = {"variant": name, "preset": preset, "rubric": rb.name, "git_revision": git_revision(),
                    "seeds": infos, "selected_seed": info["seed"],
                    "summary": _summary(infos), "notes": notes}
-        rel, rho = reliability_table(model, rb, info.get("per_concept"), agreement) if not plm else (pd.DataFrame(), None)
+        y_test = np.asarray(sets["test"].grades)
+        honest = honest_metrics(y_test, preds.grades, np.asarray(sets["train"].grades), grade_min=rb.grade.min)
+        metrics |= {k: honest[k] for k in ("n_test", "majority", "ci", "vs_majority", "top_grade", "top_share")}
+        metrics["calibration"] = calibration(preds.grade_probs, y_test)
+        metrics["warnings"] = honest["warnings"]
+        rel, rho = (reliability_table(model, rb, info.get("per_concept"), agreement, sets["train"].concepts)
+                    if not plm else (pd.DataFrame(), None))
         metrics["spearman_sigma2_vs_1_minus_alpha"] = rho
         if len(rel) and rel["A_kk"].notna().any():
             metrics["spearman_ci"] = spearman_with_ci(rel["sigma2"], 1 - rel["alpha"])
             metrics["mean_A_kk"] = float(rel["A_kk"].mean())
+            metrics["implied_noise"] = implied_noise_rhos(rel["sigma2_implied"], rel["score_sigma2"], rel["alpha"])
+            metrics["lcec"] = lcec_state(model)
         if len(rel):
             metrics["spearman_noise_share"] = noise_share_rho(rel["test_reliability"], rel["alpha"])
         if not is_main:
@@ -594,24 +656,39 @@ def train_folds(
                       for name in ("majority", "oracle_concepts") if name in pooled},
         "train_seconds": [r["summary"].get("train_seconds", 0.0) for r in results],
     }
+    honest = honest_metrics(pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy(), None,
+                            y_majority=pooled["majority"].to_numpy())
+    summary |= {k: honest[k] for k in ("majority", "ci", "vs_majority", "top_grade", "top_share")}
+    summary["warnings"] = [w for w in honest["warnings"] if w["code"] != "small_test"]  # every answer was tested
+    cal = expected_calibration_error(pooled["grade_prob"], pooled["grade"] == pooled["grade_true"])
+    ns = [r.get("n_test") for r in results]
+    nlls = [(r.get("calibration") or {}).get("nll") for r in results]
+    nll = None  # the mean over all answers of the folds' per-answer NLL (runs written before it: none)
+    if all(isinstance(n, int) for n in ns) and all(isinstance(v, float) for v in nlls):
+        nll = float(np.average(np.asarray(nlls, float), weights=np.asarray(ns, float)))
+    summary["calibration"] = cal | {"nll": nll}
     rels = [run / f"fold-{i}" / "reliability.csv" for i in range(folds)]
-    if all(p.is_file() for p in rels):
-        frames = [pd.read_csv(p) for p in rels]
-        if frames[0]["A_kk"].notna().any():
-            sigma2 = np.mean([f["sigma2"].to_numpy() for f in frames], axis=0)  # (K,) mean over folds
-            summary["reliability"] = {
-                "concepts": frames[0]["concept"].tolist(), "alpha": frames[0]["alpha"].tolist(),
-                "sigma2_mean": sigma2.tolist(),
-                "A_kk_mean": np.mean([f["A_kk"].to_numpy() for f in frames], axis=0).tolist(),
-                "mean_A_kk": float(np.mean([f["A_kk"].mean() for f in frames])),
-                "spearman": spearman_with_ci(sigma2, 1 - frames[0]["alpha"].to_numpy()),
-            }
+    frames = [pd.read_csv(p) for p in rels] if all(p.is_file() for p in rels) else []
+    if frames and frames[0]["A_kk"].notna().any():
+        sigma2 = np.mean([f["sigma2"].to_numpy() for f in frames], axis=0)  # (K,) mean over folds
+        summary["reliability"] = {
+            "concepts": frames[0]["concept"].tolist(), "alpha": frames[0]["alpha"].tolist(),
+            "sigma2_mean": sigma2.tolist(),
+            "A_kk_mean": np.mean([f["A_kk"].to_numpy() for f in frames], axis=0).tolist(),
+            "mean_A_kk": float(np.mean([f["A_kk"].mean() for f in frames])),
+            "spearman": spearman_with_ci(sigma2, 1 - frames[0]["alpha"].to_numpy()),
+        }
     if keys and all(f"{k}_expected" in pooled for k in keys):  # the concept scores' noise on new answers, all folds
         score = reccbm.concept_score_reliability(pooled[[f"{k}_expected" for k in keys]].to_numpy(float) - rb.scale.min,
                                                  pooled[[f"{k}_true" for k in keys]].to_numpy(float) - rb.scale.min, rb.M)
         alpha = [_alpha(agreement, k)[0] for k in keys]
         summary["score_reliability"] = {"concepts": keys, "alpha": alpha, **score,
                                         "spearman_noise_share": noise_share_rho(score["reliability"], alpha)}
+        if "reliability" in summary and all("sigma2_implied" in f for f in frames):
+            implied = np.mean([f["sigma2_implied"].to_numpy(float) for f in frames], axis=0)  # (K,) mean over folds
+            summary["reliability"]["sigma2_implied_mean"] = implied.tolist()
+            summary["reliability"]["score_sigma2_pooled"] = score["sigma2"]
+            summary["reliability"] |= implied_noise_rhos(implied, score["sigma2"], alpha)
     attn = [r["seeds"][0].get("attention") for r in results]
     if all(attn):
         summary["attention"] = {k: np.mean([a[k] for a in attn if a], axis=0).tolist() for k in attn[0] or {}}
@@ -621,7 +698,9 @@ def train_folds(
     rel = pd.read_csv(fold0 / "reliability.csv") if (fold0 / "reliability.csv").is_file() else pd.DataFrame()
     metrics = {"variant": summary["variant"], "summary": {k: {"mean": v, "std": 0.0} for k, v in summary["pooled"].items()},
                "folds": summary, "seeds": results[0]["seeds"],
-               "spearman_noise_share": summary.get("score_reliability", {}).get("spearman_noise_share")}
+               "spearman_noise_share": summary.get("score_reliability", {}).get("spearman_noise_share"),
+               "n_test": len(pooled), "warnings": summary["warnings"],
+               **{k: summary[k] for k in ("majority", "ci", "vs_majority", "calibration")}}
     metrics["summary"] |= {f"{s}_seconds": float(np.mean([r["summary"].get(f"{s}_seconds", 0.0) for r in results]))
                            for s in ("stage1", "joint", "stage2", "train")}
     return TrainResult(run, summary["variant"], metrics, rel, results[0].get("spearman_sigma2_vs_1_minus_alpha"),
@@ -645,7 +724,16 @@ def folds_markdown(summary: dict[str, Any]) -> str:
         rows.append(f"| {name.replace('_', ' ')} baseline | " + " | ".join(cell(m, k) for k, _ in FOLD_COLUMNS) + " |")
     folds = [f"| fold {m['fold']} | " + " | ".join(cell(m, k) for k, _ in FOLD_COLUMNS) + " |" for m in summary["per_fold"]]
     title = f"{summary['folds']}-fold evaluation, {summary['n_items']} items pooled (rubric {summary['rubric']})"
-    return "\n".join([f"# {title}", "", head, sep, *rows, "", "Per fold:", "", head, sep, *folds, ""]
+    honest = []
+    if "ci" in summary:
+        ci, cal = summary["ci"], summary.get("calibration") or {}
+        honest = [f"T-Acc {ci['t_acc']['value']:.3f} [95 % CI {ci['t_acc']['lo']:.3f}, {ci['t_acc']['hi']:.3f}], "
+                  f"QWK {ci['qwk']['value']:.3f} [{ci['qwk']['lo']:.3f}, {ci['qwk']['hi']:.3f}]; majority class "
+                  f"(grade {summary['majority']['grade']}) T-Acc {summary['majority']['t_acc']:.3f}; ECE "
+                  f"{cal.get('ece', float('nan')):.3f} ({cal.get('ece_bins', '')})"
+                  + (f", NLL {cal['nll']:.3f}" if cal.get("nll") is not None else ""), ""]
+        honest += [f"**Warning:** {w['message']}" for w in summary.get("warnings", [])] + [""]
+    return "\n".join([f"# {title}", "", *honest, head, sep, *rows, "", "Per fold:", "", head, sep, *folds, ""]
                      + [f"> {n}" for n in summary["notes"]]) + "\n"
 
 

@@ -84,8 +84,8 @@ def test_report_writes_the_page_its_pngs_and_csvs(tiny: tuple[Path, Path], tmp_p
     assert "<script" not in page and "http://" not in page and "https://" not in page
     # machine–human beside human–human
     agr = pd.read_csv(out / "agreement.csv")
-    assert list(agr["pair"]) == ["model vs gold grade", "model vs grader me", "model vs grader other",
-                                 "grader me vs grader other (human–human)"]
+    assert list(agr["pair"]) == ["model vs gold grade", "model vs grade_me", "model vs grade_other",
+                                 "grade_me vs grade_other (human–human)"]
     split = json.loads((run / "split.json").read_text())
     df = graded_table(80).set_index("id").loc[split["test"]]
     hh = pair_agreement(df["grade_me"], df["grade_other"])
@@ -118,7 +118,7 @@ def test_report_of_a_plm_run_shows_grades_and_says_why_nothing_else(tmp_path: Pa
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert "not shown: PLM run: it grades without concepts" in text
-    assert {p.name for p in out.glob("*.png")} == {"confusion.png"}
+    assert {p.name for p in out.glob("*.png")} == {"confusion.png", "calibration.png"}  # grade_prob exists without concepts
     page = (out / "report.html").read_text()
     saved = _selected_test(run)
     assert f'id="metric-t_acc" data-value="{saved["t_acc"]!r}"' in page and 'id="metric-c_acc"' not in page

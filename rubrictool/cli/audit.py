@@ -43,6 +43,12 @@ def audit_cmd(
         res = audit_run(run, data=data, data_dir=data_dir, seed=seed, batch_size=batch_size,
                         transformations=transform, progress=view)
     paths = write_audit(res, out or run / "audit")
+    if res.constant_grade is not None:  # every shift is +0.000 by construction: no table that reads as "robust"
+        console.print(f"[bold red]The model is constant:[/] {res.constant}.", soft_wrap=True, highlight=False)
+        console.print(f"wrote {paths['md']}, {paths['png'].name}, audit.csv/.json/_items.csv", soft_wrap=True)
+        return
+    if res.constant:
+        console.print(f"[bold red]warning:[/] {res.constant}.", soft_wrap=True, highlight=False)
     t = Table(title=f"gaming audit: {res.n} test answers (honest answers flagged: {100 * res.honest_flagged:.1f} %)")
     for col in ("transformation", "mean grade shift", "grade rises", "flagged"):
         t.add_column(col, justify="left" if col == "transformation" else "right")

@@ -29,7 +29,7 @@ from rubrictool.progress import from_training_event
 if TYPE_CHECKING:
     from rubrictool.train import TrainResult
 
-__all__ = ["compare_cmd", "grade_cmd", "result_tables", "train_cmd"]
+__all__ = ["compare_cmd", "correlation_lines", "grade_cmd", "honest_caption", "result_tables", "train_cmd", "warning_lines"]
 
 
 def result_tables(result: TrainResult) -> list[Table]:
@@ -56,19 +56,63 @@ def result_tables(result: TrainResult) -> list[Table]:
               f"{seconds / 60:.1f} min" + (" per fold" if folds else ""))
     out: list[Table] = [t]
     if len(result.reliability):
-        r = Table(title="reliability: inter-rater α, noise σ², shrinkage A_kk")
-        for col in ("concept", "α", "σ²", "A_kk", "test C-Acc", "test C-F1", "test reliability"):
-            r.add_column(col, justify="right" if col != "concept" else "left")
+        r = Table(title="reliability: inter-rater α, noise σ², shrinkage A_kk, implied and measured noise")
+        cols = (("alpha", "α"), ("sigma2", "σ²"), ("A_kk", "A_kk"), ("sigma2_implied", "σ²(implied)"),
+                ("score_sigma2", "σ̂² (test)"), ("test_c_acc", "test C-Acc"), ("test_c_f1", "test C-F1"),
+                ("test_reliability", "test reliability"))
+        r.add_column("concept", justify="left")
+        for _, name in cols:
+            r.add_column(name, justify="right")
         for row in result.reliability.to_dict("records"):
-            vals = [float(row.get(c, math.nan)) for c in ("alpha", "sigma2", "A_kk", "test_c_acc", "test_c_f1", "test_reliability")]
+            vals = [float(row.get(c, math.nan)) for c, _ in cols]
             r.add_row(str(row["concept"]), *("—" if math.isnan(v) else f"{v:.3f}" for v in vals))
-        rho = result.spearman
-        r.caption = f"Spearman ρ(σ², 1 − α) = {rho:.3f}" if rho is not None else "Spearman ρ(σ², 1 − α): —"
-        share = result.metrics.get("spearman_noise_share")
-        if share:
-            r.caption += f"; ρ(1 − test reliability, 1 − α) = {share['rho']:.3f} [{share['lo']:.2f}, {share['hi']:.2f}]"
         out.append(r)
     return out
+
+
+def correlation_lines(result: TrainResult) -> list[str]:
+    """Spearman ρ across concepts, each with its bootstrap CI and "inconclusive" when the CI spans 0."""
+    if not len(result.reliability):
+        return []
+    rho = result.spearman
+    lines = [f"Spearman ρ(σ², 1 − α) = {rho:.3f}" if rho is not None else "Spearman ρ(σ², 1 − α): —"]
+    implied = result.metrics.get("implied_noise") or {}
+    for key, what in (("implied_vs_measured", "ρ(σ²(implied), σ̂²)"), ("implied_vs_1_minus_alpha", "ρ(σ²(implied), 1 − α)")):
+        lines.append(f"Spearman {what} = {_rho_text(implied.get(key))}")
+    share = result.metrics.get("spearman_noise_share")
+    if share:
+        lines.append(f"Spearman ρ(1 − test reliability, 1 − α) = {_rho_text(share)}")
+    return lines
+
+
+def _rho_text(ci: dict[str, float] | None) -> str:
+    if not ci:
+        return "—"
+    spans = not (ci["lo"] > 0 or ci["hi"] < 0)
+    return f"{ci['rho']:.3f} [{ci['lo']:.2f}, {ci['hi']:.2f}]" + (" inconclusive" if spans else "")
+
+
+def honest_caption(metrics: dict[str, Any]) -> str:
+    """Test size, bootstrap CIs, the majority class and calibration in one line ('' for runs without them)."""
+    ci, maj, cal = metrics.get("ci"), metrics.get("majority"), metrics.get("calibration") or {}
+    if not ci or not maj:
+        return ""
+
+    def iv(m: str) -> str:
+        lo, hi = ci[m]["lo"], ci[m]["hi"]
+        return "—" if math.isnan(lo) else f"[{lo:.3f}, {hi:.3f}]"
+
+    nll = cal.get("nll")
+    folds = metrics.get("folds")
+    what = f"answers pooled over {folds['folds']} folds" if folds else "test answers"
+    return (f"n = {int(metrics.get('n_test', 0))} {what}; 95 % bootstrap CI T-Acc {iv('t_acc')}, QWK {iv('qwk')}; "
+            f"majority class (grade {maj['grade']}) T-Acc {maj['t_acc']:.3f}"
+            + (f"; ECE {cal['ece']:.3f}" if "ece" in cal else "") + (f", NLL {nll:.3f}" if nll is not None else ""))
+
+
+def warning_lines(metrics: dict[str, Any]) -> list[str]:
+    """The run's warnings (metrics.json "warnings": [{code, message}]) as lines to print."""
+    return [str(w.get("message", w)) for w in metrics.get("warnings") or [] if isinstance(w, dict)]
 
 
 def train_cmd(
@@ -126,6 +170,12 @@ def train_cmd(
         )
     for table in result_tables(result):
         console.print(table)
+    for line in correlation_lines(result):
+        console.print(line, soft_wrap=True, highlight=False)
+    if honest_caption(result.metrics):
+        console.print(honest_caption(result.metrics), soft_wrap=True, highlight=False)
+    for line in warning_lines(result.metrics):
+        console.print(f"[bold red]warning:[/] {line}", soft_wrap=True, highlight=False)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {shown(note)}", soft_wrap=True)
     console.print(f"run written to {result.run_dir}", soft_wrap=True)

@@ -438,13 +438,17 @@ def diagnose_dir(
 
 
 def partial_from_run(run: str | Path) -> NDArray[Any] | None:
-    """The learned partial correlations of a run with LCEC; None otherwise."""
+    """The learned partial correlations of a run with LCEC; None without LCEC and when its LCEC is inert
+    (:func:`rubrictool.evaluate.lcec_activity`: a link "the model makes" at ±0.00 says nothing)."""
     import reccbm
+    from rubrictool.evaluate import lcec_activity
 
     model, _, _ = reccbm.load_checkpoint(run)
     if model.config.plm or model.lcec is None:
         return None
-    return reccbm.partial_correlations(reccbm.reliability(model)["Omega"])
+    rel = reccbm.reliability(model)
+    partial = reccbm.partial_correlations(rel["Omega"])
+    return None if lcec_activity(np.diag(rel["A"]), partial)["inert"] else partial
 
 
 def confusion_matrix_text(conf: pd.DataFrame, key: str) -> list[tuple[str, int]]:

@@ -28,6 +28,7 @@ from rubrictool.io import writable_dir
 from rubrictool.report import figures
 from rubrictool.report.diagnose import Diagnosis, diagnose
 from rubrictool.report.explain import SYMBOLS, ItemTrace, explain_items
+from rubrictool.report.honest import calibration_png, implied_noise_png, verdict
 from rubrictool.report.intervene import intervention_curves
 from rubrictool.report.run import Run, bundled_labels, git_revision, predict_with_attention, split_rows
 from rubrictool.report.scores import pair_agreement, smd
@@ -59,7 +60,13 @@ class Report:
     spearman: float | None = None
     spearman_ci: dict[str, float] | None = None  # {"rho", "lo", "hi", "n"}: bootstrap over concepts
     noise_share: dict[str, float] | None = None  # ρ(1 − test reliability, 1 − α) with its CI, when the run has it
-    lcec: dict[str, Any] = field(default_factory=dict)  # near-zero shares, the strongest links
+    lcec: dict[str, Any] = field(default_factory=dict)  # near-zero shares, the strongest links, inert + reason
+    implied: dict[str, Any] = field(default_factory=dict)  # ρ(σ²(implied), σ̂²), ρ(σ²(implied), 1 − α) with CIs
+    honest: dict[str, Any] = field(default_factory=dict)  # n_test, majority class, CIs (rubrictool.evaluate.honest_metrics)
+    warnings: list[dict[str, str]] = field(default_factory=list)  # [{code, message}], as metrics.json "warnings"
+    calibration: dict[str, Any] = field(default_factory=dict)  # ECE, NLL, bins (rubrictool.evaluate.calibration)
+    verdict: list[str] = field(default_factory=list)  # the page's conclusions in words, shown first
+    grade_levels: int = 0  # number of grades on the rubric's scale (adjacent agreement only when > 2)
     traces: list[ItemTrace] = field(default_factory=list)
     diagnosis: Diagnosis | None = None
     unavailable: list[str] = field(default_factory=list)  # one line per section a run cannot show
@@ -97,8 +104,9 @@ def build_report(
     saved, source = _selected_test_metrics(run)
     computed = reccbm.grade_metrics(gold, pred) | (reccbm.concept_metrics(gold_c, preds.levels)
                                                      if gold_c is not None else {})
+    G = run.model.config.num_grades
     metrics = {k: float(saved.get(k, computed.get(k, float("nan")))) for k, _ in GRADE_METRICS
-               if k != "smd" and (k in saved or k in computed)}
+               if k != "smd" and (k in saved or k in computed) and (k != "adjacent" or G > 2)}
     metrics["smd"] = smd(gold, pred)
     title = f"rubrictool report — {run.meta.get('rubric')} · {run.meta.get('variant')} · {run.path.name}"
     r = Report(title, str(run.path), str(run.meta.get("variant")), len(test), metrics, source,
@@ -107,7 +115,8 @@ def build_report(
     if off:
         r.notes.append(f"recomputing the test predictions gives different {', '.join(off)} than metrics.json "
                        "(was the model or the table changed after training?)")
-    G = run.model.config.num_grades
+    r.grade_levels = G
+    _honest_section(r, run, gold, preds.grade_probs)
     cm = np.zeros((G, G), dtype=np.int64)
     np.add.at(cm, (gold, pred), 1)
     r.images["confusion.png"] = figures.confusion_png(cm, list(range(run.grade_min, run.grade_min + G)))
@@ -115,10 +124,12 @@ def build_report(
     if run.plm:
         r.unavailable.append("PLM run: it grades without concepts, so it has no concept metrics, reliability, LCEC "
                              "correlations, interventions or decision traces")
+        r.verdict = _verdict(r, run, pred + run.grade_min)
         return r
     assert preds.p_hat is not None
     _concept_section(r, run, preds, gold_c)
     partial = _lcec_section(r, run, test)
+    r.verdict = _verdict(r, run, pred + run.grade_min)
     if gold_c is None:
         r.unavailable.append("interventions and rubric diagnostics: the table has no adjudicated concept labels "
                              "for the test answers")
@@ -139,21 +150,64 @@ def build_report(
     return r
 
 
+def _honest_section(r: Report, run: Run, gold: NDArray[Any], probs: NDArray[Any]) -> None:
+    """Test size, majority class, bootstrap CIs, warnings and calibration, recomputed from the page's predictions
+    (the same numbers as metrics.json for runs that recorded them; runs written before get them too)."""
+    from rubrictool.errors import DataError
+    from rubrictool.evaluate import calibration, honest_metrics
+
+    saved = (run.metrics.get("majority") or {}).get("grade")
+    majority = None if saved is None else np.full(len(gold), int(saved) - run.grade_min)
+    try:
+        train = split_rows(run, "train")["_y"].to_numpy(np.int64) if majority is None else None
+    except (DataError, KeyError):  # a table without the training answers (or their grades)
+        train = None
+    if train is None and majority is None:
+        r.unavailable.append("the majority-class baseline and the run's warnings: the table has no graded "
+                             "training answers")
+    else:
+        r.honest = honest_metrics(gold, probs.argmax(1), train, grade_min=run.grade_min, y_majority=majority)
+        r.warnings = list(r.honest["warnings"])
+    r.calibration = calibration(probs, gold)
+    r.images["calibration.png"] = calibration_png(r.calibration)
+
+
+def _verdict(r: Report, run: Run, predicted: NDArray[Any]) -> list[str]:
+    correlations: dict[str, dict[str, float] | None] = {
+        "ρ(σ², 1 − α)": r.spearman_ci, "ρ(σ²(implied), σ̂²)": r.implied.get("implied_vs_measured"),
+        "ρ(σ²(implied), 1 − α)": r.implied.get("implied_vs_1_minus_alpha"), "ρ(1 − test reliability, 1 − α)": r.noise_share}
+    grades = list(range(run.grade_min, run.grade_min + r.grade_levels))
+    return verdict(grades=grades, predicted=sorted({int(g) for g in predicted}), honest=r.honest,
+                   concepts=r.concepts, correlations=correlations, lcec=r.lcec)
+
+
+def _graders(test: pd.DataFrame) -> list[str]:
+    """The table's human grader columns, named as they are: grade_<who> with numbers (Mohler: grade_me,
+    grade_other), not the adjudicated grade itself or the model's outputs."""
+    skip = {"grade", "grade_prob", "grade_logit", "grade_bias", "grade_oracle", "grade_true"}
+    return [c for c in test.columns if str(c).startswith("grade_") and c not in skip
+            and pd.to_numeric(test[c], errors="coerce").notna().any()]
+
+
 def _agreement_section(r: Report, run: Run, test: pd.DataFrame, pred: NDArray[Any]) -> None:
     """Machine–human beside human–human (RSMTool's layout): the model against the gold grade and each
-    grader column present (grade_me, grade_other), the graders against each other."""
+    grader column the table has (grade_<who>, named as they are), the graders against each other."""
     g0 = run.grade_min
     rows = [{"pair": "model vs gold grade", **pair_agreement(test["_y"] + g0, pred + g0)}]
-    graders = [c for c in ("grade_me", "grade_other") if c in test and pd.to_numeric(test[c], errors="coerce").notna().any()]
+    graders = _graders(test)
     for c in graders:
-        rows.append({"pair": f"model vs grader {c.removeprefix('grade_')}",
-                     **pair_agreement(pd.to_numeric(test[c], errors="coerce"), pred + g0)})
-    if len(graders) == 2:
-        a, b = (pd.to_numeric(test[c], errors="coerce") for c in graders)
-        rows.append({"pair": "grader me vs grader other (human–human)", **pair_agreement(a, b)})
-    else:
-        r.unavailable.append("human–human agreement: the table has no two grader columns (grade_me, grade_other)")
-    r.agreement = r.tables["agreement.csv"] = pd.DataFrame(rows)
+        rows.append({"pair": f"model vs {c}", **pair_agreement(pd.to_numeric(test[c], errors="coerce"), pred + g0)})
+    for i, a in enumerate(graders):
+        for b in graders[i + 1:]:
+            rows.append({"pair": f"{a} vs {b} (human–human)",
+                         **pair_agreement(pd.to_numeric(test[a], errors="coerce"), pd.to_numeric(test[b], errors="coerce"))})
+    if len(graders) < 2:
+        r.unavailable.append("human–human agreement: the table has no two grader columns (grade_<who>, one per "
+                             "human grader)")
+    df = pd.DataFrame(rows)
+    if r.grade_levels and r.grade_levels <= 2:  # ±1 covers every pair of a two-grade scale
+        df = df.drop(columns=["adjacent"])
+    r.agreement = r.tables["agreement.csv"] = df
 
 
 def _concept_section(r: Report, run: Run, preds: reccbm.Predictions, gold_c: NDArray[Any] | None) -> None:
@@ -170,9 +224,22 @@ def _concept_section(r: Report, run: Run, preds: reccbm.Predictions, gold_c: NDA
                              "c_f1": per.get("f1", nan)})
     concepts = concepts.merge(rel.drop(columns=[c for c in ("name", "test_c_acc", "test_c_f1") if c in rel]),
                               on="concept", how="left")
+    if bundled_labels(run) and ("alpha_lo" not in concepts or concepts["alpha_lo"].isna().all()):
+        concepts = _benchmark_alpha(run, concepts)  # runs trained before α's CI was computed for the bundled labels
     r.concepts = r.tables["concepts.csv"] = concepts
     r.spearman = run.metrics.get("spearman_sigma2_vs_1_minus_alpha")
     r.noise_share = run.metrics.get("spearman_noise_share")
+    if run.metrics.get("implied_noise"):
+        r.implied = dict(run.metrics["implied_noise"])
+    elif {"sigma2_implied", "score_sigma2"} <= set(concepts.columns):
+        from rubrictool.train import implied_noise_rhos
+
+        r.implied = implied_noise_rhos(concepts["sigma2_implied"], concepts["score_sigma2"],
+                                       concepts.get("alpha", pd.Series(np.nan, index=concepts.index)))
+    if {"sigma2_implied", "score_sigma2"} <= set(concepts.columns):
+        pts = concepts.dropna(subset=["sigma2_implied", "score_sigma2"])
+        if len(pts):
+            r.images["implied_noise.png"] = implied_noise_png(pts, r.implied.get("implied_vs_measured"))
     if not run.has_lcec:
         r.unavailable.append("no LCEC layer in this run: no learned σ², A or Ω, so no reliability scatter and no "
                              "partial correlations")
@@ -184,6 +251,23 @@ def _concept_section(r: Report, run: Run, preds: reccbm.Predictions, gold_c: NDA
     else:
         r.unavailable.append("no inter-rater α for the concepts (agreement.json was not found at training time): "
                              "no reliability scatter")
+
+
+def _benchmark_alpha(run: Run, concepts: pd.DataFrame) -> pd.DataFrame:
+    """α and its bootstrap CI from the benchmark's own label passes (rubrictool.pipeline.benchmark_table)."""
+    from rubrictool.pipeline import benchmark_table
+
+    try:
+        agreement = benchmark_table(str(run.meta.get("rubric")), run.data_dir)[2].get("concepts", {})
+    except Exception:  # noqa: BLE001 - the passes are not on this machine: keep what the run recorded
+        return concepts
+    out = concepts.copy()
+    entries = [agreement.get(k, {}) for k in out["concept"]]
+    cis = [list(e.get("alpha_ci") or [None, None]) + [None, None] for e in entries]
+    out["alpha"] = [_num(e.get("alpha")) for e in entries]
+    out["alpha_lo"] = [_num(c[0]) for c in cis]
+    out["alpha_hi"] = [_num(c[1]) for c in cis]
+    return out.astype({"alpha": float, "alpha_lo": float, "alpha_hi": float})
 
 
 def _lcec_section(r: Report, run: Run, test: pd.DataFrame) -> NDArray[Any] | None:
@@ -200,13 +284,20 @@ def _lcec_section(r: Report, run: Run, test: pd.DataFrame) -> NDArray[Any] | Non
     r.tables["label_correlations.csv"] = pd.DataFrame(emp, index=run.keys, columns=run.keys)
     partial = None
     if run.has_lcec:
-        partial = reccbm.partial_correlations(reccbm.reliability(run.model)["Omega"])
+        from rubrictool.evaluate import lcec_activity
+
+        rel = reccbm.reliability(run.model)
+        partial = reccbm.partial_correlations(rel["Omega"])
         panels.append(("learned partial correlation −Ω_ij/√(Ω_ii Ω_jj)", partial))
         r.lcec["partial_near_zero"] = float(np.mean(np.abs(_off_diagonal(partial)) < NEAR_ZERO))
-        iu = np.triu_indices(len(run.keys), 1)
-        top = np.argsort(-np.abs(partial[iu]))[:3]
-        r.lcec["links"] = [(run.keys[iu[0][t]], run.keys[iu[1][t]], float(partial[iu][t])) for t in top]
+        r.lcec |= lcec_activity(np.diag(rel["A"]), partial)
         r.tables["partial_correlations.csv"] = pd.DataFrame(partial, index=run.keys, columns=run.keys)
+        if r.lcec["inert"]:  # links at ±0.00 say nothing: neither listed here nor in the rubric diagnostics
+            partial = None
+        else:
+            iu = np.triu_indices(len(run.keys), 1)
+            top = np.argsort(-np.abs(partial[iu]))[:3]
+            r.lcec["links"] = [(run.keys[iu[0][t]], run.keys[iu[1][t]], float(partial[iu][t])) for t in top]
     r.images["lcec_heatmaps.png"] = figures.heatmaps_png(run.keys, panels)
     return partial
 
@@ -365,38 +456,86 @@ def _md_table(df: pd.DataFrame, cols: list[tuple[str, str]]) -> list[str]:
     return lines
 
 
+def _spans(ci: dict[str, float] | None) -> str:
+    from rubrictool.evaluate import inconclusive
+
+    return ". Inconclusive: the CI spans 0" if ci and inconclusive(ci) else ""
+
+
 def render_markdown(r: Report) -> str:
     """The report as Markdown (figures referenced as the PNG files written beside it). Text that comes from
     the data (ids, answers, names, notes) is escaped (:mod:`rubrictool.textsafe`): no HTML, no markup."""
     L = [f"# {md_inline(r.title)}", "", f"Test split: {r.n_test} answers. Numbers from {md_inline(r.metrics_source)}.", ""]
+    if r.verdict:
+        L += ["## Verdict", ""] + [f"- {md_inline(v)}" for v in r.verdict] + [""]
+    for w in r.warnings:
+        L += [f"**Warning:** {md_inline(w['message'])}", ""]
     L += [md_quote(n) for n in r.notes] + [""] if r.notes else []
-    L += ["## Grade metrics", "", "| metric | value |", "|---|---|"]
-    L += [f"| {name} | {'—' if np.isnan(r.metrics.get(k, np.nan)) else format(r.metrics[k], '.3f')} |"
-          for k, name in GRADE_METRICS if k in r.metrics]
-    L += ["", "![confusion matrix](confusion.png)", "", "## Machine–human and human–human agreement", ""]
+    ci = r.honest.get("ci") or {}
+
+    def val(k: str) -> str:
+        v = r.metrics.get(k, np.nan)
+        out = "—" if np.isnan(v) else format(v, ".3f")
+        if k in ci and not np.isnan(ci[k]["lo"]):
+            out += f" [{ci[k]['lo']:.3f}, {ci[k]['hi']:.3f}]"
+        return out
+
+    L += ["## Grade metrics", "", "| metric | value [95 % bootstrap CI] |", "|---|---|"]
+    L += [f"| {name} | {val(k)} |" for k, name in GRADE_METRICS if k in r.metrics]
+    if r.honest.get("majority"):
+        L += [(f"| majority class (always grade {r.honest['majority']['grade']}): T-Acc | "
+              f"{r.honest['majority']['t_acc']:.3f} |")]
+    if r.calibration:
+        L += [f"| ECE ({r.calibration['ece_bins']}) | {r.calibration['ece']:.3f} |",
+              f"| NLL of the grade probabilities | {r.calibration['nll']:.3f} |"]
+    L += ["", "![confusion matrix](confusion.png)"]
+    if "calibration.png" in r.images:
+        L += ["", "![calibration: reliability diagram of grade_prob](calibration.png)"]
+    L += ["", "## Machine–human and human–human agreement", ""]
     L += _md_table(r.agreement, [("pair", "pair"), ("n", "n"), ("qwk", "QWK"), ("pearson", "Pearson r"),
-                                 ("smd", "SMD"), ("exact", "exact"), ("adjacent", "adjacent")])
+                                 ("smd", "SMD"), ("exact", "exact")]
+                   + ([("adjacent", "adjacent")] if "adjacent" in r.agreement else []))
     if len(r.concepts):
         L += ["", "## Concepts", ""]
         cols = [("concept", "concept"), ("c_acc", "C-Acc"), ("c_f1", "C-F1"), ("alpha", "α"), ("alpha_lo", "α lo"),
                 ("alpha_hi", "α hi"), ("sigma2", "σ²"), ("A_kk", "A_kk")]
+        if "sigma2_implied" in r.concepts:
+            cols += [("sigma2_implied", "σ²(implied)"), ("score_sigma2", "σ̂² (test)")]
         L += _md_table(r.concepts, cols + ([("test_reliability", "test reliability")]
                                            if "test_reliability" in r.concepts else []))
-        ci, share = r.spearman_ci, r.noise_share
+        sci, share = r.spearman_ci, r.noise_share
         L += ["", f"Spearman ρ(σ², 1 − α) = {'—' if r.spearman is None else format(r.spearman, '.3f')}"
-              + (f" (95 % bootstrap CI over {ci['n']} concepts [{ci['lo']:.3f}, {ci['hi']:.3f}])" if ci else "")]
+              + (f" (95 % bootstrap CI over {sci['n']} concepts [{sci['lo']:.3f}, {sci['hi']:.3f}])" if sci else "")
+              + _spans(sci)]
+        for key, what in (("implied_vs_measured", "ρ(σ²(implied), σ̂²)"),
+                          ("implied_vs_1_minus_alpha", "ρ(σ²(implied), 1 − α)")):
+            c = r.implied.get(key)
+            if c:
+                L += ["", f"Spearman {what} = {c['rho']:.3f} (95 % bootstrap CI over {c['n']} concepts "
+                          f"[{c['lo']:.3f}, {c['hi']:.3f}])" + _spans(c)]
+        if r.implied:
+            L += ["", ("σ²(implied) = v_k (1 − A_kk) / A_kk (v_k = var(c_k/M) over the training labels) is the noise "
+                      "LCEC's shrinkage implies under a diagonal prior; the learned σ² is identified only together "
+                      "with Ω. σ̂² = var(s̃ − c/M) is the noise measured on the test answers.")]
         if share:
             L += ["", (f"Spearman ρ(1 − test reliability, 1 − α) = {share['rho']:.3f} (95 % bootstrap CI over "
-                       f"{share['n']} concepts [{share['lo']:.3f}, {share['hi']:.3f}]): test reliability is the share of "
-                       "each concept score's variance that is signal on the test answers (docs/training.md)")]
-    for name, title in (("reliability.png", "reliability"), ("lcec_heatmaps.png", "LCEC correlations"),
+                       f"{share['n']} concepts [{share['lo']:.3f}, {share['hi']:.3f}]){_spans(share)}: test reliability "
+                       "is the share of each concept score's variance that is signal on the test answers "
+                       "(docs/training.md)")]
+    for name, title in (("reliability.png", "reliability"), ("implied_noise.png", "implied vs measured noise"),
+                        ("lcec_heatmaps.png", "LCEC correlations"),
                         ("intervention.png", "interventions")):
         if name in r.images:
             L += ["", f"![{title}]({name})"]
     if r.lcec:
         L += ["", f"Near-zero (|r| < {NEAR_ZERO}) off-diagonal share: labels {r.lcec.get('label_near_zero', 0):.0%}"
               + (f", learned partial correlations {r.lcec['partial_near_zero']:.0%}" if "partial_near_zero" in r.lcec
-                 else "")]
+                 else "")
+              + ("; strongest learned links: " + ", ".join(f"{a}–{b} ({v:+.2f})" for a, b, v in r.lcec["links"])
+                 if r.lcec.get("links") else "")]
+        if r.lcec.get("inert"):
+            L += ["", (f"**LCEC is inert in this run:** {r.lcec['reason']}. Its learned links are not listed and the "
+                      "rubric diagnostics do not use them.")]
     for t in r.traces:
         L += ["", f"### Decision trace {md_inline(t.id)}: grade {t.grade} (p = {t.grade_prob:.2f}), gold {t.gold_grade}",
               "", md_quote(t.response), "", f"![trace]({trace_file(t.id)})"]
@@ -449,6 +588,11 @@ def write_report(r: Report, out: str | Path) -> dict[str, Path]:
     (d / "report.html").write_text(render_html(r), encoding="utf-8")
     (d / "report.md").write_text(render_markdown(r), encoding="utf-8")
     (d / "report.json").write_text(json.dumps({"metrics": r.metrics, "agreement": r.agreement.to_dict("records"),
-                                               "unavailable": r.unavailable}, indent=1, default=float) + "\n")
+                                               "unavailable": r.unavailable, "verdict": r.verdict,
+                                               "warnings": r.warnings, "calibration": r.calibration,
+                                               "honest": {k: v for k, v in r.honest.items() if k != "warnings"},
+                                               "implied_noise": r.implied, "lcec": {k: v for k, v in r.lcec.items()
+                                                                                   if k != "links"}},
+                                              indent=1, default=float) + "\n")
     paths |= {"report.html": d / "report.html", "report.md": d / "report.md", "report.json": d / "report.json"}
     return paths

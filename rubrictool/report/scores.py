@@ -29,14 +29,14 @@ def smd(reference: ArrayLike, other: ArrayLike) -> float:
     return float((b.mean() - a.mean()) / pooled) if pooled > 0 else float("nan")
 
 
-def pair_agreement(reference: ArrayLike, other: ArrayLike) -> dict[str, float]:
+def pair_agreement(reference: ArrayLike, other: ArrayLike) -> dict[str, Any]:
     """n, QWK, Pearson r, SMD, exact and adjacent agreement of `other` against `reference`."""
     a, b = np.asarray(reference, dtype=float), np.asarray(other, dtype=float)
     ok = ~(np.isnan(a) | np.isnan(b))
     a, b = a[ok], b[ok]
     ia, ib = round_half_up(a), round_half_up(b)
     return {
-        "n": float(len(a)),
+        "n": len(a),
         "qwk": quadratic_weighted_kappa(ia, ib) if len(a) else float("nan"),
         "pearson": pearson(a, b),
         "smd": smd(a, b) if len(a) else float("nan"),

@@ -1,0 +1,247 @@
+"""What a run says about itself: test size, majority class, bootstrap CIs, warnings, calibration, the implied and
+measured concept noise, an inert LCEC, the report's verdict and a constant model's audit — on a statistics course
+that is not Mohler (three concepts on 0..2, a 0..2 or pass/fail grade, graders grade_ta and grade_prof)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from rubrictool.cli import app
+from rubrictool.evaluate import (
+    calibration,
+    expected_calibration_error,
+    honest_metrics,
+    inconclusive,
+    lcec_activity,
+)
+from rubrictool.report.honest import verdict
+from tests.support.stats_course import STATS_KEYS, stats_table, train_stats
+from tests.support.tiny_models import build_backbone
+
+runner = CliRunner()
+
+
+# ---------------------------------------------------------------------------- the numbers, by hand
+def test_a_constant_model_on_a_small_split_gets_all_three_warnings() -> None:
+    train = np.array([0, 1, 1, 1, 2, 2])  # majority grade 1 (index), shown on the rubric's scale 3..5 as 4
+    truth = np.array([1, 1, 0, 2, 1, 1, 2, 1])
+    res = honest_metrics(truth, np.ones(8, int), train, n_boot=200, grade_min=3)
+    assert res["n_test"] == 8 and isinstance(res["n_test"], int)
+    assert res["majority"] == {"grade": 4, "t_acc": 5 / 8, "qwk": pytest.approx(0.0)}
+    assert res["top_grade"] == 4 and res["top_share"] == 1.0
+    assert [w["code"] for w in res["warnings"]] == ["constant_predictions", "not_above_majority", "small_test"]
+    assert "grade 4" in res["warnings"][0]["message"] and "--folds 5" in res["warnings"][2]["message"]
+    assert res["ci"]["t_acc"]["lo"] <= 5 / 8 <= res["ci"]["t_acc"]["hi"]
+
+
+def test_a_model_that_grades_well_on_enough_answers_gets_no_warning() -> None:
+    rng = np.random.default_rng(0)
+    truth = rng.integers(0, 3, 200)
+    pred = np.where(rng.random(200) < 0.9, truth, (truth + 1) % 3)
+    res = honest_metrics(truth, pred, rng.integers(0, 3, 300), n_boot=300)
+    assert res["warnings"] == [] and res["vs_majority"]["lo"] > 0
+    assert res["ci"]["qwk"]["lo"] < res["ci"]["qwk"]["value"] < res["ci"]["qwk"]["hi"]
+
+
+def test_ece_and_nll_by_hand() -> None:
+    probs = np.array([[0.9, 0.1], [0.8, 0.2], [0.35, 0.65], [0.6, 0.4]])
+    y = np.array([0, 1, 1, 0])
+    cal = calibration(probs, y)
+    # bins of 0.1: 0.9 -> [0.9,1) right; 0.8 -> [0.8,0.9) wrong; 0.65 and 0.6 -> [0.6,0.7) both right
+    ece = (1 / 4) * abs(1 - 0.9) + (1 / 4) * abs(0 - 0.8) + (2 / 4) * abs(1 - 0.625)
+    assert cal["ece"] == pytest.approx(ece) and "10 equal-width bins" in cal["ece_bins"]
+    assert cal["nll"] == pytest.approx(-np.mean(np.log([0.9, 0.2, 0.65, 0.6])))
+    assert [b["n"] for b in cal["bins"]] == [2, 1, 1]
+    assert expected_calibration_error(probs.max(1), probs.argmax(1) == y)["ece"] == pytest.approx(ece)
+
+
+def test_lcec_is_inert_when_it_neither_shrinks_nor_links() -> None:
+    K = 4
+    tiny = np.eye(K) + 1e-3 * (1 - np.eye(K))
+    assert lcec_activity(np.full(K, 0.99), tiny)["inert"]  # both reasons
+    shrinks = lcec_activity(np.full(K, 0.8), tiny)
+    assert shrinks["inert"] and "links no concepts" in shrinks["reason"] and "A_kk" not in shrinks["reason"]
+    links = np.eye(K)
+    links[0, 1] = links[1, 0] = 0.3
+    assert not lcec_activity(np.full(K, 0.8), links)["inert"]
+    assert inconclusive({"rho": 0.4, "lo": -0.5, "hi": 0.9}) and not inconclusive({"rho": 0.8, "lo": 0.1, "hi": 1.0})
+
+
+def test_the_verdict_is_drawn_from_the_numbers() -> None:
+    honest = honest_metrics(np.array([0, 1, 2, 1] * 20), np.array([0, 1, 1, 1] * 20), np.array([1, 1, 0]), n_boot=200)
+    concepts = pd.DataFrame({"concept": ["MEAN", "SPREAD", "UNITS"], "alpha": [0.9, 0.4, 0.8],
+                             "test_reliability": [0.8, 0.7, 0.2]})
+    lines = verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=concepts,
+                    correlations={"ρ(a, b)": {"rho": 0.3, "lo": -0.4, "hi": 0.8, "n": 3},
+                                  "ρ(c, d)": {"rho": 0.9, "lo": 0.5, "hi": 1.0, "n": 3}},
+                    lcec={"inert": True, "reason": "mean A_kk is 0.990"})
+    text = " ".join(lines)
+    assert "never predicts grade 2" in text and "beats the majority class" in text
+    assert "do not agree on SPREAD" in text and "UNITS are mostly noise" in text
+    assert "Inconclusive (95 % CI spans 0): ρ(a, b)." in text and "ρ(c, d)" not in text
+    assert "LCEC is inert" in text
+
+
+# ---------------------------------------------------------------------------- runs on the statistics course
+@pytest.fixture(scope="module")
+def course(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """(run, table, train output): 48 answers, a 0..2 grade, a tiny BERT."""
+    tmp = tmp_path_factory.mktemp("stats")
+    code, output, run = train_stats(tmp, build_backbone(tmp, "bert"), stats_table(48))
+    assert code == 0, output
+    return run, tmp / "stats.csv", output
+
+
+def _split(run: Path) -> dict[str, list[str]]:
+    return json.loads((run / "split.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_a_single_split_run_records_what_it_can_tell(course: tuple[Path, Path, str]) -> None:
+    run, table, output = course
+    m = json.loads((run / "metrics.json").read_text())
+    df = pd.read_csv(table, dtype={"id": str}).set_index("id")
+    split = _split(run)
+    assert m["n_test"] == len(split["test"]) and isinstance(m["n_test"], int)
+    train_grades = df.loc[split["train"], "grade"]
+    counts = train_grades.value_counts()
+    assert m["majority"]["grade"] == int(counts[counts == counts.max()].index.min())  # ties: the lower grade
+    pred = pd.read_csv(run / "test_predictions.csv", dtype={"id": str})
+    truth = df.loc[pred["id"], "grade"].to_numpy()
+    assert m["majority"]["t_acc"] == pytest.approx(float((truth == m["majority"]["grade"]).mean()))
+    assert m["ci"]["t_acc"]["value"] == pytest.approx(float((pred["grade"].to_numpy() == truth).mean()))
+    # calibration of what teachers read: ECE again from test_predictions.csv's grade_prob
+    ece = expected_calibration_error(pred["grade_prob"], pred["grade"].to_numpy() == truth)["ece"]
+    assert m["calibration"]["ece"] == pytest.approx(ece) and m["calibration"]["nll"] > 0
+    # warnings: structured, and printed
+    codes = [w["code"] for w in m["warnings"]]
+    share = pred["grade"].value_counts().max() / len(pred)
+    assert ("constant_predictions" in codes) == (share >= 0.9)
+    assert ("not_above_majority" in codes) == (m["vs_majority"]["lo"] <= 0)
+    assert "small_test" in codes  # 48 answers give a handful of test answers
+    flat = " ".join(output.split())
+    assert f"n = {m['n_test']} test answers" in flat and "warning: only" in flat and "--folds 5" in flat
+
+
+def test_the_reliability_table_says_what_sigma2_means(course: tuple[Path, Path, str]) -> None:
+    run, table, _ = course
+    rel = pd.read_csv(run / "reliability.csv").set_index("concept")
+    df = pd.read_csv(table, dtype={"id": str}).set_index("id")
+    split = _split(run)
+    M = 2
+    v = (df.loc[split["train"], STATS_KEYS] / M).var(ddof=0)  # v_k over the training labels
+    for k in STATS_KEYS:
+        a = rel.loc[k, "A_kk"]
+        assert rel.loc[k, "label_var"] == pytest.approx(v[k])
+        assert rel.loc[k, "sigma2_implied"] == pytest.approx(v[k] * (1 - a) / a)
+    pred = pd.read_csv(run / "test_predictions.csv", dtype={"id": str})
+    gold = df.loc[pred["id"], STATS_KEYS].to_numpy(float) / M
+    noise = (pred[[f"{k}_expected" for k in STATS_KEYS]].to_numpy(float) / M - gold).var(0)  # σ̂² on the test answers
+    assert rel.loc[STATS_KEYS, "score_sigma2"].to_numpy() == pytest.approx(noise, abs=1e-6)  # float32 outputs
+    m = json.loads((run / "metrics.json").read_text())
+    from rubrictool.evaluate import spearman_with_ci
+
+    assert m["implied_noise"]["implied_vs_measured"] == spearman_with_ci(rel["sigma2_implied"], rel["score_sigma2"])
+    md = (run / "reliability.md").read_text()
+    assert "σ²(implied)" in md and "Spearman ρ(σ_k²(implied), σ̂_k²)" in md
+    ci = m["implied_noise"]["implied_vs_measured"]
+    assert ("inconclusive: the CI spans 0" in md) == (ci is not None and ci["lo"] <= 0 <= ci["hi"])
+
+
+def test_the_report_opens_with_a_verdict_and_warns(course: tuple[Path, Path, str], tmp_path: Path) -> None:
+    run, table, _ = course
+    out = tmp_path / "rep"
+    res = runner.invoke(app, ["report", "--run", str(run), "--data", str(table), "--out", str(out), "--repeats", "1"])
+    assert res.exit_code == 0, res.output
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    m = json.loads((run / "metrics.json").read_text())
+    assert md.index("## Verdict") < md.index("## Grade metrics")
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["verdict"] and all(f"- {v}" in md for v in doc["verdict"])
+    assert [w["code"] for w in doc["warnings"]] == [w["code"] for w in m["warnings"]]
+    for w in m["warnings"]:  # the run's warnings, on the page
+        assert w["message"] in md and f'id="warning-{w["code"]}"' in page
+    pred = pd.read_csv(run / "test_predictions.csv")
+    never = sorted(set(range(3)) - set(pred["grade"]))
+    if len(set(pred["grade"])) == 1:
+        assert f"grade {pred['grade'].iloc[0]}: it grades nothing" in md
+    elif never:
+        assert f"never predicts grade{'s' if len(never) > 1 else ''} {never[0]}" in md
+    beats = m["vs_majority"]["lo"] > 0
+    assert ("It beats the majority class" in md) == beats and ("It does not beat the majority class" in md) != beats
+    # integer n, the graders as the table names them, no Mohler names
+    agr = pd.read_csv(out / "agreement.csv")
+    assert list(agr["pair"]) == ["model vs gold grade", "model vs grade_ta", "model vs grade_prof",
+                                 "grade_ta vs grade_prof (human–human)"]
+    assert f"| model vs gold grade | {m['n_test']} |" in md and "grade_me" not in md and "grader me" not in page
+    assert "adjacent" in agr.columns  # three grades: ±1 still tells something
+    # calibration: a diagram and the numbers of metrics.json
+    assert (out / "calibration.png").is_file() and f"{m['calibration']['ece']:.3f}" in md
+    # σ² implied beside σ̂², and the inert LCEC hides its links
+    concepts = pd.read_csv(out / "concepts.csv")
+    assert {"sigma2_implied", "score_sigma2"} <= set(concepts.columns) and (out / "implied_noise.png").is_file()
+    inert = m["lcec"]["inert"]
+    assert ("LCEC is inert in this run" in md) == inert and ("strongest learned links" in md) != inert
+    from rubrictool.report.diagnose import partial_from_run
+
+    assert (partial_from_run(run) is None) == inert
+
+
+def test_a_pass_fail_grade_shows_no_adjacent_agreement(tmp_path: Path) -> None:
+    code, output, run = train_stats(tmp_path, build_backbone(tmp_path, "bert"), stats_table(40, seed=1), grade_max=1)
+    assert code == 0, output
+    out = tmp_path / "rep"
+    res = runner.invoke(app, ["report", "--run", str(run), "--data", str(tmp_path / "stats.csv"), "--out", str(out),
+                              "--repeats", "1"])
+    assert res.exit_code == 0, res.output
+    assert "adjacent" not in pd.read_csv(out / "agreement.csv").columns
+    md = (out / "report.md").read_text()
+    assert "adjacent" not in md and "| T-Acc (exact agreement) |" in md
+
+
+def test_a_constant_model_is_called_constant_by_train_report_and_audit(tmp_path: Path) -> None:
+    """Every training answer grade 1 with every concept at 1: the model can only say 1."""
+    code, output, run = train_stats(tmp_path, build_backbone(tmp_path, "bert"), stats_table(48, skew=1.0))
+    assert code == 0, output
+    m = json.loads((run / "metrics.json").read_text())
+    codes = [w["code"] for w in m["warnings"]]
+    assert codes[:2] == ["constant_predictions", "not_above_majority"] and m["top_share"] == 1.0
+    assert "gives grade 1 to 100 %" in " ".join(output.split())
+    res = runner.invoke(app, ["audit", "--run", str(run), "--data", str(tmp_path / "stats.csv"),
+                              "--transform", "append_reference", "--transform", "append_keywords"])
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert "The model is constant" in flat and "mean grade shift" not in flat  # no table that reads as "robust"
+    doc = json.loads((run / "audit" / "audit.json").read_text())
+    items = pd.read_csv(run / "audit" / "audit_items.csv")
+    assert doc["constant_grade"] == 1 and set(items["grade_before"]) | set(items["grade_after"]) == {1}
+    assert "**The model is constant:**" in (run / "audit" / "audit.md").read_text()
+
+
+def test_folds_pool_calibration_and_the_implied_noise(tmp_path: Path) -> None:
+    code, output, run = train_stats(tmp_path, build_backbone(tmp_path, "bert"), stats_table(48, seed=2), "--folds", "2")
+    assert code == 0, output
+    folds = json.loads((run / "folds.json").read_text())
+    pooled = pd.read_csv(run / "pooled_predictions.csv")
+    ece = expected_calibration_error(pooled["grade_prob"], pooled["grade"] == pooled["grade_true"])["ece"]
+    assert folds["calibration"]["ece"] == pytest.approx(ece)
+    per_fold = [json.loads((run / f"fold-{i}" / "metrics.json").read_text()) for i in range(2)]
+    n = [f["n_test"] for f in per_fold]
+    nll = sum(k * f["calibration"]["nll"] for k, f in zip(n, per_fold)) / sum(n)
+    assert folds["calibration"]["nll"] == pytest.approx(nll) and sum(n) == len(pooled)
+    assert folds["majority"]["t_acc"] == pytest.approx(float((pooled["majority"] == pooled["grade_true"]).mean()))
+    assert all(w["code"] != "small_test" for w in folds["warnings"])  # every answer was tested once
+    rel = folds["reliability"]
+    implied = np.mean([pd.read_csv(run / f"fold-{i}" / "reliability.csv")["sigma2_implied"] for i in range(2)], axis=0)
+    assert rel["sigma2_implied_mean"] == pytest.approx(implied.tolist())
+    assert rel["score_sigma2_pooled"] == folds["score_reliability"]["sigma2"]
+    assert "implied_vs_measured" in rel and "implied_vs_1_minus_alpha" in rel
+    assert "majority class" in (run / "folds.md").read_text()
+    assert f"n = {len(pooled)} answers pooled over 2 folds" in " ".join(output.split())
+    assert not math.isnan(folds["ci"]["t_acc"]["lo"])
