@@ -32,7 +32,8 @@ from rubrictool.textsafe import md_inline
 __all__ = ["FILLER", "TRANSFORMATIONS", "AuditResult", "audit_run", "keywords", "transform",
            "write_audit"]
 
-# Generic on-topic-sounding sentences that say nothing about any particular question.
+# Generic sentences that say nothing about any particular question: the filler when the course has too few answers of
+# its own to draw from and no --filler file is given.
 FILLER = (
     "This is a very important concept in computer science and it is used in many programs.",
     "In general, a good programmer always thinks carefully about the problem before writing the code.",
@@ -71,8 +72,10 @@ TRANSFORMATIONS: dict[str, _Transform] = {
     "append_keywords": lambda it, rng: f"{it['response']} {' '.join(keywords(it['reference']))}".strip(),
     # the question pasted after the response
     "append_question": lambda it, rng: f"{it['response']} {it['question']}".strip(),
-    # two generic sentences (chosen with the seed) after the response
-    "append_filler": lambda it, rng: " ".join([it["response"], *rng.choice(FILLER, size=2, replace=False)]).strip(),
+    # two sentences that say nothing about this question after the response: from the course's own training answers
+    # to other questions (or --filler FILE), chosen with the seed per answer (``filler``); else two generic ones
+    "append_filler": lambda it, rng: " ".join([it["response"], it.get("filler") or " ".join(
+        rng.choice(FILLER, size=2, replace=False))]).strip(),
     # the response's first sentence, three more times
     "repeat_sentence": lambda it, rng: " ".join([it["response"]] + [_first_sentence(it["response"])] * 3).strip(),
     # the words of a correct answer to the same question (best-graded training answer, else the reference), shuffled
@@ -123,6 +126,33 @@ def _correct_answers(run: Run, test: pd.DataFrame) -> list[str]:
     return [best.get(q) or ref or resp for q, ref, resp in zip(test["question"], test["reference"], test["response"])]
 
 
+def _filler(run: Run, test: pd.DataFrame, filler_file: str | Path | None, seed: int) -> list[str]:
+    """Per test answer, two filler sentences: from ``filler_file`` (one per line), else first sentences of the course's
+    own training answers to other questions (in the course's own words and domain, but not about this question);
+    "" (the generic FILLER) when fewer than two are at hand."""
+    rng = np.random.default_rng([seed, 99])
+    if filler_file is not None:
+        try:
+            lines = [ln.strip() for ln in Path(filler_file).read_text(encoding="utf-8").splitlines() if ln.strip()]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"--filler {filler_file}: cannot read it ({exc.__class__.__name__})") from None
+        if len(lines) < 2:
+            raise DataError(f"--filler {filler_file}: needs at least two sentences, one per line")
+        return [" ".join(rng.choice(lines, size=2, replace=False)) for _ in range(len(test))]
+    table = run.table
+    if table is None or "question" not in table.columns:
+        return [""] * len(test)
+    train_ids = {str(i) for i in run.split.get("train", [])}
+    tr = table[table["id"].astype(str).isin(train_ids)]
+    pool = [(str(q), _first_sentence(str(r))) for q, r in zip(tr["question"], tr["response"].fillna(""))
+            if len(str(r).split()) >= 4]
+    out = []
+    for q in test["question"].astype(str):
+        other = [sent for qq, sent in pool if qq != q]
+        out.append(" ".join(rng.choice(other, size=2, replace=False)) if len(other) >= 2 else "")
+    return out
+
+
 def audit_run(
     run_dir: str | Path,
     data: str | Path | None = None,
@@ -131,8 +161,10 @@ def audit_run(
     batch_size: int = 32,
     transformations: list[str] | None = None,
     progress: ProgressFn | None = None,
+    filler: str | Path | None = None,
 ) -> AuditResult:
-    """Apply the gaming transformations to the run's test split and grade every version with the run."""
+    """Apply the gaming transformations to the run's test split and grade every version with the run. ``filler``: a
+    text file of filler sentences (one per line); default: sentences of the course's own answers to other questions."""
     names = transformations or list(TRANSFORMATIONS)
     for name in names:
         if name not in TRANSFORMATIONS:
@@ -147,12 +179,13 @@ def audit_run(
     grader = (run.model, run.tokenizer, run.meta)
     base = test[["id", "question", "reference", "context", "response"]].copy()
     base["correct"] = _correct_answers(run, test)
+    base["filler"] = _filler(run, test, filler, seed)
     total = len(base) * (len(names) + 1)
     done = 0
 
     def grade(items: pd.DataFrame) -> pd.DataFrame:
         nonlocal done
-        out = grade_loaded(grader, items.drop(columns=["correct"]), batch_size, None, profile=profile)
+        out = grade_loaded(grader, items.drop(columns=["correct", "filler"]), batch_size, None, profile=profile)
         done += len(items)
         if progress is not None:
             progress(Progress("audit", done, total))

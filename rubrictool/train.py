@@ -454,11 +454,11 @@ def train_model(
         if is_main:
             save_split({k: list(v) for k, v in split.items()}, stage / "split.json")
             (stage / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True))
+        labels_rec = label_source(table, agreement, labels)
         result = _train_into(run, stage, is_main, rb, df, pos, name, preset, mcfg, recipe, seeds, first_seed, agreement, notes,
-                             callback, progress, plm)
+                             callback, progress, plm, labels_rec)
         if is_main:
-            write_record(stage, rubric=rb, table=_table_record(stage, table, table_source),
-                         labels=label_source(table, agreement, labels))
+            write_record(stage, rubric=rb, table=_table_record(stage, table, table_source), labels=labels_rec)
     log.info("wrote %s", run)
     return replace(result, run_dir=run)
 
@@ -484,6 +484,7 @@ def _train_into(
     target: Path, stage: Path, is_main: bool, rb: Rubric, df: pd.DataFrame, pos: dict[str, list[int]], name: str, preset: str,
     mcfg: ModelConfig, recipe: reccbm.Recipe, seeds: int, first_seed: int, agreement: dict[str, Any] | None,
     notes: list[str], callback: Callable[[reccbm.Event], None] | None, progress: ProgressFn | None, plm: bool,
+    labels: dict[str, Any],
 ) -> TrainResult:
     """Train every seed and write the run's files into ``stage`` (the main process only)."""
     run = stage
@@ -512,7 +513,7 @@ def _train_into(
         _, model, info, preds = best
         metrics = {"variant": name, "preset": preset, "rubric": rb.name, "git_revision": git_revision(),
                    "seeds": infos, "selected_seed": info["seed"],
-                   "summary": _summary(infos), "notes": notes}
+                   "summary": _summary(infos), "notes": notes, "labels": labels}
         y_test = np.asarray(sets["test"].grades)
         honest = honest_metrics(y_test, preds.grades, np.asarray(sets["train"].grades), grade_min=rb.grade.min)
         metrics |= {k: honest[k] for k in ("n_test", "majority", "ci", "vs_majority", "top_grade", "top_share")}

@@ -106,3 +106,32 @@ def test_an_unwritable_out_is_one_clear_error_before_any_grading(tiny: tuple[Pat
     blocker.write_text("x")
     res = CliRunner().invoke(app, ["audit", "--run", str(run), "--data", str(table), "--out", str(blocker / "audit")])
     assert res.exit_code == 1 and "cannot write into" in res.output and "Traceback" not in res.output
+
+
+def test_filler_comes_from_the_courses_own_answers_to_other_questions_or_a_file(
+    tiny: tuple[Path, Path], tmp_path: Path
+) -> None:
+    run, table = tiny
+    df = pd.read_csv(table)
+    df["question"] = [f"question {i % 4}" for i in range(len(df))]  # four questions, so "other" answers exist
+    course = tmp_path / "course.csv"
+    df.to_csv(course, index=False)
+    res = audit_run(run, data=course, transformations=["append_filler"], seed=1)
+    items = res.items
+    split = json.loads((run / "split.json").read_text())
+    train = df[df["id"].astype(str).isin(split["train"])]
+    assert not any(f in " ".join(items["response_after"].astype(str)) for f in FILLER)  # no computer-science filler
+    q_of = df.set_index(df["id"].astype(str))["question"]
+    before = df.set_index(df["id"].astype(str))["response"].fillna("").astype(str)
+    for _, it in items.iterrows():
+        added = str(it["response_after"])[len(before[str(it["id"])]):].strip()
+        assert added, "no filler appended"
+        own = train[train["question"] == q_of[str(it["id"])]]["response"].astype(str)
+        assert not any(r and r.split(".")[0] in added for r in own if len(r.split()) >= 4)  # never its own question's
+    lines = tmp_path / "filler.txt"
+    lines.write_text("The weather was nice.\nMy cat likes boxes.\n")
+    res = audit_run(run, data=course, transformations=["append_filler"], seed=1, filler=lines)
+    assert all(("weather" in str(r)) and ("cat" in str(r)) for r in res.items["response_after"])
+    lines.write_text("only one line\n")
+    with pytest.raises(DataError, match="at least two sentences"):
+        audit_run(run, data=course, transformations=["append_filler"], seed=1, filler=lines)

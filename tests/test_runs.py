@@ -90,6 +90,7 @@ def test_a_course_run_keeps_its_rubric_table_and_label_source(tmp_path: Path, ba
     assert run.record["rubric"] == {**run.record["rubric"], "name": "stats101", "version": "2026.1"}
     assert (tmp_path / "run" / "rubric.yaml").read_text() == COURSE_RUBRIC  # the file as written
     assert run.labels["source"] == "llm" and run.labels["expert_validated"] is False
+    assert run.metrics["labels"] == run.labels  # in the metrics too
     assert run.record["table"]["rows"] == 40 and run.record["table"]["copy"] == "table.csv"
     monkeypatch.delenv("RUBRICTOOL_RUBRICS")  # the run no longer needs the folder, nor the table's file
     data.unlink()

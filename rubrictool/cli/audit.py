@@ -24,6 +24,9 @@ def audit_cmd(
         "--transform", help="Only these transformations (repeatable; default all: append_reference, append_keywords, "
         "append_question, append_filler, repeat_sentence, shuffled_correct).")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Items per forward pass.")] = 32,
+    filler: Annotated[Path | None, typer.Option(
+        "--filler", help="Filler sentences for append_filler, one per line (default: sentences of the course's own "
+        "training answers to other questions).")] = None,
     data_dir: DataDirOpt = None,
 ) -> None:
     """How far standard gaming moves a trained grader, on the run's test split.
@@ -41,7 +44,7 @@ def audit_cmd(
     writable_dir(out or run / "audit")
     with ProgressView(err_console, transient=True) as view:
         res = audit_run(run, data=data, data_dir=data_dir, seed=seed, batch_size=batch_size,
-                        transformations=transform, progress=view)
+                        transformations=transform, progress=view, filler=filler)
     paths = write_audit(res, out or run / "audit")
     if res.constant_grade is not None:  # every shift is +0.000 by construction: no table that reads as "robust"
         console.print(f"[bold red]The model is constant:[/] {res.constant}.", soft_wrap=True, highlight=False)
