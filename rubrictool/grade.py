@@ -102,11 +102,8 @@ def load_grader(
         raise TrainError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
     from rubrictool.runs import open_run
 
-    open_run(run_dir)  # refuses a k-fold parent, a half-written or mixed run directory
-    try:
-        model, tokenizer, meta = reccbm.load_checkpoint(run_dir)
-    except ReccbmError as exc:
-        raise TrainError(str(exc)) from None
+    run = open_run(run_dir)  # refuses a k-fold parent, a half-written or mixed run directory
+    model, tokenizer, meta = run.model, run.tokenizer, run.meta
     if engine == "onnx":
         try:
             use_onnx_encoder(model, run_dir, int8, onnx_cache_dirs(run_dir))

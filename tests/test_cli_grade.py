@@ -73,7 +73,7 @@ def test_grade_bad_inputs_end_in_a_clear_message(tmp_path: Path, run: Path) -> N
     res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "bad.csv")])
     assert res.exit_code == 1 and "no 'response' column" in res.output
     res = runner.invoke(app, ["grade", "--run", str(tmp_path), "--data", str(tmp_path / "bad.csv")])
-    assert res.exit_code == 1 and "is not a trained model" in res.output
+    assert res.exit_code == 1 and "is not a trained run" in res.output
     res = runner.invoke(app, ["grade", "--data", str(tmp_path / "bad.csv")])
     assert res.exit_code == 2 and "--run" in res.output
     res = runner.invoke(app, ["grade", "--run", str(run), "--model", str(run), "--data", str(tmp_path / "bad.csv")])
@@ -85,6 +85,9 @@ def test_grade_bad_inputs_end_in_a_clear_message(tmp_path: Path, run: Path) -> N
     (edited / "model.json").write_text(json.dumps(meta))
     new = mohler_like_table(3, seed=9)[["id", "question", "response"]]
     new.to_csv(tmp_path / "new.csv", index=False)
+    res = runner.invoke(app, ["grade", "--run", str(edited), "--data", str(tmp_path / "new.csv")])
+    assert res.exit_code == 1 and "incomplete or was changed after training: model.json" in " ".join(res.output.split())
+    (edited / "run.json").unlink()  # a run from before completion records: the model.json check itself speaks
     res = runner.invoke(app, ["grade", "--run", str(edited), "--data", str(tmp_path / "new.csv")])
     assert res.exit_code == 1 and "bad model_config: unknown grade head 'levels'" in res.output
     assert "Traceback" not in res.output
