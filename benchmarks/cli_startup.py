@@ -20,7 +20,7 @@ The command run is the ``rubrictool`` script beside this interpreter (else the o
 time that checkout instead of the installed copy.
 
 Run:   .venv/bin/python benchmarks/cli_startup.py --out cli_startup.json
-Smoke: .venv/bin/python benchmarks/cli_startup.py --smoke --out /tmp/cli_startup.json   (1 run each, CI)
+Smoke: .venv/bin/python benchmarks/cli_startup.py --smoke   (1 run each, CI; --out FILE to keep the JSON)
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def time_once(argv: list[str]) -> tuple[float, float, int, str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    ap.add_argument("--out", type=Path, default=None, help="JSON file to write (default: only the table on stdout)")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per command (the median is reported)")
     ap.add_argument("--cli", help="the rubrictool executable (default: beside this python, else PATH)")
     ap.add_argument("--smoke", action="store_true", help="one run per command, no warm-up (CI: it runs and succeeds)")
@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         "target_s": TARGET_SECONDS,
         "results": results,
     }
+    if args.out is None:
+        return 1 if failed else 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + ".tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n")
