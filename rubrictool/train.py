@@ -463,6 +463,32 @@ def train_model(
     return replace(result, run_dir=run)
 
 
+def points_baselines(rb: Rubric, sets: dict[str, reccbm.EncodedItems], predicted_levels: Any) -> dict[str, Any]:
+    """The zero-training points grader (rubrictool.points) on the test split, beside the majority class: the rubric's
+    own points, or a table fitted on the training split's gold levels and grades when the rubric has none; graded
+    from the gold levels (what the rubric's points can do) and from the run's predicted levels (a points grade
+    built on this model's concepts)."""
+    from rubrictool.points import fit_points, points_baseline
+
+    tr, te = sets["train"], sets["test"]
+    assert tr.concepts is not None and tr.grades is not None and te.concepts is not None and te.grades is not None
+    has_points = all(lv.points is not None for c in rb.concepts for lv in c.levels)
+    kw: dict[str, Any] = {}
+    source = "the rubric's points"
+    if not has_points:
+        fp = fit_points(rb, tr.concepts, tr.grades + rb.grade.min)
+        kw = {"points": fp.points, "grading": fp.grading}
+        source = f"points fitted on the training split's gold levels (R² {fp.r2:.2f}): the rubric defines none"
+    out: dict[str, Any] = {"source": source}
+    for name, levels in (("gold_levels", te.concepts), ("predicted_levels", predicted_levels)):
+        if levels is None:
+            continue
+        pred = points_baseline(rb, np.asarray(levels), grade_min=rb.grade.min, **kw)
+        m = reccbm.grade_metrics(te.grades, np.clip(pred, 0, rb.S))
+        out[name] = {k: m[k] for k in ("t_acc", "t_f1", "qwk")}
+    return out
+
+
 def _table_record(stage: Path, table: pd.DataFrame, source: dict[str, Any] | None) -> dict[str, Any]:
     """run.json's ``table``: where the training table came from (path and content hash, or benchmark) and, for a
     table under TABLE_COPY_MAX_BYTES, a copy in the run (table.csv) that readers use."""
@@ -519,6 +545,8 @@ def _train_into(
         metrics |= {k: honest[k] for k in ("n_test", "majority", "ci", "vs_majority", "top_grade", "top_share")}
         metrics["calibration"] = calibration(preds.grade_probs, y_test)
         metrics["warnings"] = honest["warnings"]
+        if sets["test"].concepts is not None and sets["train"].concepts is not None:
+            metrics["points"] = points_baselines(rb, sets, None if plm else preds.levels)
         rel, rho = (reliability_table(model, rb, info.get("per_concept"), agreement, sets["train"].concepts)
                     if not plm else (pd.DataFrame(), None))
         metrics["spearman_sigma2_vs_1_minus_alpha"] = rho

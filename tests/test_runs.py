@@ -189,3 +189,27 @@ def test_train_folds_by_question_never_tests_a_question_it_trained_on(tmp_path: 
         assert seen.isdisjoint(set(q[split["test"]])), f"fold {i} tests a question it trained on"
     assert json.loads((run / "folds.json").read_text())["by"] == "question"
     assert run_is_complete(run / "fold-0") and run_is_complete(run / "fold-1")
+
+
+def test_every_run_reports_the_points_grader_beside_the_majority_class(tmp_path: Path, backbone: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, data = _course(tmp_path)
+    monkeypatch.setenv("RUBRICTOOL_RUBRICS", str(folder))
+    code, output = _train(tmp_path, backbone, data, tmp_path / "run")
+    assert code == 0, output
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    pts = m["points"]
+    assert "fitted" in pts["source"] and set(pts) >= {"gold_levels", "predicted_levels"}
+    # recompute the gold-level points grade: the same table fitted on the training split, applied to the test split
+    from rubrictool.points import fit_points, points_baseline
+    from rubrictool.rubric import load_rubric
+
+    rb = load_rubric("stats101")
+    df = pd.read_csv(data).set_index("id")
+    split = json.loads((tmp_path / "run" / "split.json").read_text())
+    lv = {s: df.loc[split[s], ["MEAN", "SPREAD", "UNITS"]].to_numpy() for s in ("train", "test")}
+    fp = fit_points(rb, lv["train"], df.loc[split["train"], "grade"].to_numpy())
+    pred = points_baseline(rb, lv["test"], grade_min=0, points=fp.points, grading=fp.grading)
+    want = float((pred == df.loc[split["test"], "grade"].to_numpy()).mean())
+    assert pts["gold_levels"]["t_acc"] == pytest.approx(want)
+    assert "points grader" in " ".join(output.split())

@@ -107,7 +107,18 @@ def honest_caption(metrics: dict[str, Any]) -> str:
     what = f"answers pooled over {folds['folds']} folds" if folds else "test answers"
     return (f"n = {int(metrics.get('n_test', 0))} {what}; 95 % bootstrap CI T-Acc {iv('t_acc')}, QWK {iv('qwk')}; "
             f"majority class (grade {maj['grade']}) T-Acc {maj['t_acc']:.3f}"
-            + (f"; ECE {cal['ece']:.3f}" if "ece" in cal else "") + (f", NLL {nll:.3f}" if nll is not None else ""))
+            + (f"; ECE {cal['ece']:.3f}" if "ece" in cal else "") + (f", NLL {nll:.3f}" if nll is not None else "")
+            + _points_text(metrics.get("points")))
+
+
+def _points_text(points: dict[str, Any] | None) -> str:
+    """The points grader beside the majority class (metrics.json "points")."""
+    if not points:
+        return ""
+    parts = [f"{what} T-Acc {points[key]['t_acc']:.3f}, QWK {points[key]['qwk']:.3f}"
+             for key, what in (("gold_levels", "gold levels"), ("predicted_levels", "predicted levels")) if key in points]
+    fitted = "fitted " if "fitted" in str(points.get("source", "")) else ""
+    return f"; {fitted}points grader: " + "; ".join(parts) if parts else ""
 
 
 def warning_lines(metrics: dict[str, Any]) -> list[str]:
