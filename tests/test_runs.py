@@ -183,3 +183,15 @@ def test_train_folds_by_question_never_tests_a_question_it_trained_on(tmp_path: 
         assert seen.isdisjoint(set(q[split["test"]])), f"fold {i} tests a question it trained on"
     assert json.loads((run / "folds.json").read_text())["by"] == "question"
     assert run_is_complete(run / "fold-0") and run_is_complete(run / "fold-1")
+
+
+def test_describe_labels_says_who_made_them() -> None:
+    from rubrictool.runs import describe_labels
+
+    panel = {"source": "llm", "expert_validated": False, "counts": {"llm": 72},
+             "reviewers": ["openai/gpt-4o", "gemini/gemini-2.5-pro"], "method": "majority"}
+    assert describe_labels(panel) == ("an LLM panel (openai/gpt-4o, gemini/gemini-2.5-pro; majority vote): "
+                                      "not expert-validated")
+    mixed = describe_labels({"source": "mixed", "counts": {"human": 50, "llm": 22}, "n_reviewers": 3})
+    assert mixed == "a mix of sources (3 reviewers; human 50 answers, llm 22 answers)"
+    assert describe_labels({"source": "unknown"}) is None

@@ -31,6 +31,7 @@ from rubrictool.report.explain import SYMBOLS, ItemTrace, explain_items
 from rubrictool.report.intervene import intervention_curves
 from rubrictool.report.run import Run, bundled_labels, git_revision, predict_with_attention, split_rows
 from rubrictool.report.scores import pair_agreement, smd
+from rubrictool.runs import describe_labels
 from rubrictool.textsafe import md_inline, md_quote, strip_controls
 
 __all__ = ["NEAR_ZERO", "Report", "build_report", "render_explain_html", "render_html", "render_markdown", "trace_file",
@@ -252,7 +253,8 @@ def provenance(run: Run, n_test: int) -> dict[str, Any]:
         "rubric": run.meta.get("rubric"),
         "rubric_version": run.rubric_version(),
         "data": run.source,
-        "labels": "; ".join(run.notes) or "adjudicated reviewer labels (see the adjudication's agreement.json)",
+        "labels": "; ".join(run.notes) or describe_labels(run.labels)
+                  or "adjudicated reviewer labels (see the adjudication's agreement.json)",
         "variant": run.meta.get("variant"),
         "backbone": (run.config.get("model") or {}).get("backbone") or "all-MiniLM-L6-v2 (default)",
         "preset": run.config.get("preset"),
