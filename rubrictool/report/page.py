@@ -214,11 +214,9 @@ def _lcec_section(r: Report, run: Run, test: pd.DataFrame) -> NDArray[Any] | Non
 
 def _diagnosis_section(r: Report, run: Run, reviews: pd.DataFrame | None, partial: NDArray[Any] | None) -> None:
     """Rubric diagnostics on the run's whole table, with the learned partial correlations."""
-    from rubrictool.rubric import load_rubric
-
     assert run.table is not None
     try:
-        rb = load_rubric(str(run.meta["rubric"]))
+        rb = run.rubric  # the run's copy of its rubric (older runs: by name)
     except Exception:  # noqa: BLE001 - a rubric file that moved: say so, show the rest
         r.unavailable.append(f"rubric diagnostics: the rubric {run.meta['rubric']!r} cannot be loaded")
         return
