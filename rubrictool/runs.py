@@ -48,6 +48,7 @@ __all__ = [
     "TABLE_COPY_MAX_BYTES",
     "Run",
     "building",
+    "describe_labels",
     "label_source",
     "open_run",
     "run_is_complete",
@@ -142,6 +143,34 @@ def label_source(table: pd.DataFrame | None = None, agreement: dict[str, Any] | 
     elif out["source"] == "human":
         out["expert_validated"] = True
     return out
+
+
+def describe_labels(labels: dict[str, Any]) -> str | None:
+    """One line on who made a run's training labels (run.json ``labels``), for its report; None when unknown."""
+    source = str(labels.get("source") or "unknown")
+    if source == "unknown":
+        return None
+    who = {"llm": "an LLM panel", "human": "human reviewers", "model": "a trained grader",
+           "mixed": "a mix of sources"}.get(source, source)
+    parts = []
+    reviewers = labels.get("reviewers")
+    if isinstance(reviewers, list) and reviewers:
+        parts.append(", ".join(str(r) for r in reviewers))
+    elif labels.get("passes"):
+        parts.append("passes " + ", ".join(str(p) for p in labels["passes"]))
+    elif labels.get("n_reviewers"):
+        parts.append(f"{labels['n_reviewers']} reviewers")
+    if labels.get("method"):
+        parts.append(f"{labels['method']} vote" if labels["method"] == "majority" else str(labels["method"]))
+    counts = labels.get("counts")
+    if isinstance(counts, dict) and len(counts) > 1:
+        parts.append(", ".join(f"{k} {v} answers" for k, v in counts.items()))
+    text = who + (f" ({'; '.join(parts)})" if parts else "")
+    if labels.get("expert_validated") is False:
+        text += ": not expert-validated"
+    elif labels.get("expert_validated") is True:
+        text += ": reviewed by people"
+    return text
 
 
 def write_record(stage: Path, *, rubric: Rubric, table: dict[str, Any], labels: dict[str, Any]) -> dict[str, Any]:

@@ -205,7 +205,7 @@ def test_cli_fit_points_writes_a_rubric_that_validates(tmp_path: Path) -> None:
 def test_cli_fit_points_from_a_run(tmp_path: Path, one_thread: None) -> None:
     from tests.support.tiny_models import tiny_bert_run
 
-    run = tiny_bert_run(tmp_path / "t", "--head", "level")
+    run = tiny_bert_run(tmp_path / "t", "--cfg", "model.head=level")
     out = tmp_path / "mohler-points.yaml"
     res = runner.invoke(app, ["rubric", "fit-points", "mohler", "--run", str(run), "--out", str(out)])
     assert res.exit_code == 0, res.output

@@ -102,7 +102,7 @@ def test_a_course_run_keeps_its_rubric_table_and_label_source(tmp_path: Path, ba
     res = runner.invoke(app, ["report", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "LLM annotations" in md and "NOT expert-validated" in md and "2026.1" in md  # label source, rubric version
+    assert "an LLM panel" in md and "not expert-validated" in md and "2026.1" in md  # label source, rubric version
     assert "cannot be loaded" not in md  # the rubric diagnostics found the run's own rubric
 
 
@@ -213,3 +213,15 @@ def test_every_run_reports_the_points_grader_beside_the_majority_class(tmp_path:
     want = float((pred == df.loc[split["test"], "grade"].to_numpy()).mean())
     assert pts["gold_levels"]["t_acc"] == pytest.approx(want)
     assert "points grader" in " ".join(output.split())
+
+
+def test_describe_labels_says_who_made_them() -> None:
+    from rubrictool.runs import describe_labels
+
+    panel = {"source": "llm", "expert_validated": False, "counts": {"llm": 72},
+             "reviewers": ["openai/gpt-4o", "gemini/gemini-2.5-pro"], "method": "majority"}
+    assert describe_labels(panel) == ("an LLM panel (openai/gpt-4o, gemini/gemini-2.5-pro; majority vote): "
+                                      "not expert-validated")
+    mixed = describe_labels({"source": "mixed", "counts": {"human": 50, "llm": 22}, "n_reviewers": 3})
+    assert mixed == "a mix of sources (3 reviewers; human 50 answers, llm 22 answers)"
+    assert describe_labels({"source": "unknown"}) is None

@@ -32,6 +32,7 @@ from rubrictool.report.honest import calibration_png, implied_noise_png, verdict
 from rubrictool.report.intervene import intervention_curves
 from rubrictool.report.run import Run, bundled_labels, git_revision, predict_with_attention, split_rows
 from rubrictool.report.scores import pair_agreement, smd
+from rubrictool.runs import describe_labels
 from rubrictool.textsafe import md_inline, md_quote, strip_controls
 
 __all__ = ["NEAR_ZERO", "Report", "build_report", "render_explain_html", "render_html", "render_markdown", "trace_file",
@@ -335,32 +336,13 @@ def _safe(s: str) -> str:
     return f"{slug}-{hashlib.sha256(s.encode('utf-8')).hexdigest()[:8]}"
 
 
-def label_words(labels: dict[str, Any]) -> str:
-    """Who made the training labels, in words (run.json ``labels``)."""
-    src = str(labels.get("source", "unknown"))
-    words = {"llm": "LLM annotations", "human": "human reviewers", "model": "a trained model's pre-annotations",
-             "mixed": "a mix of human reviews and LLM or model labels"}.get(src, "unknown (the run does not record it)")
-    bits = [words]
-    if labels.get("passes"):
-        bits.append(f"passes {', '.join(map(str, labels['passes']))}")
-    if labels.get("n_reviewers"):
-        bits.append(f"{labels['n_reviewers']} reviewers")
-    if labels.get("counts"):
-        bits.append("per source: " + ", ".join(f"{k} {v}" for k, v in labels["counts"].items()))
-    if labels.get("expert_validated") is False:
-        bits.append("NOT expert-validated")
-    elif labels.get("expert_validated") is True:
-        bits.append("reviewed by people")
-    return "; ".join(bits)
-
-
 def provenance(run: Run, n_test: int) -> dict[str, Any]:
     split_doc = run.split
     return {
         "rubric": run.meta.get("rubric"),
         "rubric_version": run.rubric_version(),
         "data": run.source,
-        "labels": label_words(run.labels),
+        "labels": describe_labels(run.labels) or "unknown (the run does not record who made its labels)",
         "notes": "; ".join(run.notes) or "—",
         "variant": run.meta.get("variant"),
         "backbone": (run.config.get("model") or {}).get("backbone") or "all-MiniLM-L6-v2 (default)",

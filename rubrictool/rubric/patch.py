@@ -72,6 +72,16 @@ def _apply(text: str, edits: list[tuple[int, int, str]]) -> str:
     return text
 
 
+def _end(text: str, node: yaml.Node) -> int:
+    """Where a node's text ends. A block scalar (``>-``, ``|``) or block collection ends, for the YAML scanner, at
+    the next token, past the line break and the next line's indentation: an edit there would land on the next
+    line. Back up over that whitespace to the node's last character."""
+    end = node.end_mark.index
+    while end > node.start_mark.index and text[end - 1] in " \t\r\n":
+        end -= 1
+    return end
+
+
 def _line_start(text: str, index: int) -> int:
     return text.rfind("\n", 0, index) + 1
 
@@ -93,7 +103,7 @@ def set_level_points(text: str, points: list[list[float]]) -> str:
                 raise RubricError("cannot edit the rubric: a level is not a mapping")
             have = _get(lv, "points")
             if have is not None:
-                edits.append((have[1].start_mark.index, have[1].end_mark.index, _scalar(p)))
+                edits.append((have[1].start_mark.index, _end(text, have[1]), _scalar(p)))
             elif lv.flow_style:
                 close = lv.end_mark.index - 1  # the "}"
                 edits.append((close, close, f", points: {_scalar(p)}"))
@@ -101,7 +111,7 @@ def set_level_points(text: str, points: list[list[float]]) -> str:
                 last = lv.value[-1][1]
                 first_key = lv.value[0][0]
                 indent = " " * first_key.start_mark.column
-                end = last.end_mark.index
+                end = _end(text, last)
                 edits.append((end, end, f"\n{indent}points: {_scalar(p)}"))
     return _apply(text, edits)
 
@@ -115,7 +125,7 @@ def set_grading(text: str, grading: dict[str, Any]) -> str:
     have = _get(root, "grading")
     if have is not None:
         start = _line_start(text, have[0].start_mark.index)
-        end = have[1].end_mark.index
+        end = _end(text, have[1])
         nl = text.find("\n", end - 1)
         return text[:start] + body + text[(nl + 1 if nl >= 0 else len(text)):]
     found = _get(root, "concepts")
@@ -137,7 +147,7 @@ def set_anchor(text: str, concept: int, level: int, anchor: str) -> str:
     have = _get(levels[level], "anchor")
     if have is None:
         raise RubricError(f"level #{level} of concept #{concept} has no anchor to replace")
-    return _apply(text, [(have[1].start_mark.index, have[1].end_mark.index, _scalar(anchor))])
+    return _apply(text, [(have[1].start_mark.index, _end(text, have[1]), _scalar(anchor))])
 
 
 def add_concept(text: str, concept: dict[str, Any]) -> str:
@@ -161,7 +171,7 @@ def add_concept(text: str, concept: dict[str, Any]) -> str:
                 lines.append(f"{pad}  - {{{inner}}}")
         else:
             lines.append(f"{lead}{k}: {_scalar(v)}")
-    last_end = seq.value[-1].end_mark.index
+    last_end = _end(text, seq.value[-1])
     at = text.find("\n", last_end - 1)
     at = len(text) if at < 0 else at + 1
     block = "\n".join(lines) + "\n"

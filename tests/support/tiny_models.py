@@ -3,6 +3,7 @@ a tiny trained run, for the trainer and grading tests."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,13 @@ WORDS = ["what", "is", "a", "stack", "queue", "list", "array", "pointer", "the",
 FAMILIES = ["bert", "roberta", "gpt2", "bart", "t5"]
 
 
-def build_tokenizer(path: Path, family: str) -> None:
-    """A WordLevel fast tokenizer over WORDS with the family's special-token layout."""
+def build_tokenizer(path: Path, family: str, words: Sequence[str] = WORDS) -> None:
+    """A WordLevel fast tokenizer over ``words`` (default WORDS) with the family's special-token layout."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     specials = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "eos": "[EOS]"}
-    vocab = {t: i for i, t in enumerate(list(specials.values()) + WORDS)}
+    vocab = {t: i for i, t in enumerate(list(specials.values()) + list(words))}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     kw: dict[str, Any] = {"pad_token": "[PAD]", "unk_token": "[UNK]", "eos_token": "[EOS]"}
@@ -85,15 +86,16 @@ def tiny_hf_config(family: str, vocab_size: int) -> Any:
     raise ValueError(family)
 
 
-def build_backbone(root: Path, family: str = "bert", seed: int = 0) -> str:
-    """A saved tiny random backbone + tokenizer folder, loadable by name like a hub model."""
+def build_backbone(root: Path, family: str = "bert", seed: int = 0, words: Sequence[str] = WORDS) -> str:
+    """A saved tiny random backbone + tokenizer folder, loadable by name like a hub model; ``words`` is its
+    vocabulary (default WORDS, a course fixture passes its own)."""
     path = root / f"tiny-{family}"
     if not (path / "config.json").is_file():
-        build_tokenizer(path, family)
+        build_tokenizer(path, family, words)
         torch.manual_seed(seed)
         from transformers import AutoModel
 
-        AutoModel.from_config(tiny_hf_config(family, len(WORDS) + 5)).save_pretrained(str(path))  # type: ignore[no-untyped-call]
+        AutoModel.from_config(tiny_hf_config(family, len(words) + 5)).save_pretrained(str(path))  # type: ignore[no-untyped-call]
     return str(path)
 
 

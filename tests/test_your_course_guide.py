@@ -1,0 +1,345 @@
+"""docs/your-course.md, executed: its commands, in order, on a synthetic CHEM 110 course (not Mohler).
+
+The course (tests/support/courses.py): a tutor's XLSX workbook ``chem110-marks.xlsx`` (sheet 'Marks' after a 'Read
+me' sheet; headers 'Student ID', 'Lab question', 'Answer', 'Model answer', 'Mark (0-10)', 'Tutor comment'; 18
+students × 4 lab questions = 72 answers, marks 0..10) and next term's unmarked ``chem110-spring.xlsx`` (24 answers).
+Both are written into an empty course folder, the test's working directory, before the first command.
+
+How the guide is read:
+
+- Every line of a ```bash block is a command, run in the order of the page: ``export NAME=VALUE`` sets an environment
+  variable (``$PWD`` is the course folder); ``rubrictool ...`` runs through typer's CliRunner (the leading word
+  dropped, the rest split like a shell would: quotes, ``#`` comments, ``\\`` continuations). Anything else fails
+  the test, so the page cannot show a step this test does not run.
+- ``<!-- guide-test: write PATH -->`` before a fenced block writes the block's text to PATH (the reader's own edit,
+  e.g. the filled-in rubric); ``<!-- guide-test: skip: REASON -->`` before a ```bash block shows it without running
+  it (none is skipped today).
+- Every command must exit 0, and :data:`CHECKS` checks what it wrote through the library.
+
+What the test changes in the commands (:data:`SUBSTITUTIONS`, each must be used, so the table stays current):
+
+- ``annotate`` (not ``--dry-run``): the three paid models become three scripted models on a local OpenAI-compatible
+  server (``--model openai/panel-{a,b,c} --api-base URL``; tests/support/llm_server.py, replies from
+  courses.chemlab_panel_reply), and ``--budget 5`` is dropped (a local model has no price, so no budget can be
+  enforced). The dry run keeps the real model names: it sends nothing and prices them from litellm's local map.
+- ``train`` and ``learning-curve``: a tiny BERT whose vocabulary is the course's words instead of MiniLM, one epoch,
+  ``--max-len 96``, CPU; ``--folds 5`` becomes ``--folds 2``; the curve runs sizes 24 and all, one repeat, REC-CBM
+  only, on 2 folds.
+
+None of these adds an input file, a rubric or a table: after the run trained for grading (step 8), the test hides
+``rubrics/`` and ``adjudicated/`` and unsets RUBRICTOOL_RUBRICS, so grade, explain, report and audit must work from
+``--run`` alone, as the guide says.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from rubrictool.cli import app
+from rubrictool.rubric import load_rubric
+from rubrictool.runs import open_run
+from rubrictool.tables import read_items, read_predictions
+from tests.support.courses import CHEMLAB_KEYS, chemlab_panel_reply, chemlab_words, write_chemlab_xlsx
+from tests.support.llm_server import Reply, ScriptedLLMServer, Seen
+from tests.support.tiny_models import build_backbone
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "your-course.md"
+PAID_MODELS = "--model gpt-4o --model gemini/gemini-2.5-pro --model anthropic/claude-sonnet-4-5"
+PANEL = ["panel-a", "panel-b", "panel-c"]
+TINY = "--backbone {backbone} --epochs 1 --max-len 96 --device cpu"
+
+
+@dataclass(frozen=True)
+class Sub:
+    """In commands starting with ``command`` (and, if ``unless`` is set, not containing it): replace ``old`` by
+    ``new``; ``old=""`` appends ``new``. ``{url}`` and ``{backbone}`` are filled in."""
+
+    command: str
+    old: str
+    new: str
+    unless: str | None = None
+
+
+SUBSTITUTIONS = [
+    Sub("annotate", PAID_MODELS, " ".join(f"--model openai/{m}" for m in PANEL) + " --api-base {url}", "--dry-run"),
+    Sub("annotate", "--budget 5", "", "--dry-run"),
+    Sub("train", "--folds 5", "--folds 2"),
+    Sub("train", "", TINY + " --cfg joint.epochs=1"),
+    Sub("learning-curve", "--sizes 20,40,all", "--sizes 24,all"),
+    Sub("learning-curve", "--variants reccbm,plm", "--variants reccbm"),
+    Sub("learning-curve", "--repeats 3", "--repeats 1"),
+    Sub("learning-curve", "", TINY + " --folds 2 --joint-epochs 1 --stage2-epochs 5"),
+]
+
+# The steps the guide must walk, in this order (issue #24 item 7).
+STEPS = ["data import", "rubric new", "rubric lint", "annotate", "adjudicate", "rubric diagnose", "train --folds",
+         "grade", "explain", "report", "audit"]
+
+
+@dataclass
+class Step:
+    kind: str  # "run" | "env" | "write"
+    text: str  # the command as the guide shows it, the VALUE of an export, or the file text
+    target: str = ""  # the variable of an export, the PATH of a write
+    line: int = 0
+
+
+def guide_steps(text: str) -> list[Step]:
+    """The guide's steps in page order (see the module docstring for the conventions)."""
+    steps: list[Step] = []
+    directive: tuple[str, str] | None = None
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = re.match(r"<!--\s*guide-test:\s*(write|skip)\s*:?\s*(.*?)\s*-->", line.strip())
+        if m:
+            directive = (m.group(1), m.group(2))
+            i += 1
+            continue
+        fence = re.match(r"```(\w*)\s*$", line.strip())
+        if not fence:
+            i += 1
+            continue
+        lang, start = fence.group(1), i + 1
+        i += 1
+        while not lines[i].strip().startswith("```"):
+            i += 1
+        body = lines[start:i]
+        i += 1
+        if directive and directive[0] == "write":
+            steps.append(Step("write", "\n".join(body) + "\n", directive[1], start))
+        elif lang == "bash" and not directive:
+            logical: list[tuple[int, str]] = []
+            for n, raw in enumerate(body, start + 1):
+                if logical and logical[-1][1].endswith("\\"):
+                    logical[-1] = (logical[-1][0], logical[-1][1][:-1] + " " + raw.strip())
+                else:
+                    logical.append((n, raw.strip()))
+            for n, cmd in logical:
+                words = shlex.split(cmd, comments=True)
+                if not words:
+                    continue
+                if words[0] == "export" and len(words) == 2 and "=" in words[1]:
+                    name, value = words[1].split("=", 1)
+                    steps.append(Step("env", value, name, n))
+                elif words[0] == "rubrictool":
+                    steps.append(Step("run", cmd, line=n))
+                else:
+                    raise AssertionError(f"your-course.md:{n}: `{cmd}` is neither `rubrictool ...` nor `export`")
+        directive = None
+    return steps
+
+
+def substituted(cmd: str, used: set[int], **values: str) -> list[str]:
+    words = shlex.split(cmd, comments=True)[1:]
+    text = shlex.join(words)
+    for n, sub in enumerate(SUBSTITUTIONS):
+        if not text.startswith(sub.command) or (sub.unless and sub.unless in text):
+            continue
+        new = sub.new.format(**values)
+        if not sub.old:
+            text = f"{text} {new}"
+        elif sub.old in text:
+            text = text.replace(sub.old, new)
+        else:
+            continue
+        used.add(n)
+    return shlex.split(text)
+
+
+# ---------------------------------------------------------------- what each command writes, read through the library
+@dataclass
+class Course:
+    root: Path
+    server: ScriptedLLMServer
+    marks: pd.DataFrame
+    spring: pd.DataFrame
+
+
+def _import(c: Course, argv: list[str]) -> None:
+    out = c.root / argv[argv.index("--out") + 1]
+    items = read_items(out)
+    src = c.spring if "chem110-spring.xlsx" in argv else c.marks
+    assert len(items) == len(src) and items["id"].is_unique
+    assert items["question"].nunique() == 4 and set(items["response"]) == set(src["Answer"])
+    if "grade" in items.columns and items["grade"].notna().any():
+        assert sorted(items["grade"]) == sorted(src["Mark (0-10)"])
+        assert list(items["source_id"]) == list(src["Student ID"])  # the student ids kept
+
+
+def _rubric_new(c: Course, argv: list[str]) -> None:
+    assert "TODO" in (c.root / "rubrics" / "chemlab.yaml").read_text()
+    assert load_rubric("chemlab").keys == CHEMLAB_KEYS  # found by name through RUBRICTOOL_RUBRICS
+
+
+def _annotate(c: Course, argv: list[str]) -> None:
+    pred_file = c.root / "annotations" / "predictions.jsonl"
+    if "--dry-run" in argv:
+        assert c.server.count() == 0 and not pred_file.exists()  # nothing sent, nothing written
+        return
+    preds = read_predictions(pred_file, load_rubric("chemlab"), valid_only=True)
+    assert sorted(preds["model"].unique()) == sorted(f"openai/{m}" for m in PANEL)
+    assert len(preds) == 72 * 3 * len(PANEL)  # every answer × concept × model
+    assert c.server.count() > 0 and not c.server.errors
+
+
+def _adjudicate(c: Course, argv: list[str]) -> None:
+    adj = pd.read_csv(c.root / "adjudicated" / "adjudicated.csv")
+    items = read_items(c.root / "items.csv")
+    assert len(adj) == 72 and adj[CHEMLAB_KEYS].isin([1, 2, 3]).all().all()
+    assert dict(zip(adj["id"], adj["grade"])) == dict(zip(items["id"], items["grade"]))
+    agreement = json.loads((c.root / "adjudicated" / "agreement.json").read_text())
+    assert agreement["label_source"] == "llm"
+    assert (c.root / "adjudicated" / "discussion_queue.csv").is_file()
+
+
+def _diagnose(c: Course, argv: list[str]) -> None:
+    md = (c.root / "diagnosis" / "rubric_diagnosis.md").read_text()
+    assert all(k in md for k in CHEMLAB_KEYS)
+    assert (c.root / "diagnosis" / "contrast_pairs.csv").is_file()
+
+
+def _fit_points(c: Course, argv: list[str]) -> None:
+    rb = load_rubric(c.root / "chemlab-points.yaml")
+    assert rb.has_points and rb.keys == CHEMLAB_KEYS
+    assert "Safety reasoning" in (c.root / "chemlab-points.yaml").read_text()  # the author's text kept
+
+
+def _points(c: Course, argv: list[str]) -> None:
+    graded = pd.read_csv(c.root / "points-graded.csv")
+    assert len(graded) == 72 and graded["points_grade"].between(0, 10).all()
+
+
+def _curve(c: Course, argv: list[str]) -> None:
+    curve = pd.read_csv(c.root / "curves" / "chemlab" / "curve.csv")
+    assert set(curve["variant"]) == {"reccbm"} and len(curve) == 2 * 2  # 2 sizes × 2 folds × 1 repeat
+
+
+def _train(c: Course, argv: list[str]) -> None:
+    out = c.root / argv[argv.index("--out") + 1]
+    if "--folds" in argv:
+        folds = json.loads((out / "folds.json").read_text())
+        assert folds and len(pd.read_csv(out / "pooled_predictions.csv")) == 72
+        assert "majority baseline" in (out / "folds.md").read_text()
+        return
+    run = open_run(out)
+    assert run.record["rubric"]["name"] == "chemlab" and run.record["rubric"]["version"] == "1.0"
+    assert run.record["table"]["copy"] == "table.csv" and run.record["table"]["rows"] == 72
+    assert run.labels["source"] == "llm" and run.labels["expert_validated"] is False
+
+
+def _grade(c: Course, argv: list[str]) -> None:
+    graded = pd.read_csv(c.root / "graded.csv")
+    assert len(graded) == len(c.spring) and graded["grade"].between(0, 10).all()
+    assert "flags" in graded.columns and all(f"{k}_level" in graded.columns for k in CHEMLAB_KEYS)
+
+
+def _explain(c: Course, argv: list[str]) -> None:
+    out = c.root / "runs" / "chemlab" / "explain"
+    assert (out / "explain.html").is_file()
+    ids = [a for a in argv[3:] if not a.startswith("-")]
+    assert set(pd.read_csv(out / "explain.csv")["id"].astype(str)) == set(ids)
+
+
+def _report(c: Course, argv: list[str]) -> None:
+    md = (c.root / "runs" / "chemlab" / "report" / "report.md").read_text()
+    assert (c.root / "runs" / "chemlab" / "report" / "report.html").is_file()
+    assert "an LLM panel" in md and "not expert-validated" in md  # who made the labels
+    assert "cannot be loaded" not in md and "## Rubric diagnostics" in md  # from the run's copy of the rubric
+
+
+def _audit(c: Course, argv: list[str]) -> None:
+    audit = json.loads((c.root / "runs" / "chemlab" / "audit" / "audit.json").read_text())
+    assert audit and (c.root / "runs" / "chemlab" / "audit" / "audit.png").is_file()
+
+
+CHECKS: dict[str, Callable[[Course, list[str]], None]] = {
+    "data import": _import, "rubric new": _rubric_new, "annotate": _annotate, "adjudicate": _adjudicate,
+    "rubric diagnose": _diagnose, "rubric fit-points": _fit_points, "rubric points": _points,
+    "learning-curve": _curve, "train": _train, "grade": _grade, "explain": _explain, "report": _report,
+    "audit": _audit,
+}
+
+
+def _check_for(argv: list[str]) -> Callable[[Course, list[str]], None] | None:
+    for key in sorted(CHECKS, key=len, reverse=True):
+        if argv[: len(key.split())] == key.split():
+            return CHECKS[key]
+    return None
+
+
+# ---------------------------------------------------------------- the test
+def test_the_guide_walks_every_step_in_order() -> None:
+    runs = [s.text.split(None, 1)[1] for s in guide_steps(GUIDE.read_text()) if s.kind == "run"]
+    at = [next((i for i, r in enumerate(runs) if r.startswith(step.split()[0]) and all(w in r for w in step.split())),
+               -1) for step in STEPS]
+    assert -1 not in at, f"steps missing from the guide: {[s for s, i in zip(STEPS, at) if i < 0]}"
+    assert at == sorted(at), f"the guide's steps are out of order: {sorted(zip(at, STEPS))}"
+    trained = next(i for i, r in enumerate(runs) if r.startswith("train") and "--folds" not in r)
+    for r in runs[trained + 1:]:  # after training, a run needs only --run (grade reads the new answers)
+        if "--run" in r and not r.startswith("grade"):
+            assert "--data" not in r, f"`rubrictool {r}` needs --data after training"
+
+
+@pytest.fixture
+def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Course]:
+    root = tmp_path / "chem110"
+    root.mkdir()
+    marks = write_chemlab_xlsx(root / "chem110-marks.xlsx")
+    spring = write_chemlab_xlsx(root / "chem110-spring.xlsx", students=6, seed=1, marked=False)
+    monkeypatch.chdir(root)
+    monkeypatch.delenv("RUBRICTOOL_RUBRICS", raising=False)
+
+    def responder(seen: Seen) -> Reply:
+        return Reply(content=chemlab_panel_reply(str(seen.body.get("model", "")), seen.response))
+
+    with ScriptedLLMServer(responder) as server:
+        yield Course(root, server, marks, spring)
+
+
+def test_your_course_guide_runs_as_written(course: Course, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backbone = build_backbone(tmp_path / "backbone", "bert", words=chemlab_words())
+    values = {"url": course.server.url, "backbone": backbone}
+    used: set[int] = set()
+    runner = CliRunner()
+    ran: list[str] = []
+    cpu0 = time.process_time()
+    for step in guide_steps(GUIDE.read_text()):
+        where = f"your-course.md:{step.line}"
+        if step.kind == "env":
+            monkeypatch.setenv(step.target, step.text.replace("$PWD", str(course.root)))
+            continue
+        if step.kind == "write":
+            path = course.root / step.target
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(step.text)
+            continue
+        argv = substituted(step.text, used, **values)
+        res = runner.invoke(app, argv)
+        assert res.exit_code == 0, f"{where}: `{step.text}` exited {res.exit_code}\n{res.output}"
+        check = _check_for(argv)
+        if check is not None:
+            check(course, argv)
+        ran.append(" ".join(argv[:2]))
+        if argv[0] == "train" and "--folds" not in argv:
+            # from here on the run must be enough: hide the rubric folder and the adjudicated table
+            (course.root / "rubrics").rename(course.root / ".rubrics-hidden")
+            (course.root / "adjudicated").rename(course.root / ".adjudicated-hidden")
+            monkeypatch.delenv("RUBRICTOOL_RUBRICS")
+    assert used == set(range(len(SUBSTITUTIONS))), \
+        f"substitutions no command used: {[SUBSTITUTIONS[i] for i in set(range(len(SUBSTITUTIONS))) - used]}"
+    assert ran.count("train --rubric") == 2 and "audit --run" in ran[-1]
+    print(f"guide: {len(ran)} commands, {time.process_time() - cpu0:.0f} s CPU")
