@@ -128,6 +128,10 @@ class StageIIConfig:
     # the other stages, (L, η) are fitted by L_den + L_spa on the dev answers' outputs (answers the encoder never trained
     # on: the errors it will meet), then the head is refitted on the training outputs through that fixed LCEC.
     lcec_fit: str = "train"
+    # λ_s of that fit on the dev outputs, where L_den has weight 1 (λ_d only weighs L_den against the grade loss). The
+    # paper's 0.005 against L_den alone keeps every off-diagonal of L at 0: Ω diagonal, no partial correlations, so an
+    # expert's level for one concept would move no other (docs/results.md#lcec).
+    lcec_lambda_s: float = 0.0005
     intervention_p: float = 0.0  # share of p̂_k set to the label's one-hot per batch (see JointConfig); 0 = paper
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes carried into the checkpoint
 

@@ -630,7 +630,7 @@ def _train_grader(
 
 
 def fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig, callback: Callback | None = None) -> StageResult:
-    """LCEC's (L, η) alone on L_den + λ_s L_spa (Eq. 24, 25) over cached outputs p̂ (N, K, M+1) and their 0..M
+    """LCEC's (L, η) alone on L_den + λ_s L_spa (Eq. 24, 25; λ_s = cfg.lcec_lambda_s) over cached outputs p̂ (N, K, M+1) and their 0..M
     labels, everything else frozen; the final state is kept. Given outputs for answers the encoder never trained on
     (the dev split's), σ² and Ω describe the errors it makes on new answers (StageIIConfig.lcec_fit = "dev")."""
     if model.lcec is None:
@@ -655,7 +655,7 @@ def fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig,
             for start in range(0, len(perm), cfg.batch_size):
                 idx = perm[start : start + cfg.batch_size]
                 den, spa = model.lcec_losses(model.grade_from_concepts(p_hat[idx]), concepts[idx])  # Eq. 24, 25
-                loss = den + cfg.lambda_s * spa  # λ_d weighs L_den against the grade loss; alone it has weight 1
+                loss = den + cfg.lcec_lambda_s * spa  # λ_d weighs L_den against the grade loss; alone it has weight 1
                 opt.zero_grad(set_to_none=True)
                 loss.backward()  # type: ignore[no-untyped-call]
                 opt.step()
