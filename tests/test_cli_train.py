@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,7 @@ def test_an_unknown_choice_is_refused_before_training(tmp_path: Path, backbone: 
 
 
 @pytest.mark.parametrize(("item", "message"), [
-    ("stage2.lambda", "unknown stage2 field 'lambda'"),
+    ("stage2.lambda=1", "unknown stage2 field 'lambda'"),
     ("stage3.epochs=2", "unknown section 'stage3'"),
     ("epochs=2", "use SECTION.FIELD=VALUE"),
     ("model.head", "use SECTION.FIELD=VALUE"),
@@ -181,9 +182,10 @@ def test_cross_fitted_stage2_sees_each_training_answer_only_through_a_model_that
         graders.append(p_hat.clone())
         return real["train_grader"](model, p_hat, *a, **kw)
 
+    recipe = importlib.import_module("reccbm.fit")  # the stages as the recipe calls them
     for name, fn in (("train_concepts", train_concepts), ("train_joint", train_joint),
                      ("cache_concepts", cache_concepts), ("train_grader", train_grader)):
-        monkeypatch.setattr(reccbm, name, fn)
+        monkeypatch.setattr(recipe, name, fn)
     code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(60), "--crossfit", "2", "--cfg", "joint.epochs=1")
     assert code == 0, output
     assert len(trained) == 3 and [m for m, _ in joint] == [m for m, _ in trained]  # two cross-fit models, then the run's
