@@ -74,13 +74,15 @@ class Fitted:
     crossfit_parts: list[list[int]] | None = None  # positions in train: part j's Stage II inputs came from model j
     crossfit_steps: int = 0  # optimiser steps of the cross-fitting models (not part of the returned model)
     lcec: StageResult | None = None  # LCEC fitted on the dev outputs (stage2.lcec_fit = "dev"); then stage2 is the head refit
+    head_init: StageResult | None = None  # the Stage II head the joint stage started from, when stage2 is a later refit
 
     def as_dict(self) -> dict[str, Any]:
         """The history without the model (JSON-ready)."""
         return {"stage1": self.stage1.as_dict(), "joint": self.joint.as_dict() if self.joint else None,
                 "stage2": self.stage2.as_dict() if self.stage2 else None, "dev": self.dev, "steps": self.steps,
                 "seconds": self.seconds, "crossfit_parts": self.crossfit_parts, "crossfit_steps": self.crossfit_steps,
-                "lcec": self.lcec.as_dict() if self.lcec else None}
+                "lcec": self.lcec.as_dict() if self.lcec else None,
+                "head_init": self.head_init.as_dict() if self.head_init else None}
 
 
 def deal_parts(grades: Any, k: int, seed: int, salt: int) -> list[list[int]]:
@@ -192,10 +194,12 @@ def fit(
     if recipe.stage2.crossfit >= 2:  # first the k models that give every training answer an unseen-answer output
         p_oof, parts, cf_steps = _cross_fitted_outputs(train, dev, recipe, tokenizer, concept_texts, callback)
     model, r1, r2, rj = _concept_model(train, dev, recipe, tokenizer, concept_texts, callback, head=p_oof is None)
+    steps = r1.steps + (rj.steps if rj else 0) + (r2.steps if r2 else 0)
+    head_init = None
     if p_oof is not None:
-        r2 = _stage2(model, train, dev, recipe, pad, callback, p_fit=p_oof)
+        head_init, r2 = r2, _stage2(model, train, dev, recipe, pad, callback, p_fit=p_oof)
+        steps += r2.steps
     assert r2 is not None
-    steps = r1.steps + (rj.steps if rj else 0) + r2.steps
     rl = None
     if recipe.stage2.lcec_fit == "dev" and model.lcec is not None:  # LCEC learns the errors of new answers...
         assert dev.concepts is not None and train.concepts is not None and train.grades is not None
@@ -203,8 +207,9 @@ def fit(
         p_dev = cache_concepts(model, dev, pad, recipe.stage1.eval_batch_size)
         rl = fit_lcec(model, p_dev, torch.tensor(dev.concepts), recipe.stage2, callback)
         p_train = p_oof if p_oof is not None else cache_concepts(model, train, pad, recipe.stage1.eval_batch_size)
+        head_init = head_init or r2
         r2 = train_grader(model, p_train, torch.tensor(train.concepts), torch.tensor(train.grades), p_dev,  # ... and the
                           torch.tensor(dev.grades), recipe.stage2, callback, head_only=True)  # head reads through it
         steps += rl.steps + r2.steps
     return Fitted(model, r1, rj, r2, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size), steps,
-                  time.perf_counter() - t0, parts, cf_steps, rl)
+                  time.perf_counter() - t0, parts, cf_steps, rl, head_init)

@@ -75,19 +75,28 @@ def test_an_override_moves_the_grade_the_way_the_weights_say(tiny_scalar: tuple[
     before = explain_items(run, items)
     after = explain_items(run, items, {"FC": 3})
     assert all(t.overrides == {"FC": 3} and t.concepts[0].set_to == 3 for t in after)
-    # Eq. 20, 22: Δ logits = W A Δs̃, with Δs̃ non-zero only for FC (set to its top level: s̃ = 1)
+    # Eq. 22: Δ logits = W Δμ_post. The default conditions LCEC on the expert's FC (its s̃ = 1, known exactly; the other
+    # concepts move through Ω: reccbm/lcec.py); the paper's Eq. 20 would give Δμ_post = A Δs̃ instead
+    assert model.config.condition
     W = model.W.weight.detach().double().numpy()  # (S+1, K)
-    A = reccbm.reliability(model)["A"]  # (K, K)
+    moves = []
     for b, a in zip(before, after):
-        ds = np.zeros(len(run.keys))
-        ds[0] = 1.0 - b.concepts[0].s_tilde
-        expected = W @ A @ ds  # (S+1,)
+        s_b = torch.tensor([[c.s_tilde for c in b.concepts]], dtype=torch.float64)  # (1, K)
+        s_a = s_b.clone()
+        s_a[0, 0] = 1.0
+        observed = torch.zeros_like(s_a, dtype=torch.bool)
+        observed[0, 0] = True
+        with torch.no_grad():
+            dmu = (model.lcec(s_a, observed) - model.lcec(s_b)).numpy()[0]  # (K,)
+        assert abs(float(model.lcec(s_a, observed)[0, 0]) - 1.0) < 1e-9  # the expert's level, exactly
+        moves.append(dmu)
+        expected = W @ dmu  # (S+1,)
         logits_b = np.log(np.asarray(b.grade_probs))
         logits_a = np.log(np.asarray(a.grade_probs_after))
         moved = logits_a - logits_b  # equal to Δ logits up to one constant (the softmax's normaliser)
         assert np.allclose(moved - moved.mean(), expected - expected.mean(), atol=1e-4)
     # and the direction: raising FC raises the expected grade iff the weights favour higher grades for FC
-    slope = np.polyfit(np.arange(W.shape[0]), (W @ A)[:, 0], 1)[0]
+    slope = np.polyfit(np.arange(W.shape[0]), W @ np.mean(moves, axis=0), 1)[0]
     exp_b = np.mean([np.dot(np.arange(6), t.grade_probs) for t in before])
     exp_a = np.mean([np.dot(np.arange(6), t.grade_probs_after) for t in after])
     assert np.sign(exp_a - exp_b) == np.sign(slope)

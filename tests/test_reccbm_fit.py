@@ -27,7 +27,8 @@ def test_fit_reports_the_returned_models_dev_metrics_and_counts_every_stage(back
     assert fitted.joint is not None and fitted.stage2 is not None and fitted.joint.steps > 0
     # the dev metrics are those of the model fit returns (after the joint stage), not of the head fitted before it
     assert fitted.dev == dev_metrics(fitted.model, dev, tok.pad_token_id)
-    assert fitted.steps == fitted.stage1.steps + fitted.joint.steps + fitted.stage2.steps
+    parts = [fitted.stage1, fitted.head_init, fitted.joint, fitted.lcec, fitted.stage2]
+    assert fitted.steps == sum(r.steps for r in parts if r is not None)
 
 
 def test_fit_without_a_joint_stage_is_the_papers_two_stages(backbone: str) -> None:
@@ -51,6 +52,8 @@ def test_several_seeds_keep_the_seed_whose_final_model_is_best_on_dev(tmp_path: 
     assert res.metrics["selected_seed"] == best["seed"]
     for s in seeds:  # the dev metrics seeds are chosen on describe the model after the joint stage
         assert s["joint"] is not None and set(s["dev_selection"]) >= {"t_f1", "t_acc", "c_acc"}
-        assert s["steps"] == s["stage1"]["steps"] + s["joint"]["steps"] + s["stage2"]["steps"]
+        shaped = ("stage1", "head_init", "joint", "lcec", "stage2")  # every stage that shaped the returned model
+        assert s["head_init"] is not None and s["lcec"] is not None  # the default: a head, the joint stage, LCEC on dev
+        assert s["steps"] == sum(s[k]["steps"] for k in shaped if s.get(k))
     _, _, meta = reccbm.load_checkpoint(tmp_path / "run")
     assert meta["seed"] == best["seed"]
