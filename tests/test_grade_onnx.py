@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 import reccbm
 from reccbm.data import collate
+from reccbm.model import TextEncoder
 from reccbm.onnx_encoder import FLOAT_NAME, INT8_NAME, OnnxEncoder, export_encoder
 from rubrictool.cli import app
 from rubrictool.errors import TrainError
@@ -190,6 +191,7 @@ def test_every_backbone_family_exports(tmp_path_factory: pytest.TempPathFactory,
     backbone = build_backbone(tmp_path_factory.getbasetemp() / "onnx-families", family)
     model, tok = tiny_model(backbone)
     model.eval()
+    assert isinstance(model.encoder, TextEncoder)
     enc = OnnxEncoder(export_encoder(model.encoder, tmp_path / "e.onnx"), model.encoder.hf_config)
     items = encoded(tok, toy_table(12))
     for idx in ([0, 1, 2, 3, 4], list(range(12))):

@@ -138,7 +138,7 @@ def test_the_reliability_table_says_what_sigma2_means(course: tuple[Path, Path, 
     M = 2
     v = (df.loc[split["train"], STATS_KEYS] / M).var(ddof=0)  # v_k over the training labels
     for k in STATS_KEYS:
-        a = rel.loc[k, "A_kk"]
+        a = float(rel["A_kk"].astype(float)[k])
         assert rel.loc[k, "label_var"] == pytest.approx(v[k])
         assert rel.loc[k, "sigma2_implied"] == pytest.approx(v[k] * (1 - a) / a)
     pred = pd.read_csv(run / "test_predictions.csv", dtype={"id": str})
