@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -16,9 +17,12 @@ from typer.testing import CliRunner
 
 import reccbm
 from reccbm.data import collate
+from reccbm.model import TextEncoder
 from reccbm.onnx_encoder import FLOAT_NAME, INT8_NAME, OnnxEncoder, export_encoder
 from rubrictool.cli import app
+from rubrictool.errors import TrainError
 from rubrictool.grade import grade_items, load_grader
+from rubrictool.runs import sha256_file
 from tests.support.tiny_models import (
     FAMILIES,
     KEYS,
@@ -117,6 +121,12 @@ def test_the_export_is_cached_once_and_rebuilt_when_the_weights_change(run: Path
             p.add_(0.05 * torch.randn_like(p))
     old = grade_items(run, new_items, engine="onnx")
     save_model(model, str(run / "model.safetensors"))
+    with pytest.raises(TrainError, match="model.safetensors changed after the run was written"):
+        grade_items(run, new_items, engine="onnx")  # weights swapped behind the run's completion record
+    record = json.loads((run / "run.json").read_text())  # re-training records the new weights
+    record["files"]["model.safetensors"] = {"bytes": (run / "model.safetensors").stat().st_size,
+                                            "sha256": sha256_file(run / "model.safetensors")}
+    (run / "run.json").write_text(json.dumps(record))
     new = grade_items(run, new_items, engine="onnx")
     assert path.stat().st_mtime_ns != first
     np.testing.assert_allclose(new["grade_prob"], grade_items(run, new_items)["grade_prob"], atol=1e-4)
@@ -181,6 +191,7 @@ def test_every_backbone_family_exports(tmp_path_factory: pytest.TempPathFactory,
     backbone = build_backbone(tmp_path_factory.getbasetemp() / "onnx-families", family)
     model, tok = tiny_model(backbone)
     model.eval()
+    assert isinstance(model.encoder, TextEncoder)
     enc = OnnxEncoder(export_encoder(model.encoder, tmp_path / "e.onnx"), model.encoder.hf_config)
     items = encoded(tok, toy_table(12))
     for idx in ([0, 1, 2, 3, 4], list(range(12))):

@@ -22,6 +22,7 @@ from rubrictool.evaluate import (
     lcec_activity,
 )
 from rubrictool.report.honest import verdict
+from rubrictool.textsafe import md_inline
 from tests.support.stats_course import STATS_KEYS, stats_table, train_stats
 from tests.support.tiny_models import build_backbone
 
@@ -137,7 +138,7 @@ def test_the_reliability_table_says_what_sigma2_means(course: tuple[Path, Path, 
     M = 2
     v = (df.loc[split["train"], STATS_KEYS] / M).var(ddof=0)  # v_k over the training labels
     for k in STATS_KEYS:
-        a = rel.loc[k, "A_kk"]
+        a = float(rel["A_kk"].astype(float)[k])
         assert rel.loc[k, "label_var"] == pytest.approx(v[k])
         assert rel.loc[k, "sigma2_implied"] == pytest.approx(v[k] * (1 - a) / a)
     pred = pd.read_csv(run / "test_predictions.csv", dtype={"id": str})
@@ -163,10 +164,11 @@ def test_the_report_opens_with_a_verdict_and_warns(course: tuple[Path, Path, str
     m = json.loads((run / "metrics.json").read_text())
     assert md.index("## Verdict") < md.index("## Grade metrics")
     doc = json.loads((out / "report.json").read_text())
-    assert doc["verdict"] and all(f"- {v}" in md for v in doc["verdict"])
+    # the page escapes Markdown punctuation in every sentence it did not write as markup (hostile-text escaping)
+    assert doc["verdict"] and all(f"- {md_inline(v)}" in md for v in doc["verdict"])
     assert [w["code"] for w in doc["warnings"]] == [w["code"] for w in m["warnings"]]
     for w in m["warnings"]:  # the run's warnings, on the page
-        assert w["message"] in md and f'id="warning-{w["code"]}"' in page
+        assert f"**Warning:** {md_inline(w['message'])}" in md and f'id="warning-{w["code"]}"' in page
     pred = pd.read_csv(run / "test_predictions.csv")
     never = sorted(set(range(3)) - set(pred["grade"]))
     if len(set(pred["grade"])) == 1:

@@ -193,7 +193,7 @@ def _push(fake: FakeLS, course: Path, *extra: str) -> Any:
 
 def test_cli_push_is_blind_by_default(monkeypatch: pytest.MonkeyPatch, course: Path) -> None:
     fake = FakeLS("http://fake", "k")
-    monkeypatch.setattr("rubrictool.cli.review.resolve_connection", lambda url=None, key=None: fake)
+    monkeypatch.setattr("rubrictool.review.resolve_connection", lambda url=None, key=None: fake)
     res = _push(fake, course)
     assert res.exit_code == 0, res.output
     assert "blind review: no predictions sent" in res.output and "20 prediction row(s) of gpt-4o, qwen-7b" in res.output
@@ -211,7 +211,7 @@ def test_cli_push_is_blind_by_default(monkeypatch: pytest.MonkeyPatch, course: P
 
 def test_cli_push_show_predictions_marks_the_model(monkeypatch: pytest.MonkeyPatch, course: Path) -> None:
     fake = FakeLS("http://fake", "k")
-    monkeypatch.setattr("rubrictool.cli.review.resolve_connection", lambda url=None, key=None: fake)
+    monkeypatch.setattr("rubrictool.review.resolve_connection", lambda url=None, key=None: fake)
     res = _push(fake, course, "--show-predictions", "--prefill-model", "qwen-7b", "--project", "lab2-anchored")
     assert res.exit_code == 0, res.output
     assert "reviewers see the levels of qwen-7b pre-selected" in res.output
@@ -225,14 +225,14 @@ def test_cli_push_show_predictions_marks_the_model(monkeypatch: pytest.MonkeyPat
     assert prefilled_by(proj["label_config"]) == "qwen-7b"
     # default pre-filling model: the first by name
     fake2 = FakeLS("http://fake2", "k")
-    monkeypatch.setattr("rubrictool.cli.review.resolve_connection", lambda url=None, key=None: fake2)
+    monkeypatch.setattr("rubrictool.review.resolve_connection", lambda url=None, key=None: fake2)
     assert _push(fake2, course, "--show-predictions").exit_code == 0
     assert fake2.projects[1]["model_version"] == "gpt-4o" and prefilled_by(fake2.projects[1]["label_config"]) == "gpt-4o"
 
 
 def test_a_project_keeps_its_review_mode(monkeypatch: pytest.MonkeyPatch, course: Path) -> None:
     fake = FakeLS("http://fake", "k")
-    monkeypatch.setattr("rubrictool.cli.review.resolve_connection", lambda url=None, key=None: fake)
+    monkeypatch.setattr("rubrictool.review.resolve_connection", lambda url=None, key=None: fake)
     assert _push(fake, course).exit_code == 0
     res = _push(fake, course, "--show-predictions")
     assert res.exit_code == 1 and "is a blind-review project" in res.output and "--project NEW-TITLE" in res.output
@@ -250,7 +250,7 @@ def test_a_project_keeps_its_review_mode(monkeypatch: pytest.MonkeyPatch, course
 def test_bad_prefill_options_change_nothing(monkeypatch: pytest.MonkeyPatch, course: Path, extra: list[str],
                                             message: str) -> None:
     fake = FakeLS("http://fake", "k")
-    monkeypatch.setattr("rubrictool.cli.review.resolve_connection", lambda url=None, key=None: fake)
+    monkeypatch.setattr("rubrictool.review.resolve_connection", lambda url=None, key=None: fake)
     res = _push(fake, course, *extra)
     assert res.exit_code == 1 and message in res.output and "Traceback" not in res.output
     assert fake.calls == [] and fake.tasks == []

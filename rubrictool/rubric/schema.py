@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -183,6 +184,15 @@ class Rubric(_Strict):
     grading: Grading | None = Field(default=None, description="how levels' points make the grade (analytic rubrics)")
     _source_file: str | None = PrivateAttr(default=None)
     _source_text: str | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        """Two rubrics are equal when their content is: where one was read from (and its text) is provenance."""
+        if not isinstance(other, Rubric):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.model_dump(mode="json"), sort_keys=True))
 
     @property
     def source_file(self) -> str | None:
