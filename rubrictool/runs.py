@@ -101,12 +101,22 @@ def building(target: str | Path) -> Iterator[Path]:
     """A fresh staging folder beside ``target``; when the block ends normally it replaces ``target`` whole (an old run
     there is removed), otherwise it is deleted and ``target`` is left as it was."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_builds(target)
-    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-{os.getpid()}-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_builds(target)
+        stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-{os.getpid()}-", dir=target.parent))
+    except OSError as exc:  # e.g. --out under a regular file, a read-only folder
+        raise TrainError(f"cannot write the run into {target.parent} ({exc.strerror or exc})",
+                         hint="pass --out a path in a folder you can write") from None
     os.chmod(stage, _umask_mode())  # mkdtemp makes 0700; a run is as readable as any other output
     try:
         yield stage
+    except OSError as exc:  # a full disk, a file-size limit: one line naming the run, and what was kept
+        shutil.rmtree(stage, ignore_errors=True)
+        what = Path(exc.filename).name if exc.filename else "a file"
+        kept = f"{target} is as it was" if target.exists() else f"nothing was written to {target}"
+        raise TrainError(f"cannot write {what} of the run {target} ({exc.strerror or exc}); {kept}",
+                         hint="free space (or raise the file-size limit), then train again") from None
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

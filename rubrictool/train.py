@@ -15,6 +15,7 @@ Grading with a trained run lives in :mod:`rubrictool.grade`.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -484,7 +485,12 @@ def _train_into(
                 "variant": name, "seed": info["seed"], "selected_by": "dev t_f1", "notes": notes,
                 "git_revision": metrics["git_revision"]}
         step = info["steps"]  # every stage that shaped the model: Stage I, the joint stage, Stage II
-        reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta)
+        try:
+            reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta)
+        except Exception as exc:  # safetensors reports a failed write (a full disk) as SafetensorError, not OSError
+            if type(exc).__name__ != "SafetensorError":
+                raise
+            raise OSError(errno.EIO, str(exc).rsplit(": ", 1)[-1], str(run / "model.safetensors")) from None
         train_rows = df.iloc[pos["train"]]  # what `grade` flags compare new responses with (rubrictool.flags)
         save_profile(profile_from_table(train_rows, train_rows["id"].astype(str).tolist(), [] if plm else rb.keys,
                                         (rb.scale.min, rb.scale.max)), run)
