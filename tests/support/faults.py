@@ -86,6 +86,7 @@ class Result:
     returncode: int
     output: str
     stopped: bool  # the signal was sent before the child exited on its own
+    seconds: float  # how long the child ran
 
 
 def fsize_limit(limit: int) -> Callable[[], None]:
@@ -133,8 +134,9 @@ def run_cli(args: list[str], *, stop: Stop | None = None, preexec: Callable[[], 
             proc.kill()
         proc.wait()
         reader.join(timeout=30)
+    seconds = time.monotonic() - t0
     text = b"".join(chunks).decode("utf-8", "replace")
-    return Result(proc.returncode, text, stopped)
+    return Result(proc.returncode, text, stopped, seconds)
 
 
 def one_line_error(output: str) -> bool:
