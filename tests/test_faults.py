@@ -23,6 +23,7 @@ import shutil
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -55,7 +56,7 @@ TRAIN_DELAY: list[tuple[int, float]] = [(KILL, round(rng.uniform(0.3, 0.9), 2))]
 RETRAIN_FILES = _points(2, 1, 14)  # retraining into an existing run
 FOLDS_DELAY = [(KILL, round(rng.uniform(0.2, 0.9), 2)) for _ in range(2)] + [(INT, round(rng.uniform(0.2, 0.9), 2))]
 ANNOTATE_ROWS = [(w, *p) for w in (1, 2) for p in _points(2, 1, N - 2) + _points(1, 1, N - 2, INT)]
-ADJUDICATE_DELAY = [(KILL, round(rng.uniform(0.3, 0.95), 2)) for _ in range(3)] + [(INT, round(rng.uniform(0.5, 0.95), 2))]
+ADJUDICATE_DELAY = [(KILL, round(rng.uniform(0.15, 0.6), 2)) for _ in range(3)] + [(INT, round(rng.uniform(0.3, 0.6), 2))]
 TRAIN_FSIZE = [0, 3_000, 60_000]  # bytes: nothing, the small files but not the table copy, all but the weights
 FOLDS_FSIZE = [60_000]
 ANNOTATE_FSIZE = [0, 24_000]
@@ -274,6 +275,36 @@ def test_train_folds_killed_then_rerun(course: dict[str, Path], folds_ref: Path,
         _folds_whole(out)
     _ok(run_cli(_train_args(course, out, "--folds", "2")))
     _same_folds(out, folds_ref)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_kill_while_the_pooled_predictions_are_written_leaves_them_whole_or_absent(
+        course: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pooled_predictions.csv is what ``compare`` reads as a finished k-fold run: a kill halfway through writing it
+    (here: half the bytes written, then KeyboardInterrupt) must not leave a truncated table behind."""
+    from typer.testing import CliRunner
+
+    from rubrictool.cli import app
+
+    real = pd.DataFrame.to_csv
+
+    def half_then_killed(self: pd.DataFrame, path: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if path is not None and Path(str(path)).name.lstrip(".").startswith("pooled_predictions.csv"):
+            text = real(self, None, *args, **kwargs)
+            Path(str(path)).write_text(text[: len(text) // 2])
+            raise KeyboardInterrupt
+        return real(self, path, *args, **kwargs)
+
+    out = tmp_path / "kfold"
+    monkeypatch.setattr(pd.DataFrame, "to_csv", half_then_killed)
+    res = CliRunner().invoke(app, _train_args(course, out, "--folds", "2"))
+    assert res.exit_code != 0 and all(run_is_complete(out / f"fold-{i}") for i in range(2))
+    assert not (out / "pooled_predictions.csv").exists() and not (out / "folds.json").exists()
+    monkeypatch.setattr(pd.DataFrame, "to_csv", real)
+    res = CliRunner().invoke(app, _train_args(course, out, "--folds", "2"))  # both folds read back
+    assert res.exit_code == 0, res.output
+    pooled = pd.read_csv(out / "pooled_predictions.csv", dtype={"id": str})
+    assert len(pooled) == N and pooled["id"].is_unique
 
 
 @pytest.mark.parametrize("limit", FOLDS_FSIZE)
