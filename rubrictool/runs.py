@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -60,6 +61,7 @@ RECORD = "run.json"
 FORMAT = 1
 TABLE_COPY_MAX_BYTES = 50 * 2**20  # training tables up to this size are copied into the run (table.csv)
 _HASH_ON_OPEN_MAX_BYTES = 16 * 2**20  # larger files (model weights) are checked by size when a run is opened
+_ASIDE = re.compile(r"^\.(.+)\.(?:building|old)-\d+-")  # folders building() makes beside a run: never a run
 
 
 def sha256_file(path: str | Path) -> str:
@@ -86,11 +88,12 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _remove_stale_builds(target: Path) -> None:
-    """Staging folders of this destination left by a build that was killed (its process is gone)."""
-    for p in target.parent.glob(f".{target.name}.building-*"):
+def _remove_stale_builds(target: Path, kind: str = "building") -> None:
+    """Staging folders (``kind`` "building"), or replaced runs ("old"), of this destination left by a build that was
+    killed (its process is gone)."""
+    for p in target.parent.glob(f".{target.name}.{kind}-*"):
         try:
-            pid = int(p.name.rsplit(".building-", 1)[1].split("-")[0])
+            pid = int(p.name.rsplit(f".{kind}-", 1)[1].split("-")[0])
         except (IndexError, ValueError):
             continue
         if pid != os.getpid() and not _pid_alive(pid):
@@ -102,12 +105,22 @@ def building(target: str | Path) -> Iterator[Path]:
     """A fresh staging folder beside ``target``; when the block ends normally it replaces ``target`` whole (an old run
     there is removed), otherwise it is deleted and ``target`` is left as it was."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_builds(target)
-    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-{os.getpid()}-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_builds(target)
+        stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-{os.getpid()}-", dir=target.parent))
+    except OSError as exc:  # e.g. --out under a regular file, a read-only folder
+        raise TrainError(f"cannot write the run into {target.parent} ({exc.strerror or exc})",
+                         hint="pass --out a path in a folder you can write") from None
     os.chmod(stage, _umask_mode())  # mkdtemp makes 0700; a run is as readable as any other output
     try:
         yield stage
+    except OSError as exc:  # a full disk, a file-size limit: one line naming the run, and what was kept
+        shutil.rmtree(stage, ignore_errors=True)
+        what = Path(exc.filename).name if exc.filename else "a file"
+        kept = f"{target} is as it was" if target.exists() else f"nothing was written to {target}"
+        raise TrainError(f"cannot write {what} of the run {target} ({exc.strerror or exc}); {kept}",
+                         hint="free space (or raise the file-size limit), then train again") from None
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
@@ -118,6 +131,7 @@ def building(target: str | Path) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(stage, target)
+    _remove_stale_builds(target, "old")  # a run replaced by a build killed between its two renames
 
 
 def label_source(table: pd.DataFrame | None = None, agreement: dict[str, Any] | None = None,
@@ -363,6 +377,10 @@ class Run:
 def open_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Run:
     """Open a run directory written by ``rubrictool train``; refuses a k-fold parent, an incomplete or mixed run."""
     path = Path(run_dir)
+    aside = _ASIDE.match(path.name)
+    if aside:  # a staging folder (its run.json may not be written yet) or a replaced run on its way out
+        raise TrainError(f"{path} is a run being built or replaced (or left by a killed build), not a finished run",
+                         hint=f"pass the run itself: {path.parent / aside.group(1)}")
     if not (path / "model.json").is_file():
         if (path / "fold-0").is_dir():
             raise TrainError(f"{path} is a k-fold run: pass one of its folds, e.g. --run {path / 'fold-0'}")

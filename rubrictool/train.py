@@ -15,6 +15,7 @@ Grading with a trained run lives in :mod:`rubrictool.grade`.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -53,6 +54,7 @@ from rubrictool.evaluate import (
 from rubrictool.flags import profile_from_table, save_profile
 from rubrictool.grade import model_inputs
 from rubrictool.grade import predictions_frame as _predictions_frame
+from rubrictool.io import atomic_write_text, write_table
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
@@ -575,7 +577,12 @@ def _train_into(
                 "variant": name, "seed": info["seed"], "selected_by": "dev t_f1", "notes": notes,
                 "git_revision": metrics["git_revision"]}
         step = info["steps"]  # every stage that shaped the model: Stage I, the joint stage, Stage II
-        reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta)
+        try:
+            reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta)
+        except Exception as exc:  # safetensors reports a failed write (a full disk) as SafetensorError, not OSError
+            if type(exc).__name__ != "SafetensorError":
+                raise
+            raise OSError(errno.EIO, str(exc).rsplit(": ", 1)[-1], str(run / "model.safetensors")) from None
         train_rows = df.iloc[pos["train"]]  # what `grade` flags compare new responses with (rubrictool.flags)
         save_profile(profile_from_table(train_rows, train_rows["id"].astype(str).tolist(), [] if plm else rb.keys,
                                         (rb.scale.min, rb.scale.max)), run)
@@ -674,7 +681,7 @@ def train_folds(
             b["oracle_concepts"] = oracle_concept_baseline(lv, y, rb.M + 1) + rb.grade.min
         parts.append(pred.merge(b, on="id"))
     pooled = pd.concat(parts, ignore_index=True)
-    pooled.to_csv(run / "pooled_predictions.csv", index=False)
+    write_table(pooled, run / "pooled_predictions.csv")  # atomic: what `compare` reads as a finished k-fold run
     keys = rb.keys if has_c and not plm else []
     summary = {
         "variant": results[0]["variant"], "preset": results[0].get("preset"), "rubric": rb.name, "folds": folds,
@@ -721,8 +728,8 @@ def train_folds(
     attn = [r["seeds"][0].get("attention") for r in results]
     if all(attn):
         summary["attention"] = {k: np.mean([a[k] for a in attn if a], axis=0).tolist() for k in attn[0] or {}}
-    (run / "folds.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
-    (run / "folds.md").write_text(folds_markdown(summary))
+    atomic_write_text(run / "folds.md", folds_markdown(summary))
+    atomic_write_text(run / "folds.json", json.dumps(summary, indent=2, default=float) + "\n")  # last: ablate's "done"
     fold0 = run / "fold-0"
     rel = pd.read_csv(fold0 / "reliability.csv") if (fold0 / "reliability.csv").is_file() else pd.DataFrame()
     metrics = {"variant": summary["variant"], "summary": {k: {"mean": v, "std": 0.0} for k, v in summary["pooled"].items()},

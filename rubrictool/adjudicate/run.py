@@ -426,20 +426,30 @@ def write_outputs(result: AdjudicationResult, out: str | Path, fmt: str = "csv")
     d = Path(out)
     if d.exists() and not d.is_dir():
         raise AdjudicateError(f"{d}: exists and is not a folder", hint="pass a folder for the outputs to --out")
-    paths = {
-        "table": write_table(result.table, d / f"adjudicated.{fmt}"),
-        "decisions": write_table(result.decisions, d / f"decisions.{fmt}"),
-        "queue": write_table(result.queue, d / "discussion_queue.csv"),
-    }
-    if result.disagreements is not None:
-        paths["disagreements"] = write_table(result.disagreements, d / "disagreements.csv")
-    if result.rubric is not None:  # the rubric the labels follow, as written, so the folder needs no --rubric later
-        text = result.rubric.source_text or yaml.safe_dump(result.rubric.model_dump(mode="json", exclude_none=True),
-                                                             sort_keys=False, allow_unicode=True)
-        atomic_write_text(d / "rubric.yaml", text)
-        paths["rubric"] = d / "rubric.yaml"
-    atomic_write_text(d / "discussion_queue.md", result.markdown)
-    atomic_write_text(d / "agreement.json", json.dumps(result.agreement, indent=1, ensure_ascii=False) + "\n")
+    paths: dict[str, Path] = {}
+    current = d
+    try:  # each file atomically: a failed write leaves that file as it was (absent or the previous run's)
+        d.mkdir(parents=True, exist_ok=True)
+        for key, frame, name in (("table", result.table, f"adjudicated.{fmt}"),
+                                 ("decisions", result.decisions, f"decisions.{fmt}"),
+                                 ("queue", result.queue, "discussion_queue.csv"),
+                                 ("disagreements", result.disagreements, "disagreements.csv")):
+            if frame is not None:
+                current = d / name
+                paths[key] = write_table(frame, current)
+        if result.rubric is not None:  # the rubric the labels follow, as written, so the folder needs no --rubric later
+            current = d / "rubric.yaml"
+            atomic_write_text(current, result.rubric.source_text or yaml.safe_dump(
+                result.rubric.model_dump(mode="json", exclude_none=True), sort_keys=False, allow_unicode=True))
+            paths["rubric"] = current
+        current = d / "discussion_queue.md"
+        atomic_write_text(current, result.markdown)
+        current = d / "agreement.json"
+        atomic_write_text(current, json.dumps(result.agreement, indent=1, ensure_ascii=False) + "\n")
+    except OSError as e:
+        done = ", ".join(p.name for p in paths.values()) or "nothing"
+        raise AdjudicateError(f"{current}: cannot write it ({e.strerror or e}); written before it: {done} (the rest "
+                              "is as it was)", hint="free space or pass another folder to --out, then re-run") from None
     paths["markdown"] = d / "discussion_queue.md"
     paths["agreement"] = d / "agreement.json"
     result.paths = paths
