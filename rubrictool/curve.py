@@ -46,7 +46,7 @@ from rubrictool.progress import Progress, ProgressFn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import validate_adjudicated
-from rubrictool.train import load_train_config, preset_config, train_model
+from rubrictool.train import FLAT_OPTIONS, load_train_config, preset_config, train_model
 
 __all__ = [
     "CURVE_COLUMNS",
@@ -71,14 +71,9 @@ CURVE_COLUMNS = ["fold", "size", "repeat", "variant", "n_train", "n_dev", "t_acc
                  "majority_qwk", "majority_t_f1", "encoder_epochs", "train_seconds"]
 METRICS = ("t_acc", "qwk", "t_f1")
 
-# flat options of the command -> the config fields they set (those a tiny test model needs, and the budget)
-_FLAT: dict[str, list[tuple[str, str]]] = {
-    "backbone": [("model", "backbone")],
-    "max_len": [("model", "max_len")],
-    "epochs": [("stage1", "epochs")],
-    "lr": [("stage1", "lr")],
-    "batch_size": [("stage1", "batch_size"), ("stage2", "batch_size")],
-    "device": [("stage1", "device")],
+# flat options of the command -> the config fields they set: train's own (FLAT_OPTIONS, without cross-fitting) and the
+# stage budgets a tiny test model needs
+_FLAT: dict[str, list[tuple[str, str]]] = {k: v for k, v in FLAT_OPTIONS.items() if k != "crossfit"} | {
     "joint_epochs": [("joint", "epochs")],
     "stage2_epochs": [("stage2", "epochs")],
 }

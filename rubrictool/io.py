@@ -148,15 +148,5 @@ def writable_dir(out: str | Path) -> Path:
 
 
 def write_text(path: str | Path, text: str) -> Path:
-    """Write a text file (UTF-8) atomically: a temp file beside it, then a rename."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, p)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return p
+    """Write a text file (UTF-8) atomically, with a umask-respecting mode (:func:`atomic_write_text`)."""
+    return atomic_write_text(path, text)
