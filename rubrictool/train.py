@@ -432,6 +432,11 @@ def train_model(
     cfgs = _merge(CPU_DEFAULTS, PRESETS[preset], overrides, {"model": {"race": race_, "lcec": lcec_, "plm": plm}})
     if not opcc_:
         cfgs["stage1"]["lambda_r"] = 0.0
+    if plm and cfgs["joint"].get("epochs") and "epochs" not in (overrides or {}).get("stage1", {}):
+        # a fair baseline: the black box fine-tunes its encoder as many epochs as REC-CBM's encoder trains under the same
+        # preset (Stage I + the joint stage), unless an epoch count is given
+        cfgs["stage1"]["epochs"] = int(cfgs["stage1"]["epochs"]) + int(cfgs["joint"]["epochs"])
+        cfgs["joint"]["epochs"] = 0
     cfgs["model"] |= {"num_concepts": rb.K, "num_levels": rb.M + 1, "num_grades": rb.S + 1}
     try:
         mcfg = config_from_dict(ModelConfig, cfgs["model"])

@@ -310,3 +310,20 @@ def test_training_events_of_a_cross_fit_model_are_labelled_as_such() -> None:
     assert part is not None and part.task == "cross-fit 1/2: Stage I epoch 2/3" and part.done == 5
     s2 = from_training_event(reccbm.Event("stage2", "epoch", 4, 1, 1, 30, metrics={"t_f1": 0.25}, part="cross-fit 2/2"))
     assert s2 is not None and s2.task == "cross-fit 2/2: Stage II (≤30 epochs)" and s2.info == "dev T-F1 0.250"
+
+
+def test_the_plm_baseline_gets_the_encoder_budget_of_the_model_it_is_compared_with(tmp_path: Path, backbone: str) -> None:
+    """Under a preset with a joint stage, REC-CBM's encoder trains Stage I + joint epochs; the PLM gets the same count
+    (an explicit epoch count wins)."""
+    from rubrictool.data import split_items
+    from rubrictool.train import preset_config, train_model
+
+    df = mohler_like_table(40)
+    base = {"model": {"max_len": 32, "backbone": backbone}, "stage1": {"lr": 3e-3, "device": "cpu", "max_steps_per_epoch": 1},
+            "joint": {"epochs": 2}}
+    train_model("mohler", df, split_items(df), tmp_path / "plm", variant="plm", overrides=base)
+    cfg = yaml.safe_load((tmp_path / "plm" / "config.yaml").read_text())
+    assert cfg["stage1"]["epochs"] == preset_config("default")["stage1"]["epochs"] + 2 and cfg["joint"]["epochs"] == 0
+    given = base | {"stage1": base["stage1"] | {"epochs": 1}}
+    train_model("mohler", df, split_items(df), tmp_path / "plm1", variant="plm", overrides=given)
+    assert yaml.safe_load((tmp_path / "plm1" / "config.yaml").read_text())["stage1"]["epochs"] == 1
