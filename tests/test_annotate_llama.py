@@ -28,7 +28,9 @@ def test_smollm2_annotates_three_mohler_answers(smollm2, data_dir: Path, tmp_pat
             "--model", "openai/smollm2", "--api-base", smollm2.url, "--reply-format", fmt, "--concurrency", "1",
             "--max-tokens", "200", "--timeout", "900", "--cache", str(cache), "--out", str(out)]
     result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
+    # a 135M model's replies often do not parse: above --max-failures (5 %) the run still writes everything, exit 3
+    summary0 = json.loads((out / "summary.json").read_text())["models"]["openai/smollm2"]
+    assert result.exit_code == (3 if summary0["failures"] / 3 > 0.05 else 0), result.output
     rubric = load_rubric("mohler")
     pred = read_predictions(out / "predictions.jsonl", rubric)
     summary = json.loads((out / "summary.json").read_text())["models"]["openai/smollm2"]
@@ -51,6 +53,6 @@ def test_smollm2_annotates_three_mohler_answers(smollm2, data_dir: Path, tmp_pat
     assert summary["completion_tokens"] > 0
     # the cache: a second run asks the model nothing
     again = CliRunner().invoke(app, args)
-    assert again.exit_code == 0, again.output
+    assert again.exit_code == result.exit_code, again.output
     summary2 = json.loads((out / "summary.json").read_text())["models"]["openai/smollm2"]
     assert summary2["requests"] == 0 and summary2["cached_items"] == 3

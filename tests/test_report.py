@@ -124,9 +124,16 @@ def test_report_of_a_plm_run_shows_grades_and_says_why_nothing_else(tmp_path: Pa
     assert f'id="metric-t_acc" data-value="{saved["t_acc"]!r}"' in page and 'id="metric-c_acc"' not in page
 
 
-def test_report_of_a_benchmark_run_without_data_says_to_pass_it(tiny: tuple[Path, Path]) -> None:
-    res = runner.invoke(app, ["report", "--model", str(tiny[0])])
-    assert res.exit_code == 1 and "pass --data FILE" in " ".join(res.output.split())
+def test_report_needs_only_the_run_and_says_when_its_table_is_gone(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    res = runner.invoke(app, ["report", "--model", str(tiny[0]), "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output  # the run's copy of its training table
+    from rubrictool.errors import DataError
+    from rubrictool.runs import open_run as open_record
+
+    run = open_record(tiny[0])
+    run.record["table"] = {"path": str(tmp_path / "moved.csv"), "copy": None}  # a table too large to copy, then moved
+    with pytest.raises(DataError, match="is not available .*moved.csv.*pass --data FILE"):
+        run.load_table()
 
 
 # ------------------------------------------------------------------ intervene
@@ -229,7 +236,7 @@ def test_ablate_with_folds_pools_each_combination(tmp_path: Path) -> None:
     res = runner.invoke(app, args)
     assert res.exit_code == 0 and "finished earlier, read back" in res.output
     res = runner.invoke(app, ["report", "--model", str(tmp_path / "abl" / "race+opcc"), "--data", str(data)])
-    assert res.exit_code == 1 and "is a k-fold run: pass one of its folds, e.g. --model" in " ".join(res.output.split())
+    assert res.exit_code == 1 and "is a k-fold run: pass one of its folds, e.g. --run" in " ".join(res.output.split())
 
 
 def test_a_folder_that_cannot_be_written_is_one_clear_line(tiny: tuple[Path, Path], tmp_path: Path) -> None:
