@@ -22,6 +22,7 @@ Concept labels: majority vote over three LLM annotation passes (Mohler), NOT val
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -43,7 +44,7 @@ def ece(probs: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
     conf, pred = probs.max(1), probs.argmax(1)
     edges = np.linspace(0, 1, bins + 1)
     err = 0.0
-    for lo, hi in zip(edges[:-1], edges[1:]):
+    for lo, hi in itertools.pairwise(edges):
         m = (conf > lo) & (conf <= hi)
         if m.any():
             err += m.mean() * abs(float((pred[m] == y[m]).mean()) - float(conf[m].mean()))
@@ -89,7 +90,7 @@ def main() -> None:
     per_fold = []
     for fold in sorted(a.run.glob("fold-*/model.safetensors")):
         d = fold.parent
-        model, tok, meta = reccbm.load_checkpoint(d)
+        model, tok, _ = reccbm.load_checkpoint(d)
         cfg = yaml.safe_load((d / "config.yaml").read_text())
         split = json.loads((d / "split.json").read_text())
         sets = {s: encode(tok, table.loc[[str(i) for i in split[s]]], keys, smin, gmin, model.config.max_len)
@@ -132,7 +133,7 @@ def main() -> None:
     def grade(p: np.ndarray) -> dict[str, float]:
         return reccbm.grade_metrics(y, p.argmax(1)) | {"nll": nll(p, y), "ece": ece(p, y)}
 
-    res: dict[str, Any] = {"run": str(a.run), "folds": [f["fold"] for f in per_fold], "n_items": int(len(y)),
+    res: dict[str, Any] = {"run": str(a.run), "folds": [f["fold"] for f in per_fold], "n_items": len(y),
                            "labels": "majority vote over three LLM annotation passes, not expert-validated"}
     res["metrics"] = {k: grade(P[f"p_{k}"]) for k in ("on", "off", "oracle", "wrong", "k1", "k2")}
     res["on_minus_off"] = {m: paired_bootstrap(y, P["p_off"].argmax(1), P["p_on"].argmax(1), m) for m in ("t_acc", "t_f1", "qwk")}
