@@ -120,6 +120,20 @@ def _accepted_runs_are_whole(parent: Path) -> int:
     return accepted
 
 
+def _killed_after(args: list[str], sig: int, delay: float, clear: Path) -> Result:
+    """The CLI signalled ``delay`` seconds in. The delay is a share of a reference run's time; when the child finished
+    first (a run faster than the reference on a machine whose load changes), ``clear`` is removed and the signal comes
+    earlier, up to four tries."""
+    res = run_cli(args, stop=Stop(sig, delay=delay))
+    for _ in range(3):
+        if res.stopped:
+            break
+        shutil.rmtree(clear, ignore_errors=True)
+        delay /= 2
+        res = run_cli(args, stop=Stop(sig, delay=delay))
+    return res
+
+
 def _stopped_cleanly(res: Result, sig: int) -> None:
     """The signal reached the child: SIGKILL ends it; after SIGINT (Ctrl-C) it stops without a traceback."""
     assert res.stopped, f"the child finished before the signal: {res.output[-1000:]}"
@@ -157,8 +171,10 @@ def test_train_killed_then_rerun(course: dict[str, Path], train_ref: dict[str, P
                                  sig: int, at: float) -> None:
     out = tmp_path / "runs" / "run"
     files = isinstance(at, int)
-    stop = Stop(sig, files=int(at), watch=tmp_path / "runs") if files else Stop(sig, delay=at * DURATION["train"])
-    res = run_cli(_train_args(course, out), stop=stop)
+    if files:
+        res = run_cli(_train_args(course, out), stop=Stop(sig, files=int(at), watch=tmp_path / "runs"))
+    else:
+        res = _killed_after(_train_args(course, out), sig, at * DURATION["train"], tmp_path / "runs")
     _stopped_cleanly(res, sig)
     (tmp_path / "runs").mkdir(exist_ok=True)
     if out.exists():  # the kill came after the rename: a complete run
@@ -269,7 +285,7 @@ def _same_folds(out: Path, ref: Path) -> None:
 def test_train_folds_killed_then_rerun(course: dict[str, Path], folds_ref: Path, tmp_path: Path, sig: int,
                                        at: float) -> None:
     out = tmp_path / "runs" / "kfold"
-    res = run_cli(_train_args(course, out, "--folds", "2"), stop=Stop(sig, delay=at * DURATION["folds"]))
+    res = _killed_after(_train_args(course, out, "--folds", "2"), sig, at * DURATION["folds"], tmp_path / "runs")
     _stopped_cleanly(res, sig)
     if out.exists():
         _folds_whole(out)
@@ -427,7 +443,7 @@ def _outputs_whole(out: Path) -> None:
 def test_adjudicate_killed_then_rerun(course: dict[str, Path], adjudicate_ref: dict[str, bytes], tmp_path: Path,
                                       sig: int, at: float) -> None:
     out = tmp_path / "adj"
-    res = run_cli(_adjudicate_args(course, out), stop=Stop(sig, delay=at * DURATION["adjudicate"]))
+    res = _killed_after(_adjudicate_args(course, out), sig, at * DURATION["adjudicate"], out)
     _stopped_cleanly(res, sig)
     _outputs_whole(out)
     _ok(run_cli(_adjudicate_args(course, out)))
