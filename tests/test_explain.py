@@ -88,7 +88,7 @@ def test_an_override_moves_the_grade_the_way_the_weights_say(tiny_scalar: tuple[
         observed[0, 0] = True
         with torch.no_grad():
             dmu = (model.lcec(s_a, observed) - model.lcec(s_b)).numpy()[0]  # (K,)
-        assert abs(float(model.lcec(s_a, observed)[0, 0]) - 1.0) < 1e-9  # the expert's level, exactly
+            assert abs(float(model.lcec(s_a, observed)[0, 0]) - 1.0) < 1e-9  # the expert's level, exactly
         moves.append(dmu)
         expected = W @ dmu  # (S+1,)
         logits_b = np.log(np.asarray(b.grade_probs))
