@@ -205,9 +205,23 @@ def _warmup_linear(opt: torch.optim.Optimizer, total: int, warmup_ratio: float) 
 def _freeze(model: RecCBM, stage: str) -> None:
     """requires_grad only on the parameters the stage trains (Algorithm 1: freeze after Stage I)."""
     params = {"stage1": model.stage1_parameters, "stage2": model.stage2_parameters, "joint": model.joint_parameters}
-    train = set(map(id, params[stage]()))
+    _train_only(model, params[stage]())
+
+
+def _train_only(model: RecCBM, params: list[nn.Parameter]) -> None:
+    """requires_grad on ``params`` and on nothing else of ``model``."""
+    train = set(map(id, params))
     for p in model.parameters():
         p.requires_grad_(id(p) in train)
+
+
+def _k_dim_optimiser(params: list[nn.Parameter], n_items: int, cfg: StageIIConfig) -> tuple[Any, Any, torch.Generator, int]:
+    """(AdamW, warm-up + linear decay, the seeded data-order generator, steps per epoch) of a K-dimensional stage over
+    cached outputs (Stage II, the LCEC fit)."""
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    steps_per_epoch = math.ceil(n_items / cfg.batch_size)
+    sched = _warmup_linear(opt, steps_per_epoch * cfg.epochs, cfg.warmup_ratio)
+    return opt, sched, torch.Generator().manual_seed(cfg.seed), steps_per_epoch
 
 
 def _key(metrics: dict[str, float], f1: str, acc: str) -> tuple[float, float, float]:
@@ -575,17 +589,12 @@ def _train_grader(
         with torch.no_grad():
             ref = train_concepts_.double() / model.config.M if train_concepts_ is not None else None
             model.lcec.mu0.copy_((ref if ref is not None else expected_scores(train_p_hat) / model.config.M).mean(0))
-    _freeze(model, "stage2")
     params = model.stage2_parameters()
     if head_only:
         lcec = set(map(id, model.lcec.parameters())) if model.lcec is not None else set()
         params = [p for p in params if id(p) not in lcec]
-        for p in model.parameters():
-            p.requires_grad_(any(p is q for q in params))
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    steps_per_epoch = math.ceil(len(train_p_hat) / cfg.batch_size)
-    sched = _warmup_linear(opt, steps_per_epoch * cfg.epochs, cfg.warmup_ratio)
-    gen = torch.Generator().manual_seed(cfg.seed)
+    _train_only(model, params)
+    opt, sched, gen, steps_per_epoch = _k_dim_optimiser(params, len(train_p_hat), cfg)
     best_key: tuple[float, ...] | None = None
     best_state: list[Tensor] = []
     best, best_epoch, history, bad, steps = {}, 0, [], 0, 0
@@ -641,12 +650,8 @@ def fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig,
         torch.manual_seed(cfg.seed)
         model.to("cpu")
         params = list(model.lcec.parameters())
-        for p in model.parameters():
-            p.requires_grad_(any(p is q for q in params))
-        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-        steps_per_epoch = math.ceil(len(p_hat) / cfg.batch_size)
-        sched = _warmup_linear(opt, steps_per_epoch * cfg.epochs, cfg.warmup_ratio)
-        gen = torch.Generator().manual_seed(cfg.seed)
+        _train_only(model, params)
+        opt, sched, gen, steps_per_epoch = _k_dim_optimiser(params, len(p_hat), cfg)
         history, steps, t0 = [], 0, time.perf_counter()
         model.train()
         for epoch in range(1, cfg.epochs + 1):
