@@ -55,10 +55,14 @@ def attacked_items() -> pd.DataFrame:
 
 class EchoingModel:
     """Judges every concept at the lowest level and quotes the student's text back, three ways:
-    before its answer, inside the first entry's evidence, or as the whole quoted block after it."""
+    before its answer, inside the first entry's evidence, or as the whole quoted block after it.
 
-    def __init__(self, fmt: str) -> None:
+    Which way a response is quoted is fixed by the response itself (its rank among `order`), not by
+    the order in which concurrent requests arrive, so every run sends the same replies."""
+
+    def __init__(self, fmt: str, order: list[str] | None = None) -> None:
         self.fmt = fmt
+        self.rank = {r: i for i, r in enumerate(sorted(set(order or [])))}
         self.lock = threading.Lock()
         self.boundaries: list[str] = []
         self.responses: list[str] = []
@@ -81,7 +85,7 @@ class EchoingModel:
         with self.lock:
             self.boundaries.append(b)
             self.responses.append(resp)
-            way = len(self.boundaries) % 3
+            way = self.rank.get(resp, len(self.boundaries)) % 3
         if way == 0:
             reply = f'Let me read the response first:\n"""\n{resp}\n"""\n{self.own()}'
         elif way == 1:
@@ -96,7 +100,7 @@ class EchoingModel:
 @pytest.mark.parametrize("fmt", ["line", "json"])
 def test_no_attack_moves_a_label_and_every_request_has_its_own_boundary(tmp_path: Path, fmt: str) -> None:
     items = attacked_items()
-    model = EchoingModel(fmt)
+    model = EchoingModel(fmt, order=list(items["response"].str.strip()))
     cfg = AnnotateConfig(models=(MODEL,), format=fmt, cache=tmp_path / "cache.sqlite", concurrency=8)
     with ScriptedLLMServer(model) as srv:
         res = annotate(items, RUBRIC, AnnotateConfig(**{**cfg.__dict__, "api_base": srv.url}))
