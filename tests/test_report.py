@@ -101,6 +101,48 @@ def test_report_writes_the_page_its_pngs_and_csvs(tiny: tuple[Path, Path], tmp_p
     assert "## Machine–human and human–human agreement" in md and "![confusion matrix](confusion.png)" in md
 
 
+def test_report_shows_what_the_concepts_cannot_separate_and_where_the_run_sits_on_a_curve(
+        tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    from rubrictool.curve import position_on_curve
+    from rubrictool.io import write_table
+    from tests.test_curve import CURVE, _cells
+
+    run, table = tiny
+    split = json.loads((run / "split.json").read_text())
+    n = len(split["train"]) + len(split["dev"])
+    # a curve of the run's variant that brackets its size, and one without it
+    rows = [("reccbm", "20", 20, 0.20, 0.40), ("reccbm", "120", 120, 0.50, 0.60), *CURVE[4:]]
+    assert 20 < n < 120
+    curve = write_table(_cells(rows), tmp_path / "curve.csv")
+    out = tmp_path / "rep"
+    res = runner.invoke(app, ["report", "--model", str(run), "--out", str(out), "--repeats", "1", "--curve", str(curve)])
+    assert res.exit_code == 0, res.output
+    want = position_on_curve(curve, n, "reccbm")
+    got = json.loads((out / "report.json").read_text())["learning_curve"]
+    assert got["n_train"] == n and got["qwk"] == pytest.approx(want["qwk"]) and got["within"]
+    assert got["run_qwk"] == pytest.approx(_selected_test(run)["qwk"])
+    page, md = (out / "report.html").read_text(), (out / "report.md").read_text()
+    line = f"This run trained on {n} labelled answers (train + dev). On the curve (reccbm), that many answers give QWK {want['qwk']:.3f}"
+    assert line in page and line in md and "interpolated between 20 and 120 answers" in md
+    # the rubric's own ceiling: every boundary of adjacent grades in the table, the same rows as the CSV
+    bounds = pd.read_csv(out / "grade_boundaries.csv")
+    grades = sorted(set(pd.read_csv(table)["grade"]))
+    assert len(bounds) == len(grades) - 1 and (out / "grade_ceiling.csv").is_file()
+    block = page.split('id="grade-boundaries"')[1].split("</table>")[0]
+    assert block.count("<tr") == len(bounds) + 1
+    assert block.count("cannot separate") == int(bounds["named"].sum())
+    assert "\n## What the concept levels can tell apart" not in md and "\n### What the concept levels can tell apart" in md
+    pairs = pd.read_csv(out / "contrast_pairs.csv") if (out / "contrast_pairs.csv").stat().st_size > 1 else pd.DataFrame()
+    assert page.count('class="contrast-pair"') == len(pairs)
+    # a curve without the run's variant: the section is not shown, and the page says why
+    other = write_table(_cells(CURVE[4:]), tmp_path / "plm-only.csv")
+    res = runner.invoke(app, ["report", "--model", str(run), "--out", str(tmp_path / "rep2"), "--repeats", "1",
+                              "--curve", str(other)])
+    assert res.exit_code == 0, res.output
+    assert "position on the learning curve" in res.output and "no cells of variant 'reccbm'" in res.output
+    assert json.loads((tmp_path / "rep2" / "report.json").read_text())["learning_curve"] is None
+
+
 def test_report_says_what_a_run_without_lcec_cannot_show(tmp_path: Path) -> None:
     run, table = inspect_run(tmp_path, "--no-lcec", n=40)
     out = tmp_path / "rep"

@@ -180,6 +180,7 @@ def report_cmd(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for report.html/.md, PNGs and CSVs (default RUN/report).")] = None,
     reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review files for the rubric diagnostics' level confusions (repeatable; default: the benchmark's passes).")] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Random draws of the random intervention.")] = 5,
+    curve: Annotated[Path | None, typer.Option("--curve", help="A learning curve's curve.csv (`rubrictool learning-curve`): show where the run's number of labelled answers sits on it.")] = None,
     data_dir: DataDirOpt = None,
 ) -> None:
     """One self-contained HTML page (and Markdown) about a trained run, to show a department or paste into a paper.
@@ -189,6 +190,8 @@ def report_cmd(
     and provenance.
 
     Example: rubrictool report --run runs/mohler-reccbm --out report/
+
+    Example: rubrictool report --run runs/course --curve curves/course/curve.csv
     """
     from rubrictool.report import build_report, open_run, write_report
 
@@ -199,7 +202,7 @@ def report_cmd(
         rev = read_reviews(reviews)
     with err_console.status("building the report ...") as status:
         run = open_run(model, data=data, data_dir=data_dir)
-        rep = build_report(run, reviews=rev, random_repeats=repeats,
+        rep = build_report(run, reviews=rev, random_repeats=repeats, curve=curve,
                            on_progress=lambda msg: status.update(f"{msg} ..."))
         paths = write_report(rep, out or model / "report")
     m = rep.metrics

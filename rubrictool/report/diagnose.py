@@ -499,8 +499,10 @@ def pairs_frame(pairs: list[ContrastPair]) -> pd.DataFrame:
 
 def ceiling_markdown(ceiling: GradeCeiling, pairs: list[ContrastPair]) -> list[str]:
     """The ceiling per grade, the boundaries and the contrasting pairs as Markdown lines."""
-    def cell(text: str) -> str:
-        return " ".join(str(text).split()).replace("|", "\\|")
+    from rubrictool.textsafe import md_inline
+
+    def cell(text: object) -> str:  # answers are untrusted: controls stripped, HTML and Markdown escaped, one line
+        return md_inline(text)
 
     out = [(f"## What the concept levels can tell apart ({ceiling.folds}-fold cross-validated head on the adjudicated "
            f"levels: T-Acc {ceiling.t_acc:.3f}, T-F1 {ceiling.t_f1:.3f}, QWK {ceiling.qwk:.3f})"), "",
@@ -517,8 +519,9 @@ def ceiling_markdown(ceiling: GradeCeiling, pairs: list[ContrastPair]) -> list[s
         for p in pairs:
             prof = " ".join(f"{k}={v}" for k, v in p.profile.items())
             q = "same question" if p.same_question else "different questions"
-            out += [(f"### grade {p.lower} vs {p.upper} — {prof} ({q}; this profile: {p.n_lower} × grade {p.lower}, "
-                    f"{p.n_upper} × grade {p.upper})"), "", f"| | grade {p.lower}: {p.a['id']} | grade {p.upper}: {p.b['id']} |",
+            out += [(f"### grade {p.lower} vs {p.upper} — {cell(prof)} ({q}; this profile: {p.n_lower} × grade {p.lower}, "
+                    f"{p.n_upper} × grade {p.upper})"), "",
+                    f"| | grade {p.lower}: {cell(p.a['id'])} | grade {p.upper}: {cell(p.b['id'])} |",
                     "|---|---|---|", f"| question | {cell(p.a['question'])} | {cell(p.b['question'])} |",
                     f"| response | {cell(p.a['response'])} | {cell(p.b['response'])} |", ""]
     return out + [""]

@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 import reccbm
 from rubrictool.io import writable_dir
 from rubrictool.report import figures
-from rubrictool.report.diagnose import Diagnosis, diagnose
+from rubrictool.report.diagnose import Diagnosis, ceiling_markdown, diagnose, pairs_frame
 from rubrictool.report.explain import SYMBOLS, ItemTrace, explain_items
 from rubrictool.report.honest import calibration_png, implied_noise_png, verdict
 from rubrictool.report.intervene import intervention_curves
@@ -70,6 +70,7 @@ class Report:
     grade_levels: int = 0  # number of grades on the rubric's scale (adjacent agreement only when > 2)
     traces: list[ItemTrace] = field(default_factory=list)
     diagnosis: Diagnosis | None = None
+    curve: dict[str, Any] = field(default_factory=dict)  # where the run's size sits on a learning curve (--curve)
     unavailable: list[str] = field(default_factory=list)  # one line per section a run cannot show
     notes: list[str] = field(default_factory=list)
     images: dict[str, bytes] = field(default_factory=dict)
@@ -91,9 +92,10 @@ def _off_diagonal(m: NDArray[Any]) -> NDArray[Any]:
 
 def build_report(
     run: Run, *, reviews: pd.DataFrame | None = None, random_repeats: int = 5, seed: int = 0,
-    on_progress: Callable[[str], None] | None = None,
+    curve: str | Path | None = None, on_progress: Callable[[str], None] | None = None,
 ) -> Report:
-    """Everything the report page shows, computed on the run's test split, section by section."""
+    """Everything the report page shows, computed on the run's test split, section by section. ``curve``: a
+    learning curve's curve.csv (``rubrictool learning-curve``) to show where the run's training size sits on it."""
     say = on_progress or (lambda _msg: None)
     test = split_rows(run, "test")
     gold = test["_y"].to_numpy(np.int64)
@@ -118,6 +120,8 @@ def build_report(
                        "(was the model or the table changed after training?)")
     r.grade_levels = G
     _honest_section(r, run, gold, preds.grade_probs)
+    if curve is not None:
+        _curve_section(r, run, curve)
     cm = np.zeros((G, G), dtype=np.int64)
     np.add.at(cm, (gold, pred), 1)
     r.images["confusion.png"] = figures.confusion_png(cm, list(range(run.grade_min, run.grade_min + G)))
@@ -171,6 +175,46 @@ def _honest_section(r: Report, run: Run, gold: NDArray[Any], probs: NDArray[Any]
         r.warnings = list(r.honest["warnings"])
     r.calibration = calibration(probs, gold)
     r.images["calibration.png"] = calibration_png(r.calibration)
+
+
+def _curve_section(r: Report, run: Run, curve: str | Path) -> None:
+    """Where the run's labelled answers (train + dev) sit on a learning curve of the run's variant: the curve's
+    expected QWK and T-Acc at that size beside the run's own, the full-data point, and the size that reaches 90 %
+    of the full-data QWK. A curve without the run's variant is reported as not shown, not as an error."""
+    from rubrictool.curve import position_on_curve, reach_fraction
+    from rubrictool.errors import DataError
+    from rubrictool.io import read_table
+
+    n_train = len(run.split.get("train", [])) + len(run.split.get("dev", []))
+    variant = str(run.meta.get("variant"))
+    try:
+        pos = position_on_curve(curve, n_train, variant)
+        reach = reach_fraction(read_table(Path(curve)).astype({"size": str, "variant": str}), variant)
+    except DataError as e:
+        r.unavailable.append(f"position on the learning curve: {e}")
+        return
+    r.curve = pos | {"reach_90": reach, "run_qwk": r.metrics.get("qwk"), "run_t_acc": r.metrics.get("t_acc")}
+
+
+def _curve_lines(c: dict[str, Any]) -> list[str]:
+    """The learning-curve section in words (the same sentences on the HTML page and in Markdown)."""
+    lo, hi, full = c.get("lower"), c.get("upper"), c.get("full")
+    where = (f"interpolated between {lo['n_train']:.0f} and {hi['n_train']:.0f} answers" if c["within"] and lo and hi
+             and lo["n_train"] != hi["n_train"] else "at a measured size" if c["within"]
+             else "outside the curve's sizes: the nearest size's values")
+    out = [(f"This run trained on {c['n_train']:.0f} labelled answers (train + dev). On the curve ({c['variant']}), "
+            f"that many answers give QWK {c['qwk']:.3f} and T-Acc {c['t_acc']:.3f} ({where}); this run has QWK "
+            f"{c['run_qwk']:.3f} and T-Acc {c['run_t_acc']:.3f} on its own test split.")]
+    if full:
+        out.append(f"With all {full['n_train']:.0f} answers of the curve's folds: QWK {full['qwk']:.3f}, "
+                   f"T-Acc {full['t_acc']:.3f}.")
+    reach = c.get("reach_90")
+    if reach:
+        more = reach["n_estimate"] > c["n_train"]
+        out.append(f"90 % of the full-data QWK ({reach['target']:.3f}) is reached at about {reach['n_estimate']} "
+                   "answers" + (": grading more answers by hand should still help." if more
+                                else ": this run is past it, more labels bring little."))
+    return out
 
 
 def _verdict(r: Report, run: Run, predicted: NDArray[Any]) -> list[str]:
@@ -419,7 +463,8 @@ def render_html(r: Report) -> str:
     pairs = (reviewer_confusion(r.diagnosis.confusions, list(r.diagnosis.concepts["concept"]))
              if r.diagnosis is not None else pd.DataFrame())
     return str(_env().get_template("report.html.j2").render(r=r, metric_names=GRADE_METRICS, traces=views,
-                                                            near_zero=NEAR_ZERO, pairs=pairs))
+                                                            near_zero=NEAR_ZERO, pairs=pairs,
+                                                            curve_lines=_curve_lines(r.curve) if r.curve else []))
 
 
 def render_explain_html(traces: list[ItemTrace], run_name: str, images: dict[str, bytes]) -> str:
@@ -473,6 +518,9 @@ def render_markdown(r: Report) -> str:
     L += ["", "![confusion matrix](confusion.png)"]
     if "calibration.png" in r.images:
         L += ["", "![calibration: reliability diagram of grade_prob](calibration.png)"]
+    if r.curve:
+        L += ["", "## On the learning curve", "", *(md_inline(x) for x in _curve_lines(r.curve)),
+              "", f"Curve: {md_inline(r.curve['curve'])}"]
     L += ["", "## Machine–human and human–human agreement", ""]
     L += _md_table(r.agreement, [("pair", "pair"), ("n", "n"), ("qwk", "QWK"), ("pearson", "Pearson r"),
                                  ("smd", "SMD"), ("exact", "exact")]
@@ -525,6 +573,9 @@ def render_markdown(r: Report) -> str:
             L += ["", md_inline(t.why())]
     if r.diagnosis is not None:
         L += ["", "## Rubric diagnostics", ""] + [f"- {md_inline(s)}" for s in r.diagnosis.suggestions or ["no suggestion"]]
+        if r.diagnosis.ceiling is not None:
+            L += [""] + [("#" + line) if line.startswith("##") else line
+                         for line in ceiling_markdown(r.diagnosis.ceiling, r.diagnosis.pairs)]
     if r.unavailable:
         L += ["", "## Not shown", ""] + [f"- {md_inline(u)}" for u in r.unavailable]
     p = r.provenance
@@ -567,6 +618,12 @@ def write_report(r: Report, out: str | Path) -> dict[str, Path]:
         r.diagnosis.confusions.to_csv(d / "level_confusions.csv", index=False)
         paths["rubric_diagnosis.csv"] = d / "rubric_diagnosis.csv"
         paths["level_confusions.csv"] = d / "level_confusions.csv"
+        if r.diagnosis.ceiling is not None:
+            for name, df in (("grade_ceiling.csv", r.diagnosis.ceiling.per_grade),
+                             ("grade_boundaries.csv", r.diagnosis.ceiling.boundaries),
+                             ("contrast_pairs.csv", pairs_frame(r.diagnosis.pairs))):
+                df.to_csv(d / name, index=False)
+                paths[name] = d / name
     (d / "report.html").write_text(render_html(r), encoding="utf-8")
     (d / "report.md").write_text(render_markdown(r), encoding="utf-8")
     (d / "report.json").write_text(json.dumps({"metrics": r.metrics, "agreement": r.agreement.to_dict("records"),
@@ -574,7 +631,8 @@ def write_report(r: Report, out: str | Path) -> dict[str, Path]:
                                                "warnings": r.warnings, "calibration": r.calibration,
                                                "honest": {k: v for k, v in r.honest.items() if k != "warnings"},
                                                "implied_noise": r.implied, "lcec": {k: v for k, v in r.lcec.items()
-                                                                                   if k != "links"}},
+                                                                                   if k != "links"},
+                                               "learning_curve": r.curve or None},
                                               indent=1, default=float) + "\n")
     paths |= {"report.html": d / "report.html", "report.md": d / "report.md", "report.json": d / "report.json"}
     return paths
