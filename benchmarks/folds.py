@@ -13,7 +13,8 @@ screen settings). Once every fold of a configuration is done, ``folds.json``, ``
 ``pooled_predictions.csv`` are written; the summary (``<out>/summary.md``) pools every finished
 configuration with paired bootstrap 95 % CIs against the PLM and vanilla CBM.
 
-    python benchmarks/folds.py                                    # default, paper, vanilla, plm (a day on 2 cores)
+    python benchmarks/folds.py --runs default,paper,vanilla,plm   # the README table (a day on 2 cores)
+    python benchmarks/folds.py --by question --out benchmarks/out/folds-by-question   # unseen questions
     python benchmarks/folds.py --runs default,plm --fold 0        # one fold each
     python benchmarks/folds.py --config experiments/configs/s1x4.yaml --fold 0
     python benchmarks/folds.py --summary                          # tables from what is done
@@ -36,13 +37,19 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# name -> (variant, preset): the product's four configurations, as `rubrictool train --variant --preset` sets them
+# name -> (variant, preset): the product's configurations, as `rubrictool train --variant --preset` sets them.
+# "vanilla" and "plm" follow the paper's recipe (6 encoder epochs); "vanilla-default" and "plm-default" get the
+# default preset's encoder budget and dev selection (Stage I + joint epochs: the PLM trains them in one stage), the
+# fair baselines for "default". Every table says what each row was trained with.
 RUNS: dict[str, tuple[str, str]] = {
     "default": ("reccbm", "default"),
     "paper": ("reccbm", "paper"),
     "vanilla": ("vanilla", "paper"),
     "plm": ("plm", "paper"),
+    "vanilla-default": ("vanilla", "default"),
+    "plm-default": ("plm", "default"),
 }
+REFERENCES = ("plm", "plm-default", "vanilla", "vanilla-default")  # the baselines every other row is compared with
 
 # The smoke run: one optimiser step per epoch, every stage present, tiny inputs.
 SMOKE_CONFIG: dict[str, dict[str, Any]] = {
@@ -70,7 +77,7 @@ def smoke_table(n: int = 40, seed: int = 0) -> Any:
     levels = rng.integers(1, 4, size=(n, len(keys)))
     df = pd.DataFrame({
         "id": [f"s.{i}" for i in range(n)],
-        "question": "what is a stack",
+        "question": [f"what is a stack ({i % 5})" for i in range(n)],  # five questions, for grouped folds
         "response": [" ".join(rng.choice(words, size=6)) for _ in range(n)],
         "reference": "a stack stores elements last in first out",
     })
@@ -100,7 +107,8 @@ def configurations(names: list[str], config_files: list[Path], variant: str | No
 
 
 def run(out: Path, configs: dict[str, dict[str, Any]], folds: int, only: list[int] | None, table: Any,
-        rubric: Any, agreement: dict[str, Any] | None, notes: list[str], extra: dict[str, dict[str, Any]]) -> None:
+        rubric: Any, agreement: dict[str, Any] | None, notes: list[str], extra: dict[str, dict[str, Any]],
+        by: str | None = None) -> None:
     from rubrictool.data import kfold_splits
     from rubrictool.train import train_folds, train_model
 
@@ -117,9 +125,9 @@ def run(out: Path, configs: dict[str, dict[str, Any]], folds: int, only: list[in
                 _log(f"{n}: {ev.info}")
 
             train_folds(rubric, table, root, folds=folds, fold_seed=0, agreement=agreement, notes=notes,
-                        overrides=over, progress=report, **kw)
+                        overrides=over, progress=report, by=by, **kw)
             continue
-        splits = kfold_splits(table, k=folds, seed=0)
+        splits = kfold_splits(table, k=folds, seed=0, by=by)
         for i in only:
             fold_dir = root / f"fold-{i}"
             if (fold_dir / "metrics.json").is_file():
@@ -140,6 +148,16 @@ def _fold_rows(out: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _trained_with(root: Path) -> str:
+    """What a configuration's folds were trained with (the first fold's config.yaml)."""
+    import yaml
+
+    from rubrictool.runs import trained_with
+
+    cfg = next(iter(sorted(root.glob("fold-*/config.yaml"))), None)
+    return trained_with(yaml.safe_load(cfg.read_text()) or {}) if cfg else "—"
+
+
 def summary(out: Path) -> str:
     """Pooled table of every finished configuration, paired CIs against plm and vanilla, per-fold rows."""
     from rubrictool.evaluate import compare_runs
@@ -150,14 +168,16 @@ def summary(out: Path) -> str:
     cols = ("t_acc", "t_f1", "qwk", "pearson", "rmse", "adjacent", "c_acc", "c_f1", "oracle_t_acc")
     pooled = {p.parent.name: json.loads(p.read_text()) for p in sorted(out.glob("*/folds.json"))}
     if pooled:
-        lines += ["## Pooled over folds", "", "| model | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+        lines += ["## Pooled over folds", "", "| model | " + " | ".join(cols) + " | trained with |",
+                  "|---" * (len(cols) + 2) + "|"]
         for name, s in pooled.items():
-            lines.append(f"| {name} | " + " | ".join(f"{s['pooled'].get(c, nan):.3f}" for c in cols) + " |")
+            lines.append(f"| {name} | " + " | ".join(f"{s['pooled'].get(c, nan):.3f}" for c in cols)
+                         + f" | {_trained_with(out / name)} |")
         first = next(iter(pooled.values()))
         for b, m in first.get("baselines", {}).items():
-            lines.append(f"| {b} baseline | " + " | ".join(f"{m.get(c, nan):.3f}" for c in cols) + " |")
+            lines.append(f"| {b} baseline | " + " | ".join(f"{m.get(c, nan):.3f}" for c in cols) + " | — |")
         lines.append("")
-        for ref in ("plm", "vanilla"):
+        for ref in REFERENCES:
             if ref not in pooled:
                 continue
             for name in pooled:
@@ -181,7 +201,7 @@ def summary(out: Path) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=None, help="default benchmarks/out/folds (smoke: a temporary folder)")
-    ap.add_argument("--runs", default=None, help=f"comma list of {', '.join(RUNS)} (default: all four, none with --config)")
+    ap.add_argument("--runs", default=None, help=f"comma list of {', '.join(RUNS)} (default: all, none with --config)")
     ap.add_argument("--config", type=Path, action="append", default=[], help="a `rubrictool train --config` YAML file")
     ap.add_argument("--variant", default=None, help="variant of the --config runs (reccbm, vanilla, plm; default reccbm)")
     ap.add_argument("--preset", default=None, help="preset of the --config runs (default, paper; default default)")
@@ -189,6 +209,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.add_argument(f"--{comp}", dest=comp, action=argparse.BooleanOptionalAction, default=None,
                         help=f"switch {comp.upper()} on/off in the --config runs")
     ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--by", default=None, help="grouped folds, e.g. question: no question in both train and test")
     ap.add_argument("--fold", default=None, help="comma list of fold numbers to run (default: all, then pool)")
     ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
     ap.add_argument("--backbone", default=None, help="HF name or path of the encoder (default: the preset's MiniLM)")
@@ -210,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
                                  {"race": a.race, "opcc": a.opcc, "lcec": a.lcec})
         from rubrictool.rubric import load_rubric
 
-        run(out, configs, 2, None, smoke_table(), load_rubric("mohler"), None, ["synthetic smoke table"], extra)
+        run(out, configs, 2, None, smoke_table(), load_rubric("mohler"), None, ["synthetic smoke table"], extra, by=a.by)
         print(summary(out))
         return
     out = a.out or Path("benchmarks/out/folds")
@@ -223,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
 
         rubric, table, agreement = benchmark_table("mohler", a.data_dir)
         only = [int(x) for x in a.fold.split(",")] if a.fold else None
-        run(out, configs, a.folds, only, table, rubric, agreement, [LLM_PASSES_NOTE], extra)
+        run(out, configs, a.folds, only, table, rubric, agreement, [LLM_PASSES_NOTE], extra, by=a.by)
     print(summary(out))
 
 

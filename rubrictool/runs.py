@@ -54,6 +54,7 @@ __all__ = [
     "open_run",
     "run_is_complete",
     "sha256_file",
+    "trained_with",
     "write_record",
 ]
 
@@ -185,6 +186,16 @@ def describe_labels(labels: dict[str, Any]) -> str | None:
     elif labels.get("expert_validated") is True:
         text += ": reviewed by people"
     return text
+
+
+def trained_with(config: dict[str, Any]) -> str:
+    """What a run (its config.yaml) was trained with, for every table that compares runs: the preset and the epochs
+    its encoder trained, e.g. "default preset, encoder 3 + 4 epochs (Stage I + joint)" or "paper preset, encoder 6
+    epochs" (a PLM trains its encoder in one stage)."""
+    model, s1, joint = (config.get(k) or {} for k in ("model", "stage1", "joint"))
+    e1, ej = int(s1.get("epochs") or 0), 0 if model.get("plm") else int(joint.get("epochs") or 0)
+    encoder = f"encoder {e1} + {ej} epochs (Stage I + joint)" if ej else f"encoder {e1} epochs"
+    return f"{config.get('preset') or 'custom'} preset, {encoder}"
 
 
 def write_record(stage: Path, *, rubric: Rubric, table: dict[str, Any], labels: dict[str, Any]) -> dict[str, Any]:

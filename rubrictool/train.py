@@ -151,6 +151,15 @@ def preset_config(preset: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def encoder_epochs(preset: str, overrides: dict[str, dict[str, Any]] | None = None) -> int:
+    """Epochs the encoder trains in a concept model under ``preset`` + ``overrides``: Stage I plus the joint stage.
+    The budget a fair PLM baseline gets (it trains its encoder in one stage)."""
+    cfg = preset_config(preset)
+    for section, values in (overrides or {}).items():
+        cfg.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+    return int(cfg["stage1"]["epochs"]) + int(cfg.get("joint", {}).get("epochs") or 0)
+
+
 # ---------------------------------------------------------------------------- validation
 # The AdjudicatedTable is validated where it is stated (rubrictool.tables); the name stays for callers.
 prepare_table = validate_adjudicated
@@ -436,6 +445,7 @@ def train_model(
         # a fair baseline: the black box fine-tunes its encoder as many epochs as REC-CBM's encoder trains under the same
         # preset (Stage I + the joint stage), unless an epoch count is given
         cfgs["stage1"]["epochs"] = int(cfgs["stage1"]["epochs"]) + int(cfgs["joint"]["epochs"])
+    if plm:  # the black box trains its encoder in one stage: no joint stage, and its config says so
         cfgs["joint"]["epochs"] = 0
     cfgs["model"] |= {"num_concepts": rb.K, "num_levels": rb.M + 1, "num_grades": rb.S + 1}
     try:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.support.tiny_models import build_backbone
@@ -86,8 +87,10 @@ def test_folds_smoke_with_a_config_file(tmp_path: Path, tiny_backbone: str, monk
     cfg.write_text("joint:\n  intervention_p: 0.0\nstage2:\n  lambda_d: 1.0\n")
     out = tmp_path / "folds"
     _run(monkeypatch, capsys, "benchmarks/folds.py", "--smoke", "--runs", "plm", "--config", str(cfg), "--backbone",
-         backbone, "--out", str(out))
+         backbone, "--out", str(out), "--by", "question")
     import yaml
+
+    from rubrictool.runs import trained_with
 
     resolved = yaml.safe_load((out / "short-joint" / "fold-0" / "config.yaml").read_text())
     assert resolved["joint"]["intervention_p"] == 0.0 and resolved["stage2"]["lambda_d"] == 1.0
@@ -97,6 +100,19 @@ def test_folds_smoke_with_a_config_file(tmp_path: Path, tiny_backbone: str, monk
         assert len(list((out / name).glob("fold-*/metrics.json"))) == 2
     summary = (out / "summary.md").read_text()
     assert "| short-joint |" in summary and "short-joint − plm (paired bootstrap, 40 items)" in summary
+    # every row says what it was trained with
+    for name in ("short-joint", "plm"):
+        cfg_doc = yaml.safe_load((out / name / "fold-0" / "config.yaml").read_text())
+        row = next(line for line in summary.splitlines() if line.startswith(f"| {name} |"))
+        assert row.endswith(f"| {trained_with(cfg_doc)} |"), row
+    # --by question: no question is in both the training and the test part of a fold
+    for name in ("short-joint", "plm"):
+        for fold in (out / name).glob("fold-*/split.json"):
+            sp = json.loads(fold.read_text())
+            table = pd.read_csv(fold.parent / "table.csv", dtype={"id": str})
+            q = dict(zip(table["id"], table["question"], strict=True))
+            assert len(set(q.values())) == 5
+            assert not {q[i] for i in sp["test"]} & {q[i] for i in sp["train"] + sp["dev"]}, fold
 
 
 def test_benchmarks_are_lint_clean() -> None:

@@ -255,6 +255,17 @@ def test_ablate_trains_each_combination_once_and_draws_the_chart(tmp_path: Path)
     assert t.loc[t["variant"] == "plm", "c_acc_mean"].isna().all() and t["t_acc_mean"].between(0, 1).all()
     assert png_ok(tmp_path / "abl" / "ablation.png")[0] > 300
     assert "| race+lcec | ✓ |  | ✓ |" in (tmp_path / "abl" / "ablation.md").read_text()
+    # a fair baseline: the PLM's encoder trains as many epochs as the concept models' Stage I + joint stage
+    import yaml
+
+    cfg = {v: yaml.safe_load((tmp_path / "abl" / v / "config.yaml").read_text()) for v in ("vanilla", "plm")}
+    budget = cfg["vanilla"]["stage1"]["epochs"] + cfg["vanilla"]["joint"]["epochs"]
+    assert cfg["vanilla"]["stage1"]["epochs"] == 1 and cfg["vanilla"]["joint"]["epochs"] > 0
+    assert cfg["plm"]["stage1"]["epochs"] == budget and not cfg["plm"]["joint"]["epochs"]
+    rows = t.set_index("variant")["trained_with"]
+    assert rows["plm"] == f"default preset, encoder {budget} epochs"
+    assert rows["vanilla"] == f"default preset, encoder 1 + {budget - 1} epochs (Stage I + joint)"
+    assert f"| default preset, encoder {budget} epochs |" in (tmp_path / "abl" / "ablation.md").read_text()
     mtime = (tmp_path / "abl" / "vanilla" / "metrics.json").stat().st_mtime
     res = runner.invoke(app, args)  # resumable: nothing is retrained
     assert res.exit_code == 0 and res.output.count("finished earlier, read back") == 3

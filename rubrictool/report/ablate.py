@@ -41,6 +41,18 @@ def _row(name: str, flags: tuple[bool, bool, bool, bool], metrics: dict[str, Any
     return row
 
 
+def _trained_with(run: Path) -> str:
+    """What the run was trained with (its config.yaml; a k-fold run's first fold)."""
+    import yaml
+
+    from rubrictool.runs import trained_with
+
+    for cfg in (run / "config.yaml", *sorted(run.glob("fold-*/config.yaml"))):
+        if cfg.is_file():
+            return trained_with(yaml.safe_load(cfg.read_text()) or {})
+    return "—"
+
+
 def _metrics(run: Path, done_file: str) -> dict[str, Any]:
     """metrics.json of a run; for a k-fold run, the pooled metrics with the std over folds."""
     doc: dict[str, Any] = json.loads((run / done_file).read_text())
@@ -61,6 +73,7 @@ def run_ablation(
     :func:`rubrictool.pipeline.run_train` (benchmark or data, rubric, seeds, folds, options).
     variants: a subset of the combination names (default all nine). on_run(i, n, name, "train"|"done")."""
     from rubrictool.pipeline import run_train
+    from rubrictool.train import encoder_epochs
 
     d = Path(out)
     combos = [(variant_name(*f), f) for f in COMBINATIONS]
@@ -79,11 +92,14 @@ def run_ablation(
             state = "train"
             if on_run:
                 on_run(i, len(combos), name, state)
+            kw = dict(train_kwargs)
+            if plm and kw.get("epochs") is not None:  # a fair baseline: the concept models' Stage I + joint epochs
+                kw["epochs"] = encoder_epochs(kw.get("preset") or "default", {"stage1": {"epochs": kw["epochs"]}})
             run_train(out=run, variant="plm" if plm else "reccbm", race=None if plm else race,
-                      opcc=None if plm else opcc, lcec=None if plm else lcec, **train_kwargs)
+                      opcc=None if plm else opcc, lcec=None if plm else lcec, **kw)
         if on_run and state == "done":
             on_run(i, len(combos), name, state)
-        rows.append(_row(name, (plm, race, opcc, lcec), _metrics(run, done_file)))
+        rows.append(_row(name, (plm, race, opcc, lcec), _metrics(run, done_file)) | {"trained_with": _trained_with(run)})
     table = pd.DataFrame(rows)
     d.mkdir(parents=True, exist_ok=True)
     paths = {"ablation.csv": d / "ablation.csv", "ablation.md": d / "ablation.md", "ablation.png": d / "ablation.png"}
@@ -99,10 +115,11 @@ def ablation_markdown(table: pd.DataFrame) -> str:
         return "—" if mean is None or pd.isna(mean) else f"{mean:.3f} ± {(std or 0.0):.3f}"
 
     names = {"t_acc": "T-Acc", "t_f1": "T-F1", "qwk": "QWK", "c_acc": "C-Acc", "c_f1": "C-F1"}
-    lines = ["| variant | RACE | OPCC | LCEC | " + " | ".join(names[m] for m in METRICS) + " |",
-             "|---|---|---|---|" + "---|" * len(METRICS)]
+    lines = ["| variant | RACE | OPCC | LCEC | " + " | ".join(names[m] for m in METRICS) + " | trained with |",
+             "|---|---|---|---|" + "---|" * len(METRICS) + "---|"]
     for rec in table.to_dict("records"):
         r = {str(k): v for k, v in rec.items()}
         marks = ["✓" if r[c] else "" for c in ("race", "opcc", "lcec")]
-        lines.append(f"| {r['variant']} | " + " | ".join(marks) + " | " + " | ".join(cell(r, m) for m in METRICS) + " |")
+        lines.append(f"| {r['variant']} | " + " | ".join(marks) + " | " + " | ".join(cell(r, m) for m in METRICS)
+                     + f" | {r.get('trained_with') or '—'} |")
     return "\n".join(["# Ablation (test split, mean ± std over seeds)", "", *lines, ""])
