@@ -48,7 +48,8 @@ def test_a_frozen_encoder_is_bit_identical_after_training_and_a_trained_one_is_n
     assert not torch.equal(heads, fresh.plm_head.weight if plm else fresh.bottleneck.V)  # the heads did train
     if not plm:
         assert frozen.joint is not None and frozen.joint.steps > 0
-        assert not torch.equal(frozen.model.bottleneck.Q, fresh.bottleneck.Q)
+        q, q0 = frozen.model.bottleneck.Q, fresh.bottleneck.Q
+        assert q is not None and q0 is not None and not torch.equal(q, q0)
     trained = reccbm.fit(train, dev, _recipe(backbone, "train", plm, crossfit), tok)
     assert trained.encoder == "train"
     assert len(_changed(pretrained, trained.model.encoder.state_dict())) > 0
