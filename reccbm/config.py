@@ -108,8 +108,8 @@ class StageIConfig:
     # rate rather than a fine-tuning rate; Q still gets × query_lr_multiplier); 0 = lr. The joint stage keeps its lr.
     frozen_lr: float = 1e-3
     # Frozen encoder: compute every input's token states once (no grad, eval mode: dropout off) and reuse them every
-    # epoch and stage instead of running E each step. Memory: N inputs × their tokens × d floats (Mohler, MiniLM:
-    # ~0.25 GB). False runs E (in eval mode) every step: the same numbers, slower.
+    # epoch and stage instead of running E each step. Memory: N inputs × their tokens × d floats (all of Mohler, MiniLM:
+    # 0.2 GB). False runs E (in eval mode) every step: the same numbers, slower.
     cache_states: bool = True
 
     def __post_init__(self) -> None:
