@@ -96,9 +96,34 @@ class StageIConfig:
     # L_con reduction: "sum" over the K concepts (Eq. 12, the paper) or "mean" (L_con / K). With "sum" the
     # eight cross-entropies outweigh L_rank (a mean over concepts) K-fold, so λ_r barely acts.
     concept_loss: str = "sum"
+    # The pretrained encoder E. "train": fine-tuned in Stage I, the joint stage and the PLM (the paper). "frozen": its
+    # weights are never updated; only Q, {V_k}, LCEC and the grade heads (the PLM's head) train: far fewer parameters to
+    # fit from few labels, and each input's token states never change, so they are computed once (see cache_states).
+    # "auto": frozen when the recipe learns from fewer than frozen_below labelled answers (train + dev), else "train".
+    encoder: str = "train"
+    # "auto"'s threshold in labelled answers (train + dev). Provisional: to be set from the learning curve's
+    # reccbm against reccbm-frozen (docs/learning-curve.md); "auto" is not the default.
+    frozen_below: int = 300
+    # Learning rate of Stage I and the PLM when the encoder is frozen (only freshly initialised heads train, so a head's
+    # rate rather than a fine-tuning rate; Q still gets × query_lr_multiplier); 0 = lr. The joint stage keeps its lr.
+    frozen_lr: float = 1e-3
+    # Frozen encoder: compute every input's token states once (no grad, eval mode: dropout off) and reuse them every
+    # epoch and stage instead of running E each step. Memory: N inputs × their tokens × d floats (all of Mohler, MiniLM:
+    # 0.2 GB). False runs E (in eval mode) every step: the same numbers, slower.
+    cache_states: bool = True
 
     def __post_init__(self) -> None:
         _choice("concept loss", self.concept_loss, ("sum", "mean"))
+        _choice("encoder", self.encoder, ("train", "frozen", "auto"))
+        if self.frozen_below < 0 or self.frozen_lr < 0:
+            raise ValueError(f"frozen_below and frozen_lr are >= 0, got {self.frozen_below} and {self.frozen_lr}")
+
+    def resolved(self, n_labelled: int) -> StageIConfig:
+        """This config with ``encoder`` "auto" decided for ``n_labelled`` answers (train + dev): "frozen" below
+        ``frozen_below``, else "train"; "train" and "frozen" are returned as they are."""
+        if self.encoder != "auto":
+            return self
+        return replace(self, encoder="frozen" if n_labelled < self.frozen_below else "train")
 
 
 @dataclass(frozen=True)

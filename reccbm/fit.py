@@ -10,7 +10,10 @@
                           outputs, the errors the encoder makes on answers it never trained on; then the head is
                           refitted on the training outputs through that fixed LCEC
 
-The paper's recipe (Algorithm 1) is Stage I then Stage II; the PLM baseline is one fine-tuning stage. The
+The paper's recipe (Algorithm 1) is Stage I then Stage II; the PLM baseline is one fine-tuning stage. With
+``stage1.encoder = "frozen"`` (or "auto" below ``stage1.frozen_below`` labelled answers) no stage updates the
+pretrained encoder: its token states for the training and dev answers are computed once here and every stage and
+every cross-fitting model reuses them (one pretrained encoder gives them all). The
 stages themselves are in :mod:`reccbm.train`; this module owns their order, the seed and what is reported.
 """
 
@@ -32,7 +35,9 @@ from reccbm.model import RecCBM, TextEncoder, default_backbone
 from reccbm.train import (
     Callback,
     StageResult,
+    States,
     cache_concepts,
+    encoder_states,
     fit_lcec,
     init_rubric_queries,
     predict,
@@ -75,6 +80,8 @@ class Fitted:
     crossfit_steps: int = 0  # optimiser steps of the cross-fitting models (not part of the returned model)
     lcec: StageResult | None = None  # LCEC fitted on the dev outputs (stage2.lcec_fit = "dev"); then stage2 is the head refit
     head_init: StageResult | None = None  # the Stage II head the joint stage started from, when stage2 is a later refit
+    encoder: str = "train"  # what the encoder did: "train" (fine-tuned) or "frozen" (stage1.encoder, "auto" decided)
+    states_seconds: float = 0.0  # wall time of computing a frozen encoder's token states once (0 without)
 
     def as_dict(self) -> dict[str, Any]:
         """The history without the model (JSON-ready)."""
@@ -82,7 +89,8 @@ class Fitted:
                 "stage2": self.stage2.as_dict() if self.stage2 else None, "dev": self.dev, "steps": self.steps,
                 "seconds": self.seconds, "crossfit_parts": self.crossfit_parts, "crossfit_steps": self.crossfit_steps,
                 "lcec": self.lcec.as_dict() if self.lcec else None,
-                "head_init": self.head_init.as_dict() if self.head_init else None}
+                "head_init": self.head_init.as_dict() if self.head_init else None, "encoder": self.encoder,
+                "states_seconds": self.states_seconds}
 
 
 def deal_parts(grades: Any, k: int, seed: int, salt: int) -> list[list[int]]:
@@ -105,39 +113,58 @@ def _new_model(cfg: ModelConfig, seed: int) -> RecCBM:
     return RecCBM(cfg, TextEncoder.from_pretrained(cfg.backbone or default_backbone()))
 
 
+@dataclass(frozen=True)
+class _States:
+    """A frozen encoder's token states (:func:`reccbm.train.encoder_states`) for the training and dev answers."""
+
+    train: States
+    dev: States
+
+    def subset(self, idx: list[int]) -> _States:
+        """The states of ``train.subset(idx)`` (a cross-fitting model's training part) and the same dev."""
+        return _States([self.train[i] for i in idx], self.dev)
+
+    @property
+    def pair(self) -> tuple[States, States]:
+        return self.train, self.dev
+
+
 def _stage2(model: RecCBM, train: EncodedItems, dev: EncodedItems, r: Recipe, pad: int, callback: Callback | None,
-            p_fit: torch.Tensor | None = None) -> StageResult:
+            p_fit: torch.Tensor | None = None, states: _States | None = None) -> StageResult:
     """Stage II on the frozen model's outputs for ``train`` (cached once), or on ``p_fit`` given for them (the
     cross-fitted outputs); selected on the model's dev outputs."""
     assert train.concepts is not None and train.grades is not None and dev.grades is not None
     if p_fit is None:
-        p_fit = cache_concepts(model, train, pad, r.stage1.eval_batch_size)
-    p_dev = cache_concepts(model, dev, pad, r.stage1.eval_batch_size)
+        p_fit = cache_concepts(model, train, pad, r.stage1.eval_batch_size, states.train if states else None)
+    p_dev = cache_concepts(model, dev, pad, r.stage1.eval_batch_size, states.dev if states else None)
     return train_grader(model, p_fit, torch.tensor(train.concepts), torch.tensor(train.grades), p_dev,
                         torch.tensor(dev.grades), r.stage2, callback)
 
 
 def _concept_model(train: EncodedItems, dev: EncodedItems, r: Recipe, tokenizer: Any, texts: list[str] | None,
-                   callback: Callback | None, head: bool) -> tuple[RecCBM, StageResult, StageResult | None, StageResult | None]:
+                   callback: Callback | None, head: bool, states: _States | None = None,
+                   ) -> tuple[RecCBM, StageResult, StageResult | None, StageResult | None]:
     """A fresh model through Stage I, a Stage II head (when ``head`` or the joint stage starts from one) and the joint
-    stage: (model, Stage I, Stage II, joint)."""
+    stage: (model, Stage I, Stage II, joint). ``states``: a frozen encoder's token states for train and dev."""
     pad = tokenizer.pad_token_id
     model = _new_model(r.model, r.stage1.seed)
     if r.model.race and r.model.query_init == "rubric":
         if texts is None:
             raise ReccbmError("query_init 'rubric' needs the rubric's concept texts")
         init_rubric_queries(model, tokenizer, texts)
-    r1 = train_concepts(model, train, dev, r.stage1, pad, callback)
+    pair = states.pair if states else None
+    r1 = train_concepts(model, train, dev, r.stage1, pad, callback, states=pair)
     r2 = rj = None
     if head or r.joint.epochs > 0:
-        r2 = _stage2(model, train, dev, r, pad, callback)
+        r2 = _stage2(model, train, dev, r, pad, callback, states=states)
     if r.joint.epochs > 0:
-        rj = train_joint(model, train, dev, r.stage1, r.joint, r.stage2, pad, r1.best["c_acc"], callback)
+        rj = train_joint(model, train, dev, r.stage1, r.joint, r.stage2, pad, r1.best["c_acc"], callback, states=pair)
     return model, r1, r2, rj
 
 
 def _cross_fitted_outputs(train: EncodedItems, dev: EncodedItems, r: Recipe, tokenizer: Any, texts: list[str] | None,
-                          callback: Callback | None) -> tuple[torch.Tensor, list[list[int]], int]:
+                          callback: Callback | None, states: _States | None = None,
+                          ) -> tuple[torch.Tensor, list[list[int]], int]:
     """p̂ (N, K, M+1) for every training item from a model (Stage I + joint stage) trained without its part."""
     k = r.stage2.crossfit
     assert train.grades is not None
@@ -147,9 +174,11 @@ def _cross_fitted_outputs(train: EncodedItems, dev: EncodedItems, r: Recipe, tok
     for j, part in enumerate(parts):
         rest = sorted(set(range(len(train))) - set(part))
         cb = None if callback is None else (lambda ev, j=j: callback(replace(ev, part=f"cross-fit {j + 1}/{k}")))
-        inner, r1, _, rj = _concept_model(train.subset(rest), dev, r, tokenizer, texts, cb, head=False)
+        inner, r1, _, rj = _concept_model(train.subset(rest), dev, r, tokenizer, texts, cb, head=False,
+                                          states=states.subset(rest) if states else None)
         steps += r1.steps + (rj.steps if rj else 0)
-        p = cache_concepts(inner, train.subset(part), tokenizer.pad_token_id, r.stage1.eval_batch_size)
+        p = cache_concepts(inner, train.subset(part), tokenizer.pad_token_id, r.stage1.eval_batch_size,
+                           states.subset(part).train if states else None)
         if p_oof is None:
             p_oof = torch.empty((len(train), *p.shape[1:]), dtype=p.dtype)
         p_oof[part] = p
@@ -182,34 +211,48 @@ def fit(
     start from and the joint stage; with cross-fitting, Stage II refitted on out-of-fold outputs; otherwise Stage II
     on the training outputs. ``concept_texts`` (one per concept) initialise the queries when
     ``model.query_init == "rubric"``. Progress goes to ``callback`` as :class:`reccbm.Event`; seed everything with
-    :meth:`Recipe.seeded`."""
+    :meth:`Recipe.seeded`. ``recipe.stage1.encoder`` "auto" is decided here for len(train) + len(dev) answers."""
     t0 = time.perf_counter()
     pad = tokenizer.pad_token_id
+    recipe = replace(recipe, stage1=recipe.stage1.resolved(len(train) + len(dev)))
+    encoder = recipe.stage1.encoder
+    states = _frozen_states(train, dev, recipe, pad) if encoder == "frozen" and recipe.stage1.cache_states else None
+    states_seconds = time.perf_counter() - t0 if states else 0.0
     if recipe.model.plm:
         model = _new_model(recipe.model, recipe.stage1.seed)
-        r1 = train_plm(model, train, dev, recipe.stage1, pad, callback)
+        r1 = train_plm(model, train, dev, recipe.stage1, pad, callback, states=states.pair if states else None)
         return Fitted(model, r1, None, None, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size), r1.steps,
-                      time.perf_counter() - t0)
+                      time.perf_counter() - t0, encoder=encoder, states_seconds=states_seconds)
     p_oof, parts, cf_steps = None, None, 0
     if recipe.stage2.crossfit >= 2:  # first the k models that give every training answer an unseen-answer output
-        p_oof, parts, cf_steps = _cross_fitted_outputs(train, dev, recipe, tokenizer, concept_texts, callback)
-    model, r1, r2, rj = _concept_model(train, dev, recipe, tokenizer, concept_texts, callback, head=p_oof is None)
+        p_oof, parts, cf_steps = _cross_fitted_outputs(train, dev, recipe, tokenizer, concept_texts, callback, states)
+    model, r1, r2, rj = _concept_model(train, dev, recipe, tokenizer, concept_texts, callback, head=p_oof is None,
+                                       states=states)
     steps = r1.steps + (rj.steps if rj else 0) + (r2.steps if r2 else 0)
     head_init = None
     if p_oof is not None:
-        head_init, r2 = r2, _stage2(model, train, dev, recipe, pad, callback, p_fit=p_oof)
+        head_init, r2 = r2, _stage2(model, train, dev, recipe, pad, callback, p_fit=p_oof, states=states)
         steps += r2.steps
     assert r2 is not None
     rl = None
     if recipe.stage2.lcec_fit == "dev" and model.lcec is not None:  # LCEC learns the errors of new answers...
         assert dev.concepts is not None and train.concepts is not None and train.grades is not None
         assert dev.grades is not None
-        p_dev = cache_concepts(model, dev, pad, recipe.stage1.eval_batch_size)
+        p_dev = cache_concepts(model, dev, pad, recipe.stage1.eval_batch_size, states.dev if states else None)
         rl = fit_lcec(model, p_dev, torch.tensor(dev.concepts), recipe.stage2, callback)
-        p_train = p_oof if p_oof is not None else cache_concepts(model, train, pad, recipe.stage1.eval_batch_size)
+        p_train = p_oof if p_oof is not None else cache_concepts(model, train, pad, recipe.stage1.eval_batch_size,
+                                                                 states.train if states else None)
         head_init = head_init or r2
         r2 = train_grader(model, p_train, torch.tensor(train.concepts), torch.tensor(train.grades), p_dev,  # ... and the
                           torch.tensor(dev.grades), recipe.stage2, callback, head_only=True)  # head reads through it
         steps += rl.steps + r2.steps
     return Fitted(model, r1, rj, r2, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size), steps,
-                  time.perf_counter() - t0, parts, cf_steps, rl, head_init)
+                  time.perf_counter() - t0, parts, cf_steps, rl, head_init, encoder, states_seconds)
+
+
+def _frozen_states(train: EncodedItems, dev: EncodedItems, r: Recipe, pad: int) -> _States:
+    """The pretrained encoder's token states for train and dev, once: a frozen encoder is the same in every stage and
+    every model of the recipe (cross-fitting included), so they all reuse these."""
+    encoder = TextEncoder.from_pretrained(r.model.backbone or default_backbone())
+    return _States(encoder_states(encoder, train, pad, r.stage1.eval_batch_size),
+                   encoder_states(encoder, dev, pad, r.stage1.eval_batch_size))

@@ -283,9 +283,16 @@ class RecCBM(nn.Module):
         """Everything: (E, Q, {V_k}) and (L, η, W, U) — the joint stage."""
         return self.stage1_parameters() + self.stage2_parameters()
 
+    def token_states(self, batch: dict[str, Tensor]) -> Tensor:
+        """H = E(x) (B, T, d); a batch that carries ``states`` (a frozen encoder's, computed once) is not re-encoded."""
+        if "states" in batch:
+            return batch["states"]  # (B, T, d)
+        H: Tensor = self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # (B, T, d)
+        return H
+
     def concepts(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
         """Stage I forward: concept logits (B, K, M+1) and RACE attention."""
-        H = self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # (B, T, d)
+        H = self.token_states(batch)  # (B, T, d)
         logits, alpha = self.bottleneck(H, batch["attention_mask"])
         return logits, alpha
 
@@ -321,7 +328,7 @@ class RecCBM(nn.Module):
 
     def forward(self, batch: dict[str, Tensor]) -> RecCBMOutput:
         if self.config.plm:
-            H = self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+            H = self.token_states(batch)  # (B, T, d)
             return RecCBMOutput(self.plm_head(masked_mean(H, batch["attention_mask"])))  # (B, S+1)
         logits, alpha = self.concepts(batch)
         out = self.grade_from_concepts(logits.float().softmax(-1))  # p̂_k (Eq. 11)

@@ -10,6 +10,8 @@ The order in which they run is :func:`reccbm.fit` (reccbm/fit.py).
   compute them once — Stage II then costs seconds); selection on dev task macro-F1 (T-F1).
 * :func:`train_joint` — the joint stage (not in the paper): every parameter on the joint loss.
 * :func:`train_plm` — black-box fine-tuning of the same backbone on the grade (selection on T-F1).
+* :func:`encoder_states` — a frozen encoder's token states, once per input (``StageIConfig.encoder = "frozen"``:
+  the encoder is never updated, so Stage I, the joint stage and the PLM reuse them instead of running it each step).
 
 Stage I, the joint stage and the PLM run through Hugging Face Accelerate: one process on CPU, the
 same code under ``accelerate launch`` for multi-GPU / multi-node. Stage II is K-dimensional and runs
@@ -21,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +53,7 @@ __all__ = [
     "Predictions",
     "StageResult",
     "cache_concepts",
+    "encoder_states",
     "fit_lcec",
     "init_rubric_queries",
     "predict",
@@ -159,15 +162,52 @@ class _LengthGroupedBatches:
         return math.ceil(len(self.lengths) / self.batch_size)
 
 
-def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group: bool = True) -> Any:
+States = Sequence[Tensor]  # one (T_i, d) tensor of token states per input: a frozen encoder's, see encoder_states
+
+
+def _batch(items: EncodedItems, idx: Any, pad_id: int, states: States | None) -> dict[str, Tensor]:
+    """collate(), plus the inputs' cached token states right-padded with zeros to the batch's T (``states``, (B, T, d))
+    when given: the model then skips its encoder (RecCBM.token_states)."""
+    batch = collate(items, idx, pad_id)
+    if states is not None:
+        B, T = batch["input_ids"].shape
+        H = torch.zeros(B, T, states[0].shape[-1], dtype=states[0].dtype)  # (B, T, d)
+        for j, i in enumerate(idx):
+            H[j, : len(states[i])] = states[i]
+        batch["states"] = H
+    return batch
+
+
+def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group: bool = True,
+            states: States | None = None) -> Any:
     from torch.utils.data import DataLoader
 
     sampler = _LengthGroupedBatches([len(f["input_ids"]) for f in items.features], batch_size, seed, group)
     return DataLoader(
         range(len(items)),  # type: ignore[arg-type]
         batch_sampler=sampler,
-        collate_fn=lambda idx: collate(items, idx, pad_id),
+        collate_fn=lambda idx: _batch(items, idx, pad_id, states),
     )
+
+
+@torch.inference_mode()
+def encoder_states(encoder: nn.Module, items: EncodedItems, pad_id: int, batch_size: int = 64) -> list[Tensor]:
+    """The token states H = E(x) of every input, computed once (no grad, eval mode: dropout off), float32 on the CPU:
+    one (T_i, d) tensor per input, its own tokens only. A frozen encoder gives the same H every epoch, so training
+    reuses these instead of running E each step (:func:`train_concepts`, :func:`train_joint`, :func:`train_plm`)."""
+    was_training = encoder.training
+    encoder.eval()
+    device = next(encoder.parameters()).device
+    out: list[Tensor] = [torch.empty(0)] * len(items)
+    order = np.argsort([len(f["input_ids"]) for f in items.features], kind="stable")  # length-sorted: less padding
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        batch = {k: v.to(device) for k, v in collate(items, idx, pad_id).items()}
+        H = encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # (B, T, d)
+        for j, i in enumerate(idx):
+            out[i] = H[j, : len(items.features[i]["input_ids"])].float().cpu().clone()  # (T_i, d)
+    encoder.train(was_training)
+    return out
 
 
 def _optimizer(model: RecCBM, cfg: StageIConfig, stage: str = "stage1", joint: JointConfig | None = None) -> torch.optim.Optimizer:
@@ -176,8 +216,12 @@ def _optimizer(model: RecCBM, cfg: StageIConfig, stage: str = "stage1", joint: J
     stage="joint": the same groups at joint.lr, plus (L, η, W, U) at joint.head_lr without decay."""
     q = model.bottleneck.Q if not model.config.plm else None
     lr = joint.lr if (stage == "joint" and joint is not None) else cfg.lr
+    if stage != "joint" and cfg.encoder == "frozen" and cfg.frozen_lr > 0:
+        lr = cfg.frozen_lr  # only heads train
     groups: dict[str, list[nn.Parameter]] = {"decay": [], "no_decay": [], "query": []}
     for p in model.stage1_parameters():
+        if not p.requires_grad:  # a frozen encoder (_freeze): not even weight decay touches it
+            continue
         key = "query" if p is q else ("decay" if p.ndim >= 2 else "no_decay")
         groups[key].append(p)
     param_groups: list[dict[str, Any]] = [
@@ -202,10 +246,12 @@ def _warmup_linear(opt: torch.optim.Optimizer, total: int, warmup_ratio: float) 
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def _freeze(model: RecCBM, stage: str) -> None:
-    """requires_grad only on the parameters the stage trains (Algorithm 1: freeze after Stage I)."""
+def _freeze(model: RecCBM, stage: str, frozen_encoder: bool = False) -> None:
+    """requires_grad only on the parameters the stage trains (Algorithm 1: freeze after Stage I); with
+    ``frozen_encoder`` never on the encoder's (StageIConfig.encoder = "frozen")."""
     params = {"stage1": model.stage1_parameters, "stage2": model.stage2_parameters, "joint": model.joint_parameters}
-    _train_only(model, params[stage]())
+    encoder = set(map(id, model.encoder.parameters())) if frozen_encoder else set()
+    _train_only(model, [p for p in params[stage]() if id(p) not in encoder])
 
 
 def _train_only(model: RecCBM, params: list[nn.Parameter]) -> None:
@@ -248,33 +294,47 @@ def _fit_encoder(
     joint: JointConfig | None = None,
     start_candidate: bool = False,
     keep_last: bool = False,
+    states: tuple[States, States] | None = None,
 ) -> StageResult:
     """The epoch loop shared by Stage I, the PLM baseline and the joint stage (Accelerate, warm-up, early
     stopping). select maps dev metrics to a key (larger is better); start_candidate: the state before the
     first epoch is a candidate too (epoch 0), so a stage that does not help on dev changes nothing;
     keep_last: every epoch counts as the best so far, so all of them run and the final state is kept (dev
-    metrics are logged, not used)."""
+    metrics are logged, not used). With a frozen encoder (cfg.encoder, "auto" decided here for train + dev) only the
+    heads train and the encoder stays in eval mode (dropout off); ``states`` (train, dev) are its token states
+    (:func:`encoder_states`), computed here when not given and cfg.cache_states is on."""
     set_seed(cfg.seed)
+    cfg = cfg.resolved(len(train) + len(dev))
+    frozen = cfg.encoder == "frozen"
     train_stage = "joint" if stage == "joint" else "stage1"
-    _freeze(model, train_stage)
+    _freeze(model, train_stage, frozen)
+    if not frozen:
+        states = None  # a trained encoder's states change every step
+    elif states is None and cfg.cache_states:
+        states = (encoder_states(model.encoder, train, pad_id, cfg.eval_batch_size),
+                  encoder_states(model.encoder, dev, pad_id, cfg.eval_batch_size))
+    dev_states = states[1] if states is not None else None
     epochs = joint.epochs if (stage == "joint" and joint is not None) else cfg.epochs
     acc = _accelerator(cfg)
     opt = _optimizer(model, cfg, train_stage, joint)
     steps_per_epoch = _n_steps(len(train), cfg.batch_size * acc.num_processes, cfg.max_steps_per_epoch)
     sched = _warmup_linear(opt, steps_per_epoch * epochs, cfg.warmup_ratio)
-    loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length)
+    loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length,
+                     states=states[0] if states is not None else None)
     pmodel, opt, loader, sched = acc.prepare(model, opt, loader, sched)
     best_key: tuple[float, ...] | None = None
     best_state: dict[str, Tensor] = {}
     best, best_epoch, history, bad, steps, step_time = {}, 0, [], 0, 0, 0.0
     if start_candidate:
-        best = dev_metrics(predict(acc.unwrap_model(pmodel), dev, pad_id, cfg.eval_batch_size), dev)
+        best = dev_metrics(predict(acc.unwrap_model(pmodel), dev, pad_id, cfg.eval_batch_size, states=dev_states), dev)
         best_key = select(best)
         best_state = {k: v.detach().to("cpu", copy=True) for k, v in acc.unwrap_model(pmodel).state_dict().items()}
         history.append({"epoch": 0, "train_loss": float("nan")} | best)
     t0 = time.perf_counter()
     for epoch in range(1, epochs + 1):
         pmodel.train()
+        if frozen:
+            acc.unwrap_model(pmodel).encoder.eval()  # dropout off: the states a cache holds
         if callback:
             callback(Event(stage, "start", epoch, 0, steps_per_epoch, epochs))
         total = 0.0
@@ -299,7 +359,7 @@ def _fit_encoder(
             if callback:
                 callback(Event(stage, "step", epoch, i + 1, steps_per_epoch, epochs, float(loss.detach())))
         unwrapped: RecCBM = acc.unwrap_model(pmodel)
-        metrics = dev_metrics(predict(unwrapped, dev, pad_id, cfg.eval_batch_size), dev)
+        metrics = dev_metrics(predict(unwrapped, dev, pad_id, cfg.eval_batch_size, states=dev_states), dev)
         history.append({"epoch": epoch, "train_loss": total / max(1, steps_per_epoch)} | metrics)
         log.info("%s epoch %d: train loss %.4f, dev %s", stage, epoch, history[-1]["train_loss"], _fmt(metrics))
         key = select(metrics)
@@ -365,8 +425,10 @@ def train_concepts(
     cfg: StageIConfig,
     pad_id: int,
     callback: Callback | None = None,
+    states: tuple[States, States] | None = None,
 ) -> StageResult:
-    """Stage I: train (E, Q, {V_k}) on λ_c L_con + λ_r L_rank; keep the epoch with the best dev C-F1."""
+    """Stage I: train (E, Q, {V_k}) on λ_c L_con + λ_r L_rank; keep the epoch with the best dev C-F1. With a frozen
+    encoder (cfg.encoder) only (Q, {V_k}); ``states``: its token states for (train, dev) (:func:`encoder_states`)."""
     if model.config.plm:
         raise ReccbmError("the PLM baseline has no concept stage; use train_plm")
     for name, items in (("train", train), ("dev", dev)):
@@ -378,7 +440,7 @@ def train_concepts(
         return concept_metrics(items.concepts, p.levels) | {"loss": _nll(p.p_hat, items.concepts)}
 
     return _fit_encoder(model, train, dev, cfg, pad_id, "stage1", _stage1_loss(cfg), metrics,
-                        lambda m: _key(m, "c_f1", "c_acc"), callback)
+                        lambda m: _key(m, "c_f1", "c_acc"), callback, states=states)
 
 
 def train_joint(
@@ -391,10 +453,12 @@ def train_joint(
     pad_id: int,
     reference_c_acc: float,
     callback: Callback | None = None,
+    states: tuple[States, States] | None = None,
 ) -> StageResult:
     """Joint stage: every parameter on the joint loss through the soft bottleneck. Starts from a trained
     Stage I and a fitted grade head; keeps the epoch (0 = the starting state) with the best dev T-F1 among
-    those whose dev C-Acc >= reference_c_acc − joint.c_acc_drop, or with joint.select == "last" the final state."""
+    those whose dev C-Acc >= reference_c_acc − joint.c_acc_drop, or with joint.select == "last" the final state.
+    With a frozen encoder (cfg.encoder) everything but E; ``states`` as in :func:`train_concepts`."""
     if model.config.plm:
         raise ReccbmError("the PLM baseline has no concept bottleneck to train jointly")
     for name, items in (("train", train), ("dev", dev)):
@@ -412,7 +476,8 @@ def train_joint(
         return (float(m["c_acc"] >= floor - 1e-12),) + _key(m, "t_f1", "t_acc")
 
     return _fit_encoder(model, train, dev, cfg, pad_id, "joint", _joint_loss(cfg, joint, stage2), metrics, select,
-                        callback, joint=joint, start_candidate=joint.select != "last", keep_last=joint.select == "last")
+                        callback, joint=joint, start_candidate=joint.select != "last", keep_last=joint.select == "last",
+                        states=states)
 
 
 @torch.no_grad()
@@ -440,8 +505,10 @@ def train_plm(
     cfg: StageIConfig,
     pad_id: int,
     callback: Callback | None = None,
+    states: tuple[States, States] | None = None,
 ) -> StageResult:
-    """PLM baseline: fine-tune E and a linear head on the grade CE; keep the best dev T-F1 epoch."""
+    """PLM baseline: fine-tune E and a linear head on the grade CE; keep the best dev T-F1 epoch. With a frozen encoder
+    (cfg.encoder) the head alone, on the pooled states; ``states`` as in :func:`train_concepts`."""
     if not model.config.plm:
         raise ReccbmError("train_plm needs a model built with plm=True")
     for name, items in (("train", train), ("dev", dev)):
@@ -456,7 +523,7 @@ def train_plm(
         return task_metrics(items.grades, p.grades) | {"loss": _nll(p.grade_probs, items.grades)}
 
     return _fit_encoder(model, train, dev, cfg, pad_id, "plm", loss, metrics, lambda m: _key(m, "t_f1", "t_acc"),
-                        callback)
+                        callback, states=states)
 
 
 # ---------------------------------------------------------------------------- prediction
@@ -467,8 +534,10 @@ def predict(
     pad_id: int,
     batch_size: int = 64,
     on_batch: Callable[[int], None] | None = None,
+    states: States | None = None,
 ) -> Predictions:
-    """Batched inference (length-sorted, dynamic padding) on the model's current device."""
+    """Batched inference (length-sorted, dynamic padding) on the model's current device. ``states``: the items' token
+    states from this model's (frozen) encoder (:func:`encoder_states`), used instead of running it."""
     if len(items) == 0:
         raise ReccbmError("nothing to predict: no items")
     was_training = model.training
@@ -478,7 +547,7 @@ def predict(
     parts: dict[str, list[NDArray[Any]]] = {"grade_probs": [], "grade_logits": [], "p_hat": [], "c_hat": [], "mu_post": []}
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        batch = {k: v.to(device) for k, v in collate(items, idx, pad_id).items()}
+        batch = {k: v.to(device) for k, v in _batch(items, idx, pad_id, states).items()}
         out = model(batch)
         parts["grade_probs"].append(out.grade_logits.float().softmax(-1).cpu().numpy())
         parts["grade_logits"].append(out.grade_logits.float().cpu().numpy())
@@ -522,9 +591,10 @@ def quantize_encoder(model: RecCBM) -> RecCBM:
     return model
 
 
-def cache_concepts(model: RecCBM, items: EncodedItems, pad_id: int, batch_size: int = 64) -> Tensor:
-    """Frozen Stage I outputs p̂ (N, K, M+1), computed once for Stage II (float32, CPU)."""
-    p = predict(model, items, pad_id, batch_size).p_hat
+def cache_concepts(model: RecCBM, items: EncodedItems, pad_id: int, batch_size: int = 64,
+                   states: States | None = None) -> Tensor:
+    """Frozen Stage I outputs p̂ (N, K, M+1), computed once for Stage II (float32, CPU); ``states`` as in :func:`predict`."""
+    p = predict(model, items, pad_id, batch_size, states=states).p_hat
     if p is None:
         raise ReccbmError("the PLM baseline has no concept outputs to cache")
     return torch.from_numpy(p)

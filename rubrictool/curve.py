@@ -14,6 +14,11 @@ afterwards (``keep_runs`` keeps it in ``DIR/runs/``).
 
 Written, over every cell in ``DIR/cells`` (this call's and earlier calls'): ``curve.csv`` (one row per cell), ``curve.json`` (settings, the summary per variant and size,
 the size that reaches 90 % of the full-data QWK) and ``curve.png`` (:func:`plot_curve`).
+
+A variant is ``reccbm``, ``plm`` or ``vanilla``, optionally with the encoder choice after a dash (:func:`parse_variant`):
+``reccbm-frozen`` trains REC-CBM with the pretrained encoder frozen (``stage1.encoder``; only the heads train),
+``plm-auto`` lets ``stage1.frozen_below`` decide per cell. Each is its own variant in curve.csv, so a curve
+directory gains frozen variants later without retraining the cells it has.
 :func:`position_on_curve` tells a run's report where its training size sits on a curve.
 """
 
@@ -46,10 +51,11 @@ from rubrictool.progress import Progress, ProgressFn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import validate_adjudicated
-from rubrictool.train import FLAT_OPTIONS, load_train_config, preset_config, train_model
+from rubrictool.train import FLAT_OPTIONS, encoder_epochs, load_train_config, train_model
 
 __all__ = [
     "CURVE_COLUMNS",
+    "ENCODERS",
     "MIN_SIZE",
     "VARIANTS",
     "CurveResult",
@@ -57,6 +63,7 @@ __all__ = [
     "learning_curve",
     "parse_folds",
     "parse_sizes",
+    "parse_variant",
     "plot_curve",
     "position_on_curve",
     "reach_fraction",
@@ -65,15 +72,17 @@ __all__ = [
 ]
 
 VARIANTS = ("reccbm", "plm", "vanilla")
+ENCODERS = ("frozen", "auto")  # a variant's suffix: "reccbm-frozen" is reccbm with stage1.encoder = "frozen"
 MIN_SIZE = 10  # below this a stratified dev part of 1-2 answers and a handful of training answers say nothing
 ALL = "all"  # the size token for the fold's whole training part
 CURVE_COLUMNS = ["fold", "size", "repeat", "variant", "n_train", "n_dev", "t_acc", "qwk", "t_f1", "majority_t_acc",
-                 "majority_qwk", "majority_t_f1", "encoder_epochs", "train_seconds"]
+                 "majority_qwk", "majority_t_f1", "encoder_epochs", "train_seconds", "encoder"]
 METRICS = ("t_acc", "qwk", "t_f1")
 
-# flat options of the command -> the config fields they set: train's own (FLAT_OPTIONS, without cross-fitting) and the
+# flat options of the command -> the config fields they set: train's own (FLAT_OPTIONS, without cross-fitting, and without
+# the encoder choice, which a curve makes per variant: reccbm-frozen) and the
 # stage budgets a tiny test model needs
-_FLAT: dict[str, list[tuple[str, str]]] = {k: v for k, v in FLAT_OPTIONS.items() if k != "crossfit"} | {
+_FLAT: dict[str, list[tuple[str, str]]] = {k: v for k, v in FLAT_OPTIONS.items() if k not in ("crossfit", "encoder")} | {
     "joint_epochs": [("joint", "epochs")],
     "stage2_epochs": [("stage2", "epochs")],
 }
@@ -128,25 +137,31 @@ def curve_overrides(config: str | Path | None = None, **flat: Any) -> dict[str, 
     return out
 
 
-def _encoder_epochs(preset: str, overrides: dict[str, dict[str, Any]]) -> int:
-    """Epochs the encoder trains in a concept model under ``preset`` + ``overrides``: Stage I plus the joint stage."""
-    cfg = preset_config(preset)
-    for section, values in overrides.items():
-        cfg.setdefault(section, {}).update(values)
-    return int(cfg["stage1"]["epochs"]) + int(cfg.get("joint", {}).get("epochs") or 0)
+def parse_variant(name: str) -> tuple[str, str | None]:
+    """``"reccbm-frozen"`` -> ("reccbm", "frozen"): a curve variant's model (VARIANTS) and encoder choice (ENCODERS;
+    None: the configuration's, "train" unless a config sets it). Raises TrainError for any other name."""
+    base, _, encoder = name.partition("-")
+    if base not in VARIANTS or (encoder and encoder not in ENCODERS):
+        forms = ", ".join([*VARIANTS, *(f"{v}-{e}" for v in VARIANTS for e in ENCODERS)])
+        raise TrainError(f"unknown variant {name!r}; use {forms}", hint="e.g. --variants reccbm,reccbm-frozen,plm")
+    return base, encoder or None
 
 
 def _variant_overrides(variant: str, preset: str, overrides: dict[str, dict[str, Any]],
                        match_budget: bool) -> tuple[dict[str, dict[str, Any]], int]:
-    """(overrides, encoder epochs) of one variant. With ``match_budget`` the PLM trains its encoder as many epochs as
-    the concept models do in Stage I and the joint stage together (issue #25 item 6: a fair baseline)."""
+    """(overrides, encoder epochs) of one variant (:func:`parse_variant`). With ``match_budget`` the PLM trains its
+    encoder (or, frozen, its head) as many epochs as the concept models do in Stage I and the joint stage together
+    (issue #25 item 6: a fair baseline). A "-frozen"/"-auto" suffix sets stage1.encoder."""
+    variant, encoder = parse_variant(variant)
     ov = copy.deepcopy(overrides)
-    budget = _encoder_epochs(preset, overrides)
+    if encoder is not None:
+        ov.setdefault("stage1", {})["encoder"] = encoder
+    budget = encoder_epochs(preset, overrides)
     if variant == "plm":
         if match_budget:
             ov.setdefault("stage1", {})["epochs"] = budget
             return ov, budget
-        return ov, _encoder_epochs(preset, {**ov, "joint": {"epochs": 0}})  # the PLM has no joint stage
+        return ov, encoder_epochs(preset, {**ov, "joint": {"epochs": 0}})  # the PLM has no joint stage
     return ov, budget
 
 
@@ -270,16 +285,17 @@ def learning_curve(
     callback: reccbm training events, passed to train_model. progress gets one task, "cells".
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
-    bad = [v for v in variants if v not in VARIANTS]
-    if bad or not variants:
-        raise TrainError(f"unknown variant(s) {bad or variants}; use {', '.join(VARIANTS)}", hint="e.g. --variants reccbm,plm")
+    if not variants:
+        raise TrainError("no variants to train; use " + ", ".join(VARIANTS), hint="e.g. --variants reccbm,plm")
+    for v in variants:
+        parse_variant(v)
     if repeats < 1:
         raise TrainError(f"--repeats {repeats}: give at least 1")
     if not 0 < dev_share < 0.5:
         raise TrainError(f"--dev-share {dev_share}: give a share between 0 and 0.5")
     if not sizes:
         raise DataError("no sizes to train", hint="e.g. --sizes 50,100,200,all")
-    need_concepts = any(v != "plm" for v in variants)
+    need_concepts = any(parse_variant(v)[0] != "plm" for v in variants)
     df = validate_adjudicated(table, rb, need_concepts=need_concepts)
     split_kw: dict[str, Any] = {}
     if by is not None:
@@ -338,8 +354,9 @@ def learning_curve(
         run_dir = work_dir / name
         shutil.rmtree(run_dir, ignore_errors=True)  # a cell killed half-way left its run directory behind
         t0 = time.perf_counter()
-        res = train_model(rb, table, split, run_dir, variant=variant, overrides=ov, preset=preset, seeds=1,
-                          first_seed=repeat, agreement=agreement, notes=notes, callback=callback, progress=once)
+        res = train_model(rb, table, split, run_dir, variant=parse_variant(variant)[0], overrides=ov, preset=preset,
+                          seeds=1, first_seed=repeat, agreement=agreement, notes=notes, callback=callback, progress=once)
+        encoder = (res.metrics.get("encoder") or {}).get("used", "train")
         seconds = time.perf_counter() - t0
         test_m = res.metrics["seeds"][0]["test"]
         y_test = by_id.loc[test, "_y"].to_numpy()
@@ -348,7 +365,8 @@ def learning_curve(
         pred = pd.read_csv(run_dir / "test_predictions.csv", dtype={"id": str})
         cell = {"fold": fold, "size": str(size), "repeat": repeat, "variant": variant, "n_train": n, "n_dev": len(sample.dev),
                 **{m: float(test_m[m]) for m in METRICS}, **{f"majority_{m}": float(maj[m]) for m in METRICS},
-                "encoder_epochs": epochs, "train_seconds": seconds, "settings": settings, "seed": repeat,
+                "encoder_epochs": 0 if encoder == "frozen" else epochs, "train_seconds": seconds, "encoder": encoder,
+                "settings": settings, "seed": repeat,
                 "train_ids": sample.fit, "dev_ids": sample.dev,
                 "test_ids": pred["id"].tolist(), "test_predicted": pred["grade"].astype(int).tolist()}
         if keep_runs:
@@ -363,8 +381,8 @@ def learning_curve(
         progress(Progress("cells", len(plan), len(plan), f"{trained} trained, {read_back} read back"))
     shutil.rmtree(work_dir, ignore_errors=True)
     # the curve is every cell in the directory: this call's and those earlier calls added (other folds, sizes, repeats)
-    rows = [_read_cell(p, settings) for p in sorted(cells_dir.glob("*.json"))]
-    cells = pd.DataFrame(rows)[CURVE_COLUMNS]
+    rows = [{"encoder": "train"} | _read_cell(p, settings) for p in sorted(cells_dir.glob("*.json"))]  # cells from
+    cells = pd.DataFrame(rows)[CURVE_COLUMNS]  # before the encoder choice: a trained encoder
     cells = cells.assign(_o=cells["size"].map(_size_order)).sort_values(["repeat", "fold", "_o"], kind="stable")
     cells = cells.drop(columns="_o").reset_index(drop=True)
     write_table(cells, root / "curve.csv")
@@ -484,6 +502,7 @@ def position_on_curve(curve_csv: str | Path, n_train: float, variant: str) -> di
 
 # ---------------------------------------------------------------------------- the figure
 _COLOURS = {"reccbm": "#1f77b4", "plm": "#ff7f0e", "vanilla": "#2ca02c"}
+_ENCODER_STYLE = {"frozen": ("-.", "s"), "auto": ((0, (1, 1)), "^")}  # a variant's suffix -> line style, marker
 
 
 def plot_curve(cells: pd.DataFrame, path: str | Path, *, reach: dict[str, dict[str, Any] | None] | None = None,
@@ -500,9 +519,11 @@ def plot_curve(cells: pd.DataFrame, path: str | Path, *, reach: dict[str, dict[s
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
     for ax, metric, label in ((axes[0], "qwk", "QWK"), (axes[1], "t_acc", "T-Acc")):
         for variant, g in s.groupby("variant", sort=False):
-            colour = _COLOURS.get(str(variant), "#7f7f7f")
+            model, _, encoder = str(variant).partition("-")  # reccbm-frozen: reccbm's colour, its own line and marker
+            colour = _COLOURS.get(model, "#7f7f7f")
+            style, marker = _ENCODER_STYLE.get(encoder, ("-", "o"))
             x, y, sd = g["n_train"].to_numpy(), g[metric].to_numpy(), g[f"{metric}_sd"].to_numpy()
-            ax.plot(x, y, marker="o", color=colour, label=str(variant))
+            ax.plot(x, y, marker=marker, ls=style, color=colour, label=str(variant))
             ax.fill_between(x, y - sd, y + sd, color=colour, alpha=0.15, lw=0)
             r = (reach or {}).get(str(variant))
             if metric == "qwk" and r:

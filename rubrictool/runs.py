@@ -191,10 +191,12 @@ def describe_labels(labels: dict[str, Any]) -> str | None:
 def trained_with(config: dict[str, Any]) -> str:
     """What a run (its config.yaml) was trained with, for every table that compares runs: the preset and the epochs
     its encoder trained, e.g. "default preset, encoder 3 + 4 epochs (Stage I + joint)" or "paper preset, encoder 6
-    epochs" (a PLM trains its encoder in one stage)."""
+    epochs" (a PLM trains its encoder in one stage), or "default preset, frozen encoder, heads 3 + 4 epochs"."""
     model, s1, joint = (config.get(k) or {} for k in ("model", "stage1", "joint"))
     e1, ej = int(s1.get("epochs") or 0), 0 if model.get("plm") else int(joint.get("epochs") or 0)
     encoder = f"encoder {e1} + {ej} epochs (Stage I + joint)" if ej else f"encoder {e1} epochs"
+    if s1.get("encoder") == "frozen":  # the pretrained encoder is never updated: only the heads train
+        encoder = f"frozen encoder, heads {e1} + {ej} epochs" if ej else f"frozen encoder, heads {e1} epochs"
     return f"{config.get('preset') or 'custom'} preset, {encoder}"
 
 

@@ -74,6 +74,7 @@ __all__ = [
     "CPU_DEFAULTS",
     "FLAT_OPTIONS",
     "TrainResult",
+    "encoder_choice",
     "load_train_config",
     "parse_cfg",
     "prepare_table",
@@ -455,13 +456,20 @@ def train_model(
         raise TrainError(f"bad configuration: {exc}") from None
     df = prepare_table(table, rb, need_concepts=not plm)
     pos = _check_split(df, split)
+    encoder = encoder_choice(recipe.stage1, len(pos["train"]) + len(pos["dev"]))
+    recipe = replace(recipe, stage1=replace(recipe.stage1, encoder=encoder["used"]))  # what runs, also in config.yaml
     if isinstance(agreement, (str, Path)):
         agreement = _read_agreement(Path(agreement))
     run = Path(run_dir)
     is_main = PartialState().is_main_process  # under `accelerate launch`, only rank 0 writes the run dir
-    resolved = {"variant": name, "preset": preset, "rubric": rb.name, "seeds": seeds, "model": asdict(mcfg)}
+    resolved = {"variant": name, "preset": preset, "rubric": rb.name, "seeds": seeds, "encoder": encoder,
+                "model": asdict(mcfg)}
     resolved |= {s: asdict(config_from_dict(c, cfgs[s])) for s, c in SECTIONS.items() if s != "model"}
+    resolved["stage1"] = asdict(recipe.stage1)
     notes = list(notes or [])
+    if encoder["asked"] == "auto":
+        notes.append(f"encoder {encoder['used']}: --encoder auto freezes it below stage1.frozen_below = "
+                     f"{encoder['frozen_below']} labelled answers (train + dev), and this run had {encoder['labelled_answers']}")
     if mcfg.lcec and not plm and not cfgs["stage2"].get("crossfit") and cfgs["stage2"].get("lcec_fit") != "dev":
         notes.append("σ² and A_kk are fitted on the outputs for the training answers themselves, where the encoder "
                      "errs less than on new answers; --crossfit 2 fits them on answers the encoder "
@@ -473,11 +481,19 @@ def train_model(
             (stage / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True))
         labels_rec = label_source(table, agreement, labels)
         result = _train_into(run, stage, is_main, rb, df, pos, name, preset, mcfg, recipe, seeds, first_seed, agreement, notes,
-                             callback, progress, plm, labels_rec)
+                             callback, progress, plm, labels_rec, encoder)
         if is_main:
             write_record(stage, rubric=rb, table=_table_record(stage, table, table_source), labels=labels_rec)
     log.info("wrote %s", run)
     return replace(result, run_dir=run)
+
+
+def encoder_choice(stage1: StageIConfig, n_labelled: int) -> dict[str, Any]:
+    """What the pretrained encoder does in a run that learns from ``n_labelled`` answers (train + dev): asked
+    (stage1.encoder: train, frozen or auto), used (train or frozen; auto: frozen below stage1.frozen_below), the count
+    and the threshold. Written to the run's config.yaml and metrics.json as ``encoder``."""
+    return {"asked": stage1.encoder, "used": stage1.resolved(n_labelled).encoder, "labelled_answers": n_labelled,
+            "frozen_below": stage1.frozen_below}
 
 
 def points_baselines(rb: Rubric, sets: dict[str, reccbm.EncodedItems], predicted_levels: Any) -> dict[str, Any]:
@@ -527,7 +543,7 @@ def _train_into(
     target: Path, stage: Path, is_main: bool, rb: Rubric, df: pd.DataFrame, pos: dict[str, list[int]], name: str, preset: str,
     mcfg: ModelConfig, recipe: reccbm.Recipe, seeds: int, first_seed: int, agreement: dict[str, Any] | None,
     notes: list[str], callback: Callable[[reccbm.Event], None] | None, progress: ProgressFn | None, plm: bool,
-    labels: dict[str, Any],
+    labels: dict[str, Any], encoder: dict[str, Any],
 ) -> TrainResult:
     """Train every seed and write the run's files into ``stage`` (the main process only)."""
     run = stage
@@ -555,7 +571,7 @@ def _train_into(
         assert best is not None
         _, model, info, preds = best
         metrics = {"variant": name, "preset": preset, "rubric": rb.name, "git_revision": git_revision(),
-                   "seeds": infos, "selected_seed": info["seed"],
+                   "encoder": encoder, "seeds": infos, "selected_seed": info["seed"],
                    "summary": _summary(infos), "notes": notes, "labels": labels}
         y_test = np.asarray(sets["test"].grades)
         honest = honest_metrics(y_test, preds.grades, np.asarray(sets["train"].grades), grade_min=rb.grade.min)
@@ -706,6 +722,7 @@ def train_folds(
         "baselines": {name: pooled_metrics(pooled.assign(grade=pooled[name]).drop(columns=["grade_oracle"], errors="ignore"), [])
                       for name in ("majority", "oracle_concepts") if name in pooled},
         "train_seconds": [r["summary"].get("train_seconds", 0.0) for r in results],
+        "encoder": [(r.get("encoder") or {}).get("used", "train") for r in results],  # per fold (auto decides per fold)
     }
     honest = honest_metrics(pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy(), None,
                             y_majority=pooled["majority"].to_numpy())
@@ -747,7 +764,8 @@ def train_folds(
     atomic_write_text(run / "folds.json", json.dumps(summary, indent=2, default=float) + "\n")  # last: ablate's "done"
     fold0 = run / "fold-0"
     rel = pd.read_csv(fold0 / "reliability.csv") if (fold0 / "reliability.csv").is_file() else pd.DataFrame()
-    metrics = {"variant": summary["variant"], "summary": {k: {"mean": v, "std": 0.0} for k, v in summary["pooled"].items()},
+    metrics = {"variant": summary["variant"], "encoder": results[0].get("encoder"),
+               "summary": {k: {"mean": v, "std": 0.0} for k, v in summary["pooled"].items()},
                "folds": summary, "seeds": results[0]["seeds"],
                "spearman_noise_share": summary.get("score_reliability", {}).get("spearman_noise_share"),
                "n_test": len(pooled), "warnings": summary["warnings"],
@@ -799,6 +817,7 @@ FLAT_OPTIONS: dict[str, list[tuple[str, str]]] = {
     "batch_size": [("stage1", "batch_size"), ("stage2", "batch_size")],
     "device": [("stage1", "device")],
     "crossfit": [("stage2", "crossfit")],
+    "encoder": [("stage1", "encoder")],
 }
 
 

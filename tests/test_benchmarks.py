@@ -59,8 +59,9 @@ EXPECT = {
     "data_load": ["asap2 {'archive_mb'", "'n_items': 40", "'n_items': 60", "wrote "],
     "review_routing": ['"share_needed_for_95"', '"at_40"', "wrote "],
     "grade_speed": ["torch: ", "torch-int8: ", "same grade as torch float32", "wrote "],
+    "frozen_speed": ["Stage I, frozen, cached", "reccbm.fit, frozen, uncached", "wrote "],
 }
-NEEDS_BACKBONE = {"data_load", "grade_speed"}
+NEEDS_BACKBONE = {"data_load", "grade_speed", "frozen_speed"}
 SMOKED = [p for p in SCRIPTS if p.stem != "folds"]  # folds.py: test_folds_smoke_with_a_config_file
 
 

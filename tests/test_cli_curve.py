@@ -113,7 +113,8 @@ def test_bad_sizes_are_one_line_errors(tmp_path: Path, backbone: str, monkeypatc
 
 def test_other_bad_options_are_one_line_errors(tmp_path: Path, backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _counting(monkeypatch, fail_at=1)
-    for extra, message in ((["--variants", "reccbm,bert"], "unknown variant(s) ['bert']"),
+    for extra, message in ((["--variants", "reccbm,bert"], "unknown variant 'bert'; use reccbm, plm, vanilla, reccbm-frozen"),
+                           (["--variants", "reccbm-fixed"], "unknown variant 'reccbm-fixed'"),
                            (["--fold", "3"], "--fold 3: '3' is not a fold of 0..2"),
                            (["--repeats", "0"], "--repeats 0: give at least 1")):
         res = runner.invoke(app, _args(tmp_path, backbone, "--sizes", "12", *extra))
@@ -121,3 +122,33 @@ def test_other_bad_options_are_one_line_errors(tmp_path: Path, backbone: str, mo
     res = runner.invoke(app, ["learning-curve", "--rubric", "mohler", "--out", str(tmp_path / "x"), "--sizes", "20"])
     assert res.exit_code == 1 and "give either --benchmark NAME or --data FILE" in res.output
     assert calls == []
+
+
+def test_frozen_variants_join_a_curve_and_train_only_their_own_cells(tmp_path: Path, backbone: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "curve"
+    calls = _counting(monkeypatch)
+    res = runner.invoke(app, _args(tmp_path, backbone, "--sizes", "12", "--repeats", "1"))
+    assert res.exit_code == 0, res.output
+    assert sorted(calls) == ["fold0-n12-r0-plm", "fold0-n12-r0-reccbm"]
+    calls.clear()
+    variants = "reccbm,reccbm-frozen,plm,plm-frozen,vanilla"
+    res = runner.invoke(app, _args(tmp_path, backbone, "--sizes", "12", "--repeats", "1", "--variants", variants,
+                                   "--keep-runs"))
+    assert res.exit_code == 0, res.output
+    assert sorted(calls) == ["fold0-n12-r0-plm-frozen", "fold0-n12-r0-reccbm-frozen", "fold0-n12-r0-vanilla"]
+    assert "3 cell(s) trained, 2 read back" in " ".join(res.output.split())
+    cells = read_table(out / "curve.csv")
+    assert list(cells.columns) == CURVE_COLUMNS and sorted(cells["variant"]) == sorted(variants.split(","))
+    encoder = dict(zip(cells["variant"], cells["encoder"]))
+    assert encoder == {"reccbm": "train", "reccbm-frozen": "frozen", "plm": "train", "plm-frozen": "frozen",
+                       "vanilla": "train"}
+    epochs = dict(zip(cells["variant"], cells["encoder_epochs"]))
+    assert epochs["reccbm-frozen"] == 0 and epochs["reccbm"] == 2
+    docs = {v: json.loads((out / "cells" / f"fold0-n12-r0-{v}.json").read_text()) for v in ("reccbm", "reccbm-frozen")}
+    assert docs["reccbm"]["train_ids"] == docs["reccbm-frozen"]["train_ids"]  # the same answers, the encoder differs
+    import yaml
+
+    kept = yaml.safe_load((out / "runs" / "fold0-n12-r0-plm-frozen" / "config.yaml").read_text())
+    assert kept["variant"] == "plm" and kept["stage1"]["encoder"] == "frozen"
+    assert kept["stage1"]["epochs"] == 2  # the PLM's head trains the concept models' Stage I + joint epochs

@@ -165,7 +165,7 @@ def _cells(rows: list[tuple[str, str, int, float, float]]) -> pd.DataFrame:
         for fold, d in ((0, -0.02), (1, 0.02)):
             out.append({"fold": fold, "size": size, "repeat": 0, "variant": variant, "n_train": n, "n_dev": n // 8,
                         "t_acc": acc + d, "qwk": qwk + d, "t_f1": acc / 2, "majority_t_acc": 0.3, "majority_qwk": 0.0,
-                        "majority_t_f1": 0.1, "encoder_epochs": 7, "train_seconds": 1.0})
+                        "majority_t_f1": 0.1, "encoder_epochs": 7, "train_seconds": 1.0, "encoder": "train"})
     return pd.DataFrame(out)[CURVE_COLUMNS]
 
 

@@ -27,7 +27,11 @@ def learning_curve_cmd(
     sizes: Annotated[str, typer.Option(
         "--sizes", help="Labelled answers per model (train + dev), comma-separated; 'all' = a fold's whole training part.",
     )] = "50,100,200,400,800,all",
-    variants: Annotated[str, typer.Option("--variants", help="Comma-separated: reccbm, plm, vanilla.")] = "reccbm,plm,vanilla",
+    variants: Annotated[str, typer.Option(
+        "--variants", help="Comma-separated: reccbm, plm, vanilla; each may end in -frozen (the pretrained encoder "
+        "frozen, only the heads train) or -auto (frozen below stage1.frozen_below answers), e.g. "
+        "reccbm,reccbm-frozen,plm,plm-frozen,vanilla. Variants added to a curve later train only their own cells.",
+    )] = "reccbm,plm,vanilla",
     repeats: Annotated[int, typer.Option("--repeats", help="Subsamples (and seeds) per fold and size.")] = 3,
     folds: Annotated[int, typer.Option("--folds", help="k folds; each fold's test part is the same for every size.")] = 5,
     fold: Annotated[str | None, typer.Option("--fold", help="Only these folds, e.g. 0,1 (default: all).")] = None,
@@ -55,6 +59,8 @@ def learning_curve_cmd(
     cells are read back, so re-running (or adding sizes, repeats, folds) trains only what is missing.
 
     Example: rubrictool learning-curve --benchmark mohler --sizes 50,100,200,400,800,all --variants reccbm,plm,vanilla --repeats 3 --out curves/mohler
+
+    Example (add frozen-encoder variants to that curve): rubrictool learning-curve --benchmark mohler --sizes 50,100,200,400,800,all --variants reccbm,reccbm-frozen,plm,plm-frozen,vanilla --repeats 3 --out curves/mohler
     """
     from rubrictool.curve import run_learning_curve
 

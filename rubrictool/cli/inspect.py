@@ -354,7 +354,9 @@ def ablate_cmd(
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds per combination (mean ± std).")] = 1,
     folds: Annotated[int, typer.Option("--folds", help="k-fold evaluation per combination (0 = one split).")] = 0,
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the shared split.")] = 0,
-    variants: Annotated[str | None, typer.Option("--variants", help="Only these combinations, e.g. vanilla,reccbm,plm.")] = None,
+    variants: Annotated[str | None, typer.Option(
+        "--variants", help="Only these combinations, e.g. vanilla,reccbm,plm; each may end in -frozen (the pretrained "
+        "encoder frozen) or -auto, e.g. reccbm,reccbm-frozen,plm,plm-frozen.")] = None,
     backbone: Annotated[str | None, typer.Option("--backbone", help="HF name/path (default MiniLM).")] = None,
     epochs: Annotated[int | None, typer.Option("--epochs", help="Stage I epochs.")] = None,
     max_len: Annotated[int | None, typer.Option("--max-len", help="Tokens per input.")] = None,
@@ -368,6 +370,8 @@ def ablate_cmd(
     Resumable: finished combinations (OUT/<variant>/metrics.json) are kept and read back.
 
     Example: rubrictool ablate --benchmark mohler --seeds 3 --out runs/ablation
+
+    Example (frozen encoder beside trained): rubrictool ablate --benchmark mohler --variants reccbm,reccbm-frozen,plm,plm-frozen --out runs/ablation
     """
     from rubrictool.progress import from_training_event
     from rubrictool.report.ablate import ablation_markdown, run_ablation

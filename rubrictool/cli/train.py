@@ -41,7 +41,8 @@ def result_tables(result: TrainResult) -> list[Table]:
         what = f"{folds['folds']} folds pooled, {folds['n_items']} answers"
     else:
         what = f"{n} seeds, mean ± std" if n > 1 else "1 seed"
-    t = Table(title=f"{result.variant}: test metrics ({what})")
+    frozen = (result.metrics.get("encoder") or {}).get("used") == "frozen"
+    t = Table(title=f"{result.variant}{' (encoder frozen)' if frozen else ''}: test metrics ({what})")
     for col in ("T-Acc", "T-F1", "QWK", "C-Acc", "C-F1", "training"):
         t.add_column(col, justify="right")
 
@@ -152,6 +153,11 @@ def train_cmd(
     by: Annotated[str | None, typer.Option("--by", help="Keep every value of this column in one part, e.g. question: "
                                            "test on questions never seen in training (folds and the default split).")] = None,
     crossfit: Annotated[int | None, typer.Option("--crossfit", help="Fit Stage II on out-of-fold outputs of k extra models (0 = off, the paper; k+1 trainings).")] = None,
+    encoder: Annotated[str | None, typer.Option(
+        "--encoder", help="The pretrained encoder: train (fine-tune it; the default), frozen (never updated: only the "
+        "concept queries, classifiers, LCEC and grade head train, on token states computed once; fast), or auto "
+        "(frozen below stage1.frozen_below labelled answers, train + dev). Same as --cfg stage1.encoder=..., e.g. "
+        "--encoder auto --cfg stage1.frozen_below=300.")] = None,
     cfg: Annotated[list[str] | None, typer.Option(
         "--cfg", help="Any config field, SECTION.FIELD=VALUE (repeatable), e.g. --cfg stage2.lambda_d=1 --cfg "
         "model.head=scalar; sections model, stage1, joint, stage2 (docs/training.md lists every field).")] = None,
@@ -162,6 +168,8 @@ def train_cmd(
     --cfg SECTION.FIELD=VALUE (docs/training.md).
 
     Example: rubrictool train --benchmark mohler --folds 5 --out runs/mohler-5fold
+
+    Example (a small course, encoder frozen): rubrictool train --data adjudicated.csv --rubric course.yaml --encoder frozen
     """
     from rubrictool.pipeline import run_train
 
@@ -177,7 +185,7 @@ def train_cmd(
             config=config, variant=variant, race=race, opcc=opcc, lcec=lcec, seeds=seeds, agreement=agreement,
             data_dir=data_dir, callback=progress, preset=preset, folds=folds, progress=view, backbone=backbone,
             epochs=epochs, max_len=max_len, batch_size=batch_size, lr=lr, device=device, crossfit=crossfit,
-            cfg=cfg or [], by=by,
+            encoder=encoder, cfg=cfg or [], by=by,
         )
     for table in result_tables(result):
         console.print(table)

@@ -5,6 +5,9 @@ Each combination is an ordinary run directory ``OUT/<variant>`` (``vanilla``, ``
 options. Resumable: a combination whose ``metrics.json`` (``folds.json`` with ``--folds``) exists is read back,
 not retrained. The table (mean ± std over seeds; with k folds, the pooled metrics ± their std over
 folds) goes to ``ablation.csv``/``.md`` and the bar chart to ``ablation.png``.
+
+Any combination name may end in ``-frozen`` or ``-auto`` (``reccbm-frozen``, ``plm-frozen``): the same combination with
+the pretrained encoder frozen (``stage1.encoder``; only the heads train), in its own run directory and table row.
 """
 
 from __future__ import annotations
@@ -22,19 +25,20 @@ from reccbm.config import variant_name
 from rubrictool.errors import TrainError
 from rubrictool.report.figures import ablation_png
 
-__all__ = ["COMBINATIONS", "ablation_markdown", "run_ablation"]
+__all__ = ["COMBINATIONS", "ENCODERS", "ablation_markdown", "run_ablation"]
 
 # (plm, race, opcc, lcec), from the vanilla CBM to the full REC-CBM, then the PLM
 COMBINATIONS: list[tuple[bool, bool, bool, bool]] = [
     (False, r, o, lc) for lc, o, r in itertools.product((False, True), repeat=3)
 ] + [(True, False, False, False)]
 METRICS = ("t_acc", "t_f1", "qwk", "c_acc", "c_f1")
+ENCODERS = ("frozen", "auto")  # a combination's suffix: "reccbm-frozen" trains with stage1.encoder = "frozen"
 
 
-def _row(name: str, flags: tuple[bool, bool, bool, bool], metrics: dict[str, Any]) -> dict[str, Any]:
+def _row(name: str, flags: tuple[bool, bool, bool, bool], metrics: dict[str, Any], encoder: str) -> dict[str, Any]:
     s = metrics.get("summary", {})
     row: dict[str, Any] = {"variant": name, "race": flags[1], "opcc": flags[2], "lcec": flags[3], "plm": flags[0],
-                           "n_seeds": len(metrics.get("seeds", [])) or None}
+                           "encoder": encoder, "n_seeds": len(metrics.get("seeds", [])) or None}
     for m in METRICS:
         v = s.get(m) or {}
         row[f"{m}_mean"], row[f"{m}_std"] = v.get("mean"), v.get("std")
@@ -71,20 +75,26 @@ def run_ablation(
 ) -> tuple[pd.DataFrame, dict[str, Path]]:
     """Train (or read back) every combination into ``out/<variant>``; ``train_kwargs`` go to
     :func:`rubrictool.pipeline.run_train` (benchmark or data, rubric, seeds, folds, options).
-    variants: a subset of the combination names (default all nine). on_run(i, n, name, "train"|"done")."""
+    variants: a subset of the combination names (default all nine), each optionally ending in -frozen or -auto (the
+    encoder choice, ENCODERS). on_run(i, n, name, "train"|"done")."""
     from rubrictool.pipeline import run_train
     from rubrictool.train import encoder_epochs
 
     d = Path(out)
-    combos = [(variant_name(*f), f) for f in COMBINATIONS]
+    names = [(variant_name(*f), f) for f in COMBINATIONS]
+    combos: list[tuple[str, tuple[bool, bool, bool, bool], str | None]] = [(n, f, None) for n, f in names]
     if variants:
-        unknown = sorted(set(variants) - {n for n, _ in combos})
+        known = {n for n, _ in names}
+        unknown = sorted(v for v in set(variants) if v.partition("-")[0] not in known
+                         or v.partition("-")[2] not in ("", *ENCODERS))
         if unknown:
-            raise TrainError(f"unknown variant(s) {unknown}; use {', '.join(n for n, _ in combos)}")
-        combos = [(n, f) for n, f in combos if n in variants]
+            raise TrainError(f"unknown variant(s) {unknown}; use {', '.join(n for n, _ in names)}, each "
+                             f"optionally ending in -{' or -'.join(ENCODERS)}")
+        combos = [(v, f, v.partition("-")[2] or None) for n, f in names for v in dict.fromkeys(variants)
+                  if v.partition("-")[0] == n]
     rows = []
     done_file = "folds.json" if train_kwargs.get("folds") else "metrics.json"
-    for i, (name, (plm, race, opcc, lcec)) in enumerate(combos):
+    for i, (name, (plm, race, opcc, lcec), encoder) in enumerate(combos):
         run = d / name
         if (run / done_file).is_file():
             state = "done"
@@ -96,10 +106,11 @@ def run_ablation(
             if plm and kw.get("epochs") is not None:  # a fair baseline: the concept models' Stage I + joint epochs
                 kw["epochs"] = encoder_epochs(kw.get("preset") or "default", {"stage1": {"epochs": kw["epochs"]}})
             run_train(out=run, variant="plm" if plm else "reccbm", race=None if plm else race,
-                      opcc=None if plm else opcc, lcec=None if plm else lcec, **kw)
+                      opcc=None if plm else opcc, lcec=None if plm else lcec, **(kw | {"encoder": encoder}))
         if on_run and state == "done":
             on_run(i, len(combos), name, state)
-        rows.append(_row(name, (plm, race, opcc, lcec), _metrics(run, done_file)) | {"trained_with": _trained_with(run)})
+        rows.append(_row(name, (plm, race, opcc, lcec), _metrics(run, done_file), encoder or "train")
+                    | {"trained_with": _trained_with(run)})
     table = pd.DataFrame(rows)
     d.mkdir(parents=True, exist_ok=True)
     paths = {"ablation.csv": d / "ablation.csv", "ablation.md": d / "ablation.md", "ablation.png": d / "ablation.png"}
@@ -115,11 +126,11 @@ def ablation_markdown(table: pd.DataFrame) -> str:
         return "—" if mean is None or pd.isna(mean) else f"{mean:.3f} ± {(std or 0.0):.3f}"
 
     names = {"t_acc": "T-Acc", "t_f1": "T-F1", "qwk": "QWK", "c_acc": "C-Acc", "c_f1": "C-F1"}
-    lines = ["| variant | RACE | OPCC | LCEC | " + " | ".join(names[m] for m in METRICS) + " | trained with |",
-             "|---|---|---|---|" + "---|" * len(METRICS) + "---|"]
+    lines = ["| variant | RACE | OPCC | LCEC | encoder | " + " | ".join(names[m] for m in METRICS) + " | trained with |",
+             "|---|---|---|---|---|" + "---|" * len(METRICS) + "---|"]
     for rec in table.to_dict("records"):
         r = {str(k): v for k, v in rec.items()}
-        marks = ["✓" if r[c] else "" for c in ("race", "opcc", "lcec")]
+        marks = ["✓" if r[c] else "" for c in ("race", "opcc", "lcec")] + [str(r.get("encoder", "train"))]
         lines.append(f"| {r['variant']} | " + " | ".join(marks) + " | " + " | ".join(cell(r, m) for m in METRICS)
                      + f" | {r.get('trained_with') or '—'} |")
     return "\n".join(["# Ablation (test split, mean ± std over seeds)", "", *lines, ""])

@@ -187,6 +187,8 @@ def _curve_section(r: Report, run: Run, curve: str | Path) -> None:
 
     n_train = len(run.split.get("train", [])) + len(run.split.get("dev", []))
     variant = str(run.meta.get("variant"))
+    if (run.config.get("stage1") or {}).get("encoder") == "frozen":  # a frozen run reads the frozen curve
+        variant += "-frozen"
     try:
         pos = position_on_curve(curve, n_train, variant)
         reach = reach_fraction(read_table(Path(curve)).astype({"size": str, "variant": str}), variant)

@@ -1,0 +1,93 @@
+"""`rubrictool train --encoder train|frozen|auto` on a course that is not Mohler (chemistry lab: SAFE, METH, UNIT on
+levels 0..2, grades 0..10), with a tiny BERT that knows the course's words: what the run records and what the saved
+model's encoder is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+import reccbm
+from rubrictool.cli import app
+from tests.support.courses import CHEMLAB_KEYS, COURSE_RUBRIC, chemlab_levels_of, chemlab_marks, chemlab_words
+from tests.support.tiny_models import build_backbone
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+runner = CliRunner()
+
+
+def chemlab_table(students: int = 10) -> pd.DataFrame:
+    """The chemistry-lab marks as an adjudicated table: levels 0..2 from the answers' wording, the tutor's 0..10 mark."""
+    marks = chemlab_marks(students)
+    levels = pd.DataFrame([chemlab_levels_of(a) for a in marks["Answer"]]) - 1  # 1..3 -> the rubric's 0..2
+    return pd.DataFrame({"id": [f"{s}-q{i % 4}" for i, s in enumerate(marks["Student ID"])],
+                         "question": marks["Lab question"], "response": marks["Answer"],
+                         "reference": marks["Model answer"], "grade": marks["Mark (0-10)"]}).join(levels[CHEMLAB_KEYS])
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("chemlab")
+    (d / "chemlab.yaml").write_text(COURSE_RUBRIC, encoding="utf-8")
+    chemlab_table().to_csv(d / "adjudicated.csv", index=False)
+    return {"rubric": d / "chemlab.yaml", "table": d / "adjudicated.csv",
+            "backbone": Path(build_backbone(d, "bert", words=chemlab_words()))}
+
+
+def _train(course: dict[str, Path], out: Path, *extra: str) -> Any:
+    return runner.invoke(app, ["train", "--data", str(course["table"]), "--rubric", str(course["rubric"]),
+                               "--backbone", str(course["backbone"]), "--epochs", "1", "--max-len", "96",
+                               "--out", str(out), "--device", "cpu", "--cfg", "joint.epochs=1",
+                               "--cfg", "stage2.epochs=3", *extra])
+
+
+def _encoder_changed(course: dict[str, Path], run: Path) -> bool:
+    model, _, _ = reccbm.load_checkpoint(run)
+    pretrained = reccbm.TextEncoder.from_pretrained(str(course["backbone"])).state_dict()
+    return any(not torch.equal(v, model.encoder.state_dict()[k]) for k, v in pretrained.items())
+
+
+def test_frozen_keeps_the_pretrained_encoder_and_says_so_in_the_run(tmp_path: Path, course: dict[str, Path]) -> None:
+    res = _train(course, tmp_path / "frozen", "--encoder", "frozen")
+    assert res.exit_code == 0, res.output
+    assert "reccbm (encoder frozen): test metrics" in res.output
+    run = tmp_path / "frozen"
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["stage1"]["encoder"] == "frozen"
+    split = json.loads((run / "split.json").read_text())
+    assert config["encoder"] == {"asked": "frozen", "used": "frozen", "frozen_below": 300,
+                                 "labelled_answers": len(split["train"]) + len(split["dev"])}
+    assert not _encoder_changed(course, run)
+    assert reccbm.read_meta(run)["variant"] == "reccbm"
+    res = _train(course, tmp_path / "trained", "--encoder", "train")
+    assert res.exit_code == 0, res.output
+    assert _encoder_changed(course, tmp_path / "trained")
+
+
+@pytest.mark.parametrize("threshold,used", [(1000, "frozen"), (20, "train")])
+def test_auto_freezes_below_the_threshold_set_by_cfg(tmp_path: Path, course: dict[str, Path], threshold: int,
+                                                     used: str) -> None:
+    out = tmp_path / "auto"
+    res = _train(course, out, "--cfg", "stage1.encoder=auto", "--cfg", f"stage1.frozen_below={threshold}",
+                 "--variant", "plm")
+    assert res.exit_code == 0, res.output
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["encoder"]["asked"] == "auto" and config["encoder"]["used"] == used
+    assert config["encoder"]["frozen_below"] == threshold and config["stage1"]["encoder"] == used
+    assert _encoder_changed(course, out) == (used == "train")
+    assert f"note: encoder {used}: --encoder auto" in " ".join(res.output.split())
+
+
+def test_an_unknown_encoder_is_a_one_line_error(tmp_path: Path, course: dict[str, Path]) -> None:
+    res = _train(course, tmp_path / "bad", "--encoder", "fixed")
+    assert res.exit_code == 1
+    assert "unknown encoder 'fixed'; use train or frozen or auto" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "bad").exists()
