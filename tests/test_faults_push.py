@@ -12,7 +12,7 @@ folder for the state file (chmod, or ``chattr +i`` as root). Then push runs agai
 * there is one project of that title, and the state file is whole and names that project;
 * the end state (tasks, their data and predictions, the project's settings) equals an uninterrupted push's.
 
-40 items of the chemistry-lab course, five per import batch. Marked ``faults`` and ``labelstudio``.
+20 items of the chemistry-lab course, four per import batch (five batches). Marked ``faults`` and ``labelstudio``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from tests.support.tiny_models import mohler_like_table
 
 pytestmark = [pytest.mark.faults, pytest.mark.labelstudio, pytest.mark.timeout(1200)]
 
-N, BATCH = 40, 5
+N, BATCH = 20, 4
 KILL, INT = int(signal.SIGKILL), int(signal.SIGINT)
 MODELS = ("gpt-x", "llama-y")  # the anchored pushes' two models; the first by name is pre-filled
 IMPORT = r"/api/projects/\d+/import"
