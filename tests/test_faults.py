@@ -1,6 +1,7 @@
 """Fault injection (issue #26): kill ``train``, ``train --folds``, ``annotate`` (one process and ``--workers``) and
-``adjudicate`` at seeded points, or run them under a file-size limit or with --out under a regular file (the tests
-run as root, where a read-only folder does not stop writes), then rerun and check the invariants:
+``adjudicate`` at seeded points, or run them under a file-size limit, with --out under a regular file, or into a
+read-only folder (``chmod``, or ``chattr +i`` as root, where chmod does not stop writes: CI runs as root), then rerun
+and check the invariants:
 
 * every directory a reader accepts is complete and consistent (``open_run`` accepts it only when its files match
   run.json; anything else is refused with one line), and every output file a reader opens is whole;
@@ -11,8 +12,15 @@ run as root, where a read-only folder does not stop writes), then rerun and chec
 
 The course is the chemistry-lab one (SAFE, METH, UNIT on 0..2, a 0..10 grade), 40 answers. Kill points are drawn
 from ``random.Random(26)``, so a failure names a point that reproduces. Each parametrised case is one kill point or
-one bad input: ``pytest -m faults tests/test_faults.py`` reports how many were tried and how many failed.
-``review push`` is not covered here (it needs the Label Studio server).
+one bad input: ``pytest -m faults tests/test_faults.py`` reports how many were tried and how many failed. Here: 23
+kill points (20 signals, 3 simulated) and 17 bad inputs (file-size limit 8, a path under a file 4, a read-only folder
+5).
+
+``review push`` is in tests/test_faults_push.py (it needs the Label Studio server; marked ``labelstudio`` too): 8 kill
+points at exact requests (after the project is created, before the first import batch, after a batch was stored but
+not answered, Ctrl-C before the last batch, a batch the server stores only after the rerun read the tasks, two in an
+anchored project, after a second model's predictions were stored) and 2 bad inputs (a file-size limit on the state
+file, a read-only state folder). The whole suite: 31 kill points and 19 bad inputs.
 """
 
 from __future__ import annotations
