@@ -282,7 +282,11 @@ def push(
     The project is found by the id stored in the state file (``.rubrictool-review.json`` next to the
     items), else by its exact title (default ``<rubric>-review``), else created. The items already on
     the server are read from its tasks (``data.item_id``) before importing, so a re-run, an interrupted
-    run or a run after adding items imports each item exactly once.
+    run or a run after adding items imports each item exactly once. A killed run's batch that the server stored
+    only after this run read the tasks puts some items there twice; the tasks are read again after the import and
+    the second copies deleted (:func:`_one_task_per_item`), so the project ends with each item once. The folder of
+    the state file is checked before any server call; a local file that cannot be written is one line naming it
+    and what was kept.
 
     ``model_predictions`` (a trained grader's PredictionTable, :func:`rubrictool.grade.grader_predictions`)
     ranks items for ``select="uncertain"`` and, in anchored review only, adds one more prediction per task (``model_version`` = its model name) whose ``score`` is the grader's
