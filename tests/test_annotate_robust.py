@@ -370,7 +370,8 @@ def test_a_read_only_cache_folder_is_one_line(tmp_path: Path) -> None:
         code, out = cli(*base_args(rubric, data, "http://127.0.0.1:9/v1", tmp_path), "--cache", ro / "c.sqlite")
     flat = " ".join(out.split())
     assert code == 1 and "Traceback" not in out
-    assert f"{ro / 'c.sqlite.lock'}: cannot create the lock file of the reply cache {ro / 'c.sqlite'}" in flat, flat
+    assert f"{ro / 'c.sqlite.lock'}: cannot create the lock file of the reply cache {ro / 'c.sqlite'} (" in flat, flat
+    assert "); nothing was sent, and the cache and outputs are as they were" in flat, flat
     assert list(ro.iterdir()) == []
 
 
