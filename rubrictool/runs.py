@@ -111,7 +111,8 @@ def building(target: str | Path) -> Iterator[Path]:
         _remove_stale_builds(target)
         stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-{os.getpid()}-", dir=target.parent))
     except OSError as exc:  # e.g. --out under a regular file, a read-only folder
-        raise TrainError(f"cannot write the run into {target.parent} ({exc.strerror or exc})",
+        kept = f"{target} is as it was" if target.exists() else f"nothing was written to {target}"
+        raise TrainError(f"cannot write the run into {target.parent} ({exc.strerror or exc}); {kept}",
                          hint="pass --out a path in a folder you can write") from None
     os.chmod(stage, _umask_mode())  # mkdtemp makes 0700; a run is as readable as any other output
     try:

@@ -669,9 +669,17 @@ def train_folds(
         agreement = _read_agreement(Path(agreement))
     run = Path(run_dir)
     splits = kfold_splits(prepare_table(table, rb, need_concepts=False), k=folds, seed=fold_seed, by=by)
-    run.mkdir(parents=True, exist_ok=True)
-    for i, sp in enumerate(splits):
-        save_split(sp, run / f"fold-{i}.split.json", seed=fold_seed, meta={"fold": i, "folds": folds, "by": by})
+    current = run
+    try:  # before any training: a folder that cannot be written is one line, not minutes of training lost
+        run.mkdir(parents=True, exist_ok=True)
+        for i, sp in enumerate(splits):
+            current = run / f"fold-{i}.split.json"
+            save_split(sp, current, seed=fold_seed, meta={"fold": i, "folds": folds, "by": by})
+    except OSError as exc:
+        done = sum(_fold_done(run / f"fold-{i}") for i in range(folds)) if run.is_dir() else 0
+        kept = f"the {done} fold(s) finished earlier in {run} are kept" if done else f"nothing was written to {run}"
+        raise TrainError(f"{current}: cannot write it ({exc.strerror or exc}); nothing was trained; {kept}",
+                         hint="pass --out a folder you can write (or free space), then train again") from None
     results: list[dict[str, Any]] = []
     for i, sp in enumerate(splits):
         fold_dir = run / f"fold-{i}"

@@ -28,6 +28,7 @@ from rubrictool.cli import app
 from rubrictool.rubric import load_rubric
 from rubrictool.tables import read_predictions
 from tests.support.courses import COURSE_RUBRIC
+from tests.support.faults import read_only
 from tests.support.llm_server import MODEL, Reply, ScriptedLLMServer, Seen, free_port, line_reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -361,18 +362,17 @@ def test_outputs_that_cannot_be_written_are_one_line_and_the_cache_keeps_everyth
 
 
 def test_a_read_only_cache_folder_is_one_line(tmp_path: Path) -> None:
+    """The cache's folder is read-only (chmod; chattr +i as root, where chmod does not stop writes)."""
     rubric, data = course(tmp_path, 2)
     ro = tmp_path / "ro"
     ro.mkdir()
-    ro.chmod(0o500)
-    try:
-        if os.access(ro, os.W_OK):
-            pytest.skip("running as root: a read-only folder is still writable")
+    with read_only(ro):
         code, out = cli(*base_args(rubric, data, "http://127.0.0.1:9/v1", tmp_path), "--cache", ro / "c.sqlite")
-    finally:
-        ro.chmod(0o700)
+    flat = " ".join(out.split())
     assert code == 1 and "Traceback" not in out
-    assert str(ro / "c.sqlite.lock") in " ".join(out.split())
+    assert f"{ro / 'c.sqlite.lock'}: cannot create the lock file of the reply cache {ro / 'c.sqlite'} (" in flat, flat
+    assert "); nothing was sent, and the cache and outputs are as they were" in flat, flat
+    assert list(ro.iterdir()) == []
 
 
 # -- numeric options ----------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Fault injection (issue #26): kill ``train``, ``train --folds``, ``annotate`` (one process and ``--workers``) and
-``adjudicate`` at seeded points, or run them under a file-size limit or with --out under a regular file (the tests
-run as root, where a read-only folder does not stop writes), then rerun and check the invariants:
+``adjudicate`` at seeded points, or run them under a file-size limit, with --out under a regular file, or into a
+read-only folder (``chmod``, or ``chattr +i`` as root, where chmod does not stop writes: CI runs as root), then rerun
+and check the invariants:
 
 * every directory a reader accepts is complete and consistent (``open_run`` accepts it only when its files match
   run.json; anything else is refused with one line), and every output file a reader opens is whole;
@@ -11,8 +12,15 @@ run as root, where a read-only folder does not stop writes), then rerun and chec
 
 The course is the chemistry-lab one (SAFE, METH, UNIT on 0..2, a 0..10 grade), 40 answers. Kill points are drawn
 from ``random.Random(26)``, so a failure names a point that reproduces. Each parametrised case is one kill point or
-one bad input: ``pytest -m faults tests/test_faults.py`` reports how many were tried and how many failed.
-``review push`` is not covered here (it needs the Label Studio server).
+one bad input: ``pytest -m faults tests/test_faults.py`` reports how many were tried and how many failed. Here: 23
+kill points (20 signals, 3 simulated) and 17 bad inputs (file-size limit 8, a path under a file 4, a read-only folder
+5).
+
+``review push`` is in tests/test_faults_push.py (it needs the Label Studio server; marked ``labelstudio`` too): 8 kill
+points at exact requests (after the project is created, before the first import batch, after a batch was stored but
+not answered, Ctrl-C before the last batch, a batch the server stores only after the rerun read the tasks, two in an
+anchored project, after a second model's predictions were stored) and 2 bad inputs (a file-size limit on the state
+file, a read-only state folder). The whole suite: 31 kill points and 19 bad inputs.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from rubrictool.rubric import load_rubric
 from rubrictool.runs import open_run, run_is_complete
 from rubrictool.tables import read_predictions
 from tests.support.courses import COURSE_RUBRIC
-from tests.support.faults import Result, Stop, cache_rows, fsize_limit, one_line_error, run_cli
+from tests.support.faults import Result, Stop, cache_rows, fsize_limit, one_line_error, read_only, run_cli
 from tests.support.llm_server import MODEL, Reply, ScriptedLLMServer, Seen, line_reply
 from tests.support.tiny_models import build_backbone, mohler_like_table
 
@@ -247,6 +255,26 @@ def test_train_with_out_under_a_file_is_one_line(course: dict[str, Path], tmp_pa
     assert (tmp_path / "a-file").read_text() == "not a folder\n"
 
 
+def test_train_into_a_read_only_folder_keeps_the_old_run_then_rerun(course: dict[str, Path],
+                                                                   train_ref: dict[str, Path], tmp_path: Path) -> None:
+    """The folder of --out is read-only (chmod, or chattr +i as root): one line naming it and saying the old run there
+    is as it was, before any training; once writable, the rerun gives the uninterrupted run."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    out = runs / "run"
+    shutil.copytree(train_ref["old"], out)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    with read_only(runs):
+        res = run_cli(_train_args(course, out))
+    flat = " ".join(res.output.split())
+    assert res.returncode == 1 and one_line_error(res.output), res.output[-3000:]
+    assert f"cannot write the run into {runs} (" in flat and f"{out} is as it was" in flat, flat
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert run_is_complete(out)
+    _ok(run_cli(_train_args(course, out)))
+    _same_as_reference(out, train_ref["run"])
+
+
 # -- train --folds ------------------------------------------------------------------------------------------------
 
 
@@ -335,6 +363,20 @@ def test_train_folds_under_a_file_size_limit_then_rerun(course: dict[str, Path],
     _same_folds(out, folds_ref)
 
 
+def test_train_folds_into_a_read_only_folder_is_one_line_then_rerun(course: dict[str, Path], folds_ref: Path,
+                                                                   tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "kfold"
+    out.mkdir(parents=True)
+    with read_only(out):
+        res = run_cli(_train_args(course, out, "--folds", "2"))
+    flat = " ".join(res.output.split())
+    assert res.returncode == 1 and one_line_error(res.output), res.output[-3000:]
+    assert str(out) in flat and "nothing was written" in flat, flat
+    assert list(out.iterdir()) == []
+    _ok(run_cli(_train_args(course, out, "--folds", "2")))
+    _same_folds(out, folds_ref)
+
+
 # -- annotate -----------------------------------------------------------------------------------------------------
 
 
@@ -412,6 +454,30 @@ def test_annotate_with_a_path_under_a_file_is_one_line(course: dict[str, Path], 
         assert srv.count() == 0 or where == "out"
 
 
+@pytest.mark.parametrize("where", ["out", "cache"])
+def test_annotate_into_a_read_only_folder_pays_nothing_then_rerun(course: dict[str, Path], annotate_ref: pd.DataFrame,
+                                                                  tmp_path: Path, where: str) -> None:
+    """The folder of --out or of --cache is read-only (chmod, or chattr +i as root): one line naming the file, before
+    any request; once writable, the rerun pays each item once."""
+    cache, out = tmp_path / "c" / "cache.sqlite", tmp_path / "out"
+    out.mkdir()
+    cache.parent.mkdir()
+    locked = out if where == "out" else cache.parent
+    with ScriptedLLMServer(_good) as srv:
+        args = _annotate_args(course, srv.url, cache, out)
+        with read_only(locked):
+            res = run_cli(args)
+        flat = " ".join(res.output.split())
+        assert res.returncode == 1 and one_line_error(res.output), res.output[-3000:]
+        named = out / "predictions.jsonl.lock" if where == "out" else cache.parent / "cache.sqlite.lock"
+        assert f"{named}: cannot create the lock file" in flat, flat
+        assert "(Operation not permitted); nothing was sent" in flat or "(Permission denied); nothing was sent" in flat, flat
+        assert list(locked.iterdir()) == [] and srv.count() == 0
+        _ok(run_cli(args))
+        assert srv.count() == N
+    pd.testing.assert_frame_equal(_labels(out, course["rubric"]), annotate_ref)
+
+
 # -- adjudicate ---------------------------------------------------------------------------------------------------
 
 
@@ -467,3 +533,19 @@ def test_adjudicate_with_out_under_a_file_is_one_line(course: dict[str, Path], t
     (tmp_path / "a-file").write_text("not a folder\n")
     res = run_cli(_adjudicate_args(course, tmp_path / "a-file" / "adj"))
     assert res.returncode == 1 and one_line_error(res.output), res.output[-3000:]
+
+
+def test_adjudicate_into_a_read_only_folder_is_one_line_then_rerun(course: dict[str, Path],
+                                                                   adjudicate_ref: dict[str, bytes],
+                                                                   tmp_path: Path) -> None:
+    out = tmp_path / "adj"
+    out.mkdir()
+    with read_only(out):
+        res = run_cli(_adjudicate_args(course, out))
+    flat = " ".join(res.output.split())
+    assert res.returncode == 1 and one_line_error(res.output), res.output[-3000:]
+    assert f"{out / 'adjudicated.csv'}: cannot write it" in flat and "written before it: nothing" in flat, flat
+    assert list(out.iterdir()) == []
+    _ok(run_cli(_adjudicate_args(course, out)))
+    for name in OUTPUTS:
+        assert (out / name).read_bytes() == adjudicate_ref[name], name

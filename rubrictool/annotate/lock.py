@@ -76,7 +76,8 @@ def _acquire(path: Path, what: str, hint: str) -> int:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
             raise AnnotateError(
-                f"{path}: cannot create the lock file of {what} ({e.strerror or e})",
+                f"{path}: cannot create the lock file of {what} ({e.strerror or e}); nothing was sent, and the "
+                "cache and outputs are as they were",
                 hint="make its folder writable, or pass another path",
             ) from None
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pandas as pd
 
 from rubrictool.errors import ReviewError
 from rubrictool.io import write_table
-from rubrictool.progress import Progress, ProgressFn
+from rubrictool.progress import Progress, ProgressFn, warn
 from rubrictool.review.client import Connection
 from rubrictool.review.interface import check_interface, render_label_config
 from rubrictool.review.routing import Routing, route
@@ -73,6 +74,28 @@ def _read_state(path: Path) -> dict[str, Any]:
         return {}
 
 
+def _writable_folder(path: Path) -> None:
+    """One line before any server call when the folder of the state file cannot be written (read-only, not a
+    folder): nothing on the server changes."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ReviewError(f"{path}: cannot write the review state file there ({exc.strerror or exc}); nothing was sent "
+                          "to Label Studio", hint="make the folder of --data writable, or copy the items elsewhere") from None
+
+
+def _write_local(path: Path, what: str, kept: str, write: Callable[[], object]) -> None:
+    """A local file push writes, as one line naming it and what was kept when it cannot be written (disk full)."""
+    try:
+        write()
+    except OSError as exc:
+        raise ReviewError(f"{path}: cannot write {what} ({exc.strerror or exc}); {kept}",
+                          hint="free space, then run the same push again: it imports only what is missing") from None
+
+
 def _write_json(path: Path, payload: dict[str, Any], mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -124,6 +147,42 @@ def _attach_predictions(conn: Connection, project_id: int, tasks: list[dict[str,
         t["predictions"] = by_task.get(int(t["id"]), [])
 
 
+def _has_reviews(conn: Connection, task_id: int) -> bool:
+    task = conn.get(f"/api/tasks/{task_id}", f"reading task {task_id}")
+    task = task if isinstance(task, dict) else {}
+    return bool(task.get("annotations") or task.get("drafts") or int(task.get("total_annotations") or 0)
+                or int(task.get("cancelled_annotations") or 0))
+
+
+def _one_task_per_item(
+    conn: Connection, pid: int, tasks: list[dict[str, Any]], progress: ProgressFn | None
+) -> tuple[dict[str, int], int]:
+    """The task of each item, after deleting the extra copies an interrupted push can leave (a killed run's import
+    that the server finished after the rerun had read the tasks). The oldest copy is kept, or the ones with reviews;
+    a copy with reviews is never deleted. Returns (item → task id, copies deleted)."""
+    by_item: dict[str, list[int]] = {}
+    for t in tasks:
+        by_item.setdefault(str(t.get("data", {}).get("item_id")), []).append(int(t["id"]))
+    task_of: dict[str, int] = {}
+    removed = 0
+    for item, ids in by_item.items():
+        ids.sort()
+        if len(ids) > 1:
+            reviewed = [i for i in ids if _has_reviews(conn, i)]
+            keep = reviewed or ids[:1]
+            for i in ids:
+                if i not in keep:
+                    conn.request("DELETE", f"/api/tasks/{i}", f"deleting task {i}, a second copy of item {item}",
+                                 missing_ok=True)
+                    removed += 1
+            if len(keep) > 1:
+                warn(progress, f"item {item} is in project {pid} as {len(keep)} tasks that each have reviews (tasks "
+                               f"{', '.join(map(str, keep))}); all kept, so it gets more reviews than the others")
+            ids = keep
+        task_of[item] = ids[0]
+    return task_of, removed
+
+
 @dataclass
 class PushResult:
     """What one push did."""
@@ -144,6 +203,7 @@ class PushResult:
     model_predictions_file: Path | None = None  # the grader's PredictionTable (for adjudicate --pre-annotations)
     prefill_model: str | None = None  # None: blind review (no predictions sent); else the model_version pre-filled
     kept_rows: int = 0  # blind review: the usable prediction rows kept out of Label Studio
+    duplicates_removed: int = 0  # extra copies of an item (left by an interrupted push) deleted
 
     @property
     def blind(self) -> bool:
@@ -164,6 +224,8 @@ class PushResult:
                f", {self.predictions} prediction(s) added (models: {', '.join(self.models) or 'none'}); reviewers see "
                f"the levels of {self.prefill_model} pre-selected, marked as pre-filled by it")
             + f"; {self.already} of {self.items} item(s) were already there"
+            + (f"; {self.duplicates_removed} second copy(ies) of an item, left by an interrupted push, deleted"
+               if self.duplicates_removed else "")
             + (f"; {self.other_predictions} prediction row(s) for other items left out" if self.other_predictions else "")
             + (
                 f"; routed by {self.routing.how} (seed {self.routing.seed}): {len(self.routing.selected)} of "
@@ -220,7 +282,11 @@ def push(
     The project is found by the id stored in the state file (``.rubrictool-review.json`` next to the
     items), else by its exact title (default ``<rubric>-review``), else created. The items already on
     the server are read from its tasks (``data.item_id``) before importing, so a re-run, an interrupted
-    run or a run after adding items imports each item exactly once.
+    run or a run after adding items imports each item exactly once. A killed run's batch that the server stored
+    only after this run read the tasks puts some items there twice; the tasks are read again after the import and
+    the second copies deleted (:func:`_one_task_per_item`), so the project ends with each item once. The folder of
+    the state file is checked before any server call; a local file that cannot be written is one line naming it
+    and what was kept.
 
     ``model_predictions`` (a trained grader's PredictionTable, :func:`rubrictool.grade.grader_predictions`)
     ranks items for ``select="uncertain"`` and, in anchored review only, adds one more prediction per task (``model_version`` = its model name) whose ``score`` is the grader's
@@ -262,10 +328,13 @@ def push(
         raise ReviewError(f"project title {title!r} has {len(title)} characters; Label Studio needs 3 to 50", hint="pass another --project")
     state_path = Path(state_file) if state_file else Path(items_path).parent / STATE_NAME
     xml = render_label_config(rubric, prefilled_by=prefill)
+    _writable_folder(state_path)
     routing, routing_file = None, None
     if select is not None and budget is not None:  # before any server call: a bad selection changes nothing
         routing = route(items["id"].tolist(), preds, select, budget, seed)
-        routing_file = write_table(routing.table.assign(how=select, seed=seed), state_path.parent / f"{title}.routing.csv")
+        routing_file = state_path.parent / f"{title}.routing.csv"
+        _write_local(routing_file, "the routing table", "nothing was sent to Label Studio",
+                     lambda: write_table(routing.table.assign(how=select, seed=seed), routing_file))
         items = items[items["id"].isin(set(routing.selected))]
 
     blind = {"show_collab_predictions": prefill is not None, "show_annotation_history": False}
@@ -295,13 +364,15 @@ def push(
             conn.request("PATCH", f"/api/projects/{found['id']}", "updating the project's review settings", json=want)
     pid = int(found["id"])
     state.setdefault(conn.url, {})[title] = {"id": pid, "rubric": rubric.name, "rubric_version": rubric.version}
-    _write_json(state_path, state)
+    kept = (f"project {title!r} (id {pid}) is kept on {conn.url} with the tasks it had (none imported by this run); "
+            "the next push finds it by its title")
+    _write_local(state_path, "the review state file", kept, lambda: _write_json(state_path, state))
     model_file = None
     if model_predictions is not None and len(model_predictions):
-        name = str(model_predictions["model"].iloc[0])
-        model_file = write_table(model_predictions, state_path.parent / f"predictions-{name}.csv")
+        model_file = state_path.parent / f"predictions-{model_predictions['model'].iloc[0]}.csv"
+        _write_local(model_file, "the grader's predictions", kept, lambda: write_table(model_predictions, model_file))
 
-    existing = {str(t.get("data", {}).get("item_id")): int(t["id"]) for t in _list_tasks(conn, pid, False)}
+    existing, removed = _one_task_per_item(conn, pid, _list_tasks(conn, pid, False), progress)
     new_items = items[~items["id"].isin(existing)]
     shown = preds if prefill is not None else None  # blind review: no task carries a prediction
     tasks = build_tasks(new_items, shown, rubric)
@@ -320,9 +391,11 @@ def push(
     if prefill is not None and found.get("model_version") != prefill:  # after the import: it must exist by now
         conn.request("PATCH", f"/api/projects/{pid}", f"setting the pre-filling model to {prefill}",
                      json={"model_version": prefill})
-    kept = len(preds) if preds is not None and prefill is None else 0
+    if tasks:  # a killed run's import the server finished after this run read the tasks: its items are here twice
+        removed += _one_task_per_item(conn, pid, _list_tasks(conn, pid, False), progress)[1]
+    n_kept = len(preds) if preds is not None and prefill is None else 0
     return PushResult(pid, title, conn.url, created, len(items), len(items) - len(new_items), len(tasks), n_pred,
-                      models, state_path, other, routing, routing_file, model_file, prefill, kept)
+                      models, state_path, other, routing, routing_file, model_file, prefill, n_kept, removed)
 
 
 def _prefill(show: bool, model: str | None, models: list[str], grader: str | None) -> str | None:
