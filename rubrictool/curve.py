@@ -388,11 +388,12 @@ def learning_curve(
     write_table(cells, root / "curve.csv")
     summary = summarize_curve(cells)
     reach = {str(v): reach_fraction(cells, str(v)) for v in dict.fromkeys(cells["variant"])}
-    png = plot_curve(cells, root / "curve.png", reach=reach, title=_title(rb.name, folds, by)) if plot else None
+    folds_run = sorted({int(f) for f in cells["fold"]})
+    png = plot_curve(cells, root / "curve.png", reach=reach, title=_title(rb.name, folds, by, folds_run)) if plot else None
     _write_json(root / "curve.json", {
         "rubric": rb.name, "settings": settings_doc, "settings_digest": settings, "cells": len(cells),
         "sizes": sorted(set(cells["size"]), key=_size_order), "variants": list(dict.fromkeys(cells["variant"])),
-        "repeats": sorted({int(r) for r in cells["repeat"]}), "folds_run": sorted({int(f) for f in cells["fold"]}),
+        "repeats": sorted({int(r) for r in cells["repeat"]}), "folds_run": folds_run,
         "encoder_epochs": {str(v): int(e) for v, e in cells.groupby("variant")["encoder_epochs"].first().items()},
         "dev": f"a stratified {dev_share:.1%} of each subsample (n counts every labelled answer: train + dev)",
         "git_revision": git_revision(), "notes": list(notes or []),
@@ -401,8 +402,10 @@ def learning_curve(
     return CurveResult(root, cells, summary, reach, png, trained, read_back, list(notes or []))
 
 
-def _title(rubric: str, folds: int, by: str | None) -> str:
+def _title(rubric: str, folds: int, by: str | None, run: list[int] | None = None) -> str:
     split = f"{folds} folds grouped by {by}" if by else f"{folds} random folds"
+    if run is not None and len(run) < folds:  # say which folds the curve holds when it is not all of them
+        split = f"fold{'s' if len(run) > 1 else ''} {', '.join(map(str, run))} of {split}"
     return f"Learning curve: {rubric} ({split}; mean ± 1 s.d. over folds × repeats)"
 
 

@@ -216,3 +216,9 @@ def test_the_toy_course_is_not_mohler(tmp_path: Path) -> None:
     df = ecology_table(90)
     assert (rb.scale.min, rb.scale.max, rb.grade.min, rb.grade.max) == (0, 2, 1, 4) and rb.keys == ["EV", "MC", "CL"]
     assert set(df["grade"]) <= {1, 2, 3, 4} and df["question"].nunique() == 6
+
+
+def test_the_figure_title_says_which_folds_the_curve_holds() -> None:
+    assert "(5 random folds;" in curve._title("mohler", 5, None, [0, 1, 2, 3, 4])
+    assert "(fold 0 of 5 random folds;" in curve._title("mohler", 5, None, [0])
+    assert "(folds 0, 2 of 5 folds grouped by question;" in curve._title("mohler", 5, "question", [0, 2])
