@@ -124,6 +124,20 @@ def test_report_shows_what_the_concepts_cannot_separate_and_where_the_run_sits_o
     page, md = (out / "report.html").read_text(), (out / "report.md").read_text()
     line = f"This run trained on {n} labelled answers (train + dev). On the curve (reccbm), that many answers give QWK {want['qwk']:.3f}"
     assert line in page and line in md and "interpolated between 20 and 120 answers" in md
+    # the points grader beside the majority class, as the run recorded it
+    points = json.loads((run / "metrics.json").read_text())["points"]
+    for key in ("gold_levels", "predicted_levels"):
+        m = re.search(rf'id="points-{key}" data-value="([^"]*)">', page)
+        assert m and float(m.group(1)) == pytest.approx(points[key]["qwk"], abs=1e-12), key
+        assert f"{points[key]['t_acc']:.3f} / {points[key]['qwk']:.3f} |" in md
+    # a run bigger than every size of the curve: the nearest size is given as that, not as the run's position
+    small = write_table(_cells([("reccbm", "10", 10, 0.10, 0.30), ("reccbm", "20", 20, 0.20, 0.40)]),
+                        tmp_path / "small.csv")
+    res = runner.invoke(app, ["report", "--model", str(run), "--out", str(tmp_path / "rep3"), "--repeats", "1",
+                              "--curve", str(small)])
+    assert res.exit_code == 0, res.output
+    md3 = (tmp_path / "rep3" / "report.md").read_text()
+    assert f"This run trained on {n} labelled answers (train + dev), outside the curve's sizes: its largest size, 20" in md3
     # the rubric's own ceiling: every boundary of adjacent grades in the table, the same rows as the CSV
     bounds = pd.read_csv(out / "grade_boundaries.csv")
     grades = sorted(set(pd.read_csv(table)["grade"]))

@@ -71,6 +71,7 @@ class Report:
     traces: list[ItemTrace] = field(default_factory=list)
     diagnosis: Diagnosis | None = None
     curve: dict[str, Any] = field(default_factory=dict)  # where the run's size sits on a learning curve (--curve)
+    points: dict[str, Any] = field(default_factory=dict)  # the points grader beside the majority class (metrics.json)
     unavailable: list[str] = field(default_factory=list)  # one line per section a run cannot show
     notes: list[str] = field(default_factory=list)
     images: dict[str, bytes] = field(default_factory=dict)
@@ -119,6 +120,7 @@ def build_report(
         r.notes.append(f"recomputing the test predictions gives different {', '.join(off)} than metrics.json "
                        "(was the model or the table changed after training?)")
     r.grade_levels = G
+    r.points = dict(run.metrics.get("points") or {})
     _honest_section(r, run, gold, preds.grade_probs)
     if curve is not None:
         _curve_section(r, run, curve)
@@ -201,12 +203,18 @@ def _curve_section(r: Report, run: Run, curve: str | Path) -> None:
 def _curve_lines(c: dict[str, Any]) -> list[str]:
     """The learning-curve section in words (the same sentences on the HTML page and in Markdown)."""
     lo, hi, full = c.get("lower"), c.get("upper"), c.get("full")
-    where = (f"interpolated between {lo['n_train']:.0f} and {hi['n_train']:.0f} answers" if c["within"] and lo and hi
-             and lo["n_train"] != hi["n_train"] else "at a measured size" if c["within"]
-             else "outside the curve's sizes: the nearest size's values")
-    out = [(f"This run trained on {c['n_train']:.0f} labelled answers (train + dev). On the curve ({c['variant']}), "
-            f"that many answers give QWK {c['qwk']:.3f} and T-Acc {c['t_acc']:.3f} ({where}); this run has QWK "
-            f"{c['run_qwk']:.3f} and T-Acc {c['run_t_acc']:.3f} on its own test split.")]
+    own = f"this run has QWK {c['run_qwk']:.3f} and T-Acc {c['run_t_acc']:.3f} on its own test split."
+    if c["within"]:
+        where = (f"interpolated between {lo['n_train']:.0f} and {hi['n_train']:.0f} answers" if lo and hi
+                 and lo["n_train"] != hi["n_train"] else "at a measured size")
+        out = [(f"This run trained on {c['n_train']:.0f} labelled answers (train + dev). On the curve ({c['variant']}), "
+                f"that many answers give QWK {c['qwk']:.3f} and T-Acc {c['t_acc']:.3f} ({where}); {own}")]
+    else:  # outside the measured sizes the curve cannot say where the run sits: say so, give the nearest size
+        near, side = (lo, "largest") if lo else (hi, "smallest")
+        assert near is not None
+        out = [(f"This run trained on {c['n_train']:.0f} labelled answers (train + dev), outside the curve's sizes: its "
+                f"{side} size, {near['n_train']:.0f} answers, gives QWK {near['qwk']:.3f} and T-Acc {near['t_acc']:.3f} "
+                f"({c['variant']}); {own} Add sizes (e.g. all) to the curve to place the run on it.")]
     if full:
         out.append(f"With all {full['n_train']:.0f} answers of the curve's folds: QWK {full['qwk']:.3f}, "
                    f"T-Acc {full['t_acc']:.3f}.")
@@ -514,6 +522,11 @@ def render_markdown(r: Report) -> str:
     if r.honest.get("majority"):
         L += [(f"| majority class (always grade {r.honest['majority']['grade']}): T-Acc | "
               f"{r.honest['majority']['t_acc']:.3f} |")]
+    for key, what in (("gold_levels", "the adjudicated levels"), ("predicted_levels", "the model's predicted levels")):
+        if key in r.points:
+            L += [f"| points grader on {what}: T-Acc / QWK | {r.points[key]['t_acc']:.3f} / {r.points[key]['qwk']:.3f} |"]
+    if r.points.get("source"):
+        L += [f"| points | {md_inline(r.points['source'])} |"]
     if r.calibration:
         L += [f"| ECE ({r.calibration['ece_bins']}) | {r.calibration['ece']:.3f} |",
               f"| NLL of the grade probabilities | {r.calibration['nll']:.3f} |"]
