@@ -119,9 +119,18 @@ def run_cli(args: list[str], *, stop: Stop | None = None, preexec: Callable[[], 
             timeout: float = 300.0) -> Result:
     """``rubrictool ARGS`` in a child process; with ``stop``, signalled when it is due (then waited for)."""
     cmd = [sys.executable, "-m", "rubrictool.cli", *args]
+
+    def child_setup() -> None:
+        # A suite started in the background (`pytest &` from a script) inherits SIGINT ignored, and Python keeps an
+        # ignored SIGINT ignored: a Ctrl-C kill point would then test nothing. The child gets the default, as a
+        # user's terminal gives it.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if preexec is not None:
+            preexec()
+
     # output through a pipe (a file-size limit does not apply to it), drained by a thread so the child never blocks
     proc = subprocess.Popen(cmd, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=preexec, cwd=str(ROOT))  # noqa: PLW1509 - signal + setrlimit only
+                            preexec_fn=child_setup, cwd=str(ROOT))  # noqa: PLW1509 - signal + setrlimit only
     chunks: list[bytes] = []
     pipe = proc.stdout
     assert pipe is not None
