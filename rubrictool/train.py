@@ -75,6 +75,7 @@ __all__ = [
     "FLAT_OPTIONS",
     "TrainResult",
     "encoder_choice",
+    "encoder_epochs",
     "load_train_config",
     "parse_cfg",
     "prepare_table",

@@ -148,6 +148,9 @@ def test_report_shows_what_the_concepts_cannot_separate_and_where_the_run_sits_o
     assert "\n## What the concept levels can tell apart" not in md and "\n### What the concept levels can tell apart" in md
     pairs = pd.read_csv(out / "contrast_pairs.csv") if (out / "contrast_pairs.csv").stat().st_size > 1 else pd.DataFrame()
     assert page.count('class="contrast-pair"') == len(pairs)
+    # a curve file that is not there: one line before any work
+    res = runner.invoke(app, ["report", "--model", str(run), "--curve", str(tmp_path / "no-such.csv")])
+    assert res.exit_code == 2 and "does not exist" in " ".join(res.output.split())
     # a curve without the run's variant: the section is not shown, and the page says why
     other = write_table(_cells(CURVE[4:]), tmp_path / "plm-only.csv")
     res = runner.invoke(app, ["report", "--model", str(run), "--out", str(tmp_path / "rep2"), "--repeats", "1",

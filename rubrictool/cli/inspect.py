@@ -180,7 +180,7 @@ def report_cmd(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for report.html/.md, PNGs and CSVs (default RUN/report).")] = None,
     reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review files for the rubric diagnostics' level confusions (repeatable; default: the benchmark's passes).")] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Random draws of the random intervention.")] = 5,
-    curve: Annotated[Path | None, typer.Option("--curve", help="A learning curve's curve.csv (`rubrictool learning-curve`): show where the run's number of labelled answers sits on it.")] = None,
+    curve: Annotated[Path | None, typer.Option("--curve", exists=True, dir_okay=False, help="A learning curve's curve.csv (`rubrictool learning-curve`): show where the run's number of labelled answers sits on it.")] = None,
     data_dir: DataDirOpt = None,
 ) -> None:
     """One self-contained HTML page (and Markdown) about a trained run, to show a department or paste into a paper.
