@@ -164,3 +164,27 @@ def test_an_invalid_proposal_is_reported_not_written(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "does not validate, not written" in res.output and "concept Units has levels 1..2 but the rubric scale is 1..3" in res.output
     assert not (out / "rubric_suggestion.diff").exists() and not (out / "rubric_suggestion.yaml").exists()
+
+
+def test_the_report_page_shows_the_ceiling_and_every_pair() -> None:
+    """The run report renders the same ceiling and pairs (HTML and Markdown), answers escaped."""
+    import html
+
+    from rubrictool.report.diagnose import diagnose
+    from rubrictool.report.page import Report, render_html, render_markdown
+
+    rb = parse_rubric(RUBRIC)
+    diag = diagnose(rb, course_table())
+    assert diag.ceiling is not None and diag.pairs
+    diag.pairs[0].a["response"] = "<b>bold</b> | pipe"  # answers are untrusted text
+    r = Report("t", "run", "reccbm", 10, {}, "metrics.json", {"config": ""}, diagnosis=diag,
+               images={"confusion.png": b"\x89PNG"})  # the page always shows a confusion matrix
+    page, md = render_html(r), render_markdown(r)
+    assert page.count('class="contrast-pair"') == len(diag.pairs)
+    block = page.split('id="grade-boundaries"')[1].split("</table>")[0]
+    assert block.count("cannot separate") == len(diag.ceiling.named) > 0
+    assert "### What the concept levels can tell apart" in md
+    for p in diag.pairs:
+        for side in (p.a, p.b):
+            assert html.escape(str(side["response"]), quote=False) in page
+    assert "<b>bold</b>" not in page and "<b>bold</b>" not in md and "&lt;b&gt;bold&lt;/b&gt; \\| pipe" in md
