@@ -259,6 +259,7 @@ def _report(c: Course, argv: list[str]) -> None:
     assert (c.root / "runs" / "chemlab" / "report" / "report.html").is_file()
     assert "an LLM panel" in md and "not expert-validated" in md  # who made the labels
     assert "cannot be loaded" not in md and "## Rubric diagnostics" in md  # from the run's copy of the rubric
+    assert "## On the learning curve" in md and "This run trained on" in md  # --curve: step 7's curve
 
 
 def _audit(c: Course, argv: list[str]) -> None:
