@@ -470,7 +470,8 @@ def reach_fraction(cells: pd.DataFrame, variant: str, fraction: float = 0.9, met
 def position_on_curve(curve_csv: str | Path, n_train: float, variant: str) -> dict[str, Any]:
     """Where a run trained on ``n_train`` labelled answers sits on a learning curve (curve.csv) of ``variant``: the
     expected QWK and T-Acc at n_train, interpolated linearly in log n between the neighbouring sizes' means, and
-    those neighbours. Outside the measured sizes the nearest size's values are given and ``within`` is False."""
+    those neighbours, and the variant's 90 % point (:func:`reach_fraction`). Outside the measured sizes the nearest
+    size's values are given and ``within`` is False."""
     p = Path(curve_csv)
     cells = read_table(p)
     missing = sorted(set(CURVE_COLUMNS[:8]) - set(cells.columns))
@@ -500,7 +501,8 @@ def position_on_curve(curve_csv: str | Path, n_train: float, variant: str) -> di
         qwk, t_acc = near["qwk"], near["t_acc"]
     return {"variant": variant, "n_train": n_train, "qwk": qwk, "t_acc": t_acc, "within": lo is not None and hi is not None,
             "lower": point(lo) if lo else None, "upper": point(hi) if hi else None,
-            "full": point(pts[-1]) if pts and pts[-1]["size"] == ALL else None, "curve": str(p)}
+            "full": point(pts[-1]) if pts and pts[-1]["size"] == ALL else None, "curve": str(p),
+            "reach_90": reach_fraction(cells, variant)}
 
 
 # ---------------------------------------------------------------------------- the figure

@@ -192,6 +192,7 @@ def test_position_of_a_run_on_a_curve(tmp_path: Path) -> None:
     assert mid["qwk"] == pytest.approx(0.54) and mid["t_acc"] == pytest.approx(0.63)
     assert mid["lower"]["qwk_sd"] == pytest.approx(math.sqrt(2 * 0.02**2))  # the spread over the two folds
     assert mid["full"]["n_train"] == 400
+    assert mid["reach_90"] == reach_fraction(_cells(CURVE), "reccbm") and mid["reach_90"]["size"] == "200"
     exact = position_on_curve(path, 50, "reccbm")
     assert exact["qwk"] == pytest.approx(0.30) and exact["within"]
     beyond = position_on_curve(path, 1000, "reccbm")

@@ -183,9 +183,8 @@ def _curve_section(r: Report, run: Run, curve: str | Path) -> None:
     """Where the run's labelled answers (train + dev) sit on a learning curve of the run's variant: the curve's
     expected QWK and T-Acc at that size beside the run's own, the full-data point, and the size that reaches 90 %
     of the full-data QWK. A curve without the run's variant is reported as not shown, not as an error."""
-    from rubrictool.curve import position_on_curve, reach_fraction
+    from rubrictool.curve import position_on_curve
     from rubrictool.errors import DataError
-    from rubrictool.io import read_table
 
     n_train = len(run.split.get("train", [])) + len(run.split.get("dev", []))
     variant = str(run.meta.get("variant"))
@@ -193,11 +192,10 @@ def _curve_section(r: Report, run: Run, curve: str | Path) -> None:
         variant += "-frozen"
     try:
         pos = position_on_curve(curve, n_train, variant)
-        reach = reach_fraction(read_table(Path(curve)).astype({"size": str, "variant": str}), variant)
     except DataError as e:
         r.unavailable.append(f"position on the learning curve: {e}")
         return
-    r.curve = pos | {"reach_90": reach, "run_qwk": r.metrics.get("qwk"), "run_t_acc": r.metrics.get("t_acc")}
+    r.curve = pos | {"run_qwk": r.metrics.get("qwk"), "run_t_acc": r.metrics.get("t_acc")}
 
 
 def _curve_lines(c: dict[str, Any]) -> list[str]:
