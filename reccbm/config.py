@@ -92,6 +92,11 @@ class StageIConfig:
     mixed_precision: str = "no"  # "no", "fp16" (CUDA) or "bf16", passed to accelerate.Accelerator
     device: str = "auto"  # "auto" = CUDA when present (or what `accelerate launch` set), else "cpu"
     max_steps_per_epoch: int = 0  # > 0 caps optimiser steps per epoch (smoke tests); 0 = full epochs
+    # Fewest optimiser steps Stage I (and the PLM) takes in all: a small table's epochs run ceil(min_steps / epochs) steps
+    # each, drawing batches again once the table is used up, so a course with few labelled answers gets as many
+    # updates as a large one instead of a share proportional to its size; a table with at least that many steps in its
+    # epochs is unaffected. 0 = one pass over the training part per epoch (the paper).
+    min_steps: int = 0
     group_by_length: bool = True  # batches of similar length (less padding, faster on CPU); False = plain shuffle
     # L_con reduction: "sum" over the K concepts (Eq. 12, the paper) or "mean" (L_con / K). With "sum" the
     # eight cross-entropies outweigh L_rank (a mean over concepts) K-fold, so λ_r barely acts.
@@ -115,6 +120,8 @@ class StageIConfig:
     def __post_init__(self) -> None:
         _choice("concept loss", self.concept_loss, ("sum", "mean"))
         _choice("encoder", self.encoder, ("train", "frozen", "auto"))
+        if self.min_steps < 0:
+            raise ValueError(f"min_steps is >= 0, got {self.min_steps}")
         if self.frozen_below < 0 or self.frozen_lr < 0:
             raise ValueError(f"frozen_below and frozen_lr are >= 0, got {self.frozen_below} and {self.frozen_lr}")
 
@@ -190,9 +197,13 @@ class JointConfig:
     # batch (random interventions). Without it a jointly trained head learns to read soft p̂ that carry grade
     # information beyond the level, and an expert's correction (a one-hot level) moves the grade the wrong way.
     intervention_p: float = 0.0
+    # Fewest optimiser steps of the joint stage in all (see StageIConfig.min_steps); 0 = one pass per epoch.
+    min_steps: int = 0
 
     def __post_init__(self) -> None:
         _choice("joint selection", self.select, ("t_f1", "last"))
+        if self.min_steps < 0:
+            raise ValueError(f"joint min_steps is >= 0, got {self.min_steps}")
 
 
 # name -> (plm, race, opcc, lcec); the eight RACE/OPCC/LCEC combinations are all reachable by flags.

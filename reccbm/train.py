@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -275,9 +275,30 @@ def _key(metrics: dict[str, float], f1: str, acc: str) -> tuple[float, float, fl
     return (round(metrics[f1], 10), round(metrics[acc], 10), -metrics["loss"])
 
 
-def _n_steps(n_items: int, batch: int, cap: int) -> int:
+def _n_steps(n_items: int, batch: int, cap: int, epochs: int = 1, min_steps: int = 0) -> int:
+    """Optimiser steps per epoch: one pass over ``n_items`` in batches of ``batch``, capped at ``cap`` (> 0, smoke
+    runs), or ceil(min_steps / epochs) when a pass is shorter (a small table, StageIConfig.min_steps)."""
     n = math.ceil(n_items / batch)
-    return min(n, cap) if cap > 0 else n
+    if cap > 0:
+        return min(n, cap)
+    if min_steps > 0 and epochs > 0:
+        return max(n, math.ceil(min_steps / epochs))
+    return n
+
+
+def _batches(loader: Any, steps: int) -> Iterator[Any]:
+    """``steps`` batches from ``loader``, starting another (reshuffled) pass when one is used up."""
+    done = 0
+    while done < steps:
+        got = False
+        for batch in loader:
+            got = True
+            yield batch
+            done += 1
+            if done >= steps:
+                return
+        if not got:
+            return
 
 
 def _fit_encoder(
@@ -315,9 +336,11 @@ def _fit_encoder(
                   encoder_states(model.encoder, dev, pad_id, cfg.eval_batch_size))
     dev_states = states[1] if states is not None else None
     epochs = joint.epochs if (stage == "joint" and joint is not None) else cfg.epochs
+    min_steps = joint.min_steps if (stage == "joint" and joint is not None) else cfg.min_steps
     acc = _accelerator(cfg)
     opt = _optimizer(model, cfg, train_stage, joint)
-    steps_per_epoch = _n_steps(len(train), cfg.batch_size * acc.num_processes, cfg.max_steps_per_epoch)
+    steps_per_epoch = _n_steps(len(train), cfg.batch_size * acc.num_processes, cfg.max_steps_per_epoch, epochs,
+                               min_steps)
     sched = _warmup_linear(opt, steps_per_epoch * epochs, cfg.warmup_ratio)
     loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length,
                      states=states[0] if states is not None else None)
@@ -338,9 +361,7 @@ def _fit_encoder(
         if callback:
             callback(Event(stage, "start", epoch, 0, steps_per_epoch, epochs))
         total = 0.0
-        for i, batch in enumerate(loader):
-            if i >= steps_per_epoch:
-                break
+        for i, batch in enumerate(_batches(loader, steps_per_epoch)):
             ts = time.perf_counter()
             with acc.autocast():
                 loss = loss_fn(pmodel, batch)

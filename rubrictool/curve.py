@@ -51,7 +51,7 @@ from rubrictool.progress import Progress, ProgressFn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import validate_adjudicated
-from rubrictool.train import FLAT_OPTIONS, encoder_epochs, load_train_config, train_model
+from rubrictool.train import FLAT_OPTIONS, encoder_epochs, encoder_min_steps, load_train_config, train_model
 
 __all__ = [
     "CURVE_COLUMNS",
@@ -159,7 +159,7 @@ def _variant_overrides(variant: str, preset: str, overrides: dict[str, dict[str,
     budget = encoder_epochs(preset, overrides)
     if variant == "plm":
         if match_budget:
-            ov.setdefault("stage1", {})["epochs"] = budget
+            ov.setdefault("stage1", {}).update(epochs=budget, min_steps=encoder_min_steps(preset, overrides))
             return ov, budget
         return ov, encoder_epochs(preset, {**ov, "joint": {"epochs": 0}})  # the PLM has no joint stage
     return ov, budget

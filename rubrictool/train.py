@@ -76,6 +76,7 @@ __all__ = [
     "TrainResult",
     "encoder_choice",
     "encoder_epochs",
+    "encoder_min_steps",
     "load_train_config",
     "parse_cfg",
     "prepare_table",
@@ -160,6 +161,15 @@ def encoder_epochs(preset: str, overrides: dict[str, dict[str, Any]] | None = No
     for section, values in (overrides or {}).items():
         cfg.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
     return int(cfg["stage1"]["epochs"]) + int(cfg.get("joint", {}).get("epochs") or 0)
+
+
+def encoder_min_steps(preset: str, overrides: dict[str, dict[str, Any]] | None = None) -> int:
+    """The fewest optimiser steps the encoder takes in a concept model under ``preset`` + ``overrides`` (Stage I plus
+    the joint stage, StageIConfig.min_steps): on a small table, the step budget a fair PLM baseline gets."""
+    cfg = preset_config(preset)
+    for section, values in (overrides or {}).items():
+        cfg.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+    return int(cfg["stage1"].get("min_steps") or 0) + int(cfg.get("joint", {}).get("min_steps") or 0)
 
 
 # ---------------------------------------------------------------------------- validation
@@ -444,9 +454,10 @@ def train_model(
     if not opcc_:
         cfgs["stage1"]["lambda_r"] = 0.0
     if plm and cfgs["joint"].get("epochs") and "epochs" not in (overrides or {}).get("stage1", {}):
-        # a fair baseline: the black box fine-tunes its encoder as many epochs as REC-CBM's encoder trains under the same
-        # preset (Stage I + the joint stage), unless an epoch count is given
+        # a fair baseline: the black box fine-tunes its encoder as many epochs (and, on a small table, as many steps) as
+        # REC-CBM's encoder trains under the same preset (Stage I + the joint stage), unless an epoch count is given
         cfgs["stage1"]["epochs"] = int(cfgs["stage1"]["epochs"]) + int(cfgs["joint"]["epochs"])
+        cfgs["stage1"]["min_steps"] = int(cfgs["stage1"].get("min_steps") or 0) + int(cfgs["joint"].get("min_steps") or 0)
     if plm:  # the black box trains its encoder in one stage: no joint stage, and its config says so
         cfgs["joint"]["epochs"] = 0
     cfgs["model"] |= {"num_concepts": rb.K, "num_levels": rb.M + 1, "num_grades": rb.S + 1}

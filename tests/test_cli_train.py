@@ -324,6 +324,10 @@ def test_the_plm_baseline_gets_the_encoder_budget_of_the_model_it_is_compared_wi
     train_model("mohler", df, split_items(df), tmp_path / "plm", variant="plm", overrides=base)
     cfg = yaml.safe_load((tmp_path / "plm" / "config.yaml").read_text())
     assert cfg["stage1"]["epochs"] == preset_config("default")["stage1"]["epochs"] + 2 and cfg["joint"]["epochs"] == 0
+    # on a small table, the steps too: the PLM's Stage I takes the fewest steps of REC-CBM's Stage I and joint stage
+    steps = base | {"stage1": base["stage1"] | {"min_steps": 30}, "joint": {"epochs": 2, "min_steps": 12}}
+    train_model("mohler", df, split_items(df), tmp_path / "plm-steps", variant="plm", overrides=steps)
+    assert yaml.safe_load((tmp_path / "plm-steps" / "config.yaml").read_text())["stage1"]["min_steps"] == 42
     given = base | {"stage1": base["stage1"] | {"epochs": 1}}
     train_model("mohler", df, split_items(df), tmp_path / "plm1", variant="plm", overrides=given)
     assert yaml.safe_load((tmp_path / "plm1" / "config.yaml").read_text())["stage1"]["epochs"] == 1

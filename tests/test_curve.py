@@ -91,7 +91,8 @@ def test_cells_share_the_test_part_and_draw_from_the_training_part(tmp_path: Pat
     monkeypatch.setattr(curve, "train_model", _fake_train(calls))
     rub, df = ecology_rubric(tmp_path), ecology_table(120)
     res = learning_curve(rub, df, tmp_path / "c", sizes=[20, 40, "all"], variants=["reccbm", "plm"], repeats=2, folds=4,
-                         fold_ids=[1, 3], overrides={"stage1": {"epochs": 2}, "joint": {"epochs": 1}}, plot=False)
+                         fold_ids=[1, 3], overrides={"stage1": {"epochs": 2, "min_steps": 50},
+                                                     "joint": {"epochs": 1, "min_steps": 20}}, plot=False)
     assert len(calls) == 2 * 2 * 3 * 2 == res.trained and res.read_back == 0
     assert list(res.cells.columns) == CURVE_COLUMNS
     keys = set(zip(res.cells["fold"], res.cells["size"], res.cells["repeat"], res.cells["variant"]))
@@ -112,6 +113,7 @@ def test_cells_share_the_test_part_and_draw_from_the_training_part(tmp_path: Pat
     plm = [c for c in calls if c["variant"] == "plm"]
     cbm = [c for c in calls if c["variant"] == "reccbm"]
     assert all(c["overrides"]["stage1"]["epochs"] == 3 for c in plm)  # Stage I 2 + joint 1: the matched budget
+    assert all(c["overrides"]["stage1"]["min_steps"] == 70 for c in plm)  # and on small tables the matched steps
     assert all(c["overrides"]["stage1"]["epochs"] == 2 for c in cbm)
     assert set(res.cells.loc[res.cells["variant"] == "plm", "encoder_epochs"]) == {3}
     assert {c["first_seed"] for c in calls} == {0, 1}  # the repeat is the training seed

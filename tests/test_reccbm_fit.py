@@ -57,3 +57,24 @@ def test_several_seeds_keep_the_seed_whose_final_model_is_best_on_dev(tmp_path: 
         assert s["steps"] == sum(s[k]["steps"] for k in shaped if s.get(k))
     _, _, meta = reccbm.load_checkpoint(tmp_path / "run")
     assert meta["seed"] == best["seed"]
+
+
+def test_min_steps_gives_a_small_table_as_many_updates_as_asked(backbone: str) -> None:
+    from dataclasses import replace
+
+    tok = load_tokenizer(backbone)
+    train, dev = encoded(tok, toy_table(24, seed=0)), encoded(tok, toy_table(12, seed=1))  # 3 batches of 8 a pass
+    plain = _recipe(backbone, joint_epochs=2)
+    stage1 = replace(plain.stage1, epochs=2, patience=5, max_steps_per_epoch=0)
+    base = replace(plain, stage1=stage1)
+    fitted = reccbm.fit(train, dev, base, tok)
+    assert fitted.stage1.steps == 2 * 3 and fitted.joint is not None and fitted.joint.steps == 2 * 3
+    assert plain.joint is not None
+    more = replace(base, stage1=replace(stage1, min_steps=20), joint=replace(plain.joint, min_steps=9))
+    fitted = reccbm.fit(train, dev, more, tok)
+    # each epoch runs ceil(min_steps / epochs) steps, drawing the 24 answers again once they are used up
+    assert fitted.stage1.steps == 2 * 10 and fitted.joint is not None and fitted.joint.steps == 2 * 5
+    assert len(fitted.stage1.history) == 2  # still two epochs: dev selection and patience count epochs as before
+    # a table whose epochs already take that many steps is unaffected
+    enough = replace(base, stage1=replace(stage1, min_steps=4))
+    assert reccbm.fit(train, dev, enough, tok).stage1.steps == 2 * 3
