@@ -159,7 +159,9 @@ def _variant_overrides(variant: str, preset: str, overrides: dict[str, dict[str,
     budget = encoder_epochs(preset, overrides)
     if variant == "plm":
         if match_budget:
+            # the steps of both stages in its one stage (the joint stage's share moved, so it is not counted twice)
             ov.setdefault("stage1", {}).update(epochs=budget, min_steps=encoder_min_steps(preset, overrides))
+            ov.setdefault("joint", {})["min_steps"] = 0
             return ov, budget
         return ov, encoder_epochs(preset, {**ov, "joint": {"epochs": 0}})  # the PLM has no joint stage
     return ov, budget

@@ -453,10 +453,11 @@ def train_model(
     cfgs = _merge(CPU_DEFAULTS, PRESETS[preset], overrides, {"model": {"race": race_, "lcec": lcec_, "plm": plm}})
     if not opcc_:
         cfgs["stage1"]["lambda_r"] = 0.0
-    if plm and cfgs["joint"].get("epochs") and "epochs" not in (overrides or {}).get("stage1", {}):
-        # a fair baseline: the black box fine-tunes its encoder as many epochs (and, on a small table, as many steps) as
-        # REC-CBM's encoder trains under the same preset (Stage I + the joint stage), unless an epoch count is given
-        cfgs["stage1"]["epochs"] = int(cfgs["stage1"]["epochs"]) + int(cfgs["joint"]["epochs"])
+    if plm and cfgs["joint"].get("epochs"):
+        # a fair baseline: the black box fine-tunes its encoder as many epochs (unless an epoch count is given) and, on
+        # a small table, as many steps as REC-CBM's encoder trains under the same preset (Stage I + the joint stage)
+        if "epochs" not in (overrides or {}).get("stage1", {}):
+            cfgs["stage1"]["epochs"] = int(cfgs["stage1"]["epochs"]) + int(cfgs["joint"]["epochs"])
         cfgs["stage1"]["min_steps"] = int(cfgs["stage1"].get("min_steps") or 0) + int(cfgs["joint"].get("min_steps") or 0)
     if plm:  # the black box trains its encoder in one stage: no joint stage, and its config says so
         cfgs["joint"]["epochs"] = 0

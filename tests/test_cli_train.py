@@ -331,3 +331,7 @@ def test_the_plm_baseline_gets_the_encoder_budget_of_the_model_it_is_compared_wi
     given = base | {"stage1": base["stage1"] | {"epochs": 1}}
     train_model("mohler", df, split_items(df), tmp_path / "plm1", variant="plm", overrides=given)
     assert yaml.safe_load((tmp_path / "plm1" / "config.yaml").read_text())["stage1"]["epochs"] == 1
+    given = steps | {"stage1": steps["stage1"] | {"epochs": 1}}  # an epoch count given: the steps still add up
+    train_model("mohler", df, split_items(df), tmp_path / "plm1-steps", variant="plm", overrides=given)
+    cfg = yaml.safe_load((tmp_path / "plm1-steps" / "config.yaml").read_text())
+    assert cfg["stage1"]["epochs"] == 1 and cfg["stage1"]["min_steps"] == 42

@@ -113,7 +113,8 @@ def test_cells_share_the_test_part_and_draw_from_the_training_part(tmp_path: Pat
     plm = [c for c in calls if c["variant"] == "plm"]
     cbm = [c for c in calls if c["variant"] == "reccbm"]
     assert all(c["overrides"]["stage1"]["epochs"] == 3 for c in plm)  # Stage I 2 + joint 1: the matched budget
-    assert all(c["overrides"]["stage1"]["min_steps"] == 70 for c in plm)  # and on small tables the matched steps
+    # and on small tables the matched steps, all in its one stage (train_model adds the joint stage's share: 0)
+    assert all(c["overrides"]["stage1"]["min_steps"] == 70 and c["overrides"]["joint"]["min_steps"] == 0 for c in plm)
     assert all(c["overrides"]["stage1"]["epochs"] == 2 for c in cbm)
     assert set(res.cells.loc[res.cells["variant"] == "plm", "encoder_epochs"]) == {3}
     assert {c["first_seed"] for c in calls} == {0, 1}  # the repeat is the training seed
