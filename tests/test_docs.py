@@ -101,6 +101,8 @@ def _doc_value(cell: str) -> Any:
     text = cell.strip().strip("`")
     if text in ("on", "off"):
         return text == "on"
+    if text in ('""', "{}"):  # an empty string, an empty mapping
+        return "" if text == '""' else {}
     try:
         return float(text)
     except ValueError:
@@ -131,6 +133,27 @@ def test_training_guide_states_both_presets_as_the_code_sets_them() -> None:
                     f"docs/training.md says {sec}.{name} = {cell.strip()} under {preset}; the code sets {want!r}"
     differing = {(sec, k) for sec in paper for k in paper[sec] if paper[sec][k] != default[sec][k]}
     assert differing <= documented, f"no row in docs/training.md for {sorted(differing - documented)}"
+
+
+def test_training_guide_documents_every_config_field_once() -> None:
+    """docs/training.md has one table row for every field a --config file or --cfg can set (its values are checked
+    above), and names each field the run decides itself (refused in a config)."""
+    import re
+    from collections import Counter
+    from dataclasses import fields
+
+    from rubrictool.train import DECIDED_BY_THE_RUN, SECTIONS
+
+    text = (ROOT / "docs" / "training.md").read_text()
+    rows = Counter(f"{sec}.{name}" for line in text.splitlines() if re.match(r"\| `(model|stage1|joint|stage2)\.", line)
+                   for sec, name in re.findall(r"`(model|stage1|joint|stage2)\.(\w+)`", line.split("|")[1]))
+    every = {f"{sec}.{f.name}" for sec, cls in SECTIONS.items() for f in fields(cls)}
+    decided = {f"{sec}.{name}" for sec, name in DECIDED_BY_THE_RUN}
+    assert decided <= every
+    assert {k for k in every - decided if rows[k] == 0} == set(), "fields without a row in docs/training.md"
+    assert {k for k, n in rows.items() if n > 1} == set(), "fields with more than one row in docs/training.md"
+    assert set(rows) <= every - decided, "rows for fields a config cannot set"
+    assert all(f"`{k}`" in text for k in decided), "a field the run decides is not named in docs/training.md"
 
 
 def test_train_option_help_states_both_presets_as_the_code_sets_them() -> None:
