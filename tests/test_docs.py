@@ -249,3 +249,41 @@ def test_the_repository_speaks_of_dates_and_revisions_not_rounds_of_work() -> No
                 if pattern.search(line):
                     hits.append(f"{f.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
     assert not hits, "\n".join(hits)
+
+
+RESULTS_MAX_BYTES = 3 * 2**20  # issue #27: results kept in the tree, small; the pooled predictions are counted apart
+
+
+def _cited_result_paths() -> set[str]:
+    """Every benchmarks/results/… or experiments/results/… path the docs name, {a,b} alternatives expanded."""
+    import itertools
+    import re
+
+    docs = [*_markdown_files()]
+    out: set[str] = set()
+    for md in docs:
+        for m in re.findall(r"(?:benchmarks|experiments)/results/[^\s`)\"'>]*", md.read_text(encoding="utf-8")):
+            parts = re.split(r"(\{[^}]*\})", m.rstrip(".,;:"))
+            options = [p[1:-1].split(",") if p.startswith("{") else [p] for p in parts]
+            out |= {"".join(c).rstrip("/") for c in itertools.product(*options)}
+    return out - {"benchmarks/results", "experiments/results"}
+
+
+def test_every_kept_result_is_cited_and_the_results_stay_small() -> None:
+    """The result files in the tree are those a current doc cites (the file or its folder, by path), and apart from
+    the pooled predictions that the paired CIs in docs/results.md are computed from, they stay under 3 MB."""
+    import fnmatch
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "benchmarks/results", "experiments/results"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert len(listed) > 10
+    cited = _cited_result_paths()
+    uncited = [f for f in listed if not any(fnmatch.fnmatch(f, c) or f.startswith(c + "/") or fnmatch.fnmatch(f, c + "/*")
+                                             for c in cited)]
+    assert not uncited, "result files no doc cites (cite them or remove them): " + ", ".join(uncited)
+    pooled = [f for f in listed if f.endswith("/pooled_predictions.csv")]
+    results_md = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert all(f.split("/")[-2] in results_md for f in pooled)
+    size = sum((ROOT / f).stat().st_size for f in listed if f not in pooled)
+    assert size <= RESULTS_MAX_BYTES, f"{size / 2**20:.1f} MB of results besides the pooled predictions"
