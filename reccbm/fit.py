@@ -72,7 +72,9 @@ class Fitted:
     model: RecCBM
     stage1: StageResult  # Stage I, or the PLM's fine-tuning
     joint: StageResult | None  # None: no joint stage
-    stage2: StageResult | None  # the Stage II that fitted the returned head (None for the PLM)
+    # the last Stage II: the head returned, or, when a joint stage ran after it and nothing refitted the head, the
+    # head the joint stage started from (None for the PLM)
+    stage2: StageResult | None
     dev: dict[str, float]  # dev metrics of the returned model (T-Acc, T-F1, … and C-Acc, C-F1): seeds are chosen on these
     steps: int  # optimiser steps of every stage that shaped the returned model
     seconds: float  # wall time of the whole recipe, cross-fitting included

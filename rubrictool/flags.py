@@ -157,20 +157,23 @@ def load_profile(run_dir: str | Path, data_dir: str | Path | None = None) -> Pro
             return Profile.from_json(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise DataError(f"{path}: unreadable flag profile ({e.__class__.__name__}); delete it to rebuild") from None
+    from rubrictool.errors import TrainError
+    from rubrictool.runs import open_run
+
     try:
-        meta = json.loads((run / "model.json").read_text())
-        split = json.loads((run / "split.json").read_text())
-    except (OSError, ValueError):
+        opened = open_run(run, data_dir)
+    except (TrainError, DataError):
         return None
-    if meta.get("rubric") != "mohler" or not any("LLM annotation passes" in str(n) for n in meta.get("notes") or []):
+    # who made the labels is the run's label source (rubrictool.runs.Run.labels), not a phrase in its notes
+    if opened.meta.get("rubric") != "mohler" or not opened.bundled_labels or not opened.split.get("train"):
         return None
     from rubrictool.adjudicate import (
         adjudicate_benchmark_labels,  # the bundled labels (adjudication sits below grading)
     )
 
     table = adjudicate_benchmark_labels("mohler", data_dir=data_dir)
-    return profile_from_table(table, [str(i) for i in split.get("train", [])], list(meta["concept_keys"]),
-                              (int(meta["scale"][0]), int(meta["scale"][1])))
+    scale = opened.meta["scale"]
+    return profile_from_table(table, [str(i) for i in opened.split["train"]], opened.keys, (int(scale[0]), int(scale[1])))
 
 
 def profile_from_table(table: pd.DataFrame, train_ids: list[str], keys: list[str], scale: tuple[int, int]) -> Profile:

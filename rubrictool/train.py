@@ -107,6 +107,24 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 }
 SECTIONS: dict[str, type[Any]] = {"model": ModelConfig, "stage1": StageIConfig, "joint": JointConfig,
                                   "stage2": StageIIConfig}
+# Fields a run decides itself, so a config cannot set them (a value given would be silently replaced): what to use
+# instead. They are still written to the run's config.yaml, as the run used them.
+DECIDED_BY_THE_RUN: dict[tuple[str, str], str] = {
+    ("model", "num_concepts"): "the rubric's concepts", ("model", "num_levels"): "the rubric's scale",
+    ("model", "num_grades"): "the rubric's grade range",
+    ("model", "race"): "--variant or --race/--no-race", ("model", "lcec"): "--variant or --lcec/--no-lcec",
+    ("model", "plm"): "--variant plm",
+    ("stage1", "seed"): "--seeds (seeds 0..N-1)", ("stage2", "seed"): "--seeds (seeds 0..N-1)",
+}
+
+
+def _refuse_decided(where: str, section: str, names: Any) -> None:
+    """Refuse config fields the run decides itself (DECIDED_BY_THE_RUN), naming what sets them."""
+    for name in sorted(names):
+        by = DECIDED_BY_THE_RUN.get((section, name))
+        if by:
+            raise TrainError(f"{where}: {section}.{name} is not set by a config: it comes from {by}",
+                             hint=f"remove {section}.{name}")
 
 
 
@@ -130,6 +148,7 @@ def load_train_config(path: str | Path | None) -> dict[str, dict[str, Any]]:
         unknown = sorted(set(values) - names)
         if unknown:
             raise TrainError(f"{p}: unknown {section} field(s) {unknown}; known: {sorted(names)}")
+        _refuse_decided(str(p), section, values)
     return {k: dict(v) for k, v in doc.items()}
 
 
@@ -149,8 +168,9 @@ def preset_config(preset: str) -> dict[str, dict[str, Any]]:
     cfgs = _merge(CPU_DEFAULTS, PRESETS[preset])
     out: dict[str, dict[str, Any]] = {}
     for sec, cls in SECTIONS.items():
-        out[sec] = {f.name: cfgs[sec].get(f.name, f.default) for f in fields(cls)
-                    if f.name in cfgs[sec] or f.default is not MISSING}
+        out[sec] = {f.name: cfgs[sec][f.name] if f.name in cfgs[sec] else
+                    f.default_factory() if f.default_factory is not MISSING else f.default
+                    for f in fields(cls) if f.name in cfgs[sec] or f.default is not MISSING or f.default_factory is not MISSING}
     return out
 
 
@@ -438,6 +458,8 @@ def train_model(
     The run is built aside and renamed into place when complete (:mod:`rubrictool.runs`).
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
+    for section, values in (overrides or {}).items():
+        _refuse_decided("the training overrides", section, [k for k, v in values.items() if v is not None])
     try:
         plm, race_d, opcc_d, lcec_d = variant_flags(variant)
     except KeyError:
@@ -856,6 +878,7 @@ def parse_cfg(items: list[str]) -> dict[str, dict[str, Any]]:
         known = {f.name for f in fields(SECTIONS[section])}
         if name not in known:
             raise TrainError(f"--cfg {item!r}: unknown {section} field {name!r}; known: {', '.join(sorted(known))}")
+        _refuse_decided(f"--cfg {item!r}", section, [name])
         try:
             out.setdefault(section, {})[name] = yaml.safe_load(value)
         except yaml.YAMLError:

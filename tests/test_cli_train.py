@@ -319,8 +319,9 @@ def test_the_plm_baseline_gets_the_encoder_budget_of_the_model_it_is_compared_wi
     from rubrictool.train import preset_config, train_model
 
     df = mohler_like_table(40)
-    base = {"model": {"max_len": 32, "backbone": backbone}, "stage1": {"lr": 3e-3, "device": "cpu", "max_steps_per_epoch": 1},
-            "joint": {"epochs": 2}}
+    base: dict[str, dict[str, Any]] = {"model": {"max_len": 32, "backbone": backbone},
+                                       "stage1": {"lr": 3e-3, "device": "cpu", "max_steps_per_epoch": 1},
+                                       "joint": {"epochs": 2}}
     train_model("mohler", df, split_items(df), tmp_path / "plm", variant="plm", overrides=base)
     cfg = yaml.safe_load((tmp_path / "plm" / "config.yaml").read_text())
     assert cfg["stage1"]["epochs"] == preset_config("default")["stage1"]["epochs"] + 2 and cfg["joint"]["epochs"] == 0
@@ -335,3 +336,42 @@ def test_the_plm_baseline_gets_the_encoder_budget_of_the_model_it_is_compared_wi
     train_model("mohler", df, split_items(df), tmp_path / "plm1-steps", variant="plm", overrides=given)
     cfg = yaml.safe_load((tmp_path / "plm1-steps" / "config.yaml").read_text())
     assert cfg["stage1"]["epochs"] == 1 and cfg["stage1"]["min_steps"] == 42
+
+
+@pytest.mark.parametrize(("field", "value", "by"), [
+    ("model.race", "false", "--variant or --race/--no-race"),
+    ("model.num_grades", "4", "the rubric's grade range"),
+    ("stage1.seed", "3", "--seeds"),
+])
+@pytest.mark.parametrize("how", ["--cfg", "--config"])
+def test_a_field_the_run_decides_is_refused_not_silently_replaced(tmp_path: Path, backbone: str, field: str, value: str,
+                                                                  by: str, how: str) -> None:
+    """On a course that is not Mohler (stats101: levels 0..2, grade 0..2): a config that sets what the variant, the
+    rubric or --seeds decide used to train with another value than it said; now it is one line naming what sets it."""
+    from tests.support.stats_course import stats_table, train_stats
+
+    section, name = field.split(".")
+    if how == "--cfg":
+        args, where = ["--cfg", f"{field}={value}"], f"--cfg '{field}={value}'"
+    else:
+        path = tmp_path / "mine.yaml"
+        path.write_text(f"stage2:\n  epochs: 2\n{section}:\n  {name}: {value}\n")
+        args, where = ["--config", str(path)], str(path)
+    code, output, run = train_stats(tmp_path, backbone, stats_table(30), *args)
+    text = " ".join(output.split())
+    assert code == 1 and "Traceback" not in output, output
+    assert f"{where}: {field} is not set by a config: it comes from {by}" in text and f"remove {field}" in text
+    assert not run.exists()
+
+
+def test_the_library_refuses_a_field_the_run_decides(tmp_path: Path) -> None:
+    from rubrictool.data import split_items
+    from rubrictool.errors import TrainError
+    from rubrictool.train import train_model
+    from tests.support.stats_course import stats_rubric, stats_table
+
+    df = stats_table(30)
+    with pytest.raises(TrainError, match="model.plm is not set by a config: it comes from --variant plm"):
+        train_model(stats_rubric(tmp_path), df, split_items(df, seed=0), tmp_path / "run",
+                    overrides={"model": {"plm": True}})
+    assert not (tmp_path / "run").exists()

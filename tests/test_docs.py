@@ -101,6 +101,8 @@ def _doc_value(cell: str) -> Any:
     text = cell.strip().strip("`")
     if text in ("on", "off"):
         return text == "on"
+    if text in ('""', "{}"):  # an empty string, an empty mapping
+        return "" if text == '""' else {}
     try:
         return float(text)
     except ValueError:
@@ -131,6 +133,27 @@ def test_training_guide_states_both_presets_as_the_code_sets_them() -> None:
                     f"docs/training.md says {sec}.{name} = {cell.strip()} under {preset}; the code sets {want!r}"
     differing = {(sec, k) for sec in paper for k in paper[sec] if paper[sec][k] != default[sec][k]}
     assert differing <= documented, f"no row in docs/training.md for {sorted(differing - documented)}"
+
+
+def test_training_guide_documents_every_config_field_once() -> None:
+    """docs/training.md has one table row for every field a --config file or --cfg can set (its values are checked
+    above), and names each field the run decides itself (refused in a config)."""
+    import re
+    from collections import Counter
+    from dataclasses import fields
+
+    from rubrictool.train import DECIDED_BY_THE_RUN, SECTIONS
+
+    text = (ROOT / "docs" / "training.md").read_text()
+    rows = Counter(f"{sec}.{name}" for line in text.splitlines() if re.match(r"\| `(model|stage1|joint|stage2)\.", line)
+                   for sec, name in re.findall(r"`(model|stage1|joint|stage2)\.(\w+)`", line.split("|")[1]))
+    every = {f"{sec}.{f.name}" for sec, cls in SECTIONS.items() for f in fields(cls)}
+    decided = {f"{sec}.{name}" for sec, name in DECIDED_BY_THE_RUN}
+    assert decided <= every
+    assert {k for k in every - decided if rows[k] == 0} == set(), "fields without a row in docs/training.md"
+    assert {k for k, n in rows.items() if n > 1} == set(), "fields with more than one row in docs/training.md"
+    assert set(rows) <= every - decided, "rows for fields a config cannot set"
+    assert all(f"`{k}`" in text for k in decided), "a field the run decides is not named in docs/training.md"
 
 
 def test_train_option_help_states_both_presets_as_the_code_sets_them() -> None:
@@ -207,17 +230,60 @@ def test_every_relative_link_and_anchor_in_the_docs_resolves() -> None:
 
 
 def test_the_repository_speaks_of_dates_and_revisions_not_rounds_of_work() -> None:
-    """Docs, code, benchmarks and experiments name what changed and when (a date, a git revision, a config name)."""
+    """Docs, code, tests, CI, benchmarks and experiments name what changed and when (a date, a git revision, a config
+    name), never a session or a round of work."""
     import re
 
-    pattern = re.compile(r"session[ -]?[0-9]|this session|previous session|same session|session-[0-9]", re.IGNORECASE)
+    pattern = re.compile(r"session[ -]?[0-9]|this session|previous session|same session|session-[0-9]|\bround[ -]?[0-9]",
+                         re.IGNORECASE)
     roots = [ROOT / "README.md", ROOT / "docs", ROOT / "rubrictool", ROOT / "reccbm", ROOT / "benchmarks",
-             ROOT / "experiments", ROOT / "scripts"]
+             ROOT / "experiments", ROOT / "scripts", ROOT / "tests", ROOT / "templates", ROOT / ".ci" / "run",
+             ROOT / "setup.sh", ROOT / "pyproject.toml"]
     hits = []
     for root in roots:
         files = [root] if root.is_file() else [p for p in root.rglob("*") if p.suffix in (".md", ".py", ".yaml", ".j2")]
         for f in files:
+            if f == Path(__file__).resolve():  # this test spells the pattern out
+                continue
             for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
                 if pattern.search(line):
                     hits.append(f"{f.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
     assert not hits, "\n".join(hits)
+
+
+RESULTS_MAX_BYTES = 3 * 2**20  # issue #27: results kept in the tree, small; the pooled predictions are counted apart
+
+
+def _cited_result_paths() -> set[str]:
+    """Every benchmarks/results/… or experiments/results/… path the docs name, {a,b} alternatives expanded."""
+    import itertools
+    import re
+
+    docs = [*_markdown_files()]
+    out: set[str] = set()
+    for md in docs:
+        for m in re.findall(r"(?:benchmarks|experiments)/results/[^\s`)\"'>]*", md.read_text(encoding="utf-8")):
+            parts = re.split(r"(\{[^}]*\})", m.rstrip(".,;:"))
+            options = [p[1:-1].split(",") if p.startswith("{") else [p] for p in parts]
+            out |= {"".join(c).rstrip("/") for c in itertools.product(*options)}
+    return out - {"benchmarks/results", "experiments/results"}
+
+
+def test_every_kept_result_is_cited_and_the_results_stay_small() -> None:
+    """The result files in the tree are those a current doc cites (the file or its folder, by path), and apart from
+    the pooled predictions that the paired CIs in docs/results.md are computed from, they stay under 3 MB."""
+    import fnmatch
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "benchmarks/results", "experiments/results"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert len(listed) > 10
+    cited = _cited_result_paths()
+    uncited = [f for f in listed if not any(fnmatch.fnmatch(f, c) or f.startswith(c + "/") or fnmatch.fnmatch(f, c + "/*")
+                                             for c in cited)]
+    assert not uncited, "result files no doc cites (cite them or remove them): " + ", ".join(uncited)
+    pooled = [f for f in listed if f.endswith("/pooled_predictions.csv")]
+    results_md = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert all(f.split("/")[-2] in results_md for f in pooled)
+    size = sum((ROOT / f).stat().st_size for f in listed if f not in pooled)
+    assert size <= RESULTS_MAX_BYTES, f"{size / 2**20:.1f} MB of results besides the pooled predictions"

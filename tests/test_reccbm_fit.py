@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,7 @@ def test_several_seeds_keep_the_seed_whose_final_model_is_best_on_dev(tmp_path: 
     from rubrictool.train import train_model
 
     df = mohler_like_table(60)
-    overrides = {"model": {"max_len": 32, "backbone": backbone}, "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
+    overrides: dict[str, dict[str, Any]] = {"model": {"max_len": 32, "backbone": backbone}, "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
                  "joint": {"epochs": 1}, "stage2": {"epochs": 3}}
     res = train_model("mohler", df, split_items(df, seed=0), tmp_path / "run", seeds=2, overrides=overrides)
     seeds = res.metrics["seeds"]
@@ -58,6 +59,41 @@ def test_several_seeds_keep_the_seed_whose_final_model_is_best_on_dev(tmp_path: 
     _, _, meta = reccbm.load_checkpoint(tmp_path / "run")
     assert meta["seed"] == best["seed"]
 
+
+def test_seeds_are_chosen_on_the_final_model_not_on_the_head_before_the_joint_stage(
+        tmp_path: Path, backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a course that is not Mohler (three concepts on 0..2, grade 0..2): two seeds whose final models and whose
+    Stage II heads before the joint stage rank the other way round. The run keeps the seed whose final model is
+    better on dev, and its checkpoint counts the joint stage's steps. The rule this replaced (the head's dev score
+    before the joint stage, a step count of Stage I + Stage II) keeps the other seed and a smaller step count."""
+    from rubrictool.data import split_items
+    from rubrictool.train import train_model
+    from tests.support.stats_course import stats_rubric, stats_table
+
+    real_fit = reccbm.fit
+    final_t_f1, head_t_f1 = {0: 0.2, 1: 0.8}, {0: 0.9, 1: 0.1}  # seed -> dev T-F1: final model, head before joint
+
+    def fit(train: reccbm.EncodedItems, dev: reccbm.EncodedItems, recipe: Recipe, tok: Any, **kw: Any) -> reccbm.Fitted:
+        fitted = real_fit(train, dev, recipe, tok, **kw)
+        seed = recipe.stage1.seed
+        fitted.dev["t_f1"] = final_t_f1[seed]
+        assert fitted.head_init is not None  # the default preset: a head, the joint stage, then the LCEC refit
+        fitted.head_init.best["t_f1"] = head_t_f1[seed]
+        return fitted
+
+    monkeypatch.setattr(reccbm, "fit", fit)
+    df = stats_table(60, seed=3)
+    overrides: dict[str, dict[str, Any]] = {"model": {"max_len": 24, "backbone": backbone}, "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
+                 "joint": {"epochs": 1}, "stage2": {"epochs": 2}}
+    res = train_model(stats_rubric(tmp_path), df, split_items(df, seed=0), tmp_path / "run", seeds=2,
+                      overrides=overrides)
+    assert res.metrics["selected_seed"] == 1
+    kept = res.metrics["seeds"][1]
+    assert kept["dev_selection"]["t_f1"] == 0.8 and kept["head_init"]["best"]["t_f1"] == 0.1
+    meta = reccbm.read_meta(tmp_path / "run")
+    assert meta["seed"] == 1
+    assert kept["joint"]["steps"] > 0
+    assert meta["step"] == kept["steps"] > kept["stage1"]["steps"] + kept["stage2"]["steps"]
 
 def test_min_steps_gives_a_small_table_as_many_updates_as_asked(backbone: str) -> None:
     from dataclasses import replace

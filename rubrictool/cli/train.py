@@ -134,7 +134,7 @@ def train_cmd(
     split: Annotated[Path | None, typer.Option("--split", help="split.json (default: a 7:2:1 split).")] = None,
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the default split.")] = 0,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run dir (default runs/<data>-<variant>).")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="YAML with model/stage1/stage2 sections.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML with sections model, stage1, joint, stage2 (docs/training.md lists every field).")] = None,
     variant: Annotated[str, typer.Option("--variant", help="reccbm, vanilla (CBM) or plm (no bottleneck).")] = "reccbm",
     race: Annotated[bool | None, typer.Option("--race/--no-race", help="RACE queries (off: pooled).")] = None,
     opcc: Annotated[bool | None, typer.Option("--opcc/--no-opcc", help="OPCC ranking loss.")] = None,
