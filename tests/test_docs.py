@@ -287,3 +287,14 @@ def test_every_kept_result_is_cited_and_the_results_stay_small() -> None:
     assert all(f.split("/")[-2] in results_md for f in pooled)
     size = sum((ROOT / f).stat().st_size for f in listed if f not in pooled)
     assert size <= RESULTS_MAX_BYTES, f"{size / 2**20:.1f} MB of results besides the pooled predictions"
+
+
+def test_the_readme_code_map_names_every_module_and_package() -> None:
+    """A newcomer reads the code map to find a stage: every rubrictool module and package is on it."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Code map", 1)[1].split("```", 2)[1]
+    named = {tok.rstrip(",") for line in block.splitlines() for tok in line.split()[:2]}
+    pkg = ROOT / "rubrictool"
+    parts = {p.name for p in pkg.glob("*.py") if p.name != "__init__.py"}
+    parts |= {p.name + "/" for p in pkg.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))}
+    assert parts - named == set(), "not on the README's code map"
