@@ -105,6 +105,7 @@ class AuditResult:
     notes: list[str] = field(default_factory=list)
     constant_grade: int | None = None  # the one grade the model gave every answer, original and transformed
     constant: str = ""  # why the shifts say nothing about robustness, in words ("" for a model that grades)
+    warnings: list[str] = field(default_factory=list)  # the run's own, e.g. its training table changed since training
 
     @property
     def is_constant(self) -> bool:
@@ -232,6 +233,7 @@ def audit_run(
         n=len(base), honest_flagged=float((honest != "").mean()),
         honest_flag_shares={f: float(honest.str.split(";").apply(lambda fs, f=f: f in fs).mean()) for f in FLAGS},
     )
+    result.warnings = list(run.warnings)
     run_warns = {str(w.get("code")) for w in run.metrics.get("warnings") or [] if isinstance(w, dict)}
     if len(seen) == 1:
         result.constant_grade = int(next(iter(seen)))
@@ -253,6 +255,7 @@ def _markdown(res: AuditResult, title: str) -> str:
     lines = [f"# Gaming audit: {md_inline(title)}", ""]
     if res.constant:
         lines += [f"**The model is constant:** {res.constant}.", ""]
+    lines += [f"**Warning:** {md_inline(w)}" for w in res.warnings] + ([""] if res.warnings else [])
     lines += [(f"{res.n} test answers, seed {res.seed}. Grade shift = predicted grade of the transformed answer minus "
                "that of the original; flagged = the transformed answer has any `grade` flag "
                f"(honest answers flagged: {100 * res.honest_flagged:.1f} %)."), "",
@@ -322,7 +325,7 @@ def write_audit(res: AuditResult, out_dir: str | Path, title: str | None = None)
     md, js = out / "audit.md", out / "audit.json"
     for path, text in ((md, _markdown(res, title)), (js, json.dumps({
         "run": str(res.run), "seed": res.seed, "n": res.n, "keys": res.keys, "honest_flagged": res.honest_flagged,
-        "honest_flag_shares": res.honest_flag_shares, "notes": res.notes,
+        "honest_flag_shares": res.honest_flag_shares, "notes": res.notes, "warnings": res.warnings,
         "constant": res.constant or None, "constant_grade": res.constant_grade,
         "transformations": res.summary.to_dict(orient="records")}, indent=1, default=float) + "\n")):
         tmp = path.with_name(f".{path.name}.tmp")
