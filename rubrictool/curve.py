@@ -43,6 +43,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from reccbm import grade_metrics
+from rubrictool.atomic import publish
 from rubrictool.data import kfold_splits
 from rubrictool.errors import DataError, TrainError
 from rubrictool.evaluate import majority_baseline
@@ -211,7 +212,7 @@ def _write_json(path: Path, doc: dict[str, Any]) -> Path:
         with os.fdopen(fd, "w") as fh:
             json.dump(doc, fh, indent=1, default=float)
             fh.write("\n")
-        os.replace(tmp, path)
+        publish(tmp, path)  # umask-respecting mode, then the rename
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -555,7 +556,7 @@ def plot_curve(cells: pd.DataFrame, path: str | Path, *, reach: dict[str, dict[s
     os.close(fd)
     try:
         fig.savefig(tmp, format="png", dpi=110)
-        os.replace(tmp, p)
+        publish(tmp, p)  # umask-respecting mode, then the rename
     finally:
         plt.close(fig)
         if os.path.exists(tmp):
