@@ -247,3 +247,22 @@ def test_folds_pool_calibration_and_the_implied_noise(tmp_path: Path) -> None:
     assert "majority class" in (run / "folds.md").read_text()
     assert f"n = {len(pooled)} answers pooled over 2 folds" in " ".join(output.split())
     assert not math.isnan(folds["ci"]["t_acc"]["lo"])
+
+
+def test_a_pass_fail_k_fold_run_and_its_points_grader_show_no_adjacent_agreement_and_say_who_labelled(
+        tmp_path: Path) -> None:
+    df = stats_table(40, seed=1).assign(label_source="llm")
+    code, output, run = train_stats(tmp_path, build_backbone(tmp_path, "bert"), df, "--folds", "2", grade_max=1)
+    assert code == 0, output
+    md = (run / "folds.md").read_text()
+    assert "adjacent" not in md and "| QWK |" in md
+    folds = json.loads((run / "folds.json").read_text())
+    assert folds["grade_levels"] == 2 and folds["labels"]["source"] == "llm"  # who made the labels, as in each fold
+    assert folds["labels"] == json.loads((run / "fold-0" / "metrics.json").read_text())["labels"]
+    assert "Labels: an LLM panel" in md and "not expert-validated" in md
+    res = runner.invoke(app, ["rubric", "fit-points", str(tmp_path / "stats101.yaml"), "--data", str(tmp_path / "stats.csv"),
+                              "--out", str(tmp_path / "points.yaml")])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["rubric", "points", str(tmp_path / "points.yaml"), "--labels", str(tmp_path / "stats.csv")])
+    assert res.exit_code == 0, res.output
+    assert "QWK" in res.output and "adjacent" not in res.output
