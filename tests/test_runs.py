@@ -249,3 +249,23 @@ def test_describe_labels_says_who_made_them() -> None:
     mixed = describe_labels({"source": "mixed", "counts": {"human": 50, "llm": 22}, "n_reviewers": 3})
     assert mixed == "a mix of sources (3 reviewers; human 50 answers, llm 22 answers)"
     assert describe_labels({"source": "unknown"}) is None
+
+
+def test_set_can_be_repeated_in_grade_and_explain(tmp_path: Path, backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, data = _course(tmp_path)
+    monkeypatch.setenv("RUBRICTOOL_RUBRICS", str(folder))
+    code, output = _train(tmp_path, backbone, data, tmp_path / "run")
+    assert code == 0, output
+    one, two = tmp_path / "one.csv", tmp_path / "two.csv"
+    for out, sets in ((one, ["--set", "MEAN=2,UNITS=0"]), (two, ["--set", "MEAN=2", "--set", "UNITS=0"])):
+        res = runner.invoke(app, ["grade", "--run", str(tmp_path / "run"), "--data", str(data), "--out", str(out), *sets])
+        assert res.exit_code == 0, res.output
+    a, b = pd.read_csv(one), pd.read_csv(two)
+    assert (b["MEAN_level"] == 2).all() and (b["UNITS_level"] == 0).all()  # both, not only the last --set
+    pd.testing.assert_frame_equal(a, b)
+    first = str(pd.read_csv(data)["id"].iloc[0])
+    res = runner.invoke(app, ["explain", "--run", str(tmp_path / "run"), first, "--set", "MEAN=2", "--set", "UNITS=0"])
+    assert res.exit_code == 0, res.output
+    assert "with MEAN=2, UNITS=0:" in " ".join(res.output.split())
+    res = runner.invoke(app, ["explain", "--run", str(tmp_path / "run"), first, "--set", "MEAN=2", "--set", "MEAN=1"])
+    assert res.exit_code == 1 and "set twice, to 2 and 1" in " ".join(res.output.split())

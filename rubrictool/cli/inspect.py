@@ -96,7 +96,7 @@ def explain_cmd(
     item_ids: Annotated[list[str] | None, typer.Argument(help="Ids of the answers to explain.")] = None,
     ids: Annotated[list[str] | None, typer.Option("--id", help="Answer id (repeatable; same as the arguments).")] = None,
     data: Annotated[Path | None, typer.Option("--data", help="Table holding the answers, e.g. new ones (default: the run's own copy of its training table).")] = None,
-    set_: Annotated[str | None, typer.Option("--set", help="Override concepts, e.g. FC=3,CC=1: how do the grade and its probability move?")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1): how do the grade and its probability move?")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for explain.html, explain.csv and the PNGs (default RUN/explain).")] = None,
     data_dir: DataDirOpt = None,
 ) -> None:
@@ -114,7 +114,7 @@ def explain_cmd(
         raise typer.BadParameter("name the answers to explain: ITEM_ID… or --id ID")
     with err_console.status("loading the run and tracing ..."):
         run = open_run(model, data=data, data_dir=data_dir)
-        overrides = parse_overrides(set_, run.keys, (run.scale_min, int(run.meta["scale"][1])))
+        overrides = parse_overrides(",".join(set_ or []), run.keys, (run.scale_min, int(run.meta["scale"][1])))
         traces = explain_items(run, table_rows(run, wanted, "answer id(s)"), overrides)
     print_warnings(run.warnings)
     for t in traces:
