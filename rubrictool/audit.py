@@ -34,10 +34,11 @@ __all__ = ["FILLER", "TRANSFORMATIONS", "AuditResult", "audit_run", "keywords", 
 
 # Generic sentences that say nothing about any particular question: the filler when the course has too few answers of
 # its own to draw from and no --filler file is given.
+# Written for no subject in particular (a course of any field may fall back on them).
 FILLER = (
-    "This is a very important concept in computer science and it is used in many programs.",
-    "In general, a good programmer always thinks carefully about the problem before writing the code.",
-    "It depends on the situation, but usually this approach makes the program more efficient and easier to read.",
+    "This is a very important idea and it comes up in many different situations.",
+    "In general, it is always a good idea to think carefully about the question before answering it.",
+    "It depends on the situation, but usually this way of looking at it makes things clearer and easier to follow.",
     "There are many advantages and some disadvantages, which are discussed in the textbook.",
 )
 _STOP_TEXT = (
@@ -181,6 +182,7 @@ def audit_run(
     base = test[["id", "question", "reference", "context", "response"]].copy()
     base["correct"] = _correct_answers(run, test)
     base["filler"] = _filler(run, test, filler, seed)
+    n_generic = int((base["filler"] == "").sum())
     total = len(base) * (len(names) + 1)
     done = 0
 
@@ -243,6 +245,10 @@ def audit_run(
     elif "constant_predictions" in run_warns:
         result.constant = ("the run's own metrics warn that the model gives (almost) every test answer one grade: "
                            "small shifts here say little about robustness to gaming")
+    if n_generic and "append_filler" in names:
+        result.notes.append(f"append_filler: {n_generic} of {len(base)} answers got generic filler sentences (the "
+                            "course has fewer than two training answers to other questions); pass --filler FILE with "
+                            "sentences in your course's own words, one per line")
     if profile is None:
         result.notes.append("no training profile: out_of_distribution and concepts_disagree_with_grade not checked")
     if run.plm:

@@ -266,3 +266,25 @@ def test_a_pass_fail_k_fold_run_and_its_points_grader_show_no_adjacent_agreement
     res = runner.invoke(app, ["rubric", "points", str(tmp_path / "points.yaml"), "--labels", str(tmp_path / "stats.csv")])
     assert res.exit_code == 0, res.output
     assert "QWK" in res.output and "adjacent" not in res.output
+
+
+def test_a_one_question_course_gets_generic_filler_in_no_subject_and_is_told_so(tmp_path: Path) -> None:
+    """Every answer answers the one quiz question: there are no answers to other questions to draw filler from."""
+    from rubrictool.audit import FILLER
+
+    df = stats_table(40, seed=3).assign(question="describe the sample")
+    code, output, run = train_stats(tmp_path, build_backbone(tmp_path, "bert"), df)
+    assert code == 0, output
+    res = runner.invoke(app, ["audit", "--run", str(run), "--transform", "append_filler"])
+    assert res.exit_code == 0, res.output
+    assert "generic filler sentences" in " ".join(res.output.split()) and "--filler FILE" in res.output
+    items = pd.read_csv(run / "audit" / "audit_items.csv")
+    assert all(sum(f in str(t) for f in FILLER) == 2 for t in items["response_after"])
+    assert not any(w in " ".join(FILLER).lower() for w in ("computer", "program", "code"))  # no subject's words
+    assert "generic filler" in " ".join(json.loads((run / "audit" / "audit.json").read_text())["notes"])
+    (tmp_path / "filler.txt").write_text("The sample was taken on a Tuesday.\nWe used a ruler for it.\n")
+    res = runner.invoke(app, ["audit", "--run", str(run), "--transform", "append_filler", "--filler",
+                              str(tmp_path / "filler.txt")])
+    assert res.exit_code == 0 and "generic filler" not in res.output
+    items = pd.read_csv(run / "audit" / "audit_items.csv")
+    assert items["response_after"].str.contains("Tuesday").all()

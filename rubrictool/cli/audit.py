@@ -49,6 +49,8 @@ def audit_cmd(
     print_warnings(res.warnings)
     if res.constant_grade is not None:  # every shift is +0.000 by construction: no table that reads as "robust"
         console.print(f"[bold red]The model is constant:[/] {res.constant}.", soft_wrap=True, highlight=False)
+        for n in res.notes:
+            console.print(f"[yellow]note:[/] {shown(n)}", soft_wrap=True, highlight=False)
         console.print(f"wrote {paths['md']}, {paths['png'].name}, audit.csv/.json/_items.csv", soft_wrap=True)
         return
     if res.constant:
