@@ -88,6 +88,10 @@ def test_the_verdict_is_drawn_from_the_numbers() -> None:
     assert "do not agree on SPREAD" in text and "UNITS are mostly noise" in text
     assert "Inconclusive (95 % CI spans 0): ρ(a, b)." in text and "ρ(c, d)" not in text
     assert "LCEC is inert" in text
+    assert "SPREAD (α below 0.667): treat its levels as tentative" in text
+    two = verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=concepts.assign(alpha=[0.3, 0.4, 0.8]),
+                  correlations={}, lcec=None)
+    assert "treat these concepts' levels as tentative" in " ".join(two)
 
 
 # ---------------------------------------------------------------------------- runs on the statistics course
