@@ -9,6 +9,7 @@ network, and no part of ``rubrictool``::
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -36,9 +37,25 @@ def save_checkpoint(
     tokenizer.save_pretrained(str(run / "backbone"))
     path = run / "model.safetensors"
     save_model(model, str(path))
+    os.chmod(path, _new_file_mode())  # safetensors creates the file 0600: as readable as every other file of the run
     doc = {"format": FORMAT, "model_config": asdict(model.config), "stage": stage, "step": step} | (meta or {})
     (run / "model.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return path
+
+
+def _new_file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file: 0o666 less the process umask (read from /proc on Linux, where
+    setting the umask to read it would race with other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def read_meta(run_dir: str | Path) -> dict[str, Any]:

@@ -34,10 +34,11 @@ __all__ = ["FILLER", "TRANSFORMATIONS", "AuditResult", "audit_run", "keywords", 
 
 # Generic sentences that say nothing about any particular question: the filler when the course has too few answers of
 # its own to draw from and no --filler file is given.
+# Written for no subject in particular (a course of any field may fall back on them).
 FILLER = (
-    "This is a very important concept in computer science and it is used in many programs.",
-    "In general, a good programmer always thinks carefully about the problem before writing the code.",
-    "It depends on the situation, but usually this approach makes the program more efficient and easier to read.",
+    "This is a very important idea and it comes up in many different situations.",
+    "In general, it is always a good idea to think carefully about the question before answering it.",
+    "It depends on the situation, but usually this way of looking at it makes things clearer and easier to follow.",
     "There are many advantages and some disadvantages, which are discussed in the textbook.",
 )
 _STOP_TEXT = (
@@ -105,6 +106,7 @@ class AuditResult:
     notes: list[str] = field(default_factory=list)
     constant_grade: int | None = None  # the one grade the model gave every answer, original and transformed
     constant: str = ""  # why the shifts say nothing about robustness, in words ("" for a model that grades)
+    warnings: list[str] = field(default_factory=list)  # the run's own, e.g. its training table changed since training
 
     @property
     def is_constant(self) -> bool:
@@ -180,6 +182,7 @@ def audit_run(
     base = test[["id", "question", "reference", "context", "response"]].copy()
     base["correct"] = _correct_answers(run, test)
     base["filler"] = _filler(run, test, filler, seed)
+    n_generic = int((base["filler"] == "").sum())
     total = len(base) * (len(names) + 1)
     done = 0
 
@@ -232,6 +235,7 @@ def audit_run(
         n=len(base), honest_flagged=float((honest != "").mean()),
         honest_flag_shares={f: float(honest.str.split(";").apply(lambda fs, f=f: f in fs).mean()) for f in FLAGS},
     )
+    result.warnings = list(run.warnings)
     run_warns = {str(w.get("code")) for w in run.metrics.get("warnings") or [] if isinstance(w, dict)}
     if len(seen) == 1:
         result.constant_grade = int(next(iter(seen)))
@@ -241,6 +245,10 @@ def audit_run(
     elif "constant_predictions" in run_warns:
         result.constant = ("the run's own metrics warn that the model gives (almost) every test answer one grade: "
                            "small shifts here say little about robustness to gaming")
+    if n_generic and "append_filler" in names:
+        result.notes.append(f"append_filler: {n_generic} of {len(base)} answers got generic filler sentences (the "
+                            "course has fewer than two training answers to other questions); pass --filler FILE with "
+                            "sentences in your course's own words, one per line")
     if profile is None:
         result.notes.append("no training profile: out_of_distribution and concepts_disagree_with_grade not checked")
     if run.plm:
@@ -253,6 +261,7 @@ def _markdown(res: AuditResult, title: str) -> str:
     lines = [f"# Gaming audit: {md_inline(title)}", ""]
     if res.constant:
         lines += [f"**The model is constant:** {res.constant}.", ""]
+    lines += [f"**Warning:** {md_inline(w)}" for w in res.warnings] + ([""] if res.warnings else [])
     lines += [(f"{res.n} test answers, seed {res.seed}. Grade shift = predicted grade of the transformed answer minus "
                "that of the original; flagged = the transformed answer has any `grade` flag "
                f"(honest answers flagged: {100 * res.honest_flagged:.1f} %)."), "",
@@ -322,7 +331,7 @@ def write_audit(res: AuditResult, out_dir: str | Path, title: str | None = None)
     md, js = out / "audit.md", out / "audit.json"
     for path, text in ((md, _markdown(res, title)), (js, json.dumps({
         "run": str(res.run), "seed": res.seed, "n": res.n, "keys": res.keys, "honest_flagged": res.honest_flagged,
-        "honest_flag_shares": res.honest_flag_shares, "notes": res.notes,
+        "honest_flag_shares": res.honest_flag_shares, "notes": res.notes, "warnings": res.warnings,
         "constant": res.constant or None, "constant_grade": res.constant_grade,
         "transformations": res.summary.to_dict(orient="records")}, indent=1, default=float) + "\n")):
         tmp = path.with_name(f".{path.name}.tmp")

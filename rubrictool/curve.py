@@ -43,11 +43,12 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from reccbm import grade_metrics
+from rubrictool.atomic import publish
 from rubrictool.data import kfold_splits
 from rubrictool.errors import DataError, TrainError
 from rubrictool.evaluate import majority_baseline
 from rubrictool.io import read_table, write_table
-from rubrictool.progress import Progress, ProgressFn
+from rubrictool.progress import Progress, ProgressFn, warn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import validate_adjudicated
@@ -213,7 +214,7 @@ def _write_json(path: Path, doc: dict[str, Any]) -> Path:
         with os.fdopen(fd, "w") as fh:
             json.dump(doc, fh, indent=1, default=float)
             fh.write("\n")
-        os.replace(tmp, path)
+        publish(tmp, path)  # umask-respecting mode, then the rename
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -557,7 +558,7 @@ def plot_curve(cells: pd.DataFrame, path: str | Path, *, reach: dict[str, dict[s
     os.close(fd)
     try:
         fig.savefig(tmp, format="png", dpi=110)
-        os.replace(tmp, p)
+        publish(tmp, p)  # umask-respecting mode, then the rename
     finally:
         plt.close(fig)
         if os.path.exists(tmp):
@@ -603,7 +604,17 @@ def run_learning_curve(
                               overrides=overrides, agreement=agr, notes=[LLM_PASSES_NOTE], **kwargs)
     if rubric is None:
         raise TrainError("an adjudicated table needs the rubric its concept columns follow", hint="add --rubric NAME|FILE")
-    table = read_table(str(data))
+    from rubrictool.adjudicate.outputs import trainable_rows
+
+    rb = load_rubric(rubric)
+    # items no reviewer or model labelled stay in the adjudicated table, unlabelled: left out here, as train does
+    table, unlabelled = trainable_rows(read_table(str(data)), rb, str(data))
+    notes = None
+    if unlabelled:
+        notes = [(f"{data}: skipping {len(unlabelled)} unlabelled row(s) (no reviewer or model labelled them: "
+                 f"{', '.join(unlabelled[:5])}{' ...' if len(unlabelled) > 5 else ''})")]
+        warn(kwargs.get("progress"), notes[0])
     agr_path = Path(agreement) if agreement is not None else Path(str(data)).parent / "agreement.json"
-    return learning_curve(rubric, table, out, sizes=size_list, variants=variant_list, folds=folds, fold_ids=fold_ids,
-                          overrides=overrides, agreement=agr_path if agr_path.is_file() else None, **kwargs)
+    return learning_curve(rb, table, out, sizes=size_list, variants=variant_list, folds=folds, fold_ids=fold_ids,
+                          overrides=overrides, agreement=agr_path if agr_path.is_file() else None, notes=notes,
+                          **kwargs)

@@ -254,6 +254,8 @@ def parse_overrides(spec: str | None, keys: list[str], scale: tuple[int, int]) -
             raise DataError(f"--set {part.strip()!r}: the level must be an integer {scale[0]}..{scale[1]}") from None
         if not scale[0] <= level <= scale[1]:
             raise DataError(f"--set {part.strip()!r}: level {level} is outside the rubric scale {scale[0]}..{scale[1]}")
+        if key in out and out[key] != level:
+            raise DataError(f"--set {key}: set twice, to {out[key]} and {level}; give each concept one level")
         out[key] = level
     return out
 

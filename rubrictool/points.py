@@ -318,6 +318,8 @@ def grade_table(levels: pd.DataFrame, rubric: Rubric) -> tuple[pd.DataFrame, dic
             metrics = {k: float(v) for k, v in grade_metrics(truth - rubric.grade.min, pred - rubric.grade.min).items()
                        if isinstance(v, (int, float)) and not math.isnan(float(v))}
             metrics["n"] = float(both.sum())
+            if rubric.grade.max - rubric.grade.min < 2:  # ±1 covers every pair of a two-grade scale
+                metrics.pop("adjacent", None)
     return out, metrics
 
 

@@ -62,6 +62,7 @@ from rubrictool.runs import (
     RECORD,
     TABLE_COPY_MAX_BYTES,
     building,
+    describe_labels,
     label_source,
     run_is_complete,
     sha256_file,
@@ -766,6 +767,8 @@ def train_folds(
                       for name in ("majority", "oracle_concepts") if name in pooled},
         "train_seconds": [r["summary"].get("train_seconds", 0.0) for r in results],
         "encoder": [(r.get("encoder") or {}).get("used", "train") for r in results],  # per fold (auto decides per fold)
+        "grade_levels": rb.grade.max - rb.grade.min + 1,
+        "labels": results[0].get("labels") or {},  # who made the labels (every fold trains on the same table)
     }
     honest = honest_metrics(pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy(), None,
                             y_majority=pooled["majority"].to_numpy())
@@ -811,7 +814,7 @@ def train_folds(
                "summary": {k: {"mean": v, "std": 0.0} for k, v in summary["pooled"].items()},
                "folds": summary, "seeds": results[0]["seeds"],
                "spearman_noise_share": summary.get("score_reliability", {}).get("spearman_noise_share"),
-               "n_test": len(pooled), "warnings": summary["warnings"],
+               "n_test": len(pooled), "warnings": summary["warnings"], "labels": summary["labels"],
                **{k: summary[k] for k in ("majority", "ci", "vs_majority", "calibration")}}
     metrics["summary"] |= {f"{s}_seconds": float(np.mean([r["summary"].get(f"{s}_seconds", 0.0) for r in results]))
                            for s in ("stage1", "joint", "stage2", "train")}
@@ -829,17 +832,20 @@ def folds_markdown(summary: dict[str, Any]) -> str:
         v = m.get(k)
         return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
 
-    head = "| model | " + " | ".join(n for _, n in FOLD_COLUMNS) + " |"
-    sep = "|---" * (len(FOLD_COLUMNS) + 1) + "|"
-    rows = [f"| {summary['variant']} ({summary['preset']}) | " + " | ".join(cell(summary["pooled"], k) for k, _ in FOLD_COLUMNS) + " |"]
+    # ±1 covers every pair of a two-grade scale: adjacent agreement says nothing there
+    columns = [c for c in FOLD_COLUMNS if c[0] != "adjacent" or summary.get("grade_levels", 3) > 2]
+    head = "| model | " + " | ".join(n for _, n in columns) + " |"
+    sep = "|---" * (len(columns) + 1) + "|"
+    rows = [f"| {summary['variant']} ({summary['preset']}) | " + " | ".join(cell(summary["pooled"], k) for k, _ in columns) + " |"]
     for name, m in summary["baselines"].items():
-        rows.append(f"| {name.replace('_', ' ')} baseline | " + " | ".join(cell(m, k) for k, _ in FOLD_COLUMNS) + " |")
-    folds = [f"| fold {m['fold']} | " + " | ".join(cell(m, k) for k, _ in FOLD_COLUMNS) + " |" for m in summary["per_fold"]]
+        rows.append(f"| {name.replace('_', ' ')} baseline | " + " | ".join(cell(m, k) for k, _ in columns) + " |")
+    folds = [f"| fold {m['fold']} | " + " | ".join(cell(m, k) for k, _ in columns) + " |" for m in summary["per_fold"]]
     title = f"{summary['folds']}-fold evaluation, {summary['n_items']} items pooled (rubric {summary['rubric']})"
-    honest = []
+    who = describe_labels(summary.get("labels") or {})
+    honest = [f"Labels: {who}.", ""] if who else []
     if "ci" in summary:
         ci, cal = summary["ci"], summary.get("calibration") or {}
-        honest = [f"T-Acc {ci['t_acc']['value']:.3f} [95 % CI {ci['t_acc']['lo']:.3f}, {ci['t_acc']['hi']:.3f}], "
+        honest += [f"T-Acc {ci['t_acc']['value']:.3f} [95 % CI {ci['t_acc']['lo']:.3f}, {ci['t_acc']['hi']:.3f}], "
                   f"QWK {ci['qwk']['value']:.3f} [{ci['qwk']['lo']:.3f}, {ci['qwk']['hi']:.3f}]; majority class "
                   f"(grade {summary['majority']['grade']}) T-Acc {summary['majority']['t_acc']:.3f}; ECE "
                   f"{cal.get('ece', float('nan')):.3f} ({cal.get('ece_bins', '')})"

@@ -152,3 +152,20 @@ def test_frozen_variants_join_a_curve_and_train_only_their_own_cells(tmp_path: P
     kept = yaml.safe_load((out / "runs" / "fold0-n12-r0-plm-frozen" / "config.yaml").read_text())
     assert kept["variant"] == "plm" and kept["stage1"]["encoder"] == "frozen"
     assert kept["stage1"]["epochs"] == 2  # the PLM's head trains the concept models' Stage I + joint epochs
+
+
+def test_unlabelled_rows_of_an_adjudicated_table_are_skipped_and_said(tmp_path: Path, backbone: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer every model failed on stays in the adjudicated table with empty concept columns: train skips it,
+    and so must the curve (it failed on "concept ... = missing is not a level")."""
+    df = ecology_table(90)
+    keys = [c for c in df.columns if c not in ("id", "question", "response", "reference", "grade")]
+    df.loc[[4, 7], keys] = None
+    df.to_csv(tmp_path / "ecology.csv", index=False)
+    calls = _counting(monkeypatch)
+    res = runner.invoke(app, _args(tmp_path, backbone, "--sizes", "12", "--repeats", "1", "--variants", "plm"))
+    assert res.exit_code == 0, res.output
+    assert "skipping 2 unlabelled row(s)" in " ".join(res.output.split()) and "eco-004, eco-007" in res.output
+    assert len(calls) == 1
+    doc = json.loads((tmp_path / "curve" / "curve.json").read_text())
+    assert any("unlabelled" in n for n in doc["notes"])

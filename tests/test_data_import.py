@@ -146,6 +146,9 @@ def test_repeated_rows_and_scale_reported_in_a_dry_run(tmp_path: Path) -> None:
         (["--columns", "answer=answer"], ["'answer' is not an item table column"]),
         (["--sheet", "Sheet9"], ["no sheet 'Sheet9'", "its sheets: 'answers', 'notes'"]),
         (["--columns", "response="], ["no column for the students' answers", "--columns response=HEADER"]),
+        # the answers are on the first sheet; the notes sheet has none: name the other sheets and --sheet
+        (["--sheet", "notes"], [("no column for the students' answers among the headers of sheet 'notes' (the "
+                                "workbook's other sheets: 'answers') ('remark')"), "pick the sheet with --sheet NAME"]),
     ],
 )
 def test_one_line_errors_name_the_file_and_the_fix(science_xlsx: Path, tmp_path: Path, args: list[str], expect: list[str]) -> None:

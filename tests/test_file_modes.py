@@ -56,3 +56,39 @@ def test_adjudicate_outputs_are_readable_by_the_group(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert {p.name: mode(p) for p in res.paths.values()} == {p.name: 0o644 for p in res.paths.values()}
+
+
+def test_a_checkpoint_and_a_learning_curve_are_readable_by_the_group(tmp_path: Path, backbone: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """safetensors creates model.safetensors 0600 and the curve's JSON/PNG were renamed from mkstemp files: a colleague
+    could neither grade with the run nor read the curve (an ecology course, not Mohler)."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    import numpy as np
+
+    import reccbm
+    from rubrictool import curve
+    from tests.support.tiny_models import tiny_model
+    from tests.support.toy_course import ecology_rubric, ecology_table
+
+    def fake_train(rb: Any, table: pd.DataFrame, split: dict[str, list[str]], run_dir: Path, **kw: Any) -> Any:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        grades = table.set_index(table["id"].astype(str))["grade"]
+        acc = float(np.mean(grades.loc[split["test"]].to_numpy() == 2))
+        pd.DataFrame({"id": split["test"], "grade": 2}).to_csv(Path(run_dir) / "test_predictions.csv", index=False)
+        return SimpleNamespace(metrics={"seeds": [{"test": {"t_acc": acc, "qwk": 0.0, "t_f1": acc}}]})
+
+    monkeypatch.setattr(curve, "train_model", fake_train)
+    old = os.umask(0o022)
+    try:
+        model, tok = tiny_model(backbone)
+        weights = reccbm.save_checkpoint(model, tok, tmp_path / "run", "stage2", 1)
+        curve.learning_curve(ecology_rubric(tmp_path), ecology_table(60), tmp_path / "c", sizes=[20], variants=["plm"],
+                             repeats=1, folds=3, fold_ids=[0])
+    finally:
+        os.umask(old)
+    assert mode(weights) == 0o644 and mode(tmp_path / "run" / "model.json") == 0o644
+    written = [p for p in (tmp_path / "c").rglob("*") if p.is_file()]
+    assert {p.name for p in written} >= {"curve.json", "curve.png", "curve.csv"}
+    assert {p.name: mode(p) for p in written} == {p.name: 0o644 for p in written}

@@ -88,6 +88,10 @@ def test_the_verdict_is_drawn_from_the_numbers() -> None:
     assert "do not agree on SPREAD" in text and "UNITS are mostly noise" in text
     assert "Inconclusive (95 % CI spans 0): ρ(a, b)." in text and "ρ(c, d)" not in text
     assert "LCEC is inert" in text
+    assert "SPREAD (α below 0.667): treat its levels as tentative" in text
+    two = verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=concepts.assign(alpha=[0.3, 0.4, 0.8]),
+                  correlations={}, lcec=None)
+    assert "treat these concepts' levels as tentative" in " ".join(two)
 
 
 # ---------------------------------------------------------------------------- runs on the statistics course
@@ -247,3 +251,44 @@ def test_folds_pool_calibration_and_the_implied_noise(tmp_path: Path) -> None:
     assert "majority class" in (run / "folds.md").read_text()
     assert f"n = {len(pooled)} answers pooled over 2 folds" in " ".join(output.split())
     assert not math.isnan(folds["ci"]["t_acc"]["lo"])
+
+
+def test_a_pass_fail_k_fold_run_and_its_points_grader_show_no_adjacent_agreement_and_say_who_labelled(
+        tmp_path: Path) -> None:
+    df = stats_table(40, seed=1).assign(label_source="llm")
+    code, output, run = train_stats(tmp_path, build_backbone(tmp_path, "bert"), df, "--folds", "2", grade_max=1)
+    assert code == 0, output
+    md = (run / "folds.md").read_text()
+    assert "adjacent" not in md and "| QWK |" in md
+    folds = json.loads((run / "folds.json").read_text())
+    assert folds["grade_levels"] == 2 and folds["labels"]["source"] == "llm"  # who made the labels, as in each fold
+    assert folds["labels"] == json.loads((run / "fold-0" / "metrics.json").read_text())["labels"]
+    assert "Labels: an LLM panel" in md and "not expert-validated" in md
+    res = runner.invoke(app, ["rubric", "fit-points", str(tmp_path / "stats101.yaml"), "--data", str(tmp_path / "stats.csv"),
+                              "--out", str(tmp_path / "points.yaml")])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["rubric", "points", str(tmp_path / "points.yaml"), "--labels", str(tmp_path / "stats.csv")])
+    assert res.exit_code == 0, res.output
+    assert "QWK" in res.output and "adjacent" not in res.output
+
+
+def test_a_one_question_course_gets_generic_filler_in_no_subject_and_is_told_so(tmp_path: Path) -> None:
+    """Every answer answers the one quiz question: there are no answers to other questions to draw filler from."""
+    from rubrictool.audit import FILLER
+
+    df = stats_table(40, seed=3).assign(question="describe the sample")
+    code, output, run = train_stats(tmp_path, build_backbone(tmp_path, "bert"), df)
+    assert code == 0, output
+    res = runner.invoke(app, ["audit", "--run", str(run), "--transform", "append_filler"])
+    assert res.exit_code == 0, res.output
+    assert "generic filler sentences" in " ".join(res.output.split()) and "--filler FILE" in res.output
+    items = pd.read_csv(run / "audit" / "audit_items.csv")
+    assert all(sum(f in str(t) for f in FILLER) == 2 for t in items["response_after"])
+    assert not any(w in " ".join(FILLER).lower() for w in ("computer", "program", "code"))  # no subject's words
+    assert "generic filler" in " ".join(json.loads((run / "audit" / "audit.json").read_text())["notes"])
+    (tmp_path / "filler.txt").write_text("The sample was taken on a Tuesday.\nWe used a ruler for it.\n")
+    res = runner.invoke(app, ["audit", "--run", str(run), "--transform", "append_filler", "--filler",
+                              str(tmp_path / "filler.txt")])
+    assert res.exit_code == 0 and "generic filler" not in res.output
+    items = pd.read_csv(run / "audit" / "audit_items.csv")
+    assert items["response_after"].str.contains("Tuesday").all()

@@ -104,6 +104,17 @@ def test_a_course_run_keeps_its_rubric_table_and_label_source(tmp_path: Path, ba
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "an LLM panel" in md and "not expert-validated" in md and "2026.1" in md  # label source, rubric version
     assert "cannot be loaded" not in md  # the rubric diagnostics found the run's own rubric
+    # rubric diagnose, too, needs only the run: its rubric copy, its table copy, α from its reliability table
+    res = runner.invoke(app, ["rubric", "diagnose", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "diag")])
+    assert res.exit_code == 0, res.output
+    diag = pd.read_csv(tmp_path / "diag" / "rubric_diagnosis.csv").set_index("concept")
+    assert list(diag.index) == ["MEAN", "SPREAD", "UNITS"] and diag["drop_one_loss"].notna().all()
+    rel = pd.read_csv(tmp_path / "run" / "reliability.csv").set_index("concept")
+    pd.testing.assert_series_equal(diag["alpha"], rel["alpha"], check_names=False, check_dtype=False)
+    assert "level confusions are left out" in " ".join(res.output.split())
+    assert (tmp_path / "diag" / "grade_boundaries.csv").is_file()  # the ceiling, from the run's graded table
+    res = runner.invoke(app, ["rubric", "diagnose"])
+    assert res.exit_code == 2 and "--adjudicated DIR" in res.output and "--run RUN" in res.output
 
 
 def test_a_changed_table_is_used_with_a_warning(tmp_path: Path, backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,6 +128,19 @@ def test_a_changed_table_is_used_with_a_warning(tmp_path: Path, backbone: str, m
     run = open_run(tmp_path / "run")
     run.load_table()
     assert any("changed since this run was trained" in w for w in run.warnings)
+    # every reader of the run says so, in the terminal and in what it writes
+    monkeypatch.delenv("RUBRICTOOL_RUBRICS")
+    first = str(df.loc[0, "id"])
+    for argv in (["explain", first], ["intervene"], ["report"], ["audit", "--transform", "append_question"]):
+        res = runner.invoke(app, [*argv[:1], "--run", str(tmp_path / "run"), *argv[1:]])
+        assert res.exit_code == 0, res.output
+        assert f"warning: {data} changed since this run was trained" in " ".join(res.output.split()), argv
+    assert "changed since this run was trained" in (tmp_path / "run" / "report" / "report.md").read_text()
+    audit = json.loads((tmp_path / "run" / "audit" / "audit.json").read_text())
+    assert any("changed since this run was trained" in w for w in audit["warnings"])
+    assert "**Warning:**" in (tmp_path / "run" / "audit" / "audit.md").read_text()
+    res = runner.invoke(app, ["explain", "--run", str(tmp_path / "run"), first, "--data", str(data)])
+    assert "is not the table this run was trained on" in " ".join(res.output.split())
 
 
 def test_a_half_written_or_mixed_run_is_refused_in_one_line(tmp_path: Path, backbone: str) -> None:
@@ -225,3 +249,23 @@ def test_describe_labels_says_who_made_them() -> None:
     mixed = describe_labels({"source": "mixed", "counts": {"human": 50, "llm": 22}, "n_reviewers": 3})
     assert mixed == "a mix of sources (3 reviewers; human 50 answers, llm 22 answers)"
     assert describe_labels({"source": "unknown"}) is None
+
+
+def test_set_can_be_repeated_in_grade_and_explain(tmp_path: Path, backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, data = _course(tmp_path)
+    monkeypatch.setenv("RUBRICTOOL_RUBRICS", str(folder))
+    code, output = _train(tmp_path, backbone, data, tmp_path / "run")
+    assert code == 0, output
+    one, two = tmp_path / "one.csv", tmp_path / "two.csv"
+    for out, sets in ((one, ["--set", "MEAN=2,UNITS=0"]), (two, ["--set", "MEAN=2", "--set", "UNITS=0"])):
+        res = runner.invoke(app, ["grade", "--run", str(tmp_path / "run"), "--data", str(data), "--out", str(out), *sets])
+        assert res.exit_code == 0, res.output
+    a, b = pd.read_csv(one), pd.read_csv(two)
+    assert (b["MEAN_level"] == 2).all() and (b["UNITS_level"] == 0).all()  # both, not only the last --set
+    pd.testing.assert_frame_equal(a, b)
+    first = str(pd.read_csv(data)["id"].iloc[0])
+    res = runner.invoke(app, ["explain", "--run", str(tmp_path / "run"), first, "--set", "MEAN=2", "--set", "UNITS=0"])
+    assert res.exit_code == 0, res.output
+    assert "with MEAN=2, UNITS=0:" in " ".join(res.output.split())
+    res = runner.invoke(app, ["explain", "--run", str(tmp_path / "run"), first, "--set", "MEAN=2", "--set", "MEAN=1"])
+    assert res.exit_code == 1 and "set twice, to 2 and 1" in " ".join(res.output.split())

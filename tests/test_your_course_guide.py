@@ -233,7 +233,9 @@ def _train(c: Course, argv: list[str]) -> None:
     if "--folds" in argv:
         folds = json.loads((out / "folds.json").read_text())
         assert folds and len(pd.read_csv(out / "pooled_predictions.csv")) == 72
-        assert "majority baseline" in (out / "folds.md").read_text()
+        md = (out / "folds.md").read_text()
+        assert "majority baseline" in md and "Labels: an LLM panel" in md and "not expert-validated" in md
+        assert folds["labels"]["source"] == "llm"
         return
     run = open_run(out)
     assert run.record["rubric"]["name"] == "chemlab" and run.record["rubric"]["version"] == "1.0"

@@ -32,6 +32,7 @@ __all__ = [
     "err_console",
     "handle_errors",
     "hidden_alias",
+    "print_warnings",
 ]
 
 
@@ -97,6 +98,12 @@ def hidden_alias(new: Any, old: Any, new_flag: str, old_flag: str, default: Any 
     if new != default:
         raise typer.BadParameter(f"{old_flag} is the old name of {new_flag}; give only {new_flag}")
     return old
+
+
+def print_warnings(warnings: list[str]) -> None:
+    """Print a run's warnings (e.g. "… changed since this run was trained") to stderr, one line each."""
+    for w in warnings:
+        err_console.print(f"[yellow]warning:[/] {shown(w)}", soft_wrap=True, highlight=False)
 
 
 class ProgressView:

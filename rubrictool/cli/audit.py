@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rubrictool.cli._common import DataDirOpt, ProgressView, console, err_console
+from rubrictool.cli._common import DataDirOpt, ProgressView, console, err_console, print_warnings
 from rubrictool.cli._sanitize import shown
 
 __all__ = ["audit_cmd"]
@@ -17,7 +17,7 @@ __all__ = ["audit_cmd"]
 def audit_cmd(
     run: Annotated[Path, typer.Option("--run", help="Run directory written by `rubrictool train`.")],
     data: Annotated[Path | None, typer.Option(
-        "--data", help="The adjudicated table the run was trained on (default: the benchmark's bundled labels).")] = None,
+        "--data", help="The adjudicated table the run was trained on (default: the run's own copy of it, else the file it recorded).")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for audit.csv/.md/.json/.png (default RUN/audit).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the filler choice and the shuffles.")] = 0,
     transform: Annotated[list[str] | None, typer.Option(
@@ -46,8 +46,11 @@ def audit_cmd(
         res = audit_run(run, data=data, data_dir=data_dir, seed=seed, batch_size=batch_size,
                         transformations=transform, progress=view, filler=filler)
     paths = write_audit(res, out or run / "audit")
+    print_warnings(res.warnings)
     if res.constant_grade is not None:  # every shift is +0.000 by construction: no table that reads as "robust"
         console.print(f"[bold red]The model is constant:[/] {res.constant}.", soft_wrap=True, highlight=False)
+        for n in res.notes:
+            console.print(f"[yellow]note:[/] {shown(n)}", soft_wrap=True, highlight=False)
         console.print(f"wrote {paths['md']}, {paths['png'].name}, audit.csv/.json/_items.csv", soft_wrap=True)
         return
     if res.constant:

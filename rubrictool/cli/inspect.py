@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rubrictool.cli._common import DataDirOpt, ProgressView, console, err_console, handle_errors
+from rubrictool.cli._common import (
+    DataDirOpt,
+    ProgressView,
+    console,
+    err_console,
+    handle_errors,
+    print_warnings,
+)
 from rubrictool.cli._sanitize import shown
 
 if TYPE_CHECKING:
@@ -22,7 +29,7 @@ __all__ = ["register"]
 ModelOpt = Annotated[Path, typer.Option("--run", "--model", "-m", help="Run directory written by `rubrictool train`.")]
 TableOpt = Annotated[
     Path | None,
-    typer.Option("--data", help="The adjudicated table the run was trained on (default: the benchmark's bundled labels)."),
+    typer.Option("--data", help="The adjudicated table the run was trained on (default: the run's own copy of it, else the file it recorded)."),
 ]
 
 
@@ -88,8 +95,8 @@ def explain_cmd(
     model: ModelOpt,
     item_ids: Annotated[list[str] | None, typer.Argument(help="Ids of the answers to explain.")] = None,
     ids: Annotated[list[str] | None, typer.Option("--id", help="Answer id (repeatable; same as the arguments).")] = None,
-    data: Annotated[Path | None, typer.Option("--data", help="Table holding the answers (default: the run's benchmark table).")] = None,
-    set_: Annotated[str | None, typer.Option("--set", help="Override concepts, e.g. FC=3,CC=1: how do the grade and its probability move?")] = None,
+    data: Annotated[Path | None, typer.Option("--data", help="Table holding the answers, e.g. new ones (default: the run's own copy of its training table).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1): how do the grade and its probability move?")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for explain.html, explain.csv and the PNGs (default RUN/explain).")] = None,
     data_dir: DataDirOpt = None,
 ) -> None:
@@ -107,8 +114,9 @@ def explain_cmd(
         raise typer.BadParameter("name the answers to explain: ITEM_ID… or --id ID")
     with err_console.status("loading the run and tracing ..."):
         run = open_run(model, data=data, data_dir=data_dir)
-        overrides = parse_overrides(set_, run.keys, (run.scale_min, int(run.meta["scale"][1])))
+        overrides = parse_overrides(",".join(set_ or []), run.keys, (run.scale_min, int(run.meta["scale"][1])))
         traces = explain_items(run, table_rows(run, wanted, "answer id(s)"), overrides)
+    print_warnings(run.warnings)
     for t in traces:
         _print_trace(t)
     _print_legend()
@@ -159,6 +167,7 @@ def intervene_cmd(
         curves = intervention_curves(run, preds.p_hat, test[keys].to_numpy(), test["_y"].to_numpy(),
                                      random_repeats=repeats, seed=seed,
                                      on_step=lambda i, n: bar.update(task, completed=i, total=n))
+    print_warnings(run.warnings)
     paths = write_interventions(curves, out or model / "intervene")
     for order in dict.fromkeys(curves["order"]):
         t = Table(title=f"T-Acc / QWK with the k most {order} concepts replaced ({len(test)} test answers)")
@@ -205,6 +214,7 @@ def report_cmd(
         rep = build_report(run, reviews=rev, random_repeats=repeats, curve=curve,
                            on_progress=lambda msg: status.update(f"{msg} ..."))
         paths = write_report(rep, out or model / "report")
+    print_warnings(run.warnings)
     m = rep.metrics
     console.print(f"{shown(rep.variant)} on {rep.n_test} test answers: T-Acc {m['t_acc']:.3f}, QWK {m['qwk']:.3f}, "
                   f"Pearson r {m['pearson']:.3f}, SMD {m['smd']:+.3f}", soft_wrap=True, highlight=False)
@@ -222,10 +232,11 @@ def _print_suggestions(diag: Diagnosis) -> None:
 
 
 def diagnose_cmd(
-    adjudicated: Annotated[Path, typer.Option("--adjudicated", "-a", help="The --out folder of `rubrictool adjudicate` (adjudicated.csv, agreement.json, discussion_queue.csv).")],
+    adjudicated: Annotated[Path | None, typer.Option("--adjudicated", "-a", help="The --out folder of `rubrictool adjudicate` (adjudicated.csv, agreement.json, discussion_queue.csv).")] = None,
     rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric name or YAML (default: the one agreement.json names).")] = None,
     reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review files (repeatable) for the level confusions; default: the discussion queue.")] = None,
-    model: Annotated[Path | None, typer.Option("--model", "-m", help="A trained run: adds the learned partial correlations.")] = None,
+    model: Annotated[Path | None, typer.Option("--run", "--model", "-m", help="A trained run: adds the learned partial correlations; without --adjudicated, diagnoses the run's own copy of its rubric and training table (e.g. rubrictool rubric diagnose --run runs/course).")] = None,
+    data: Annotated[Path | None, typer.Option("--data", help="With --run alone: the table to diagnose instead of the run's copy of its training table.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write rubric_diagnosis.csv and .md here.")] = None,
     n_pairs: Annotated[int, typer.Option("--pairs", help="Contrasting pairs shown per grade boundary the concepts cannot separate.")] = 3,
     suggest: Annotated[str | None, typer.Option("--suggest", help=(
@@ -247,15 +258,33 @@ def diagnose_cmd(
     Example: rubrictool rubric diagnose --adjudicated runs/mohler/adjudicated
 
     Example: rubrictool rubric diagnose --adjudicated adj/ --out diag/ --suggest openai/gpt-4o-mini
+
+    After training, --run alone is enough: the run keeps a copy of its rubric and of its training table (the level
+    confusions need the reviewers' own labels: --reviews, or --adjudicated).
+
+    Example: rubrictool rubric diagnose --run runs/course --out diag/
     """
     import pandas as pd
     from rich.table import Table
 
-    from rubrictool.report import diagnose_dir
+    from rubrictool.report import diagnose_dir, diagnose_run
     from rubrictool.report.diagnose import reviewer_confusion, write_diagnosis
 
+    if adjudicated is None and model is None:
+        raise typer.BadParameter("pass --adjudicated DIR (the folder `rubrictool adjudicate` wrote) or --run RUN "
+                                 "(a trained run)")
+    if data is not None and (adjudicated is not None or model is None):
+        raise typer.BadParameter("--data goes with --run alone (with --adjudicated the table is the folder's)")
+    if adjudicated is None and rubric is not None:
+        raise typer.BadParameter("--rubric goes with --adjudicated: a run diagnoses the copy of the rubric it "
+                                 "trained on")
     with err_console.status("diagnosing ..."):
-        diag = diagnose_dir(adjudicated, rubric, reviews, model, pairs_per_boundary=n_pairs)
+        if adjudicated is None:
+            assert model is not None
+            diag = diagnose_run(model, reviews, data, pairs_per_boundary=n_pairs)
+        else:
+            diag = diagnose_dir(adjudicated, rubric, reviews, model, pairs_per_boundary=n_pairs)
+    print_warnings(diag.warnings)
     t = Table(title=f"rubric diagnosis (grade accuracy from all concepts, 5-fold: {diag.coverage_acc:.3f})")
     for col in ("concept", "α", "confused levels", "acc. lost without it", "closest", "same level", "label r",
                 "partial r"):

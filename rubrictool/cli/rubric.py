@@ -198,8 +198,8 @@ def rubric_points(
     hist = table["points_grade"].value_counts().sort_index()
     console.print("points grades: " + ", ".join(f"{g}: {n}" for g, n in hist.items()), highlight=False)
     if metrics:
-        console.print("against the gold grades (n = {n:.0f}): T-Acc {t_acc:.3f}, T-F1 {t_f1:.3f}, QWK {qwk:.3f}, "
-                      "adjacent {adjacent:.3f}".format(**metrics), highlight=False)
+        console.print("against the gold grades (n = {n:.0f}): T-Acc {t_acc:.3f}, T-F1 {t_f1:.3f}, QWK {qwk:.3f}".format(
+            **metrics) + (f", adjacent {metrics['adjacent']:.3f}" if "adjacent" in metrics else ""), highlight=False)
     if out is not None:
         console.print(f"wrote {out}", soft_wrap=True)
 

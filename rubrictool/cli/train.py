@@ -233,7 +233,7 @@ def grade_cmd(
     engine: Annotated[str, typer.Option(
         "--engine", help="Encoder runtime: torch, or onnx (ONNX Runtime; exported once, cached in RUN/onnx).",
     )] = "torch",
-    set_: Annotated[str | None, typer.Option("--set", help="Override concepts for every response, e.g. FC=3,CC=1.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts for every response, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1).")] = None,
 ) -> None:
     """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
 
@@ -248,7 +248,7 @@ def grade_cmd(
     if run_dir is None:
         raise typer.BadParameter("give the run directory written by `rubrictool train`", param_hint="--run")
     with ProgressView(err_console, transient=True) as view:
-        graded, path, seconds = grade_file(run_dir, data, out, batch_size, view, int8, engine, overrides=set_)
+        graded, path, seconds = grade_file(run_dir, data, out, batch_size, view, int8, engine, overrides=",".join(set_) if set_ else None)
     rate = len(graded) / seconds if seconds > 0 else float("inf")
     console.print(f"graded {len(graded)} responses in {seconds:.1f} s ({rate:.0f}/s) -> {path}", soft_wrap=True)
     flagged = graded["flags"].astype(str) != ""

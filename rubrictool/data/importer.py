@@ -315,9 +315,13 @@ def read_course_file(
     mapping, guessed = _map_columns(headers, given, p)
     report.mapping, report.guessed = mapping, guessed
     if "response" not in mapping:
+        sheets = ""
+        if report.other_sheets:  # the answers may well be on another sheet of the workbook
+            sheets = (f" of sheet {report.sheet!r} (the workbook's other sheets: "
+                      f"{', '.join(map(repr, report.other_sheets))})")
         raise DataError(
-            f"{p}: no column for the students' answers among its headers ({', '.join(map(repr, headers))})",
-            hint="name it with --columns response=HEADER",
+            f"{p}: no column for the students' answers among the headers{sheets} ({', '.join(map(repr, headers))})",
+            hint="name it with --columns response=HEADER" + (", or pick the sheet with --sheet NAME" if sheets else ""),
         )
     _check_nul(raw, report, p)
 

@@ -9,7 +9,7 @@ The library returns data and writes files; only the CLI prints.
 
 from __future__ import annotations
 
-from rubrictool.report.diagnose import Diagnosis, diagnose, diagnose_dir
+from rubrictool.report.diagnose import Diagnosis, diagnose, diagnose_dir, diagnose_run
 from rubrictool.report.explain import ConceptRow, ItemTrace, explain_items, traces_frame
 from rubrictool.report.intervene import intervention_curves
 from rubrictool.report.page import (
@@ -32,6 +32,7 @@ __all__ = [
     "build_report",
     "diagnose",
     "diagnose_dir",
+    "diagnose_run",
     "explain_items",
     "intervention_curves",
     "open_run",

@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 from rubrictool.errors import DataError
 from rubrictool.rubric import Rubric
 
-__all__ = ["ContrastPair", "Diagnosis", "GradeCeiling", "contrast_pairs", "diagnose", "diagnose_dir", "grade_ceiling",
+__all__ = ["ContrastPair", "Diagnosis", "GradeCeiling", "contrast_pairs", "diagnose", "diagnose_dir", "diagnose_run", "grade_ceiling",
            "level_confusions", "queue_reviews", "reviewer_confusion", "write_diagnosis"]
 
 # thresholds of the suggestions
@@ -101,6 +101,7 @@ class Diagnosis:
     ceiling: GradeCeiling | None = None  # the oracle-concept head per grade, and the boundaries it cannot see
     pairs: list[ContrastPair] = field(default_factory=list)  # same profile, different grades, per named boundary
     rubric: str | None = None  # the rubric's name or file, as diagnose_dir was given it (for --suggest)
+    warnings: list[str] = field(default_factory=list)  # e.g. a run's training table changed since it was trained
 
 
 def level_confusions(reviews: pd.DataFrame) -> pd.DataFrame:
@@ -437,6 +438,57 @@ def diagnose_dir(
     return diag
 
 
+def diagnose_run(
+    run_dir: str | Path, reviews: list[str] | None = None, data: str | Path | None = None,
+    data_dir: str | Path | None = None, folds: int = 5, seed: int = 0, pairs_per_boundary: int = PAIRS_PER_BOUNDARY,
+) -> Diagnosis:
+    """:func:`diagnose` from a trained run alone: the run's copy of its rubric and of its training table (``data``
+    instead, when given), α from its reliability table and the learned Ω. ``reviews`` files give the level confusions
+    (a Mohler run on the bundled labels: its three passes). ``warnings`` says when the recorded table changed."""
+    from rubrictool import runs
+    from rubrictool.io import read_table
+
+    run = runs.open_run(run_dir, data_dir=data_dir)
+    table = run.load_table(data)
+    rb = run.rubric
+    agreement: dict[str, Any] = {}
+    rel_file = run.path / "reliability.csv"
+    if rel_file.is_file():
+        rel = read_table(rel_file)
+        if {"concept", "alpha"} <= set(rel.columns):
+            def num(x: Any) -> float | None:
+                v = pd.to_numeric(x, errors="coerce")
+                return None if pd.isna(v) else float(v)
+
+            agreement["concepts"] = {str(r["concept"]): {"alpha": num(r["alpha"]),
+                                                         "alpha_ci": [num(r.get("alpha_lo")), num(r.get("alpha_hi"))]}
+                                     for r in rel.to_dict("records")}
+    rev: pd.DataFrame | None = None
+    if reviews:
+        from rubrictool.adjudicate import read_reviews
+
+        rev = read_reviews(reviews)
+    elif run.bundled_labels and str(run.meta.get("rubric")) == "mohler":
+        from rubrictool.data import load_concept_passes
+
+        rev = load_concept_passes(data_dir)
+    pc = None if run.plm else partial_from_run(run.path)
+    diag = diagnose(rb, table, agreement, rev, pc, folds, seed, pairs_per_boundary)
+    if rev is None:
+        diag.notes = [n for n in diag.notes if not n.startswith("no reviews were given")]
+        diag.notes.append("the run keeps the adjudicated levels, not each reviewer's: the level confusions are left "
+                          "out (pass --reviews FILE, or --adjudicated DIR, the folder `rubrictool adjudicate` wrote)")
+    # for --suggest: the author's file when it is still the one the run trained on, else the run's copy
+    rec = run.record.get("rubric") or {}
+    src = rec.get("path")
+    if src and Path(src).is_file() and runs.sha256_file(src) == rec.get("sha256"):
+        diag.rubric = str(src)
+    else:
+        diag.rubric = str(run.path / "rubric.yaml") if (run.path / "rubric.yaml").is_file() else str(run.meta["rubric"])
+    diag.warnings = list(run.warnings)
+    return diag
+
+
 def partial_from_run(run: str | Path) -> NDArray[Any] | None:
     """The learned partial correlations of a run with LCEC; None without LCEC and when its LCEC is inert
     (:func:`rubrictool.evaluate.lcec_activity`: a link "the model makes" at ±0.00 says nothing)."""
@@ -474,7 +526,8 @@ def write_diagnosis(diag: Diagnosis, out: str | Path) -> dict[str, Path]:
     diag.confusions.to_csv(paths["level_confusions.csv"], index=False)
     from rubrictool.textsafe import md_inline, md_quote
 
-    lines = ["# Rubric diagnosis", "", *(f"- {md_inline(s)}" for s in diag.suggestions or ["no suggestion"]), ""]
+    lines = ["# Rubric diagnosis", "", *(f"**Warning:** {md_inline(w)}\n" for w in diag.warnings),
+             *(f"- {md_inline(s)}" for s in diag.suggestions or ["no suggestion"]), ""]
     if diag.ceiling is not None:
         paths["grade_ceiling.csv"] = d / "grade_ceiling.csv"
         paths["grade_boundaries.csv"] = d / "grade_boundaries.csv"

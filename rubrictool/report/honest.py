@@ -51,8 +51,9 @@ def verdict(
     if "alpha" in concepts:
         low = concepts.loc[concepts["alpha"].astype(float) < LOW_ALPHA, "concept"].tolist()
         if low:
-            out.append(f"Reviewers do not agree on {_names(low)} (α below {LOW_ALPHA}): treat these concepts' "
-                       "levels as tentative.")
+            these = "these concepts'" if len(low) > 1 else "its"
+            out.append(f"Reviewers do not agree on {_names(low)} (α below {LOW_ALPHA}): treat {these} levels as "
+                       "tentative.")
     if "test_reliability" in concepts:
         noisy = concepts.loc[concepts["test_reliability"].astype(float) < LOW_RELIABILITY, "concept"].tolist()
         if noisy:

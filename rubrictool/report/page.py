@@ -122,6 +122,7 @@ def build_report(
     r.grade_levels = G
     r.points = dict(run.metrics.get("points") or {})
     _honest_section(r, run, gold, preds.grade_probs)
+    r.warnings += [{"code": "run", "message": w} for w in run.warnings]  # e.g. its training table changed since
     if curve is not None:
         _curve_section(r, run, curve)
     cm = np.zeros((G, G), dtype=np.int64)
