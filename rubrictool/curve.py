@@ -18,7 +18,10 @@ the size that reaches 90 % of the full-data QWK) and ``curve.png`` (:func:`plot_
 A variant is ``reccbm``, ``plm`` or ``vanilla``, optionally with the encoder choice after a dash (:func:`parse_variant`):
 ``reccbm-frozen`` trains REC-CBM with the pretrained encoder frozen (``stage1.encoder``; only the heads train),
 ``plm-auto`` lets ``stage1.frozen_below`` decide per cell. Each is its own variant in curve.csv, so a curve
-directory gains frozen variants later without retraining the cells it has.
+directory gains frozen variants later without retraining the cells it has. ``points`` trains no model: a points
+table fitted to the n answers' concept levels and grades (:func:`rubrictool.points.fit_points`) grades the test
+answers from their concept levels — what a course whose every answer an LLM panel labelled (annotate, adjudicate)
+gets from n hand-graded answers, in seconds.
 :func:`position_on_curve` tells a run's report where its training size sits on a curve.
 """
 
@@ -73,6 +76,7 @@ __all__ = [
 ]
 
 VARIANTS = ("reccbm", "plm", "vanilla")
+POINTS = "points"  # no model: a points table fitted to the labelled answers' concept levels grades the test answers'
 ENCODERS = ("frozen", "auto")  # a variant's suffix: "reccbm-frozen" is reccbm with stage1.encoder = "frozen"
 MIN_SIZE = 10  # below this a stratified dev part of 1-2 answers and a handful of training answers say nothing
 ALL = "all"  # the size token for the fold's whole training part
@@ -141,9 +145,11 @@ def curve_overrides(config: str | Path | None = None, **flat: Any) -> dict[str, 
 def parse_variant(name: str) -> tuple[str, str | None]:
     """``"reccbm-frozen"`` -> ("reccbm", "frozen"): a curve variant's model (VARIANTS) and encoder choice (ENCODERS;
     None: the configuration's, "train" unless a config sets it). Raises TrainError for any other name."""
+    if name == POINTS:
+        return POINTS, None
     base, _, encoder = name.partition("-")
     if base not in VARIANTS or (encoder and encoder not in ENCODERS):
-        forms = ", ".join([*VARIANTS, *(f"{v}-{e}" for v in VARIANTS for e in ENCODERS)])
+        forms = ", ".join([*VARIANTS, *(f"{v}-{e}" for v in VARIANTS for e in ENCODERS), POINTS])
         raise TrainError(f"unknown variant {name!r}; use {forms}", hint="e.g. --variants reccbm,reccbm-frozen,plm")
     return base, encoder or None
 
@@ -154,6 +160,8 @@ def _variant_overrides(variant: str, preset: str, overrides: dict[str, dict[str,
     encoder (or, frozen, its head) as many epochs as the concept models do in Stage I and the joint stage together
     (issue #25 item 6: a fair baseline). A "-frozen"/"-auto" suffix sets stage1.encoder."""
     variant, encoder = parse_variant(variant)
+    if variant == POINTS:
+        return {}, 0  # no encoder
     ov = copy.deepcopy(overrides)
     if encoder is not None:
         ov.setdefault("stage1", {})["encoder"] = encoder
@@ -357,18 +365,24 @@ def learning_curve(
         run_dir = work_dir / name
         shutil.rmtree(run_dir, ignore_errors=True)  # a cell killed half-way left its run directory behind
         t0 = time.perf_counter()
-        res = train_model(rb, table, split, run_dir, variant=parse_variant(variant)[0], overrides=ov, preset=preset,
-                          seeds=1, first_seed=repeat, agreement=agreement, notes=notes, callback=callback, progress=once)
-        encoder = (res.metrics.get("encoder") or {}).get("used", "train")
-        seconds = time.perf_counter() - t0
-        test_m = res.metrics["seeds"][0]["test"]
         y_test = by_id.loc[test, "_y"].to_numpy()
+        if variant == POINTS:
+            encoder, pred0 = "none", _points_cell(rb, by_id, sample.ids, test)
+            test_m = grade_metrics(y_test, pred0)
+            pred = pd.DataFrame({"id": list(test), "grade": pred0 + rb.grade.min})
+        else:
+            res = train_model(rb, table, split, run_dir, variant=parse_variant(variant)[0], overrides=ov, preset=preset,
+                              seeds=1, first_seed=repeat, agreement=agreement, notes=notes, callback=callback,
+                              progress=once)
+            encoder = (res.metrics.get("encoder") or {}).get("used", "train")
+            test_m = res.metrics["seeds"][0]["test"]
+            pred = pd.read_csv(run_dir / "test_predictions.csv", dtype={"id": str})
+        seconds = time.perf_counter() - t0
         maj_pred = majority_baseline(by_id.loc[sample.ids, "_y"].to_numpy(), len(test))
         maj = grade_metrics(y_test, maj_pred)
-        pred = pd.read_csv(run_dir / "test_predictions.csv", dtype={"id": str})
         cell = {"fold": fold, "size": str(size), "repeat": repeat, "variant": variant, "n_train": n, "n_dev": len(sample.dev),
                 **{m: float(test_m[m]) for m in METRICS}, **{f"majority_{m}": float(maj[m]) for m in METRICS},
-                "encoder_epochs": 0 if encoder == "frozen" else epochs, "train_seconds": seconds, "encoder": encoder,
+                "encoder_epochs": 0 if encoder in ("frozen", "none") else epochs, "train_seconds": seconds, "encoder": encoder,
                 "settings": settings, "seed": repeat,
                 "train_ids": sample.fit, "dev_ids": sample.dev,
                 "test_ids": pred["id"].tolist(), "test_predicted": pred["grade"].astype(int).tolist()}
@@ -403,6 +417,16 @@ def learning_curve(
         "summary": summary.to_dict(orient="records"), "reach_90": reach,
     })
     return CurveResult(root, cells, summary, reach, png, trained, read_back, list(notes or []))
+
+
+def _points_cell(rb: Rubric, by_id: pd.DataFrame, labelled: list[str], test: list[str]) -> NDArray[np.int64]:
+    """0-based test grades of the ``points`` variant: a points table fitted to the labelled answers' (train and dev:
+    nothing is selected on dev) 0-based concept levels and grades, applied to the test answers' concept levels."""
+    from rubrictool.points import fit_points, points_baseline
+
+    fitted = fit_points(rb, by_id.loc[labelled, rb.keys].to_numpy(), by_id.loc[labelled, "_y"].to_numpy() + rb.grade.min)
+    return points_baseline(rb, by_id.loc[test, rb.keys].to_numpy(), grade_min=rb.grade.min, points=fitted.points,
+                           grading=fitted.grading)
 
 
 def _title(rubric: str, folds: int, by: str | None, run: list[int] | None = None) -> str:
@@ -509,7 +533,7 @@ def position_on_curve(curve_csv: str | Path, n_train: float, variant: str) -> di
 
 
 # ---------------------------------------------------------------------------- the figure
-_COLOURS = {"reccbm": "#1f77b4", "plm": "#ff7f0e", "vanilla": "#2ca02c"}
+_COLOURS = {"reccbm": "#1f77b4", "plm": "#ff7f0e", "vanilla": "#2ca02c", POINTS: "#9467bd"}
 _ENCODER_STYLE = {"frozen": ("-.", "s"), "auto": ((0, (1, 1)), "^")}  # a variant's suffix -> line style, marker
 
 

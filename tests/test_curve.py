@@ -226,3 +226,36 @@ def test_the_figure_title_says_which_folds_the_curve_holds() -> None:
     assert "(5 random folds;" in curve._title("mohler", 5, None, [0, 1, 2, 3, 4])
     assert "(fold 0 of 5 random folds;" in curve._title("mohler", 5, None, [0])
     assert "(folds 0, 2 of 5 folds grouped by question;" in curve._title("mohler", 5, "question", [0, 2])
+
+
+def test_the_points_variant_fits_points_to_the_labelled_answers_and_trains_no_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the ecology course (grade 1..4 from three 0..2 concepts): `points` grades the test answers from their concept
+    levels with a points table fitted to the n labelled answers only; no encoder is trained."""
+    from reccbm import grade_metrics
+    from rubrictool.points import fit_points, points_baseline
+    from rubrictool.tables import validate_adjudicated
+
+    def no_training(*a: Any, **kw: Any) -> Any:
+        raise AssertionError("the points variant trained a model")
+
+    monkeypatch.setattr(curve, "train_model", no_training)
+    rub, df = ecology_rubric(tmp_path), ecology_table(150)
+    res = learning_curve(rub, df, tmp_path / "c", sizes=[12, "all"], variants=["points"], repeats=2, folds=3, plot=True)
+    assert res.trained == 2 * 3 * 2 and set(res.cells["variant"]) == {"points"}
+    assert set(res.cells["encoder"]) == {"none"} and set(res.cells["encoder_epochs"]) == {0}
+    rb = load_rubric(rub)
+    by_id = validate_adjudicated(df, rb).set_index("id")
+    for cell_file in sorted((tmp_path / "c" / "cells").glob("*.json")):
+        cell = json.loads(cell_file.read_text())
+        labelled, test = cell["train_ids"] + cell["dev_ids"], cell["test_ids"]
+        assert not set(labelled) & set(test) and len(labelled) == cell["n_train"]  # n counts train + dev
+        fitted = fit_points(rb, by_id.loc[labelled, rb.keys].to_numpy(), by_id.loc[labelled, "_y"].to_numpy() + 1)
+        pred = points_baseline(rb, by_id.loc[test, rb.keys].to_numpy(), grade_min=1, points=fitted.points,
+                               grading=fitted.grading)
+        assert cell["test_predicted"] == (pred + 1).tolist()
+        assert cell["qwk"] == pytest.approx(grade_metrics(by_id.loc[test, "_y"].to_numpy(), pred)["qwk"])
+    # the grade is additive in the levels here, so the whole training part recovers it almost exactly
+    full = res.cells[res.cells["size"] == "all"]
+    assert full["qwk"].mean() > 0.9 and (full["qwk"] > full["majority_qwk"]).all()
+    assert json.loads((tmp_path / "c" / "curve.json").read_text())["reach_90"]["points"] is not None

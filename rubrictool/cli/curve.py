@@ -30,7 +30,9 @@ def learning_curve_cmd(
     variants: Annotated[str, typer.Option(
         "--variants", help="Comma-separated: reccbm, plm, vanilla; each may end in -frozen (the pretrained encoder "
         "frozen, only the heads train) or -auto (frozen below stage1.frozen_below answers), e.g. "
-        "reccbm,reccbm-frozen,plm,plm-frozen,vanilla. Variants added to a curve later train only their own cells.",
+        "reccbm,reccbm-frozen,plm,plm-frozen,vanilla; or points (no model: a points table fitted to the labelled "
+        "answers' concept levels grades the test answers' levels, as an LLM panel's labels of new answers would be; "
+        "seconds). Variants added to a curve later train only their own cells.",
     )] = "reccbm,plm,vanilla",
     repeats: Annotated[int, typer.Option("--repeats", help="Subsamples (and seeds) per fold and size.")] = 3,
     folds: Annotated[int, typer.Option("--folds", help="k folds; each fold's test part is the same for every size.")] = 5,
