@@ -421,12 +421,14 @@ def learning_curve(
 
 def _points_cell(rb: Rubric, by_id: pd.DataFrame, labelled: list[str], test: list[str]) -> NDArray[np.int64]:
     """0-based test grades of the ``points`` variant: a points table fitted to the labelled answers' (train and dev:
-    nothing is selected on dev) 0-based concept levels and grades, applied to the test answers' concept levels."""
+    nothing is selected on dev) concept levels and grades, applied to the test answers' concept levels."""
     from rubrictool.points import fit_points, points_baseline
 
-    fitted = fit_points(rb, by_id.loc[labelled, rb.keys].to_numpy(), by_id.loc[labelled, "_y"].to_numpy() + rb.grade.min)
-    return points_baseline(rb, by_id.loc[test, rb.keys].to_numpy(), grade_min=rb.grade.min, points=fitted.points,
-                           grading=fitted.grading)
+    def levels(ids: list[str]) -> NDArray[np.int64]:  # 0-based: the lowest level of the rubric's scale is 0
+        return by_id.loc[ids, rb.keys].to_numpy(dtype=np.int64) - rb.scale.min
+
+    fitted = fit_points(rb, levels(labelled), by_id.loc[labelled, "_y"].to_numpy() + rb.grade.min)
+    return points_baseline(rb, levels(test), grade_min=rb.grade.min, points=fitted.points, grading=fitted.grading)
 
 
 def _title(rubric: str, folds: int, by: str | None, run: list[int] | None = None) -> str:

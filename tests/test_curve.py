@@ -228,32 +228,37 @@ def test_the_figure_title_says_which_folds_the_curve_holds() -> None:
     assert "(folds 0, 2 of 5 folds grouped by question;" in curve._title("mohler", 5, "question", [0, 2])
 
 
+@pytest.mark.parametrize("course", ["ecology", "mohler-like"])
 def test_the_points_variant_fits_points_to_the_labelled_answers_and_trains_no_model(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On the ecology course (grade 1..4 from three 0..2 concepts): `points` grades the test answers from their concept
-    levels with a points table fitted to the n labelled answers only; no encoder is trained."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, course: str) -> None:
+    """On the ecology course (levels 0..2, grades 1..4) and a Mohler-rubric table (levels 1..3, grades 0..5), both
+    additive in the levels: `points` grades the test answers from their concept levels with a points table fitted to
+    the n labelled answers only; no encoder is trained."""
     from reccbm import grade_metrics
     from rubrictool.points import fit_points, points_baseline
     from rubrictool.tables import validate_adjudicated
+    from tests.support.tiny_models import mohler_like_table
 
     def no_training(*a: Any, **kw: Any) -> Any:
         raise AssertionError("the points variant trained a model")
 
     monkeypatch.setattr(curve, "train_model", no_training)
-    rub, df = ecology_rubric(tmp_path), ecology_table(150)
+    rub: Path | str
+    rub, df = (ecology_rubric(tmp_path), ecology_table(150)) if course == "ecology" else ("mohler", mohler_like_table(150))
     res = learning_curve(rub, df, tmp_path / "c", sizes=[12, "all"], variants=["points"], repeats=2, folds=3, plot=True)
     assert res.trained == 2 * 3 * 2 and set(res.cells["variant"]) == {"points"}
     assert set(res.cells["encoder"]) == {"none"} and set(res.cells["encoder_epochs"]) == {0}
     rb = load_rubric(rub)
+    lo, g0 = rb.scale.min, rb.grade.min
     by_id = validate_adjudicated(df, rb).set_index("id")
     for cell_file in sorted((tmp_path / "c" / "cells").glob("*.json")):
         cell = json.loads(cell_file.read_text())
         labelled, test = cell["train_ids"] + cell["dev_ids"], cell["test_ids"]
         assert not set(labelled) & set(test) and len(labelled) == cell["n_train"]  # n counts train + dev
-        fitted = fit_points(rb, by_id.loc[labelled, rb.keys].to_numpy(), by_id.loc[labelled, "_y"].to_numpy() + 1)
-        pred = points_baseline(rb, by_id.loc[test, rb.keys].to_numpy(), grade_min=1, points=fitted.points,
+        fitted = fit_points(rb, by_id.loc[labelled, rb.keys].to_numpy() - lo, by_id.loc[labelled, "_y"].to_numpy() + g0)
+        pred = points_baseline(rb, by_id.loc[test, rb.keys].to_numpy() - lo, grade_min=g0, points=fitted.points,
                                grading=fitted.grading)
-        assert cell["test_predicted"] == (pred + 1).tolist()
+        assert cell["test_predicted"] == (pred + g0).tolist()
         assert cell["qwk"] == pytest.approx(grade_metrics(by_id.loc[test, "_y"].to_numpy(), pred)["qwk"])
     # the grade is additive in the levels here, so the whole training part recovers it almost exactly
     full = res.cells[res.cells["size"] == "all"]
