@@ -169,3 +169,23 @@ def test_unlabelled_rows_of_an_adjudicated_table_are_skipped_and_said(tmp_path: 
     assert len(calls) == 1
     doc = json.loads((tmp_path / "curve" / "curve.json").read_text())
     assert any("unlabelled" in n for n in doc["notes"])
+
+
+def test_the_points_variant_and_what_the_90_percent_line_says(tmp_path: Path) -> None:
+    """`--variants points` trains nothing (seconds); the 90 % line says when the smallest size already reaches it, and a
+    variant without full-data cells is told to add 'all' instead of being called 'not above 0'."""
+    data, rub, out = tmp_path / "ecology.csv", ecology_rubric(tmp_path), tmp_path / "curve"
+    ecology_table(150).to_csv(data, index=False)
+    base = ["learning-curve", "--data", str(data), "--rubric", str(rub), "--out", str(out), "--folds", "3",
+            "--variants", "points", "--repeats", "2"]
+    res = runner.invoke(app, [*base, "--sizes", "12,24,all"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    reach = json.loads((out / "curve.json").read_text())["reach_90"]["points"]
+    if reach["where"] == "between sizes":
+        assert f"points: about {reach['n_estimate']} labelled answers reach 90 %" in text
+    else:
+        assert f"points: its smallest size, {reach['size']} labelled answers, already reaches 90 %" in text
+    res = runner.invoke(app, [*base, "--sizes", "12,24", "--out", str(tmp_path / "no-all")])
+    assert res.exit_code == 0, res.output
+    assert "points: no 90 % point without its full-data cells (add 'all' to --sizes)" in " ".join(res.output.split())

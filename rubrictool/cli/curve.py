@@ -89,12 +89,19 @@ def learning_curve_cmd(
                   f"{r['t_f1']:.3f}", f"{r['majority_t_acc']:.3f}")
     console.print(t)
     for variant, reach in res.reach90.items():
-        if reach:
+        sizes = res.summary.loc[res.summary["variant"] == variant, "size"].astype(str).tolist()
+        if reach and reach["where"] != "between sizes":  # reached at the smallest size: the curve cannot say how few
+            console.print(f"{variant}: its smallest size, {reach['size']} labelled answers, already reaches 90 % of its "
+                          f"full-data QWK ({reach['target']:.3f} of {reach['full']:.3f} with "
+                          f"{reach['full_n_train']:.0f}); fewer may do", soft_wrap=True, highlight=False)
+        elif reach:
             console.print(f"{variant}: about {reach['n_estimate']} labelled answers reach 90 % of its full-data QWK "
                           f"({reach['target']:.3f} of {reach['full']:.3f} with {reach['full_n_train']:.0f}; "
                           f"first size at it: {reach['size']})", soft_wrap=True, highlight=False)
-        elif "all" in res.summary["size"].astype(str).tolist():
+        elif "all" in sizes:
             console.print(f"{variant}: its full-data QWK is not above 0; no 90 % point", highlight=False)
+        else:
+            console.print(f"{variant}: no 90 % point without its full-data cells (add 'all' to --sizes)", highlight=False)
     for note in res.notes:
         console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
     console.print(f"{res.trained} cell(s) trained, {res.read_back} read back; curve written to {res.out}"
