@@ -89,7 +89,7 @@ def learning_curve_cmd(
                   f"{r['t_f1']:.3f}", f"{r['majority_t_acc']:.3f}")
     console.print(t)
     for variant, reach in res.reach90.items():
-        sizes = res.summary.loc[res.summary["variant"] == variant, "size"].astype(str).tolist()
+        variant_sizes = res.summary.loc[res.summary["variant"] == variant, "size"].astype(str).tolist()
         if reach and reach["where"] != "between sizes":  # reached at the smallest size: the curve cannot say how few
             console.print(f"{variant}: its smallest size, {reach['size']} labelled answers, already reaches 90 % of its "
                           f"full-data QWK ({reach['target']:.3f} of {reach['full']:.3f} with "
@@ -98,7 +98,7 @@ def learning_curve_cmd(
             console.print(f"{variant}: about {reach['n_estimate']} labelled answers reach 90 % of its full-data QWK "
                           f"({reach['target']:.3f} of {reach['full']:.3f} with {reach['full_n_train']:.0f}; "
                           f"first size at it: {reach['size']})", soft_wrap=True, highlight=False)
-        elif "all" in sizes:
+        elif "all" in variant_sizes:
             console.print(f"{variant}: its full-data QWK is not above 0; no 90 % point", highlight=False)
         else:
             console.print(f"{variant}: no 90 % point without its full-data cells (add 'all' to --sizes)", highlight=False)
