@@ -21,7 +21,7 @@ from rubrictool.evaluate import (
     inconclusive,
     lcec_activity,
 )
-from rubrictool.report.honest import verdict
+from rubrictool.report.honest import POINTS_MARGIN, verdict
 from rubrictool.textsafe import md_inline
 from tests.support.stats_course import STATS_KEYS, stats_table, train_stats
 from tests.support.tiny_models import build_backbone
@@ -92,6 +92,15 @@ def test_the_verdict_is_drawn_from_the_numbers() -> None:
     two = verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=concepts.assign(alpha=[0.3, 0.4, 0.8]),
                   correlations={}, lcec=None)
     assert "treat these concepts' levels as tentative" in " ".join(two)
+    # the points grader on the adjudicated levels is recommended only when it beats the model by the margin
+    pts = {"gold_levels": {"t_acc": 0.8, "qwk": 0.71}, "source": "fitted"}
+    better = " ".join(verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=concepts, correlations={},
+                              lcec=None, points=pts, qwk=0.71 - POINTS_MARGIN))
+    assert "grades these test answers better than the model (QWK 0.710 against 0.660)" in better
+    assert "rubric fit-points" in better
+    level = " ".join(verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=concepts, correlations={},
+                             lcec=None, points=pts, qwk=0.70))
+    assert "fit-points" not in level
 
 
 # ---------------------------------------------------------------------------- runs on the statistics course

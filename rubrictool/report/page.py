@@ -232,7 +232,8 @@ def _verdict(r: Report, run: Run, predicted: NDArray[Any]) -> list[str]:
         "ρ(σ²(implied), 1 − α)": r.implied.get("implied_vs_1_minus_alpha"), "ρ(1 − test reliability, 1 − α)": r.noise_share}
     grades = list(range(run.grade_min, run.grade_min + r.grade_levels))
     return verdict(grades=grades, predicted=sorted({int(g) for g in predicted}), honest=r.honest,
-                   concepts=r.concepts, correlations=correlations, lcec=r.lcec)
+                   concepts=r.concepts, correlations=correlations, lcec=r.lcec, points=r.points,
+                   qwk=r.metrics.get("qwk"))
 
 
 def _graders(test: pd.DataFrame) -> list[str]:
