@@ -46,6 +46,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from reccbm import grade_metrics
+from rubrictool.annotate.lock import writer_lock
 from rubrictool.atomic import publish
 from rubrictool.data import kfold_splits
 from rubrictool.errors import DataError, TrainError
@@ -331,92 +332,96 @@ def learning_curve(
                     "match_budget": match_budget}
     settings = _settings_digest(settings_doc)
     root = Path(out)
-    cells_dir, work_dir = root / "cells", root / "work"
-    cells_dir.mkdir(parents=True, exist_ok=True)
-    by_id = df.set_index("id")
-    plan = [(r, f, s, v) for r in range(repeats) for f in run_folds for s in sizes for v in variants]
-    trained = read_back = 0
-    warned: set[str] = set()
+    # one writer per curve folder: a second call on the same --out would delete the cell the first one is training
+    # (work/ is cleared at the end) and write curve.csv from a half-finished set; it stops at once instead
+    with writer_lock(root, f"the learning curve {root}", hint="wait for it to finish, or give another --out",
+                     by="rubrictool learning-curve", kept=f"nothing was trained, and {root} is as it was"):
+        cells_dir, work_dir = root / "cells", root / "work"
+        cells_dir.mkdir(parents=True, exist_ok=True)
+        by_id = df.set_index("id")
+        plan = [(r, f, s, v) for r in range(repeats) for f in run_folds for s in sizes for v in variants]
+        trained = read_back = 0
+        warned: set[str] = set()
 
-    def once(ev: Progress) -> None:  # a warning (inputs truncated) is shown once, not once per cell
-        if progress is None or (ev.kind == "warning" and ev.info in warned):
-            return
-        warned.add(ev.info)
-        progress(ev)
+        def once(ev: Progress) -> None:  # a warning (inputs truncated) is shown once, not once per cell
+            if progress is None or (ev.kind == "warning" and ev.info in warned):
+                return
+            warned.add(ev.info)
+            progress(ev)
 
-    for done, (repeat, fold, size, variant) in enumerate(plan):
-        name = _cell_name(fold, size, repeat, variant)
-        path = cells_dir / f"{name}.json"
-        if path.is_file():
-            _read_cell(path, settings)
-            read_back += 1
+        for done, (repeat, fold, size, variant) in enumerate(plan):
+            name = _cell_name(fold, size, repeat, variant)
+            path = cells_dir / f"{name}.json"
+            if path.is_file():
+                _read_cell(path, settings)
+                read_back += 1
+                if progress:
+                    progress(Progress("cells", done + 1, len(plan), f"{name}: finished earlier, read back"))
+                continue
             if progress:
-                progress(Progress("cells", done + 1, len(plan), f"{name}: finished earlier, read back"))
-            continue
+                progress(Progress("cells", done, len(plan), f"{name}: training"))
+            pool = by_id.loc[pools[fold], ["_y"]].reset_index()
+            order = _stratified_order(pool["_y"].to_numpy(), np.random.default_rng([fold_seed, fold, repeat, 101]))
+            n = len(pool) if size == ALL else int(size)
+            sample = _subsample(pool, order, n, dev_share, [fold_seed, fold, repeat, n, 202])
+            test = splits[fold]["test"]
+            split = {"train": sample.fit, "dev": sample.dev, "test": test}
+            ov, epochs = per_variant[variant]
+            run_dir = work_dir / name
+            shutil.rmtree(run_dir, ignore_errors=True)  # a cell killed half-way left its run directory behind
+            t0 = time.perf_counter()
+            y_test = by_id.loc[test, "_y"].to_numpy()
+            if variant == POINTS:
+                encoder, pred0 = "none", _points_cell(rb, by_id, sample.ids, test)
+                test_m = grade_metrics(y_test, pred0)
+                pred = pd.DataFrame({"id": list(test), "grade": pred0 + rb.grade.min})
+            else:
+                res = train_model(rb, table, split, run_dir, variant=parse_variant(variant)[0], overrides=ov, preset=preset,
+                                  seeds=1, first_seed=repeat, agreement=agreement, notes=notes, callback=callback,
+                                  progress=once)
+                encoder = (res.metrics.get("encoder") or {}).get("used", "train")
+                test_m = res.metrics["seeds"][0]["test"]
+                pred = pd.read_csv(run_dir / "test_predictions.csv", dtype={"id": str})
+            seconds = time.perf_counter() - t0
+            maj_pred = majority_baseline(by_id.loc[sample.ids, "_y"].to_numpy(), len(test))
+            maj = grade_metrics(y_test, maj_pred)
+            cell = {"fold": fold, "size": str(size), "repeat": repeat, "variant": variant, "n_train": n, "n_dev": len(sample.dev),
+                    **{m: float(test_m[m]) for m in METRICS}, **{f"majority_{m}": float(maj[m]) for m in METRICS},
+                    "encoder_epochs": 0 if encoder in ("frozen", "none") else epochs, "train_seconds": seconds, "encoder": encoder,
+                    "settings": settings, "seed": repeat,
+                    "train_ids": sample.fit, "dev_ids": sample.dev,
+                    "test_ids": pred["id"].tolist(), "test_predicted": pred["grade"].astype(int).tolist()}
+            if keep_runs:
+                kept = root / "runs" / name
+                shutil.rmtree(kept, ignore_errors=True)
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(run_dir, kept)
+            _write_json(path, cell)  # the cell is done only once this file exists
+            shutil.rmtree(run_dir, ignore_errors=True)
+            trained += 1
         if progress:
-            progress(Progress("cells", done, len(plan), f"{name}: training"))
-        pool = by_id.loc[pools[fold], ["_y"]].reset_index()
-        order = _stratified_order(pool["_y"].to_numpy(), np.random.default_rng([fold_seed, fold, repeat, 101]))
-        n = len(pool) if size == ALL else int(size)
-        sample = _subsample(pool, order, n, dev_share, [fold_seed, fold, repeat, n, 202])
-        test = splits[fold]["test"]
-        split = {"train": sample.fit, "dev": sample.dev, "test": test}
-        ov, epochs = per_variant[variant]
-        run_dir = work_dir / name
-        shutil.rmtree(run_dir, ignore_errors=True)  # a cell killed half-way left its run directory behind
-        t0 = time.perf_counter()
-        y_test = by_id.loc[test, "_y"].to_numpy()
-        if variant == POINTS:
-            encoder, pred0 = "none", _points_cell(rb, by_id, sample.ids, test)
-            test_m = grade_metrics(y_test, pred0)
-            pred = pd.DataFrame({"id": list(test), "grade": pred0 + rb.grade.min})
-        else:
-            res = train_model(rb, table, split, run_dir, variant=parse_variant(variant)[0], overrides=ov, preset=preset,
-                              seeds=1, first_seed=repeat, agreement=agreement, notes=notes, callback=callback,
-                              progress=once)
-            encoder = (res.metrics.get("encoder") or {}).get("used", "train")
-            test_m = res.metrics["seeds"][0]["test"]
-            pred = pd.read_csv(run_dir / "test_predictions.csv", dtype={"id": str})
-        seconds = time.perf_counter() - t0
-        maj_pred = majority_baseline(by_id.loc[sample.ids, "_y"].to_numpy(), len(test))
-        maj = grade_metrics(y_test, maj_pred)
-        cell = {"fold": fold, "size": str(size), "repeat": repeat, "variant": variant, "n_train": n, "n_dev": len(sample.dev),
-                **{m: float(test_m[m]) for m in METRICS}, **{f"majority_{m}": float(maj[m]) for m in METRICS},
-                "encoder_epochs": 0 if encoder in ("frozen", "none") else epochs, "train_seconds": seconds, "encoder": encoder,
-                "settings": settings, "seed": repeat,
-                "train_ids": sample.fit, "dev_ids": sample.dev,
-                "test_ids": pred["id"].tolist(), "test_predicted": pred["grade"].astype(int).tolist()}
-        if keep_runs:
-            kept = root / "runs" / name
-            shutil.rmtree(kept, ignore_errors=True)
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(run_dir, kept)
-        _write_json(path, cell)  # the cell is done only once this file exists
-        shutil.rmtree(run_dir, ignore_errors=True)
-        trained += 1
-    if progress:
-        progress(Progress("cells", len(plan), len(plan), f"{trained} trained, {read_back} read back"))
-    shutil.rmtree(work_dir, ignore_errors=True)
-    # the curve is every cell in the directory: this call's and those earlier calls added (other folds, sizes, repeats)
-    rows = [{"encoder": "train"} | _read_cell(p, settings) for p in sorted(cells_dir.glob("*.json"))]  # cells from
-    cells = pd.DataFrame(rows)[CURVE_COLUMNS]  # before the encoder choice: a trained encoder
-    cells = cells.assign(_o=cells["size"].map(_size_order)).sort_values(["repeat", "fold", "_o"], kind="stable")
-    cells = cells.drop(columns="_o").reset_index(drop=True)
-    write_table(cells, root / "curve.csv")
-    summary = summarize_curve(cells)
-    reach = {str(v): reach_fraction(cells, str(v)) for v in dict.fromkeys(cells["variant"])}
-    folds_run = sorted({int(f) for f in cells["fold"]})
-    png = plot_curve(cells, root / "curve.png", reach=reach, title=_title(rb.name, folds, by, folds_run)) if plot else None
-    _write_json(root / "curve.json", {
-        "rubric": rb.name, "settings": settings_doc, "settings_digest": settings, "cells": len(cells),
-        "sizes": sorted(set(cells["size"]), key=_size_order), "variants": list(dict.fromkeys(cells["variant"])),
-        "repeats": sorted({int(r) for r in cells["repeat"]}), "folds_run": folds_run,
-        "encoder_epochs": {str(v): int(e) for v, e in cells.groupby("variant")["encoder_epochs"].first().items()},
-        "dev": f"a stratified {dev_share:.1%} of each subsample (n counts every labelled answer: train + dev)",
-        "git_revision": git_revision(), "notes": list(notes or []),
-        "summary": summary.to_dict(orient="records"), "reach_90": reach,
-    })
-    return CurveResult(root, cells, summary, reach, png, trained, read_back, list(notes or []))
+            progress(Progress("cells", len(plan), len(plan), f"{trained} trained, {read_back} read back"))
+        shutil.rmtree(work_dir, ignore_errors=True)
+        # the curve is every cell in the directory: this call's and those earlier calls added (other folds, sizes, repeats)
+        rows = [{"encoder": "train"} | _read_cell(p, settings) for p in sorted(cells_dir.glob("*.json"))]  # cells from
+        cells = pd.DataFrame(rows)[CURVE_COLUMNS]  # before the encoder choice: a trained encoder
+        cells = cells.assign(_o=cells["size"].map(_size_order)).sort_values(["repeat", "fold", "_o"], kind="stable")
+        cells = cells.drop(columns="_o").reset_index(drop=True)
+        write_table(cells, root / "curve.csv")
+        summary = summarize_curve(cells)
+        reach = {str(v): reach_fraction(cells, str(v)) for v in dict.fromkeys(cells["variant"])}
+        folds_run = sorted({int(f) for f in cells["fold"]})
+        png = plot_curve(cells, root / "curve.png", reach=reach, title=_title(rb.name, folds, by, folds_run)) if plot else None
+        _write_json(root / "curve.json", {
+            "rubric": rb.name, "settings": settings_doc, "settings_digest": settings, "cells": len(cells),
+            "sizes": sorted(set(cells["size"]), key=_size_order), "variants": list(dict.fromkeys(cells["variant"])),
+            "repeats": sorted({int(r) for r in cells["repeat"]}), "folds_run": folds_run,
+            "encoder_epochs": {str(v): int(e) for v, e in cells.groupby("variant")["encoder_epochs"].first().items()},
+            "dev": f"a stratified {dev_share:.1%} of each subsample (n counts every labelled answer: train + dev)",
+            "git_revision": git_revision(), "notes": list(notes or []),
+            "summary": summary.to_dict(orient="records"), "reach_90": reach,
+        })
+        return CurveResult(root, cells, summary, reach, png, trained, read_back, list(notes or []))
 
 
 def _points_cell(rb: Rubric, by_id: pd.DataFrame, labelled: list[str], test: list[str]) -> NDArray[np.int64]:

@@ -18,6 +18,7 @@ label source and training table, and loads the model only when asked.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -121,8 +122,10 @@ def building(target: str | Path) -> Iterator[Path]:
         shutil.rmtree(stage, ignore_errors=True)
         what = Path(exc.filename).name if exc.filename else "a file"
         kept = f"{target} is as it was" if target.exists() else f"nothing was written to {target}"
-        raise TrainError(f"cannot write {what} of the run {target} ({exc.strerror or exc}); {kept}",
-                         hint="free space (or raise the file-size limit), then train again") from None
+        hint = ("its folder was removed while it was written: another process is cleaning or writing the same place; "
+                "train again when it is done" if exc.errno == errno.ENOENT
+                else "free space (or raise the file-size limit), then train again")
+        raise TrainError(f"cannot write {what} of the run {target} ({exc.strerror or exc}); {kept}", hint=hint) from None
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

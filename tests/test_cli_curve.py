@@ -189,3 +189,42 @@ def test_the_points_variant_and_what_the_90_percent_line_says(tmp_path: Path) ->
     res = runner.invoke(app, [*base, "--sizes", "12,24", "--out", str(tmp_path / "no-all")])
     assert res.exit_code == 0, res.output
     assert "points: no 90 % point without its full-data cells (add 'all' to --sizes)" in " ".join(res.output.split())
+
+
+def test_a_second_curve_on_the_same_folder_stops_at_once_and_harms_nothing(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two learning-curve processes on one --out: the second used to clear work/ under the first's cell in training and
+    write curve.csv from half the cells. Now, started while the first is inside a cell, it stops with one line naming
+    the holder, and the first finishes every cell."""
+    import os
+    import subprocess
+    import sys
+
+    from rubrictool import curve
+
+    data, rub, out = tmp_path / "ecology.csv", ecology_rubric(tmp_path), tmp_path / "curve"
+    ecology_table(150).to_csv(data, index=False)
+    args = ["learning-curve", "--data", str(data), "--rubric", str(rub), "--out", str(out), "--folds", "3",
+            "--variants", "points"]
+    root = Path(__file__).resolve().parent.parent
+    second: list[subprocess.CompletedProcess[str]] = []
+    real = curve._points_cell
+
+    def cell(*a: Any, **kw: Any) -> Any:  # the first call's first cell: start a second call on the same folder
+        if not second:
+            env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"}
+            second.append(subprocess.run([sys.executable, "-m", "rubrictool.cli", *args, "--sizes", "24"], env=env,
+                                         capture_output=True, text=True, timeout=300))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(curve, "_points_cell", cell)
+    res = runner.invoke(app, [*args, "--sizes", "12,all", "--repeats", "2"])
+    assert res.exit_code == 0, res.output
+    (other,) = second
+    text = " ".join((other.stdout + other.stderr).split())
+    assert other.returncode == 1 and "Traceback" not in text, text
+    assert f"the learning curve {out} is in use by another rubrictool learning-curve (pid {os.getpid()} on" in text
+    assert "give another --out" in text
+    cells = sorted(p.name for p in (out / "cells").glob("*.json"))
+    assert len(cells) == 3 * 2 * 2 and not any("-n24-" in c for c in cells)  # the first call's cells, whole
+    assert len(read_table(out / "curve.csv")) == 12 and not (out / "work").exists()

@@ -36,6 +36,7 @@ class LockHeld(AnnotateError):
     """Another process is writing the same cache or output."""
 
 
+_SENT = "nothing was sent, and the cache and outputs are as they were"
 _held: dict[str, tuple[int, int]] = {}  # resolved lock path -> (fd, depth) held by this process
 _guard = threading.Lock()
 
@@ -67,7 +68,7 @@ def _holder(path: Path) -> str:
         return "a process that has not written its name yet"
 
 
-def _acquire(path: Path, what: str, hint: str) -> int:
+def _acquire(path: Path, what: str, hint: str, by: str = "rubrictool annotate", kept: str = _SENT) -> int:
     """Open and flock ``path`` (non-blocking); return the descriptor. The file is re-opened when another
     holder unlinked it between our open and our lock, so two processes never lock two different files."""
     assert fcntl is not None
@@ -76,8 +77,7 @@ def _acquire(path: Path, what: str, hint: str) -> int:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
             raise AnnotateError(
-                f"{path}: cannot create the lock file of {what} ({e.strerror or e}); nothing was sent, and the "
-                "cache and outputs are as they were",
+                f"{path}: cannot create the lock file of {what} ({e.strerror or e}); {kept}",
                 hint="make its folder writable, or pass another path",
             ) from None
         try:
@@ -85,7 +85,7 @@ def _acquire(path: Path, what: str, hint: str) -> int:
         except OSError:
             os.close(fd)
             raise LockHeld(
-                f"{what} is in use by another rubrictool annotate ({_holder(path)}; lock file {path})", hint=hint
+                f"{what} is in use by another {by} ({_holder(path)}; lock file {path})", hint=hint
             ) from None
         try:
             same = os.path.samestat(os.fstat(fd), os.stat(path))
@@ -104,9 +104,12 @@ def _write_holder(fd: int) -> None:
 
 
 @contextlib.contextmanager
-def writer_lock(target: str | Path, what: str, hint: str) -> Iterator[Path]:
+def writer_lock(target: str | Path, what: str, hint: str, by: str = "rubrictool annotate",
+                kept: str = _SENT) -> Iterator[Path]:
     """Hold ``<target>.lock`` exclusively for the block; :class:`LockHeld` (naming the holder) at once if
-    another process holds it. ``what`` names the target in messages ("the reply cache x.sqlite")."""
+    another process holds it. ``what`` names the target in messages ("the reply cache x.sqlite"), ``by`` the
+    command that holds such locks ("rubrictool learning-curve" for a curve's folder), ``kept`` what a lock file
+    that cannot be created leaves as it was."""
     path = lock_path(target)
     if fcntl is None:  # pragma: no cover - no flock: no protection
         yield path
@@ -121,7 +124,7 @@ def writer_lock(target: str | Path, what: str, hint: str) -> Iterator[Path]:
         if held is not None:
             _held[key] = (held[0], held[1] + 1)
         else:
-            fd = _acquire(path, what, hint)
+            fd = _acquire(path, what, hint, by, kept)
             try:
                 _write_holder(fd)
             except OSError:
