@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import reccbm
 
 __all__ = [
+    "POINTS_MARGIN",
     "FittedPoints",
     "PointsSuggestion",
     "fit_points",
@@ -39,6 +40,7 @@ __all__ = [
     "grade_from_totals",
     "grade_table",
     "levels_from_labels",
+    "points_ahead",
     "points_baseline",
     "points_from_head",
     "points_grades",
@@ -48,6 +50,23 @@ __all__ = [
     "suggest_points",
     "write_suggestion",
 ]
+
+
+# QWK by which the points grader on the adjudicated levels must beat a model before a run recommends it (the report's
+# verdict, train's note): a margin, not a test (a run has no paired CI for it); learning-curve compares them properly.
+POINTS_MARGIN = 0.05
+
+
+def points_ahead(points: dict[str, Any] | None, qwk: float | None, margin: float = POINTS_MARGIN) -> str | None:
+    """A sentence recommending the points route when the points grader on the adjudicated levels (metrics.json
+    ``points``) beats the model's test ``qwk`` by ``margin`` or more; None otherwise."""
+    gold = (points or {}).get("gold_levels")
+    if not gold or qwk is None or not gold["qwk"] >= qwk + margin:
+        return None
+    return (f"A points table on the adjudicated concept levels grades these test answers better than the model "
+            f"(QWK {gold['qwk']:.3f} against {qwk:.3f}): if every new answer gets its levels from the LLM panel "
+            "(annotate, adjudicate), grade with `rubrictool rubric fit-points` and `rubric points` instead "
+            "(docs/learning-curve.md).")
 
 
 def points_table(rubric: Rubric) -> NDArray[np.float64]:

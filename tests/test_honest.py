@@ -141,6 +141,9 @@ def test_a_single_split_run_records_what_it_can_tell(course: tuple[Path, Path, s
     assert "small_test" in codes  # 48 answers give a handful of test answers
     flat = " ".join(output.split())
     assert f"n = {m['n_test']} test answers" in flat and "warning: only" in flat and "--folds 5" in flat
+    # the points route, recommended when the points grader on the adjudicated levels beats the model by the margin
+    gold, qwk = m["points"]["gold_levels"]["qwk"], m["summary"]["qwk"]["mean"]
+    assert ("note: A points table on the adjudicated concept levels" in flat) == (gold >= qwk + POINTS_MARGIN), flat
 
 
 def test_the_reliability_table_says_what_sigma2_means(course: tuple[Path, Path, str]) -> None:

@@ -122,6 +122,15 @@ def _points_text(points: dict[str, Any] | None) -> str:
     return f"; {fitted}points grader: " + "; ".join(parts) if parts else ""
 
 
+def points_note(metrics: dict[str, Any]) -> str | None:
+    """The points route recommended when the run's points grader on the adjudicated levels beats its QWK by the margin
+    (rubrictool.points.points_ahead)."""
+    from rubrictool.points import points_ahead
+
+    qwk = (metrics.get("summary") or {}).get("qwk") or {}
+    return points_ahead(metrics.get("points"), qwk.get("mean") if isinstance(qwk, dict) else None)
+
+
 def warning_lines(metrics: dict[str, Any]) -> list[str]:
     """The run's warnings (metrics.json "warnings": [{code, message}]) as lines to print."""
     return [str(w.get("message", w)) for w in metrics.get("warnings") or [] if isinstance(w, dict)]
@@ -195,6 +204,9 @@ def train_cmd(
         console.print(honest_caption(result.metrics), soft_wrap=True, highlight=False)
     for line in warning_lines(result.metrics):
         console.print(f"[bold red]warning:[/] {line}", soft_wrap=True, highlight=False)
+    ahead = points_note(result.metrics)
+    if ahead:
+        console.print(f"[yellow]note:[/] {ahead}", soft_wrap=True, highlight=False)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {shown(note)}", soft_wrap=True)
     console.print(f"run written to {result.run_dir}", soft_wrap=True)

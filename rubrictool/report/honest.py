@@ -15,14 +15,12 @@ import numpy as np
 import pandas as pd
 
 from rubrictool.evaluate import ECE_BINS, inconclusive
+from rubrictool.points import POINTS_MARGIN, points_ahead
 from rubrictool.report.diagnose import LOW_ALPHA
 
 __all__ = ["LOW_ALPHA", "LOW_RELIABILITY", "POINTS_MARGIN", "calibration_png", "implied_noise_png", "inconclusive", "verdict"]
 
 LOW_RELIABILITY = 0.5  # a concept score whose test variance is less than half signal
-# QWK by which the points grader on the adjudicated levels must beat the model before the verdict recommends it: a
-# margin, not a test (the page has no paired CI for it); the learning curve is where the two are compared properly.
-POINTS_MARGIN = 0.05
 
 
 def _names(values: list[Any]) -> str:
@@ -71,12 +69,9 @@ def verdict(
     if small:
         out.append(f"With {n} test answers these numbers cannot tell this model from another: "
                    "train with --folds 5 to test every answer once.")
-    gold = (points or {}).get("gold_levels")
-    if gold and qwk is not None and gold["qwk"] >= qwk + POINTS_MARGIN:
-        out.append(f"A points table on the adjudicated concept levels grades these test answers better than the model "
-                   f"(QWK {gold['qwk']:.3f} against {qwk:.3f}): if every new answer gets its levels from the LLM panel "
-                   "(annotate, adjudicate), grade with `rubrictool rubric fit-points` and `rubric points` instead "
-                   "(docs/learning-curve.md).")
+    ahead = points_ahead(points, qwk)
+    if ahead:
+        out.append(ahead)
     if lcec and lcec.get("inert"):
         out.append(f"LCEC is inert in this run ({lcec['reason']}), so its learned links are not shown.")
     return out
