@@ -544,6 +544,15 @@ _COLOURS = {"reccbm": "#1f77b4", "plm": "#ff7f0e", "vanilla": "#2ca02c", POINTS:
 _ENCODER_STYLE = {"frozen": ("-.", "s"), "auto": ((0, (1, 1)), "^")}  # a variant's suffix -> line style, marker
 
 
+def _variant_labels(cells: pd.DataFrame) -> dict[str, str]:
+    """Legend names: the variant, and which folds its cells come from when the variants do not share the same folds
+    (a curve extended with some variants on fold 0 only must not read as if all were measured on every fold)."""
+    folds = {str(v): sorted({int(f) for f in g["fold"]}) for v, g in cells.groupby("variant", sort=False)}
+    if len({tuple(f) for f in folds.values()}) <= 1:
+        return {v: v for v in folds}
+    return {v: f"{v} (fold{'s' if len(f) > 1 else ''} {', '.join(map(str, f))})" for v, f in folds.items()}
+
+
 def plot_curve(cells: pd.DataFrame, path: str | Path, *, reach: dict[str, dict[str, Any] | None] | None = None,
                title: str = "Learning curve") -> Path:
     """curve.png: QWK and T-Acc against labelled answers (log scale), one line per variant (mean over folds ×
@@ -555,6 +564,7 @@ def plot_curve(cells: pd.DataFrame, path: str | Path, *, reach: dict[str, dict[s
     import matplotlib.pyplot as plt
 
     s = summarize_curve(cells)
+    names = _variant_labels(cells)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
     for ax, metric, label in ((axes[0], "qwk", "QWK"), (axes[1], "t_acc", "T-Acc")):
         for variant, g in s.groupby("variant", sort=False):
@@ -562,7 +572,7 @@ def plot_curve(cells: pd.DataFrame, path: str | Path, *, reach: dict[str, dict[s
             colour = _COLOURS.get(model, "#7f7f7f")
             style, marker = _ENCODER_STYLE.get(encoder, ("-", "o"))
             x, y, sd = g["n_train"].to_numpy(), g[metric].to_numpy(), g[f"{metric}_sd"].to_numpy()
-            ax.plot(x, y, marker=marker, ls=style, color=colour, label=str(variant))
+            ax.plot(x, y, marker=marker, ls=style, color=colour, label=names.get(str(variant), str(variant)))
             ax.fill_between(x, y - sd, y + sd, color=colour, alpha=0.15, lw=0)
             r = (reach or {}).get(str(variant))
             if metric == "qwk" and r:

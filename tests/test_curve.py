@@ -264,3 +264,12 @@ def test_the_points_variant_fits_points_to_the_labelled_answers_and_trains_no_mo
     full = res.cells[res.cells["size"] == "all"]
     assert full["qwk"].mean() > 0.9 and (full["qwk"] > full["majority_qwk"]).all()
     assert json.loads((tmp_path / "c" / "curve.json").read_text())["reach_90"]["points"] is not None
+
+
+def test_the_legend_says_which_folds_a_variant_was_measured_on_when_they_differ() -> None:
+    from rubrictool.curve import _variant_labels
+
+    rows = [{"fold": f, "variant": "points"} for f in (0, 1, 2)] + [{"fold": 0, "variant": "reccbm"}]
+    assert _variant_labels(pd.DataFrame(rows)) == {"points": "points (folds 0, 1, 2)", "reccbm": "reccbm (fold 0)"}
+    same = [{"fold": f, "variant": v} for f in (0, 1) for v in ("reccbm", "plm")]
+    assert _variant_labels(pd.DataFrame(same)) == {"reccbm": "reccbm", "plm": "plm"}
