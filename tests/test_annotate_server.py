@@ -100,9 +100,14 @@ def test_scripted_scenarios_table_failures_retries_and_cache(tmp_path: Path, moh
     items = make_items(TAGS)
     script = Script()
     cache = tmp_path / "cache.sqlite"
+    events: list[Progress] = []
     with ScriptedLLMServer(script) as srv:
-        res = annotate(items, mohler_rubric, config(srv.url, cache, models=(model,)))
+        res = annotate(items, mohler_rubric, config(srv.url, cache, models=(model,)), progress=events.append)
         first_run = srv.count()
+        # a local alias has no price: the progress bars say so instead of a made-up $0.0000
+        infos = [e.info for e in events if e.done > 0]
+        assert infos and not any("$0.0000" in i for i in infos), infos
+        assert any(i.startswith("no price ") for i in infos) and "cost unknown (no price)" in infos
         per_resp = Counter(s.response for s in srv.seen)
 
         pred = res.predictions

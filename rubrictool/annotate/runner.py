@@ -587,6 +587,15 @@ def _open_cache(config: AnnotateConfig) -> ReplyCache | _NoCache:
     return ReplyCache(config.cache) if config.cache is not None else _NoCache()
 
 
+def _total_cost(summary: dict[str, Any]) -> str:
+    """The running cost of a run's models: dollars for the priced ones, and what has no price said so."""
+    priced = [x for x in summary.values() if x.price_known]
+    if not priced:
+        return "cost unknown (no price)"
+    cost = f"${sum(x.cost_usd for x in priced):.4f}"
+    return cost if len(priced) == len(summary) else f"{cost} + unpriced models"
+
+
 def _run_with_progress(
     runner: _Runner, jobs: list[tuple[str, ItemPrompt]], progress: ProgressFn | None,
     takes: dict[str, Callable[[], int]] | None = None,
@@ -603,12 +612,12 @@ def _run_with_progress(
             s = runner.summary[model]
             tok = s.prompt_tokens + s.completion_tokens
             done[model] += 1
-            report(Progress(model, done[model], len(jobs), f"${s.cost_usd:.4f} {tok:,} tok {s.failures} failed"))
-            cost = sum(x.cost_usd for x in runner.summary.values())
-            report(Progress("total", sum(done.values()), n_total, f"${cost:.4f}"))
+            spent = f"${s.cost_usd:.4f}" if s.price_known else "no price"  # a local alias: not a made-up $0.0000
+            report(Progress(model, done[model], len(jobs), f"{spent} {tok:,} tok {s.failures} failed"))
+            report(Progress("total", sum(done.values()), n_total, _total_cost(runner.summary)))
 
         for m in runner.config.models:
             report(Progress(m, 0, len(jobs)))
-        report(Progress("total", 0, n_total, "$0.0000"))
+        report(Progress("total", 0, n_total))
         runner.on_progress = update
     asyncio.run(main())
