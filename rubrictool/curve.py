@@ -46,12 +46,12 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from reccbm import grade_metrics
-from rubrictool.annotate.lock import writer_lock
 from rubrictool.atomic import publish
 from rubrictool.data import kfold_splits
 from rubrictool.errors import DataError, TrainError
 from rubrictool.evaluate import majority_baseline
 from rubrictool.io import read_table, write_table
+from rubrictool.locks import writer_lock
 from rubrictool.progress import Progress, ProgressFn, warn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric

@@ -401,7 +401,7 @@ def test_a_lock_is_free_once_its_holder_dies_even_with_forked_workers_alive(tmp_
     target = tmp_path / "cache.sqlite"
     script = (
         "import os, sys, time\n"
-        "from rubrictool.annotate.lock import writer_lock\n"
+        "from rubrictool.locks import writer_lock\n"
         f"with writer_lock({str(target)!r}, 'the cache', 'wait'):\n"
         "    if os.fork() == 0:\n"
         "        time.sleep(20); os._exit(0)\n"  # a worker outliving its parent

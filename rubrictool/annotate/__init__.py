@@ -34,7 +34,6 @@ from rubrictool.annotate.config import (
     AnnotateConfig,
 )
 from rubrictool.annotate.dryrun import DryRunModel, DryRunReport, dry_run
-from rubrictool.annotate.lock import LockHeld, writer_lock
 from rubrictool.annotate.outputs import load_inputs, output_paths, write_outputs
 from rubrictool.annotate.parse import Label, ParseResult, parse_reply
 from rubrictool.annotate.prompt import (
@@ -52,6 +51,7 @@ from rubrictool.annotate.prompt import (
 from rubrictool.annotate.run import annotate, check_ready, draft_problems, run_annotation
 from rubrictool.annotate.runner import AnnotateResult, ModelSummary
 from rubrictool.annotate.workers import auto_workers
+from rubrictool.locks import LockHeld, writer_lock
 
 __all__ = [
     "DEFAULT_MODELS",

@@ -11,7 +11,6 @@ import pandas as pd
 
 from rubrictool.annotate.config import USAGE_COLUMNS, AnnotateConfig
 from rubrictool.annotate.llm import _price
-from rubrictool.annotate.lock import writer_lock
 from rubrictool.annotate.outputs import output_paths, write_outputs
 from rubrictool.annotate.runner import (
     EARLY_STOP,
@@ -24,6 +23,7 @@ from rubrictool.annotate.runner import (
 )
 from rubrictool.annotate.workers import _run_workers, _ShardResult, auto_workers
 from rubrictool.errors import AnnotateError
+from rubrictool.locks import writer_lock
 from rubrictool.progress import ProgressFn
 from rubrictool.rubric import Rubric
 from rubrictool.rubric.lint import lint_rubric
@@ -55,7 +55,7 @@ def check_ready(rubric: Rubric, where: str | Path | None = None) -> None:
 
 
 def _locks(stack: contextlib.ExitStack, config: AnnotateConfig, out: str | Path | None) -> None:
-    """One writer per cache and per output (rubrictool.annotate.lock)."""
+    """One writer per cache and per output (rubrictool.locks)."""
     if config.cache is not None:
         stack.enter_context(writer_lock(config.cache, f"the reply cache {config.cache}",
                                         "wait for it to finish, or pass another --cache"))

@@ -1,4 +1,5 @@
-"""One writer per reply cache and per output: an advisory lock file beside each.
+"""One writer per file or folder: an advisory lock file beside it (annotate's reply cache and output, a learning
+curve's folder).
 
 ``<cache>.lock`` (and ``<predictions>.lock`` beside the output) is held with ``fcntl.flock`` for the
 whole run and names its holder (pid, host, start time). A second ``annotate`` on the same cache or
@@ -22,7 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from rubrictool.errors import AnnotateError
+from rubrictool.errors import RubrictoolError
 
 __all__ = ["LockHeld", "lock_path", "writer_lock"]
 
@@ -32,8 +33,8 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 
-class LockHeld(AnnotateError):
-    """Another process is writing the same cache or output."""
+class LockHeld(RubrictoolError):
+    """Another process is writing the same cache, output or folder."""
 
 
 _SENT = "nothing was sent, and the cache and outputs are as they were"
@@ -76,7 +77,7 @@ def _acquire(path: Path, what: str, hint: str, by: str = "rubrictool annotate", 
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            raise AnnotateError(
+            raise RubrictoolError(
                 f"{path}: cannot create the lock file of {what} ({e.strerror or e}); {kept}",
                 hint="make its folder writable, or pass another path",
             ) from None
@@ -118,7 +119,7 @@ def writer_lock(target: str | Path, what: str, hint: str, by: str = "rubrictool 
         path.parent.mkdir(parents=True, exist_ok=True)
         key = str(path.parent.resolve() / path.name)
     except OSError as e:
-        raise AnnotateError(f"{path.parent}: cannot create the folder of {what} ({e.strerror or e})") from None
+        raise RubrictoolError(f"{path.parent}: cannot create the folder of {what} ({e.strerror or e})") from None
     with _guard:
         held = _held.get(key)
         if held is not None:
