@@ -304,3 +304,13 @@ def test_a_one_question_course_gets_generic_filler_in_no_subject_and_is_told_so(
     assert res.exit_code == 0 and "generic filler" not in res.output
     items = pd.read_csv(run / "audit" / "audit_items.csv")
     assert items["response_after"].str.contains("Tuesday").all()
+
+
+def test_train_notes_the_points_route_only_when_it_is_ahead_by_the_margin() -> None:
+    from rubrictool.cli.train import points_note
+
+    pts = {"gold_levels": {"t_acc": 0.7, "t_f1": 0.4, "qwk": 0.78}}
+    note = points_note({"summary": {"qwk": {"mean": 0.68, "std": 0.0}}, "points": pts})
+    assert note is not None and "(QWK 0.780 against 0.680)" in note and "rubric fit-points" in note
+    assert points_note({"summary": {"qwk": {"mean": 0.76, "std": 0.0}}, "points": pts}) is None
+    assert points_note({"summary": {"qwk": {"mean": 0.5, "std": 0.0}}}) is None  # a PLM run: no points grader

@@ -63,6 +63,8 @@ def learning_curve_cmd(
     Example: rubrictool learning-curve --benchmark mohler --sizes 50,100,200,400,800,all --variants reccbm,plm,vanilla --repeats 3 --out curves/mohler
 
     Example (add frozen-encoder variants to that curve): rubrictool learning-curve --benchmark mohler --sizes 50,100,200,400,800,all --variants reccbm,reccbm-frozen,plm,plm-frozen,vanilla --repeats 3 --out curves/mohler
+
+    Example (the points route, seconds: a points table fitted to the graded answers grades the panel's levels): rubrictool learning-curve --data adjudicated.csv --rubric course.yaml --sizes 10,20,50,100,all --variants points --out curves/points
     """
     from rubrictool.curve import run_learning_curve
 
