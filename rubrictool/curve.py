@@ -37,7 +37,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,14 @@ from rubrictool.progress import Progress, ProgressFn, warn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import validate_adjudicated
-from rubrictool.train import FLAT_OPTIONS, encoder_epochs, encoder_min_steps, load_train_config, train_model
+from rubrictool.train import (
+    FLAT_OPTIONS,
+    encoder_epochs,
+    encoder_min_steps,
+    load_train_config,
+    resolve_training,
+    train_model,
+)
 
 __all__ = [
     "CURVE_COLUMNS",
@@ -67,6 +74,7 @@ __all__ = [
     "curve_overrides",
     "learning_curve",
     "parse_folds",
+    "parse_full_from",
     "parse_sizes",
     "parse_variant",
     "plot_curve",
@@ -251,6 +259,89 @@ def _table_digest(df: pd.DataFrame, keys: Sequence[str]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
+def parse_full_from(items: Sequence[str] | None) -> dict[str, Path]:
+    """``["reccbm=runs/folds", "plm=runs/plm"]`` -> {variant: folder}: the ``train --folds`` folders whose fold runs
+    stand in for a variant's "all" cells (:func:`learning_curve`, ``full_from``)."""
+    out: dict[str, Path] = {}
+    for item in items or []:
+        variant, sep, folder = item.partition("=")
+        if not sep or not variant.strip() or not folder.strip():
+            raise DataError(f"--all-from {item}: give VARIANT=FOLDER", hint="e.g. --all-from reccbm=runs/folds")
+        out[variant.strip()] = Path(folder.strip())
+    return out
+
+
+def _differences(theirs: Any, ours: Any, where: str = "") -> list[str]:
+    """Fields of a run's config.yaml (``theirs``) that differ from what this curve would train with (``ours``). A
+    field the run predates (absent from its file) counts as its dataclass default, which is what this build reads."""
+    from rubrictool.train import SECTIONS
+
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        out: list[str] = []
+        for key in sorted(set(theirs) | set(ours), key=str):
+            name = f"{where}.{key}" if where else str(key)
+            if key == "encoder" and not where and key not in theirs:
+                continue  # a run from before the encoder choice was recorded: stage1.encoder says what it did
+            if key not in theirs and where in SECTIONS:
+                default = {f.name: f.default for f in fields(SECTIONS[where])}.get(key)
+                if default == ours[key]:
+                    continue
+            out += _differences(theirs.get(key), ours.get(key), name)
+        return out
+    return [] if theirs == ours else [f"{where} {theirs!r} in the run, {ours!r} here"]
+
+
+def _cell_from_run(src: Path, fold: int, variant: str, expected: dict[str, Any], split: dict[str, list[str]],
+                   df: pd.DataFrame, rb: Rubric) -> dict[str, Any] | None:
+    """A variant's "all" cell of ``fold``, read from the finished fold run ``src/fold-<fold>`` of ``train --folds``
+    (or ``benchmarks/folds.py``) instead of trained again: None when that run is not there or not finished. It must
+    have been trained on the same fold (test part and training part), table and configuration, with seed 0 (the
+    curve's first repeat), or DataError says what differs. Its dev part is the run's own (a stratified share of the
+    same training part, drawn by the k-fold split)."""
+    import yaml
+
+    from rubrictool.runs import RECORD, run_is_complete
+
+    run = src / f"fold-{fold}"
+    if not all((run / f).is_file() for f in ("metrics.json", "test_predictions.csv", "split.json", "config.yaml", "table.csv")):
+        return None
+    if (run / RECORD).is_file() and not run_is_complete(run):
+        return None
+    where = f"--all-from {variant}={src}: {run}"
+    try:
+        their_split = json.loads((run / "split.json").read_text())
+        config = yaml.safe_load((run / "config.yaml").read_text()) or {}
+        metrics = json.loads((run / "metrics.json").read_text())
+        pred = pd.read_csv(run / "test_predictions.csv", dtype={"id": str}, usecols=["id", "grade"])
+        table = validate_adjudicated(read_table(str(run / "table.csv")), rb, need_concepts=variant != "plm")
+    except (OSError, ValueError, KeyError, yaml.YAMLError, DataError) as exc:
+        raise DataError(f"{where}: unreadable fold run ({exc.__class__.__name__}: {str(exc)[:120]})",
+                        hint="give the folder `train --folds` wrote, or drop --all-from to train the cell") from None
+    if set(their_split.get("test", [])) != set(split["test"]) or (
+            set(their_split.get("train", [])) | set(their_split.get("dev", []))) != set(split["train"]) | set(split["dev"]):
+        raise DataError(f"{where}: its fold is not this curve's fold {fold} (other folds, fold seed or --by)",
+                        hint="give the folder of `train --folds` with the same --folds, --fold-seed and --by")
+    keys = [] if parse_variant(variant)[0] == "plm" else rb.keys  # the black box reads the grades only
+    if _table_digest(table, keys) != _table_digest(df, keys):
+        raise DataError(f"{where}: trained on another table (labels or grades differ)",
+                        hint="give the fold runs of this table, or drop --all-from to train the cell")
+    diff = _differences(config, expected)
+    if diff:
+        raise DataError(f"{where}: trained with another configuration ({'; '.join(diff[:3])})",
+                        hint="give the fold runs of this variant and preset, or drop --all-from to train the cell")
+    seeds = metrics.get("seeds") or []
+    chosen = [s for s in seeds if s.get("seed") == metrics.get("selected_seed")]
+    if len(seeds) != 1 or not chosen or chosen[0].get("seed") != 0:
+        raise DataError(f"{where}: trained with seeds {[s.get('seed') for s in seeds]}; the curve's first repeat is seed 0",
+                        hint="give fold runs trained with one seed (the default), or drop --all-from")
+    test_m = chosen[0]["test"]
+    return {"n_dev": len(their_split.get("dev", [])), "metrics": {m: float(test_m[m]) for m in METRICS},
+            "encoder": (metrics.get("encoder") or {}).get("used", "train"),
+            "train_seconds": float(chosen[0].get("train_seconds") or 0.0), "source": str(run),
+            "train_ids": sorted(their_split.get("train", [])), "dev_ids": sorted(their_split.get("dev", [])),
+            "test_ids": pred["id"].tolist(), "test_predicted": pred["grade"].astype(int).tolist()}
+
+
 @dataclass
 class CurveResult:
     """What :func:`learning_curve` produced; everything here is also written to ``out``."""
@@ -263,6 +354,7 @@ class CurveResult:
     trained: int  # cells trained by this call
     read_back: int  # cells of this call's plan finished earlier and read back
     notes: list[str] = field(default_factory=list)
+    from_runs: int = 0  # "all" cells this call read from fold runs (full_from) instead of training them
 
 
 def learning_curve(
@@ -284,6 +376,7 @@ def learning_curve(
     agreement: dict[str, Any] | str | Path | None = None,
     notes: list[str] | None = None,
     keep_runs: bool = False,
+    full_from: dict[str, str | Path] | None = None,
     plot: bool = True,
     callback: Callable[[Any], None] | None = None,
     progress: ProgressFn | None = None,
@@ -294,6 +387,10 @@ def learning_curve(
     sizes: numbers of labelled answers (train + dev) and optionally "all" (the fold's whole training part; needed
     for :func:`reach_fraction`). by: grouped folds (e.g. "question"), passed to kfold_splits only when given.
     match_budget: the PLM's encoder trains as many epochs as the concept models' Stage I + joint stage.
+    full_from: {variant: folder of ``train --folds``}: a variant's "all" cells of the first repeat are read from that
+    folder's finished fold runs when they were trained on the same folds, table and configuration (they are exactly
+    those cells, up to the dev part the k-fold split drew), instead of trained again; a fold not finished there is
+    trained. The cell records the run it came from (``source``).
     callback: reccbm training events, passed to train_model. progress gets one task, "cells".
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
@@ -327,7 +424,18 @@ def learning_curve(
                         f"{len(df)}, {folds} folds)", hint=f"give sizes up to {smallest}, or 'all' for the whole part")
     overrides = overrides or {}
     per_variant = {v: _variant_overrides(v, preset, overrides, match_budget) for v in variants}
-    settings_doc = {"rubric": rb.name, "table": _table_digest(df, rb.keys), "folds": folds, "fold_seed": fold_seed,
+    full_dirs = {v: Path(d) for v, d in (full_from or {}).items()}
+    for v, d in full_dirs.items():
+        if v not in variants or v == POINTS:
+            raise DataError(f"--all-from {v}={d}: {v!r} is not a trained variant of this curve",
+                            hint=f"give one of --variants ({', '.join(x for x in variants if x != POINTS)})")
+        if ALL not in sizes:
+            raise DataError(f"--all-from {v}={d}: fold runs stand in for the 'all' size, which --sizes does not have",
+                            hint="add 'all' to --sizes")
+        if not d.is_dir():
+            raise DataError(f"--all-from {v}={d}: no such folder", hint="give the folder `train --folds --out` wrote")
+    table_digest = _table_digest(df, rb.keys)
+    settings_doc = {"rubric": rb.name, "table": table_digest, "folds": folds, "fold_seed": fold_seed,
                     "by": by, "dev_share": dev_share, "preset": preset, "overrides": overrides,
                     "match_budget": match_budget}
     settings = _settings_digest(settings_doc)
@@ -340,7 +448,15 @@ def learning_curve(
         cells_dir.mkdir(parents=True, exist_ok=True)
         by_id = df.set_index("id")
         plan = [(r, f, s, v) for r in range(repeats) for f in run_folds for s in sizes for v in variants]
-        trained = read_back = 0
+        # fold runs standing in for "all" cells are checked before anything trains: a mismatch is one error, at once
+        stand_ins: dict[tuple[int, str], dict[str, Any] | None] = {}
+        for v, d in full_dirs.items():
+            expected = resolve_training(rb, 0, variant=parse_variant(v)[0], overrides=per_variant[v][0], preset=preset)
+            for f in run_folds:
+                if not (cells_dir / f"{_cell_name(f, ALL, 0, v)}.json").is_file():
+                    config = expected.for_answers(len(pools[f])).config
+                    stand_ins[(f, v)] = _cell_from_run(d, f, v, config, splits[f], df, rb)
+        trained = read_back = imported = 0
         warned: set[str] = set()
 
         def once(ev: Progress) -> None:  # a warning (inputs truncated) is shown once, not once per cell
@@ -358,6 +474,25 @@ def learning_curve(
                 if progress:
                     progress(Progress("cells", done + 1, len(plan), f"{name}: finished earlier, read back"))
                 continue
+            if size == ALL and repeat == 0 and variant in full_dirs:
+                got = stand_ins[(fold, variant)]
+                if got is not None:
+                    epochs = per_variant[variant][1]
+                    test = splits[fold]["test"]
+                    y_test = by_id.loc[test, "_y"].to_numpy()
+                    maj = grade_metrics(y_test, majority_baseline(by_id.loc[pools[fold], "_y"].to_numpy(), len(test)))
+                    _write_json(path, {
+                        "fold": fold, "size": ALL, "repeat": 0, "variant": variant, "n_train": len(pools[fold]),
+                        "n_dev": got["n_dev"], **got["metrics"], **{f"majority_{m}": float(maj[m]) for m in METRICS},
+                        "encoder_epochs": 0 if got["encoder"] in ("frozen", "none") else epochs,
+                        "train_seconds": got["train_seconds"], "encoder": got["encoder"], "settings": settings,
+                        "seed": 0, "source": got["source"], "train_ids": got["train_ids"], "dev_ids": got["dev_ids"],
+                        "test_ids": got["test_ids"], "test_predicted": got["test_predicted"]})
+                    imported += 1
+                    if progress:
+                        progress(Progress("cells", done + 1, len(plan), f"{name}: read from {got['source']}"))
+                    continue
+                warn(progress, f"{name}: {full_dirs[variant]}/fold-{fold} is not a finished fold run; training the cell")
             if progress:
                 progress(Progress("cells", done, len(plan), f"{name}: training"))
             pool = by_id.loc[pools[fold], ["_y"]].reset_index()
@@ -400,10 +535,17 @@ def learning_curve(
             shutil.rmtree(run_dir, ignore_errors=True)
             trained += 1
         if progress:
-            progress(Progress("cells", len(plan), len(plan), f"{trained} trained, {read_back} read back"))
+            progress(Progress("cells", len(plan), len(plan), f"{trained} trained, {imported} read from fold runs, "
+                                                              f"{read_back} read back"))
         shutil.rmtree(work_dir, ignore_errors=True)
         # the curve is every cell in the directory: this call's and those earlier calls added (other folds, sizes, repeats)
         rows = [{"encoder": "train"} | _read_cell(p, settings) for p in sorted(cells_dir.glob("*.json"))]  # cells from
+        from_runs = {_cell_name(r["fold"], r["size"], r["repeat"], r["variant"]): r["source"] for r in rows if r.get("source")}
+        notes = list(notes or [])
+        if from_runs:
+            notes.append(f"{len(from_runs)} 'all' cell(s) read from finished fold runs (--all-from; curve.json "
+                         "from_fold_runs names them): trained on the same folds, table and configuration, with the "
+                         "dev part the k-fold split drew")
         cells = pd.DataFrame(rows)[CURVE_COLUMNS]  # before the encoder choice: a trained encoder
         cells = cells.assign(_o=cells["size"].map(_size_order)).sort_values(["repeat", "fold", "_o"], kind="stable")
         cells = cells.drop(columns="_o").reset_index(drop=True)
@@ -418,10 +560,10 @@ def learning_curve(
             "repeats": sorted({int(r) for r in cells["repeat"]}), "folds_run": folds_run,
             "encoder_epochs": {str(v): int(e) for v, e in cells.groupby("variant")["encoder_epochs"].first().items()},
             "dev": f"a stratified {dev_share:.1%} of each subsample (n counts every labelled answer: train + dev)",
-            "git_revision": git_revision(), "notes": list(notes or []),
+            "git_revision": git_revision(), "notes": notes, "from_fold_runs": from_runs,
             "summary": summary.to_dict(orient="records"), "reach_90": reach,
         })
-        return CurveResult(root, cells, summary, reach, png, trained, read_back, list(notes or []))
+        return CurveResult(root, cells, summary, reach, png, trained, read_back, notes, imported)
 
 
 def _points_cell(rb: Rubric, by_id: pd.DataFrame, labelled: list[str], test: list[str]) -> NDArray[np.int64]:

@@ -426,6 +426,94 @@ def _summary(infos: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True)
+class ResolvedTraining:
+    """What a run trains with, resolved from the variant, preset and overrides before any data is read: the model and
+    stage configs, and (once the number of labelled answers is known, :meth:`for_answers`) the encoder choice and the
+    document written to the run's config.yaml (``config``)."""
+
+    name: str  # variant name as runs record it (reccbm, vanilla, plm, or a component ablation)
+    plm: bool
+    preset: str
+    rubric: str
+    seeds: int
+    cfgs: dict[str, dict[str, Any]]  # the merged sections, as given to the dataclasses
+    mcfg: ModelConfig
+    recipe: reccbm.Recipe
+    encoder: dict[str, Any] = field(default_factory=dict)  # encoder_choice(), after for_answers
+
+    def for_answers(self, n_labelled: int) -> ResolvedTraining:
+        """The encoder choice for ``n_labelled`` answers (train + dev) and the stage I config that runs with it."""
+        encoder = encoder_choice(self.recipe.stage1, n_labelled)
+        recipe = replace(self.recipe, stage1=replace(self.recipe.stage1, encoder=encoder["used"]))  # what runs
+        return replace(self, recipe=recipe, encoder=encoder)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The run's config.yaml (after :meth:`for_answers`)."""
+        doc: dict[str, Any] = {"variant": self.name, "preset": self.preset, "rubric": self.rubric, "seeds": self.seeds,
+                               "encoder": self.encoder, "model": asdict(self.mcfg)}
+        doc |= {s: asdict(config_from_dict(c, self.cfgs[s])) for s, c in SECTIONS.items() if s != "model"}
+        doc["stage1"] = asdict(self.recipe.stage1)
+        return doc
+
+
+def _resolve_recipe(rb: Rubric, *, variant: str, race: bool | None, opcc: bool | None, lcec: bool | None,
+                    overrides: dict[str, dict[str, Any]] | None, preset: str, seeds: int) -> ResolvedTraining:
+    for section, values in (overrides or {}).items():
+        _refuse_decided("the training overrides", section, [k for k, v in values.items() if v is not None])
+    try:
+        plm, race_d, opcc_d, lcec_d = variant_flags(variant)
+    except KeyError:
+        raise TrainError(f"unknown variant {variant!r}; use reccbm, vanilla or plm") from None
+    race_, opcc_, lcec_ = (d if v is None else v for v, d in ((race, race_d), (opcc, opcc_d), (lcec, lcec_d)))
+    if plm and (race or opcc or lcec):
+        raise TrainError("the plm baseline has no bottleneck to switch components of", hint="drop --race/--opcc/--lcec")
+    if seeds < 1:
+        raise TrainError(f"training needs at least one seed, got {seeds}", hint="set --seeds 1 or more")
+    name = variant_name(plm, race_, opcc_, lcec_)
+    if preset not in PRESETS:
+        raise TrainError(f"unknown preset {preset!r}; use {' or '.join(PRESETS)}")
+    cfgs = _merge(CPU_DEFAULTS, PRESETS[preset], overrides, {"model": {"race": race_, "lcec": lcec_, "plm": plm}})
+    if not opcc_:
+        cfgs["stage1"]["lambda_r"] = 0.0
+    if plm and cfgs["joint"].get("epochs"):
+        # a fair baseline: the black box fine-tunes its encoder as many epochs (unless an epoch count is given) and, on
+        # a small table, as many steps as REC-CBM's encoder trains under the same preset (Stage I + the joint stage)
+        if "epochs" not in (overrides or {}).get("stage1", {}):
+            cfgs["stage1"]["epochs"] = int(cfgs["stage1"]["epochs"]) + int(cfgs["joint"]["epochs"])
+        cfgs["stage1"]["min_steps"] = int(cfgs["stage1"].get("min_steps") or 0) + int(cfgs["joint"].get("min_steps") or 0)
+    if plm:  # the black box trains its encoder in one stage: no joint stage, and its config says so
+        cfgs["joint"]["epochs"] = 0
+    cfgs["model"] |= {"num_concepts": rb.K, "num_levels": rb.M + 1, "num_grades": rb.S + 1}
+    try:
+        mcfg = config_from_dict(ModelConfig, cfgs["model"])
+        recipe = recipe_from(cfgs, mcfg)
+    except (TypeError, ValueError) as exc:
+        raise TrainError(f"bad configuration: {exc}") from None
+    return ResolvedTraining(name, plm, preset, rb.name, seeds, cfgs, mcfg, recipe)
+
+
+def resolve_training(
+    rubric: Rubric | str | Path,
+    n_labelled: int,
+    *,
+    variant: str = "reccbm",
+    race: bool | None = None,
+    opcc: bool | None = None,
+    lcec: bool | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    preset: str = "default",
+    seeds: int = 1,
+) -> ResolvedTraining:
+    """What :func:`train_model` would train with these arguments on ``n_labelled`` answers (train + dev), without
+    reading a table or training: its ``config`` is the config.yaml that run writes. Raises TrainError as train_model
+    does for an unknown variant, preset or a bad configuration."""
+    rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
+    return _resolve_recipe(rb, variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides, preset=preset,
+                           seeds=seeds).for_answers(n_labelled)
+
+
 def train_model(
     rubric: Rubric | str | Path,
     table: pd.DataFrame,
@@ -459,49 +547,15 @@ def train_model(
     The run is built aside and renamed into place when complete (:mod:`rubrictool.runs`).
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
-    for section, values in (overrides or {}).items():
-        _refuse_decided("the training overrides", section, [k for k, v in values.items() if v is not None])
-    try:
-        plm, race_d, opcc_d, lcec_d = variant_flags(variant)
-    except KeyError:
-        raise TrainError(f"unknown variant {variant!r}; use reccbm, vanilla or plm") from None
-    race_, opcc_, lcec_ = (d if v is None else v for v, d in ((race, race_d), (opcc, opcc_d), (lcec, lcec_d)))
-    if plm and (race or opcc or lcec):
-        raise TrainError("the plm baseline has no bottleneck to switch components of", hint="drop --race/--opcc/--lcec")
-    if seeds < 1:
-        raise TrainError(f"training needs at least one seed, got {seeds}", hint="set --seeds 1 or more")
-    name = variant_name(plm, race_, opcc_, lcec_)
-    if preset not in PRESETS:
-        raise TrainError(f"unknown preset {preset!r}; use {' or '.join(PRESETS)}")
-    cfgs = _merge(CPU_DEFAULTS, PRESETS[preset], overrides, {"model": {"race": race_, "lcec": lcec_, "plm": plm}})
-    if not opcc_:
-        cfgs["stage1"]["lambda_r"] = 0.0
-    if plm and cfgs["joint"].get("epochs"):
-        # a fair baseline: the black box fine-tunes its encoder as many epochs (unless an epoch count is given) and, on
-        # a small table, as many steps as REC-CBM's encoder trains under the same preset (Stage I + the joint stage)
-        if "epochs" not in (overrides or {}).get("stage1", {}):
-            cfgs["stage1"]["epochs"] = int(cfgs["stage1"]["epochs"]) + int(cfgs["joint"]["epochs"])
-        cfgs["stage1"]["min_steps"] = int(cfgs["stage1"].get("min_steps") or 0) + int(cfgs["joint"].get("min_steps") or 0)
-    if plm:  # the black box trains its encoder in one stage: no joint stage, and its config says so
-        cfgs["joint"]["epochs"] = 0
-    cfgs["model"] |= {"num_concepts": rb.K, "num_levels": rb.M + 1, "num_grades": rb.S + 1}
-    try:
-        mcfg = config_from_dict(ModelConfig, cfgs["model"])
-        recipe = recipe_from(cfgs, mcfg)
-    except (TypeError, ValueError) as exc:
-        raise TrainError(f"bad configuration: {exc}") from None
-    df = prepare_table(table, rb, need_concepts=not plm)
+    rs = _resolve_recipe(rb, variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides, preset=preset, seeds=seeds)
+    df = prepare_table(table, rb, need_concepts=not rs.plm)
     pos = _check_split(df, split)
-    encoder = encoder_choice(recipe.stage1, len(pos["train"]) + len(pos["dev"]))
-    recipe = replace(recipe, stage1=replace(recipe.stage1, encoder=encoder["used"]))  # what runs, also in config.yaml
+    rs = rs.for_answers(len(pos["train"]) + len(pos["dev"]))
+    name, plm, cfgs, mcfg, recipe, encoder, resolved = rs.name, rs.plm, rs.cfgs, rs.mcfg, rs.recipe, rs.encoder, rs.config
     if isinstance(agreement, (str, Path)):
         agreement = _read_agreement(Path(agreement))
     run = Path(run_dir)
     is_main = PartialState().is_main_process  # under `accelerate launch`, only rank 0 writes the run dir
-    resolved = {"variant": name, "preset": preset, "rubric": rb.name, "seeds": seeds, "encoder": encoder,
-                "model": asdict(mcfg)}
-    resolved |= {s: asdict(config_from_dict(c, cfgs[s])) for s, c in SECTIONS.items() if s != "model"}
-    resolved["stage1"] = asdict(recipe.stage1)
     notes = list(notes or [])
     if encoder["asked"] == "auto":
         notes.append(f"encoder {encoder['used']}: --encoder auto freezes it below stage1.frozen_below = "

@@ -228,3 +228,51 @@ def test_a_second_curve_on_the_same_folder_stops_at_once_and_harms_nothing(tmp_p
     cells = sorted(p.name for p in (out / "cells").glob("*.json"))
     assert len(cells) == 3 * 2 * 2 and not any("-n24-" in c for c in cells)  # the first call's cells, whole
     assert len(read_table(out / "curve.csv")) == 12 and not (out / "work").exists()
+
+
+def test_fold_runs_of_train_folds_stand_in_for_the_all_cells(tmp_path: Path, backbone: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--all-from reccbm=F` reads the 'all' cell of each fold from `train --folds` (same folds, table and recipe)
+    instead of training it again; a curve with another recipe or other folds is refused in one line."""
+    data = tmp_path / "ecology.csv"
+    ecology_table(90).to_csv(data, index=False)
+    folds = tmp_path / "folds"
+    res = runner.invoke(app, ["train", "--data", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--folds", "3",
+                              "--out", str(folds), "--backbone", backbone, "--epochs", "1", "--cfg", "joint.epochs=1",
+                              "--cfg", "stage2.epochs=3", "--max-len", "32", "--lr", "3e-3", "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "curve"
+    calls = _counting(monkeypatch)
+    res = runner.invoke(app, _args(tmp_path, backbone, "--sizes", "12,all", "--repeats", "1", "--variants", "reccbm",
+                                   "--all-from", f"reccbm={folds}"))
+    assert res.exit_code == 0, res.output
+    assert calls == ["fold0-n12-r0-reccbm"]  # the 'all' cell was not trained again
+    assert "1 cell(s) trained, 1 read from fold runs, 0 read back" in " ".join(res.output.split())
+    cell = json.loads((out / "cells" / "fold0-nall-r0-reccbm.json").read_text())
+    run = json.loads((folds / "fold-0" / "metrics.json").read_text())["seeds"][0]["test"]
+    assert cell["qwk"] == pytest.approx(run["qwk"]) and cell["t_acc"] == pytest.approx(run["t_acc"])
+    assert cell["source"] == str(folds / "fold-0") and cell["n_train"] == 60 and cell["encoder_epochs"] == 2
+    split = json.loads((folds / "fold-0" / "split.json").read_text())
+    assert cell["test_ids"] == read_table(folds / "fold-0" / "test_predictions.csv")["id"].astype(str).tolist()
+    assert set(cell["test_ids"]) == set(split["test"]) and cell["dev_ids"] == sorted(split["dev"])
+    small = json.loads((out / "cells" / "fold0-n12-r0-reccbm.json").read_text())
+    assert set(small["test_ids"]) == set(cell["test_ids"])  # the fold runs' test part is the curve's
+    doc = json.loads((out / "curve.json").read_text())
+    assert doc["from_fold_runs"] == {"fold0-nall-r0-reccbm": str(folds / "fold-0")}
+    assert any("read from finished fold runs" in n for n in doc["notes"])
+    assert doc["reach_90"]["reccbm"] is not None or cell["qwk"] <= 0  # the 90 % point has its full-data cell
+
+    # another recipe (Stage I epochs), other folds (--folds 2) or a variant the curve does not train: one line each
+    for extra, message in ((["--lr", "1e-3"], "trained with another configuration (stage1.lr 0.003 in the run, 0.001 here)"),
+                           (["--folds", "2"], "its fold is not this curve's fold 0"),
+                           (["--variants", "plm"], "'reccbm' is not a trained variant of this curve")):
+        calls.clear()
+        args = _args(tmp_path, backbone, "--sizes", "12,all", "--repeats", "1", "--variants", "reccbm",
+                     "--all-from", f"reccbm={folds}", *extra)
+        res = runner.invoke(app, [*args[:2], *args[2:], "--out", str(tmp_path / "other")])
+        flat = " ".join(res.output.split())
+        assert res.exit_code != 0 and message in flat and "Traceback" not in res.output, flat
+        assert not calls  # refused before anything trains
+    res = runner.invoke(app, _args(tmp_path, backbone, "--sizes", "12", "--repeats", "1", "--variants", "reccbm",
+                                   "--all-from", f"reccbm={folds}"))
+    assert res.exit_code != 0 and "which --sizes does not have" in " ".join(res.output.split())

@@ -273,3 +273,21 @@ def test_the_legend_says_which_folds_a_variant_was_measured_on_when_they_differ(
     assert _variant_labels(pd.DataFrame(rows)) == {"points": "points (folds 0, 1, 2)", "reccbm": "reccbm (fold 0)"}
     same = [{"fold": f, "variant": v} for f in (0, 1) for v in ("reccbm", "plm")]
     assert _variant_labels(pd.DataFrame(same)) == {"reccbm": "reccbm", "plm": "plm"}
+
+
+def test_a_fold_run_config_is_compared_field_by_field_and_a_field_it_predates_counts_as_its_default() -> None:
+    from rubrictool.curve import _differences
+    from rubrictool.train import resolve_training
+
+    ours = resolve_training(load_rubric("mohler"), 400).config
+    theirs = json.loads(json.dumps(ours))
+    assert _differences(theirs, ours) == []
+    del theirs["stage1"]["min_steps"], theirs["encoder"]  # written before those fields existed: their defaults ran
+    assert _differences(theirs, ours) == []
+    theirs["stage1"]["lr"] = 1.0
+    assert _differences(theirs, ours) == [f"stage1.lr 1.0 in the run, {ours['stage1']['lr']!r} here"]
+    changed = json.loads(json.dumps(ours))
+    changed["joint"]["min_steps"] = 50  # a field the old run lacks, set away from its default here: a difference
+    old = json.loads(json.dumps(ours))
+    del old["joint"]["min_steps"]
+    assert _differences(old, changed) == ["joint.min_steps None in the run, 50 here"]

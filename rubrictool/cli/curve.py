@@ -54,6 +54,9 @@ def learning_curve_cmd(
     lr: Annotated[float | None, typer.Option("--lr", help="Stage I learning rate (default 1e-4).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")] = None,
     keep_runs: Annotated[bool, typer.Option("--keep-runs", help="Keep each cell's run directory in OUT/runs/ (large).")] = False,
+    all_from: Annotated[list[str] | None, typer.Option(
+        "--all-from", help="VARIANT=FOLDER (repeatable): read the variant's 'all' cells of the first repeat from the fold "
+        "runs `train --folds` wrote there (same folds, table and configuration) instead of training them.")] = None,
     data_dir: DataDirOpt = None,
 ) -> None:
     """Learning curve: train each variant on growing stratified subsamples of every fold's training part and test
@@ -64,9 +67,11 @@ def learning_curve_cmd(
 
     Example (add frozen-encoder variants to that curve): rubrictool learning-curve --benchmark mohler --sizes 50,100,200,400,800,all --variants reccbm,reccbm-frozen,plm,plm-frozen,vanilla --repeats 3 --out curves/mohler
 
+    Example (reuse the folds `train --folds 5 --by question --out runs/q` trained, for the 'all' size): rubrictool learning-curve --benchmark mohler --by question --sizes 100,200,400,all --variants reccbm --all-from reccbm=runs/q --out curves/q
+
     Example (the points route, seconds: a points table fitted to the graded answers grades the panel's levels): rubrictool learning-curve --data adjudicated.csv --rubric course.yaml --sizes 10,20,50,100,all --variants points --out curves/points
     """
-    from rubrictool.curve import run_learning_curve
+    from rubrictool.curve import parse_full_from, run_learning_curve
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[info]}"))
@@ -80,7 +85,7 @@ def learning_curve_cmd(
             fold=fold, data_dir=data_dir, agreement=agreement, config=config, repeats=repeats, fold_seed=fold_seed,
             by=by, dev_share=dev_share, preset=preset, match_budget=match_budget, keep_runs=keep_runs,
             backbone=backbone, epochs=epochs, joint_epochs=joint_epochs, stage2_epochs=stage2_epochs, max_len=max_len,
-            batch_size=batch_size, lr=lr, device=device, callback=events, progress=view,
+            batch_size=batch_size, lr=lr, device=device, full_from=parse_full_from(all_from), callback=events, progress=view,
         )
     t = Table(title="learning curve: mean ± s.d. over folds × repeats")
     for col in ("variant", "size", "answers", "cells", "QWK", "T-Acc", "T-F1", "majority T-Acc"):
@@ -92,7 +97,10 @@ def learning_curve_cmd(
     console.print(t)
     for variant, reach in res.reach90.items():
         variant_sizes = res.summary.loc[res.summary["variant"] == variant, "size"].astype(str).tolist()
-        if reach and reach["where"] != "between sizes":  # reached at the smallest size: the curve cannot say how few
+        if reach and reach["size"] == "all":  # nothing smaller measured: no 90 % point to tell
+            console.print(f"{variant}: only its full-data cells (QWK {reach['full']:.3f} with {reach['full_n_train']:.0f}); "
+                          "add smaller sizes for its 90 % point", soft_wrap=True, highlight=False)
+        elif reach and reach["where"] != "between sizes":  # reached at the smallest size: the curve cannot say how few
             console.print(f"{variant}: its smallest size, {reach['size']} labelled answers, already reaches 90 % of its "
                           f"full-data QWK ({reach['target']:.3f} of {reach['full']:.3f} with "
                           f"{reach['full_n_train']:.0f}); fewer may do", soft_wrap=True, highlight=False)
@@ -106,5 +114,6 @@ def learning_curve_cmd(
             console.print(f"{variant}: no 90 % point without its full-data cells (add 'all' to --sizes)", highlight=False)
     for note in res.notes:
         console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
-    console.print(f"{res.trained} cell(s) trained, {res.read_back} read back; curve written to {res.out}"
+    from_runs = f", {res.from_runs} read from fold runs" if res.from_runs else ""
+    console.print(f"{res.trained} cell(s) trained{from_runs}, {res.read_back} read back; curve written to {res.out}"
                   f" (curve.csv, curve.json{', curve.png' if res.png else ''})", soft_wrap=True, highlight=False)
