@@ -74,6 +74,7 @@ from rubrictool.textsafe import md_inline, md_quote
 __all__ = [
     "CPU_DEFAULTS",
     "FLAT_OPTIONS",
+    "ResolvedTraining",
     "TrainResult",
     "encoder_choice",
     "encoder_epochs",
@@ -83,6 +84,7 @@ __all__ = [
     "prepare_table",
     "preset_config",
     "reliability_table",
+    "resolve_training",
     "train_folds",
     "train_model",
 ]
@@ -719,13 +721,6 @@ def _read_agreement(path: Path) -> dict[str, Any] | None:
         log.warning("ignoring %s: %s", path, exc)
         return None
     return doc if isinstance(doc, dict) else None
-
-
-def _same_config(run: Path, resolved: dict[str, Any]) -> bool:
-    try:
-        return bool(yaml.safe_load((run / "config.yaml").read_text()) == resolved)
-    except (OSError, yaml.YAMLError):
-        return False
 
 
 def _fold_done(fold_dir: Path) -> bool:
