@@ -276,3 +276,30 @@ def test_fold_runs_of_train_folds_stand_in_for_the_all_cells(tmp_path: Path, bac
     res = runner.invoke(app, _args(tmp_path, backbone, "--sizes", "12", "--repeats", "1", "--variants", "reccbm",
                                    "--all-from", f"reccbm={folds}"))
     assert res.exit_code != 0 and "which --sizes does not have" in " ".join(res.output.split())
+
+
+def test_the_plm_fold_runs_stand_in_for_its_matched_budget_all_cells(tmp_path: Path, backbone: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PLM trained by `train --variant plm --folds` with the concept models' Stage I + joint epochs (1 + 1 here,
+    given as --epochs 2) is the curve's matched-budget PLM: its fold runs are the curve's 'all' cells (its table compared
+    on the grades only); the same runs against the unmatched PLM are refused."""
+    data = tmp_path / "ecology.csv"
+    ecology_table(90).to_csv(data, index=False)
+    folds = tmp_path / "plm-folds"
+    res = runner.invoke(app, ["train", "--data", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--folds", "3",
+                              "--variant", "plm", "--out", str(folds), "--backbone", backbone, "--epochs", "2",
+                              "--cfg", "joint.epochs=1", "--cfg", "stage2.epochs=3", "--max-len", "32", "--lr", "3e-3",
+                              "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    calls = _counting(monkeypatch)
+    res = runner.invoke(app, _args(tmp_path, backbone, "--sizes", "all", "--repeats", "1", "--variants", "plm",
+                                   "--all-from", f"plm={folds}"))
+    assert res.exit_code == 0, res.output
+    assert calls == [] and "0 cell(s) trained, 1 read from fold runs" in " ".join(res.output.split())
+    assert "only its full-data cells" in " ".join(res.output.split())  # no smaller size: no 90 % point to tell
+    cell = json.loads((tmp_path / "curve" / "cells" / "fold0-nall-r0-plm.json").read_text())
+    assert cell["encoder_epochs"] == 2 and cell["source"] == str(folds / "fold-0")
+    res = runner.invoke(app, _args(tmp_path, backbone, "--sizes", "all", "--repeats", "1", "--variants", "plm",
+                                   "--no-match-budget", "--all-from", f"plm={folds}", "--out", str(tmp_path / "c2")))
+    assert res.exit_code != 0 and "trained with another configuration (stage1.epochs 2 in the run, 1 here)" in " ".join(
+        res.output.split()), res.output
