@@ -1,0 +1,121 @@
+"""Reading the concepts of unseen questions: what the fine-tuned concept encoder adds to the reference answer's words.
+
+On question-grouped folds (``benchmarks/folds.py --by question``) the default's concept accuracy falls well below its
+random-fold value. This study asks how much of the concept reading that does transfer is more than lexical overlap
+with the reference answer. Per concept, on the pooled test outputs of a k-fold run (every answer tested once by the
+fold model that never saw its question; ``pooled_predictions.csv`` carries the fold):
+
+- ``model``: the run's predicted level (``<k>_level``);
+- ``overlap``: a multinomial logistic regression on five question-independent features of the answer against its
+  reference (share of the reference's content words in the answer, share of the answer's words in the reference,
+  log lengths of both, their ratio), fitted on the other folds' answers and their adjudicated levels;
+- ``stacked``: the same regression on the model's log level probabilities and those features, fitted on the other
+  folds' pooled test outputs (each fold's outputs come from a model that did not see that fold's questions);
+- the share of the commonest level (what a constant reader gets).
+
+The same per-concept accuracies of a random-fold run are printed beside them when ``--random`` is given.
+
+    .venv/bin/python experiments/transfer.py      # the kept default runs in benchmarks/results/folds-by-question, folds
+    .venv/bin/python experiments/transfer.py --out experiments/results/transfer.json
+
+Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+STOP = frozenset(("the", "a", "an", "of", "to", "and", "or", "in", "on", "is", "are", "be", "it", "that", "this", "for",
+                  "with", "as", "by", "at", "from", "which", "can"))
+FEATURES = ("reference words in the answer", "answer words in the reference", "log answer length",
+            "log reference length", "length ratio")
+
+
+def _words(text: Any) -> list[str]:
+    return [t for t in re.findall(r"[a-z0-9]+", str(text).lower()) if t not in STOP]
+
+
+def overlap_features(responses: pd.Series, references: pd.Series) -> NDArray[Any]:
+    """(N, 5) question-independent features of each answer against its reference answer (FEATURES)."""
+    rows = []
+    for resp, ref in zip(responses, references):
+        a, r = _words(resp), _words(ref)
+        shared = len(set(a) & set(r))
+        rows.append([shared / max(1, len(set(r))), shared / max(1, len(set(a))), np.log1p(len(a)), np.log1p(len(r)),
+                     len(a) / max(1, len(r))])
+    return np.asarray(rows, dtype=float)
+
+
+def leave_fold_out(x: NDArray[Any], y: NDArray[Any], folds: NDArray[Any]) -> NDArray[Any]:
+    """Predictions for each fold from a standardised multinomial logistic regression fitted on the other folds."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    out = np.empty(len(y), dtype=y.dtype)
+    for f in np.unique(folds):
+        test = folds == f
+        clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000)).fit(x[~test], y[~test])
+        out[test] = clf.predict(x[test])
+    return out
+
+
+def concept_transfer(pooled: pd.DataFrame, items: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per concept: the commonest level's share and the accuracy of the model, the overlap probe and the stack."""
+    items = items.set_index("id").loc[pooled["id"]]
+    feats = overlap_features(items["response"], items["reference"])
+    folds = pooled["fold"].to_numpy()
+    rows = []
+    for k in keys:
+        y = pooled[f"{k}_true"].to_numpy()
+        logp = np.log(pooled[[c for c in pooled.columns if re.fullmatch(rf"{re.escape(k)}_p\d+", c)]].to_numpy(float) + 1e-6)
+        rows.append({"concept": k, "commonest_level": float(pd.Series(y).value_counts(normalize=True).iloc[0]),
+                     "model": float((pooled[f"{k}_level"].to_numpy() == y).mean()),
+                     "overlap": float((leave_fold_out(feats, y, folds) == y).mean()),
+                     "stacked": float((leave_fold_out(np.hstack([logp, feats]), y, folds) == y).mean())})
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--grouped", default="benchmarks/results/folds-by-question/default",
+                    help="a question-grouped k-fold run (its pooled_predictions.csv)")
+    ap.add_argument("--random", default="benchmarks/results/folds/default",
+                    help="the same configuration on random folds, for its per-concept accuracy ('' to skip)")
+    ap.add_argument("--data-dir", default=None, help="benchmark data (default: $RUBRICTOOL_DATA, else ./data)")
+    ap.add_argument("--out", default=None, help="also write the table as JSON here")
+    args = ap.parse_args(argv)
+
+    from rubrictool.pipeline import benchmark_table
+
+    rb, table, _ = benchmark_table("mohler", args.data_dir)
+    pooled = pd.read_csv(Path(args.grouped) / "pooled_predictions.csv", dtype={"id": str})
+    df = concept_transfer(pooled, table.assign(id=table["id"].astype(str)), rb.keys)
+    if args.random:
+        rnd = pd.read_csv(Path(args.random) / "pooled_predictions.csv", dtype={"id": str})
+        df.insert(1, "model_random_folds", [float((rnd[f"{k}_level"] == rnd[f"{k}_true"]).mean()) for k in rb.keys])
+    mean = {c: float(df[c].mean()) for c in df.columns if c != "concept"}
+    df = pd.concat([df, pd.DataFrame([{"concept": "mean", **mean}])], ignore_index=True)
+    print("Concept accuracy on unseen questions (pooled test outputs; concept labels: three LLM passes, not "
+          "expert-validated)\n")
+    cols = list(df.columns)
+    print("| " + " | ".join(cols) + " |\n" + "|---" * len(cols) + "|")
+    for r in df.itertuples(index=False):
+        print("| " + " | ".join(v if isinstance(v, str) else f"{v:.3f}" for v in r) + " |")
+    if args.out:
+        doc = {"grouped": args.grouped, "random": args.random, "features": list(FEATURES),
+               "table": df.to_dict(orient="records")}
+        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
