@@ -13,7 +13,9 @@ fold model that never saw its question; ``pooled_predictions.csv`` carries the f
   folds' pooled test outputs (each fold's outputs come from a model that did not see that fold's questions);
 - the share of the commonest level (what a constant reader gets).
 
-The same per-concept accuracies of a random-fold run are printed beside them when ``--random`` is given.
+The same per-concept accuracies of a random-fold run are printed beside them when ``--random`` is given. Last, the
+grade: the model's against a regression on every concept's log probabilities and the overlap features (fitted on the
+other folds, as above): does the better concept reading move the grade?
 
     .venv/bin/python experiments/transfer.py      # the kept default runs in benchmarks/results/folds-by-question, folds
     .venv/bin/python experiments/transfer.py --out experiments/results/transfer.json
@@ -84,6 +86,20 @@ def concept_transfer(pooled: pd.DataFrame, items: pd.DataFrame, keys: list[str])
     return pd.DataFrame(rows)
 
 
+def grade_transfer(pooled: pd.DataFrame, items: pd.DataFrame, keys: list[str]) -> dict[str, dict[str, float]]:
+    """T-Acc and QWK of the model's grade and of the stacked grade regression (concept log probabilities + overlap)."""
+    from sklearn.metrics import accuracy_score, cohen_kappa_score
+
+    items = items.set_index("id").loc[pooled["id"]]
+    logp = np.log(pooled[[c for k in keys for c in pooled.columns if re.fullmatch(rf"{re.escape(k)}_p\d+", c)]]
+                  .to_numpy(float) + 1e-6)
+    x = np.hstack([logp, overlap_features(items["response"], items["reference"])])
+    y = pooled["grade_true"].to_numpy()
+    stacked = leave_fold_out(x, y, pooled["fold"].to_numpy())
+    return {name: {"t_acc": float(accuracy_score(y, p)), "qwk": float(cohen_kappa_score(y, p, weights="quadratic"))}
+            for name, p in (("model", pooled["grade"].to_numpy()), ("stacked", stacked))}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--grouped", default="benchmarks/results/folds-by-question/default",
@@ -110,9 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     print("| " + " | ".join(cols) + " |\n" + "|---" * len(cols) + "|")
     for r in df.itertuples(index=False):
         print("| " + " | ".join(v if isinstance(v, str) else f"{v:.3f}" for v in r) + " |")
+    grade = grade_transfer(pooled, table.assign(id=table["id"].astype(str)), rb.keys)
+    print("\nGrade: " + "; ".join(f"{n} T-Acc {m['t_acc']:.3f}, QWK {m['qwk']:.3f}" for n, m in grade.items()))
     if args.out:
         doc = {"grouped": args.grouped, "random": args.random, "features": list(FEATURES),
-               "table": df.to_dict(orient="records")}
+               "table": df.to_dict(orient="records"), "grade": grade}
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 
