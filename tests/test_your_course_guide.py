@@ -24,7 +24,7 @@ What the test changes in the commands (:data:`SUBSTITUTIONS`, each must be used,
   enforced). The dry run keeps the real model names: it sends nothing and prices them from litellm's local map.
 - ``train`` and ``learning-curve``: a tiny BERT whose vocabulary is the course's words instead of MiniLM, one epoch,
   ``--max-len 96``, CPU; ``--folds 5`` becomes ``--folds 2``; the curve runs sizes 24 and all, one repeat, REC-CBM
-  only, on 2 folds.
+  only, on 2 folds, with train's recipe (so that ``--all-from`` reads its 'all' cells from step 7's folds).
 
 None of these adds an input file, a rubric or a table: after the run trained for grading (step 8), the test hides
 ``rubrics/`` and ``adjudicated/`` and unsets RUBRICTOOL_RUBRICS, so grade, explain, report and audit must work from
@@ -80,7 +80,7 @@ SUBSTITUTIONS = [
     Sub("learning-curve", "--sizes 20,40,all", "--sizes 24,all"),
     Sub("learning-curve", "--variants reccbm,plm", "--variants reccbm"),
     Sub("learning-curve", "--repeats 3", "--repeats 1"),
-    Sub("learning-curve", "", TINY + " --folds 2 --joint-epochs 1 --stage2-epochs 5"),
+    Sub("learning-curve", "", TINY + " --folds 2 --joint-epochs 1"),  # train's recipe: its folds stand in for 'all'
 ]
 
 # The steps the guide must walk, in this order (issue #24 item 7).
@@ -226,6 +226,10 @@ def _points(c: Course, argv: list[str]) -> None:
 def _curve(c: Course, argv: list[str]) -> None:
     curve = pd.read_csv(c.root / "curves" / "chemlab" / "curve.csv")
     assert set(curve["variant"]) == {"reccbm"} and len(curve) == 2 * 2  # 2 sizes × 2 folds × 1 repeat
+    # --all-from: the 'all' cells are step 7's fold runs, not trained again
+    doc = json.loads((c.root / "curves" / "chemlab" / "curve.json").read_text())
+    assert sorted(doc["from_fold_runs"]) == ["fold0-nall-r0-reccbm", "fold1-nall-r0-reccbm"]
+    assert all(src.endswith(f"chemlab-5fold/fold-{i}") for i, src in enumerate(doc["from_fold_runs"].values()))
 
 
 def _train(c: Course, argv: list[str]) -> None:
