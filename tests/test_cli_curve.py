@@ -276,6 +276,17 @@ def test_fold_runs_of_train_folds_stand_in_for_the_all_cells(tmp_path: Path, bac
     res = runner.invoke(app, _args(tmp_path, backbone, "--sizes", "12", "--repeats", "1", "--variants", "reccbm",
                                    "--all-from", f"reccbm={folds}"))
     assert res.exit_code != 0 and "which --sizes does not have" in " ".join(res.output.split())
+    # a fold not finished there (here: its metrics gone) is trained as usual, and the curve says so
+    (folds / "fold-1" / "metrics.json").unlink()
+    calls.clear()
+    args = _args(tmp_path, backbone, "--sizes", "all", "--repeats", "1", "--variants", "reccbm", "--all-from",
+                 f"reccbm={folds}")
+    res = runner.invoke(app, [*args[: args.index("--fold")], "--fold", "0,1", *args[args.index("--fold") + 2:],
+                              "--out", str(tmp_path / "unfinished")])
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 0, res.output
+    assert calls == ["fold1-nall-r0-reccbm"] and "fold-1 is not a finished fold run; training the cell" in flat
+    assert "1 cell(s) trained, 1 read from fold runs" in flat
 
 
 def test_the_plm_fold_runs_stand_in_for_its_matched_budget_all_cells(tmp_path: Path, backbone: str,
