@@ -22,6 +22,7 @@ from rubrictool.curve import (
     plot_curve,
     position_on_curve,
     reach_fraction,
+    summarize_curve,
 )
 from rubrictool.errors import DataError, TrainError
 from rubrictool.io import write_table
@@ -291,3 +292,14 @@ def test_a_fold_run_config_is_compared_field_by_field_and_a_field_it_predates_co
     old = json.loads(json.dumps(ours))
     del old["joint"]["min_steps"]
     assert _differences(old, changed) == ["joint.min_steps None in the run, 50 here"]
+
+
+def test_the_all_size_gets_one_tick_even_when_variants_ran_on_other_folds() -> None:
+    """points on five folds (1,818.4 answers on average) beside reccbm on fold 0 (1,825): one "≈1822 (all)" tick,
+    not two labels drawn over each other."""
+    from rubrictool.curve import _ticks
+
+    five = _cells([("points", "20", 20, 0.7, 0.66), ("points", "all", 1818, 0.78, 0.71)])
+    one = _cells([("reccbm", "200", 200, 0.1, 0.5), ("reccbm", "all", 1825, 0.5, 0.63)])
+    assert _ticks(summarize_curve(pd.concat([five, one]))) == {20: "20", 200: "200", 1822: "≈1822\n(all)"}
+    assert _ticks(summarize_curve(five)) == {20: "20", 1818: "1818\n(all)"}
