@@ -308,12 +308,13 @@ def _cell_from_run(src: Path, fold: int, variant: str, expected: dict[str, Any],
     if (run / RECORD).is_file() and not run_is_complete(run):
         return None
     where = f"--all-from {variant}={src}: {run}"
+    plm = parse_variant(variant)[0] == "plm"  # the black box reads the grades only
     try:
         their_split = json.loads((run / "split.json").read_text())
         config = yaml.safe_load((run / "config.yaml").read_text()) or {}
         metrics = json.loads((run / "metrics.json").read_text())
         pred = pd.read_csv(run / "test_predictions.csv", dtype={"id": str}, usecols=["id", "grade"])
-        table = validate_adjudicated(read_table(str(run / "table.csv")), rb, need_concepts=variant != "plm")
+        table = validate_adjudicated(read_table(str(run / "table.csv")), rb, need_concepts=not plm)
     except (OSError, ValueError, KeyError, yaml.YAMLError, DataError) as exc:
         raise DataError(f"{where}: unreadable fold run ({exc.__class__.__name__}: {str(exc)[:120]})",
                         hint="give the folder `train --folds` wrote, or drop --all-from to train the cell") from None
@@ -321,7 +322,7 @@ def _cell_from_run(src: Path, fold: int, variant: str, expected: dict[str, Any],
             set(their_split.get("train", [])) | set(their_split.get("dev", []))) != set(split["train"]) | set(split["dev"]):
         raise DataError(f"{where}: its fold is not this curve's fold {fold} (other folds, fold seed or --by)",
                         hint="give the folder of `train --folds` with the same --folds, --fold-seed and --by")
-    keys = [] if parse_variant(variant)[0] == "plm" else rb.keys  # the black box reads the grades only
+    keys = [] if plm else rb.keys
     if _table_digest(table, keys) != _table_digest(df, keys):
         raise DataError(f"{where}: trained on another table (labels or grades differ)",
                         hint="give the fold runs of this table, or drop --all-from to train the cell")
