@@ -58,6 +58,7 @@ from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import validate_adjudicated
 from rubrictool.train import (
     FLAT_OPTIONS,
+    SECTIONS,
     encoder_epochs,
     encoder_min_steps,
     load_train_config,
@@ -274,8 +275,6 @@ def parse_full_from(items: Sequence[str] | None) -> dict[str, Path]:
 def _differences(theirs: Any, ours: Any, where: str = "") -> list[str]:
     """Fields of a run's config.yaml (``theirs``) that differ from what this curve would train with (``ours``). A
     field the run predates (absent from its file) counts as its dataclass default, which is what this build reads."""
-    from rubrictool.train import SECTIONS
-
     if isinstance(theirs, dict) and isinstance(ours, dict):
         out: list[str] = []
         for key in sorted(set(theirs) | set(ours), key=str):
@@ -452,7 +451,7 @@ def learning_curve(
         # fold runs standing in for "all" cells are checked before anything trains: a mismatch is one error, at once
         stand_ins: dict[tuple[int, str], dict[str, Any] | None] = {}
         for v, d in full_dirs.items():
-            expected = resolve_training(rb, 0, variant=parse_variant(v)[0], overrides=per_variant[v][0], preset=preset)
+            expected = resolve_training(rb, variant=parse_variant(v)[0], overrides=per_variant[v][0], preset=preset)
             for f in run_folds:
                 if not (cells_dir / f"{_cell_name(f, ALL, 0, v)}.json").is_file():
                     config = expected.for_answers(len(pools[f])).config

@@ -460,8 +460,21 @@ class ResolvedTraining:
         return doc
 
 
-def _resolve_recipe(rb: Rubric, *, variant: str, race: bool | None, opcc: bool | None, lcec: bool | None,
-                    overrides: dict[str, dict[str, Any]] | None, preset: str, seeds: int) -> ResolvedTraining:
+def resolve_training(
+    rubric: Rubric | str | Path,
+    *,
+    variant: str = "reccbm",
+    race: bool | None = None,
+    opcc: bool | None = None,
+    lcec: bool | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    preset: str = "default",
+    seeds: int = 1,
+) -> ResolvedTraining:
+    """What :func:`train_model` trains with these arguments, without reading a table or training; ``.for_answers(n)``
+    adds the encoder choice for n labelled answers (train + dev), and its ``config`` is the config.yaml that run writes.
+    Raises TrainError as train_model does for an unknown variant, preset or a bad configuration."""
+    rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
     for section, values in (overrides or {}).items():
         _refuse_decided("the training overrides", section, [k for k, v in values.items() if v is not None])
     try:
@@ -494,26 +507,6 @@ def _resolve_recipe(rb: Rubric, *, variant: str, race: bool | None, opcc: bool |
     except (TypeError, ValueError) as exc:
         raise TrainError(f"bad configuration: {exc}") from None
     return ResolvedTraining(name, plm, preset, rb.name, seeds, cfgs, mcfg, recipe)
-
-
-def resolve_training(
-    rubric: Rubric | str | Path,
-    n_labelled: int,
-    *,
-    variant: str = "reccbm",
-    race: bool | None = None,
-    opcc: bool | None = None,
-    lcec: bool | None = None,
-    overrides: dict[str, dict[str, Any]] | None = None,
-    preset: str = "default",
-    seeds: int = 1,
-) -> ResolvedTraining:
-    """What :func:`train_model` would train with these arguments on ``n_labelled`` answers (train + dev), without
-    reading a table or training: its ``config`` is the config.yaml that run writes. Raises TrainError as train_model
-    does for an unknown variant, preset or a bad configuration."""
-    rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
-    return _resolve_recipe(rb, variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides, preset=preset,
-                           seeds=seeds).for_answers(n_labelled)
 
 
 def train_model(
@@ -549,7 +542,7 @@ def train_model(
     The run is built aside and renamed into place when complete (:mod:`rubrictool.runs`).
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
-    rs = _resolve_recipe(rb, variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides, preset=preset, seeds=seeds)
+    rs = resolve_training(rb, variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides, preset=preset, seeds=seeds)
     df = prepare_table(table, rb, need_concepts=not rs.plm)
     pos = _check_split(df, split)
     rs = rs.for_answers(len(pos["train"]) + len(pos["dev"]))

@@ -260,7 +260,7 @@ def test_fold_runs_of_train_folds_stand_in_for_the_all_cells(tmp_path: Path, bac
     doc = json.loads((out / "curve.json").read_text())
     assert doc["from_fold_runs"] == {"fold0-nall-r0-reccbm": str(folds / "fold-0")}
     assert any("read from finished fold runs" in n for n in doc["notes"])
-    assert doc["reach_90"]["reccbm"] is not None or cell["qwk"] <= 0  # the 90 % point has its full-data cell
+    assert (doc["reach_90"]["reccbm"] is None) == (cell["qwk"] <= 0)  # the imported cell is the 90 % point's full data
 
     # another recipe (Stage I epochs), other folds (--folds 2) or a variant the curve does not train: one line each
     for extra, message in ((["--lr", "1e-3"], "trained with another configuration (stage1.lr 0.003 in the run, 0.001 here)"),

@@ -280,7 +280,7 @@ def test_a_fold_run_config_is_compared_field_by_field_and_a_field_it_predates_co
     from rubrictool.curve import _differences
     from rubrictool.train import resolve_training
 
-    ours = resolve_training(load_rubric("mohler"), 400).config
+    ours = resolve_training(load_rubric("mohler")).for_answers(400).config
     theirs = json.loads(json.dumps(ours))
     assert _differences(theirs, ours) == []
     del theirs["stage1"]["min_steps"], theirs["encoder"]  # written before those fields existed: their defaults ran
