@@ -61,9 +61,8 @@ def rho_over_answers(pooled: pd.DataFrame, keys: list[str], alpha: np.ndarray, l
 
 
 def main() -> None:
-    from rubrictool.evaluate import spearman_with_ci
+    from rubrictool.evaluate import noise_share_rho, spearman_with_ci
     from rubrictool.rubric import load_rubric
-    from rubrictool.train import noise_share_rho
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--folds", type=Path, default=Path("benchmarks/results/folds"),

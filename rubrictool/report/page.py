@@ -287,7 +287,7 @@ def _concept_section(r: Report, run: Run, preds: reccbm.Predictions, gold_c: NDA
     if run.metrics.get("implied_noise"):
         r.implied = dict(run.metrics["implied_noise"])
     elif {"sigma2_implied", "score_sigma2"} <= set(concepts.columns):
-        from rubrictool.train import implied_noise_rhos
+        from rubrictool.evaluate import implied_noise_rhos
 
         r.implied = implied_noise_rhos(concepts["sigma2_implied"], concepts["score_sigma2"],
                                        concepts.get("alpha", pd.Series(np.nan, index=concepts.index)))

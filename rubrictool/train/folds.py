@@ -1,0 +1,216 @@
+"""k-fold evaluation: one run per fold (:func:`rubrictool.train.train_model`), then the pooled metrics, the baselines
+and ``folds.md``/``folds.json`` (:func:`train_folds`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+import reccbm
+from rubrictool.data import kfold_splits, save_split
+from rubrictool.errors import DataError, TrainError
+from rubrictool.evaluate import (
+    concept_alpha,
+    expected_calibration_error,
+    honest_metrics,
+    implied_noise_rhos,
+    majority_baseline,
+    noise_share_rho,
+    oracle_concept_baseline,
+    pooled_metrics,
+    spearman_with_ci,
+)
+from rubrictool.io import atomic_write_text, write_table
+from rubrictool.progress import Progress, ProgressFn
+from rubrictool.rubric import Rubric, load_rubric
+from rubrictool.runs import RECORD, describe_labels, run_is_complete
+from rubrictool.train.run import TrainResult, prepare_table, read_agreement, train_model
+
+__all__ = ["FOLD_COLUMNS", "folds_markdown", "train_folds"]
+
+
+def _fold_done(fold_dir: Path) -> bool:
+    """A fold to read back: a complete run (its files match run.json); a fold written before run records counts when
+    its metrics, test predictions and model.json are all there."""
+    if (fold_dir / RECORD).is_file():
+        return run_is_complete(fold_dir)
+    return all((fold_dir / f).is_file() for f in ("metrics.json", "test_predictions.csv", "model.json"))
+
+
+def train_folds(
+    rubric: Rubric | str | Path,
+    table: pd.DataFrame,
+    run_dir: str | Path,
+    *,
+    folds: int = 5,
+    fold_seed: int = 0,
+    agreement: dict[str, Any] | str | Path | None = None,
+    notes: list[str] | None = None,
+    progress: ProgressFn | None = None,
+    by: str | None = None,
+    **kwargs: Any,
+) -> TrainResult:
+    """k-fold evaluation: one run per fold in ``run_dir/fold-<i>`` (every item tested exactly once; see
+    :func:`rubrictool.data.kfold_splits`), then pooled metrics and the baselines (:mod:`rubrictool.evaluate`).
+
+    Resumable per fold: a fold whose run finished (metrics.json written) is read back, not retrained.
+    progress gets one task, "folds": folds done so far, and whether the next one trains or was read back."""
+    rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
+    if isinstance(agreement, (str, Path)):
+        agreement = read_agreement(Path(agreement))
+    run = Path(run_dir)
+    splits = kfold_splits(prepare_table(table, rb, need_concepts=False), k=folds, seed=fold_seed, by=by)
+    current = run
+    try:  # before any training: a folder that cannot be written is one line, not minutes of training lost
+        run.mkdir(parents=True, exist_ok=True)
+        for i, sp in enumerate(splits):
+            current = run / f"fold-{i}.split.json"
+            save_split(sp, current, seed=fold_seed, meta={"fold": i, "folds": folds, "by": by})
+    except OSError as exc:
+        done = sum(_fold_done(run / f"fold-{i}") for i in range(folds)) if run.is_dir() else 0
+        kept = f"the {done} fold(s) finished earlier in {run} are kept" if done else f"nothing was written to {run}"
+        raise TrainError(f"{current}: cannot write it ({exc.strerror or exc}); nothing was trained; {kept}",
+                         hint="pass --out a folder you can write (or free space), then train again") from None
+    results: list[dict[str, Any]] = []
+    for i, sp in enumerate(splits):
+        fold_dir = run / f"fold-{i}"
+        if _fold_done(fold_dir):
+            if progress:
+                progress(Progress("folds", i + 1, folds, f"fold {i + 1}: finished earlier, read back"))
+        else:
+            if progress:
+                progress(Progress("folds", i, folds, f"fold {i + 1}: training"))
+            train_model(rb, table, sp, fold_dir, agreement=agreement, notes=notes, progress=progress, **kwargs)
+        results.append(json.loads((fold_dir / "metrics.json").read_text()))
+    if progress:
+        progress(Progress("folds", folds, folds, "all folds done: pooled"))
+    plm = "plm" in results[0]["variant"]
+    # the true levels, when the table has them: the concept metrics (not for the PLM, which predicts none) and
+    # the oracle-concept baseline (for every variant, so the PLM's table has it too)
+    has_c = not plm or all(k in table.columns for k in rb.keys)
+    try:
+        df = prepare_table(table, rb, need_concepts=has_c)
+    except DataError:
+        if not plm:
+            raise
+        has_c, df = False, prepare_table(table, rb, need_concepts=False)
+    truth = df.set_index("id")
+    parts = []
+    for i, sp in enumerate(splits):
+        pred = pd.read_csv(run / f"fold-{i}" / "test_predictions.csv", dtype={"id": str})
+        pred.insert(1, "fold", i)
+        pred.insert(2, "grade_true", truth.loc[pred["id"], "_y"].to_numpy() + rb.grade.min)
+        if has_c:
+            for k in rb.keys:
+                pred[f"{k}_true"] = truth.loc[pred["id"], f"_c_{k}"].to_numpy() + rb.scale.min
+        y: dict[str, NDArray[Any]] = {s: truth.loc[sp[s], "_y"].to_numpy() for s in ("train", "dev", "test")}
+        b = pd.DataFrame({"id": sp["test"], "majority": majority_baseline(y["train"], len(sp["test"])) + rb.grade.min})
+        if has_c:
+            lv: dict[str, NDArray[Any]] = {s: truth.loc[sp[s], [f"_c_{k}" for k in rb.keys]].to_numpy()
+                                           for s in ("train", "dev", "test")}
+            b["oracle_concepts"] = oracle_concept_baseline(lv, y, rb.M + 1) + rb.grade.min
+        parts.append(pred.merge(b, on="id"))
+    pooled = pd.concat(parts, ignore_index=True)
+    write_table(pooled, run / "pooled_predictions.csv")  # atomic: what `compare` reads as a finished k-fold run
+    keys = rb.keys if has_c and not plm else []
+    summary = {
+        "variant": results[0]["variant"], "preset": results[0].get("preset"), "rubric": rb.name, "folds": folds,
+        "fold_seed": fold_seed, "by": by, "n_items": len(pooled), "notes": list(notes or []),
+        "pooled": pooled_metrics(pooled, keys),
+        "per_fold": [r["seeds"][0]["test"] | {"fold": i} for i, r in enumerate(results)],
+        "baselines": {name: pooled_metrics(pooled.assign(grade=pooled[name]).drop(columns=["grade_oracle"], errors="ignore"), [])
+                      for name in ("majority", "oracle_concepts") if name in pooled},
+        "train_seconds": [r["summary"].get("train_seconds", 0.0) for r in results],
+        "encoder": [(r.get("encoder") or {}).get("used", "train") for r in results],  # per fold (auto decides per fold)
+        "grade_levels": rb.grade.max - rb.grade.min + 1,
+        "labels": results[0].get("labels") or {},  # who made the labels (every fold trains on the same table)
+    }
+    honest = honest_metrics(pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy(), None,
+                            y_majority=pooled["majority"].to_numpy())
+    summary |= {k: honest[k] for k in ("majority", "ci", "vs_majority", "top_grade", "top_share")}
+    summary["warnings"] = [w for w in honest["warnings"] if w["code"] != "small_test"]  # every answer was tested
+    cal = expected_calibration_error(pooled["grade_prob"], pooled["grade"] == pooled["grade_true"])
+    ns = [r.get("n_test") for r in results]
+    nlls = [(r.get("calibration") or {}).get("nll") for r in results]
+    nll = None  # the mean over all answers of the folds' per-answer NLL (runs written before it: none)
+    if all(isinstance(n, int) for n in ns) and all(isinstance(v, float) for v in nlls):
+        nll = float(np.average(np.asarray(nlls, float), weights=np.asarray(ns, float)))
+    summary["calibration"] = cal | {"nll": nll}
+    rels = [run / f"fold-{i}" / "reliability.csv" for i in range(folds)]
+    frames = [pd.read_csv(p) for p in rels] if all(p.is_file() for p in rels) else []
+    if frames and frames[0]["A_kk"].notna().any():
+        sigma2 = np.mean([f["sigma2"].to_numpy() for f in frames], axis=0)  # (K,) mean over folds
+        summary["reliability"] = {
+            "concepts": frames[0]["concept"].tolist(), "alpha": frames[0]["alpha"].tolist(),
+            "sigma2_mean": sigma2.tolist(),
+            "A_kk_mean": np.mean([f["A_kk"].to_numpy() for f in frames], axis=0).tolist(),
+            "mean_A_kk": float(np.mean([f["A_kk"].mean() for f in frames])),
+            "spearman": spearman_with_ci(sigma2, 1 - frames[0]["alpha"].to_numpy()),
+        }
+    if keys and all(f"{k}_expected" in pooled for k in keys):  # the concept scores' noise on new answers, all folds
+        score = reccbm.concept_score_reliability(pooled[[f"{k}_expected" for k in keys]].to_numpy(float) - rb.scale.min,
+                                                 pooled[[f"{k}_true" for k in keys]].to_numpy(float) - rb.scale.min, rb.M)
+        alpha = [concept_alpha(agreement, k)[0] for k in keys]
+        summary["score_reliability"] = {"concepts": keys, "alpha": alpha, **score,
+                                        "spearman_noise_share": noise_share_rho(score["reliability"], alpha)}
+        if "reliability" in summary and all("sigma2_implied" in f for f in frames):
+            implied = np.mean([f["sigma2_implied"].to_numpy(float) for f in frames], axis=0)  # (K,) mean over folds
+            summary["reliability"]["sigma2_implied_mean"] = implied.tolist()
+            summary["reliability"]["score_sigma2_pooled"] = score["sigma2"]
+            summary["reliability"] |= implied_noise_rhos(implied, score["sigma2"], alpha)
+    attn = [r["seeds"][0].get("attention") for r in results]
+    if all(attn):
+        summary["attention"] = {k: np.mean([a[k] for a in attn if a], axis=0).tolist() for k in attn[0] or {}}
+    atomic_write_text(run / "folds.md", folds_markdown(summary))
+    atomic_write_text(run / "folds.json", json.dumps(summary, indent=2, default=float) + "\n")  # last: ablate's "done"
+    fold0 = run / "fold-0"
+    rel = pd.read_csv(fold0 / "reliability.csv") if (fold0 / "reliability.csv").is_file() else pd.DataFrame()
+    metrics = {"variant": summary["variant"], "encoder": results[0].get("encoder"),
+               "summary": {k: {"mean": v, "std": 0.0} for k, v in summary["pooled"].items()},
+               "folds": summary, "seeds": results[0]["seeds"],
+               "spearman_noise_share": summary.get("score_reliability", {}).get("spearman_noise_share"),
+               "n_test": len(pooled), "warnings": summary["warnings"], "labels": summary["labels"],
+               **{k: summary[k] for k in ("majority", "ci", "vs_majority", "calibration")}}
+    metrics["summary"] |= {f"{s}_seconds": float(np.mean([r["summary"].get(f"{s}_seconds", 0.0) for r in results]))
+                           for s in ("stage1", "joint", "stage2", "train")}
+    return TrainResult(run, summary["variant"], metrics, rel, results[0].get("spearman_sigma2_vs_1_minus_alpha"),
+                       list(notes or []))
+
+
+FOLD_COLUMNS = (("t_acc", "T-Acc"), ("t_f1", "T-F1"), ("qwk", "QWK"), ("pearson", "Pearson r"), ("rmse", "RMSE"),
+                ("adjacent", "adjacent"), ("c_acc", "C-Acc"), ("c_f1", "C-F1"), ("oracle_t_acc", "oracle-interv. T-Acc"))
+
+
+def folds_markdown(summary: dict[str, Any]) -> str:
+    """folds.md: pooled metrics of the run and the baselines, then each fold."""
+    def cell(m: dict[str, Any], k: str) -> str:
+        v = m.get(k)
+        return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
+    # ±1 covers every pair of a two-grade scale: adjacent agreement says nothing there
+    columns = [c for c in FOLD_COLUMNS if c[0] != "adjacent" or summary.get("grade_levels", 3) > 2]
+    head = "| model | " + " | ".join(n for _, n in columns) + " |"
+    sep = "|---" * (len(columns) + 1) + "|"
+    rows = [f"| {summary['variant']} ({summary['preset']}) | " + " | ".join(cell(summary["pooled"], k) for k, _ in columns) + " |"]
+    for name, m in summary["baselines"].items():
+        rows.append(f"| {name.replace('_', ' ')} baseline | " + " | ".join(cell(m, k) for k, _ in columns) + " |")
+    folds = [f"| fold {m['fold']} | " + " | ".join(cell(m, k) for k, _ in columns) + " |" for m in summary["per_fold"]]
+    title = f"{summary['folds']}-fold evaluation, {summary['n_items']} items pooled (rubric {summary['rubric']})"
+    who = describe_labels(summary.get("labels") or {})
+    honest = [f"Labels: {who}.", ""] if who else []
+    if "ci" in summary:
+        ci, cal = summary["ci"], summary.get("calibration") or {}
+        honest += [f"T-Acc {ci['t_acc']['value']:.3f} [95 % CI {ci['t_acc']['lo']:.3f}, {ci['t_acc']['hi']:.3f}], "
+                  f"QWK {ci['qwk']['value']:.3f} [{ci['qwk']['lo']:.3f}, {ci['qwk']['hi']:.3f}]; majority class "
+                  f"(grade {summary['majority']['grade']}) T-Acc {summary['majority']['t_acc']:.3f}; ECE "
+                  f"{cal.get('ece', float('nan')):.3f} ({cal.get('ece_bins', '')})"
+                  + (f", NLL {cal['nll']:.3f}" if cal.get("nll") is not None else ""), ""]
+        honest += [f"**Warning:** {w['message']}" for w in summary.get("warnings", [])] + [""]
+    return "\n".join([f"# {title}", "", *honest, head, sep, *rows, "", "Per fold:", "", head, sep, *folds, ""]
+                     + [f"> {n}" for n in summary["notes"]]) + "\n"

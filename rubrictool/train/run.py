@@ -1,0 +1,381 @@
+"""One training run: :func:`train_model` validates the table against the rubric, maps concept levels to 0..M
+(level − scale.min) and grades to 0..S (grade − grade.min), runs the recipe (:func:`reccbm.fit`: Stage I, joint stage,
+Stage II; or the PLM baseline) for one or more seeds, and writes a run directory::
+
+    runs/<name>/config.yaml  split.json  metrics.json  reliability.csv  reliability.md
+                train.log  test_predictions.csv  model.safetensors  model.json  backbone/
+                profile.json (what the grade flags compare new responses with, rubrictool.flags)
+
+The run is built in a staging folder and renamed into place when complete (:mod:`rubrictool.runs`).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+from accelerate import PartialState
+
+import reccbm
+from reccbm import ModelConfig, Predictions
+from rubrictool.data import save_split
+from rubrictool.errors import TrainError
+from rubrictool.evaluate import (
+    calibration,
+    honest_metrics,
+    implied_noise_rhos,
+    lcec_state,
+    noise_share_rho,
+    reliability_markdown,
+    reliability_table,
+    spearman_with_ci,
+)
+from rubrictool.flags import profile_from_table, save_profile
+from rubrictool.grade import model_inputs
+from rubrictool.grade import predictions_frame as _predictions_frame
+from rubrictool.progress import ProgressFn, truncation_message, warn
+from rubrictool.provenance import git_revision
+from rubrictool.rubric import Rubric, load_rubric
+from rubrictool.runs import TABLE_COPY_MAX_BYTES, building, label_source, sha256_file, write_record
+from rubrictool.tables import validate_adjudicated
+from rubrictool.train.recipe import resolve_training
+
+__all__ = ["SUMMARY_METRICS", "TrainResult", "concept_texts", "points_baselines", "prepare_table", "read_agreement",
+           "train_model"]
+
+log = logging.getLogger("rubrictool.train")
+
+
+# ---------------------------------------------------------------------------- validation
+# The AdjudicatedTable is validated where it is stated (rubrictool.tables); the name stays for callers.
+prepare_table = validate_adjudicated
+
+
+def _check_split(df: pd.DataFrame, split: dict[str, list[str]]) -> dict[str, list[int]]:
+    pos = {i: n for n, i in enumerate(df["id"])}
+    out: dict[str, list[int]] = {}
+    for name in ("train", "dev", "test"):
+        ids = [str(i) for i in split.get(name, [])]
+        if not ids:
+            raise TrainError(f"the {name} split is empty; every split needs items (check the ratios and the table)")
+        unknown = [i for i in ids if i not in pos]
+        if unknown:
+            raise TrainError(f"the {name} split lists {len(unknown)} id(s) not in the table, e.g. {unknown[0]!r}")
+        out[name] = [pos[i] for i in ids]
+    return out
+
+
+# ---------------------------------------------------------------------------- training
+@dataclass
+class TrainResult:
+    """What :func:`train_model` produced; everything here is also written to ``run_dir``."""
+
+    run_dir: Path
+    variant: str
+    metrics: dict[str, Any]  # per-seed test metrics, mean/std, timings
+    reliability: pd.DataFrame  # one row per concept (empty for the PLM baseline)
+    spearman: float | None  # ρ(σ_k², 1 − α_k) across concepts
+    notes: list[str] = field(default_factory=list)
+
+
+def _encode(
+    df: pd.DataFrame, rubric: Rubric, tokenizer: Any, max_len: int, concepts: bool, truncated: list[int] | None = None
+) -> reccbm.EncodedItems:
+    feats = model_inputs(tokenizer, df, max_len, truncated)
+    c = df[[f"_c_{k}" for k in rubric.keys]].to_numpy(np.int64) if concepts else None
+    y = df["_y"].to_numpy(np.int64) if "_y" in df.columns else None
+    return reccbm.EncodedItems(feats, c, y)
+
+
+@contextmanager
+def _log_to(path: Path) -> Iterator[None]:
+    handler = logging.FileHandler(path, mode="a")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    loggers = [logging.getLogger("reccbm"), log]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for lg in loggers:
+            lg.removeHandler(handler)
+        handler.close()
+
+
+def concept_texts(rubric: Rubric) -> list[str]:
+    """One text per concept for rubric-initialised queries: name, definition and the level anchors."""
+    return [f"{c.name}. {c.definition} " + " ".join(f"{lv.anchor}." for lv in c.levels) for c in rubric.concepts]
+
+
+def _one_seed(
+    seed: int,
+    recipe: reccbm.Recipe,
+    sets: dict[str, reccbm.EncodedItems],
+    tokenizer: Any,
+    callback: Callable[[reccbm.Event], None] | None,
+    texts: list[str] | None = None,
+) -> tuple[reccbm.RecCBM, dict[str, Any], Predictions]:
+    """One seed: the recipe (:func:`reccbm.fit`), then the test split."""
+    fitted = reccbm.fit(sets["train"], sets["dev"], recipe.seeded(seed), tokenizer, concept_texts=texts, callback=callback)
+    model, mcfg = fitted.model, recipe.model
+    info: dict[str, Any] = {"seed": seed, **fitted.as_dict(), "cache_seconds": 0.0, "train_seconds": fitted.seconds,
+                            "dev_selection": fitted.dev}
+    del info["dev"], info["seconds"]
+    if fitted.crossfit_parts is None:
+        del info["crossfit_parts"], info["crossfit_steps"]
+    pad = tokenizer.pad_token_id
+    preds = reccbm.predict(model, sets["test"], pad, recipe.stage1.eval_batch_size)
+    test = sets["test"]
+    assert test.grades is not None
+    m = reccbm.grade_metrics(test.grades, preds.grades)
+    if not mcfg.plm and test.concepts is not None:
+        assert preds.p_hat is not None
+        m |= reccbm.concept_metrics(test.concepts, preds.levels)
+        info["per_concept"] = dict(zip(("acc", "f1"), reccbm.per_concept_metrics(test.concepts, preds.levels)))
+        assert preds.c_hat is not None
+        score = reccbm.concept_score_reliability(preds.c_hat, test.concepts, mcfg.M)  # noise on new answers
+        info["per_concept"] |= {"score_sigma2": score["sigma2"], "score_reliability": score["reliability"]}
+        oracle = reccbm.grades_from_levels(model, preds.p_hat, test.concepts, np.ones_like(test.concepts, bool))
+        m |= {f"oracle_{k}": v for k, v in reccbm.grade_metrics(test.grades, oracle.argmax(1)).items()
+              if k in ("t_acc", "t_f1", "qwk")}
+        if mcfg.race:
+            info["attention"] = reccbm.attention_diagnostics(model, test, pad, recipe.stage1.eval_batch_size)
+    info["test"] = m
+    return model, info, preds
+
+
+
+SUMMARY_METRICS = ("t_acc", "t_f1", "qwk", "pearson", "rmse", "adjacent", "c_acc", "c_f1", "oracle_t_acc")
+
+
+def _summary(infos: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = [k for k in SUMMARY_METRICS if k in infos[0]["test"]]
+    out: dict[str, Any] = {}
+    for k in keys:
+        v = np.array([i["test"][k] for i in infos], dtype=float)
+        out[k] = {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0}
+    for name, stage, key in (
+        ("stage1_seconds", "stage1", "seconds"),
+        ("stage1_step_seconds", "stage1", "step_seconds"),
+        ("joint_seconds", "joint", "seconds"),
+        ("stage2_seconds", "stage2", "seconds"),
+        ("stage2_step_seconds", "stage2", "step_seconds"),
+    ):
+        out[name] = float(np.mean([(i.get(stage) or {}).get(key, 0.0) for i in infos]))
+    out["cache_seconds"] = float(np.mean([i["cache_seconds"] for i in infos]))
+    out["train_seconds"] = float(np.mean([i.get("train_seconds", 0.0) for i in infos]))
+    return out
+
+
+
+def train_model(
+    rubric: Rubric | str | Path,
+    table: pd.DataFrame,
+    split: dict[str, list[str]],
+    run_dir: str | Path,
+    *,
+    variant: str = "reccbm",
+    race: bool | None = None,
+    opcc: bool | None = None,
+    lcec: bool | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    preset: str = "default",
+    seeds: int = 1,
+    first_seed: int = 0,
+    agreement: dict[str, Any] | str | Path | None = None,
+    notes: list[str] | None = None,
+    callback: Callable[[reccbm.Event], None] | None = None,
+    progress: ProgressFn | None = None,
+    table_source: dict[str, Any] | None = None,
+    labels: dict[str, Any] | None = None,
+) -> TrainResult:
+    """Train a variant on ``table`` with ``split`` (ids per train/dev/test) and write ``run_dir``.
+
+    variant: reccbm | vanilla | plm; race/opcc/lcec switch single components off (or on).
+    overrides: {"model"|"stage1"|"joint"|"stage2": {field: value}} over the preset (PRESETS: "default" or
+    "paper"), CPU_DEFAULTS and the paper's dataclass defaults.
+    seeds: train with seeds first_seed..first_seed+seeds-1 and report mean ± std; the run keeps the seed with the best dev
+    selection metric (T-F1). agreement: agreement.json contents or path, for the α column.
+    table_source: where ``table`` came from ({"path": FILE} or {"benchmark": NAME}), recorded in run.json with the
+    file's hash; labels: who made the labels (default: from agreement.json and the table's label_source column).
+    The run is built aside and renamed into place when complete (:mod:`rubrictool.runs`).
+    """
+    rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
+    rs = resolve_training(rb, variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides, preset=preset, seeds=seeds)
+    df = prepare_table(table, rb, need_concepts=not rs.plm)
+    pos = _check_split(df, split)
+    rs = rs.for_answers(len(pos["train"]) + len(pos["dev"]))
+    name, plm, cfgs, mcfg, recipe, encoder, resolved = rs.name, rs.plm, rs.cfgs, rs.mcfg, rs.recipe, rs.encoder, rs.config
+    if isinstance(agreement, (str, Path)):
+        agreement = read_agreement(Path(agreement))
+    run = Path(run_dir)
+    is_main = PartialState().is_main_process  # under `accelerate launch`, only rank 0 writes the run dir
+    notes = list(notes or [])
+    if encoder["asked"] == "auto":
+        notes.append(f"encoder {encoder['used']}: --encoder auto freezes it below stage1.frozen_below = "
+                     f"{encoder['frozen_below']} labelled answers (train + dev), and this run had {encoder['labelled_answers']}")
+    if mcfg.lcec and not plm and not cfgs["stage2"].get("crossfit") and cfgs["stage2"].get("lcec_fit") != "dev":
+        notes.append("σ² and A_kk are fitted on the outputs for the training answers themselves, where the encoder "
+                     "errs less than on new answers; --crossfit 2 fits them on answers the encoder "
+                     "never trained on, at a cost in training time (docs/training.md)")
+    # the run is built in a staging folder beside run_dir and renamed into place when complete (rubrictool.runs)
+    with building(run) if is_main else nullcontext(run) as stage:
+        if is_main:
+            save_split({k: list(v) for k, v in split.items()}, stage / "split.json")
+            (stage / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True))
+        labels_rec = label_source(table, agreement, labels)
+        result = _train_into(run, stage, is_main, rb, df, pos, name, preset, mcfg, recipe, seeds, first_seed, agreement, notes,
+                             callback, progress, plm, labels_rec, encoder)
+        if is_main:
+            write_record(stage, rubric=rb, table=_table_record(stage, table, table_source), labels=labels_rec)
+    log.info("wrote %s", run)
+    return replace(result, run_dir=run)
+
+
+
+def points_baselines(rb: Rubric, sets: dict[str, reccbm.EncodedItems], predicted_levels: Any) -> dict[str, Any]:
+    """The zero-training points grader (rubrictool.points) on the test split, beside the majority class: the rubric's
+    own points, or a table fitted on the training split's gold levels and grades when the rubric has none; graded
+    from the gold levels (what the rubric's points can do) and from the run's predicted levels (a points grade
+    built on this model's concepts)."""
+    from rubrictool.points import fit_points, points_baseline
+
+    tr, te = sets["train"], sets["test"]
+    assert tr.concepts is not None and tr.grades is not None and te.concepts is not None and te.grades is not None
+    has_points = all(lv.points is not None for c in rb.concepts for lv in c.levels)
+    kw: dict[str, Any] = {}
+    source = "the rubric's points"
+    if not has_points:
+        fp = fit_points(rb, tr.concepts, tr.grades + rb.grade.min)
+        kw = {"points": fp.points, "grading": fp.grading}
+        source = f"points fitted on the training split's gold levels (R² {fp.r2:.2f}): the rubric defines none"
+    out: dict[str, Any] = {"source": source}
+    for name, levels in (("gold_levels", te.concepts), ("predicted_levels", predicted_levels)):
+        if levels is None:
+            continue
+        pred = points_baseline(rb, np.asarray(levels), grade_min=rb.grade.min, **kw)
+        m = reccbm.grade_metrics(te.grades, np.clip(pred, 0, rb.S))
+        out[name] = {k: m[k] for k in ("t_acc", "t_f1", "qwk")}
+    return out
+
+
+def _table_record(stage: Path, table: pd.DataFrame, source: dict[str, Any] | None) -> dict[str, Any]:
+    """run.json's ``table``: where the training table came from (path and content hash, or benchmark) and, for a
+    table under TABLE_COPY_MAX_BYTES, a copy in the run (table.csv) that readers use."""
+    rec: dict[str, Any] = {"path": None, "sha256": None, "rows": len(table), "copy": None, "benchmark": None}
+    rec |= {k: v for k, v in (source or {}).items() if k in rec}
+    if rec["path"] and Path(rec["path"]).is_file():
+        rec["path"] = str(Path(rec["path"]).resolve())
+        rec["sha256"] = sha256_file(rec["path"])
+    copy = stage / "table.csv"
+    table.to_csv(copy, index=False)
+    if copy.stat().st_size > TABLE_COPY_MAX_BYTES:
+        copy.unlink()
+    else:
+        rec["copy"] = copy.name
+    return rec
+
+
+def _train_into(
+    target: Path, stage: Path, is_main: bool, rb: Rubric, df: pd.DataFrame, pos: dict[str, list[int]], name: str, preset: str,
+    mcfg: ModelConfig, recipe: reccbm.Recipe, seeds: int, first_seed: int, agreement: dict[str, Any] | None,
+    notes: list[str], callback: Callable[[reccbm.Event], None] | None, progress: ProgressFn | None, plm: bool,
+    labels: dict[str, Any], encoder: dict[str, Any],
+) -> TrainResult:
+    """Train every seed and write the run's files into ``stage`` (the main process only)."""
+    run = stage
+    with _log_to(run / "train.log") if is_main else nullcontext():
+        log.info("run %s (built in %s): variant %s, rubric %s, %d/%d/%d items", target, run.name, name, rb.name,
+                 *(len(pos[s]) for s in pos))
+        tokenizer = reccbm.load_tokenizer(mcfg.backbone or reccbm.default_backbone())
+        cut: list[int] = []  # positions (within each split) of the inputs cut at max_len; only the count matters
+        sets = {s: _encode(df.iloc[p], rb, tokenizer, mcfg.max_len, not plm, cut) for s, p in pos.items()}
+        if cut:  # long essays: say how many lost text, in the run (notes) and to the user now
+            msg = truncation_message(len(cut), sum(len(p) for p in pos.values()), mcfg.max_len)
+            notes.append(msg)
+            log.warning(msg)
+            warn(progress, msg)
+        best: tuple[float, reccbm.RecCBM, dict[str, Any], Predictions] | None = None
+        infos = []
+        for seed in range(first_seed, first_seed + seeds):
+            model, info, preds = _one_seed(seed, recipe, sets, tokenizer, callback, concept_texts(rb))
+            cal = calibration(preds.grade_probs, np.asarray(sets["test"].grades))
+            info["test"] |= {"ece": cal["ece"], "nll": cal["nll"]}
+            infos.append(info)
+            log.info("seed %d: test %s", seed, json.dumps(info["test"]))
+            if best is None or info["dev_selection"]["t_f1"] > best[0]:
+                best = (info["dev_selection"]["t_f1"], model, info, preds)
+        assert best is not None
+        _, model, info, preds = best
+        metrics = {"variant": name, "preset": preset, "rubric": rb.name, "git_revision": git_revision(),
+                   "encoder": encoder, "seeds": infos, "selected_seed": info["seed"],
+                   "summary": _summary(infos), "notes": notes, "labels": labels}
+        y_test = np.asarray(sets["test"].grades)
+        honest = honest_metrics(y_test, preds.grades, np.asarray(sets["train"].grades), grade_min=rb.grade.min)
+        metrics |= {k: honest[k] for k in ("n_test", "majority", "ci", "vs_majority", "top_grade", "top_share")}
+        metrics["calibration"] = calibration(preds.grade_probs, y_test)
+        metrics["warnings"] = honest["warnings"]
+        if sets["test"].concepts is not None and sets["train"].concepts is not None:
+            metrics["points"] = points_baselines(rb, sets, None if plm else preds.levels)
+        rel, rho = (reliability_table(model, rb, info.get("per_concept"), agreement, sets["train"].concepts)
+                    if not plm else (pd.DataFrame(), None))
+        metrics["spearman_sigma2_vs_1_minus_alpha"] = rho
+        if len(rel) and rel["A_kk"].notna().any():
+            metrics["spearman_ci"] = spearman_with_ci(rel["sigma2"], 1 - rel["alpha"])
+            metrics["mean_A_kk"] = float(rel["A_kk"].mean())
+            metrics["implied_noise"] = implied_noise_rhos(rel["sigma2_implied"], rel["score_sigma2"], rel["alpha"])
+            metrics["lcec"] = lcec_state(model)
+        if len(rel):
+            metrics["spearman_noise_share"] = noise_share_rho(rel["test_reliability"], rel["alpha"])
+        if not is_main:
+            return TrainResult(run, name, metrics, rel, rho, notes)
+        (run / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
+        if not plm:
+            rel.to_csv(run / "reliability.csv", index=False)
+            (run / "reliability.md").write_text(reliability_markdown(rel, rho, notes))
+        test_ids = df["id"].iloc[pos["test"]].tolist()
+        frame = _predictions_frame(model, rb, preds, test_ids)
+        test_c = sets["test"].concepts
+        if preds.p_hat is not None and test_c is not None:  # every concept replaced by its adjudicated label
+            oracle = reccbm.grades_from_levels(model, preds.p_hat, test_c, np.ones_like(test_c, dtype=bool))
+            frame.insert(2, "grade_oracle", oracle.argmax(1) + rb.grade.min)
+        frame.to_csv(run / "test_predictions.csv", index=False)
+        meta = {"rubric": rb.name, "concept_keys": rb.keys, "concept_names": [c.name for c in rb.concepts],
+                "scale": [rb.scale.min, rb.scale.max], "grade": [rb.grade.min, rb.grade.max],
+                "variant": name, "seed": info["seed"], "selected_by": "dev t_f1", "notes": notes,
+                "git_revision": metrics["git_revision"]}
+        step = info["steps"]  # every stage that shaped the model: Stage I, the joint stage, Stage II
+        try:
+            reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta)
+        except Exception as exc:  # safetensors reports a failed write (a full disk) as SafetensorError, not OSError
+            if type(exc).__name__ != "SafetensorError":
+                raise
+            raise OSError(errno.EIO, str(exc).rsplit(": ", 1)[-1], str(run / "model.safetensors")) from None
+        train_rows = df.iloc[pos["train"]]  # what `grade` flags compare new responses with (rubrictool.flags)
+        save_profile(profile_from_table(train_rows, train_rows["id"].astype(str).tolist(), [] if plm else rb.keys,
+                                        (rb.scale.min, rb.scale.max)), run)
+    return TrainResult(run, name, metrics, rel, rho, notes)
+
+
+
+def read_agreement(path: Path) -> dict[str, Any] | None:
+    """agreement.json's contents, or None when there is none or it cannot be read (logged)."""
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        log.warning("ignoring %s: %s", path, exc)
+        return None
+    return doc if isinstance(doc, dict) else None
+
