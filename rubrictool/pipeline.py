@@ -1,5 +1,6 @@
-"""Runs that span stages: a benchmark's concept-label passes adjudicated and trained on, and the
-``rubrictool train`` entry point that picks a data source, a split or k folds.
+"""Runs that span stages: a benchmark's concept-label passes adjudicated and trained on, the one rule for what a
+command trains on (:func:`resolve_data`: a benchmark, or an adjudicated table with its rubric and agreement), and the
+``rubrictool train`` entry point that picks a split or k folds.
 
 The training stage (:mod:`rubrictool.train`) takes an adjudicated table; the adjudication stage
 (:mod:`rubrictool.adjudicate`) makes one. This module sits above both, so neither imports the other.
@@ -7,13 +8,12 @@ The training stage (:mod:`rubrictool.train`) takes an adjudicated table; the adj
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-import reccbm
 from rubrictool.adjudicate import adjudicate
 from rubrictool.adjudicate.outputs import trainable_rows
 from rubrictool.data import group_split_items, load_benchmark, load_concept_passes, load_split, split_items
@@ -22,9 +22,9 @@ from rubrictool.io import read_table
 from rubrictool.progress import ProgressFn, warn
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import LLM_PASSES_NOTE
-from rubrictool.train import FLAT_OPTIONS, TrainResult, load_train_config, parse_cfg, train_folds, train_model
+from rubrictool.train import TrainOptions, TrainResult, train_folds, train_model
 
-__all__ = ["benchmark_provenance", "benchmark_table", "run_train", "train_benchmark"]
+__all__ = ["DataSource", "benchmark_provenance", "benchmark_table", "resolve_data", "run_train", "train_on"]
 
 
 def benchmark_table(benchmark: str, data_dir: str | Path | None = None) -> tuple[Rubric, pd.DataFrame, dict[str, Any]]:
@@ -40,23 +40,6 @@ def benchmark_table(benchmark: str, data_dir: str | Path | None = None) -> tuple
     return rb, adj.table, adj.agreement
 
 
-def train_benchmark(
-    benchmark: str,
-    run_dir: str | Path,
-    *,
-    data_dir: str | Path | None = None,
-    split_seed: int = 0,
-    by: str | None = None,
-    **kwargs: Any,
-) -> TrainResult:
-    """``rubrictool train --benchmark mohler``: items from the data directory, concept labels from the
-    three LLM annotation passes in <data dir>/mohler-concepts (majority vote), α from the same passes, a 7:2:1 split."""
-    rb, table, agreement = benchmark_table(benchmark, data_dir)
-    split = group_split_items(table, by, seed=split_seed) if by else split_items(table, seed=split_seed)
-    notes = [LLM_PASSES_NOTE] + list(kwargs.pop("notes", None) or [])
-    return train_model(rb, table, split, run_dir, agreement=agreement, notes=notes, **(benchmark_provenance(benchmark) | kwargs))
-
-
 def benchmark_provenance(benchmark: str) -> dict[str, Any]:
     """train_model's ``table_source`` and ``labels`` for a benchmark trained on its bundled concept-label passes."""
     return {"table_source": {"benchmark": benchmark},
@@ -64,80 +47,114 @@ def benchmark_provenance(benchmark: str) -> dict[str, Any]:
                        "detail": LLM_PASSES_NOTE}}
 
 
+@dataclass(frozen=True)
+class DataSource:
+    """The data a command trains on, resolved once from its options (:func:`resolve_data`)."""
+
+    name: str  # the benchmark, or the table file's stem (a run's default folder is runs/<name>-<variant>)
+    rubric: Rubric
+    table: pd.DataFrame  # the adjudicated table, unlabelled rows left out
+    agreement: dict[str, Any] | Path | None  # a benchmark's agreement, or agreement.json (given, or beside the table)
+    notes: list[str]  # what every run on it records: the benchmark's label passes, the rows left out
+    table_source: dict[str, Any]  # run.json's record of where the table came from: {"benchmark": NAME} or {"path": FILE}
+    labels: dict[str, Any] | None = None  # who made the labels (None: each run reads agreement.json and the table)
+    path: Path | None = None  # the table file (None for a benchmark)
+
+
+def resolve_data(
+    *,
+    benchmark: str | None,
+    data: str | Path | None,
+    rubric: str | Path | None = None,
+    agreement: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    progress: ProgressFn | None = None,
+) -> DataSource:
+    """The one rule for what ``train``, ``learning-curve`` and ``ablate`` train on: a benchmark with concept-label passes
+    (Mohler: its items, labels by majority vote over the passes, α from them) or an adjudicated table with its rubric
+    (``--rubric``, or the rubric.yaml adjudicate keeps beside the table) and agreement.json (``--agreement``, or the
+    one beside the table). Unlabelled rows of the table are left out, said through ``progress`` and in the notes."""
+    if (benchmark is None) == (data is None):
+        raise TrainError("training needs one data source: a benchmark or an adjudicated table",
+                         hint="give either --benchmark NAME or --data FILE with --rubric")
+    if benchmark is not None:
+        if agreement is not None:
+            raise TrainError("a benchmark builds its agreement from the concept-label passes",
+                             hint="--agreement goes with --data")
+        rb, table, agr = benchmark_table(benchmark, data_dir)
+        prov = benchmark_provenance(benchmark)
+        return DataSource(benchmark, rb, table, agr, [LLM_PASSES_NOTE], prov["table_source"], prov["labels"])
+    path = Path(str(data))
+    if rubric is None and (path.parent / "rubric.yaml").is_file():  # adjudicate keeps it beside the table
+        rubric = path.parent / "rubric.yaml"
+    if rubric is None:
+        raise TrainError("an adjudicated table needs the rubric its concept columns follow", hint="add --rubric NAME|FILE")
+    rb = load_rubric(rubric)
+    # items no reviewer or model labelled stay in the adjudicated table, unlabelled: left out here
+    table, unlabelled = trainable_rows(read_table(path), rb, str(data))
+    notes = []
+    if unlabelled:
+        notes.append(f"{data}: skipping {len(unlabelled)} unlabelled row(s) (no reviewer or model labelled them: "
+                     f"{', '.join(unlabelled[:5])}{' ...' if len(unlabelled) > 5 else ''})")
+        warn(progress, notes[0])
+    agr_path = Path(agreement) if agreement is not None else path.parent / "agreement.json"
+    return DataSource(path.stem, rb, table, agr_path if agr_path.is_file() else None, notes, {"path": str(data)}, None,
+                      path)
+
+
 def run_train(
     *,
     benchmark: str | None,
     data: str | Path | None,
     rubric: str | None,
-    split: str | Path | None,
-    split_seed: int,
-    out: str | Path | None,
-    config: str | Path | None,
-    variant: str,
-    race: bool | None,
-    opcc: bool | None,
-    lcec: bool | None,
-    seeds: int,
     agreement: str | Path | None,
     data_dir: str | Path | None,
-    callback: Callable[[reccbm.Event], None] | None = None,
-    preset: str = "default",
+    out: str | Path | None,
+    options: TrainOptions,
+    split: str | Path | None = None,
+    split_seed: int = 0,
     folds: int = 0,
+    by: str | None = None,
     progress: ProgressFn | None = None,
-    **flat: Any,
 ) -> TrainResult:
-    """``rubrictool train``: a benchmark or an adjudicated table (+ rubric), flat CLI options over a YAML
-    config over CPU_DEFAULTS; the run directory defaults to runs/<benchmark|table>-<variant>."""
-    cfg = flat.pop("cfg", None) or []
-    by = flat.pop("by", None)
-    unknown = sorted(set(flat) - set(FLAT_OPTIONS))
-    if unknown:
-        raise TrainError(f"unknown option(s) {unknown}")
-    overrides = load_train_config(config)
-    for section, values in parse_cfg(cfg).items():  # --cfg over --config
-        overrides.setdefault(section, {}).update(values)
-    for name, value in flat.items():
-        for section, key in FLAT_OPTIONS[name] if value is not None else []:
-            overrides.setdefault(section, {})[key] = value
-    kw: dict[str, Any] = {"variant": variant, "race": race, "opcc": opcc, "lcec": lcec, "overrides": overrides,
-                          "seeds": seeds, "callback": callback, "preset": preset}
-    single = kw | {"progress": progress}  # k-fold runs take progress themselves and hand it on
-    if (benchmark is None) == (data is None):
-        raise TrainError("training needs one data source: a benchmark or an adjudicated table",
-                         hint="give either --benchmark NAME or --data FILE with --rubric")
-    stem = benchmark or Path(str(data)).stem
-    run = Path(out) if out else Path("runs") / f"{stem}-{variant}"
+    """``rubrictool train``: the data (:func:`resolve_data`), then one run with a split or k fold runs
+    (:func:`train_on`); the run directory defaults to runs/<benchmark|table>-<variant>."""
     if folds and split is not None:
         raise TrainError("a fixed split and k-fold evaluation exclude each other: k-fold makes its own splits",
                          hint="drop --split or --folds")
-    if benchmark is not None:
-        if split is not None or agreement is not None:
-            raise TrainError("a benchmark builds its split and agreement from the concept-label passes",
-                             hint="--split/--agreement go with --data")
-        if folds:
-            rb, table, agr_doc = benchmark_table(benchmark, data_dir)
-            return train_folds(rb, table, run, folds=folds, fold_seed=split_seed, agreement=agr_doc, by=by,
-                               notes=[LLM_PASSES_NOTE], progress=progress, **(kw | benchmark_provenance(benchmark)))
-        return train_benchmark(benchmark, run, data_dir=data_dir, split_seed=split_seed, by=by, **single)
-    if rubric is None and (Path(str(data)).parent / "rubric.yaml").is_file():  # adjudicate keeps it beside the table
-        rubric = str(Path(str(data)).parent / "rubric.yaml")
-    if rubric is None:
-        raise TrainError("an adjudicated table needs the rubric its concept columns follow",
-                         hint="add --rubric NAME|FILE")
-    rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
-    table, unlabelled = trainable_rows(read_table(data), rb, str(data))  # type: ignore[arg-type]
-    if unlabelled:
-        warn(progress, f"{data}: skipping {len(unlabelled)} unlabelled row(s) (no reviewer or model labelled them: "
-                       f"{', '.join(unlabelled[:5])}{' ...' if len(unlabelled) > 5 else ''})")
-    agr = agreement if agreement is not None else Path(str(data)).parent / "agreement.json"
-    kw["table_source"] = {"path": str(data)}
+    if benchmark is not None and (split is not None or agreement is not None):
+        raise TrainError("a benchmark builds its split and agreement from the concept-label passes",
+                         hint="--split/--agreement go with --data")
+    source = resolve_data(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir,
+                          progress=progress)
+    return train_on(source, out, options, split=split, split_seed=split_seed, folds=folds, by=by, progress=progress)
+
+
+def train_on(
+    source: DataSource,
+    out: str | Path | None,
+    options: TrainOptions,
+    *,
+    split: str | Path | None = None,
+    split_seed: int = 0,
+    folds: int = 0,
+    by: str | None = None,
+    progress: ProgressFn | None = None,
+) -> TrainResult:
+    """One run of ``options`` on ``source`` in ``out`` (default runs/<source>-<variant>): with ``folds``, k fold runs
+    (:func:`rubrictool.train.train_folds`); else one split: ``split`` (a split.json), or a 7:2:1 split drawn with
+    ``split_seed`` (grouped by the ``by`` column when given)."""
+    run = Path(out) if out else Path("runs") / f"{source.name}-{options.variant}"
+    common: dict[str, Any] = {"agreement": source.agreement, "notes": source.notes, "progress": progress,
+                              "table_source": source.table_source, "labels": source.labels, **options.run_args()}
     if folds:
-        return train_folds(rubric, table, run, folds=folds, fold_seed=split_seed, agreement=agr, progress=progress, by=by,
-                           **kw)
+        return train_folds(source.rubric, source.table, run, folds=folds, fold_seed=split_seed, by=by, **common)
     if split:
         sp = load_split(split)
     elif by:
-        sp = group_split_items(table, by, seed=split_seed)
+        sp = group_split_items(source.table, by, seed=split_seed)
+    elif source.path is not None:
+        sp = split_items(source.table, seed=split_seed, source=str(source.path))
     else:
-        sp = split_items(table, seed=split_seed, source=str(data))
-    return train_model(rubric, table, sp, run, agreement=agr, **(single | {"table_source": kw["table_source"]}))
+        sp = split_items(source.table, seed=split_seed)
+    return train_model(source.rubric, source.table, sp, run, **common)

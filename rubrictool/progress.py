@@ -4,8 +4,8 @@ A long-running function (a download, an annotation run, a push to Label Studio, 
 takes ``progress: ProgressFn | None`` and calls it with the state of one *task* — a named counter
 such as a model's items or the tasks imported so far. The library never prints: the command line
 (:mod:`rubrictool.cli`) renders each task as one progress bar. ``reccbm`` stays independent of
-rubrictool and reports training through its own ``reccbm.Event``; :func:`from_training_event`
-translates those into the same events.
+rubrictool and reports training through its own ``reccbm.Event``; :func:`training_events` makes the callback
+reccbm calls, which translates each (:func:`from_training_event`) into the same events: one channel.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Progress", "ProgressFn", "counter", "from_training_event", "truncation_message", "warn"]
+__all__ = ["Progress", "ProgressFn", "counter", "from_training_event", "training_events", "truncation_message", "warn",
+           "warn_once"]
 
 
 @dataclass(frozen=True)
@@ -80,3 +81,35 @@ def from_training_event(ev: Any) -> Progress | None:
         sel = "c_f1" if ev.stage == "stage1" else "t_f1"
         return Progress(task, ev.step, ev.steps_per_epoch, f"dev {sel.upper().replace('_', '-')} {ev.metrics[sel]:.3f}")
     return None
+
+
+def training_events(progress: ProgressFn | None) -> Callable[[Any], None] | None:
+    """The callback :func:`reccbm.fit` reports its ``reccbm.Event``s to, passing each on to ``progress`` as a
+    :class:`Progress` (:func:`from_training_event`; events it does not show are dropped). None stays None."""
+    if progress is None:
+        return None
+    report = progress
+
+    def on_event(ev: Any) -> None:
+        shown = from_training_event(ev)
+        if shown is not None:
+            report(shown)
+
+    return on_event
+
+
+def warn_once(progress: ProgressFn | None) -> ProgressFn | None:
+    """``progress`` with each warning shown once however often it is reported (inputs truncated in every run of a
+    learning curve). None stays None."""
+    if progress is None:
+        return None
+    report, warned = progress, set()
+
+    def show(ev: Progress) -> None:
+        if ev.kind == "warning":
+            if ev.info in warned:
+                return
+            warned.add(ev.info)
+        report(ev)
+
+    return show

@@ -24,8 +24,10 @@ from rubrictool.curve import (
     reach_fraction,
     summarize_curve,
 )
+from rubrictool.data.splits import nested_subsample, stratified_order
 from rubrictool.errors import DataError, TrainError
 from rubrictool.io import write_table
+from rubrictool.report.curve import curve_title
 from rubrictool.rubric import load_rubric
 from tests.support.toy_course import ecology_rubric, ecology_table
 
@@ -49,25 +51,25 @@ def test_folds_parse() -> None:
 
 def test_every_prefix_of_the_stratified_order_keeps_the_grade_shares() -> None:
     grades = np.repeat([0, 1, 2, 3, 4, 5], [3, 20, 60, 150, 300, 120])  # skewed, like Mohler's grades
-    order = curve._stratified_order(grades, np.random.default_rng(1))
+    order = stratified_order(grades, np.random.default_rng(1))
     assert sorted(order.tolist()) == list(range(len(grades)))  # a permutation
     shares = {g: np.mean(grades == g) for g in np.unique(grades)}
     for n in (10, 25, 50, 100, 333, 653):
         prefix = grades[order[:n]]
         for g, share in shares.items():
             assert abs(np.sum(prefix == g) - n * share) <= 1 + 1e-9, (n, g)
-    other = curve._stratified_order(grades, np.random.default_rng(2))
+    other = stratified_order(grades, np.random.default_rng(2))
     assert order[:50].tolist() != other[:50].tolist()  # the seed matters
 
 
 def test_a_subsample_is_nested_across_sizes_and_its_dev_part_is_stratified() -> None:
     rng = np.random.default_rng(0)
     pool = pd.DataFrame({"id": [f"a{i}" for i in range(200)], "_y": rng.integers(0, 4, 200)})
-    order = curve._stratified_order(pool["_y"].to_numpy(), np.random.default_rng(5))
-    small, big = (curve._subsample(pool, order, n, 0.125, [0, n]) for n in (40, 120))
+    order = stratified_order(pool["_y"].to_numpy(), np.random.default_rng(5))
+    small, big = (nested_subsample(pool, order, n, 0.125, [0, n]) for n in (40, 120))
     assert len(small.ids) == 40 and len(big.ids) == 120 and set(small.ids) <= set(big.ids)
     assert not set(small.fit) & set(small.dev) and len(small.dev) == 5
-    tiny = curve._subsample(pool, order, 10, 0.125, [0, 10])
+    tiny = nested_subsample(pool, order, 10, 0.125, [0, 10])
     assert len(tiny.dev) == 1 and len(tiny.fit) == 9
 
 
@@ -224,9 +226,9 @@ def test_the_toy_course_is_not_mohler(tmp_path: Path) -> None:
 
 
 def test_the_figure_title_says_which_folds_the_curve_holds() -> None:
-    assert "(5 random folds;" in curve._title("mohler", 5, None, [0, 1, 2, 3, 4])
-    assert "(fold 0 of 5 random folds;" in curve._title("mohler", 5, None, [0])
-    assert "(folds 0, 2 of 5 folds grouped by question;" in curve._title("mohler", 5, "question", [0, 2])
+    assert "(5 random folds;" in curve_title("mohler", 5, None, [0, 1, 2, 3, 4])
+    assert "(fold 0 of 5 random folds;" in curve_title("mohler", 5, None, [0])
+    assert "(folds 0, 2 of 5 folds grouped by question;" in curve_title("mohler", 5, "question", [0, 2])
 
 
 @pytest.mark.parametrize("course", ["ecology", "mohler-like"])
@@ -268,38 +270,37 @@ def test_the_points_variant_fits_points_to_the_labelled_answers_and_trains_no_mo
 
 
 def test_the_legend_says_which_folds_a_variant_was_measured_on_when_they_differ() -> None:
-    from rubrictool.curve import _variant_labels
+    from rubrictool.report.curve import variant_labels
 
     rows = [{"fold": f, "variant": "points"} for f in (0, 1, 2)] + [{"fold": 0, "variant": "reccbm"}]
-    assert _variant_labels(pd.DataFrame(rows)) == {"points": "points (folds 0, 1, 2)", "reccbm": "reccbm (fold 0)"}
+    assert variant_labels(pd.DataFrame(rows)) == {"points": "points (folds 0, 1, 2)", "reccbm": "reccbm (fold 0)"}
     same = [{"fold": f, "variant": v} for f in (0, 1) for v in ("reccbm", "plm")]
-    assert _variant_labels(pd.DataFrame(same)) == {"reccbm": "reccbm", "plm": "plm"}
+    assert variant_labels(pd.DataFrame(same)) == {"reccbm": "reccbm", "plm": "plm"}
 
 
 def test_a_fold_run_config_is_compared_field_by_field_and_a_field_it_predates_counts_as_its_default() -> None:
-    from rubrictool.curve import _differences
-    from rubrictool.train import resolve_training
+    from rubrictool.train import config_differences, resolve_training
 
     ours = resolve_training(load_rubric("mohler")).for_answers(400).config
     theirs = json.loads(json.dumps(ours))
-    assert _differences(theirs, ours) == []
+    assert config_differences(theirs, ours) == []
     del theirs["stage1"]["min_steps"], theirs["encoder"]  # written before those fields existed: their defaults ran
-    assert _differences(theirs, ours) == []
+    assert config_differences(theirs, ours) == []
     theirs["stage1"]["lr"] = 1.0
-    assert _differences(theirs, ours) == [f"stage1.lr 1.0 in the run, {ours['stage1']['lr']!r} here"]
+    assert config_differences(theirs, ours) == [f"stage1.lr 1.0 in the run, {ours['stage1']['lr']!r} here"]
     changed = json.loads(json.dumps(ours))
     changed["joint"]["min_steps"] = 50  # a field the old run lacks, set away from its default here: a difference
     old = json.loads(json.dumps(ours))
     del old["joint"]["min_steps"]
-    assert _differences(old, changed) == ["joint.min_steps None in the run, 50 here"]
+    assert config_differences(old, changed) == ["joint.min_steps None in the run, 50 here"]
 
 
 def test_the_all_size_gets_one_tick_even_when_variants_ran_on_other_folds() -> None:
     """points on five folds (1,818.4 answers on average) beside reccbm on fold 0 (1,825): one "≈1822 (all)" tick,
     not two labels drawn over each other."""
-    from rubrictool.curve import _ticks
+    from rubrictool.report.curve import figure_ticks
 
     five = _cells([("points", "20", 20, 0.7, 0.66), ("points", "all", 1818, 0.78, 0.71)])
     one = _cells([("reccbm", "200", 200, 0.1, 0.5), ("reccbm", "all", 1825, 0.5, 0.63)])
-    assert _ticks(summarize_curve(pd.concat([five, one]))) == {20: "20", 200: "200", 1822: "≈1822\n(all)"}
-    assert _ticks(summarize_curve(five)) == {20: "20", 1818: "1818\n(all)"}
+    assert figure_ticks(summarize_curve(pd.concat([five, one]))) == {20: "20", 200: "200", 1822: "≈1822\n(all)"}
+    assert figure_ticks(summarize_curve(five)) == {20: "20", 1818: "1818\n(all)"}

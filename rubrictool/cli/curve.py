@@ -5,15 +5,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from rubrictool.cli._common import BenchmarkOpt, DataDirOpt, ProgressView, console
-from rubrictool.progress import from_training_event
+from rubrictool.errors import DataError
+
+if TYPE_CHECKING:
+    from rubrictool.curve import CurveResult
 
 __all__ = ["learning_curve_cmd"]
 
@@ -71,21 +75,20 @@ def learning_curve_cmd(
 
     Example (the points route, seconds: a points table fitted to the graded answers grades the panel's levels): rubrictool learning-curve --data adjudicated.csv --rubric course.yaml --sizes 10,20,50,100,all --variants points --out curves/points
     """
-    from rubrictool.curve import parse_full_from, run_learning_curve
+    from rubrictool.curve import CURVE_OPTIONS, run_learning_curve
+    from rubrictool.train import TrainOptions, training_overrides
 
+    flat = {"backbone": backbone, "epochs": epochs, "joint_epochs": joint_epochs, "stage2_epochs": stage2_epochs,
+            "max_len": max_len, "batch_size": batch_size, "lr": lr, "device": device}
+    options = TrainOptions(preset=preset, overrides=training_overrides(config, flat=flat, table=CURVE_OPTIONS))
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[info]}"))
     with ProgressView(console, *columns, transient=True) as view:
-
-        def events(ev: Any) -> None:
-            view(from_training_event(ev))
-
         res = run_learning_curve(
-            benchmark=benchmark, data=data, rubric=rubric, out=out, sizes=sizes, variants=variants, folds=folds,
-            fold=fold, data_dir=data_dir, agreement=agreement, config=config, repeats=repeats, fold_seed=fold_seed,
-            by=by, dev_share=dev_share, preset=preset, match_budget=match_budget, keep_runs=keep_runs,
-            backbone=backbone, epochs=epochs, joint_epochs=joint_epochs, stage2_epochs=stage2_epochs, max_len=max_len,
-            batch_size=batch_size, lr=lr, device=device, full_from=parse_full_from(all_from), callback=events, progress=view,
+            benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir, out=out,
+            options=options, sizes=sizes, variants=variants, folds=folds, fold=fold, repeats=repeats,
+            fold_seed=fold_seed, by=by, dev_share=dev_share, match_budget=match_budget, keep_runs=keep_runs,
+            full_from=_all_from(all_from), progress=view,
         )
     t = Table(title="learning curve: mean ± s.d. over folds × repeats")
     for col in ("variant", "size", "answers", "cells", "QWK", "T-Acc", "T-F1", "majority T-Acc"):
@@ -96,24 +99,39 @@ def learning_curve_cmd(
                   f"{r['t_f1']:.3f}", f"{r['majority_t_acc']:.3f}")
     console.print(t)
     for variant, reach in res.reach90.items():
-        variant_sizes = res.summary.loc[res.summary["variant"] == variant, "size"].astype(str).tolist()
-        if reach and reach["size"] == "all":  # nothing smaller measured: no 90 % point to tell
-            console.print(f"{variant}: only its full-data cells (QWK {reach['full']:.3f} with {reach['full_n_train']:.0f}); "
-                          "add smaller sizes for its 90 % point", soft_wrap=True, highlight=False)
-        elif reach and reach["where"] != "between sizes":  # reached at the smallest size: the curve cannot say how few
-            console.print(f"{variant}: its smallest size, {reach['size']} labelled answers, already reaches 90 % of its "
-                          f"full-data QWK ({reach['target']:.3f} of {reach['full']:.3f} with "
-                          f"{reach['full_n_train']:.0f}); fewer may do", soft_wrap=True, highlight=False)
-        elif reach:
-            console.print(f"{variant}: about {reach['n_estimate']} labelled answers reach 90 % of its full-data QWK "
-                          f"({reach['target']:.3f} of {reach['full']:.3f} with {reach['full_n_train']:.0f}; "
-                          f"first size at it: {reach['size']})", soft_wrap=True, highlight=False)
-        elif "all" in variant_sizes:
-            console.print(f"{variant}: its full-data QWK is not above 0; no 90 % point", highlight=False)
-        else:
-            console.print(f"{variant}: no 90 % point without its full-data cells (add 'all' to --sizes)", highlight=False)
+        console.print(_reach_line(res, variant, reach), soft_wrap=True, highlight=False)
     for note in res.notes:
         console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
     from_runs = f", {res.from_runs} read from fold runs" if res.from_runs else ""
     console.print(f"{res.trained} cell(s) trained{from_runs}, {res.read_back} read back; curve written to {res.out}"
                   f" (curve.csv, curve.json{', curve.png' if res.png else ''})", soft_wrap=True, highlight=False)
+
+
+def _all_from(items: Sequence[str] | None) -> dict[str, Path]:
+    """``["reccbm=runs/folds", "plm=runs/plm"]`` -> {variant: folder}: the ``train --folds`` folders whose fold runs
+    stand in for a variant's "all" cells (:func:`rubrictool.curve.learning_curve`, ``full_from``)."""
+    out: dict[str, Path] = {}
+    for item in items or []:
+        variant, sep, folder = item.partition("=")
+        if not sep or not variant.strip() or not folder.strip():
+            raise DataError(f"--all-from {item}: give VARIANT=FOLDER", hint="e.g. --all-from reccbm=runs/folds")
+        out[variant.strip()] = Path(folder.strip())
+    return out
+
+
+def _reach_line(res: CurveResult, variant: str, reach: dict[str, Any] | None) -> str:
+    """What the curve says about ``variant``'s 90 % point (rubrictool.curve.reach_fraction)."""
+    if reach and reach["size"] == "all":  # nothing smaller measured: no 90 % point to tell
+        return (f"{variant}: only its full-data cells (QWK {reach['full']:.3f} with {reach['full_n_train']:.0f}); "
+                "add smaller sizes for its 90 % point")
+    if reach and reach["where"] != "between sizes":  # reached at the smallest size: the curve cannot say how few
+        return (f"{variant}: its smallest size, {reach['size']} labelled answers, already reaches 90 % of its "
+                f"full-data QWK ({reach['target']:.3f} of {reach['full']:.3f} with "
+                f"{reach['full_n_train']:.0f}); fewer may do")
+    if reach:
+        return (f"{variant}: about {reach['n_estimate']} labelled answers reach 90 % of its full-data QWK "
+                f"({reach['target']:.3f} of {reach['full']:.3f} with {reach['full_n_train']:.0f}; "
+                f"first size at it: {reach['size']})")
+    if "all" in res.summary.loc[res.summary["variant"] == variant, "size"].astype(str).tolist():
+        return f"{variant}: its full-data QWK is not above 0; no 90 % point"
+    return f"{variant}: no 90 % point without its full-data cells (add 'all' to --sizes)"

@@ -402,22 +402,20 @@ def ablate_cmd(
 
     Example (frozen encoder beside trained): rubrictool ablate --benchmark mohler --variants reccbm,reccbm-frozen,plm,plm-frozen --out runs/ablation
     """
-    from rubrictool.progress import from_training_event
     from rubrictool.report.ablate import ablation_markdown, run_ablation
+    from rubrictool.train import TrainOptions, training_overrides
+
+    flat = {"backbone": backbone, "epochs": epochs, "max_len": max_len, "lr": lr, "device": device}
+    options = TrainOptions(preset=preset, overrides=training_overrides(flat=flat), seeds=seeds)
 
     def on_run(i: int, n: int, name: str, state: str) -> None:
         console.print(f"[{i + 1}/{n}] {name}: " + ("finished earlier, read back" if state == "done" else "training"))
 
     with ProgressView(console) as view:
-
-        def callback(ev: Any) -> None:
-            view(from_training_event(ev))
-
         table, paths = run_ablation(
-            out, variants=[v.strip() for v in variants.split(",") if v.strip()] if variants else None, on_run=on_run,
-            benchmark=benchmark, data=data, rubric=rubric, split=None, split_seed=split_seed, config=None,
-            seeds=seeds, agreement=None, data_dir=data_dir, callback=callback, progress=view, preset=preset,
-            folds=folds, backbone=backbone, epochs=epochs, max_len=max_len, lr=lr, device=device,
+            out, benchmark=benchmark, data=data, rubric=rubric, options=options, data_dir=data_dir,
+            variants=[v.strip() for v in variants.split(",") if v.strip()] if variants else None, folds=folds,
+            split_seed=split_seed, on_run=on_run, progress=view,
         )
     console.print(ablation_markdown(table), soft_wrap=True, highlight=False)
     console.print(f"wrote {', '.join(str(p) for p in paths.values())}", soft_wrap=True)

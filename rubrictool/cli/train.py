@@ -24,7 +24,6 @@ from rubrictool.cli._common import (
     hidden_alias,
 )
 from rubrictool.cli._sanitize import shown
-from rubrictool.progress import from_training_event
 
 if TYPE_CHECKING:
     from rubrictool.train import TrainResult
@@ -181,21 +180,17 @@ def train_cmd(
     Example (a small course, encoder frozen): rubrictool train --data adjudicated.csv --rubric course.yaml --encoder frozen
     """
     from rubrictool.pipeline import run_train
+    from rubrictool.train import TrainOptions, training_overrides
 
+    flat = {"backbone": backbone, "epochs": epochs, "max_len": max_len, "batch_size": batch_size, "lr": lr,
+            "device": device, "crossfit": crossfit, "encoder": encoder}
+    options = TrainOptions(preset=preset, overrides=training_overrides(config, cfg or [], flat), variant=variant,
+                           race=race, opcc=opcc, lcec=lcec, seeds=seeds)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[info]}"))
     with ProgressView(console, *columns) as view:
-
-        def progress(ev: Any) -> None:
-            view(from_training_event(ev))
-
-        result = run_train(
-            benchmark=benchmark, data=data, rubric=rubric, split=split, split_seed=split_seed, out=out,
-            config=config, variant=variant, race=race, opcc=opcc, lcec=lcec, seeds=seeds, agreement=agreement,
-            data_dir=data_dir, callback=progress, preset=preset, folds=folds, progress=view, backbone=backbone,
-            epochs=epochs, max_len=max_len, batch_size=batch_size, lr=lr, device=device, crossfit=crossfit,
-            encoder=encoder, cfg=cfg or [], by=by,
-        )
+        result = run_train(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir, out=out,
+                           options=options, split=split, split_seed=split_seed, folds=folds, by=by, progress=view)
     for table in result_tables(result):
         console.print(table)
     for line in correlation_lines(result):

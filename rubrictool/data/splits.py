@@ -1,10 +1,12 @@
-"""Deterministic train/dev/test splits and k folds of an item table, and their JSON files."""
+"""Deterministic train/dev/test splits and k folds of an item table, their JSON files, and nested subsamples
+stratified by grade (a learning curve's draws)."""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,8 @@ from numpy.typing import NDArray
 from rubrictool.atomic import publish
 from rubrictool.errors import DataError
 
-__all__ = ["group_kfold_splits", "group_split_items", "kfold_splits", "load_split", "save_split", "split_items"]
+__all__ = ["Subsample", "group_kfold_splits", "group_split_items", "kfold_splits", "load_split", "nested_subsample",
+           "save_split", "split_items", "stratified_order"]
 
 
 def _strata(items: pd.DataFrame, stratify: str | None, source: str) -> list[tuple[object, pd.DataFrame]]:
@@ -253,3 +256,36 @@ def load_split(path: str | Path) -> dict[str, list[str]]:
         raise DataError(f"{p}: not a split file ({e.__class__.__name__}); expected JSON with train/dev/test id lists") from None
 
 
+# ---------------------------------------------------------------------------- nested stratified subsamples
+def stratified_order(grades: NDArray[Any], rng: np.random.Generator) -> NDArray[np.intp]:
+    """A seeded order of positions whose every prefix is stratified by grade: each grade's members, shuffled, get
+    evenly spaced keys (j + u) / n_g in [0, 1) and the order sorts by key, so a prefix of n holds n · share_g ± 1
+    of grade g. Prefixes are nested: the first 100 contain the first 50."""
+    key = np.empty(len(grades))
+    for g in np.unique(grades):
+        members = rng.permutation(np.flatnonzero(grades == g))
+        key[members] = (np.arange(len(members)) + rng.random()) / len(members)
+    return np.asarray(np.lexsort((rng.random(len(grades)), key)), dtype=np.intp)
+
+
+@dataclass(frozen=True)
+class Subsample:
+    """A subsample's training part (``fit``) and its dev part."""
+
+    fit: list[str]
+    dev: list[str]
+
+    @property
+    def ids(self) -> list[str]:
+        return sorted(self.fit + self.dev)
+
+
+def nested_subsample(pool: pd.DataFrame, order: NDArray[np.intp], n: int, dev_share: float, seed: list[int]) -> Subsample:
+    """The first n of ``order`` over ``pool`` (columns id, _y), split into a stratified dev part and the rest."""
+    sub = pool.iloc[order[:n]]
+    grades = sub["_y"].to_numpy()
+    n_dev = min(max(1, round(dev_share * n)), n - 1)
+    dev_pos = set(stratified_order(grades, np.random.default_rng(seed))[:n_dev].tolist())
+    ids = sub["id"].tolist()
+    return Subsample(fit=sorted(i for p, i in enumerate(ids) if p not in dev_pos),
+                   dev=sorted(i for p, i in enumerate(ids) if p in dev_pos))

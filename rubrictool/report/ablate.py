@@ -1,7 +1,7 @@
 """``rubrictool ablate``: the eight RACE/OPCC/LCEC combinations (and the PLM) on the same split(s) and seeds.
 
 Each combination is an ordinary run directory ``OUT/<variant>`` (``vanilla``, ``race``, ``race+opcc``, …,
-``reccbm``, ``plm``), trained by :func:`rubrictool.pipeline.run_train` with the same data, split, seeds and
+``reccbm``, ``plm``), trained by :func:`rubrictool.pipeline.train_on` with the same data, split, seeds and
 options. Resumable: a combination whose ``metrics.json`` (``folds.json`` with ``--folds``) exists is read back,
 not retrained. The table (mean ± std over seeds; with k folds, the pooled metrics ± their std over
 folds) goes to ``ablation.csv``/``.md`` and the bar chart to ``ablation.png``.
@@ -12,9 +12,11 @@ the pretrained encoder frozen (``stage1.encoder``; only the heads train), in its
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +25,17 @@ import pandas as pd
 
 from reccbm.config import variant_name
 from rubrictool.errors import TrainError
+from rubrictool.progress import ProgressFn
 from rubrictool.report.figures import ablation_png
+from rubrictool.train import ENCODERS, TrainOptions, fair_plm_overrides
 
-__all__ = ["COMBINATIONS", "ENCODERS", "ablation_markdown", "run_ablation"]
+__all__ = ["COMBINATIONS", "ablation_markdown", "run_ablation"]
 
 # (plm, race, opcc, lcec), from the vanilla CBM to the full REC-CBM, then the PLM
 COMBINATIONS: list[tuple[bool, bool, bool, bool]] = [
     (False, r, o, lc) for lc, o, r in itertools.product((False, True), repeat=3)
 ] + [(True, False, False, False)]
 METRICS = ("t_acc", "t_f1", "qwk", "c_acc", "c_f1")
-ENCODERS = ("frozen", "auto")  # a combination's suffix: "reccbm-frozen" trains with stage1.encoder = "frozen"
 
 
 def _row(name: str, flags: tuple[bool, bool, bool, bool], metrics: dict[str, Any], encoder: str) -> dict[str, Any]:
@@ -70,45 +73,46 @@ def _metrics(run: Path, done_file: str) -> dict[str, Any]:
 
 
 def run_ablation(
-    out: str | Path, *, variants: list[str] | None = None, on_run: Callable[[int, int, str, str], None] | None = None,
-    **train_kwargs: Any,
+    out: str | Path,
+    *,
+    benchmark: str | None,
+    data: str | Path | None,
+    rubric: str | None,
+    options: TrainOptions,
+    data_dir: str | Path | None = None,
+    variants: list[str] | None = None,
+    folds: int = 0,
+    split_seed: int = 0,
+    on_run: Callable[[int, int, str, str], None] | None = None,
+    progress: ProgressFn | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Path]]:
-    """Train (or read back) every combination into ``out/<variant>``; ``train_kwargs`` go to
-    :func:`rubrictool.pipeline.run_train` (benchmark or data, rubric, seeds, folds, options).
+    """Train (or read back) every combination into ``out/<variant>``: the same data (read once,
+    :func:`rubrictool.pipeline.resolve_data`), split or folds, seeds and ``options``; each combination sets the variant
+    and switches, the PLM trains the concept models' encoder budget (:func:`rubrictool.train.fair_plm_overrides`).
     variants: a subset of the combination names (default all nine), each optionally ending in -frozen or -auto (the
     encoder choice, ENCODERS). on_run(i, n, name, "train"|"done")."""
-    from rubrictool.pipeline import run_train
-    from rubrictool.train import encoder_epochs
+    from rubrictool.pipeline import DataSource, resolve_data, train_on
 
     d = Path(out)
-    names = [(variant_name(*f), f) for f in COMBINATIONS]
-    combos: list[tuple[str, tuple[bool, bool, bool, bool], str | None]] = [(n, f, None) for n, f in names]
-    if variants:
-        known = {n for n, _ in names}
-        unknown = sorted(v for v in set(variants) if v.partition("-")[0] not in known
-                         or v.partition("-")[2] not in ("", *ENCODERS))
-        if unknown:
-            raise TrainError(f"unknown variant(s) {unknown}; use {', '.join(n for n, _ in names)}, each "
-                             f"optionally ending in -{' or -'.join(ENCODERS)}")
-        combos = [(v, f, v.partition("-")[2] or None) for n, f in names for v in dict.fromkeys(variants)
-                  if v.partition("-")[0] == n]
+    combos = _combinations(variants)
     rows = []
-    done_file = "folds.json" if train_kwargs.get("folds") else "metrics.json"
+    done_file = "folds.json" if folds else "metrics.json"
+    source: DataSource | None = None
     for i, (name, (plm, race, opcc, lcec), encoder) in enumerate(combos):
         run = d / name
-        if (run / done_file).is_file():
-            state = "done"
-        else:
-            state = "train"
-            if on_run:
-                on_run(i, len(combos), name, state)
-            kw = dict(train_kwargs)
-            if plm and kw.get("epochs") is not None:  # a fair baseline: the concept models' Stage I + joint epochs
-                kw["epochs"] = encoder_epochs(kw.get("preset") or "default", {"stage1": {"epochs": kw["epochs"]}})
-            run_train(out=run, variant="plm" if plm else "reccbm", race=None if plm else race,
-                      opcc=None if plm else opcc, lcec=None if plm else lcec, **(kw | {"encoder": encoder}))
-        if on_run and state == "done":
+        state = "done" if (run / done_file).is_file() else "train"
+        if on_run:
             on_run(i, len(combos), name, state)
+        if state == "train":
+            source = source or resolve_data(benchmark=benchmark, data=data, rubric=rubric, data_dir=data_dir,
+                                            progress=progress)
+            overrides = copy.deepcopy(options.overrides)
+            if encoder:
+                overrides.setdefault("stage1", {})["encoder"] = encoder
+            combo = replace(options, variant="plm" if plm else "reccbm", race=None if plm else race,
+                            opcc=None if plm else opcc, lcec=None if plm else lcec,
+                            overrides=fair_plm_overrides(options.preset, overrides) if plm else overrides)
+            train_on(source, run, combo, split_seed=split_seed, folds=folds, progress=progress)
         rows.append(_row(name, (plm, race, opcc, lcec), _metrics(run, done_file), encoder or "train")
                     | {"trained_with": _trained_with(run)})
     table = pd.DataFrame(rows)
@@ -118,6 +122,21 @@ def run_ablation(
     paths["ablation.md"].write_text(ablation_markdown(table))
     paths["ablation.png"].write_bytes(ablation_png(table))
     return table, paths
+
+
+def _combinations(variants: list[str] | None) -> list[tuple[str, tuple[bool, bool, bool, bool], str | None]]:
+    """(name, (plm, race, opcc, lcec), encoder suffix) of the combinations to run: all nine, or those named."""
+    names = [(variant_name(*f), f) for f in COMBINATIONS]
+    if not variants:
+        return [(n, f, None) for n, f in names]
+    known = {n for n, _ in names}
+    unknown = sorted(v for v in set(variants) if v.partition("-")[0] not in known
+                     or v.partition("-")[2] not in ("", *ENCODERS))
+    if unknown:
+        raise TrainError(f"unknown variant(s) {unknown}; use {', '.join(n for n, _ in names)}, each "
+                         f"optionally ending in -{' or -'.join(ENCODERS)}")
+    return [(v, f, v.partition("-")[2] or None) for n, f in names for v in dict.fromkeys(variants)
+            if v.partition("-")[0] == n]
 
 
 def ablation_markdown(table: pd.DataFrame) -> str:

@@ -184,8 +184,8 @@ def _curve_section(r: Report, run: Run, curve: str | Path) -> None:
     """Where the run's labelled answers (train + dev) sit on a learning curve of the run's variant: the curve's
     expected QWK and T-Acc at that size beside the run's own, the full-data point, and the size that reaches 90 %
     of the full-data QWK. A curve without the run's variant is reported as not shown, not as an error."""
-    from rubrictool.curve import position_on_curve
     from rubrictool.errors import DataError
+    from rubrictool.report.curve import position_on_curve
 
     n_train = len(run.split.get("train", [])) + len(run.split.get("dev", []))
     variant = str(run.meta.get("variant"))

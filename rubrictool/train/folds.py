@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,10 @@ from rubrictool.io import atomic_write_text, write_table
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.runs import RECORD, describe_labels, run_is_complete
+from rubrictool.train.recipe import SECTIONS
 from rubrictool.train.run import TrainResult, prepare_table, read_agreement, train_model
 
-__all__ = ["FOLD_COLUMNS", "folds_markdown", "train_folds"]
+__all__ = ["FOLD_COLUMNS", "config_differences", "folds_markdown", "train_folds"]
 
 
 def _fold_done(fold_dir: Path) -> bool:
@@ -54,10 +56,19 @@ def train_folds(
     notes: list[str] | None = None,
     progress: ProgressFn | None = None,
     by: str | None = None,
-    **kwargs: Any,
+    variant: str = "reccbm",
+    race: bool | None = None,
+    opcc: bool | None = None,
+    lcec: bool | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    preset: str = "default",
+    seeds: int = 1,
+    table_source: dict[str, Any] | None = None,
+    labels: dict[str, Any] | None = None,
 ) -> TrainResult:
     """k-fold evaluation: one run per fold in ``run_dir/fold-<i>`` (every item tested exactly once; see
     :func:`rubrictool.data.kfold_splits`), then pooled metrics and the baselines (:mod:`rubrictool.evaluate`).
+    variant … labels are each fold's :func:`rubrictool.train.train_model` arguments.
 
     Resumable per fold: a fold whose run finished (metrics.json written) is read back, not retrained.
     progress gets one task, "folds": folds done so far, and whether the next one trains or was read back."""
@@ -66,17 +77,7 @@ def train_folds(
         agreement = read_agreement(Path(agreement))
     run = Path(run_dir)
     splits = kfold_splits(prepare_table(table, rb, need_concepts=False), k=folds, seed=fold_seed, by=by)
-    current = run
-    try:  # before any training: a folder that cannot be written is one line, not minutes of training lost
-        run.mkdir(parents=True, exist_ok=True)
-        for i, sp in enumerate(splits):
-            current = run / f"fold-{i}.split.json"
-            save_split(sp, current, seed=fold_seed, meta={"fold": i, "folds": folds, "by": by})
-    except OSError as exc:
-        done = sum(_fold_done(run / f"fold-{i}") for i in range(folds)) if run.is_dir() else 0
-        kept = f"the {done} fold(s) finished earlier in {run} are kept" if done else f"nothing was written to {run}"
-        raise TrainError(f"{current}: cannot write it ({exc.strerror or exc}); nothing was trained; {kept}",
-                         hint="pass --out a folder you can write (or free space), then train again") from None
+    _save_fold_splits(run, splits, fold_seed, by)
     results: list[dict[str, Any]] = []
     for i, sp in enumerate(splits):
         fold_dir = run / f"fold-{i}"
@@ -86,11 +87,43 @@ def train_folds(
         else:
             if progress:
                 progress(Progress("folds", i, folds, f"fold {i + 1}: training"))
-            train_model(rb, table, sp, fold_dir, agreement=agreement, notes=notes, progress=progress, **kwargs)
+            train_model(rb, table, sp, fold_dir, variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides,
+                        preset=preset, seeds=seeds, agreement=agreement, notes=notes, progress=progress,
+                        table_source=table_source, labels=labels)
         results.append(json.loads((fold_dir / "metrics.json").read_text()))
     if progress:
         progress(Progress("folds", folds, folds, "all folds done: pooled"))
-    plm = "plm" in results[0]["variant"]
+    pooled, has_c = _pooled_predictions(rb, table, run, splits, plm="plm" in results[0]["variant"])
+    write_table(pooled, run / "pooled_predictions.csv")  # atomic: what `compare` reads as a finished k-fold run
+    summary = _folds_summary(rb, run, results, pooled, has_c, agreement, notes, fold_seed, by)
+    atomic_write_text(run / "folds.md", folds_markdown(summary))
+    atomic_write_text(run / "folds.json", json.dumps(summary, indent=2, default=float) + "\n")  # last: ablate's "done"
+    fold0 = run / "fold-0"
+    rel = pd.read_csv(fold0 / "reliability.csv") if (fold0 / "reliability.csv").is_file() else pd.DataFrame()
+    return TrainResult(run, summary["variant"], _folds_metrics(summary, results, len(pooled)), rel,
+                       results[0].get("spearman_sigma2_vs_1_minus_alpha"), list(notes or []))
+
+
+def _save_fold_splits(run: Path, splits: list[dict[str, list[str]]], fold_seed: int, by: str | None) -> None:
+    """fold-<i>.split.json for every fold, before any training: a folder that cannot be written is one line, not minutes
+    of training lost."""
+    folds, current = len(splits), run
+    try:
+        run.mkdir(parents=True, exist_ok=True)
+        for i, sp in enumerate(splits):
+            current = run / f"fold-{i}.split.json"
+            save_split(sp, current, seed=fold_seed, meta={"fold": i, "folds": folds, "by": by})
+    except OSError as exc:
+        done = sum(_fold_done(run / f"fold-{i}") for i in range(folds)) if run.is_dir() else 0
+        kept = f"the {done} fold(s) finished earlier in {run} are kept" if done else f"nothing was written to {run}"
+        raise TrainError(f"{current}: cannot write it ({exc.strerror or exc}); nothing was trained; {kept}",
+                         hint="pass --out a folder you can write (or free space), then train again") from None
+
+
+def _pooled_predictions(rb: Rubric, table: pd.DataFrame, run: Path, splits: list[dict[str, list[str]]],
+                        plm: bool) -> tuple[pd.DataFrame, bool]:
+    """Every fold's test predictions beside the true grade (and levels), with the fold's majority-class and
+    oracle-concept baselines; and whether the table has the true levels."""
     # the true levels, when the table has them: the concept metrics (not for the PLM, which predicts none) and
     # the oracle-concept baseline (for every variant, so the PLM's table has it too)
     has_c = not plm or all(k in table.columns for k in rb.keys)
@@ -116,8 +149,14 @@ def train_folds(
                                            for s in ("train", "dev", "test")}
             b["oracle_concepts"] = oracle_concept_baseline(lv, y, rb.M + 1) + rb.grade.min
         parts.append(pred.merge(b, on="id"))
-    pooled = pd.concat(parts, ignore_index=True)
-    write_table(pooled, run / "pooled_predictions.csv")  # atomic: what `compare` reads as a finished k-fold run
+    return pd.concat(parts, ignore_index=True), has_c
+
+
+def _folds_summary(rb: Rubric, run: Path, results: list[dict[str, Any]], pooled: pd.DataFrame, has_c: bool,
+                   agreement: dict[str, Any] | None, notes: list[str] | None, fold_seed: int,
+                   by: str | None) -> dict[str, Any]:
+    """folds.json: the pooled metrics and baselines, each fold's, calibration, and the reliability over folds."""
+    folds, plm = len(results), "plm" in results[0]["variant"]
     keys = rb.keys if has_c and not plm else []
     summary = {
         "variant": results[0]["variant"], "preset": results[0].get("preset"), "rubric": rb.name, "folds": folds,
@@ -142,7 +181,18 @@ def train_folds(
     if all(isinstance(n, int) for n in ns) and all(isinstance(v, float) for v in nlls):
         nll = float(np.average(np.asarray(nlls, float), weights=np.asarray(ns, float)))
     summary["calibration"] = cal | {"nll": nll}
-    rels = [run / f"fold-{i}" / "reliability.csv" for i in range(folds)]
+    _add_reliability(summary, rb, run, pooled, keys, agreement)
+    attn = [r["seeds"][0].get("attention") for r in results]
+    if all(attn):
+        summary["attention"] = {k: np.mean([a[k] for a in attn if a], axis=0).tolist() for k in attn[0] or {}}
+    return summary
+
+
+def _add_reliability(summary: dict[str, Any], rb: Rubric, run: Path, pooled: pd.DataFrame, keys: list[str],
+                     agreement: dict[str, Any] | None) -> None:
+    """The folds' reliability tables averaged (σ², A_kk, the identified noise) and the concept scores' noise measured
+    on every answer (``summary["reliability"]``, ``summary["score_reliability"]``)."""
+    rels = [run / f"fold-{i}" / "reliability.csv" for i in range(summary["folds"])]
     frames = [pd.read_csv(p) for p in rels] if all(p.is_file() for p in rels) else []
     if frames and frames[0]["A_kk"].notna().any():
         sigma2 = np.mean([f["sigma2"].to_numpy() for f in frames], axis=0)  # (K,) mean over folds
@@ -164,23 +214,20 @@ def train_folds(
             summary["reliability"]["sigma2_implied_mean"] = implied.tolist()
             summary["reliability"]["score_sigma2_pooled"] = score["sigma2"]
             summary["reliability"] |= implied_noise_rhos(implied, score["sigma2"], alpha)
-    attn = [r["seeds"][0].get("attention") for r in results]
-    if all(attn):
-        summary["attention"] = {k: np.mean([a[k] for a in attn if a], axis=0).tolist() for k in attn[0] or {}}
-    atomic_write_text(run / "folds.md", folds_markdown(summary))
-    atomic_write_text(run / "folds.json", json.dumps(summary, indent=2, default=float) + "\n")  # last: ablate's "done"
-    fold0 = run / "fold-0"
-    rel = pd.read_csv(fold0 / "reliability.csv") if (fold0 / "reliability.csv").is_file() else pd.DataFrame()
+
+
+def _folds_metrics(summary: dict[str, Any], results: list[dict[str, Any]], n_items: int) -> dict[str, Any]:
+    """The k-fold run's metrics as one run's (TrainResult.metrics): the pooled metrics as the summary, the first
+    fold's seeds, and the folds' mean stage timings."""
     metrics = {"variant": summary["variant"], "encoder": results[0].get("encoder"),
                "summary": {k: {"mean": v, "std": 0.0} for k, v in summary["pooled"].items()},
                "folds": summary, "seeds": results[0]["seeds"],
                "spearman_noise_share": summary.get("score_reliability", {}).get("spearman_noise_share"),
-               "n_test": len(pooled), "warnings": summary["warnings"], "labels": summary["labels"],
+               "n_test": n_items, "warnings": summary["warnings"], "labels": summary["labels"],
                **{k: summary[k] for k in ("majority", "ci", "vs_majority", "calibration")}}
     metrics["summary"] |= {f"{s}_seconds": float(np.mean([r["summary"].get(f"{s}_seconds", 0.0) for r in results]))
                            for s in ("stage1", "joint", "stage2", "train")}
-    return TrainResult(run, summary["variant"], metrics, rel, results[0].get("spearman_sigma2_vs_1_minus_alpha"),
-                       list(notes or []))
+    return metrics
 
 
 FOLD_COLUMNS = (("t_acc", "T-Acc"), ("t_f1", "T-F1"), ("qwk", "QWK"), ("pearson", "Pearson r"), ("rmse", "RMSE"),
@@ -214,3 +261,21 @@ def folds_markdown(summary: dict[str, Any]) -> str:
         honest += [f"**Warning:** {w['message']}" for w in summary.get("warnings", [])] + [""]
     return "\n".join([f"# {title}", "", *honest, head, sep, *rows, "", "Per fold:", "", head, sep, *folds, ""]
                      + [f"> {n}" for n in summary["notes"]]) + "\n"
+
+
+def config_differences(theirs: Any, ours: Any, where: str = "") -> list[str]:
+    """Fields of a run's config.yaml (``theirs``) that differ from what this curve would train with (``ours``). A
+    field the run predates (absent from its file) counts as its dataclass default, which is what this build reads."""
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        out: list[str] = []
+        for key in sorted(set(theirs) | set(ours), key=str):
+            name = f"{where}.{key}" if where else str(key)
+            if key == "encoder" and not where and key not in theirs:
+                continue  # a run from before the encoder choice was recorded: stage1.encoder says what it did
+            if key not in theirs and where in SECTIONS:
+                default = {f.name: f.default for f in fields(SECTIONS[where])}.get(key)
+                if default == ours[key]:
+                    continue
+            out += config_differences(theirs.get(key), ours.get(key), name)
+        return out
+    return [] if theirs == ours else [f"{where} {theirs!r} in the run, {ours!r} here"]

@@ -8,6 +8,8 @@ preset (``PRESETS``), a ``--config`` YAML file, ``--cfg SECTION.FIELD=VALUE`` en
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -23,18 +25,23 @@ from rubrictool.rubric import Rubric, load_rubric
 __all__ = [
     "CPU_DEFAULTS",
     "DECIDED_BY_THE_RUN",
+    "ENCODERS",
     "FLAT_OPTIONS",
     "PRESETS",
     "SECTIONS",
     "ResolvedTraining",
+    "TrainOptions",
+    "encoder_budget",
     "encoder_choice",
     "encoder_epochs",
     "encoder_min_steps",
+    "fair_plm_overrides",
     "load_train_config",
     "parse_cfg",
     "preset_config",
     "recipe_from",
     "resolve_training",
+    "training_overrides",
 ]
 
 # Defaults of `rubrictool train` on a CPU: epoch budgets sized so that the Mohler main job (MiniLM,
@@ -54,6 +61,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "stage2": {"intervention_p": 0.25, "lcec_fit": "dev"},
     },
 }
+# A variant name's suffix for the encoder choice (stage1.encoder): "reccbm-frozen" trains REC-CBM with the pretrained
+# encoder frozen, "plm-auto" lets stage1.frozen_below decide (learning-curve and ablate variants)
+ENCODERS = ("frozen", "auto")
 SECTIONS: dict[str, type[Any]] = {"model": ModelConfig, "stage1": StageIConfig, "joint": JointConfig,
                                   "stage2": StageIIConfig}
 # Fields a run decides itself, so a config cannot set them (a value given would be silently replaced): what to use
@@ -123,22 +133,41 @@ def preset_config(preset: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+# ---------------------------------------------------------------------------- the PLM's fair budget
+def _encoder_budget(cfgs: dict[str, dict[str, Any]]) -> tuple[int, int]:
+    """The one statement of a fair PLM baseline's budget: (epochs, fewest optimiser steps) the encoder trains in a
+    concept model configured by ``cfgs`` — Stage I plus the joint stage. The PLM gets both in its one stage."""
+    stage1, joint = cfgs["stage1"], cfgs.get("joint") or {}
+    return (int(stage1["epochs"]) + int(joint.get("epochs") or 0),
+            int(stage1.get("min_steps") or 0) + int(joint.get("min_steps") or 0))
+
+
+def encoder_budget(preset: str, overrides: dict[str, dict[str, Any]] | None = None) -> tuple[int, int]:
+    """(epochs, fewest optimiser steps, StageIConfig.min_steps) the encoder trains in a concept model under ``preset``
+    + ``overrides``: Stage I plus the joint stage, the budget a fair PLM baseline gets."""
+    return _encoder_budget(_merge(preset_config(preset), overrides))
+
+
 def encoder_epochs(preset: str, overrides: dict[str, dict[str, Any]] | None = None) -> int:
-    """Epochs the encoder trains in a concept model under ``preset`` + ``overrides``: Stage I plus the joint stage.
-    The budget a fair PLM baseline gets (it trains its encoder in one stage)."""
-    cfg = preset_config(preset)
-    for section, values in (overrides or {}).items():
-        cfg.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
-    return int(cfg["stage1"]["epochs"]) + int(cfg.get("joint", {}).get("epochs") or 0)
+    """Epochs the encoder trains in a concept model under ``preset`` + ``overrides`` (:func:`encoder_budget`)."""
+    return encoder_budget(preset, overrides)[0]
 
 
 def encoder_min_steps(preset: str, overrides: dict[str, dict[str, Any]] | None = None) -> int:
-    """The fewest optimiser steps the encoder takes in a concept model under ``preset`` + ``overrides`` (Stage I plus
-    the joint stage, StageIConfig.min_steps): on a small table, the step budget a fair PLM baseline gets."""
-    cfg = preset_config(preset)
-    for section, values in (overrides or {}).items():
-        cfg.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
-    return int(cfg["stage1"].get("min_steps") or 0) + int(cfg.get("joint", {}).get("min_steps") or 0)
+    """The fewest optimiser steps the encoder takes in a concept model under ``preset`` + ``overrides``
+    (:func:`encoder_budget`): on a small table, the step budget a fair PLM baseline gets."""
+    return encoder_budget(preset, overrides)[1]
+
+
+def fair_plm_overrides(preset: str, overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """``overrides`` for a PLM baseline matched to the concept models trained with ``preset`` + ``overrides``: their
+    encoder budget (:func:`encoder_budget`) in its one stage, the epochs given counting as the concept models' Stage I
+    epochs; the joint stage's steps move into that stage (joint.min_steps 0), so they are not counted twice."""
+    epochs, steps = encoder_budget(preset, overrides)
+    out = copy.deepcopy(overrides or {})
+    out.setdefault("stage1", {}).update(epochs=epochs, min_steps=steps)
+    out.setdefault("joint", {})["min_steps"] = 0
+    return out
 
 
 def recipe_from(cfgs: dict[str, dict[str, Any]], mcfg: ModelConfig) -> reccbm.Recipe:
@@ -212,11 +241,12 @@ def resolve_training(
     if not opcc_:
         cfgs["stage1"]["lambda_r"] = 0.0
     if plm and cfgs["joint"].get("epochs"):
-        # a fair baseline: the black box fine-tunes its encoder as many epochs (unless an epoch count is given) and, on
-        # a small table, as many steps as REC-CBM's encoder trains under the same preset (Stage I + the joint stage)
+        # a fair baseline (_encoder_budget): the black box fine-tunes its encoder as many epochs (unless an epoch count
+        # is given) and, on a small table, as many steps as REC-CBM's encoder trains under the same preset
+        epochs, steps = _encoder_budget(cfgs)
         if "epochs" not in (overrides or {}).get("stage1", {}):
-            cfgs["stage1"]["epochs"] = int(cfgs["stage1"]["epochs"]) + int(cfgs["joint"]["epochs"])
-        cfgs["stage1"]["min_steps"] = int(cfgs["stage1"].get("min_steps") or 0) + int(cfgs["joint"].get("min_steps") or 0)
+            cfgs["stage1"]["epochs"] = epochs
+        cfgs["stage1"]["min_steps"] = steps
     if plm:  # the black box trains its encoder in one stage: no joint stage, and its config says so
         cfgs["joint"]["epochs"] = 0
     cfgs["model"] |= {"num_concepts": rb.K, "num_levels": rb.M + 1, "num_grades": rb.S + 1}
@@ -271,3 +301,40 @@ def parse_cfg(items: list[str]) -> dict[str, dict[str, Any]]:
         except yaml.YAMLError:
             raise TrainError(f"--cfg {item!r}: the value is not a number, word or true/false") from None
     return out
+
+
+def training_overrides(config: str | Path | None = None, cfg: Iterable[str] = (), flat: Mapping[str, Any] | None = None,
+                       table: Mapping[str, list[tuple[str, str]]] = FLAT_OPTIONS) -> dict[str, dict[str, Any]]:
+    """The config sections a command's options set: a ``--config`` YAML file, ``--cfg SECTION.FIELD=VALUE`` entries
+    over it, and the flat options over both (``flat``: option name -> value, None when not given; ``table``: option
+    name -> the fields it sets, FLAT_OPTIONS for ``train``)."""
+    unknown = sorted(set(flat or {}) - set(table))
+    if unknown:
+        raise TrainError(f"unknown option(s) {unknown}; known: {sorted(table)}")
+    out = load_train_config(config)
+    for section, values in parse_cfg(list(cfg)).items():
+        out.setdefault(section, {}).update(values)
+    for name, value in (flat or {}).items():
+        for section, key in table[name] if value is not None else []:
+            out.setdefault(section, {})[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """What a command trains with, built once from its options (:func:`training_overrides` for the sections) and
+    passed down to every run it starts: ``train`` (one run or k folds), ``learning-curve`` (a run per cell, which sets
+    the variant and seed per cell) and ``ablate`` (a run per combination, which sets the variant and switches)."""
+
+    preset: str = "default"  # PRESETS: "default" (what the 5-fold measurements chose) or "paper"
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # config sections over the preset
+    variant: str = "reccbm"  # reccbm, vanilla (CBM) or plm (no bottleneck)
+    race: bool | None = None  # RACE queries on or off over the variant's (None: the variant's)
+    opcc: bool | None = None  # the OPCC ranking loss, likewise
+    lcec: bool | None = None  # the LCEC correction, likewise
+    seeds: int = 1  # a run trains this many seeds and keeps the best on dev
+
+    def run_args(self) -> dict[str, Any]:
+        """These options as :func:`rubrictool.train.train_model`'s (and ``train_folds``') keyword arguments."""
+        return {"variant": self.variant, "race": self.race, "opcc": self.opcc, "lcec": self.lcec,
+                "overrides": self.overrides, "preset": self.preset, "seeds": self.seeds}

@@ -26,7 +26,7 @@ import yaml
 from accelerate import PartialState
 
 import reccbm
-from reccbm import ModelConfig, Predictions
+from reccbm import Predictions
 from rubrictool.data import save_split
 from rubrictool.errors import TrainError
 from rubrictool.evaluate import (
@@ -42,14 +42,14 @@ from rubrictool.evaluate import (
 from rubrictool.flags import profile_from_table, save_profile
 from rubrictool.grade import model_inputs
 from rubrictool.grade import predictions_frame as _predictions_frame
-from rubrictool.progress import ProgressFn, truncation_message, warn
+from rubrictool.progress import ProgressFn, training_events, truncation_message, warn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.runs import TABLE_COPY_MAX_BYTES, building, label_source, sha256_file, write_record
 from rubrictool.tables import validate_adjudicated
-from rubrictool.train.recipe import resolve_training
+from rubrictool.train.recipe import ResolvedTraining, resolve_training
 
-__all__ = ["SUMMARY_METRICS", "TrainResult", "concept_texts", "points_baselines", "prepare_table", "read_agreement",
+__all__ = ["SUMMARY_METRICS", "RunSpec", "TrainResult", "concept_texts", "points_baselines", "prepare_table", "read_agreement",
            "train_model"]
 
 log = logging.getLogger("rubrictool.train")
@@ -194,7 +194,6 @@ def train_model(
     first_seed: int = 0,
     agreement: dict[str, Any] | str | Path | None = None,
     notes: list[str] | None = None,
-    callback: Callable[[reccbm.Event], None] | None = None,
     progress: ProgressFn | None = None,
     table_source: dict[str, Any] | None = None,
     labels: dict[str, Any] | None = None,
@@ -206,6 +205,8 @@ def train_model(
     "paper"), CPU_DEFAULTS and the paper's dataclass defaults.
     seeds: train with seeds first_seed..first_seed+seeds-1 and report mean ± std; the run keeps the seed with the best dev
     selection metric (T-F1). agreement: agreement.json contents or path, for the α column.
+    progress: the training stages' steps and epochs (reccbm's events, :func:`rubrictool.progress.training_events`) and
+    a warning when inputs are cut at max_len.
     table_source: where ``table`` came from ({"path": FILE} or {"benchmark": NAME}), recorded in run.json with the
     file's hash; labels: who made the labels (default: from agreement.json and the table's label_source column).
     The run is built aside and renamed into place when complete (:mod:`rubrictool.runs`).
@@ -215,32 +216,35 @@ def train_model(
     df = prepare_table(table, rb, need_concepts=not rs.plm)
     pos = _check_split(df, split)
     rs = rs.for_answers(len(pos["train"]) + len(pos["dev"]))
-    name, plm, cfgs, mcfg, recipe, encoder, resolved = rs.name, rs.plm, rs.cfgs, rs.mcfg, rs.recipe, rs.encoder, rs.config
     if isinstance(agreement, (str, Path)):
         agreement = read_agreement(Path(agreement))
     run = Path(run_dir)
     is_main = PartialState().is_main_process  # under `accelerate launch`, only rank 0 writes the run dir
-    notes = list(notes or [])
-    if encoder["asked"] == "auto":
-        notes.append(f"encoder {encoder['used']}: --encoder auto freezes it below stage1.frozen_below = "
-                     f"{encoder['frozen_below']} labelled answers (train + dev), and this run had {encoder['labelled_answers']}")
-    if mcfg.lcec and not plm and not cfgs["stage2"].get("crossfit") and cfgs["stage2"].get("lcec_fit") != "dev":
-        notes.append("σ² and A_kk are fitted on the outputs for the training answers themselves, where the encoder "
-                     "errs less than on new answers; --crossfit 2 fits them on answers the encoder "
-                     "never trained on, at a cost in training time (docs/training.md)")
     # the run is built in a staging folder beside run_dir and renamed into place when complete (rubrictool.runs)
     with building(run) if is_main else nullcontext(run) as stage:
         if is_main:
             save_split({k: list(v) for k, v in split.items()}, stage / "split.json")
-            (stage / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True))
-        labels_rec = label_source(table, agreement, labels)
-        result = _train_into(run, stage, is_main, rb, df, pos, name, preset, mcfg, recipe, seeds, first_seed, agreement, notes,
-                             callback, progress, plm, labels_rec, encoder)
+            (stage / "config.yaml").write_text(yaml.safe_dump(rs.config, sort_keys=False, allow_unicode=True))
+        spec = RunSpec(run, stage, is_main, rb, df, pos, rs, range(first_seed, first_seed + seeds), agreement,
+                       [*(notes or []), *_auto_notes(rs)], label_source(table, agreement, labels))
+        result = _train_into(spec, progress)
         if is_main:
-            write_record(stage, rubric=rb, table=_table_record(stage, table, table_source), labels=labels_rec)
+            write_record(stage, rubric=rb, table=_table_record(stage, table, table_source), labels=spec.labels)
     log.info("wrote %s", run)
     return replace(result, run_dir=run)
 
+
+def _auto_notes(rs: ResolvedTraining) -> list[str]:
+    """What the run's notes say about how it was configured: the encoder --encoder auto chose, and where LCEC is fitted."""
+    notes, encoder, cfgs = [], rs.encoder, rs.cfgs
+    if encoder["asked"] == "auto":
+        notes.append(f"encoder {encoder['used']}: --encoder auto freezes it below stage1.frozen_below = "
+                     f"{encoder['frozen_below']} labelled answers (train + dev), and this run had {encoder['labelled_answers']}")
+    if rs.mcfg.lcec and not rs.plm and not cfgs["stage2"].get("crossfit") and cfgs["stage2"].get("lcec_fit") != "dev":
+        notes.append("σ² and A_kk are fitted on the outputs for the training answers themselves, where the encoder "
+                     "errs less than on new answers; --crossfit 2 fits them on answers the encoder "
+                     "never trained on, at a cost in training time (docs/training.md)")
+    return notes
 
 
 def points_baselines(rb: Rubric, sets: dict[str, reccbm.EncodedItems], predicted_levels: Any) -> dict[str, Any]:
@@ -286,86 +290,131 @@ def _table_record(stage: Path, table: pd.DataFrame, source: dict[str, Any] | Non
     return rec
 
 
-def _train_into(
-    target: Path, stage: Path, is_main: bool, rb: Rubric, df: pd.DataFrame, pos: dict[str, list[int]], name: str, preset: str,
-    mcfg: ModelConfig, recipe: reccbm.Recipe, seeds: int, first_seed: int, agreement: dict[str, Any] | None,
-    notes: list[str], callback: Callable[[reccbm.Event], None] | None, progress: ProgressFn | None, plm: bool,
-    labels: dict[str, Any], encoder: dict[str, Any],
-) -> TrainResult:
-    """Train every seed and write the run's files into ``stage`` (the main process only)."""
-    run = stage
-    with _log_to(run / "train.log") if is_main else nullcontext():
-        log.info("run %s (built in %s): variant %s, rubric %s, %d/%d/%d items", target, run.name, name, rb.name,
-                 *(len(pos[s]) for s in pos))
-        tokenizer = reccbm.load_tokenizer(mcfg.backbone or reccbm.default_backbone())
-        cut: list[int] = []  # positions (within each split) of the inputs cut at max_len; only the count matters
-        sets = {s: _encode(df.iloc[p], rb, tokenizer, mcfg.max_len, not plm, cut) for s, p in pos.items()}
+@dataclass(frozen=True)
+class RunSpec:
+    """One run as :func:`train_model` resolved it, before training: where it is written, the rows of each split, what
+    it trains with, and what its files record beside the metrics."""
+
+    target: Path  # the run directory it becomes
+    stage: Path  # where its files are written: the staging folder renamed to ``target`` when complete
+    is_main: bool  # the main process (under `accelerate launch`, only rank 0 writes files)
+    rubric: Rubric
+    df: pd.DataFrame  # the validated table (levels and grades 0-based in _c_<key> and _y)
+    pos: dict[str, list[int]]  # row positions in ``df`` of the train, dev and test splits
+    training: ResolvedTraining  # variant, preset, model config and recipe, encoder choice
+    seeds: range  # the seeds trained; the run keeps the one with the best dev T-F1
+    agreement: dict[str, Any] | None  # agreement.json, for the α column
+    notes: list[str]  # the caller's notes and the configuration's (the truncation note is added when known)
+    labels: dict[str, Any]  # who made the labels (run.json, metrics.json)
+
+
+def _train_into(spec: RunSpec, progress: ProgressFn | None) -> TrainResult:
+    """Train every seed and write the run's files into ``spec.stage`` (the main process only)."""
+    rs, rb = spec.training, spec.rubric
+    with _log_to(spec.stage / "train.log") if spec.is_main else nullcontext():
+        log.info("run %s (built in %s): variant %s, rubric %s, %d/%d/%d items", spec.target, spec.stage.name, rs.name,
+                 rb.name, *(len(spec.pos[s]) for s in spec.pos))
+        tokenizer = reccbm.load_tokenizer(rs.mcfg.backbone or reccbm.default_backbone())
+        sets, cut = _encode_splits(spec, tokenizer)
+        notes = list(spec.notes)
         if cut:  # long essays: say how many lost text, in the run (notes) and to the user now
-            msg = truncation_message(len(cut), sum(len(p) for p in pos.values()), mcfg.max_len)
+            msg = truncation_message(cut, sum(len(p) for p in spec.pos.values()), rs.mcfg.max_len)
             notes.append(msg)
             log.warning(msg)
             warn(progress, msg)
-        best: tuple[float, reccbm.RecCBM, dict[str, Any], Predictions] | None = None
-        infos = []
-        for seed in range(first_seed, first_seed + seeds):
-            model, info, preds = _one_seed(seed, recipe, sets, tokenizer, callback, concept_texts(rb))
-            cal = calibration(preds.grade_probs, np.asarray(sets["test"].grades))
-            info["test"] |= {"ece": cal["ece"], "nll": cal["nll"]}
-            infos.append(info)
-            log.info("seed %d: test %s", seed, json.dumps(info["test"]))
-            if best is None or info["dev_selection"]["t_f1"] > best[0]:
-                best = (info["dev_selection"]["t_f1"], model, info, preds)
-        assert best is not None
-        _, model, info, preds = best
-        metrics = {"variant": name, "preset": preset, "rubric": rb.name, "git_revision": git_revision(),
-                   "encoder": encoder, "seeds": infos, "selected_seed": info["seed"],
-                   "summary": _summary(infos), "notes": notes, "labels": labels}
-        y_test = np.asarray(sets["test"].grades)
-        honest = honest_metrics(y_test, preds.grades, np.asarray(sets["train"].grades), grade_min=rb.grade.min)
-        metrics |= {k: honest[k] for k in ("n_test", "majority", "ci", "vs_majority", "top_grade", "top_share")}
-        metrics["calibration"] = calibration(preds.grade_probs, y_test)
-        metrics["warnings"] = honest["warnings"]
-        if sets["test"].concepts is not None and sets["train"].concepts is not None:
-            metrics["points"] = points_baselines(rb, sets, None if plm else preds.levels)
-        rel, rho = (reliability_table(model, rb, info.get("per_concept"), agreement, sets["train"].concepts)
-                    if not plm else (pd.DataFrame(), None))
-        metrics["spearman_sigma2_vs_1_minus_alpha"] = rho
-        if len(rel) and rel["A_kk"].notna().any():
-            metrics["spearman_ci"] = spearman_with_ci(rel["sigma2"], 1 - rel["alpha"])
-            metrics["mean_A_kk"] = float(rel["A_kk"].mean())
-            metrics["implied_noise"] = implied_noise_rhos(rel["sigma2_implied"], rel["score_sigma2"], rel["alpha"])
-            metrics["lcec"] = lcec_state(model)
-        if len(rel):
-            metrics["spearman_noise_share"] = noise_share_rho(rel["test_reliability"], rel["alpha"])
-        if not is_main:
-            return TrainResult(run, name, metrics, rel, rho, notes)
-        (run / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
-        if not plm:
-            rel.to_csv(run / "reliability.csv", index=False)
-            (run / "reliability.md").write_text(reliability_markdown(rel, rho, notes))
-        test_ids = df["id"].iloc[pos["test"]].tolist()
-        frame = _predictions_frame(model, rb, preds, test_ids)
-        test_c = sets["test"].concepts
-        if preds.p_hat is not None and test_c is not None:  # every concept replaced by its adjudicated label
-            oracle = reccbm.grades_from_levels(model, preds.p_hat, test_c, np.ones_like(test_c, dtype=bool))
-            frame.insert(2, "grade_oracle", oracle.argmax(1) + rb.grade.min)
-        frame.to_csv(run / "test_predictions.csv", index=False)
-        meta = {"rubric": rb.name, "concept_keys": rb.keys, "concept_names": [c.name for c in rb.concepts],
-                "scale": [rb.scale.min, rb.scale.max], "grade": [rb.grade.min, rb.grade.max],
-                "variant": name, "seed": info["seed"], "selected_by": "dev t_f1", "notes": notes,
-                "git_revision": metrics["git_revision"]}
-        step = info["steps"]  # every stage that shaped the model: Stage I, the joint stage, Stage II
-        try:
-            reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta)
-        except Exception as exc:  # safetensors reports a failed write (a full disk) as SafetensorError, not OSError
-            if type(exc).__name__ != "SafetensorError":
-                raise
-            raise OSError(errno.EIO, str(exc).rsplit(": ", 1)[-1], str(run / "model.safetensors")) from None
-        train_rows = df.iloc[pos["train"]]  # what `grade` flags compare new responses with (rubrictool.flags)
-        save_profile(profile_from_table(train_rows, train_rows["id"].astype(str).tolist(), [] if plm else rb.keys,
-                                        (rb.scale.min, rb.scale.max)), run)
-    return TrainResult(run, name, metrics, rel, rho, notes)
+        infos, (model, info, preds) = _train_seeds(spec, sets, tokenizer, training_events(progress))
+        metrics, rel, rho = _run_metrics(spec, sets, infos, model, info, preds, notes)
+        if spec.is_main:
+            _write_run(spec, sets, tokenizer, model, info, preds, metrics, rel, rho, notes)
+    return TrainResult(spec.stage, rs.name, metrics, rel, rho, notes)
 
+
+def _encode_splits(spec: RunSpec, tokenizer: Any) -> tuple[dict[str, reccbm.EncodedItems], int]:
+    """Each split tokenised, and how many inputs were cut at max_len."""
+    cut: list[int] = []  # positions (within each split) of the inputs cut at max_len; only the count matters
+    sets = {s: _encode(spec.df.iloc[p], spec.rubric, tokenizer, spec.training.mcfg.max_len, not spec.training.plm, cut)
+            for s, p in spec.pos.items()}
+    return sets, len(cut)
+
+
+Trained = tuple[reccbm.RecCBM, dict[str, Any], Predictions]  # a seed's model, its record in metrics.json, test predictions
+
+
+def _train_seeds(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], tokenizer: Any,
+                 callback: Callable[[reccbm.Event], None] | None) -> tuple[list[dict[str, Any]], Trained]:
+    """Every seed's record (test metrics with calibration), and the seed with the best dev T-F1."""
+    best: tuple[float, reccbm.RecCBM, dict[str, Any], Predictions] | None = None
+    infos = []
+    for seed in spec.seeds:
+        model, info, preds = _one_seed(seed, spec.training.recipe, sets, tokenizer, callback, concept_texts(spec.rubric))
+        cal = calibration(preds.grade_probs, np.asarray(sets["test"].grades))
+        info["test"] |= {"ece": cal["ece"], "nll": cal["nll"]}
+        infos.append(info)
+        log.info("seed %d: test %s", seed, json.dumps(info["test"]))
+        if best is None or info["dev_selection"]["t_f1"] > best[0]:
+            best = (info["dev_selection"]["t_f1"], model, info, preds)
+    assert best is not None
+    return infos, best[1:]
+
+
+def _run_metrics(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], infos: list[dict[str, Any]], model: reccbm.RecCBM,
+                 info: dict[str, Any], preds: Predictions,
+                 notes: list[str]) -> tuple[dict[str, Any], pd.DataFrame, float | None]:
+    """metrics.json of the run (the kept seed ``info``), its reliability table and ρ(σ², 1 − α)."""
+    rs, rb = spec.training, spec.rubric
+    metrics = {"variant": rs.name, "preset": rs.preset, "rubric": rb.name, "git_revision": git_revision(),
+               "encoder": rs.encoder, "seeds": infos, "selected_seed": info["seed"],
+               "summary": _summary(infos), "notes": notes, "labels": spec.labels}
+    y_test = np.asarray(sets["test"].grades)
+    honest = honest_metrics(y_test, preds.grades, np.asarray(sets["train"].grades), grade_min=rb.grade.min)
+    metrics |= {k: honest[k] for k in ("n_test", "majority", "ci", "vs_majority", "top_grade", "top_share")}
+    metrics["calibration"] = calibration(preds.grade_probs, y_test)
+    metrics["warnings"] = honest["warnings"]
+    if sets["test"].concepts is not None and sets["train"].concepts is not None:
+        metrics["points"] = points_baselines(rb, sets, None if rs.plm else preds.levels)
+    rel, rho = (reliability_table(model, rb, info.get("per_concept"), spec.agreement, sets["train"].concepts)
+                if not rs.plm else (pd.DataFrame(), None))
+    metrics["spearman_sigma2_vs_1_minus_alpha"] = rho
+    if len(rel) and rel["A_kk"].notna().any():
+        metrics["spearman_ci"] = spearman_with_ci(rel["sigma2"], 1 - rel["alpha"])
+        metrics["mean_A_kk"] = float(rel["A_kk"].mean())
+        metrics["implied_noise"] = implied_noise_rhos(rel["sigma2_implied"], rel["score_sigma2"], rel["alpha"])
+        metrics["lcec"] = lcec_state(model)
+    if len(rel):
+        metrics["spearman_noise_share"] = noise_share_rho(rel["test_reliability"], rel["alpha"])
+    return metrics, rel, rho
+
+
+def _write_run(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], tokenizer: Any, model: reccbm.RecCBM,
+               info: dict[str, Any], preds: Predictions, metrics: dict[str, Any], rel: pd.DataFrame, rho: float | None,
+               notes: list[str]) -> None:
+    """The run's files in ``spec.stage``: metrics, the reliability table, test predictions, the model, the profile."""
+    run, rb, plm, name = spec.stage, spec.rubric, spec.training.plm, spec.training.name
+    (run / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
+    if not plm:
+        rel.to_csv(run / "reliability.csv", index=False)
+        (run / "reliability.md").write_text(reliability_markdown(rel, rho, notes))
+    test_ids = spec.df["id"].iloc[spec.pos["test"]].tolist()
+    frame = _predictions_frame(model, rb, preds, test_ids)
+    test_c = sets["test"].concepts
+    if preds.p_hat is not None and test_c is not None:  # every concept replaced by its adjudicated label
+        oracle = reccbm.grades_from_levels(model, preds.p_hat, test_c, np.ones_like(test_c, dtype=bool))
+        frame.insert(2, "grade_oracle", oracle.argmax(1) + rb.grade.min)
+    frame.to_csv(run / "test_predictions.csv", index=False)
+    meta = {"rubric": rb.name, "concept_keys": rb.keys, "concept_names": [c.name for c in rb.concepts],
+            "scale": [rb.scale.min, rb.scale.max], "grade": [rb.grade.min, rb.grade.max],
+            "variant": name, "seed": info["seed"], "selected_by": "dev t_f1", "notes": notes,
+            "git_revision": metrics["git_revision"]}
+    step = info["steps"]  # every stage that shaped the model: Stage I, the joint stage, Stage II
+    try:
+        reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta)
+    except Exception as exc:  # safetensors reports a failed write (a full disk) as SafetensorError, not OSError
+        if type(exc).__name__ != "SafetensorError":
+            raise
+        raise OSError(errno.EIO, str(exc).rsplit(": ", 1)[-1], str(run / "model.safetensors")) from None
+    train_rows = spec.df.iloc[spec.pos["train"]]  # what `grade` flags compare new responses with (rubrictool.flags)
+    save_profile(profile_from_table(train_rows, train_rows["id"].astype(str).tolist(), [] if plm else rb.keys,
+                                    (rb.scale.min, rb.scale.max)), run)
 
 
 def read_agreement(path: Path) -> dict[str, Any] | None:
