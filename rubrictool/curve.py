@@ -380,6 +380,7 @@ def learning_curve(
     plot: bool = True,
     callback: Callable[[Any], None] | None = None,
     progress: ProgressFn | None = None,
+    jobs: int = 1,
 ) -> CurveResult:
     """Train every (fold, size, repeat, variant) cell not trained yet in ``out``, then write curve.csv, curve.json
     and curve.png over every cell in ``out`` (earlier calls may have added other folds, sizes or repeats) (see the module docstring for what a cell is and how it is drawn).
@@ -392,6 +393,8 @@ def learning_curve(
     those cells, up to the dev part the k-fold split drew), instead of trained again; a fold not finished there is
     trained. The cell records the run it came from (``source``).
     callback: reccbm training events, passed to train_model. progress gets one task, "cells".
+    jobs > 1: the cells to train train in that many worker processes first (:mod:`rubrictool.parallel`; each cell as
+    the serial run trains it), then are written in order.
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
     if not variants:
@@ -465,6 +468,28 @@ def learning_curve(
             warned.add(ev.info)
             progress(ev)
 
+        def cell_run(fold: int, size: int | str, repeat: int, variant: str) -> tuple[_Sample, int, dict[str, Any]]:
+            """A cell's subsample, its number of answers and the train_model arguments that train it."""
+            pool = by_id.loc[pools[fold], ["_y"]].reset_index()
+            order = _stratified_order(pool["_y"].to_numpy(), np.random.default_rng([fold_seed, fold, repeat, 101]))
+            n = len(pool) if size == ALL else int(size)
+            sample = _subsample(pool, order, n, dev_share, [fold_seed, fold, repeat, n, 202])
+            split = {"train": sample.fit, "dev": sample.dev, "test": splits[fold]["test"]}
+            return sample, n, {"rubric": rb, "table": table, "split": split,
+                               "run_dir": work_dir / _cell_name(fold, size, repeat, variant),
+                               "variant": parse_variant(variant)[0], "overrides": per_variant[variant][0],
+                               "preset": preset, "seeds": 1, "first_seed": repeat, "agreement": agreement,
+                               "notes": notes, "callback": callback, "progress": once}
+
+        pretrained: dict[str, tuple[Any, float]] = {}
+        if jobs > 1:  # the cells to train, in worker processes first; the loop below writes them in order
+            from rubrictool.parallel import run_in_workers
+
+            pretrained = run_in_workers(train_model, [
+                (_cell_name(f, s, r, v), cell_run(f, s, r, v)[2]) for r, f, s, v in plan
+                if v != POINTS and not (cells_dir / f"{_cell_name(f, s, r, v)}.json").is_file()
+                and not (s == ALL and r == 0 and v in full_dirs and stand_ins.get((f, v)) is not None)], jobs, once,
+                "cells in workers")
         for done, (repeat, fold, size, variant) in enumerate(plan):
             name = _cell_name(fold, size, repeat, variant)
             path = cells_dir / f"{name}.json"
@@ -495,15 +520,12 @@ def learning_curve(
                 warn(progress, f"{name}: {full_dirs[variant]}/fold-{fold} is not a finished fold run; training the cell")
             if progress:
                 progress(Progress("cells", done, len(plan), f"{name}: training"))
-            pool = by_id.loc[pools[fold], ["_y"]].reset_index()
-            order = _stratified_order(pool["_y"].to_numpy(), np.random.default_rng([fold_seed, fold, repeat, 101]))
-            n = len(pool) if size == ALL else int(size)
-            sample = _subsample(pool, order, n, dev_share, [fold_seed, fold, repeat, n, 202])
+            sample, n, call = cell_run(fold, size, repeat, variant)
             test = splits[fold]["test"]
-            split = {"train": sample.fit, "dev": sample.dev, "test": test}
-            ov, epochs = per_variant[variant]
+            epochs = per_variant[variant][1]
             run_dir = work_dir / name
-            shutil.rmtree(run_dir, ignore_errors=True)  # a cell killed half-way left its run directory behind
+            if name not in pretrained:
+                shutil.rmtree(run_dir, ignore_errors=True)  # a cell killed half-way left its run directory behind
             t0 = time.perf_counter()
             y_test = by_id.loc[test, "_y"].to_numpy()
             if variant == POINTS:
@@ -511,9 +533,11 @@ def learning_curve(
                 test_m = grade_metrics(y_test, pred0)
                 pred = pd.DataFrame({"id": list(test), "grade": pred0 + rb.grade.min})
             else:
-                res = train_model(rb, table, split, run_dir, variant=parse_variant(variant)[0], overrides=ov, preset=preset,
-                                  seeds=1, first_seed=repeat, agreement=agreement, notes=notes, callback=callback,
-                                  progress=once)
+                if name in pretrained:  # trained in a worker process: its time is the worker's
+                    res, worker_seconds = pretrained[name]
+                    t0 -= worker_seconds
+                else:
+                    res = train_model(**call)
                 encoder = (res.metrics.get("encoder") or {}).get("used", "train")
                 test_m = res.metrics["seeds"][0]["test"]
                 pred = pd.read_csv(run_dir / "test_predictions.csv", dtype={"id": str})

@@ -84,6 +84,7 @@ def run_train(
     preset: str = "default",
     folds: int = 0,
     progress: ProgressFn | None = None,
+    jobs: int = 1,
     **flat: Any,
 ) -> TrainResult:
     """``rubrictool train``: a benchmark or an adjudicated table (+ rubric), flat CLI options over a YAML
@@ -107,6 +108,9 @@ def run_train(
                          hint="give either --benchmark NAME or --data FILE with --rubric")
     stem = benchmark or Path(str(data)).stem
     run = Path(out) if out else Path("runs") / f"{stem}-{variant}"
+    if jobs > 1 and not folds:
+        raise TrainError(f"--jobs {jobs} trains folds in parallel, and this is one run",
+                         hint="add --folds K, or drop --jobs")
     if folds and split is not None:
         raise TrainError("a fixed split and k-fold evaluation exclude each other: k-fold makes its own splits",
                          hint="drop --split or --folds")
@@ -116,7 +120,7 @@ def run_train(
                              hint="--split/--agreement go with --data")
         if folds:
             rb, table, agr_doc = benchmark_table(benchmark, data_dir)
-            return train_folds(rb, table, run, folds=folds, fold_seed=split_seed, agreement=agr_doc, by=by,
+            return train_folds(rb, table, run, folds=folds, fold_seed=split_seed, agreement=agr_doc, by=by, jobs=jobs,
                                notes=[LLM_PASSES_NOTE], progress=progress, **(kw | benchmark_provenance(benchmark)))
         return train_benchmark(benchmark, run, data_dir=data_dir, split_seed=split_seed, by=by, **single)
     if rubric is None and (Path(str(data)).parent / "rubric.yaml").is_file():  # adjudicate keeps it beside the table
@@ -133,7 +137,7 @@ def run_train(
     kw["table_source"] = {"path": str(data)}
     if folds:
         return train_folds(rubric, table, run, folds=folds, fold_seed=split_seed, agreement=agr, progress=progress, by=by,
-                           **kw)
+                           jobs=jobs, **kw)
     if split:
         sp = load_split(split)
     elif by:

@@ -35,6 +35,7 @@ from scipy.stats import spearmanr
 import reccbm
 from reccbm import JointConfig, ModelConfig, Predictions, StageIConfig, StageIIConfig
 from reccbm.config import config_from_dict, variant_flags, variant_name
+from reccbm.device import describe_device
 from rubrictool.data import (
     kfold_splits,
     save_split,
@@ -55,7 +56,7 @@ from rubrictool.flags import profile_from_table, save_profile
 from rubrictool.grade import model_inputs
 from rubrictool.grade import predictions_frame as _predictions_frame
 from rubrictool.io import atomic_write_text, write_table
-from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
+from rubrictool.progress import Progress, ProgressFn, note, truncation_message, warn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.runs import (
@@ -551,6 +552,8 @@ def train_model(
         agreement = _read_agreement(Path(agreement))
     run = Path(run_dir)
     is_main = PartialState().is_main_process  # under `accelerate launch`, only rank 0 writes the run dir
+    device = describe_device(recipe.stage1.device)  # every stage computes there (reccbm.device); run.json records it
+    note(progress, device_line(device))
     notes = list(notes or [])
     if encoder["asked"] == "auto":
         notes.append(f"encoder {encoder['used']}: --encoder auto freezes it below stage1.frozen_below = "
@@ -568,9 +571,18 @@ def train_model(
         result = _train_into(run, stage, is_main, rb, df, pos, name, preset, mcfg, recipe, seeds, first_seed, agreement, notes,
                              callback, progress, plm, labels_rec, encoder)
         if is_main:
-            write_record(stage, rubric=rb, table=_table_record(stage, table, table_source), labels=labels_rec)
+            write_record(stage, rubric=rb, table=_table_record(stage, table, table_source), labels=labels_rec,
+                         device=device)
     log.info("wrote %s", run)
     return replace(result, run_dir=run)
+
+
+def device_line(device: dict[str, Any]) -> str:
+    """The one line that says where a run trains (:func:`reccbm.device.describe_device`)."""
+    if device.get("name") == "CPU":
+        return f"training on the CPU ({device.get('threads')} torch threads, {device.get('cores')} cores; torch {device['torch']})"
+    return (f"training on {device['device']} ({device.get('name')}, {device.get('memory_gib')} GiB; torch {device['torch']}, "
+            f"CUDA {device.get('cuda')})")
 
 
 def encoder_choice(stage1: StageIConfig, n_labelled: int) -> dict[str, Any]:
@@ -735,10 +747,13 @@ def train_folds(
     notes: list[str] | None = None,
     progress: ProgressFn | None = None,
     by: str | None = None,
+    jobs: int = 1,
     **kwargs: Any,
 ) -> TrainResult:
     """k-fold evaluation: one run per fold in ``run_dir/fold-<i>`` (every item tested exactly once; see
     :func:`rubrictool.data.kfold_splits`), then pooled metrics and the baselines (:mod:`rubrictool.evaluate`).
+    jobs > 1: the folds not finished yet train in that many worker processes (:mod:`rubrictool.parallel`), each fold
+    as the serial run trains it.
 
     Resumable per fold: a fold whose run finished (metrics.json written) is read back, not retrained.
     progress gets one task, "folds": folds done so far, and whether the next one trains or was read back."""
@@ -758,6 +773,12 @@ def train_folds(
         kept = f"the {done} fold(s) finished earlier in {run} are kept" if done else f"nothing was written to {run}"
         raise TrainError(f"{current}: cannot write it ({exc.strerror or exc}); nothing was trained; {kept}",
                          hint="pass --out a folder you can write (or free space), then train again") from None
+    if jobs > 1:  # the folds not finished yet, in worker processes; the loop below reads them back
+        from rubrictool.parallel import run_in_workers
+
+        run_in_workers(train_model, [(f"fold {i + 1}", {"rubric": rb, "table": table, "split": sp, "run_dir": run / f"fold-{i}",
+                                                        "agreement": agreement, "notes": notes, **kwargs})
+                                     for i, sp in enumerate(splits) if not _fold_done(run / f"fold-{i}")], jobs, progress, "folds")
     results: list[dict[str, Any]] = []
     for i, sp in enumerate(splits):
         fold_dir = run / f"fold-{i}"

@@ -156,6 +156,8 @@ def train_cmd(
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Batch size (default 8).")] = None,
     lr: Annotated[float | None, typer.Option("--lr", help="Stage I learning rate (default 1e-4).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="With --folds: train that many folds at once, in worker "
+                                      "processes (CPU cores shared; one GPU each where there are several).")] = 1,
     data_dir: DataDirOpt = None,
     preset: Annotated[str, typer.Option("--preset", help="default (measured best) or paper (the paper's recipe).")] = "default",
     folds: Annotated[int, typer.Option("--folds", help="k-fold evaluation: k runs, every item tested once (0 = one split).")] = 0,
@@ -194,7 +196,7 @@ def train_cmd(
             config=config, variant=variant, race=race, opcc=opcc, lcec=lcec, seeds=seeds, agreement=agreement,
             data_dir=data_dir, callback=progress, preset=preset, folds=folds, progress=view, backbone=backbone,
             epochs=epochs, max_len=max_len, batch_size=batch_size, lr=lr, device=device, crossfit=crossfit,
-            encoder=encoder, cfg=cfg or [], by=by,
+            encoder=encoder, cfg=cfg or [], by=by, jobs=jobs,
         )
     for table in result_tables(result):
         console.print(table)
@@ -246,6 +248,8 @@ def grade_cmd(
         "--engine", help="Encoder runtime: torch, or onnx (ONNX Runtime; exported once, cached in RUN/onnx).",
     )] = "torch",
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts for every response, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1).")] = None,
+    device: Annotated[str, typer.Option("--device", help="auto (CUDA if present) or cpu; --int8 and --engine onnx "
+                                        "run on the CPU.")] = "auto",
 ) -> None:
     """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
 
@@ -260,7 +264,8 @@ def grade_cmd(
     if run_dir is None:
         raise typer.BadParameter("give the run directory written by `rubrictool train`", param_hint="--run")
     with ProgressView(err_console, transient=True) as view:
-        graded, path, seconds = grade_file(run_dir, data, out, batch_size, view, int8, engine, overrides=",".join(set_) if set_ else None)
+        graded, path, seconds = grade_file(run_dir, data, out, batch_size, view, int8, engine,
+                                           overrides=",".join(set_) if set_ else None, device=device)
     rate = len(graded) / seconds if seconds > 0 else float("inf")
     console.print(f"graded {len(graded)} responses in {seconds:.1f} s ({rate:.0f}/s) -> {path}", soft_wrap=True)
     flagged = graded["flags"].astype(str) != ""

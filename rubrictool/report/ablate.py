@@ -71,12 +71,13 @@ def _metrics(run: Path, done_file: str) -> dict[str, Any]:
 
 def run_ablation(
     out: str | Path, *, variants: list[str] | None = None, on_run: Callable[[int, int, str, str], None] | None = None,
-    **train_kwargs: Any,
+    jobs: int = 1, **train_kwargs: Any,
 ) -> tuple[pd.DataFrame, dict[str, Path]]:
     """Train (or read back) every combination into ``out/<variant>``; ``train_kwargs`` go to
     :func:`rubrictool.pipeline.run_train` (benchmark or data, rubric, seeds, folds, options).
     variants: a subset of the combination names (default all nine), each optionally ending in -frozen or -auto (the
-    encoder choice, ENCODERS). on_run(i, n, name, "train"|"done")."""
+    encoder choice, ENCODERS). on_run(i, n, name, "train"|"done"). jobs > 1: the combinations not trained yet train in
+    that many worker processes first (:mod:`rubrictool.parallel`)."""
     from rubrictool.pipeline import run_train
     from rubrictool.train import encoder_epochs
 
@@ -94,7 +95,21 @@ def run_ablation(
                   if v.partition("-")[0] == n]
     rows = []
     done_file = "folds.json" if train_kwargs.get("folds") else "metrics.json"
-    for i, (name, (plm, race, opcc, lcec), encoder) in enumerate(combos):
+
+    def call(name: str, flags: tuple[bool, bool, bool, bool], encoder: str | None) -> dict[str, Any]:
+        plm, race, opcc, lcec = flags
+        kw = dict(train_kwargs)
+        if plm and kw.get("epochs") is not None:  # a fair baseline: the concept models' Stage I + joint epochs
+            kw["epochs"] = encoder_epochs(kw.get("preset") or "default", {"stage1": {"epochs": kw["epochs"]}})
+        return dict(out=d / name, variant="plm" if plm else "reccbm", race=None if plm else race,
+                    opcc=None if plm else opcc, lcec=None if plm else lcec, **(kw | {"encoder": encoder}))
+
+    if jobs > 1:  # the combinations not trained yet, in worker processes; the loop below reads them back
+        from rubrictool.parallel import run_in_workers
+
+        run_in_workers(run_train, [(n, call(n, f, e)) for n, f, e in combos if not (d / n / done_file).is_file()], jobs)
+    for i, (name, flags, encoder) in enumerate(combos):
+        plm, race, opcc, lcec = flags
         run = d / name
         if (run / done_file).is_file():
             state = "done"
@@ -102,11 +117,7 @@ def run_ablation(
             state = "train"
             if on_run:
                 on_run(i, len(combos), name, state)
-            kw = dict(train_kwargs)
-            if plm and kw.get("epochs") is not None:  # a fair baseline: the concept models' Stage I + joint epochs
-                kw["epochs"] = encoder_epochs(kw.get("preset") or "default", {"stage1": {"epochs": kw["epochs"]}})
-            run_train(out=run, variant="plm" if plm else "reccbm", race=None if plm else race,
-                      opcc=None if plm else opcc, lcec=None if plm else lcec, **(kw | {"encoder": encoder}))
+            run_train(**call(name, flags, encoder))
         if on_run and state == "done":
             on_run(i, len(combos), name, state)
         rows.append(_row(name, (plm, race, opcc, lcec), _metrics(run, done_file), encoder or "train")
