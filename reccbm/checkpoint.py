@@ -72,8 +72,10 @@ def read_meta(run_dir: str | Path) -> dict[str, Any]:
     return doc
 
 
-def load_checkpoint(run_dir: str | Path) -> tuple[RecCBM, Any, dict[str, Any]]:
-    """(model in eval mode on CPU, tokenizer, model.json contents) from a run directory."""
+def load_checkpoint(run_dir: str | Path, device: Any = "cpu") -> tuple[RecCBM, Any, dict[str, Any]]:
+    """(model in eval mode on ``device``, tokenizer, model.json contents) from a run directory. ``device``: "cpu" (the
+    default: where :mod:`reccbm.explain` reads the model), "auto" (CUDA when present), "cuda" or a torch.device
+    (:func:`reccbm.device.resolve_device`); :func:`reccbm.predict` also takes a device per call."""
     from safetensors.torch import load_model
     from transformers import AutoConfig
 
@@ -93,4 +95,8 @@ def load_checkpoint(run_dir: str | Path) -> tuple[RecCBM, Any, dict[str, Any]]:
     if missing or unexpected:
         raise ReccbmError(f"{weights} does not match model.json: missing {missing[:3]}, unexpected {unexpected[:3]}")
     model.eval()
+    if device != "cpu":
+        from reccbm.device import resolve_device
+
+        model.to(resolve_device(device))
     return model, load_tokenizer(str(run / "backbone")), meta

@@ -89,8 +89,12 @@ class StageIConfig:
     grad_clip: float = 1.0  # max gradient L2 norm; 0 disables clipping
     eval_batch_size: int = 64  # batch size for dev evaluation and for caching Stage I outputs
     seed: int = 0  # seeds torch, numpy, Python and the data order
-    mixed_precision: str = "no"  # "no", "fp16" (CUDA) or "bf16", passed to accelerate.Accelerator
-    device: str = "auto"  # "auto" = CUDA when present (or what `accelerate launch` set), else "cpu"
+    # "no", "fp16" (CUDA) or "bf16": passed to accelerate.Accelerator for the encoder's stages, and bf16 autocast of
+    # prediction and a frozen encoder's states on a GPU that has it. "no" until bf16 is measured against float32 on a GPU.
+    mixed_precision: str = "no"
+    # The one device of every stage, prediction included (reccbm.device): "auto" = CUDA when present (under `accelerate
+    # launch`, this process's GPU), else the CPU; "cpu" forces the CPU; "cuda" asks for a GPU.
+    device: str = "auto"
     max_steps_per_epoch: int = 0  # > 0 caps optimiser steps per epoch (smoke tests); 0 = full epochs
     # Fewest optimiser steps Stage I (and the PLM) takes in all: a small table's epochs run ceil(min_steps / epochs) steps
     # each, drawing batches again once the table is used up, so a course with few labelled answers gets as many
@@ -120,6 +124,8 @@ class StageIConfig:
     def __post_init__(self) -> None:
         _choice("concept loss", self.concept_loss, ("sum", "mean"))
         _choice("encoder", self.encoder, ("train", "frozen", "auto"))
+        _choice("device", self.device, ("auto", "cpu", "cuda"))
+        _choice("mixed precision", self.mixed_precision, ("no", "fp16", "bf16"))
         if self.min_steps < 0:
             raise ValueError(f"min_steps is >= 0, got {self.min_steps}")
         if self.frozen_below < 0 or self.frozen_lr < 0:

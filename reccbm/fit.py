@@ -29,6 +29,7 @@ import torch
 
 from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig
 from reccbm.data import EncodedItems
+from reccbm.device import resolve_device
 from reccbm.errors import ReccbmError
 from reccbm.metrics import concept_metrics, task_metrics
 from reccbm.model import RecCBM, TextEncoder, default_backbone
@@ -136,11 +137,19 @@ def _stage2(model: RecCBM, train: EncodedItems, dev: EncodedItems, r: Recipe, pa
     """Stage II on the frozen model's outputs for ``train`` (cached once), or on ``p_fit`` given for them (the
     cross-fitted outputs); selected on the model's dev outputs."""
     assert train.concepts is not None and train.grades is not None and dev.grades is not None
+    dev_ = _device(r)
     if p_fit is None:
-        p_fit = cache_concepts(model, train, pad, r.stage1.eval_batch_size, states.train if states else None)
-    p_dev = cache_concepts(model, dev, pad, r.stage1.eval_batch_size, states.dev if states else None)
+        p_fit = cache_concepts(model, train, pad, r.stage1.eval_batch_size, states.train if states else None, dev_,
+                               r.stage1.mixed_precision)
+    p_dev = cache_concepts(model, dev, pad, r.stage1.eval_batch_size, states.dev if states else None, dev_,
+                           r.stage1.mixed_precision)
     return train_grader(model, p_fit, torch.tensor(train.concepts), torch.tensor(train.grades), p_dev,
-                        torch.tensor(dev.grades), r.stage2, callback)
+                        torch.tensor(dev.grades), r.stage2, callback, device=dev_)
+
+
+def _device(r: Recipe) -> torch.device:
+    """The one device every stage of the recipe computes on (``stage1.device``: auto, cpu or cuda)."""
+    return resolve_device(r.stage1.device)
 
 
 def _concept_model(train: EncodedItems, dev: EncodedItems, r: Recipe, tokenizer: Any, texts: list[str] | None,
@@ -180,7 +189,7 @@ def _cross_fitted_outputs(train: EncodedItems, dev: EncodedItems, r: Recipe, tok
                                           states=states.subset(rest) if states else None)
         steps += r1.steps + (rj.steps if rj else 0)
         p = cache_concepts(inner, train.subset(part), tokenizer.pad_token_id, r.stage1.eval_batch_size,
-                           states.subset(part).train if states else None)
+                           states.subset(part).train if states else None, _device(r), r.stage1.mixed_precision)
         if p_oof is None:
             p_oof = torch.empty((len(train), *p.shape[1:]), dtype=p.dtype)
         p_oof[part] = p
@@ -188,9 +197,10 @@ def _cross_fitted_outputs(train: EncodedItems, dev: EncodedItems, r: Recipe, tok
     return p_oof, parts, steps
 
 
-def dev_metrics(model: RecCBM, dev: EncodedItems, pad: int, batch_size: int = 64) -> dict[str, float]:
-    """Grade metrics (and concept metrics, with a bottleneck) of ``model`` on ``dev``."""
-    p = predict(model, dev, pad, batch_size)
+def dev_metrics(model: RecCBM, dev: EncodedItems, pad: int, batch_size: int = 64,
+                device: torch.device | None = None) -> dict[str, float]:
+    """Grade metrics (and concept metrics, with a bottleneck) of ``model`` on ``dev`` (computed on ``device``)."""
+    p = predict(model, dev, pad, batch_size, device=device)
     assert dev.grades is not None
     out = task_metrics(dev.grades, p.grades)
     if p.p_hat is not None and dev.concepts is not None:
@@ -218,12 +228,13 @@ def fit(
     pad = tokenizer.pad_token_id
     recipe = replace(recipe, stage1=recipe.stage1.resolved(len(train) + len(dev)))
     encoder = recipe.stage1.encoder
+    device = _device(recipe)
     states = _frozen_states(train, dev, recipe, pad) if encoder == "frozen" and recipe.stage1.cache_states else None
     states_seconds = time.perf_counter() - t0 if states else 0.0
     if recipe.model.plm:
         model = _new_model(recipe.model, recipe.stage1.seed)
         r1 = train_plm(model, train, dev, recipe.stage1, pad, callback, states=states.pair if states else None)
-        return Fitted(model, r1, None, None, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size), r1.steps,
+        return Fitted(model, r1, None, None, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size, device), r1.steps,
                       time.perf_counter() - t0, encoder=encoder, states_seconds=states_seconds)
     p_oof, parts, cf_steps = None, None, 0
     if recipe.stage2.crossfit >= 2:  # first the k models that give every training answer an unseen-answer output
@@ -240,15 +251,18 @@ def fit(
     if recipe.stage2.lcec_fit == "dev" and model.lcec is not None:  # LCEC learns the errors of new answers...
         assert dev.concepts is not None and train.concepts is not None and train.grades is not None
         assert dev.grades is not None
-        p_dev = cache_concepts(model, dev, pad, recipe.stage1.eval_batch_size, states.dev if states else None)
-        rl = fit_lcec(model, p_dev, torch.tensor(dev.concepts), recipe.stage2, callback)
+        p_dev = cache_concepts(model, dev, pad, recipe.stage1.eval_batch_size, states.dev if states else None, device,
+                               recipe.stage1.mixed_precision)
+        rl = fit_lcec(model, p_dev, torch.tensor(dev.concepts), recipe.stage2, callback, device=device)
         p_train = p_oof if p_oof is not None else cache_concepts(model, train, pad, recipe.stage1.eval_batch_size,
-                                                                 states.train if states else None)
+                                                                 states.train if states else None, device,
+                                                                 recipe.stage1.mixed_precision)
         head_init = head_init or r2
         r2 = train_grader(model, p_train, torch.tensor(train.concepts), torch.tensor(train.grades), p_dev,  # ... and the
-                          torch.tensor(dev.grades), recipe.stage2, callback, head_only=True)  # head reads through it
+                          torch.tensor(dev.grades), recipe.stage2, callback, head_only=True,  # head reads through it
+                          device=device)
         steps += rl.steps + r2.steps
-    return Fitted(model, r1, rj, r2, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size), steps,
+    return Fitted(model, r1, rj, r2, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size, device), steps,
                   time.perf_counter() - t0, parts, cf_steps, rl, head_init, encoder, states_seconds)
 
 
@@ -256,5 +270,6 @@ def _frozen_states(train: EncodedItems, dev: EncodedItems, r: Recipe, pad: int) 
     """The pretrained encoder's token states for train and dev, once: a frozen encoder is the same in every stage and
     every model of the recipe (cross-fitting included), so they all reuse these."""
     encoder = TextEncoder.from_pretrained(r.model.backbone or default_backbone())
-    return _States(encoder_states(encoder, train, pad, r.stage1.eval_batch_size),
-                   encoder_states(encoder, dev, pad, r.stage1.eval_batch_size))
+    dev_, precision = _device(r), r.stage1.mixed_precision
+    return _States(encoder_states(encoder, train, pad, r.stage1.eval_batch_size, dev_, precision),
+                   encoder_states(encoder, dev, pad, r.stage1.eval_batch_size, dev_, precision))

@@ -13,9 +13,11 @@ The order in which they run is :func:`reccbm.fit` (reccbm/fit.py).
 * :func:`encoder_states` — a frozen encoder's token states, once per input (``StageIConfig.encoder = "frozen"``:
   the encoder is never updated, so Stage I, the joint stage and the PLM reuse them instead of running it each step).
 
-Stage I, the joint stage and the PLM run through Hugging Face Accelerate: one process on CPU, the
-same code under ``accelerate launch`` for multi-GPU / multi-node. Stage II is K-dimensional and runs
-on CPU in every process. Progress goes to an optional callback (``reccbm`` never prints).
+Stage I, the joint stage and the PLM run through Hugging Face Accelerate: one process on the CPU or one GPU, the
+same code under ``accelerate launch`` for multi-GPU / multi-node; the model is placed on the accelerator's device at
+the start of every stage. Stage II, the LCEC fit, prediction and a frozen encoder's states run on the device they are
+given (:mod:`reccbm.device`; None: where the model is). Between calls a model lives on the CPU. Progress goes to an
+optional callback (``reccbm`` never prints).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from torch import Tensor, nn
 
 from reccbm.config import JointConfig, StageIConfig, StageIIConfig
 from reccbm.data import EncodedItems, collate
+from reccbm.device import autocast, on_device
 from reccbm.errors import ReccbmError
 from reccbm.metrics import concept_metrics, task_metrics
 from reccbm.model import (
@@ -191,21 +194,23 @@ def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group:
 
 
 @torch.inference_mode()
-def encoder_states(encoder: nn.Module, items: EncodedItems, pad_id: int, batch_size: int = 64) -> list[Tensor]:
+def encoder_states(encoder: nn.Module, items: EncodedItems, pad_id: int, batch_size: int = 64,
+                   device: str | torch.device | None = None, precision: str = "no") -> list[Tensor]:
     """The token states H = E(x) of every input, computed once (no grad, eval mode: dropout off), float32 on the CPU:
     one (T_i, d) tensor per input, its own tokens only. A frozen encoder gives the same H every epoch, so training
-    reuses these instead of running E each step (:func:`train_concepts`, :func:`train_joint`, :func:`train_plm`)."""
+    reuses these instead of running E each step (:func:`train_concepts`, :func:`train_joint`, :func:`train_plm`).
+    ``device``: where E runs (None: where it is; it is put back afterwards); ``precision`` "bf16": autocast on a GPU."""
     was_training = encoder.training
     encoder.eval()
-    device = next(encoder.parameters()).device
     out: list[Tensor] = [torch.empty(0)] * len(items)
     order = np.argsort([len(f["input_ids"]) for f in items.features], kind="stable")  # length-sorted: less padding
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        batch = {k: v.to(device) for k, v in collate(items, idx, pad_id).items()}
-        H = encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # (B, T, d)
-        for j, i in enumerate(idx):
-            out[i] = H[j, : len(items.features[i]["input_ids"])].float().cpu().clone()  # (T_i, d)
+    with on_device(encoder, device) as dev, autocast(dev, precision):
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            batch = {k: v.to(dev) for k, v in collate(items, idx, pad_id).items()}
+            H = encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # (B, T, d)
+            for j, i in enumerate(idx):
+                out[i] = H[j, : len(items.features[i]["input_ids"])].float().cpu().clone()  # (T_i, d)
     encoder.train(was_training)
     return out
 
@@ -329,15 +334,18 @@ def _fit_encoder(
     frozen = cfg.encoder == "frozen"
     train_stage = "joint" if stage == "joint" else "stage1"
     _freeze(model, train_stage, frozen)
+    acc = _accelerator(cfg)
+    # The model goes to the accelerator's device here, every stage: Accelerator.prepare returns a model it prepared
+    # before (an earlier stage) as it is, without placing it, and the previous stage left it on the CPU.
+    model.to(acc.device)
     if not frozen:
         states = None  # a trained encoder's states change every step
     elif states is None and cfg.cache_states:
-        states = (encoder_states(model.encoder, train, pad_id, cfg.eval_batch_size),
-                  encoder_states(model.encoder, dev, pad_id, cfg.eval_batch_size))
+        states = (encoder_states(model.encoder, train, pad_id, cfg.eval_batch_size, precision=cfg.mixed_precision),
+                  encoder_states(model.encoder, dev, pad_id, cfg.eval_batch_size, precision=cfg.mixed_precision))
     dev_states = states[1] if states is not None else None
     epochs = joint.epochs if (stage == "joint" and joint is not None) else cfg.epochs
     min_steps = joint.min_steps if (stage == "joint" and joint is not None) else cfg.min_steps
-    acc = _accelerator(cfg)
     opt = _optimizer(model, cfg, train_stage, joint)
     steps_per_epoch = _n_steps(len(train), cfg.batch_size * acc.num_processes, cfg.max_steps_per_epoch, epochs,
                                min_steps)
@@ -345,6 +353,7 @@ def _fit_encoder(
     loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length,
                      states=states[0] if states is not None else None)
     pmodel, opt, loader, sched = acc.prepare(model, opt, loader, sched)
+    acc.unwrap_model(pmodel).to(acc.device)  # placed whether or not prepare placed it (see above)
     best_key: tuple[float, ...] | None = None
     best_state: dict[str, Tensor] = {}
     best, best_epoch, history, bad, steps, step_time = {}, 0, [], 0, 0, 0.0
@@ -556,28 +565,32 @@ def predict(
     batch_size: int = 64,
     on_batch: Callable[[int], None] | None = None,
     states: States | None = None,
+    device: str | torch.device | None = None,
+    precision: str = "no",
 ) -> Predictions:
-    """Batched inference (length-sorted, dynamic padding) on the model's current device. ``states``: the items' token
-    states from this model's (frozen) encoder (:func:`encoder_states`), used instead of running it."""
+    """Batched inference (length-sorted, dynamic padding). ``device``: where it runs (:func:`reccbm.device.resolve_device`;
+    None: the model's current device); the model is put back where it was afterwards. ``precision`` "bf16": bf16
+    autocast on a GPU that has it (off by default). ``states``: the items' token states from this model's (frozen)
+    encoder (:func:`encoder_states`), used instead of running it."""
     if len(items) == 0:
         raise ReccbmError("nothing to predict: no items")
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
     order = np.argsort([len(f["input_ids"]) for f in items.features], kind="stable")  # length-sorted
     parts: dict[str, list[NDArray[Any]]] = {"grade_probs": [], "grade_logits": [], "p_hat": [], "c_hat": [], "mu_post": []}
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        batch = {k: v.to(device) for k, v in _batch(items, idx, pad_id, states).items()}
-        out = model(batch)
-        parts["grade_probs"].append(out.grade_logits.float().softmax(-1).cpu().numpy())
-        parts["grade_logits"].append(out.grade_logits.float().cpu().numpy())
-        for name in ("p_hat", "c_hat", "mu_post"):
-            t = getattr(out, name)
-            if t is not None:
-                parts[name].append(t.float().cpu().numpy())
-        if on_batch:
-            on_batch(len(idx))
+    with on_device(model, device) as dev, autocast(dev, precision):
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            batch = {k: v.to(dev) for k, v in _batch(items, idx, pad_id, states).items()}
+            out = model(batch)
+            parts["grade_probs"].append(out.grade_logits.float().softmax(-1).cpu().numpy())
+            parts["grade_logits"].append(out.grade_logits.float().cpu().numpy())
+            for name in ("p_hat", "c_hat", "mu_post"):
+                t = getattr(out, name)
+                if t is not None:
+                    parts[name].append(t.float().cpu().numpy())
+            if on_batch:
+                on_batch(len(idx))
     model.train(was_training)
     inv = np.argsort(order)  # back to the input order
 
@@ -613,9 +626,11 @@ def quantize_encoder(model: RecCBM) -> RecCBM:
 
 
 def cache_concepts(model: RecCBM, items: EncodedItems, pad_id: int, batch_size: int = 64,
-                   states: States | None = None) -> Tensor:
-    """Frozen Stage I outputs p̂ (N, K, M+1), computed once for Stage II (float32, CPU); ``states`` as in :func:`predict`."""
-    p = predict(model, items, pad_id, batch_size, states=states).p_hat
+                   states: States | None = None, device: str | torch.device | None = None,
+                   precision: str = "no") -> Tensor:
+    """Frozen Stage I outputs p̂ (N, K, M+1), computed once for Stage II (float32, CPU); ``states``, ``device`` and
+    ``precision`` as in :func:`predict`."""
+    p = predict(model, items, pad_id, batch_size, states=states, device=device, precision=precision).p_hat
     if p is None:
         raise ReccbmError("the PLM baseline has no concept outputs to cache")
     return torch.from_numpy(p)
@@ -644,11 +659,13 @@ def train_grader(
     cfg: StageIIConfig,
     callback: Callback | None = None,
     head_only: bool = False,
+    device: str | torch.device | None = None,
 ) -> StageResult:
     """Stage II: train (L, η, W) — only W without LCEC — over cached p̂; keep the best dev T-F1 epoch.
 
     train_concepts_ are the 0..M concept labels for L_den (Eq. 24); None skips L_den. head_only: train the grade
-    head (W, U) alone, LCEC kept as it is (after :func:`fit_lcec`).
+    head (W, U) alone, LCEC kept as it is (after :func:`fit_lcec`). ``device``: where it runs (None: where the model
+    is); the model is put back where it was afterwards.
     """
     if model.config.plm:
         raise ReccbmError("the PLM baseline has no Stage II")
@@ -657,8 +674,9 @@ def train_grader(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # K-dimensional maths: one thread beats two (no sync overhead)
     try:
-        return _train_grader(model, train_p_hat, train_concepts_, train_grades, dev_p_hat, dev_grades, cfg, callback,
-                             head_only)
+        with on_device(model, device) as dev:
+            return _train_grader(model, train_p_hat.to(dev), None if train_concepts_ is None else train_concepts_.to(dev),
+                                 train_grades.to(dev), dev_p_hat.to(dev), dev_grades.to(dev), cfg, callback, head_only)
     finally:
         torch.set_num_threads(threads)
 
@@ -675,7 +693,6 @@ def _train_grader(
     head_only: bool = False,
 ) -> StageResult:
     torch.manual_seed(cfg.seed)
-    model.to("cpu")
     if model.lcec is not None and model.config.center and not head_only:  # prior mean μ₀ (see LatentCorrection)
         with torch.no_grad():
             ref = train_concepts_.double() / model.config.M if train_concepts_ is not None else None
@@ -707,7 +724,7 @@ def _train_grader(
         with torch.no_grad():
             model.eval()
             logits = model.grade_from_concepts(dev_p_hat).grade_logits
-            metrics = task_metrics(dev_grades.numpy(), logits.argmax(1).numpy())
+            metrics = task_metrics(dev_grades.cpu().numpy(), logits.argmax(1).cpu().numpy())
             metrics["loss"] = float(F.cross_entropy(logits, dev_grades))
         history.append({"epoch": epoch, "train_loss": total / steps_per_epoch} | metrics)
         key = (-metrics["loss"],) if cfg.select == "nll" else _key(metrics, "t_f1", "t_acc")
@@ -729,42 +746,49 @@ def _train_grader(
 
 
 
-def fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig, callback: Callback | None = None) -> StageResult:
+def fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig, callback: Callback | None = None,
+             device: str | torch.device | None = None) -> StageResult:
     """LCEC's (L, η) alone on L_den + λ_s L_spa (Eq. 24, 25; λ_s = cfg.lcec_lambda_s) over cached outputs p̂ (N, K, M+1) and their 0..M
     labels, everything else frozen; the final state is kept. Given outputs for answers the encoder never trained on
-    (the dev split's), σ² and Ω describe the errors it makes on new answers (StageIIConfig.lcec_fit = "dev")."""
+    (the dev split's), σ² and Ω describe the errors it makes on new answers (StageIIConfig.lcec_fit = "dev").
+    ``device`` as in :func:`train_grader`."""
     if model.lcec is None:
         raise ReccbmError("this model has no LCEC layer to fit")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        torch.manual_seed(cfg.seed)
-        model.to("cpu")
-        params = list(model.lcec.parameters())
-        _train_only(model, params)
-        opt, sched, gen, steps_per_epoch = _k_dim_optimiser(params, len(p_hat), cfg)
-        history, steps, t0 = [], 0, time.perf_counter()
-        model.train()
-        for epoch in range(1, cfg.epochs + 1):
-            perm = torch.randperm(len(p_hat), generator=gen)
-            total = 0.0
-            for start in range(0, len(perm), cfg.batch_size):
-                idx = perm[start : start + cfg.batch_size]
-                den, spa = model.lcec_losses(model.grade_from_concepts(p_hat[idx]), concepts[idx])  # Eq. 24, 25
-                loss = den + cfg.lcec_lambda_s * spa  # λ_d weighs L_den against the grade loss; alone it has weight 1
-                opt.zero_grad(set_to_none=True)
-                loss.backward()  # type: ignore[no-untyped-call]
-                opt.step()
-                sched.step()
-                steps += 1
-                total += float(loss.detach())
-            history.append({"epoch": epoch, "train_loss": total / steps_per_epoch})
-            if callback:
-                callback(Event("lcec", "epoch", epoch, steps_per_epoch, steps_per_epoch, cfg.epochs,
-                               metrics={"loss": history[-1]["train_loss"]}))
-        model.eval()
-        seconds = time.perf_counter() - t0
-        return StageResult(cfg.epochs, {"loss": history[-1]["train_loss"]}, history, seconds, steps,
-                           seconds / max(1, steps))
+        with on_device(model, device) as dev:
+            return _fit_lcec(model, p_hat.to(dev), concepts.to(dev), cfg, callback)
     finally:
         torch.set_num_threads(threads)
+
+
+def _fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig, callback: Callback | None) -> StageResult:
+    assert model.lcec is not None
+    torch.manual_seed(cfg.seed)
+    params = list(model.lcec.parameters())
+    _train_only(model, params)
+    opt, sched, gen, steps_per_epoch = _k_dim_optimiser(params, len(p_hat), cfg)
+    history, steps, t0 = [], 0, time.perf_counter()
+    model.train()
+    for epoch in range(1, cfg.epochs + 1):
+        perm = torch.randperm(len(p_hat), generator=gen)
+        total = 0.0
+        for start in range(0, len(perm), cfg.batch_size):
+            idx = perm[start : start + cfg.batch_size]
+            den, spa = model.lcec_losses(model.grade_from_concepts(p_hat[idx]), concepts[idx])  # Eq. 24, 25
+            loss = den + cfg.lcec_lambda_s * spa  # λ_d weighs L_den against the grade loss; alone it has weight 1
+            opt.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
+            opt.step()
+            sched.step()
+            steps += 1
+            total += float(loss.detach())
+        history.append({"epoch": epoch, "train_loss": total / steps_per_epoch})
+        if callback:
+            callback(Event("lcec", "epoch", epoch, steps_per_epoch, steps_per_epoch, cfg.epochs,
+                           metrics={"loss": history[-1]["train_loss"]}))
+    model.eval()
+    seconds = time.perf_counter() - t0
+    return StageResult(cfg.epochs, {"loss": history[-1]["train_loss"]}, history, seconds, steps,
+                       seconds / max(1, steps))

@@ -318,6 +318,7 @@ def learning_curve(
     full_from: dict[str, str | Path] | None = None,
     plot: bool = True,
     progress: ProgressFn | None = None,
+    jobs: int = 1,
 ) -> CurveResult:
     """Train every (fold, size, repeat, variant) cell not trained yet in ``out``, then write curve.csv, curve.json
     and curve.png over every cell in ``out`` (earlier calls may have added other folds, sizes or repeats) (see the module docstring for what a cell is and how it is drawn).
@@ -330,6 +331,8 @@ def learning_curve(
     those cells, up to the dev part the k-fold split drew), instead of trained again; a fold not finished there is
     trained. The cell records the run it came from (``source``).
     progress gets one task, "cells", and each cell's training (train_model's progress).
+    jobs > 1: the cells to train train in that many worker processes first (:mod:`rubrictool.parallel`; each cell as
+    the serial run trains it), then are written in order.
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
     _check_settings(variants, repeats, dev_share, sizes)
@@ -360,7 +363,7 @@ def learning_curve(
     with writer_lock(root, f"the learning curve {root}", hint="wait for it to finish, or give another --out",
                      by="rubrictool learning-curve", kept=f"nothing was trained, and {root} is as it was"):
         (root / "cells").mkdir(parents=True, exist_ok=True)
-        trained, read_back, imported = _run_cells(plan, root, progress)
+        trained, read_back, imported = _run_cells(plan, root, progress, jobs)
         return _write_outputs(plan, root, trained, read_back, imported)
 
 
@@ -413,13 +416,22 @@ def _stand_ins(plan: CurvePlan, cells_dir: Path) -> dict[tuple[int, str], dict[s
     return out
 
 
-def _run_cells(plan: CurvePlan, root: Path, progress: ProgressFn | None) -> tuple[int, int, int]:
+def _run_cells(plan: CurvePlan, root: Path, progress: ProgressFn | None, jobs: int = 1) -> tuple[int, int, int]:
     """Each cell of the plan read back (its file exists), imported from a fold run, or trained; (trained, read back,
-    imported)."""
+    imported). jobs > 1: the cells to train are trained in worker processes first, then written in order."""
     cells_dir, work_dir = root / "cells", root / "work"
     stand_ins = _stand_ins(plan, cells_dir)
     trained = read_back = imported = 0
     per_cell, n = warn_once(progress), len(plan.cells)
+    pretrained: dict[str, tuple[Any, float]] = {}
+    if jobs > 1:
+        from rubrictool.parallel import run_in_workers
+
+        todo = [c for c in plan.cells if c.variant != POINTS and not (cells_dir / f"{c.name}.json").is_file()
+                and not (c.size == ALL and c.repeat == 0 and c.variant in plan.full_dirs
+                         and stand_ins.get((c.fold, c.variant)) is not None)]
+        pretrained = run_in_workers(train_model, [(c.name, _cell_train_args(plan, c, root)) for c in todo], jobs,
+                                    per_cell, "cells in workers")
     for done, cell in enumerate(plan.cells):
         path = cells_dir / f"{cell.name}.json"
         if path.is_file():
@@ -440,7 +452,7 @@ def _run_cells(plan: CurvePlan, root: Path, progress: ProgressFn | None) -> tupl
                            "training the cell")
         if progress:
             progress(Progress("cells", done, n, f"{cell.name}: training"))
-        _train_cell(plan, cell, root, per_cell)
+        _train_cell(plan, cell, root, per_cell, pretrained.get(cell.name))
         trained += 1
     if progress:
         progress(Progress("cells", n, n, f"{trained} trained, {imported} read from fold runs, {read_back} read back"))
@@ -471,27 +483,46 @@ def _imported_cell(plan: CurvePlan, cell: Cell, got: dict[str, Any]) -> dict[str
                         got["encoder"], got["train_seconds"], ids, source=got["source"])
 
 
-def _train_cell(plan: CurvePlan, cell: Cell, root: Path, progress: ProgressFn | None) -> None:
-    """Draw the cell's subsample, train it (or fit the points table) and write its cell file; the cell's run directory
-    is built in work/ and deleted (kept in runs/ with keep_runs)."""
+def _cell_sample(plan: CurvePlan, cell: Cell) -> tuple[Any, int]:
+    """The cell's subsample of its fold's training part (nested across sizes) and its number of answers."""
     fold, repeat = cell.fold, cell.repeat
     pool = plan.by_id.loc[plan.pools[fold], ["_y"]].reset_index()
     order = stratified_order(pool["_y"].to_numpy(), np.random.default_rng([plan.fold_seed, fold, repeat, 101]))
     n = len(pool) if cell.size == ALL else int(cell.size)
-    sample = nested_subsample(pool, order, n, plan.dev_share, [plan.fold_seed, fold, repeat, n, 202])
-    test = plan.splits[fold]["test"]
+    return nested_subsample(pool, order, n, plan.dev_share, [plan.fold_seed, fold, repeat, n, 202]), n
+
+
+def _cell_train_args(plan: CurvePlan, cell: Cell, root: Path) -> dict[str, Any]:
+    """train_model's arguments for a trained cell (its run directory in work/)."""
+    sample, _ = _cell_sample(plan, cell)
+    return {"rubric": plan.rubric, "table": plan.table,
+            "split": {"train": sample.fit, "dev": sample.dev, "test": plan.splits[cell.fold]["test"]},
+            "run_dir": root / "work" / cell.name, "variant": parse_variant(cell.variant)[0],
+            "overrides": plan.per_variant[cell.variant][0], "preset": plan.preset, "seeds": 1,
+            "first_seed": cell.repeat, "agreement": plan.agreement, "notes": plan.notes}
+
+
+def _train_cell(plan: CurvePlan, cell: Cell, root: Path, progress: ProgressFn | None,
+                pretrained: tuple[Any, float] | None = None) -> None:
+    """Draw the cell's subsample, train it (or fit the points table; or take the run a worker trained, ``pretrained``:
+    its result and seconds) and write its cell file; the cell's run directory is built in work/ and deleted (kept in
+    runs/ with keep_runs)."""
+    sample, n = _cell_sample(plan, cell)
+    test = plan.splits[cell.fold]["test"]
     run_dir = root / "work" / cell.name
-    shutil.rmtree(run_dir, ignore_errors=True)  # a cell killed half-way left its run directory behind
+    if pretrained is None:
+        shutil.rmtree(run_dir, ignore_errors=True)  # a cell killed half-way left its run directory behind
     t0 = time.perf_counter()
     if cell.variant == POINTS:
         pred0 = _points_cell(plan.rubric, plan.by_id, sample.ids, test)
         encoder, test_m = "none", grade_metrics(plan.by_id.loc[test, "_y"].to_numpy(), pred0)
         pred = pd.DataFrame({"id": list(test), "grade": pred0 + plan.rubric.grade.min})
     else:
-        res = train_model(plan.rubric, plan.table, {"train": sample.fit, "dev": sample.dev, "test": test}, run_dir,
-                          variant=parse_variant(cell.variant)[0], overrides=plan.per_variant[cell.variant][0],
-                          preset=plan.preset, seeds=1, first_seed=repeat, agreement=plan.agreement, notes=plan.notes,
-                          progress=progress)
+        if pretrained is not None:  # trained in a worker process: its time is the worker's
+            res, worker_seconds = pretrained
+            t0 -= worker_seconds
+        else:
+            res = train_model(**_cell_train_args(plan, cell, root), progress=progress)
         encoder = (res.metrics.get("encoder") or {}).get("used", "train")
         test_m = res.metrics["seeds"][0]["test"]
         pred = pd.read_csv(run_dir / "test_predictions.csv", dtype={"id": str})
@@ -572,6 +603,7 @@ def run_learning_curve(
     keep_runs: bool = False,
     full_from: Mapping[str, str | Path] | None = None,
     progress: ProgressFn | None = None,
+    jobs: int = 1,
 ) -> CurveResult:
     """``rubrictool learning-curve``: the data (:func:`rubrictool.pipeline.resolve_data`: a benchmark, or an adjudicated
     table with its rubric), sizes, variants and folds as the command gives them (comma lists), the training
@@ -587,4 +619,4 @@ def run_learning_curve(
                           folds=folds, fold_ids=fold_ids, fold_seed=fold_seed, by=by, dev_share=dev_share,
                           preset=options.preset, overrides=options.overrides, match_budget=match_budget,
                           agreement=source.agreement, notes=source.notes or None, keep_runs=keep_runs,
-                          full_from=dict(full_from or {}), progress=progress)
+                          full_from=dict(full_from or {}), progress=progress, jobs=jobs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AdjudicateError",
     "AnnotateError",
@@ -24,6 +26,9 @@ class RubrictoolError(Exception):
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
         self.hint = hint
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the hint survives pickling (an error raised in a worker process)
+        return (type(self), (str(self), self.hint))
 
 
 class RubricError(RubrictoolError):

@@ -28,7 +28,7 @@ from rubrictool.io import read_table, write_table
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.rubric import Rubric
 
-__all__ = ["ENGINES", "check_output_path", "check_unique_ids", "empty_responses", "grade_file", "grade_items", "grade_loaded", "grader_predictions", "level_entropy", "load_grader",
+__all__ = ["ENGINES", "check_output_path", "check_unique_ids", "empty_responses", "grade_file", "grade_items", "grade_loaded", "grader_predictions", "grading_device", "level_entropy", "load_grader",
            "onnx_cache_dirs", "parse_overrides", "predictions_frame", "uncertainty_score"]
 
 log = logging.getLogger("rubrictool.grade")
@@ -69,12 +69,21 @@ def grade_items(
     progress: ProgressFn | None = None,
     int8: bool = False,
     engine: str = "torch",
+    device: str = "auto",
 ) -> pd.DataFrame:
     """Grade new responses with a trained run: per item the predicted grade and its probability,
     each concept's level and expected score (rubric scale), μ_post and contribution W_{ŷ,k}·μ_post,k.
     int8: quantise the encoder's Linear layers for faster CPU inference (slightly different numbers).
-    engine: ``torch`` or ``onnx`` (the encoder runs in ONNX Runtime; see :func:`load_grader`)."""
-    return grade_loaded(load_grader(run_dir, int8, engine), items, batch_size, progress)
+    engine: ``torch`` or ``onnx`` (the encoder runs in ONNX Runtime; see :func:`load_grader`). device: where the
+    torch model computes (:func:`grading_device`)."""
+    return grade_loaded(load_grader(run_dir, int8, engine), items, batch_size, progress,
+                        device=grading_device(device, int8, engine))
+
+
+def grading_device(device: str, int8: bool = False, engine: str = "torch") -> str:
+    """Where grading computes: ``device`` (auto: CUDA when present; cpu) for the torch engine in float32; the CPU for
+    int8 and the ONNX engine, which run there only."""
+    return "cpu" if int8 or engine == "onnx" else device
 
 
 ENGINES = ("torch", "onnx")
@@ -144,8 +153,12 @@ def grade_loaded(
     overrides: str | dict[str, int] | None = None,
     profile: Profile | None = None,
     flags: bool = True,
+    device: str | None = None,
+    precision: str = "no",
 ) -> pd.DataFrame:
-    """:func:`grade_items` with a model already loaded by :func:`load_grader`; ``progress`` counts the
+    """:func:`grade_items` with a model already loaded by :func:`load_grader` (``device``: where the model computes,
+    see :func:`grading_device`; None: where it is, the CPU as loaded; ``precision`` "bf16": autocast on a GPU, off by
+    default: not measured yet); ``progress`` counts the
     items graded (task ``grading``); ``overrides`` ("FC=3,CC=1" or {key: level}) sets those concepts for
     every response before the frozen grade path runs. ``flags``: add the ``flags`` column
     (:mod:`rubrictool.flags`; the two flags that need the training data only with a ``profile``)."""
@@ -161,7 +174,7 @@ def grade_loaded(
     check_unique_ids(df)
     empty = empty_responses(df)
     if empty.any():
-        return _grade_nonempty(grader, df, empty, batch_size, progress, overrides, profile, flags)
+        return _grade_nonempty(grader, df, empty, batch_size, progress, overrides, profile, flags, device, precision)
     cut: list[int] = []
     feats = model_inputs(tokenizer, df, model.config.max_len, cut)
     if cut:
@@ -174,7 +187,8 @@ def grade_loaded(
             done[0] += n
             report(Progress("grading", done[0], len(df)))
 
-    preds = reccbm.predict(model, reccbm.EncodedItems(feats), tokenizer.pad_token_id, batch_size, on_batch)
+    preds = reccbm.predict(model, reccbm.EncodedItems(feats), tokenizer.pad_token_id, batch_size, on_batch,
+                           device=device, precision=precision)
     if overrides:
         preds = _override(model, meta, preds, overrides)
     out = predictions_frame(model, meta, preds, list(df["id"]))
@@ -313,14 +327,14 @@ def check_output_path(data: str | Path, out: str | Path) -> None:
 def _grade_nonempty(
     grader: tuple[reccbm.RecCBM, Any, dict[str, Any]], df: pd.DataFrame, empty: npt.NDArray[np.bool_],
     batch_size: int, progress: ProgressFn | None, overrides: str | dict[str, int] | None,
-    profile: Profile | None, flags: bool,
+    profile: Profile | None, flags: bool, device: str | None = None, precision: str = "no",
 ) -> pd.DataFrame:
     """:func:`grade_loaded` of the rows with a response; the empty ones keep their place with no grade
     (every model column empty) and the ``empty`` flag."""
     n_empty = int(empty.sum())
     warn(progress, f"{n_empty} of {len(df)} responses are empty: not graded, flagged 'empty'")
     if n_empty < len(df):
-        graded = grade_loaded(grader, df[~empty], batch_size, progress, overrides, profile, flags)
+        graded = grade_loaded(grader, df[~empty], batch_size, progress, overrides, profile, flags, device, precision)
     else:
         graded = pd.DataFrame({"id": pd.Series(dtype=object), "grade": pd.Series(dtype=float),
                                "grade_prob": pd.Series(dtype=float)})
@@ -340,6 +354,7 @@ def grade_file(
     run: str | Path, data: str | Path, out: str | Path, batch_size: int = 64,
     progress: ProgressFn | None = None, int8: bool = False, engine: str = "torch",
     overrides: str | dict[str, int] | None = None,
+    device: str = "auto",
 ) -> tuple[pd.DataFrame, Path, float]:
     """``rubrictool grade``: read items (CSV/JSONL/Parquet), grade them, write CSV/JSONL; returns the
     table, the written path and the seconds spent grading. ``graded.attrs["notes"]`` says which flags
@@ -350,7 +365,8 @@ def grade_file(
     grader = load_grader(run, int8, engine)
     profile = load_profile(run)
     t0 = time.perf_counter()
-    graded = grade_loaded(grader, items, batch_size, progress, overrides, profile)
+    graded = grade_loaded(grader, items, batch_size, progress, overrides, profile,
+                          device=grading_device(device, int8, engine))
     if profile is None:
         note = (f"{run} has no profile.json (runs trained before flags were added): "
                 "out_of_distribution and concepts_disagree_with_grade were not checked")

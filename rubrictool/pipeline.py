@@ -116,9 +116,14 @@ def run_train(
     folds: int = 0,
     by: str | None = None,
     progress: ProgressFn | None = None,
+    jobs: int = 1,
 ) -> TrainResult:
     """``rubrictool train``: the data (:func:`resolve_data`), then one run with a split or k fold runs
-    (:func:`train_on`); the run directory defaults to runs/<benchmark|table>-<variant>."""
+    (:func:`train_on`); the run directory defaults to runs/<benchmark|table>-<variant>. ``jobs``: k fold runs in that
+    many worker processes."""
+    if jobs > 1 and not folds:
+        raise TrainError(f"--jobs {jobs} trains folds in parallel, and this is one run",
+                         hint="add --folds K, or drop --jobs")
     if folds and split is not None:
         raise TrainError("a fixed split and k-fold evaluation exclude each other: k-fold makes its own splits",
                          hint="drop --split or --folds")
@@ -127,7 +132,8 @@ def run_train(
                          hint="--split/--agreement go with --data")
     source = resolve_data(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir,
                           progress=progress)
-    return train_on(source, out, options, split=split, split_seed=split_seed, folds=folds, by=by, progress=progress)
+    return train_on(source, out, options, split=split, split_seed=split_seed, folds=folds, by=by, progress=progress,
+                    jobs=jobs)
 
 
 def train_on(
@@ -140,15 +146,16 @@ def train_on(
     folds: int = 0,
     by: str | None = None,
     progress: ProgressFn | None = None,
+    jobs: int = 1,
 ) -> TrainResult:
     """One run of ``options`` on ``source`` in ``out`` (default runs/<source>-<variant>): with ``folds``, k fold runs
     (:func:`rubrictool.train.train_folds`); else one split: ``split`` (a split.json), or a 7:2:1 split drawn with
-    ``split_seed`` (grouped by the ``by`` column when given)."""
+    ``split_seed`` (grouped by the ``by`` column when given). ``jobs``: fold runs in that many worker processes."""
     run = Path(out) if out else Path("runs") / f"{source.name}-{options.variant}"
     common: dict[str, Any] = {"agreement": source.agreement, "notes": source.notes, "progress": progress,
                               "table_source": source.table_source, "labels": source.labels, **options.run_args()}
     if folds:
-        return train_folds(source.rubric, source.table, run, folds=folds, fold_seed=split_seed, by=by, **common)
+        return train_folds(source.rubric, source.table, run, folds=folds, fold_seed=split_seed, by=by, jobs=jobs, **common)
     if split:
         sp = load_split(split)
     elif by:

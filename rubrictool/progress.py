@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Progress", "ProgressFn", "counter", "from_training_event", "training_events", "truncation_message", "warn",
-           "warn_once"]
+__all__ = ["Progress", "ProgressFn", "counter", "from_training_event", "note", "training_events", "truncation_message",
+           "warn", "warn_once"]
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Progress:
     done: int  # units done so far (items, bytes, optimiser steps, epochs)
     total: int | None = None  # units in all; None while unknown
     info: str = ""  # a short status: cost and tokens, the loss, a dev metric
-    kind: str = "progress"  # "progress": one bar per task; "warning": info is a message to show once, no bar
+    kind: str = "progress"  # "progress": one bar per task; "warning" or "note": info is a message to show once, no bar
 
 
 ProgressFn = Callable[[Progress], None]
@@ -36,6 +36,12 @@ def warn(progress: ProgressFn | None, message: str) -> None:
     """Tell the user something once (inputs truncated, ...) through the progress callback, if any."""
     if progress is not None:
         progress(Progress("warning", 0, None, message, kind="warning"))
+
+
+def note(progress: ProgressFn | None, message: str) -> None:
+    """Tell the user a fact about the run once (which device trains, ...) through the progress callback, if any."""
+    if progress is not None:
+        progress(Progress("note", 0, None, message, kind="note"))
 
 
 def truncation_message(n_truncated: int, n_items: int, max_len: int) -> str:

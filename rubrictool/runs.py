@@ -204,8 +204,10 @@ def trained_with(config: dict[str, Any]) -> str:
     return f"{config.get('preset') or 'custom'} preset, {encoder}"
 
 
-def write_record(stage: Path, *, rubric: Rubric, table: dict[str, Any], labels: dict[str, Any]) -> dict[str, Any]:
-    """Copy the rubric YAML into the staging folder, then write ``run.json`` over every file in it (the last write)."""
+def write_record(stage: Path, *, rubric: Rubric, table: dict[str, Any], labels: dict[str, Any],
+                 device: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Copy the rubric YAML into the staging folder, then write ``run.json`` over every file in it (the last write);
+    ``device``: what the run computed on (:func:`reccbm.device.describe_device`)."""
     rubric_text = rubric.source_text  # the file as written (comments kept); a rubric built in memory: its validated form
     if rubric_text is None:
         rubric_text = yaml.safe_dump(rubric.model_dump(mode="json", exclude_none=True), sort_keys=False, allow_unicode=True)
@@ -221,6 +223,8 @@ def write_record(stage: Path, *, rubric: Rubric, table: dict[str, Any], labels: 
                    "file": "rubric.yaml", "path": rubric.source_file},
         "table": table, "labels": labels, "files": files,
     }
+    if device is not None:
+        record["device"] = device
     tmp = stage / f".{RECORD}.tmp"
     tmp.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, stage / RECORD)

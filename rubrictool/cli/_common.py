@@ -121,6 +121,7 @@ class ProgressView:
         cols = columns or (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         self.bar = RichProgress(*cols, console=target, transient=transient)
         self.tasks: dict[str, Any] = {}
+        self.notes: set[str] = set()
         self.start_on_first = start_on_first
 
     def __enter__(self) -> ProgressView:  # noqa: PYI034
@@ -137,6 +138,11 @@ class ProgressView:
             return
         if ev.kind == "warning":
             self.bar.console.print(f"[yellow]warning:[/] {shown(ev.info)}", soft_wrap=True)
+            return
+        if ev.kind == "note":  # a fact about the run (the device it trains on): once, however many runs repeat it
+            if ev.info not in self.notes:
+                self.notes.add(ev.info)
+                self.bar.console.print(shown(ev.info), soft_wrap=True, highlight=False)
             return
         if not self.bar.live.is_started:
             self.bar.start()

@@ -57,6 +57,8 @@ def learning_curve_cmd(
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Batch size (default 8).")] = None,
     lr: Annotated[float | None, typer.Option("--lr", help="Stage I learning rate (default 1e-4).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="Train that many cells at once, in worker processes (CPU cores "
+                                      "shared; one GPU each where there are several).")] = 1,
     keep_runs: Annotated[bool, typer.Option("--keep-runs", help="Keep each cell's run directory in OUT/runs/ (large).")] = False,
     all_from: Annotated[list[str] | None, typer.Option(
         "--all-from", help="VARIANT=FOLDER (repeatable): read the variant's 'all' cells of the first repeat from the fold "
@@ -89,6 +91,7 @@ def learning_curve_cmd(
             options=options, sizes=sizes, variants=variants, folds=folds, fold=fold, repeats=repeats,
             fold_seed=fold_seed, by=by, dev_share=dev_share, match_budget=match_budget, keep_runs=keep_runs,
             full_from=_all_from(all_from), progress=view,
+            jobs=jobs,
         )
     t = Table(title="learning curve: mean ± s.d. over folds × repeats")
     for col in ("variant", "size", "answers", "cells", "QWK", "T-Acc", "T-F1", "majority T-Acc"):

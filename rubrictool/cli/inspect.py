@@ -391,6 +391,8 @@ def ablate_cmd(
     max_len: Annotated[int | None, typer.Option("--max-len", help="Tokens per input.")] = None,
     lr: Annotated[float | None, typer.Option("--lr", help="Stage I learning rate.")] = None,
     device: Annotated[str | None, typer.Option("--device", help="auto or cpu.")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="Train that many combinations at once, in worker processes (CPU cores "
+                                      "shared; one GPU each where there are several).")] = 1,
     preset: Annotated[str, typer.Option("--preset", help="default or paper.")] = "default",
     data_dir: DataDirOpt = None,
 ) -> None:
@@ -415,7 +417,7 @@ def ablate_cmd(
         table, paths = run_ablation(
             out, benchmark=benchmark, data=data, rubric=rubric, options=options, data_dir=data_dir,
             variants=[v.strip() for v in variants.split(",") if v.strip()] if variants else None, folds=folds,
-            split_seed=split_seed, on_run=on_run, progress=view,
+            split_seed=split_seed, on_run=on_run, progress=view, jobs=jobs,
         )
     console.print(ablation_markdown(table), soft_wrap=True, highlight=False)
     console.print(f"wrote {', '.join(str(p) for p in paths.values())}", soft_wrap=True)

@@ -155,6 +155,8 @@ def train_cmd(
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Batch size (default 8).")] = None,
     lr: Annotated[float | None, typer.Option("--lr", help="Stage I learning rate (default 1e-4).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="With --folds: train that many folds at once, in worker "
+                                      "processes (CPU cores shared; one GPU each where there are several).")] = 1,
     data_dir: DataDirOpt = None,
     preset: Annotated[str, typer.Option("--preset", help="default (measured best) or paper (the paper's recipe).")] = "default",
     folds: Annotated[int, typer.Option("--folds", help="k-fold evaluation: k runs, every item tested once (0 = one split).")] = 0,
@@ -190,7 +192,8 @@ def train_cmd(
                TextColumn("{task.fields[info]}"))
     with ProgressView(console, *columns) as view:
         result = run_train(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir, out=out,
-                           options=options, split=split, split_seed=split_seed, folds=folds, by=by, progress=view)
+                           options=options, split=split, split_seed=split_seed, folds=folds, by=by, progress=view,
+                           jobs=jobs)
     for table in result_tables(result):
         console.print(table)
     for line in correlation_lines(result):
@@ -241,6 +244,8 @@ def grade_cmd(
         "--engine", help="Encoder runtime: torch, or onnx (ONNX Runtime; exported once, cached in RUN/onnx).",
     )] = "torch",
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts for every response, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1).")] = None,
+    device: Annotated[str, typer.Option("--device", help="auto (CUDA if present) or cpu; --int8 and --engine onnx "
+                                        "run on the CPU.")] = "auto",
 ) -> None:
     """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
 
@@ -255,7 +260,8 @@ def grade_cmd(
     if run_dir is None:
         raise typer.BadParameter("give the run directory written by `rubrictool train`", param_hint="--run")
     with ProgressView(err_console, transient=True) as view:
-        graded, path, seconds = grade_file(run_dir, data, out, batch_size, view, int8, engine, overrides=",".join(set_) if set_ else None)
+        graded, path, seconds = grade_file(run_dir, data, out, batch_size, view, int8, engine,
+                                           overrides=",".join(set_) if set_ else None, device=device)
     rate = len(graded) / seconds if seconds > 0 else float("inf")
     console.print(f"graded {len(graded)} responses in {seconds:.1f} s ({rate:.0f}/s) -> {path}", soft_wrap=True)
     flagged = graded["flags"].astype(str) != ""

@@ -72,6 +72,17 @@ def _metrics(run: Path, done_file: str) -> dict[str, Any]:
     return {"summary": summary, "seeds": per_fold}
 
 
+def _combo_options(options: TrainOptions, flags: tuple[bool, bool, bool, bool], encoder: str | None) -> TrainOptions:
+    """``options`` for one combination: its variant and switches, its encoder choice, and the PLM's fair encoder budget."""
+    plm, race, opcc, lcec = flags
+    overrides = copy.deepcopy(options.overrides)
+    if encoder:
+        overrides.setdefault("stage1", {})["encoder"] = encoder
+    return replace(options, variant="plm" if plm else "reccbm", race=None if plm else race,
+                   opcc=None if plm else opcc, lcec=None if plm else lcec,
+                   overrides=fair_plm_overrides(options.preset, overrides) if plm else overrides)
+
+
 def run_ablation(
     out: str | Path,
     *,
@@ -85,12 +96,14 @@ def run_ablation(
     split_seed: int = 0,
     on_run: Callable[[int, int, str, str], None] | None = None,
     progress: ProgressFn | None = None,
+    jobs: int = 1,
 ) -> tuple[pd.DataFrame, dict[str, Path]]:
     """Train (or read back) every combination into ``out/<variant>``: the same data (read once,
     :func:`rubrictool.pipeline.resolve_data`), split or folds, seeds and ``options``; each combination sets the variant
     and switches, the PLM trains the concept models' encoder budget (:func:`rubrictool.train.fair_plm_overrides`).
     variants: a subset of the combination names (default all nine), each optionally ending in -frozen or -auto (the
-    encoder choice, ENCODERS). on_run(i, n, name, "train"|"done")."""
+    encoder choice, ENCODERS). on_run(i, n, name, "train"|"done"). jobs > 1: the combinations not trained yet train in
+    that many worker processes first (:mod:`rubrictool.parallel`), then are read back in order."""
     from rubrictool.pipeline import DataSource, resolve_data, train_on
 
     d = Path(out)
@@ -98,6 +111,14 @@ def run_ablation(
     rows = []
     done_file = "folds.json" if folds else "metrics.json"
     source: DataSource | None = None
+    todo = [(name, flags, encoder) for name, flags, encoder in combos if not (d / name / done_file).is_file()]
+    if jobs > 1 and todo:  # the combinations not trained yet, in worker processes; the loop below reads them back
+        from rubrictool.parallel import run_in_workers
+
+        source = resolve_data(benchmark=benchmark, data=data, rubric=rubric, data_dir=data_dir, progress=progress)
+        run_in_workers(train_on, [(name, {"source": source, "out": d / name, "options": _combo_options(options, flags, enc),
+                                          "split_seed": split_seed, "folds": folds}) for name, flags, enc in todo],
+                       jobs, progress, "combinations")
     for i, (name, (plm, race, opcc, lcec), encoder) in enumerate(combos):
         run = d / name
         state = "done" if (run / done_file).is_file() else "train"
@@ -106,13 +127,8 @@ def run_ablation(
         if state == "train":
             source = source or resolve_data(benchmark=benchmark, data=data, rubric=rubric, data_dir=data_dir,
                                             progress=progress)
-            overrides = copy.deepcopy(options.overrides)
-            if encoder:
-                overrides.setdefault("stage1", {})["encoder"] = encoder
-            combo = replace(options, variant="plm" if plm else "reccbm", race=None if plm else race,
-                            opcc=None if plm else opcc, lcec=None if plm else lcec,
-                            overrides=fair_plm_overrides(options.preset, overrides) if plm else overrides)
-            train_on(source, run, combo, split_seed=split_seed, folds=folds, progress=progress)
+            train_on(source, run, _combo_options(options, (plm, race, opcc, lcec), encoder), split_seed=split_seed,
+                     folds=folds, progress=progress)
         rows.append(_row(name, (plm, race, opcc, lcec), _metrics(run, done_file), encoder or "train")
                     | {"trained_with": _trained_with(run)})
     table = pd.DataFrame(rows)

@@ -65,10 +65,13 @@ def train_folds(
     seeds: int = 1,
     table_source: dict[str, Any] | None = None,
     labels: dict[str, Any] | None = None,
+    jobs: int = 1,
 ) -> TrainResult:
     """k-fold evaluation: one run per fold in ``run_dir/fold-<i>`` (every item tested exactly once; see
     :func:`rubrictool.data.kfold_splits`), then pooled metrics and the baselines (:mod:`rubrictool.evaluate`).
     variant … labels are each fold's :func:`rubrictool.train.train_model` arguments.
+    jobs > 1: the folds not finished yet train in that many worker processes (:mod:`rubrictool.parallel`), each fold
+    as the serial run trains it.
 
     Resumable per fold: a fold whose run finished (metrics.json written) is read back, not retrained.
     progress gets one task, "folds": folds done so far, and whether the next one trains or was read back."""
@@ -78,6 +81,14 @@ def train_folds(
     run = Path(run_dir)
     splits = kfold_splits(prepare_table(table, rb, need_concepts=False), k=folds, seed=fold_seed, by=by)
     _save_fold_splits(run, splits, fold_seed, by)
+    fold_args = {"variant": variant, "race": race, "opcc": opcc, "lcec": lcec, "overrides": overrides, "preset": preset,
+                 "seeds": seeds, "agreement": agreement, "notes": notes, "table_source": table_source, "labels": labels}
+    if jobs > 1:  # the folds not finished yet, in worker processes; the loop below reads them back
+        from rubrictool.parallel import run_in_workers
+
+        run_in_workers(train_model, [(f"fold {i + 1}", {"rubric": rb, "table": table, "split": sp,
+                                                        "run_dir": run / f"fold-{i}", **fold_args})
+                                     for i, sp in enumerate(splits) if not _fold_done(run / f"fold-{i}")], jobs, progress, "folds")
     results: list[dict[str, Any]] = []
     for i, sp in enumerate(splits):
         fold_dir = run / f"fold-{i}"
@@ -87,9 +98,7 @@ def train_folds(
         else:
             if progress:
                 progress(Progress("folds", i, folds, f"fold {i + 1}: training"))
-            train_model(rb, table, sp, fold_dir, variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides,
-                        preset=preset, seeds=seeds, agreement=agreement, notes=notes, progress=progress,
-                        table_source=table_source, labels=labels)
+            train_model(rb, table, sp, fold_dir, progress=progress, **fold_args)
         results.append(json.loads((fold_dir / "metrics.json").read_text()))
     if progress:
         progress(Progress("folds", folds, folds, "all folds done: pooled"))

@@ -27,6 +27,7 @@ from accelerate import PartialState
 
 import reccbm
 from reccbm import Predictions
+from reccbm.device import describe_device
 from rubrictool.data import save_split
 from rubrictool.errors import TrainError
 from rubrictool.evaluate import (
@@ -42,7 +43,7 @@ from rubrictool.evaluate import (
 from rubrictool.flags import profile_from_table, save_profile
 from rubrictool.grade import model_inputs
 from rubrictool.grade import predictions_frame as _predictions_frame
-from rubrictool.progress import ProgressFn, training_events, truncation_message, warn
+from rubrictool.progress import ProgressFn, note, training_events, truncation_message, warn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.runs import TABLE_COPY_MAX_BYTES, building, label_source, sha256_file, write_record
@@ -220,6 +221,8 @@ def train_model(
         agreement = read_agreement(Path(agreement))
     run = Path(run_dir)
     is_main = PartialState().is_main_process  # under `accelerate launch`, only rank 0 writes the run dir
+    device = describe_device(rs.recipe.stage1.device)  # every stage computes there (reccbm.device); run.json records it
+    note(progress, device_line(device))
     # the run is built in a staging folder beside run_dir and renamed into place when complete (rubrictool.runs)
     with building(run) if is_main else nullcontext(run) as stage:
         if is_main:
@@ -229,9 +232,18 @@ def train_model(
                        [*(notes or []), *_auto_notes(rs)], label_source(table, agreement, labels))
         result = _train_into(spec, progress)
         if is_main:
-            write_record(stage, rubric=rb, table=_table_record(stage, table, table_source), labels=spec.labels)
+            write_record(stage, rubric=rb, table=_table_record(stage, table, table_source), labels=spec.labels,
+                         device=device)
     log.info("wrote %s", run)
     return replace(result, run_dir=run)
+
+
+def device_line(device: dict[str, Any]) -> str:
+    """The one line that says where a run trains (:func:`reccbm.device.describe_device`)."""
+    if device.get("name") == "CPU":
+        return f"training on the CPU ({device.get('threads')} torch threads, {device.get('cores')} cores; torch {device['torch']})"
+    return (f"training on {device['device']} ({device.get('name')}, {device.get('memory_gib')} GiB; torch {device['torch']}, "
+            f"CUDA {device.get('cuda')})")
 
 
 def _auto_notes(rs: ResolvedTraining) -> list[str]:

@@ -1,0 +1,156 @@
+"""The one device: every stage of a model trains where its accelerator computes, also when the model was prepared by an
+earlier stage; Stage II, LCEC, prediction and checkpoints follow the device they are given; the CPU's numbers stay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from accelerate import Accelerator
+
+import reccbm
+import reccbm.train as rtrain
+from reccbm import JointConfig, ReccbmError, StageIConfig, StageIIConfig
+from reccbm.device import describe_device, on_device, resolve_device
+from tests.support.tiny_models import FAST1, FAST2, encoded, tiny_model, toy_table
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+ELSEWHERE = torch.device("meta")  # a device that is not the model's (no GPU needed): tensors can live there
+
+
+class _ElsewhereAccelerator(Accelerator):  # type: ignore[misc]
+    """An Accelerator that computes on ELSEWHERE: it places what it prepares there, as a GPU's would on its GPU."""
+
+    @property
+    def device(self) -> torch.device:
+        return ELSEWHERE
+
+
+class _Checked(Exception):
+    """Raised by the checking loss once it has seen the first batch (nothing can be computed on 'meta')."""
+
+
+def _checking_loss(seen: list[set[torch.device]]) -> Any:
+    def make(*_: Any) -> Any:
+        def loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            seen.append({p.device for p in model.parameters()} | {t.device for t in batch.values()})
+            raise _Checked
+
+        return loss
+
+    return make
+
+
+@pytest.mark.parametrize("second", ["stage1", "joint"])
+def test_a_second_stage_on_one_model_trains_on_the_accelerators_device(
+    backbone: str, monkeypatch: pytest.MonkeyPatch, second: str
+) -> None:
+    """Stage I, then a second stage on the same model under an accelerator whose device is not the model's: every
+    parameter and every batch of the second stage is on that device. Accelerate's prepare() returns a model it
+    prepared before as it is, without placing it, and the first stage leaves the model on the CPU: a trainer that
+    relies on prepare() for placement trains a CPU model on the device's batches (the crash on a GPU)."""
+    model, tok = tiny_model(backbone)
+    train, dev = encoded(tok, toy_table(16, seed=1)), encoded(tok, toy_table(8, seed=2))
+    cfg = StageIConfig(lr=3e-3, epochs=1, batch_size=8, eval_batch_size=16, device="cpu", max_steps_per_epoch=1)
+    reccbm.train_concepts(model, train, dev, cfg, tok.pad_token_id)  # a real CPU stage: the model is prepared now
+    assert getattr(model, "_is_accelerate_prepared", False), "accelerate no longer marks a prepared model"
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+    seen: list[set[torch.device]] = []
+    monkeypatch.setattr(rtrain, "_accelerator", lambda c: _ElsewhereAccelerator(cpu=True))
+    monkeypatch.setattr(rtrain, "_stage1_loss" if second == "stage1" else "_joint_loss", _checking_loss(seen))
+    with pytest.raises(_Checked):
+        if second == "stage1":
+            reccbm.train_concepts(model, train, dev, cfg, tok.pad_token_id)
+        else:
+            reccbm.train_joint(model, train, dev, cfg, JointConfig(epochs=1, select="last"), StageIIConfig(epochs=1),
+                               tok.pad_token_id, reference_c_acc=0.0)
+    assert seen == [{ELSEWHERE}], f"the second stage computed on {seen}: the model was not placed on the device"
+
+
+def test_stage2_lcec_and_predict_run_on_the_device_they_are_given(backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stage II, the LCEC fit and prediction move the model to the device given (here the CPU, from where a spy sees
+    every grade-head call) and put it back where it was."""
+    model, tok = tiny_model(backbone)
+    train, dev = encoded(tok, toy_table(16, seed=1)), encoded(tok, toy_table(8, seed=2))
+    p_tr, p_dev = (reccbm.cache_concepts(model, s, tok.pad_token_id, device="cpu") for s in (train, dev))
+    devices: list[torch.device] = []
+    real = type(model).grade_from_concepts
+
+    def spy(self: Any, p_hat: torch.Tensor, observed: Any = None) -> Any:
+        devices.append(p_hat.device)
+        devices.extend({p.device for p in self.parameters()})
+        return real(self, p_hat, observed)
+
+    monkeypatch.setattr(type(model), "grade_from_concepts", spy)
+    reccbm.train_grader(model, p_tr, torch.as_tensor(train.concepts), torch.as_tensor(train.grades), p_dev,
+                        torch.as_tensor(dev.grades), FAST2, device="cpu")
+    reccbm.fit_lcec(model, p_dev, torch.as_tensor(dev.concepts), FAST2, device="cpu")
+    assert devices and set(devices) == {torch.device("cpu")}
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+
+
+def test_on_device_puts_the_model_back() -> None:
+    moves: list[torch.device] = []
+
+    class Recorded(torch.nn.Linear):
+        def to(self, *args: Any, **kwargs: Any) -> Any:  # records the move instead of making it
+            moves.append(args[0])
+            return self
+
+    m = Recorded(2, 2)
+    with on_device(m, ELSEWHERE) as dev:
+        assert dev == ELSEWHERE and moves == [ELSEWHERE]
+    assert moves == [ELSEWHERE, torch.device("cpu")]
+    with on_device(m, None) as dev, on_device(m, "cpu"):
+        assert dev == torch.device("cpu")
+    assert len(moves) == 2, "a model already on the device is not moved"
+
+
+def test_device_names() -> None:
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(None) == resolve_device("auto")
+    if not torch.cuda.is_available():
+        assert resolve_device("auto") == torch.device("cpu")
+        with pytest.raises(ReccbmError, match="no CUDA GPU"):
+            resolve_device("cuda")
+    with pytest.raises(ReccbmError, match="unknown device"):
+        resolve_device("tpu")
+    with pytest.raises(ValueError, match="unknown device"):
+        StageIConfig(device="gpu")
+    info = describe_device("cpu")
+    assert info["device"] == "cpu" and info["torch"] == torch.__version__ and info["threads"] >= 1
+
+
+def test_fit_on_the_cpu_gives_the_numbers_it_gave_before(backbone: str) -> None:
+    """The default recipe on the CPU, device "auto" (the CPU here) and "cpu": the same numbers to the last bit, and
+    the model comes back on the CPU."""
+    model, tok = tiny_model(backbone)
+    del model
+    train, dev = encoded(tok, toy_table(24, seed=1)), encoded(tok, toy_table(8, seed=2))
+    mcfg = reccbm.ModelConfig(num_concepts=3, num_levels=3, num_grades=4, backbone=backbone, max_len=32, head="level",
+                              center=True, condition=True)
+    outs = []
+    for device in ("auto", "cpu"):
+        recipe = reccbm.Recipe(mcfg, StageIConfig(lr=3e-3, epochs=1, batch_size=8, eval_batch_size=16, device=device),
+                               JointConfig(epochs=1), StageIIConfig(epochs=3, lcec_fit="dev")).seeded(0)
+        fitted = reccbm.fit(train, dev, recipe, tok)
+        assert {p.device.type for p in fitted.model.parameters()} == {"cpu"}
+        outs.append(reccbm.predict(fitted.model, dev, tok.pad_token_id).grade_probs)
+    if not torch.cuda.is_available():
+        np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_load_checkpoint_places_the_model(backbone: str, tmp_path: Path) -> None:
+    model, tok = tiny_model(backbone)
+    train, dev = encoded(tok, toy_table(16, seed=1)), encoded(tok, toy_table(8, seed=2))
+    reccbm.train_concepts(model, train, dev, FAST1, tok.pad_token_id)
+    reccbm.save_checkpoint(model, tok, tmp_path, "stage1", 1)
+    loaded, _, _ = reccbm.load_checkpoint(tmp_path, device="cpu")
+    assert {p.device.type for p in loaded.parameters()} == {"cpu"}
+    if not torch.cuda.is_available():
+        with pytest.raises(ReccbmError, match="no CUDA GPU"):
+            reccbm.load_checkpoint(tmp_path, device="cuda")
