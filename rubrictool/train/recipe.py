@@ -86,7 +86,6 @@ def _refuse_decided(where: str, section: str, names: Any) -> None:
                              hint=f"remove {section}.{name}")
 
 
-
 # ---------------------------------------------------------------------------- configuration
 def load_train_config(path: str | Path | None) -> dict[str, dict[str, Any]]:
     """A YAML config with optional sections ``model``, ``stage1``, ``joint``, ``stage2`` (field: value)."""

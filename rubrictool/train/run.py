@@ -155,7 +155,6 @@ def _one_seed(
     return model, info, preds
 
 
-
 SUMMARY_METRICS = ("t_acc", "t_f1", "qwk", "pearson", "rmse", "adjacent", "c_acc", "c_f1", "oracle_t_acc")
 
 
@@ -176,7 +175,6 @@ def _summary(infos: list[dict[str, Any]]) -> dict[str, Any]:
     out["cache_seconds"] = float(np.mean([i["cache_seconds"] for i in infos]))
     out["train_seconds"] = float(np.mean([i.get("train_seconds", 0.0) for i in infos]))
     return out
-
 
 
 def train_model(
