@@ -43,7 +43,7 @@ import pandas as pd
 
 from rubrictool.annotate import load_template, parse_reply, render_item_prompt
 from rubrictool.annotate.injections import attack_response, load_injections
-from rubrictool.annotate.llm import _litellm
+from rubrictool.annotate.llm import load_litellm
 from rubrictool.data import load_mohler
 from rubrictool.rubric import Rubric, load_rubric
 
@@ -88,7 +88,7 @@ def run_annotator(args: argparse.Namespace) -> None:
     print(f"{len(jobs)} requests, {len(todo)} to ask", flush=True)
     if todo:
         gguf = Path(args.gguf) if args.gguf else ensure_model()
-        litellm = _litellm()
+        litellm = load_litellm()
         alias = "qwen2.5-coder-1.5b"
         with LlamaServer(gguf, alias, n_ctx=4096, n_threads=args.threads, log=OUT / "llama-integrity.log") as srv:
             for i, j in enumerate(todo, 1):

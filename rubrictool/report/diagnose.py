@@ -269,7 +269,7 @@ def contrast_pairs(rubric: Rubric, table: pd.DataFrame, boundaries: list[tuple[i
 def _drop_one(table: pd.DataFrame, keys: list[str], domain: list[int], folds: int, seed: int) -> tuple[float, list[float]]:
     from threadpoolctl import threadpool_limits
 
-    from rubrictool.agreement import _cv_scores
+    from rubrictool.agreement import cv_scores
 
     g = pd.to_numeric(table["grade"], errors="coerce")
     X = table[keys].apply(pd.to_numeric, errors="coerce")
@@ -281,8 +281,8 @@ def _drop_one(table: pd.DataFrame, keys: list[str], domain: list[int], folds: in
     n, K, V = hot.shape
     with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore")
-        full = _cv_scores(hot.reshape(n, K * V), y, folds, seed, "onehot")[0]
-        losses = [full - _cv_scores(np.delete(hot, k, axis=1).reshape(n, (K - 1) * V), y, folds, seed, "onehot")[0]
+        full = cv_scores(hot.reshape(n, K * V), y, folds, seed, "onehot")[0]
+        losses = [full - cv_scores(np.delete(hot, k, axis=1).reshape(n, (K - 1) * V), y, folds, seed, "onehot")[0]
                   for k in range(K)]
     return full, losses
 
