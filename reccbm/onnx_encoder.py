@@ -19,7 +19,7 @@ What gets built (the fastest of the combinations tried on Mohler/MiniLM; docs/re
   (faster than QUInt8 here and closer to float32 than per-tensor QInt8).
 
 Both files are cached in the first writable directory of ``cache_dirs`` (default ``RUN/onnx``),
-written atomically (temporary file, then ``os.replace``), and re-used while ``model.safetensors``
+written atomically (:mod:`reccbm.atomic`), and re-used while ``model.safetensors``
 keeps its size and modification time (recorded in the ONNX file's metadata); otherwise rebuilt.
 """
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-import uuid
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -38,6 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from reccbm.atomic import atomic_write
 from reccbm.errors import ReccbmError
 from reccbm.model import TextEncoder
 
@@ -231,20 +231,13 @@ def _max_error(path: Path, encoder: TextEncoder, names: list[str]) -> float:
 
 
 def _save_atomic(model: Any, path: Path, meta: dict[str, str]) -> None:
-    """Write an ONNX ModelProto with metadata: a temporary file in the same folder, then os.replace."""
+    """Write an ONNX ModelProto with metadata atomically (:func:`reccbm.atomic.atomic_write`)."""
     import onnx
 
     del model.metadata_props[:]
     for k, v in meta.items():
         model.metadata_props.add(key=k, value=v)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")  # same folder: atomic
-    try:
-        onnx.save_model(model, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda tmp: onnx.save_model(model, str(tmp)))
 
 
 def export_encoder(encoder: TextEncoder, path: str | Path, meta: dict[str, str] | None = None,

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rubrictool.atomic import atomic_write_text
 from rubrictool.errors import DataError
 
 __all__ = [
@@ -140,11 +141,8 @@ def build_profile(
 
 
 def save_profile(profile: Profile, run_dir: str | Path) -> Path:
-    path = Path(run_dir) / PROFILE_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(profile.to_json(), ensure_ascii=False, sort_keys=True))
-    tmp.replace(path)
-    return path
+    text = json.dumps(profile.to_json(), ensure_ascii=False, sort_keys=True)
+    return atomic_write_text(Path(run_dir) / PROFILE_FILE, text)
 
 
 def load_profile(run_dir: str | Path, data_dir: str | Path | None = None) -> Profile | None:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from rubrictool.atomic import atomic_write_json, new_dir_mode
 from rubrictool.errors import DataError, TrainError
 from rubrictool.provenance import git_revision
 
@@ -74,12 +75,6 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def _umask_mode(mode: int = 0o777) -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mode & ~mask
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -115,7 +110,7 @@ def building(target: str | Path) -> Iterator[Path]:
         kept = f"{target} is as it was" if target.exists() else f"nothing was written to {target}"
         raise TrainError(f"cannot write the run into {target.parent} ({exc.strerror or exc}); {kept}",
                          hint="pass --out a path in a folder you can write") from None
-    os.chmod(stage, _umask_mode())  # mkdtemp makes 0700; a run is as readable as any other output
+    os.chmod(stage, new_dir_mode())  # mkdtemp makes 0700; a run is as readable as any other output
     try:
         yield stage
     except OSError as exc:  # a full disk, a file-size limit: one line naming the run, and what was kept
@@ -221,9 +216,7 @@ def write_record(stage: Path, *, rubric: Rubric, table: dict[str, Any], labels: 
                    "file": "rubric.yaml", "path": rubric.source_file},
         "table": table, "labels": labels, "files": files,
     }
-    tmp = stage / f".{RECORD}.tmp"
-    tmp.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, stage / RECORD)
+    atomic_write_json(stage / RECORD, record, default=str)
     return record
 
 

@@ -21,6 +21,8 @@ from typing import Any
 
 import typer
 
+from rubrictool.atomic import atomic_write_text
+
 __all__ = ["DOC_PATH", "iter_commands", "main", "render"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,10 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{args.out} is up to date")
         return 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(f".{args.out.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, args.out)
+    atomic_write_text(args.out, text)
     print(f"wrote {args.out} ({text.count(chr(10) + '## ')} commands)")
     return 0
 

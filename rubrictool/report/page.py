@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ import yaml
 from numpy.typing import NDArray
 
 import reccbm
+from rubrictool.atomic import atomic_write, atomic_write_bytes, atomic_write_json, atomic_write_text
 from rubrictool.io import writable_dir
 from rubrictool.report import figures
 from rubrictool.report.diagnose import Diagnosis, ceiling_markdown, diagnose, pairs_frame
@@ -603,6 +603,11 @@ def render_markdown(r: Report) -> str:
 
 
 
+def _write_csv(df: pd.DataFrame, path: Path, index: bool = False) -> Path:
+    """``df`` as CSV, atomically (an index only where it carries the row names, e.g. a correlation matrix)."""
+    return atomic_write(path, lambda tmp: df.to_csv(tmp, index=index))
+
+
 def write_explain(traces: list[ItemTrace], out: str | Path, title: str) -> dict[str, Path]:
     """explain.html, explain.csv and trace-<id>.png into `out`; returns their paths."""
     from rubrictool.report.explain import traces_frame
@@ -611,10 +616,10 @@ def write_explain(traces: list[ItemTrace], out: str | Path, title: str) -> dict[
     images = {trace_file(t.id): trace_png(t) for t in traces}
     paths = {}
     for name, png in images.items():
-        (d / name).write_bytes(png)
-        paths[name] = d / name
-    (d / "explain.html").write_text(render_explain_html(traces, title, images), encoding="utf-8")
-    traces_frame(traces).to_csv(d / "explain.csv", index=False)
+        paths[name] = atomic_write_bytes(d / name, png)
+    atomic_write_text(d / "explain.html", render_explain_html(traces, title, images))
+    frame = traces_frame(traces)
+    atomic_write(d / "explain.csv", lambda tmp: frame.to_csv(tmp, index=False))
     return {"explain.html": d / "explain.html", "explain.csv": d / "explain.csv"} | paths
 
 
@@ -623,31 +628,23 @@ def write_report(r: Report, out: str | Path) -> dict[str, Path]:
     d = writable_dir(out)
     paths: dict[str, Path] = {}
     for name, png in r.images.items():
-        (d / name).write_bytes(png)
-        paths[name] = d / name
+        paths[name] = atomic_write_bytes(d / name, png)
     for name, df in r.tables.items():
-        df.to_csv(d / name, index=name.endswith("correlations.csv"))
-        paths[name] = d / name
+        paths[name] = _write_csv(df, d / name, index=name.endswith("correlations.csv"))
     if r.diagnosis is not None:
-        r.diagnosis.concepts.to_csv(d / "rubric_diagnosis.csv", index=False)
-        r.diagnosis.confusions.to_csv(d / "level_confusions.csv", index=False)
-        paths["rubric_diagnosis.csv"] = d / "rubric_diagnosis.csv"
-        paths["level_confusions.csv"] = d / "level_confusions.csv"
+        paths["rubric_diagnosis.csv"] = _write_csv(r.diagnosis.concepts, d / "rubric_diagnosis.csv")
+        paths["level_confusions.csv"] = _write_csv(r.diagnosis.confusions, d / "level_confusions.csv")
         if r.diagnosis.ceiling is not None:
             for name, df in (("grade_ceiling.csv", r.diagnosis.ceiling.per_grade),
                              ("grade_boundaries.csv", r.diagnosis.ceiling.boundaries),
                              ("contrast_pairs.csv", pairs_frame(r.diagnosis.pairs))):
-                df.to_csv(d / name, index=False)
-                paths[name] = d / name
-    (d / "report.html").write_text(render_html(r), encoding="utf-8")
-    (d / "report.md").write_text(render_markdown(r), encoding="utf-8")
-    (d / "report.json").write_text(json.dumps({"metrics": r.metrics, "agreement": r.agreement.to_dict("records"),
-                                               "unavailable": r.unavailable, "verdict": r.verdict,
-                                               "warnings": r.warnings, "calibration": r.calibration,
-                                               "honest": {k: v for k, v in r.honest.items() if k != "warnings"},
-                                               "implied_noise": r.implied, "lcec": {k: v for k, v in r.lcec.items()
-                                                                                   if k != "links"},
-                                               "learning_curve": r.curve or None},
-                                              indent=1, default=float) + "\n")
+                paths[name] = _write_csv(df, d / name)
+    atomic_write_text(d / "report.html", render_html(r))
+    atomic_write_text(d / "report.md", render_markdown(r))
+    doc = {"metrics": r.metrics, "agreement": r.agreement.to_dict("records"), "unavailable": r.unavailable,
+           "verdict": r.verdict, "warnings": r.warnings, "calibration": r.calibration,
+           "honest": {k: v for k, v in r.honest.items() if k != "warnings"}, "implied_noise": r.implied,
+           "lcec": {k: v for k, v in r.lcec.items() if k != "links"}, "learning_curve": r.curve or None}
+    atomic_write_json(d / "report.json", doc, default=float)
     paths |= {"report.html": d / "report.html", "report.md": d / "report.md", "report.json": d / "report.json"}
     return paths

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from rubrictool.atomic import atomic_write_json
 from rubrictool.errors import ReviewError
 from rubrictool.io import write_table
 from rubrictool.progress import Progress, ProgressFn, warn
@@ -86,9 +86,8 @@ def _writable_folder(path: Path) -> None:
     folder): nothing on the server changes."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        os.close(fd)
-        os.unlink(probe)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
     except OSError as exc:
         raise ReviewError(f"{path}: cannot write the review state file there ({exc.strerror or exc}); nothing was sent "
                           "to Label Studio", hint="make the folder of --data writable, or copy the items elsewhere") from None
@@ -101,19 +100,6 @@ def _write_local(path: Path, what: str, kept: str, write: Callable[[], object]) 
     except OSError as exc:
         raise ReviewError(f"{path}: cannot write {what} ({exc.strerror or exc}); {kept}",
                           hint="free space, then run the same push again: it imports only what is missing") from None
-
-
-def write_json(path: Path, payload: dict[str, Any], mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh, indent=1)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def list_tasks(
@@ -373,7 +359,7 @@ def push(
     state.setdefault(conn.url, {})[title] = {"id": pid, "rubric": rubric.name, "rubric_version": rubric.version}
     kept = (f"project {title!r} (id {pid}) is kept on {conn.url} with the tasks it had (none imported by this run); "
             "the next push finds it by its title")
-    _write_local(state_path, "the review state file", kept, lambda: write_json(state_path, state))
+    _write_local(state_path, "the review state file", kept, lambda: atomic_write_json(state_path, state))
     model_file = None
     if model_predictions is not None and len(model_predictions):
         model_file = state_path.parent / f"predictions-{model_predictions['model'].iloc[0]}.csv"

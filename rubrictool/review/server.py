@@ -16,9 +16,9 @@ from types import FrameType
 
 import httpx
 
+from rubrictool.atomic import atomic_write_json, atomic_write_text
 from rubrictool.errors import ReviewError
 from rubrictool.review.client import Connection
-from rubrictool.review.push import write_json
 from rubrictool.review.settings import (
     ADMIN_EMAIL,
     DEFAULT_DIR,
@@ -87,9 +87,7 @@ def _secret_file(path: Path, make: Callable[[], str]) -> str:
         return path.read_text().strip()
     path.parent.mkdir(parents=True, exist_ok=True)
     value = make()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(value + "\n")
+    atomic_write_text(path, value + "\n", mode=0o600)  # the temporary file is 0600 from its first byte
     return value
 
 
@@ -211,7 +209,7 @@ def start_server(
             if url is not None:
                 try:
                     if httpx.get(url + "/health", timeout=5).status_code == 200:
-                        write_json(root / SERVER_FILE, {"url": url, "pid": os.getpid(), "admin_email": ADMIN_EMAIL})
+                        atomic_write_json(root / SERVER_FILE, {"url": url, "pid": os.getpid(), "admin_email": ADMIN_EMAIL})
                         return server
                 except httpx.HTTPError:
                     pass
