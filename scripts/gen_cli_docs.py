@@ -96,11 +96,6 @@ def render(app: typer.Typer) -> str:
             for p in params:
                 out.append("| " + " | ".join(_param_row(p)) + " |")
             out.append("")
-        aliases = [p for p in cmd.params if getattr(p, "hidden", False)]
-        if aliases:
-            out.append("Old spellings, kept as hidden aliases for one release: " + "; ".join(
-                f"{', '.join(f'`{o}`' for o in p.opts)} ({(p.help or '').rstrip('.')})" for p in aliases) + ".")
-            out.append("")
     return "\n".join(out).rstrip() + "\n"
 
 

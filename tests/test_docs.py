@@ -67,6 +67,19 @@ def test_command_is_documented(name: str, cmd: Any) -> None:
             assert f"`{p.opts[0]}`" in section, f"{name}: option {p.opts[0]} not documented"
 
 
+def test_each_shared_option_means_one_thing() -> None:
+    """No hidden aliases; --run is always a run directory and -m always an LLM; the training options that train,
+    learning-curve and ablate share are one declaration each (the same help everywhere)."""
+    params = [(n, p) for n, c in LEAVES for p in c.params if p.param_type_name == "option"]
+    assert [n for n, p in params if getattr(p, "hidden", False)] == []
+    assert {tuple(p.opts) for _, p in params if "--run" in p.opts} == {("--run",)}
+    assert {n for n, p in params if "-m" in p.opts} == {"rubrictool annotate"}
+    for flag in ("--backbone", "--epochs", "--lr", "--max-len", "--device", "--preset", "--config"):
+        users = {n: p.help for n, p in params if flag in p.opts}
+        assert {"rubrictool train", "rubrictool learning-curve"} <= set(users), flag
+        assert len(set(users.values())) == 1, f"{flag} is declared more than once: {users}"
+
+
 def test_every_command_help_runs() -> None:
     from typer.testing import CliRunner
 
