@@ -1,4 +1,4 @@
-"""Grading integrity (issue #17): how far gaming moves the LLM annotator and the trained grader.
+"""Grading integrity: how far gaming moves the LLM annotator and the trained grader.
 
 Two parts, each resumable, results in benchmarks/results/integrity/ (committed):
 
@@ -8,7 +8,7 @@ Two parts, each resumable, results in benchmarks/results/integrity/ (committed):
 annotator: every attack of rubrictool/annotate/injections.yaml applied to a few weak Mohler answers
 (grade <= 2, distinct questions, seed 0), annotated by a real local model -- Qwen2.5-Coder-1.5B-Instruct
 Q4_K_M on llama-cpp-python's server (.venv-llama; the GGUF is assembled as in annotate_quality.py)
--- once with the prompt before #17 (experiments/integrity/annotate.unquoted.prompt.j2, parsed without
+-- once with the old, unquoted prompt (experiments/integrity/annotate.unquoted.prompt.j2, parsed without
 knowing what was quoted) and once with the current prompt and parser. Each request is sent once
 through litellm at temperature 0 without a repair round; replies are kept in
 experiments/out/integrity-replies.json, so a re-run only asks what is missing. Per attack: the share of

@@ -1,4 +1,4 @@
-"""Fault injection (issue #26): kill ``train``, ``train --folds``, ``annotate`` (one process and ``--workers``) and
+"""Fault injection: kill ``train``, ``train --folds``, ``annotate`` (one process and ``--workers``) and
 ``adjudicate`` at seeded points, or run them under a file-size limit, with --out under a regular file, or into a
 read-only folder (``chmod``, or ``chattr +i`` as root, where chmod does not stop writes: CI runs as root), then rerun
 and check the invariants:

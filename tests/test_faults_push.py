@@ -1,4 +1,4 @@
-"""Fault injection for ``review push`` (issue #26), against a real Label Studio (tests/support/labelstudio.py).
+"""Fault injection for ``review push``, against a real Label Studio (tests/support/labelstudio.py).
 
 ``rubrictool review push`` runs in a child process talking to the server through :class:`HoldingProxy`, which holds
 one chosen request and sets the event that stops the child, so every kill lands at an exact point (no sleeps): right
