@@ -26,6 +26,7 @@ keeps its size and modification time (recorded in the ONNX file's metadata); oth
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import tempfile
 import warnings
@@ -47,12 +48,14 @@ if TYPE_CHECKING:
 __all__ = [
     "FLOAT_NAME",
     "FORMAT",
+    "INSTALL",
     "INT8_NAME",
     "OnnxEncoder",
     "OnnxExportError",
     "OnnxWriteError",
     "export_encoder",
     "load_onnx_encoder",
+    "require_onnx",
     "use_onnx_encoder",
     "weights_stamp",
 ]
@@ -102,11 +105,25 @@ class OnnxExportError(ReccbmError):
         self.reason = reason
 
 
+INSTALL = "pip install 'rubrictool[onnx]'"
+
+
+def require_onnx() -> None:
+    """One clear error when the ONNX engine's packages, an optional extra, are not installed."""
+    missing = []
+    for name in ("onnx", "onnxruntime"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise ReccbmError(f"the ONNX engine needs {' and '.join(missing)}, not installed here: {INSTALL}")
+
+
 def _ort() -> Any:
-    try:
-        import onnxruntime
-    except ImportError as exc:  # pragma: no cover - a dependency of the project
-        raise ReccbmError("the ONNX engine needs the package onnxruntime (pip install onnxruntime)") from exc
+    require_onnx()
+    import onnxruntime
+
     return onnxruntime
 
 
@@ -248,6 +265,7 @@ def export_encoder(encoder: TextEncoder, path: str | Path, meta: dict[str, str] 
     (max error on real tokens, relative to the largest hidden value, ≤ ``tolerance``); a fused graph
     that fails the check falls back to the plain export, a plain export that fails raises
     :class:`OnnxExportError`, as does any exporter error."""
+    require_onnx()
     import onnx
 
     path = Path(path)
@@ -380,6 +398,7 @@ def load_onnx_encoder(
 
     ``encoder`` is the run's torch encoder, used only when an export is needed. ``cache_dirs``
     defaults to ``[run_dir/onnx]``; pass fallbacks for read-only run directories."""
+    require_onnx()
     run = Path(run_dir)
     weights = run / "model.safetensors"
     if not weights.is_file():

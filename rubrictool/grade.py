@@ -21,7 +21,7 @@ import pandas as pd
 
 import reccbm
 from reccbm import Predictions, ReccbmError
-from reccbm.onnx_encoder import OnnxExportError, use_onnx_encoder
+from reccbm.onnx_encoder import OnnxExportError, require_onnx, use_onnx_encoder
 from rubrictool.errors import DataError, TrainError
 from rubrictool.flags import EMPTY_FLAG, Profile, flag_frame, load_profile
 from rubrictool.io import read_table, write_table
@@ -100,6 +100,11 @@ def load_grader(
     model.safetensors changes; with int8, a dynamically quantised copy of that export."""
     if engine not in ENGINES:
         raise TrainError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
+    if engine == "onnx":
+        try:
+            require_onnx()  # an optional extra: said before the run is loaded
+        except ReccbmError as exc:
+            raise TrainError(str(exc), hint="or use --engine torch") from None
     from rubrictool.runs import open_run
 
     run = open_run(run_dir)  # refuses a k-fold parent, a half-written or mixed run directory
