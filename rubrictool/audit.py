@@ -175,7 +175,7 @@ def audit_run(
     run = open_run(run_dir, data, data_dir)
     test = split_rows(run, "test")
     keys = [] if run.plm else run.keys
-    profile: Profile | None = load_profile(run.path, data_dir) if data is None else None
+    profile: Profile | None = load_profile(run.path) if data is None else None
     if profile is None and run.table is not None:  # the table the run trained on is open: build it
         profile = profile_from_table(run.table, [str(i) for i in run.split.get("train", [])], keys,
                                      (run.scale_min, int(run.meta["scale"][1])))

@@ -347,8 +347,7 @@ def grade_file(
     overrides: str | dict[str, int] | None = None,
 ) -> tuple[pd.DataFrame, Path, float]:
     """``rubrictool grade``: read items (CSV/JSONL/Parquet), grade them, write CSV/JSONL; returns the
-    table, the written path and the seconds spent grading. ``graded.attrs["notes"]`` says which flags
-    could not be checked."""
+    table, the written path and the seconds spent grading."""
     check_output_path(data, out)
     items = read_table(data)
     check_unique_ids(items)
@@ -356,9 +355,5 @@ def grade_file(
     profile = load_profile(run)
     t0 = time.perf_counter()
     graded = grade_loaded(grader, items, batch_size, progress, overrides, profile)
-    if profile is None:
-        note = (f"{run} has no profile.json (runs trained before flags were added): "
-                "out_of_distribution and concepts_disagree_with_grade were not checked")
-        graded.attrs["notes"] = [note]
     seconds = time.perf_counter() - t0
     return graded, write_table(graded, out), seconds

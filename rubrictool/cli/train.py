@@ -275,5 +275,3 @@ def grade_cmd(
         counts = graded.loc[flagged, "flags"].str.split(";").explode().value_counts()
         console.print(f"{int(flagged.sum())} flagged for a teacher to review (column flags): "
                       + ", ".join(f"{shown(k)} {v}" for k, v in counts.items()), soft_wrap=True, highlight=False)
-    for note in graded.attrs.get("notes", []):
-        console.print(f"[yellow]note:[/] {shown(note)}", soft_wrap=True, highlight=False)

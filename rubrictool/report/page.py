@@ -160,7 +160,7 @@ def build_report(
 
 def _honest_section(r: Report, run: Run, gold: NDArray[Any], probs: NDArray[Any]) -> None:
     """Test size, majority class, bootstrap CIs, warnings and calibration, recomputed from the page's predictions
-    (the same numbers as metrics.json for runs that recorded them; runs written before get them too)."""
+    (the same numbers as metrics.json; the majority class is the one the run recorded)."""
     from rubrictool.errors import DataError
     from rubrictool.evaluate import calibration, honest_metrics
 
@@ -279,8 +279,6 @@ def _concept_section(r: Report, run: Run, preds: reccbm.Predictions, gold_c: NDA
                              "c_f1": per.get("f1", nan)})
     concepts = concepts.merge(rel.drop(columns=[c for c in ("name", "test_c_acc", "test_c_f1") if c in rel]),
                               on="concept", how="left")
-    if bundled_labels(run) and ("alpha_lo" not in concepts or concepts["alpha_lo"].isna().all()):
-        concepts = _benchmark_alpha(run, concepts)  # runs trained before α's CI was computed for the bundled labels
     r.concepts = r.tables["concepts.csv"] = concepts
     r.spearman = run.metrics.get("spearman_sigma2_vs_1_minus_alpha")
     r.noise_share = run.metrics.get("spearman_noise_share")
@@ -306,23 +304,6 @@ def _concept_section(r: Report, run: Run, preds: reccbm.Predictions, gold_c: NDA
     else:
         r.unavailable.append("no inter-rater α for the concepts (agreement.json was not found at training time): "
                              "no reliability scatter")
-
-
-def _benchmark_alpha(run: Run, concepts: pd.DataFrame) -> pd.DataFrame:
-    """α and its bootstrap CI from the benchmark's own label passes (rubrictool.pipeline.benchmark_table)."""
-    from rubrictool.pipeline import benchmark_table
-
-    try:
-        agreement = benchmark_table(str(run.meta.get("rubric")), run.data_dir)[2].get("concepts", {})
-    except Exception:  # noqa: BLE001 - the passes are not on this machine: keep what the run recorded
-        return concepts
-    out = concepts.copy()
-    entries = [agreement.get(k, {}) for k in out["concept"]]
-    cis = [list(e.get("alpha_ci") or [None, None]) + [None, None] for e in entries]
-    out["alpha"] = [_num(e.get("alpha")) for e in entries]
-    out["alpha_lo"] = [_num(c[0]) for c in cis]
-    out["alpha_hi"] = [_num(c[1]) for c in cis]
-    return out.astype({"alpha": float, "alpha_lo": float, "alpha_hi": float})
 
 
 def _lcec_section(r: Report, run: Run, test: pd.DataFrame) -> NDArray[Any] | None:
@@ -360,11 +341,7 @@ def _lcec_section(r: Report, run: Run, test: pd.DataFrame) -> NDArray[Any] | Non
 def _diagnosis_section(r: Report, run: Run, reviews: pd.DataFrame | None, partial: NDArray[Any] | None) -> None:
     """Rubric diagnostics on the run's whole table, with the learned partial correlations."""
     assert run.table is not None
-    try:
-        rb = run.rubric  # the run's copy of its rubric (older runs: by name)
-    except Exception:  # noqa: BLE001 - an older run whose rubric file moved: say so, show the rest
-        r.unavailable.append(f"rubric diagnostics: the rubric {run.meta['rubric']!r} cannot be loaded")
-        return
+    rb = run.rubric  # the run's copy of its rubric
     alpha = {"concepts": {c["concept"]: {"alpha": _num(c.get("alpha")),
                                          "alpha_ci": [_num(c.get("alpha_lo")), _num(c.get("alpha_hi"))]}
                           for c in r.concepts.to_dict("records")}}
@@ -406,7 +383,7 @@ def provenance(run: Run, n_test: int) -> dict[str, Any]:
         "split": " · ".join(f"{s} {len(split_doc.get(s, []))}" for s in ("train", "dev", "test"))
                  + f" answers (split.json; {n_test} test answers reported here)",
         "split_seed": "—" if split_doc.get("seed") is None else split_doc["seed"],
-        "rubrictool revision of the run": run.meta.get("git_revision") or "— (trained before runs recorded it)",
+        "rubrictool revision of the run": run.record.get("git_revision") or "— (not trained from a git checkout)",
         "rubrictool revision of this report": git_revision() or "—",
         "config": yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True) if run.config else "",
     }
