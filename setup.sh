@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up rubrictool on a fresh machine (Python 3.11+ with venv and pip; no GPU needed).
-#   bash setup.sh          .venv with rubrictool and its test tools
+#   bash setup.sh          .venv with rubrictool, its ONNX engine (the onnx extra) and its test tools
 #   bash setup.sh --all    also .venv-ls (Label Studio server) and .venv-llama (llama.cpp server with
 #                          SmolLM2-135M), which the integration tests start on 127.0.0.1, and Debian's
 #                          chromium + chromium-driver for the browser test of the report pages
@@ -34,7 +34,7 @@ step() {
 if [ ! -x .venv/bin/python ]; then step "create .venv" "$PY" -m venv .venv; fi
 step "pip and setuptools" .venv/bin/python -m pip install -q --upgrade pip setuptools
 step "torch 2.13.0 (CPU)" .venv/bin/python -m pip install -q "torch==2.13.0"
-step "rubrictool and its test tools" .venv/bin/python -m pip install -q -e ".[dev]"
+step "rubrictool, its ONNX engine and its test tools" .venv/bin/python -m pip install -q -e ".[dev,onnx]"
 
 if [ "$all" = 1 ]; then
   # 1b. Chromium + chromedriver from Debian for the browser test of the report pages (tests/test_browser.py);

@@ -1,4 +1,4 @@
-"""Grading integrity (issue #17): how far gaming moves the LLM annotator and the trained grader.
+"""Grading integrity: how far gaming moves the LLM annotator and the trained grader.
 
 Two parts, each resumable, results in benchmarks/results/integrity/ (committed):
 
@@ -8,7 +8,7 @@ Two parts, each resumable, results in benchmarks/results/integrity/ (committed):
 annotator: every attack of rubrictool/annotate/injections.yaml applied to a few weak Mohler answers
 (grade <= 2, distinct questions, seed 0), annotated by a real local model -- Qwen2.5-Coder-1.5B-Instruct
 Q4_K_M on llama-cpp-python's server (.venv-llama; the GGUF is assembled as in annotate_quality.py)
--- once with the prompt before #17 (experiments/integrity/annotate.unquoted.prompt.j2, parsed without
+-- once with the old, unquoted prompt (experiments/integrity/annotate.unquoted.prompt.j2, parsed without
 knowing what was quoted) and once with the current prompt and parser. Each request is sent once
 through litellm at temperature 0 without a repair round; replies are kept in
 experiments/out/integrity-replies.json, so a re-run only asks what is missing. Per attack: the share of
@@ -43,7 +43,7 @@ import pandas as pd
 
 from rubrictool.annotate import load_template, parse_reply, render_item_prompt
 from rubrictool.annotate.injections import attack_response, load_injections
-from rubrictool.annotate.llm import _litellm
+from rubrictool.annotate.llm import load_litellm
 from rubrictool.data import load_mohler
 from rubrictool.rubric import Rubric, load_rubric
 
@@ -88,7 +88,7 @@ def run_annotator(args: argparse.Namespace) -> None:
     print(f"{len(jobs)} requests, {len(todo)} to ask", flush=True)
     if todo:
         gguf = Path(args.gguf) if args.gguf else ensure_model()
-        litellm = _litellm()
+        litellm = load_litellm()
         alias = "qwen2.5-coder-1.5b"
         with LlamaServer(gguf, alias, n_ctx=4096, n_threads=args.threads, log=OUT / "llama-integrity.log") as srv:
             for i, j in enumerate(todo, 1):

@@ -93,7 +93,7 @@ def _review(url: str, conn: review.Connection, title: str, passes: pd.DataFrame)
 
     proj = review.find_project(conn, title)
     assert proj is not None
-    tasks = review._list_tasks(conn, int(proj["id"]), False)
+    tasks = review.list_tasks(conn, int(proj["id"]), False)
     n = 0
     for r in ("A", "B", "C"):
         email = f"{r.lower()}-{title}@example.com"

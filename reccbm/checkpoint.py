@@ -9,11 +9,11 @@ network, and no part of ``rubrictool``::
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from reccbm.atomic import atomic_write
 from reccbm.config import ModelConfig, config_from_dict
 from reccbm.data import load_tokenizer
 from reccbm.errors import ReccbmError
@@ -36,26 +36,11 @@ def save_checkpoint(
     model.encoder.hf_config.save_pretrained(run / "backbone")
     tokenizer.save_pretrained(str(run / "backbone"))
     path = run / "model.safetensors"
-    save_model(model, str(path))
-    os.chmod(path, _new_file_mode())  # safetensors creates the file 0600: as readable as every other file of the run
+    atomic_write(path, lambda tmp: save_model(model, str(tmp)))
     doc = {"format": FORMAT, "model_config": asdict(model.config), "stage": stage, "step": step} | (meta or {})
-    (run / "model.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    text = json.dumps(doc, indent=2, default=str) + "\n"
+    atomic_write(run / "model.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return path
-
-
-def _new_file_mode() -> int:
-    """The mode ``open(path, "w")`` gives a new file: 0o666 less the process umask (read from /proc on Linux, where
-    setting the umask to read it would race with other threads)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return 0o666 & ~int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
 
 
 def read_meta(run_dir: str | Path) -> dict[str, Any]:

@@ -19,16 +19,16 @@ What gets built (the fastest of the combinations tried on Mohler/MiniLM; docs/re
   (faster than QUInt8 here and closer to float32 than per-tensor QInt8).
 
 Both files are cached in the first writable directory of ``cache_dirs`` (default ``RUN/onnx``),
-written atomically (temporary file, then ``os.replace``), and re-used while ``model.safetensors``
+written atomically (:mod:`reccbm.atomic`), and re-used while ``model.safetensors``
 keeps its size and modification time (recorded in the ONNX file's metadata); otherwise rebuilt.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import tempfile
-import uuid
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from reccbm.atomic import atomic_write
 from reccbm.errors import ReccbmError
 from reccbm.model import TextEncoder
 
@@ -47,12 +48,14 @@ if TYPE_CHECKING:
 __all__ = [
     "FLOAT_NAME",
     "FORMAT",
+    "INSTALL",
     "INT8_NAME",
     "OnnxEncoder",
     "OnnxExportError",
     "OnnxWriteError",
     "export_encoder",
     "load_onnx_encoder",
+    "require_onnx",
     "use_onnx_encoder",
     "weights_stamp",
 ]
@@ -102,11 +105,25 @@ class OnnxExportError(ReccbmError):
         self.reason = reason
 
 
+INSTALL = "pip install 'rubrictool[onnx]'"
+
+
+def require_onnx() -> None:
+    """One clear error when the ONNX engine's packages, an optional extra, are not installed."""
+    missing = []
+    for name in ("onnx", "onnxruntime"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise ReccbmError(f"the ONNX engine needs {' and '.join(missing)}, not installed here: {INSTALL}")
+
+
 def _ort() -> Any:
-    try:
-        import onnxruntime
-    except ImportError as exc:  # pragma: no cover - a dependency of the project
-        raise ReccbmError("the ONNX engine needs the package onnxruntime (pip install onnxruntime)") from exc
+    require_onnx()
+    import onnxruntime
+
     return onnxruntime
 
 
@@ -231,20 +248,13 @@ def _max_error(path: Path, encoder: TextEncoder, names: list[str]) -> float:
 
 
 def _save_atomic(model: Any, path: Path, meta: dict[str, str]) -> None:
-    """Write an ONNX ModelProto with metadata: a temporary file in the same folder, then os.replace."""
+    """Write an ONNX ModelProto with metadata atomically (:func:`reccbm.atomic.atomic_write`)."""
     import onnx
 
     del model.metadata_props[:]
     for k, v in meta.items():
         model.metadata_props.add(key=k, value=v)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")  # same folder: atomic
-    try:
-        onnx.save_model(model, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda tmp: onnx.save_model(model, str(tmp)))
 
 
 def export_encoder(encoder: TextEncoder, path: str | Path, meta: dict[str, str] | None = None,
@@ -255,6 +265,7 @@ def export_encoder(encoder: TextEncoder, path: str | Path, meta: dict[str, str] 
     (max error on real tokens, relative to the largest hidden value, ≤ ``tolerance``); a fused graph
     that fails the check falls back to the plain export, a plain export that fails raises
     :class:`OnnxExportError`, as does any exporter error."""
+    require_onnx()
     import onnx
 
     path = Path(path)
@@ -387,6 +398,7 @@ def load_onnx_encoder(
 
     ``encoder`` is the run's torch encoder, used only when an export is needed. ``cache_dirs``
     defaults to ``[run_dir/onnx]``; pass fallbacks for read-only run directories."""
+    require_onnx()
     run = Path(run_dir)
     weights = run / "model.safetensors"
     if not weights.is_file():

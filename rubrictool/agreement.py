@@ -41,6 +41,7 @@ __all__ = [
     "alpha_from_patterns",
     "bootstrap_alpha",
     "concept_agreement",
+    "cv_scores",
     "exact_agreement",
     "grade_agreement",
     "krippendorff_alpha",
@@ -455,7 +456,7 @@ def grade_agreement(
 # -- rubric coverage -----------------------------------------------------------------------------------------
 
 
-def _cv_scores(X: FloatArray, y: IntArray, folds: int, seed: int, model: str) -> tuple[float, float]:
+def cv_scores(X: FloatArray, y: IntArray, folds: int, seed: int, model: str) -> tuple[float, float]:
     """Cross-validated accuracy and macro-F1; duplicate (x, y) rows of a training fold are fitted once
     with their count as sample weight (the same loss, far fewer rows)."""
     # scikit-learn takes over a second to import and only this figure needs it: imported here, so that
@@ -537,9 +538,9 @@ def rubric_coverage(
     # one BLAS thread: these fits are small, and on a shared machine extra threads only oversubscribe
     with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore")
-        base = _cv_scores(X, y, folds, seed, "majority")
-        numeric = _cv_scores(X, y, folds, seed, "numeric")
-        hot = _cv_scores(onehot, y, folds, seed, "onehot")
+        base = cv_scores(X, y, folds, seed, "majority")
+        numeric = cv_scores(X, y, folds, seed, "numeric")
+        hot = cv_scores(onehot, y, folds, seed, "onehot")
         rho = {}
         for j, key in enumerate(keys):
             r = (

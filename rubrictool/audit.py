@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rubrictool.atomic import atomic_write, atomic_write_text
 from rubrictool.errors import DataError
 from rubrictool.flags import FLAGS, Profile, load_profile, profile_from_table
 from rubrictool.grade import grade_loaded
@@ -174,7 +175,7 @@ def audit_run(
     run = open_run(run_dir, data, data_dir)
     test = split_rows(run, "test")
     keys = [] if run.plm else run.keys
-    profile: Profile | None = load_profile(run.path, data_dir) if data is None else None
+    profile: Profile | None = load_profile(run.path) if data is None else None
     if profile is None and run.table is not None:  # the table the run trained on is open: build it
         profile = profile_from_table(run.table, [str(i) for i in run.split.get("train", [])], keys,
                                      (run.scale_min, int(run.meta["scale"][1])))
@@ -317,10 +318,10 @@ def _figure(res: AuditResult, path: Path, title: str) -> None:
         fig.colorbar(im, ax=ax2, shrink=0.8)
     fig.suptitle(f"Gaming audit: {title} ({res.n} test answers, seed {res.seed})", fontsize=10)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    finally:
+        plt.close(fig)
 
 
 def write_audit(res: AuditResult, out_dir: str | Path, title: str | None = None) -> dict[str, Path]:
@@ -334,9 +335,7 @@ def write_audit(res: AuditResult, out_dir: str | Path, title: str | None = None)
         "honest_flag_shares": res.honest_flag_shares, "notes": res.notes, "warnings": res.warnings,
         "constant": res.constant or None, "constant_grade": res.constant_grade,
         "transformations": res.summary.to_dict(orient="records")}, indent=1, default=float) + "\n")):
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        atomic_write_text(path, text)
     paths |= {"md": md, "json": js, "png": out / "audit.png"}
     _figure(res, out / "audit.png", title)
     return paths

@@ -21,8 +21,7 @@ Each flag is defined once here; docs/integrity.md gives the definitions and what
 - ``truncated``: the model read only part of the input: the response or the question/reference/context
   was cut to the run's ``max_len`` tokens (``reccbm.encode_inputs``'s ``truncated``).
 
-The training-side numbers form a :class:`Profile`, saved by ``rubrictool train`` as ``profile.json``;
-for an older run trained on the bundled Mohler labels it is rebuilt from the run's training split.
+The training-side numbers form a :class:`Profile`, saved by ``rubrictool train`` as ``profile.json``.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rubrictool.atomic import atomic_write_text
 from rubrictool.errors import DataError
 
 __all__ = [
@@ -140,40 +140,19 @@ def build_profile(
 
 
 def save_profile(profile: Profile, run_dir: str | Path) -> Path:
+    text = json.dumps(profile.to_json(), ensure_ascii=False, sort_keys=True)
+    return atomic_write_text(Path(run_dir) / PROFILE_FILE, text)
+
+
+def load_profile(run_dir: str | Path) -> Profile:
+    """The run's ``profile.json`` (every run has one; :func:`rubrictool.runs.open_run` checks it with the run's other
+    files)."""
     path = Path(run_dir) / PROFILE_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(profile.to_json(), ensure_ascii=False, sort_keys=True))
-    tmp.replace(path)
-    return path
-
-
-def load_profile(run_dir: str | Path, data_dir: str | Path | None = None) -> Profile | None:
-    """The run's ``profile.json``; for a run without one that was trained on the bundled Mohler labels,
-    rebuilt from its training split (cheap: word counts and one line fit); else None."""
-    run = Path(run_dir)
-    path = run / PROFILE_FILE
-    if path.is_file():
-        try:
-            return Profile.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise DataError(f"{path}: unreadable flag profile ({e.__class__.__name__}); delete it to rebuild") from None
-    from rubrictool.errors import TrainError
-    from rubrictool.runs import open_run
-
     try:
-        opened = open_run(run, data_dir)
-    except (TrainError, DataError):
-        return None
-    # who made the labels is the run's label source (rubrictool.runs.Run.labels), not a phrase in its notes
-    if opened.meta.get("rubric") != "mohler" or not opened.bundled_labels or not opened.split.get("train"):
-        return None
-    from rubrictool.adjudicate import (
-        adjudicate_benchmark_labels,  # the bundled labels (adjudication sits below grading)
-    )
-
-    table = adjudicate_benchmark_labels("mohler", data_dir=data_dir)
-    scale = opened.meta["scale"]
-    return profile_from_table(table, [str(i) for i in opened.split["train"]], opened.keys, (int(scale[0]), int(scale[1])))
+        return Profile.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{path}: unreadable flag profile ({e.__class__.__name__})",
+                        hint=f"train the run again (`rubrictool train … --out {Path(run_dir)}`)") from None
 
 
 def profile_from_table(table: pd.DataFrame, train_ids: list[str], keys: list[str], scale: tuple[int, int]) -> Profile:

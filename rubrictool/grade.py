@@ -21,7 +21,7 @@ import pandas as pd
 
 import reccbm
 from reccbm import Predictions, ReccbmError
-from reccbm.onnx_encoder import OnnxExportError, use_onnx_encoder
+from reccbm.onnx_encoder import OnnxExportError, require_onnx, use_onnx_encoder
 from rubrictool.errors import DataError, TrainError
 from rubrictool.flags import EMPTY_FLAG, Profile, flag_frame, load_profile
 from rubrictool.io import read_table, write_table
@@ -109,6 +109,11 @@ def load_grader(
     model.safetensors changes; with int8, a dynamically quantised copy of that export."""
     if engine not in ENGINES:
         raise TrainError(f"unknown engine {engine!r}; use {' or '.join(ENGINES)}")
+    if engine == "onnx":
+        try:
+            require_onnx()  # an optional extra: said before the run is loaded
+        except ReccbmError as exc:
+            raise TrainError(str(exc), hint="or use --engine torch") from None
     from rubrictool.runs import open_run
 
     run = open_run(run_dir)  # refuses a k-fold parent, a half-written or mixed run directory
@@ -357,8 +362,7 @@ def grade_file(
     device: str = "auto",
 ) -> tuple[pd.DataFrame, Path, float]:
     """``rubrictool grade``: read items (CSV/JSONL/Parquet), grade them, write CSV/JSONL; returns the
-    table, the written path and the seconds spent grading. ``graded.attrs["notes"]`` says which flags
-    could not be checked."""
+    table, the written path and the seconds spent grading."""
     check_output_path(data, out)
     items = read_table(data)
     check_unique_ids(items)
@@ -367,9 +371,5 @@ def grade_file(
     t0 = time.perf_counter()
     graded = grade_loaded(grader, items, batch_size, progress, overrides, profile,
                           device=grading_device(device, int8, engine))
-    if profile is None:
-        note = (f"{run} has no profile.json (runs trained before flags were added): "
-                "out_of_distribution and concepts_disagree_with_grade were not checked")
-        graded.attrs["notes"] = [note]
     seconds = time.perf_counter() - t0
     return graded, write_table(graded, out), seconds

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from rubrictool.atomic import atomic_write_text, new_file_mode, publish
+from rubrictool.atomic import atomic_write, atomic_write_text
 from rubrictool.errors import DataError
 
-__all__ = ["FORMATS", "atomic_write_text", "new_file_mode", "publish", "read_table", "reject_nul", "write_table", "write_text"]
+__all__ = ["FORMATS", "atomic_write_text", "read_table", "reject_nul", "write_table", "write_text"]
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 
@@ -113,12 +111,9 @@ def _jsonable(v: object) -> object:
 def write_table(df: pd.DataFrame, path: str | Path) -> Path:
     """Write atomically (temp file + rename) as CSV, JSONL or Parquet, chosen by the file suffix; the file gets
     the mode a new file would (umask respected, e.g. 0644 under umask 022), not mkstemp's 0600."""
-    p = Path(path)
-    fmt = _format(p)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    os.close(fd)
-    try:
+    fmt = _format(Path(path))
+
+    def write(tmp: Path) -> None:
         if fmt == "csv":
             df.to_csv(tmp, index=False)
         elif fmt == "jsonl":
@@ -126,11 +121,8 @@ def write_table(df: pd.DataFrame, path: str | Path) -> Path:
                 fh.writelines(json.dumps({k: _jsonable(v) for k, v in rec.items()}, ensure_ascii=False) + "\n" for rec in df.to_dict(orient="records"))
         else:
             df.to_parquet(tmp, index=False)
-        publish(tmp, p)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return p
+
+    return atomic_write(path, write)
 
 
 def writable_dir(out: str | Path) -> Path:

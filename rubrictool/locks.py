@@ -75,7 +75,7 @@ def _acquire(path: Path, what: str, hint: str, by: str = "rubrictool annotate", 
     assert fcntl is not None
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask decides, as for every file
         except OSError as e:
             raise RubrictoolError(
                 f"{path}: cannot create the lock file of {what} ({e.strerror or e}); {kept}",

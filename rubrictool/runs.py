@@ -5,14 +5,15 @@
 old run whole, so a reader sees the old run, the new one, or none, never a mix. The last file written is the
 completion record ``run.json``::
 
-    {"format": 1, "run_id": "…", "created": "…", "git_revision": "…",
+    {"format_version": 2, "run_id": "…", "created": "…", "git_revision": "…",
      "rubric": {"name", "version", "sha256", "file": "rubric.yaml"},        a copy of the rubric YAML it trained on
      "table":  {"path", "sha256", "rows", "copy": "table.csv" | null, "benchmark": "mohler" | null},
      "labels": {"source": "llm" | "human" | "mixed" | "model" | "unknown", "expert_validated", "detail", …},
      "files":  {"metrics.json": {"bytes", "sha256"}, …}}                     every other file, checked when opened
 
 :func:`open_run` refuses a directory whose files do not match its record (half-written, mixed, edited) with one line
-saying to retrain; :class:`Run` gives grade, explain, intervene, report and audit the config, split, metrics, rubric,
+saying to retrain. :func:`migrate` is the one place that knows older formats: it brings a record up to
+``FORMAT_VERSION`` when it is read, so no reader branches on a run's age. :class:`Run` gives grade, explain, intervene, report and audit the config, split, metrics, rubric,
 label source and training table, and loads the model only when asked.
 """
 
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from rubrictool.atomic import atomic_write_json, new_dir_mode
 from rubrictool.errors import DataError, TrainError
 from rubrictool.provenance import git_revision
 
@@ -46,12 +48,14 @@ if TYPE_CHECKING:
     from rubrictool.rubric import Rubric
 
 __all__ = [
+    "FORMAT_VERSION",
     "RECORD",
     "TABLE_COPY_MAX_BYTES",
     "Run",
     "building",
     "describe_labels",
     "label_source",
+    "migrate",
     "open_run",
     "run_is_complete",
     "sha256_file",
@@ -60,7 +64,7 @@ __all__ = [
 ]
 
 RECORD = "run.json"
-FORMAT = 1
+FORMAT_VERSION = 2  # run.json's format; migrate() brings an older record up to it
 TABLE_COPY_MAX_BYTES = 50 * 2**20  # training tables up to this size are copied into the run (table.csv)
 _HASH_ON_OPEN_MAX_BYTES = 16 * 2**20  # larger files (model weights) are checked by size when a run is opened
 _ASIDE = re.compile(r"^\.(.+)\.(?:building|old)-\d+-")  # folders building() makes beside a run: never a run
@@ -72,12 +76,6 @@ def sha256_file(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def _umask_mode(mode: int = 0o777) -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mode & ~mask
 
 
 def _pid_alive(pid: int) -> bool:
@@ -115,7 +113,7 @@ def building(target: str | Path) -> Iterator[Path]:
         kept = f"{target} is as it was" if target.exists() else f"nothing was written to {target}"
         raise TrainError(f"cannot write the run into {target.parent} ({exc.strerror or exc}); {kept}",
                          hint="pass --out a path in a folder you can write") from None
-    os.chmod(stage, _umask_mode())  # mkdtemp makes 0700; a run is as readable as any other output
+    os.chmod(stage, new_dir_mode())  # mkdtemp makes 0700; a run is as readable as any other output
     try:
         yield stage
     except OSError as exc:  # a full disk, a file-size limit: one line naming the run, and what was kept
@@ -217,7 +215,7 @@ def write_record(stage: Path, *, rubric: Rubric, table: dict[str, Any], labels: 
         if p.is_file() and p.name != RECORD:
             files[p.relative_to(stage).as_posix()] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
     record = {
-        "format": FORMAT, "run_id": uuid.uuid4().hex, "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "format_version": FORMAT_VERSION, "run_id": uuid.uuid4().hex, "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "git_revision": git_revision(),
         "rubric": {"name": rubric.name, "version": str(rubric.version), "sha256": files["rubric.yaml"]["sha256"],
                    "file": "rubric.yaml", "path": rubric.source_file},
@@ -225,10 +223,36 @@ def write_record(stage: Path, *, rubric: Rubric, table: dict[str, Any], labels: 
     }
     if device is not None:
         record["device"] = device
-    tmp = stage / f".{RECORD}.tmp"
-    tmp.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, stage / RECORD)
+    atomic_write_json(stage / RECORD, record, default=str)
     return record
+
+
+def migrate(record: dict[str, Any], path: str | Path = RECORD) -> dict[str, Any]:
+    """A run's record (run.json) in the current format, ``FORMAT_VERSION``, whichever rubrictool wrote it.
+
+    Every reader gets a record in this one shape, so what older formats lack is handled here, once:
+
+    - 0, no run.json (runs written before 2026-11-25): nothing says which files belong to the run, who made its
+      labels or which rubric and table it trained on, so it cannot be read like a run: refused, train it again.
+    - 1 (``"format": 1``): the same fields; the version is named ``format_version`` since version 2.
+
+    A version newer than this build reads is refused (upgrade rubrictool)."""
+    where = Path(path)
+    if not record:
+        raise TrainError(f"{where.parent} was written before runs had a completion record ({RECORD}): it cannot be "
+                         "checked or read as a run", hint=f"train it again (`rubrictool train … --out {where.parent}`)")
+    version = record.get("format_version", record.get("format"))
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise TrainError(f"{where}: unknown run format {version!r}", hint="train the run again")
+    if version > FORMAT_VERSION:
+        raise TrainError(f"{where}: run format {version} is newer than this rubrictool reads ({FORMAT_VERSION})",
+                         hint="upgrade rubrictool")
+    out = dict(record)
+    if version == 1:
+        del out["format"]
+        version = 2
+    out["format_version"] = version
+    return out
 
 
 def _check(path: Path, record: dict[str, Any]) -> str | None:
@@ -270,7 +294,7 @@ class Run:
     """A run directory, checked against its record; the model loads on first use of ``model`` / ``tokenizer``."""
 
     path: Path
-    record: dict[str, Any]  # run.json ({} for a run written before completion records)
+    record: dict[str, Any]  # run.json, in the current format (migrate)
     meta: dict[str, Any]  # model.json
     metrics: dict[str, Any]  # metrics.json ({} when absent)
     config: dict[str, Any]  # config.yaml ({} when absent)
@@ -330,12 +354,8 @@ class Run:
 
     @property
     def labels(self) -> dict[str, Any]:
-        """Who made the training labels (run.json ``labels``; older runs: read from their notes)."""
-        if self.record.get("labels"):
-            return dict(self.record["labels"])
-        if any("LLM annotation passes" in n for n in self.notes):  # runs written before run.json
-            return {"source": "llm", "expert_validated": False, "benchmark": self.meta.get("rubric")}
-        return {"source": "unknown", "expert_validated": None}
+        """Who made the training labels (run.json ``labels``)."""
+        return dict(self.record.get("labels") or {"source": "unknown", "expert_validated": None})
 
     @property
     def bundled_labels(self) -> bool:
@@ -344,22 +364,15 @@ class Run:
 
     @cached_property
     def rubric(self) -> Rubric:
-        """The rubric the run trained on: its copy in the run (rubric.yaml), else by name (older runs)."""
-        from rubrictool.rubric import load_rubric, parse_rubric
+        """The rubric the run trained on: its copy in the run (rubric.yaml, checked against run.json)."""
+        from rubrictool.rubric import parse_rubric
 
-        copy = self.path / "rubric.yaml"
-        if copy.is_file():
-            return parse_rubric(copy.read_text(encoding="utf-8"), str(copy))
-        return load_rubric(str(self.meta["rubric"]))
+        copy = self.path / str(self.record["rubric"].get("file") or "rubric.yaml")
+        return parse_rubric(copy.read_text(encoding="utf-8"), str(copy))
 
     def rubric_version(self) -> str | None:
-        v = (self.record.get("rubric") or {}).get("version")
-        if v is not None:
-            return str(v)
-        try:
-            return str(self.rubric.version)
-        except Exception:  # noqa: BLE001 - an older run whose rubric cannot be found: the name is still known
-            return None
+        v = self.record["rubric"].get("version")
+        return None if v is None else str(v)
 
     def load_table(self, data: str | Path | None = None) -> pd.DataFrame:
         """The training table: ``data`` if given, else the run's copy, else the recorded path, else the benchmark's
@@ -406,17 +419,13 @@ def open_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Run:
         if (path / "fold-0").is_dir():
             raise TrainError(f"{path} is a k-fold run: pass one of its folds, e.g. --run {path / 'fold-0'}")
         raise TrainError(f"{path} is not a trained run: model.json is missing (train one with `rubrictool train`)")
-    record = _read(path / RECORD, "json")
-    if record:
-        why = _check(path, record)
-        if why:
-            raise TrainError(f"{path} is incomplete or was changed after training: {why}",
-                             hint=f"train it again (`rubrictool train … --out {path}`)")
+    record = migrate(_read(path / RECORD, "json"), path / RECORD)
+    why = _check(path, record)
+    if why:
+        raise TrainError(f"{path} is incomplete or was changed after training: {why}",
+                         hint=f"train it again (`rubrictool train … --out {path}`)")
     meta = _read(path / "model.json", "json")
     run = Run(path, record, meta, _read(path / "metrics.json", "json"), _read(path / "config.yaml", "yaml"),
               _read(path / "split.json", "json"), data_dir=data_dir)
     run.notes = [str(n) for n in meta.get("notes") or run.metrics.get("notes") or []]
-    if not record:
-        run.warnings.append(f"{path} was written before runs had a completion record (run.json): it cannot be "
-                            "checked for completeness")
     return run

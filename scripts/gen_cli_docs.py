@@ -21,6 +21,8 @@ from typing import Any
 
 import typer
 
+from rubrictool.atomic import atomic_write_text
+
 __all__ = ["DOC_PATH", "iter_commands", "main", "render"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,11 +96,6 @@ def render(app: typer.Typer) -> str:
             for p in params:
                 out.append("| " + " | ".join(_param_row(p)) + " |")
             out.append("")
-        aliases = [p for p in cmd.params if getattr(p, "hidden", False)]
-        if aliases:
-            out.append("Old spellings, kept as hidden aliases for one release: " + "; ".join(
-                f"{', '.join(f'`{o}`' for o in p.opts)} ({(p.help or '').rstrip('.')})" for p in aliases) + ".")
-            out.append("")
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -122,10 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{args.out} is up to date")
         return 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(f".{args.out.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, args.out)
+    atomic_write_text(args.out, text)
     print(f"wrote {args.out} ({text.count(chr(10) + '## ')} commands)")
     return 0
 

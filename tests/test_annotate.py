@@ -357,7 +357,7 @@ def test_workers_open_the_cache_the_parent_created_without_locking_each_other(tm
     failures = []
     for trial in range(15):
         path = str(tmp_path / f"c{trial}.sqlite")
-        ReplyCache(path).close()  # what _run_workers does first
+        ReplyCache(path).close()  # what run_workers does first
         barrier, out = ctx.Barrier(4), ctx.Queue()
         procs = [ctx.Process(target=_open_at_once, args=(path, barrier, out)) for _ in range(4)]
         for p in procs:

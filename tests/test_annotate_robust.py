@@ -1,4 +1,4 @@
-"""`rubrictool annotate` for a real course under hostile conditions (issues #24 and #26): draft rubrics
+"""`rubrictool annotate` for a real course under hostile conditions: draft rubrics
 refused, cached failures re-sent on request only, exit codes that mean something, early stop when the
 endpoint is unreachable or every reply fails, one writer per cache and output, one-line errors for a
 full disk, numeric options checked.

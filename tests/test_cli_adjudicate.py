@@ -188,7 +188,7 @@ def _bad(tmp_path: Path, kind: str) -> list[str]:
     elif kind == "unknown method":
         base += ["--method", "vote"]
     elif kind == "unknown format":
-        base += ["--format", "xlsx"]  # the old spelling of --out-format, a hidden alias
+        base += ["--out-format", "xlsx"]
     elif kind == "no reviews":
         return base
     reviews.to_csv(f, index=False)

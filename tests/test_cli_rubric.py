@@ -128,8 +128,7 @@ def test_rubric_export_markdown_and_json(tmp_path: Path) -> None:
     assert "| Concept | Definition | Example | Score scale |" in res.output
     assert "| Depth of Understanding (DU) |" in res.output
     out = tmp_path / "mocha.json"
-    # --format: the old spelling of --out-format, a hidden alias for one release
-    res = runner.invoke(app, ["rubric", "export", "mocha", "--format", "json", "--out", str(out)])
+    res = runner.invoke(app, ["rubric", "export", "mocha", "--out-format", "json", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert Rubric.model_validate(json.loads(out.read_text())) == load_rubric("mocha")
     assert parse_rubric(out.read_text()) == load_rubric("mocha")  # the JSON also loads as a rubric file

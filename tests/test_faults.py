@@ -1,4 +1,4 @@
-"""Fault injection (issue #26): kill ``train``, ``train --folds``, ``annotate`` (one process and ``--workers``) and
+"""Fault injection: kill ``train``, ``train --folds``, ``annotate`` (one process and ``--workers``) and
 ``adjudicate`` at seeded points, or run them under a file-size limit, with --out under a regular file, or into a
 read-only folder (``chmod``, or ``chattr +i`` as root, where chmod does not stop writes: CI runs as root), then rerun
 and check the invariants:
@@ -222,9 +222,9 @@ def test_retrain_over_a_run_killed_then_rerun(course: dict[str, Path], train_ref
 
 def test_a_staging_folder_left_by_a_kill_is_never_read_as_a_run(course: dict[str, Path], train_ref: dict[str, Path],
                                                                 tmp_path: Path) -> None:
-    """A kill between model.json and run.json leaves a staging folder that looks like a run written before completion
-    records (which open_run accepts with a warning), and a kill between building()'s two renames leaves the replaced
-    run aside: both are refused in one line, and the next build removes them."""
+    """A kill between model.json and run.json leaves a staging folder without a completion record, and a kill between
+    building()'s two renames leaves the replaced run aside: both are refused in one line naming what they are, and
+    the next build removes them."""
     runs = tmp_path / "runs"
     runs.mkdir()
     dead = 2**22 + 1  # above pid_max's default: no live process has it

@@ -1,4 +1,4 @@
-"""Fault injection for ``review push`` (issue #26), against a real Label Studio (tests/support/labelstudio.py).
+"""Fault injection for ``review push``, against a real Label Studio (tests/support/labelstudio.py).
 
 ``rubrictool review push`` runs in a child process talking to the server through :class:`HoldingProxy`, which holds
 one chosen request and sets the event that stops the child, so every kill lands at an exact point (no sleeps): right
@@ -29,7 +29,7 @@ import pandas as pd
 import pytest
 
 from rubrictool.review import Connection, LabelStudioServer, find_project
-from rubrictool.review.push import _all_projects, _attach_predictions, _list_tasks
+from rubrictool.review.push import _all_projects, attach_predictions, list_tasks
 from rubrictool.review.settings import ENV_KEY, STATE_NAME
 from tests.support.courses import COURSE_RUBRIC
 from tests.support.faults import (
@@ -124,7 +124,7 @@ SETTINGS = ("label_config", "maximum_annotations", "show_collab_predictions", "s
 
 
 def _tasks_by_item(conn: Connection, pid: int) -> Counter[str]:
-    return Counter(str(t["data"]["item_id"]) for t in _list_tasks(conn, pid, False))
+    return Counter(str(t["data"]["item_id"]) for t in list_tasks(conn, pid, False))
 
 
 def _end_state(conn: Connection, title: str, items: Path, url: str) -> dict[str, Any]:
@@ -136,12 +136,12 @@ def _end_state(conn: Connection, title: str, items: Path, url: str) -> dict[str,
     project = find_project(conn, title)
     assert project is not None
     pid = int(project["id"])
-    tasks = _list_tasks(conn, pid, False)
+    tasks = list_tasks(conn, pid, False)
     counts = Counter(str(t["data"]["item_id"]) for t in tasks)
     assert {i: n for i, n in counts.items() if n > 1} == {}, "items imported twice"
     want = set(pd.read_csv(items, dtype={"id": str})["id"])
     assert set(counts) == want, f"missing: {sorted(want - set(counts))[:5]}, unknown: {sorted(set(counts) - want)[:5]}"
-    _attach_predictions(conn, pid, tasks)
+    attach_predictions(conn, pid, tasks)
     by_item: dict[str, Any] = {}
     for t in tasks:
         preds = sorted((str(p["model_version"]), json.dumps(p["result"], sort_keys=True), p.get("score"))

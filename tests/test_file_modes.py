@@ -4,6 +4,7 @@ so colleagues on a shared server can read predictions, adjudicated tables, split
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,3 +93,67 @@ def test_a_checkpoint_and_a_learning_curve_are_readable_by_the_group(tmp_path: P
     written = [p for p in (tmp_path / "c").rglob("*") if p.is_file()]
     assert {p.name for p in written} >= {"curve.json", "curve.png", "curve.csv"}
     assert {p.name: mode(p) for p in written} == {p.name: 0o644 for p in written}
+
+
+def test_every_atomic_form_respects_the_umask_and_cleans_up(umask: int, tmp_path: Path) -> None:
+    from rubrictool.atomic import atomic_write, atomic_write_bytes, atomic_write_json
+
+    want = 0o666 & ~umask
+    assert mode(atomic_write_bytes(tmp_path / "b.bin", b"\x00\x01")) == want
+    assert mode(atomic_write_json(tmp_path / "j.json", {"a": 1})) == want
+    assert mode(atomic_write(tmp_path / "c.csv", lambda tmp: pd.DataFrame({"a": [1]}).to_csv(tmp))) == want
+    assert mode(atomic_write_text(tmp_path / "secret", "s", mode=0o600)) == 0o600
+    assert (tmp_path / "j.json").read_text() == '{\n "a": 1\n}\n'
+    (tmp_path / "keep.txt").write_text("old")
+
+    def half(tmp: Path) -> None:
+        tmp.write_text("half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        atomic_write(tmp_path / "keep.txt", half)
+    assert (tmp_path / "keep.txt").read_text() == "old"  # the old file is whole
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # and no temporary file is left
+
+
+def test_reccbm_writes_with_the_same_mode(umask: int, tmp_path: Path) -> None:
+    from reccbm.atomic import atomic_write as reccbm_write
+    from reccbm.atomic import new_file_mode as reccbm_mode
+
+    assert reccbm_mode() == new_file_mode() == 0o666 & ~umask
+    assert mode(reccbm_write(tmp_path / "m.json", lambda tmp: tmp.write_text("{}"))) == 0o666 & ~umask
+
+
+# The one writer (rubrictool.atomic; reccbm.atomic for reccbm, which never imports rubrictool). Nothing else renames
+# a temporary file into place or reads the umask. Folders are another matter: a run is built in a staging folder that
+# replaces the old one whole (runs.py), a data set is extracted beside its old copy (data/fetch.py, which also streams
+# a download into a part file it deletes), and a learning curve keeps a finished cell's folder (curve.py).
+_WRITERS = {"rubrictool/atomic.py", "reccbm/atomic.py"}
+_FOLDER_SWAPS = {"rubrictool/runs.py", "rubrictool/data/fetch.py", "rubrictool/curve.py"}
+_DANCE = re.compile(r"mkstemp\(|os\.umask\(|/proc/self/status|\btmp\.replace\(|os\.replace\(|os\.rename\(|"
+                    r"os\.chmod\([^)]*0o[0-7]+|O_CREAT[^)]*0o6[0-4]4")
+# curve.py still writes its JSON and PNG through mkstemp + publish; its rewrite moves them to atomic_write.
+_PENDING = {"rubrictool/curve.py": ("mkstemp(",)}
+
+
+def test_no_module_writes_files_its_own_way() -> None:
+    root = Path(__file__).resolve().parents[1]
+    hits = []
+    for path in sorted([*root.glob("rubrictool/**/*.py"), *root.glob("reccbm/*.py"), *root.glob("scripts/*.py")]):
+        rel = path.relative_to(root).as_posix()
+        if rel in _WRITERS:
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            found = _DANCE.search(line)
+            if not found:
+                continue
+            if rel in _FOLDER_SWAPS and found.group(0) in ("os.replace(", "os.rename("):
+                continue
+            if any(found.group(0).startswith(p) for p in _PENDING.get(rel, ())):
+                continue
+            if rel == "rubrictool/data/fetch.py" and "mkstemp(" in line and ".part" in line:
+                continue  # the download's part file, deleted after extraction: never a published output
+            if rel == "rubrictool/review/server.py" and found.group(0).startswith("os.chmod(") and ("0o600" in line or "0o700" in line):
+                continue  # the server's secrets and its folder: owner-only on purpose
+            hits.append(f"{rel}:{n}: {line.strip()}")
+    assert not hits, "write through rubrictool.atomic (reccbm: reccbm.atomic) instead:\n" + "\n".join(hits)

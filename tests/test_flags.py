@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rubrictool.cli import app
+from rubrictool.errors import DataError
 from rubrictool.flags import (
     COPY_SHARE,
     FLAGS,
@@ -98,10 +99,12 @@ def test_profile_round_trip_and_missing(tmp_path: Path) -> None:
     prof = build_profile(TRAIN, [1.0] * 20, np.ones((20, 8)), (1, 3))
     (tmp_path / "profile.json").write_text(json.dumps(prof.to_json()))
     assert load_profile(tmp_path) == prof
-    assert load_profile(tmp_path / "nothing") is None
+    with pytest.raises(DataError, match=r"nothing/profile.json: unreadable flag profile \(FileNotFoundError\)"):
+        load_profile(tmp_path / "nothing")  # every run has one (run.json lists it)
     (tmp_path / "profile.json").write_text("{")
-    with pytest.raises(Exception, match="unreadable flag profile"):
+    with pytest.raises(DataError, match=r"profile.json: unreadable flag profile \(JSONDecodeError\)") as exc:
         load_profile(tmp_path)
+    assert "\n" not in str(exc.value) and exc.value.hint and "train the run again" in exc.value.hint
 
 
 @pytest.fixture(scope="module")
@@ -136,47 +139,9 @@ def test_grade_writes_flags_and_training_saves_the_profile(run: Path, tmp_path: 
     assert "copies_reference" not in flags["honest"] and "out_of_distribution" not in flags["honest"]
     assert set(";".join(graded["flags"]).split(";")) - {""} <= set(FLAGS)
     assert "flagged for a teacher to review" in res.output
-    # an older run without profile.json (and not on the bundled Mohler labels): says what was not checked.
-    # Runs that old predate the completion record too (a current run missing profile.json is refused as incomplete)
+    # a run missing profile.json is incomplete (run.json lists it): refused before anything is graded
     old = tmp_path / "old-run"
     shutil.copytree(run, old)
     (old / "profile.json").unlink()
     res = CliRunner().invoke(app, ["grade", "--run", str(old), "--data", str(data), "--out", str(out)])
     assert res.exit_code == 1 and "profile.json is missing" in res.output
-    (old / "run.json").unlink()
-    res = CliRunner().invoke(app, ["grade", "--run", str(old), "--data", str(data), "--out", str(out)])
-    assert res.exit_code == 0 and "out_of_distribution and concepts_disagree_with_grade were not checked" in res.output
-    again = pd.read_csv(out, keep_default_na=False).set_index("id")
-    assert "out_of_distribution" not in str(again.loc["foreign", "flags"]).split(";")
-
-
-def _run_without_profile(tmp_path: Path, notes: list[str], labels: dict[str, object] | None) -> Path:
-    """A run directory without profile.json: model.json, split.json and, when ``labels`` is given, a run.json
-    recording them (no other file listed); without it, a run written before completion records."""
-    run = tmp_path / ("recorded" if labels is not None else "older")
-    run.mkdir()
-    meta = {"rubric": "mohler", "concept_keys": KEYS, "scale": [1, 3], "grade": [0, 5], "notes": notes}
-    (run / "model.json").write_text(json.dumps(meta))
-    (run / "split.json").write_text(json.dumps({"train": [f"q.{i}" for i in range(30)], "dev": [], "test": []}))
-    if labels is not None:
-        (run / "run.json").write_text(json.dumps({"format": 1, "labels": labels, "files": {}}))
-    return run
-
-
-@pytest.mark.parametrize(("notes", "labels", "rebuilt"), [
-    ([], {"source": "llm", "benchmark": "mohler", "passes": ["A", "B", "C"]}, True),  # the record says so, no note
-    (["three independent LLM annotation passes"], {"source": "human", "expert_validated": True}, False),  # a note
-    (["trained on the three independent LLM annotation passes A, B and C"], None, True),  # an older run: its note
-    (["labels from our TAs"], None, False),
-])
-def test_a_missing_profile_is_rebuilt_when_the_run_records_the_bundled_labels(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, notes: list[str], labels: dict[str, object] | None,
-        rebuilt: bool) -> None:
-    """Whether a run was trained on the bundled Mohler passes is its label source (run.json ``labels``), not a
-    phrase in its notes; only a run written before run.json falls back to what its notes said."""
-    table = mohler_like_table(40)
-    monkeypatch.setattr("rubrictool.adjudicate.adjudicate_benchmark_labels", lambda name, data_dir=None: table)
-    prof = load_profile(_run_without_profile(tmp_path, notes, labels))
-    assert (prof is not None) == rebuilt
-    if prof is not None:
-        assert prof.n_train == 30

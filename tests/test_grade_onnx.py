@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from typer.testing import CliRunner
 import reccbm
 from reccbm.data import collate
 from reccbm.model import TextEncoder
-from reccbm.onnx_encoder import FLOAT_NAME, INT8_NAME, OnnxEncoder, export_encoder
+from reccbm.onnx_encoder import FLOAT_NAME, INT8_NAME, OnnxEncoder, export_encoder, require_onnx
 from rubrictool.cli import app
 from rubrictool.errors import TrainError
 from rubrictool.grade import grade_items, load_grader
@@ -169,6 +170,27 @@ def test_unknown_engine_is_a_one_line_error(run: Path, tmp_path: Path, new_items
     res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "--engine", "tensorrt"])
     assert res.exit_code == 1
     assert res.output.strip() == "error: unknown engine 'tensorrt'; use torch or onnx"
+
+
+def test_without_the_onnx_extra_the_engine_names_the_install_command(
+        run: Path, tmp_path: Path, new_items: pd.DataFrame, monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnx and onnxruntime are an optional extra: without them `--engine onnx` is one line naming the command that
+    installs them, nothing is written, and torch grading works as before."""
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` now raises ImportError
+    new_items.head(3).to_csv(tmp_path / "new.csv", index=False)
+    out = tmp_path / "graded.csv"
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "--engine", "onnx",
+                              "--out", str(out)])
+    assert res.exit_code == 1
+    assert res.output.strip() == ("error: the ONNX engine needs onnxruntime, not installed here: "
+                                  "pip install 'rubrictool[onnx]'; or use --engine torch")
+    assert not out.exists() and not (run / "onnx").exists()
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    with pytest.raises(reccbm.ReccbmError, match=r"needs onnx and onnxruntime, not installed here: pip install"):
+        require_onnx()
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert len(pd.read_csv(out)) == 3
 
 
 def test_a_model_that_does_not_export_is_a_one_line_error(run: Path, tmp_path: Path, new_items: pd.DataFrame,

@@ -1,4 +1,4 @@
-"""Hostile input and faults (issue #26 items 3, 6, 7, 8, 10; issue #24's explain for teachers), on a course that
+"""Hostile input and faults (and `explain` as a teacher reads it), on a course that
 is not Mohler: two concepts (EV evidence, CL claim) on a 0..2 scale, holistic grades 0..2.
 
 Each test runs the command as a user would and checks what it wrote or refused, through the library."""

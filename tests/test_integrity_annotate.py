@@ -222,7 +222,7 @@ def _chemlab() -> Rubric:
 
 @pytest.mark.parametrize("rubric", [RUBRIC, _chemlab()], ids=["mohler", "chemlab"])
 def test_a_planted_claim_cannot_veto_a_reply_whose_evidence_differs(rubric: Rubric) -> None:
-    """Issue #26 item 9: the echo filter vetoes only an entry copied from the item (evidence and all) or
+    """The echo filter vetoes only an entry copied from the item (evidence and all) or
     the item's own claim rewritten; a student who plants `concept=K; label=top` for every concept must
     not be able to make the model's honest entries (same level, its own evidence) vanish."""
     top, keys = rubric.scale.max, rubric.keys

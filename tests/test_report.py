@@ -56,7 +56,7 @@ def test_qwk_pearson_smd_match_scikit_learn_and_scipy() -> None:
 def test_report_writes_the_page_its_pngs_and_csvs(tiny: tuple[Path, Path], tmp_path: Path) -> None:
     run, table = tiny
     out = tmp_path / "rep"
-    res = runner.invoke(app, ["report", "--model", str(run), "--data", str(table), "--out", str(out),
+    res = runner.invoke(app, ["report", "--run", str(run), "--data", str(table), "--out", str(out),
                               "--repeats", "2"])
     assert res.exit_code == 0, res.output
     for name in ("report.html", "report.md", "report.json", "agreement.csv", "concepts.csv", "intervention.csv",
@@ -115,7 +115,7 @@ def test_report_shows_what_the_concepts_cannot_separate_and_where_the_run_sits_o
     assert 20 < n < 120
     curve = write_table(_cells(rows), tmp_path / "curve.csv")
     out = tmp_path / "rep"
-    res = runner.invoke(app, ["report", "--model", str(run), "--out", str(out), "--repeats", "1", "--curve", str(curve)])
+    res = runner.invoke(app, ["report", "--run", str(run), "--out", str(out), "--repeats", "1", "--curve", str(curve)])
     assert res.exit_code == 0, res.output
     want = position_on_curve(curve, n, "reccbm")
     got = json.loads((out / "report.json").read_text())["learning_curve"]
@@ -133,7 +133,7 @@ def test_report_shows_what_the_concepts_cannot_separate_and_where_the_run_sits_o
     # a run bigger than every size of the curve: the nearest size is given as that, not as the run's position
     small = write_table(_cells([("reccbm", "10", 10, 0.10, 0.30), ("reccbm", "20", 20, 0.20, 0.40)]),
                         tmp_path / "small.csv")
-    res = runner.invoke(app, ["report", "--model", str(run), "--out", str(tmp_path / "rep3"), "--repeats", "1",
+    res = runner.invoke(app, ["report", "--run", str(run), "--out", str(tmp_path / "rep3"), "--repeats", "1",
                               "--curve", str(small)])
     assert res.exit_code == 0, res.output
     md3 = (tmp_path / "rep3" / "report.md").read_text()
@@ -149,11 +149,11 @@ def test_report_shows_what_the_concepts_cannot_separate_and_where_the_run_sits_o
     pairs = pd.read_csv(out / "contrast_pairs.csv") if (out / "contrast_pairs.csv").stat().st_size > 1 else pd.DataFrame()
     assert page.count('class="contrast-pair"') == len(pairs)
     # a curve file that is not there: one line before any work
-    res = runner.invoke(app, ["report", "--model", str(run), "--curve", str(tmp_path / "no-such.csv")])
+    res = runner.invoke(app, ["report", "--run", str(run), "--curve", str(tmp_path / "no-such.csv")])
     assert res.exit_code == 2 and "does not exist" in " ".join(res.output.split())
     # a curve without the run's variant: the section is not shown, and the page says why
     other = write_table(_cells(CURVE[4:]), tmp_path / "plm-only.csv")
-    res = runner.invoke(app, ["report", "--model", str(run), "--out", str(tmp_path / "rep2"), "--repeats", "1",
+    res = runner.invoke(app, ["report", "--run", str(run), "--out", str(tmp_path / "rep2"), "--repeats", "1",
                               "--curve", str(other)])
     assert res.exit_code == 0, res.output
     assert "position on the learning curve" in res.output and "no cells of variant 'reccbm'" in res.output
@@ -163,7 +163,7 @@ def test_report_shows_what_the_concepts_cannot_separate_and_where_the_run_sits_o
 def test_report_says_what_a_run_without_lcec_cannot_show(tmp_path: Path) -> None:
     run, table = inspect_run(tmp_path, "--no-lcec", n=40)
     out = tmp_path / "rep"
-    res = runner.invoke(app, ["report", "--model", str(run), "--data", str(table), "--out", str(out), "--repeats", "1"])
+    res = runner.invoke(app, ["report", "--run", str(run), "--data", str(table), "--out", str(out), "--repeats", "1"])
     assert res.exit_code == 0, res.output
     assert "not shown: no LCEC layer in this run" in " ".join(res.output.split())
     assert (out / "intervention.png").is_file() and not (out / "partial_correlations.csv").exists()
@@ -173,7 +173,7 @@ def test_report_says_what_a_run_without_lcec_cannot_show(tmp_path: Path) -> None
 def test_report_of_a_plm_run_shows_grades_and_says_why_nothing_else(tmp_path: Path) -> None:
     run, table = inspect_run(tmp_path, "--variant", "plm", n=40)
     out = tmp_path / "rep"
-    res = runner.invoke(app, ["report", "--model", str(run), "--data", str(table), "--out", str(out)])
+    res = runner.invoke(app, ["report", "--run", str(run), "--data", str(table), "--out", str(out)])
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert "not shown: PLM run: it grades without concepts" in text
@@ -184,7 +184,7 @@ def test_report_of_a_plm_run_shows_grades_and_says_why_nothing_else(tmp_path: Pa
 
 
 def test_report_needs_only_the_run_and_says_when_its_table_is_gone(tiny: tuple[Path, Path], tmp_path: Path) -> None:
-    res = runner.invoke(app, ["report", "--model", str(tiny[0]), "--out", str(tmp_path / "rep")])
+    res = runner.invoke(app, ["report", "--run", str(tiny[0]), "--out", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output  # the run's copy of its training table
     from rubrictool.errors import DataError
     from rubrictool.runs import open_run as open_record
@@ -198,7 +198,7 @@ def test_report_needs_only_the_run_and_says_when_its_table_is_gone(tiny: tuple[P
 # ------------------------------------------------------------------ intervene
 def test_intervene_writes_curves_for_every_k_and_strategy(tiny: tuple[Path, Path], tmp_path: Path) -> None:
     run, table = tiny
-    res = runner.invoke(app, ["intervene", "--model", str(run), "--data", str(table), "--out", str(tmp_path),
+    res = runner.invoke(app, ["intervene", "--run", str(run), "--data", str(table), "--out", str(tmp_path),
                               "--repeats", "2"])
     assert res.exit_code == 0, res.output
     c = pd.read_csv(tmp_path / "intervention.csv")
@@ -305,7 +305,7 @@ def test_ablate_with_folds_pools_each_combination(tmp_path: Path) -> None:
     assert t["t_acc_std"].iloc[0] == pytest.approx(np.std([f["t_acc"] for f in folds["per_fold"]], ddof=1))
     res = runner.invoke(app, args)
     assert res.exit_code == 0 and "finished earlier, read back" in res.output
-    res = runner.invoke(app, ["report", "--model", str(tmp_path / "abl" / "race+opcc"), "--data", str(data)])
+    res = runner.invoke(app, ["report", "--run", str(tmp_path / "abl" / "race+opcc"), "--data", str(data)])
     assert res.exit_code == 1 and "is a k-fold run: pass one of its folds, e.g. --run" in " ".join(res.output.split())
 
 
@@ -313,6 +313,6 @@ def test_a_folder_that_cannot_be_written_is_one_clear_line(tiny: tuple[Path, Pat
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
     run, table = tiny
-    res = runner.invoke(app, ["intervene", "--model", str(run), "--data", str(table), "--out", str(blocked / "x"),
+    res = runner.invoke(app, ["intervene", "--run", str(run), "--data", str(table), "--out", str(blocked / "x"),
                               "--repeats", "1"])
     assert res.exit_code == 1 and "cannot write into" in res.output and "pass --out DIR" in " ".join(res.output.split())

@@ -21,7 +21,7 @@ from rubrictool.cli import app
 from rubrictool.errors import DataError, ReviewError
 from rubrictool.io import write_table
 from rubrictool.review import server as review_server
-from rubrictool.review.tasks import _read_predictions
+from rubrictool.review.tasks import read_task_predictions
 from rubrictool.rubric import Rubric, list_rubrics, load_rubric, parse_rubric, scaffold_rubric
 
 # -- the interface ---------------------------------------------------------------------------------------------
@@ -127,16 +127,16 @@ def test_prediction_rows_marked_not_ok_are_left_out(tmp_path: Path) -> None:
         "evidence": ["", "", ""], "raw_ok": [True, False, True],
     })
     write_table(preds, tmp_path / "p.csv")
-    df, other = _read_predictions(tmp_path / "p.csv", r, {"1"})
+    df, other = read_task_predictions(tmp_path / "p.csv", r, {"1"})
     assert df[["item", "concept"]].values.tolist() == [["1", "FC"]] and other == 1
     bad = preds.assign(concept=["FC", "XX", "FC"])
     write_table(bad, tmp_path / "bad.csv")
     with pytest.raises(DataError, match=r"row 2: concept 'XX' is not in rubric mohler"):
-        _read_predictions(tmp_path / "bad.csv", r, {"1"})
+        read_task_predictions(tmp_path / "bad.csv", r, {"1"})
     dup = preds.assign(concept=["FC", "FC", "FC"], raw_ok=True, level=[1, 2, 3])
     write_table(dup, tmp_path / "dup.csv")
     with pytest.raises(DataError, match="several FC labels from model m"):
-        _read_predictions(tmp_path / "dup.csv", r, {"1"})
+        read_task_predictions(tmp_path / "dup.csv", r, {"1"})
 
 
 # -- the ReviewTable from task JSON -----------------------------------------------------------------------------

@@ -245,7 +245,6 @@ def test_a_project_keeps_its_review_mode(monkeypatch: pytest.MonkeyPatch, course
 @pytest.mark.parametrize(("extra", "message"), [
     (["--prefill-model", "gpt-4o"], "only makes sense with --show-predictions"),
     (["--show-predictions", "--prefill-model", "claude"], "'claude' has no predictions for these items"),
-    (["--show-predictions", "--hide-predictions"], "contradict each other"),
 ])
 def test_bad_prefill_options_change_nothing(monkeypatch: pytest.MonkeyPatch, course: Path, extra: list[str],
                                             message: str) -> None:

@@ -16,7 +16,7 @@ from rubrictool.cli import app
 from rubrictool.errors import AdjudicateError, ReviewError
 from rubrictool.grade import grader_predictions, level_entropy, uncertainty_score
 from rubrictool.review.routing import disagreement_scores, route
-from rubrictool.review.tasks import _prediction
+from rubrictool.review.tasks import prediction_payload
 from rubrictool.rubric import load_rubric
 
 MOHLER = load_rubric("mohler")
@@ -223,10 +223,10 @@ def test_uncertainty_is_normalised_entropy_weighted_by_sigma2() -> None:
 
 def test_grader_prediction_carries_a_confidence_score() -> None:
     rows = pd.DataFrame({"concept": ["FC", "CC"], "level": [3, 2], "uncertainty": [0.25, 0.25]})
-    p = _prediction("run1", rows)
+    p = prediction_payload("run1", rows)
     assert p["model_version"] == "run1" and p["score"] == 0.75
     assert [r["value"]["choices"] for r in p["result"]] == [["3"], ["2"]]
-    assert "score" not in _prediction("gpt", rows.drop(columns="uncertainty"))
+    assert "score" not in prediction_payload("gpt", rows.drop(columns="uncertainty"))
 
 
 @pytest.mark.usefixtures("one_thread")

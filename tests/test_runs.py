@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import reccbm
 from rubrictool.cli import app
 from rubrictool.errors import TrainError
-from rubrictool.runs import RECORD, building, open_run, run_is_complete
+from rubrictool.runs import FORMAT_VERSION, RECORD, building, migrate, open_run, run_is_complete
 from tests.support.tiny_models import mohler_like_table, train_with_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -87,6 +87,7 @@ def test_a_course_run_keeps_its_rubric_table_and_label_source(tmp_path: Path, ba
     code, output = _train(tmp_path, backbone, data, tmp_path / "run")
     assert code == 0, output
     run = open_run(tmp_path / "run")
+    assert json.loads((tmp_path / "run" / RECORD).read_text())["format_version"] == FORMAT_VERSION
     assert run.record["rubric"] == {**run.record["rubric"], "name": "stats101", "version": "2026.1"}
     assert (tmp_path / "run" / "rubric.yaml").read_text() == COURSE_RUBRIC  # the file as written
     assert run.labels["source"] == "llm" and run.labels["expert_validated"] is False
@@ -269,3 +270,22 @@ def test_set_can_be_repeated_in_grade_and_explain(tmp_path: Path, backbone: str,
     assert "with MEAN=2, UNITS=0:" in " ".join(res.output.split())
     res = runner.invoke(app, ["explain", "--run", str(tmp_path / "run"), first, "--set", "MEAN=2", "--set", "MEAN=1"])
     assert res.exit_code == 1 and "set twice, to 2 and 1" in " ".join(res.output.split())
+
+
+def test_migrate_brings_every_known_run_format_to_the_current_one(tmp_path: Path) -> None:
+    """One function knows older run formats: version 1 named its version "format"; a directory without run.json
+    (written before completion records) and a newer or unknown version are refused in one line."""
+    v1 = {"format": 1, "run_id": "r", "labels": {"source": "llm"}, "files": {}}
+    now = migrate(v1)
+    assert now["format_version"] == FORMAT_VERSION == 2 and "format" not in now
+    assert {k: v for k, v in now.items() if k != "format_version"} == {k: v for k, v in v1.items() if k != "format"}
+    assert "format" in v1  # the record read from disk is not changed in place
+    assert migrate(now) == now  # the current format passes unchanged
+    where = tmp_path / "old-run" / RECORD
+    for record, message in (({}, "written before runs had a completion record (run.json)"),
+                            ({"format_version": FORMAT_VERSION + 1}, "newer than this rubrictool reads"),
+                            ({"format": "one"}, "unknown run format 'one'"),
+                            ({"format_version": 0}, "unknown run format 0")):
+        with pytest.raises(TrainError, match=message.replace("(", r"\(").replace(")", r"\)")) as exc:
+            migrate(record, where)
+        assert "\n" not in str(exc.value) and str(tmp_path / "old-run") in str(exc.value)

@@ -83,7 +83,7 @@ SUBSTITUTIONS = [
     Sub("learning-curve", "", TINY + " --folds 2 --joint-epochs 1"),  # train's recipe: its folds stand in for 'all'
 ]
 
-# The steps the guide must walk, in this order (issue #24 item 7).
+# The steps the guide must walk, in this order: a new course's path from its data to an audited grader.
 STEPS = ["data import", "rubric new", "rubric lint", "annotate", "adjudicate", "rubric diagnose", "train --folds",
          "grade", "explain", "report", "audit"]
 

@@ -11,10 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rubrictool.annotate.config import _CACHE_VERSION
+from rubrictool.annotate.config import CACHE_VERSION
 from rubrictool.errors import AnnotateError
 
-__all__ = ["BOUNDARY_KEY", "ReplyCache", "cache_key"]
+__all__ = [
+    "BOUNDARY_KEY",
+    "NoCache",
+    "ReplyCache",
+    "cache_key",
+]
 
 
 BOUNDARY_KEY = "<boundary>"  # what a prompt's random boundary reads as in the cache key
@@ -34,7 +39,7 @@ def cache_key(
             for m in messages
         ]
     payload = json.dumps(
-        {"v": _CACHE_VERSION, "model": model, "messages": list(messages), "params": params},
+        {"v": CACHE_VERSION, "model": model, "messages": list(messages), "params": params},
         sort_keys=True,
         ensure_ascii=False,
         separators=(",", ":"),
@@ -88,7 +93,7 @@ class ReplyCache:
         self.conn.close()
 
 
-class _NoCache:
+class NoCache:
     def get(self, key: str) -> CachedReply | None:
         return None
 

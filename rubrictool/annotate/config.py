@@ -11,8 +11,11 @@ from typing import Any
 from rubrictool.errors import AnnotateError
 
 __all__ = [
+    "CACHE_VERSION",
     "DEFAULT_MODELS",
     "DEFAULT_TEMPLATE",
+    "EST_EVIDENCE",
+    "EVIDENCE_MAX",
     "OUTPUT_FORMATS",
     "USAGE_COLUMNS",
     "AnnotateConfig",
@@ -26,9 +29,9 @@ USAGE_COLUMNS = ["repaired", "cached", "prompt_tokens", "completion_tokens", "co
 DEFAULT_MODELS = ("gpt-4o", "gemini/gemini-2.5-pro")
 OUTPUT_FORMATS = ("line", "json")
 DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "annotate.prompt.j2"
-_CACHE_VERSION = 1
-_EVIDENCE_MAX = 500
-_EST_EVIDENCE = "the response states the key idea but omits the reason given in the reference"
+CACHE_VERSION = 1
+EVIDENCE_MAX = 500
+EST_EVIDENCE = "the response states the key idea but omits the reason given in the reference"
 
 
 

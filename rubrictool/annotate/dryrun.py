@@ -8,11 +8,11 @@ from typing import Any
 
 import pandas as pd
 
-from rubrictool.annotate.cache import ReplyCache, _NoCache, cache_key
-from rubrictool.annotate.config import _EST_EVIDENCE, AnnotateConfig
-from rubrictool.annotate.llm import _count_tokens, _price
+from rubrictool.annotate.cache import NoCache, ReplyCache, cache_key
+from rubrictool.annotate.config import EST_EVIDENCE, AnnotateConfig
+from rubrictool.annotate.llm import count_tokens, request_price
 from rubrictool.annotate.prompt import format_labels, response_format_for
-from rubrictool.annotate.runner import _prepare
+from rubrictool.annotate.runner import prepare
 from rubrictool.rubric import Rubric
 
 __all__ = ["DryRunModel", "DryRunReport", "dry_run"]
@@ -54,9 +54,9 @@ class DryRunReport:
 
 def dry_run(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig, show: int = 2) -> DryRunReport:
     """Render the prompts, count tokens and estimate the cost of the run; sends nothing."""
-    jobs = _prepare(items, rubric, config)
-    example_reply = format_labels({k: (rubric.scale.max, _EST_EVIDENCE) for k in rubric.keys}, rubric, config.format)
-    cache = ReplyCache(config.cache) if config.cache is not None and Path(config.cache).exists() else _NoCache()
+    jobs = prepare(items, rubric, config)
+    example_reply = format_labels({k: (rubric.scale.max, EST_EVIDENCE) for k in rubric.keys}, rubric, config.format)
+    cache = ReplyCache(config.cache) if config.cache is not None and Path(config.cache).exists() else NoCache()
     models = []
     formats = {}
     try:
@@ -64,11 +64,11 @@ def dry_run(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig, show: i
             rf = response_format_for(m, rubric, config.format, config.api_base)
             formats[m] = rf
             params = dict(config.sampling, **({"response_format": rf} if rf else {}))
-            out_tok = _count_tokens(m, text=example_reply)
+            out_tok = count_tokens(m, text=example_reply)
             todo_tokens, cached, first = 0, 0, []
             for i, (_, prompt) in enumerate(jobs):
                 messages = [{"role": "user", "content": prompt.text}]
-                n = _count_tokens(m, messages)
+                n = count_tokens(m, messages)
                 if i < show:
                     first.append(n)
                 if cache.get(cache_key(m, messages, params, prompt.boundary)) is not None:
@@ -76,7 +76,7 @@ def dry_run(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig, show: i
                 else:
                     todo_tokens += n
             todo = len(jobs) - cached
-            price = _price(m, todo_tokens, out_tok * todo) if todo else 0.0
+            price = request_price(m, todo_tokens, out_tok * todo) if todo else 0.0
             models.append(DryRunModel(m, todo, cached, todo_tokens, out_tok * todo, price, first))
     finally:
         cache.close()

@@ -7,8 +7,20 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+__all__ = [
+    "connection_error",
+    "count_tokens",
+    "is_fatal",
+    "load_litellm",
+    "model_rates",
+    "request_price",
+    "retry_after",
+    "retryable",
+    "short_error",
+]
 
-def _litellm() -> Any:
+
+def load_litellm() -> Any:
     """litellm, imported on first use: the import costs seconds, which a dry run, the tests of the
     prompt and parser, and every other command never pay."""
     import litellm
@@ -23,10 +35,10 @@ def _litellm() -> Any:
 _RATES: dict[str, tuple[float, float] | None] = {}
 
 
-def _rates(model: str) -> tuple[float, float] | None:
+def model_rates(model: str) -> tuple[float, float] | None:
     """USD per prompt token and per completion token from litellm's bundled cost map (memoised)."""
     if model not in _RATES:
-        litellm = _litellm()
+        litellm = load_litellm()
         try:
             # priced at a request-sized 1,000 tokens: larger counts would hit long-context tiers
             # (Gemini 2.5 Pro doubles its price above 200k prompt tokens per request)
@@ -38,14 +50,14 @@ def _rates(model: str) -> tuple[float, float] | None:
     return _RATES[model]
 
 
-def _price(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+def request_price(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
     """USD for a request (linear rates: the long-context tiers of some models are not modelled); None: unknown."""
-    r = _rates(model)
+    r = model_rates(model)
     return None if r is None else r[0] * prompt_tokens + r[1] * completion_tokens
 
 
-def _count_tokens(model: str, messages: Sequence[dict[str, Any]] | None = None, text: str | None = None) -> int:
-    litellm = _litellm()
+def count_tokens(model: str, messages: Sequence[dict[str, Any]] | None = None, text: str | None = None) -> int:
+    litellm = load_litellm()
     try:
         if messages is not None:
             return int(litellm.token_counter(model=model, messages=list(messages)))
@@ -55,8 +67,8 @@ def _count_tokens(model: str, messages: Sequence[dict[str, Any]] | None = None, 
         return max(1, n // 4)
 
 
-def _retryable(e: BaseException) -> bool:
-    litellm = _litellm()
+def retryable(e: BaseException) -> bool:
+    litellm = load_litellm()
     if isinstance(e, (asyncio.TimeoutError, TimeoutError)):
         return True
     retry_types = (
@@ -73,13 +85,13 @@ def _retryable(e: BaseException) -> bool:
     return isinstance(status, int) and (status == 429 or status >= 500)
 
 
-def _connection_error(e: BaseException) -> bool:
+def connection_error(e: BaseException) -> bool:
     """No HTTP reply came back: connection refused, DNS failure, reset, or a timeout. litellm reports a
     refused connection as an InternalServerError (status 500), so the exception's whole chain is read."""
     import httpx
     import openai
 
-    litellm = _litellm()
+    litellm = load_litellm()
     kinds = (asyncio.TimeoutError, TimeoutError, OSError, litellm.APIConnectionError, litellm.Timeout,
              openai.APIConnectionError, httpx.TransportError)
     seen: set[int] = set()
@@ -92,13 +104,13 @@ def _connection_error(e: BaseException) -> bool:
     return False
 
 
-def _fatal(e: BaseException) -> bool:
+def is_fatal(e: BaseException) -> bool:
     """Errors that will fail every request of the model: stop instead of failing item by item."""
-    litellm = _litellm()
+    litellm = load_litellm()
     return isinstance(e, (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError))
 
 
-def _retry_after(e: BaseException) -> float | None:
+def retry_after(e: BaseException) -> float | None:
     headers = getattr(e, "litellm_response_headers", None)
     try:
         v = headers.get("retry-after") if headers is not None else None
@@ -107,7 +119,7 @@ def _retry_after(e: BaseException) -> float | None:
         return None
 
 
-def _short_error(e: BaseException, secrets: Iterable[str] = ()) -> str:
+def short_error(e: BaseException, secrets: Iterable[str] = ()) -> str:
     msg = " ".join(str(e).split())
     for s in secrets:
         if s:

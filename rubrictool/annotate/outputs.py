@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 
 from rubrictool.annotate.runner import AnnotateResult
+from rubrictool.atomic import atomic_write_json
 from rubrictool.data import load_benchmark
 from rubrictool.errors import AnnotateError
 from rubrictool.io import write_table
@@ -48,13 +47,7 @@ def write_outputs(result: AnnotateResult, out: str | Path, cache: str | Path | N
             "models": {m: asdict(s) for m, s in result.summary.items()},
         }
         current = summ
-        tmp = summ.with_name(f".{summ.name}.tmp")
-        try:
-            tmp.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-            os.replace(tmp, summ)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        atomic_write_json(summ, payload)
     except OSError as e:
         kept = (f"every reply is kept in the cache {cache}: a re-run with the same --cache writes the outputs "
                 "without sending anything") if cache is not None else "no cache was kept (--no-cache)"

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rubrictool.annotate.config import _EVIDENCE_MAX
+from rubrictool.annotate.config import EVIDENCE_MAX
 from rubrictool.rubric import Rubric
 
 __all__ = ["Label", "ParseResult", "parse_reply"]
@@ -219,7 +219,7 @@ def _level_of(raw: Any, key: str, rubric: Rubric) -> tuple[int | None, str | Non
 def _clean_evidence(v: Any) -> str:
     s = v if isinstance(v, str) else ("" if v is None else json.dumps(v, ensure_ascii=False, default=str))
     s = " ".join(s.split()).strip().strip("\"'`").strip()
-    return s[:_EVIDENCE_MAX]
+    return s[:EVIDENCE_MAX]
 
 
 def _pick(d: dict[str, Any], names: Sequence[str]) -> Any:

@@ -15,7 +15,7 @@ import jinja2
 import pandas as pd
 
 from rubrictool.annotate.config import DEFAULT_TEMPLATE
-from rubrictool.annotate.llm import _litellm
+from rubrictool.annotate.llm import load_litellm
 from rubrictool.annotate.parse import ParseResult
 from rubrictool.errors import AnnotateError, DataError
 from rubrictool.io import read_table
@@ -300,7 +300,7 @@ def response_format_for(model: str, rubric: Rubric, fmt: str, api_base: str | No
         # a local OpenAI-compatible server: llama.cpp (and vLLM) take the schema with json_object and
         # enforce it by grammar; a hosted provider behind a proxy goes through the check below
         return {"type": "json_object", "schema": schema}
-    litellm = _litellm()
+    litellm = load_litellm()
     try:
         if litellm.supports_response_schema(model=model):
             return {"type": "json_schema", "json_schema": {"name": "concept_annotation", "schema": schema, "strict": True}}

@@ -10,18 +10,18 @@ from pathlib import Path
 import pandas as pd
 
 from rubrictool.annotate.config import USAGE_COLUMNS, AnnotateConfig
-from rubrictool.annotate.llm import _price
+from rubrictool.annotate.llm import request_price
 from rubrictool.annotate.outputs import output_paths, write_outputs
 from rubrictool.annotate.runner import (
     EARLY_STOP,
     AnnotateResult,
-    _check_keys,
-    _open_cache,
-    _prepare,
-    _run_with_progress,
-    _Runner,
+    Runner,
+    check_keys,
+    open_cache,
+    prepare,
+    run_with_progress,
 )
-from rubrictool.annotate.workers import _run_workers, _ShardResult, auto_workers
+from rubrictool.annotate.workers import ShardResult, auto_workers, run_workers
 from rubrictool.errors import AnnotateError
 from rubrictool.locks import writer_lock
 from rubrictool.progress import ProgressFn
@@ -103,29 +103,29 @@ def annotate(
     without a known price) before anything is sent, and when a model refuses every request (wrong key,
     unknown model) — what was already answered stays in the cache.
     """
-    jobs = _prepare(items, rubric, config)
+    jobs = prepare(items, rubric, config)
     if not config.allow_draft:
         check_ready(rubric)
-    _check_keys(config)
+    check_keys(config)
     if config.budget is not None:
-        unpriced = [m for m in config.models if _price(m, 1000, 1000) is None]
+        unpriced = [m for m in config.models if request_price(m, 1000, 1000) is None]
         if unpriced:
             raise AnnotateError(
                 f"no price for {', '.join(unpriced)} in litellm's cost map, so a budget cannot be enforced",
                 hint="drop --budget for local models, or use a priced model string",
             )
     t_start = time.monotonic()
-    runner: _Runner | _ShardResult
+    runner: Runner | ShardResult
     n_workers = auto_workers(config, len(jobs))
     with contextlib.ExitStack() as stack:
         _locks(stack, config, None)
         if n_workers > 1:
-            runner = _run_workers(rubric, config, jobs, progress)
+            runner = run_workers(rubric, config, jobs, progress)
         else:
-            cache = _open_cache(config)
-            runner = _Runner(rubric, config, cache)
+            cache = open_cache(config)
+            runner = Runner(rubric, config, cache)
             try:
-                _run_with_progress(runner, jobs, progress)
+                run_with_progress(runner, jobs, progress)
             finally:
                 cache.close()
     if runner.cache_error:

@@ -16,18 +16,18 @@ from typing import Any
 
 import pandas as pd
 
-from rubrictool.annotate.cache import BOUNDARY_KEY, CachedReply, ReplyCache, _NoCache, cache_key
+from rubrictool.annotate.cache import BOUNDARY_KEY, CachedReply, NoCache, ReplyCache, cache_key
 from rubrictool.annotate.config import AnnotateConfig
 from rubrictool.annotate.llm import (
-    _connection_error,
-    _count_tokens,
-    _fatal,
-    _litellm,
-    _price,
-    _rates,
-    _retry_after,
-    _retryable,
-    _short_error,
+    connection_error,
+    count_tokens,
+    is_fatal,
+    load_litellm,
+    model_rates,
+    request_price,
+    retry_after,
+    retryable,
+    short_error,
 )
 from rubrictool.annotate.parse import ParseResult, parse_reply
 from rubrictool.annotate.prompt import (
@@ -42,7 +42,15 @@ from rubrictool.errors import AnnotateError
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.rubric import Rubric
 
-__all__ = ["AnnotateResult", "ModelSummary"]
+__all__ = [
+    "AnnotateResult",
+    "ModelSummary",
+    "Runner",
+    "check_keys",
+    "open_cache",
+    "prepare",
+    "run_with_progress",
+]
 
 
 @dataclass
@@ -175,8 +183,8 @@ class _Reply:
     cached: bool = False
 
 
-class _Runner:
-    def __init__(self, rubric: Rubric, config: AnnotateConfig, cache: ReplyCache | _NoCache) -> None:
+class Runner:
+    def __init__(self, rubric: Rubric, config: AnnotateConfig, cache: ReplyCache | NoCache) -> None:
         self.rubric = rubric
         self.config = config
         self.cache = cache
@@ -299,12 +307,12 @@ class _Runner:
     async def _fetch(
         self, model: str, messages: list[dict[str, Any]], params: dict[str, Any], key: str, boundary: str | None = None
     ) -> _Reply:
-        litellm = _litellm()
+        litellm = load_litellm()
         cfg = self.config
         s = self.summary[model]
         worst = 0.0
         if cfg.budget is not None:
-            p = _price(model, int(_count_tokens(model, messages) * 1.1) + 16, cfg.max_tokens)
+            p = request_price(model, int(count_tokens(model, messages) * 1.1) + 16, cfg.max_tokens)
             worst = p or 0.0
         kwargs: dict[str, Any] = dict(self._call_kwargs(model), messages=messages, **params)
         last: str = ""
@@ -327,29 +335,29 @@ class _Runner:
                 self.budget.settle(worst, worst if timed_out else 0.0)
                 if isinstance(e, (asyncio.CancelledError, KeyboardInterrupt)):
                     raise
-                last = _short_error(e, self.secrets)
-                if _connection_error(e):
+                last = short_error(e, self.secrets)
+                if connection_error(e):
                     b.no_reply(attempt, last)
                     if attempt == cfg.max_retries:
                         b.gave_up = True
                     self._trip(model)
                 else:
                     b.reply()
-                if _fatal(e):
+                if is_fatal(e):
                     raise _CallFailed(last, fatal=True) from None
-                if not _retryable(e):
+                if not retryable(e):
                     raise _CallFailed(last) from None
                 if attempt == cfg.max_retries:
                     break
-                delay = _retry_after(e) or random.uniform(0, min(60.0, cfg.backoff * 2**attempt))
+                delay = retry_after(e) or random.uniform(0, min(60.0, cfg.backoff * 2**attempt))
                 await asyncio.sleep(delay)
                 continue
             b.reply()
             text = _reply_text(resp)
             pt, ct = _usage(resp)
-            price = _response_cost(resp) if _rates(model) is not None else None
+            price = _response_cost(resp) if model_rates(model) is not None else None
             if price is None:
-                price = _price(model, pt, ct)
+                price = request_price(model, pt, ct)
             if price is None:
                 s.price_known = False  # a local alias: counted as free, reported as "no price"
             cost = price or 0.0
@@ -538,21 +546,21 @@ def _usage(resp: Any) -> tuple[int, int]:
 
 
 def _has_provider_key(model: str) -> bool:
-    litellm = _litellm()
+    litellm = load_litellm()
     try:
         return bool(litellm.validate_environment(model=model).get("keys_in_environment"))
     except Exception:  # noqa: BLE001 - an unknown provider: assume no key
         return False
 
 
-def _check_keys(config: AnnotateConfig) -> None:
+def check_keys(config: AnnotateConfig) -> None:
     if config.api_key_env:
         if not os.environ.get(config.api_key_env):
             raise AnnotateError(f"environment variable {config.api_key_env} (the API key) is not set or empty", hint="set it, or pass another --api-key-env")
         return
     if config.api_base:
         return
-    litellm = _litellm()
+    litellm = load_litellm()
     for m in config.models:
         try:
             env = litellm.validate_environment(model=m)
@@ -566,7 +574,7 @@ def _check_keys(config: AnnotateConfig) -> None:
             )
 
 
-def _prepare(
+def prepare(
     items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig
 ) -> list[tuple[str, ItemPrompt]]:
     """(item id, prompt) per item; every prompt gets its own random boundary."""
@@ -583,8 +591,8 @@ def _prepare(
     ]
 
 
-def _open_cache(config: AnnotateConfig) -> ReplyCache | _NoCache:
-    return ReplyCache(config.cache) if config.cache is not None else _NoCache()
+def open_cache(config: AnnotateConfig) -> ReplyCache | NoCache:
+    return ReplyCache(config.cache) if config.cache is not None else NoCache()
 
 
 def _total_cost(summary: dict[str, Any]) -> str:
@@ -596,8 +604,8 @@ def _total_cost(summary: dict[str, Any]) -> str:
     return cost if len(priced) == len(summary) else f"{cost} + unpriced models"
 
 
-def _run_with_progress(
-    runner: _Runner, jobs: list[tuple[str, ItemPrompt]], progress: ProgressFn | None,
+def run_with_progress(
+    runner: Runner, jobs: list[tuple[str, ItemPrompt]], progress: ProgressFn | None,
     takes: dict[str, Callable[[], int]] | None = None,
 ) -> None:
     async def main() -> None:

@@ -14,17 +14,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from rubrictool.annotate.config import AnnotateConfig
-from rubrictool.annotate.llm import _litellm
+from rubrictool.annotate.llm import load_litellm
 from rubrictool.annotate.prompt import ItemPrompt
-from rubrictool.annotate.runner import ModelSummary, _open_cache, _run_with_progress, _Runner
+from rubrictool.annotate.runner import ModelSummary, Runner, open_cache, run_with_progress
 from rubrictool.errors import AnnotateError
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.rubric import Rubric
 
+__all__ = [
+    "ShardResult",
+    "auto_workers",
+    "run_workers",
+]
+
 
 @dataclass
-class _ShardResult:
-    """What one worker process hands back: the same fields annotate() reads from a _Runner."""
+class ShardResult:
+    """What one worker process hands back: the same fields annotate() reads from a Runner."""
 
     rows: list[dict[str, Any]]
     failures: list[dict[str, Any]]
@@ -104,8 +110,8 @@ def _run_shard(
     the result go back through ``queue``."""
     _exit_with(parent)
     try:
-        cache = _open_cache(config)
-        runner = _Runner(rubric, config, cache)
+        cache = open_cache(config)
+        runner = Runner(rubric, config, cache)
         runner.stop_flags = stop_flags  # a model one process stops early, every process stops
 
         last: dict[str, float] = {}
@@ -125,12 +131,12 @@ def _run_shard(
 
         runner.on_progress = progress
         try:
-            _run_with_progress(runner, jobs, None, {m: _shared_take(c, len(jobs)) for m, c in counters.items()})
+            run_with_progress(runner, jobs, None, {m: _shared_take(c, len(jobs)) for m, c in counters.items()})
         finally:
             cache.close()
         for m in runner.summary:
             send(m)  # the final counts
-        queue.put(("done", _ShardResult(runner.rows, runner.failures, runner.summary, runner.fatal, runner.budget.stopped,
+        queue.put(("done", ShardResult(runner.rows, runner.failures, runner.summary, runner.fatal, runner.budget.stopped,
                                         runner.cache_error)))
     except AnnotateError as e:
         queue.put(("error", str(e)))
@@ -138,7 +144,7 @@ def _run_shard(
         queue.put(("error", f"a worker process failed: {e.__class__.__name__}: {e}"))
 
 
-def _merge_shards(models: Sequence[str], shards: list[_ShardResult]) -> _ShardResult:
+def _merge_shards(models: Sequence[str], shards: list[ShardResult]) -> ShardResult:
     summary = {m: ModelSummary(model=m) for m in models}
     for sh in shards:
         for m, s in sh.summary.items():
@@ -153,7 +159,7 @@ def _merge_shards(models: Sequence[str], shards: list[_ShardResult]) -> _ShardRe
     for sh in shards:
         for m, why in sh.fatal.items():
             fatal.setdefault(m, why)
-    return _ShardResult(
+    return ShardResult(
         rows=[r for sh in shards for r in sh.rows],
         failures=[f for sh in shards for f in sh.failures],
         summary=summary,
@@ -163,9 +169,9 @@ def _merge_shards(models: Sequence[str], shards: list[_ShardResult]) -> _ShardRe
     )
 
 
-def _run_workers(
+def run_workers(
     rubric: Rubric, config: AnnotateConfig, jobs: list[tuple[str, ItemPrompt]], progress: ProgressFn | None
-) -> _ShardResult:
+) -> ShardResult:
     """Share the items among ``config.workers`` processes and merge what they return.
 
     Each process draws the next item from a counter in shared memory (one per model) whenever one of its
@@ -177,7 +183,7 @@ def _run_workers(
     they arrive, so an interrupted run resumes like a single-process one.
     """
 
-    _litellm()  # imports litellm, which starts no thread
+    load_litellm()  # imports litellm, which starts no thread
     if sys.platform.startswith("linux") and threading.active_count() == 1:
         ctx: Any = mp.get_context("fork")
     elif sys.platform != "win32":  # forking a multi-threaded process is unsafe: fork from a clean server
@@ -187,7 +193,7 @@ def _run_workers(
         ctx = mp.get_context("spawn")
     # The cache is created here, once: WAL mode and the table are set before the workers open it. Workers that
     # each had to create it at the same moment raced for the write lock ("database is locked").
-    _open_cache(config).close()
+    open_cache(config).close()
     subs = _shard_configs(config, len(jobs))
     w = len(subs)
     q = ctx.Queue()
@@ -199,7 +205,7 @@ def _run_workers(
     ]
     for p in procs:
         p.start()
-    shards: list[_ShardResult] = []
+    shards: list[ShardResult] = []
     errors: list[str] = []
     try:
         if progress is not None:

@@ -22,16 +22,30 @@ from rubrictool.progress import Progress
 from rubrictool.textsafe import strip_controls
 
 __all__ = [
+    "AdjudicatedDataOpt",
+    "AgreementOpt",
+    "BackboneOpt",
     "BenchmarkOpt",
+    "ConfigOpt",
     "DataDirOpt",
+    "DataRubricOpt",
+    "DeviceOpt",
+    "EpochsOpt",
+    "JobsOpt",
+    "LrOpt",
+    "MaxLenOpt",
+    "OptionalRunOpt",
     "OutOpt",
+    "PresetOpt",
     "ProgressView",
     "RubricOpt",
+    "RunDataOpt",
+    "RunOpt",
     "SafeConsole",
+    "TrainBatchSizeOpt",
     "console",
     "err_console",
     "handle_errors",
-    "hidden_alias",
     "print_warnings",
 ]
 
@@ -58,6 +72,29 @@ DataDirOpt = Annotated[
     typer.Option("--data-dir", help="Folder holding benchmark data (default: $RUBRICTOOL_DATA, else ./data)."),
 ]
 BenchmarkOpt = Annotated[str | None, typer.Option("--benchmark", "-b", help="Bundled benchmark: mohler, asap2 or mocha.")]
+
+# A trained run is always --run (-m is an LLM in `annotate`, never a run).
+_RUN_HELP = "Run directory written by `rubrictool train`."
+RunOpt = Annotated[Path, typer.Option("--run", help=_RUN_HELP)]
+OptionalRunOpt = Annotated[Path | None, typer.Option("--run", help=_RUN_HELP)]
+RunDataOpt = Annotated[Path | None, typer.Option(
+    "--data", help="The adjudicated table the run was trained on (default: the run's own copy of it, else the file it recorded).")]
+
+# What train, learning-curve and ablate read and train with.
+AdjudicatedDataOpt = Annotated[Path | None, typer.Option("--data", help="Adjudicated table: items + one column per concept.")]
+DataRubricOpt = Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric of --data (name or YAML).")]
+AgreementOpt = Annotated[Path | None, typer.Option("--agreement", help="agreement.json for the α column (default: beside --data).")]
+PresetOpt = Annotated[str, typer.Option("--preset", help="default (measured best) or paper (the paper's recipe).")]
+ConfigOpt = Annotated[Path | None, typer.Option(
+    "--config", help="YAML with sections model, stage1, joint, stage2 (docs/training.md lists every field).")]
+BackboneOpt = Annotated[str | None, typer.Option("--backbone", help="HF name/path (default MiniLM).")]
+EpochsOpt = Annotated[int | None, typer.Option("--epochs", help="Stage I epochs (preset default 3, paper 6).")]
+MaxLenOpt = Annotated[int | None, typer.Option("--max-len", help="Tokens per input (default 128).")]
+TrainBatchSizeOpt = Annotated[int | None, typer.Option("--batch-size", help="Batch size (default 8).")]
+LrOpt = Annotated[float | None, typer.Option("--lr", help="Stage I learning rate (default 1e-4).")]
+DeviceOpt = Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")]
+JobsOpt = Annotated[int, typer.Option("--jobs", help="Train that many runs at once (folds, cells or combinations), in "
+                                     "worker processes (CPU cores shared; one GPU each where there are several).")]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -87,17 +124,6 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def hidden_alias(new: Any, old: Any, new_flag: str, old_flag: str, default: Any = None) -> Any:
-    """The value of an option renamed from ``old_flag`` to ``new_flag`` (whose default is ``default``).
-    The old spelling stays a hidden alias for one release (docs/cli.md lists the renames); giving both
-    is an error."""
-    if old is None:
-        return new
-    if new != default:
-        raise typer.BadParameter(f"{old_flag} is the old name of {new_flag}; give only {new_flag}")
-    return old
 
 
 def print_warnings(warnings: list[str]) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from rubrictool.cli._common import BenchmarkOpt, DataDirOpt, OutOpt, console, err_console, hidden_alias
+from rubrictool.cli._common import BenchmarkOpt, DataDirOpt, OutOpt, console, err_console
 from rubrictool.cli._sanitize import shown
 
 __all__ = ["adjudicate_cmd", "summary_lines", "summary_rows", "summary_table"]
@@ -143,7 +143,6 @@ def adjudicate_cmd(
     resolutions: Annotated[Path | None, typer.Option("--resolutions", help="Expert decisions (item, concept, level[, note, decided_by]) or a filled-in discussion_queue.csv.")] = None,
     out: OutOpt = Path("adjudicated"),
     out_format: Annotated[str, typer.Option("--out-format", help="Table format: csv, jsonl or parquet.")] = "csv",
-    old_format: Annotated[str | None, typer.Option("--format", hidden=True, help="Old name of --out-format.")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap replicates for the α CIs (0 = none).")] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap and the coverage folds.")] = 0,
     expected_reviewers: Annotated[int | None, typer.Option("--expected-reviewers", help="Report items with fewer reviewers (default: all reviewers seen).")] = None,
@@ -164,7 +163,6 @@ def adjudicate_cmd(
     from rubrictool.adjudicate import run_adjudicate
     from rubrictool.review import pull_for_adjudicate
 
-    fmt = hidden_alias(out_format, old_format, "--out-format", "--format", "csv")
     if from_label_studio:  # review pull, then adjudicate what it wrote
         reviews = [*(reviews or []), str(pull_for_adjudicate(from_label_studio, rubric or benchmark, out))]
 
@@ -172,7 +170,7 @@ def adjudicate_cmd(
         result = run_adjudicate(
             rubric=rubric, reviews=reviews or [], benchmark=benchmark, items=items, data_dir=data_dir,
             predictions=predictions, resolutions=resolutions, method=method, measurement=level_of_measurement, out=out,
-            fmt=fmt, n_boot=bootstrap, seed=seed, expected_reviewers=expected_reviewers,
+            fmt=out_format, n_boot=bootstrap, seed=seed, expected_reviewers=expected_reviewers,
             pre_annotations=pre_annotations or [], queue=queue,
         )
     console.print(summary_table(result.agreement))

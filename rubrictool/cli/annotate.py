@@ -19,7 +19,6 @@ from rubrictool.cli._common import (
     ProgressView,
     console,
     err_console,
-    hidden_alias,
 )
 from rubrictool.cli._sanitize import shown
 from rubrictool.errors import AnnotateError
@@ -95,7 +94,6 @@ def annotate_cmd(
     max_retries: Annotated[int, typer.Option("--max-retries", help="Retries on 429, timeouts, 5xx and connection errors (0 or more).")] = 4,
     backoff: Annotated[float, typer.Option("--backoff", help="First back-off in seconds, 0 or more (doubles per retry, with jitter).")] = 1.0,
     reply_format: Annotated[str, typer.Option("--reply-format", help="Reply format: line (the paper's concept=..; label=..; evidence=..) or json (with a JSON schema).")] = "line",
-    old_format: Annotated[str | None, typer.Option("--format", hidden=True, help="Old name of --reply-format.")] = None,
     template: Annotated[Path | None, typer.Option("--template", help="Your own jinja2 prompt template (default: templates/annotate.prompt.j2).")] = None,
     examples: Annotated[Path | None, typer.Option("--examples", help="In-context examples: a table with response, question, reference and one level column per concept.")] = None,
     cache: Annotated[Path, typer.Option("--cache", help="SQLite reply cache (resume, never pay twice).")] = Path(".rubrictool/cache.sqlite"),
@@ -131,9 +129,8 @@ def annotate_cmd(
     )
     from rubrictool.rubric.load import resolve_rubric_path
 
-    fmt = hidden_alias(reply_format, old_format, "--reply-format", "--format", "line")
     config = AnnotateConfig(
-        models=tuple(model or DEFAULT_MODELS), format=fmt, template=template, examples=examples, api_base=api_base,
+        models=tuple(model or DEFAULT_MODELS), format=reply_format, template=template, examples=examples, api_base=api_base,
         api_key_env=api_key_env, concurrency=concurrency, timeout=timeout, max_retries=max_retries, backoff=backoff,
         temperature=temperature, max_tokens=max_tokens, budget=budget, limit=limit, cache=None if no_cache else cache,
         workers=workers, retry_failed=retry_failed, allow_draft=allow_draft, max_failures=max_failures,

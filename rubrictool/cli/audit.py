@@ -8,16 +8,23 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rubrictool.cli._common import DataDirOpt, ProgressView, console, err_console, print_warnings
+from rubrictool.cli._common import (
+    DataDirOpt,
+    ProgressView,
+    RunDataOpt,
+    RunOpt,
+    console,
+    err_console,
+    print_warnings,
+)
 from rubrictool.cli._sanitize import shown
 
 __all__ = ["audit_cmd"]
 
 
 def audit_cmd(
-    run: Annotated[Path, typer.Option("--run", help="Run directory written by `rubrictool train`.")],
-    data: Annotated[Path | None, typer.Option(
-        "--data", help="The adjudicated table the run was trained on (default: the run's own copy of it, else the file it recorded).")] = None,
+    run: RunOpt,
+    data: RunDataOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for audit.csv/.md/.json/.png (default RUN/audit).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the filler choice and the shuffles.")] = 0,
     transform: Annotated[list[str] | None, typer.Option(

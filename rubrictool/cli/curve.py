@@ -13,7 +13,24 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rubrictool.cli._common import BenchmarkOpt, DataDirOpt, ProgressView, console
+from rubrictool.cli._common import (
+    AdjudicatedDataOpt,
+    AgreementOpt,
+    BackboneOpt,
+    BenchmarkOpt,
+    ConfigOpt,
+    DataDirOpt,
+    DataRubricOpt,
+    DeviceOpt,
+    EpochsOpt,
+    JobsOpt,
+    LrOpt,
+    MaxLenOpt,
+    PresetOpt,
+    ProgressView,
+    TrainBatchSizeOpt,
+    console,
+)
 from rubrictool.errors import DataError
 
 if TYPE_CHECKING:
@@ -25,9 +42,9 @@ __all__ = ["learning_curve_cmd"]
 def learning_curve_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Curve directory: cells/, curve.csv, curve.json, curve.png.")],
     benchmark: BenchmarkOpt = None,
-    data: Annotated[Path | None, typer.Option("--data", help="Adjudicated table: items + one column per concept.")] = None,
-    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric of --data (name or YAML).")] = None,
-    agreement: Annotated[Path | None, typer.Option("--agreement", help="agreement.json for --data (default: beside it).")] = None,
+    data: AdjudicatedDataOpt = None,
+    rubric: DataRubricOpt = None,
+    agreement: AgreementOpt = None,
     sizes: Annotated[str, typer.Option(
         "--sizes", help="Labelled answers per model (train + dev), comma-separated; 'all' = a fold's whole training part.",
     )] = "50,100,200,400,800,all",
@@ -44,21 +61,20 @@ def learning_curve_cmd(
     fold_seed: Annotated[int, typer.Option("--fold-seed", help="Seed of the folds.")] = 0,
     by: Annotated[str | None, typer.Option("--by", help="Grouped folds, e.g. question: no group in both train and test.")] = None,
     dev_share: Annotated[float, typer.Option("--dev-share", help="Share of each subsample used as its dev part.")] = 0.125,
-    preset: Annotated[str, typer.Option("--preset", help="default (measured best) or paper.")] = "default",
-    config: Annotated[Path | None, typer.Option("--config", help="YAML with model/stage1/joint/stage2 sections.")] = None,
+    preset: PresetOpt = "default",
+    config: ConfigOpt = None,
     match_budget: Annotated[bool, typer.Option(
         "--match-budget/--no-match-budget", help="The PLM trains its encoder as many epochs as Stage I + joint stage.",
     )] = True,
-    backbone: Annotated[str | None, typer.Option("--backbone", help="HF name/path (default MiniLM).")] = None,
-    epochs: Annotated[int | None, typer.Option("--epochs", help="Stage I epochs (preset default 3, paper 6).")] = None,
+    backbone: BackboneOpt = None,
+    epochs: EpochsOpt = None,
     joint_epochs: Annotated[int | None, typer.Option("--joint-epochs", help="Joint stage epochs (preset default 4).")] = None,
     stage2_epochs: Annotated[int | None, typer.Option("--stage2-epochs", help="Stage II epochs (default 30).")] = None,
-    max_len: Annotated[int | None, typer.Option("--max-len", help="Tokens per input (default 128).")] = None,
-    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Batch size (default 8).")] = None,
-    lr: Annotated[float | None, typer.Option("--lr", help="Stage I learning rate (default 1e-4).")] = None,
-    device: Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", help="Train that many cells at once, in worker processes (CPU cores "
-                                      "shared; one GPU each where there are several).")] = 1,
+    max_len: MaxLenOpt = None,
+    batch_size: TrainBatchSizeOpt = None,
+    lr: LrOpt = None,
+    device: DeviceOpt = None,
+    jobs: JobsOpt = 1,
     keep_runs: Annotated[bool, typer.Option("--keep-runs", help="Keep each cell's run directory in OUT/runs/ (large).")] = False,
     all_from: Annotated[list[str] | None, typer.Option(
         "--all-from", help="VARIANT=FOLDER (repeatable): read the variant's 'all' cells of the first repeat from the fold "

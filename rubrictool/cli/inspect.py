@@ -12,8 +12,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from rubrictool.cli._common import (
+    BackboneOpt,
     DataDirOpt,
+    DataRubricOpt,
+    DeviceOpt,
+    EpochsOpt,
+    JobsOpt,
+    LrOpt,
+    MaxLenOpt,
+    OptionalRunOpt,
+    PresetOpt,
     ProgressView,
+    RunDataOpt,
+    RunOpt,
     console,
     err_console,
     handle_errors,
@@ -26,11 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
-ModelOpt = Annotated[Path, typer.Option("--run", "--model", "-m", help="Run directory written by `rubrictool train`.")]
-TableOpt = Annotated[
-    Path | None,
-    typer.Option("--data", help="The adjudicated table the run was trained on (default: the run's own copy of it, else the file it recorded)."),
-]
 
 
 def _bar(v: float, scale: float, width: int = 6) -> str:
@@ -92,7 +98,7 @@ def _print_legend() -> None:
 
 
 def explain_cmd(
-    model: ModelOpt,
+    model: RunOpt,
     item_ids: Annotated[list[str] | None, typer.Argument(help="Ids of the answers to explain.")] = None,
     ids: Annotated[list[str] | None, typer.Option("--id", help="Answer id (repeatable; same as the arguments).")] = None,
     data: Annotated[Path | None, typer.Option("--data", help="Table holding the answers, e.g. new ones (default: the run's own copy of its training table).")] = None,
@@ -126,8 +132,8 @@ def explain_cmd(
 
 
 def intervene_cmd(
-    model: ModelOpt,
-    data: TableOpt = None,
+    model: RunOpt,
+    data: RunDataOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for intervention.csv/.png (default RUN/intervene).")] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Random draws averaged for the random strategy.")] = 5,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random strategy.")] = 0,
@@ -184,8 +190,8 @@ def intervene_cmd(
 
 
 def report_cmd(
-    model: ModelOpt,
-    data: TableOpt = None,
+    model: RunOpt,
+    data: RunDataOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for report.html/.md, PNGs and CSVs (default RUN/report).")] = None,
     reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review files for the rubric diagnostics' level confusions (repeatable; default: the benchmark's passes).")] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Random draws of the random intervention.")] = 5,
@@ -235,7 +241,7 @@ def diagnose_cmd(
     adjudicated: Annotated[Path | None, typer.Option("--adjudicated", "-a", help="The --out folder of `rubrictool adjudicate` (adjudicated.csv, agreement.json, discussion_queue.csv).")] = None,
     rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric name or YAML (default: the one agreement.json names).")] = None,
     reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review files (repeatable) for the level confusions; default: the discussion queue.")] = None,
-    model: Annotated[Path | None, typer.Option("--run", "--model", "-m", help="A trained run: adds the learned partial correlations; without --adjudicated, diagnoses the run's own copy of its rubric and training table (e.g. rubrictool rubric diagnose --run runs/course).")] = None,
+    model: OptionalRunOpt = None,
     data: Annotated[Path | None, typer.Option("--data", help="With --run alone: the table to diagnose instead of the run's copy of its training table.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write rubric_diagnosis.csv and .md here.")] = None,
     n_pairs: Annotated[int, typer.Option("--pairs", help="Contrasting pairs shown per grade boundary the concepts cannot separate.")] = 3,
@@ -259,7 +265,7 @@ def diagnose_cmd(
 
     Example: rubrictool rubric diagnose --adjudicated adj/ --out diag/ --suggest openai/gpt-4o-mini
 
-    After training, --run alone is enough: the run keeps a copy of its rubric and of its training table (the level
+    With --run, the run's learned partial correlations are added. After training, --run alone is enough: the run keeps a copy of its rubric and of its training table (the level
     confusions need the reviewers' own labels: --reviews, or --adjudicated).
 
     Example: rubrictool rubric diagnose --run runs/course --out diag/
@@ -379,21 +385,20 @@ def ablate_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder: one run per combination, ablation.csv/.md/.png.")],
     benchmark: Annotated[str | None, typer.Option("--benchmark", "-b", help="Bundled benchmark, e.g. mohler.")] = None,
     data: Annotated[Path | None, typer.Option("--data", help="Adjudicated table (with --rubric).")] = None,
-    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric of --data.")] = None,
+    rubric: DataRubricOpt = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds per combination (mean ± std).")] = 1,
     folds: Annotated[int, typer.Option("--folds", help="k-fold evaluation per combination (0 = one split).")] = 0,
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the shared split.")] = 0,
     variants: Annotated[str | None, typer.Option(
         "--variants", help="Only these combinations, e.g. vanilla,reccbm,plm; each may end in -frozen (the pretrained "
         "encoder frozen) or -auto, e.g. reccbm,reccbm-frozen,plm,plm-frozen.")] = None,
-    backbone: Annotated[str | None, typer.Option("--backbone", help="HF name/path (default MiniLM).")] = None,
-    epochs: Annotated[int | None, typer.Option("--epochs", help="Stage I epochs.")] = None,
-    max_len: Annotated[int | None, typer.Option("--max-len", help="Tokens per input.")] = None,
-    lr: Annotated[float | None, typer.Option("--lr", help="Stage I learning rate.")] = None,
-    device: Annotated[str | None, typer.Option("--device", help="auto or cpu.")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", help="Train that many combinations at once, in worker processes (CPU cores "
-                                      "shared; one GPU each where there are several).")] = 1,
-    preset: Annotated[str, typer.Option("--preset", help="default or paper.")] = "default",
+    backbone: BackboneOpt = None,
+    epochs: EpochsOpt = None,
+    max_len: MaxLenOpt = None,
+    lr: LrOpt = None,
+    device: DeviceOpt = None,
+    jobs: JobsOpt = 1,
+    preset: PresetOpt = "default",
     data_dir: DataDirOpt = None,
 ) -> None:
     """Train the eight RACE/OPCC/LCEC combinations and the PLM on the same split(s) and seeds; table and bar chart.

@@ -7,9 +7,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rubrictool.cli._common import ProgressView, RubricOpt, console, err_console, handle_errors
+from rubrictool.cli._common import (
+    OptionalRunOpt,
+    ProgressView,
+    RubricOpt,
+    console,
+    err_console,
+    handle_errors,
+)
 from rubrictool.cli._sanitize import shown
-from rubrictool.errors import ReviewError
 from rubrictool.rubric import load_rubric
 
 if TYPE_CHECKING:
@@ -82,13 +88,12 @@ def review_push(
     project: LsProjectOpt = None,
     max_annotations: Annotated[int, typer.Option("--max-annotations", help="Reviews per task.")] = 3,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Tasks per import request.")] = 200,
-    run: Annotated[Path | None, typer.Option("--run", help="A trained run: grades the items (predictions-<run>.csv, for --select uncertain and adjudicate --pre-annotations); with --show-predictions its levels are one more prediction per task (model_version = the run's folder name), scored by its confidence (1 − level entropy, σ²-weighted with LCEC) for sorting in Label Studio.")] = None,
+    run: OptionalRunOpt = None,
     select: Annotated[str | None, typer.Option("--select", help="Send only --budget items to review: uncertain (grader least sure; needs --run), disagreement (pre-annotations disagree most) or random.")] = None,
     budget: Annotated[int | None, typer.Option("--budget", help="How many items --select sends to review.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the tie-break (and of --select random).")] = 0,
     show_predictions: Annotated[bool, typer.Option("--show-predictions", help="Anchored review (opt-in): send the predictions and let Label Studio pre-select one model's levels, marked on the interface as pre-filled by that model. The default is blind review: no predictions on the tasks.")] = False,
     prefill_model: Annotated[str | None, typer.Option("--prefill-model", help="With --show-predictions: the model whose levels are pre-selected (default: the --run grader, else the first model by name).")] = None,
-    hide_predictions: Annotated[bool, typer.Option("--hide-predictions", hidden=True, help="Blind review (now the default; kept for old scripts).")] = False,
     url: LsUrlOpt = None,
     api_key: LsKeyOpt = None,
 ) -> None:
@@ -101,6 +106,11 @@ def review_push(
     Items and predictions already in the project are never imported again. With --select/--budget only
     the chosen items are imported; `adjudicate --pre-annotations` labels the rest.
 
+    --run grades the items with a trained run (predictions-<run>.csv, for --select uncertain and `adjudicate
+    --pre-annotations`); with --show-predictions its levels are one more prediction per task (model_version = the
+    run's folder name), scored by its confidence (1 − level entropy, σ²-weighted with LCEC) for sorting in Label
+    Studio.
+
     Example: rubrictool review push --rubric mohler --data items.jsonl --predictions annotations/predictions.csv --run runs/mohler --select uncertain --budget 400
 
     Example (anchored): rubrictool review push --rubric mohler --data items.jsonl --predictions annotations/predictions.csv --project mohler-anchored --show-predictions --prefill-model gpt-4o
@@ -108,9 +118,6 @@ def review_push(
     from rubrictool.review import push, resolve_connection
     from rubrictool.tables import read_items
 
-    if hide_predictions and show_predictions:
-        raise ReviewError("--hide-predictions and --show-predictions contradict each other",
-                          hint="blind review is the default: drop both, or keep --show-predictions for anchored review")
     rb = load_rubric(rubric)
     conn = resolve_connection(url, api_key)
     with ProgressView(err_console) as view:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rubrictool.cli._common import console, err_console, handle_errors, hidden_alias
+from rubrictool.cli._common import OptionalRunOpt, console, err_console, handle_errors
 from rubrictool.cli._sanitize import shown
 from rubrictool.rubric import (
     Rubric,
@@ -156,15 +156,13 @@ def rubric_export(
     out_format: Annotated[
         str, typer.Option("--out-format", "-F", help="markdown (the paper's table layout) or json.")
     ] = "markdown",
-    old_format: Annotated[str | None, typer.Option("--format", hidden=True, help="Old name of --out-format.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout.")] = None,
 ) -> None:
     """Export a rubric as a Markdown table (Concept | Definition | Example | Score scale) or as JSON.
 
     Example: rubrictool rubric export mocha --out-format markdown --out mocha.md
     """
-    fmt = hidden_alias(out_format, old_format, "--out-format", "--format", "markdown")
-    text = write_export(rubric, fmt, out)
+    text = write_export(rubric, out_format, out)
     if out is None:
         typer.echo(text, nl=False)
     else:
@@ -210,9 +208,10 @@ def rubric_fit_points(
     rubric: Annotated[str, typer.Argument(help="Rubric name or YAML path (without points, or points to replace).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="The rubric with the suggested points (and OUT.diff).")],
     data: Annotated[Path | None, typer.Option("--data", help="Graded answers with gold concept levels (adjudicated table).")] = None,
-    run: Annotated[Path | None, typer.Option("--run", help="A trained run: read its grade head's weights as points.")] = None,
+    run: OptionalRunOpt = None,
 ) -> None:
-    """Suggest points per level for a rubric that has none: fitted to graded answers, or read from a trained head.
+    """Suggest points per level for a rubric that has none: fitted to graded answers (--data), or read from the
+    grade head's weights of a trained run (--run).
 
     The suggestion is the rubric's own YAML with `points:` on every level and `grading: {points: sum, map: direct}`
     (the total is the grade), validated, plus its diff: accept it as is, or round the points and edit.

@@ -15,13 +15,25 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from rubrictool.cli._common import (
+    AdjudicatedDataOpt,
+    AgreementOpt,
+    BackboneOpt,
     BenchmarkOpt,
+    ConfigOpt,
     DataDirOpt,
+    DataRubricOpt,
+    DeviceOpt,
+    EpochsOpt,
+    JobsOpt,
+    LrOpt,
+    MaxLenOpt,
     OutOpt,
+    PresetOpt,
     ProgressView,
+    RunOpt,
+    TrainBatchSizeOpt,
     console,
     err_console,
-    hidden_alias,
 )
 from rubrictool.cli._sanitize import shown
 
@@ -137,28 +149,27 @@ def warning_lines(metrics: dict[str, Any]) -> list[str]:
 
 def train_cmd(
     benchmark: BenchmarkOpt = None,
-    data: Annotated[Path | None, typer.Option("--data", help="Adjudicated table: items + one column per concept.")] = None,
-    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric of --data (name or YAML).")] = None,
+    data: AdjudicatedDataOpt = None,
+    rubric: DataRubricOpt = None,
     split: Annotated[Path | None, typer.Option("--split", help="split.json (default: a 7:2:1 split).")] = None,
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the default split.")] = 0,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run dir (default runs/<data>-<variant>).")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="YAML with sections model, stage1, joint, stage2 (docs/training.md lists every field).")] = None,
+    config: ConfigOpt = None,
     variant: Annotated[str, typer.Option("--variant", help="reccbm, vanilla (CBM) or plm (no bottleneck).")] = "reccbm",
     race: Annotated[bool | None, typer.Option("--race/--no-race", help="RACE queries (off: pooled).")] = None,
     opcc: Annotated[bool | None, typer.Option("--opcc/--no-opcc", help="OPCC ranking loss.")] = None,
     lcec: Annotated[bool | None, typer.Option("--lcec/--no-lcec", help="LCEC correction.")] = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Repeat with seeds 0..N-1; mean ± std.")] = 1,
-    agreement: Annotated[Path | None, typer.Option("--agreement", help="agreement.json for the α column.")] = None,
-    backbone: Annotated[str | None, typer.Option("--backbone", help="HF name/path (default MiniLM).")] = None,
-    epochs: Annotated[int | None, typer.Option("--epochs", help="Stage I epochs (preset default 3, paper 6).")] = None,
-    max_len: Annotated[int | None, typer.Option("--max-len", help="Tokens per input (default 128).")] = None,
-    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Batch size (default 8).")] = None,
-    lr: Annotated[float | None, typer.Option("--lr", help="Stage I learning rate (default 1e-4).")] = None,
-    device: Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", help="With --folds: train that many folds at once, in worker "
-                                      "processes (CPU cores shared; one GPU each where there are several).")] = 1,
+    agreement: AgreementOpt = None,
+    backbone: BackboneOpt = None,
+    epochs: EpochsOpt = None,
+    max_len: MaxLenOpt = None,
+    batch_size: TrainBatchSizeOpt = None,
+    lr: LrOpt = None,
+    device: DeviceOpt = None,
+    jobs: JobsOpt = 1,
     data_dir: DataDirOpt = None,
-    preset: Annotated[str, typer.Option("--preset", help="default (measured best) or paper (the paper's recipe).")] = "default",
+    preset: PresetOpt = "default",
     folds: Annotated[int, typer.Option("--folds", help="k-fold evaluation: k runs, every item tested once (0 = one split).")] = 0,
     by: Annotated[str | None, typer.Option("--by", help="Keep every value of this column in one part, e.g. question: "
                                            "test on questions never seen in training (folds and the default split).")] = None,
@@ -235,8 +246,7 @@ def compare_cmd(
 
 def grade_cmd(
     data: Annotated[Path, typer.Option("--data", help="Items to grade (CSV/JSONL/Parquet): response, question...")],
-    run: Annotated[Path | None, typer.Option("--run", help="Run directory written by `rubrictool train`.")] = None,
-    old_model: Annotated[Path | None, typer.Option("--model", "-m", hidden=True, help="Old name of --run.")] = None,
+    run: RunOpt,
     out: OutOpt = Path("graded.csv"),
     batch_size: Annotated[int, typer.Option("--batch-size", help="Items per forward pass.")] = 64,
     int8: Annotated[bool, typer.Option("--int8", help="Int8 CPU inference: faster, numbers shift slightly.")] = False,
@@ -256,11 +266,8 @@ def grade_cmd(
     """
     from rubrictool.grade import grade_file
 
-    run_dir = hidden_alias(run, old_model, "--run", "--model")
-    if run_dir is None:
-        raise typer.BadParameter("give the run directory written by `rubrictool train`", param_hint="--run")
     with ProgressView(err_console, transient=True) as view:
-        graded, path, seconds = grade_file(run_dir, data, out, batch_size, view, int8, engine,
+        graded, path, seconds = grade_file(run, data, out, batch_size, view, int8, engine,
                                            overrides=",".join(set_) if set_ else None, device=device)
     rate = len(graded) / seconds if seconds > 0 else float("inf")
     console.print(f"graded {len(graded)} responses in {seconds:.1f} s ({rate:.0f}/s) -> {path}", soft_wrap=True)
@@ -269,5 +276,3 @@ def grade_cmd(
         counts = graded.loc[flagged, "flags"].str.split(";").explode().value_counts()
         console.print(f"{int(flagged.sum())} flagged for a teacher to review (column flags): "
                       + ", ".join(f"{shown(k)} {v}" for k, v in counts.items()), soft_wrap=True, highlight=False)
-    for note in graded.attrs.get("notes", []):
-        console.print(f"[yellow]note:[/] {shown(note)}", soft_wrap=True, highlight=False)

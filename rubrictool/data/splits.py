@@ -4,8 +4,6 @@ stratified by grade (a learning curve's draws)."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from rubrictool.atomic import publish
+from rubrictool.atomic import atomic_write_json
 from rubrictool.errors import DataError
 
 __all__ = ["Subsample", "group_kfold_splits", "group_split_items", "kfold_splits", "load_split", "nested_subsample",
@@ -237,14 +235,8 @@ def save_split(
     split: dict[str, list[str]], path: str | Path, seed: int | None = None, meta: dict[str, Any] | None = None
 ) -> Path:
     """Write a split as JSON (atomically), with the seed that made it and optional metadata."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     payload = {"seed": seed, **(meta or {}), **{k: split[k] for k in ("train", "dev", "test")}}
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(payload, fh, indent=1)
-    publish(tmp, p)  # umask-respecting mode, then the rename
-    return p
+    return atomic_write_json(path, payload)
 
 
 def load_split(path: str | Path) -> dict[str, list[str]]:

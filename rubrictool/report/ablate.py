@@ -24,7 +24,9 @@ import numpy as np
 import pandas as pd
 
 from reccbm.config import variant_name
+from rubrictool.atomic import atomic_write_bytes, atomic_write_text
 from rubrictool.errors import TrainError
+from rubrictool.io import write_table
 from rubrictool.progress import ProgressFn
 from rubrictool.report.figures import ablation_png
 from rubrictool.train import ENCODERS, TrainOptions, fair_plm_overrides
@@ -134,9 +136,9 @@ def run_ablation(
     table = pd.DataFrame(rows)
     d.mkdir(parents=True, exist_ok=True)
     paths = {"ablation.csv": d / "ablation.csv", "ablation.md": d / "ablation.md", "ablation.png": d / "ablation.png"}
-    table.to_csv(paths["ablation.csv"], index=False)
-    paths["ablation.md"].write_text(ablation_markdown(table))
-    paths["ablation.png"].write_bytes(ablation_png(table))
+    write_table(table, paths["ablation.csv"])
+    atomic_write_text(paths["ablation.md"], ablation_markdown(table))
+    atomic_write_bytes(paths["ablation.png"], ablation_png(table))
     return table, paths
 
 

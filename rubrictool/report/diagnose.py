@@ -269,7 +269,7 @@ def contrast_pairs(rubric: Rubric, table: pd.DataFrame, boundaries: list[tuple[i
 def _drop_one(table: pd.DataFrame, keys: list[str], domain: list[int], folds: int, seed: int) -> tuple[float, list[float]]:
     from threadpoolctl import threadpool_limits
 
-    from rubrictool.agreement import _cv_scores
+    from rubrictool.agreement import cv_scores
 
     g = pd.to_numeric(table["grade"], errors="coerce")
     X = table[keys].apply(pd.to_numeric, errors="coerce")
@@ -281,8 +281,8 @@ def _drop_one(table: pd.DataFrame, keys: list[str], domain: list[int], folds: in
     n, K, V = hot.shape
     with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore")
-        full = _cv_scores(hot.reshape(n, K * V), y, folds, seed, "onehot")[0]
-        losses = [full - _cv_scores(np.delete(hot, k, axis=1).reshape(n, (K - 1) * V), y, folds, seed, "onehot")[0]
+        full = cv_scores(hot.reshape(n, K * V), y, folds, seed, "onehot")[0]
+        losses = [full - cv_scores(np.delete(hot, k, axis=1).reshape(n, (K - 1) * V), y, folds, seed, "onehot")[0]
                   for k in range(K)]
     return full, losses
 
@@ -518,12 +518,13 @@ def confusion_matrix_text(conf: pd.DataFrame, key: str) -> list[tuple[str, int]]
 def write_diagnosis(diag: Diagnosis, out: str | Path) -> dict[str, Path]:
     """rubric_diagnosis.csv (per concept), level_confusions.csv (per reviewer pair and level pair) and
     rubric_diagnosis.md (the suggestions) into `out`."""
-    from rubrictool.io import writable_dir
+    from rubrictool.atomic import atomic_write_text
+    from rubrictool.io import writable_dir, write_table
 
     d = writable_dir(out)
     paths = {n: d / n for n in ("rubric_diagnosis.csv", "level_confusions.csv", "rubric_diagnosis.md")}
-    diag.concepts.to_csv(paths["rubric_diagnosis.csv"], index=False)
-    diag.confusions.to_csv(paths["level_confusions.csv"], index=False)
+    write_table(diag.concepts, paths["rubric_diagnosis.csv"])
+    write_table(diag.confusions, paths["level_confusions.csv"])
     from rubrictool.textsafe import md_inline, md_quote
 
     lines = ["# Rubric diagnosis", "", *(f"**Warning:** {md_inline(w)}\n" for w in diag.warnings),
@@ -532,12 +533,12 @@ def write_diagnosis(diag: Diagnosis, out: str | Path) -> dict[str, Path]:
         paths["grade_ceiling.csv"] = d / "grade_ceiling.csv"
         paths["grade_boundaries.csv"] = d / "grade_boundaries.csv"
         paths["contrast_pairs.csv"] = d / "contrast_pairs.csv"
-        diag.ceiling.per_grade.to_csv(paths["grade_ceiling.csv"], index=False)
-        diag.ceiling.boundaries.to_csv(paths["grade_boundaries.csv"], index=False)
-        pairs_frame(diag.pairs).to_csv(paths["contrast_pairs.csv"], index=False)
+        write_table(diag.ceiling.per_grade, paths["grade_ceiling.csv"])
+        write_table(diag.ceiling.boundaries, paths["grade_boundaries.csv"])
+        write_table(pairs_frame(diag.pairs), paths["contrast_pairs.csv"])
         lines += ceiling_markdown(diag.ceiling, diag.pairs)
     lines += [md_quote(n) for n in diag.notes]
-    paths["rubric_diagnosis.md"].write_text("\n".join(lines) + "\n")
+    atomic_write_text(paths["rubric_diagnosis.md"], "\n".join(lines) + "\n")
     return paths
 
 

@@ -66,11 +66,12 @@ def intervention_curves(
 
 def write_interventions(curves: pd.DataFrame, out: str | Path) -> dict[str, Path]:
     """intervention.csv, intervention.png (T-Acc) and intervention_qwk.png into `out`."""
-    from rubrictool.io import writable_dir
+    from rubrictool.atomic import atomic_write_bytes
+    from rubrictool.io import writable_dir, write_table
     from rubrictool.report.figures import intervention_png
 
     d = writable_dir(out)
-    curves.to_csv(d / "intervention.csv", index=False)
-    (d / "intervention.png").write_bytes(intervention_png(curves, "t_acc"))
-    (d / "intervention_qwk.png").write_bytes(intervention_png(curves, "qwk"))
+    write_table(curves, d / "intervention.csv")
+    atomic_write_bytes(d / "intervention.png", intervention_png(curves, "t_acc"))
+    atomic_write_bytes(d / "intervention_qwk.png", intervention_png(curves, "qwk"))
     return {n: d / n for n in ("intervention.csv", "intervention.png", "intervention_qwk.png")}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ import yaml
 from numpy.typing import NDArray
 
 import reccbm
+from rubrictool.atomic import atomic_write, atomic_write_bytes, atomic_write_json, atomic_write_text
 from rubrictool.io import writable_dir
 from rubrictool.report import figures
 from rubrictool.report.diagnose import Diagnosis, ceiling_markdown, diagnose, pairs_frame
@@ -160,7 +160,7 @@ def build_report(
 
 def _honest_section(r: Report, run: Run, gold: NDArray[Any], probs: NDArray[Any]) -> None:
     """Test size, majority class, bootstrap CIs, warnings and calibration, recomputed from the page's predictions
-    (the same numbers as metrics.json for runs that recorded them; runs written before get them too)."""
+    (the same numbers as metrics.json; the majority class is the one the run recorded)."""
     from rubrictool.errors import DataError
     from rubrictool.evaluate import calibration, honest_metrics
 
@@ -279,8 +279,6 @@ def _concept_section(r: Report, run: Run, preds: reccbm.Predictions, gold_c: NDA
                              "c_f1": per.get("f1", nan)})
     concepts = concepts.merge(rel.drop(columns=[c for c in ("name", "test_c_acc", "test_c_f1") if c in rel]),
                               on="concept", how="left")
-    if bundled_labels(run) and ("alpha_lo" not in concepts or concepts["alpha_lo"].isna().all()):
-        concepts = _benchmark_alpha(run, concepts)  # runs trained before α's CI was computed for the bundled labels
     r.concepts = r.tables["concepts.csv"] = concepts
     r.spearman = run.metrics.get("spearman_sigma2_vs_1_minus_alpha")
     r.noise_share = run.metrics.get("spearman_noise_share")
@@ -306,23 +304,6 @@ def _concept_section(r: Report, run: Run, preds: reccbm.Predictions, gold_c: NDA
     else:
         r.unavailable.append("no inter-rater α for the concepts (agreement.json was not found at training time): "
                              "no reliability scatter")
-
-
-def _benchmark_alpha(run: Run, concepts: pd.DataFrame) -> pd.DataFrame:
-    """α and its bootstrap CI from the benchmark's own label passes (rubrictool.pipeline.benchmark_table)."""
-    from rubrictool.pipeline import benchmark_table
-
-    try:
-        agreement = benchmark_table(str(run.meta.get("rubric")), run.data_dir)[2].get("concepts", {})
-    except Exception:  # noqa: BLE001 - the passes are not on this machine: keep what the run recorded
-        return concepts
-    out = concepts.copy()
-    entries = [agreement.get(k, {}) for k in out["concept"]]
-    cis = [list(e.get("alpha_ci") or [None, None]) + [None, None] for e in entries]
-    out["alpha"] = [_num(e.get("alpha")) for e in entries]
-    out["alpha_lo"] = [_num(c[0]) for c in cis]
-    out["alpha_hi"] = [_num(c[1]) for c in cis]
-    return out.astype({"alpha": float, "alpha_lo": float, "alpha_hi": float})
 
 
 def _lcec_section(r: Report, run: Run, test: pd.DataFrame) -> NDArray[Any] | None:
@@ -360,11 +341,7 @@ def _lcec_section(r: Report, run: Run, test: pd.DataFrame) -> NDArray[Any] | Non
 def _diagnosis_section(r: Report, run: Run, reviews: pd.DataFrame | None, partial: NDArray[Any] | None) -> None:
     """Rubric diagnostics on the run's whole table, with the learned partial correlations."""
     assert run.table is not None
-    try:
-        rb = run.rubric  # the run's copy of its rubric (older runs: by name)
-    except Exception:  # noqa: BLE001 - an older run whose rubric file moved: say so, show the rest
-        r.unavailable.append(f"rubric diagnostics: the rubric {run.meta['rubric']!r} cannot be loaded")
-        return
+    rb = run.rubric  # the run's copy of its rubric
     alpha = {"concepts": {c["concept"]: {"alpha": _num(c.get("alpha")),
                                          "alpha_ci": [_num(c.get("alpha_lo")), _num(c.get("alpha_hi"))]}
                           for c in r.concepts.to_dict("records")}}
@@ -406,7 +383,7 @@ def provenance(run: Run, n_test: int) -> dict[str, Any]:
         "split": " · ".join(f"{s} {len(split_doc.get(s, []))}" for s in ("train", "dev", "test"))
                  + f" answers (split.json; {n_test} test answers reported here)",
         "split_seed": "—" if split_doc.get("seed") is None else split_doc["seed"],
-        "rubrictool revision of the run": run.meta.get("git_revision") or "— (trained before runs recorded it)",
+        "rubrictool revision of the run": run.record.get("git_revision") or "— (not trained from a git checkout)",
         "rubrictool revision of this report": git_revision() or "—",
         "config": yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True) if run.config else "",
     }
@@ -603,6 +580,11 @@ def render_markdown(r: Report) -> str:
 
 
 
+def _write_csv(df: pd.DataFrame, path: Path, index: bool = False) -> Path:
+    """``df`` as CSV, atomically (an index only where it carries the row names, e.g. a correlation matrix)."""
+    return atomic_write(path, lambda tmp: df.to_csv(tmp, index=index))
+
+
 def write_explain(traces: list[ItemTrace], out: str | Path, title: str) -> dict[str, Path]:
     """explain.html, explain.csv and trace-<id>.png into `out`; returns their paths."""
     from rubrictool.report.explain import traces_frame
@@ -611,10 +593,10 @@ def write_explain(traces: list[ItemTrace], out: str | Path, title: str) -> dict[
     images = {trace_file(t.id): trace_png(t) for t in traces}
     paths = {}
     for name, png in images.items():
-        (d / name).write_bytes(png)
-        paths[name] = d / name
-    (d / "explain.html").write_text(render_explain_html(traces, title, images), encoding="utf-8")
-    traces_frame(traces).to_csv(d / "explain.csv", index=False)
+        paths[name] = atomic_write_bytes(d / name, png)
+    atomic_write_text(d / "explain.html", render_explain_html(traces, title, images))
+    frame = traces_frame(traces)
+    atomic_write(d / "explain.csv", lambda tmp: frame.to_csv(tmp, index=False))
     return {"explain.html": d / "explain.html", "explain.csv": d / "explain.csv"} | paths
 
 
@@ -623,31 +605,23 @@ def write_report(r: Report, out: str | Path) -> dict[str, Path]:
     d = writable_dir(out)
     paths: dict[str, Path] = {}
     for name, png in r.images.items():
-        (d / name).write_bytes(png)
-        paths[name] = d / name
+        paths[name] = atomic_write_bytes(d / name, png)
     for name, df in r.tables.items():
-        df.to_csv(d / name, index=name.endswith("correlations.csv"))
-        paths[name] = d / name
+        paths[name] = _write_csv(df, d / name, index=name.endswith("correlations.csv"))
     if r.diagnosis is not None:
-        r.diagnosis.concepts.to_csv(d / "rubric_diagnosis.csv", index=False)
-        r.diagnosis.confusions.to_csv(d / "level_confusions.csv", index=False)
-        paths["rubric_diagnosis.csv"] = d / "rubric_diagnosis.csv"
-        paths["level_confusions.csv"] = d / "level_confusions.csv"
+        paths["rubric_diagnosis.csv"] = _write_csv(r.diagnosis.concepts, d / "rubric_diagnosis.csv")
+        paths["level_confusions.csv"] = _write_csv(r.diagnosis.confusions, d / "level_confusions.csv")
         if r.diagnosis.ceiling is not None:
             for name, df in (("grade_ceiling.csv", r.diagnosis.ceiling.per_grade),
                              ("grade_boundaries.csv", r.diagnosis.ceiling.boundaries),
                              ("contrast_pairs.csv", pairs_frame(r.diagnosis.pairs))):
-                df.to_csv(d / name, index=False)
-                paths[name] = d / name
-    (d / "report.html").write_text(render_html(r), encoding="utf-8")
-    (d / "report.md").write_text(render_markdown(r), encoding="utf-8")
-    (d / "report.json").write_text(json.dumps({"metrics": r.metrics, "agreement": r.agreement.to_dict("records"),
-                                               "unavailable": r.unavailable, "verdict": r.verdict,
-                                               "warnings": r.warnings, "calibration": r.calibration,
-                                               "honest": {k: v for k, v in r.honest.items() if k != "warnings"},
-                                               "implied_noise": r.implied, "lcec": {k: v for k, v in r.lcec.items()
-                                                                                   if k != "links"},
-                                               "learning_curve": r.curve or None},
-                                              indent=1, default=float) + "\n")
+                paths[name] = _write_csv(df, d / name)
+    atomic_write_text(d / "report.html", render_html(r))
+    atomic_write_text(d / "report.md", render_markdown(r))
+    doc = {"metrics": r.metrics, "agreement": r.agreement.to_dict("records"), "unavailable": r.unavailable,
+           "verdict": r.verdict, "warnings": r.warnings, "calibration": r.calibration,
+           "honest": {k: v for k, v in r.honest.items() if k != "warnings"}, "implied_noise": r.implied,
+           "lcec": {k: v for k, v in r.lcec.items() if k != "links"}, "learning_curve": r.curve or None}
+    atomic_write_json(d / "report.json", doc, default=float)
     paths |= {"report.html": d / "report.html", "report.md": d / "report.md", "report.json": d / "report.json"}
     return paths

@@ -125,7 +125,7 @@ def _call(model: str, prompt: str, api_base: str | None, api_key_env: str | None
     """(reply, prompt tokens, completion tokens, cost, price known, cached) of one chat call, through the
     annotate stage's litellm client and reply cache."""
     from rubrictool.annotate.cache import CachedReply, ReplyCache, cache_key
-    from rubrictool.annotate.llm import _litellm, _price, _rates, _short_error
+    from rubrictool.annotate.llm import load_litellm, model_rates, request_price, short_error
 
     messages = [{"role": "user", "content": prompt}]
     params = {"temperature": 0.0, "max_tokens": 800}
@@ -142,17 +142,17 @@ def _call(model: str, prompt: str, api_base: str | None, api_key_env: str | None
             kw["api_key"] = api_key or "sk-no-key"  # a local server needs none; the OpenAI client wants one
         elif api_key:
             kw["api_key"] = api_key
-        litellm = _litellm()
+        litellm = load_litellm()
         t0 = time.monotonic()
         try:
             resp = litellm.completion(**kw)
         except Exception as e:  # noqa: BLE001 - every provider error becomes one line, secrets masked
-            raise AnnotateError(f"the suggestion call to {model} failed: {_short_error(e, [api_key or ''])}") from None
+            raise AnnotateError(f"the suggestion call to {model} failed: {short_error(e, [api_key or ''])}") from None
         text = str(resp.choices[0].message.content or "")
         usage = getattr(resp, "usage", None)
         pt, ct = int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0)
-        known = _rates(model) is not None
-        cost = _price(model, pt, ct) or 0.0
+        known = model_rates(model) is not None
+        cost = request_price(model, pt, ct) or 0.0
         if cache is not None:
             cache.put(key, model, CachedReply(text, pt, ct, cost), time.monotonic() - t0)
         return text, pt, ct, cost, known, False

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from rubrictool.errors import ReviewError
-from rubrictool.review.settings import _SERVER_FILE, _TOKEN_FILE, DEFAULT_DIR, ENV_KEY, ENV_URL
+from rubrictool.review.settings import DEFAULT_DIR, ENV_KEY, ENV_URL, SERVER_FILE, TOKEN_FILE
 
 __all__ = ["Connection", "resolve_connection"]
 
@@ -118,7 +118,7 @@ def resolve_connection(url: str | None = None, api_key: str | None = None, folde
     if not re.match(r"^https?://[^/\s]+", url):
         raise ReviewError(f"Label Studio URL {url!r} is not an http(s) URL; use e.g. http://127.0.0.1:8080")
     if api_key is None and served is not None and str(served["url"]).rstrip("/") == url:
-        token_file = Path(folder) / _TOKEN_FILE
+        token_file = Path(folder) / TOKEN_FILE
         if token_file.is_file():
             api_key = token_file.read_text().strip()
     if not api_key:
@@ -131,7 +131,7 @@ def resolve_connection(url: str | None = None, api_key: str | None = None, folde
 
 def _served(folder: Path) -> dict[str, Any] | None:
     """The URL of a running ``review serve`` in ``folder`` (None when it is not running)."""
-    f = folder / _SERVER_FILE
+    f = folder / SERVER_FILE
     try:
         info = json.loads(f.read_text())
         os.kill(int(info["pid"]), 0)

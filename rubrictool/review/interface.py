@@ -12,7 +12,13 @@ from rubrictool.errors import ReviewError
 from rubrictool.review.settings import TEMPLATE
 from rubrictool.rubric import Rubric
 
-__all__ = ["check_interface", "parse_label_config", "prefilled_by", "render_label_config"]
+__all__ = [
+    "check_interface",
+    "parse_label_config",
+    "prefilled_by",
+    "render_label_config",
+    "shown_fields",
+]
 
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -53,7 +59,7 @@ def render_label_config(
     )
     env.filters["static"] = _static
     try:
-        xml = env.get_template(path.name).render(rubric=rubric, show=_shown_fields(rubric), prefilled_by=prefilled_by)
+        xml = env.get_template(path.name).render(rubric=rubric, show=shown_fields(rubric), prefilled_by=prefilled_by)
     except jinja2.TemplateError as e:
         line = getattr(e, "lineno", None)
         raise ReviewError(f"{path}{f':{line}' if line else ''}: template error: {e}") from None
@@ -61,7 +67,7 @@ def render_label_config(
     return xml
 
 
-def _shown_fields(rubric: Rubric) -> list[str]:
+def shown_fields(rubric: Rubric) -> list[str]:
     return [f for f in ("question", "reference", "context") if f in rubric.fields]
 
 

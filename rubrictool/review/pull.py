@@ -17,7 +17,7 @@ from rubrictool.io import write_table
 from rubrictool.progress import ProgressFn
 from rubrictool.review.client import Connection, resolve_connection
 from rubrictool.review.interface import check_interface, parse_label_config
-from rubrictool.review.push import _attach_predictions, _list_tasks, _require_project
+from rubrictool.review.push import attach_predictions, list_tasks, require_project
 from rubrictool.rubric import Rubric, load_rubric
 
 __all__ = ["PullResult", "ReviewStatus", "anchoring_table", "pull", "reviews_from_tasks", "status"]
@@ -117,7 +117,7 @@ def reviews_from_tasks(
 def _project_reviews(
     conn: Connection, project: str | int, rubric: Rubric | None, progress: ProgressFn | None = None
 ) -> tuple[dict[str, Any], list[dict[str, Any]], pd.DataFrame, dict[str, int]]:
-    proj = _require_project(conn, project)
+    proj = require_project(conn, project)
     label = f"{proj.get('title')!r} (id {proj['id']})"
     xml = str(proj.get("label_config", ""))
     if rubric is not None:
@@ -126,8 +126,8 @@ def _project_reviews(
     if not schema:
         raise ReviewError(f"project {label} has no concept controls (<Choices> with integer levels); "
                           "was it made with `rubrictool review push`?")
-    tasks = _list_tasks(conn, int(proj["id"]), True, progress)
-    _attach_predictions(conn, int(proj["id"]), tasks)
+    tasks = list_tasks(conn, int(proj["id"]), True, progress)
+    attach_predictions(conn, int(proj["id"]), tasks)
     reviews, counts = reviews_from_tasks(tasks, _users(conn), schema)
     return proj, tasks, reviews, counts
 

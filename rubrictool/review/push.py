@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,18 +11,26 @@ from typing import Any
 
 import pandas as pd
 
+from rubrictool.atomic import atomic_write_json
 from rubrictool.errors import ReviewError
 from rubrictool.io import write_table
 from rubrictool.progress import Progress, ProgressFn, warn
 from rubrictool.review.client import Connection
 from rubrictool.review.interface import check_interface, render_label_config
 from rubrictool.review.routing import Routing, route
-from rubrictool.review.settings import _PAGE, STATE_NAME
-from rubrictool.review.tasks import _prediction, _read_predictions, build_tasks
+from rubrictool.review.settings import PAGE, STATE_NAME
+from rubrictool.review.tasks import build_tasks, prediction_payload, read_task_predictions
 from rubrictool.rubric import Rubric
 from rubrictool.tables import read_items
 
-__all__ = ["PushResult", "find_project", "push"]
+__all__ = [
+    "PushResult",
+    "attach_predictions",
+    "find_project",
+    "list_tasks",
+    "push",
+    "require_project",
+]
 
 
 def _all_projects(conn: Connection, title: str) -> list[dict[str, Any]]:
@@ -54,7 +61,7 @@ def find_project(conn: Connection, project: str | int) -> dict[str, Any] | None:
     return _get_project(conn, int(hits[0]["id"])) if hits else None
 
 
-def _require_project(conn: Connection, project: str | int) -> dict[str, Any]:
+def require_project(conn: Connection, project: str | int) -> dict[str, Any]:
     conn.get("/api/current-user/whoami", "checking the API key")
     found = find_project(conn, project)
     if found is None:
@@ -79,9 +86,8 @@ def _writable_folder(path: Path) -> None:
     folder): nothing on the server changes."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        os.close(fd)
-        os.unlink(probe)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
     except OSError as exc:
         raise ReviewError(f"{path}: cannot write the review state file there ({exc.strerror or exc}); nothing was sent "
                           "to Label Studio", hint="make the folder of --data writable, or copy the items elsewhere") from None
@@ -96,20 +102,7 @@ def _write_local(path: Path, what: str, kept: str, write: Callable[[], object]) 
                           hint="free space, then run the same push again: it imports only what is missing") from None
 
 
-def _write_json(path: Path, payload: dict[str, Any], mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh, indent=1)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _list_tasks(
+def list_tasks(
     conn: Connection, project_id: int, with_annotations: bool, progress: ProgressFn | None = None
 ) -> list[dict[str, Any]]:
     """Every task of a project: id and data, plus annotations when asked.
@@ -123,7 +116,7 @@ def _list_tasks(
         body = conn.get(
             "/api/tasks", f"reading the tasks of project {project_id}", project=project_id,
             fields="all" if with_annotations else "task_only",
-            include="id,data,annotations" if with_annotations else "id,data", page=page, page_size=_PAGE,
+            include="id,data,annotations" if with_annotations else "id,data", page=page, page_size=PAGE,
             **({"expand": "annotations"} if with_annotations else {}),  # full annotations, not just their ids
         )
         rows = body.get("tasks", []) if isinstance(body, dict) else []
@@ -136,7 +129,7 @@ def _list_tasks(
         page += 1
 
 
-def _attach_predictions(conn: Connection, project_id: int, tasks: list[dict[str, Any]]) -> None:
+def attach_predictions(conn: Connection, project_id: int, tasks: list[dict[str, Any]]) -> None:
     """Add each task's predictions (one request for the whole project)."""
     body = conn.get("/api/predictions", f"reading the predictions of project {project_id}", project=project_id)
     rows = body.get("results", []) if isinstance(body, dict) else list(body or [])
@@ -253,7 +246,7 @@ def _add_missing_predictions(
     for (item, model), g in ours.groupby(["item", "model"], sort=True):
         task = task_of[str(item)]
         if (task, str(model)) not in have:
-            payload.append({"task": task, **_prediction(str(model), g)})
+            payload.append({"task": task, **prediction_payload(str(model), g)})
     for start in range(0, len(payload), 500):
         conn.request("POST", f"/api/projects/{project_id}/import/predictions", "importing predictions",
                      json=payload[start : start + 500])
@@ -309,7 +302,7 @@ def push(
     if max_annotations < 1:
         raise ReviewError(f"max_annotations must be at least 1 (got {max_annotations})", hint="set --max-annotations")
     items = read_items(items_path)
-    preds, other = _read_predictions(predictions_path, rubric, set(items["id"])) if predictions_path else (None, 0)
+    preds, other = read_task_predictions(predictions_path, rubric, set(items["id"])) if predictions_path else (None, 0)
     if model_predictions is not None and len(model_predictions):
         mp = model_predictions.astype({"item": str})
         unknown = set(mp["concept"]) - set(rubric.keys)
@@ -366,13 +359,13 @@ def push(
     state.setdefault(conn.url, {})[title] = {"id": pid, "rubric": rubric.name, "rubric_version": rubric.version}
     kept = (f"project {title!r} (id {pid}) is kept on {conn.url} with the tasks it had (none imported by this run); "
             "the next push finds it by its title")
-    _write_local(state_path, "the review state file", kept, lambda: _write_json(state_path, state))
+    _write_local(state_path, "the review state file", kept, lambda: atomic_write_json(state_path, state))
     model_file = None
     if model_predictions is not None and len(model_predictions):
         model_file = state_path.parent / f"predictions-{model_predictions['model'].iloc[0]}.csv"
         _write_local(model_file, "the grader's predictions", kept, lambda: write_table(model_predictions, model_file))
 
-    existing, removed = _one_task_per_item(conn, pid, _list_tasks(conn, pid, False), progress)
+    existing, removed = _one_task_per_item(conn, pid, list_tasks(conn, pid, False), progress)
     new_items = items[~items["id"].isin(existing)]
     shown = preds if prefill is not None else None  # blind review: no task carries a prediction
     tasks = build_tasks(new_items, shown, rubric)
@@ -392,7 +385,7 @@ def push(
         conn.request("PATCH", f"/api/projects/{pid}", f"setting the pre-filling model to {prefill}",
                      json={"model_version": prefill})
     if tasks:  # a killed run's import the server finished after this run read the tasks: its items are here twice
-        removed += _one_task_per_item(conn, pid, _list_tasks(conn, pid, False), progress)[1]
+        removed += _one_task_per_item(conn, pid, list_tasks(conn, pid, False), progress)[1]
     n_kept = len(preds) if preds is not None and prefill is None else 0
     return PushResult(pid, title, conn.url, created, len(items), len(items) - len(new_items), len(tasks), n_pred,
                       models, state_path, other, routing, routing_file, model_file, prefill, n_kept, removed)

@@ -16,19 +16,19 @@ from types import FrameType
 
 import httpx
 
+from rubrictool.atomic import atomic_write_json, atomic_write_text
 from rubrictool.errors import ReviewError
 from rubrictool.review.client import Connection
-from rubrictool.review.push import _write_json
 from rubrictool.review.settings import (
-    _LOG_FILE,
-    _PASSWORD_FILE,
-    _SERVER_FILE,
-    _STARTED,
-    _TOKEN_FILE,
     ADMIN_EMAIL,
     DEFAULT_DIR,
     ENV_KEY,
     ENV_URL,
+    LOG_FILE,
+    PASSWORD_FILE,
+    SERVER_FILE,
+    STARTED,
+    TOKEN_FILE,
 )
 
 __all__ = [
@@ -87,9 +87,7 @@ def _secret_file(path: Path, make: Callable[[], str]) -> str:
         return path.read_text().strip()
     path.parent.mkdir(parents=True, exist_ok=True)
     value = make()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(value + "\n")
+    atomic_write_text(path, value + "\n", mode=0o600)  # the temporary file is 0600 from its first byte
     return value
 
 
@@ -104,15 +102,15 @@ class LabelStudioServer:
 
     @property
     def token_file(self) -> Path:
-        return self.folder / _TOKEN_FILE
+        return self.folder / TOKEN_FILE
 
     @property
     def password_file(self) -> Path:
-        return self.folder / _PASSWORD_FILE
+        return self.folder / PASSWORD_FILE
 
     @property
     def log_file(self) -> Path:
-        return self.folder / _LOG_FILE
+        return self.folder / LOG_FILE
 
     def connection(self) -> Connection:
         return Connection(self.url, self.token_file.read_text().strip())
@@ -126,7 +124,7 @@ class LabelStudioServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
-        info = self.folder / _SERVER_FILE
+        info = self.folder / SERVER_FILE
         if info.is_file():
             info.unlink()
 
@@ -182,9 +180,9 @@ def start_server(
     root = Path(folder).resolve()
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o700)
-    token = _secret_file(root / _TOKEN_FILE, lambda: secrets.token_hex(20))
-    password = _secret_file(root / _PASSWORD_FILE, lambda: secrets.token_urlsafe(18))
-    log_path = root / _LOG_FILE
+    token = _secret_file(root / TOKEN_FILE, lambda: secrets.token_hex(20))
+    password = _secret_file(root / PASSWORD_FILE, lambda: secrets.token_urlsafe(18))
+    log_path = root / LOG_FILE
     with open(log_path, "ab") as log:
         start_offset = log.tell()
         proc = subprocess.Popen(
@@ -202,7 +200,7 @@ def start_server(
                 raise ReviewError(f"Label Studio exited with code {proc.returncode} while starting; {tail} "
                                   f"(full log: {log_path})")
             if url is None:
-                m = _STARTED.search(log_path.read_bytes()[start_offset:].decode("utf-8", "replace"))
+                m = STARTED.search(log_path.read_bytes()[start_offset:].decode("utf-8", "replace"))
                 if m:
                     url = m.group(1).rstrip("/")
                     if url != server.url:  # it silently moves to the next port when ours was taken
@@ -211,7 +209,7 @@ def start_server(
             if url is not None:
                 try:
                     if httpx.get(url + "/health", timeout=5).status_code == 200:
-                        _write_json(root / _SERVER_FILE, {"url": url, "pid": os.getpid(), "admin_email": ADMIN_EMAIL})
+                        atomic_write_json(root / SERVER_FILE, {"url": url, "pid": os.getpid(), "admin_email": ADMIN_EMAIL})
                         return server
                 except httpx.HTTPError:
                     pass

@@ -5,7 +5,19 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["ADMIN_EMAIL", "DEFAULT_DIR", "ENV_KEY", "ENV_URL", "TEMPLATE"]
+__all__ = [
+    "ADMIN_EMAIL",
+    "DEFAULT_DIR",
+    "ENV_KEY",
+    "ENV_URL",
+    "LOG_FILE",
+    "PAGE",
+    "PASSWORD_FILE",
+    "SERVER_FILE",
+    "STARTED",
+    "TEMPLATE",
+    "TOKEN_FILE",
+]
 
 
 ENV_URL = "LABEL_STUDIO_URL"
@@ -17,9 +29,9 @@ TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "label_studio.
 STATE_NAME = ".rubrictool-review.json"
 """The push state file, next to the item table: server URL → project title → project id."""
 
-_TOKEN_FILE = "admin-token"
-_PASSWORD_FILE = "admin-password"
-_SERVER_FILE = "server.json"
-_LOG_FILE = "server.log"
-_STARTED = re.compile(r"Starting development server at (http://\S+?)/?\s*$", re.MULTILINE)
-_PAGE = 500
+TOKEN_FILE = "admin-token"
+PASSWORD_FILE = "admin-password"
+SERVER_FILE = "server.json"
+LOG_FILE = "server.log"
+STARTED = re.compile(r"Starting development server at (http://\S+?)/?\s*$", re.MULTILINE)
+PAGE = 500

@@ -8,11 +8,16 @@ from typing import Any
 
 import pandas as pd
 
-from rubrictool.review.interface import _shown_fields
+from rubrictool.review.interface import shown_fields
 from rubrictool.rubric import Rubric
 from rubrictool.tables import read_predictions
 
-__all__ = ["build_tasks", "task_data"]
+__all__ = [
+    "build_tasks",
+    "prediction_payload",
+    "read_task_predictions",
+    "task_data",
+]
 
 
 def _text(v: Any) -> str:
@@ -24,12 +29,12 @@ def _text(v: Any) -> str:
 def task_data(item: dict[str, Any], rubric: Rubric) -> dict[str, Any]:
     """The ``data`` of one task: the item id and every field the interface shows (empty string when absent)."""
     data: dict[str, Any] = {"item_id": str(item["id"]), "response": _text(item.get("response"))}
-    for f in _shown_fields(rubric):
+    for f in shown_fields(rubric):
         data[f] = _text(item.get(f))
     return data
 
 
-def _prediction(model: str, rows: pd.DataFrame) -> dict[str, Any]:
+def prediction_payload(model: str, rows: pd.DataFrame) -> dict[str, Any]:
     """One Label Studio prediction; a grader's rows (with ``uncertainty``) also carry ``score`` = 1 −
     uncertainty, the model confidence Label Studio's Data Manager sorts by (lowest first = least sure)."""
     result = [
@@ -54,12 +59,12 @@ def build_tasks(items: pd.DataFrame, predictions: pd.DataFrame | None, rubric: R
         preds = by_item.get(str(item["id"]))
         if preds is not None:
             preds = preds.assign(_o=preds["concept"].map(order)).sort_values("_o")
-            task["predictions"] = [_prediction(str(m), g) for m, g in preds.groupby("model", sort=True)]
+            task["predictions"] = [prediction_payload(str(m), g) for m, g in preds.groupby("model", sort=True)]
         tasks.append(task)
     return tasks
 
 
-def _read_predictions(path: str | Path, rubric: Rubric, item_ids: set[str]) -> tuple[pd.DataFrame, int]:
+def read_task_predictions(path: str | Path, rubric: Rubric, item_ids: set[str]) -> tuple[pd.DataFrame, int]:
     """The valid rows (``raw_ok``) of a PredictionTable for the given items, checked against the rubric,
     and how many valid rows were for other items (a table made for a whole benchmark may be pushed
     for a subset of its items)."""

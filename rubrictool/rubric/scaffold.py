@@ -8,7 +8,7 @@ from pathlib import Path
 from rubrictool.atomic import atomic_write_text
 from rubrictool.errors import RubricError
 from rubrictool.rubric.load import parse_rubric
-from rubrictool.rubric.schema import _KEY_PATTERN
+from rubrictool.rubric.schema import KEY_PATTERN
 
 __all__ = ["new_rubric_file", "scaffold_rubric", "write_scaffold"]
 
@@ -85,7 +85,7 @@ def scaffold_rubric(
         raise RubricError(f"rubric name {name!r}: use letters, digits, '_', '.' or '-' (e.g. cs101)")
     if not keys:
         raise RubricError("a rubric needs at least one concept key", hint="e.g. --concepts FC,CC,TU")
-    bad = [k for k in keys if not re.match(_KEY_PATTERN, k)]
+    bad = [k for k in keys if not re.match(KEY_PATTERN, k)]
     if bad:
         raise RubricError(f"concept key(s) {bad}: a key starts with a letter then letters, digits or '_'")
     dups = sorted({k for k in keys if keys.count(k) > 1})

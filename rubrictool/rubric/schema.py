@@ -10,12 +10,20 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from rubrictool.errors import RubricError
 
-__all__ = ["Concept", "Example", "Grading", "Level", "Rubric", "Scale"]
+__all__ = [
+    "KEY_PATTERN",
+    "Concept",
+    "Example",
+    "Grading",
+    "Level",
+    "Rubric",
+    "Scale",
+]
 
 
 """Folder of the rubrics shipped with rubrictool (``rubrics/`` at the top of the repository)."""
 
-_KEY_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
+KEY_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
 
 
 class _Strict(BaseModel):
@@ -50,7 +58,7 @@ class Example(_Strict):
 class Concept(_Strict):
     """One rubric dimension (a bottleneck unit in REC-CBM)."""
 
-    key: str = Field(pattern=_KEY_PATTERN)
+    key: str = Field(pattern=KEY_PATTERN)
     name: str = Field(min_length=1)
     definition: str = Field(min_length=1)
     group: str | None = None
