@@ -278,7 +278,7 @@ class Run:
     data_dir: str | Path | None = None  # benchmark data directory (None: $RUBRICTOOL_DATA, else ./data)
 
     @cached_property
-    def _loaded(self) -> tuple[reccbm.RecCBM, Any]:
+    def _loaded(self) -> tuple[reccbm.Model, Any]:
         import reccbm
         from reccbm import ReccbmError
 
@@ -289,7 +289,7 @@ class Run:
         return model, tokenizer
 
     @property
-    def model(self) -> reccbm.RecCBM:
+    def model(self) -> reccbm.Model:
         return self._loaded[0]
 
     @property
@@ -318,11 +318,15 @@ class Run:
 
     @property
     def has_lcec(self) -> bool:
-        return not self.plm and self.model.lcec is not None
+        from reccbm import RecCBM
+
+        return isinstance(self.model, RecCBM) and self.model.lcec is not None
 
     @property
     def has_race(self) -> bool:
-        return not self.plm and self.model.bottleneck.Q is not None
+        from reccbm import RecCBM
+
+        return isinstance(self.model, RecCBM) and self.model.bottleneck.Q is not None
 
     @property
     def labels(self) -> dict[str, Any]:

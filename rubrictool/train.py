@@ -35,6 +35,7 @@ from scipy.stats import spearmanr
 import reccbm
 from reccbm import JointConfig, ModelConfig, Predictions, StageIConfig, StageIIConfig
 from reccbm.config import config_from_dict, variant_flags, variant_name
+from reccbm.recipes import PRESETS
 from rubrictool.data import (
     kfold_splits,
     save_split,
@@ -96,18 +97,7 @@ log = logging.getLogger("rubrictool.train")
 # budget is one `--epochs 50` away (patience 3 still applies).
 CPU_DEFAULTS: dict[str, dict[str, Any]] = {"model": {"max_len": 128}, "stage1": {"epochs": 6}, "stage2": {"epochs": 30}}
 
-# Training recipes on top of the paper's dataclass defaults. "paper" is the paper's configuration (Eq. 12
-# L_con summed, scalar head W μ_post, orthogonal queries, prior mean 0, Stage II on training outputs, no
-# joint stage). "default" is what the 5-fold measurements chose (docs/results.md, docs/design.md).
-PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    "paper": {"stage1": {"epochs": 6}},
-    "default": {
-        "model": {"head": "level", "query_init": "rubric", "center": True, "tau": 0.25, "condition": True},
-        "stage1": {"epochs": 3, "concept_loss": "mean", "query_lr_multiplier": 10.0},
-        "joint": {"epochs": 4, "lr": 5e-5, "intervention_p": 0.25, "select": "last"},
-        "stage2": {"intervention_p": 0.25, "lcec_fit": "dev"},
-    },
-}
+# The training recipes ("paper", "default") are reccbm's: reccbm.recipes.PRESETS, on top of CPU_DEFAULTS here.
 SECTIONS: dict[str, type[Any]] = {"model": ModelConfig, "stage1": StageIConfig, "joint": JointConfig,
                                   "stage2": StageIIConfig}
 # Fields a run decides itself, so a config cannot set them (a value given would be silently replaced): what to use
@@ -270,7 +260,7 @@ def _one_seed(
     tokenizer: Any,
     callback: Callable[[reccbm.Event], None] | None,
     texts: list[str] | None = None,
-) -> tuple[reccbm.RecCBM, dict[str, Any], Predictions]:
+) -> tuple[reccbm.Model, dict[str, Any], Predictions]:
     """One seed: the recipe (:func:`reccbm.fit`), then the test split."""
     fitted = reccbm.fit(sets["train"], sets["dev"], recipe.seeded(seed), tokenizer, concept_texts=texts, callback=callback)
     model, mcfg = fitted.model, recipe.model
@@ -313,16 +303,16 @@ def _alpha(agreement: dict[str, Any] | None, key: str) -> tuple[float, float, fl
         return nan, nan, nan
 
 
-def lcec_state(model: reccbm.RecCBM) -> dict[str, Any] | None:
+def lcec_state(model: reccbm.Model) -> dict[str, Any] | None:
     """Whether the learned LCEC does anything (:func:`rubrictool.evaluate.lcec_activity`); None without LCEC."""
-    if model.lcec is None:
+    if not isinstance(model, reccbm.RecCBM) or model.lcec is None:
         return None
     rel = reccbm.reliability(model)
     return lcec_activity(np.diag(rel["A"]), reccbm.partial_correlations(rel["Omega"]))
 
 
 def reliability_table(
-    model: reccbm.RecCBM, rubric: Rubric, per_concept: dict[str, list[float]] | None, agreement: dict[str, Any] | None,
+    model: reccbm.Model, rubric: Rubric, per_concept: dict[str, list[float]] | None, agreement: dict[str, Any] | None,
     train_levels: NDArray[Any] | None = None,
 ) -> tuple[pd.DataFrame, float | None]:
     """Per concept: α (inter-rater), learned σ_k², shrinkage A_kk, test C-Acc/C-F1, the test reliability of the
@@ -330,7 +320,7 @@ def reliability_table(
     (:func:`reccbm.concept_score_reliability`); with ``train_levels`` (N, K levels 0..M) also v_k = var(c_k/M)
     over the training labels and the identified noise σ_k²(implied) = v_k (1 − A_kk) / A_kk (under a diagonal
     prior precision A_kk = v_k / (v_k + σ_k²); σ_k² itself is identified only together with Ω). And ρ(σ², 1 − α)."""
-    rel = reccbm.reliability(model) if model.lcec is not None else None
+    rel = reccbm.reliability(model) if isinstance(model, reccbm.RecCBM) and model.lcec is not None else None
     nan = float("nan")
     v = (np.asarray(train_levels, float) / rubric.M).var(0) if train_levels is not None and len(train_levels) > 1 \
         else np.full(rubric.K, nan)  # (K,)
@@ -643,7 +633,7 @@ def _train_into(
             notes.append(msg)
             log.warning(msg)
             warn(progress, msg)
-        best: tuple[float, reccbm.RecCBM, dict[str, Any], Predictions] | None = None
+        best: tuple[float, reccbm.Model, dict[str, Any], Predictions] | None = None
         infos = []
         for seed in range(first_seed, first_seed + seeds):
             model, info, preds = _one_seed(seed, recipe, sets, tokenizer, callback, concept_texts(rb))
