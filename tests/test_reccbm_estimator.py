@@ -141,3 +141,17 @@ def test_the_plm_baseline_is_its_own_class_and_its_checkpoint_loads_as_one(backb
     with pytest.raises(ValueError, match="no concept bottleneck"):
         reccbm.decision_trace(loaded, after)
     assert torch.equal(loaded.plm_head.weight, plm.plm_head.weight)
+
+
+def test_a_rubrictool_run_loads_as_a_grader_that_predicts_what_rubrictool_grade_does(tmp_path: Path) -> None:
+    from rubrictool.grade import grade_items
+    from tests.support.tiny_models import KEYS, mohler_like_table, tiny_bert_run
+
+    run = tiny_bert_run(tmp_path, "--preset", "paper")  # the shorter recipe: the load path is what is tested
+    grader = Grader.load(run)
+    assert grader.rubric.keys == KEYS and grader.rubric.levels == (1, 3) and grader.rubric.grades == (0, 5)
+    df = mohler_like_table(12, seed=5)
+    graded = grade_items(run, df)
+    texts = (df.question, df.reference, df.response)
+    np.testing.assert_array_equal(grader.predict(*texts), graded["grade"].to_numpy())
+    np.testing.assert_array_equal(grader.concepts(*texts), graded[[f"{k}_level" for k in KEYS]].to_numpy())
