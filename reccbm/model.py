@@ -1,4 +1,4 @@
-"""REC-CBM, in the paper's order: encoder E -> RACE -> OPCC -> LCEC -> grade head.
+"""REC-CBM, in the paper's order: encoder E -> RACE -> OPCC -> LCEC -> grade head; last, the PLM baseline.
 
 Equation numbers are those of rec-cbm-paper.tex as compiled (Eq. 1-6 are the preliminaries):
 7 H = E(x); 8 query bank Q; 9 α_{k,t}; 10 h_k; 11 p̂_k; 12 L_con; 13 ĉ_k; 14 P_k; 15 L_rank^(k);

@@ -36,7 +36,7 @@ def _answers(n: int = 50, seed: int = 3) -> pd.DataFrame:
 def _doc_script() -> str:
     text = (ROOT / "docs" / "training.md").read_text()
     section = text.split("## reccbm on its own: `reccbm.Grader`", 1)[1]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     assert blocks, "no python block under the reccbm.Grader heading of docs/training.md"
     return blocks[0]
 
