@@ -155,3 +155,18 @@ def test_a_rubrictool_run_loads_as_a_grader_that_predicts_what_rubrictool_grade_
     texts = (df.question, df.reference, df.response)
     np.testing.assert_array_equal(grader.predict(*texts), graded["grade"].to_numpy())
     np.testing.assert_array_equal(grader.concepts(*texts), graded[[f"{k}_level" for k in KEYS]].to_numpy())
+
+
+def test_a_grader_with_the_plm_override_is_the_plm_baseline_and_predicts_no_concepts(
+        backbone: str, tmp_path: Path) -> None:
+    df = _answers(30)
+    texts = (df.question, df.reference, df.response)
+    plm = Grader(RUBRIC, backbone=backbone, overrides={"model": {"plm": True, "race": False, "lcec": False}})
+    plm.fit(*texts, df[RUBRIC.keys], df.grade)
+    assert isinstance(plm.model_, reccbm.PLM) and plm.history_["stage2"] is None
+    assert plm.predict_proba(*texts).shape == (30, 4)
+    with pytest.raises(ReccbmError, match="predicts no concepts"):
+        plm.concepts(*texts)
+    loaded = Grader.load(plm.save(tmp_path / "plm"))
+    assert isinstance(loaded.model_, reccbm.PLM)
+    np.testing.assert_array_equal(loaded.predict(*texts), plm.predict(*texts))
