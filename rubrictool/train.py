@@ -243,10 +243,8 @@ def _log_to(path: Path) -> Iterator[None]:
 
 
 def concept_texts(rubric: Rubric) -> list[str]:
-    """One text per concept for rubric-initialised queries: name, definition and the level anchors
-    (:meth:`reccbm.Concept.text`, the rule reccbm.Grader uses too)."""
-    return [reccbm.Concept(c.key, c.definition, tuple(lv.anchor for lv in c.levels), c.name).text()
-            for c in rubric.concepts]
+    """One text per concept for rubric-initialised queries: name, definition and the level anchors."""
+    return [f"{c.name}. {c.definition} " + " ".join(f"{lv.anchor}." for lv in c.levels) for c in rubric.concepts]
 
 
 def recipe_from(cfgs: dict[str, dict[str, Any]], mcfg: ModelConfig) -> reccbm.Recipe:

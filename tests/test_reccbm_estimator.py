@@ -170,3 +170,12 @@ def test_a_grader_with_the_plm_override_is_the_plm_baseline_and_predicts_no_conc
     loaded = Grader.load(plm.save(tmp_path / "plm"))
     assert isinstance(loaded.model_, reccbm.PLM)
     np.testing.assert_array_equal(loaded.predict(*texts), plm.predict(*texts))
+
+
+def test_a_graders_concept_texts_are_the_ones_rubrictool_initialises_the_queries_with() -> None:
+    from rubrictool.rubric import load_rubric
+    from rubrictool.train import concept_texts
+
+    rb = load_rubric("mohler")
+    concepts = [Concept(c.key, c.definition, tuple(lv.anchor for lv in c.levels), c.name) for c in rb.concepts]
+    assert [c.text() for c in concepts] == concept_texts(rb)
