@@ -163,8 +163,9 @@ class Grader:
         y = check_labels(y_raw, glo, ghi, ["grade"], rows) - glo  # (N,) 0..S
         sizes = (len(self.rubric.concepts), hi - lo + 1, ghi - glo + 1)
         r = recipe(self.recipe, *sizes, self.overrides)
-        r = replace(r, model=replace(r.model, backbone=r.model.backbone or self.backbone)).seeded(self.seed)
-        tokenizer = load_tokenizer(r.model.backbone or default_backbone())
+        backbone = r.model.backbone or self.backbone or default_backbone()  # the tokenizer's and the encoder's
+        r = replace(r, model=replace(r.model, backbone=backbone)).seeded(self.seed)
+        tokenizer = load_tokenizer(backbone)
         items = EncodedItems(encode_inputs(tokenizer, q, resp, ref, r.model.max_len), c, y)
         train, dev = self._split(y)
         fitted = fit(items.subset(train), items.subset(dev), r, tokenizer,

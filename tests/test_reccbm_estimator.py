@@ -53,6 +53,7 @@ def test_the_training_guides_grader_script_trains_predicts_saves_and_loads(
     with contextlib.redirect_stdout(out):
         exec(compile(script, "docs/training.md", "exec"), ns)  # noqa: S102 - the documented script itself
     grader, new = ns["grader"], ns["new"]
+    assert grader.recipe_.model.backbone == backbone and grader.model_.encoder.hidden_size == 32  # the tiny one
     texts = (new.question, new.reference, new.response)
     grades, levels = grader.predict(*texts), grader.concepts(*texts)
     assert grades.shape == (10,) and set(grades) <= {0, 1, 2, 3}
