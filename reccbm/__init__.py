@@ -3,8 +3,9 @@
 RACE (rubric-aware concept encoder) -> OPCC (ordinal pairwise concept calibration) -> LCEC
 (latent concept error correction) -> grade head. :func:`fit` runs the recipe: Stage I, then Stage II
 (the paper's Algorithm 1), with an optional joint stage and a cross-fitted Stage II in between
-(:class:`Recipe` says which). Independent of rubrictool: it takes token ids and 0-based labels, and
-writes checkpoints.
+(:class:`Recipe` says which; :func:`recipe` builds the named ones, "default" and "paper"). :func:`fit` takes
+token ids and 0-based labels; :class:`Grader` is the estimator on raw text (fit, predict, save, load) that owns its
+tokenizer and recipe. :class:`PLM` is the black-box baseline. Independent of rubrictool.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from reccbm.checkpoint import load_checkpoint, read_meta, save_checkpoint
 from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig, variant_flags, variant_name
 from reccbm.data import EncodedItems, encode_inputs, load_tokenizer
 from reccbm.errors import ReccbmError
+from reccbm.estimator import Concept, Grader, Rubric
 from reccbm.explain import (
     INTERVENTIONS,
     DecisionTrace,
@@ -41,7 +43,17 @@ from reccbm.metrics import (
     per_concept_metrics,
     task_metrics,
 )
-from reccbm.model import LatentCorrection, RecCBM, RecCBMOutput, TextEncoder, default_backbone
+from reccbm.model import (
+    PLM,
+    LatentCorrection,
+    Model,
+    RecCBM,
+    RecCBMOutput,
+    TextEncoder,
+    build_model,
+    default_backbone,
+)
+from reccbm.recipes import PRESETS, recipe
 from reccbm.train import (
     Event,
     Predictions,
@@ -61,23 +73,30 @@ from reccbm.train import (
 
 __all__ = [
     "INTERVENTIONS",
+    "PLM",
+    "PRESETS",
+    "Concept",
     "DecisionTrace",
     "EncodedItems",
     "Event",
     "Fitted",
+    "Grader",
     "JointConfig",
     "LatentCorrection",
+    "Model",
     "ModelConfig",
     "Predictions",
     "RecCBM",
     "RecCBMOutput",
     "ReccbmError",
     "Recipe",
+    "Rubric",
     "StageIConfig",
     "StageIIConfig",
     "StageResult",
     "TextEncoder",
     "attention_diagnostics",
+    "build_model",
     "cache_concepts",
     "concept_metrics",
     "concept_order",
@@ -102,6 +121,7 @@ __all__ = [
     "predict",
     "quantize_encoder",
     "read_meta",
+    "recipe",
     "reliability",
     "save_checkpoint",
     "set_seed",

@@ -17,7 +17,7 @@ from reccbm.atomic import atomic_write
 from reccbm.config import ModelConfig, config_from_dict
 from reccbm.data import load_tokenizer
 from reccbm.errors import ReccbmError
-from reccbm.model import RecCBM, TextEncoder
+from reccbm.model import Model, TextEncoder, build_model
 
 __all__ = ["FORMAT", "load_checkpoint", "read_meta", "save_checkpoint"]
 
@@ -25,7 +25,7 @@ FORMAT = "reccbm-checkpoint/1"
 
 
 def save_checkpoint(
-    model: RecCBM, tokenizer: Any, run_dir: str | Path, stage: str, step: int, meta: dict[str, Any] | None = None
+    model: Model, tokenizer: Any, run_dir: str | Path, stage: str, step: int, meta: dict[str, Any] | None = None
 ) -> Path:
     """Write the weights, the model config, stage/step and caller metadata (concept keys, levels,
     grade scale, ...) into run_dir; returns the path of model.safetensors."""
@@ -57,10 +57,12 @@ def read_meta(run_dir: str | Path) -> dict[str, Any]:
     return doc
 
 
-def load_checkpoint(run_dir: str | Path, device: Any = "cpu") -> tuple[RecCBM, Any, dict[str, Any]]:
+def load_checkpoint(run_dir: str | Path, device: Any = "cpu") -> tuple[Model, Any, dict[str, Any]]:
     """(model in eval mode on ``device``, tokenizer, model.json contents) from a run directory. ``device``: "cpu" (the
     default: where :mod:`reccbm.explain` reads the model), "auto" (CUDA when present), "cuda" or a torch.device
-    (:func:`reccbm.device.resolve_device`); :func:`reccbm.predict` also takes a device per call."""
+    (:func:`reccbm.device.resolve_device`); :func:`reccbm.predict` also takes a device per call. The model is a
+    :class:`reccbm.RecCBM`, or a :class:`reccbm.PLM` when model.json's model_config has ``plm`` (the baseline's weights:
+    encoder + plm_head)."""
     from safetensors.torch import load_model
     from transformers import AutoConfig
 
@@ -74,7 +76,7 @@ def load_checkpoint(run_dir: str | Path, device: Any = "cpu") -> tuple[RecCBM, A
     if not weights.is_file():
         raise ReccbmError(f"{run_dir} has no model.safetensors")
     hf_config = AutoConfig.from_pretrained(str(run / "backbone"), local_files_only=True)
-    model = RecCBM(cfg, TextEncoder.from_config(hf_config))
+    model = build_model(cfg, TextEncoder.from_config(hf_config))
     missing, unexpected = load_model(model, str(weights), strict=False)
     missing = [k for k in missing if not k.endswith("lcec.mu0")]  # older checkpoints: prior mean 0
     if missing or unexpected:

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from reccbm.errors import ReccbmError
 
-__all__ = ["EncodedItems", "collate", "encode_inputs", "load_tokenizer"]
+__all__ = ["EncodedItems", "check_labels", "collate", "encode_inputs", "load_tokenizer"]
 
 
 def load_tokenizer(name_or_path: str) -> Any:
@@ -90,6 +90,29 @@ def encode_inputs(
         enc = tokenizer(firsts, resp, **call)
     names = [n for n in ("input_ids", "token_type_ids") if n in enc and n in tokenizer.model_input_names]
     return [{n: list(enc[n][i]) for n in names} for i in range(len(firsts))]
+
+
+def check_labels(values: Any, lo: int, hi: int, names: Sequence[str], rows: Sequence[Any] | None = None,
+                 where: str = "") -> NDArray[np.int64]:
+    """``values`` (N,) or (N, K) as int64, after checking every label is a whole number in ``lo``..``hi``; the first
+    that is not raises a ReccbmError naming its row (``rows[i]``, else its position), its field (``names``: one per
+    column) and the allowed range. ``where`` starts the message (e.g. "train")."""
+    arr = np.asarray(values, dtype=object)
+    flat = arr.reshape(len(arr), -1)  # (N, K)
+    if flat.shape[1] != len(names):
+        raise ReccbmError(f"{where + ': ' if where else ''}{flat.shape[1]} label column(s) for {len(names)} field(s)")
+    num = np.full(flat.shape, np.nan)  # (N, K) the labels as floats, NaN where one is not a number
+    for idx, v in np.ndenumerate(flat):
+        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
+            num[idx] = float(v)
+    bad = ~(np.isfinite(num) & (num == np.round(num)) & (num >= lo) & (num <= hi))  # (N, K)
+    if bad.any():
+        i, k = (int(x) for x in np.argwhere(bad)[0])
+        label = rows[i] if rows is not None else i
+        raise ReccbmError(f"{where + ' ' if where else ''}row {label}: {names[k]} is {flat[i, k]!r}, "
+                          f"outside the allowed {lo}..{hi}")
+    out: NDArray[np.int64] = num.astype(np.int64).reshape(np.shape(arr))
+    return out
 
 
 @dataclass

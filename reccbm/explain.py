@@ -27,7 +27,8 @@ import torch
 from numpy.typing import NDArray
 
 from reccbm.data import EncodedItems, collate
-from reccbm.model import RecCBM, masked_mean
+from reccbm.errors import ReccbmError
+from reccbm.model import Model, RecCBM, masked_mean
 from reccbm.train import Predictions
 
 __all__ = [
@@ -60,8 +61,15 @@ class DecisionTrace:
     bias: NDArray[Any]  # (N,) b_ŷ
 
 
+def _bottleneck(model: Model, what: str) -> RecCBM:
+    """``model`` as the concept-bottleneck model it must be for ``what``; the PLM baseline has none (ReccbmError)."""
+    if not isinstance(model, RecCBM):
+        raise ReccbmError(f"the PLM baseline has no concept bottleneck: {what} needs one")
+    return model
+
+
 @torch.no_grad()
-def contributions_toward(model: RecCBM, preds: Predictions, grades: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any]]:
+def contributions_toward(model: Model, preds: Predictions, grades: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any]]:
     """Each concept's contribution to the logit of grade g_i (any grade, 0..S, one per item) and the bias b_g:
     ``(N, K), (N,)``. With g = ŷ this is the decision trace; with g = the gold (or runner-up) grade it shows
     what argued for that grade instead. Σ_k contribution_k + b_g = logit of g (Eq. 22), so the difference of
@@ -69,13 +77,13 @@ def contributions_toward(model: RecCBM, preds: Predictions, grades: NDArray[Any]
     if preds.p_hat is None or preds.mu_post is None:
         raise ValueError("the PLM baseline has no concept bottleneck to explain")
     g = torch.as_tensor(np.asarray(grades)).long()  # (N,)
-    contrib, bias = model.contributions(
+    contrib, bias = _bottleneck(model, "contributions").contributions(
         torch.as_tensor(preds.p_hat).float(), torch.as_tensor(preds.mu_post).float(), g
     )  # (N, K), (N,)
     return contrib.numpy(), bias.numpy()
 
 
-def decision_trace(model: RecCBM, preds: Predictions) -> DecisionTrace:
+def decision_trace(model: Model, preds: Predictions) -> DecisionTrace:
     """The trace of each prediction of a concept-bottleneck model."""
     if preds.p_hat is None or preds.c_hat is None or preds.mu_post is None:
         raise ValueError("the PLM baseline has no concept bottleneck to explain")
@@ -93,20 +101,21 @@ def decision_trace(model: RecCBM, preds: Predictions) -> DecisionTrace:
 
 
 @torch.no_grad()
-def grades_from_levels(model: RecCBM, p_hat: NDArray[Any], levels: NDArray[Any], replace: NDArray[Any]) -> NDArray[Any]:
+def grades_from_levels(model: Model, p_hat: NDArray[Any], levels: NDArray[Any], replace: NDArray[Any]) -> NDArray[Any]:
     """Grade probabilities (N, S+1) after an intervention: where replace (N, K) is True, concept k's p̂_k
     becomes the one-hot of levels[i, k] (0..M); the frozen grade path (LCEC, head) runs on the result."""
     p = torch.as_tensor(p_hat).float().clone()  # (N, K, M+1)
     onehot = torch.nn.functional.one_hot(torch.as_tensor(levels).long(), p.shape[-1]).float()  # (N, K, M+1)
     mask = torch.as_tensor(replace).bool().unsqueeze(-1)  # (N, K, 1)
     p = torch.where(mask, onehot, p)
+    model = _bottleneck(model, "an intervention")
     model.eval()
     out: NDArray[Any] = model.grade_from_concepts(p, mask[..., 0]).grade_logits.float().softmax(-1).numpy()
     return out
 
 
 @torch.no_grad()
-def override(model: RecCBM, preds: Predictions, levels: NDArray[Any], replace: NDArray[Any]) -> Predictions:
+def override(model: Model, preds: Predictions, levels: NDArray[Any], replace: NDArray[Any]) -> Predictions:
     """The predictions after an educator's override: concept k of item i judged at levels[i, k] (0..M)
     wherever replace[i, k]; ĉ, μ_post and the grade follow through the frozen LCEC and head."""
     if preds.p_hat is None:
@@ -115,6 +124,7 @@ def override(model: RecCBM, preds: Predictions, levels: NDArray[Any], replace: N
     onehot = torch.nn.functional.one_hot(torch.as_tensor(levels).long(), p.shape[-1]).float()  # (N, K, M+1)
     observed = torch.as_tensor(replace).bool()  # (N, K)
     p = torch.where(observed.unsqueeze(-1), onehot, p)
+    model = _bottleneck(model, "an override")
     model.eval()
     out = model.grade_from_concepts(p, observed)
     assert out.c_hat is not None and out.mu_post is not None
@@ -124,10 +134,10 @@ def override(model: RecCBM, preds: Predictions, levels: NDArray[Any], replace: N
 
 
 @torch.no_grad()
-def attention_diagnostics(model: RecCBM, items: EncodedItems, pad_id: int, batch_size: int = 64) -> dict[str, Any]:
+def attention_diagnostics(model: Model, items: EncodedItems, pad_id: int, batch_size: int = 64) -> dict[str, Any]:
     """How far RACE is from mean pooling: per concept, the mean attention entropy over an item's tokens
     divided by log T (1 = uniform), and the mean cosine between h_k (Eq. 10) and the masked mean of H."""
-    if model.config.plm or model.bottleneck.Q is None:
+    if not isinstance(model, RecCBM) or model.bottleneck.Q is None:
         raise ValueError("attention diagnostics need a model with RACE")
     model.eval()
     K = model.config.num_concepts
@@ -152,9 +162,9 @@ def attention_diagnostics(model: RecCBM, items: EncodedItems, pad_id: int, batch
     return {"entropy_ratio": (ent / n).tolist(), "cosine_to_mean": (cos / n).tolist()}
 
 
-def reliability(model: RecCBM) -> dict[str, NDArray[Any]]:
+def reliability(model: Model) -> dict[str, NDArray[Any]]:
     """Learned measurement-noise variances σ_k², shrinkage A_kk and prior precision Ω (LCEC only)."""
-    if model.lcec is None:
+    if not isinstance(model, RecCBM) or model.lcec is None:
         raise ValueError("this model has no LCEC layer")
     lc = model.lcec
     return {
@@ -186,7 +196,7 @@ def concept_order(p_hat: NDArray[Any], most: str = "uncertain") -> NDArray[Any]:
 
 @torch.no_grad()
 def intervention_levels(
-    model: RecCBM, p_hat: NDArray[Any], gold: NDArray[Any], grades: NDArray[Any], strategy: str,
+    model: Model, p_hat: NDArray[Any], gold: NDArray[Any], grades: NDArray[Any], strategy: str,
     rng: np.random.Generator | None = None,
 ) -> NDArray[Any]:
     """The level (0..M) each (item, concept) is set to by an intervention (N, K).

@@ -28,11 +28,11 @@ import numpy as np
 import torch
 
 from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig
-from reccbm.data import EncodedItems
+from reccbm.data import EncodedItems, check_labels
 from reccbm.device import resolve_device
 from reccbm.errors import ReccbmError
 from reccbm.metrics import concept_metrics, task_metrics
-from reccbm.model import RecCBM, TextEncoder, default_backbone
+from reccbm.model import PLM, Model, RecCBM, TextEncoder, default_backbone
 from reccbm.train import (
     Callback,
     StageResult,
@@ -70,7 +70,7 @@ class Recipe:
 class Fitted:
     """What :func:`fit` returns: the model and what each stage did."""
 
-    model: RecCBM
+    model: Model  # RecCBM, or PLM for the baseline
     stage1: StageResult  # Stage I, or the PLM's fine-tuning
     joint: StageResult | None  # None: no joint stage
     # the last Stage II: the head returned, or, when a joint stage ran after it and nothing refitted the head, the
@@ -111,9 +111,10 @@ def deal_parts(grades: Any, k: int, seed: int, salt: int) -> list[list[int]]:
     return [sorted(p) for p in parts]
 
 
-def _new_model(cfg: ModelConfig, seed: int) -> RecCBM:
+def _new_encoder(cfg: ModelConfig, seed: int) -> TextEncoder:
+    """The pretrained encoder of a new model, everything seeded first (the heads are initialised after it)."""
     set_seed(seed)
-    return RecCBM(cfg, TextEncoder.from_pretrained(cfg.backbone or default_backbone()))
+    return TextEncoder.from_pretrained(cfg.backbone or default_backbone())
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ def _concept_model(train: EncodedItems, dev: EncodedItems, r: Recipe, tokenizer:
     """A fresh model through Stage I, a Stage II head (when ``head`` or the joint stage starts from one) and the joint
     stage: (model, Stage I, Stage II, joint). ``states``: a frozen encoder's token states for train and dev."""
     pad = tokenizer.pad_token_id
-    model = _new_model(r.model, r.stage1.seed)
+    model = RecCBM(r.model, _new_encoder(r.model, r.stage1.seed))
     if r.model.race and r.model.query_init == "rubric":
         if texts is None:
             raise ReccbmError("query_init 'rubric' needs the rubric's concept texts")
@@ -197,7 +198,7 @@ def _cross_fitted_outputs(train: EncodedItems, dev: EncodedItems, r: Recipe, tok
     return p_oof, parts, steps
 
 
-def dev_metrics(model: RecCBM, dev: EncodedItems, pad: int, batch_size: int = 64,
+def dev_metrics(model: Model, dev: EncodedItems, pad: int, batch_size: int = 64,
                 device: torch.device | None = None) -> dict[str, float]:
     """Grade metrics (and concept metrics, with a bottleneck) of ``model`` on ``dev`` (computed on ``device``)."""
     p = predict(model, dev, pad, batch_size, device=device)
@@ -225,16 +226,17 @@ def fit(
     ``model.query_init == "rubric"``. Progress goes to ``callback`` as :class:`reccbm.Event`; seed everything with
     :meth:`Recipe.seeded`. ``recipe.stage1.encoder`` "auto" is decided here for len(train) + len(dev) answers."""
     t0 = time.perf_counter()
+    _check_labels(train, dev, recipe.model)
     pad = tokenizer.pad_token_id
     recipe = replace(recipe, stage1=recipe.stage1.resolved(len(train) + len(dev)))
     encoder = recipe.stage1.encoder
     device = _device(recipe)
     states = _frozen_states(train, dev, recipe, pad) if encoder == "frozen" and recipe.stage1.cache_states else None
     states_seconds = time.perf_counter() - t0 if states else 0.0
-    if recipe.model.plm:
-        model = _new_model(recipe.model, recipe.stage1.seed)
-        r1 = train_plm(model, train, dev, recipe.stage1, pad, callback, states=states.pair if states else None)
-        return Fitted(model, r1, None, None, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size, device), r1.steps,
+    if recipe.model.plm:  # the baseline: one fine-tuning stage
+        plm = PLM(recipe.model, _new_encoder(recipe.model, recipe.stage1.seed))
+        r1 = train_plm(plm, train, dev, recipe.stage1, pad, callback, states=states.pair if states else None)
+        return Fitted(plm, r1, None, None, dev_metrics(plm, dev, pad, recipe.stage1.eval_batch_size, device), r1.steps,
                       time.perf_counter() - t0, encoder=encoder, states_seconds=states_seconds)
     p_oof, parts, cf_steps = None, None, 0
     if recipe.stage2.crossfit >= 2:  # first the k models that give every training answer an unseen-answer output
@@ -264,6 +266,20 @@ def fit(
         steps += rl.steps + r2.steps
     return Fitted(model, r1, rj, r2, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size, device), steps,
                   time.perf_counter() - t0, parts, cf_steps, rl, head_init, encoder, states_seconds)
+
+
+def _check_labels(train: EncodedItems, dev: EncodedItems, cfg: ModelConfig) -> None:
+    """Refuse a grade outside 0..S or (with a bottleneck) a concept level outside 0..M before any stage runs, naming
+    the split, row and field, instead of failing inside a loss."""
+    for name, items in (("train", train), ("dev", dev)):
+        if items.grades is not None:
+            check_labels(items.grades, 0, cfg.num_grades - 1, ["grade"], where=name)
+        if items.concepts is not None and not cfg.plm:
+            if items.concepts.shape[1] != cfg.num_concepts:
+                raise ReccbmError(f"{name}: {items.concepts.shape[1]} concept columns for a model of "
+                                  f"{cfg.num_concepts} concepts")
+            check_labels(items.concepts, 0, cfg.M, [f"concept {k}" for k in range(items.concepts.shape[1])],
+                         where=name)
 
 
 def _frozen_states(train: EncodedItems, dev: EncodedItems, r: Recipe, pad: int) -> _States:

@@ -1,4 +1,4 @@
-"""REC-CBM, in the paper's order: encoder E -> RACE -> OPCC -> LCEC -> grade head.
+"""REC-CBM, in the paper's order: encoder E -> RACE -> OPCC -> LCEC -> grade head; last, the PLM baseline.
 
 Equation numbers are those of rec-cbm-paper.tex as compiled (Eq. 1-6 are the preliminaries):
 7 H = E(x); 8 query bank Q; 9 α_{k,t}; 10 h_k; 11 p̂_k; 12 L_con; 13 ĉ_k; 14 P_k; 15 L_rank^(k);
@@ -25,11 +25,14 @@ if TYPE_CHECKING:
     from reccbm.onnx_encoder import OnnxEncoder
 
 __all__ = [
+    "PLM",
     "ConceptBottleneck",
     "LatentCorrection",
+    "Model",
     "RecCBM",
     "RecCBMOutput",
     "TextEncoder",
+    "build_model",
     "default_backbone",
     "expected_scores",
     "masked_mean",
@@ -39,6 +42,7 @@ __all__ = [
     "random_conditioning",
     "random_interventions",
     "rubric_queries",
+    "token_states",
 ]
 
 
@@ -230,6 +234,15 @@ def opcc_loss(c_hat: Tensor, c: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------------------- the whole model
+def token_states(encoder: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+    """H = E(x) (B, T, d) (Eq. 7); a batch that carries ``states`` (a frozen encoder's, computed once) is not
+    re-encoded."""
+    if "states" in batch:
+        return batch["states"]  # (B, T, d)
+    H: Tensor = encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # (B, T, d)
+    return H
+
+
 @dataclass
 class RecCBMOutput:
     """Everything a forward pass produces; concept fields are None for the PLM baseline."""
@@ -244,7 +257,7 @@ class RecCBMOutput:
 
 
 class RecCBM(nn.Module):
-    """E -> bottleneck {p̂_k} -> (LCEC) -> grade head W (and U); or E -> pooled -> grade head for `plm`.
+    """E -> bottleneck {p̂_k} -> (LCEC) -> grade head W (and U).
 
     Grade head (ModelConfig.head): "scalar" is Eq. 22, ŷ = W μ_post + b. "level" adds one weight per level:
     ŷ_y = b_y + Σ_k (W_{y,k} μ_post,k + Σ_m U_{y,k,m} p̂_{k,m}); concept k's contribution is its bracket.
@@ -252,12 +265,11 @@ class RecCBM(nn.Module):
 
     def __init__(self, config: ModelConfig, encoder: TextEncoder) -> None:
         super().__init__()
+        if config.plm:
+            raise ReccbmError("a config with plm=True is the PLM baseline: build it with reccbm.PLM (or build_model)")
         self.config = config
         self.encoder: TextEncoder | OnnxEncoder = encoder  # OnnxEncoder: inference only
         K, d = config.num_concepts, encoder.hidden_size
-        if config.plm:
-            self.plm_head = nn.Linear(d, config.num_grades)  # pooled H -> grade logits
-            return
         if config.num_levels < 2:
             raise ReccbmError("a concept needs at least two levels (M >= 1)")
         self.bottleneck = ConceptBottleneck(K, config.num_levels, d, config.tau, config.race)
@@ -268,14 +280,11 @@ class RecCBM(nn.Module):
 
     # Parameter groups of Algorithm 1.
     def stage1_parameters(self) -> list[nn.Parameter]:
-        """(E, Q, {V_k}) — or (E, head) for the PLM baseline."""
-        head = self.plm_head if self.config.plm else self.bottleneck
-        return list(self.encoder.parameters()) + list(head.parameters())
+        """(E, Q, {V_k})."""
+        return list(self.encoder.parameters()) + list(self.bottleneck.parameters())
 
     def stage2_parameters(self) -> list[nn.Parameter]:
-        """(L, η, W); only W without LCEC; none for the PLM baseline."""
-        if self.config.plm:
-            return []
+        """(L, η, W); only W without LCEC."""
         head = list(self.W.parameters()) + ([self.U] if self.U is not None else [])
         return head + (list(self.lcec.parameters()) if self.lcec is not None else [])
 
@@ -284,11 +293,8 @@ class RecCBM(nn.Module):
         return self.stage1_parameters() + self.stage2_parameters()
 
     def token_states(self, batch: dict[str, Tensor]) -> Tensor:
-        """H = E(x) (B, T, d); a batch that carries ``states`` (a frozen encoder's, computed once) is not re-encoded."""
-        if "states" in batch:
-            return batch["states"]  # (B, T, d)
-        H: Tensor = self.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # (B, T, d)
-        return H
+        """H = E(x) (B, T, d), see :func:`token_states`."""
+        return token_states(self.encoder, batch)
 
     def concepts(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
         """Stage I forward: concept logits (B, K, M+1) and RACE attention."""
@@ -327,9 +333,6 @@ class RecCBM(nn.Module):
         return contrib, bias
 
     def forward(self, batch: dict[str, Tensor]) -> RecCBMOutput:
-        if self.config.plm:
-            H = self.token_states(batch)  # (B, T, d)
-            return RecCBMOutput(self.plm_head(masked_mean(H, batch["attention_mask"])))  # (B, S+1)
         logits, alpha = self.concepts(batch)
         out = self.grade_from_concepts(logits.float().softmax(-1))  # p̂_k (Eq. 11)
         out.concept_logits, out.alpha = logits, alpha
@@ -343,3 +346,45 @@ class RecCBM(nn.Module):
             return zero, zero
         den = ((out.mu_post - c.to(out.mu_post.dtype) / self.config.M) ** 2).mean(1).mean()
         return den, self.lcec.sparsity()
+
+
+# ---------------------------------------------------------------------------- the PLM baseline
+class PLM(nn.Module):
+    """The black-box baseline (ModelConfig.plm): E -> masked-mean pooled H -> linear grade head, no concepts.
+
+    It trains in one stage (:func:`reccbm.train_plm`); its outputs carry grade logits only."""
+
+    def __init__(self, config: ModelConfig, encoder: TextEncoder) -> None:
+        super().__init__()
+        if not config.plm:
+            raise ReccbmError("reccbm.PLM is the baseline of a config with plm=True; REC-CBM is reccbm.RecCBM")
+        self.config = config
+        self.encoder: TextEncoder | OnnxEncoder = encoder  # OnnxEncoder: inference only
+        self.plm_head = nn.Linear(encoder.hidden_size, config.num_grades)  # (S+1, d): pooled H -> grade logits
+
+    def stage1_parameters(self) -> list[nn.Parameter]:
+        """(E, head): everything, trained in the one stage."""
+        return list(self.encoder.parameters()) + list(self.plm_head.parameters())
+
+    def stage2_parameters(self) -> list[nn.Parameter]:
+        """None: the baseline has no Stage II."""
+        return []
+
+    def joint_parameters(self) -> list[nn.Parameter]:
+        return self.stage1_parameters()
+
+    def token_states(self, batch: dict[str, Tensor]) -> Tensor:
+        """H = E(x) (B, T, d), see :func:`token_states`."""
+        return token_states(self.encoder, batch)
+
+    def forward(self, batch: dict[str, Tensor]) -> RecCBMOutput:
+        H = self.token_states(batch)  # (B, T, d)
+        return RecCBMOutput(self.plm_head(masked_mean(H, batch["attention_mask"])))  # (B, S+1)
+
+
+Model = RecCBM | PLM  # either network a config describes: REC-CBM (and its ablations) or the PLM baseline
+
+
+def build_model(config: ModelConfig, encoder: TextEncoder) -> Model:
+    """The network ``config`` describes: :class:`PLM` when ``config.plm``, else :class:`RecCBM`."""
+    return PLM(config, encoder) if config.plm else RecCBM(config, encoder)

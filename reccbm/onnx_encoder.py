@@ -43,7 +43,7 @@ from reccbm.errors import ReccbmError
 from reccbm.model import TextEncoder
 
 if TYPE_CHECKING:
-    from reccbm.model import RecCBM
+    from reccbm.model import Model
 
 __all__ = [
     "FLOAT_NAME",
@@ -428,12 +428,12 @@ def load_onnx_encoder(
 
 
 def use_onnx_encoder(
-    model: RecCBM,
+    model: Model,
     run_dir: str | Path,
     int8: bool = False,
     cache_dirs: Sequence[str | Path] | None = None,
     threads: int | None = None,
-) -> RecCBM:
+) -> Model:
     """Replace ``model.encoder`` by its ONNX Runtime version (in place; inference only). See
     :func:`load_onnx_encoder` for the cache."""
     if not isinstance(model.encoder, TextEncoder):

@@ -27,7 +27,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -41,6 +41,8 @@ from reccbm.device import autocast, on_device
 from reccbm.errors import ReccbmError
 from reccbm.metrics import concept_metrics, task_metrics
 from reccbm.model import (
+    PLM,
+    Model,
     RecCBM,
     TextEncoder,
     concept_loss,
@@ -87,6 +89,7 @@ class Event:
 
 
 Callback = Callable[[Event], None]
+_M = TypeVar("_M", RecCBM, PLM)  # the network a training loop runs: REC-CBM or the PLM baseline
 
 
 @dataclass
@@ -215,11 +218,11 @@ def encoder_states(encoder: nn.Module, items: EncodedItems, pad_id: int, batch_s
     return out
 
 
-def _optimizer(model: RecCBM, cfg: StageIConfig, stage: str = "stage1", joint: JointConfig | None = None) -> torch.optim.Optimizer:
+def _optimizer(model: Model, cfg: StageIConfig, stage: str = "stage1", joint: JointConfig | None = None) -> torch.optim.Optimizer:
     """AdamW over (E, Q, {V_k}) — or (E, head) — with decay on matrices only, Q at lr × multiplier.
 
     stage="joint": the same groups at joint.lr, plus (L, η, W, U) at joint.head_lr without decay."""
-    q = model.bottleneck.Q if not model.config.plm else None
+    q = model.bottleneck.Q if isinstance(model, RecCBM) else None
     lr = joint.lr if (stage == "joint" and joint is not None) else cfg.lr
     if stage != "joint" and cfg.encoder == "frozen" and cfg.frozen_lr > 0:
         lr = cfg.frozen_lr  # only heads train
@@ -251,7 +254,7 @@ def _warmup_linear(opt: torch.optim.Optimizer, total: int, warmup_ratio: float) 
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def _freeze(model: RecCBM, stage: str, frozen_encoder: bool = False) -> None:
+def _freeze(model: Model, stage: str, frozen_encoder: bool = False) -> None:
     """requires_grad only on the parameters the stage trains (Algorithm 1: freeze after Stage I); with
     ``frozen_encoder`` never on the encoder's (StageIConfig.encoder = "frozen")."""
     params = {"stage1": model.stage1_parameters, "stage2": model.stage2_parameters, "joint": model.joint_parameters}
@@ -259,7 +262,7 @@ def _freeze(model: RecCBM, stage: str, frozen_encoder: bool = False) -> None:
     _train_only(model, [p for p in params[stage]() if id(p) not in encoder])
 
 
-def _train_only(model: RecCBM, params: list[nn.Parameter]) -> None:
+def _train_only(model: Model, params: list[nn.Parameter]) -> None:
     """requires_grad on ``params`` and on nothing else of ``model``."""
     train = set(map(id, params))
     for p in model.parameters():
@@ -307,13 +310,13 @@ def _batches(loader: Any, steps: int) -> Iterator[Any]:
 
 
 def _fit_encoder(
-    model: RecCBM,
+    model: _M,
     train: EncodedItems,
     dev: EncodedItems,
     cfg: StageIConfig,
     pad_id: int,
     stage: str,
-    loss_fn: Callable[[RecCBM, dict[str, Tensor]], Tensor],
+    loss_fn: Callable[[_M, dict[str, Tensor]], Tensor],
     dev_metrics: Callable[[Predictions, EncodedItems], dict[str, float]],
     select: Callable[[dict[str, float]], tuple[float, ...]],
     callback: Callback | None,
@@ -388,7 +391,7 @@ def _fit_encoder(
                          total / (i + 1), step_time / steps)
             if callback:
                 callback(Event(stage, "step", epoch, i + 1, steps_per_epoch, epochs, float(loss.detach())))
-        unwrapped: RecCBM = acc.unwrap_model(pmodel)
+        unwrapped: Model = acc.unwrap_model(pmodel)
         metrics = dev_metrics(predict(unwrapped, dev, pad_id, cfg.eval_batch_size, states=dev_states), dev)
         history.append({"epoch": epoch, "train_loss": total / max(1, steps_per_epoch)} | metrics)
         log.info("%s epoch %d: train loss %.4f, dev %s", stage, epoch, history[-1]["train_loss"], _fmt(metrics))
@@ -529,7 +532,7 @@ def init_rubric_queries(model: RecCBM, tokenizer: Any, texts: list[str], max_len
 
 
 def train_plm(
-    model: RecCBM,
+    model: PLM,
     train: EncodedItems,
     dev: EncodedItems,
     cfg: StageIConfig,
@@ -539,13 +542,13 @@ def train_plm(
 ) -> StageResult:
     """PLM baseline: fine-tune E and a linear head on the grade CE; keep the best dev T-F1 epoch. With a frozen encoder
     (cfg.encoder) the head alone, on the pooled states; ``states`` as in :func:`train_concepts`."""
-    if not model.config.plm:
-        raise ReccbmError("train_plm needs a model built with plm=True")
+    if not isinstance(model, PLM):
+        raise ReccbmError("train_plm needs the PLM baseline (reccbm.PLM, a config with plm=True)")
     for name, items in (("train", train), ("dev", dev)):
         if items.grades is None or len(items) == 0:
             raise ReccbmError(f"the PLM baseline needs a non-empty {name} split with grades")
 
-    def loss(m: RecCBM, batch: dict[str, Tensor]) -> Tensor:
+    def loss(m: PLM, batch: dict[str, Tensor]) -> Tensor:
         return F.cross_entropy(m(batch).grade_logits.float(), batch["grades"])
 
     def metrics(p: Predictions, items: EncodedItems) -> dict[str, float]:
@@ -559,7 +562,7 @@ def train_plm(
 # ---------------------------------------------------------------------------- prediction
 @torch.inference_mode()
 def predict(
-    model: RecCBM,
+    model: Model,
     items: EncodedItems,
     pad_id: int,
     batch_size: int = 64,
@@ -608,7 +611,7 @@ def _nll(probs: NDArray[Any], labels: NDArray[Any]) -> float:
     return float(-np.log(np.clip(p, 1e-12, 1.0)).mean())
 
 
-def quantize_encoder(model: RecCBM) -> RecCBM:
+def quantize_encoder(model: Model) -> Model:
     """CPU inference: int8 dynamic quantisation of the encoder's Linear layers (in place; ~1.5x faster
     on AVX2 CPUs, probabilities change slightly). Never use it before training."""
     import warnings
@@ -625,7 +628,7 @@ def quantize_encoder(model: RecCBM) -> RecCBM:
     return model
 
 
-def cache_concepts(model: RecCBM, items: EncodedItems, pad_id: int, batch_size: int = 64,
+def cache_concepts(model: Model, items: EncodedItems, pad_id: int, batch_size: int = 64,
                    states: States | None = None, device: str | torch.device | None = None,
                    precision: str = "no") -> Tensor:
     """Frozen Stage I outputs p̂ (N, K, M+1), computed once for Stage II (float32, CPU); ``states``, ``device`` and

@@ -333,16 +333,16 @@ def concept_alpha(agreement: dict[str, Any] | None, key: str) -> tuple[float, fl
         return nan, nan, nan
 
 
-def lcec_state(model: reccbm.RecCBM) -> dict[str, Any] | None:
+def lcec_state(model: reccbm.Model) -> dict[str, Any] | None:
     """Whether the learned LCEC does anything (:func:`rubrictool.evaluate.lcec_activity`); None without LCEC."""
-    if model.lcec is None:
+    if not isinstance(model, reccbm.RecCBM) or model.lcec is None:
         return None
     rel = reccbm.reliability(model)
     return lcec_activity(np.diag(rel["A"]), reccbm.partial_correlations(rel["Omega"]))
 
 
 def reliability_table(
-    model: reccbm.RecCBM, rubric: Rubric, per_concept: dict[str, list[float]] | None, agreement: dict[str, Any] | None,
+    model: reccbm.Model, rubric: Rubric, per_concept: dict[str, list[float]] | None, agreement: dict[str, Any] | None,
     train_levels: NDArray[Any] | None = None,
 ) -> tuple[pd.DataFrame, float | None]:
     """Per concept: α (inter-rater), learned σ_k², shrinkage A_kk, test C-Acc/C-F1, the test reliability of the
@@ -350,7 +350,7 @@ def reliability_table(
     (:func:`reccbm.concept_score_reliability`); with ``train_levels`` (N, K levels 0..M) also v_k = var(c_k/M)
     over the training labels and the identified noise σ_k²(implied) = v_k (1 − A_kk) / A_kk (under a diagonal
     prior precision A_kk = v_k / (v_k + σ_k²); σ_k² itself is identified only together with Ω). And ρ(σ², 1 − α)."""
-    rel = reccbm.reliability(model) if model.lcec is not None else None
+    rel = reccbm.reliability(model) if isinstance(model, reccbm.RecCBM) and model.lcec is not None else None
     nan = float("nan")
     v = (np.asarray(train_levels, float) / rubric.M).var(0) if train_levels is not None and len(train_levels) > 1 \
         else np.full(rubric.K, nan)  # (K,)

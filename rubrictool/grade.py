@@ -35,7 +35,7 @@ log = logging.getLogger("rubrictool.grade")
 
 
 def predictions_frame(
-    model: reccbm.RecCBM, rb_or_meta: Rubric | dict[str, Any], preds: Predictions, ids: list[str]
+    model: reccbm.Model, rb_or_meta: Rubric | dict[str, Any], preds: Predictions, ids: list[str]
 ) -> pd.DataFrame:
     """One row per item: grade, its probability and, with a bottleneck, per concept the level, each level's
     probability (``<key>_p<level>``), the expected score, μ_post and contribution (the layout of ``graded.csv`` and a run's ``test_predictions.csv``)."""
@@ -101,7 +101,7 @@ def onnx_cache_dirs(run_dir: str | Path) -> list[Path]:
 
 def load_grader(
     run_dir: str | Path, int8: bool = False, engine: str = "torch"
-) -> tuple[reccbm.RecCBM, Any, dict[str, Any]]:
+) -> tuple[reccbm.Model, Any, dict[str, Any]]:
     """(model, tokenizer, model.json) of a run, ready for :func:`grade_loaded`.
 
     engine="onnx" runs the encoder in ONNX Runtime (the concept bottleneck, LCEC and grade head stay
@@ -151,7 +151,7 @@ def model_inputs(
 
 
 def grade_loaded(
-    grader: tuple[reccbm.RecCBM, Any, dict[str, Any]],
+    grader: tuple[reccbm.Model, Any, dict[str, Any]],
     items: pd.DataFrame,
     batch_size: int = 64,
     progress: ProgressFn | None = None,
@@ -237,7 +237,7 @@ def grader_predictions(
     keys, smin = list(meta["concept_keys"]), int(meta["scale"][0])
     L = int(model.config.num_levels)
     probs = np.stack([graded[[f"{k}_p{smin + j}" for j in range(L)]].to_numpy(float) for k in keys], axis=1)  # (N, K, L)
-    sigma2 = reccbm.reliability(model)["sigma2"] if model.lcec is not None else None
+    sigma2 = reccbm.reliability(model)["sigma2"] if isinstance(model, reccbm.RecCBM) and model.lcec is not None else None
     unc = uncertainty_score(probs, sigma2)  # (N,)
     ent = level_entropy(probs)  # (N, K)
     levels = probs.argmax(axis=2) + smin  # (N, K)
@@ -279,7 +279,7 @@ def parse_overrides(spec: str | None, keys: list[str], scale: tuple[int, int]) -
     return out
 
 
-def _override(model: reccbm.RecCBM, meta: dict[str, Any], preds: Predictions, spec: str | dict[str, int]) -> Predictions:
+def _override(model: reccbm.Model, meta: dict[str, Any], preds: Predictions, spec: str | dict[str, int]) -> Predictions:
     keys, (lo, hi) = list(meta["concept_keys"]), meta["scale"]
     if model.config.plm:
         raise DataError("--set needs concepts: this is a PLM run")
@@ -330,7 +330,7 @@ def check_output_path(data: str | Path, out: str | Path) -> None:
 
 
 def _grade_nonempty(
-    grader: tuple[reccbm.RecCBM, Any, dict[str, Any]], df: pd.DataFrame, empty: npt.NDArray[np.bool_],
+    grader: tuple[reccbm.Model, Any, dict[str, Any]], df: pd.DataFrame, empty: npt.NDArray[np.bool_],
     batch_size: int, progress: ProgressFn | None, overrides: str | dict[str, int] | None,
     profile: Profile | None, flags: bool, device: str | None = None, precision: str = "no",
 ) -> pd.DataFrame:

@@ -204,14 +204,16 @@ def fit_points(rubric: Rubric, levels_0_based: NDArray[Any], grades: NDArray[Any
     return fp
 
 
-def points_from_head(model: reccbm.RecCBM, rubric: Rubric, source: str = "a trained grade head",
+def points_from_head(model: reccbm.Model, rubric: Rubric, source: str = "a trained grade head",
                      max_profiles: int = 20000, seed: int = 0, decimals: int = 2) -> FittedPoints:
     """A trained grade head (scalar or level head: W, U, and LCEC if any) read as points: the head's expected
     grade for each concept profile (one-hot levels, every profile, or ``max_profiles`` drawn with ``seed`` when
     there are more), fitted by an additive table rising with the level. R² says how additive the head is."""
     import torch
 
-    if model.config.plm:
+    import reccbm
+
+    if not isinstance(model, reccbm.RecCBM):
         raise RubricError("a PLM run has no concept bottleneck: its grade head cannot be read as points per level")
     K, L = rubric.K, rubric.M + 1
     if model.config.num_concepts != K or model.config.num_levels != L:

@@ -306,7 +306,7 @@ class Run:
     data_dir: str | Path | None = None  # benchmark data directory (None: $RUBRICTOOL_DATA, else ./data)
 
     @cached_property
-    def _loaded(self) -> tuple[reccbm.RecCBM, Any]:
+    def _loaded(self) -> tuple[reccbm.Model, Any]:
         import reccbm
         from reccbm import ReccbmError
 
@@ -317,7 +317,7 @@ class Run:
         return model, tokenizer
 
     @property
-    def model(self) -> reccbm.RecCBM:
+    def model(self) -> reccbm.Model:
         return self._loaded[0]
 
     @property
@@ -346,11 +346,15 @@ class Run:
 
     @property
     def has_lcec(self) -> bool:
-        return not self.plm and self.model.lcec is not None
+        from reccbm import RecCBM
+
+        return isinstance(self.model, RecCBM) and self.model.lcec is not None
 
     @property
     def has_race(self) -> bool:
-        return not self.plm and self.model.bottleneck.Q is not None
+        from reccbm import RecCBM
+
+        return isinstance(self.model, RecCBM) and self.model.bottleneck.Q is not None
 
     @property
     def labels(self) -> dict[str, Any]:

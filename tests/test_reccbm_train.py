@@ -23,7 +23,7 @@ from reccbm import (
     train_grader,
     train_plm,
 )
-from tests.support.tiny_models import FAST1, FAST2, encoded, tiny_model, toy_table
+from tests.support.tiny_models import FAST1, FAST2, encoded, tiny_model, tiny_plm, toy_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -76,7 +76,7 @@ def test_every_race_opcc_lcec_combination_trains(backbone: str, race: bool, opcc
 
 
 def test_plm_baseline_trains_without_a_bottleneck(backbone: str) -> None:
-    model, tok = tiny_model(backbone, plm=True)
+    model, tok = tiny_plm(backbone)
     train, dev = encoded(tok, toy_table(16, seed=1)), encoded(tok, toy_table(8, seed=2))
     r = train_plm(model, train, dev, StageIConfig(lr=1e-3, epochs=1, device="cpu"), tok.pad_token_id)
     assert r.steps == 2 and model.stage2_parameters() == []

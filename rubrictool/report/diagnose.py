@@ -496,7 +496,7 @@ def partial_from_run(run: str | Path) -> NDArray[Any] | None:
     from rubrictool.evaluate import lcec_activity
 
     model, _, _ = reccbm.load_checkpoint(run)
-    if model.config.plm or model.lcec is None:
+    if not isinstance(model, reccbm.RecCBM) or model.lcec is None:
         return None
     rel = reccbm.reliability(model)
     partial = reccbm.partial_correlations(rel["Omega"])

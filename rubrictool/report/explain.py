@@ -127,8 +127,6 @@ def override_arrays(run: Run, n: int, overrides: dict[str, int]) -> tuple[np.nda
 
 def _trace(run: Run, att: AttendedItems, preds_after: reccbm.Predictions | None, items: pd.DataFrame,
            overrides: dict[str, int]) -> list[ItemTrace]:
-    import torch
-
     preds = att.preds
     assert preds.p_hat is not None and preds.c_hat is not None and preds.mu_post is not None
     assert preds.grade_logits is not None
@@ -139,11 +137,7 @@ def _trace(run: Run, att: AttendedItems, preds_after: reccbm.Predictions | None,
     out: list[ItemTrace] = []
     after_contrib = after_bias = None
     if preds_after is not None:
-        assert preds_after.p_hat is not None and preds_after.mu_post is not None
-        with torch.no_grad():
-            c, b = run.model.contributions(torch.as_tensor(preds_after.p_hat), torch.as_tensor(preds_after.mu_post),
-                                           torch.as_tensor(preds_after.grades))
-        after_contrib, after_bias = c.numpy(), b.numpy()
+        after_contrib, after_bias = reccbm.contributions_toward(run.model, preds_after, preds_after.grades)
     for i, row in items.reset_index(drop=True).iterrows():
         i = int(i)  # type: ignore[call-overload]
         probs = preds.grade_probs[i]

@@ -125,7 +125,7 @@ def predict_with_attention(run: Run, items: pd.DataFrame, batch_size: int = 16) 
             n = n if start >= 0 else n - 1
         tokens.append([text[a:b] for a, b in offs[:n]])
         spans.append([(int(a), int(b)) for a, b in offs[:n]])
-        if not run.has_race or start < 0:
+        if not run.has_race or start < 0 or not isinstance(model, reccbm.RecCBM):
             alphas.append(None)
             continue
         with torch.no_grad():

@@ -19,6 +19,7 @@ import yaml
 import reccbm
 from reccbm import JointConfig, ModelConfig, StageIConfig, StageIIConfig
 from reccbm.config import config_from_dict, variant_flags, variant_name
+from reccbm.recipes import PRESETS
 from rubrictool.errors import TrainError
 from rubrictool.rubric import Rubric, load_rubric
 
@@ -49,18 +50,7 @@ __all__ = [
 # budget is one `--epochs 50` away (patience 3 still applies).
 CPU_DEFAULTS: dict[str, dict[str, Any]] = {"model": {"max_len": 128}, "stage1": {"epochs": 6}, "stage2": {"epochs": 30}}
 
-# Training recipes on top of the paper's dataclass defaults. "paper" is the paper's configuration (Eq. 12
-# L_con summed, scalar head W μ_post, orthogonal queries, prior mean 0, Stage II on training outputs, no
-# joint stage). "default" is what the 5-fold measurements chose (docs/results.md, docs/design.md).
-PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    "paper": {"stage1": {"epochs": 6}},
-    "default": {
-        "model": {"head": "level", "query_init": "rubric", "center": True, "tau": 0.25, "condition": True},
-        "stage1": {"epochs": 3, "concept_loss": "mean", "query_lr_multiplier": 10.0},
-        "joint": {"epochs": 4, "lr": 5e-5, "intervention_p": 0.25, "select": "last"},
-        "stage2": {"intervention_p": 0.25, "lcec_fit": "dev"},
-    },
-}
+# The training recipes ("paper", "default") are reccbm's: reccbm.recipes.PRESETS, on top of CPU_DEFAULTS here.
 # A variant name's suffix for the encoder choice (stage1.encoder): "reccbm-frozen" trains REC-CBM with the pretrained
 # encoder frozen, "plm-auto" lets stage1.frozen_below decide (learning-curve and ablate variants)
 ENCODERS = ("frozen", "auto")

@@ -125,7 +125,7 @@ def _one_seed(
     tokenizer: Any,
     callback: Callable[[reccbm.Event], None] | None,
     texts: list[str] | None = None,
-) -> tuple[reccbm.RecCBM, dict[str, Any], Predictions]:
+) -> tuple[reccbm.Model, dict[str, Any], Predictions]:
     """One seed: the recipe (:func:`reccbm.fit`), then the test split."""
     fitted = reccbm.fit(sets["train"], sets["dev"], recipe.seeded(seed), tokenizer, concept_texts=texts, callback=callback)
     model, mcfg = fitted.model, recipe.model
@@ -347,13 +347,13 @@ def _encode_splits(spec: RunSpec, tokenizer: Any) -> tuple[dict[str, reccbm.Enco
     return sets, len(cut)
 
 
-Trained = tuple[reccbm.RecCBM, dict[str, Any], Predictions]  # a seed's model, its record in metrics.json, test predictions
+Trained = tuple[reccbm.Model, dict[str, Any], Predictions]  # a seed's model, its record in metrics.json, test predictions
 
 
 def _train_seeds(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], tokenizer: Any,
                  callback: Callable[[reccbm.Event], None] | None) -> tuple[list[dict[str, Any]], Trained]:
     """Every seed's record (test metrics with calibration), and the seed with the best dev T-F1."""
-    best: tuple[float, reccbm.RecCBM, dict[str, Any], Predictions] | None = None
+    best: tuple[float, reccbm.Model, dict[str, Any], Predictions] | None = None
     infos = []
     for seed in spec.seeds:
         model, info, preds = _one_seed(seed, spec.training.recipe, sets, tokenizer, callback, concept_texts(spec.rubric))
@@ -367,7 +367,7 @@ def _train_seeds(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], tokenizer:
     return infos, best[1:]
 
 
-def _run_metrics(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], infos: list[dict[str, Any]], model: reccbm.RecCBM,
+def _run_metrics(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], infos: list[dict[str, Any]], model: reccbm.Model,
                  info: dict[str, Any], preds: Predictions,
                  notes: list[str]) -> tuple[dict[str, Any], pd.DataFrame, float | None]:
     """metrics.json of the run (the kept seed ``info``), its reliability table and ρ(σ², 1 − α)."""
@@ -395,7 +395,7 @@ def _run_metrics(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], infos: lis
     return metrics, rel, rho
 
 
-def _write_run(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], tokenizer: Any, model: reccbm.RecCBM,
+def _write_run(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], tokenizer: Any, model: reccbm.Model,
                info: dict[str, Any], preds: Predictions, metrics: dict[str, Any], rel: pd.DataFrame, rho: float | None,
                notes: list[str]) -> None:
     """The run's files in ``spec.stage``: metrics, the reliability table, test predictions, the model, the profile."""

@@ -13,6 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 from reccbm import (
+    PLM,
     EncodedItems,
     ModelConfig,
     RecCBM,
@@ -123,6 +124,13 @@ def encoded(tokenizer: Any, table: dict[str, Any], max_len: int = 32) -> Encoded
 def tiny_model(backbone: str, K: int = 3, **flags: Any) -> tuple[RecCBM, Any]:
     cfg = ModelConfig(num_concepts=K, num_levels=3, num_grades=4, backbone=backbone, max_len=32, **flags)
     return RecCBM(cfg, TextEncoder.from_pretrained(backbone)), load_tokenizer(backbone)
+
+
+def tiny_plm(backbone: str, K: int = 3) -> tuple[PLM, Any]:
+    """The PLM baseline on ``backbone`` with tiny_model's sizes."""
+    cfg = ModelConfig(num_concepts=K, num_levels=3, num_grades=4, backbone=backbone, max_len=32, plm=True,
+                      race=False, lcec=False)
+    return PLM(cfg, TextEncoder.from_pretrained(backbone)), load_tokenizer(backbone)
 
 
 KEYS = ["FC", "CC", "TU", "CP", "R", "DU", "EE", "FR"]

@@ -1,0 +1,182 @@
+"""reccbm.Grader, the estimator on raw text: the script in docs/training.md runs, labels are checked at fit, the
+recipes live in reccbm, and the PLM baseline is its own class that checkpoints round-trip."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import reccbm
+from reccbm import Concept, Grader, ReccbmError, Rubric
+from tests.conftest import ROOT
+from tests.support.tiny_models import encoded, tiny_plm, toy_table
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+RUBRIC = Rubric((Concept("EV", "Evidence.", ("none", "some", "strong")), Concept("MC", "Mechanism.")),
+                levels=(0, 2), grades=(0, 3))
+
+
+def _answers(n: int = 50, seed: int = 3) -> pd.DataFrame:
+    """Toy answers on RUBRIC's scales (levels 0..2 carried by the words of the response, grades 0..3)."""
+    t = toy_table(n, K=2, seed=seed)
+    df = pd.DataFrame({"question": t["q"], "reference": t["a"], "response": t["r"], "grade": t["y"]})
+    df[["EV", "MC"]] = t["c"]
+    return df
+
+
+def _doc_script() -> str:
+    text = (ROOT / "docs" / "training.md").read_text()
+    section = text.split("## reccbm on its own: `reccbm.Grader`", 1)[1]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    assert blocks, "no python block under the reccbm.Grader heading of docs/training.md"
+    return blocks[0]
+
+
+def test_the_training_guides_grader_script_trains_predicts_saves_and_loads(
+        backbone: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = _doc_script()
+    assert len([line for line in script.splitlines() if line.strip()]) <= 12, "the script is meant to stay short"
+    _answers().to_csv(tmp_path / "answers.csv", index=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("reccbm.estimator.default_backbone", lambda: backbone)  # the tiny model, not MiniLM
+    ns: dict[str, Any] = {}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(script, "docs/training.md", "exec"), ns)  # noqa: S102 - the documented script itself
+    grader, new = ns["grader"], ns["new"]
+    assert grader.recipe_.model.backbone == backbone and grader.model_.encoder.hidden_size == 32  # the tiny one
+    texts = (new.question, new.reference, new.response)
+    grades, levels = grader.predict(*texts), grader.concepts(*texts)
+    assert grades.shape == (10,) and set(grades) <= {0, 1, 2, 3}
+    assert levels.shape == (10, 2) and levels.min() >= 0 and levels.max() <= 2
+    loaded = Grader.load(tmp_path / "my-grader")
+    np.testing.assert_allclose(loaded.predict_proba(*texts), grader.predict_proba(*texts), atol=1e-6)
+    assert loaded.rubric == grader.rubric and loaded.recipe == "default"
+    assert grader.recipe_.model.head == "level" and grader.recipe_.joint.epochs > 0  # the recommended recipe
+    assert loaded.recipe_.joint == grader.recipe_.joint and loaded.history_["steps"] == grader.history_["steps"]
+    assert out.getvalue().count("\n") >= 3  # it printed the grades, the levels and the loaded probabilities
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("grade", 4, r"row 7: grade is 4, outside the allowed 0\.\.3"),
+    ("grade", -1, r"row 7: grade is -1, outside the allowed 0\.\.3"),
+    ("grade", 1.5, r"row 7: grade is 1\.5, outside the allowed 0\.\.3"),
+    ("MC", 3, r"row 7: concept 'MC' is 3, outside the allowed 0\.\.2"),
+    ("EV", float("nan"), r"row 7: concept 'EV' is nan, outside the allowed 0\.\.2"),
+    ("EV", "high", r"row 7: concept 'EV' is 'high', outside the allowed 0\.\.2"),
+])
+def test_fit_refuses_a_label_outside_its_scale_naming_row_field_and_range(field: str, value: Any, message: str) -> None:
+    df = _answers(12).astype(object)
+    df.loc[7, field] = value
+    with pytest.raises(ReccbmError, match=message):  # before any model or tokenizer is loaded
+        Grader(RUBRIC, backbone="/no/such/backbone").fit(df.question, df.reference, df.response, df[RUBRIC.keys],
+                                                         df.grade)
+
+
+def test_fit_names_a_dataframe_row_by_its_index_and_a_missing_concept_column() -> None:
+    df = _answers(12).set_index(pd.Index([f"a{i}" for i in range(12)]))
+    df.loc["a5", "grade"] = 9
+    with pytest.raises(ReccbmError, match=r"row a5: grade is 9"):
+        Grader(RUBRIC).fit(df.question, df.reference, df.response, df, df.grade)
+    with pytest.raises(ReccbmError, match=r"no column for concept\(s\) \['MC'\]"):
+        Grader(RUBRIC).fit(df.question, df.reference, df.response, df[["EV"]], df.grade)
+    with pytest.raises(ReccbmError, match=r"expected \(N=12, K=2\)"):
+        Grader(RUBRIC).fit(df.question, df.reference, df.response, np.zeros((12, 3)), df.grade)
+
+
+def test_reccbm_fit_refuses_an_out_of_range_label_before_any_stage(backbone: str) -> None:
+    tok = reccbm.load_tokenizer(backbone)
+    train, dev = encoded(tok, toy_table(12, seed=1)), encoded(tok, toy_table(6, seed=2))
+    r = reccbm.recipe("paper", 3, 3, 4)
+    assert dev.grades is not None and train.concepts is not None
+    dev.grades[4] = 4
+    with pytest.raises(ReccbmError, match=r"dev row 4: grade is 4, outside the allowed 0\.\.3"):
+        reccbm.fit(train, dev, r, tok)
+    dev.grades[4] = 0
+    train.concepts[2, 1] = 3
+    with pytest.raises(ReccbmError, match=r"train row 2: concept 1 is 3, outside the allowed 0\.\.2"):
+        reccbm.fit(train, dev, r, tok)
+
+
+def test_the_recipes_are_reccbms_and_rubrictool_reads_the_same_presets() -> None:
+    from rubrictool.train import PRESETS as rubrictool_presets
+    from rubrictool.train import preset_config
+
+    assert rubrictool_presets is reccbm.PRESETS
+    default, paper = reccbm.recipe("default", 3, 3, 4), reccbm.recipe("paper", 3, 3, 4)
+    assert Grader(RUBRIC).recipe == "default"
+    for section, values in reccbm.PRESETS["default"].items():
+        for name, value in values.items():
+            assert getattr(getattr(default, section), name) == value == preset_config("default")[section][name]
+    assert paper.model.head == "scalar" and paper.joint.epochs == 0 and paper.stage2.lcec_fit == "train"
+    assert reccbm.recipe("paper", 3, 3, 4, {"stage1": {"epochs": 9}}).stage1.epochs == 9
+    with pytest.raises(ReccbmError, match="unknown recipe 'fast'"):
+        reccbm.recipe("fast", 3, 3, 4)
+    with pytest.raises(ReccbmError, match=r"unknown stage1 field\(s\) \['epoch'\]"):
+        reccbm.recipe("paper", 3, 3, 4, {"stage1": {"epoch": 9}})
+
+
+def test_the_plm_baseline_is_its_own_class_and_its_checkpoint_loads_as_one(backbone: str, tmp_path: Path) -> None:
+    plm, tok = tiny_plm(backbone)
+    assert not hasattr(plm, "bottleneck") and plm.stage2_parameters() == []
+    with pytest.raises(ReccbmError, match="reccbm.PLM"):
+        reccbm.RecCBM(plm.config, reccbm.TextEncoder.from_pretrained(backbone))
+    items = encoded(tok, toy_table(8, seed=4))
+    before = reccbm.predict(plm, items, tok.pad_token_id)
+    # the checkpoint a PLM run has always written: model_config with plm, weights encoder.* and plm_head.*
+    reccbm.save_checkpoint(plm, tok, tmp_path / "run", stage="plm", step=3)
+    loaded, tok2, meta = reccbm.load_checkpoint(tmp_path / "run")
+    assert isinstance(loaded, reccbm.PLM) and meta["model_config"]["plm"] is True
+    after = reccbm.predict(loaded, items, tok2.pad_token_id)
+    assert before.p_hat is None and after.p_hat is None
+    np.testing.assert_allclose(after.grade_probs, before.grade_probs, atol=1e-6)
+    with pytest.raises(ValueError, match="no concept bottleneck"):
+        reccbm.decision_trace(loaded, after)
+    assert torch.equal(loaded.plm_head.weight, plm.plm_head.weight)
+
+
+def test_a_rubrictool_run_loads_as_a_grader_that_predicts_what_rubrictool_grade_does(tmp_path: Path) -> None:
+    from rubrictool.grade import grade_items
+    from tests.support.tiny_models import KEYS, mohler_like_table, tiny_bert_run
+
+    run = tiny_bert_run(tmp_path, "--preset", "paper")  # the shorter recipe: the load path is what is tested
+    grader = Grader.load(run)
+    assert grader.rubric.keys == KEYS and grader.rubric.levels == (1, 3) and grader.rubric.grades == (0, 5)
+    df = mohler_like_table(12, seed=5)
+    graded = grade_items(run, df)
+    texts = (df.question, df.reference, df.response)
+    np.testing.assert_array_equal(grader.predict(*texts), graded["grade"].to_numpy())
+    np.testing.assert_array_equal(grader.concepts(*texts), graded[[f"{k}_level" for k in KEYS]].to_numpy())
+
+
+def test_a_grader_with_the_plm_override_is_the_plm_baseline_and_predicts_no_concepts(
+        backbone: str, tmp_path: Path) -> None:
+    df = _answers(30)
+    texts = (df.question, df.reference, df.response)
+    plm = Grader(RUBRIC, backbone=backbone, overrides={"model": {"plm": True, "race": False, "lcec": False}})
+    plm.fit(*texts, df[RUBRIC.keys], df.grade)
+    assert isinstance(plm.model_, reccbm.PLM) and plm.history_["stage2"] is None
+    assert plm.predict_proba(*texts).shape == (30, 4)
+    with pytest.raises(ReccbmError, match="predicts no concepts"):
+        plm.concepts(*texts)
+    loaded = Grader.load(plm.save(tmp_path / "plm"))
+    assert isinstance(loaded.model_, reccbm.PLM)
+    np.testing.assert_array_equal(loaded.predict(*texts), plm.predict(*texts))
+
+
+def test_a_graders_concept_texts_are_the_ones_rubrictool_initialises_the_queries_with() -> None:
+    from rubrictool.rubric import load_rubric
+    from rubrictool.train import concept_texts
+
+    rb = load_rubric("mohler")
+    concepts = [Concept(c.key, c.definition, tuple(lv.anchor for lv in c.levels), c.name) for c in rb.concepts]
+    assert [c.text() for c in concepts] == concept_texts(rb)
