@@ -327,7 +327,7 @@ def write_audit(res: AuditResult, out_dir: str | Path, title: str | None = None)
     """audit.csv / .md / .json, audit.png and audit_items.csv in ``out_dir`` (each written atomically)."""
     out = writable_dir(out_dir)
     title = title or str(res.run)
-    paths = {"csv": write_table(res.summary, out / "audit.csv"), "items": write_table(res.items, out / "audit_items.csv")}
+    paths = {"csv": write_table(res.summary, out / "audit.csv"), "items": write_table(res.items, out / "audit_items.csv", for_people=True)}
     md, js = out / "audit.md", out / "audit.json"
     for path, text in ((md, _markdown(res, title)), (js, json.dumps({
         "run": str(res.run), "seed": res.seed, "n": res.n, "keys": res.keys, "honest_flagged": res.honest_flagged,

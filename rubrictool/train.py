@@ -57,6 +57,7 @@ from rubrictool.grade import predictions_frame as _predictions_frame
 from rubrictool.io import atomic_write_text, write_table
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.provenance import git_revision
+from rubrictool.resume import check_folds
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.runs import (
     RECORD,
@@ -716,6 +717,9 @@ def _read_agreement(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+_RESOLVE_ARGS = ("variant", "race", "opcc", "lcec", "overrides", "preset", "seeds")
+
+
 def _fold_done(fold_dir: Path) -> bool:
     """A fold to read back: a complete run (its files match run.json); a fold written before run records counts when
     its metrics, test predictions and model.json are all there."""
@@ -747,6 +751,8 @@ def train_folds(
         agreement = _read_agreement(Path(agreement))
     run = Path(run_dir)
     splits = kfold_splits(prepare_table(table, rb, need_concepts=False), k=folds, seed=fold_seed, by=by)
+    rs = resolve_training(rb, **{k: v for k, v in kwargs.items() if k in _RESOLVE_ARGS})
+    check_folds(run, splits, table, lambda n: rs.for_answers(n).config, _fold_done)  # another config or table: refused
     current = run
     try:  # before any training: a folder that cannot be written is one line, not minutes of training lost
         run.mkdir(parents=True, exist_ok=True)

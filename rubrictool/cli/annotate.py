@@ -129,6 +129,7 @@ def annotate_cmd(
         load_inputs,
         run_annotation,
     )
+    from rubrictool.annotate.outputs import check_annotate_output
     from rubrictool.rubric.load import resolve_rubric_path
 
     fmt = hidden_alias(reply_format, old_format, "--reply-format", "--format", "line")
@@ -150,6 +151,7 @@ def annotate_cmd(
                           f"{f' and {len(drafts) - 1} more' if len(drafts) > 1 else ''}), unless --allow-draft",
                           soft_wrap=True, highlight=False)
         return
+    check_annotate_output(out, [data, rubric, template, examples, None if no_cache else cache])
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                TimeElapsedColumn())
     # the bar starts with the first report: worker processes are forked before that, from a process

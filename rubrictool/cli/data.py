@@ -222,7 +222,11 @@ def data_import(
     Example: rubrictool data import science.xlsx --out items.csv --columns response=answer,grade=correct
     """
     from rubrictool.data.importer import read_course_file, write_course_items
+    from rubrictool.outputs import check_output, has_columns, writable_parent
 
+    if not dry_run:  # before reading: an output that would replace the answers, or that cannot be written
+        check_output(out, [file], "file", own=has_columns("id", "response"), what="an item table")
+        writable_parent(out)
     imported = read_course_file(file, columns, sheet)
     for line in _import_lines(imported.report):
         console.print(shown(line), soft_wrap=True, highlight=False)

@@ -19,6 +19,7 @@ from rubrictool.cli._common import (
     DataDirOpt,
     OutOpt,
     ProgressView,
+    VerifyOpt,
     console,
     err_console,
     hidden_alias,
@@ -246,6 +247,7 @@ def grade_cmd(
         "--engine", help="Encoder runtime: torch, or onnx (ONNX Runtime; exported once, cached in RUN/onnx).",
     )] = "torch",
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts for every response, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1).")] = None,
+    verify: VerifyOpt = False,
 ) -> None:
     """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
 
@@ -255,7 +257,10 @@ def grade_cmd(
     Example: rubrictool grade --run runs/mohler-reccbm --data new_answers.csv --out graded.csv
     """
     from rubrictool.grade import grade_file
+    from rubrictool.runs import verify_runs_fully
 
+    if verify:
+        verify_runs_fully()
     run_dir = hidden_alias(run, old_model, "--run", "--model")
     if run_dir is None:
         raise typer.BadParameter("give the run directory written by `rubrictool train`", param_hint="--run")
