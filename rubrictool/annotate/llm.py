@@ -44,6 +44,26 @@ def _price(model: str, prompt_tokens: int, completion_tokens: int) -> float | No
     return None if r is None else r[0] * prompt_tokens + r[1] * completion_tokens
 
 
+def _context_tokens(model: str) -> int | None:
+    """The most prompt tokens ``model`` accepts, from litellm's model map (``max_input_tokens``); None: unknown (a
+    local or custom model)."""
+    litellm = _litellm()
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:  # noqa: BLE001 - litellm raises several types for a model it does not know
+        return None
+    n = info.get("max_input_tokens") if isinstance(info, dict) else getattr(info, "max_input_tokens", None)
+    return int(n) if isinstance(n, (int, float)) and n > 0 else None
+
+
+def too_long_message(model: str, too_long: Sequence[tuple[str, int]], total: int, context: int) -> str:
+    """One line: how many prompts exceed ``model``'s context (``too_long``: (item id, tokens), longest first)."""
+    first, n = too_long[0]
+    return (f"{len(too_long)} of {total} prompts are longer than {model}'s context of {context:,} tokens (the longest: "
+            f"item {first}, {n:,} tokens): the provider will refuse them, and they will be failure records; shorten "
+            "those answers or use a model with a larger context")
+
+
 def _count_tokens(model: str, messages: Sequence[dict[str, Any]] | None = None, text: str | None = None) -> int:
     litellm = _litellm()
     try:

@@ -44,6 +44,12 @@ def print_dry_run(report: DryRunReport, con: Console) -> None:
             ", ".join(str(n) for n in m.first_prompt_tokens), f"{m.est_completion_tokens:,}", cost,
         )
     con.print(table)
+    from rubrictool.annotate.llm import too_long_message
+
+    for m in report.models:
+        if m.too_long and m.context_tokens:
+            con.print(f"[bold red]warning:[/] {escape(too_long_message(m.model, m.too_long, report.items, m.context_tokens))}",
+                      soft_wrap=True, highlight=False)
     total, unpriced = report.est_cost_usd, report.unpriced
     if total is None:
         cost = f"unknown (no price known for {', '.join(unpriced)})"
