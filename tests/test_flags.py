@@ -58,6 +58,26 @@ def test_copies_reference_and_question() -> None:
     assert flag_frame(items, pd.DataFrame([{"grade": 1}]), [], None).iloc[0] == ""
 
 
+def test_padding_by_repetition_and_by_keywords() -> None:
+    """repeats_text and keyword_list on the gaming probe's two padding transformations and their honest negatives
+    (the rates on every Mohler answer: experiments/padding_flags.py)."""
+    answer = "A prototype tests a part of the program early. It saves time later."
+    assert flags_of(answer) == []
+    assert flags_of(answer + " A prototype tests a part of the program early." * 3) == ["repeats_text"]
+    assert flags_of("it saves time it saves time it saves time") == ["repeats_text"]  # no sentence ends
+    assert flags_of("Stack. Stack. Stack.") == ["repeats_text"]
+    assert flags_of("It is good. It is good.") == ["repeats_text"]  # three words, twice
+    assert flags_of("Yes. I think so. Yes.") == []  # a short sentence twice is speech, not padding
+    # the reference's content words appended as a list (rubrictool.audit's append_keywords)
+    stuffed = answer + " simulate behaviour portions desired software product"
+    assert flags_of(stuffed) == ["keyword_list"]
+    assert flags_of("It can simulate the behaviour of portions of the software before it is built.") == []
+    # a reference of two content words: both side by side, as a list; one of them alone is an answer
+    items = pd.DataFrame({"response": ["Classes are reused. abstraction reusability", "reusability of classes"],
+                          "reference": ["the abstraction and the reusability"] * 2, "question": [""] * 2})
+    assert list(flag_frame(items, pd.DataFrame({"grade": [1, 1]}), [], None)) == ["keyword_list", ""]
+
+
 def test_concepts_disagree_with_grade() -> None:
     # gold: grade = 5 x mean level on 0..1 exactly, so the allowance is its floor of one grade point
     levels = np.array([[1] * 8, [2] * 8, [3] * 8] * 5)
@@ -80,8 +100,8 @@ def test_out_of_distribution() -> None:
     assert flags_of("the prototype shows the customer the software", profile=prof) == []
     assert flags_of("原型程序用于模拟软件产品的部分行为 以便 客户 查看", profile=prof) == ["out_of_distribution"]
     assert flags_of("the prototype xylophone quantum banana", profile=prof) == ["out_of_distribution"]
-    assert flags_of(" ".join(["the prototype"] * 12), profile=prof) == ["out_of_distribution"]  # > 2 x 11 words
-    assert flags_of(" ".join(["the prototype"] * 11), profile=prof) == []  # 22 words: not more than twice 11
+    assert flags_of(" ".join(["the prototype"] * 12), profile=prof) == ["out_of_distribution", "repeats_text"]  # > 2 x 11
+    assert "out_of_distribution" not in flags_of(" ".join(["the prototype"] * 11), profile=prof)  # 22: not > 2 x 11
     assert flags_of("zzz qqq", profile=prof) == []  # two word types: too short to judge
     assert flags_of("the prototype xylophone quantum banana") == []  # no profile: not checked
     # leave-one-out: words only one training response uses count as unseen for it
