@@ -117,11 +117,15 @@ def check_output(
         if not src.exists():  # a bundled rubric's name, a cache not made yet: nothing there to lose
             continue
         hit = next((t for t in targets if _same(t, src)), None)
-        if hit is None and (_same(dst, src) or (replaced_whole and _inside(src, dst))):
-            hit = dst
+        why = None
         if hit is not None:
-            raise OutputError(f"--out {given} would overwrite the input {raw} ({what} {hit} is that file"
-                              f"{' or holds it' if hit == dst and src != dst else ''})",
+            why = "" if hit == dst else f" (it writes {hit.name} there)"
+        elif _same(dst, src):
+            why = ""
+        elif replaced_whole and _inside(src, dst):
+            why = f" ({what} replaces the folder that holds it)"
+        if why is not None:
+            raise OutputError(f"--out {given} would overwrite the input {raw}{why}",
                               hint="pass --out a path that is not one of the command's inputs")
         if src.is_dir():
             recorded = _recorded(src)
