@@ -191,6 +191,24 @@ def test_data_import_out_on_its_own_file_through_a_symlink_is_refused(tmp_path: 
     assert src.read_bytes() == before
 
 
+@pytest.mark.parametrize("cmd", ["data split", "rubric export", "rubric points", "rubric fit-points", "learning-curve"])
+def test_every_other_command_refuses_an_out_on_its_input(course: dict[str, Path], tmp_path: Path, cmd: str) -> None:
+    rubric, table = tmp_path / "course.yaml", tmp_path / "adjudicated.csv"
+    shutil.copy(course["rubric"], rubric)
+    shutil.copy(course["table"], table)
+    args = {"data split": ["data", "split", str(table), "--out", str(table)],
+            "rubric export": ["rubric", "export", str(rubric), "--out", str(rubric)],
+            "rubric points": ["rubric", "points", str(rubric), "--labels", str(table), "--out", str(table)],
+            "rubric fit-points": ["rubric", "fit-points", str(rubric), "--data", str(table), "--out", str(rubric)],
+            "learning-curve": ["learning-curve", "--data", str(table), "--rubric", str(rubric), "--variants", "points",
+                               "--out", str(table)]}[cmd]
+    before = _snapshot(tmp_path)
+    res = runner.invoke(app, args)
+    flat = _one_line(res.output)
+    assert res.exit_code == 1 and ("would overwrite the input" in flat or "is an existing file" in flat), flat
+    assert _snapshot(tmp_path) == before
+
+
 # -- 2. runs that prove they are whole -----------------------------------------------------------------------------
 
 

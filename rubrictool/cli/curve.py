@@ -72,7 +72,10 @@ def learning_curve_cmd(
     Example (the points route, seconds: a points table fitted to the graded answers grades the panel's levels): rubrictool learning-curve --data adjudicated.csv --rubric course.yaml --sizes 10,20,50,100,all --variants points --out curves/points
     """
     from rubrictool.curve import parse_full_from, run_learning_curve
+    from rubrictool.outputs import check_output, writable_parent
 
+    check_output(out, [data, config, agreement], "folder", what="the curve")  # before any cell trains
+    writable_parent(out, folder=True)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[info]}"))
     with ProgressView(console, *columns, transient=True) as view:
