@@ -23,7 +23,7 @@ import pandas as pd
 
 from rubrictool.atomic import atomic_write, atomic_write_text
 from rubrictool.errors import DataError
-from rubrictool.flags import FLAGS, Profile, load_profile, profile_from_table
+from rubrictool.flags import FLAGS, Profile, keywords, load_profile, profile_from_table
 from rubrictool.grade import grade_loaded
 from rubrictool.io import writable_dir, write_table
 from rubrictool.progress import Progress, ProgressFn
@@ -42,23 +42,6 @@ FILLER = (
     "It depends on the situation, but usually this way of looking at it makes things clearer and easier to follow.",
     "There are many advantages and some disadvantages, which are discussed in the textbook.",
 )
-_STOP_TEXT = (
-    "a an the and or but if of to in on at by for with from as is are was were be been being it its this that "
-    "these those there their they them he she we you i not no yes do does did done can could will would should "
-    "may might must so such than then also only into over under about which who whom what when where why how "
-    "all any each both more most other some own same very just"
-)
-_STOP = frozenset(_STOP_TEXT.split(" "))
-
-
-def keywords(text: str, limit: int = 10) -> list[str]:
-    """The content words of ``text`` in order of first use (no stop words, 3+ letters), at most ``limit``."""
-    out: list[str] = []
-    for w in re.findall(r"[A-Za-z][A-Za-z0-9_+#-]*", text):
-        lw = w.lower()
-        if len(lw) >= 3 and lw not in _STOP and lw not in out:
-            out.append(lw)
-    return out[:limit]
 
 
 def _first_sentence(text: str) -> str:
@@ -328,7 +311,7 @@ def write_audit(res: AuditResult, out_dir: str | Path, title: str | None = None)
     """audit.csv / .md / .json, audit.png and audit_items.csv in ``out_dir`` (each written atomically)."""
     out = writable_dir(out_dir)
     title = title or str(res.run)
-    paths = {"csv": write_table(res.summary, out / "audit.csv"), "items": write_table(res.items, out / "audit_items.csv")}
+    paths = {"csv": write_table(res.summary, out / "audit.csv"), "items": write_table(res.items, out / "audit_items.csv", for_people=True)}
     md, js = out / "audit.md", out / "audit.json"
     for path, text in ((md, _markdown(res, title)), (js, json.dumps({
         "run": str(res.run), "seed": res.seed, "n": res.n, "keys": res.keys, "honest_flagged": res.honest_flagged,

@@ -20,6 +20,11 @@ Each flag is defined once here; docs/integrity.md gives the definitions and what
   no model grade (its grade and every model column are empty) instead of grading nothing as an answer.
 - ``truncated``: the model read only part of the input: the response or the question/reference/context
   was cut to the run's ``max_len`` tokens (``reccbm.encode_inputs``'s ``truncated``).
+- ``repeats_text``: padding by repetition: a sentence of ``REPEAT_MIN_WORDS`` words or more occurs twice (any
+  sentence three times), or a run of words follows itself three times in a row ("a stack a stack a stack").
+- ``keyword_list``: padding by keywords: ``KEYWORD_RUN`` or more content words in a row (no stop word between
+  them) that are all words of the reference or the question (as many as the reference has when it has fewer, at
+  least ``KEYWORD_RUN_MIN``; for a reference of two content words, both side by side): a list, not an answer.
 
 The training-side numbers form a :class:`Profile`, saved by ``rubrictool train`` as ``profile.json``.
 """
@@ -45,22 +50,30 @@ __all__ = [
     "COPY_SHARE",
     "EMPTY_FLAG",
     "FLAGS",
+    "KEYWORD_RUN",
+    "KEYWORD_RUN_MIN",
     "OOD_LENGTH_FACTOR",
     "OOD_MIN_WORDS",
     "OOD_QUANTILE",
     "PROFILE_FILE",
+    "REPEAT_MIN_WORDS",
+    "STOP_WORDS",
     "Profile",
     "build_profile",
     "copy_share",
     "flag_frame",
+    "keyword_list",
+    "keyword_run",
+    "keywords",
     "load_profile",
     "profile_from_table",
+    "repeats_text",
     "save_profile",
     "words",
 ]
 
 FLAGS = ("copies_reference", "copies_question", "concepts_disagree_with_grade", "out_of_distribution", "truncated",
-         "empty")
+         "empty", "repeats_text", "keyword_list")
 EMPTY_FLAG = "empty"  # no response to grade (grade.empty_responses)
 COPY_SHARE = 0.8  # share of the reference's (question's) n-grams found in the response
 CONSISTENCY_QUANTILE = 0.95  # of |gold grade - implied grade| over the training split
@@ -68,6 +81,18 @@ OOD_QUANTILE = 0.99  # of the training responses' leave-one-out unseen-word shar
 OOD_MIN_WORDS = 3  # fewer word types: too short to call unseen words unusual
 OOD_LENGTH_FACTOR = 2.0  # times the longest training response, in words
 PROFILE_FILE = "profile.json"
+REPEAT_MIN_WORDS = 3  # a sentence this long that occurs twice is repeated text (a shorter one: three times)
+KEYWORD_RUN = 5  # content words of the reference/question in a row that make a keyword list
+KEYWORD_RUN_MIN = 3  # ... at least this many when the reference and question have fewer content words
+_STOP_TEXT = (
+    "a an the and or but if of to in on at by for with from as is are was were be been being it its this that "
+    "these those there their they them he she we you i not no yes do does did done can could will would should "
+    "may might must so such than then also only into over under about which who whom what when where why how "
+    "all any each both more most other some own same very just"
+)
+STOP_WORDS = frozenset(_STOP_TEXT.split(" "))
+_KEYWORD = re.compile(r"[A-Za-z][A-Za-z0-9_+#-]*")
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -89,6 +114,57 @@ def copy_share(source: str, response: str) -> float:
     n = 3 if len(src) > 3 else (2 if len(src) > 1 else 1)
     grams = _ngrams(src, n)
     return len(grams & _ngrams(rsp, n)) / len(grams)
+
+
+def keywords(text: str, limit: int | None = 10) -> list[str]:
+    """The content words of ``text`` in order of first use (no stop words, 3+ letters), at most ``limit``."""
+    out: list[str] = []
+    for w in _KEYWORD.findall(text):
+        lw = w.lower()
+        if len(lw) >= 3 and lw not in STOP_WORDS and lw not in out:
+            out.append(lw)
+    return out if limit is None else out[:limit]
+
+
+def repeats_text(response: str) -> bool:
+    """Padding by repetition (``repeats_text``): a sentence of REPEAT_MIN_WORDS+ words twice, any sentence three
+    times, or a run of words three times in a row."""
+    sentences = Counter(tuple(words(s)) for s in _SENTENCE_END.split(str(response)) if words(s))
+    if any(c >= 3 or (c >= 2 and len(s) >= REPEAT_MIN_WORDS) for s, c in sentences.items()):
+        return True
+    toks = words(response)[:2000]
+    n = len(toks)
+    for k in range(1, n // 3 + 1):
+        for i in range(n - 3 * k + 1):
+            if toks[i : i + k] == toks[i + k : i + 2 * k] == toks[i + 2 * k : i + 3 * k]:
+                return True
+    return False
+
+
+def keyword_run(response: str, source: str) -> int:
+    """The longest run of consecutive words of ``response`` that are all content words of ``source`` (a stop word,
+    a word of 1-2 letters or any other word ends a run; punctuation between words does not)."""
+    vocab = set(keywords(source, None))
+    best = run = 0
+    for w in _KEYWORD.findall(str(response)):
+        lw = w.lower()
+        run = run + 1 if lw in vocab else 0
+        best = max(best, run)
+    return best
+
+
+def keyword_list(response: str, reference: str, question: str = "") -> bool:
+    """Padding by keywords (``keyword_list``): KEYWORD_RUN content words of the reference or question in a row
+    (as many as the reference has when it has fewer, at least KEYWORD_RUN_MIN); for a reference of two content
+    words, both of them side by side."""
+    ref = keywords(reference, None)
+    need = max(KEYWORD_RUN_MIN, min(KEYWORD_RUN, len(ref)))
+    if keyword_run(response, f"{reference} {question}") >= need:
+        return True
+    if 2 <= len(ref) < KEYWORD_RUN_MIN:
+        toks = [w.lower() for w in _KEYWORD.findall(str(response))]
+        return any(set(toks[i : i + len(ref)]) == set(ref) for i in range(len(toks) - len(ref) + 1))
+    return False
 
 
 @dataclass
@@ -206,5 +282,10 @@ def flag_frame(
                 reasons.append("out_of_distribution")
         if truncated is not None and truncated[i]:
             reasons.append("truncated")
+        if repeats_text(resp):
+            reasons.append("repeats_text")
+        if (col["reference"][i].strip() or col["question"][i].strip()) and keyword_list(
+                resp, col["reference"][i], col["question"][i]):
+            reasons.append("keyword_list")
         out.append(";".join(reasons))
     return pd.Series(out, index=graded.index, name="flags", dtype=object)

@@ -25,10 +25,11 @@ from reccbm.onnx_encoder import OnnxExportError, require_onnx, use_onnx_encoder
 from rubrictool.errors import DataError, TrainError
 from rubrictool.flags import EMPTY_FLAG, Profile, flag_frame, load_profile
 from rubrictool.io import read_table, write_table
+from rubrictool.outputs import check_output, has_columns, writable_parent
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.rubric import Rubric
 
-__all__ = ["ENGINES", "check_output_path", "check_unique_ids", "empty_responses", "grade_file", "grade_items", "grade_loaded", "grader_predictions", "grading_device", "level_entropy", "load_grader",
+__all__ = ["ENGINES", "check_finite", "check_output_path", "check_unique_ids", "empty_responses", "grade_file", "grade_items", "grade_loaded", "grader_predictions", "grading_device", "level_entropy", "load_grader",
            "onnx_cache_dirs", "parse_overrides", "predictions_frame", "uncertainty_score"]
 
 log = logging.getLogger("rubrictool.grade")
@@ -60,6 +61,19 @@ def predictions_frame(
         cols[f"{key}_contribution"] = tr.contributions[:, k]
     cols["grade_bias"] = tr.bias
     return pd.concat([out, pd.DataFrame(cols)], axis=1)
+
+
+def check_finite(preds: Predictions, ids: list[str]) -> None:
+    """Refuse predictions whose probabilities are not numbers (NaN, inf): damaged weights or a diverged training give
+    them, and the argmax of NaN reads as grade 0 or level 0. One line naming how many answers and the first."""
+    bad = ~np.isfinite(preds.grade_probs).all(axis=1)
+    if preds.p_hat is not None:
+        bad |= ~np.isfinite(preds.p_hat.reshape(len(preds.p_hat), -1)).all(axis=1)
+    if bad.any():
+        first = ids[int(np.flatnonzero(bad)[0])] if ids else "?"
+        raise TrainError(f"the model gives probabilities that are not numbers (NaN) for {int(bad.sum())} of {len(bad)} "
+                         f"answers (first: {first}): its weights are damaged, or its training diverged; no grade is given",
+                         hint="check the run with --verify, or train it again")
 
 
 def grade_items(
@@ -196,6 +210,7 @@ def grade_loaded(
                            device=device, precision=precision)
     if overrides:
         preds = _override(model, meta, preds, overrides)
+    check_finite(preds, list(df["id"]))
     out = predictions_frame(model, meta, preds, list(df["id"]))
     if flags:
         truncated = np.zeros(len(df), dtype=bool)
@@ -318,15 +333,11 @@ def check_unique_ids(items: pd.DataFrame, source: str = "the items to grade") ->
                         hint="give every answer its own id")
 
 
-def check_output_path(data: str | Path, out: str | Path) -> None:
-    """Refuse ``--out`` naming the ``--data`` file itself (symlinks resolved): grading would overwrite the input."""
-    src, dst = Path(data), Path(out)
-    same = src.resolve() == dst.resolve()
-    if not same and src.exists() and dst.exists():
-        same = os.path.samefile(src, dst)
-    if same:
-        raise DataError(f"--out {dst} is the --data file itself: grading would overwrite the answers",
-                        hint="pass another --out, e.g. graded.csv")
+def check_output_path(data: str | Path, out: str | Path, run: str | Path | None = None) -> None:
+    """The output rule (rubrictool.outputs): ``--out`` is not the ``--data`` file (symlinks resolved), not a file of
+    the run, and not an existing file other than a graded table; its folder can be written (before any grading)."""
+    check_output(out, [data, run], "file", own=has_columns("grade_prob"), what="a graded table")
+    writable_parent(out)
 
 
 def _grade_nonempty(
@@ -363,7 +374,7 @@ def grade_file(
 ) -> tuple[pd.DataFrame, Path, float]:
     """``rubrictool grade``: read items (CSV/JSONL/Parquet), grade them, write CSV/JSONL; returns the
     table, the written path and the seconds spent grading."""
-    check_output_path(data, out)
+    check_output_path(data, out, run)
     items = read_table(data)
     check_unique_ids(items)
     grader = load_grader(run, int8, engine)
@@ -372,4 +383,10 @@ def grade_file(
     graded = grade_loaded(grader, items, batch_size, progress, overrides, profile,
                           device=grading_device(device, int8, engine))
     seconds = time.perf_counter() - t0
-    return graded, write_table(graded, out), seconds
+    try:
+        written = write_table(graded, out, for_people=True)
+    except OSError as exc:  # a disk that filled while grading: the temporary file is removed, --out is as it was
+        kept = f"{out} is as it was" if Path(out).exists() else "nothing was written"
+        raise DataError(f"cannot write the graded table {out} ({exc.strerror or exc}); {kept}",
+                        hint="free space, then grade again") from None
+    return graded, written, seconds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import warnings
@@ -12,6 +13,7 @@ import pandas as pd
 
 from rubrictool.atomic import atomic_write, atomic_write_text
 from rubrictool.errors import DataError
+from rubrictool.textsafe import neutralise_frame, restore_frame
 
 __all__ = ["FORMATS", "atomic_write_text", "read_table", "reject_nul", "write_table", "write_text"]
 
@@ -48,8 +50,10 @@ def reject_nul(df: pd.DataFrame, source: str | Path) -> pd.DataFrame:
 
 def read_table(path: str | Path) -> pd.DataFrame:
     """Read a CSV, JSONL or Parquet file into a DataFrame (strings kept as strings); a NUL byte in any text
-    cell is refused (:func:`reject_nul`)."""
-    return reject_nul(_read_table(path), path)
+    cell is refused (:func:`reject_nul`); a CSV cell neutralised for spreadsheets (``'=…``, written by
+    ``write_table(for_people=True)``) is read back as it was."""
+    df = reject_nul(_read_table(path), path)
+    return restore_frame(df) if _format(Path(path)) == "csv" else df
 
 
 def _read_table(path: str | Path) -> pd.DataFrame:
@@ -108,14 +112,33 @@ def _jsonable(v: object) -> object:
     return v
 
 
-def write_table(df: pd.DataFrame, path: str | Path) -> Path:
+def _has_cr(df: pd.DataFrame) -> bool:
+    for col in df.columns:
+        if "\r" in str(col):
+            return True
+        values = df[col]
+        if (pd.api.types.is_object_dtype(values) or pd.api.types.is_string_dtype(values)) and values.map(
+                lambda v: isinstance(v, str) and "\r" in v).any():
+            return True
+    return False
+
+
+def write_table(df: pd.DataFrame, path: str | Path, for_people: bool = False) -> Path:
     """Write atomically (temp file + rename) as CSV, JSONL or Parquet, chosen by the file suffix; the file gets
-    the mode a new file would (umask respected, e.g. 0644 under umask 022), not mkstemp's 0600."""
+    the mode a new file would (umask respected, e.g. 0644 under umask 022), not mkstemp's 0600.
+
+    ``for_people``: a CSV that people open in a spreadsheet (graded answers, an imported item table, the adjudication
+    tables): text cells that a spreadsheet would run as a formula are neutralised (rubrictool.textsafe), and
+    :func:`read_table` gives them back verbatim."""
     fmt = _format(Path(path))
+    if for_people and fmt == "csv":
+        df = neutralise_frame(df)
 
     def write(tmp: Path) -> None:
         if fmt == "csv":
-            df.to_csv(tmp, index=False)
+            # a carriage return inside a cell: pandas leaves the cell unquoted (its line ending is "\n"), and every
+            # reader, this one included, would end the row there; quote every text cell then
+            df.to_csv(tmp, index=False, quoting=csv.QUOTE_NONNUMERIC if _has_cr(df) else csv.QUOTE_MINIMAL)
         elif fmt == "jsonl":
             with open(tmp, "w", encoding="utf-8") as fh:
                 fh.writelines(json.dumps({k: _jsonable(v) for k, v in rec.items()}, ensure_ascii=False) + "\n" for rec in df.to_dict(orient="records"))

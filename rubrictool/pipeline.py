@@ -8,6 +8,9 @@ The training stage (:mod:`rubrictool.train`) takes an adjudicated table; the adj
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,10 @@ from rubrictool.adjudicate.outputs import trainable_rows
 from rubrictool.data import group_split_items, load_benchmark, load_concept_passes, load_split, split_items
 from rubrictool.errors import TrainError
 from rubrictool.io import read_table
+from rubrictool.locks import writer_lock
+from rubrictool.outputs import check_output
+from rubrictool.locks import writer_lock
+from rubrictool.outputs import check_output
 from rubrictool.progress import ProgressFn, warn
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import LLM_PASSES_NOTE
@@ -124,6 +131,39 @@ def run_train(
     if jobs > 1 and not folds:
         raise TrainError(f"--jobs {jobs} trains folds in parallel, and this is one run",
                          hint="add --folds K, or drop --jobs")
+    if (benchmark is None) == (data is None):
+        raise TrainError("training needs one data source: a benchmark or an adjudicated table",
+                         hint="give either --benchmark NAME or --data FILE with --rubric")
+    stem = benchmark or Path(str(data)).stem
+    run = Path(out) if out else Path("runs") / f"{stem}-{options.variant}"
+    check_output(run, [data, split, agreement, rubric if rubric and Path(rubric).is_file() else None],
+                 "kfold" if folds else "run", what="the run")
+    with run_writer(run):  # one writer per run folder, held until the run is in place
+        return _train_source(benchmark, data, rubric, agreement, data_dir, run, options, split, split_seed, folds, by,
+                             progress, jobs)
+
+
+def run_writer(run: Path) -> contextlib.AbstractContextManager[Path]:
+    """``<run>.lock`` (rubrictool.locks), after a probe that the run's folder can be written: a read-only folder or a
+    full disk is one line before any training, and a second ``train`` on the same --out stops at once, naming the
+    first."""
+    kept = f"{run} is as it was" if run.exists() else f"nothing was written to {run}"
+    try:
+        run.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{run.name}.probe-", dir=run.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise TrainError(f"cannot write the run into {run.parent} ({exc.strerror or exc}); {kept}",
+                         hint="pass --out a path in a folder you can write") from None
+    return writer_lock(run, f"the run {run}", "wait for it to finish, or pass another --out", by="rubrictool train",
+                       kept=kept)
+
+
+def _train_source(benchmark: str | None, data: str | Path | None, rubric: str | None, agreement: str | Path | None,
+                  data_dir: str | Path | None, run: Path, options: TrainOptions, split: str | Path | None,
+                  split_seed: int, folds: int, by: str | None, progress: ProgressFn | None, jobs: int) -> TrainResult:
+    """run_train's body from the data source on, under the run's lock."""
     if folds and split is not None:
         raise TrainError("a fixed split and k-fold evaluation exclude each other: k-fold makes its own splits",
                          hint="drop --split or --folds")
@@ -132,7 +172,7 @@ def run_train(
                          hint="--split/--agreement go with --data")
     source = resolve_data(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir,
                           progress=progress)
-    return train_on(source, out, options, split=split, split_seed=split_seed, folds=folds, by=by, progress=progress,
+    return train_on(source, run, options, split=split, split_seed=split_seed, folds=folds, by=by, progress=progress,
                     jobs=jobs)
 
 

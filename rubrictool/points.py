@@ -357,7 +357,7 @@ def grade_file(rubric: Rubric | str | Path, labels: str | Path, out: str | Path 
     levels, kind = read_levels(labels, rb)
     table, metrics = grade_table(levels, rb)
     if out is not None:
-        write_table(table, out)
+        write_table(table, out, for_people=True)
     return table, metrics, kind
 
 

@@ -9,11 +9,14 @@ completion record ``run.json``::
      "rubric": {"name", "version", "sha256", "file": "rubric.yaml"},        a copy of the rubric YAML it trained on
      "table":  {"path", "sha256", "rows", "copy": "table.csv" | null, "benchmark": "mohler" | null},
      "labels": {"source": "llm" | "human" | "mixed" | "model" | "unknown", "expert_validated", "detail", …},
-     "files":  {"metrics.json": {"bytes", "sha256"}, …}}                     every other file, checked when opened
+     "files":  {"metrics.json": {"bytes", "sha256"},                           every other file, checked when opened
+                "model.safetensors": {"bytes", "sha256", "sample_sha256"}, …}}   (files over 16 MB: a sampled hash too)
 
-:func:`open_run` refuses a directory whose files do not match its record (half-written, mixed, edited) with one line
-saying to retrain. :func:`migrate` is the one place that knows older formats: it brings a record up to
-``FORMAT_VERSION`` when it is read, so no reader branches on a run's age. :class:`Run` gives grade, explain, intervene, report and audit the config, split, metrics, rubric,
+:func:`open_run` refuses a directory without a record, or whose files do not match it (half-written, mixed, edited,
+other weights of the same size), with one line saying to retrain: by default every file's size, the sha256 of files up
+to 16 MB and a sampled hash of larger ones; inside :func:`full_check` (``--verify``) the sha256 of every file.
+:func:`migrate` is the one place that knows older formats: it brings a record up to ``FORMAT_VERSION`` when it is
+read, so no reader branches on a run's age. :class:`Run` gives grade, explain, intervene, report and audit the config, split, metrics, rubric,
 label source and training table, and loads the model only when asked.
 """
 
@@ -29,6 +32,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -54,12 +58,15 @@ __all__ = [
     "Run",
     "building",
     "describe_labels",
+    "full_check",
     "label_source",
     "migrate",
     "open_run",
     "run_is_complete",
+    "sample_sha256",
     "sha256_file",
     "trained_with",
+    "verify_runs_fully",
     "write_record",
 ]
 
@@ -68,6 +75,45 @@ FORMAT_VERSION = 2  # run.json's format; migrate() brings an older record up to 
 TABLE_COPY_MAX_BYTES = 50 * 2**20  # training tables up to this size are copied into the run (table.csv)
 _HASH_ON_OPEN_MAX_BYTES = 16 * 2**20  # larger files (model weights) are checked by size when a run is opened
 _ASIDE = re.compile(r"^\.(.+)\.(?:building|old)-\d+-")  # folders building() makes beside a run: never a run
+
+
+_SAMPLE_BLOCKS = 64  # blocks of a large file hashed by the fast check: its size, head, tail and evenly spaced blocks
+_SAMPLE_BLOCK_BYTES = 64 * 2**10
+_full_check: ContextVar[bool] = ContextVar("rubrictool_full_run_check", default=False)
+
+
+@contextmanager
+def full_check(on: bool = True) -> Iterator[None]:
+    """Within the block, every run opened is checked by the full sha256 of every file (``--verify``), not by the fast
+    check (every file's size; sha256 of the files up to 16 MB; a sampled hash of larger ones, the weights)."""
+    token = _full_check.set(on)
+    try:
+        yield
+    finally:
+        _full_check.reset(token)
+
+
+def verify_runs_fully() -> None:
+    """From now on in this context, :func:`full_check` for every run opened (a command's ``--verify``; the CLI runs
+    each command in a context of its own, so it ends with the command)."""
+    _full_check.set(True)
+
+
+def sample_sha256(path: str | Path) -> str:
+    """sha256 of a file's size and of 64 blocks of 64 KiB spread evenly over it (the first and the last included):
+    reads about 4 MiB whatever the size; another file of the same size (other weights) differs in it."""
+    p = Path(path)
+    size = p.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with open(p, "rb") as f:
+        if size <= _SAMPLE_BLOCKS * _SAMPLE_BLOCK_BYTES:
+            h.update(f.read())
+        else:
+            last = size - _SAMPLE_BLOCK_BYTES
+            for i in range(_SAMPLE_BLOCKS):
+                f.seek(last * i // (_SAMPLE_BLOCKS - 1))
+                h.update(f.read(_SAMPLE_BLOCK_BYTES))
+    return h.hexdigest()
 
 
 def sha256_file(path: str | Path) -> str:
@@ -213,7 +259,10 @@ def write_record(stage: Path, *, rubric: Rubric, table: dict[str, Any], labels: 
     files: dict[str, dict[str, Any]] = {}
     for p in sorted(stage.rglob("*")):
         if p.is_file() and p.name != RECORD:
-            files[p.relative_to(stage).as_posix()] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+            entry: dict[str, Any] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+            if entry["bytes"] > _HASH_ON_OPEN_MAX_BYTES:  # what the fast check compares for files it does not hash whole
+                entry["sample_sha256"] = sample_sha256(p)
+            files[p.relative_to(stage).as_posix()] = entry
     record = {
         "format_version": FORMAT_VERSION, "run_id": uuid.uuid4().hex, "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "git_revision": git_revision(),
@@ -239,8 +288,10 @@ def migrate(record: dict[str, Any], path: str | Path = RECORD) -> dict[str, Any]
     A version newer than this build reads is refused (upgrade rubrictool)."""
     where = Path(path)
     if not record:
-        raise TrainError(f"{where.parent} was written before runs had a completion record ({RECORD}): it cannot be "
-                         "checked or read as a run", hint=f"train it again (`rubrictool train … --out {where.parent}`)")
+        raise TrainError(f"{where.parent} has no completion record ({RECORD}): it is a run whose writing did not finish, "
+                         f"a copy of a staging folder, or a run written before runs had a completion record ({RECORD}); "
+                         "it cannot be checked or read as a run",
+                         hint=f"train it again (`rubrictool train … --out {where.parent}`)")
     version = record.get("format_version", record.get("format"))
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise TrainError(f"{where}: unknown run format {version!r}", hint="train the run again")
@@ -255,8 +306,10 @@ def migrate(record: dict[str, Any], path: str | Path = RECORD) -> dict[str, Any]
     return out
 
 
-def _check(path: Path, record: dict[str, Any]) -> str | None:
-    """Why the directory does not match its record, or None."""
+def _check(path: Path, record: dict[str, Any], full: bool | None = None) -> str | None:
+    """Why the directory does not match its record, or None. ``full`` (default: inside :func:`full_check`) hashes
+    every file whole; otherwise files over 16 MB are compared by size and :func:`sample_sha256`."""
+    full = _full_check.get() if full is None else full
     for name, want in (record.get("files") or {}).items():
         p = path / name
         if not p.is_file():
@@ -264,8 +317,11 @@ def _check(path: Path, record: dict[str, Any]) -> str | None:
         size = p.stat().st_size
         if size != want.get("bytes"):
             return f"{name} has {size} bytes, the run wrote {want.get('bytes')}"
-        if size <= _HASH_ON_OPEN_MAX_BYTES and sha256_file(p) != want.get("sha256"):
-            return f"{name} changed after the run was written"
+        if full or size <= _HASH_ON_OPEN_MAX_BYTES:
+            if sha256_file(p) != want.get("sha256"):
+                return f"{name} changed after the run was written (its sha256 differs)"
+        elif want.get("sample_sha256") and sample_sha256(p) != want["sample_sha256"]:
+            return f"{name} changed after the run was written (its sampled hash differs)"
     return None
 
 
@@ -422,6 +478,11 @@ def open_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Run:
     if not (path / "model.json").is_file():
         if (path / "fold-0").is_dir():
             raise TrainError(f"{path} is a k-fold run: pass one of its folds, e.g. --run {path / 'fold-0'}")
+        replaced = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
+        if not path.exists() and replaced and (replaced[-1] / RECORD).is_file():
+            raise TrainError(f"{path} is missing, but {replaced[-1]} holds the run it was replacing (a build killed "
+                             "between its two renames left it aside; it is kept until a new run is written whole)",
+                             hint=f"rename it back (mv {replaced[-1]} {path}), or train again")
         raise TrainError(f"{path} is not a trained run: model.json is missing (train one with `rubrictool train`)")
     record = migrate(_read(path / RECORD, "json"), path / RECORD)
     why = _check(path, record)

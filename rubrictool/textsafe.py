@@ -17,8 +17,13 @@ from __future__ import annotations
 
 import html
 import re
+from typing import TYPE_CHECKING
 
-__all__ = ["md_inline", "md_quote", "md_text", "strip_controls"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["md_inline", "md_quote", "md_text", "neutralise_cell", "neutralise_frame", "restore_cell", "restore_frame",
+           "strip_controls"]
 
 # ESC [ … final byte (CSI), ESC ] … BEL or ESC \ (OSC), ESC P/X/^/_ … ESC \ (DCS and friends), ESC + one byte
 _ESCAPES = re.compile(
@@ -62,3 +67,57 @@ def md_inline(text: object) -> str:
 def md_quote(text: object) -> str:
     """A ``> `` block quote of untrusted text, every line quoted (a line break cannot end the quote)."""
     return "\n".join("> " + line for line in md_text(text).splitlines() or [""])
+
+
+# -- spreadsheet formulas (OWASP CSV injection) -------------------------------------------------------------------
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralise_cell(value: object) -> object:
+    """A text cell that a spreadsheet would run as a formula (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a
+    carriage return) with ``'`` put before it (OWASP's rule: the spreadsheet shows the text, runs nothing). A cell
+    that already starts with ``'`` before such a character gets one more, so :func:`restore_cell` gives back exactly
+    what was written. Anything else (numbers, missing values, other text) unchanged."""
+    if isinstance(value, str) and value.lstrip("'").startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def restore_cell(value: object) -> object:
+    """The inverse of :func:`neutralise_cell`: the text as it was before it was written for people."""
+    if isinstance(value, str) and value.startswith("'") and value.lstrip("'").startswith(_FORMULA_START):
+        return value[1:]
+    return value
+
+
+def _text_columns(df: pd.DataFrame) -> list[object]:
+    from pandas.api.types import (  # pandas only when a table is written or read
+        is_object_dtype,
+        is_string_dtype,
+    )
+
+    return [c for c in df.columns if is_object_dtype(df[c]) or is_string_dtype(df[c])]
+
+
+def neutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``df`` with every text cell (and column name) neutralised (:func:`neutralise_cell`)."""
+    out = df.copy()
+    for col in _text_columns(out):
+        out[col] = out[col].map(neutralise_cell)
+    out.columns = [neutralise_cell(c) for c in out.columns]
+    return out
+
+
+def restore_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every text cell (and column name) restored (:func:`restore_cell`); ``df`` itself when none was
+    neutralised."""
+    marked = {c for c in _text_columns(df) if df[c].map(lambda v: isinstance(v, str) and v.startswith("'")).any()}
+    renamed = [restore_cell(c) for c in df.columns]
+    if not marked and renamed == list(df.columns):
+        return df
+    out = df.copy()
+    for col in marked:
+        out[col] = out[col].map(restore_cell)
+    out.columns = renamed
+    return out

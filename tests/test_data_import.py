@@ -179,7 +179,7 @@ def test_bad_grade_and_bad_type_and_same_file(tmp_path: Path) -> None:
     ok = tmp_path / "ok.csv"
     pd.DataFrame({"answer": ["a"], "mark": [1]}).to_csv(ok, index=False)
     code, text = invoke(str(ok), "--out", str(ok))
-    assert code == 1 and "is the file being imported" in " ".join(text.split())
+    assert code == 1 and "would overwrite the input" in " ".join(text.split())
 
 
 def test_parse_columns() -> None:

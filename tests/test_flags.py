@@ -59,6 +59,26 @@ def test_copies_reference_and_question() -> None:
     assert flag_frame(items, pd.DataFrame([{"grade": 1}]), [], None).iloc[0] == ""
 
 
+def test_padding_by_repetition_and_by_keywords() -> None:
+    """repeats_text and keyword_list on the gaming probe's two padding transformations and their honest negatives
+    (the rates on every Mohler answer: experiments/padding_flags.py)."""
+    answer = "A prototype tests a part of the program early. It saves time later."
+    assert flags_of(answer) == []
+    assert flags_of(answer + " A prototype tests a part of the program early." * 3) == ["repeats_text"]
+    assert flags_of("it saves time it saves time it saves time") == ["repeats_text"]  # no sentence ends
+    assert flags_of("Stack. Stack. Stack.") == ["repeats_text"]
+    assert flags_of("It is good. It is good.") == ["repeats_text"]  # three words, twice
+    assert flags_of("Yes. I think so. Yes.") == []  # a short sentence twice is speech, not padding
+    # the reference's content words appended as a list (rubrictool.audit's append_keywords)
+    stuffed = answer + " simulate behaviour portions desired software product"
+    assert flags_of(stuffed) == ["keyword_list"]
+    assert flags_of("It can simulate the behaviour of portions of the software before it is built.") == []
+    # a reference of two content words: both side by side, as a list; one of them alone is an answer
+    items = pd.DataFrame({"response": ["Classes are reused. abstraction reusability", "reusability of classes"],
+                          "reference": ["the abstraction and the reusability"] * 2, "question": [""] * 2})
+    assert list(flag_frame(items, pd.DataFrame({"grade": [1, 1]}), [], None)) == ["keyword_list", ""]
+
+
 def test_concepts_disagree_with_grade() -> None:
     # gold: grade = 5 x mean level on 0..1 exactly, so the allowance is its floor of one grade point
     levels = np.array([[1] * 8, [2] * 8, [3] * 8] * 5)
@@ -81,8 +101,8 @@ def test_out_of_distribution() -> None:
     assert flags_of("the prototype shows the customer the software", profile=prof) == []
     assert flags_of("原型程序用于模拟软件产品的部分行为 以便 客户 查看", profile=prof) == ["out_of_distribution"]
     assert flags_of("the prototype xylophone quantum banana", profile=prof) == ["out_of_distribution"]
-    assert flags_of(" ".join(["the prototype"] * 12), profile=prof) == ["out_of_distribution"]  # > 2 x 11 words
-    assert flags_of(" ".join(["the prototype"] * 11), profile=prof) == []  # 22 words: not more than twice 11
+    assert flags_of(" ".join(["the prototype"] * 12), profile=prof) == ["out_of_distribution", "repeats_text"]  # > 2 x 11
+    assert "out_of_distribution" not in flags_of(" ".join(["the prototype"] * 11), profile=prof)  # 22: not > 2 x 11
     assert flags_of("zzz qqq", profile=prof) == []  # two word types: too short to judge
     assert flags_of("the prototype xylophone quantum banana") == []  # no profile: not checked
     # leave-one-out: words only one training response uses count as unseen for it
@@ -139,9 +159,45 @@ def test_grade_writes_flags_and_training_saves_the_profile(run: Path, tmp_path: 
     assert "copies_reference" not in flags["honest"] and "out_of_distribution" not in flags["honest"]
     assert set(";".join(graded["flags"]).split(";")) - {""} <= set(FLAGS)
     assert "flagged for a teacher to review" in res.output
-    # a run missing profile.json is incomplete (run.json lists it): refused before anything is graded
+    # a current run missing profile.json is refused as incomplete
     old = tmp_path / "old-run"
     shutil.copytree(run, old)
     (old / "profile.json").unlink()
     res = CliRunner().invoke(app, ["grade", "--run", str(old), "--data", str(data), "--out", str(out)])
     assert res.exit_code == 1 and "profile.json is missing" in res.output
+    (old / "run.json").unlink()  # and without its completion record it cannot be checked at all: refused
+    res = CliRunner().invoke(app, ["grade", "--run", str(old), "--data", str(data), "--out", str(out)])
+    assert res.exit_code == 1 and "has no completion record (run.json)" in " ".join(res.output.split())
+
+
+def _run_without_profile(tmp_path: Path, notes: list[str], labels: dict[str, object] | None) -> Path:
+    """A run directory without profile.json: model.json, split.json and, when ``labels`` is given, a run.json
+    recording them (no other file listed); without it, a run written before completion records."""
+    run = tmp_path / ("recorded" if labels is not None else "older")
+    run.mkdir()
+    meta = {"rubric": "mohler", "concept_keys": KEYS, "scale": [1, 3], "grade": [0, 5], "notes": notes}
+    (run / "model.json").write_text(json.dumps(meta))
+    (run / "split.json").write_text(json.dumps({"train": [f"q.{i}" for i in range(30)], "dev": [], "test": []}))
+    if labels is not None:
+        (run / "run.json").write_text(json.dumps({"format": 1, "labels": labels, "files": {}}))
+    return run
+
+
+@pytest.mark.parametrize(("notes", "labels", "rebuilt"), [
+    ([], {"source": "llm", "benchmark": "mohler", "passes": ["A", "B", "C"]}, True),  # the record says so, no note
+    (["three independent LLM annotation passes"], {"source": "human", "expert_validated": True}, False),  # a note
+    # a run without run.json (older than completion records, or a copied staging folder) is refused by every reader
+    (["trained on the three independent LLM annotation passes A, B and C"], None, False),
+    (["labels from our TAs"], None, False),
+])
+def test_a_missing_profile_is_rebuilt_when_the_run_records_the_bundled_labels(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, notes: list[str], labels: dict[str, object] | None,
+        rebuilt: bool) -> None:
+    """Whether a run was trained on the bundled Mohler passes is its label source (run.json ``labels``), not a
+    phrase in its notes; a run without run.json is refused (rubrictool.runs.open_run), so nothing is rebuilt for it."""
+    table = mohler_like_table(40)
+    monkeypatch.setattr("rubrictool.adjudicate.adjudicate_benchmark_labels", lambda name, data_dir=None: table)
+    prof = load_profile(_run_without_profile(tmp_path, notes, labels))
+    assert (prof is not None) == rebuilt
+    if prof is not None:
+        assert prof.n_train == 30

@@ -436,7 +436,7 @@ def write_outputs(result: AdjudicationResult, out: str | Path, fmt: str = "csv")
                                  ("disagreements", result.disagreements, "disagreements.csv")):
             if frame is not None:
                 current = d / name
-                paths[key] = write_table(frame, current)
+                paths[key] = write_table(frame, current, for_people=True)  # opened in spreadsheets
         if result.rubric is not None:  # the rubric the labels follow, as written, so the folder needs no --rubric later
             current = d / "rubric.yaml"
             atomic_write_text(current, result.rubric.source_text or yaml.safe_dump(

@@ -8,9 +8,9 @@ from typing import Any
 
 import pandas as pd
 
-from rubrictool.annotate.cache import NoCache, ReplyCache, cache_key
+from rubrictool.annotate.cache import ReplyCache, NoCache, cache_key
 from rubrictool.annotate.config import EST_EVIDENCE, AnnotateConfig
-from rubrictool.annotate.llm import count_tokens, request_price
+from rubrictool.annotate.llm import context_tokens, count_tokens, request_price
 from rubrictool.annotate.prompt import format_labels, response_format_for
 from rubrictool.annotate.runner import prepare
 from rubrictool.rubric import Rubric
@@ -27,6 +27,8 @@ class DryRunModel:
     est_completion_tokens: int
     est_cost_usd: float | None  # None: no price known
     first_prompt_tokens: list[int]
+    context_tokens: int | None = None  # the most prompt tokens the model accepts (None: unknown)
+    too_long: list[tuple[str, int]] | None = None  # (item id, tokens) of the prompts longer than that, longest first
 
 
 @dataclass
@@ -66,18 +68,22 @@ def dry_run(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig, show: i
             params = dict(config.sampling, **({"response_format": rf} if rf else {}))
             out_tok = count_tokens(m, text=example_reply)
             todo_tokens, cached, first = 0, 0, []
-            for i, (_, prompt) in enumerate(jobs):
+            context, too_long = context_tokens(m), []
+            for i, (item_id, prompt) in enumerate(jobs):
                 messages = [{"role": "user", "content": prompt.text}]
                 n = count_tokens(m, messages)
                 if i < show:
                     first.append(n)
+                if context is not None and n > context:
+                    too_long.append((item_id, n))
                 if cache.get(cache_key(m, messages, params, prompt.boundary)) is not None:
                     cached += 1
                 else:
                     todo_tokens += n
             todo = len(jobs) - cached
             price = request_price(m, todo_tokens, out_tok * todo) if todo else 0.0
-            models.append(DryRunModel(m, todo, cached, todo_tokens, out_tok * todo, price, first))
+            models.append(DryRunModel(m, todo, cached, todo_tokens, out_tok * todo, price, first, context,
+                                      sorted(too_long, key=lambda t: -t[1])))
     finally:
         cache.close()
     return DryRunReport(prompts=[(i, p.text) for i, p in jobs[:show]], models=models, items=len(jobs), response_formats=formats)

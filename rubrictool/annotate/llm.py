@@ -9,6 +9,7 @@ from typing import Any
 
 __all__ = [
     "connection_error",
+    "context_tokens",
     "count_tokens",
     "is_fatal",
     "load_litellm",
@@ -17,6 +18,7 @@ __all__ = [
     "retry_after",
     "retryable",
     "short_error",
+    "too_long_message",
 ]
 
 
@@ -54,6 +56,26 @@ def request_price(model: str, prompt_tokens: int, completion_tokens: int) -> flo
     """USD for a request (linear rates: the long-context tiers of some models are not modelled); None: unknown."""
     r = model_rates(model)
     return None if r is None else r[0] * prompt_tokens + r[1] * completion_tokens
+
+
+def context_tokens(model: str) -> int | None:
+    """The most prompt tokens ``model`` accepts, from litellm's model map (``max_input_tokens``); None: unknown (a
+    local or custom model)."""
+    litellm = load_litellm()
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:  # noqa: BLE001 - litellm raises several types for a model it does not know
+        return None
+    n = info.get("max_input_tokens") if isinstance(info, dict) else getattr(info, "max_input_tokens", None)
+    return int(n) if isinstance(n, (int, float)) and n > 0 else None
+
+
+def too_long_message(model: str, too_long: Sequence[tuple[str, int]], total: int, context: int) -> str:
+    """One line: how many prompts exceed ``model``'s context (``too_long``: (item id, tokens), longest first)."""
+    first, n = too_long[0]
+    return (f"{len(too_long)} of {total} prompts are longer than {model}'s context of {context:,} tokens (the longest: "
+            f"item {first}, {n:,} tokens): the provider will refuse them, and they will be failure records; shorten "
+            "those answers or use a model with a larger context")
 
 
 def count_tokens(model: str, messages: Sequence[dict[str, Any]] | None = None, text: str | None = None) -> int:

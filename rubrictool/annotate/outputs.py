@@ -12,10 +12,11 @@ from rubrictool.atomic import atomic_write_json
 from rubrictool.data import load_benchmark
 from rubrictool.errors import AnnotateError
 from rubrictool.io import write_table
+from rubrictool.outputs import check_output, has_columns
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import read_items
 
-__all__ = ["load_inputs", "output_paths", "write_outputs"]
+__all__ = ["check_annotate_output", "load_inputs", "output_paths", "write_outputs"]
 
 
 def output_paths(out: str | Path) -> tuple[Path, Path, Path]:
@@ -24,6 +25,17 @@ def output_paths(out: str | Path) -> tuple[Path, Path, Path]:
     if p.suffix.lower() in {".jsonl", ".csv", ".parquet", ".pq", ".json"}:
         return p, p.with_name(p.stem + ".failures.jsonl"), p.with_name(p.stem + ".summary.json")
     return p / "predictions.jsonl", p / "failures.jsonl", p / "summary.json"
+
+
+def check_annotate_output(out: str | Path, inputs: list[str | Path | None]) -> None:
+    """The output rule (rubrictool.outputs) for ``annotate --out``: a table file with its two sibling files, or a
+    folder of the three; never an input, never a file that is not a prediction table."""
+    pred, fail, summ = output_paths(out)
+    if pred == Path(out):
+        check_output(out, inputs, "file", writes=[fail.name, summ.name], what="a prediction table",
+                     own=has_columns("item", "model", "concept", "level"))
+    else:
+        check_output(out, inputs, "folder", writes=[pred.name, fail.name, summ.name], what="the prediction table")
 
 
 def write_outputs(result: AnnotateResult, out: str | Path, cache: str | Path | None = None) -> tuple[Path, Path, Path]:

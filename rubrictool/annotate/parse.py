@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rubrictool.annotate.cache import BOUNDARY_KEY
 from rubrictool.annotate.config import EVIDENCE_MAX
 from rubrictool.rubric import Rubric
 
@@ -40,6 +41,7 @@ class ParseResult:
     warnings: list[str] = field(default_factory=list)
     found: str = "none"  # "json", "line" or "none"
     echoes: int = 0  # entries ignored because they repeat text quoted from the item
+    from_repair: bool = False  # set by the runner: the labels are (partly) the repair reply's
 
     @property
     def ok(self) -> bool:
@@ -121,12 +123,16 @@ def _planted(quoted: Sequence[str], rubric: Rubric, resolve: _Resolver) -> set[t
 
 
 def _drop_quoted_blocks(text: str, boundary: str | None) -> str:
-    """Remove echoed ``[BEGIN DATA b]`` … ``[END DATA b]`` blocks and any other line carrying the boundary."""
-    if not boundary or boundary not in text:
-        return text
-    b = re.escape(boundary)
-    text = re.sub(rf"\[BEGIN DATA {b}\].*?\[END DATA {b}\]", "\n", text, flags=re.DOTALL)
-    return "\n".join(line for line in text.split("\n") if boundary not in line)
+    """Remove echoed ``[BEGIN DATA b]`` … ``[END DATA b]`` blocks and any other line carrying the boundary. The
+    reply cache keeps a reply with the boundary replaced by :data:`BOUNDARY_KEY` (rubrictool.annotate.cache): that
+    marker counts as the boundary too, so a stored reply parses as it did when it came, whatever prompt reads it."""
+    for b_text in dict.fromkeys(b for b in (boundary, BOUNDARY_KEY) if b):
+        if b_text not in text:
+            continue
+        b = re.escape(b_text)
+        text = re.sub(rf"\[BEGIN DATA {b}\].*?\[END DATA {b}\]", "\n", text, flags=re.DOTALL)
+        text = "\n".join(line for line in text.split("\n") if b_text not in line)
+    return text
 
 
 def _norm(s: str) -> str:

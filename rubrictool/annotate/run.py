@@ -10,8 +10,9 @@ from pathlib import Path
 import pandas as pd
 
 from rubrictool.annotate.config import USAGE_COLUMNS, AnnotateConfig
-from rubrictool.annotate.llm import request_price
+from rubrictool.annotate.llm import context_tokens, count_tokens, request_price, too_long_message
 from rubrictool.annotate.outputs import output_paths, write_outputs
+from rubrictool.annotate.prompt import ItemPrompt
 from rubrictool.annotate.runner import (
     EARLY_STOP,
     AnnotateResult,
@@ -24,7 +25,7 @@ from rubrictool.annotate.runner import (
 from rubrictool.annotate.workers import ShardResult, auto_workers, run_workers
 from rubrictool.errors import AnnotateError
 from rubrictool.locks import writer_lock
-from rubrictool.progress import ProgressFn
+from rubrictool.progress import ProgressFn, warn
 from rubrictool.rubric import Rubric
 from rubrictool.rubric.lint import lint_rubric
 from rubrictool.tables import PREDICTION_COLUMNS
@@ -62,6 +63,19 @@ def _locks(stack: contextlib.ExitStack, config: AnnotateConfig, out: str | Path 
     if out is not None:
         pred = output_paths(out)[0]
         stack.enter_context(writer_lock(pred, f"the output {pred}", "wait for it to finish, or pass another --out"))
+
+
+def _warn_too_long(jobs: list[tuple[str, ItemPrompt]], config: AnnotateConfig, progress: ProgressFn | None) -> None:
+    """A warning per model whose context (litellm's max_input_tokens, when known) some prompts exceed, before any
+    request: those requests would be refused (and paid for nothing by some providers)."""
+    for model in config.models:
+        context = context_tokens(model)
+        if context is None:
+            continue
+        too_long = [(item_id, n) for item_id, prompt in jobs
+                    if (n := _count_tokens(model, [{"role": "user", "content": prompt.text}])) > context]
+        if too_long:
+            warn(progress, too_long_message(model, sorted(too_long, key=lambda t: -t[1]), len(jobs), context))
 
 
 def run_annotation(
@@ -107,6 +121,7 @@ def annotate(
     if not config.allow_draft:
         check_ready(rubric)
     check_keys(config)
+    _warn_too_long(jobs, config, progress)
     if config.budget is not None:
         unpriced = [m for m in config.models if request_price(m, 1000, 1000) is None]
         if unpriced:

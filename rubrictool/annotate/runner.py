@@ -403,7 +403,7 @@ class Runner:
         try:
             first = await self.call(model, messages, prompt.boundary, fresh)
             replies.append(first)
-            result = _safe_parse(first.text, self.rubric, prompt)
+            result = first_result = _safe_parse(first.text, self.rubric, prompt)
             if not result.ok:
                 fix = messages + [
                     {"role": "assistant", "content": first.text},
@@ -421,6 +421,8 @@ class Runner:
                 else:
                     result = again if len(again.labels) >= len(result.labels) else result
                     error = "; ".join(again.errors or result.errors)
+                if result is not first_result:  # the labels (some or all) are the repair reply's, ok or not
+                    result.from_repair = True
         except _CallFailed as e:
             error = str(e)
             if e.fatal:
@@ -433,10 +435,12 @@ class Runner:
         s = self.summary[model]
         s.items += 1
         ok = result is not None and result.ok and not error
-        repaired = len(replies) == 2 and ok
+        # a row's labels that came from the repair reply say so, also when the item still failed: the first reply
+        # (the one the cache keeps under the item's prompt) does not hold them
+        repaired = len(replies) == 2 and result is not None and result.from_repair
         s.ok += ok
         s.failures += not ok
-        s.repaired += repaired
+        s.repaired += repaired and ok
         all_cached = bool(replies) and all(r.cached for r in replies)
         s.cached_items += all_cached
         pt = sum(r.prompt_tokens for r in replies)

@@ -3,6 +3,7 @@ one renderer of :class:`rubrictool.progress.Progress` events as Rich progress ba
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import sys
 from collections.abc import Callable
@@ -43,6 +44,7 @@ __all__ = [
     "RunOpt",
     "SafeConsole",
     "TrainBatchSizeOpt",
+    "VerifyOpt",
     "console",
     "err_console",
     "handle_errors",
@@ -71,6 +73,9 @@ DataDirOpt = Annotated[
     Path | None,
     typer.Option("--data-dir", help="Folder holding benchmark data (default: $RUBRICTOOL_DATA, else ./data)."),
 ]
+VerifyOpt = Annotated[bool, typer.Option(
+    "--verify", help="Check the run by the full sha256 of every file, weights included (default: sizes, small files "
+    "hashed, a sampled hash of the weights).")]
 BenchmarkOpt = Annotated[str | None, typer.Option("--benchmark", "-b", help="Bundled benchmark: mohler, asap2 or mocha.")]
 
 # A trained run is always --run (-m is an LLM in `annotate`, never a run).
@@ -112,8 +117,8 @@ def handle_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
+        try:  # a context of its own: settings a command makes for its run (e.g. --verify) end with it
+            return contextvars.copy_context().run(fn, *args, **kwargs)
         except _error_types() as e:
             hint = getattr(e, "hint", None)  # how to fix it on the command line (RubrictoolError)
             err_console.print(f"[bold red]error:[/] {shown(e)}" + (f"; {shown(hint)}" if hint else ""), highlight=False,

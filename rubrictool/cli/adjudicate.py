@@ -161,8 +161,14 @@ def adjudicate_cmd(
     Example: rubrictool adjudicate --rubric science.yaml --reviews predictions.jsonl --items items.csv --queue all --out llm-panel/
     """
     from rubrictool.adjudicate import run_adjudicate
+    from rubrictool.outputs import check_output
     from rubrictool.review import pull_for_adjudicate
 
+    fmt = out_format
+    check_output(out, [*(reviews or []), items, predictions, resolutions, *(pre_annotations or []), rubric], "folder",
+                 writes=[f"adjudicated.{fmt}", f"decisions.{fmt}", "discussion_queue.csv", "disagreements.csv",
+                         "rubric.yaml", "discussion_queue.md", "agreement.json", "reviews_label_studio.csv"],
+                 what="an adjudication output")
     if from_label_studio:  # review pull, then adjudicate what it wrote
         reviews = [*(reviews or []), str(pull_for_adjudicate(from_label_studio, rubric or benchmark, out))]
 

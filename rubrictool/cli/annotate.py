@@ -43,6 +43,12 @@ def print_dry_run(report: DryRunReport, con: Console) -> None:
             ", ".join(str(n) for n in m.first_prompt_tokens), f"{m.est_completion_tokens:,}", cost,
         )
     con.print(table)
+    from rubrictool.annotate.llm import too_long_message
+
+    for m in report.models:
+        if m.too_long and m.context_tokens:
+            con.print(f"[bold red]warning:[/] {escape(too_long_message(m.model, m.too_long, report.items, m.context_tokens))}",
+                      soft_wrap=True, highlight=False)
     total, unpriced = report.est_cost_usd, report.unpriced
     if total is None:
         cost = f"unknown (no price known for {', '.join(unpriced)})"
@@ -127,6 +133,7 @@ def annotate_cmd(
         load_inputs,
         run_annotation,
     )
+    from rubrictool.annotate.outputs import check_annotate_output
     from rubrictool.rubric.load import resolve_rubric_path
 
     config = AnnotateConfig(
@@ -147,6 +154,7 @@ def annotate_cmd(
                           f"{f' and {len(drafts) - 1} more' if len(drafts) > 1 else ''}), unless --allow-draft",
                           soft_wrap=True, highlight=False)
         return
+    check_annotate_output(out, [data, rubric, template, examples, None if no_cache else cache])
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                TimeElapsedColumn())
     # the bar starts with the first report: worker processes are forked before that, from a process

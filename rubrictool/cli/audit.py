@@ -13,6 +13,7 @@ from rubrictool.cli._common import (
     ProgressView,
     RunDataOpt,
     RunOpt,
+    VerifyOpt,
     console,
     err_console,
     print_warnings,
@@ -35,6 +36,7 @@ def audit_cmd(
         "--filler", help="Filler sentences for append_filler, one per line (default: sentences of the course's own "
         "training answers to other questions).")] = None,
     data_dir: DataDirOpt = None,
+    verify: VerifyOpt = False,
 ) -> None:
     """How far standard gaming moves a trained grader, on the run's test split.
 
@@ -47,7 +49,12 @@ def audit_cmd(
     """
     from rubrictool.audit import audit_run, write_audit
     from rubrictool.io import writable_dir
+    from rubrictool.outputs import check_output
+    from rubrictool.runs import verify_runs_fully
 
+    if verify:
+        verify_runs_fully()
+    check_output(out or run / "audit", [run, data, filler], "folder")
     writable_dir(out or run / "audit")
     with ProgressView(err_console, transient=True) as view:
         res = audit_run(run, data=data, data_dir=data_dir, seed=seed, batch_size=batch_size,

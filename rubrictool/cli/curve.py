@@ -99,6 +99,10 @@ def learning_curve_cmd(
     flat = {"backbone": backbone, "epochs": epochs, "joint_epochs": joint_epochs, "stage2_epochs": stage2_epochs,
             "max_len": max_len, "batch_size": batch_size, "lr": lr, "device": device}
     options = TrainOptions(preset=preset, overrides=training_overrides(config, flat=flat, table=CURVE_OPTIONS))
+    from rubrictool.outputs import check_output, writable_parent
+
+    check_output(out, [data, config, agreement], "folder", what="the curve")  # before any cell trains
+    writable_parent(out, folder=True)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[info]}"))
     with ProgressView(console, *columns, transient=True) as view:

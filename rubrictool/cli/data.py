@@ -134,6 +134,9 @@ def data_split(
         raise DataError(f"--ratios {ratios!r}: give three numbers like 0.7,0.2,0.1") from None
     if len(parts) != 3:
         raise DataError(f"--ratios {ratios!r}: give exactly three shares (train,dev,test)")
+    from rubrictool.outputs import check_output
+
+    check_output(out, [source], "file")  # never the item file itself
     sizes = split_to_file(source, out, seed, (parts[0], parts[1], parts[2]), data_dir, by)
     console.print(f"wrote {out}: " + ", ".join(f"{k} {v}" for k, v in sizes.items()) + f" (seed {seed}"
                   + (f", grouped by {by})" if by else ")"), soft_wrap=True)
@@ -222,7 +225,11 @@ def data_import(
     Example: rubrictool data import science.xlsx --out items.csv --columns response=answer,grade=correct
     """
     from rubrictool.data.importer import read_course_file, write_course_items
+    from rubrictool.outputs import check_output, has_columns, writable_parent
 
+    if not dry_run:  # before reading: an output that would replace the answers, or that cannot be written
+        check_output(out, [file], "file", own=has_columns("id", "response"), what="an item table")
+        writable_parent(out)
     imported = read_course_file(file, columns, sheet)
     for line in _import_lines(imported.report):
         console.print(shown(line), soft_wrap=True, highlight=False)

@@ -25,6 +25,7 @@ from rubrictool.cli._common import (
     ProgressView,
     RunDataOpt,
     RunOpt,
+    VerifyOpt,
     console,
     err_console,
     handle_errors,
@@ -97,6 +98,18 @@ def _print_legend() -> None:
         console.print(f"  [bold]{names.get(sym, sym)}[/]: {words}", soft_wrap=True, highlight=False)
 
 
+def _before_work(out: Path, inputs: list[Any], verify: bool) -> None:
+    """``--verify`` for every run this command opens; the output rule (rubrictool.outputs) and a write probe of
+    ``out``, before the run is loaded."""
+    from rubrictool.outputs import check_output, writable_parent
+    from rubrictool.runs import verify_runs_fully
+
+    if verify:
+        verify_runs_fully()
+    check_output(out, inputs, "folder")
+    writable_parent(out, folder=True)
+
+
 def explain_cmd(
     model: RunOpt,
     item_ids: Annotated[list[str] | None, typer.Argument(help="Ids of the answers to explain.")] = None,
@@ -105,6 +118,7 @@ def explain_cmd(
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1): how do the grade and its probability move?")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for explain.html, explain.csv and the PNGs (default RUN/explain).")] = None,
     data_dir: DataDirOpt = None,
+    verify: VerifyOpt = False,
 ) -> None:
     """Why this grade? The decision trace of answers: concept levels, attention, contributions to the logit.
 
@@ -118,6 +132,7 @@ def explain_cmd(
     wanted = [*(item_ids or []), *(ids or [])]
     if not wanted:
         raise typer.BadParameter("name the answers to explain: ITEM_ID… or --id ID")
+    _before_work(out or model / "explain", [model, data], verify)
     with err_console.status("loading the run and tracing ..."):
         run = open_run(model, data=data, data_dir=data_dir)
         overrides = parse_overrides(",".join(set_ or []), run.keys, (run.scale_min, int(run.meta["scale"][1])))
@@ -138,6 +153,7 @@ def intervene_cmd(
     repeats: Annotated[int, typer.Option("--repeats", help="Random draws averaged for the random strategy.")] = 5,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random strategy.")] = 0,
     data_dir: DataDirOpt = None,
+    verify: VerifyOpt = False,
 ) -> None:
     """Simulate educator interventions on the test split: T-Acc and QWK as k concepts are replaced.
 
@@ -154,6 +170,7 @@ def intervene_cmd(
     from rubrictool.report.intervene import write_interventions
     from rubrictool.report.run import predict_with_attention
 
+    _before_work(out or model / "intervene", [model, data], verify)
     with err_console.status("predicting the test split ..."):
         run = open_run(model, data=data, data_dir=data_dir)
         if run.plm:
@@ -197,6 +214,7 @@ def report_cmd(
     repeats: Annotated[int, typer.Option("--repeats", help="Random draws of the random intervention.")] = 5,
     curve: Annotated[Path | None, typer.Option("--curve", exists=True, dir_okay=False, help="A learning curve's curve.csv (`rubrictool learning-curve`): show where the run's number of labelled answers sits on it.")] = None,
     data_dir: DataDirOpt = None,
+    verify: VerifyOpt = False,
 ) -> None:
     """One self-contained HTML page (and Markdown) about a trained run, to show a department or paste into a paper.
 
@@ -210,6 +228,7 @@ def report_cmd(
     """
     from rubrictool.report import build_report, open_run, write_report
 
+    _before_work(out or model / "report", [model, data, curve, *(reviews or [])], verify)
     rev = None
     if reviews:
         from rubrictool.adjudicate import read_reviews

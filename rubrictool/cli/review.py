@@ -169,8 +169,10 @@ def review_pull(
 
     Example: rubrictool review pull --project mohler-review --out reviews.csv
     """
+    from rubrictool.outputs import check_output
     from rubrictool.review import project_and_rubric, pull, resolve_connection
 
+    check_output(out, [rubric], "file")  # never the rubric file
     rb, title = project_and_rubric(project, rubric)
     conn = resolve_connection(url, api_key)
     with ProgressView(err_console) as view:

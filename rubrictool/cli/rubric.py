@@ -162,11 +162,21 @@ def rubric_export(
 
     Example: rubrictool rubric export mocha --out-format markdown --out mocha.md
     """
+    if out is not None:
+        _check_out(out, [rubric])
     text = write_export(rubric, out_format, out)
     if out is None:
         typer.echo(text, nl=False)
     else:
         console.print(f"wrote {out}", soft_wrap=True)
+
+
+def _check_out(out: Path, inputs: list[object], own_column: str | None = None) -> None:
+    """The output rule (rubrictool.outputs): never an input; for a table, never a file that is not one it wrote."""
+    from rubrictool.outputs import check_output, has_columns
+
+    check_output(out, [str(i) for i in inputs if i is not None], "file",
+                 own=has_columns(own_column) if own_column else None)
 
 
 @app.command("points")
@@ -187,6 +197,8 @@ def rubric_points(
     """
     from rubrictool.points import grade_file
 
+    if out is not None:
+        _check_out(out, [rubric, labels], "points_total")
     table, metrics, kind = grade_file(rubric, labels, out)
     n_ok = int(table["points_grade"].notna().sum())
     console.print(f"{n_ok} of {len(table)} answers graded from {kind} with the points of {rubric}", soft_wrap=True,
@@ -219,6 +231,8 @@ def rubric_fit_points(
     Example: rubrictool rubric fit-points mohler --data adjudicated/adjudicated.csv --out mohler-points.yaml
     """
     from rubrictool.points import suggest_points, write_suggestion
+
+    _check_out(out, [rubric, data, run])
 
     sugg = suggest_points(rubric, data, run)
     f = sugg.fitted

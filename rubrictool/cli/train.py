@@ -32,6 +32,7 @@ from rubrictool.cli._common import (
     ProgressView,
     RunOpt,
     TrainBatchSizeOpt,
+    VerifyOpt,
     console,
     err_console,
 )
@@ -256,6 +257,7 @@ def grade_cmd(
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts for every response, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1).")] = None,
     device: Annotated[str, typer.Option("--device", help="auto (CUDA if present) or cpu; --int8 and --engine onnx "
                                         "run on the CPU.")] = "auto",
+    verify: VerifyOpt = False,
 ) -> None:
     """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
 
@@ -265,7 +267,10 @@ def grade_cmd(
     Example: rubrictool grade --run runs/mohler-reccbm --data new_answers.csv --out graded.csv
     """
     from rubrictool.grade import grade_file
+    from rubrictool.runs import verify_runs_fully
 
+    if verify:
+        verify_runs_fully()
     with ProgressView(err_console, transient=True) as view:
         graded, path, seconds = grade_file(run, data, out, batch_size, view, int8, engine,
                                            overrides=",".join(set_) if set_ else None, device=device)

@@ -149,5 +149,5 @@ def export_benchmark(
         if limit < 1:
             raise DataError(f"--limit {limit}: give a positive number of items")
         items = items.head(limit)
-    return write_table(items, out), len(items)
+    return write_table(items, out, for_people=True), len(items)
 

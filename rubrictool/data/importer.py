@@ -419,7 +419,12 @@ def write_course_items(imported: ImportedItems, out: str | Path, drop_empty: boo
         resp = items["response"]
         items = items.loc[~(resp.isna() | resp.fillna("").str.strip().eq("")).to_numpy()].reset_index(drop=True)
         imported.items, rep.dropped_empty = items, True
-    path = write_table(items, o)
+    try:
+        path = write_table(items, o, for_people=True)
+    except OSError as exc:  # a full disk, a read-only folder: the temporary file is removed, --out is as it was
+        kept = f"{o} is as it was" if o.exists() else "nothing was written"
+        raise DataError(f"cannot write the item table {o} ({exc.strerror or exc}); {kept}",
+                        hint="free space or pass --out a path in a folder you can write") from None
     imported.report.n_written, imported.report.out = len(imported.items), str(path)
     return path
 

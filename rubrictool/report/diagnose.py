@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 
 from rubrictool.errors import DataError
 from rubrictool.rubric import Rubric
+from rubrictool.textsafe import restore_frame
 
 __all__ = ["ContrastPair", "Diagnosis", "GradeCeiling", "contrast_pairs", "diagnose", "diagnose_dir", "diagnose_run", "grade_ceiling",
            "level_confusions", "queue_reviews", "reviewer_confusion", "write_diagnosis"]
@@ -428,7 +429,7 @@ def diagnose_dir(
     elif (d / "disagreements.csv").is_file() or (d / "discussion_queue.csv").is_file():
         # every non-unanimous case; the discussion queue holds only what --queue selects (older folders: the queue)
         name = "disagreements.csv" if (d / "disagreements.csv").is_file() else "discussion_queue.csv"
-        queue = pd.read_csv(d / name, dtype={"item": str})
+        queue = restore_frame(pd.read_csv(d / name, dtype={"item": str}))  # cells written for spreadsheets, as they were
         rev = queue_reviews(queue, [str(r) for r in agreement.get("reviewers", [])])
     pc = None
     if run is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,8 @@ import yaml
 from numpy.typing import NDArray
 
 import reccbm
-from rubrictool.atomic import atomic_write, atomic_write_bytes, atomic_write_json, atomic_write_text
+from rubrictool.atomic import atomic_write, atomic_write_bytes, atomic_write_text
+from rubrictool.errors import DataError
 from rubrictool.io import writable_dir
 from rubrictool.report import figures
 from rubrictool.report.diagnose import Diagnosis, ceiling_markdown, diagnose, pairs_frame
@@ -601,27 +603,34 @@ def write_explain(traces: list[ItemTrace], out: str | Path, title: str) -> dict[
 
 
 def write_report(r: Report, out: str | Path) -> dict[str, Path]:
-    """report.html, report.md, every PNG and CSV into `out`; returns their paths."""
+    """report.html, report.md, every PNG and CSV into `out`, each atomically; returns their paths. A full disk is one
+    :class:`DataError` naming the file, with every file written whole or left as it was (never a 0-byte PNG)."""
     d = writable_dir(out)
     paths: dict[str, Path] = {}
-    for name, png in r.images.items():
-        paths[name] = atomic_write_bytes(d / name, png)
-    for name, df in r.tables.items():
-        paths[name] = _write_csv(df, d / name, index=name.endswith("correlations.csv"))
+    files: list[tuple[str, bytes]] = [(name, png) for name, png in r.images.items()]
+    files += [(name, df.to_csv(index=name.endswith("correlations.csv")).encode()) for name, df in r.tables.items()]
     if r.diagnosis is not None:
-        paths["rubric_diagnosis.csv"] = _write_csv(r.diagnosis.concepts, d / "rubric_diagnosis.csv")
-        paths["level_confusions.csv"] = _write_csv(r.diagnosis.confusions, d / "level_confusions.csv")
+        files += [("rubric_diagnosis.csv", r.diagnosis.concepts.to_csv(index=False).encode()),
+                  ("level_confusions.csv", r.diagnosis.confusions.to_csv(index=False).encode())]
         if r.diagnosis.ceiling is not None:
-            for name, df in (("grade_ceiling.csv", r.diagnosis.ceiling.per_grade),
-                             ("grade_boundaries.csv", r.diagnosis.ceiling.boundaries),
-                             ("contrast_pairs.csv", pairs_frame(r.diagnosis.pairs))):
-                paths[name] = _write_csv(df, d / name)
-    atomic_write_text(d / "report.html", render_html(r))
-    atomic_write_text(d / "report.md", render_markdown(r))
-    doc = {"metrics": r.metrics, "agreement": r.agreement.to_dict("records"), "unavailable": r.unavailable,
-           "verdict": r.verdict, "warnings": r.warnings, "calibration": r.calibration,
-           "honest": {k: v for k, v in r.honest.items() if k != "warnings"}, "implied_noise": r.implied,
-           "lcec": {k: v for k, v in r.lcec.items() if k != "links"}, "learning_curve": r.curve or None}
-    atomic_write_json(d / "report.json", doc, default=float)
-    paths |= {"report.html": d / "report.html", "report.md": d / "report.md", "report.json": d / "report.json"}
+            files += [(name, df.to_csv(index=False).encode()) for name, df in (
+                ("grade_ceiling.csv", r.diagnosis.ceiling.per_grade), ("grade_boundaries.csv", r.diagnosis.ceiling.boundaries),
+                ("contrast_pairs.csv", pairs_frame(r.diagnosis.pairs)))]
+    report_json = json.dumps({"metrics": r.metrics, "agreement": r.agreement.to_dict("records"),
+                              "unavailable": r.unavailable, "verdict": r.verdict,
+                              "warnings": r.warnings, "calibration": r.calibration,
+                              "honest": {k: v for k, v in r.honest.items() if k != "warnings"},
+                              "implied_noise": r.implied, "lcec": {k: v for k, v in r.lcec.items() if k != "links"},
+                              "learning_curve": r.curve or None}, indent=1, default=float) + "\n"
+    files += [("report.html", render_html(r).encode("utf-8")), ("report.md", render_markdown(r).encode("utf-8")),
+              ("report.json", report_json.encode("utf-8"))]
+    for name, data in files:
+        try:
+            atomic_write_bytes(d / name, data)
+        except OSError as exc:
+            done = ", ".join(paths) or "nothing"
+            raise DataError(f"{d / name}: cannot write it ({exc.strerror or exc}); written before it: {done} (the rest "
+                            "is as it was)", hint="free space or pass --out a folder you can write, then run it again") from None
+        paths[name] = d / name
     return paths
+

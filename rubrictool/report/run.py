@@ -22,7 +22,7 @@ from reccbm import Predictions
 from reccbm.data import collate
 from rubrictool import runs
 from rubrictool.errors import DataError
-from rubrictool.grade import model_inputs, parse_overrides
+from rubrictool.grade import check_finite, model_inputs, parse_overrides
 from rubrictool.provenance import git_revision
 from rubrictool.runs import Run
 
@@ -112,6 +112,7 @@ def predict_with_attention(run: Run, items: pd.DataFrame, batch_size: int = 16) 
     feats = model_inputs(tok, df, run.model.config.max_len)
     enc = reccbm.EncodedItems(feats)
     preds = reccbm.predict(run.model, enc, tok.pad_token_id, batch_size)
+    check_finite(preds, [str(i) for i in df["id"]] if "id" in df.columns else [])
     tokens: list[list[str]] = []
     spans: list[list[tuple[int, int]]] = []
     alphas: list[NDArray[Any] | None] = []

@@ -277,7 +277,7 @@ def pull(
 ) -> PullResult:
     """Export every submitted review of a project as the tidy ReviewTable (written with ``write_table``)."""
     proj, _, reviews, counts = _project_reviews(conn, project, rubric, progress)
-    path = write_table(reviews, out) if out is not None else None
+    path = write_table(reviews, out, for_people=True) if out is not None else None
     return PullResult(int(proj["id"]), str(proj.get("title")), reviews, path, counts)
 
 

@@ -31,7 +31,8 @@ from rubrictool.io import atomic_write_text, write_table
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.runs import RECORD, describe_labels, run_is_complete
-from rubrictool.train.recipe import SECTIONS
+from rubrictool.resume import check_folds
+from rubrictool.train.recipe import SECTIONS, resolve_training
 from rubrictool.train.run import TrainResult, prepare_table, read_agreement, train_model
 
 __all__ = ["FOLD_COLUMNS", "config_differences", "folds_markdown", "train_folds"]
@@ -80,6 +81,9 @@ def train_folds(
         agreement = read_agreement(Path(agreement))
     run = Path(run_dir)
     splits = kfold_splits(prepare_table(table, rb, need_concepts=False), k=folds, seed=fold_seed, by=by)
+    rs = resolve_training(rb, variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides, preset=preset,
+                          seeds=seeds)
+    check_folds(run, splits, table, lambda n: rs.for_answers(n).config, _fold_done)  # another config or table: refused
     _save_fold_splits(run, splits, fold_seed, by)
     fold_args = {"variant": variant, "race": race, "opcc": opcc, "lcec": lcec, "overrides": overrides, "preset": preset,
                  "seeds": seeds, "agreement": agreement, "notes": notes, "table_source": table_source, "labels": labels}
