@@ -246,8 +246,12 @@ def grade_cmd(
         "--engine", help="Encoder runtime: torch, or onnx (ONNX Runtime; exported once, cached in RUN/onnx).",
     )] = "torch",
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts for every response, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1).")] = None,
+    keep: Annotated[str | None, typer.Option("--keep", help="Columns of --data copied beside each grade, comma-separated (default: question, student, source_id, response, those present; '' for none).")] = None,
 ) -> None:
     """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
+
+    Beside each id the output keeps the question, the student and the response (or the columns --keep names), so the
+    grades join back to the gradebook.
 
     A flags column names what a teacher should review (copies_reference, copies_question,
     concepts_disagree_with_grade, out_of_distribution, truncated; docs/integrity.md).
@@ -260,7 +264,8 @@ def grade_cmd(
     if run_dir is None:
         raise typer.BadParameter("give the run directory written by `rubrictool train`", param_hint="--run")
     with ProgressView(err_console, transient=True) as view:
-        graded, path, seconds = grade_file(run_dir, data, out, batch_size, view, int8, engine, overrides=",".join(set_) if set_ else None)
+        graded, path, seconds = grade_file(run_dir, data, out, batch_size, view, int8, engine, overrides=",".join(set_) if set_ else None,
+                                           keep=None if keep is None else [c.strip() for c in keep.split(",") if c.strip()])
     rate = len(graded) / seconds if seconds > 0 else float("inf")
     console.print(f"graded {len(graded)} responses in {seconds:.1f} s ({rate:.0f}/s) -> {path}", soft_wrap=True)
     flagged = graded["flags"].astype(str) != ""
