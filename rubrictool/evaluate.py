@@ -45,6 +45,7 @@ __all__ = [
     "paired_bootstrap",
     "pooled_metrics",
     "spearman_with_ci",
+    "why_inconclusive",
 ]
 
 # metric name -> f(y_true, y_pred); larger is better for all but rmse
@@ -298,7 +299,21 @@ def lcec_activity(a_diag: ArrayLike, partial: ArrayLike) -> dict[str, Any]:
     return {"mean_A_kk": mean_a, "max_abs_partial": max_r, "inert": bool(reasons), "reason": "; ".join(reasons)}
 
 
+FEW_CONCEPTS = 3  # a rank correlation over this many concepts or fewer says nothing (ρ can only be ±1 or ±½)
+
+
 def inconclusive(ci: dict[str, float] | None) -> bool:
-    """A correlation whose 95 % CI spans 0 (or that has none, or a NaN bound) says nothing either way."""
-    return ci is None or not (ci["lo"] > 0 or ci["hi"] < 0)
+    """A correlation whose 95 % CI spans 0 (or that has none, or a NaN bound), or one over :data:`FEW_CONCEPTS`
+    concepts or fewer, says nothing either way."""
+    return ci is None or ci.get("n", FEW_CONCEPTS + 1) <= FEW_CONCEPTS or not (ci["lo"] > 0 or ci["hi"] < 0)
+
+
+def why_inconclusive(ci: dict[str, float] | None) -> str | None:
+    """Why :func:`inconclusive` says so, in words (None when the correlation is conclusive)."""
+    if not inconclusive(ci):
+        return None
+    if ci is not None and ci.get("n", FEW_CONCEPTS + 1) <= FEW_CONCEPTS:
+        return (f"over {int(ci['n'])} concepts a rank correlation can only be ±1 or ±½, whatever the CI; it needs "
+                f"more than {FEW_CONCEPTS}")
+    return "the CI spans 0"
 

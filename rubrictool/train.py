@@ -50,6 +50,7 @@ from rubrictool.evaluate import (
     oracle_concept_baseline,
     pooled_metrics,
     spearman_with_ci,
+    why_inconclusive,
 )
 from rubrictool.flags import profile_from_table, save_profile
 from rubrictool.grade import model_inputs
@@ -374,7 +375,7 @@ def noise_share_rho(reliability: Any, alpha: Any) -> dict[str, float] | None:
 def _ci_text(ci: dict[str, float] | None, what: str) -> str:
     if ci is None:
         return f"— (needs {what})"
-    verdict = " — inconclusive: the CI spans 0" if inconclusive(ci) else ""
+    verdict = f" — inconclusive: {why_inconclusive(ci)}" if inconclusive(ci) else ""
     return f"{ci['rho']:.3f} [{ci['lo']:.3f}, {ci['hi']:.3f}]{verdict}"
 
 

@@ -76,7 +76,9 @@ def correlation_lines(result: TrainResult) -> list[str]:
     if not len(result.reliability):
         return []
     rho = result.spearman
-    lines = [f"Spearman ρ(σ², 1 − α) = {rho:.3f}" if rho is not None else "Spearman ρ(σ², 1 − α): —"]
+    sci = result.metrics.get("spearman_ci")
+    lines = [f"Spearman ρ(σ², 1 − α) = {_rho_text(sci)}" if sci else
+             f"Spearman ρ(σ², 1 − α) = {rho:.3f}" if rho is not None else "Spearman ρ(σ², 1 − α): —"]
     implied = result.metrics.get("implied_noise") or {}
     for key, what in (("implied_vs_measured", "ρ(σ²(implied), σ̂²)"), ("implied_vs_1_minus_alpha", "ρ(σ²(implied), 1 − α)")):
         lines.append(f"Spearman {what} = {_rho_text(implied.get(key))}")
@@ -89,8 +91,12 @@ def correlation_lines(result: TrainResult) -> list[str]:
 def _rho_text(ci: dict[str, float] | None) -> str:
     if not ci:
         return "—"
-    spans = not (ci["lo"] > 0 or ci["hi"] < 0)
-    return f"{ci['rho']:.3f} [{ci['lo']:.2f}, {ci['hi']:.2f}]" + (" inconclusive" if spans else "")
+    from rubrictool.evaluate import FEW_CONCEPTS, why_inconclusive
+
+    why = why_inconclusive(ci)
+    if ci.get("n", FEW_CONCEPTS + 1) <= FEW_CONCEPTS:
+        return f"{ci['rho']:.3f}, inconclusive: {why}"
+    return f"{ci['rho']:.3f} [{ci['lo']:.2f}, {ci['hi']:.2f}]" + (" inconclusive" if why else "")
 
 
 def honest_caption(metrics: dict[str, Any]) -> str:
