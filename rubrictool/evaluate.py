@@ -61,6 +61,7 @@ __all__ = [
     "reliability_markdown",
     "reliability_table",
     "spearman_with_ci",
+    "why_inconclusive",
 ]
 
 # metric name -> f(y_true, y_pred); larger is better for all but rmse
@@ -162,12 +163,29 @@ def _read_pooled(run: Path) -> pd.DataFrame:
     return df
 
 
+def _grade_span(run: Path, pooled: pd.DataFrame) -> int:
+    """Highest minus lowest grade of a k-fold run's scale: its first fold's model.json, else the grades it pooled."""
+    import json
+
+    for meta in sorted(run.glob("fold-*/model.json"))[:1]:
+        try:
+            lo, hi = json.loads(meta.read_text())["grade"][:2]
+            return int(hi) - int(lo)
+        except (OSError, ValueError, KeyError, TypeError):
+            break
+    grades = pd.concat([pooled["grade_true"], pooled["grade"]])
+    return int(grades.max() - grades.min())
+
+
 def compare_runs(
     run_a: str | Path, run_b: str | Path, metrics: tuple[str, ...] = ("t_acc", "t_f1", "qwk", "adjacent", "rmse"),
     n_boot: int = 2000, seed: int = 0,
 ) -> dict[str, Any]:
-    """Paired bootstrap of every metric between two k-fold runs over the items both tested."""
+    """Paired bootstrap of every metric between two k-fold runs over the items both tested. Adjacent agreement is
+    left out on a two-grade scale (±1 covers every pair there: it is 1 for any grader)."""
     a, b = _read_pooled(Path(run_a)), _read_pooled(Path(run_b))
+    if "adjacent" in metrics and _grade_span(Path(run_a), a) < 2:
+        metrics = tuple(m for m in metrics if m != "adjacent")
     both = a.merge(b, on="id", suffixes=("_a", "_b"))
     if len(both) == 0:
         raise TrainError(f"{run_a} and {run_b} have no test item in common")
@@ -314,9 +332,23 @@ def lcec_activity(a_diag: ArrayLike, partial: ArrayLike) -> dict[str, Any]:
     return {"mean_A_kk": mean_a, "max_abs_partial": max_r, "inert": bool(reasons), "reason": "; ".join(reasons)}
 
 
+FEW_CONCEPTS = 3  # a rank correlation over this many concepts or fewer says nothing (ρ can only be ±1 or ±½)
+
+
 def inconclusive(ci: dict[str, float] | None) -> bool:
-    """A correlation whose 95 % CI spans 0 (or that has none, or a NaN bound) says nothing either way."""
-    return ci is None or not (ci["lo"] > 0 or ci["hi"] < 0)
+    """A correlation whose 95 % CI spans 0 (or that has none, or a NaN bound), or one over :data:`FEW_CONCEPTS`
+    concepts or fewer, says nothing either way."""
+    return ci is None or ci.get("n", FEW_CONCEPTS + 1) <= FEW_CONCEPTS or not (ci["lo"] > 0 or ci["hi"] < 0)
+
+
+def why_inconclusive(ci: dict[str, float] | None) -> str | None:
+    """Why :func:`inconclusive` says so, in words (None when the correlation is conclusive)."""
+    if not inconclusive(ci):
+        return None
+    if ci is not None and ci.get("n", FEW_CONCEPTS + 1) <= FEW_CONCEPTS:
+        return (f"over {int(ci['n'])} concepts a rank correlation can only be ±1 or ±½, whatever the CI; it needs "
+                f"more than {FEW_CONCEPTS}")
+    return "the CI spans 0"
 
 
 # ---------------------------------------------------------------------------- a run's reliability table
@@ -394,7 +426,7 @@ def noise_share_rho(reliability: Any, alpha: Any) -> dict[str, float] | None:
 def _ci_text(ci: dict[str, float] | None, what: str) -> str:
     if ci is None:
         return f"— (needs {what})"
-    verdict = " — inconclusive: the CI spans 0" if inconclusive(ci) else ""
+    verdict = f" — inconclusive: {why_inconclusive(ci)}" if inconclusive(ci) else ""
     return f"{ci['rho']:.3f} [{ci['lo']:.3f}, {ci['hi']:.3f}]{verdict}"
 
 

@@ -29,7 +29,7 @@ from rubrictool.outputs import check_output, has_columns, writable_parent
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.rubric import Rubric
 
-__all__ = ["ENGINES", "check_finite", "check_output_path", "check_unique_ids", "empty_responses", "grade_file", "grade_items", "grade_loaded", "grader_predictions", "grading_device", "level_entropy", "load_grader",
+__all__ = ["ENGINES", "KEEP_COLUMNS", "check_finite", "check_output_path", "check_unique_ids", "empty_responses", "grade_file", "grade_items", "grade_loaded", "grader_predictions", "grading_device", "keep_columns", "level_entropy", "load_grader",
            "onnx_cache_dirs", "parse_overrides", "predictions_frame", "uncertainty_score"]
 
 log = logging.getLogger("rubrictool.grade")
@@ -366,14 +366,40 @@ def _grade_nonempty(
     return out[graded.columns]
 
 
+KEEP_COLUMNS = ("question", "student", "source_id", "response")
+"""The item table's columns ``grade`` copies beside each grade by default (those the table has), so grades join back
+to the question, the student and the answer."""
+
+
+def keep_columns(graded: pd.DataFrame, items: pd.DataFrame, keep: list[str] | None = None) -> pd.DataFrame:
+    """``graded`` with the item columns ``keep`` (default :data:`KEEP_COLUMNS`, those present) copied in after ``id``,
+    row for row; a name the grades already use gets ``input_`` before it. A ``keep`` column the items lack is an
+    error naming the columns they have."""
+    if keep is None:
+        cols = [c for c in KEEP_COLUMNS if c in items.columns]
+    else:
+        cols = list(dict.fromkeys(c for c in keep if c and c != "id"))
+        missing = [c for c in cols if c not in items.columns]
+        if missing:
+            raise DataError(f"--keep {', '.join(missing)}: no such column in the items to grade; they have "
+                            f"{', '.join(map(str, items.columns))}")
+    if not cols:
+        return graded
+    src = items.reset_index(drop=True)[cols]
+    src = src.rename(columns={c: f"input_{c}" for c in cols if c in graded.columns})
+    at = list(graded.columns).index("id") + 1 if "id" in graded.columns else 0
+    return pd.concat([graded.iloc[:, :at], src, graded.iloc[:, at:]], axis=1)
+
+
 def grade_file(
     run: str | Path, data: str | Path, out: str | Path, batch_size: int = 64,
     progress: ProgressFn | None = None, int8: bool = False, engine: str = "torch",
-    overrides: str | dict[str, int] | None = None,
+    overrides: str | dict[str, int] | None = None, keep: list[str] | None = None,
     device: str = "auto",
 ) -> tuple[pd.DataFrame, Path, float]:
-    """``rubrictool grade``: read items (CSV/JSONL/Parquet), grade them, write CSV/JSONL; returns the
-    table, the written path and the seconds spent grading."""
+    """``rubrictool grade``: read items (CSV/JSONL/Parquet), grade them, write CSV/JSONL with the item columns
+    ``keep`` (:func:`keep_columns`; default the question, the student and the response) beside each grade; returns
+    the table, the written path and the seconds spent grading."""
     check_output_path(data, out, run)
     items = read_table(data)
     check_unique_ids(items)
@@ -383,6 +409,7 @@ def grade_file(
     graded = grade_loaded(grader, items, batch_size, progress, overrides, profile,
                           device=grading_device(device, int8, engine))
     seconds = time.perf_counter() - t0
+    graded = keep_columns(graded, items, keep)
     try:
         written = write_table(graded, out, for_people=True)
     except OSError as exc:  # a disk that filled while grading: the temporary file is removed, --out is as it was

@@ -24,8 +24,6 @@ from rubrictool.errors import TrainError
 from rubrictool.io import read_table
 from rubrictool.locks import writer_lock
 from rubrictool.outputs import check_output
-from rubrictool.locks import writer_lock
-from rubrictool.outputs import check_output
 from rubrictool.progress import ProgressFn, warn
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import LLM_PASSES_NOTE

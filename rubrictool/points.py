@@ -7,15 +7,18 @@ of new answers, an adjudicated table, or a run's predicted levels — and :func:
 same as a baseline beside the majority class.
 
 A rubric without points can be given a *suggested* table: :func:`fit_points` fits the grade to the
-levels (least squares on each concept's level steps, constrained so a higher level never earns fewer
-points), :func:`points_from_head` reads a trained grade head the same way (the head's expected grade
+levels (by default an ordinal fit of points and cut-points together, so the table can give every grade from the
+lowest to the highest; each concept's level steps constrained so a higher level never earns fewer points) and
+:func:`cross_validate_points` measures it on answers it was not fitted to; :func:`points_from_head` reads a trained grade head the same way (the head's expected grade
 over concept profiles, made additive), and :func:`points_suggestion` writes either into the rubric's
 own YAML, validated, with its diff, for a teacher to accept or edit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,10 +35,15 @@ if TYPE_CHECKING:
     import reccbm
 
 __all__ = [
+    "FIT_METHODS",
     "POINTS_MARGIN",
     "FittedPoints",
     "PointsSuggestion",
+    "answers_key",
+    "cross_validate_points",
     "fit_points",
+    "fitted_answers",
+    "fold_of",
     "grade_file",
     "grade_from_totals",
     "grade_table",
@@ -46,6 +54,7 @@ __all__ = [
     "points_grades",
     "points_suggestion",
     "points_table",
+    "reachable_grades",
     "read_levels",
     "suggest_points",
     "write_suggestion",
@@ -156,10 +165,14 @@ class FittedPoints:
     points: NDArray[np.float64]  # (K, M+1), rising with the level
     source: str  # what it was fitted to ("gold levels and grades of N answers", "the grade head of RUN")
     n: int  # answers (or concept profiles) fitted
-    r2: float  # share of the target's variance the additive table explains
-    t_acc: float | None = None  # accuracy of the rounded totals on the fitted answers (gold fits only)
+    r2: float  # share of the target's variance the additive table explains (ordinal: a linear map of its totals)
+    t_acc: float | None = None  # in-sample accuracy of its grades on the fitted answers (gold fits only)
     qwk: float | None = None
     grading: dict[str, Any] = field(default_factory=lambda: {"points": "sum", "map": "direct"})
+    method: str = "least-squares"  # FIT_METHODS
+    reachable: list[int] | None = None  # the grades some concept profile earns (gold fits only)
+    cv: dict[str, Any] | None = None  # cross_validate_points on the fitted answers, when measured
+    answers_key: str | None = None  # answers_key of the fitted answers' ids (fits to a table of graded answers)
 
 
 def _fit_additive(levels: NDArray[np.int64], target: NDArray[np.float64], M: int,
@@ -185,23 +198,182 @@ def _fit_additive(levels: NDArray[np.int64], target: NDArray[np.float64], M: int
     return pts, r2
 
 
-def fit_points(rubric: Rubric, levels_0_based: NDArray[Any], grades: NDArray[Any], decimals: int = 2) -> FittedPoints:
-    """A points table fitted to graded answers: least squares of the grade on the levels, rising with the level,
-    rounded to ``decimals``; its totals read directly as the grade (``map: direct``)."""
+FIT_METHODS = ("ordinal", "least-squares")
+"""How :func:`fit_points` fits: ``ordinal`` (the default) a proportional-odds model on the level steps, read as points
+and cut-points (``map: thresholds``) so the lowest profile earns the lowest grade and the highest the highest;
+``least-squares`` the grade regressed on the level steps, totals read as the grade (``map: direct``), whose totals
+shrink towards the mean grade and may never reach the scale's ends on a small or skewed course."""
+
+ORDINAL_L2 = 0.01  # ridge on the step weights (per answer's mean log-likelihood): finite weights on separable data
+
+
+def _fit_ordinal(levels: NDArray[np.int64], y0: NDArray[np.int64], M: int, S: int, l2: float = ORDINAL_L2
+                 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Proportional odds P(grade ≥ j) = σ(s − θ_j), j = 1..S, with the score s a sum of each concept's level steps
+    [level ≥ 1] … [level ≥ M], every step weight ≥ 0 (a higher level never lowers the grade) and θ rising. Grades
+    ``y0`` are 0-based (0..S). Returns (step weights (K, M), cut-points (S,)) in logit units: the scores at which the
+    expected grade crosses each half grade (:func:`_mean_cuts`)."""
+    from scipy.optimize import minimize
+
+    N, K = levels.shape
+    X = (levels[:, :, None] >= np.arange(1, M + 1)[None, None, :]).astype(float).reshape(N, K * M)  # (N, K·M)
+    P = K * M
+
+    def unpack(x: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        return x[:P], x[P] + np.concatenate([[0.0], np.cumsum(x[P + 1:])])  # w (K·M,), θ (S,)
+
+    rows = np.arange(N)
+
+    def loss(x: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+        w, th = unpack(x)
+        s = X @ w  # (N,)
+        c = 1.0 / (1.0 + np.exp(-(s[:, None] - th[None, :])))  # (N, S) P(grade ≥ j), j = 1..S
+        cum = np.hstack([np.ones((N, 1)), c, np.zeros((N, 1))])  # (N, S+2): P(grade ≥ 0) = 1, P(grade ≥ S+1) = 0
+        d = cum * (1.0 - cum)  # (N, S+2) dσ; 0 at the two ends
+        p = np.clip(cum[rows, y0] - cum[rows, y0 + 1], 1e-12, None)  # (N,) P(grade = y)
+        dp_ds = d[rows, y0] - d[rows, y0 + 1]  # (N,)
+        g_th = np.zeros((N, S + 2))
+        g_th[rows, y0] -= d[rows, y0]  # ∂p/∂θ_y = −dσ_y
+        g_th[rows, y0 + 1] += d[rows, y0 + 1]  # ∂p/∂θ_{y+1} = +dσ_{y+1}
+        dth = -(g_th[:, 1:S + 1] / p[:, None]).mean(axis=0) + 2e-6 * th  # (S,) with a weak pull keeping θ finite
+        f = float(-np.log(p).mean() + l2 * w @ w + 1e-6 * th @ th)
+        gw = -(X * (dp_ds / p)[:, None]).mean(axis=0) + 2 * l2 * w  # (K·M,)
+        g_gaps = np.cumsum(dth[::-1])[::-1][1:]  # gap k moves θ_{k+1..S}
+        return f, np.concatenate([gw, [dth.sum()], g_gaps])
+
+    mean = float(y0.mean())
+    x0 = np.concatenate([np.full(P, 0.5), [mean - S / 2 + 0.5], np.ones(S - 1)])
+    bounds = [(0.0, None)] * P + [(None, None)] + [(1e-3, None)] * (S - 1)
+    res = minimize(loss, x0, jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": 1000})
+    w, th = unpack(np.asarray(res.x, dtype=float))
+    return w.reshape(K, M), _mean_cuts(th)
+
+
+def _mean_cuts(th: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The scores at which the model's expected grade Σ_j σ(s − θ_j) crosses j − ½, j = 1..S: cut-points that
+    round the expected grade (what QWK rewards) rather than take the most likely side of each θ_j."""
+    from scipy.optimize import brentq
+
+    def expected(s: float) -> float:
+        return float((1.0 / (1.0 + np.exp(-(s - th)))).sum())
+
+    lo, hi = float(th.min()) - 60.0, float(th.max()) + 60.0
+    return np.array([brentq(lambda s, j=j: expected(s) - (j - 0.5), lo, hi) for j in range(1, len(th) + 1)])
+
+
+def _ordinal_table(w: NDArray[np.float64], th: NDArray[np.float64], S: int, decimals: int
+                   ) -> tuple[NDArray[np.float64], list[float]] | None:
+    """Step weights and cut-points in logit units as a points table whose totals run 0..S (points (K, M+1), the
+    lowest level 0) and S thresholds inside (0, S] that rise, so the lowest profile earns the lowest grade and the
+    highest profile the highest. None when the levels earn no points at all."""
+    hi = float(w.sum())
+    if hi <= 1e-6:
+        return None
+    scale = S / hi
+    pts = np.round(np.concatenate([np.zeros((len(w), 1)), np.cumsum(w * scale, axis=1)], axis=1), decimals)  # (K, M+1)
+    top = sum(float(p) for p in pts[:, -1])  # summed as the rubric loader sums it
+    step = 10.0 ** -decimals
+    if top < S * step * 2:
+        return None
+    t = np.round(th * scale, decimals)
+    out: list[float] = []
+    for j in range(S):  # room below for the lower cut-points, above for the higher ones: every one inside (0, top]
+        lo = step * (j + 1)
+        up = math.floor((top - step * (S - 1 - j)) / step - 1e-6) * step  # on the grid, never above the top total
+        v = min(max(float(t[j]), lo, (out[-1] + step) if out else lo), up)
+        out.append(round(v, decimals))
+    return pts, out
+
+
+def fit_points(rubric: Rubric, levels_0_based: NDArray[Any], grades: NDArray[Any], decimals: int = 2,
+               method: str = "ordinal") -> FittedPoints:
+    """A points table fitted to graded answers, rising with the level, rounded to ``decimals``.
+
+    ``method`` (:data:`FIT_METHODS`): ``ordinal`` fits the points and the cut-points between grades together (a
+    proportional-odds model; ``map: thresholds``): the lowest concept profile earns the lowest grade and the highest
+    the highest. ``least-squares`` regresses the grade on the levels and reads the total as the grade
+    (``map: direct``). ``t_acc`` and ``qwk`` are in-sample (on the fitted answers); :func:`cross_validate_points`
+    measures the fit on answers it did not see."""
     from reccbm.metrics import quadratic_weighted_kappa
 
+    if method not in FIT_METHODS:
+        raise DataError(f"unknown points fit {method!r}; use one of {', '.join(FIT_METHODS)}")
     lv = _check_levels(levels_0_based, rubric)
     y = np.asarray(grades, dtype=float)
     if len(y) != len(lv) or len(y) < 2 or np.isnan(y).any():
         raise DataError("fitting points needs at least two answers, each with its concept levels and a grade")
-    pts, r2 = _fit_additive(lv, y, rubric.M)
-    pts = np.round(pts, decimals)
-    fp = FittedPoints(pts, f"the gold concept levels and grades of {len(y)} answers", len(y), r2)
-    _, pred = points_grades(rubric, lv, pts, fp.grading)
     truth = np.clip(_round_half_up(y), rubric.grade.min, rubric.grade.max)
+    source = f"the gold concept levels and grades of {len(y)} answers"
+    fp: FittedPoints | None = None
+    if method == "ordinal" and rubric.S >= 1 and np.unique(truth).size >= 2:
+        w, th = _fit_ordinal(lv, truth - rubric.grade.min, rubric.M, rubric.S)
+        table = _ordinal_table(w, th, rubric.S, decimals)
+        if table is not None:
+            pts, cuts = table
+            totals = pts[np.arange(rubric.K)[None, :], lv].sum(axis=1)
+            r2 = float(np.corrcoef(totals, y)[0, 1] ** 2) if totals.std() > 0 and y.std() > 0 else float("nan")
+            fp = FittedPoints(pts, source, len(y), r2, method="ordinal",
+                              grading={"points": "sum", "map": "thresholds", "thresholds": cuts})
+    if fp is None:  # least squares, or an ordinal fit with nothing to fit (one grade, or levels that earn nothing)
+        pts, r2 = _fit_additive(lv, y, rubric.M)
+        fp = FittedPoints(np.round(pts, decimals), source, len(y), r2, method="least-squares")
+    _, pred = points_grades(rubric, lv, fp.points, fp.grading)
     fp.t_acc = float((pred == truth).mean())
     fp.qwk = quadratic_weighted_kappa(truth - rubric.grade.min, pred - rubric.grade.min)
+    fp.reachable = sorted({int(g) for g in reachable_grades(rubric, fp.points, fp.grading)})
     return fp
+
+
+def reachable_grades(rubric: Rubric, points: NDArray[np.float64], grading: dict[str, Any]) -> NDArray[np.int64]:
+    """Every grade some concept profile earns with ``points`` and ``grading`` (on the rubric's grade scale)."""
+    totals = np.zeros(1)
+    for k in range(len(points)):  # every total a profile can reach, one concept at a time (rounded: ties merge)
+        totals = np.unique(np.round(totals[:, None] + points[k][None, :], 9).reshape(-1))
+    return np.unique(grade_from_totals(totals, rubric, points, grading))
+
+
+def fold_of(grades: NDArray[Any], folds: int, seed: int = 0) -> NDArray[np.int64]:
+    """A fold 0..folds−1 per answer, stratified by grade: each grade's answers, shuffled, dealt in turn."""
+    g = np.asarray(grades)
+    rng = np.random.default_rng(seed)
+    out = np.zeros(len(g), dtype=np.int64)
+    start = 0
+    for v in np.unique(g):
+        idx = rng.permutation(np.flatnonzero(g == v))
+        out[idx] = (start + np.arange(len(idx))) % folds
+        start += len(idx)
+    return out
+
+
+def cross_validate_points(rubric: Rubric, levels_0_based: NDArray[Any], grades: NDArray[Any], folds: int = 5,
+                          seed: int = 0, method: str = "ordinal", n_boot: int = 1000) -> dict[str, Any]:
+    """How a fitted points table grades answers it was not fitted to: ``folds``-fold cross-validation (stratified
+    by grade), each fold graded by a table fitted to the others, pooled. Returns :func:`rubrictool.evaluate.
+    honest_metrics` of the pooled grades (T-Acc and QWK with bootstrap 95 % CIs, the majority class of each fold's
+    other answers and the paired CI of T-Acc over it) plus ``folds``, ``method`` and ``reachable`` (the grades
+    the pooled predictions give)."""
+    from rubrictool.evaluate import honest_metrics, majority_baseline
+
+    lv = _check_levels(levels_0_based, rubric)
+    y = np.clip(_round_half_up(np.asarray(grades, dtype=float)), rubric.grade.min, rubric.grade.max)
+    k = min(folds, len(y))
+    if k < 2:
+        raise DataError("cross-validating points needs at least two graded answers")
+    fold = fold_of(y, k, seed)
+    pred = np.zeros(len(y), dtype=np.int64)
+    maj = np.zeros(len(y), dtype=np.int64)
+    for f in range(k):
+        te, tr = fold == f, fold != f
+        if not te.any():
+            continue
+        fp = fit_points(rubric, lv[tr], y[tr], method=method)
+        pred[te] = points_grades(rubric, lv[te], fp.points, fp.grading)[1]
+        maj[te] = majority_baseline(y[tr], int(te.sum()))
+    g0 = rubric.grade.min
+    out = honest_metrics(y - g0, pred - g0, None, n_boot=n_boot, seed=seed, grade_min=g0, y_majority=maj - g0)
+    out["warnings"] = [w for w in out["warnings"] if w["code"] != "small_test"]  # every answer is tested once here
+    out |= {"folds": k, "method": method, "predicted_grades": sorted({int(v) for v in pred})}
+    return out
 
 
 def points_from_head(model: reccbm.Model, rubric: Rubric, source: str = "a trained grade head",
@@ -242,12 +414,34 @@ class PointsSuggestion:
     fitted: FittedPoints
 
 
+FITTED_MARK = "# points fitted by `rubrictool rubric fit-points`"
+_FITTED_RE = re.compile(r"^# points fitted by `rubrictool rubric fit-points`.*\(answers ([0-9a-f]{12})\).*$", re.MULTILINE)
+
+
+def answers_key(ids: Any) -> str:
+    """A short fingerprint of a set of answer ids (order ignored): what a fitted rubric records of the answers it was
+    fitted to, so that grading those answers again is marked in-sample."""
+    text = "\n".join(sorted({str(i) for i in ids}))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def fitted_answers(rubric: Rubric) -> str | None:
+    """The :func:`answers_key` a rubric written by ``rubric fit-points`` records (None for any other rubric)."""
+    m = _FITTED_RE.search(rubric.source_text or "")
+    return m.group(1) if m else None
+
+
 def points_suggestion(rubric_path: str | Path, fitted: FittedPoints) -> PointsSuggestion:
-    """Write ``fitted`` into the rubric's own YAML (``points:`` on every level, a ``grading:`` block), load it
-    with the rubric loader (an invalid result raises), and diff it against the file."""
+    """Write ``fitted`` into the rubric's own YAML (``points:`` on every level, a ``grading:`` block, and, for a fit
+    to graded answers, a first comment line naming them by :func:`answers_key`), load it with the rubric loader (an
+    invalid result raises), and diff it against the file."""
     path = resolve_rubric_path(rubric_path)
     old = path.read_text(encoding="utf-8")
     new = set_grading(set_level_points(old, [[float(p) for p in row] for row in fitted.points]), fitted.grading)
+    new = _FITTED_RE.sub("", new).lstrip("\n") if _FITTED_RE.search(new) else new
+    if fitted.answers_key:
+        new = (f"{FITTED_MARK} ({fitted.method}) to the grades of {fitted.n} answers (answers {fitted.answers_key}):"
+               " its figures on those answers are in-sample\n" + new)
     rb = parse_rubric(new, f"{path.name} (with suggested points)")
     return PointsSuggestion(new, unified_diff(old, new, path.name), rb, fitted)
 
@@ -348,7 +542,8 @@ def grade_file(rubric: Rubric | str | Path, labels: str | Path, out: str | Path 
                ) -> tuple[pd.DataFrame, dict[str, float] | None, str]:
     """``rubrictool rubric points``: read concept levels (:func:`read_levels`), grade them with the rubric's
     points (:func:`grade_table`), write ``out`` (CSV/JSONL/Parquet, atomically) when given.
-    Returns (graded table, metrics against gold grades or None, what the labels file was)."""
+    Returns (graded table, metrics against gold grades or None, what the labels file was). With a rubric written by
+    ``rubric fit-points``, ``metrics["in_sample"]`` is 1.0 when the graded answers are the ones it was fitted to."""
     from rubrictool.io import write_table
     from rubrictool.rubric import load_rubric
 
@@ -356,15 +551,21 @@ def grade_file(rubric: Rubric | str | Path, labels: str | Path, out: str | Path 
     points_table(rb)  # no points: say so before reading anything
     levels, kind = read_levels(labels, rb)
     table, metrics = grade_table(levels, rb)
+    key = fitted_answers(rb)
+    if metrics is not None and key is not None:  # the points were fitted to these very answers' grades
+        scored = levels.loc[levels[rb.keys].notna().all(axis=1) & levels["grade"].notna(), "id"]
+        metrics["in_sample"] = float(answers_key(scored) == key)
     if out is not None:
         write_table(table, out, for_people=True)
     return table, metrics, kind
 
 
-def suggest_points(rubric: str | Path, data: str | Path | None = None, run: str | Path | None = None
-                   ) -> PointsSuggestion:
+def suggest_points(rubric: str | Path, data: str | Path | None = None, run: str | Path | None = None,
+                   method: str = "ordinal", folds: int = 5) -> PointsSuggestion:
     """``rubrictool rubric fit-points``: a points table fitted to the gold levels and grades of ``data`` (an
-    adjudicated table), or read from the grade head of ``run``, written into the rubric's YAML and validated."""
+    adjudicated table; by ``method``, :data:`FIT_METHODS`), with its ``folds``-fold cross-validated figures
+    (:func:`cross_validate_points`; 0 skips them), or read from the grade head of ``run``; written into the rubric's
+    YAML and validated."""
     from rubrictool.io import read_table
     from rubrictool.rubric import load_rubric
 
@@ -380,7 +581,12 @@ def suggest_points(rubric: str | Path, data: str | Path | None = None, run: str 
         X = df[rb.keys].apply(pd.to_numeric, errors="coerce")
         y = pd.to_numeric(df["grade"], errors="coerce")
         ok = X.notna().all(axis=1) & y.notna()
-        fitted = fit_points(rb, X[ok].to_numpy(float).astype(np.int64) - rb.scale.min, y[ok].to_numpy(float))
+        lv, yy = X[ok].to_numpy(float).astype(np.int64) - rb.scale.min, y[ok].to_numpy(float)
+        fitted = fit_points(rb, lv, yy, method=method)
+        if folds and folds >= 2 and len(yy) >= 2 * folds:
+            fitted.cv = cross_validate_points(rb, lv, yy, folds, method=method)
+        if "id" in df.columns:
+            fitted.answers_key = answers_key(df.loc[ok, "id"])
     else:
         import reccbm
 

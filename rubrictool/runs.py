@@ -442,7 +442,10 @@ class Run:
         rec = self.record.get("table") or {}
         if data is not None:
             self.table, self.source = read_table(data), str(data)
-            if rec.get("sha256") and Path(data).is_file() and sha256_file(data) != rec["sha256"]:
+            trained = {str(i) for part in self.split.values() if isinstance(part, list) for i in part}
+            shares = "id" in self.table.columns and bool(trained & set(self.table["id"].astype(str)))
+            if shares and rec.get("sha256") and Path(data).is_file() and sha256_file(data) != rec["sha256"]:
+                # a table of the run's own answers that differs from the one it trained on; new answers are not warned of
                 self.warnings.append(f"{data} is not the table this run was trained on (its content differs)")
             return self.table
         copy = self.path / str(rec.get("copy") or "table.csv")

@@ -7,6 +7,7 @@ repeated across questions, one empty answer, grades 0-2, a second sheet.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 from rubrictool.cli import app
 from rubrictool.data.importer import import_items, parse_columns, read_course_file, write_course_items
 from rubrictool.errors import DataError
+from rubrictool.io import read_table
 from rubrictool.tables import read_items
 
 runner = CliRunner()
@@ -66,19 +68,20 @@ def test_xlsx_course_guesses_columns_makes_ids_and_refuses_empty_answers_before_
     assert "response <- 'answer' (guessed)" in flat and "grade <- 'correct' (guessed)" in flat
     assert "reference <- 'reference_answer' (guessed)" in flat and "question <- 'Question' (guessed)" in flat
     assert "other sheets: 'notes'" in flat
-    assert "repeats or leaves out ids" in flat and "source_id" in flat
+    assert "student <- 'Student ID' (guessed)" in flat and "made ids <question>/<student>" in flat
     assert "grade ('correct'): 0..2, integers" in flat
-    assert "empty responses: 1: row 6 (id q1.5)" in flat  # spreadsheet row 6 (the header is row 1)
+    assert re.search(r"empty responses: 1: row 6 \(id q[0-9a-f]{6}/s5\)", flat)  # spreadsheet row 6 (header row 1)
     assert "--drop-empty" in flat
 
     code, text = invoke(str(science_xlsx), "--out", str(out), "--drop-empty")
     assert code == 0, text
     items = read_items(out)  # the reader every later stage uses
     assert len(items) == 9
-    assert items["id"].tolist()[:4] == ["q1.1", "q1.2", "q1.3", "q1.4"]
-    assert items["id"].is_unique
-    assert items.loc[items["id"] == "q2.5", "source_id"].item() == "s5"
-    assert items.loc[items["id"] == "q1.2", "grade"].item() == 1
+    q1, q2 = (items.loc[items["question"] == q, "id"].str.split("/").str[0].iloc[0] for q in QUESTIONS)
+    assert items["id"].tolist()[:4] == [f"{q1}/s{i}" for i in (1, 2, 3, 4)]
+    assert items["id"].is_unique and q1 != q2
+    assert items.loc[items["id"] == f"{q2}/s5", "student"].item() == "s5"
+    assert items.loc[items["id"] == f"{q1}/s2", "grade"].item() == 1
     assert set(items["reference"]) == set(QUESTIONS.values())
     assert "Teacher note" in items.columns
     assert "1 empty response(s) left out" in " ".join(text.split())
@@ -118,8 +121,10 @@ def test_made_ids_use_short_question_tokens_and_grade_can_be_left_out(tmp_path: 
     src = tmp_path / "q.jsonl"
     src.write_text("".join(json.dumps({"prompt": q, "student_answer": a, "score": g}) + "\n"
                            for q, a, g in [("Q7", "x", 1), ("Q7", "y", 0), ("Q9", "z", 1)]))
-    imported = import_items(src, tmp_path / "items.csv", columns="grade=")
-    assert imported.items["id"].tolist() == ["Q7.1", "Q7.2", "Q9.1"]
+    imported = import_items(src, tmp_path / "items.csv", columns="grade=", ungraded=True)
+    tails = [i.split("/")[1] for i in imported.items["id"]]
+    assert [i.split("/")[0] for i in imported.items["id"]] == ["Q7", "Q7", "Q9"]  # no student: a hash of the answer
+    assert all(re.fullmatch(r"a[0-9a-f]{8}", t) for t in tails) and len(set(tails)) == 3
     assert imported.report.ids == "made" and "grade" not in imported.report.mapping
     assert "score" in imported.items.columns  # kept as an extra column, not used as the grade
 
@@ -212,11 +217,112 @@ def test_every_format_gives_the_same_item_table(tmp_path: Path, suffix: str) -> 
         df.to_excel(src, index=False)
     imported = read_course_file(src)
     assert imported.report.mapping == {"question": "Question ID", "response": "Student Answer",
-                                       "reference": "MODEL-ANSWER", "grade": "Score"}
+                                       "reference": "MODEL-ANSWER", "grade": "Score", "student": "Student"}
     items = imported.items
-    assert items["id"].tolist() == ["P1.1", "P1.2", "E1.1"]
+    assert items["id"].tolist()[:2] == ["P1/101", "P1/s2"] and items["id"].iloc[2].startswith("E1/a")
     assert items["response"].tolist() == ["light and water", "soil", "wind"]
     assert items["grade"].tolist() == [2, 0, 1]
     assert imported.report.grade["histogram"] == {"0": 1, "1": 1, "2": 1}
     out = write_course_items(imported, tmp_path / "items.parquet")
-    assert read_items(out)["Student"].tolist()[:2] == ["101", "s2"]
+    assert read_items(out)["student"].tolist()[:2] == ["101", "s2"]
+
+
+# ---------------------------------------------------------------------------- grades a grader can learn from
+def _quiz_book(tmp_path: Path, scores: list[object] | None = None, drop_scores: bool = False) -> Path:
+    """The statistics quiz's gradebook (headers 'Student', 'Q#', 'Answer', 'Score (0-5)'), scores replaced if given."""
+    from tests.support.quiz_course import quiz_marks, write_quiz_xlsx
+
+    marks = quiz_marks()
+    if scores is not None:
+        marks["Score (0-5)"] = (scores * len(marks))[: len(marks)]
+    if drop_scores:
+        marks = marks.drop(columns="Score (0-5)")
+    write_quiz_xlsx(tmp_path / "quiz.xlsx", marks)
+    return tmp_path / "quiz.xlsx"
+
+
+def test_a_header_with_its_scale_is_the_grade(tmp_path: Path) -> None:
+    src = _quiz_book(tmp_path)
+    out = tmp_path / "items.csv"
+    code, text = invoke(str(src), "--out", str(out))
+    assert code == 0, text
+    flat = " ".join(text.split())
+    assert "grade <- 'Score (0-5)' (guessed)" in flat and "the header says 0..5" in flat
+    assert read_items(out)["grade"].between(0, 5).all()
+
+
+@pytest.mark.parametrize(("header", "scale"), [("Score (0-5)", (0, 5)), ("Mark [0–10]", (0, 10)), ("Points /20", (0, 20)),
+                                               ("Score out of 4", (0, 4)), ("Grade (max 6)", (0, 6)), ("Grade", None),
+                                               ("Grade (final)", None)])
+def test_header_scale(header: str, scale: tuple[int, int] | None) -> None:
+    from rubrictool.data.importer import header_scale
+
+    assert header_scale(header) == scale
+
+
+def test_no_grade_column_is_refused_unless_the_answers_are_to_be_graded(tmp_path: Path) -> None:
+    src = _quiz_book(tmp_path, drop_scores=True)
+    out = tmp_path / "items.csv"
+    code, text = invoke(str(src), "--out", str(out))
+    flat = " ".join(text.split())
+    assert code == 1 and not out.exists()
+    assert "no grade column found" in flat and "nothing written" in flat
+    assert "--columns grade=HEADER" in flat and "--ungraded" in flat
+    code, text = invoke(str(src), "--out", str(out), "--ungraded")
+    assert code == 0, text
+    assert "grade" not in read_items(out).columns or read_items(out)["grade"].isna().all()
+    # --ungraded on a file that has grades contradicts itself
+    code, text = invoke(str(_quiz_book(tmp_path)), "--out", str(tmp_path / "x.csv"), "--ungraded")
+    assert code == 1 and "holds grades" in " ".join(text.split()) and not (tmp_path / "x.csv").exists()
+
+
+def test_half_marks_are_refused_with_the_fix_and_scaled_or_rounded_on_request(tmp_path: Path) -> None:
+    src = _quiz_book(tmp_path, scores=[2.5, 3, 4.5, 1])
+    out = tmp_path / "items.csv"
+    code, text = invoke(str(src), "--out", str(out))
+    flat = " ".join(text.split())
+    assert code == 1 and not out.exists()
+    assert "grade(s) are not whole numbers (row 2: 2.5)" in flat and "nothing written" in flat
+    assert "--grade-scale 2" in flat and "--round-grades" in flat and "--columns grade=HEADER" in flat
+    code, text = invoke(str(src), "--out", str(out), "--grade-scale", "2")
+    assert code == 0, text
+    assert sorted(set(read_items(out)["grade"])) == [2, 5, 6, 9]
+    code, text = invoke(str(src), "--out", str(out), "--round-grades")
+    assert code == 0, text
+    assert sorted(set(read_items(out)["grade"])) == [1, 3, 5]  # 2.5 -> 3, 4.5 -> 5 (half up)
+    assert "rounded half up (--round-grades)" in " ".join(text.split())
+    src = _quiz_book(tmp_path, scores=["3", "B+"])  # not a number: refused, the fix named
+    code, text = invoke(str(src), "--out", str(out))
+    assert code == 1 and "is not a number" in text and "--columns grade=HEADER" in " ".join(text.split())
+
+
+def test_keep_empty_imports_empty_answers_for_grade_to_flag(tmp_path: Path) -> None:
+    from tests.support.quiz_course import quiz_marks, write_quiz_xlsx
+
+    marks = quiz_marks(graded=False)
+    marks.loc[[3, 7], "Answer"] = ""
+    write_quiz_xlsx(tmp_path / "new.xlsx", marks)
+    out = tmp_path / "new.csv"
+    code, text = invoke(str(tmp_path / "new.xlsx"), "--out", str(out), "--ungraded")
+    assert code == 1 and "--keep-empty" in text and not out.exists()
+    code, text = invoke(str(tmp_path / "new.xlsx"), "--out", str(out), "--ungraded", "--keep-empty")
+    assert code == 0, text
+    assert "2 empty response(s) kept: `grade` flags them" in " ".join(text.split())
+    items = read_table(out)
+    assert len(items) == 48 and items["response"].isna().sum() == 2
+
+
+def test_train_on_a_table_without_grades_names_the_import_fix(tmp_path: Path) -> None:
+    from rubrictool.adjudicate.outputs import trainable_rows
+    from rubrictool.rubric import load_rubric
+
+    table = pd.DataFrame({"id": ["a", "b"], "question": ["q", "q"], "response": ["x", "y"], "grade": [None, None],
+                          **{k: [1, 2] for k in load_rubric("mohler").keys}})
+    with pytest.raises(DataError) as e:
+        trainable_rows(table, load_rubric("mohler"), "adjudicated.csv")
+    assert "grade column is empty" in str(e.value) and "--columns grade=HEADER" in (e.value.hint or "")
+    table.to_csv(tmp_path / "adjudicated.csv", index=False)
+    res = runner.invoke(app, ["train", "--rubric", "mohler", "--data", str(tmp_path / "adjudicated.csv"), "--out",
+                              str(tmp_path / "run")])
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 1 and "--columns grade=HEADER" in flat and "--items" not in flat.split(";")[0]

@@ -5,6 +5,7 @@ diff; one that does not is reported, not written)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -188,3 +189,37 @@ def test_the_report_page_shows_the_ceiling_and_every_pair() -> None:
         for side in (p.a, p.b):
             assert html.escape(str(side["response"]), quote=False) in page
     assert "<b>bold</b>" not in page and "<b>bold</b>" not in md and "&lt;b&gt;bold&lt;/b&gt; \\| pipe" in md
+
+
+def test_cli_diagnose_shows_the_majority_class_and_cis_and_says_what_a_drop_does(tmp_path: Path) -> None:
+    """Beside the cross-validated ceiling: its 95 % CIs and the majority class; a concept whose drop makes the grade
+    better predicted is said to gain, not printed as a loss of 0.0."""
+    rubric, _ = _write_course(tmp_path)
+    rng = np.random.default_rng(3)
+    t = course_table(120).assign(Noise=rng.integers(1, 4, size=120))  # a third concept unrelated to the grade
+    text = Path(rubric).read_text() + """  - key: Noise
+    name: Noise
+    definition: Something the grade does not depend on.
+    levels:
+      - {value: 1, anchor: low}
+      - {value: 2, anchor: middle}
+      - {value: 3, anchor: high}
+"""
+    Path(rubric).write_text(text)
+    adj = tmp_path / "adj2"
+    adj.mkdir()
+    t.to_csv(adj / "adjudicated.csv", index=False)
+    res = runner.invoke(app, ["rubric", "diagnose", "--adjudicated", str(adj), "--rubric", str(rubric)])
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    majority = t["grade"].value_counts().max() / len(t)
+    assert re.search(r"95 % CIs T-Acc \[[\d.]+, [\d.]+\], QWK \[-?[\d.]+, [\d.]+\]; majority class \(always grade \d\): "
+                     rf"T-Acc {majority:.3f}, QWK 0.000", flat)
+    assert f"majority class {majority:.3f}" in flat
+    from rubrictool.report import diagnose_dir
+
+    diag = diagnose_dir(adj, str(rubric))
+    loss = float(diag.concepts.set_index("concept").loc["Noise", "drop_one_loss"])
+    assert loss < 0  # the unrelated concept only adds noise to the head
+    assert f"gains {100 * -loss:.1f} pts" in flat and "better predicted without Noise" in flat
+    assert "loses 0.0 points of accuracy without Noise" not in flat

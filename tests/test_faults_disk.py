@@ -50,9 +50,8 @@ def fill(disk: Path, leave: int) -> None:
     """Fill ``disk`` until about ``leave`` bytes are free."""
     st = os.statvfs(disk)
     free = st.f_bavail * st.f_frsize
-    with open(disk / "filler", "wb") as fh:
-        with contextlib.suppress(OSError):
-            fh.write(b"\0" * max(0, free - leave))
+    with open(disk / "filler", "wb") as fh, contextlib.suppress(OSError):
+        fh.write(b"\0" * max(0, free - leave))
 
 
 def _one_line(output: str) -> str:

@@ -73,6 +73,14 @@ def test_lcec_is_inert_when_it_neither_shrinks_nor_links() -> None:
     links[0, 1] = links[1, 0] = 0.3
     assert not lcec_activity(np.full(K, 0.8), links)["inert"]
     assert inconclusive({"rho": 0.4, "lo": -0.5, "hi": 0.9}) and not inconclusive({"rho": 0.8, "lo": 0.1, "hi": 1.0})
+    # three concepts: ρ = 1 with a CI of [1, 1] is no evidence (three ranks agree by chance one time in six)
+    from rubrictool.evaluate import spearman_with_ci, why_inconclusive
+
+    three = spearman_with_ci([0.1, 0.2, 0.3], [0.5, 0.6, 0.9])
+    assert three is not None and three["rho"] == 1.0 and three["lo"] == three["hi"] == 1.0
+    assert inconclusive(three) and "over 3 concepts" in (why_inconclusive(three) or "")
+    four = spearman_with_ci([0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.9, 1.0])
+    assert four is not None and four["n"] == 4 and why_inconclusive(four) in (None, "the CI spans 0")
 
 
 def test_the_verdict_is_drawn_from_the_numbers() -> None:
@@ -80,13 +88,15 @@ def test_the_verdict_is_drawn_from_the_numbers() -> None:
     concepts = pd.DataFrame({"concept": ["MEAN", "SPREAD", "UNITS"], "alpha": [0.9, 0.4, 0.8],
                              "test_reliability": [0.8, 0.7, 0.2]})
     lines = verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=concepts,
-                    correlations={"ρ(a, b)": {"rho": 0.3, "lo": -0.4, "hi": 0.8, "n": 3},
-                                  "ρ(c, d)": {"rho": 0.9, "lo": 0.5, "hi": 1.0, "n": 3}},
+                    correlations={"ρ(a, b)": {"rho": 0.3, "lo": -0.4, "hi": 0.8, "n": 6},
+                                  "ρ(c, d)": {"rho": 0.9, "lo": 0.5, "hi": 1.0, "n": 6},
+                                  "ρ(e, f)": {"rho": 1.0, "lo": 1.0, "hi": 1.0, "n": 3}},
                     lcec={"inert": True, "reason": "mean A_kk is 0.990"})
     text = " ".join(lines)
     assert "never predicts grade 2" in text and "beats the majority class" in text
     assert "do not agree on SPREAD" in text and "UNITS are mostly noise" in text
-    assert "Inconclusive (95 % CI spans 0): ρ(a, b)." in text and "ρ(c, d)" not in text
+    assert "Inconclusive (95 % CI spans 0, or over 3 concepts or fewer): ρ(a, b) and ρ(e, f)." in text
+    assert "ρ(c, d)" not in text
     assert "LCEC is inert" in text
     assert "SPREAD (α below 0.667): treat its levels as tentative" in text
     two = verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=concepts.assign(alpha=[0.3, 0.4, 0.8]),
@@ -168,7 +178,8 @@ def test_the_reliability_table_says_what_sigma2_means(course: tuple[Path, Path, 
     md = (run / "reliability.md").read_text()
     assert "σ²(implied)" in md and "Spearman ρ(σ_k²(implied), σ̂_k²)" in md
     ci = m["implied_noise"]["implied_vs_measured"]
-    assert ("inconclusive: the CI spans 0" in md) == (ci is not None and ci["lo"] <= 0 <= ci["hi"])
+    # three concepts: every correlation over them is marked inconclusive, whatever its CI
+    assert ci is None or "inconclusive: over 3 concepts a rank correlation can only be ±1 or ±½" in md
 
 
 def test_the_report_opens_with_a_verdict_and_warns(course: tuple[Path, Path, str], tmp_path: Path) -> None:
@@ -179,6 +190,8 @@ def test_the_report_opens_with_a_verdict_and_warns(course: tuple[Path, Path, str
     md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
     m = json.loads((run / "metrics.json").read_text())
     assert md.index("## Verdict") < md.index("## Grade metrics")
+    if m.get("spearman_ci"):  # three concepts: no CI shown as if it meant something, and marked inconclusive
+        assert "(over 3 concepts: no CI). Inconclusive: over 3 concepts" in md and "concepts [1.000, 1.000]" not in md
     doc = json.loads((out / "report.json").read_text())
     # the page escapes Markdown punctuation in every sentence it did not write as markup (hostile-text escaping)
     assert doc["verdict"] and all(f"- {md_inline(v)}" in md for v in doc["verdict"])

@@ -112,10 +112,12 @@ def test_fit_points_recovers_the_points_that_made_the_grades(tmp_path: Path) -> 
     rubric_path = tmp_path / "lab.yaml"
     rubric_path.write_text(lab_yaml(grading="", points={k: () for k in LAB_POINTS}))  # the draft has no points
     rb = load_rubric(rubric_path)
-    fp = fit_points(rb, levels, grades)
+    fp = fit_points(rb, levels, grades, method="least-squares")
     steps = np.diff(fp.points, axis=1)
     assert np.allclose(steps, np.diff(np.array(list(LAB_POINTS.values()), dtype=float), axis=1), atol=0.02)
     assert fp.r2 > 0.99 and fp.t_acc == 1.0
+    ordinal = fit_points(rb, levels, grades)  # the default: the same grades, by points and cut-points
+    assert ordinal.method == "ordinal" and ordinal.r2 > 0.95 and ordinal.t_acc is not None and ordinal.t_acc > 0.9
     sugg = points_suggestion(rubric_path, fp)
     assert sugg.rubric.has_points and parse_rubric(sugg.text).grading.map == "direct"  # type: ignore[union-attr]
     assert "# a lab report rubric" in sugg.text  # the file is edited, not rewritten
@@ -194,7 +196,8 @@ def test_cli_fit_points_writes_a_rubric_that_validates(tmp_path: Path) -> None:
     res = runner.invoke(app, ["rubric", "fit-points", str(rubric), "--data", str(data), "--out", str(out)])
     assert res.exit_code == 0, res.output
     rb = load_rubric(out)
-    assert rb.has_points and rb.grading is not None and rb.grading.map == "direct"
+    assert rb.has_points and rb.grading is not None and rb.grading.map == "thresholds"  # the default: ordinal
+    assert rb.grading.thresholds is not None and len(rb.grading.thresholds) == 10
     assert Path(f"{out}.diff").read_text().count("points:") >= 9
     res = runner.invoke(app, ["rubric", "validate", str(out)])
     assert res.exit_code == 0, res.output
@@ -213,3 +216,104 @@ def test_cli_fit_points_from_a_run(tmp_path: Path, one_thread: None) -> None:
     rb = load_rubric(out)
     assert rb.has_points and rb.keys == load_rubric("mohler").keys
     assert (np.diff(points_table(rb), axis=1) >= 0).all()
+
+
+# ---------------------------------------------------------------------------- a table that can grade the whole scale
+def _quiz(tmp_path: Path) -> tuple[Path, Path]:
+    """The 48-answer 0..5 quiz (tests/support/quiz_course.py) as a rubric file and an adjudicated table."""
+    from tests.support.quiz_course import QUIZ_KEYS, QUIZ_RUBRIC, quiz_table
+
+    rubric = tmp_path / "quiz.yaml"
+    rubric.write_text(QUIZ_RUBRIC)
+    t = quiz_table()
+    data = tmp_path / "adjudicated.csv"
+    t.assign(id=[f"q{q}/{s}" for q, s in zip(t["question"], t["student"])])[["id", *QUIZ_KEYS, "grade"]].to_csv(
+        data, index=False)
+    return rubric, data
+
+
+def test_least_squares_points_cannot_reach_the_ends_of_a_small_skewed_course(tmp_path: Path) -> None:
+    """The case the default fit answers: least squares shrinks every total towards the middle grade, so its lowest total
+    (every concept at its lowest level) earns grade 2, and grades 0 and 1, 17 of the 48 answers, are never given."""
+    from tests.support.quiz_course import QUIZ_KEYS, quiz_table
+
+    rubric, _ = _quiz(tmp_path)
+    rb = load_rubric(rubric)
+    t = quiz_table()
+    lv, y = t[QUIZ_KEYS].to_numpy() - 1, t["grade"].to_numpy()
+    old = fit_points(rb, lv, y, method="least-squares")
+    assert old.points[:, 0].sum() >= 1.5 and set(old.reachable or []) <= {2, 3, 4}
+    assert int((y <= 1).sum()) == 17 and old.t_acc is not None and old.t_acc < 0.312
+    new = fit_points(rb, lv, y)  # the default: ordinal, points and cut-points together
+    assert new.method == "ordinal" and new.grading["map"] == "thresholds"
+    assert new.reachable is not None and new.reachable[0] == 0 and new.reachable[-1] == 5
+    lowest, highest = np.zeros((1, 4), dtype=int), np.full((1, 4), 2)
+    assert points_grades(rb, lowest, new.points, new.grading)[1].tolist() == [0]
+    assert points_grades(rb, highest, new.points, new.grading)[1].tolist() == [5]
+    sugg = points_suggestion(rubric, new)
+    assert parse_rubric(sugg.text).grading.map == "thresholds"  # type: ignore[union-attr]  # the schema accepts it
+
+
+def test_ordinal_points_reach_both_ends_whatever_the_grades() -> None:
+    rb = parse_rubric(lab_yaml(grading="", points={k: () for k in LAB_POINTS}, grade_max=4))
+    rng = np.random.default_rng(7)
+    for _ in range(20):  # grades barely related to the levels, some grades never seen
+        levels = rng.integers(0, 3, size=(30, 3))
+        grades = np.clip(rng.integers(1, 4, size=30) + (levels.sum(1) > 4), 0, 4)
+        fp = fit_points(rb, levels, grades)
+        assert fp.reachable is not None and fp.reachable[0] == 0 and fp.reachable[-1] == 4, fp.grading
+        assert (np.diff(fp.points, axis=1) >= 0).all()
+        parse_rubric(points_suggestion_text(fp))  # always a valid rubric
+
+
+def points_suggestion_text(fp) -> str:  # type: ignore[no-untyped-def]
+    from rubrictool.rubric.patch import set_grading, set_level_points
+
+    text = lab_yaml(grading="", points={k: () for k in LAB_POINTS}, grade_max=4)
+    return set_grading(set_level_points(text, [[float(p) for p in row] for row in fp.points]), fp.grading)
+
+
+def test_cross_validated_points_beside_the_majority_class() -> None:
+    from rubrictool.points import cross_validate_points
+
+    levels, grades = _answers(60, seed=5)
+    rb = parse_rubric(lab_yaml(grading="", points={k: () for k in LAB_POINTS}))
+    cv = cross_validate_points(rb, levels, grades, folds=5, n_boot=200)
+    assert cv["folds"] == 5 and cv["n_test"] == 60
+    ci = cv["ci"]["t_acc"]
+    assert ci["lo"] <= ci["value"] <= ci["hi"] and cv["ci"]["qwk"]["value"] > 0.9  # additive grades: learnt
+    assert cv["majority"]["qwk"] == 0.0 and cv["vs_majority"]["lo"] > 0
+    noise = np.random.default_rng(1).integers(0, 11, size=60)  # grades unrelated to the levels
+    cv = cross_validate_points(rb, levels, noise, folds=5, n_boot=200)
+    assert any(w["code"] == "not_above_majority" for w in cv["warnings"])
+
+
+def test_cli_fit_points_reports_cross_validated_figures_and_marks_in_sample(tmp_path: Path) -> None:
+    rubric, data = _quiz(tmp_path)
+    out = tmp_path / "quiz-points.yaml"
+    res = runner.invoke(app, ["rubric", "fit-points", str(rubric), "--data", str(data), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "grades the table can give: all of 0..5" in text or "no concept profile earns grade" in text
+    assert "no concept profile earns grades 0, 1" not in text
+    assert re.search(r"in-sample \(on the 48 answers it was fitted to\): T-Acc [\d.]+, QWK", text)
+    m = re.search(r"cross-validated \(5 folds.*?\): T-Acc ([\d.]+) \[([\d.]+), ([\d.]+)\], QWK (-?[\d.]+) \[", text)
+    assert m and float(m.group(2)) <= float(m.group(1)) <= float(m.group(3))
+    assert "majority class (always grade 3): T-Acc 0.312, QWK 0.000" in text
+    assert "warning: cross-validated, its T-Acc is not above the majority class" in text  # this course's levels say little
+    rb = load_rubric(out)
+    assert rb.grading is not None and rb.grading.map == "thresholds"
+    # grading the answers it was fitted to says so
+    res = runner.invoke(app, ["rubric", "points", str(out), "--labels", str(data)])
+    assert res.exit_code == 0, res.output
+    assert "(in-sample)" in res.output and "in-sample: these points were fitted to these answers' grades" in " ".join(
+        res.output.split())
+    other = tmp_path / "other.csv"
+    pd.read_csv(data).head(40).to_csv(other, index=False)  # other answers: not marked
+    res = runner.invoke(app, ["rubric", "points", str(out), "--labels", str(other)])
+    assert res.exit_code == 0 and "in-sample" not in res.output
+    # the old fit stays available, and says what it cannot give
+    res = runner.invoke(app, ["rubric", "fit-points", str(rubric), "--data", str(data), "--out", str(out),
+                              "--fit", "least-squares", "--folds", "0"])
+    assert res.exit_code == 0, res.output
+    assert "no concept profile earns grades 0, 1" in " ".join(res.output.split()) and "cross-validated" not in res.output

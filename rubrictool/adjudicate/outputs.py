@@ -231,6 +231,13 @@ def trainable_rows(table: pd.DataFrame, rubric: Rubric, source: str) -> tuple[pd
         return bool((v.isna() | v.astype(str).str.strip().isin(["", "nan", "None"])).all())
 
     lacking = [c for c in ("response", "grade") if empty(c)]
+    if lacking == ["grade"]:  # the answers came along: the item table had no grades to bring
+        raise DataError(
+            f"{source}: the grade column is empty — the item table given to adjudicate had no grades, so there is "
+            "nothing to train on",
+            hint="import the course's file again with its grade column (`rubrictool data import FILE --columns "
+            "grade=HEADER`), then re-run `rubrictool adjudicate ... --items ITEMS` with it",
+        )
     if lacking:
         raise DataError(
             f"{source}: the {' and '.join(lacking)} column(s) are empty — this table was adjudicated without the "

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from rubrictool.annotate.cache import ReplyCache, NoCache, cache_key
+from rubrictool.annotate.cache import NoCache, ReplyCache, cache_key
 from rubrictool.annotate.config import EST_EVIDENCE, AnnotateConfig
 from rubrictool.annotate.llm import context_tokens, count_tokens, request_price
 from rubrictool.annotate.prompt import format_labels, response_format_for

@@ -73,7 +73,7 @@ def _warn_too_long(jobs: list[tuple[str, ItemPrompt]], config: AnnotateConfig, p
         if context is None:
             continue
         too_long = [(item_id, n) for item_id, prompt in jobs
-                    if (n := _count_tokens(model, [{"role": "user", "content": prompt.text}])) > context]
+                    if (n := count_tokens(model, [{"role": "user", "content": prompt.text}])) > context]
         if too_long:
             warn(progress, too_long_message(model, sorted(too_long, key=lambda t: -t[1]), len(jobs), context))
 

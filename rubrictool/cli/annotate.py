@@ -62,18 +62,33 @@ def print_dry_run(report: DryRunReport, con: Console) -> None:
     )
 
 
+SUMMARY_WIDE = 120  # terminal columns the summary table needs; below it, one block per model
+
+
 def print_summary(result: AnnotateResult, paths: tuple[Path, Path, Path] | None, con: Console) -> None:
+    """Per model: done, ok, failures, repaired, cached, requests, retries, tokens, cost and seconds; a table on a wide
+    terminal, one block per model on a narrow one (80 columns)."""
     procs = f", {result.workers} client processes" if result.workers > 1 else ""
-    table = Table(title=f"annotation summary ({result.total_items} items per model{procs})")
-    for col in ("model", "done", "ok", "failures", "repaired", "cached", "requests", "retries", "tokens", "cost USD", "seconds"):
-        table.add_column(col, justify="left" if col == "model" else "right")
+    title = f"annotation summary ({result.total_items} items per model{procs})"
+    cols = ("done", "ok", "failures", "repaired", "cached", "requests", "retries", "tokens", "cost USD", "seconds")
+    rows = []
     for s in result.summary.values():
         cost = f"{s.cost_usd:.4f}" if s.price_known else f"{s.cost_usd:.4f} (no price)"
-        table.add_row(
-            shown(s.model), str(s.items), str(s.ok), str(s.failures), str(s.repaired), str(s.cached_items),
-            str(s.requests), str(s.retries), f"{s.prompt_tokens + s.completion_tokens:,}", cost, f"{s.seconds:.1f}",
-        )
-    con.print(table)
+        rows.append((shown(s.model), str(s.items), str(s.ok), str(s.failures), str(s.repaired), str(s.cached_items),
+                     str(s.requests), str(s.retries), f"{s.prompt_tokens + s.completion_tokens:,}", cost,
+                     f"{s.seconds:.1f}"))
+    if con.width >= SUMMARY_WIDE:
+        table = Table(title=title)
+        for col in ("model", *cols):
+            table.add_column(col, justify="left" if col == "model" else "right")
+        for row in rows:
+            table.add_row(*row)
+        con.print(table)
+    else:  # a narrow terminal: one block per model, every figure named, nothing cut off
+        con.print(title, markup=False, highlight=False)
+        for model, *vals in rows:
+            con.print(f"  {model}", markup=False, highlight=False, style="bold")
+            con.print("    " + ", ".join(f"{c} {v}" for c, v in zip(cols, vals)), markup=False, highlight=False)
     if paths:
         con.print(f"wrote {paths[0]} ({len(result.predictions)} rows), {paths[1]} ({len(result.failures)} failures), {paths[2]}")
     retried = sum(s.retried for s in result.summary.values())

@@ -148,16 +148,17 @@ def _import_lines(rep: Any) -> list[str]:
     where = f" (sheet {rep.sheet!r}" + (f"; other sheets: {', '.join(map(repr, rep.other_sheets))}" if rep.other_sheets else "") + ")" if rep.sheet else ""
     lines.append(f"read {rep.source}{where}: {rep.n_rows} rows" + (f" ({rep.blank_rows} blank row(s) skipped)" if rep.blank_rows else ""))
     shown = [f"{k} <- {rep.mapping[k]!r}" + (" (guessed)" if k in rep.guessed else "") for k in
-             ("id", "question", "response", "reference", "context", "grade") if k in rep.mapping]
+             ("id", "student", "question", "response", "reference", "context", "grade") if k in rep.mapping]
     lines.append("columns: " + ", ".join(shown))
     missing = [k for k in ("question", "reference", "grade") if k not in rep.mapping]
     if missing:
         lines.append(f"no column found for: {', '.join(missing)} (map one with --columns {missing[0]}=HEADER)")
     if rep.unused:
         lines.append("kept as extra columns: " + ", ".join(map(repr, rep.unused)))
-    made = "<question>.<n>" if "question" in rep.mapping else "<n> (row order)"
+    made = rep.id_rule or "<question>/<student>"
     if rep.ids == "made":
-        lines.append(f"ids: the file has no id column; made ids {made}")
+        lines.append(f"ids: the file has no answer-id column; made ids {made}, the same in every import of this "
+                     "course (the ids of next term's file do not collide with these)")
     elif rep.ids == "remade":
         rep_ids = ", ".join(rep.repeated_ids[:5]) + (" ..." if len(rep.repeated_ids) > 5 else "")
         lines.append(
@@ -175,10 +176,14 @@ def _import_lines(rep: Any) -> list[str]:
         else:
             hist = ", ".join(f"{k}: {v}" for k, v in g["histogram"].items())
             kind = "integers" if g["integer"] else "NOT all integers (the trainer needs integer grades)"
+            hs = g.get("header_scale")
             lines.append(
                 f"grade ({g['column']!r}): {g['min']:g}..{g['max']:g}, {kind}; answers per grade {hist}"
                 + (f"; {g['n_missing']} missing" if g["n_missing"] else "")
                 + ("; true/false read as 1/0" if g["booleans"] else "")
+                + (f"; multiplied by {g['scaled_by']:g} (--grade-scale)" if g.get("scaled_by") is not None else "")
+                + (f"; {g['rounded']} rounded half up (--round-grades)" if g.get("rounded") is not None else "")
+                + (f"; the header says {hs[0]:g}..{hs[1]:g}" if hs and g.get("scaled_by") is None else "")
             )
             lines.append(f"  in the rubric: grade: {{min: {g['min']:g}, max: {g['max']:g}}} (or --grade-min/--grade-max of rubric new)")
     if rep.empty_responses:
@@ -213,29 +218,53 @@ def data_import(
     drop_empty: Annotated[
         bool, typer.Option("--drop-empty", help="Leave out answers with an empty response (listed); without it they stop the import.")
     ] = False,
+    keep_empty: Annotated[
+        bool, typer.Option("--keep-empty", help="Keep answers with an empty response (listed), for `grade` to flag as empty.")
+    ] = False,
+    ungraded: Annotated[
+        bool, typer.Option("--ungraded", help="The answers are to be graded: import them without a grade column.")
+    ] = False,
+    grade_scale: Annotated[
+        float | None, typer.Option("--grade-scale", help="Multiply every grade by this, e.g. 2 to count half marks (0..5 in halves -> 0..10).")
+    ] = None,
+    round_grades: Annotated[
+        bool, typer.Option("--round-grades", help="Round grades that are not whole numbers half up (2.5 -> 3).")
+    ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what the import finds; write nothing.")] = False,
 ) -> None:
     """Import a course's own answer file (its own headers) as an item table every later stage reads.
 
     Guesses the columns (answer/response/student_answer, reference_answer/model_answer/key, score/grade/mark/
-    points/correct, question/prompt/item, id/student_id, ...) case- and space-insensitively and prints the
-    mapping; makes ids unique as <question>.<n> when the file has none or repeats them; reports the grade
-    scale, empty responses and repeated rows before anything is written.
+    points/correct, also with a scale after the name as in 'Score (0-5)', question/prompt/item/Q#, student/student_id,
+    id, ...) case- and space-insensitively and prints the mapping; makes ids from the question and the student
+    (q1/s101: the same answer gets the same id in every import of the course, another answer never) when the file
+    has no answer ids; reports the grade scale, empty responses and repeated rows before anything is written.
+
+    A table a grader cannot train on is refused, nothing written: no grade column (pass --ungraded when the answers
+    are to be graded), or grades that are not whole numbers (--grade-scale, --round-grades).
 
     Example: rubrictool data import science.xlsx --out items.csv --columns response=answer,grade=correct
+
+    Example: rubrictool data import next-term.xlsx --ungraded --keep-empty --out new-answers.csv
     """
-    from rubrictool.data.importer import read_course_file, write_course_items
+    from rubrictool.data.importer import grade_problem, read_course_file, write_course_items
     from rubrictool.outputs import check_output, has_columns, writable_parent
 
     if not dry_run:  # before reading: an output that would replace the answers, or that cannot be written
         check_output(out, [file], "file", own=has_columns("id", "response"), what="an item table")
         writable_parent(out)
-    imported = read_course_file(file, columns, sheet)
+    imported = read_course_file(file, columns, sheet, grade_scale, round_grades)
     for line in _import_lines(imported.report):
         console.print(shown(line), soft_wrap=True, highlight=False)
     if dry_run:
+        problem = grade_problem(imported.report, ungraded)
+        if problem is not None:
+            err_console.print(shown(f"the import would be refused: {problem[0]} ({problem[1]})"), soft_wrap=True,
+                              highlight=False)
         console.print("dry run: nothing written", highlight=False)
         return
-    path = write_course_items(imported, out, drop_empty)
+    path = write_course_items(imported, out, drop_empty, keep_empty, ungraded)
+    kept = imported.report.empty_responses if keep_empty else []
     left = f" ({len(imported.report.empty_responses)} empty response(s) left out)" if imported.report.dropped_empty else ""
+    left += f" ({len(kept)} empty response(s) kept: `grade` flags them)" if kept else ""
     console.print(f"wrote {shown(str(path))}: {imported.report.n_written} items{left}", soft_wrap=True, highlight=False)

@@ -6,6 +6,7 @@ library functions of :mod:`rubrictool.report` and prints what they return.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -310,10 +311,13 @@ def diagnose_cmd(
         else:
             diag = diagnose_dir(adjudicated, rubric, reviews, model, pairs_per_boundary=n_pairs)
     print_warnings(diag.warnings)
-    t = Table(title=f"rubric diagnosis (grade accuracy from all concepts, 5-fold: {diag.coverage_acc:.3f})")
-    for col in ("concept", "α", "confused levels", "acc. lost without it", "closest", "same level", "label r",
+    h = diag.ceiling.honest if diag.ceiling is not None else None
+    maj = f"; majority class {h['majority']['t_acc']:.3f}" if h else ""
+    t = Table(title=f"rubric diagnosis (grade accuracy from all concepts, 5-fold: {diag.coverage_acc:.3f}{maj})")
+    for col in ("concept", "α", "confused levels", "accuracy without it", "closest", "same level", "label r",
                 "partial r"):
-        t.add_column(col, justify="left" if col in ("concept", "closest", "confused levels") else "right")
+        t.add_column(col, justify="left" if col in ("concept", "closest", "confused levels") else "right",
+                     no_wrap=col == "accuracy without it")
 
     def f(x: Any, spec: str = ".3f") -> str:
         return "—" if x is None or pd.isna(x) else format(x, spec)
@@ -321,7 +325,7 @@ def diagnose_cmd(
     for r in diag.concepts.to_dict("records"):
         conf = f"{r['confused_levels']} ({f(r['confused_share'], '.0%')} of {r['n_disagreements']})" if r[
             "n_disagreements"] else "—"
-        t.add_row(shown(r["concept"]), f(r["alpha"]), shown(conf), f(r["drop_one_loss"], "+.3f"), shown(r["closest"]),
+        t.add_row(shown(r["concept"]), f(r["alpha"]), shown(conf), _drop_words(r["drop_one_loss"]), shown(r["closest"]),
                   f(r["same_level"], ".0%"), f(r["label_corr"]), f(r["partial_corr"]))
     console.print(t)
     pairs = reviewer_confusion(diag.confusions, list(diag.concepts["concept"]))
@@ -345,14 +349,30 @@ def diagnose_cmd(
         _suggest(diag, rubric, suggest, api_base, api_key_env, cache, out)
 
 
+def _drop_words(loss: Any) -> str:
+    """A drop-one change in words: what the grade's cross-validated accuracy does without the concept."""
+    if loss is None or math.isnan(float(loss)):
+        return "—"
+    if abs(loss) < 5e-4:
+        return "no change"
+    return f"{'loses' if loss > 0 else 'gains'} {100 * abs(loss):.1f} pts"
+
+
 def _print_ceiling(diag: Diagnosis) -> None:
     from rich.markup import escape
     from rich.table import Table
 
     c = diag.ceiling
     assert c is not None
+    h = c.honest
+    beside = ""
+    if h:
+        ci, maj = h["ci"], h["majority"]
+        beside = (f"; 95 % CIs T-Acc [{ci['t_acc']['lo']:.3f}, {ci['t_acc']['hi']:.3f}], QWK [{ci['qwk']['lo']:.3f}, "
+                  f"{ci['qwk']['hi']:.3f}]; majority class (always grade {maj['grade']}): T-Acc {maj['t_acc']:.3f}, "
+                  f"QWK {maj['qwk']:.3f}")
     t = Table(title=f"what the concept levels can tell apart: a head on the adjudicated levels, {c.folds}-fold "
-                    f"(T-Acc {c.t_acc:.3f}, T-F1 {c.t_f1:.3f}, QWK {c.qwk:.3f})")
+                    f"(T-Acc {c.t_acc:.3f}, T-F1 {c.t_f1:.3f}, QWK {c.qwk:.3f}{beside})")
     for col in ("grade", "answers", "precision", "recall", "F1"):
         t.add_column(col, justify="right")
     for r in c.per_grade.to_dict("records"):

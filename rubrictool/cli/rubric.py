@@ -208,8 +208,14 @@ def rubric_points(
     hist = table["points_grade"].value_counts().sort_index()
     console.print("points grades: " + ", ".join(f"{g}: {n}" for g, n in hist.items()), highlight=False)
     if metrics:
+        in_sample = metrics.get("in_sample") == 1.0
         console.print("against the gold grades (n = {n:.0f}): T-Acc {t_acc:.3f}, T-F1 {t_f1:.3f}, QWK {qwk:.3f}".format(
-            **metrics) + (f", adjacent {metrics['adjacent']:.3f}" if "adjacent" in metrics else ""), highlight=False)
+            **metrics) + (f", adjacent {metrics['adjacent']:.3f}" if "adjacent" in metrics else "")
+            + (" (in-sample)" if in_sample else ""), highlight=False)
+        if in_sample:
+            console.print("in-sample: these points were fitted to these answers' grades, so the figures above flatter "
+                          "them; `rubric fit-points` prints how they grade answers they were not fitted to "
+                          "(cross-validated)", soft_wrap=True, highlight=False)
     if out is not None:
         console.print(f"wrote {out}", soft_wrap=True)
 
@@ -221,31 +227,71 @@ def rubric_fit_points(
     out: Annotated[Path, typer.Option("--out", "-o", help="The rubric with the suggested points (and OUT.diff).")],
     data: Annotated[Path | None, typer.Option("--data", help="Graded answers with gold concept levels (adjudicated table).")] = None,
     run: OptionalRunOpt = None,
+    fit: Annotated[str, typer.Option("--fit", help=(
+        "ordinal: points and the cut-points between grades fitted together, so every grade of the scale can be given; "
+        "least-squares: the grade regressed on the levels, the total read as the grade."))] = "ordinal",
+    folds: Annotated[int, typer.Option("--folds", help=(
+        "Cross-validate the fit with this many folds (each graded by points fitted to the others); 0 skips it."))] = 5,
 ) -> None:
     """Suggest points per level for a rubric that has none: fitted to graded answers (--data), or read from the
     grade head's weights of a trained run (--run).
 
-    The suggestion is the rubric's own YAML with `points:` on every level and `grading: {points: sum, map: direct}`
-    (the total is the grade), validated, plus its diff: accept it as is, or round the points and edit.
+    The suggestion is the rubric's own YAML with `points:` on every level and a `grading:` block (with --fit ordinal,
+    `map: thresholds`: the least total for each grade), validated, plus its diff: accept it as is, or round the points
+    and edit. Fitted to graded answers, it prints the grades the table can give, its in-sample figures (marked so),
+    and its cross-validated T-Acc and QWK with 95 % bootstrap CIs beside the majority class.
 
     Example: rubrictool rubric fit-points mohler --data adjudicated/adjudicated.csv --out mohler-points.yaml
     """
-    from rubrictool.points import suggest_points, write_suggestion
+    from rubrictool.points import FIT_METHODS, reachable_grades, suggest_points, write_suggestion
 
+    if fit not in FIT_METHODS:
+        raise typer.BadParameter(f"use one of {', '.join(FIT_METHODS)}", param_hint="--fit")
     _check_out(out, [rubric, data, run])
 
-    sugg = suggest_points(rubric, data, run)
+    sugg = suggest_points(rubric, data, run, method=fit, folds=folds)
     f = sugg.fitted
+    rb = sugg.rubric
     t = Table(title=f"suggested points per level ({f.source})")
     t.add_column("concept")
-    for v in sugg.rubric.scale.values:
+    for v in rb.scale.values:
         t.add_column(f"level {v}", justify="right")
-    for c, row in zip(sugg.rubric.concepts, f.points):
+    for c, row in zip(rb.concepts, f.points):
         t.add_row(c.key, *(f"{p:g}" for p in row))
     console.print(t)
-    fit = f"R² {f.r2:.3f} over {f.n} {'answers' if data else 'concept profiles'}"
+    if f.grading.get("map") == "thresholds":
+        cuts = ", ".join(f"{rb.grade.min + i + 1} from {c:g}" for i, c in enumerate(f.grading["thresholds"]))
+        console.print(f"grades by total: {rb.grade.min} below {f.grading['thresholds'][0]:g}, {cuts}", soft_wrap=True,
+                      highlight=False)
+    reach = [int(g) for g in reachable_grades(rb, f.points, f.grading)]
+    every = list(range(rb.grade.min, rb.grade.max + 1))
+    if reach == every:
+        console.print(f"grades the table can give: all of {rb.grade.min}..{rb.grade.max}", highlight=False)
+    else:
+        never = [g for g in every if g not in reach]
+        err_console.print(f"warning: no concept profile earns grade{'s' if len(never) > 1 else ''} "
+                          f"{', '.join(map(str, never))}: the table never gives {'them' if len(never) > 1 else 'it'}",
+                          soft_wrap=True, highlight=False)
+    fit_line = f"R² {f.r2:.3f} over {f.n} {'answers' if data else 'concept profiles'}"
     if f.t_acc is not None and f.qwk is not None:
-        fit += f"; on those answers the rounded totals reach T-Acc {f.t_acc:.3f}, QWK {f.qwk:.3f} (in-sample)"
-    console.print(fit, highlight=False)
+        fit_line += (f"; in-sample (on the {f.n} answers it was fitted to): T-Acc {f.t_acc:.3f}, QWK {f.qwk:.3f}: "
+                     "better than it will do on new answers")
+    console.print(fit_line, soft_wrap=True, highlight=False)
+    if f.cv is not None:
+        cv, ci, maj, vs = f.cv, f.cv["ci"], f.cv["majority"], f.cv["vs_majority"]
+        console.print(
+            f"cross-validated ({cv['folds']} folds, each answer graded by points fitted to the others): "
+            f"T-Acc {ci['t_acc']['value']:.3f} [{ci['t_acc']['lo']:.3f}, {ci['t_acc']['hi']:.3f}], "
+            f"QWK {ci['qwk']['value']:.3f} [{ci['qwk']['lo']:.3f}, {ci['qwk']['hi']:.3f}] (95 % bootstrap CIs)",
+            soft_wrap=True, highlight=False)
+        console.print(
+            f"majority class (always grade {maj['grade']}): T-Acc {maj['t_acc']:.3f}, QWK {maj['qwk']:.3f}; points − "
+            f"majority T-Acc {vs['diff']:+.3f} [{vs['lo']:+.3f}, {vs['hi']:+.3f}]", soft_wrap=True, highlight=False)
+        for w in cv["warnings"]:
+            msg = w["message"].replace("the model", "the points table").replace("T-Acc is not", "its T-Acc is not")
+            err_console.print(f"warning: cross-validated, {msg}", soft_wrap=True, highlight=False)
+    elif data is not None and folds >= 2:
+        err_console.print(f"note: too few answers to cross-validate with {folds} folds: only in-sample figures",
+                          soft_wrap=True, highlight=False)
     paths = write_suggestion(sugg, out)
     console.print(f"wrote {paths[0]} (validates) and {paths[1]}", soft_wrap=True)

@@ -88,7 +88,9 @@ def correlation_lines(result: TrainResult) -> list[str]:
     if not len(result.reliability):
         return []
     rho = result.spearman
-    lines = [f"Spearman ρ(σ², 1 − α) = {rho:.3f}" if rho is not None else "Spearman ρ(σ², 1 − α): —"]
+    sci = result.metrics.get("spearman_ci")
+    lines = [f"Spearman ρ(σ², 1 − α) = {_rho_text(sci)}" if sci else
+             f"Spearman ρ(σ², 1 − α) = {rho:.3f}" if rho is not None else "Spearman ρ(σ², 1 − α): —"]
     implied = result.metrics.get("implied_noise") or {}
     for key, what in (("implied_vs_measured", "ρ(σ²(implied), σ̂²)"), ("implied_vs_1_minus_alpha", "ρ(σ²(implied), 1 − α)")):
         lines.append(f"Spearman {what} = {_rho_text(implied.get(key))}")
@@ -101,8 +103,12 @@ def correlation_lines(result: TrainResult) -> list[str]:
 def _rho_text(ci: dict[str, float] | None) -> str:
     if not ci:
         return "—"
-    spans = not (ci["lo"] > 0 or ci["hi"] < 0)
-    return f"{ci['rho']:.3f} [{ci['lo']:.2f}, {ci['hi']:.2f}]" + (" inconclusive" if spans else "")
+    from rubrictool.evaluate import FEW_CONCEPTS, why_inconclusive
+
+    why = why_inconclusive(ci)
+    if ci.get("n", FEW_CONCEPTS + 1) <= FEW_CONCEPTS:
+        return f"{ci['rho']:.3f}, inconclusive: {why}"
+    return f"{ci['rho']:.3f} [{ci['lo']:.2f}, {ci['hi']:.2f}]" + (" inconclusive" if why else "")
 
 
 def honest_caption(metrics: dict[str, Any]) -> str:
@@ -258,8 +264,12 @@ def grade_cmd(
     device: Annotated[str, typer.Option("--device", help="auto (CUDA if present) or cpu; --int8 and --engine onnx "
                                         "run on the CPU.")] = "auto",
     verify: VerifyOpt = False,
+    keep: Annotated[str | None, typer.Option("--keep", help="Columns of --data copied beside each grade, comma-separated (default: question, student, source_id, response, those present; '' for none).")] = None,
 ) -> None:
     """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
+
+    Beside each id the output keeps the question, the student and the response (or the columns --keep names), so the
+    grades join back to the gradebook.
 
     A flags column names what a teacher should review (copies_reference, copies_question,
     concepts_disagree_with_grade, out_of_distribution, truncated; docs/integrity.md).
@@ -273,7 +283,8 @@ def grade_cmd(
         verify_runs_fully()
     with ProgressView(err_console, transient=True) as view:
         graded, path, seconds = grade_file(run, data, out, batch_size, view, int8, engine,
-                                           overrides=",".join(set_) if set_ else None, device=device)
+                                           overrides=",".join(set_) if set_ else None, device=device,
+                                           keep=None if keep is None else [c.strip() for c in keep.split(",") if c.strip()])
     rate = len(graded) / seconds if seconds > 0 else float("inf")
     console.print(f"graded {len(graded)} responses in {seconds:.1f} s ({rate:.0f}/s) -> {path}", soft_wrap=True)
     flagged = graded["flags"].astype(str) != ""

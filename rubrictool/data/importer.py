@@ -13,6 +13,7 @@ own row numbers (the header is row 1).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +29,11 @@ from rubrictool.tables import ITEM_COLUMNS, validate_items
 __all__ = [
     "HEADER_GUESSES",
     "IMPORT_FORMATS",
+    "MAPPED_COLUMNS",
     "ImportReport",
     "ImportedItems",
+    "grade_problem",
+    "header_scale",
     "import_items",
     "parse_columns",
     "read_course_file",
@@ -42,8 +46,9 @@ IMPORT_FORMATS = {
 }
 
 HEADER_GUESSES: dict[str, tuple[str, ...]] = {
-    "id": ("id", "item_id", "answer_id", "response_id", "submission_id", "student_id", "uid", "row_id"),
-    "question": ("question", "question_text", "prompt", "item", "task", "question_id", "qid"),
+    "id": ("id", "item_id", "answer_id", "response_id", "submission_id", "uid", "row_id"),
+    "question": ("question", "question_text", "prompt", "item", "task", "question_id", "qid", "q#", "qno",
+                 "question_no", "question_number", "question_nr", "q"),
     "response": (
         "response", "answer", "student_answer", "student_response", "answer_text", "response_text",
         "student_text", "submission", "essay", "candidate",
@@ -54,9 +59,41 @@ HEADER_GUESSES: dict[str, tuple[str, ...]] = {
     ),
     "context": ("context", "passage", "source_text", "reading"),
     "grade": ("grade", "score", "mark", "marks", "points", "correct", "total", "final_grade", "label"),
+    "student": ("student_id", "student", "student_number", "student_no", "learner", "learner_id", "pupil", "user_id",
+                "username", "email"),
 }
-"""Header names tried per ItemTable column, in order of preference (compared lower-case, ignoring spaces,
-``_`` and ``-``): the first header of the file matching a column's list is used."""
+"""Header names tried per ItemTable column (and ``student``, whose ids make the answers' ids), in order of preference
+(compared lower-case, ignoring spaces, ``_`` and ``-``, and then without a scale written after the name, as in
+``Score (0-5)``, ``Mark [0-10]``, ``Points /5`` or ``Score out of 5``): the first header of the file matching a
+column's list is used."""
+
+MAPPED_COLUMNS = [*ITEM_COLUMNS, "student"]
+"""What ``--columns`` can map: the ItemTable's columns and ``student`` (the student of each answer, kept as the
+``student`` column; the answers' ids are made from it and the question)."""
+
+_SCALE_NOTE = re.compile(
+    r"\s*(?:\(([^()]*)\)|\[([^\[\]]*)\]|/\s*(\d+(?:\.\d+)?)|out\s+of\s+(\d+(?:\.\d+)?))\s*$", re.IGNORECASE)
+_RANGE = re.compile(r"^\s*(?:max\.?\s*|out\s+of\s+)?(-?\d+(?:\.\d+)?)(?:\s*(?:-|–|—|to|\.\.)\s*(-?\d+(?:\.\d+)?))?\s*"
+                    r"(?:points?|pts|marks?)?\s*$", re.IGNORECASE)
+
+
+def _header_base(name: str) -> str:
+    """A header without a scale written after it: ``Score (0-5)`` -> ``Score``."""
+    return _SCALE_NOTE.sub("", str(name)).strip() or str(name)
+
+
+def header_scale(name: str) -> tuple[float, float] | None:
+    """The grade range a header states: ``Score (0-5)`` -> (0, 5); ``Points /10``, ``Mark (max 10)``,
+    ``Score out of 5`` -> (0, max); None when it states none."""
+    m = _SCALE_NOTE.search(str(name))
+    if not m:
+        return None
+    if m.group(3) or m.group(4):
+        return 0.0, float(m.group(3) or m.group(4))
+    r = _RANGE.match(m.group(1) if m.group(1) is not None else m.group(2))
+    if not r:
+        return None
+    return (float(r.group(1)), float(r.group(2))) if r.group(2) else (0.0, float(r.group(1)))
 
 _TRUE = {"true", "yes", "y"}
 _FALSE = {"false", "no", "n"}
@@ -85,10 +122,13 @@ class ImportReport:
     """Headers kept as extra columns (renamed ``source_<name>`` when the name is an ItemTable column)."""
     ids: str = "kept"
     """kept (the file's ids, unique), made (the file has no id column) or remade (the file repeats ids)."""
+    id_rule: str | None = None
+    """How made ids are made, in words (``<question>/<student>``)."""
     repeated_ids: list[str] = field(default_factory=list)
     id_column_kept_as: str | None = None
     grade: dict[str, Any] = field(default_factory=dict)
-    """min, max, integer, n_missing, histogram, booleans (true/false read as 1/0)."""
+    """min, max, integer, n_missing, histogram, booleans (true/false read as 1/0), header_scale (the range the header
+    states), scaled_by, rounded (grades changed by rounding), n_fractional and first_fractional (not whole numbers)."""
     n_questions: int | None = None
     empty_responses: list[str] = field(default_factory=list)
     """Where each empty response is ("row 7 (id bio.3)")."""
@@ -124,9 +164,9 @@ def parse_columns(spec: str | None) -> dict[str, str | None]:
             )
         key, _, header = part.partition("=")
         key = key.strip().lower()
-        if key not in ITEM_COLUMNS:
+        if key not in MAPPED_COLUMNS:
             raise DataError(
-                f"--columns: {key!r} is not an item table column; map one of {', '.join(ITEM_COLUMNS)} "
+                f"--columns: {key!r} is not an item table column; map one of {', '.join(MAPPED_COLUMNS)} "
                 "(e.g. response=answer)"
             )
         if key in out:
@@ -193,8 +233,10 @@ def _where(report: ImportReport, pos: int) -> str:
 
 def _map_columns(headers: list[str], given: dict[str, str | None], path: Path) -> tuple[dict[str, str], list[str]]:
     by_norm: dict[str, str] = {}
+    by_base: dict[str, str] = {}  # headers without a scale after the name: 'Score (0-5)' answers to 'score'
     for h in headers:
         by_norm.setdefault(_norm(h), h)
+        by_base.setdefault(_norm(_header_base(h)), h)
     mapping: dict[str, str] = {}
     for key, header in given.items():
         if header is None:
@@ -212,11 +254,11 @@ def _map_columns(headers: list[str], given: dict[str, str | None], path: Path) -
     if doubled:
         raise DataError(f"--columns: header {doubled[0]!r} is mapped to two columns")
     guessed = []
-    for key in ITEM_COLUMNS:
+    for key in MAPPED_COLUMNS:
         if key in given:
             continue
         for cand in HEADER_GUESSES[key]:
-            found = by_norm.get(_norm(cand))
+            found = by_norm.get(_norm(cand)) or by_base.get(_norm(cand))
             if found is not None and found not in taken:
                 mapping[key] = found
                 taken.add(found)
@@ -225,8 +267,10 @@ def _map_columns(headers: list[str], given: dict[str, str | None], path: Path) -
     return mapping, guessed
 
 
-def _grades(col: pd.Series, report: ImportReport, header: str, path: Path) -> pd.Series:
-    """The grade column as numbers (true/false/yes/no read as 1/0); a cell that is no number is an error."""
+def _grades(col: pd.Series, report: ImportReport, header: str, path: Path, grade_scale: float | None = None,
+            round_grades: bool = False) -> pd.Series:
+    """The grade column as numbers (true/false/yes/no read as 1/0), times ``grade_scale`` when given, rounded half up
+    when ``round_grades``; a cell that is no number is an error."""
     text = col.map(lambda v: None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v).strip())
     low = text.str.lower()
     booleans = low.isin(_TRUE | _FALSE)
@@ -240,11 +284,23 @@ def _grades(col: pd.Series, report: ImportReport, header: str, path: Path) -> pd
             f"({int(bad.sum())} such cell(s)); map the grades to numbers first (e.g. A=4, B=3) or map another "
             "column with --columns grade=HEADER"
         )
+    raw_num = num
+    if grade_scale is not None:
+        num = num * grade_scale
+    if round_grades:
+        num = np.floor(num + 0.5 + 1e-9).where(num.notna())
     have = num.dropna()
-    integer = bool((have == have.round()).all())
+    frac = num.notna() & (num != num.round())
+    integer = not bool(frac.any())
     hist = have.value_counts().sort_index()
+    first = int(np.flatnonzero(frac.to_numpy())[0]) if frac.any() else None
     report.grade = {
         "column": header,
+        "header_scale": header_scale(header),
+        "scaled_by": grade_scale,
+        "rounded": int((num != raw_num * (grade_scale or 1.0)).sum()) if round_grades else None,
+        "n_fractional": int(frac.sum()),
+        "first_fractional": None if first is None else f"{_where(report, first)}: {_num(float(num.iloc[first]))}",
         "min": float(have.min()) if len(have) else None,
         "max": float(have.max()) if len(have) else None,
         "integer": integer,
@@ -270,27 +326,70 @@ def _check_nul(df: pd.DataFrame, report: ImportReport, path: Path) -> None:
 
 
 def _question_tags(q: pd.Series) -> pd.Series:
-    """A short id per question for made ids: the question itself when it is a short token (``Q3``,
-    ``1.2``), else ``q1, q2, ...`` in order of first appearance."""
-    uniq = list(dict.fromkeys(q.tolist()))
-    short = all(re.fullmatch(r"[A-Za-z0-9._-]{1,24}", u) for u in uniq)
-    tags = {u: (u if short else f"q{i}") for i, u in enumerate(uniq, 1)}
-    return q.map(tags)
+    """A short id per question for made ids, the same in every file that holds the question: the question itself
+    when it is a short token (``Q3``, ``1.2``; a number gets a ``q``: ``q1``), else ``q`` and six hex digits of its
+    text (``q3fa2c1``: spaces and case ignored)."""
+    def tag(u: str) -> str:
+        if re.fullmatch(r"[A-Za-z0-9._-]{1,24}", u):
+            return f"q{u}" if re.fullmatch(r"[0-9][0-9._-]*", u) else u
+        return "q" + hashlib.sha1(" ".join(u.lower().split()).encode("utf-8")).hexdigest()[:6]
+
+    return q.map({u: tag(u) for u in dict.fromkeys(q.tolist())})
+
+
+def _text_ids(col: pd.Series) -> pd.Series:
+    """A column of ids as text (a whole float from a spreadsheet read as ``101``, not ``101.0``); None when empty."""
+    def one(v: Any) -> str | None:
+        if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
+            return None
+        t = str(int(v)) if isinstance(v, float) and v.is_integer() else str(v).strip()
+        return t or None
+
+    return col.map(one)
+
+
+def _made_ids(items: pd.DataFrame, student: pd.Series | None) -> tuple[pd.Series, str]:
+    """Ids that a later import of the same course gives the same answers and no other: ``<question>/<student>``
+    (e.g. ``q1/s101``), or, for an answer without a student, ``<question>/a<8 hex digits of its text>``; a second
+    answer with the same id gets ``.2``, a third ``.3``, in file order. Without a question column the question part is
+    left out. Returns (ids, the rule in words)."""
+    tags = _question_tags(items["question"]) if "question" in items.columns else None
+    resp = items["response"].fillna("")
+    tails = []
+    for i in range(len(items)):
+        who = student.iloc[i] if student is not None else None
+        if isinstance(who, str) and who:
+            tails.append(re.sub(r"[\s/]+", "_", str(who)))
+        else:
+            tails.append("a" + hashlib.sha1(" ".join(str(resp.iloc[i]).lower().split()).encode("utf-8")).hexdigest()[:8])
+    base = pd.Series([f"{t}/{x}" if tags is not None else x for t, x in zip(tags if tags is not None else tails, tails)],
+                     index=items.index)
+    n = base.groupby(base, sort=False).cumcount() + 1
+    ids = base.where(n == 1, base + "." + n.astype(str))
+    q = "<question>/" if tags is not None else ""
+    has_student = student is not None and bool(student.notna().any())
+    rule = f"{q}<student>" if has_student and bool(student.notna().all()) else (  # type: ignore[union-attr]
+        f"{q}<student> (answers without a student: {q}a<hash of the answer>)" if has_student else f"{q}a<hash of the answer>")
+    return ids, rule
 
 
 def read_course_file(
     path: str | Path,
     columns: dict[str, str | None] | str | None = None,
     sheet: str | None = None,
+    grade_scale: float | None = None,
+    round_grades: bool = False,
 ) -> ImportedItems:
     """Read a course's answer file into an ItemTable plus a report of what was found; writes nothing.
 
     ``columns`` maps ItemTable columns to the file's headers (``{"response": "answer"}`` or the CLI's
     ``response=answer,...``); columns not given are guessed from :data:`HEADER_GUESSES`. Other headers
-    are kept as extra columns. Ids: the file's id column when its values are unique; otherwise (none,
-    or repeated) ``<question>.<n>`` (n counting the question's answers from 1; ``<n>`` without a
-    question column), the file's ids kept as ``source_id``. Empty responses stay in the table and are
-    listed in the report (:func:`write_course_items` refuses or drops them).
+    are kept as extra columns; the student column (``student``) as ``student``. Ids: the file's answer-id column when
+    its values are unique; otherwise (none, or repeated) ids made from the question and the student, the same for the
+    same answer in every import of the course and never another's (:func:`_made_ids`: ``q1/s101``), the file's ids
+    kept as ``source_id``. Grades are multiplied by ``grade_scale`` and rounded half up with ``round_grades``
+    (half marks the trainer cannot use). Empty responses stay in the table and are listed in the report
+    (:func:`write_course_items` refuses, drops or keeps them).
     """
     p = Path(path)
     fmt = IMPORT_FORMATS.get(p.suffix.lower())
@@ -331,35 +430,33 @@ def read_course_file(
             col = raw[mapping[key]]
             items[key] = col.map(lambda v: None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
     if "grade" in mapping:
-        items["grade"] = _grades(raw[mapping["grade"]], report, mapping["grade"], p)
+        items["grade"] = _grades(raw[mapping["grade"]], report, mapping["grade"], p, grade_scale, round_grades)
+    elif grade_scale is not None or round_grades:
+        raise DataError(f"{p}: {'--grade-scale' if grade_scale is not None else '--round-grades'} needs a grade column, "
+                        "and none was found", hint="map it with --columns grade=HEADER")
     if "question" in items.columns:
         items["question"] = items["question"].fillna("").str.strip()
         report.n_questions = int(items["question"].nunique())
 
-    # ids: the file's when unique, else <question>.<n>
+    # ids: the file's answer ids when unique, else made from the question and the student (stable across imports)
+    student = _text_ids(raw[mapping["student"]]) if "student" in mapping else None
+    if student is not None:
+        items["student"] = student
     id_col = mapping.get("id")
-    file_ids = None
-    if id_col is not None:
-        file_ids = raw[id_col].map(
-            lambda v: None if v is None or (isinstance(v, float) and np.isnan(v)) else
-            (str(int(v)) if isinstance(v, float) and v.is_integer() else str(v).strip())
-        )
-    if file_ids is not None and file_ids.notna().all() and file_ids.ne("").all() and not file_ids.duplicated().any():
+    file_ids = _text_ids(raw[id_col]) if id_col is not None else None
+    if file_ids is not None and file_ids.notna().all() and not file_ids.duplicated().any():
         items.insert(0, "id", file_ids)
     else:
         if file_ids is not None:
             report.ids = "remade"
-            rep = file_ids[file_ids.duplicated(keep=False) | file_ids.isna() | file_ids.eq("")]
+            rep = file_ids[file_ids.duplicated(keep=False) | file_ids.isna()]
             report.repeated_ids = [str(x) for x in dict.fromkeys(rep.fillna("(empty)").tolist())]
             report.id_column_kept_as = "source_id"
+            if student is None:  # an id column that repeats across questions names the student
+                student = file_ids
         else:
             report.ids = "made"
-        if "question" in items.columns:
-            tags = _question_tags(items["question"])
-            n = items.groupby(tags, sort=False).cumcount() + 1
-            made = tags.astype(str) + "." + n.astype(str)
-        else:
-            made = pd.Series([str(i) for i in range(1, len(items) + 1)], index=items.index)
+        made, report.id_rule = _made_ids(items, student)
         items.insert(0, "id", made)
         if file_ids is not None:
             items["source_id"] = file_ids
@@ -398,23 +495,61 @@ def read_course_file(
     return ImportedItems(items.reset_index(drop=True), report)
 
 
-def write_course_items(imported: ImportedItems, out: str | Path, drop_empty: bool = False) -> Path:
+def grade_problem(report: ImportReport, ungraded: bool = False) -> tuple[str, str] | None:
+    """Why the trainer could not use the imported grades, and the fix, or None: no grade column (unless
+    ``ungraded``: the answers are to be graded), a grade column with no grade in it, or grades that are not whole
+    numbers (half marks). A grade column with ``ungraded`` is a contradiction too."""
+    g = report.grade
+    if ungraded:
+        if g and g.get("min") is not None:
+            return (f"--ungraded, but column {g['column']!r} holds grades",
+                    "drop --ungraded to import them, or leave the column out with --columns grade=")
+        return None
+    if not g:
+        return ("no grade column found, so a grader cannot train on these answers",
+                ("map it with --columns grade=HEADER, or pass --ungraded if these answers are to be graded "
+                "(`rubrictool grade`)"))
+    if g.get("min") is None:
+        return (f"the grade column {g['column']!r} is empty in every row",
+                ("map the column that holds the grades with --columns grade=HEADER, or pass --ungraded if these answers "
+                "are to be graded"))
+    if g.get("n_fractional"):
+        scale = next((k for k in (2, 4, 10, 100) if all(float(v) * k == round(float(v) * k) for v in g["histogram"])),
+                     None)
+        fix = (f"pass --grade-scale {scale} to count in 1/{scale} marks (grades {g['min'] * scale:g}..{g['max'] * scale:g}), "
+               if scale else "")
+        return ((f"grade column {g['column']!r}: {g['n_fractional']} grade(s) are not whole numbers "
+                f"({g['first_fractional']}); the trainer needs whole-number grades"),
+                fix + "or --round-grades to round them half up, or map another column with --columns grade=HEADER")
+    return None
+
+
+def write_course_items(imported: ImportedItems, out: str | Path, drop_empty: bool = False, keep_empty: bool = False,
+                       ungraded: bool = False) -> Path:
     """Write an imported ItemTable (CSV/JSONL/Parquet by the suffix of ``out``, atomically).
 
-    Empty responses (listed in the report) are refused — no later stage accepts them — unless
-    ``drop_empty``, which leaves them out (``report.dropped_empty``)."""
+    Refused, with nothing written, when its grades cannot train a grader (:func:`grade_problem`; ``ungraded`` says
+    the answers are to be graded instead). Empty responses (listed in the report) are refused — training reads no
+    empty answer — unless ``drop_empty``, which leaves them out (``report.dropped_empty``), or ``keep_empty``, which
+    keeps them for ``rubrictool grade`` to flag (``empty``) without grading."""
     o = Path(out)
     src = Path(imported.report.source)
     if o.exists() and src.exists() and o.resolve() == src.resolve():
         raise DataError(f"--out {o} is the file being imported; write the item table to another file")
+    if drop_empty and keep_empty:
+        raise DataError("--drop-empty and --keep-empty contradict each other; pass one")
     rep = imported.report
+    problem = grade_problem(rep, ungraded)
+    if problem is not None:
+        raise DataError(f"{rep.source}: {problem[0]}; nothing written", hint=problem[1])
     items = imported.items
-    if rep.empty_responses:
+    if rep.empty_responses and not keep_empty:
         if not drop_empty:
             shown = "; ".join(rep.empty_responses[:5]) + (" ..." if len(rep.empty_responses) > 5 else "")
             raise DataError(
                 f"{rep.source}: {len(rep.empty_responses)} empty response(s): {shown}; nothing written",
-                hint="fill them in, or pass --drop-empty to leave them out (they stay listed, never dropped silently)",
+                hint="fill them in, pass --drop-empty to leave them out (they stay listed, never dropped silently), or "
+                     "--keep-empty to keep them for `rubrictool grade` to flag",
             )
         resp = items["response"]
         items = items.loc[~(resp.isna() | resp.fillna("").str.strip().eq("")).to_numpy()].reset_index(drop=True)
@@ -435,8 +570,12 @@ def import_items(
     columns: dict[str, str | None] | str | None = None,
     sheet: str | None = None,
     drop_empty: bool = False,
+    keep_empty: bool = False,
+    ungraded: bool = False,
+    grade_scale: float | None = None,
+    round_grades: bool = False,
 ) -> ImportedItems:
     """:func:`read_course_file`, then :func:`write_course_items` to ``out``."""
-    imported = read_course_file(path, columns, sheet)
-    write_course_items(imported, out, drop_empty)
+    imported = read_course_file(path, columns, sheet, grade_scale, round_grades)
+    write_course_items(imported, out, drop_empty, keep_empty, ungraded)
     return imported

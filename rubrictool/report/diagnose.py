@@ -63,6 +63,7 @@ class GradeCeiling:
     t_f1: float
     qwk: float
     folds: int
+    honest: dict[str, Any] | None = None  # evaluate.honest_metrics of the out-of-fold grades: CIs, the majority class
 
     @property
     def named(self) -> list[tuple[int, int]]:
@@ -222,8 +223,12 @@ def grade_ceiling(rubric: Rubric, table: pd.DataFrame, folds: int = 5, seed: int
                            "lower_as_upper": int(conf[idx[lo], idx[hi]]), "upper_as_lower": int(conf[idx[hi], idx[lo]]),
                            "balanced_acc": bal, "shared_profiles": shared,
                            "named": bool(not np.isnan(bal) and bal < SEPARABLE)})
+    from rubrictool.evaluate import honest_metrics
+
+    g0 = int(min(grades))
+    honest = honest_metrics(y - g0, np.asarray(pred, dtype=np.int64) - g0, y - g0, n_boot=1000, seed=seed, grade_min=g0)
     return GradeCeiling(pd.DataFrame(rows), conf, grades, pd.DataFrame(bounds), float((pred == y).mean()),
-                        macro_f1(y, pred), quadratic_weighted_kappa(y, pred), folds)
+                        macro_f1(y, pred), quadratic_weighted_kappa(y, pred), folds, honest)
 
 
 def contrast_pairs(rubric: Rubric, table: pd.DataFrame, boundaries: list[tuple[int, int]],
@@ -381,8 +386,13 @@ def _suggest(df: pd.DataFrame, n_items: int) -> list[str]:
                    "to tell apart (add a worked example of each).")
     useless = [r for r in recs if not np.isnan(r["drop_one_loss"]) and r["drop_one_loss"] <= DROP_LOSS]
     for r in sorted(useless, key=lambda r: r["drop_one_loss"])[:MAX_CONFUSIONS]:
-        out.append(f"the grade loses {100 * max(r['drop_one_loss'], 0.0):.1f} points of accuracy without "
-                   f"{r['concept']}: the other concepts already carry what it adds to the grade — check what it is for.")
+        if r["drop_one_loss"] < 0:  # the grade is predicted better without it: keeping it costs accuracy
+            out.append(f"the grade is {100 * -r['drop_one_loss']:.1f} points of accuracy better predicted without "
+                       f"{r['concept']} (cross-validated): the other concepts already carry what it adds to the grade, "
+                       "and it adds noise — check what it is for.")
+        else:
+            out.append(f"the grade loses {100 * r['drop_one_loss']:.1f} points of accuracy without {r['concept']}: the "
+                       "other concepts already carry what it adds to the grade — check what it is for.")
     return out[:MAX_SUGGESTIONS]
 
 

@@ -64,7 +64,7 @@ def verdict(
                        f"below {LOW_RELIABILITY}).")
     vague = [name for name, ci in correlations.items() if ci is not None and inconclusive(ci)]
     if vague:
-        out.append(f"Inconclusive (95 % CI spans 0): {_names(vague)}.")
+        out.append(f"Inconclusive (95 % CI spans 0, or over 3 concepts or fewer): {_names(vague)}.")
     small = [w for w in honest.get("warnings", []) if w.get("code") == "small_test"]
     if small:
         out.append(f"With {n} test answers these numbers cannot tell this model from another: "

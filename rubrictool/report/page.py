@@ -473,9 +473,19 @@ def _md_table(df: pd.DataFrame, cols: list[tuple[str, str]]) -> list[str]:
 
 
 def _spans(ci: dict[str, float] | None) -> str:
-    from rubrictool.evaluate import inconclusive
+    from rubrictool.evaluate import why_inconclusive
 
-    return ". Inconclusive: the CI spans 0" if ci and inconclusive(ci) else ""
+    why = why_inconclusive(ci) if ci else None
+    return f". Inconclusive: {why}" if why else ""
+
+
+def _ci_words(ci: dict[str, float]) -> str:
+    """``95 % bootstrap CI over N concepts [lo, hi]``, or only ``over N concepts`` when N is too few for one."""
+    from rubrictool.evaluate import FEW_CONCEPTS
+
+    if ci["n"] <= FEW_CONCEPTS:
+        return f"over {ci['n']} concepts: no CI"
+    return f"95 % bootstrap CI over {ci['n']} concepts [{ci['lo']:.3f}, {ci['hi']:.3f}]"
 
 
 def render_markdown(r: Report) -> str:
@@ -529,21 +539,20 @@ def render_markdown(r: Report) -> str:
                                            if "test_reliability" in r.concepts else []))
         sci, share = r.spearman_ci, r.noise_share
         L += ["", f"Spearman ρ(σ², 1 − α) = {'—' if r.spearman is None else format(r.spearman, '.3f')}"
-              + (f" (95 % bootstrap CI over {sci['n']} concepts [{sci['lo']:.3f}, {sci['hi']:.3f}])" if sci else "")
+              + (f" ({_ci_words(sci)})" if sci else "")
               + _spans(sci)]
         for key, what in (("implied_vs_measured", "ρ(σ²(implied), σ̂²)"),
                           ("implied_vs_1_minus_alpha", "ρ(σ²(implied), 1 − α)")):
             c = r.implied.get(key)
             if c:
-                L += ["", f"Spearman {what} = {c['rho']:.3f} (95 % bootstrap CI over {c['n']} concepts "
-                          f"[{c['lo']:.3f}, {c['hi']:.3f}])" + _spans(c)]
+                L += ["", f"Spearman {what} = {c['rho']:.3f} ({_ci_words(c)})" + _spans(c)]
         if r.implied:
             L += ["", ("σ²(implied) = v_k (1 − A_kk) / A_kk (v_k = var(c_k/M) over the training labels) is the noise "
                       "LCEC's shrinkage implies under a diagonal prior; the learned σ² is identified only together "
                       "with Ω. σ̂² = var(s̃ − c/M) is the noise measured on the test answers.")]
         if share:
-            L += ["", (f"Spearman ρ(1 − test reliability, 1 − α) = {share['rho']:.3f} (95 % bootstrap CI over "
-                       f"{share['n']} concepts [{share['lo']:.3f}, {share['hi']:.3f}]){_spans(share)}: test reliability "
+            L += ["", (f"Spearman ρ(1 − test reliability, 1 − α) = {share['rho']:.3f} ({_ci_words(share)})"
+                       f"{_spans(share)}: test reliability "
                        "is the share of each concept score's variance that is signal on the test answers "
                        "(docs/training.md)")]
     for name, title in (("reliability.png", "reliability"), ("implied_noise.png", "implied vs measured noise"),

@@ -71,7 +71,9 @@ def table_rows(run: Run, ids: list[str], what: str = "id(s)", table: pd.DataFram
     missing = [i for i in ids if i not in df.index]
     if missing:
         raise DataError(f"{len(missing)} {what} not in the table, e.g. {missing[0]!r} (ids look like "
-                        f"{df.index[0]!r}): is --data the table the run was trained on?")
+                        f"{df.index[0]!r}): is --data the table the run was trained on?",
+                        hint="for answers the run did not train on (e.g. ones you graded), pass --data with the table "
+                             "that holds them")
     out = df.loc[ids].reset_index()
     for col in ("question", "reference", "context", "response"):
         out[col] = out[col].fillna("").astype(str) if col in out.columns else ""

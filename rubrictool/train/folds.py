@@ -29,9 +29,9 @@ from rubrictool.evaluate import (
 )
 from rubrictool.io import atomic_write_text, write_table
 from rubrictool.progress import Progress, ProgressFn
+from rubrictool.resume import check_folds
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.runs import RECORD, describe_labels, run_is_complete
-from rubrictool.resume import check_folds
 from rubrictool.train.recipe import SECTIONS, resolve_training
 from rubrictool.train.run import TrainResult, prepare_table, read_agreement, train_model
 
