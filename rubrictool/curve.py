@@ -47,6 +47,7 @@ from numpy.typing import NDArray
 
 from reccbm import grade_metrics
 from rubrictool.atomic import publish
+from rubrictool.curve_reading import default_sizes, read_curve
 from rubrictool.data import kfold_splits
 from rubrictool.errors import DataError, TrainError
 from rubrictool.evaluate import majority_baseline
@@ -362,7 +363,7 @@ def learning_curve(
     table: pd.DataFrame,
     out: str | Path,
     *,
-    sizes: Sequence[int | str],
+    sizes: Sequence[int | str] | None,
     variants: Sequence[str] = VARIANTS,
     repeats: int = 3,
     folds: int = 5,
@@ -385,7 +386,7 @@ def learning_curve(
     and curve.png over every cell in ``out`` (earlier calls may have added other folds, sizes or repeats) (see the module docstring for what a cell is and how it is drawn).
 
     sizes: numbers of labelled answers (train + dev) and optionally "all" (the fold's whole training part; needed
-    for :func:`reach_fraction`). by: grouped folds (e.g. "question"), passed to kfold_splits only when given.
+    for :func:`reach_fraction`); None: from the table's size (:func:`rubrictool.curve_reading.default_sizes`). by: grouped folds (e.g. "question"), passed to kfold_splits only when given.
     match_budget: the PLM's encoder trains as many epochs as the concept models' Stage I + joint stage.
     full_from: {variant: folder of ``train --folds``}: a variant's "all" cells of the first repeat are read from that
     folder's finished fold runs when they were trained on the same folds, table and configuration (they are exactly
@@ -402,7 +403,7 @@ def learning_curve(
         raise TrainError(f"--repeats {repeats}: give at least 1")
     if not 0 < dev_share < 0.5:
         raise TrainError(f"--dev-share {dev_share}: give a share between 0 and 0.5")
-    if not sizes:
+    if sizes is not None and not sizes:
         raise DataError("no sizes to train", hint="e.g. --sizes 50,100,200,all")
     need_concepts = any(parse_variant(v)[0] != "plm" for v in variants)
     df = validate_adjudicated(table, rb, need_concepts=need_concepts)
@@ -418,6 +419,7 @@ def learning_curve(
         raise DataError(f"--fold {run_folds}: folds are 0..{folds - 1}")
     pools = {f: sorted(splits[f]["train"] + splits[f]["dev"]) for f in run_folds}
     smallest = min(len(p) for p in pools.values())
+    sizes = default_sizes(smallest) if sizes is None else sizes  # none given: from the table's size
     too_big = [s for s in sizes if isinstance(s, int) and s > smallest]
     if too_big:
         raise DataError(f"--sizes: {too_big[0]} answers is more than a fold's training part ({smallest} answers of "
@@ -551,7 +553,8 @@ def learning_curve(
         cells = cells.drop(columns="_o").reset_index(drop=True)
         write_table(cells, root / "curve.csv")
         summary = summarize_curve(cells)
-        reach = {str(v): reach_fraction(cells, str(v)) for v in dict.fromkeys(cells["variant"])}
+        readings = read_curve(cells)  # the one reading of these cells: curve.json, curve.png and the printed summary
+        reach = {v: r["reach"] for v, r in readings.items()}
         folds_run = sorted({int(f) for f in cells["fold"]})
         png = plot_curve(cells, root / "curve.png", reach=reach, title=_title(rb.name, folds, by, folds_run)) if plot else None
         _write_json(root / "curve.json", {
@@ -562,6 +565,7 @@ def learning_curve(
             "dev": f"a stratified {dev_share:.1%} of each subsample (n counts every labelled answer: train + dev)",
             "git_revision": git_revision(), "notes": notes, "from_fold_runs": from_runs,
             "summary": summary.to_dict(orient="records"), "reach_90": reach,
+            "reading": {v: {k: r[k] for k in ("status", "sentence", "sizes_above_majority")} for v, r in readings.items()},
         })
         return CurveResult(root, cells, summary, reach, png, trained, read_back, notes, imported)
 
@@ -660,6 +664,7 @@ def position_on_curve(curve_csv: str | Path, n_train: float, variant: str) -> di
         raise DataError(f"n_train {n_train}: give the number of labelled answers the run trained on (> 0)")
     s = summarize_curve(cells[cells["variant"] == variant]).sort_values("n_train", kind="stable")
     pts = s.to_dict(orient="records")
+    reading = read_curve(cells[cells["variant"] == variant])[variant]  # a 90 % point only above the majority class
 
     def point(r: Any) -> dict[str, Any]:
         return {"size": r["size"], "n_train": r["n_train"], "qwk": r["qwk"], "qwk_sd": r["qwk_sd"], "t_acc": r["t_acc"],
@@ -678,7 +683,7 @@ def position_on_curve(curve_csv: str | Path, n_train: float, variant: str) -> di
     return {"variant": variant, "n_train": n_train, "qwk": qwk, "t_acc": t_acc, "within": lo is not None and hi is not None,
             "lower": point(lo) if lo else None, "upper": point(hi) if hi else None,
             "full": point(pts[-1]) if pts and pts[-1]["size"] == ALL else None, "curve": str(p),
-            "reach_90": reach_fraction(cells, variant)}
+            "reach_90": reading["reach"], "reading": reading}
 
 
 # ---------------------------------------------------------------------------- the figure
@@ -751,7 +756,8 @@ def plot_curve(cells: pd.DataFrame, path: str | Path, *, reach: dict[str, dict[s
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".png", dir=p.parent)
     os.close(fd)
     try:
-        fig.savefig(tmp, format="png", dpi=110)
+        marked = {v: r["n_estimate"] for v, r in (reach or {}).items() if r}  # the 90 % points drawn, for readers
+        fig.savefig(tmp, format="png", dpi=110, metadata={"Description": json.dumps({"reach_90": marked})})
         publish(tmp, p)  # umask-respecting mode, then the rename
     finally:
         plt.close(fig)
@@ -767,7 +773,7 @@ def run_learning_curve(
     data: str | Path | None,
     rubric: str | None,
     out: str | Path,
-    sizes: str,
+    sizes: str | None,
     variants: str = ",".join(VARIANTS),
     folds: int = 5,
     fold: str | None = None,
@@ -781,7 +787,7 @@ def run_learning_curve(
     :func:`curve_overrides`) over a YAML config; the rest goes to :func:`learning_curve`."""
     flat = {k: kwargs.pop(k) for k in list(kwargs) if k in _FLAT}
     overrides = curve_overrides(config, **flat)
-    size_list = parse_sizes(sizes)
+    size_list = None if sizes is None else parse_sizes(sizes)  # None: from the table's size (default_sizes)
     variant_list = [v.strip() for v in variants.split(",") if v.strip()]
     fold_ids = parse_folds(fold, folds)
     if (benchmark is None) == (data is None):

@@ -48,6 +48,7 @@ from rubrictool.evaluate import (
     lcec_activity,
     majority_baseline,
     oracle_concept_baseline,
+    paired_bootstrap,
     pooled_metrics,
     spearman_with_ci,
 )
@@ -581,7 +582,8 @@ def encoder_choice(stage1: StageIConfig, n_labelled: int) -> dict[str, Any]:
             "frozen_below": stage1.frozen_below}
 
 
-def points_baselines(rb: Rubric, sets: dict[str, reccbm.EncodedItems], predicted_levels: Any) -> dict[str, Any]:
+def points_baselines(rb: Rubric, sets: dict[str, reccbm.EncodedItems], predicted_levels: Any,
+                     model_grades: Any = None) -> dict[str, Any]:
     """The zero-training points grader (rubrictool.points) on the test split, beside the majority class: the rubric's
     own points, or a table fitted on the training split's gold levels and grades when the rubric has none; graded
     from the gold levels (what the rubric's points can do) and from the run's predicted levels (a points grade
@@ -604,6 +606,8 @@ def points_baselines(rb: Rubric, sets: dict[str, reccbm.EncodedItems], predicted
         pred = points_baseline(rb, np.asarray(levels), grade_min=rb.grade.min, **kw)
         m = reccbm.grade_metrics(te.grades, np.clip(pred, 0, rb.S))
         out[name] = {k: m[k] for k in ("t_acc", "t_f1", "qwk")}
+        if model_grades is not None:  # points − model on the same answers: a recommendation needs this CI
+            out[name]["vs_model"] = paired_bootstrap(te.grades, model_grades, np.clip(pred, 0, rb.S), "qwk")
     return out
 
 
@@ -664,7 +668,7 @@ def _train_into(
         metrics["calibration"] = calibration(preds.grade_probs, y_test)
         metrics["warnings"] = honest["warnings"]
         if sets["test"].concepts is not None and sets["train"].concepts is not None:
-            metrics["points"] = points_baselines(rb, sets, None if plm else preds.levels)
+            metrics["points"] = points_baselines(rb, sets, None if plm else preds.levels, preds.grades)
         rel, rho = (reliability_table(model, rb, info.get("per_concept"), agreement, sets["train"].concepts)
                     if not plm else (pd.DataFrame(), None))
         metrics["spearman_sigma2_vs_1_minus_alpha"] = rho

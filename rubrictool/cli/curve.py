@@ -24,9 +24,11 @@ def learning_curve_cmd(
     data: Annotated[Path | None, typer.Option("--data", help="Adjudicated table: items + one column per concept.")] = None,
     rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric of --data (name or YAML).")] = None,
     agreement: Annotated[Path | None, typer.Option("--agreement", help="agreement.json for --data (default: beside it).")] = None,
-    sizes: Annotated[str, typer.Option(
-        "--sizes", help="Labelled answers per model (train + dev), comma-separated; 'all' = a fold's whole training part.",
-    )] = "50,100,200,400,800,all",
+    sizes: Annotated[str | None, typer.Option(
+        "--sizes", help="Labelled answers per model (train + dev), comma-separated; 'all' = a fold's whole training part. "
+        "Default: from the table's size (up to five of 10, 20, 50, 100, … at most half a fold's training part, and "
+        "all: 50,100,200,400,800,all on Mohler, 10,20,all on 48 answers).",
+    )] = None,
     variants: Annotated[str, typer.Option(
         "--variants", help="Comma-separated: reccbm, plm, vanilla; each may end in -frozen (the pretrained encoder "
         "frozen, only the heads train) or -auto (frozen below stage1.frozen_below answers), e.g. "
@@ -95,23 +97,10 @@ def learning_curve_cmd(
                   f"{r['qwk']:.3f} ± {r['qwk_sd']:.3f}", f"{r['t_acc']:.3f} ± {r['t_acc_sd']:.3f}",
                   f"{r['t_f1']:.3f}", f"{r['majority_t_acc']:.3f}")
     console.print(t)
-    for variant, reach in res.reach90.items():
-        variant_sizes = res.summary.loc[res.summary["variant"] == variant, "size"].astype(str).tolist()
-        if reach and reach["size"] == "all":  # nothing smaller measured: no 90 % point to tell
-            console.print(f"{variant}: only its full-data cells (QWK {reach['full']:.3f} with {reach['full_n_train']:.0f}); "
-                          "add smaller sizes for its 90 % point", soft_wrap=True, highlight=False)
-        elif reach and reach["where"] != "between sizes":  # reached at the smallest size: the curve cannot say how few
-            console.print(f"{variant}: its smallest size, {reach['size']} labelled answers, already reaches 90 % of its "
-                          f"full-data QWK ({reach['target']:.3f} of {reach['full']:.3f} with "
-                          f"{reach['full_n_train']:.0f}); fewer may do", soft_wrap=True, highlight=False)
-        elif reach:
-            console.print(f"{variant}: about {reach['n_estimate']} labelled answers reach 90 % of its full-data QWK "
-                          f"({reach['target']:.3f} of {reach['full']:.3f} with {reach['full_n_train']:.0f}; "
-                          f"first size at it: {reach['size']})", soft_wrap=True, highlight=False)
-        elif "all" in variant_sizes:
-            console.print(f"{variant}: its full-data QWK is not above 0; no 90 % point", highlight=False)
-        else:
-            console.print(f"{variant}: no 90 % point without its full-data cells (add 'all' to --sizes)", highlight=False)
+    from rubrictool.curve_reading import read_curve
+
+    for reading in read_curve(res.cells).values():  # the cells curve.csv, curve.json and curve.png are made from
+        console.print(reading["sentence"], soft_wrap=True, highlight=False)
     for note in res.notes:
         console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
     from_runs = f", {res.from_runs} read from fold runs" if res.from_runs else ""
