@@ -56,6 +56,7 @@ from rubrictool.flags import profile_from_table, save_profile
 from rubrictool.grade import model_inputs
 from rubrictool.grade import predictions_frame as _predictions_frame
 from rubrictool.io import atomic_write_text, write_table
+from rubrictool.kfold import constant_text, fold_given, training_text
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
@@ -808,7 +809,7 @@ def train_folds(
         "variant": results[0]["variant"], "preset": results[0].get("preset"), "rubric": rb.name, "folds": folds,
         "fold_seed": fold_seed, "by": by, "n_items": len(pooled), "notes": list(notes or []),
         "pooled": pooled_metrics(pooled, keys),
-        "per_fold": [r["seeds"][0]["test"] | {"fold": i} for i, r in enumerate(results)],
+        "per_fold": [r["seeds"][0]["test"] | {"fold": i} | fold_given(pooled, i) for i, r in enumerate(results)],
         "baselines": {name: pooled_metrics(pooled.assign(grade=pooled[name]).drop(columns=["grade_oracle"], errors="ignore"), [])
                       for name in ("majority", "oracle_concepts") if name in pooled},
         "train_seconds": [r["summary"].get("train_seconds", 0.0) for r in results],
@@ -816,6 +817,8 @@ def train_folds(
         "grade_levels": rb.grade.max - rb.grade.min + 1,
         "labels": results[0].get("labels") or {},  # who made the labels (every fold trains on the same table)
     }
+    fold0_config = yaml.safe_load((run / "fold-0" / "config.yaml").read_text()) if (run / "fold-0" / "config.yaml").is_file() else None
+    summary["trained"] = training_text(summary, fold0_config)  # preset, encoder trained or frozen, backbone
     honest = honest_metrics(pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy(), None,
                             y_majority=pooled["majority"].to_numpy())
     summary |= {k: honest[k] for k in ("majority", "ci", "vs_majority", "top_grade", "top_share")}
@@ -885,10 +888,14 @@ def folds_markdown(summary: dict[str, Any]) -> str:
     rows = [f"| {summary['variant']} ({summary['preset']}) | " + " | ".join(cell(summary["pooled"], k) for k, _ in columns) + " |"]
     for name, m in summary["baselines"].items():
         rows.append(f"| {name.replace('_', ' ')} baseline | " + " | ".join(cell(m, k) for k, _ in columns) + " |")
-    folds = [f"| fold {m['fold']} | " + " | ".join(cell(m, k) for k, _ in columns) + " |" for m in summary["per_fold"]]
+    folds = [f"| fold {m['fold']}{' (constant: grade ' + str(m['top_grade']) + ')' if m.get('constant') else ''} | "
+             + " | ".join(cell(m, k) for k, _ in columns) + " |" for m in summary["per_fold"]]
     title = f"{summary['folds']}-fold evaluation, {summary['n_items']} items pooled (rubric {summary['rubric']})"
     who = describe_labels(summary.get("labels") or {})
-    honest = [f"Labels: {who}.", ""] if who else []
+    honest = [f"Labels: {who}.", ""] if who else ["Labels: not recorded (who made them is unknown).", ""]
+    honest += [f"Trained: {summary['trained']}.", ""] if summary.get("trained") else []
+    constant = constant_text(summary.get("per_fold") or [])
+    honest += [f"**{constant}**", ""] if constant else []
     if "ci" in summary:
         ci, cal = summary["ci"], summary.get("calibration") or {}
         honest += [f"T-Acc {ci['t_acc']['value']:.3f} [95 % CI {ci['t_acc']['lo']:.3f}, {ci['t_acc']['hi']:.3f}], "
