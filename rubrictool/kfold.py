@@ -4,8 +4,13 @@ A k-fold folder holds one run per fold (``fold-<i>/``), ``fold-<i>.split.json``,
 answer's prediction from the one fold that tested it, beside its gold grade and levels, the majority class and the
 oracle-concept baseline of its fold) and ``folds.json`` / ``folds.md``. Here:
 
-* :func:`fold_given` / :func:`constant_text`: the grades each fold's model gives, and whether it is **constant**
-  (gives every test answer one grade: it grades nothing);
+* :func:`is_kfold_run` / :func:`fold_context`: is a folder a k-fold run, or one fold of one;
+* :func:`fold_rows`: per fold, its test answers, the grades its model gives, whether it is **constant** (gives every
+  test answer one grade: it grades nothing), T-Acc and QWK with bootstrap CIs beside its majority class;
+* :func:`points_column`: the points grader of each answer, fitted on the other folds' answers (its fold's training
+  part) as ``train`` fits it on a run's training split, or the rubric's own points;
+* :func:`pooled_table`: per metric, the model and every baseline with bootstrap 95 % CIs, and the paired bootstrap
+  difference model − baseline with its CI;
 * :func:`training_text`: what the folds trained with (variant, preset, encoder trained or frozen, backbone) and who
   made the labels.
 
@@ -14,12 +19,79 @@ Library code: returns data, prints nothing.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["constant_text", "fold_given", "training_text"]
+from rubrictool.evaluate import BOOTSTRAP_METRICS
+
+if TYPE_CHECKING:
+    from rubrictool.rubric import Rubric
+
+__all__ = [
+    "BASELINES",
+    "constant_text",
+    "fold_context",
+    "fold_given",
+    "fold_rows",
+    "is_kfold_run",
+    "points_column",
+    "pooled_table",
+    "training_text",
+]
+
+# baseline column of the pooled table -> its name on the page
+BASELINES = {"majority": "majority class", "points": "points grader", "oracle_concepts": "oracle concepts"}
+_FOLD = re.compile(r"^fold-(\d+)$")
+
+
+def is_kfold_run(path: str | Path) -> bool:
+    """A ``train --folds`` folder (not a run itself): fold runs inside, no model.json of its own."""
+    p = Path(path)
+    return not (p / "model.json").is_file() and ((p / "folds.json").is_file() or (p / "fold-0").is_dir())
+
+
+def fold_context(run_dir: str | Path) -> dict[str, Any] | None:
+    """{"parent", "fold", "folds"} when ``run_dir`` is one fold of a k-fold run (``PARENT/fold-<i>`` beside
+    ``PARENT/fold-<i>.split.json``), else None."""
+    p = Path(run_dir).resolve()
+    m = _FOLD.match(p.name)
+    if not m or not (p.parent / f"{p.name}.split.json").is_file():
+        return None
+    try:
+        folds = int(json.loads((p.parent / f"{p.name}.split.json").read_text())["folds"])
+    except (OSError, ValueError, TypeError, KeyError):
+        folds = len(list(p.parent.glob("fold-*.split.json")))
+    return {"parent": p.parent, "fold": int(m.group(1)), "folds": folds}
+
+
+def bootstrap_ci(y_true: Any, y_pred: Any, metric: str, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
+    """:func:`rubrictool.evaluate.bootstrap_ci`, skipping the resamples where the metric is undefined (QWK of a
+    resample whose gold and predicted grades are all one grade): a constant model's QWK is 0 with the interval
+    [0, 0], not [nan, nan]."""
+    f = BOOTSTRAP_METRICS[metric]
+    t, p = np.asarray(y_true), np.asarray(y_pred)
+    rng = np.random.default_rng(seed)
+    vals = np.array([f(t[idx], p[idx]) for idx in (rng.integers(0, len(t), len(t)) for _ in range(n_boot))])
+    ok = vals[~np.isnan(vals)]
+    lo, hi = (float(np.percentile(ok, 2.5)), float(np.percentile(ok, 97.5))) if len(ok) else (float("nan"),) * 2
+    return {"value": f(t, p), "lo": lo, "hi": hi}
+
+
+def paired_ci(y_true: Any, pred_a: Any, pred_b: Any, metric: str, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
+    """metric(B) − metric(A) on the same answers with its 95 % paired bootstrap interval
+    (:func:`rubrictool.evaluate.paired_bootstrap`), skipping the resamples where either metric is undefined."""
+    f = BOOTSTRAP_METRICS[metric]
+    t, a, b = (np.asarray(x) for x in (y_true, pred_a, pred_b))
+    rng = np.random.default_rng(seed)
+    diffs = np.array([f(t[i], b[i]) - f(t[i], a[i]) for i in (rng.integers(0, len(t), len(t)) for _ in range(n_boot))])
+    ok = diffs[~np.isnan(diffs)]
+    lo, hi = (float(np.percentile(ok, 2.5)), float(np.percentile(ok, 97.5))) if len(ok) else (float("nan"),) * 2
+    return {"diff": f(t, b) - f(t, a), "lo": lo, "hi": hi}
 
 
 def fold_given(pooled: pd.DataFrame, fold: int) -> dict[str, Any]:
@@ -40,6 +112,68 @@ def constant_text(per_fold: list[dict[str, Any]]) -> str | None:
     return (f"Constant fold{'s' if len(constant) > 1 else ''}: in fold{'s' if len(constant) > 1 else ''} {which} the "
             "model gives every test answer one grade: it grades nothing there, and the pooled numbers mix "
             f"{'those folds' if len(constant) > 1 else 'that fold'} with the others.")
+
+
+def fold_rows(pooled: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> list[dict[str, Any]]:
+    """Per fold of pooled_predictions.csv: ``n`` test answers, the ``grades`` its model gave, ``constant`` (one
+    grade for every test answer), ``top_grade`` and ``top_share``, T-Acc and QWK with 95 % bootstrap CIs, and the
+    fold's majority class (its grade, T-Acc and QWK with CIs)."""
+    rows = []
+    for fold, g in pooled.groupby("fold", sort=True):
+        t, p = g["grade_true"].to_numpy(), g["grade"].to_numpy()
+        values, counts = np.unique(p, return_counts=True)
+        row: dict[str, Any] = {"fold": int(str(fold)), "n": len(g), "grades": [int(v) for v in values],
+                               "constant": len(values) == 1, "top_grade": int(values[np.argmax(counts)]),
+                               "top_share": float(counts.max() / len(p))}
+        for m in ("t_acc", "qwk"):
+            row[m] = bootstrap_ci(t, p, m, n_boot, seed)
+        if "majority" in g:
+            maj = g["majority"].to_numpy()
+            row["majority_grade"] = int(np.bincount(maj - maj.min()).argmax() + maj.min())
+            for m in ("t_acc", "qwk"):
+                row[f"majority_{m}"] = bootstrap_ci(t, maj, m, n_boot, seed)
+        rows.append(row)
+    return rows
+
+
+def points_column(pooled: pd.DataFrame, rubric: Rubric) -> pd.Series | None:
+    """The points grader's grade of every pooled answer (rubric grades), graded from its adjudicated levels
+    (``<key>_true``): the rubric's own points, or a table fitted (:func:`rubrictool.points.fit_points`) on the other
+    folds' answers, which are its fold's training part (train + dev). None without every concept's levels."""
+    from rubrictool.points import fit_points, points_baseline
+
+    cols = [f"{k}_true" for k in rubric.keys]
+    if not all(c in pooled for c in cols) or pooled[cols].isna().any().any():
+        return None
+    levels = pooled[cols].to_numpy(np.int64) - rubric.scale.min  # (N, K) 0-based
+    out = np.zeros(len(pooled), dtype=np.int64)
+    for fold in pooled["fold"].unique():
+        test = (pooled["fold"] == fold).to_numpy()
+        kw: dict[str, Any] = {}
+        if not rubric.has_points:
+            fp = fit_points(rubric, levels[~test], pooled.loc[~test, "grade_true"].to_numpy())
+            kw = {"points": fp.points, "grading": fp.grading}
+        out[test] = points_baseline(rubric, levels[test], **kw)
+    return pd.Series(np.clip(out, rubric.grade.min, rubric.grade.max), index=pooled.index, name="points")
+
+
+def pooled_table(pooled: pd.DataFrame, metrics: list[str], baselines: list[str], n_boot: int = 1000,
+                 seed: int = 0) -> list[dict[str, Any]]:
+    """Per metric (BOOTSTRAP_METRICS names): the model's value with its 95 % bootstrap CI (``model``), each baseline
+    column's (``<name>``), and for each baseline the paired bootstrap difference model − baseline (``vs_<name>``:
+    diff, lo, hi; for rmse lower is better) over the same answers."""
+    t, p = pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy()
+    rows = []
+    for m in metrics:
+        if m not in BOOTSTRAP_METRICS:
+            continue
+        row: dict[str, Any] = {"metric": m, "model": bootstrap_ci(t, p, m, n_boot, seed)}
+        for b in baselines:
+            bp = pooled[b].to_numpy()
+            row[b] = bootstrap_ci(t, bp, m, n_boot, seed)
+            row[f"vs_{b}"] = paired_ci(t, bp, p, m, n_boot, seed)  # model − baseline
+        rows.append(row)
+    return rows
 
 
 def training_text(summary: dict[str, Any], config: dict[str, Any] | None = None) -> str:

@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 
 import reccbm
 from rubrictool.io import writable_dir
+from rubrictool.kfold import fold_context
 from rubrictool.report import figures
 from rubrictool.report.diagnose import Diagnosis, ceiling_markdown, diagnose, pairs_frame
 from rubrictool.report.explain import SYMBOLS, ItemTrace, explain_items
@@ -71,6 +72,7 @@ class Report:
     traces: list[ItemTrace] = field(default_factory=list)
     diagnosis: Diagnosis | None = None
     curve: dict[str, Any] = field(default_factory=dict)  # where the run's size sits on a learning curve (--curve)
+    fold: dict[str, Any] | None = None  # the run is one fold of a k-fold run (rubrictool.kfold.fold_context)
     points: dict[str, Any] = field(default_factory=dict)  # the points grader beside the majority class (metrics.json)
     unavailable: list[str] = field(default_factory=list)  # one line per section a run cannot show
     notes: list[str] = field(default_factory=list)
@@ -122,6 +124,12 @@ def build_report(
     r.grade_levels = G
     r.points = dict(run.metrics.get("points") or {})
     _honest_section(r, run, gold, preds.grade_probs)
+    r.fold = fold_context(run.path)
+    if r.fold:  # a fold's few test answers: the pooled page is the one to read, not "train with --folds 5"
+        for w in r.warnings:
+            if w.get("code") == "small_test":
+                w["message"] = (f"only {r.n_test} test answers: this is fold {r.fold['fold']} of a {r.fold['folds']}-fold "
+                                f"run; its pooled page covers every answer: rubrictool report --run {r.fold['parent']}")
     r.warnings += [{"code": "run", "message": w} for w in run.warnings]  # e.g. its training table changed since
     if curve is not None:
         _curve_section(r, run, curve)
@@ -268,7 +276,7 @@ def _verdict(r: Report, run: Run, predicted: NDArray[Any]) -> list[str]:
     grades = list(range(run.grade_min, run.grade_min + r.grade_levels))
     return verdict(grades=grades, predicted=sorted({int(g) for g in predicted}), honest=r.honest,
                    concepts=r.concepts, correlations=correlations, lcec=r.lcec, points=r.points,
-                   qwk=r.metrics.get("qwk"))
+                   qwk=r.metrics.get("qwk"), fold=r.fold)
 
 
 def _graders(test: pd.DataFrame) -> list[str]:
