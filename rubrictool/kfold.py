@@ -12,7 +12,9 @@ oracle-concept baseline of its fold) and ``folds.json`` / ``folds.md``. Here:
 * :func:`pooled_table`: per metric, the model and every baseline with bootstrap 95 % CIs, and the paired bootstrap
   difference model − baseline with its CI;
 * :func:`training_text`: what the folds trained with (variant, preset, encoder trained or frozen, backbone) and who
-  made the labels.
+  made the labels;
+* :data:`SHARED_WEIGHTS` / :func:`prune_shared_weights`: the folder where the folds keep their encoder weights once
+  per distinct content (a frozen encoder: once for all folds; :func:`reccbm.save_checkpoint`'s ``shared_dir``).
 
 Library code: returns data, prints nothing.
 """
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BASELINES",
+    "SHARED_WEIGHTS",
     "constant_text",
     "fold_context",
     "fold_given",
@@ -41,12 +44,34 @@ __all__ = [
     "is_kfold_run",
     "points_column",
     "pooled_table",
+    "prune_shared_weights",
     "training_text",
 ]
 
 # baseline column of the pooled table -> its name on the page
 BASELINES = {"majority": "majority class", "points": "points grader", "oracle_concepts": "oracle concepts"}
 _FOLD = re.compile(r"^fold-(\d+)$")
+SHARED_WEIGHTS = "shared"  # the folder of a k-fold run where its folds keep their encoder weights, once per content
+
+
+def prune_shared_weights(run: Path, shared: str = SHARED_WEIGHTS) -> list[Path]:
+    """Delete the encoder files in ``run/shared`` that no finished fold's model.json names (left by folds trained
+    again), once every fold is finished; returns what was deleted. One `train --folds` per folder at a time."""
+    folder = run / shared
+    if not folder.is_dir():
+        return []
+    used = set()
+    for meta in run.glob("fold-*/model.json"):
+        try:
+            ref = (json.loads(meta.read_text()).get("encoder_weights") or {}).get("file")
+        except (OSError, ValueError):
+            return []  # a fold that cannot be read: keep everything
+        if ref:
+            used.add((meta.parent / ref).resolve())
+    gone = [p for p in folder.glob("encoder-*.safetensors") if p.resolve() not in used]
+    for p in gone:
+        p.unlink(missing_ok=True)
+    return gone
 
 
 def is_kfold_run(path: str | Path) -> bool:

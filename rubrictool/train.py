@@ -56,7 +56,7 @@ from rubrictool.flags import profile_from_table, save_profile
 from rubrictool.grade import model_inputs
 from rubrictool.grade import predictions_frame as _predictions_frame
 from rubrictool.io import atomic_write_text, write_table
-from rubrictool.kfold import constant_text, fold_given, training_text
+from rubrictool.kfold import SHARED_WEIGHTS, constant_text, fold_given, prune_shared_weights, training_text
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
@@ -531,6 +531,7 @@ def train_model(
     progress: ProgressFn | None = None,
     table_source: dict[str, Any] | None = None,
     labels: dict[str, Any] | None = None,
+    shared_weights: str | Path | None = None,
 ) -> TrainResult:
     """Train a variant on ``table`` with ``split`` (ids per train/dev/test) and write ``run_dir``.
 
@@ -541,6 +542,8 @@ def train_model(
     selection metric (T-F1). agreement: agreement.json contents or path, for the α column.
     table_source: where ``table`` came from ({"path": FILE} or {"benchmark": NAME}), recorded in run.json with the
     file's hash; labels: who made the labels (default: from agreement.json and the table's label_source column).
+    shared_weights: a folder the run shares with others (the folds of a k-fold run) where its encoder's weights are
+    kept once per distinct content (:func:`reccbm.save_checkpoint`'s shared_dir): a frozen encoder is stored once.
     The run is built aside and renamed into place when complete (:mod:`rubrictool.runs`).
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
@@ -568,7 +571,7 @@ def train_model(
             (stage / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True))
         labels_rec = label_source(table, agreement, labels)
         result = _train_into(run, stage, is_main, rb, df, pos, name, preset, mcfg, recipe, seeds, first_seed, agreement, notes,
-                             callback, progress, plm, labels_rec, encoder)
+                             callback, progress, plm, labels_rec, encoder, shared_weights)
         if is_main:
             write_record(stage, rubric=rb, table=_table_record(stage, table, table_source), labels=labels_rec)
     log.info("wrote %s", run)
@@ -633,7 +636,7 @@ def _train_into(
     target: Path, stage: Path, is_main: bool, rb: Rubric, df: pd.DataFrame, pos: dict[str, list[int]], name: str, preset: str,
     mcfg: ModelConfig, recipe: reccbm.Recipe, seeds: int, first_seed: int, agreement: dict[str, Any] | None,
     notes: list[str], callback: Callable[[reccbm.Event], None] | None, progress: ProgressFn | None, plm: bool,
-    labels: dict[str, Any], encoder: dict[str, Any],
+    labels: dict[str, Any], encoder: dict[str, Any], shared_weights: str | Path | None = None,
 ) -> TrainResult:
     """Train every seed and write the run's files into ``stage`` (the main process only)."""
     run = stage
@@ -699,7 +702,8 @@ def _train_into(
                 "git_revision": metrics["git_revision"]}
         step = info["steps"]  # every stage that shaped the model: Stage I, the joint stage, Stage II
         try:
-            reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta)
+            reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta,
+                                   shared_dir=shared_weights)
         except Exception as exc:  # safetensors reports a failed write (a full disk) as SafetensorError, not OSError
             if type(exc).__name__ != "SafetensorError":
                 raise
@@ -772,8 +776,11 @@ def train_folds(
         else:
             if progress:
                 progress(Progress("folds", i, folds, f"fold {i + 1}: training"))
-            train_model(rb, table, sp, fold_dir, agreement=agreement, notes=notes, progress=progress, **kwargs)
+            # the folds keep their encoder weights once per distinct content in SHARED_WEIGHTS (a frozen encoder: once)
+            train_model(rb, table, sp, fold_dir, agreement=agreement, notes=notes, progress=progress,
+                        shared_weights=run / SHARED_WEIGHTS, **kwargs)
         results.append(json.loads((fold_dir / "metrics.json").read_text()))
+    prune_shared_weights(run, SHARED_WEIGHTS)  # encoder files of folds trained again, which no fold uses any more
     if progress:
         progress(Progress("folds", folds, folds, "all folds done: pooled"))
     plm = "plm" in results[0]["variant"]

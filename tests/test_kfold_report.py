@@ -1,6 +1,7 @@
 """A k-fold run of a small course (48 answers of a statistics quiz, grades 0..2, a frozen encoder) as a department
 reads it: one pooled page with every metric beside the majority class and the points grader, each with its CI; the
-constant folds marked there and in folds.md; a fold's own page that knows it is a fold."""
+constant folds marked there and in folds.md; a fold's own page that knows it is a fold; and fold runs that keep one
+copy of a frozen encoder between them."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 from rubrictool.cli import app
+from rubrictool.errors import TrainError
 from rubrictool.points import fit_points, points_baseline
 from rubrictool.rubric import load_rubric
+from rubrictool.runs import open_run
 from tests.support.stats_course import STATS_KEYS, stats_rubric, stats_table
 from tests.support.tiny_models import build_backbone
 
@@ -143,3 +146,27 @@ def test_a_folds_own_report_knows_it_is_a_fold(kfold: tuple[Path, Path, Path], t
     md = " ".join((tmp_path / "r0" / "report.md").read_text().split())
     assert "train with --folds 5" not in md and "--folds 5" not in md
     assert f"fold 0 of a {FOLDS}-fold run" in md and f"rubrictool report --run {run.resolve()}" in md
+
+
+def test_fold_runs_keep_one_copy_of_a_frozen_encoder(kfold: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    from safetensors import safe_open
+
+    run, _, _ = kfold
+    shared = sorted((run / "shared").glob("encoder-*.safetensors"))
+    assert len(shared) == 1  # the frozen encoder is the backbone's own weights in every fold: stored once
+    enc_keys = set(safe_open(str(shared[0]), "pt").keys())  # type: ignore[no-untyped-call]
+    assert enc_keys and all(k.startswith("encoder.") for k in enc_keys)
+    for i in range(FOLDS):
+        fold = open_run(run / f"fold-{i}")
+        assert not set(safe_open(str(fold.path / "model.safetensors"), "pt").keys()) & enc_keys  # type: ignore[no-untyped-call]
+        meta = json.loads((fold.path / "model.json").read_text())
+        assert meta["encoder_weights"]["file"] == f"../shared/{shared[0].name}"
+        model = fold.model  # loads the heads and the shared encoder
+        state = model.state_dict()
+        with safe_open(str(shared[0]), "pt") as f:
+            assert all(bool((state[k] == f.get_tensor(k)).all()) for k in enc_keys)
+    # a fold taken out of its k-fold folder says where its encoder is
+    alone = tmp_path / "fold-0"
+    shutil.copytree(run / "fold-0", alone)
+    with pytest.raises(TrainError, match="inside its k-fold folder"):
+        _ = open_run(alone).model
