@@ -69,6 +69,7 @@ def prune_shared_weights(run: Path, shared: str = SHARED_WEIGHTS) -> list[Path]:
         if ref:
             used.add((meta.parent / ref).resolve())
     gone = [p for p in folder.glob("encoder-*.safetensors") if p.resolve() not in used]
+    gone += list(folder.glob(".encoder-*"))  # a write killed before its rename
     for p in gone:
         p.unlink(missing_ok=True)
     return gone
