@@ -4,11 +4,19 @@ A run directory is self-contained: loading needs neither the original backbone p
 network, and no part of ``rubrictool``::
 
     model, tokenizer, meta = reccbm.load_checkpoint("runs/mohler")
+
+Runs that are parts of one whole (the folds of a k-fold run) may keep their encoder's weights in a folder they
+share (``save_checkpoint(..., shared_dir=...)``): the encoder's tensors go to ``encoder-<digest>.safetensors`` there,
+named by a digest of their content, so folds whose encoder is the same (a frozen encoder is the backbone's own
+weights in every fold) store it once; ``model.safetensors`` holds the rest, and ``model.json``'s ``encoder_weights``
+names the shared file (relative to the run), its digest and size. Such a run loads from inside its folder.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -25,10 +33,12 @@ FORMAT = "reccbm-checkpoint/1"
 
 
 def save_checkpoint(
-    model: Model, tokenizer: Any, run_dir: str | Path, stage: str, step: int, meta: dict[str, Any] | None = None
+    model: Model, tokenizer: Any, run_dir: str | Path, stage: str, step: int, meta: dict[str, Any] | None = None,
+    shared_dir: str | Path | None = None,
 ) -> Path:
     """Write the weights, the model config, stage/step and caller metadata (concept keys, levels,
-    grade scale, ...) into run_dir; returns the path of model.safetensors."""
+    grade scale, ...) into run_dir; returns the path of model.safetensors. ``shared_dir``: keep the encoder's
+    weights there, once per distinct content (see the module docstring), instead of in model.safetensors."""
     from safetensors.torch import save_model
 
     run = Path(run_dir)
@@ -36,11 +46,60 @@ def save_checkpoint(
     model.encoder.hf_config.save_pretrained(run / "backbone")
     tokenizer.save_pretrained(str(run / "backbone"))
     path = run / "model.safetensors"
-    atomic_write(path, lambda tmp: save_model(model, str(tmp)))
     doc = {"format": FORMAT, "model_config": asdict(model.config), "stage": stage, "step": step} | (meta or {})
+    if shared_dir is None:
+        atomic_write(path, lambda tmp: save_model(model, str(tmp)))
+    else:
+        doc["encoder_weights"] = _save_split(model, path, Path(shared_dir), run)
     text = json.dumps(doc, indent=2, default=str) + "\n"
     atomic_write(run / "model.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return path
+
+
+ENCODER_PREFIX = "encoder."
+
+
+def _tensors_digest(state: dict[str, Any]) -> str:
+    """sha256 over the names, dtypes, shapes and bytes of tensors, in name order."""
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def _save_split(model: Model, path: Path, shared: Path, run: Path) -> dict[str, Any]:
+    """model.safetensors without the encoder; the encoder's tensors in ``shared``, named by their digest (written only
+    when no file of that content is there yet, atomically). Returns model.json's ``encoder_weights``."""
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    encoder = {k: v for k, v in state.items() if k.startswith(ENCODER_PREFIX)}
+    rest = {k: v.clone() for k, v in state.items() if not k.startswith(ENCODER_PREFIX)}  # no storage shared with enc
+    digest = _tensors_digest(encoder)
+    target = shared / f"encoder-{digest[:16]}.safetensors"
+    if not target.is_file():
+        atomic_write(target, lambda tmp: save_file(encoder, str(tmp)))
+    atomic_write(path, lambda tmp: save_file(rest, str(tmp)))
+    return {"file": os.path.relpath(target, run), "sha256": digest, "bytes": target.stat().st_size}
+
+
+def _load_split(model: Model, weights: Path, run: Path, shared: dict[str, Any]) -> tuple[list[str], list[str]]:
+    from safetensors.torch import load_file
+
+    enc = (run / str(shared.get("file"))).resolve()
+    if not enc.is_file():
+        raise ReccbmError(f"{run}: its encoder weights are kept in {shared.get('file')} beside it (shared by the folds "
+                          "of a k-fold run), which is missing: open the fold inside its k-fold folder")
+    if shared.get("bytes") is not None and enc.stat().st_size != shared["bytes"]:
+        raise ReccbmError(f"{enc} has {enc.stat().st_size} bytes, the run recorded {shared['bytes']}: it was changed "
+                          "or cut short; train the run again")
+    state = load_file(str(weights)) | load_file(str(enc))
+    result = model.load_state_dict(state, strict=False)
+    return list(result.missing_keys), list(result.unexpected_keys)
 
 
 def read_meta(run_dir: str | Path) -> dict[str, Any]:
@@ -77,7 +136,11 @@ def load_checkpoint(run_dir: str | Path, device: Any = "cpu") -> tuple[Model, An
         raise ReccbmError(f"{run_dir} has no model.safetensors")
     hf_config = AutoConfig.from_pretrained(str(run / "backbone"), local_files_only=True)
     model = build_model(cfg, TextEncoder.from_config(hf_config))
-    missing, unexpected = load_model(model, str(weights), strict=False)
+    shared = meta.get("encoder_weights")
+    if shared:  # the encoder's weights in a file the run shares with others (a k-fold run's folds)
+        missing, unexpected = _load_split(model, weights, run, shared)
+    else:
+        missing, unexpected = load_model(model, str(weights), strict=False)
     missing = [k for k in missing if not k.endswith("lcec.mu0")]  # older checkpoints: prior mean 0
     if missing or unexpected:
         raise ReccbmError(f"{weights} does not match model.json: missing {missing[:3]}, unexpected {unexpected[:3]}")

@@ -43,6 +43,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from reccbm import grade_metrics
+from rubrictool.curve_reading import default_sizes, read_curve
 from rubrictool.data.splits import kfold_splits, nested_subsample, stratified_order
 from rubrictool.errors import DataError, TrainError
 from rubrictool.evaluate import majority_baseline
@@ -301,7 +302,7 @@ def learning_curve(
     table: pd.DataFrame,
     out: str | Path,
     *,
-    sizes: Sequence[int | str],
+    sizes: Sequence[int | str] | None,
     variants: Sequence[str] = VARIANTS,
     repeats: int = 3,
     folds: int = 5,
@@ -324,7 +325,7 @@ def learning_curve(
     and curve.png over every cell in ``out`` (earlier calls may have added other folds, sizes or repeats) (see the module docstring for what a cell is and how it is drawn).
 
     sizes: numbers of labelled answers (train + dev) and optionally "all" (the fold's whole training part; needed
-    for :func:`reach_fraction`). by: grouped folds (e.g. "question"), passed to kfold_splits only when given.
+    for :func:`reach_fraction`); None: from the table's size (:func:`rubrictool.curve_reading.default_sizes`). by: grouped folds (e.g. "question"), passed to kfold_splits only when given.
     match_budget: the PLM's encoder trains as many epochs as the concept models' Stage I + joint stage.
     full_from: {variant: folder of ``train --folds``}: a variant's "all" cells of the first repeat are read from that
     folder's finished fold runs when they were trained on the same folds, table and configuration (they are exactly
@@ -343,6 +344,7 @@ def learning_curve(
         raise DataError(f"--fold {run_folds}: folds are 0..{folds - 1}")
     pools = {f: sorted(splits[f]["train"] + splits[f]["dev"]) for f in run_folds}
     smallest = min(len(p) for p in pools.values())
+    sizes = default_sizes(smallest) if sizes is None else sizes  # none given: from the table's size
     too_big = [s for s in sizes if isinstance(s, int) and s > smallest]
     if too_big:
         raise DataError(f"--sizes: {too_big[0]} answers is more than a fold's training part ({smallest} answers of "
@@ -367,7 +369,7 @@ def learning_curve(
         return _write_outputs(plan, root, trained, read_back, imported)
 
 
-def _check_settings(variants: Sequence[str], repeats: int, dev_share: float, sizes: Sequence[int | str]) -> None:
+def _check_settings(variants: Sequence[str], repeats: int, dev_share: float, sizes: Sequence[int | str] | None) -> None:
     if not variants:
         raise TrainError("no variants to train; use " + ", ".join(VARIANTS), hint="e.g. --variants reccbm,plm")
     for v in variants:
@@ -376,7 +378,7 @@ def _check_settings(variants: Sequence[str], repeats: int, dev_share: float, siz
         raise TrainError(f"--repeats {repeats}: give at least 1")
     if not 0 < dev_share < 0.5:
         raise TrainError(f"--dev-share {dev_share}: give a share between 0 and 0.5")
-    if not sizes:
+    if sizes is not None and not sizes:
         raise DataError("no sizes to train", hint="e.g. --sizes 50,100,200,all")
 
 
@@ -553,7 +555,8 @@ def _write_outputs(plan: CurvePlan, root: Path, trained: int, read_back: int, im
     cells = cells.drop(columns="_o").reset_index(drop=True)
     write_table(cells, root / "curve.csv")
     summary = summarize_curve(cells)
-    reach = {str(v): reach_fraction(cells, str(v)) for v in dict.fromkeys(cells["variant"])}
+    readings = read_curve(cells)  # the one reading of these cells: curve.json, curve.png and the printed summary
+    reach = {v: r["reach"] for v, r in readings.items()}
     folds_run = sorted({int(f) for f in cells["fold"]})
     title = curve_title(plan.rubric.name, len(plan.splits), plan.by, folds_run)
     png = plot_curve(cells, root / "curve.png", reach=reach, title=title) if plan.plot else None
@@ -565,6 +568,7 @@ def _write_outputs(plan: CurvePlan, root: Path, trained: int, read_back: int, im
         "dev": f"a stratified {plan.dev_share:.1%} of each subsample (n counts every labelled answer: train + dev)",
         "git_revision": git_revision(), "notes": notes, "from_fold_runs": from_runs,
         "summary": summary.to_dict(orient="records"), "reach_90": reach,
+        "reading": {v: {k: r[k] for k in ("status", "sentence", "sizes_above_majority")} for v, r in readings.items()},
     })
     return CurveResult(root, cells, summary, reach, png, trained, read_back, notes, imported)
 
@@ -591,7 +595,7 @@ def run_learning_curve(
     data_dir: str | Path | None,
     out: str | Path,
     options: TrainOptions,
-    sizes: str,
+    sizes: str | None,
     variants: str = ",".join(VARIANTS),
     folds: int = 5,
     fold: str | None = None,
@@ -610,7 +614,7 @@ def run_learning_curve(
     ``options`` (preset and overrides; the variant and seed are each cell's); the rest as :func:`learning_curve`."""
     from rubrictool.pipeline import resolve_data
 
-    size_list = parse_sizes(sizes)
+    size_list = None if sizes is None else parse_sizes(sizes)  # None: from the table's size (default_sizes)
     variant_list = [v.strip() for v in variants.split(",") if v.strip()]
     fold_ids = parse_folds(fold, folds)
     source = resolve_data(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir,

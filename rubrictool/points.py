@@ -62,18 +62,23 @@ __all__ = [
 
 
 # QWK by which the points grader on the adjudicated levels must beat a model before a run recommends it (the report's
-# verdict, train's note): a margin, not a test (a run has no paired CI for it); learning-curve compares them properly.
+# verdict, train's note), on top of the paired bootstrap CI of the difference excluding 0: a few test answers can
+# show a large difference by chance.
 POINTS_MARGIN = 0.05
 
 
 def points_ahead(points: dict[str, Any] | None, qwk: float | None, margin: float = POINTS_MARGIN) -> str | None:
     """A sentence recommending the points route when the points grader on the adjudicated levels (metrics.json
-    ``points``) beats the model's test ``qwk`` by ``margin`` or more; None otherwise."""
+    ``points``) beats the model's test ``qwk`` by ``margin`` or more *and* the paired bootstrap 95 % CI of the
+    difference (``gold_levels.vs_model``: points − model, :func:`rubrictool.evaluate.paired_bootstrap`) excludes 0;
+    None otherwise, and None for a run that recorded no such interval (no advice without one)."""
     gold = (points or {}).get("gold_levels")
-    if not gold or qwk is None or not gold["qwk"] >= qwk + margin:
+    vs = (gold or {}).get("vs_model")
+    if not gold or qwk is None or not vs or not gold["qwk"] >= qwk + margin or not vs["lo"] > 0:
         return None
     return (f"A points table on the adjudicated concept levels grades these test answers better than the model "
-            f"(QWK {gold['qwk']:.3f} against {qwk:.3f}): if every new answer gets its levels from the LLM panel "
+            f"(QWK {gold['qwk']:.3f} against {qwk:.3f}; difference {vs['diff']:+.3f}, paired 95 % CI "
+            f"[{vs['lo']:+.3f}, {vs['hi']:+.3f}]): if every new answer gets its levels from the LLM panel "
             "(annotate, adjudicate), grade with `rubrictool rubric fit-points` and `rubric points` instead "
             "(docs/learning-curve.md).")
 

@@ -266,7 +266,10 @@ def test_the_points_variant_fits_points_to_the_labelled_answers_and_trains_no_mo
     # the grade is additive in the levels here, so the whole training part recovers it almost exactly
     full = res.cells[res.cells["size"] == "all"]
     assert full["qwk"].mean() > 0.9 and (full["qwk"] > full["majority_qwk"]).all()
-    assert json.loads((tmp_path / "c" / "curve.json").read_text())["reach_90"]["points"] is not None
+    doc = json.loads((tmp_path / "c" / "curve.json").read_text())
+    reading = doc["reading"]["points"]  # above the majority class with all the answers: a 90 % point, or "not before all"
+    assert reading["status"] in ("reached", "at_smallest", "not_before_full")
+    assert (doc["reach_90"]["points"] is not None) == (reading["status"] != "not_before_full")
 
 
 def test_the_legend_says_which_folds_a_variant_was_measured_on_when_they_differ() -> None:

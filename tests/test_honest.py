@@ -102,15 +102,28 @@ def test_the_verdict_is_drawn_from_the_numbers() -> None:
     two = verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=concepts.assign(alpha=[0.3, 0.4, 0.8]),
                   correlations={}, lcec=None)
     assert "treat these concepts' levels as tentative" in " ".join(two)
-    # the points grader on the adjudicated levels is recommended only when it beats the model by the margin
-    pts = {"gold_levels": {"t_acc": 0.8, "qwk": 0.71}, "source": "fitted"}
+    # the points grader on the adjudicated levels is recommended only when it beats the model by the margin and the
+    # paired CI of the difference excludes 0
+    sure = {"diff": 0.05, "lo": 0.01, "hi": 0.09, "p_not_better": 0.01}
+    pts = {"gold_levels": {"t_acc": 0.8, "qwk": 0.71, "vs_model": sure}, "source": "fitted"}
     better = " ".join(verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=concepts, correlations={},
                               lcec=None, points=pts, qwk=0.71 - POINTS_MARGIN))
-    assert "grades these test answers better than the model (QWK 0.710 against 0.660)" in better
-    assert "rubric fit-points" in better
+    assert "grades these test answers better than the model (QWK 0.710 against 0.660" in better
+    assert "paired 95 % CI [+0.010, +0.090]" in better and "rubric fit-points" in better
     level = " ".join(verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=concepts, correlations={},
                              lcec=None, points=pts, qwk=0.70))
     assert "fit-points" not in level
+
+
+def test_no_points_advice_on_a_difference_whose_interval_reaches_zero() -> None:
+    """Six test answers, QWK 0.444 against 0.000: a large difference, and an interval that reaches below 0."""
+    from rubrictool.points import points_ahead
+
+    few = {"diff": 0.444, "lo": -0.25, "hi": 0.9, "p_not_better": 0.2}
+    assert points_ahead({"gold_levels": {"t_acc": 0.5, "qwk": 0.444, "vs_model": few}}, 0.0) is None
+    assert points_ahead({"gold_levels": {"t_acc": 0.5, "qwk": 0.444}}, 0.0) is None  # no interval recorded: no advice
+    sure = few | {"lo": 0.1}
+    assert "fit-points" in str(points_ahead({"gold_levels": {"t_acc": 0.5, "qwk": 0.444, "vs_model": sure}}, 0.0))
 
 
 # ---------------------------------------------------------------------------- runs on the statistics course
@@ -153,7 +166,10 @@ def test_a_single_split_run_records_what_it_can_tell(course: tuple[Path, Path, s
     assert f"n = {m['n_test']} test answers" in flat and "warning: only" in flat and "--folds 5" in flat
     # the points route, recommended when the points grader on the adjudicated levels beats the model by the margin
     gold, qwk = m["points"]["gold_levels"]["qwk"], m["summary"]["qwk"]["mean"]
-    assert ("note: A points table on the adjudicated concept levels" in flat) == (gold >= qwk + POINTS_MARGIN), flat
+    vs = m["points"]["gold_levels"]["vs_model"]  # points − model on the same test answers, with its paired CI
+    assert vs["diff"] == pytest.approx(gold - qwk, abs=1e-9)
+    assert ("note: A points table on the adjudicated concept levels" in flat) == (gold >= qwk + POINTS_MARGIN
+                                                                                  and vs["lo"] > 0), flat
 
 
 def test_the_reliability_table_says_what_sigma2_means(course: tuple[Path, Path, str]) -> None:
@@ -322,8 +338,11 @@ def test_a_one_question_course_gets_generic_filler_in_no_subject_and_is_told_so(
 def test_train_notes_the_points_route_only_when_it_is_ahead_by_the_margin() -> None:
     from rubrictool.cli.train import points_note
 
-    pts = {"gold_levels": {"t_acc": 0.7, "t_f1": 0.4, "qwk": 0.78}}
+    vs = {"diff": 0.10, "lo": 0.02, "hi": 0.18, "p_not_better": 0.01}
+    pts = {"gold_levels": {"t_acc": 0.7, "t_f1": 0.4, "qwk": 0.78, "vs_model": vs}}
     note = points_note({"summary": {"qwk": {"mean": 0.68, "std": 0.0}}, "points": pts})
-    assert note is not None and "(QWK 0.780 against 0.680)" in note and "rubric fit-points" in note
+    assert note is not None and "(QWK 0.780 against 0.680;" in note and "rubric fit-points" in note
+    spans = {"gold_levels": pts["gold_levels"] | {"vs_model": vs | {"lo": -0.01}}}  # the interval reaches 0: no note
+    assert points_note({"summary": {"qwk": {"mean": 0.68, "std": 0.0}}, "points": spans}) is None
     assert points_note({"summary": {"qwk": {"mean": 0.76, "std": 0.0}}, "points": pts}) is None
     assert points_note({"summary": {"qwk": {"mean": 0.5, "std": 0.0}}}) is None  # a PLM run: no points grader

@@ -306,6 +306,8 @@ def test_ablate_with_folds_pools_each_combination(tmp_path: Path) -> None:
     res = runner.invoke(app, args)
     assert res.exit_code == 0 and "finished earlier, read back" in res.output
     res = runner.invoke(app, ["report", "--run", str(tmp_path / "abl" / "race+opcc"), "--data", str(data)])
+    assert res.exit_code == 0 and "2 folds, 40 answers pooled" in " ".join(res.output.split())  # the pooled page
+    res = runner.invoke(app, ["explain", "--run", str(tmp_path / "abl" / "race+opcc"), "--data", str(data), "q.1"])
     assert res.exit_code == 1 and "is a k-fold run: pass one of its folds, e.g. --run" in " ".join(res.output.split())
 
 

@@ -85,7 +85,7 @@ SUBSTITUTIONS = [
 
 # The steps the guide must walk, in this order: a new course's path from its data to an audited grader.
 STEPS = ["data import", "rubric new", "rubric lint", "annotate", "adjudicate", "rubric diagnose", "train --folds",
-         "grade", "explain", "report", "audit"]
+         "grade", "explain", "report", "audit", "report chemlab-5fold"]
 
 
 @dataclass
@@ -261,11 +261,33 @@ def _explain(c: Course, argv: list[str]) -> None:
 
 
 def _report(c: Course, argv: list[str]) -> None:
+    if "chemlab-5fold" in argv[argv.index("--run") + 1]:
+        _pooled_report(c, argv)
+        return
     md = (c.root / "runs" / "chemlab" / "report" / "report.md").read_text()
     assert (c.root / "runs" / "chemlab" / "report" / "report.html").is_file()
     assert "an LLM panel" in md and "not expert-validated" in md  # who made the labels
     assert "cannot be loaded" not in md and "## Rubric diagnostics" in md  # from the run's copy of the rubric
     assert "## On the learning curve" in md and "This run trained on" in md  # --curve: step 7's curve
+
+
+def _pooled_report(c: Course, argv: list[str]) -> None:
+    """The guide ends at the page of the pooled folds: every number on it has a baseline and an interval beside it."""
+    out = c.root / "runs" / "chemlab-5fold" / "report"
+    md = (out / "report.md").read_text()
+    assert (out / "report.html").is_file() and "72 answers pooled" in md
+    assert "Labels: an LLM panel" in md and "not expert-validated" in md and "Trained: reccbm" in md
+    tables = pd.read_csv(out / "pooled_metrics.csv")
+    assert {"model_lo", "majority_value", "majority_lo", "points_value", "points_lo", "model_minus_majority_lo"} \
+        <= set(tables.columns)
+    for part in ("## Grade metrics", "## Per fold"):
+        rows = [line for line in md.split(part, 1)[1].split("\n## ", 1)[0].splitlines() if line.startswith("|")][2:]
+        assert rows
+        for row in rows:  # every number: [lo, hi] beside it, and the table has the baselines' columns
+            cells = [x.strip() for x in row.strip("|").split("|")]
+            numbers = [x for x in cells[1:] if re.search(r"\d\.\d{3}", x)]
+            assert numbers and all(re.search(r"\d\.\d{3} \\?\[[^\]]+\]", x) for x in numbers), row
+    assert "## On the learning curve" in md and "## Verdict" in md and "majority class" in md.split("## Verdict")[1]
 
 
 def _audit(c: Course, argv: list[str]) -> None:
@@ -348,5 +370,5 @@ def test_your_course_guide_runs_as_written(course: Course, tmp_path: Path, monke
             monkeypatch.delenv("RUBRICTOOL_RUBRICS")
     assert used == set(range(len(SUBSTITUTIONS))), \
         f"substitutions no command used: {[SUBSTITUTIONS[i] for i in set(range(len(SUBSTITUTIONS))) - used]}"
-    assert ran.count("train --rubric") == 2 and "audit --run" in ran[-1]
+    assert ran.count("train --rubric") == 2 and ran[-1] == "report --run"  # it ends at the pooled folds' page
     print(f"guide: {len(ran)} commands, {time.process_time() - cpu0:.0f} s CPU")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
@@ -33,9 +33,6 @@ from rubrictool.cli._common import (
 )
 from rubrictool.errors import DataError
 
-if TYPE_CHECKING:
-    from rubrictool.curve import CurveResult
-
 __all__ = ["learning_curve_cmd"]
 
 
@@ -45,9 +42,11 @@ def learning_curve_cmd(
     data: AdjudicatedDataOpt = None,
     rubric: DataRubricOpt = None,
     agreement: AgreementOpt = None,
-    sizes: Annotated[str, typer.Option(
-        "--sizes", help="Labelled answers per model (train + dev), comma-separated; 'all' = a fold's whole training part.",
-    )] = "50,100,200,400,800,all",
+    sizes: Annotated[str | None, typer.Option(
+        "--sizes", help="Labelled answers per model (train + dev), comma-separated; 'all' = a fold's whole training part. "
+        "Default: from the table's size (up to five of 10, 20, 50, 100, … at most half a fold's training part, and "
+        "all: 50,100,200,400,800,all on Mohler, 10,20,all on 48 answers).",
+    )] = None,
     variants: Annotated[str, typer.Option(
         "--variants", help="Comma-separated: reccbm, plm, vanilla; each may end in -frozen (the pretrained encoder "
         "frozen, only the heads train) or -auto (frozen below stage1.frozen_below answers), e.g. "
@@ -121,8 +120,10 @@ def learning_curve_cmd(
                   f"{r['qwk']:.3f} ± {r['qwk_sd']:.3f}", f"{r['t_acc']:.3f} ± {r['t_acc_sd']:.3f}",
                   f"{r['t_f1']:.3f}", f"{r['majority_t_acc']:.3f}")
     console.print(t)
-    for variant, reach in res.reach90.items():
-        console.print(_reach_line(res, variant, reach), soft_wrap=True, highlight=False)
+    from rubrictool.curve_reading import read_curve
+
+    for reading in read_curve(res.cells).values():  # the cells curve.csv, curve.json and curve.png are made from
+        console.print(reading["sentence"], soft_wrap=True, highlight=False)
     for note in res.notes:
         console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
     from_runs = f", {res.from_runs} read from fold runs" if res.from_runs else ""
@@ -141,20 +142,3 @@ def _all_from(items: Sequence[str] | None) -> dict[str, Path]:
         out[variant.strip()] = Path(folder.strip())
     return out
 
-
-def _reach_line(res: CurveResult, variant: str, reach: dict[str, Any] | None) -> str:
-    """What the curve says about ``variant``'s 90 % point (rubrictool.curve.reach_fraction)."""
-    if reach and reach["size"] == "all":  # nothing smaller measured: no 90 % point to tell
-        return (f"{variant}: only its full-data cells (QWK {reach['full']:.3f} with {reach['full_n_train']:.0f}); "
-                "add smaller sizes for its 90 % point")
-    if reach and reach["where"] != "between sizes":  # reached at the smallest size: the curve cannot say how few
-        return (f"{variant}: its smallest size, {reach['size']} labelled answers, already reaches 90 % of its "
-                f"full-data QWK ({reach['target']:.3f} of {reach['full']:.3f} with "
-                f"{reach['full_n_train']:.0f}); fewer may do")
-    if reach:
-        return (f"{variant}: about {reach['n_estimate']} labelled answers reach 90 % of its full-data QWK "
-                f"({reach['target']:.3f} of {reach['full']:.3f} with {reach['full_n_train']:.0f}; "
-                f"first size at it: {reach['size']})")
-    if "all" in res.summary.loc[res.summary["variant"] == variant, "size"].astype(str).tolist():
-        return f"{variant}: its full-data QWK is not above 0; no 90 % point"
-    return f"{variant}: no 90 % point without its full-data cells (add 'all' to --sizes)"

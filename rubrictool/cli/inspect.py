@@ -226,7 +226,17 @@ def report_cmd(
     Example: rubrictool report --run runs/mohler-reccbm --out report/
 
     Example: rubrictool report --run runs/course --curve curves/course/curve.csv
+
+    A k-fold run (train --folds k) gets one page over the pooled predictions of all its folds: every metric with its
+    95 % CI beside the majority class and the points grader, one row per fold (constant folds marked), the verdict.
+
+    Example: rubrictool report --run runs/course-5fold --curve curves/course/curve.csv
     """
+    from rubrictool.kfold import is_kfold_run
+
+    if is_kfold_run(model):  # train --folds k: one page over the pooled predictions of every fold
+        _report_folds(model, out, curve)
+        return
     from rubrictool.report import build_report, open_run, write_report
 
     _before_work(out or model / "report", [model, data, curve, *(reviews or [])], verify)
@@ -248,6 +258,25 @@ def report_cmd(
         console.print(f"[yellow]not shown:[/] {shown(u)}", soft_wrap=True, highlight=False)
     if rep.diagnosis is not None:
         _print_suggestions(rep.diagnosis)
+    console.print(f"wrote {paths['report.html']} (and {len(paths) - 1} more files in {paths['report.html'].parent})",
+                  soft_wrap=True)
+
+
+def _report_folds(run: Path, out: Path | None, curve: Path | None) -> None:
+    from rubrictool.report.folds_page import build_folds_report, write_folds_report
+
+    with err_console.status("building the pooled report of the folds ..."):
+        rep = build_folds_report(run, curve=curve)
+        paths = write_folds_report(rep, out or run / "report")
+    row = {t["metric"]: t for t in rep.table}
+    q, a = row["qwk"]["model"], row["t_acc"]["model"]
+    console.print(f"{rep.folds} folds, {rep.n} answers pooled: T-Acc {a['value']:.3f} [{a['lo']:.3f}, {a['hi']:.3f}], "
+                  f"QWK {q['value']:.3f} [{q['lo']:.3f}, {q['hi']:.3f}] (95 % bootstrap CIs)", soft_wrap=True,
+                  highlight=False)
+    for v in rep.verdict:
+        console.print(f"• {shown(v)}", soft_wrap=True, highlight=False)
+    for u in rep.unavailable:
+        console.print(f"[yellow]not shown:[/] {shown(u)}", soft_wrap=True, highlight=False)
     console.print(f"wrote {paths['report.html']} (and {len(paths) - 1} more files in {paths['report.html'].parent})",
                   soft_wrap=True)
 

@@ -4,16 +4,16 @@ figure, curve.png. The layout of curve.csv (``CURVE_COLUMNS``) is stated here, w
 
 from __future__ import annotations
 
+import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from rubrictool.atomic import publish
+from rubrictool.atomic import atomic_write
+from rubrictool.curve_reading import read_curve
 from rubrictool.errors import DataError
 from rubrictool.io import read_table
 
@@ -115,6 +115,7 @@ def position_on_curve(curve_csv: str | Path, n_train: float, variant: str) -> di
         raise DataError(f"n_train {n_train}: give the number of labelled answers the run trained on (> 0)")
     s = summarize_curve(cells[cells["variant"] == variant]).sort_values("n_train", kind="stable")
     pts = s.to_dict(orient="records")
+    reading = read_curve(cells[cells["variant"] == variant])[variant]  # a 90 % point only above the majority class
 
     def point(r: Any) -> dict[str, Any]:
         return {"size": r["size"], "n_train": r["n_train"], "qwk": r["qwk"], "qwk_sd": r["qwk_sd"], "t_acc": r["t_acc"],
@@ -133,7 +134,7 @@ def position_on_curve(curve_csv: str | Path, n_train: float, variant: str) -> di
     return {"variant": variant, "n_train": n_train, "qwk": qwk, "t_acc": t_acc, "within": lo is not None and hi is not None,
             "lower": point(lo) if lo else None, "upper": point(hi) if hi else None,
             "full": point(pts[-1]) if pts and pts[-1]["size"] == ALL else None, "curve": str(p),
-            "reach_90": reach_fraction(cells, variant)}
+            "reach_90": reading["reach"], "reading": reading}
 
 
 # ---------------------------------------------------------------------------- the figure
@@ -202,16 +203,12 @@ def plot_curve(cells: pd.DataFrame, path: str | Path, *, reach: dict[str, dict[s
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.06 * math.ceil(len(labels) / 4), 1, 1))
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".png", dir=p.parent)
-    os.close(fd)
+    marked = {v: r["n_estimate"] for v, r in (reach or {}).items() if r}  # the 90 % points drawn, for readers
     try:
-        fig.savefig(tmp, format="png", dpi=110)
-        publish(tmp, p)  # umask-respecting mode, then the rename
+        atomic_write(p, lambda tmp: fig.savefig(tmp, format="png", dpi=110,
+                                                metadata={"Description": json.dumps({"reach_90": marked})}))
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return p
 
 

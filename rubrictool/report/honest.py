@@ -31,12 +31,13 @@ def _names(values: list[Any]) -> str:
 def verdict(
     *, grades: list[int], predicted: list[int], honest: dict[str, Any], concepts: pd.DataFrame,
     correlations: dict[str, dict[str, float] | None], lcec: dict[str, Any] | None,
-    points: dict[str, Any] | None = None, qwk: float | None = None,
+    points: dict[str, Any] | None = None, qwk: float | None = None, fold: dict[str, Any] | None = None,
 ) -> list[str]:
     """Short sentences drawn from the page's numbers. grades: the rubric's grade scale; predicted: the grades the
     model gave on the test split; honest: :func:`rubrictool.evaluate.honest_metrics` in rubric grades;
     concepts: the page's concept table (alpha, test_reliability); correlations: name -> ρ with its CI;
-    points: the points grader beside the run (metrics.json ``points``); qwk: the model's test QWK."""
+    points: the points grader beside the run (metrics.json ``points``); qwk: the model's test QWK; fold: the run is
+    one fold of a k-fold run (:func:`rubrictool.kfold.fold_context`), whose pooled page is the one to read."""
     out = []
     never = [g for g in grades if g not in set(predicted)]
     n = honest.get("n_test", "")
@@ -66,7 +67,10 @@ def verdict(
     if vague:
         out.append(f"Inconclusive (95 % CI spans 0, or over 3 concepts or fewer): {_names(vague)}.")
     small = [w for w in honest.get("warnings", []) if w.get("code") == "small_test"]
-    if small:
+    if small and fold:
+        out.append(f"This is fold {fold['fold']} of a {fold['folds']}-fold run: its {n} test answers cannot tell this "
+                   f"model from another; the pooled page covers every answer (`rubrictool report --run {fold['parent']}`).")
+    elif small:
         out.append(f"With {n} test answers these numbers cannot tell this model from another: "
                    "train with --folds 5 to test every answer once.")
     ahead = points_ahead(points, qwk)

@@ -27,6 +27,7 @@ import reccbm
 from rubrictool.atomic import atomic_write, atomic_write_bytes, atomic_write_text
 from rubrictool.errors import DataError
 from rubrictool.io import writable_dir
+from rubrictool.kfold import fold_context
 from rubrictool.report import figures
 from rubrictool.report.diagnose import Diagnosis, ceiling_markdown, diagnose, pairs_frame
 from rubrictool.report.explain import SYMBOLS, ItemTrace, explain_items
@@ -73,6 +74,7 @@ class Report:
     traces: list[ItemTrace] = field(default_factory=list)
     diagnosis: Diagnosis | None = None
     curve: dict[str, Any] = field(default_factory=dict)  # where the run's size sits on a learning curve (--curve)
+    fold: dict[str, Any] | None = None  # the run is one fold of a k-fold run (rubrictool.kfold.fold_context)
     points: dict[str, Any] = field(default_factory=dict)  # the points grader beside the majority class (metrics.json)
     unavailable: list[str] = field(default_factory=list)  # one line per section a run cannot show
     notes: list[str] = field(default_factory=list)
@@ -124,6 +126,12 @@ def build_report(
     r.grade_levels = G
     r.points = dict(run.metrics.get("points") or {})
     _honest_section(r, run, gold, preds.grade_probs)
+    r.fold = fold_context(run.path)
+    if r.fold:  # a fold's few test answers: the pooled page is the one to read, not "train with --folds 5"
+        for w in r.warnings:
+            if w.get("code") == "small_test":
+                w["message"] = (f"only {r.n_test} test answers: this is fold {r.fold['fold']} of a {r.fold['folds']}-fold "
+                                f"run; its pooled page covers every answer: rubrictool report --run {r.fold['parent']}")
     r.warnings += [{"code": "run", "message": w} for w in run.warnings]  # e.g. its training table changed since
     if curve is not None:
         _curve_section(r, run, curve)
@@ -183,48 +191,83 @@ def _honest_section(r: Report, run: Run, gold: NDArray[Any], probs: NDArray[Any]
 
 
 def _curve_section(r: Report, run: Run, curve: str | Path) -> None:
-    """Where the run's labelled answers (train + dev) sit on a learning curve of the run's variant: the curve's
-    expected QWK and T-Acc at that size beside the run's own, the full-data point, and the size that reaches 90 %
-    of the full-data QWK. A curve without the run's variant is reported as not shown, not as an error."""
-    from rubrictool.errors import DataError
-    from rubrictool.report.curve import position_on_curve
-
+    """Where the run's labelled answers (train + dev) sit on a learning curve of the run's variant (or, on a curve of
+    the points route alone, on that route's curve, beside the run): the curve's expected QWK and T-Acc at that size
+    beside the run's own, the full-data point, and the size that reaches 90 % of the full-data QWK while beating the
+    majority class. A curve without the run's variant or points is reported as not shown, not as an error."""
     n_train = len(run.split.get("train", [])) + len(run.split.get("dev", []))
     variant = str(run.meta.get("variant"))
     if (run.config.get("stage1") or {}).get("encoder") == "frozen":  # a frozen run reads the frozen curve
         variant += "-frozen"
+    beats = not {w.get("code") for w in r.warnings} & {"constant_predictions", "not_above_majority"}
+    pos = curve_position(curve, n_train, variant, r.unavailable)
+    if pos is not None:
+        r.curve = pos | {"run_qwk": r.metrics.get("qwk"), "run_t_acc": r.metrics.get("t_acc"), "run_beats_majority": beats,
+                         "run_variant": variant}
+
+
+def curve_position(curve: str | Path, n_train: float, variant: str, unavailable: list[str]) -> dict[str, Any] | None:
+    """:func:`rubrictool.curve.position_on_curve` for ``variant``, or for the points route when the curve has no cells
+    of the variant but has points cells (a points-only curve: the small-course route); None, with a line added to
+    ``unavailable``, when it has neither or is not a curve."""
+    from rubrictool.curve import POINTS, position_on_curve
+    from rubrictool.errors import DataError
+    from rubrictool.io import read_table
+
     try:
-        pos = position_on_curve(curve, n_train, variant)
+        variants = set(read_table(Path(curve))["variant"].astype(str))
+    except Exception:  # noqa: BLE001 - not a table, or no variant column: position_on_curve says what is wrong
+        variants = {variant}
+    use = variant if variant in variants or POINTS not in variants else POINTS
+    try:
+        return position_on_curve(curve, n_train, use)
     except DataError as e:
-        r.unavailable.append(f"position on the learning curve: {e}")
-        return
-    r.curve = pos | {"run_qwk": r.metrics.get("qwk"), "run_t_acc": r.metrics.get("t_acc")}
+        unavailable.append(f"position on the learning curve: {e}")
+        return None
 
 
 def _curve_lines(c: dict[str, Any]) -> list[str]:
-    """The learning-curve section in words (the same sentences on the HTML page and in Markdown)."""
+    """The learning-curve section in words (the same sentences on the HTML page and in Markdown). Only advice that can
+    be followed: no "add all" when all is on the curve, no "past the 90 % point" for a run that grades no better
+    than the majority class, no 90 % point for a curve that does not beat the majority class."""
     lo, hi, full = c.get("lower"), c.get("upper"), c.get("full")
-    own = f"this run has QWK {c['run_qwk']:.3f} and T-Acc {c['run_t_acc']:.3f} on its own test split."
+    own = c.get("own") or f"this run has QWK {c['run_qwk']:.3f} and T-Acc {c['run_t_acc']:.3f} on its own test split."
+    who = c.get("subject") or "This run"  # a k-fold page: "Each fold"
+    route = c["variant"]
+    if c["variant"] == "points" and c.get("run_variant", "points") != "points":
+        route = "the points route: a points table fitted to that many graded answers, grading the concept levels"
     if c["within"]:
         where = (f"interpolated between {lo['n_train']:.0f} and {hi['n_train']:.0f} answers" if lo and hi
                  and lo["n_train"] != hi["n_train"] else "at a measured size")
-        out = [(f"This run trained on {c['n_train']:.0f} labelled answers (train + dev). On the curve ({c['variant']}), "
+        out = [(f"{who} trained on {c['n_train']:.0f} labelled answers (train + dev). On the curve ({route}), "
                 f"that many answers give QWK {c['qwk']:.3f} and T-Acc {c['t_acc']:.3f} ({where}); {own}")]
     else:  # outside the measured sizes the curve cannot say where the run sits: say so, give the nearest size
         near, side = (lo, "largest") if lo else (hi, "smallest")
         assert near is not None
-        out = [(f"This run trained on {c['n_train']:.0f} labelled answers (train + dev), outside the curve's sizes: its "
+        if lo and lo["size"] == "all":
+            fix = ("The curve's full-data point is a fold's whole training part, so a run trained on more answers "
+                   "lies beyond it: compare the run with the pooled folds of `train --folds` instead.")
+        elif lo:
+            fix = "Add 'all' to the curve's sizes to place the run on it."
+        else:
+            fix = f"Add a size of {max(10, int(c['n_train']))} or fewer answers to the curve to place the run on it."
+        out = [(f"{who} trained on {c['n_train']:.0f} labelled answers (train + dev), outside the curve's sizes: its "
                 f"{side} size, {near['n_train']:.0f} answers, gives QWK {near['qwk']:.3f} and T-Acc {near['t_acc']:.3f} "
-                f"({c['variant']}); {own} Add sizes (e.g. all) to the curve to place the run on it.")]
+                f"({route}); {own} {fix}")]
     if full:
         out.append(f"With all {full['n_train']:.0f} answers of the curve's folds: QWK {full['qwk']:.3f}, "
                    f"T-Acc {full['t_acc']:.3f}.")
-    reach = c.get("reach_90")
+    reach, reading = c.get("reach_90"), c.get("reading") or {}
     if reach:
         more = reach["n_estimate"] > c["n_train"]
+        tail = (": grading more answers by hand should still help." if more else
+                f": {who.lower()} is past it, more labels bring little." if c.get("run_beats_majority", True) else
+                f", but {who.lower()} does not beat the majority class (see the verdict): its number of answers is "
+                "not what holds it back.")
         out.append(f"90 % of the full-data QWK ({reach['target']:.3f}) is reached at about {reach['n_estimate']} "
-                   "answers" + (": grading more answers by hand should still help." if more
-                                else ": this run is past it, more labels bring little."))
+                   "answers, above the majority class" + tail)
+    elif reading.get("sentence"):
+        out.append(f"On the curve, {reading['sentence']}.")
     return out
 
 
@@ -235,7 +278,7 @@ def _verdict(r: Report, run: Run, predicted: NDArray[Any]) -> list[str]:
     grades = list(range(run.grade_min, run.grade_min + r.grade_levels))
     return verdict(grades=grades, predicted=sorted({int(g) for g in predicted}), honest=r.honest,
                    concepts=r.concepts, correlations=correlations, lcec=r.lcec, points=r.points,
-                   qwk=r.metrics.get("qwk"))
+                   qwk=r.metrics.get("qwk"), fold=r.fold)
 
 
 def _graders(test: pd.DataFrame) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 from numpy.typing import NDArray
 
 import reccbm
@@ -28,6 +29,7 @@ from rubrictool.evaluate import (
     spearman_with_ci,
 )
 from rubrictool.io import atomic_write_text, write_table
+from rubrictool.kfold import SHARED_WEIGHTS, constant_text, fold_given, prune_shared_weights, training_text
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.resume import check_folds
 from rubrictool.rubric import Rubric, load_rubric
@@ -86,7 +88,9 @@ def train_folds(
     check_folds(run, splits, table, lambda n: rs.for_answers(n).config, _fold_done)  # another config or table: refused
     _save_fold_splits(run, splits, fold_seed, by)
     fold_args = {"variant": variant, "race": race, "opcc": opcc, "lcec": lcec, "overrides": overrides, "preset": preset,
-                 "seeds": seeds, "agreement": agreement, "notes": notes, "table_source": table_source, "labels": labels}
+                 "seeds": seeds, "agreement": agreement, "notes": notes, "table_source": table_source, "labels": labels,
+                 # the folds keep their encoder weights once per distinct content in SHARED_WEIGHTS (a frozen encoder: once)
+                 "shared_weights": run / SHARED_WEIGHTS}
     if jobs > 1:  # the folds not finished yet, in worker processes; the loop below reads them back
         from rubrictool.parallel import run_in_workers
 
@@ -104,6 +108,7 @@ def train_folds(
                 progress(Progress("folds", i, folds, f"fold {i + 1}: training"))
             train_model(rb, table, sp, fold_dir, progress=progress, **fold_args)
         results.append(json.loads((fold_dir / "metrics.json").read_text()))
+    prune_shared_weights(run, SHARED_WEIGHTS)  # encoder files of folds trained again, which no fold uses any more
     if progress:
         progress(Progress("folds", folds, folds, "all folds done: pooled"))
     pooled, has_c = _pooled_predictions(rb, table, run, splits, plm="plm" in results[0]["variant"])
@@ -175,7 +180,7 @@ def _folds_summary(rb: Rubric, run: Path, results: list[dict[str, Any]], pooled:
         "variant": results[0]["variant"], "preset": results[0].get("preset"), "rubric": rb.name, "folds": folds,
         "fold_seed": fold_seed, "by": by, "n_items": len(pooled), "notes": list(notes or []),
         "pooled": pooled_metrics(pooled, keys),
-        "per_fold": [r["seeds"][0]["test"] | {"fold": i} for i, r in enumerate(results)],
+        "per_fold": [r["seeds"][0]["test"] | {"fold": i} | fold_given(pooled, i) for i, r in enumerate(results)],
         "baselines": {name: pooled_metrics(pooled.assign(grade=pooled[name]).drop(columns=["grade_oracle"], errors="ignore"), [])
                       for name in ("majority", "oracle_concepts") if name in pooled},
         "train_seconds": [r["summary"].get("train_seconds", 0.0) for r in results],
@@ -183,6 +188,8 @@ def _folds_summary(rb: Rubric, run: Path, results: list[dict[str, Any]], pooled:
         "grade_levels": rb.grade.max - rb.grade.min + 1,
         "labels": results[0].get("labels") or {},  # who made the labels (every fold trains on the same table)
     }
+    fold0_config = run / "fold-0" / "config.yaml"
+    summary["trained"] = training_text(summary, yaml.safe_load(fold0_config.read_text()) if fold0_config.is_file() else None)
     honest = honest_metrics(pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy(), None,
                             y_majority=pooled["majority"].to_numpy())
     summary |= {k: honest[k] for k in ("majority", "ci", "vs_majority", "top_grade", "top_share")}
@@ -260,10 +267,14 @@ def folds_markdown(summary: dict[str, Any]) -> str:
     rows = [f"| {summary['variant']} ({summary['preset']}) | " + " | ".join(cell(summary["pooled"], k) for k, _ in columns) + " |"]
     for name, m in summary["baselines"].items():
         rows.append(f"| {name.replace('_', ' ')} baseline | " + " | ".join(cell(m, k) for k, _ in columns) + " |")
-    folds = [f"| fold {m['fold']} | " + " | ".join(cell(m, k) for k, _ in columns) + " |" for m in summary["per_fold"]]
+    folds = [f"| fold {m['fold']}{' (constant: grade ' + str(m['top_grade']) + ')' if m.get('constant') else ''} | "
+             + " | ".join(cell(m, k) for k, _ in columns) + " |" for m in summary["per_fold"]]
     title = f"{summary['folds']}-fold evaluation, {summary['n_items']} items pooled (rubric {summary['rubric']})"
     who = describe_labels(summary.get("labels") or {})
-    honest = [f"Labels: {who}.", ""] if who else []
+    honest = [f"Labels: {who}.", ""] if who else ["Labels: not recorded (who made them is unknown).", ""]
+    honest += [f"Trained: {summary['trained']}.", ""] if summary.get("trained") else []
+    constant = constant_text(summary.get("per_fold") or [])
+    honest += [f"**{constant}**", ""] if constant else []
     if "ci" in summary:
         ci, cal = summary["ci"], summary.get("calibration") or {}
         honest += [f"T-Acc {ci['t_acc']['value']:.3f} [95 % CI {ci['t_acc']['lo']:.3f}, {ci['t_acc']['hi']:.3f}], "

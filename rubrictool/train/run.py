@@ -36,6 +36,7 @@ from rubrictool.evaluate import (
     implied_noise_rhos,
     lcec_state,
     noise_share_rho,
+    paired_bootstrap,
     reliability_markdown,
     reliability_table,
     spearman_with_ci,
@@ -196,6 +197,7 @@ def train_model(
     progress: ProgressFn | None = None,
     table_source: dict[str, Any] | None = None,
     labels: dict[str, Any] | None = None,
+    shared_weights: str | Path | None = None,
 ) -> TrainResult:
     """Train a variant on ``table`` with ``split`` (ids per train/dev/test) and write ``run_dir``.
 
@@ -208,6 +210,8 @@ def train_model(
     a warning when inputs are cut at max_len.
     table_source: where ``table`` came from ({"path": FILE} or {"benchmark": NAME}), recorded in run.json with the
     file's hash; labels: who made the labels (default: from agreement.json and the table's label_source column).
+    shared_weights: a folder the run shares with others (the folds of a k-fold run) where its encoder's weights are
+    kept once per distinct content (:func:`reccbm.save_checkpoint`'s shared_dir): a frozen encoder is stored once.
     The run is built aside and renamed into place when complete (:mod:`rubrictool.runs`).
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
@@ -227,7 +231,8 @@ def train_model(
             save_split({k: list(v) for k, v in split.items()}, stage / "split.json")
             (stage / "config.yaml").write_text(yaml.safe_dump(rs.config, sort_keys=False, allow_unicode=True))
         spec = RunSpec(run, stage, is_main, rb, df, pos, rs, range(first_seed, first_seed + seeds), agreement,
-                       [*(notes or []), *_auto_notes(rs)], label_source(table, agreement, labels))
+                       [*(notes or []), *_auto_notes(rs)], label_source(table, agreement, labels),
+                       Path(shared_weights) if shared_weights is not None else None)
         result = _train_into(spec, progress)
         if is_main:
             write_record(stage, rubric=rb, table=_table_record(stage, table, table_source), labels=spec.labels,
@@ -257,7 +262,8 @@ def _auto_notes(rs: ResolvedTraining) -> list[str]:
     return notes
 
 
-def points_baselines(rb: Rubric, sets: dict[str, reccbm.EncodedItems], predicted_levels: Any) -> dict[str, Any]:
+def points_baselines(rb: Rubric, sets: dict[str, reccbm.EncodedItems], predicted_levels: Any,
+                     model_grades: Any = None) -> dict[str, Any]:
     """The zero-training points grader (rubrictool.points) on the test split, beside the majority class: the rubric's
     own points, or a table fitted on the training split's gold levels and grades when the rubric has none; graded
     from the gold levels (what the rubric's points can do) and from the run's predicted levels (a points grade
@@ -280,6 +286,8 @@ def points_baselines(rb: Rubric, sets: dict[str, reccbm.EncodedItems], predicted
         pred = points_baseline(rb, np.asarray(levels), grade_min=rb.grade.min, **kw)
         m = reccbm.grade_metrics(te.grades, np.clip(pred, 0, rb.S))
         out[name] = {k: m[k] for k in ("t_acc", "t_f1", "qwk")}
+        if model_grades is not None:  # points − model on the same answers: a recommendation needs this CI
+            out[name]["vs_model"] = paired_bootstrap(te.grades, model_grades, np.clip(pred, 0, rb.S), "qwk")
     return out
 
 
@@ -316,6 +324,7 @@ class RunSpec:
     agreement: dict[str, Any] | None  # agreement.json, for the α column
     notes: list[str]  # the caller's notes and the configuration's (the truncation note is added when known)
     labels: dict[str, Any]  # who made the labels (run.json, metrics.json)
+    shared_weights: Path | None = None  # the k-fold run's folder of encoder weights kept once per content (or none)
 
 
 def _train_into(spec: RunSpec, progress: ProgressFn | None) -> TrainResult:
@@ -381,7 +390,7 @@ def _run_metrics(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], infos: lis
     metrics["calibration"] = calibration(preds.grade_probs, y_test)
     metrics["warnings"] = honest["warnings"]
     if sets["test"].concepts is not None and sets["train"].concepts is not None:
-        metrics["points"] = points_baselines(rb, sets, None if rs.plm else preds.levels)
+        metrics["points"] = points_baselines(rb, sets, None if rs.plm else preds.levels, preds.grades)
     rel, rho = (reliability_table(model, rb, info.get("per_concept"), spec.agreement, sets["train"].concepts)
                 if not rs.plm else (pd.DataFrame(), None))
     metrics["spearman_sigma2_vs_1_minus_alpha"] = rho
@@ -417,7 +426,8 @@ def _write_run(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], tokenizer: A
             "git_revision": metrics["git_revision"]}
     step = info["steps"]  # every stage that shaped the model: Stage I, the joint stage, Stage II
     try:
-        reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta)
+        reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta,
+                               shared_dir=spec.shared_weights)
     except Exception as exc:  # safetensors reports a failed write (a full disk) as SafetensorError, not OSError
         if type(exc).__name__ != "SafetensorError":
             raise

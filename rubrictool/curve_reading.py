@@ -1,0 +1,141 @@
+"""What a learning curve says, in one reading per variant: the same cells give curve.json, curve.png and the words.
+
+:func:`read_curve` reads curve.csv's cells (:mod:`rubrictool.curve`) once per variant and decides what may be said:
+
+* ``reached`` / ``at_smallest``: the grader beats the majority class at its full-data size, and a size (the first
+  one that reaches 90 % of the full-data QWK *and* beats the majority class) gives its 90 % point;
+* ``only_full``: the curve has no size below ``all`` for this variant (add smaller sizes);
+* ``not_before_full``: smaller sizes were measured, and none of them both reaches 90 % of the full-data QWK and beats
+  the majority class: only all the answers do;
+* ``below_majority``: the grader does not beat the majority class at its full-data size, so no 90 % point is given
+  (the words say at which sizes, if any, it does beat it);
+* ``no_full``: no ``all`` size, so there is no full-data QWK to take 90 % of;
+* ``not_positive``: the full-data QWK is not above 0.
+
+"Beats the majority class" at a size: the mean over the size's cells (folds × repeats) of the grader's T-Acc is above
+the mean of the majority class's T-Acc on the same cells, and its mean QWK is above the majority's (which is 0). QWK
+alone cannot say it: a grader whose T-Acc is below always giving the most common grade can still have a QWK above 0.
+
+:func:`reading_sentence` is the one sentence per variant that ``learning-curve`` prints and curve.json keeps;
+:func:`plot_curve` marks exactly the ``reach`` of the readings that have one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["FRACTION", "beats_majority", "default_sizes", "read_curve", "reading_sentence"]
+
+FRACTION = 0.9
+ALL = "all"
+LADDER = (10, 20, 50, 100, 200, 400, 800, 1600, 3200, 6400, 12800)
+
+
+def beats_majority(row: dict[str, Any]) -> bool:
+    """A summary row (:func:`rubrictool.curve.summarize_curve`): mean T-Acc above the majority class's mean T-Acc on
+    the same cells, and mean QWK above the majority's."""
+    return bool(row["t_acc"] > row["majority_t_acc"] and row["qwk"] > row["majority_qwk"])
+
+
+def _n(row: dict[str, Any]) -> str:
+    return f"{row['n_train']:.0f}"
+
+
+def _read_one(s: pd.DataFrame, variant: str, fraction: float) -> dict[str, Any]:
+    rows = [{str(k): v for k, v in r.items()} for r in s.to_dict(orient="records")]
+    above = [str(r["size"]) for r in rows if beats_majority(r)]
+    out: dict[str, Any] = {"variant": variant, "fraction": fraction, "sizes_above_majority": above, "reach": None,
+                           "full": None}
+    full = next((r for r in rows if r["size"] == ALL), None)
+    smaller = [r for r in rows if r["size"] != ALL]
+    if full is None:
+        return out | {"status": "no_full"}
+    out["full"] = {"n_train": float(full["n_train"]), "qwk": float(full["qwk"]), "t_acc": float(full["t_acc"]),
+                   "majority_t_acc": float(full["majority_t_acc"])}
+    if not full["qwk"] > 0:
+        return out | {"status": "not_positive"}
+    if not beats_majority(full):
+        return out | {"status": "below_majority"}
+    if not smaller:
+        return out | {"status": "only_full"}
+    target = fraction * float(full["qwk"])
+    prev: tuple[float, float] | None = None
+    for r in rows:
+        n, v = float(r["n_train"]), float(r["qwk"])
+        if v >= target and beats_majority(r):
+            if r["size"] == ALL:
+                break
+            if prev is None:
+                est, where = n, "at or below the smallest size"
+            elif prev[1] >= target:  # a smaller size reached the QWK without beating the majority class
+                est, where = n, "the first size that also beats the majority class"
+            else:
+                t = (target - prev[1]) / (v - prev[1]) if v != prev[1] else 1.0
+                est, where = math.exp(math.log(prev[0]) + t * (math.log(n) - math.log(prev[0]))), "between sizes"
+            reach = {"variant": variant, "metric": "qwk", "fraction": fraction, "full": float(full["qwk"]),
+                     "target": target, "full_n_train": float(full["n_train"]), "size": str(r["size"]),
+                     "size_n_train": n, "n_estimate": round(est), "where": where}
+            return out | {"status": "at_smallest" if prev is None else "reached", "reach": reach}
+        prev = (n, v)
+    return out | {"status": "not_before_full"}
+
+
+def read_curve(cells: pd.DataFrame, fraction: float = FRACTION) -> dict[str, dict[str, Any]]:
+    """One reading per variant of curve.csv's cells (see the module docstring), each with its ``sentence``."""
+    from rubrictool.curve import summarize_curve
+
+    out: dict[str, dict[str, Any]] = {}
+    if cells.empty:
+        return out
+    s = summarize_curve(cells)
+    for variant in dict.fromkeys(str(v) for v in cells["variant"]):
+        reading = _read_one(s[s["variant"] == variant].reset_index(drop=True), variant, fraction)
+        reading["sentence"] = reading_sentence(reading)
+        out[variant] = reading
+    return out
+
+
+def reading_sentence(r: dict[str, Any]) -> str:
+    """The reading in one sentence, naming only what the cells support."""
+    v, pct, full = r["variant"], f"{100 * r['fraction']:.0f} %", r.get("full")
+    status = r["status"]
+    if status == "no_full":
+        return f"{v}: no {pct} point without its full-data cells (add 'all' to --sizes)"
+    assert full is not None
+    with_all = f"QWK {full['qwk']:.3f} with all {full['n_train']:.0f} answers"
+    if status == "not_positive":
+        return f"{v}: its full-data QWK is not above 0 ({with_all}); no {pct} point"
+    if status == "below_majority":
+        above = r["sizes_above_majority"]
+        also = (f"; its T-Acc is above the majority class's only at size{'s' if len(above) > 1 else ''} "
+                f"{', '.join(above)}" if above else "")
+        return (f"{v}: does not beat the majority class {'with all the answers' if above else 'at any size'} "
+                f"(with all {full['n_train']:.0f}: T-Acc {full['t_acc']:.3f} against the majority class's "
+                f"{full['majority_t_acc']:.3f}{also}): no {pct} point")
+    if status == "only_full":
+        return f"{v}: only its full-data cells ({with_all}); add smaller sizes for its {pct} point"
+    if status == "not_before_full":
+        return (f"{v}: no smaller size reaches {pct} of its full-data QWK while beating the majority class "
+                f"({with_all}): every answer graded so far still counts")
+    reach = r["reach"]
+    assert reach is not None
+    if status == "at_smallest":
+        return (f"{v}: its smallest size, {reach['size']} labelled answers, already reaches {pct} of its full-data "
+                f"QWK ({reach['target']:.3f} of {full['qwk']:.3f} with {full['n_train']:.0f}) and beats the majority "
+                "class; fewer may do")
+    return (f"{v}: about {reach['n_estimate']} labelled answers reach {pct} of its full-data QWK ({reach['target']:.3f} "
+            f"of {full['qwk']:.3f} with {full['n_train']:.0f}; first size at it: {reach['size']}), above the majority "
+            "class")
+
+
+def default_sizes(pool: int) -> list[int | str]:
+    """The sizes a curve gets when none are given, from the smallest fold's training part (``pool`` answers): the
+    sizes of LADDER at most half the pool (the five largest), at least two below the pool when it has room, and
+    ``all``. A table of 1,800 answers per fold gets 50, 100, 200, 400, 800, all; one of 38 gets 10, 20, all."""
+    sizes = [s for s in LADDER if s <= pool / 2][-5:]
+    if len(sizes) < 2:
+        sizes = [s for s in LADDER if s < pool][:2]
+    return [*sizes, ALL]
