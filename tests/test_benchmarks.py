@@ -60,8 +60,11 @@ EXPECT = {
     "review_routing": ['"share_needed_for_95"', '"at_40"', "wrote "],
     "grade_speed": ["torch: ", "torch-int8: ", "same grade as torch float32", "wrote "],
     "frozen_speed": ["Stage I, frozen, cached", "reccbm.fit, frozen, uncached", "wrote "],
+    "gpu_smoke": ["device: cpu (CPU)", "main job: test t_acc", "question-grouped fold 0/5: test t_acc", "grade: ",
+                  "wrote "],
+    "gpu_pack": ["MiB in fp16 (largest weight change restored to float32", "gpu_smoke.py --pack"],
 }
-NEEDS_BACKBONE = {"data_load", "grade_speed", "frozen_speed"}
+NEEDS_BACKBONE = {"data_load", "grade_speed", "frozen_speed", "gpu_smoke", "gpu_pack"}
 SMOKED = [p for p in SCRIPTS if p.stem != "folds"]  # folds.py: test_folds_smoke_with_a_config_file
 
 

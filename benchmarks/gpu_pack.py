@@ -1,0 +1,110 @@
+"""Pack what ``benchmarks/gpu_smoke.py`` needs on a bare GPU machine without internet, beside the repository.
+
+Such a machine has torch, transformers, accelerate, pandas, numpy, scipy, scikit-learn, PyYAML, safetensors,
+tokenizers, typer and rich, but not the project's other needs on the training path. This writes ``OUT/``:
+
+    wheels/     pydantic, pydantic-core, annotated-types, typing-inspection, krippendorff (pip download, binary wheels
+                for CPython 3.12 on manylinux x86-64; the versions installed here)
+    minilm/     all-MiniLM-L6-v2's config and tokenizer, its weights in fp16 (model.fp16.safetensors: half the bytes;
+                gpu_smoke.py --pack restores them to float32)
+    datasets/   mohler/ and mohler-concepts/ from the data directory
+    RUN.txt     the commands to run there
+
+    python benchmarks/gpu_pack.py --out .gpu                    # then carry .gpu (ignored by git) beside the checkout
+    python benchmarks/gpu_pack.py --smoke --backbone PATH      # the fp16 round trip on a tiny model, no download
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "krippendorff")
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+             "manylinux1_x86_64")
+RUN = """python3 -m pip install -q --no-index --no-deps --target /tmp/site {out}/wheels/*.whl
+PYTHONPATH=/tmp/site:. python3 benchmarks/gpu_smoke.py --pack {out}
+"""
+
+
+def pack_backbone(src: str, to: Path) -> int:
+    """The backbone folder ``src`` as config + tokenizer + fp16 weights in ``to``; returns the bytes written."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModel
+
+    to.mkdir(parents=True, exist_ok=True)
+    model = AutoModel.from_pretrained(src)
+    state = {k: v.detach().to(torch.float16) if v.is_floating_point() else v.detach()
+             for k, v in model.state_dict().items()}
+    save_file({k: v.contiguous() for k, v in state.items()}, str(to / "model.fp16.safetensors"), metadata={"format": "pt"})
+    model.config.save_pretrained(str(to))
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(src).save_pretrained(str(to))
+    return sum(f.stat().st_size for f in to.iterdir() if f.is_file())
+
+
+def check_round_trip(src: str, packed: Path) -> float:
+    """Largest difference between the original weights and the fp16 ones restored to float32 (what gpu_smoke.py
+    --pack loads)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModel
+
+    original = AutoModel.from_pretrained(src).state_dict()
+    restored = load_file(str(packed / "model.fp16.safetensors"))
+    worst = 0.0
+    for k, v in original.items():
+        if v.is_floating_point():
+            worst = max(worst, float((restored[k].to(torch.float32) - v).abs().max()))
+    return worst
+
+
+def download_wheels(to: Path) -> None:
+    """Binary wheels of WHEELS, the versions installed here, for CPython 3.12 on manylinux x86-64."""
+    to.mkdir(parents=True, exist_ok=True)
+    plats = [a for p in PLATFORMS for a in ("--platform", p)]
+    for name in WHEELS:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+               "3.12", "--implementation", "cp", *plats, "-d", str(to), f"{name}=={version(name)}"]
+        subprocess.run(cmd, check=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=None, help="default .gpu (smoke: a temporary folder)")
+    ap.add_argument("--backbone", default=None, help="encoder folder to pack (default: the installed MiniLM)")
+    ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
+    ap.add_argument("--smoke", action="store_true", help="pack --backbone and check the round trip; no download")
+    a = ap.parse_args(argv)
+    if a.smoke and not a.backbone:
+        sys.exit("--smoke needs --backbone (a small local encoder)")
+    out = a.out or (Path(tempfile.mkdtemp(prefix="gpu-pack-")) if a.smoke else Path(".gpu"))
+    from reccbm import default_backbone
+
+    src = a.backbone or default_backbone()
+    size = pack_backbone(src, out / "minilm")
+    worst = check_round_trip(src, out / "minilm")
+    print(f"backbone {src}: {size / 2**20:.1f} MiB in fp16 (largest weight change restored to float32: {worst:.2g})")
+    if not a.smoke:
+        download_wheels(out / "wheels")
+        for name in ("mohler", "mohler-concepts"):
+            shutil.copytree(Path(a.data_dir) / name, out / "datasets" / name, dirs_exist_ok=True)
+    (out / "RUN.txt").write_text(RUN.format(out=out))
+    total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"wrote {out}: {total / 2**20:.1f} MiB; on the GPU machine, from the repository root:\n{RUN.format(out=out)}")
+    if total > 60 * 2**20:
+        print("warning: more than 60 MiB: with the checkout it may not travel", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
