@@ -169,35 +169,3 @@ def test_grade_writes_flags_and_training_saves_the_profile(run: Path, tmp_path: 
     res = CliRunner().invoke(app, ["grade", "--run", str(old), "--data", str(data), "--out", str(out)])
     assert res.exit_code == 1 and "has no completion record (run.json)" in " ".join(res.output.split())
 
-
-def _run_without_profile(tmp_path: Path, notes: list[str], labels: dict[str, object] | None) -> Path:
-    """A run directory without profile.json: model.json, split.json and, when ``labels`` is given, a run.json
-    recording them (no other file listed); without it, a run written before completion records."""
-    run = tmp_path / ("recorded" if labels is not None else "older")
-    run.mkdir()
-    meta = {"rubric": "mohler", "concept_keys": KEYS, "scale": [1, 3], "grade": [0, 5], "notes": notes}
-    (run / "model.json").write_text(json.dumps(meta))
-    (run / "split.json").write_text(json.dumps({"train": [f"q.{i}" for i in range(30)], "dev": [], "test": []}))
-    if labels is not None:
-        (run / "run.json").write_text(json.dumps({"format": 1, "labels": labels, "files": {}}))
-    return run
-
-
-@pytest.mark.parametrize(("notes", "labels", "rebuilt"), [
-    ([], {"source": "llm", "benchmark": "mohler", "passes": ["A", "B", "C"]}, True),  # the record says so, no note
-    (["three independent LLM annotation passes"], {"source": "human", "expert_validated": True}, False),  # a note
-    # a run without run.json (older than completion records, or a copied staging folder) is refused by every reader
-    (["trained on the three independent LLM annotation passes A, B and C"], None, False),
-    (["labels from our TAs"], None, False),
-])
-def test_a_missing_profile_is_rebuilt_when_the_run_records_the_bundled_labels(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, notes: list[str], labels: dict[str, object] | None,
-        rebuilt: bool) -> None:
-    """Whether a run was trained on the bundled Mohler passes is its label source (run.json ``labels``), not a
-    phrase in its notes; a run without run.json is refused (rubrictool.runs.open_run), so nothing is rebuilt for it."""
-    table = mohler_like_table(40)
-    monkeypatch.setattr("rubrictool.adjudicate.adjudicate_benchmark_labels", lambda name, data_dir=None: table)
-    prof = load_profile(_run_without_profile(tmp_path, notes, labels))
-    assert (prof is not None) == rebuilt
-    if prof is not None:
-        assert prof.n_train == 30
