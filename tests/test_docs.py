@@ -245,7 +245,7 @@ def test_every_relative_link_and_anchor_in_the_docs_resolves() -> None:
 # An issue is where a change was asked for, not a reason: outside docs/history/, the repository states the decision.
 ISSUE_REFERENCE = r"\bissues? #\d|\bissue's\b|\bthe issue\b|\b(before|after|in|of|since|from|see) #\d+\b"
 # Their rewrite (the train package and the learning curve's plan of cells) replaces the comments that still cite one.
-ISSUE_REFERENCE_PENDING = {"rubrictool/train.py", "rubrictool/curve.py"}
+ISSUE_REFERENCE_PENDING: set[str] = set()
 
 
 def test_the_repository_speaks_of_dates_and_revisions_not_rounds_of_work() -> None:

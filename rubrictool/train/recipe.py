@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 # Defaults of `rubrictool train` on a CPU: epoch budgets sized so that the Mohler main job (MiniLM,
-# 2 cores) stays within the 15 minutes (docs/results.md has the timings). The paper's 50-epoch
+# 2 cores) stays within 15 minutes on an idle machine (docs/results.md has the timings). The paper's 50-epoch
 # budget is one `--epochs 50` away (patience 3 still applies).
 CPU_DEFAULTS: dict[str, dict[str, Any]] = {"model": {"max_len": 128}, "stage1": {"epochs": 6}, "stage2": {"epochs": 30}}
 
