@@ -87,10 +87,11 @@ def train_folds(
                           seeds=seeds)
     check_folds(run, splits, table, lambda n: rs.for_answers(n).config, _fold_done)  # another config or table: refused
     _save_fold_splits(run, splits, fold_seed, by)
-    fold_args = {"variant": variant, "race": race, "opcc": opcc, "lcec": lcec, "overrides": overrides, "preset": preset,
-                 "seeds": seeds, "agreement": agreement, "notes": notes, "table_source": table_source, "labels": labels,
-                 # the folds keep their encoder weights once per distinct content in SHARED_WEIGHTS (a frozen encoder: once)
-                 "shared_weights": run / SHARED_WEIGHTS}
+    # the folds keep their encoder weights once per distinct content in SHARED_WEIGHTS (a frozen encoder: once)
+    fold_args: dict[str, Any] = {
+        "variant": variant, "race": race, "opcc": opcc, "lcec": lcec, "overrides": overrides, "preset": preset,
+        "seeds": seeds, "agreement": agreement, "notes": notes, "table_source": table_source, "labels": labels,
+        "shared_weights": run / SHARED_WEIGHTS}
     if jobs > 1:  # the folds not finished yet, in worker processes; the loop below reads them back
         from rubrictool.parallel import run_in_workers
 
