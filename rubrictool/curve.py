@@ -485,11 +485,12 @@ def learning_curve(
         if jobs > 1:  # the cells to train, in worker processes first; the loop below writes them in order
             from rubrictool.parallel import run_in_workers
 
-            pretrained = run_in_workers(train_model, [
-                (_cell_name(f, s, r, v), cell_run(f, s, r, v)[2]) for r, f, s, v in plan
-                if v != POINTS and not (cells_dir / f"{_cell_name(f, s, r, v)}.json").is_file()
-                and not (s == ALL and r == 0 and v in full_dirs and stand_ins.get((f, v)) is not None)], jobs, once,
-                "cells in workers")
+            todo = [(_cell_name(f, s, r, v), cell_run(f, s, r, v)[2]) for r, f, s, v in plan
+                    if v != POINTS and not (cells_dir / f"{_cell_name(f, s, r, v)}.json").is_file()
+                    and not (s == ALL and r == 0 and v in full_dirs and stand_ins.get((f, v)) is not None)]
+            for name, _ in todo:
+                shutil.rmtree(work_dir / name, ignore_errors=True)  # a cell killed half-way left its run directory behind
+            pretrained = run_in_workers(train_model, todo, jobs, once, "cells in workers")
         for done, (repeat, fold, size, variant) in enumerate(plan):
             name = _cell_name(fold, size, repeat, variant)
             path = cells_dir / f"{name}.json"
