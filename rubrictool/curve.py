@@ -538,7 +538,8 @@ def learning_curve(
                     res, worker_seconds = pretrained[name]
                     t0 -= worker_seconds
                 else:
-                    res = train_model(**call)
+                    first = [call.pop(k) for k in ("rubric", "table", "split", "run_dir")]  # positional, as always
+                    res = train_model(*first, **call)
                 encoder = (res.metrics.get("encoder") or {}).get("used", "train")
                 test_m = res.metrics["seeds"][0]["test"]
                 pred = pd.read_csv(run_dir / "test_predictions.csv", dtype={"id": str})
