@@ -14,7 +14,8 @@ The paper's recipe (Algorithm 1) is Stage I then Stage II; the PLM baseline is o
 ``stage1.encoder = "frozen"`` (or "auto" below ``stage1.frozen_below`` labelled answers) no stage updates the
 pretrained encoder: its token states for the training and dev answers are computed once here and every stage and
 every cross-fitting model reuses them (one pretrained encoder gives them all). The
-stages themselves are in :mod:`reccbm.train`; this module owns their order, the seed and what is reported.
+stages themselves are in :mod:`reccbm.train`; this module owns their order, the seed and what is reported. Every stage
+and prediction computes on one device, ``stage1.device`` (:mod:`reccbm.device`).
 """
 
 from __future__ import annotations

@@ -432,6 +432,8 @@ def _run_cells(plan: CurvePlan, root: Path, progress: ProgressFn | None, jobs: i
         todo = [c for c in plan.cells if c.variant != POINTS and not (cells_dir / f"{c.name}.json").is_file()
                 and not (c.size == ALL and c.repeat == 0 and c.variant in plan.full_dirs
                          and stand_ins.get((c.fold, c.variant)) is not None)]
+        for c in todo:
+            shutil.rmtree(work_dir / c.name, ignore_errors=True)  # a cell killed half-way left its run directory behind
         pretrained = run_in_workers(train_model, [(c.name, _cell_train_args(plan, c, root)) for c in todo], jobs,
                                     per_cell, "cells in workers")
     for done, cell in enumerate(plan.cells):
@@ -524,7 +526,9 @@ def _train_cell(plan: CurvePlan, cell: Cell, root: Path, progress: ProgressFn | 
             res, worker_seconds = pretrained
             t0 -= worker_seconds
         else:
-            res = train_model(**_cell_train_args(plan, cell, root), progress=progress)
+            call = _cell_train_args(plan, cell, root)
+            first = [call.pop(k) for k in ("rubric", "table", "split", "run_dir")]  # positional, as always
+            res = train_model(*first, **call, progress=progress)
         encoder = (res.metrics.get("encoder") or {}).get("used", "train")
         test_m = res.metrics["seeds"][0]["test"]
         pred = pd.read_csv(run_dir / "test_predictions.csv", dtype={"id": str})

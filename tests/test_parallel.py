@@ -81,3 +81,22 @@ def test_jobs_without_folds_is_refused_before_training(tmp_path: Path, backbone:
                                    "--jobs", "2", "--out", str(tmp_path / "run")])
     assert res.exit_code == 1 and "--jobs 2 trains folds in parallel" in res.output
     assert not (tmp_path / "run").exists()
+
+
+def test_curve_cells_in_two_workers_are_the_serial_cells(tmp_path: Path, backbone: str) -> None:
+    """learning_curve with jobs=2: every cell's metrics and test predictions are the serial cell's."""
+    from rubrictool.curve import learning_curve
+
+    df = mohler_like_table(48)
+    kw: dict[str, Any] = {"sizes": [16, "all"], "variants": ["reccbm"], "repeats": 1, "folds": 2, "fold_ids": [0],
+                          "plot": False, "overrides": _overrides(backbone)}
+    learning_curve("mohler", df, tmp_path / "serial", **kw)
+    events: list[Any] = []
+    learning_curve("mohler", df, tmp_path / "jobs2", jobs=2, progress=events.append, **kw)
+    cells = sorted((tmp_path / "serial" / "cells").glob("*.json"))
+    assert len(cells) == 2
+    for cell in cells:
+        a, b = (json.loads((tmp_path / d / "cells" / cell.name).read_text()) for d in ("serial", "jobs2"))
+        a.pop("train_seconds"), b.pop("train_seconds")
+        assert _same(a, b), cell.name
+    assert any(e.task == "cells in workers" and e.done == 2 for e in events)

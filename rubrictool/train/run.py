@@ -136,7 +136,8 @@ def _one_seed(
     if fitted.crossfit_parts is None:
         del info["crossfit_parts"], info["crossfit_steps"]
     pad = tokenizer.pad_token_id
-    preds = reccbm.predict(model, sets["test"], pad, recipe.stage1.eval_batch_size)
+    preds = reccbm.predict(model, sets["test"], pad, recipe.stage1.eval_batch_size, device=recipe.stage1.device,
+                           precision=recipe.stage1.mixed_precision)
     test = sets["test"]
     assert test.grades is not None
     m = reccbm.grade_metrics(test.grades, preds.grades)
