@@ -144,7 +144,11 @@ def run_train(
 def run_writer(run: Path) -> contextlib.AbstractContextManager[Path]:
     """``<run>.lock`` (rubrictool.locks), after a probe that the run's folder can be written: a read-only folder or a
     full disk is one line before any training, and a second ``train`` on the same --out stops at once, naming the
-    first."""
+    first. Under ``accelerate launch`` only the main process writes the run, so only it takes the lock."""
+    from accelerate import PartialState
+
+    if not PartialState().is_main_process:
+        return contextlib.nullcontext(run)
     kept = f"{run} is as it was" if run.exists() else f"nothing was written to {run}"
     try:
         run.parent.mkdir(parents=True, exist_ok=True)

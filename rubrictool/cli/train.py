@@ -256,7 +256,8 @@ def grade_cmd(
     run: RunOpt,
     out: OutOpt = Path("graded.csv"),
     batch_size: Annotated[int, typer.Option("--batch-size", help="Items per forward pass.")] = 64,
-    int8: Annotated[bool, typer.Option("--int8", help="Int8 CPU inference: faster, numbers shift slightly.")] = False,
+    int8: Annotated[bool, typer.Option("--int8", help="Int8 CPU inference: faster; changes about 1 grade in 10 (torch) "
+                                       "or 20 (onnx): docs/runs.md.")] = False,
     engine: Annotated[str, typer.Option(
         "--engine", help="Encoder runtime: torch, or onnx (ONNX Runtime; exported once, cached in RUN/onnx).",
     )] = "torch",
