@@ -296,7 +296,7 @@ def test_cli_fit_points_reports_cross_validated_figures_and_marks_in_sample(tmp_
     text = " ".join(res.output.split())
     assert "grades the table can give: all of 0..5" in text or "no concept profile earns grade" in text
     assert "no concept profile earns grades 0, 1" not in text
-    assert re.search(r"in-sample \(on the 48 answers it was fitted to\): T-Acc [\d.]+, QWK", text)
+    assert re.search(r"in-sample \(on the 48 answers it was fitted to, not a measure of new answers\): T-Acc [\d.]+, QWK", text)
     m = re.search(r"cross-validated \(5 folds.*?\): T-Acc ([\d.]+) \[([\d.]+), ([\d.]+)\], QWK (-?[\d.]+) \[", text)
     assert m and float(m.group(2)) <= float(m.group(1)) <= float(m.group(3))
     assert "majority class (always grade 3): T-Acc 0.312, QWK 0.000" in text

@@ -116,3 +116,25 @@ def test_grades_join_back_and_explain_reads_the_graded_answer(tmp_path: Path, ti
     # without --data the id is not the run's: said so, with the fix
     res = runner.invoke(app, ["explain", "--run", str(tiny_run), wanted])
     assert res.exit_code == 1 and "--data" in res.output
+
+
+def test_a_resit_is_checked_against_the_courses_earlier_tables(tmp_path: Path) -> None:
+    """A student who answers the same question again next term would get the same made id: --against an earlier table
+    refuses that, nothing written, and --id-prefix gives the file ids of its own."""
+    write_quiz_xlsx(tmp_path / "fall.xlsx")
+    _import(tmp_path / "fall.xlsx", tmp_path / "items.csv")
+    resit = quiz_marks(graded=False).head(4).assign(Answer="a new attempt at it")  # s101 again, same questions
+    write_quiz_xlsx(tmp_path / "resit.xlsx", resit)
+    out = tmp_path / "new.csv"
+    res = runner.invoke(app, ["data", "import", str(tmp_path / "resit.xlsx"), "--ungraded", "--against",
+                              str(tmp_path / "items.csv"), "--out", str(out)])
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 1 and not out.exists()
+    assert "4 id(s) already name another answer in" in flat and "'q1/s101'" in flat and "--id-prefix" in flat
+    text = _import(tmp_path / "resit.xlsx", out, "--ungraded", "--against", str(tmp_path / "items.csv"),
+                   "--id-prefix", "spring26/")
+    assert "made ids spring26/<question>/<student>" in text
+    new = read_items(out)
+    assert new["id"].tolist()[0] == "spring26/q1/s101" and not set(new["id"]) & set(read_items(tmp_path / "items.csv")["id"])
+    # the same answers imported again are no clash
+    _import(tmp_path / "fall.xlsx", tmp_path / "again.csv", "--against", str(tmp_path / "items.csv"))

@@ -175,9 +175,12 @@ def _import(c: Course, argv: list[str]) -> None:
     src = c.spring if "chem110-spring.xlsx" in argv else c.marks
     assert len(items) == len(src) and items["id"].is_unique
     assert items["question"].nunique() == 4 and set(items["response"]) == set(src["Answer"])
+    assert list(items["student"]) == list(src["Student ID"])  # the student ids kept
+    assert all(i.endswith(f"/{s}") for i, s in zip(items["id"], items["student"]))  # ids: <question>/<student>
     if "grade" in items.columns and items["grade"].notna().any():
         assert sorted(items["grade"]) == sorted(src["Mark (0-10)"])
-        assert list(items["source_id"]) == list(src["Student ID"])  # the student ids kept
+    else:  # next term's answers: none of their ids is an id of this term's table
+        assert not set(items["id"]) & set(read_items(c.root / "items.csv")["id"])
 
 
 def _rubric_new(c: Course, argv: list[str]) -> None:
@@ -251,6 +254,8 @@ def _grade(c: Course, argv: list[str]) -> None:
     graded = pd.read_csv(c.root / "graded.csv")
     assert len(graded) == len(c.spring) and graded["grade"].between(0, 10).all()
     assert "flags" in graded.columns and all(f"{k}_level" in graded.columns for k in CHEMLAB_KEYS)
+    assert list(graded.columns[:4]) == ["id", "question", "student", "response"]  # grades join back
+    assert list(graded["response"]) == list(c.spring["Answer"]) and list(graded["student"]) == list(c.spring["Student ID"])
 
 
 def _explain(c: Course, argv: list[str]) -> None:

@@ -230,6 +230,9 @@ def data_import(
     round_grades: Annotated[
         bool, typer.Option("--round-grades", help="Round grades that are not whole numbers half up (2.5 -> 3).")
     ] = False,
+    against: Annotated[list[Path] | None, typer.Option("--against", help=(
+        "An earlier item table of the course (repeatable): refuse ids it gives to another answer."))] = None,
+    id_prefix: Annotated[str | None, typer.Option("--id-prefix", help="Put this before every made id, e.g. spring26/.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what the import finds; write nothing.")] = False,
 ) -> None:
     """Import a course's own answer file (its own headers) as an item table every later stage reads.
@@ -245,15 +248,15 @@ def data_import(
 
     Example: rubrictool data import science.xlsx --out items.csv --columns response=answer,grade=correct
 
-    Example: rubrictool data import next-term.xlsx --ungraded --keep-empty --out new-answers.csv
+    Example: rubrictool data import next-term.xlsx --ungraded --keep-empty --against items.csv --out new-answers.csv
     """
-    from rubrictool.data.importer import grade_problem, read_course_file, write_course_items
+    from rubrictool.data.importer import check_against, grade_problem, read_course_file, write_course_items
     from rubrictool.outputs import check_output, has_columns, writable_parent
 
     if not dry_run:  # before reading: an output that would replace the answers, or that cannot be written
         check_output(out, [file], "file", own=has_columns("id", "response"), what="an item table")
         writable_parent(out)
-    imported = read_course_file(file, columns, sheet, grade_scale, round_grades)
+    imported = read_course_file(file, columns, sheet, grade_scale, round_grades, id_prefix)
     for line in _import_lines(imported.report):
         console.print(shown(line), soft_wrap=True, highlight=False)
     if dry_run:
@@ -263,6 +266,8 @@ def data_import(
                               highlight=False)
         console.print("dry run: nothing written", highlight=False)
         return
+    if against:
+        check_against(imported, list(against))
     path = write_course_items(imported, out, drop_empty, keep_empty, ungraded)
     kept = imported.report.empty_responses if keep_empty else []
     left = f" ({len(imported.report.empty_responses)} empty response(s) left out)" if imported.report.dropped_empty else ""

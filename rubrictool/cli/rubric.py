@@ -274,8 +274,8 @@ def rubric_fit_points(
                           soft_wrap=True, highlight=False)
     fit_line = f"R² {f.r2:.3f} over {f.n} {'answers' if data else 'concept profiles'}"
     if f.t_acc is not None and f.qwk is not None:
-        fit_line += (f"; in-sample (on the {f.n} answers it was fitted to): T-Acc {f.t_acc:.3f}, QWK {f.qwk:.3f}: "
-                     "better than it will do on new answers")
+        fit_line += (f"; in-sample (on the {f.n} answers it was fitted to, not a measure of new answers): "
+                     f"T-Acc {f.t_acc:.3f}, QWK {f.qwk:.3f}")
     console.print(fit_line, soft_wrap=True, highlight=False)
     if f.cv is not None:
         cv, ci, maj, vs = f.cv, f.cv["ci"], f.cv["majority"], f.cv["vs_majority"]

@@ -32,6 +32,7 @@ __all__ = [
     "MAPPED_COLUMNS",
     "ImportReport",
     "ImportedItems",
+    "check_against",
     "grade_problem",
     "header_scale",
     "import_items",
@@ -379,6 +380,7 @@ def read_course_file(
     sheet: str | None = None,
     grade_scale: float | None = None,
     round_grades: bool = False,
+    id_prefix: str | None = None,
 ) -> ImportedItems:
     """Read a course's answer file into an ItemTable plus a report of what was found; writes nothing.
 
@@ -389,7 +391,7 @@ def read_course_file(
     same answer in every import of the course and never another's (:func:`_made_ids`: ``q1/s101``), the file's ids
     kept as ``source_id``. Grades are multiplied by ``grade_scale`` and rounded half up with ``round_grades``
     (half marks the trainer cannot use). Empty responses stay in the table and are listed in the report
-    (:func:`write_course_items` refuses, drops or keeps them).
+    (:func:`write_course_items` refuses, drops or keeps them). ``id_prefix`` goes before every made id (``spring26/``).
     """
     p = Path(path)
     fmt = IMPORT_FORMATS.get(p.suffix.lower())
@@ -457,6 +459,8 @@ def read_course_file(
         else:
             report.ids = "made"
         made, report.id_rule = _made_ids(items, student)
+        if id_prefix:
+            made, report.id_rule = id_prefix + made, f"{id_prefix}{report.id_rule}"
         items.insert(0, "id", made)
         if file_ids is not None:
             items["source_id"] = file_ids
@@ -522,6 +526,24 @@ def grade_problem(report: ImportReport, ungraded: bool = False) -> tuple[str, st
                 f"({g['first_fractional']}); the trainer needs whole-number grades"),
                 fix + "or --round-grades to round them half up, or map another column with --columns grade=HEADER")
     return None
+
+
+def check_against(imported: ImportedItems, earlier: list[str | Path]) -> None:
+    """Refuse ids that one of the course's ``earlier`` item tables gives to another answer (another response text):
+    e.g. a student who answers the same question again in a later term. Names the first such id and the fix."""
+    resp = dict(zip(imported.items["id"].astype(str), imported.items["response"].fillna("").astype(str)))
+    for path in earlier:
+        old = read_table(path)
+        if not {"id", "response"} <= set(old.columns):
+            raise DataError(f"--against {path}: not an item table (it needs id and response columns)")
+        norm = " ".join
+        clash = [(i, r) for i, r in zip(old["id"].astype(str), old["response"].fillna("").astype(str))
+                 if i in resp and norm(resp[i].split()) != norm(r.split())]
+        if clash:
+            raise DataError(
+                f"{imported.report.source}: {len(clash)} id(s) already name another answer in {path}, e.g. "
+                f"{clash[0][0]!r}; nothing written",
+                hint="pass --id-prefix TERM/ (e.g. --id-prefix spring26/) so this file's ids are its own")
 
 
 def write_course_items(imported: ImportedItems, out: str | Path, drop_empty: bool = False, keep_empty: bool = False,

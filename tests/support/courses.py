@@ -103,7 +103,8 @@ def chemlab_levels_of(response: str) -> dict[str, int]:
 
 def chemlab_marks(students: int = 18, seed: int = 0) -> pd.DataFrame:
     """The course's marks sheet: every student answers the four lab questions (``students`` × 4 rows) under the
-    tutor's headers (CHEMLAB_HEADERS). Student ids repeat across questions, as in a real gradebook. The mark
+    tutor's headers (CHEMLAB_HEADERS). Student ids repeat across questions, as in a real gradebook; another ``seed`` is
+    another cohort, with its own student ids (s001… for seed 0, s101… for seed 1). The mark
     (0..10) follows the concept levels the wording carries, ±1 for the tutor's own judgement on 2 answers in 5."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -116,7 +117,7 @@ def chemlab_marks(students: int = 18, seed: int = 0) -> pd.DataFrame:
             answer = f"{opener} {answer}" if opener else answer[0].upper() + answer[1:]
             total = sum(levels.values())  # 3..9
             mark = int(np.clip(round((total - 3) / 6 * 10) + int(rng.choice([-1, 0, 0, 0, 1])), 0, 10))
-            rows.append({"Student ID": f"s{s + 1:02d}", "Lab question": question, "Answer": answer,
+            rows.append({"Student ID": f"s{100 * seed + s + 1:03d}", "Lab question": question, "Answer": answer,
                          "Model answer": reference, "Mark (0-10)": mark,
                          "Tutor comment": "see me" if mark < 4 else ""})
     return pd.DataFrame(rows, columns=CHEMLAB_HEADERS)
