@@ -143,9 +143,10 @@ def folds_verdict(r: FoldsReport, grades: list[int], predicted: list[int]) -> li
                    "nothing.")
     elif constant:
         which = _names([f"{f['fold']} (grade {f['top_grade']})" for f in constant])
-        out.append(f"In fold{'s' if len(constant) > 1 else ''} {which} the model gives every test answer one grade: "
-                   f"{'those folds' if len(constant) > 1 else 'that fold'}' model grades nothing, and the pooled "
-                   "numbers mix it with the others.")
+        many = len(constant) > 1
+        out.append(f"In fold{'s' if many else ''} {which} the model gives every test answer one grade: "
+                   f"{'those folds’ models grade' if many else 'that fold’s model grades'} nothing, and the pooled "
+                   f"numbers mix {'them' if many else 'it'} with the others.")
     never = [g for g in grades if g not in set(predicted)]
     if never and len(predicted) > 1:
         out.append(f"The model never gives grade{'s' if len(never) > 1 else ''} {_names(never)} to any of the {r.n} "

@@ -233,14 +233,23 @@ def _curve_lines(c: dict[str, Any]) -> list[str]:
     lo, hi, full = c.get("lower"), c.get("upper"), c.get("full")
     own = c.get("own") or f"this run has QWK {c['run_qwk']:.3f} and T-Acc {c['run_t_acc']:.3f} on its own test split."
     who = c.get("subject") or "This run"  # a k-fold page: "Each fold"
+    them, are, beats = ("the folds", "are", "do not beat") if c.get("subject") else ("this run", "is", "does not beat")
+
+    def sd(pt: dict[str, Any] | None, m: str) -> str:  # the spread over the size's folds × repeats, when measured
+        return f" ± {pt[m + '_sd']:.3f}" if pt and pt.get(m + "_sd") is not None else ""
     route = c["variant"]
     if c["variant"] == "points" and c.get("run_variant", "points") != "points":
         route = "the points route: a points table fitted to that many graded answers, grading the concept levels"
     if c["within"]:
-        where = (f"interpolated between {lo['n_train']:.0f} and {hi['n_train']:.0f} answers" if lo and hi
-                 and lo["n_train"] != hi["n_train"] else "at a measured size")
+        if lo and hi and lo["n_train"] != hi["n_train"]:
+            where = (f"interpolated between {lo['n_train']:.0f} and {hi['n_train']:.0f} answers, whose QWK is "
+                     f"{lo['qwk']:.3f}{sd(lo, 'qwk')} and {hi['qwk']:.3f}{sd(hi, 'qwk')}, ± 1 s.d. over folds × repeats")
+            qwk, t_acc = f"{c['qwk']:.3f}", f"{c['t_acc']:.3f}"
+        else:
+            where = "at a measured size; ± 1 s.d. over folds × repeats"
+            qwk, t_acc = f"{c['qwk']:.3f}{sd(lo or hi, 'qwk')}", f"{c['t_acc']:.3f}{sd(lo or hi, 't_acc')}"
         out = [(f"{who} trained on {c['n_train']:.0f} labelled answers (train + dev). On the curve ({route}), "
-                f"that many answers give QWK {c['qwk']:.3f} and T-Acc {c['t_acc']:.3f} ({where}); {own}")]
+                f"that many answers give QWK {qwk} and T-Acc {t_acc} ({where}); {own}")]
     else:  # outside the measured sizes the curve cannot say where the run sits: say so, give the nearest size
         near, side = (lo, "largest") if lo else (hi, "smallest")
         assert near is not None
@@ -252,18 +261,21 @@ def _curve_lines(c: dict[str, Any]) -> list[str]:
         else:
             fix = f"Add a size of {max(10, int(c['n_train']))} or fewer answers to the curve to place the run on it."
         out = [(f"{who} trained on {c['n_train']:.0f} labelled answers (train + dev), outside the curve's sizes: its "
-                f"{side} size, {near['n_train']:.0f} answers, gives QWK {near['qwk']:.3f} and T-Acc {near['t_acc']:.3f} "
-                f"({route}); {own} {fix}")]
-    if full:
-        out.append(f"With all {full['n_train']:.0f} answers of the curve's folds: QWK {full['qwk']:.3f}, "
-                   f"T-Acc {full['t_acc']:.3f}.")
+                f"{side} size, {near['n_train']:.0f} answers, gives QWK {near['qwk']:.3f}{sd(near, 'qwk')} and T-Acc "
+                f"{near['t_acc']:.3f}{sd(near, 't_acc')} ({route}; ± 1 s.d. over folds × repeats); {own} {fix}")]
     reach, reading = c.get("reach_90"), c.get("reading") or {}
+    if full:
+        majority = (reading.get("full") or {}).get("majority_t_acc")
+        out.append(f"With all {full['n_train']:.0f} answers of the curve's folds: QWK {full['qwk']:.3f}{sd(full, 'qwk')}, "
+                   f"T-Acc {full['t_acc']:.3f}{sd(full, 't_acc')}"
+                   + (f" (the majority class's T-Acc there: {majority:.3f}; its QWK is 0)." if majority is not None
+                      else "."))
     if reach:
         more = reach["n_estimate"] > c["n_train"]
         tail = (": grading more answers by hand should still help." if more else
-                f": {who.lower()} is past it, more labels bring little." if c.get("run_beats_majority", True) else
-                f", but {who.lower()} does not beat the majority class (see the verdict): its number of answers is "
-                "not what holds it back.")
+                f": {them} {are} past it, more labels bring little." if c.get("run_beats_majority", True) else
+                f", but {them} {beats} the majority class (see the verdict): the number of answers is not what "
+                "holds it back.")
         out.append(f"90 % of the full-data QWK ({reach['target']:.3f}) is reached at about {reach['n_estimate']} "
                    "answers, above the majority class" + tail)
     elif reading.get("sentence"):
