@@ -234,7 +234,7 @@ def _quiz_book(tmp_path: Path, scores: list[object] | None = None, drop_scores: 
 
     marks = quiz_marks()
     if scores is not None:
-        marks["Score (0-5)"] = (scores * len(marks))[: len(marks)]
+        marks["Score (0-5)"] = pd.Series((scores * len(marks))[: len(marks)], index=marks.index, dtype=object)
     if drop_scores:
         marks = marks.drop(columns="Score (0-5)")
     write_quiz_xlsx(tmp_path / "quiz.xlsx", marks)
