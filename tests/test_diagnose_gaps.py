@@ -171,8 +171,9 @@ def test_the_report_page_shows_the_ceiling_and_every_pair() -> None:
     """The run report renders the same ceiling and pairs (HTML and Markdown), answers escaped."""
     import html
 
+    from rubrictool.report import render_markdown
     from rubrictool.report.diagnose import diagnose
-    from rubrictool.report.page import Report, render_html, render_markdown
+    from rubrictool.report.page import Report, render_html
 
     rb = parse_rubric(RUBRIC)
     diag = diagnose(rb, course_table())

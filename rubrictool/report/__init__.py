@@ -2,7 +2,7 @@
 and run the component ablation.
 
 explain.py (decision traces, overrides) · intervene.py (intervention curves) · page.py (the report: data,
-HTML, Markdown) · figures.py (matplotlib PNGs) · diagnose.py (rubric diagnostics) · ablate.py (ablation) ·
+HTML), markdown.py (report.md) · figures.py (matplotlib PNGs) · diagnose.py (rubric diagnostics) · ablate.py (ablation) ·
 run.py (opening a run and its table) · scores.py (machine–human agreement figures).
 The library returns data and writes files; only the CLI prints.
 """
@@ -12,12 +12,12 @@ from __future__ import annotations
 from rubrictool.report.diagnose import Diagnosis, diagnose, diagnose_dir, diagnose_run
 from rubrictool.report.explain import ConceptRow, ItemTrace, explain_items, traces_frame
 from rubrictool.report.intervene import intervention_curves
+from rubrictool.report.markdown import render_markdown
 from rubrictool.report.page import (
     Report,
     build_report,
     render_explain_html,
     render_html,
-    render_markdown,
     write_report,
 )
 from rubrictool.report.run import Run, open_run, parse_overrides, split_rows, table_rows

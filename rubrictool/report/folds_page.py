@@ -181,7 +181,7 @@ def folds_verdict(r: FoldsReport, grades: list[int], predicted: list[int]) -> li
 def _curve(r: FoldsReport, curve: str | Path, pooled: pd.DataFrame, summary: dict[str, Any]) -> None:
     """Where the folds' labelled answers (each fold's training part: the answers outside it) sit on a learning curve
     of the folds' variant (or of the points route, on a points-only curve), beside the pooled numbers."""
-    from rubrictool.report.page import _curve_lines, curve_position
+    from rubrictool.report.page import curve_lines, curve_position
 
     n_train = float(np.mean([len(pooled) - int((pooled["fold"] == f).sum()) for f in pooled["fold"].unique()]))
     variant = str(summary.get("variant"))
@@ -197,7 +197,7 @@ def _curve(r: FoldsReport, curve: str | Path, pooled: pd.DataFrame, summary: dic
     c = pos | {"run_qwk": q["value"], "run_t_acc": a["value"], "run_beats_majority": beats, "run_variant": variant,
                "subject": "Each fold", "own": (f"the pooled folds have QWK {_ci(q)} and T-Acc {_ci(a)} over the "
                                                f"{r.n} answers.")}
-    r.curve = c | {"lines": _curve_lines(c)}
+    r.curve = c | {"lines": curve_lines(c)}
 
 
 def render_folds_markdown(r: FoldsReport) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,16 +28,17 @@ from rubrictool.errors import DataError
 from rubrictool.io import writable_dir
 from rubrictool.kfold import fold_context
 from rubrictool.report import figures
-from rubrictool.report.diagnose import Diagnosis, ceiling_markdown, diagnose, pairs_frame
+from rubrictool.report.diagnose import Diagnosis, diagnose, pairs_frame
 from rubrictool.report.explain import SYMBOLS, ItemTrace, explain_items
 from rubrictool.report.honest import calibration_png, implied_noise_png, verdict
 from rubrictool.report.intervene import intervention_curves
 from rubrictool.report.run import Run, bundled_labels, git_revision, predict_with_attention, split_rows
 from rubrictool.report.scores import pair_agreement, smd
 from rubrictool.runs import describe_labels
-from rubrictool.textsafe import md_inline, md_quote, strip_controls
+from rubrictool.textsafe import strip_controls
 
-__all__ = ["NEAR_ZERO", "Report", "build_report", "render_explain_html", "render_html", "render_markdown", "trace_file",
+__all__ = ["GRADE_METRICS", "NEAR_ZERO", "Report", "build_report", "curve_lines", "render_explain_html", "render_html",
+           "trace_file",
            "trace_png", "write_explain", "write_report"]
 
 NEAR_ZERO = 0.1  # |r| below this counts as a near-zero correlation (the paper's appendix threshold)
@@ -226,7 +226,7 @@ def curve_position(curve: str | Path, n_train: float, variant: str, unavailable:
         return None
 
 
-def _curve_lines(c: dict[str, Any]) -> list[str]:
+def curve_lines(c: dict[str, Any]) -> list[str]:
     """The learning-curve section in words (the same sentences on the HTML page and in Markdown). Only advice that can
     be followed: no "add all" when all is on the curve, no "past the 90 % point" for a run that grades no better
     than the majority class, no 90 % point for a curve that does not beat the majority class."""
@@ -508,147 +508,12 @@ def render_html(r: Report) -> str:
              if r.diagnosis is not None else pd.DataFrame())
     return str(_env().get_template("report.html.j2").render(r=r, metric_names=GRADE_METRICS, traces=views,
                                                             near_zero=NEAR_ZERO, pairs=pairs,
-                                                            curve_lines=_curve_lines(r.curve) if r.curve else []))
+                                                            curve_lines=curve_lines(r.curve) if r.curve else []))
 
 
 def render_explain_html(traces: list[ItemTrace], run_name: str, images: dict[str, bytes]) -> str:
     views = [_trace_view(t, images[trace_file(t.id)]) for t in traces]
     return str(_env().get_template("explain.html.j2").render(traces=views, run=run_name, symbols=SYMBOLS))
-
-
-def _md_table(df: pd.DataFrame, cols: list[tuple[str, str]]) -> list[str]:
-    def cell(v: Any) -> str:
-        if isinstance(v, (float, np.floating)):
-            return "—" if np.isnan(v) else f"{v:.3f}"
-        return "—" if v is None else md_inline(v)
-
-    lines = ["| " + " | ".join(n for _, n in cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(cell(row.get(c)) for c, _ in cols) + " |" for row in df.to_dict("records")]
-    return lines
-
-
-def _spans(ci: dict[str, float] | None) -> str:
-    from rubrictool.evaluate import why_inconclusive
-
-    why = why_inconclusive(ci) if ci else None
-    return f". Inconclusive: {why}" if why else ""
-
-
-def _ci_words(ci: dict[str, float]) -> str:
-    """``95 % bootstrap CI over N concepts [lo, hi]``, or only ``over N concepts`` when N is too few for one."""
-    from rubrictool.evaluate import FEW_CONCEPTS
-
-    if ci["n"] <= FEW_CONCEPTS:
-        return f"over {ci['n']} concepts: no CI"
-    return f"95 % bootstrap CI over {ci['n']} concepts [{ci['lo']:.3f}, {ci['hi']:.3f}]"
-
-
-def render_markdown(r: Report) -> str:
-    """The report as Markdown (figures referenced as the PNG files written beside it). Text that comes from
-    the data (ids, answers, names, notes) is escaped (:mod:`rubrictool.textsafe`): no HTML, no markup."""
-    L = [f"# {md_inline(r.title)}", "", f"Test split: {r.n_test} answers. Numbers from {md_inline(r.metrics_source)}.", ""]
-    if r.verdict:
-        L += ["## Verdict", ""] + [f"- {md_inline(v)}" for v in r.verdict] + [""]
-    for w in r.warnings:
-        L += [f"**Warning:** {md_inline(w['message'])}", ""]
-    L += [md_quote(n) for n in r.notes] + [""] if r.notes else []
-    ci = r.honest.get("ci") or {}
-
-    def val(k: str) -> str:
-        v = r.metrics.get(k, np.nan)
-        out = "—" if np.isnan(v) else format(v, ".3f")
-        if k in ci and not np.isnan(ci[k]["lo"]):
-            out += f" [{ci[k]['lo']:.3f}, {ci[k]['hi']:.3f}]"
-        return out
-
-    L += ["## Grade metrics", "", "| metric | value [95 % bootstrap CI] |", "|---|---|"]
-    L += [f"| {name} | {val(k)} |" for k, name in GRADE_METRICS if k in r.metrics]
-    if r.honest.get("majority"):
-        L += [(f"| majority class (always grade {r.honest['majority']['grade']}): T-Acc | "
-              f"{r.honest['majority']['t_acc']:.3f} |")]
-    for key, what in (("gold_levels", "the adjudicated levels"), ("predicted_levels", "the model's predicted levels")):
-        if key in r.points:
-            L += [f"| points grader on {what}: T-Acc / QWK | {r.points[key]['t_acc']:.3f} / {r.points[key]['qwk']:.3f} |"]
-    if r.points.get("source"):
-        L += [f"| points | {md_inline(r.points['source'])} |"]
-    if r.calibration:
-        L += [f"| ECE ({r.calibration['ece_bins']}) | {r.calibration['ece']:.3f} |",
-              f"| NLL of the grade probabilities | {r.calibration['nll']:.3f} |"]
-    L += ["", "![confusion matrix](confusion.png)"]
-    if "calibration.png" in r.images:
-        L += ["", "![calibration: reliability diagram of grade_prob](calibration.png)"]
-    if r.curve:
-        L += ["", "## On the learning curve", "", *(md_inline(x) for x in _curve_lines(r.curve)),
-              "", f"Curve: {md_inline(r.curve['curve'])}"]
-    L += ["", "## Machine–human and human–human agreement", ""]
-    L += _md_table(r.agreement, [("pair", "pair"), ("n", "n"), ("qwk", "QWK"), ("pearson", "Pearson r"),
-                                 ("smd", "SMD"), ("exact", "exact")]
-                   + ([("adjacent", "adjacent")] if "adjacent" in r.agreement else []))
-    if len(r.concepts):
-        L += ["", "## Concepts", ""]
-        cols = [("concept", "concept"), ("c_acc", "C-Acc"), ("c_f1", "C-F1"), ("alpha", "α"), ("alpha_lo", "α lo"),
-                ("alpha_hi", "α hi"), ("sigma2", "σ²"), ("A_kk", "A_kk")]
-        if "sigma2_implied" in r.concepts:
-            cols += [("sigma2_implied", "σ²(implied)"), ("score_sigma2", "σ̂² (test)")]
-        L += _md_table(r.concepts, cols + ([("test_reliability", "test reliability")]
-                                           if "test_reliability" in r.concepts else []))
-        sci, share = r.spearman_ci, r.noise_share
-        L += ["", f"Spearman ρ(σ², 1 − α) = {'—' if r.spearman is None else format(r.spearman, '.3f')}"
-              + (f" ({_ci_words(sci)})" if sci else "")
-              + _spans(sci)]
-        for key, what in (("implied_vs_measured", "ρ(σ²(implied), σ̂²)"),
-                          ("implied_vs_1_minus_alpha", "ρ(σ²(implied), 1 − α)")):
-            c = r.implied.get(key)
-            if c:
-                L += ["", f"Spearman {what} = {c['rho']:.3f} ({_ci_words(c)})" + _spans(c)]
-        if r.implied:
-            L += ["", ("σ²(implied) = v_k (1 − A_kk) / A_kk (v_k = var(c_k/M) over the training labels) is the noise "
-                      "LCEC's shrinkage implies under a diagonal prior; the learned σ² is identified only together "
-                      "with Ω. σ̂² = var(s̃ − c/M) is the noise measured on the test answers.")]
-        if share:
-            L += ["", (f"Spearman ρ(1 − test reliability, 1 − α) = {share['rho']:.3f} ({_ci_words(share)})"
-                       f"{_spans(share)}: test reliability "
-                       "is the share of each concept score's variance that is signal on the test answers "
-                       "(docs/training.md)")]
-    for name, title in (("reliability.png", "reliability"), ("implied_noise.png", "implied vs measured noise"),
-                        ("lcec_heatmaps.png", "LCEC correlations"),
-                        ("intervention.png", "interventions")):
-        if name in r.images:
-            L += ["", f"![{title}]({name})"]
-    if r.lcec:
-        L += ["", f"Near-zero (|r| < {NEAR_ZERO}) off-diagonal share: labels {r.lcec.get('label_near_zero', 0):.0%}"
-              + (f", learned partial correlations {r.lcec['partial_near_zero']:.0%}" if "partial_near_zero" in r.lcec
-                 else "")
-              + ("; strongest learned links: " + ", ".join(f"{a}–{b} ({v:+.2f})" for a, b, v in r.lcec["links"])
-                 if r.lcec.get("links") else "")]
-        if r.lcec.get("inert"):
-            L += ["", (f"**LCEC is inert in this run:** {r.lcec['reason']}. Its learned links are not listed and the "
-                      "rubric diagnostics do not use them.")]
-    for t in r.traces:
-        L += ["", f"### Decision trace {md_inline(t.id)}: grade {t.grade} (p = {t.grade_prob:.2f}), gold {t.gold_grade}",
-              "", md_quote(t.response), "", f"![trace]({trace_file(t.id)})"]
-        if t.why():
-            L += ["", md_inline(t.why())]
-    if r.diagnosis is not None:
-        L += ["", "## Rubric diagnostics", ""] + [f"- {md_inline(s)}" for s in r.diagnosis.suggestions or ["no suggestion"]]
-        if r.diagnosis.ceiling is not None:
-            L += [""] + [("#" + line) if line.startswith("##") else line
-                         for line in ceiling_markdown(r.diagnosis.ceiling, r.diagnosis.pairs)]
-    if r.unavailable:
-        L += ["", "## Not shown", ""] + [f"- {md_inline(u)}" for u in r.unavailable]
-    p = r.provenance
-    L += ["", "## Provenance", ""] + [f"- {k}: {md_inline(v)}" for k, v in p.items() if k != "config"]
-    config = strip_controls(p["config"]).rstrip()
-    fence = "`" * max([3] + [len(m) + 1 for m in re.findall("`{3,}", config)])  # longer than any run inside
-    L += ["", f"{fence}yaml", config, fence, ""]
-    return "\n".join(L)
-
-
-
-
-def _write_csv(df: pd.DataFrame, path: Path, index: bool = False) -> Path:
-    """``df`` as CSV, atomically (an index only where it carries the row names, e.g. a correlation matrix)."""
-    return atomic_write(path, lambda tmp: df.to_csv(tmp, index=index))
 
 
 def write_explain(traces: list[ItemTrace], out: str | Path, title: str) -> dict[str, Path]:
@@ -686,6 +551,8 @@ def write_report(r: Report, out: str | Path) -> dict[str, Path]:
                               "honest": {k: v for k, v in r.honest.items() if k != "warnings"},
                               "implied_noise": r.implied, "lcec": {k: v for k, v in r.lcec.items() if k != "links"},
                               "learning_curve": r.curve or None}, indent=1, default=float) + "\n"
+    from rubrictool.report.markdown import render_markdown
+
     files += [("report.html", render_html(r).encode("utf-8")), ("report.md", render_markdown(r).encode("utf-8")),
               ("report.json", report_json.encode("utf-8"))]
     for name, data in files:
