@@ -151,7 +151,8 @@ def test_grade_writes_flags_and_training_saves_the_profile(run: Path, tmp_path: 
     res = CliRunner().invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out)])
     assert res.exit_code == 0, res.output
     graded = pd.read_csv(out, keep_default_na=False).set_index("id")
-    assert list(graded.columns[:3]) == ["grade", "grade_prob", "flags"]
+    kept = [c for c in ("question", "student", "response") if c in items.columns]  # grade keeps them beside each grade
+    assert list(graded.columns[:len(kept) + 3]) == [*kept, "grade", "grade_prob", "flags"]
     flags = {str(i): str(f).split(";") for i, f in graded["flags"].items()}
     assert "copies_reference" in flags["copy"]
     assert "truncated" in flags["long"] and "truncated" not in flags["honest"]

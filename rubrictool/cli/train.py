@@ -262,8 +262,7 @@ def grade_cmd(
         "--engine", help="Encoder runtime: torch, or onnx (ONNX Runtime; exported once, cached in RUN/onnx).",
     )] = "torch",
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts for every response, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1).")] = None,
-    device: Annotated[str, typer.Option("--device", help="auto (CUDA if present) or cpu; --int8 and --engine onnx "
-                                        "run on the CPU.")] = "auto",
+    device: DeviceOpt = None,
     verify: VerifyOpt = False,
     keep: Annotated[str | None, typer.Option("--keep", help="Columns of --data copied beside each grade, comma-separated (default: question, student, source_id, response, those present; '' for none).")] = None,
 ) -> None:
@@ -275,6 +274,8 @@ def grade_cmd(
     A flags column names what a teacher should review (copies_reference, copies_question,
     concepts_disagree_with_grade, out_of_distribution, truncated; docs/integrity.md).
 
+    --device auto grades on a GPU when there is one; --int8 and --engine onnx run on the CPU.
+
     Example: rubrictool grade --run runs/mohler-reccbm --data new_answers.csv --out graded.csv
     """
     from rubrictool.grade import grade_file
@@ -284,7 +285,7 @@ def grade_cmd(
         verify_runs_fully()
     with ProgressView(err_console, transient=True) as view:
         graded, path, seconds = grade_file(run, data, out, batch_size, view, int8, engine,
-                                           overrides=",".join(set_) if set_ else None, device=device,
+                                           overrides=",".join(set_) if set_ else None, device=device or "auto",
                                            keep=None if keep is None else [c.strip() for c in keep.split(",") if c.strip()])
     rate = len(graded) / seconds if seconds > 0 else float("inf")
     console.print(f"graded {len(graded)} responses in {seconds:.1f} s ({rate:.0f}/s) -> {path}", soft_wrap=True)
