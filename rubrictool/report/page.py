@@ -210,9 +210,9 @@ def curve_position(curve: str | Path, n_train: float, variant: str, unavailable:
     """:func:`rubrictool.curve.position_on_curve` for ``variant``, or for the points route when the curve has no cells
     of the variant but has points cells (a points-only curve: the small-course route); None, with a line added to
     ``unavailable``, when it has neither or is not a curve."""
-    from rubrictool.report.curve import POINTS, position_on_curve
     from rubrictool.errors import DataError
     from rubrictool.io import read_table
+    from rubrictool.report.curve import POINTS, position_on_curve
 
     try:
         variants = set(read_table(Path(curve))["variant"].astype(str))
