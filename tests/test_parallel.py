@@ -100,3 +100,21 @@ def test_curve_cells_in_two_workers_are_the_serial_cells(tmp_path: Path, backbon
         a.pop("train_seconds"), b.pop("train_seconds")
         assert _same(a, b), cell.name
     assert any(e.task == "cells in workers" and e.done == 2 for e in events)
+
+
+def test_ablation_combinations_in_two_workers_are_the_serial_ones(tmp_path: Path, backbone: str) -> None:
+    """run_ablation with jobs=2: each combination's run is the serial run (its test metrics to the last bit)."""
+    from rubrictool.report.ablate import run_ablation
+
+    data = tmp_path / "adjudicated.csv"
+    mohler_like_table(40).to_csv(data, index=False)
+    kw: dict[str, Any] = {"variants": ["vanilla", "plm"], "data": data, "rubric": "mohler", "backbone": backbone,
+                          "epochs": 1, "max_len": 32, "device": "cpu", "benchmark": None, "split": None, "split_seed": 0,
+                          "config": None, "seeds": 1, "agreement": None, "data_dir": None}
+    serial, _ = run_ablation(tmp_path / "serial", **kw)
+    par, _ = run_ablation(tmp_path / "jobs2", jobs=2, **kw)
+    for name in ("vanilla", "plm"):
+        a, b = (json.loads((tmp_path / d / name / "metrics.json").read_text())["seeds"][0]["test"]
+                for d in ("serial", "jobs2"))
+        assert _same(a, b), name
+    pd.testing.assert_frame_equal(serial, par)
