@@ -108,9 +108,12 @@ def test_ablation_combinations_in_two_workers_are_the_serial_ones(tmp_path: Path
 
     data = tmp_path / "adjudicated.csv"
     mohler_like_table(40).to_csv(data, index=False)
-    kw: dict[str, Any] = {"variants": ["vanilla", "plm"], "data": data, "rubric": "mohler", "backbone": backbone,
-                          "epochs": 1, "max_len": 32, "device": "cpu", "benchmark": None, "split": None, "split_seed": 0,
-                          "config": None, "seeds": 1, "agreement": None, "data_dir": None}
+    from rubrictool.train import TrainOptions
+
+    options = TrainOptions(overrides={"model": {"backbone": backbone, "max_len": 32},
+                                      "stage1": {"epochs": 1, "device": "cpu"}})
+    kw: dict[str, Any] = {"variants": ["vanilla", "plm"], "data": data, "rubric": "mohler", "benchmark": None,
+                          "options": options, "split_seed": 0, "data_dir": None}
     serial, _ = run_ablation(tmp_path / "serial", **kw)
     par, _ = run_ablation(tmp_path / "jobs2", jobs=2, **kw)
     for name in ("vanilla", "plm"):
