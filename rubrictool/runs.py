@@ -14,8 +14,9 @@ completion record ``run.json``::
 
 :func:`open_run` refuses a directory without a record, or whose files do not match it (half-written, mixed, edited,
 other weights of the same size), with one line saying to retrain: by default every file's size, the sha256 of files up
-to 16 MB and a sampled hash of larger ones; inside :func:`full_check` (``--verify``) the sha256 of every file; :class:`Run` gives grade, explain, intervene, report and audit the config, split, metrics, rubric,
-label source and training table, and loads the model only when asked.
+to 16 MB and a sampled hash of larger ones; inside :func:`full_check` (``--verify``) the sha256 of every file.
+:class:`Run` gives grade, explain, intervene, report and audit the config, split, metrics, rubric, label source and
+training table, and loads the model only when asked.
 """
 
 from __future__ import annotations
