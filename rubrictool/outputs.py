@@ -182,8 +182,9 @@ def writable_parent(out: str | Path, *, folder: bool = False, kept: str | None =
         why = exc.strerror or str(exc)
         hint = ("free space (or raise the file-size limit), then run it again"
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+                else "pass --out DIR, a folder you can write" if folder
                 else "pass --out a path in a folder you can write")
-        raise OutputError(f"cannot write {out} into {d} ({why}); nothing was written"
+        raise OutputError(f"cannot write into {d} ({why}); nothing was written"
                           + (f", {kept}" if kept else ""), hint=hint) from None
     return d
 
