@@ -17,7 +17,7 @@ from rubrictool.cli import app
 from rubrictool.curve import CURVE_COLUMNS, plot_curve, position_on_curve
 from rubrictool.curve_reading import default_sizes, read_curve
 from rubrictool.io import write_table
-from rubrictool.report.page import _curve_lines
+from rubrictool.report.page import curve_lines
 from tests.support.stats_course import stats_rubric, stats_table
 from tests.support.toy_course import ecology_rubric, ecology_table
 
@@ -134,19 +134,19 @@ def _position(**kw: object) -> dict[str, object]:
 def test_the_report_gives_only_advice_that_can_be_followed() -> None:
     # a run trained on more answers than the curve's 'all': never "add all", all is on the curve
     beyond = _position(within=False, upper=None, lower={"size": "all", "n_train": 38.0, "qwk": 0.4, "t_acc": 0.5})
-    text = " ".join(_curve_lines(beyond))
+    text = " ".join(curve_lines(beyond))
     assert "Add 'all'" not in text and "Add sizes (e.g. all)" not in text and "beyond" in text
     # a curve without 'all': adding it is advice that can be followed
     short = _position(within=False, upper=None, full=None, reach_90=None,
                       lower={"size": "20", "n_train": 20.0, "qwk": 0.3, "t_acc": 0.4})
-    assert "Add 'all' to the curve's sizes" in " ".join(_curve_lines(short))
+    assert "Add 'all' to the curve's sizes" in " ".join(curve_lines(short))
     # past the 90 % point, but the run grades nothing: no "more labels bring little"
-    constant = " ".join(_curve_lines(_position(run_beats_majority=False)))
+    constant = " ".join(curve_lines(_position(run_beats_majority=False)))
     assert "more labels bring little" not in constant and "does not beat the majority class" in constant
-    assert "more labels bring little" in " ".join(_curve_lines(_position()))
+    assert "more labels bring little" in " ".join(curve_lines(_position()))
     # a curve whose grader does not beat the majority class: its reading, no 90 % point
     below = _position(reach_90=None, reading={"sentence": "reccbm: does not beat the majority class at any size"})
-    text = " ".join(_curve_lines(below))
+    text = " ".join(curve_lines(below))
     assert "90 % of the full-data QWK" not in text and "does not beat the majority class at any size" in text
 
 
@@ -157,7 +157,7 @@ def test_the_report_reads_a_points_only_curve(tmp_path: Path) -> None:
     missing: list[str] = []
     pos = curve_position(path, 100, "reccbm", missing)
     assert pos is not None and not missing and pos["variant"] == "points"
-    lines = " ".join(_curve_lines(pos | {"run_qwk": 0.5, "run_t_acc": 0.6, "run_variant": "reccbm"}))
+    lines = " ".join(curve_lines(pos | {"run_qwk": 0.5, "run_t_acc": 0.6, "run_variant": "reccbm"}))
     assert "the points route" in lines and re.search(r"QWK 0\.500", lines)
     other = write_table(_cells(SHAPES["rising"][0]).assign(variant="plm"), tmp_path / "plm.csv")
     assert curve_position(other, 100, "reccbm", missing) is None and "no cells of variant 'reccbm'" in missing[0]
