@@ -69,6 +69,7 @@ from rubrictool.runs import (
     write_record,
 )
 from rubrictool.tables import validate_adjudicated
+from rubrictool.votes import has_votes, soft_targets
 from rubrictool.textsafe import md_inline, md_quote
 
 __all__ = [
@@ -233,7 +234,8 @@ def _encode(
     feats = model_inputs(tokenizer, df, max_len, truncated)
     c = df[[f"_c_{k}" for k in rubric.keys]].to_numpy(np.int64) if concepts else None
     y = df["_y"].to_numpy(np.int64) if "_y" in df.columns else None
-    return reccbm.EncodedItems(feats, c, y)
+    soft = soft_targets(df, rubric) if concepts and has_votes(df, rubric) else None  # the reviewers' levels, if kept
+    return reccbm.EncodedItems(feats, c, y, soft)
 
 
 @contextmanager
