@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from reccbm.errors import ReccbmError
 
-__all__ = ["AlignFeatures", "N_FEATURES", "segment_masks", "separator_id"]
+__all__ = ["N_FEATURES", "AlignFeatures", "segment_masks", "separator_id"]
 
 COVERAGE_AT = (0.5, 0.7, 0.85)  # cosine thresholds of the soft coverage features
 COVERAGE_WIDTH = 0.05  # width of the sigmoid that makes "r2a above the threshold" differentiable

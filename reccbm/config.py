@@ -127,8 +127,19 @@ class StageIConfig:
     # (1 − w) · one-hot(the adjudicated level) + w · the share of the reviewers who gave each level, w = soft_targets;
     # needs each answer's reviewers' levels (EncodedItems.soft). 0 = the adjudicated level alone (the paper).
     soft_targets: float = 0.0
+    # Supervision across questions (not in the paper; reccbm/contrast.py): weight of the extra loss on inputs built from
+    # each batch, the reference answer given as the answer (top level of the concepts contrast_top) and an answer to
+    # another question (bottom level of contrast_bottom); 0 = off. Concepts by position in the rubric (0-based).
+    contrast: float = 0.0
+    contrast_top: tuple[int, ...] = ()
+    contrast_bottom: tuple[int, ...] = ()
+    contrast_per_batch: int = 2  # at most this many inputs of each kind per batch (each costs an encoder pass)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "contrast_top", tuple(int(k) for k in self.contrast_top))  # a YAML list
+        object.__setattr__(self, "contrast_bottom", tuple(int(k) for k in self.contrast_bottom))
+        if self.contrast < 0 or self.contrast_per_batch < 1:
+            raise ValueError(f"contrast is >= 0 and contrast_per_batch >= 1, got {self.contrast}, {self.contrast_per_batch}")
         _choice("concept loss", self.concept_loss, ("sum", "mean"))
         _choice("encoder", self.encoder, ("train", "frozen", "auto"))
         if self.min_steps < 0:

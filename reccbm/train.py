@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 from torch import Tensor, nn
 
 from reccbm.config import JointConfig, StageIConfig, StageIIConfig
+from reccbm.contrast import contrast_batch, contrast_loss
 from reccbm.data import EncodedItems, collate
 from reccbm.errors import ReccbmError
 from reccbm.metrics import concept_metrics, task_metrics
@@ -429,9 +430,24 @@ def _stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Ten
         total = cfg.lambda_c * _concept_loss(out.concept_logits, batch, cfg)  # Eq. 12
         if cfg.lambda_r > 0:
             total = total + cfg.lambda_r * opcc_loss(out.c_hat, c)  # Eq. 16
+        if cfg.contrast > 0:  # supervision across questions (reccbm/contrast.py)
+            total = total + cfg.contrast * _contrast_term(model, batch, cfg, total)
         return total  # Eq. 27
 
     return loss
+
+
+def _contrast_term(model: RecCBM, batch: dict[str, Tensor], cfg: StageIConfig, like: Tensor) -> Tensor:
+    """The cross-question loss on the inputs :func:`reccbm.contrast.contrast_batch` builds from ``batch``; 0 when none."""
+    unwrapped: RecCBM = getattr(model, "module", model)  # under Accelerate's wrapper (multi-process)
+    K, M = unwrapped.config.num_concepts, unwrapped.config.M
+    # padding is masked, so its id does not matter: 0
+    extra = contrast_batch(batch, M, K, cfg.contrast_top, cfg.contrast_bottom, cfg.contrast_per_batch, 0)
+    if extra is None:
+        return like * 0.0
+    device = batch["input_ids"].device
+    logits, _ = unwrapped.concepts({k: v.to(device) for k, v in extra.items() if k != "contrast"})  # (N, K, M+1)
+    return contrast_loss(logits, extra["contrast"].to(device))
 
 
 def _joint_loss(cfg: StageIConfig, joint: JointConfig, s2: StageIIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:

@@ -69,8 +69,8 @@ from rubrictool.runs import (
     write_record,
 )
 from rubrictool.tables import validate_adjudicated
-from rubrictool.votes import has_votes, soft_targets
 from rubrictool.textsafe import md_inline, md_quote
+from rubrictool.votes import has_votes, soft_targets
 
 __all__ = [
     "CPU_DEFAULTS",

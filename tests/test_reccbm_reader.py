@@ -141,3 +141,40 @@ def test_votes_columns_give_each_answers_level_shares() -> None:
     voted.loc[0, f"votes_{keys[2]}"] = "2 9"
     with pytest.raises(TrainError, match=f"votes_{keys[2]}, row 1: level 9"):
         soft_targets(voted, rb)
+
+
+def test_contrast_inputs_pair_the_reference_and_other_answers_with_their_levels(backbone: str) -> None:
+    from reccbm.contrast import IGNORE, contrast_batch, contrast_loss
+
+    _, tok = tiny_model(backbone)
+    b = _batch(tok, ["what is a stack", "what is a queue", "what is a list"],
+               ["a stack stores elements", "first in first out", "nodes"],
+               ["last in first out", "first in first out order", ""])
+    extra = contrast_batch(b, M=2, K=3, top=(0, 1), bottom=(1,), n_each=2, pad_id=tok.pad_token_id)
+    assert extra is not None
+    words = [tok.decode(r[m.bool()].tolist()) for r, m in zip(extra["input_ids"], extra["attention_mask"])]
+    assert words[0] == "[CLS] what is a stack [SEP] last in first out [SEP] last in first out [SEP]"
+    assert words[2] == "[CLS] what is a stack [SEP] last in first out [SEP] first in first out [SEP]"  # another's answer
+    assert len(words) == 4  # two of each kind: the third input has no reference
+    assert extra["contrast"].tolist() == [[2, 2, IGNORE], [2, 2, IGNORE], [IGNORE, 0, IGNORE], [IGNORE, 0, IGNORE]]
+    types = extra["token_type_ids"][0][extra["attention_mask"][0].bool()].tolist()
+    assert types == [0] * 11 + [1] * 5  # the reference as the answer is the pair's second segment
+    logits = torch.zeros(4, 3, 3)
+    logits[:2, :, 2] = 5.0  # right about the references' top levels, unsure of the other answers
+    assert float(contrast_loss(logits, extra["contrast"])) < float(contrast_loss(torch.zeros(4, 3, 3), extra["contrast"]))
+    assert contrast_batch(b, 2, 3, (), (), 2, 0) is None
+
+
+def test_contrast_loss_enters_stage1_only_when_asked(backbone: str) -> None:
+    from reccbm.train import _stage1_loss
+
+    model, tok = tiny_model(backbone)
+    items = encoded(tok, toy_table(8))
+    b = collate(items, list(range(8)), tok.pad_token_id)
+    model.eval()  # no dropout: the two losses differ by the contrast term alone
+    with torch.no_grad():
+        base = float(_stage1_loss(FAST1)(model, b))
+        more = float(_stage1_loss(replace(FAST1, contrast=1.0, contrast_top=[0, 1], contrast_bottom=[0]))(model, b))
+    assert more > base
+    train_concepts(model, items, items, replace(FAST1, contrast=0.5, contrast_top=(0,), max_steps_per_epoch=1),
+                   tok.pad_token_id)
