@@ -78,6 +78,8 @@ def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
 class AlignFeatures(nn.Module):
     """The features above and the per-concept weights G that add them to the concept logits."""
 
+    sep_id: Tensor  # () long buffer: the separator's token id, -1 until set_sep
+
     def __init__(self, K: int, num_levels: int, sep_id: int = -1) -> None:
         super().__init__()
         self.register_buffer("sep_id", torch.tensor(sep_id, dtype=torch.long))  # set from the tokenizer (set_sep)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 import pandas as pd
@@ -12,6 +12,7 @@ import torch
 
 from reccbm import EncodedItems, encode_inputs, train_concepts
 from reccbm.align import N_FEATURES, segment_masks, separator_id
+from reccbm.config import StageIConfig, config_from_dict
 from reccbm.data import collate
 from reccbm.model import concept_loss, soft_concept_loss
 from reccbm.train import _optimizer
@@ -174,7 +175,8 @@ def test_contrast_loss_enters_stage1_only_when_asked(backbone: str) -> None:
     model.eval()  # no dropout: the two losses differ by the contrast term alone
     with torch.no_grad():
         base = float(_stage1_loss(FAST1)(model, b))
-        more = float(_stage1_loss(replace(FAST1, contrast=1.0, contrast_top=[0, 1], contrast_bottom=[0]))(model, b))
+        as_yaml = {**asdict(FAST1), "contrast": 1.0, "contrast_top": [0, 1], "contrast_bottom": [0]}  # YAML lists
+        more = float(_stage1_loss(config_from_dict(StageIConfig, as_yaml))(model, b))
     assert more > base
     train_concepts(model, items, items, replace(FAST1, contrast=0.5, contrast_top=(0,), max_steps_per_epoch=1),
                    tok.pad_token_id)
