@@ -7,6 +7,7 @@ Works on a finished k-fold run (``pooled_predictions.csv``) and on one still run
 
     .venv/bin/python experiments/reader_compare.py /work/benchruns/reader-qf/reader-frozen-align-soft
     .venv/bin/python experiments/reader_compare.py RUN --against benchmarks/results/folds/default --json out.json
+    .venv/bin/python experiments/reader_compare.py RUN_B --against RUN_A --truth benchmarks/results/folds-by-question/default
 
 Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -46,8 +47,15 @@ def _metrics(t: NDArray[Any], g: NDArray[Any], lv: NDArray[Any], lt: NDArray[Any
             "qwk": float(cohen_kappa_score(t, g, weights="quadratic")), "c_acc": float((lv == lt).mean())}
 
 
-def compare(cand: pd.DataFrame, ref: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
-    both = ref.merge(cand, on="id", suffixes=("_a", "_b"))
+TRUTH = ["grade_true", "majority", *(f"{k}_true" for k in KEYS)]
+
+
+def compare(cand: pd.DataFrame, ref: pd.DataFrame, truth: pd.DataFrame, n_boot: int = 2000, seed: int = 0
+            ) -> dict[str, Any]:
+    """B = ``cand`` against A = ``ref`` on the answers both tested; gold grades, levels and the majority class from
+    ``truth`` (a pooled file of the same table, e.g. the kept default's)."""
+    cand, ref = (df.drop(columns=[c for c in [*TRUTH, "oracle_concepts"] if c in df.columns]) for df in (cand, ref))
+    both = truth[["id", *TRUTH]].merge(ref.merge(cand, on="id", suffixes=("_a", "_b")), on="id")
     t = both["grade_true"].to_numpy()
     ga, gb, maj = both["grade_a"].to_numpy(), both["grade_b"].to_numpy(), both["majority"].to_numpy()
     lt = both[[f"{k}_true" for k in KEYS]].to_numpy()
@@ -75,9 +83,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", type=Path, help="the candidate's k-fold folder (finished or not)")
     ap.add_argument("--against", type=Path, default=Path("benchmarks/results/folds-by-question/default"))
+    ap.add_argument("--truth", type=Path, default=None,
+                    help="a finished run of the same table whose gold columns to use (default: --against)")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
-    out = compare(pooled(a.run), pooled(a.against))
+    ref = pooled(a.against)
+    out = compare(pooled(a.run), ref, pooled(a.truth) if a.truth else ref)
     out |= {"run": str(a.run), "against": str(a.against)}
     print(f"{a.run} (B) − {a.against} (A): {out['n_items']} items, folds {out['folds']}")
     print("A " + ", ".join(f"{m} {v:.3f}" for m, v in out["a"].items()))
