@@ -59,6 +59,10 @@ class ModelConfig:
     # any output, so shrinkage pulls the expert's level back towards the prior. True: LCEC conditions its Gaussian on
     # the level (known exactly; the other concepts move through Ω), in training (random interventions) and when grading.
     condition: bool = False
+    # Not in the paper. True: each concept classifier also reads question-independent comparisons of the answer with
+    # the reference answer (soft token alignment of their token states, token overlap, and the alignment of the tokens
+    # RACE attends to), reccbm/align.py; their weights start at 0. False: V_k h_k alone (Eq. 11).
+    align: bool = False
 
     def __post_init__(self) -> None:
         _choice("grade head", self.head, ("scalar", "level"))
@@ -120,14 +124,34 @@ class StageIConfig:
     # epoch and stage instead of running E each step. Memory: N inputs × their tokens × d floats (all of Mohler, MiniLM:
     # 0.2 GB). False runs E (in eval mode) every step: the same numbers, slower.
     cache_states: bool = True
+    # Learning-rate multiplier of the alignment features' weights (ModelConfig.align): they start at 0 and read a dozen
+    # features, where V_k reads d token-state dimensions, so at the encoder's rate they would hardly move.
+    align_lr_multiplier: float = 100.0
+    # Soft concept targets (not in the paper): the target of L_con (Eq. 12) and of the joint stage's concept loss is
+    # (1 − w) · one-hot(the adjudicated level) + w · the share of the reviewers who gave each level, w = soft_targets;
+    # needs each answer's reviewers' levels (EncodedItems.soft). 0 = the adjudicated level alone (the paper).
+    soft_targets: float = 0.0
+    # Supervision across questions (not in the paper; reccbm/contrast.py): weight of the extra loss on inputs built from
+    # each batch, the reference answer given as the answer (top level of the concepts contrast_top) and an answer to
+    # another question (bottom level of contrast_bottom); 0 = off. Concepts by position in the rubric (0-based).
+    contrast: float = 0.0
+    contrast_top: tuple[int, ...] = ()
+    contrast_bottom: tuple[int, ...] = ()
+    contrast_per_batch: int = 2  # at most this many inputs of each kind per batch (each costs an encoder pass)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "contrast_top", tuple(int(k) for k in self.contrast_top))  # a YAML list
+        object.__setattr__(self, "contrast_bottom", tuple(int(k) for k in self.contrast_bottom))
+        if self.contrast < 0 or self.contrast_per_batch < 1:
+            raise ValueError(f"contrast is >= 0 and contrast_per_batch >= 1, got {self.contrast}, {self.contrast_per_batch}")
         _choice("concept loss", self.concept_loss, ("sum", "mean"))
         _choice("encoder", self.encoder, ("train", "frozen", "auto"))
         _choice("device", self.device, ("auto", "cpu", "cuda"))
         _choice("mixed precision", self.mixed_precision, ("no", "fp16", "bf16"))
         if self.min_steps < 0:
             raise ValueError(f"min_steps is >= 0, got {self.min_steps}")
+        if not 0.0 <= self.soft_targets <= 1.0:
+            raise ValueError(f"soft_targets is a weight in [0, 1], got {self.soft_targets}")
         if self.frozen_below < 0 or self.frozen_lr < 0:
             raise ValueError(f"frozen_below and frozen_lr are >= 0, got {self.frozen_below} and {self.frozen_lr}")
 

@@ -122,9 +122,14 @@ class EncodedItems:
     features: list[dict[str, list[int]]]
     concepts: NDArray[Any] | None = None  # (N, K) int64
     grades: NDArray[Any] | None = None  # (N,) int64
+    # (N, K, M+1) float: per answer and concept, the share of the reviewers who gave each level (soft targets,
+    # StageIConfig.soft_targets); None = only the adjudicated level is known
+    soft: NDArray[Any] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.features)
+        if self.soft is not None and (self.soft.ndim != 3 or len(self.soft) != n):
+            raise ReccbmError(f"soft concept targets must be (N={n}, K, M+1), got {self.soft.shape}")
         if self.concepts is not None and (self.concepts.ndim != 2 or len(self.concepts) != n):
             raise ReccbmError(f"concept labels must be (N={n}, K), got {self.concepts.shape}")
         if self.grades is not None and self.grades.shape != (n,):
@@ -139,6 +144,7 @@ class EncodedItems:
             [self.features[i] for i in ix],
             None if self.concepts is None else self.concepts[ix],
             None if self.grades is None else self.grades[ix],
+            None if self.soft is None else self.soft[ix],
         )
 
 
@@ -153,6 +159,8 @@ def collate(items: EncodedItems, idx: Sequence[int] | NDArray[Any], pad_id: int)
     batch["attention_mask"] = torch.tensor([[1] * len(f["input_ids"]) + [0] * (T - len(f["input_ids"])) for f in feats])
     if items.concepts is not None:
         batch["concepts"] = torch.as_tensor(items.concepts[np.asarray(idx)])  # (B, K)
+    if items.soft is not None:
+        batch["concept_soft"] = torch.as_tensor(items.soft[np.asarray(idx)], dtype=torch.float32)  # (B, K, M+1)
     if items.grades is not None:
         batch["grades"] = torch.as_tensor(items.grades[np.asarray(idx)])  # (B,)
     return batch

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from reccbm.align import separator_id
 from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig
 from reccbm.data import EncodedItems, check_labels
 from reccbm.device import resolve_device
@@ -161,6 +162,8 @@ def _concept_model(train: EncodedItems, dev: EncodedItems, r: Recipe, tokenizer:
     stage: (model, Stage I, Stage II, joint). ``states``: a frozen encoder's token states for train and dev."""
     pad = tokenizer.pad_token_id
     model = RecCBM(r.model, _new_encoder(r.model, r.stage1.seed))
+    if model.align is not None:  # the alignment features find the reference and the answer by the separator
+        model.align.set_sep(separator_id(tokenizer))
     if r.model.race and r.model.query_init == "rubric":
         if texts is None:
             raise ReccbmError("query_init 'rubric' needs the rubric's concept texts")

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from reccbm.align import AlignFeatures
 from reccbm.config import ModelConfig
 from reccbm.errors import ReccbmError
 from reccbm.lcec import LatentCorrection
@@ -42,6 +43,7 @@ __all__ = [
     "random_conditioning",
     "random_interventions",
     "rubric_queries",
+    "soft_concept_loss",
     "token_states",
 ]
 
@@ -177,6 +179,17 @@ def concept_loss(logits: Tensor, c: Tensor, reduction: str = "sum") -> Tensor:
     return per_item.mean()
 
 
+def soft_concept_loss(logits: Tensor, c: Tensor, soft: Tensor, w: float, reduction: str = "sum") -> Tensor:
+    """L_con against soft targets (not in the paper): q_k = (1 − w) · one-hot(c_k) + w · π_k, where π_k (M+1,) is the
+    share of the reviewers who gave each level; −Σ_m q_{k,m} log p̂_{k,m} summed (or averaged) over concepts, batch
+    mean. w = 0 is Eq. 12. logits (B, K, M+1), c (B, K), soft (B, K, M+1)."""
+    logp = logits.float().log_softmax(-1)  # (B, K, M+1)
+    target = (1 - w) * F.one_hot(c.long(), logits.shape[-1]).to(logp.dtype) + w * soft.to(logp.dtype)  # (B, K, M+1)
+    ce = -(target * logp).sum(-1)  # (B, K)
+    per_item = ce.sum(1) if reduction == "sum" else ce.mean(1)  # (B,)
+    return per_item.mean()
+
+
 def random_conditioning(
     p_hat: Tensor, c: Tensor, p: float, generator: torch.Generator | None = None
 ) -> tuple[Tensor, Tensor | None]:
@@ -273,6 +286,8 @@ class RecCBM(nn.Module):
         if config.num_levels < 2:
             raise ReccbmError("a concept needs at least two levels (M >= 1)")
         self.bottleneck = ConceptBottleneck(K, config.num_levels, d, config.tau, config.race)
+        # question-independent comparison of answer and reference beside V_k h_k (not in the paper; reccbm/align.py)
+        self.align = AlignFeatures(K, config.num_levels) if config.align else None
         self.lcec = LatentCorrection(K, config.eps) if config.lcec else None
         self.W = nn.Linear(K, config.num_grades)  # (S+1, K) task classifier W with bias (Eq. 22)
         # (S+1, K, M+1) level weights U of the "level" head, zero at init (= the scalar head)
@@ -280,8 +295,9 @@ class RecCBM(nn.Module):
 
     # Parameter groups of Algorithm 1.
     def stage1_parameters(self) -> list[nn.Parameter]:
-        """(E, Q, {V_k})."""
-        return list(self.encoder.parameters()) + list(self.bottleneck.parameters())
+        """(E, Q, {V_k}) (and the alignment weights A, G)."""
+        align = list(self.align.parameters()) if self.align is not None else []
+        return list(self.encoder.parameters()) + list(self.bottleneck.parameters()) + align
 
     def stage2_parameters(self) -> list[nn.Parameter]:
         """(L, η, W); only W without LCEC."""
@@ -299,7 +315,9 @@ class RecCBM(nn.Module):
     def concepts(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
         """Stage I forward: concept logits (B, K, M+1) and RACE attention."""
         H = self.token_states(batch)  # (B, T, d)
-        logits, alpha = self.bottleneck(H, batch["attention_mask"])
+        logits, alpha = self.bottleneck(H, batch["attention_mask"])  # V_k h_k + b_k (Eq. 11)
+        if self.align is not None:  # + G_k [f; Σ_t α_{k,t} a2r_t]: answer against reference (reccbm/align.py)
+            logits = logits + self.align(H, batch["input_ids"], batch["attention_mask"], alpha).to(logits.dtype)
         return logits, alpha
 
     def grade_from_concepts(self, p_hat: Tensor, observed: Tensor | None = None) -> RecCBMOutput:

@@ -36,6 +36,7 @@ from numpy.typing import NDArray
 from torch import Tensor, nn
 
 from reccbm.config import JointConfig, StageIConfig, StageIIConfig
+from reccbm.contrast import contrast_batch, contrast_loss
 from reccbm.data import EncodedItems, collate
 from reccbm.device import autocast, on_device
 from reccbm.errors import ReccbmError
@@ -51,6 +52,7 @@ from reccbm.model import (
     opcc_loss,
     random_conditioning,
     rubric_queries,
+    soft_concept_loss,
 )
 
 __all__ = [
@@ -226,17 +228,20 @@ def _optimizer(model: Model, cfg: StageIConfig, stage: str = "stage1", joint: Jo
     lr = joint.lr if (stage == "joint" and joint is not None) else cfg.lr
     if stage != "joint" and cfg.encoder == "frozen" and cfg.frozen_lr > 0:
         lr = cfg.frozen_lr  # only heads train
-    groups: dict[str, list[nn.Parameter]] = {"decay": [], "no_decay": [], "query": []}
+    align = set(map(id, model.align.parameters())) if not model.config.plm and model.align is not None else set()
+    groups: dict[str, list[nn.Parameter]] = {"decay": [], "no_decay": [], "query": [], "align": []}
     for p in model.stage1_parameters():
         if not p.requires_grad:  # a frozen encoder (_freeze): not even weight decay touches it
             continue
-        key = "query" if p is q else ("decay" if p.ndim >= 2 else "no_decay")
+        key = "query" if p is q else "align" if id(p) in align else ("decay" if p.ndim >= 2 else "no_decay")
         groups[key].append(p)
     param_groups: list[dict[str, Any]] = [
         {"params": groups["decay"], "weight_decay": cfg.weight_decay},
         {"params": groups["no_decay"], "weight_decay": 0.0},
         {"params": groups["query"], "weight_decay": 0.0, "lr": lr * cfg.query_lr_multiplier},
     ]
+    if groups["align"]:  # ModelConfig.align: weights that start at 0 over a dozen features
+        param_groups.append({"params": groups["align"], "weight_decay": 0.0, "lr": lr * cfg.align_lr_multiplier})
     if stage == "joint" and joint is not None:
         param_groups.append({"params": model.stage2_parameters(), "weight_decay": 0.0, "lr": joint.head_lr})
     return torch.optim.AdamW(param_groups, lr=lr)
@@ -419,17 +424,42 @@ def _fmt(m: dict[str, float]) -> str:
 
 
 # ---------------------------------------------------------------------------- Stage I
+def _concept_loss(logits: Tensor, batch: dict[str, Tensor], cfg: StageIConfig) -> Tensor:
+    """L_con (Eq. 12) on the adjudicated levels, or with ``cfg.soft_targets`` > 0 on the soft targets (the
+    reviewers' level shares mixed in, :func:`reccbm.model.soft_concept_loss`)."""
+    if cfg.soft_targets > 0:
+        if "concept_soft" not in batch:
+            raise ReccbmError("stage1.soft_targets needs each answer's reviewers' levels (EncodedItems.soft)")
+        return soft_concept_loss(logits, batch["concepts"], batch["concept_soft"], cfg.soft_targets, cfg.concept_loss)
+    return concept_loss(logits, batch["concepts"], cfg.concept_loss)
+
+
 def _stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
     def loss(model: RecCBM, batch: dict[str, Tensor]) -> Tensor:
         out = model(batch)
         assert out.concept_logits is not None and out.c_hat is not None
         c = batch["concepts"]  # (B, K)
-        total = cfg.lambda_c * concept_loss(out.concept_logits, c, cfg.concept_loss)  # Eq. 12
+        total = cfg.lambda_c * _concept_loss(out.concept_logits, batch, cfg)  # Eq. 12
         if cfg.lambda_r > 0:
             total = total + cfg.lambda_r * opcc_loss(out.c_hat, c)  # Eq. 16
+        if cfg.contrast > 0:  # supervision across questions (reccbm/contrast.py)
+            total = total + cfg.contrast * _contrast_term(model, batch, cfg, total)
         return total  # Eq. 27
 
     return loss
+
+
+def _contrast_term(model: RecCBM, batch: dict[str, Tensor], cfg: StageIConfig, like: Tensor) -> Tensor:
+    """The cross-question loss on the inputs :func:`reccbm.contrast.contrast_batch` builds from ``batch``; 0 when none."""
+    unwrapped: RecCBM = getattr(model, "module", model)  # under Accelerate's wrapper (multi-process)
+    K, M = unwrapped.config.num_concepts, unwrapped.config.M
+    # padding is masked, so its id does not matter: 0
+    extra = contrast_batch(batch, M, K, cfg.contrast_top, cfg.contrast_bottom, cfg.contrast_per_batch, 0)
+    if extra is None:
+        return like * 0.0
+    device = batch["input_ids"].device
+    logits, _ = unwrapped.concepts({k: v.to(device) for k, v in extra.items() if k != "contrast"})  # (N, K, M+1)
+    return contrast_loss(logits, extra["contrast"].to(device))
 
 
 def _joint_loss(cfg: StageIConfig, joint: JointConfig, s2: StageIIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
@@ -437,7 +467,7 @@ def _joint_loss(cfg: StageIConfig, joint: JointConfig, s2: StageIIConfig) -> Cal
     def loss(model: RecCBM, batch: dict[str, Tensor]) -> Tensor:
         c = batch["concepts"]  # (B, K)
         logits, _ = model.concepts(batch)  # (B, K, M+1)
-        total = cfg.lambda_c * concept_loss(logits, c, cfg.concept_loss)  # Eq. 12
+        total = cfg.lambda_c * _concept_loss(logits, batch, cfg)  # Eq. 12
         p_hat = logits.float().softmax(-1)  # (B, K, M+1), Eq. 11
         if cfg.lambda_r > 0:
             total = total + cfg.lambda_r * opcc_loss(expected_scores(p_hat), c)  # Eq. 16

@@ -114,8 +114,8 @@ def _doc_value(cell: str) -> Any:
     text = cell.strip().strip("`")
     if text in ("on", "off"):
         return text == "on"
-    if text in ('""', "{}"):  # an empty string, an empty mapping
-        return "" if text == '""' else {}
+    if text in ('""', "{}", "()"):  # an empty string, an empty mapping, an empty tuple
+        return {'""': "", "{}": {}, "()": ()}[text]
     try:
         return float(text)
     except ValueError:

@@ -49,6 +49,7 @@ from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.runs import TABLE_COPY_MAX_BYTES, building, label_source, sha256_file, write_record
 from rubrictool.tables import validate_adjudicated
+from rubrictool.votes import has_votes, soft_targets
 from rubrictool.train.recipe import ResolvedTraining, resolve_training
 
 __all__ = ["SUMMARY_METRICS", "RunSpec", "TrainResult", "concept_texts", "points_baselines", "prepare_table", "read_agreement",
@@ -95,7 +96,8 @@ def _encode(
     feats = model_inputs(tokenizer, df, max_len, truncated)
     c = df[[f"_c_{k}" for k in rubric.keys]].to_numpy(np.int64) if concepts else None
     y = df["_y"].to_numpy(np.int64) if "_y" in df.columns else None
-    return reccbm.EncodedItems(feats, c, y)
+    soft = soft_targets(df, rubric) if concepts and has_votes(df, rubric) else None  # the reviewers' levels, if kept
+    return reccbm.EncodedItems(feats, c, y, soft)
 
 
 @contextmanager

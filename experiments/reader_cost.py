@@ -1,0 +1,71 @@
+"""What the concept-reader levers cost per Stage I step, paired: the same Mohler batches through the default model and
+through the model with the alignment features (``model.align``), interleaved so that both see the same machine load.
+
+One optimiser step = forward, concept loss (soft targets when ``--soft``), backward, AdamW step; MiniLM, batch 8,
+one thread. The ratio is what a fold's encoder stages cost more (Stage II and the LCEC fit do not change).
+
+    .venv/bin/python experiments/reader_cost.py --steps 20
+
+Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
+    a = ap.parse_args()
+
+    import numpy as np
+    import torch
+
+    import reccbm
+    from reccbm.align import separator_id
+    from reccbm.config import ModelConfig, StageIConfig
+    from reccbm.data import collate
+    from reccbm.train import _optimizer, _stage1_loss
+    from rubrictool.grade import model_inputs
+    from rubrictool.pipeline import benchmark_table
+    from rubrictool.train import prepare_table
+
+    torch.set_num_threads(1)
+    rb, table, _ = benchmark_table("mohler", a.data_dir)
+    df = prepare_table(table, rb).sample(n=8 * a.steps, random_state=0)
+    tok = reccbm.load_tokenizer(reccbm.default_backbone())
+    items = reccbm.EncodedItems(model_inputs(tok, df, 128), df[[f"_c_{k}" for k in rb.keys]].to_numpy(np.int64))
+    models = {}
+    for align in (False, True):
+        torch.manual_seed(0)
+        cfg = ModelConfig(num_concepts=len(rb.keys), num_levels=3, num_grades=6, align=align)
+        m = reccbm.RecCBM(cfg, reccbm.TextEncoder.from_pretrained(reccbm.default_backbone()))
+        if m.align is not None:
+            m.align.set_sep(separator_id(tok))
+        models[align] = (m, _optimizer(m, StageIConfig()), _stage1_loss(StageIConfig(concept_loss="mean")))
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    for s in range(a.steps):
+        batch = collate(items, list(range(8 * s, 8 * s + 8)), tok.pad_token_id)
+        for align in ((False, True) if s % 2 == 0 else (True, False)):
+            m, opt, loss_fn = models[align]
+            t0 = time.perf_counter()
+            loss = loss_fn(m, batch)
+            loss.backward()  # type: ignore[no-untyped-call]
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            seconds[align].append(time.perf_counter() - t0)
+    out = {"steps": a.steps, "default_s_per_step": float(np.median(seconds[False])),
+           "align_s_per_step": float(np.median(seconds[True]))}
+    out["ratio"] = out["align_s_per_step"] / out["default_s_per_step"]
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Supervision across questions (not in the paper): examples whose concept levels hold on every question.
+
+From each Stage I batch of x = (q, r, a) (reccbm/data.py: ``[CLS] q [SEP] r [SEP] a [SEP]``) two kinds of extra input
+are built from the token ids, without the tokenizer:
+
+* the reference answer given as the answer, ``[CLS] q [SEP] r [SEP] r [SEP]``: the top level M of the concepts in
+  ``StageIConfig.contrast_top`` (what a reference answer has by definition: it covers the concepts, it is correct);
+* an answer to another question of the batch given as the answer, ``[CLS] q [SEP] r [SEP] a' [SEP]``: the bottom
+  level 0 of the concepts in ``StageIConfig.contrast_bottom`` (it does not answer this question).
+
+The other concepts of these inputs are unlabelled (ignored by the loss). The loss is the mean cross-entropy over the
+labelled (input, concept) pairs, weighted by ``StageIConfig.contrast``, added to Stage I's λ_c L_con + λ_r L_rank.
+A question's own answers teach what its words mean for the concepts; these teach the comparison with the reference.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from reccbm.align import segment_masks
+from reccbm.errors import ReccbmError
+
+__all__ = ["IGNORE", "contrast_batch", "contrast_loss", "infer_sep_id"]
+
+IGNORE = -100  # an unlabelled (input, concept) pair
+
+
+def infer_sep_id(input_ids: Tensor, attention_mask: Tensor) -> int:
+    """The separator id of a pair backbone's inputs: every input ends with it (BERT [SEP], RoBERTa/BART </s>, T5
+    </s>). Raises for inputs that do not all end with the same token (a decoder-only backbone: no closing separator)."""
+    last = attention_mask.long().sum(1) - 1  # (B,) position of each input's last real token
+    ends = input_ids.gather(1, last.unsqueeze(1)).squeeze(1)  # (B,)
+    if not bool((ends == ends[0]).all()):
+        raise ReccbmError("stage1.contrast needs a backbone whose inputs end with a separator (BERT, RoBERTa, T5)")
+    return int(ends[0])
+
+
+def contrast_batch(batch: dict[str, Tensor], M: int, K: int, top: tuple[int, ...], bottom: tuple[int, ...],
+                   n_each: int, pad_id: int) -> dict[str, Tensor] | None:
+    """Up to ``n_each`` reference-as-answer and ``n_each`` other-question inputs from ``batch`` with their targets
+    ``contrast`` (N, K): M for ``top`` / 0 for ``bottom`` concepts, IGNORE elsewhere; None when none can be built
+    (no input with a reference, or no concept asked)."""
+    ids, mask = batch["input_ids"], batch["attention_mask"]  # (B, T)
+    types = batch.get("token_type_ids")  # (B, T) or None
+    sep = infer_sep_id(ids, mask)
+    ref, ans = segment_masks(ids, mask, sep)  # (B, T) each
+    B = ids.shape[0]
+    rows: list[tuple[list[int], int, tuple[int, ...]]] = []  # token ids, level, concepts
+    prefixes, answers = [], []
+    for b in range(B):
+        real = ids[b][mask[b].bool()].tolist()
+        first_ans = int(ans[b].nonzero()[0]) if bool(ans[b].any()) else len(real)
+        prefixes.append(real[:first_ans])  # [CLS] q [SEP] r [SEP] (RoBERTa: [SEP] [SEP])
+        answers.append(ids[b][ans[b]].tolist())
+    with_ref = [b for b in range(B) if bool(ref[b].any())]
+    if top:
+        for b in with_ref[:n_each]:  # the reference as the answer
+            r = ids[b][ref[b]].tolist()
+            rows.append((prefixes[b] + r + [sep], M, top))
+    if bottom:
+        done = 0
+        for b in with_ref:
+            if done >= n_each:
+                break
+            other = next((j for j in range(B) if prefixes[j] != prefixes[b] and answers[j]), None)
+            if other is None:
+                continue
+            rows.append((prefixes[b] + answers[other] + [sep], 0, bottom))
+            done += 1
+    if not rows:
+        return None
+    T = max(len(r[0]) for r in rows)
+    out_ids = torch.full((len(rows), T), pad_id, dtype=ids.dtype)
+    out_mask = torch.zeros((len(rows), T), dtype=mask.dtype)
+    out_types = torch.zeros((len(rows), T), dtype=types.dtype) if types is not None else None
+    target = torch.full((len(rows), K), IGNORE, dtype=torch.long)
+    for i, (r_ids, level, concepts) in enumerate(rows):
+        out_ids[i, : len(r_ids)] = torch.tensor(r_ids, dtype=ids.dtype)
+        out_mask[i, : len(r_ids)] = 1
+        if out_types is not None:
+            out_types[i, _first_segment_length(r_ids, sep) : len(r_ids)] = 1  # the answer segment
+        target[i, list(concepts)] = level
+    out = {"input_ids": out_ids, "attention_mask": out_mask, "contrast": target}
+    if out_types is not None:
+        out["token_type_ids"] = out_types
+    return out
+
+
+def _first_segment_length(r_ids: list[int], sep: int) -> int:
+    """Tokens of ``[CLS] q [SEP] r [SEP]`` (the pair's first segment, token type 0): up to the second separator."""
+    seen = 0
+    for i, t in enumerate(r_ids):
+        if t == sep:
+            seen += 1
+            if seen == 2:
+                return i + 1
+    return len(r_ids)
+
+
+def contrast_loss(logits: Tensor, target: Tensor) -> Tensor:
+    """Mean cross-entropy over the labelled (input, concept) pairs: logits (N, K, M+1), target (N, K) with IGNORE."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=IGNORE)

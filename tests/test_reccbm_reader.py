@@ -1,0 +1,182 @@
+"""The concept-reader levers on a tiny model: answer-reference alignment features in the concept heads
+(ModelConfig.align, reccbm/align.py) and soft concept targets (StageIConfig.soft_targets, rubrictool/votes.py)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from reccbm import EncodedItems, encode_inputs, train_concepts
+from reccbm.align import N_FEATURES, segment_masks, separator_id
+from reccbm.config import StageIConfig, config_from_dict
+from reccbm.data import collate
+from reccbm.model import concept_loss, soft_concept_loss
+from reccbm.train import _optimizer
+from rubrictool.errors import TrainError
+from rubrictool.rubric import load_rubric
+from rubrictool.votes import attach_votes, has_votes, soft_targets
+from tests.support.tiny_models import FAST1, encoded, tiny_model, toy_table
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _batch(tok: object, questions: list[str], answers: list[str], refs: list[str]) -> dict[str, torch.Tensor]:
+    feats = encode_inputs(tok, questions, answers, refs, 32)
+    return collate(EncodedItems(feats), list(range(len(feats))), tok.pad_token_id)  # type: ignore[attr-defined]
+
+
+def test_segment_masks_find_the_reference_and_the_answer(backbone: str) -> None:
+    _, tok = tiny_model(backbone)
+    b = _batch(tok, ["what is a stack", "what is a stack"], ["a queue of nodes", "first out"],
+               ["a stack stores elements", ""])
+    ref, ans = segment_masks(b["input_ids"], b["attention_mask"], separator_id(tok))
+    words = tok.convert_ids_to_tokens
+    assert words(b["input_ids"][0][ref[0]].tolist()) == ["a", "stack", "stores", "elements"]
+    assert words(b["input_ids"][0][ans[0]].tolist()) == ["a", "queue", "of", "nodes"]
+    assert not ref[1].any()  # no reference given: nothing to compare with
+    assert words(b["input_ids"][1][ans[1]].tolist()) == ["first", "out"]
+
+
+def test_alignment_features_rise_with_what_the_answer_shares_with_the_reference(backbone: str) -> None:
+    model, tok = tiny_model(backbone, align=True)
+    assert model.align is not None
+    model.align.set_sep(separator_id(tok))
+    ref = "a stack stores elements last in first out"
+    b = _batch(tok, ["what is a stack"] * 3, [ref, "a stack stores elements", "wrong bad no random loop"], [ref] * 3)
+    model.eval()
+    with torch.no_grad():
+        H = model.token_states(b)
+        f, a2r = model.align.features(H, b["input_ids"], b["attention_mask"])
+    assert f.shape == (3, N_FEATURES) and a2r.shape == b["input_ids"].shape
+    precision, recall, share = f[:, 0], f[:, 1], f[:, 7]  # share: the reference's distinct ids in the answer
+    torch.testing.assert_close(share, torch.tensor([1.0, 4 / 8, 0.0]))
+    assert recall[0] > recall[1] > recall[2]  # the whole reference > half of it > none of its words
+    assert precision[0] > precision[2] and precision[1] > precision[2]
+
+
+def test_alignment_starts_as_the_plain_head_and_then_moves_the_logits(backbone: str) -> None:
+    plain, tok = tiny_model(backbone)
+    torch.manual_seed(0)
+    aligned, _ = tiny_model(backbone, align=True)
+    assert aligned.align is not None
+    aligned.align.set_sep(separator_id(tok))
+    aligned.load_state_dict(plain.state_dict(), strict=False)  # same encoder, queries and V_k
+    items = encoded(tok, toy_table(8))
+    b = collate(items, list(range(8)), tok.pad_token_id)
+    plain.eval()
+    aligned.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(aligned.concepts(b)[0], plain.concepts(b)[0])  # G = 0 at init
+        aligned.align.G.normal_(0, 1.0)
+        assert not torch.allclose(aligned.concepts(b)[0], plain.concepts(b)[0])
+    # the alignment weights are trained in Stage I, at their own learning rate
+    ids = {id(p) for p in aligned.align.parameters()}
+    assert ids <= {id(p) for p in aligned.stage1_parameters()}
+    opt = _optimizer(aligned, replace(FAST1, align_lr_multiplier=7.0))
+    group = next(g for g in opt.param_groups if {id(p) for p in g["params"]} == ids)
+    assert group["lr"] == pytest.approx(FAST1.lr * 7.0)
+
+
+def test_alignment_trains_and_survives_a_state_dict_round_trip(backbone: str) -> None:
+    model, tok = tiny_model(backbone, align=True)
+    assert model.align is not None
+    model.align.set_sep(separator_id(tok))
+    items = encoded(tok, toy_table(24))
+    train_concepts(model, items.subset(range(16)), items.subset(range(16, 24)), replace(FAST1, max_steps_per_epoch=2),
+                   tok.pad_token_id)
+    assert model.align.G.abs().sum() > 0  # the features' weights moved off 0
+    fresh, _ = tiny_model(backbone, align=True)
+    fresh.load_state_dict(model.state_dict())
+    assert fresh.align is not None and int(fresh.align.sep_id) == separator_id(tok)
+
+
+def test_soft_concept_loss_is_l_con_at_w0_and_pulls_towards_the_votes() -> None:
+    torch.manual_seed(0)
+    logits, c = torch.randn(4, 5, 3), torch.randint(0, 3, (4, 5))
+    onehot = torch.nn.functional.one_hot(c, 3).float()
+    soft = torch.softmax(torch.randn(4, 5, 3), -1)
+    for red in ("sum", "mean"):
+        torch.testing.assert_close(soft_concept_loss(logits, c, soft, 0.0, red), concept_loss(logits, c, red))
+        torch.testing.assert_close(soft_concept_loss(logits, c, onehot, 0.7, red), concept_loss(logits, c, red))
+    # logits equal to the log of the votes' shares: the loss falls as w moves the target towards the votes
+    at_votes = soft.log()
+    losses = [float(soft_concept_loss(at_votes, c, soft, w)) for w in (0.0, 0.5, 1.0)]
+    assert losses[0] > losses[1] > losses[2]
+
+
+def test_soft_targets_reach_stage1_from_the_reviewers_votes(backbone: str) -> None:
+    model, tok = tiny_model(backbone)
+    table = toy_table(16)
+    items = encoded(tok, table)
+    cfg = replace(FAST1, soft_targets=0.5, max_steps_per_epoch=1)
+    with pytest.raises(Exception, match="soft_targets"):  # no votes kept: said, not ignored
+        train_concepts(model, items, items, cfg, tok.pad_token_id)
+    soft = np.full((16, 3, 3), 1 / 3, dtype=np.float32)
+    with_votes = EncodedItems(items.features, items.concepts, items.grades, soft)
+    assert tuple(collate(with_votes, [0, 1], tok.pad_token_id)["concept_soft"].shape) == (2, 3, 3)
+    assert with_votes.subset([3, 4]).soft is not None
+    train_concepts(model, with_votes, with_votes, cfg, tok.pad_token_id)
+
+
+def test_votes_columns_give_each_answers_level_shares() -> None:
+    rb = load_rubric("mohler")
+    keys = rb.keys
+    table = pd.DataFrame({"id": ["a", "b"]})
+    rows = [{"item": "a", "reviewer": r, "concept": k, "level": lv} for r, lv in (("A", 2), ("B", 3), ("C", 3))
+            for k in keys]
+    rows += [{"item": "b", "reviewer": "A", "concept": keys[0], "level": 1}]
+    voted = attach_votes(table, pd.DataFrame(rows), rb)
+    assert has_votes(voted, rb) and not has_votes(table, rb)
+    assert voted[f"votes_{keys[0]}"].tolist() == ["2 3 3", "1"]
+    for k in keys:
+        voted[f"_c_{k}"] = [2, 1]  # adjudicated, 0-based
+    soft = soft_targets(voted, rb)
+    assert soft.shape == (2, len(keys), rb.scale.max - rb.scale.min + 1)
+    np.testing.assert_allclose(soft[0, 0], [0, 1 / 3, 2 / 3], rtol=1e-6)
+    np.testing.assert_allclose(soft[1, 0], [1, 0, 0])
+    np.testing.assert_allclose(soft[1, 1], [0, 1, 0])  # no votes: the adjudicated level
+    voted.loc[0, f"votes_{keys[2]}"] = "2 9"
+    with pytest.raises(TrainError, match=f"votes_{keys[2]}, row 1: level 9"):
+        soft_targets(voted, rb)
+
+
+def test_contrast_inputs_pair_the_reference_and_other_answers_with_their_levels(backbone: str) -> None:
+    from reccbm.contrast import IGNORE, contrast_batch, contrast_loss
+
+    _, tok = tiny_model(backbone)
+    b = _batch(tok, ["what is a stack", "what is a queue", "what is a list"],
+               ["a stack stores elements", "first in first out", "nodes"],
+               ["last in first out", "first in first out order", ""])
+    extra = contrast_batch(b, M=2, K=3, top=(0, 1), bottom=(1,), n_each=2, pad_id=tok.pad_token_id)
+    assert extra is not None
+    words = [tok.decode(r[m.bool()].tolist()) for r, m in zip(extra["input_ids"], extra["attention_mask"])]
+    assert words[0] == "[CLS] what is a stack [SEP] last in first out [SEP] last in first out [SEP]"
+    assert words[2] == "[CLS] what is a stack [SEP] last in first out [SEP] first in first out [SEP]"  # another's answer
+    assert len(words) == 4  # two of each kind: the third input has no reference
+    assert extra["contrast"].tolist() == [[2, 2, IGNORE], [2, 2, IGNORE], [IGNORE, 0, IGNORE], [IGNORE, 0, IGNORE]]
+    types = extra["token_type_ids"][0][extra["attention_mask"][0].bool()].tolist()
+    assert types == [0] * 11 + [1] * 5  # the reference as the answer is the pair's second segment
+    logits = torch.zeros(4, 3, 3)
+    logits[:2, :, 2] = 5.0  # right about the references' top levels, unsure of the other answers
+    assert float(contrast_loss(logits, extra["contrast"])) < float(contrast_loss(torch.zeros(4, 3, 3), extra["contrast"]))
+    assert contrast_batch(b, 2, 3, (), (), 2, 0) is None
+
+
+def test_contrast_loss_enters_stage1_only_when_asked(backbone: str) -> None:
+    from reccbm.train import _stage1_loss
+
+    model, tok = tiny_model(backbone)
+    items = encoded(tok, toy_table(8))
+    b = collate(items, list(range(8)), tok.pad_token_id)
+    model.eval()  # no dropout: the two losses differ by the contrast term alone
+    with torch.no_grad():
+        base = float(_stage1_loss(FAST1)(model, b))
+        as_yaml = {**asdict(FAST1), "contrast": 1.0, "contrast_top": [0, 1], "contrast_bottom": [0]}  # YAML lists
+        more = float(_stage1_loss(config_from_dict(StageIConfig, as_yaml))(model, b))
+    assert more > base
+    train_concepts(model, items, items, replace(FAST1, contrast=0.5, contrast_top=(0,), max_steps_per_epoch=1),
+                   tok.pad_token_id)
