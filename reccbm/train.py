@@ -228,7 +228,7 @@ def _optimizer(model: Model, cfg: StageIConfig, stage: str = "stage1", joint: Jo
     lr = joint.lr if (stage == "joint" and joint is not None) else cfg.lr
     if stage != "joint" and cfg.encoder == "frozen" and cfg.frozen_lr > 0:
         lr = cfg.frozen_lr  # only heads train
-    align = set(map(id, model.align.parameters())) if not model.config.plm and model.align is not None else set()
+    align = set(map(id, model.align.parameters())) if isinstance(model, RecCBM) and model.align is not None else set()
     groups: dict[str, list[nn.Parameter]] = {"decay": [], "no_decay": [], "query": [], "align": []}
     for p in model.stage1_parameters():
         if not p.requires_grad:  # a frozen encoder (_freeze): not even weight decay touches it

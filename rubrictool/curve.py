@@ -43,7 +43,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from reccbm import grade_metrics
-from rubrictool.curve_reading import default_sizes, read_curve
+from rubrictool.report.curve_reading import default_sizes, read_curve
 from rubrictool.data.splits import kfold_splits, nested_subsample, stratified_order
 from rubrictool.errors import DataError, TrainError
 from rubrictool.evaluate import majority_baseline
@@ -325,7 +325,7 @@ def learning_curve(
     and curve.png over every cell in ``out`` (earlier calls may have added other folds, sizes or repeats) (see the module docstring for what a cell is and how it is drawn).
 
     sizes: numbers of labelled answers (train + dev) and optionally "all" (the fold's whole training part; needed
-    for :func:`reach_fraction`); None: from the table's size (:func:`rubrictool.curve_reading.default_sizes`). by: grouped folds (e.g. "question"), passed to kfold_splits only when given.
+    for :func:`reach_fraction`); None: from the table's size (:func:`rubrictool.report.curve_reading.default_sizes`). by: grouped folds (e.g. "question"), passed to kfold_splits only when given.
     match_budget: the PLM's encoder trains as many epochs as the concept models' Stage I + joint stage.
     full_from: {variant: folder of ``train --folds``}: a variant's "all" cells of the first repeat are read from that
     folder's finished fold runs when they were trained on the same folds, table and configuration (they are exactly

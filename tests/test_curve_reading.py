@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from rubrictool.cli import app
 from rubrictool.curve import CURVE_COLUMNS, plot_curve, position_on_curve
-from rubrictool.curve_reading import default_sizes, read_curve
+from rubrictool.report.curve_reading import default_sizes, read_curve
 from rubrictool.io import write_table
 from rubrictool.report.page import curve_lines
 from tests.support.stats_course import stats_rubric, stats_table

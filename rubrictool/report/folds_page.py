@@ -225,10 +225,10 @@ def render_folds_markdown(r: FoldsReport) -> str:
 
 def render_folds_html(r: FoldsReport) -> str:
     """The same blocks as the Markdown, one self-contained HTML page (the image embedded)."""
-    from rubrictool.report.page import _env
+    from rubrictool.report.page import template_env
 
     e = html.escape
-    style = _env().get_template("_report_base.html.j2").module.style()
+    style = template_env().get_template("_report_base.html.j2").module.style()
     out = [f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(r.title)}</title>{style}</head><body>",
            f"<h1>{e(r.title)}</h1>", *(f"<p>{e(p)}</p>" for p in _intro(r))]
     if r.verdict:

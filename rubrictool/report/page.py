@@ -37,7 +37,7 @@ from rubrictool.report.scores import pair_agreement, smd
 from rubrictool.runs import describe_labels
 from rubrictool.textsafe import strip_controls
 
-__all__ = ["GRADE_METRICS", "NEAR_ZERO", "Report", "build_report", "curve_lines", "render_explain_html", "render_html",
+__all__ = ["GRADE_METRICS", "NEAR_ZERO", "Report", "build_report", "curve_lines", "render_explain_html", "render_html", "template_env",
            "trace_file",
            "trace_png", "write_explain", "write_report"]
 
@@ -466,7 +466,7 @@ def trace_png(t: ItemTrace) -> bytes:
 
 
 # ---------------------------------------------------------------------------- rendering
-def _env() -> Any:
+def template_env() -> Any:
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
@@ -506,14 +506,14 @@ def render_html(r: Report) -> str:
 
     pairs = (reviewer_confusion(r.diagnosis.confusions, list(r.diagnosis.concepts["concept"]))
              if r.diagnosis is not None else pd.DataFrame())
-    return str(_env().get_template("report.html.j2").render(r=r, metric_names=GRADE_METRICS, traces=views,
+    return str(template_env().get_template("report.html.j2").render(r=r, metric_names=GRADE_METRICS, traces=views,
                                                             near_zero=NEAR_ZERO, pairs=pairs,
                                                             curve_lines=curve_lines(r.curve) if r.curve else []))
 
 
 def render_explain_html(traces: list[ItemTrace], run_name: str, images: dict[str, bytes]) -> str:
     views = [_trace_view(t, images[trace_file(t.id)]) for t in traces]
-    return str(_env().get_template("explain.html.j2").render(traces=views, run=run_name, symbols=SYMBOLS))
+    return str(template_env().get_template("explain.html.j2").render(traces=views, run=run_name, symbols=SYMBOLS))
 
 
 def write_explain(traces: list[ItemTrace], out: str | Path, title: str) -> dict[str, Path]:

@@ -49,8 +49,8 @@ from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.runs import TABLE_COPY_MAX_BYTES, building, label_source, sha256_file, write_record
 from rubrictool.tables import validate_adjudicated
-from rubrictool.votes import has_votes, soft_targets
 from rubrictool.train.recipe import ResolvedTraining, resolve_training
+from rubrictool.votes import has_votes, soft_targets
 
 __all__ = ["SUMMARY_METRICS", "RunSpec", "TrainResult", "concept_texts", "points_baselines", "prepare_table", "read_agreement",
            "train_model"]

@@ -85,7 +85,7 @@ def _read_one(s: pd.DataFrame, variant: str, fraction: float) -> dict[str, Any]:
 
 def read_curve(cells: pd.DataFrame, fraction: float = FRACTION) -> dict[str, dict[str, Any]]:
     """One reading per variant of curve.csv's cells (see the module docstring), each with its ``sentence``."""
-    from rubrictool.curve import summarize_curve
+    from rubrictool.report.curve import summarize_curve
 
     out: dict[str, dict[str, Any]] = {}
     if cells.empty:
