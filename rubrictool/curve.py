@@ -43,7 +43,6 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from reccbm import grade_metrics
-from rubrictool.report.curve_reading import default_sizes, read_curve
 from rubrictool.data.splits import kfold_splits, nested_subsample, stratified_order
 from rubrictool.errors import DataError, TrainError
 from rubrictool.evaluate import majority_baseline
@@ -63,6 +62,7 @@ from rubrictool.report.curve import (
     size_order,
     summarize_curve,
 )
+from rubrictool.report.curve_reading import default_sizes, read_curve
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import validate_adjudicated
 from rubrictool.train import (
