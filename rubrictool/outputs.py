@@ -41,10 +41,13 @@ def is_run_folder(path: Path) -> bool:
 
 
 def is_kfold_folder(path: Path) -> bool:
-    """A folder ``train --folds`` wrote (folds.json, pooled predictions or fold-N runs)."""
+    """A folder ``train --folds`` wrote (folds.json, pooled predictions, fold-N runs, or — a k-fold run killed before
+    its first fold finished — the fold-N.split.json files it writes before any training)."""
     if (path / "folds.json").is_file() or (path / "pooled_predictions.csv").is_file():
         return True
-    return any(p.is_dir() and p.name.startswith("fold-") for p in path.iterdir())
+    return any((p.is_dir() and p.name.startswith("fold-")) or (p.is_file() and p.name.startswith("fold-")
+                                                                 and p.name.endswith(".split.json"))
+               for p in path.iterdir())
 
 
 def _resolved(p: str | Path) -> Path:

@@ -60,10 +60,9 @@ def request_price(model: str, prompt_tokens: int, completion_tokens: int) -> flo
 
 def context_tokens(model: str) -> int | None:
     """The most prompt tokens ``model`` accepts, from litellm's model map (``max_input_tokens``); None: unknown (a
-    local or custom model)."""
-    litellm = load_litellm()
+    local or custom model, or litellm cannot be loaded here — the run itself then says why)."""
     try:
-        info = litellm.get_model_info(model)
+        info = load_litellm().get_model_info(model)
     except Exception:  # noqa: BLE001 - litellm raises several types for a model it does not know
         return None
     n = info.get("max_input_tokens") if isinstance(info, dict) else getattr(info, "max_input_tokens", None)
