@@ -303,4 +303,6 @@ def config_differences(theirs: Any, ours: Any, where: str = "") -> list[str]:
                     continue
             out += config_differences(theirs.get(key), ours.get(key), name)
         return out
+    if isinstance(theirs, (list, tuple)) and isinstance(ours, (list, tuple)):  # config.yaml keeps a tuple as a list
+        theirs, ours = list(theirs), list(ours)
     return [] if theirs == ours else [f"{where} {theirs!r} in the run, {ours!r} here"]
