@@ -16,14 +16,13 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from rubrictool.cli import app
-from tests.support.courses import COURSE_RUBRIC
+from tests.support.courses import write_chemlab_tables
 from tests.support.faults import read_only
-from tests.support.tiny_models import build_backbone, mohler_like_table
+from tests.support.tiny_models import build_backbone
 
 pytestmark = [pytest.mark.faults, pytest.mark.usefixtures("one_thread")]
 runner = CliRunner()
@@ -68,20 +67,13 @@ def _left(disk: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def course(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("course")
-    (d / "chemlab.yaml").write_text(COURSE_RUBRIC, encoding="utf-8")
-    df = mohler_like_table(N)
-    c = df[["FC", "CC", "TU"]].to_numpy() - 1
-    table = df[["id", "question", "response", "reference"]].assign(
-        SAFE=c[:, 0], METH=c[:, 1], UNIT=c[:, 2], grade=np.rint(c.sum(1) * 10 / 6).astype(int))
-    table.to_csv(d / "adjudicated.csv", index=False)
-    table[["id", "question", "response", "reference", "grade"]].to_csv(d / "items.csv", index=False)
+    course = write_chemlab_tables(d, N)
     backbone = build_backbone(d, "bert")
     res = runner.invoke(app, ["train", "--data", str(d / "adjudicated.csv"), "--rubric", str(d / "chemlab.yaml"),
                               "--backbone", backbone, "--epochs", "1", "--max-len", "32", "--out", str(d / "run"),
                               "--device", "cpu", "--lr", "3e-3", "--cfg", "joint.epochs=1"])
     assert res.exit_code == 0, res.output
-    return {"dir": d, "rubric": d / "chemlab.yaml", "table": d / "adjudicated.csv", "items": d / "items.csv",
-            "run": d / "run"}
+    return course | {"run": d / "run"}
 
 
 def _grade(course: dict[str, Path], out: Path) -> list[str]:

@@ -18,7 +18,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -27,9 +26,9 @@ from rubrictool import runs
 from rubrictool.cli import app
 from rubrictool.io import read_table
 from rubrictool.runs import run_is_complete, sha256_file
-from tests.support.courses import COURSE_RUBRIC
+from tests.support.courses import write_chemlab_tables
 from tests.support.faults import ROOT, cli_env
-from tests.support.tiny_models import build_backbone, mohler_like_table
+from tests.support.tiny_models import build_backbone
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 runner = CliRunner()
@@ -50,15 +49,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 def course(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The chemistry-lab course (SAFE, METH, UNIT on 0..2, a 0..10 grade), 40 answers, and a tiny BERT."""
     d = tmp_path_factory.mktemp("course")
-    (d / "chemlab.yaml").write_text(COURSE_RUBRIC, encoding="utf-8")
-    df = mohler_like_table(N)
-    c = df[["FC", "CC", "TU"]].to_numpy() - 1
-    table = df[["id", "question", "response", "reference"]].assign(
-        SAFE=c[:, 0], METH=c[:, 1], UNIT=c[:, 2], grade=np.rint(c.sum(1) * 10 / 6).astype(int))
-    table.to_csv(d / "adjudicated.csv", index=False)
-    table[["id", "question", "response", "reference", "grade"]].to_csv(d / "items.csv", index=False)
-    return {"dir": d, "rubric": d / "chemlab.yaml", "table": d / "adjudicated.csv", "items": d / "items.csv",
-            "backbone": Path(build_backbone(d, "bert"))}
+    return write_chemlab_tables(d, N) | {"backbone": Path(build_backbone(d, "bert"))}
 
 
 def _train_args(course: dict[str, Path], out: Path | str, *extra: str, data: Path | None = None) -> list[str]:

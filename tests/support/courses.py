@@ -10,8 +10,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["CHEMLAB_HEADERS", "CHEMLAB_KEYS", "CHEMLAB_PANEL_NOISE", "COURSE_RUBRIC", "chemlab_levels_of", "chemlab_marks",
-           "chemlab_panel_reply", "chemlab_words", "write_chemlab_xlsx"]
+__all__ = [
+    "CHEMLAB_HEADERS",
+    "CHEMLAB_KEYS",
+    "CHEMLAB_PANEL_NOISE",
+    "COURSE_RUBRIC",
+    "chemlab_levels_of",
+    "chemlab_marks",
+    "chemlab_panel_reply",
+    "chemlab_words",
+    "write_chemlab_tables",
+    "write_chemlab_xlsx",
+]
 
 COURSE_RUBRIC = """\
 name: chemlab
@@ -172,3 +182,18 @@ def chemlab_panel_reply(model: str, response: str) -> str:
             lv = lv + 1 if lv < 3 else lv - 1
         lines.append(f"concept={key}; label={lv}; evidence=the answer says so")
     return "\n".join(lines)
+
+
+def write_chemlab_tables(d: Path, n: int) -> dict[str, Path]:
+    """The chemistry-lab course in ``d``: its rubric (SAFE, METH, UNIT on 0..2, a 0..10 grade), an adjudicated table of
+    ``n`` Mohler-like answers and the same answers as an item table."""
+    from tests.support.tiny_models import mohler_like_table
+
+    (d / "chemlab.yaml").write_text(COURSE_RUBRIC, encoding="utf-8")
+    df = mohler_like_table(n)
+    c = df[["FC", "CC", "TU"]].to_numpy() - 1
+    table = df[["id", "question", "response", "reference"]].assign(
+        SAFE=c[:, 0], METH=c[:, 1], UNIT=c[:, 2], grade=np.rint(c.sum(1) * 10 / 6).astype(int))
+    table.to_csv(d / "adjudicated.csv", index=False)
+    table[["id", "question", "response", "reference", "grade"]].to_csv(d / "items.csv", index=False)
+    return {"dir": d, "rubric": d / "chemlab.yaml", "table": d / "adjudicated.csv", "items": d / "items.csv"}
