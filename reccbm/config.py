@@ -195,11 +195,17 @@ class StageIIConfig:
     # expert's level for one concept would move no other (docs/results.md#lcec).
     lcec_lambda_s: float = 0.0005
     intervention_p: float = 0.0  # share of p̂_k set to the label's one-hot per batch (see JointConfig); 0 = paper
+    # Where this stage and the LCEC fit compute: "cpu", or "same" (stage1.device: the encoder's). Their steps are
+    # K-dimensional maths over cached p̂ in batches of 8, too small for a GPU: a step costs more there, in kernel
+    # launches and synchronisation, than on one CPU core (docs/results.md, "On a GPU"). Same numbers either way, up to
+    # float rounding.
+    device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes carried into the checkpoint
 
     def __post_init__(self) -> None:
         _choice("Stage II selection", self.select, ("t_f1", "nll"))
         _choice("LCEC fit", self.lcec_fit, ("train", "dev"))
+        _choice("Stage II device", self.device, ("cpu", "same"))
         if self.crossfit == 1 or self.crossfit < 0:
             raise ValueError(f"crossfit is 0 (off) or a number of parts >= 2, got {self.crossfit}")
 

@@ -147,12 +147,17 @@ def _stage2(model: RecCBM, train: EncodedItems, dev: EncodedItems, r: Recipe, pa
     p_dev = cache_concepts(model, dev, pad, r.stage1.eval_batch_size, states.dev if states else None, dev_,
                            r.stage1.mixed_precision)
     return train_grader(model, p_fit, torch.tensor(train.concepts), torch.tensor(train.grades), p_dev,
-                        torch.tensor(dev.grades), r.stage2, callback, device=dev_)
+                        torch.tensor(dev.grades), r.stage2, callback, device=_k_dim_device(r))
 
 
 def _device(r: Recipe) -> torch.device:
-    """The one device every stage of the recipe computes on (``stage1.device``: auto, cpu or cuda)."""
+    """The device the encoder's stages and prediction compute on (``stage1.device``: auto, cpu or cuda)."""
     return resolve_device(r.stage1.device)
+
+
+def _k_dim_device(r: Recipe) -> torch.device:
+    """The device of the K-dimensional stages over cached p̂, Stage II and the LCEC fit (``stage2.device``)."""
+    return torch.device("cpu") if r.stage2.device == "cpu" else _device(r)
 
 
 def _concept_model(train: EncodedItems, dev: EncodedItems, r: Recipe, tokenizer: Any, texts: list[str] | None,
@@ -259,14 +264,14 @@ def fit(
         assert dev.grades is not None
         p_dev = cache_concepts(model, dev, pad, recipe.stage1.eval_batch_size, states.dev if states else None, device,
                                recipe.stage1.mixed_precision)
-        rl = fit_lcec(model, p_dev, torch.tensor(dev.concepts), recipe.stage2, callback, device=device)
+        rl = fit_lcec(model, p_dev, torch.tensor(dev.concepts), recipe.stage2, callback, device=_k_dim_device(recipe))
         p_train = p_oof if p_oof is not None else cache_concepts(model, train, pad, recipe.stage1.eval_batch_size,
                                                                  states.train if states else None, device,
                                                                  recipe.stage1.mixed_precision)
         head_init = head_init or r2
         r2 = train_grader(model, p_train, torch.tensor(train.concepts), torch.tensor(train.grades), p_dev,  # ... and the
                           torch.tensor(dev.grades), recipe.stage2, callback, head_only=True,  # head reads through it
-                          device=device)
+                          device=_k_dim_device(recipe))
         steps += rl.steps + r2.steps
     return Fitted(model, r1, rj, r2, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size, device), steps,
                   time.perf_counter() - t0, parts, cf_steps, rl, head_init, encoder, states_seconds)

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT_VERSION",
+    "NUMERIC_PACKAGES",
     "RECORD",
     "TABLE_COPY_MAX_BYTES",
     "Run",
@@ -62,6 +63,7 @@ __all__ = [
     "label_source",
     "migrate",
     "open_run",
+    "package_versions",
     "run_is_complete",
     "sample_sha256",
     "sha256_file",
@@ -272,8 +274,28 @@ def write_record(stage: Path, *, rubric: Rubric, table: dict[str, Any], labels: 
     }
     if device is not None:
         record["device"] = device
+    record["packages"] = package_versions()
     atomic_write_json(stage / RECORD, record, default=str)
     return record
+
+
+# The packages whose versions can move a run's numbers (arithmetic, tokenisation, model code, data handling).
+NUMERIC_PACKAGES = ("torch", "transformers", "tokenizers", "accelerate", "safetensors", "numpy", "scipy", "scikit-learn",
+                    "pandas")
+
+
+def package_versions() -> dict[str, str | None]:
+    """The installed version of each of :data:`NUMERIC_PACKAGES` (None where one is missing), for run.json: two runs
+    of one revision that disagree can be told apart by what pip installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in NUMERIC_PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 def migrate(record: dict[str, Any], path: str | Path = RECORD) -> dict[str, Any]:

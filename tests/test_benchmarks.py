@@ -60,6 +60,7 @@ EXPECT = {
     "review_routing": ['"share_needed_for_95"', '"at_40"', "wrote "],
     "grade_speed": ["torch: ", "torch-int8: ", "same grade as torch float32", "wrote "],
     "frozen_speed": ["Stage I, frozen, cached", "reccbm.fit, frozen, uncached", "wrote "],
+    "stage2_speed": ["cpu: 10 steps in ", "ms a step"],
     "gpu_smoke": ["device: cpu (CPU)", "main job: test t_acc", "question-grouped fold 0/5: test t_acc", "grade: ",
                   "wrote "],
     "gpu_pack": ["MiB in fp16 (largest weight change restored to float32", "gpu_smoke.py --pack"],
@@ -124,3 +125,26 @@ def test_benchmarks_are_lint_clean() -> None:
     res = subprocess.run([sys.executable, "-m", "ruff", "check", "benchmarks"], check=False, capture_output=True,
                          text=True, cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.slow
+def test_gpu_run_script_on_the_cpu(tmp_path: Path, tiny_backbone: str) -> None:
+    """benchmarks/gpu_run.sh's three steps on the CPU with a tiny model (GPU_RUN_SMOKE): each step's small files
+    packed into OUT/stepN.tgz as it ends, no weights among them."""
+    import os
+    import tarfile
+
+    out = tmp_path / "out"
+    env = os.environ | {"GPU_RUN_SMOKE": tiny_backbone, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
+                        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "benchmarks/gpu_run.sh", ".gpu", str(out), "600"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    names = {}
+    for n in (1, 2, 3):
+        with tarfile.open(out / f"step{n}.tgz") as tar:
+            names[n] = tar.getnames()
+    assert "main-fp32/gpu_smoke.json" in names[1] and "main-fp32/main/test_predictions.csv" in names[1]
+    assert "folds-q/default/pooled_predictions.csv" in names[2]
+    assert "main-bf16/gpu_smoke.json" in names[3] and any(n.startswith("reader-q/") for n in names[3])
+    assert not [n for ns in names.values() for n in ns if n.endswith((".safetensors", ".bin", "table.csv"))]

@@ -21,6 +21,10 @@ def test_train_names_its_device_first_and_grade_takes_one(tmp_path: Path, backbo
     assert output.splitlines()[0].startswith("training on the CPU ("), output[:300]
     device = json.loads((run / "run.json").read_text())["device"]
     assert device["device"] == "cpu" and device["torch"] == torch.__version__ and device["threads"] >= 1
+    import transformers
+
+    packages = json.loads((run / "run.json").read_text())["packages"]
+    assert packages["transformers"] == transformers.__version__ and packages["torch"] == torch.__version__
     data = tmp_path / "new.csv"
     mohler_like_table(12, seed=3).to_csv(data, index=False)
     ok = CliRunner().invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(tmp_path / "g.csv"),

@@ -154,3 +154,20 @@ def test_load_checkpoint_places_the_model(backbone: str, tmp_path: Path) -> None
     if not torch.cuda.is_available():
         with pytest.raises(ReccbmError, match="no CUDA GPU"):
             reccbm.load_checkpoint(tmp_path, device="cuda")
+
+
+def test_k_dimensional_stages_compute_on_the_cpu_unless_asked_to_follow_the_encoder() -> None:
+    """Stage II and the LCEC fit (small maths over cached p̂) run on the CPU by default, wherever the encoder trains;
+    ``stage2.device: same`` puts them on the encoder's device (here a GPU this machine lacks: refused, not ignored)."""
+    from reccbm.fit import _device, _k_dim_device
+    from reccbm.recipes import recipe
+
+    on_gpu = recipe("default", 3, 3, 4, {"stage1": {"device": "cuda"}})
+    assert _k_dim_device(on_gpu) == torch.device("cpu")
+    follow = recipe("default", 3, 3, 4, {"stage1": {"device": "cpu"}, "stage2": {"device": "same"}})
+    assert _k_dim_device(follow) == _device(follow) == torch.device("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ReccbmError, match="no CUDA"):
+            _k_dim_device(recipe("default", 3, 3, 4, {"stage1": {"device": "cuda"}, "stage2": {"device": "same"}}))
+    with pytest.raises(ReccbmError, match="Stage II device"):
+        recipe("default", 3, 3, 4, {"stage2": {"device": "gpu"}})
