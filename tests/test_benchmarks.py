@@ -137,7 +137,7 @@ def test_gpu_run_script_on_the_cpu(tmp_path: Path, tiny_backbone: str) -> None:
     out = tmp_path / "out"
     env = os.environ | {"GPU_RUN_SMOKE": tiny_backbone, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
                         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "benchmarks/gpu_run.sh", ".gpu", str(out), "600"], cwd=ROOT, env=env,
+    done = subprocess.run(["bash", "benchmarks/gpu_run.sh", ".gpu", str(out), "600"], check=False, cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     names = {}
