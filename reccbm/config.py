@@ -190,6 +190,11 @@ class StageIIConfig:
     # the other stages, (L, η) are fitted by L_den + L_spa on the dev answers' outputs (answers the encoder never trained
     # on: the errors it will meet), then the head is refitted on the training outputs through that fixed LCEC.
     lcec_fit: str = "train"
+    # "moments": instead of that fit, μ₀ and Ω⁻¹ are the mean and covariance of the training answers' adjudicated
+    # levels (+ lcec_ridge × the covariance's diagonal) and σ² the dev outputs' mean squared error per concept
+    # (LatentCorrection.set_from_moments); then the head is refitted through that fixed LCEC, as with "dev". Ω links
+    # the concepts as the labels do, so an expert's level for one concept moves the others.
+    lcec_ridge: float = 0.0
     # λ_s of that fit on the dev outputs, where L_den has weight 1 (λ_d only weighs L_den against the grade loss). The
     # paper's 0.005 against L_den alone keeps every off-diagonal of L at 0: Ω diagonal, no partial correlations, so an
     # expert's level for one concept would move no other (docs/results.md#lcec).
@@ -204,7 +209,7 @@ class StageIIConfig:
 
     def __post_init__(self) -> None:
         _choice("Stage II selection", self.select, ("t_f1", "nll"))
-        _choice("LCEC fit", self.lcec_fit, ("train", "dev"))
+        _choice("LCEC fit", self.lcec_fit, ("train", "dev", "moments"))
         _choice("Stage II device", self.device, ("cpu", "same"))
         if self.crossfit == 1 or self.crossfit < 0:
             raise ValueError(f"crossfit is 0 (off) or a number of parts >= 2, got {self.crossfit}")

@@ -20,6 +20,7 @@ and prediction computes on one device, ``stage1.device`` (:mod:`reccbm.device`).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -34,7 +35,7 @@ from reccbm.data import EncodedItems, check_labels
 from reccbm.device import resolve_device
 from reccbm.errors import ReccbmError
 from reccbm.metrics import concept_metrics, task_metrics
-from reccbm.model import PLM, Model, RecCBM, TextEncoder, default_backbone
+from reccbm.model import PLM, Model, RecCBM, TextEncoder, default_backbone, expected_scores
 from reccbm.train import (
     Callback,
     StageResult,
@@ -52,6 +53,8 @@ from reccbm.train import (
 )
 
 __all__ = ["Fitted", "Recipe", "deal_parts", "fit"]
+
+log = logging.getLogger("reccbm")
 
 
 @dataclass(frozen=True)
@@ -259,12 +262,15 @@ def fit(
         steps += r2.steps
     assert r2 is not None
     rl = None
-    if recipe.stage2.lcec_fit == "dev" and model.lcec is not None:  # LCEC learns the errors of new answers...
+    if recipe.stage2.lcec_fit in ("dev", "moments") and model.lcec is not None:  # LCEC learns the errors of new answers...
         assert dev.concepts is not None and train.concepts is not None and train.grades is not None
         assert dev.grades is not None
         p_dev = cache_concepts(model, dev, pad, recipe.stage1.eval_batch_size, states.dev if states else None, device,
                                recipe.stage1.mixed_precision)
-        rl = fit_lcec(model, p_dev, torch.tensor(dev.concepts), recipe.stage2, callback, device=_k_dim_device(recipe))
+        if recipe.stage2.lcec_fit == "dev":
+            rl = fit_lcec(model, p_dev, torch.tensor(dev.concepts), recipe.stage2, callback, device=_k_dim_device(recipe))
+        else:
+            rl = _lcec_moments(model, train, dev, p_dev, recipe.stage2.lcec_ridge)
         p_train = p_oof if p_oof is not None else cache_concepts(model, train, pad, recipe.stage1.eval_batch_size,
                                                                  states.train if states else None, device,
                                                                  recipe.stage1.mixed_precision)
@@ -275,6 +281,18 @@ def fit(
         steps += rl.steps + r2.steps
     return Fitted(model, r1, rj, r2, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size, device), steps,
                   time.perf_counter() - t0, parts, cf_steps, rl, head_init, encoder, states_seconds)
+
+
+def _lcec_moments(model: RecCBM, train: EncodedItems, dev: EncodedItems, p_dev: torch.Tensor, ridge: float) -> StageResult:
+    """LCEC's (μ₀, Ω, σ²) by their moments (:meth:`reccbm.lcec.LatentCorrection.set_from_moments`): the prior from
+    the training answers' levels, the noise from the dev outputs' errors. No optimiser steps."""
+    assert model.lcec is not None and train.concepts is not None and dev.concepts is not None
+    t0, M = time.perf_counter(), model.config.M
+    s_dev = expected_scores(p_dev) / M
+    model.lcec.set_from_moments(torch.tensor(train.concepts) / M, s_dev, torch.tensor(dev.concepts) / M, ridge)
+    seconds = time.perf_counter() - t0
+    log.info("lcec: set from moments (ridge %g) in %.2f s", ridge, seconds)
+    return StageResult(0, {}, [], seconds, 0, 0.0)
 
 
 def _check_labels(train: EncodedItems, dev: EncodedItems, cfg: ModelConfig) -> None:

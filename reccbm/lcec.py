@@ -95,6 +95,26 @@ class LatentCorrection(nn.Module):
         mu = mu0 + (C.unsqueeze(0) @ w).squeeze(-1)  # (B, K)
         return torch.where(observed.bool(), s_tilde.double(), mu).to(s_tilde.dtype)  # observed: exactly c_k / M
 
+    @torch.no_grad()
+    def set_from_moments(self, z_train: Tensor, s_dev: Tensor, z_dev: Tensor, ridge: float = 0.0) -> None:
+        """Set (μ₀, Ω, σ²) by their moments instead of by gradient (empirical Bayes; ``stage2.lcec_fit = "moments"``):
+
+            μ₀ = mean of z_train,   Ω⁻¹ = Cov(z_train) + ridge · diag(Cov(z_train)),   σ_k² = mean_i (s̃_ik − z_ik)² on dev,
+
+        z = c/M the adjudicated levels (training answers for the prior; the dev answers, which the encoder never
+        trained on, for the noise of the head's scores s̃ there). Ω then carries the labels' partial correlations,
+        so conditioning on an expert's level of one concept moves the others as the labels say they move together.
+        Stored as L = chol(Ω − εI) (Eq. 21) and η = log σ²."""
+        z = z_train.double()
+        cov = torch.cov(z.T)  # (K, K)
+        cov = cov + ridge * torch.diag(torch.diagonal(cov))
+        omega = torch.linalg.inv(cov)
+        omega = (omega + omega.T) / 2 - self.eps * torch.eye(omega.shape[0], dtype=omega.dtype, device=omega.device)
+        self.L.copy_(torch.linalg.cholesky(omega).to(self.L.dtype))
+        noise = ((s_dev.double() - z_dev.double()) ** 2).mean(0).clamp_min(float(torch.exp(torch.tensor(-self.ETA_MAX))))
+        self.eta.copy_(noise.log().to(self.eta.dtype))
+        self.mu0.copy_(z.mean(0).to(self.mu0.dtype))
+
     def sparsity(self) -> Tensor:
         """L_spa = Σ_{i>j} |L_ij| (Eq. 25)."""
         return torch.tril(self.L, diagonal=-1).abs().sum()

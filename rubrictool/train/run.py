@@ -258,7 +258,7 @@ def _auto_notes(rs: ResolvedTraining) -> list[str]:
     if encoder["asked"] == "auto":
         notes.append(f"encoder {encoder['used']}: --encoder auto freezes it below stage1.frozen_below = "
                      f"{encoder['frozen_below']} labelled answers (train + dev), and this run had {encoder['labelled_answers']}")
-    if rs.mcfg.lcec and not rs.plm and not cfgs["stage2"].get("crossfit") and cfgs["stage2"].get("lcec_fit") != "dev":
+    if rs.mcfg.lcec and not rs.plm and not cfgs["stage2"].get("crossfit") and cfgs["stage2"].get("lcec_fit") not in ("dev", "moments"):
         notes.append("σ² and A_kk are fitted on the outputs for the training answers themselves, where the encoder "
                      "errs less than on new answers; --crossfit 2 fits them on answers the encoder "
                      "never trained on, at a cost in training time (docs/training.md)")
