@@ -35,6 +35,7 @@ from reccbm.explain import (
     reliability,
 )
 from reccbm.fit import Fitted, Recipe, fit
+from reccbm.inference import Predictions, cache_concepts, encoder_states, predict, quantize_encoder
 from reccbm.metrics import (
     concept_metrics,
     concept_score_reliability,
@@ -54,22 +55,9 @@ from reccbm.model import (
     default_backbone,
 )
 from reccbm.recipes import PRESETS, recipe
-from reccbm.train import (
-    Event,
-    Predictions,
-    StageResult,
-    cache_concepts,
-    encoder_states,
-    fit_lcec,
-    init_rubric_queries,
-    predict,
-    quantize_encoder,
-    set_seed,
-    train_concepts,
-    train_grader,
-    train_joint,
-    train_plm,
-)
+from reccbm.stage2 import fit_lcec, train_grader
+from reccbm.stages import Event, StageResult, set_seed
+from reccbm.train import init_rubric_queries, train_concepts, train_joint, train_plm
 
 __all__ = [
     "INTERVENTIONS",

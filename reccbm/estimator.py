@@ -26,9 +26,10 @@ from reccbm.config import JointConfig, StageIConfig, StageIIConfig, config_from_
 from reccbm.data import EncodedItems, check_labels, encode_inputs, load_tokenizer
 from reccbm.errors import ReccbmError
 from reccbm.fit import Recipe, fit
+from reccbm.inference import Predictions, predict
 from reccbm.model import Model, default_backbone
 from reccbm.recipes import PRESETS, recipe
-from reccbm.train import Event, Predictions, predict
+from reccbm.stages import Event
 
 __all__ = ["Concept", "Grader", "Rubric"]
 

@@ -28,8 +28,8 @@ from numpy.typing import NDArray
 
 from reccbm.data import EncodedItems, collate
 from reccbm.errors import ReccbmError
+from reccbm.inference import Predictions
 from reccbm.model import Model, RecCBM, masked_mean
-from reccbm.train import Predictions
 
 __all__ = [
     "INTERVENTIONS",

@@ -14,8 +14,9 @@ The paper's recipe (Algorithm 1) is Stage I then Stage II; the PLM baseline is o
 ``stage1.encoder = "frozen"`` (or "auto" below ``stage1.frozen_below`` labelled answers) no stage updates the
 pretrained encoder: its token states for the training and dev answers are computed once here and every stage and
 every cross-fitting model reuses them (one pretrained encoder gives them all). The
-stages themselves are in :mod:`reccbm.train`; this module owns their order, the seed and what is reported. Every stage
-and prediction computes on one device, ``stage1.device`` (:mod:`reccbm.device`).
+stages themselves are in :mod:`reccbm.train` (Stage I, the joint stage, the PLM) and :mod:`reccbm.stage2` (Stage II,
+the LCEC fit), prediction in :mod:`reccbm.inference`; this module owns their order, the seed and what is reported.
+Every stage and prediction computes on one device, ``stage1.device`` (:mod:`reccbm.device`).
 """
 
 from __future__ import annotations
@@ -34,23 +35,12 @@ from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig
 from reccbm.data import EncodedItems, check_labels
 from reccbm.device import resolve_device
 from reccbm.errors import ReccbmError
+from reccbm.inference import States, cache_concepts, encoder_states, predict
 from reccbm.metrics import concept_metrics, task_metrics
 from reccbm.model import PLM, Model, RecCBM, TextEncoder, default_backbone, expected_scores
-from reccbm.train import (
-    Callback,
-    StageResult,
-    States,
-    cache_concepts,
-    encoder_states,
-    fit_lcec,
-    init_rubric_queries,
-    predict,
-    set_seed,
-    train_concepts,
-    train_grader,
-    train_joint,
-    train_plm,
-)
+from reccbm.stage2 import fit_lcec, train_grader
+from reccbm.stages import Callback, StageResult, set_seed
+from reccbm.train import init_rubric_queries, train_concepts, train_joint, train_plm
 
 __all__ = ["Fitted", "Recipe", "deal_parts", "fit"]
 
@@ -124,7 +114,7 @@ def _new_encoder(cfg: ModelConfig, seed: int) -> TextEncoder:
 
 @dataclass(frozen=True)
 class _States:
-    """A frozen encoder's token states (:func:`reccbm.train.encoder_states`) for the training and dev answers."""
+    """A frozen encoder's token states (:func:`reccbm.inference.encoder_states`) for the training and dev answers."""
 
     train: States
     dev: States

@@ -1,17 +1,17 @@
-"""REC-CBM's training stages as building blocks, the PLM baseline, and batched prediction.
+"""REC-CBM's encoder stages as building blocks: Stage I, the joint stage and the PLM baseline.
 
 The order in which they run is :func:`reccbm.fit` (reccbm/fit.py).
 
 * :func:`train_concepts` — Stage I (Eq. 27): (E, Q, {V_k}) on λ_c L_con + λ_r L_rank; model
   selection on dev concept macro-F1 (C-F1), early stopping with patience.
-* :func:`cache_concepts` — runs the frozen Stage I model once and keeps p̂ (N, K, M+1).
-* :func:`train_grader` — Stage II (Eq. 28): (L, η, W) on λ_t L_task + λ_d L_den + λ_s L_spa over
-  the cached p̂ (Algorithm 1 recomputes frozen predictions per batch; they are identical, so we
-  compute them once — Stage II then costs seconds); selection on dev task macro-F1 (T-F1).
 * :func:`train_joint` — the joint stage (not in the paper): every parameter on the joint loss.
 * :func:`train_plm` — black-box fine-tuning of the same backbone on the grade (selection on T-F1).
-* :func:`encoder_states` — a frozen encoder's token states, once per input (``StageIConfig.encoder = "frozen"``:
-  the encoder is never updated, so Stage I, the joint stage and the PLM reuse them instead of running it each step).
+* :func:`init_rubric_queries` — Q from the pretrained encoder's embedding of each concept's text (Eq. 8).
+
+The other pieces live beside it, and are importable from here as before: Stage II (Eq. 28) and the LCEC fit over
+cached outputs in :mod:`reccbm.stage2`; batched prediction, :func:`cache_concepts` (p̂ for Stage II) and a frozen
+encoder's token states (:func:`encoder_states`) in :mod:`reccbm.inference`; the progress events, the stage record and
+the seed in :mod:`reccbm.stages`.
 
 Stage I, the joint stage and the PLM run through Hugging Face Accelerate: one process on the CPU or one GPU, the
 same code under ``accelerate launch`` for multi-GPU / multi-node; the model is placed on the accelerator's device at
@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -37,15 +37,22 @@ from torch import Tensor, nn
 
 from reccbm.config import JointConfig, StageIConfig, StageIIConfig
 from reccbm.contrast import contrast_batch, contrast_loss
-from reccbm.data import EncodedItems, collate
-from reccbm.device import autocast, on_device
+from reccbm.data import EncodedItems
 from reccbm.errors import ReccbmError
+from reccbm.inference import (
+    Predictions,
+    States,
+    cache_concepts,
+    collate_states,
+    encoder_states,
+    predict,
+    quantize_encoder,
+)
 from reccbm.metrics import concept_metrics, task_metrics
 from reccbm.model import (
     PLM,
     Model,
     RecCBM,
-    TextEncoder,
     concept_loss,
     expected_scores,
     masked_mean,
@@ -54,11 +61,24 @@ from reccbm.model import (
     rubric_queries,
     soft_concept_loss,
 )
+from reccbm.stage2 import fit_lcec, train_grader
+from reccbm.stages import (
+    Callback,
+    Event,
+    StageResult,
+    format_metrics,
+    selection_key,
+    set_seed,
+    train_only,
+    warmup_linear,
+)
 
 __all__ = [
+    "Callback",
     "Event",
     "Predictions",
     "StageResult",
+    "States",
     "cache_concepts",
     "encoder_states",
     "fit_lcec",
@@ -74,68 +94,7 @@ __all__ = [
 
 log = logging.getLogger("reccbm")
 
-
-@dataclass
-class Event:
-    """A progress report: kind is 'start', 'step' or 'epoch' (dev metrics after each epoch)."""
-
-    stage: str  # "stage1", "stage2" or "plm"
-    kind: str
-    epoch: int
-    step: int = 0  # optimiser steps done in this epoch
-    steps_per_epoch: int = 0
-    epochs: int = 0
-    loss: float = float("nan")
-    metrics: dict[str, float] = field(default_factory=dict)
-    part: str = ""  # which of several models of one run reports, e.g. "cross-fit 1/2"; "" = the run's model
-
-
-Callback = Callable[[Event], None]
 _M = TypeVar("_M", RecCBM, PLM)  # the network a training loop runs: REC-CBM or the PLM baseline
-
-
-@dataclass
-class StageResult:
-    """What one training stage did: best dev metrics, history and timing."""
-
-    best_epoch: int
-    best: dict[str, float]  # dev metrics of the selected epoch
-    history: list[dict[str, float]]  # per epoch: epoch, loss, dev metrics
-    seconds: float  # wall time of the stage
-    steps: int  # optimiser steps taken
-    step_seconds: float  # mean wall time of one optimiser step
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class Predictions:
-    """Model outputs for N items (numpy); concept fields are None for the PLM baseline."""
-
-    grade_probs: NDArray[Any]  # (N, S+1)
-    p_hat: NDArray[Any] | None = None  # (N, K, M+1)
-    c_hat: NDArray[Any] | None = None  # (N, K) expected levels ĉ ∈ [0, M]
-    mu_post: NDArray[Any] | None = None  # (N, K) corrected concepts (s̃ without LCEC)
-    grade_logits: NDArray[Any] | None = None  # (N, S+1) ŷ before the softmax
-
-    @property
-    def grades(self) -> NDArray[Any]:
-        out: NDArray[Any] = self.grade_probs.argmax(1)
-        return out
-
-    @property
-    def levels(self) -> NDArray[Any]:
-        assert self.p_hat is not None
-        out: NDArray[Any] = self.p_hat.argmax(2)
-        return out
-
-
-def set_seed(seed: int) -> None:
-    """Seed Python, numpy and torch (all devices)."""
-    from accelerate.utils import set_seed as _set
-
-    _set(seed)
 
 
 # ---------------------------------------------------------------------------- shared pieces
@@ -170,22 +129,6 @@ class _LengthGroupedBatches:
         return math.ceil(len(self.lengths) / self.batch_size)
 
 
-States = Sequence[Tensor]  # one (T_i, d) tensor of token states per input: a frozen encoder's, see encoder_states
-
-
-def _batch(items: EncodedItems, idx: Any, pad_id: int, states: States | None) -> dict[str, Tensor]:
-    """collate(), plus the inputs' cached token states right-padded with zeros to the batch's T (``states``, (B, T, d))
-    when given: the model then skips its encoder (RecCBM.token_states)."""
-    batch = collate(items, idx, pad_id)
-    if states is not None:
-        B, T = batch["input_ids"].shape
-        H = torch.zeros(B, T, states[0].shape[-1], dtype=states[0].dtype)  # (B, T, d)
-        for j, i in enumerate(idx):
-            H[j, : len(states[i])] = states[i]
-        batch["states"] = H
-    return batch
-
-
 def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group: bool = True,
             states: States | None = None) -> Any:
     from torch.utils.data import DataLoader
@@ -194,30 +137,8 @@ def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group:
     return DataLoader(
         range(len(items)),  # type: ignore[arg-type]
         batch_sampler=sampler,
-        collate_fn=lambda idx: _batch(items, idx, pad_id, states),
+        collate_fn=lambda idx: collate_states(items, idx, pad_id, states),
     )
-
-
-@torch.inference_mode()
-def encoder_states(encoder: nn.Module, items: EncodedItems, pad_id: int, batch_size: int = 64,
-                   device: str | torch.device | None = None, precision: str = "no") -> list[Tensor]:
-    """The token states H = E(x) of every input, computed once (no grad, eval mode: dropout off), float32 on the CPU:
-    one (T_i, d) tensor per input, its own tokens only. A frozen encoder gives the same H every epoch, so training
-    reuses these instead of running E each step (:func:`train_concepts`, :func:`train_joint`, :func:`train_plm`).
-    ``device``: where E runs (None: where it is; it is put back afterwards); ``precision`` "bf16": autocast on a GPU."""
-    was_training = encoder.training
-    encoder.eval()
-    out: list[Tensor] = [torch.empty(0)] * len(items)
-    order = np.argsort([len(f["input_ids"]) for f in items.features], kind="stable")  # length-sorted: less padding
-    with on_device(encoder, device) as dev, autocast(dev, precision):
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            batch = {k: v.to(dev) for k, v in collate(items, idx, pad_id).items()}
-            H = encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # (B, T, d)
-            for j, i in enumerate(idx):
-                out[i] = H[j, : len(items.features[i]["input_ids"])].float().cpu().clone()  # (T_i, d)
-    encoder.train(was_training)
-    return out
 
 
 def _optimizer(model: Model, cfg: StageIConfig, stage: str = "stage1", joint: JointConfig | None = None) -> torch.optim.Optimizer:
@@ -247,45 +168,12 @@ def _optimizer(model: Model, cfg: StageIConfig, stage: str = "stage1", joint: Jo
     return torch.optim.AdamW(param_groups, lr=lr)
 
 
-def _warmup_linear(opt: torch.optim.Optimizer, total: int, warmup_ratio: float) -> Any:
-    """Linear warm-up over warmup_ratio × total steps, then linear decay to 0."""
-    warm = max(1, round(warmup_ratio * total))
-
-    def factor(step: int) -> float:
-        if step < warm:
-            return (step + 1) / warm
-        return max(0.0, (total - step) / max(1, total - warm))
-
-    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
-
-
 def _freeze(model: Model, stage: str, frozen_encoder: bool = False) -> None:
     """requires_grad only on the parameters the stage trains (Algorithm 1: freeze after Stage I); with
     ``frozen_encoder`` never on the encoder's (StageIConfig.encoder = "frozen")."""
     params = {"stage1": model.stage1_parameters, "stage2": model.stage2_parameters, "joint": model.joint_parameters}
     encoder = set(map(id, model.encoder.parameters())) if frozen_encoder else set()
-    _train_only(model, [p for p in params[stage]() if id(p) not in encoder])
-
-
-def _train_only(model: Model, params: list[nn.Parameter]) -> None:
-    """requires_grad on ``params`` and on nothing else of ``model``."""
-    train = set(map(id, params))
-    for p in model.parameters():
-        p.requires_grad_(id(p) in train)
-
-
-def _k_dim_optimiser(params: list[nn.Parameter], n_items: int, cfg: StageIIConfig) -> tuple[Any, Any, torch.Generator, int]:
-    """(AdamW, warm-up + linear decay, the seeded data-order generator, steps per epoch) of a K-dimensional stage over
-    cached outputs (Stage II, the LCEC fit)."""
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    steps_per_epoch = math.ceil(n_items / cfg.batch_size)
-    sched = _warmup_linear(opt, steps_per_epoch * cfg.epochs, cfg.warmup_ratio)
-    return opt, sched, torch.Generator().manual_seed(cfg.seed), steps_per_epoch
-
-
-def _key(metrics: dict[str, float], f1: str, acc: str) -> tuple[float, float, float]:
-    """Model selection: dev macro-F1, ties broken by accuracy, then by lower dev loss."""
-    return (round(metrics[f1], 10), round(metrics[acc], 10), -metrics["loss"])
+    train_only(model, [p for p in params[stage]() if id(p) not in encoder])
 
 
 def _n_steps(n_items: int, batch: int, cap: int, epochs: int = 1, min_steps: int = 0) -> int:
@@ -314,6 +202,114 @@ def _batches(loader: Any, steps: int) -> Iterator[Any]:
             return
 
 
+@dataclass
+class _Run:
+    """One encoder stage as Accelerate prepared it, and its running counts of optimiser steps and their time."""
+
+    cfg: StageIConfig  # the stage's config, encoder "auto" decided
+    acc: Any  # accelerate.Accelerator
+    pmodel: Any  # the prepared (possibly wrapped) model
+    opt: Any
+    loader: Any
+    sched: Any
+    epochs: int
+    steps_per_epoch: int
+    frozen: bool  # the encoder is frozen: it stays in eval mode
+    dev_states: States | None  # the dev inputs' token states of a frozen encoder, when cached
+    steps: int = 0
+    step_time: float = 0.0
+
+
+@dataclass
+class _Best:
+    """Model selection across epochs: the best key so far, its epoch, dev metrics and state (a CPU copy), and how many
+    epochs in a row did not beat it."""
+
+    key: tuple[float, ...] | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    epoch: int = 0
+    state: dict[str, Tensor] = field(default_factory=dict)
+    bad: int = 0
+
+    def offer(self, epoch: int, metrics: dict[str, float], key: tuple[float, ...], model: nn.Module,
+              keep: bool = False) -> None:
+        """Take ``model``'s state when ``key`` beats the best so far (or ``keep``); else count an epoch without."""
+        if keep or self.key is None or key > self.key:
+            self.key, self.metrics, self.epoch, self.bad = key, metrics, epoch, 0
+            self.state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        else:
+            self.bad += 1
+
+
+def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageIConfig, pad_id: int, stage: str,
+             joint: JointConfig | None, states: tuple[States, States] | None) -> _Run:
+    """Seed; train only the stage's parameters; place the model on the accelerator's device; a frozen encoder's token
+    states (given, or computed here when cfg.cache_states is on); optimiser, warm-up schedule and loader, prepared."""
+    set_seed(cfg.seed)
+    cfg = cfg.resolved(len(train) + len(dev))
+    frozen = cfg.encoder == "frozen"
+    train_stage = "joint" if stage == "joint" else "stage1"
+    _freeze(model, train_stage, frozen)
+    acc = _accelerator(cfg)
+    # The model goes to the accelerator's device here, every stage: Accelerator.prepare returns a model it prepared
+    # before (an earlier stage) as it is, without placing it, and the previous stage left it on the CPU.
+    model.to(acc.device)
+    if not frozen:
+        states = None  # a trained encoder's states change every step
+    elif states is None and cfg.cache_states:
+        states = (encoder_states(model.encoder, train, pad_id, cfg.eval_batch_size, precision=cfg.mixed_precision),
+                  encoder_states(model.encoder, dev, pad_id, cfg.eval_batch_size, precision=cfg.mixed_precision))
+    dev_states = states[1] if states is not None else None
+    epochs = joint.epochs if (stage == "joint" and joint is not None) else cfg.epochs
+    min_steps = joint.min_steps if (stage == "joint" and joint is not None) else cfg.min_steps
+    opt = _optimizer(model, cfg, train_stage, joint)
+    steps_per_epoch = _n_steps(len(train), cfg.batch_size * acc.num_processes, cfg.max_steps_per_epoch, epochs,
+                               min_steps)
+    sched = warmup_linear(opt, steps_per_epoch * epochs, cfg.warmup_ratio)
+    loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length,
+                     states=states[0] if states is not None else None)
+    pmodel, opt, loader, sched = acc.prepare(model, opt, loader, sched)
+    acc.unwrap_model(pmodel).to(acc.device)  # placed whether or not prepare placed it (see above)
+    return _Run(cfg, acc, pmodel, opt, loader, sched, epochs, steps_per_epoch, frozen, dev_states)
+
+
+def _train_epoch(run: _Run, loss_fn: Callable[[Any, dict[str, Tensor]], Tensor], stage: str, epoch: int,
+                 callback: Callback | None) -> float:
+    """One epoch's optimiser steps (autocast, backward, clipping, step, schedule); returns the summed training loss."""
+    run.pmodel.train()
+    if run.frozen:
+        run.acc.unwrap_model(run.pmodel).encoder.eval()  # dropout off: the states a cache holds
+    if callback:
+        callback(Event(stage, "start", epoch, 0, run.steps_per_epoch, run.epochs))
+    total = 0.0
+    for i, batch in enumerate(_batches(run.loader, run.steps_per_epoch)):
+        ts = time.perf_counter()
+        with run.acc.autocast():
+            loss = loss_fn(run.pmodel, batch)
+        run.acc.backward(loss)
+        if run.cfg.grad_clip > 0:
+            run.acc.clip_grad_norm_(run.pmodel.parameters(), run.cfg.grad_clip)
+        run.opt.step()
+        run.sched.step()
+        run.opt.zero_grad(set_to_none=True)
+        run.step_time += time.perf_counter() - ts
+        run.steps += 1
+        total += float(loss.detach())
+        if (i + 1) % 50 == 0:
+            log.info("%s epoch %d step %d/%d: loss %.4f, %.3f s/step", stage, epoch, i + 1, run.steps_per_epoch,
+                     total / (i + 1), run.step_time / run.steps)
+        if callback:
+            callback(Event(stage, "step", epoch, i + 1, run.steps_per_epoch, run.epochs, float(loss.detach())))
+    return total
+
+
+def _evaluate(run: _Run, dev: EncodedItems, pad_id: int,
+              dev_metrics: Callable[[Predictions, EncodedItems], dict[str, float]]) -> tuple[Model, dict[str, float]]:
+    """The unwrapped model and its dev metrics."""
+    unwrapped: Model = run.acc.unwrap_model(run.pmodel)
+    return unwrapped, dev_metrics(predict(unwrapped, dev, pad_id, run.cfg.eval_batch_size, states=run.dev_states), dev)
+
+
 def _fit_encoder(
     model: _M,
     train: EncodedItems,
@@ -337,90 +333,31 @@ def _fit_encoder(
     metrics are logged, not used). With a frozen encoder (cfg.encoder, "auto" decided here for train + dev) only the
     heads train and the encoder stays in eval mode (dropout off); ``states`` (train, dev) are its token states
     (:func:`encoder_states`), computed here when not given and cfg.cache_states is on."""
-    set_seed(cfg.seed)
-    cfg = cfg.resolved(len(train) + len(dev))
-    frozen = cfg.encoder == "frozen"
-    train_stage = "joint" if stage == "joint" else "stage1"
-    _freeze(model, train_stage, frozen)
-    acc = _accelerator(cfg)
-    # The model goes to the accelerator's device here, every stage: Accelerator.prepare returns a model it prepared
-    # before (an earlier stage) as it is, without placing it, and the previous stage left it on the CPU.
-    model.to(acc.device)
-    if not frozen:
-        states = None  # a trained encoder's states change every step
-    elif states is None and cfg.cache_states:
-        states = (encoder_states(model.encoder, train, pad_id, cfg.eval_batch_size, precision=cfg.mixed_precision),
-                  encoder_states(model.encoder, dev, pad_id, cfg.eval_batch_size, precision=cfg.mixed_precision))
-    dev_states = states[1] if states is not None else None
-    epochs = joint.epochs if (stage == "joint" and joint is not None) else cfg.epochs
-    min_steps = joint.min_steps if (stage == "joint" and joint is not None) else cfg.min_steps
-    opt = _optimizer(model, cfg, train_stage, joint)
-    steps_per_epoch = _n_steps(len(train), cfg.batch_size * acc.num_processes, cfg.max_steps_per_epoch, epochs,
-                               min_steps)
-    sched = _warmup_linear(opt, steps_per_epoch * epochs, cfg.warmup_ratio)
-    loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length,
-                     states=states[0] if states is not None else None)
-    pmodel, opt, loader, sched = acc.prepare(model, opt, loader, sched)
-    acc.unwrap_model(pmodel).to(acc.device)  # placed whether or not prepare placed it (see above)
-    best_key: tuple[float, ...] | None = None
-    best_state: dict[str, Tensor] = {}
-    best, best_epoch, history, bad, steps, step_time = {}, 0, [], 0, 0, 0.0
+    run = _prepare(model, train, dev, cfg, pad_id, stage, joint, states)
+    best, history = _Best(), []
     if start_candidate:
-        best = dev_metrics(predict(acc.unwrap_model(pmodel), dev, pad_id, cfg.eval_batch_size, states=dev_states), dev)
-        best_key = select(best)
-        best_state = {k: v.detach().to("cpu", copy=True) for k, v in acc.unwrap_model(pmodel).state_dict().items()}
-        history.append({"epoch": 0, "train_loss": float("nan")} | best)
+        unwrapped, metrics = _evaluate(run, dev, pad_id, dev_metrics)
+        best.offer(0, metrics, select(metrics), unwrapped)
+        history.append({"epoch": 0, "train_loss": float("nan")} | metrics)
     t0 = time.perf_counter()
-    for epoch in range(1, epochs + 1):
-        pmodel.train()
-        if frozen:
-            acc.unwrap_model(pmodel).encoder.eval()  # dropout off: the states a cache holds
+    for epoch in range(1, run.epochs + 1):
+        total = _train_epoch(run, loss_fn, stage, epoch, callback)
+        unwrapped, metrics = _evaluate(run, dev, pad_id, dev_metrics)
+        history.append({"epoch": epoch, "train_loss": total / max(1, run.steps_per_epoch)} | metrics)
+        log.info("%s epoch %d: train loss %.4f, dev %s", stage, epoch, history[-1]["train_loss"],
+                 format_metrics(metrics))
+        best.offer(epoch, metrics, select(metrics), unwrapped, keep_last)
         if callback:
-            callback(Event(stage, "start", epoch, 0, steps_per_epoch, epochs))
-        total = 0.0
-        for i, batch in enumerate(_batches(loader, steps_per_epoch)):
-            ts = time.perf_counter()
-            with acc.autocast():
-                loss = loss_fn(pmodel, batch)
-            acc.backward(loss)
-            if cfg.grad_clip > 0:
-                acc.clip_grad_norm_(pmodel.parameters(), cfg.grad_clip)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            step_time += time.perf_counter() - ts
-            steps += 1
-            total += float(loss.detach())
-            if (i + 1) % 50 == 0:
-                log.info("%s epoch %d step %d/%d: loss %.4f, %.3f s/step", stage, epoch, i + 1, steps_per_epoch,
-                         total / (i + 1), step_time / steps)
-            if callback:
-                callback(Event(stage, "step", epoch, i + 1, steps_per_epoch, epochs, float(loss.detach())))
-        unwrapped: Model = acc.unwrap_model(pmodel)
-        metrics = dev_metrics(predict(unwrapped, dev, pad_id, cfg.eval_batch_size, states=dev_states), dev)
-        history.append({"epoch": epoch, "train_loss": total / max(1, steps_per_epoch)} | metrics)
-        log.info("%s epoch %d: train loss %.4f, dev %s", stage, epoch, history[-1]["train_loss"], _fmt(metrics))
-        key = select(metrics)
-        if keep_last or best_key is None or key > best_key:
-            best_key, best, best_epoch, bad = key, metrics, epoch, 0
-            best_state = {k: v.detach().to("cpu", copy=True) for k, v in unwrapped.state_dict().items()}
-        else:
-            bad += 1
-        if callback:
-            callback(Event(stage, "epoch", epoch, steps_per_epoch, steps_per_epoch, epochs, metrics=metrics))
-        if bad >= cfg.patience:
-            log.info("%s: early stop after epoch %d (best epoch %d)", stage, epoch, best_epoch)
+            callback(Event(stage, "epoch", epoch, run.steps_per_epoch, run.steps_per_epoch, run.epochs, metrics=metrics))
+        if best.bad >= run.cfg.patience:
+            log.info("%s: early stop after epoch %d (best epoch %d)", stage, epoch, best.epoch)
             break
-    model = acc.unwrap_model(pmodel)
-    model.load_state_dict(best_state)
+    model = run.acc.unwrap_model(run.pmodel)
+    model.load_state_dict(best.state)
     model.to("cpu")
-    acc.free_memory()
+    run.acc.free_memory()
     seconds = time.perf_counter() - t0
-    return StageResult(best_epoch, best, history, seconds, steps, step_time / max(1, steps))
-
-
-def _fmt(m: dict[str, float]) -> str:
-    return ", ".join(f"{k} {v:.4f}" for k, v in m.items())
+    return StageResult(best.epoch, best.metrics, history, seconds, run.steps, run.step_time / max(1, run.steps))
 
 
 # ---------------------------------------------------------------------------- Stage I
@@ -503,7 +440,7 @@ def train_concepts(
         return concept_metrics(items.concepts, p.levels) | {"loss": _nll(p.p_hat, items.concepts)}
 
     return _fit_encoder(model, train, dev, cfg, pad_id, "stage1", _stage1_loss(cfg), metrics,
-                        lambda m: _key(m, "c_f1", "c_acc"), callback, states=states)
+                        lambda m: selection_key(m, "c_f1", "c_acc"), callback, states=states)
 
 
 def train_joint(
@@ -536,7 +473,7 @@ def train_joint(
     floor = reference_c_acc - joint.c_acc_drop
 
     def select(m: dict[str, float]) -> tuple[float, ...]:
-        return (float(m["c_acc"] >= floor - 1e-12),) + _key(m, "t_f1", "t_acc")
+        return (float(m["c_acc"] >= floor - 1e-12),) + selection_key(m, "t_f1", "t_acc")
 
     return _fit_encoder(model, train, dev, cfg, pad_id, "joint", _joint_loss(cfg, joint, stage2), metrics, select,
                         callback, joint=joint, start_candidate=joint.select != "last", keep_last=joint.select == "last",
@@ -585,54 +522,8 @@ def train_plm(
         assert items.grades is not None
         return task_metrics(items.grades, p.grades) | {"loss": _nll(p.grade_probs, items.grades)}
 
-    return _fit_encoder(model, train, dev, cfg, pad_id, "plm", loss, metrics, lambda m: _key(m, "t_f1", "t_acc"),
-                        callback, states=states)
-
-
-# ---------------------------------------------------------------------------- prediction
-@torch.inference_mode()
-def predict(
-    model: Model,
-    items: EncodedItems,
-    pad_id: int,
-    batch_size: int = 64,
-    on_batch: Callable[[int], None] | None = None,
-    states: States | None = None,
-    device: str | torch.device | None = None,
-    precision: str = "no",
-) -> Predictions:
-    """Batched inference (length-sorted, dynamic padding). ``device``: where it runs (:func:`reccbm.device.resolve_device`;
-    None: the model's current device); the model is put back where it was afterwards. ``precision`` "bf16": bf16
-    autocast on a GPU that has it (off by default). ``states``: the items' token states from this model's (frozen)
-    encoder (:func:`encoder_states`), used instead of running it."""
-    if len(items) == 0:
-        raise ReccbmError("nothing to predict: no items")
-    was_training = model.training
-    model.eval()
-    order = np.argsort([len(f["input_ids"]) for f in items.features], kind="stable")  # length-sorted
-    parts: dict[str, list[NDArray[Any]]] = {"grade_probs": [], "grade_logits": [], "p_hat": [], "c_hat": [], "mu_post": []}
-    with on_device(model, device) as dev, autocast(dev, precision):
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            batch = {k: v.to(dev) for k, v in _batch(items, idx, pad_id, states).items()}
-            out = model(batch)
-            parts["grade_probs"].append(out.grade_logits.float().softmax(-1).cpu().numpy())
-            parts["grade_logits"].append(out.grade_logits.float().cpu().numpy())
-            for name in ("p_hat", "c_hat", "mu_post"):
-                t = getattr(out, name)
-                if t is not None:
-                    parts[name].append(t.float().cpu().numpy())
-            if on_batch:
-                on_batch(len(idx))
-    model.train(was_training)
-    inv = np.argsort(order)  # back to the input order
-
-    def cat(name: str) -> NDArray[Any] | None:
-        return np.concatenate(parts[name])[inv] if parts[name] else None
-
-    probs = cat("grade_probs")
-    assert probs is not None
-    return Predictions(probs, cat("p_hat"), cat("c_hat"), cat("mu_post"), cat("grade_logits"))
+    return _fit_encoder(model, train, dev, cfg, pad_id, "plm", loss, metrics,
+                        lambda m: selection_key(m, "t_f1", "t_acc"), callback, states=states)
 
 
 def _nll(probs: NDArray[Any], labels: NDArray[Any]) -> float:
@@ -640,189 +531,3 @@ def _nll(probs: NDArray[Any], labels: NDArray[Any]) -> float:
     p = np.take_along_axis(probs, labels[..., None], axis=-1)[..., 0]
     return float(-np.log(np.clip(p, 1e-12, 1.0)).mean())
 
-
-def quantize_encoder(model: Model) -> Model:
-    """CPU inference: int8 dynamic quantisation of the encoder's Linear layers, weights per output channel (in
-    place; ~1.5x faster on AVX2 CPUs; per channel changes fewer grades than one scale per tensor, at the same speed;
-    docs/runs.md gives the share). Never use it before training."""
-    import warnings
-
-    if not isinstance(model.encoder, TextEncoder):
-        raise ReccbmError("int8 quantisation needs the torch encoder (the ONNX engine has its own int8 file)")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-        model.encoder.module = quantize_dynamic(  # type: ignore[no-untyped-call]
-            model.encoder.module, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
-        )
-    return model
-
-
-def cache_concepts(model: Model, items: EncodedItems, pad_id: int, batch_size: int = 64,
-                   states: States | None = None, device: str | torch.device | None = None,
-                   precision: str = "no") -> Tensor:
-    """Frozen Stage I outputs p̂ (N, K, M+1), computed once for Stage II (float32, CPU); ``states``, ``device`` and
-    ``precision`` as in :func:`predict`."""
-    p = predict(model, items, pad_id, batch_size, states=states, device=device, precision=precision).p_hat
-    if p is None:
-        raise ReccbmError("the PLM baseline has no concept outputs to cache")
-    return torch.from_numpy(p)
-
-
-# ---------------------------------------------------------------------------- Stage II
-def _stage2_loss(model: RecCBM, p_hat: Tensor, c: Tensor | None, y: Tensor, cfg: StageIIConfig) -> Tensor:
-    observed = None
-    if c is not None:
-        p_hat, observed = random_conditioning(p_hat, c, cfg.intervention_p)
-    out = model.grade_from_concepts(p_hat, observed)
-    total = cfg.lambda_t * F.cross_entropy(out.grade_logits, y)  # Eq. 23
-    if model.lcec is not None and c is not None:
-        den, spa = model.lcec_losses(out, c)  # Eq. 24, 25
-        total = total + cfg.lambda_d * den + cfg.lambda_s * spa
-    return total  # Eq. 28
-
-
-def train_grader(
-    model: RecCBM,
-    train_p_hat: Tensor,
-    train_concepts_: Tensor | None,
-    train_grades: Tensor,
-    dev_p_hat: Tensor,
-    dev_grades: Tensor,
-    cfg: StageIIConfig,
-    callback: Callback | None = None,
-    head_only: bool = False,
-    device: str | torch.device | None = None,
-) -> StageResult:
-    """Stage II: train (L, η, W) — only W without LCEC — over cached p̂; keep the best dev T-F1 epoch.
-
-    train_concepts_ are the 0..M concept labels for L_den (Eq. 24); None skips L_den. head_only: train the grade
-    head (W, U) alone, LCEC kept as it is (after :func:`fit_lcec`). ``device``: where it runs (None: where the model
-    is); the model is put back where it was afterwards.
-    """
-    if model.config.plm:
-        raise ReccbmError("the PLM baseline has no Stage II")
-    if len(train_p_hat) == 0 or len(dev_p_hat) == 0:
-        raise ReccbmError("Stage II needs non-empty train and dev splits")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # K-dimensional maths: one thread beats two (no sync overhead)
-    try:
-        with on_device(model, device) as dev:
-            return _train_grader(model, train_p_hat.to(dev), None if train_concepts_ is None else train_concepts_.to(dev),
-                                 train_grades.to(dev), dev_p_hat.to(dev), dev_grades.to(dev), cfg, callback, head_only)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _train_grader(
-    model: RecCBM,
-    train_p_hat: Tensor,
-    train_concepts_: Tensor | None,
-    train_grades: Tensor,
-    dev_p_hat: Tensor,
-    dev_grades: Tensor,
-    cfg: StageIIConfig,
-    callback: Callback | None,
-    head_only: bool = False,
-) -> StageResult:
-    torch.manual_seed(cfg.seed)
-    if model.lcec is not None and model.config.center and not head_only:  # prior mean μ₀ (see LatentCorrection)
-        with torch.no_grad():
-            ref = train_concepts_.double() / model.config.M if train_concepts_ is not None else None
-            model.lcec.mu0.copy_((ref if ref is not None else expected_scores(train_p_hat) / model.config.M).mean(0))
-    params = model.stage2_parameters()
-    if head_only:
-        lcec = set(map(id, model.lcec.parameters())) if model.lcec is not None else set()
-        params = [p for p in params if id(p) not in lcec]
-    _train_only(model, params)
-    opt, sched, gen, steps_per_epoch = _k_dim_optimiser(params, len(train_p_hat), cfg)
-    best_key: tuple[float, ...] | None = None
-    best_state: list[Tensor] = []
-    best, best_epoch, history, bad, steps = {}, 0, [], 0, 0
-    t0 = time.perf_counter()
-    for epoch in range(1, cfg.epochs + 1):
-        model.train()
-        perm = torch.randperm(len(train_p_hat), generator=gen)
-        total = 0.0
-        for start in range(0, len(perm), cfg.batch_size):
-            idx = perm[start : start + cfg.batch_size]
-            c = None if train_concepts_ is None else train_concepts_[idx]
-            loss = _stage2_loss(model, train_p_hat[idx], c, train_grades[idx], cfg)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            opt.step()
-            sched.step()
-            steps += 1
-            total += float(loss.detach())
-        with torch.no_grad():
-            model.eval()
-            logits = model.grade_from_concepts(dev_p_hat).grade_logits
-            metrics = task_metrics(dev_grades.cpu().numpy(), logits.argmax(1).cpu().numpy())
-            metrics["loss"] = float(F.cross_entropy(logits, dev_grades))
-        history.append({"epoch": epoch, "train_loss": total / steps_per_epoch} | metrics)
-        key = (-metrics["loss"],) if cfg.select == "nll" else _key(metrics, "t_f1", "t_acc")
-        if best_key is None or key > best_key:
-            best_key, best, best_epoch, bad = key, metrics, epoch, 0
-            best_state = [p.detach().clone() for p in params]
-        else:
-            bad += 1
-        if callback:
-            callback(Event("stage2", "epoch", epoch, steps_per_epoch, steps_per_epoch, cfg.epochs, metrics=metrics))
-        if bad >= cfg.patience:
-            break
-    with torch.no_grad():
-        for p, best_p in zip(params, best_state):
-            p.copy_(best_p)
-    seconds = time.perf_counter() - t0
-    log.info("stage2: best epoch %d of %d, dev %s (%.2f s)", best_epoch, len(history), _fmt(best), seconds)
-    return StageResult(best_epoch, best, history, seconds, steps, seconds / max(1, steps))
-
-
-
-def fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig, callback: Callback | None = None,
-             device: str | torch.device | None = None) -> StageResult:
-    """LCEC's (L, η) alone on L_den + λ_s L_spa (Eq. 24, 25; λ_s = cfg.lcec_lambda_s) over cached outputs p̂ (N, K, M+1) and their 0..M
-    labels, everything else frozen; the final state is kept. Given outputs for answers the encoder never trained on
-    (the dev split's), σ² and Ω describe the errors it makes on new answers (StageIIConfig.lcec_fit = "dev").
-    ``device`` as in :func:`train_grader`."""
-    if model.lcec is None:
-        raise ReccbmError("this model has no LCEC layer to fit")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with on_device(model, device) as dev:
-            return _fit_lcec(model, p_hat.to(dev), concepts.to(dev), cfg, callback)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig, callback: Callback | None) -> StageResult:
-    assert model.lcec is not None
-    torch.manual_seed(cfg.seed)
-    params = list(model.lcec.parameters())
-    _train_only(model, params)
-    opt, sched, gen, steps_per_epoch = _k_dim_optimiser(params, len(p_hat), cfg)
-    history, steps, t0 = [], 0, time.perf_counter()
-    model.train()
-    for epoch in range(1, cfg.epochs + 1):
-        perm = torch.randperm(len(p_hat), generator=gen)
-        total = 0.0
-        for start in range(0, len(perm), cfg.batch_size):
-            idx = perm[start : start + cfg.batch_size]
-            den, spa = model.lcec_losses(model.grade_from_concepts(p_hat[idx]), concepts[idx])  # Eq. 24, 25
-            loss = den + cfg.lcec_lambda_s * spa  # λ_d weighs L_den against the grade loss; alone it has weight 1
-            opt.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            opt.step()
-            sched.step()
-            steps += 1
-            total += float(loss.detach())
-        history.append({"epoch": epoch, "train_loss": total / steps_per_epoch})
-        if callback:
-            callback(Event("lcec", "epoch", epoch, steps_per_epoch, steps_per_epoch, cfg.epochs,
-                           metrics={"loss": history[-1]["train_loss"]}))
-    model.eval()
-    seconds = time.perf_counter() - t0
-    return StageResult(cfg.epochs, {"loss": history[-1]["train_loss"]}, history, seconds, steps,
-                       seconds / max(1, steps))
