@@ -230,6 +230,31 @@ def _fill_unreviewed_labels(
     return table, decisions, unreviewed
 
 
+def _reviewer_agreement(
+    cube: LabelCube, measurement: str, n_boot: int, seed: int, clock: _Clock
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Per concept α with its bootstrap, every pair of reviewers, and each reviewer against the others (timed)."""
+    per_concept = concept_agreement(cube, measurement, n_boot, seed)
+    clock.lap("alpha+bootstrap")
+    pairs = pairwise_agreement(cube, measurement)
+    clock.lap("pairwise")
+    loo = reviewer_vs_others(cube, measurement)
+    clock.lap("leave-one-out")
+    return per_concept, pairs, loo
+
+
+def _unlabelled_and_under(
+    table: pd.DataFrame, items: pd.DataFrame | None, rubric: Rubric, expected: int
+) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """The table with the items of ``items`` no label reached kept (unlabelled), those items, and the items with
+    fewer than ``expected`` reviewers."""
+    unlabelled: list[str] = []
+    if items is not None:  # an item without any label (every reply failed) stays, unlabelled, and is listed
+        table, unlabelled = keep_unlabelled(table, items, rubric)
+    under = table.loc[table["n_reviewers"].to_numpy() < expected, "id"].astype(str).tolist()
+    return table, unlabelled, under
+
+
 def adjudicate(
     reviews: pd.DataFrame,
     rubric: Rubric,
@@ -277,20 +302,12 @@ def adjudicate(
     grid, changed = _consensus(cube, dom, method, resolutions)
     decisions = grid.frame()
     clock.lap("consensus")
-    per_concept = concept_agreement(cube, measurement, n_boot, seed)
-    clock.lap("alpha+bootstrap")
-    pairs = pairwise_agreement(cube, measurement)
-    clock.lap("pairwise")
-    loo = reviewer_vs_others(cube, measurement)
-    clock.lap("leave-one-out")
+    per_concept, pairs, loo = _reviewer_agreement(cube, measurement, n_boot, seed, clock)
     label_source = _one_source(reviews["source"].unique().tolist())
     table = training_table(grid, rubric, method, items, label_source)
     decisions = decisions.assign(source=label_source, reviewed=True)
     table, decisions, unreviewed = _fill_unreviewed_labels(table, decisions, pre_annotations, reviews, rubric, order, items)
-    unlabelled: list[str] = []
-    if items is not None:  # an item without any label (every reply failed) stays, unlabelled, and is listed
-        table, unlabelled = keep_unlabelled(table, items, rubric)
-    under = table.loc[table["n_reviewers"].to_numpy() < expected, "id"].astype(str).tolist()
+    table, unlabelled, under = _unlabelled_and_under(table, items, rubric, expected)
     concepts = concept_figures(rubric, grid, per_concept, pairs, loo, dawid_skene=changed is not None)
     queued = queue_mask(grid, queue)
     for k, key in enumerate(cube.concepts):
@@ -303,11 +320,7 @@ def adjudicate(
     clock.lap("llm")
     grade = grade_figures(table, items, n_boot, seed)
     clock.lap("grade")
-    cov = (
-        rubric_coverage(table, rubric.keys, dom, "grade", 5, seed)
-        if coverage
-        else {"available": False, "reason": "skipped"}
-    )
+    cov = rubric_coverage(table, rubric.keys, dom, "grade", 5, seed) if coverage else {"available": False, "reason": "skipped"}
     clock.lap("coverage")
     figures = Figures(cube, reviewed, label_source, reviewer_sources, unreviewed, expected, under, unlabelled,
                        concepts, decision_summary(decisions, method, changed, queue, queued), llm, grade, cov)
