@@ -139,6 +139,84 @@ def _filler(run: Run, test: pd.DataFrame, filler_file: str | Path | None, seed: 
     return out
 
 
+def _check_names(transformations: list[str] | None) -> list[str]:
+    """The transformations to apply (default: all), each checked against :data:`TRANSFORMATIONS`."""
+    names = transformations or list(TRANSFORMATIONS)
+    for name in names:
+        if name not in TRANSFORMATIONS:
+            raise DataError(f"unknown transformation {name!r}; use {', '.join(TRANSFORMATIONS)}")
+    return names
+
+
+def _run_profile(run: Run, data: str | Path | None, keys: list[str]) -> Profile | None:
+    """The run's training profile for the grade flags: saved with the run, else built from its open training table."""
+    profile: Profile | None = load_profile(run.path) if data is None else None
+    if profile is None and run.table is not None:  # the table the run trained on is open: build it
+        profile = profile_from_table(run.table, [str(i) for i in run.split.get("train", [])], keys,
+                                     (run.scale_min, int(run.meta["scale"][1])))
+    return profile
+
+
+def _transformed(name: str, base: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """``base`` with every response changed by transformation ``name``."""
+    # one stream per transformation, keyed by its place in TRANSFORMATIONS: auditing a subset gives the same texts
+    rng = np.random.default_rng([seed, list(TRANSFORMATIONS).index(name)])
+    records = base.to_dict(orient="records")
+    changed = base.copy()
+    changed["response"] = [transform(name, {str(k): str(v) for k, v in r.items()}, rng) for r in records]
+    return changed
+
+
+def _summary_row(
+    name: str, base: pd.DataFrame, original: pd.DataFrame, graded: pd.DataFrame, keys: list[str]
+) -> dict[str, Any]:
+    """One transformation's row of the summary: grade shifts, flag shares, concept shifts."""
+    shift = graded["grade"].to_numpy() - original["grade"].to_numpy()
+    flagged = graded["flags"].astype(str) != ""
+    row: dict[str, Any] = {
+        "transformation": name,
+        "n": len(base),
+        "mean_grade_shift": float(shift.mean()),
+        "share_raised": float((shift > 0).mean()),
+        "share_lowered": float((shift < 0).mean()),
+        "mean_grade_before": float(original["grade"].mean()),
+        "share_flagged": float(flagged.mean()),
+        # of the answers whose grade rose, the share a teacher would be sent
+        "share_raised_flagged": float(flagged[shift > 0].mean()) if (shift > 0).any() else float("nan"),
+    }
+    for f in FLAGS:
+        row[f"flag_{f}"] = float(graded["flags"].astype(str).str.split(";").apply(lambda fs, f=f: f in fs).mean())
+    for k in keys:
+        row[f"shift_{k}"] = float((graded[f"{k}_level"] - original[f"{k}_level"]).mean())
+    return row
+
+
+def _say_if_constant(result: AuditResult, seen: set[Any], run: Run) -> None:
+    """Say, in ``result.constant``, when the model's grade cannot move (one grade for all, or the run warns so)."""
+    run_warns = {str(w.get("code")) for w in run.metrics.get("warnings") or [] if isinstance(w, dict)}
+    if len(seen) == 1:
+        result.constant_grade = int(next(iter(seen)))
+        result.constant = (f"the model gives grade {result.constant_grade} to every answer, original and transformed: "
+                           "its grade cannot move, so a shift of +0.000 says nothing about robustness to gaming. "
+                           "Train a model that grades (more answers, --folds 5) before auditing it")
+    elif "constant_predictions" in run_warns:
+        result.constant = ("the run's own metrics warn that the model gives (almost) every test answer one grade: "
+                           "small shifts here say little about robustness to gaming")
+
+
+def _add_notes(result: AuditResult, base: pd.DataFrame, names: list[str], profile: Profile | None, run: Run) -> None:
+    """The notes on what the audit could not do as asked: generic filler, no profile, no concepts."""
+    n_generic = int((base["filler"] == "").sum())
+    if n_generic and "append_filler" in names:
+        result.notes.append(f"append_filler: {n_generic} of {len(base)} answers got generic filler sentences (the "
+                            "course has fewer than two training answers to other questions); pass --filler FILE with "
+                            "sentences in your course's own words, one per line")
+    if profile is None:
+        result.notes.append("no training profile: out_of_distribution and concepts_disagree_with_grade not checked")
+    if run.plm:
+        result.notes.append("a PLM run: no concepts, so no concept shifts and no concepts_disagree_with_grade flag")
+
+
 def audit_run(
     run_dir: str | Path,
     data: str | Path | None = None,
@@ -151,22 +229,15 @@ def audit_run(
 ) -> AuditResult:
     """Apply the gaming transformations to the run's test split and grade every version with the run. ``filler``: a
     text file of filler sentences (one per line); default: sentences of the course's own answers to other questions."""
-    names = transformations or list(TRANSFORMATIONS)
-    for name in names:
-        if name not in TRANSFORMATIONS:
-            raise DataError(f"unknown transformation {name!r}; use {', '.join(TRANSFORMATIONS)}")
+    names = _check_names(transformations)
     run = open_run(run_dir, data, data_dir)
     test = split_rows(run, "test")
     keys = [] if run.plm else run.keys
-    profile: Profile | None = load_profile(run.path) if data is None else None
-    if profile is None and run.table is not None:  # the table the run trained on is open: build it
-        profile = profile_from_table(run.table, [str(i) for i in run.split.get("train", [])], keys,
-                                     (run.scale_min, int(run.meta["scale"][1])))
+    profile = _run_profile(run, data, keys)
     grader = (run.model, run.tokenizer, run.meta)
     base = test[["id", "question", "reference", "context", "response"]].copy()
     base["correct"] = _correct_answers(run, test)
     base["filler"] = _filler(run, test, filler, seed)
-    n_generic = int((base["filler"] == "").sum())
     total = len(base) * (len(names) + 1)
     done = 0
 
@@ -184,31 +255,10 @@ def audit_run(
     seen = set(original["grade"].tolist())  # every grade the model gives, original and transformed
     rows, item_rows = [], []
     for name in names:
-        # one stream per transformation, keyed by its place in TRANSFORMATIONS: auditing a subset gives the same texts
-        rng = np.random.default_rng([seed, list(TRANSFORMATIONS).index(name)])
-        records = base.to_dict(orient="records")
-        changed = base.copy()
-        changed["response"] = [transform(name, {str(k): str(v) for k, v in r.items()}, rng) for r in records]
+        changed = _transformed(name, base, seed)
         graded = grade(changed)
         seen |= set(graded["grade"].tolist())
-        shift = graded["grade"].to_numpy() - original["grade"].to_numpy()
-        flagged = graded["flags"].astype(str) != ""
-        row: dict[str, Any] = {
-            "transformation": name,
-            "n": len(base),
-            "mean_grade_shift": float(shift.mean()),
-            "share_raised": float((shift > 0).mean()),
-            "share_lowered": float((shift < 0).mean()),
-            "mean_grade_before": float(original["grade"].mean()),
-            "share_flagged": float(flagged.mean()),
-            # of the answers whose grade rose, the share a teacher would be sent
-            "share_raised_flagged": float(flagged[shift > 0].mean()) if (shift > 0).any() else float("nan"),
-        }
-        for f in FLAGS:
-            row[f"flag_{f}"] = float(graded["flags"].astype(str).str.split(";").apply(lambda fs, f=f: f in fs).mean())
-        for k in keys:
-            row[f"shift_{k}"] = float((graded[f"{k}_level"] - original[f"{k}_level"]).mean())
-        rows.append(row)
+        rows.append(_summary_row(name, base, original, graded, keys))
         item_rows.append(pd.DataFrame({
             "transformation": name, "id": base["id"], "grade_before": original["grade"], "grade_after": graded["grade"],
             "flags_before": original["flags"], "flags_after": graded["flags"], "response_after": changed["response"],
@@ -220,23 +270,8 @@ def audit_run(
         honest_flag_shares={f: float(honest.str.split(";").apply(lambda fs, f=f: f in fs).mean()) for f in FLAGS},
     )
     result.warnings = list(run.warnings)
-    run_warns = {str(w.get("code")) for w in run.metrics.get("warnings") or [] if isinstance(w, dict)}
-    if len(seen) == 1:
-        result.constant_grade = int(next(iter(seen)))
-        result.constant = (f"the model gives grade {result.constant_grade} to every answer, original and transformed: "
-                           "its grade cannot move, so a shift of +0.000 says nothing about robustness to gaming. "
-                           "Train a model that grades (more answers, --folds 5) before auditing it")
-    elif "constant_predictions" in run_warns:
-        result.constant = ("the run's own metrics warn that the model gives (almost) every test answer one grade: "
-                           "small shifts here say little about robustness to gaming")
-    if n_generic and "append_filler" in names:
-        result.notes.append(f"append_filler: {n_generic} of {len(base)} answers got generic filler sentences (the "
-                            "course has fewer than two training answers to other questions); pass --filler FILE with "
-                            "sentences in your course's own words, one per line")
-    if profile is None:
-        result.notes.append("no training profile: out_of_distribution and concepts_disagree_with_grade not checked")
-    if run.plm:
-        result.notes.append("a PLM run: no concepts, so no concept shifts and no concepts_disagree_with_grade flag")
+    _say_if_constant(result, seen, run)
+    _add_notes(result, base, names, profile, run)
     return result
 
 

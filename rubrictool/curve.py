@@ -28,8 +28,6 @@ gets from n hand-graded answers, in seconds.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import os
 import shutil
 import time
@@ -46,7 +44,7 @@ from reccbm import grade_metrics
 from rubrictool.data.splits import kfold_splits, nested_subsample, stratified_order
 from rubrictool.errors import DataError, TrainError
 from rubrictool.evaluate import majority_baseline
-from rubrictool.io import atomic_write_text, read_table, write_table
+from rubrictool.io import write_table
 from rubrictool.locks import writer_lock
 from rubrictool.progress import Progress, ProgressFn, warn, warn_once
 from rubrictool.provenance import git_revision
@@ -62,6 +60,14 @@ from rubrictool.report.curve import (
     size_order,
     summarize_curve,
 )
+from rubrictool.report.curve_cells import (
+    cell_from_run,
+    cell_name,
+    read_cell,
+    settings_digest,
+    table_digest,
+    write_json,
+)
 from rubrictool.report.curve_reading import default_sizes, read_curve
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import validate_adjudicated
@@ -69,7 +75,6 @@ from rubrictool.train import (
     ENCODERS,
     FLAT_OPTIONS,
     TrainOptions,
-    config_differences,
     encoder_epochs,
     fair_plm_overrides,
     resolve_training,
@@ -159,89 +164,6 @@ def _variant_overrides(variant: str, preset: str, overrides: dict[str, dict[str,
     return ov, encoder_epochs(preset, overrides)
 
 
-# ---------------------------------------------------------------------------- cells
-def _cell_name(fold: int, size: int | str, repeat: int, variant: str) -> str:
-    return f"fold{fold}-n{size}-r{repeat}-{variant}"
-
-
-def _write_json(path: Path, doc: dict[str, Any]) -> Path:
-    """Atomically: a reader (or a resumed run) sees the whole file or none of it."""
-    return atomic_write_text(path, json.dumps(doc, indent=1, default=float) + "\n")
-
-
-def _read_cell(path: Path, settings: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: unreadable cell file ({exc.__class__.__name__})", hint="delete it to retrain that cell") from None
-    if doc.get("settings") != settings:
-        raise DataError(f"{path}: this cell was trained with other settings (table, folds, preset or training options) "
-                        "than this run", hint="give a new --out, or delete the directory's cells/ to start over")
-    return dict(doc)
-
-
-def _settings_digest(doc: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _table_digest(df: pd.DataFrame, keys: Sequence[str]) -> str:
-    cols = ["id", "_y", *[f"_c_{k}" for k in keys if f"_c_{k}" in df.columns]]
-    body = df[cols].sort_values("id").to_csv(index=False)
-    return hashlib.sha256(body.encode()).hexdigest()[:16]
-
-
-def _cell_from_run(src: Path, fold: int, variant: str, expected: dict[str, Any], split: dict[str, list[str]],
-                   df: pd.DataFrame, rb: Rubric) -> dict[str, Any] | None:
-    """A variant's "all" cell of ``fold``, read from the finished fold run ``src/fold-<fold>`` of ``train --folds``
-    (or ``benchmarks/folds.py``) instead of trained again: None when that run is not there or not finished. It must
-    have been trained on the same fold (test part and training part), table and configuration, with seed 0 (the
-    curve's first repeat), or DataError says what differs. Its dev part is the run's own (a stratified share of the
-    same training part, drawn by the k-fold split)."""
-    import yaml
-
-    from rubrictool.runs import RECORD, run_is_complete
-
-    run = src / f"fold-{fold}"
-    if not all((run / f).is_file() for f in ("metrics.json", "test_predictions.csv", "split.json", "config.yaml", "table.csv")):
-        return None
-    if (run / RECORD).is_file() and not run_is_complete(run):
-        return None
-    where = f"--all-from {variant}={src}: {run}"
-    plm = parse_variant(variant)[0] == "plm"  # the black box reads the grades only
-    try:
-        their_split = json.loads((run / "split.json").read_text())
-        config = yaml.safe_load((run / "config.yaml").read_text()) or {}
-        metrics = json.loads((run / "metrics.json").read_text())
-        pred = pd.read_csv(run / "test_predictions.csv", dtype={"id": str}, usecols=["id", "grade"])
-        table = validate_adjudicated(read_table(str(run / "table.csv")), rb, need_concepts=not plm)
-    except (OSError, ValueError, KeyError, yaml.YAMLError, DataError) as exc:
-        raise DataError(f"{where}: unreadable fold run ({exc.__class__.__name__}: {str(exc)[:120]})",
-                        hint="give the folder `train --folds` wrote, or drop --all-from to train the cell") from None
-    if set(their_split.get("test", [])) != set(split["test"]) or (
-            set(their_split.get("train", [])) | set(their_split.get("dev", []))) != set(split["train"]) | set(split["dev"]):
-        raise DataError(f"{where}: its fold is not this curve's fold {fold} (other folds, fold seed or --by)",
-                        hint="give the folder of `train --folds` with the same --folds, --fold-seed and --by")
-    keys = [] if plm else rb.keys
-    if _table_digest(table, keys) != _table_digest(df, keys):
-        raise DataError(f"{where}: trained on another table (labels or grades differ)",
-                        hint="give the fold runs of this table, or drop --all-from to train the cell")
-    diff = config_differences(config, expected)
-    if diff:
-        raise DataError(f"{where}: trained with another configuration ({'; '.join(diff[:3])})",
-                        hint="give the fold runs of this variant and preset, or drop --all-from to train the cell")
-    seeds = metrics.get("seeds") or []
-    chosen = [s for s in seeds if s.get("seed") == metrics.get("selected_seed")]
-    if len(seeds) != 1 or not chosen or chosen[0].get("seed") != 0:
-        raise DataError(f"{where}: trained with seeds {[s.get('seed') for s in seeds]}; the curve's first repeat is seed 0",
-                        hint="give fold runs trained with one seed (the default), or drop --all-from")
-    test_m = chosen[0]["test"]
-    return {"n_dev": len(their_split.get("dev", [])), "metrics": {m: float(test_m[m]) for m in METRICS},
-            "encoder": (metrics.get("encoder") or {}).get("used", "train"),
-            "train_seconds": float(chosen[0].get("train_seconds") or 0.0), "source": str(run),
-            "train_ids": sorted(their_split.get("train", [])), "dev_ids": sorted(their_split.get("dev", [])),
-            "test_ids": pred["id"].tolist(), "test_predicted": pred["grade"].astype(int).tolist()}
-
-
 @dataclass(frozen=True)
 class Cell:
     """One (fold, size, repeat, variant) of a curve: a model trained on a subsample of the fold's training part (or,
@@ -254,7 +176,7 @@ class Cell:
 
     @property
     def name(self) -> str:
-        return _cell_name(self.fold, self.size, self.repeat, self.variant)
+        return cell_name(self.fold, self.size, self.repeat, self.variant)
 
 
 @dataclass(frozen=True)
@@ -352,12 +274,12 @@ def learning_curve(
     overrides = overrides or {}
     per_variant = {v: _variant_overrides(v, preset, overrides, match_budget) for v in variants}
     full_dirs = _full_dirs(full_from, variants, sizes)
-    settings_doc = {"rubric": rb.name, "table": _table_digest(df, rb.keys), "folds": folds, "fold_seed": fold_seed,
+    settings_doc = {"rubric": rb.name, "table": table_digest(df, rb.keys), "folds": folds, "fold_seed": fold_seed,
                     "by": by, "dev_share": dev_share, "preset": preset, "overrides": overrides,
                     "match_budget": match_budget}
     cells = [Cell(f, s, r, v) for r in range(repeats) for f in run_folds for s in sizes for v in variants]
     plan = CurvePlan(rb, table, df, df.set_index("id"), splits, pools, cells, per_variant, settings_doc,
-                     _settings_digest(settings_doc), preset, fold_seed, dev_share, agreement, list(notes or []), keep_runs,
+                     settings_digest(settings_doc), preset, fold_seed, dev_share, agreement, list(notes or []), keep_runs,
                      full_dirs, by, plot)
     root = Path(out)
     # one writer per curve folder: a second call on the same --out would delete the cell the first one is training
@@ -406,15 +328,16 @@ def _full_dirs(full_from: dict[str, str | Path] | None, variants: Sequence[str],
 
 def _stand_ins(plan: CurvePlan, cells_dir: Path) -> dict[tuple[int, str], dict[str, Any] | None]:
     """The fold runs standing in for "all" cells not done yet, checked before anything trains (a mismatch is one
-    error, at once): (fold, variant) -> what _cell_from_run read, or None when that fold run is not finished."""
+    error, at once): (fold, variant) -> what cell_from_run read, or None when that fold run is not finished."""
     out: dict[tuple[int, str], dict[str, Any] | None] = {}
     for v, d in plan.full_dirs.items():
         expected = resolve_training(plan.rubric, variant=parse_variant(v)[0], overrides=plan.per_variant[v][0],
                                     preset=plan.preset)
         for f in plan.pools:
-            if not (cells_dir / f"{_cell_name(f, ALL, 0, v)}.json").is_file():
+            if not (cells_dir / f"{cell_name(f, ALL, 0, v)}.json").is_file():
                 config = expected.for_answers(len(plan.pools[f])).config
-                out[(f, v)] = _cell_from_run(d, f, v, config, plan.splits[f], plan.df, plan.rubric)
+                out[(f, v)] = cell_from_run(d, f, v, config, plan.splits[f], plan.df, plan.rubric,
+                                            parse_variant(v)[0] == "plm")  # the black box reads the grades only
     return out
 
 
@@ -439,7 +362,7 @@ def _run_cells(plan: CurvePlan, root: Path, progress: ProgressFn | None, jobs: i
     for done, cell in enumerate(plan.cells):
         path = cells_dir / f"{cell.name}.json"
         if path.is_file():
-            _read_cell(path, plan.settings)
+            read_cell(path, plan.settings)
             read_back += 1
             if progress:
                 progress(Progress("cells", done + 1, n, f"{cell.name}: finished earlier, read back"))
@@ -447,7 +370,7 @@ def _run_cells(plan: CurvePlan, root: Path, progress: ProgressFn | None, jobs: i
         if cell.size == ALL and cell.repeat == 0 and cell.variant in plan.full_dirs:
             got = stand_ins[(cell.fold, cell.variant)]
             if got is not None:
-                _write_json(path, _imported_cell(plan, cell, got))
+                write_json(path, _imported_cell(plan, cell, got))
                 imported += 1
                 if progress:
                     progress(Progress("cells", done + 1, n, f"{cell.name}: read from {got['source']}"))
@@ -481,7 +404,7 @@ def _cell_record(plan: CurvePlan, cell: Cell, n_train: int, n_dev: int, test_m: 
 
 
 def _imported_cell(plan: CurvePlan, cell: Cell, got: dict[str, Any]) -> dict[str, Any]:
-    """An "all" cell read from a finished fold run (_cell_from_run)."""
+    """An "all" cell read from a finished fold run (cell_from_run)."""
     ids = {k: got[k] for k in ("train_ids", "dev_ids", "test_ids", "test_predicted")}
     return _cell_record(plan, cell, len(plan.pools[cell.fold]), got["n_dev"], got["metrics"], plan.pools[cell.fold],
                         got["encoder"], got["train_seconds"], ids, source=got["source"])
@@ -540,15 +463,15 @@ def _train_cell(plan: CurvePlan, cell: Cell, root: Path, progress: ProgressFn | 
         shutil.rmtree(kept, ignore_errors=True)
         kept.parent.mkdir(parents=True, exist_ok=True)
         os.replace(run_dir, kept)
-    _write_json(root / "cells" / f"{cell.name}.json", record)  # the cell is done only once this file exists
+    write_json(root / "cells" / f"{cell.name}.json", record)  # the cell is done only once this file exists
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _write_outputs(plan: CurvePlan, root: Path, trained: int, read_back: int, imported: int) -> CurveResult:
     """curve.csv, curve.json and curve.png over every cell in ``root/cells``: this call's and those earlier calls
     added (other folds, sizes, repeats)."""
-    rows = [{"encoder": "train"} | _read_cell(p, plan.settings) for p in sorted((root / "cells").glob("*.json"))]
-    from_runs = {_cell_name(r["fold"], r["size"], r["repeat"], r["variant"]): r["source"] for r in rows if r.get("source")}
+    rows = [{"encoder": "train"} | read_cell(p, plan.settings) for p in sorted((root / "cells").glob("*.json"))]
+    from_runs = {cell_name(r["fold"], r["size"], r["repeat"], r["variant"]): r["source"] for r in rows if r.get("source")}
     notes = list(plan.notes)
     if from_runs:
         notes.append(f"{len(from_runs)} 'all' cell(s) read from finished fold runs (--all-from; curve.json "
@@ -564,7 +487,7 @@ def _write_outputs(plan: CurvePlan, root: Path, trained: int, read_back: int, im
     folds_run = sorted({int(f) for f in cells["fold"]})
     title = curve_title(plan.rubric.name, len(plan.splits), plan.by, folds_run)
     png = plot_curve(cells, root / "curve.png", reach=reach, title=title) if plan.plot else None
-    _write_json(root / "curve.json", {
+    write_json(root / "curve.json", {
         "rubric": plan.rubric.name, "settings": plan.settings_doc, "settings_digest": plan.settings, "cells": len(cells),
         "sizes": sorted(set(cells["size"]), key=size_order), "variants": list(dict.fromkeys(cells["variant"])),
         "repeats": sorted({int(r) for r in cells["repeat"]}), "folds_run": folds_run,

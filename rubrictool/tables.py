@@ -35,7 +35,9 @@ __all__ = [
     "REVIEW_COLUMNS",
     "REVIEW_SOURCES",
     "adjudicated_columns",
+    "levels_from_labels",
     "read_items",
+    "read_levels",
     "read_predictions",
     "read_wide_labels",
     "validate_adjudicated",
@@ -361,3 +363,60 @@ def read_predictions(path: str | Path, rubric: Rubric | None = None, valid_only:
         df = df[usable].reset_index(drop=True)
     rest = [c for c in df.columns if c not in PREDICTION_COLUMNS]
     return df[PREDICTION_COLUMNS + rest]
+
+
+def levels_from_labels(labels: pd.DataFrame, rubric: Rubric) -> pd.DataFrame:
+    """A PredictionTable (item, model, concept, level[, raw_ok]) as one row per item and one column per concept:
+    the median level over the models (the lower of two middle levels), usable rows only."""
+    df = labels
+    if "raw_ok" in df.columns:
+        df = df[df["raw_ok"].astype(str).str.lower().isin(["true", "1", "yes"])]
+    df = df.assign(level=pd.to_numeric(df["level"], errors="coerce")).dropna(subset=["level"])
+    unknown = sorted(set(df["concept"].astype(str)) - set(rubric.keys))
+    if unknown:
+        raise DataError(f"the labels name concept(s) {', '.join(unknown)} that rubric {rubric.name} does not have")
+    med = df.groupby(["item", "concept"])["level"].agg(lambda s: float(np.sort(s.to_numpy())[(len(s) - 1) // 2]))
+    wide = med.unstack("concept").reindex(columns=rubric.keys)
+    wide.index = wide.index.astype(str)
+    return wide.rename_axis("id").reset_index().rename_axis(None, axis=1)
+
+
+def read_levels(path: str | Path, rubric: Rubric) -> tuple[pd.DataFrame, str]:
+    """Concept levels of answers from a file, as (table with ``id``, one column per concept on the rubric's
+    scale, ``grade`` when the file has gold grades; what the file was). Reads a PredictionTable (LLM labels),
+    an adjudicated or item table with one column per concept, or a run's ``test_predictions.csv`` /
+    ``pooled_predictions.csv`` (``<KEY>_level`` columns; their ``grade`` is the model's, ``grade_true`` the gold)."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"{p}: no such file; pass LLM labels (annotate's predictions), an adjudicated table or a run's "
+                        "test_predictions.csv")
+    df = read_table(p)
+    if {"item", "concept", "level"} <= set(df.columns):
+        out, kind = levels_from_labels(df, rubric), "LLM labels (median over models)"
+    elif all(f"{k}_level" in df.columns for k in rubric.keys):
+        out = df[["id"]].assign(**{k: df[f"{k}_level"] for k in rubric.keys})
+        if "grade_true" in df.columns:
+            out["grade"] = df["grade_true"]
+        if "grade" in df.columns:
+            out["model_grade"] = df["grade"]
+        kind = "a run's predicted levels"
+    elif all(k in df.columns for k in rubric.keys):
+        cols = ["id", *rubric.keys] + (["grade"] if "grade" in df.columns else [])
+        out, kind = df[cols].copy(), "concept levels (one column per concept)"
+    else:
+        missing = [k for k in rubric.keys if k not in df.columns]
+        raise DataError(f"{p}: found neither a PredictionTable (item, concept, level), nor a column per concept "
+                        f"(missing {', '.join(missing)}), nor <KEY>_level columns of a run")
+    if "id" not in out.columns:
+        raise DataError(f"{p}: no id column")
+    out["id"] = out["id"].astype(str)
+    for k in rubric.keys:
+        out[k] = pd.to_numeric(out[k], errors="coerce")
+        bad = out[k].notna() & ~out[k].isin(rubric.scale.values)
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise DataError(f"{p}: answer {out['id'].iloc[row]}: {k} = {out[k].iloc[row]:g} is not a level of "
+                            f"{rubric.scale.min}..{rubric.scale.max}")
+    if "grade" in out.columns:
+        out["grade"] = pd.to_numeric(out["grade"], errors="coerce")
+    return out, kind

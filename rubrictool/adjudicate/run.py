@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Sequence
@@ -24,6 +23,15 @@ from rubrictool.adjudicate.aggregators import (
     MajorityVote,
     apply_resolutions,
 )
+from rubrictool.adjudicate.figures import (
+    Figures,
+    agreement_json,
+    concept_figures,
+    decision_summary,
+    grade_figures,
+    llm_figures,
+    nan_to_none,
+)
 from rubrictool.adjudicate.inputs import (
     llm_labels,
     pre_annotation_labels,
@@ -32,7 +40,6 @@ from rubrictool.adjudicate.inputs import (
 )
 from rubrictool.adjudicate.outputs import (
     DEFAULT_QUEUE,
-    QUEUE_RULES,
     discussion_queue,
     fill_unreviewed,
     keep_unlabelled,
@@ -45,9 +52,7 @@ from rubrictool.agreement import (
     LEVELS_OF_MEASUREMENT,
     LabelCube,
     concept_agreement,
-    grade_agreement,
     pairwise_agreement,
-    predictions_vs_consensus,
     reviewer_vs_others,
     rubric_coverage,
 )
@@ -88,20 +93,6 @@ class AdjudicationResult:
     rubric: Rubric | None = None
     """The rubric the labels follow: written beside them as ``rubric.yaml`` (``rubric diagnose`` and ``train``
     find it there)."""
-
-
-def _nan_to_none(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _nan_to_none(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_nan_to_none(v) for v in obj]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating, float)):
-        return None if math.isnan(float(obj)) else float(obj)
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    return obj
 
 
 def _split_sources(reviews: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
@@ -156,75 +147,112 @@ class _Clock:
         self.t = now
 
 
-def _grader_columns(items: pd.DataFrame) -> list[str]:
-    cols = [c for c in items.columns if str(c).startswith("grade_")]
-    return [c for c in cols if pd.to_numeric(items[c], errors="coerce").notna().any()]
+def _check_options(queue: str, method: str, measurement: str) -> None:
+    """Fail on a bad queue rule, method or level of measurement before any work."""
+    parse_queue_rule(queue)
+    if method not in METHODS:
+        raise AdjudicateError(f"unknown method {method!r}; use {' or '.join(METHODS)}")
+    if measurement not in LEVELS_OF_MEASUREMENT:
+        raise AdjudicateError(
+            f"unknown level of measurement {measurement!r}; use {', '.join(LEVELS_OF_MEASUREMENT)}"
+        )
 
 
-def _concept_figures(
+def _check_items(reviews: pd.DataFrame, items: pd.DataFrame) -> pd.DataFrame:
+    """The validated items table; fails when a review names an item it lacks."""
+    items = validate_items(items, "items")
+    unknown = ~reviews["item"].isin(items["id"].astype(str))
+    if unknown.any():
+        ids = pd.unique(reviews.loc[unknown, "item"])
+        shown = ", ".join(map(str, ids[:5])) + (" ..." if len(ids) > 5 else "")
+        raise AdjudicateError(
+            f"reviews mention {len(ids)} item id(s) not in the items table ({shown}); "
+            "check that the reviews and --items come from the same data"
+        )
+    return items
+
+
+def _reviewed_cube(
+    reviews: pd.DataFrame, rubric: Rubric, order: npt.NDArray[np.object_] | None
+) -> tuple[LabelCube, npt.NDArray[np.bool_]]:
+    """The label cube of the reviewed items only (items-table order), and which items of the order were reviewed."""
+    cube = LabelCube.from_reviews(reviews, rubric.keys, rubric.scale.values, order)
+    reviewed = cube.n_reviews().sum(axis=1) > 0
+    if not reviewed.all():
+        cube = LabelCube(
+            cube.items[reviewed], cube.concepts, cube.reviewers, cube.domain, cube.levels[reviewed]
+        )
+    return cube, reviewed
+
+
+def _consensus(
+    cube: LabelCube, dom: list[int], method: str, resolutions: pd.DataFrame | None
+) -> tuple[DecisionGrid, int | None]:
+    """The decision grid of ``method`` with the expert resolutions applied, and Dawid-Skene's changed count."""
+    changed: int | None = None
+    if method == "majority":
+        grid = MajorityVote(dom).fit_cube(cube).grid_
+    else:
+        ds = DawidSkeneVote(dom).fit_cube(cube)
+        grid, changed = ds.grid_, ds.changed_
+    if resolutions is not None and len(resolutions):
+        grid = apply_resolutions(grid, resolutions)
+    return grid, changed
+
+
+def _fill_unreviewed_labels(
+    table: pd.DataFrame,
+    decisions: pd.DataFrame,
+    pre_annotations: pd.DataFrame | None,
+    reviews: pd.DataFrame,
     rubric: Rubric,
-    grid: DecisionGrid,
-    per_concept: pd.DataFrame,
-    pairs: pd.DataFrame,
-    loo: pd.DataFrame,
-    dawid_skene: bool = False,
-) -> dict[str, Any]:
-    """``agreement.json``'s ``concepts``: per concept α, CI, exact, counts, flags, pairs, reviewers."""
-    concepts: dict[str, Any] = {}
-    for key in rubric.keys:
-        pc: dict[str, Any] = {str(c): v for c, v in per_concept.loc[key].items()}
-        k = grid.cube.concepts.index(key)
-        has = grid.n[:, k] > 0
-        vs = loo.loc[loo["concept"] == key].set_index("reviewer")
-        ranked = vs["alpha"].dropna().sort_values()
-        distinct = len(ranked) >= 2 and ranked.iloc[0] != ranked.iloc[-1]
-        concepts[key] = {
-            "name": rubric.concept(key).name,
-            "alpha": pc["alpha"],
-            "alpha_ci": [pc["alpha_lo"], pc["alpha_hi"]],
-            "exact": pc["exact"],
-            "n_items": int(pc["n_items"]),
-            "n_pairable": int(pc["n_pairable"]),
-            "n_reviewers": int(pc["n_reviewers"]),
-            "n_labels": int(pc["n_labels"]),
-            "unanimous": pc["unanimous"],
-            "flagged": int(grid.flagged[:, k].sum()),
-            "tied": int((grid.tied[:, k] & has).sum()),
-            "resolved": int(grid.resolved[:, k].sum()),
-            "pairwise": pairs.loc[pairs["concept"] == key].drop(columns="concept").to_dict(orient="records"),
-            "vs_others": {
-                str(r): {"alpha": v["alpha"], "exact": v["exact"], "n_items": int(v["n_items"])}
-                for r, v in vs.iterrows()
-            },
-            "best_reviewer": str(ranked.index[-1]) if distinct else None,
-            "worst_reviewer": str(ranked.index[0]) if distinct else None,
-        }
-        if dawid_skene:
-            concepts[key]["dawid_skene_changed"] = int(
-                ((grid.level[:, k] != grid.vote[:, k]) & has & ~grid.resolved[:, k]).sum()
-            )
-    return concepts
-
-
-def _llm_figures(
-    predictions: Sequence[pd.DataFrame], consensus: pd.DataFrame, domain: list[int], measurement: str
-) -> dict[str, Any]:
-    """``agreement.json``'s ``llm_vs_consensus``: per model and concept α, exact, confusion matrix."""
-    llm: dict[str, Any] = {}
-    for preds in predictions:
-        for _, r in predictions_vs_consensus(preds, consensus, domain, measurement).iterrows():
-            llm.setdefault(r["model"], {})[r["concept"]] = {
-                "alpha": r["alpha"],
-                "exact": r["exact"],
-                "n_items": int(r["n_items"]),
-                "confusion": {
-                    "rows": "consensus level",
-                    "columns": "predicted level",
-                    "levels": domain,
-                    "matrix": r["confusion"],
-                },
+    order: npt.NDArray[np.object_] | None,
+    items: pd.DataFrame | None,
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """Label what no reviewer labelled by the pre-annotations' vote: the table, decisions and their summary."""
+    unreviewed: dict[str, Any] = {"n_items": 0, "n_labels": 0, "models": [], "source": None}
+    if pre_annotations is not None and len(pre_annotations):
+        filled = _pre_annotation_grid(pre_annotations, reviews, rubric, order)
+        if filled is not None:
+            pre_grid, pre_source = filled
+            table = fill_unreviewed(table, pre_grid, rubric, pre_source, items)
+            extra = pre_grid.frame().assign(source=pre_source, reviewed=False, rule="pre-annotation " + pre_grid.frame()["rule"])
+            decisions = pd.concat([decisions, extra], ignore_index=True)
+            unreviewed = {
+                "n_items": int((table["n_reviewers"] == 0).sum()),
+                "n_labels": len(extra),
+                "models": sorted(str(m) for m in pre_annotations["model"].unique()),
+                "source": pre_source,
             }
-    return llm
+    unreviewed["note"] = (
+        "labels no reviewer saw: the majority vote of the pre-annotations; they are in no agreement figure"
+    )
+    return table, decisions, unreviewed
+
+
+def _reviewer_agreement(
+    cube: LabelCube, measurement: str, n_boot: int, seed: int, clock: _Clock
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Per concept α with its bootstrap, every pair of reviewers, and each reviewer against the others (timed)."""
+    per_concept = concept_agreement(cube, measurement, n_boot, seed)
+    clock.lap("alpha+bootstrap")
+    pairs = pairwise_agreement(cube, measurement)
+    clock.lap("pairwise")
+    loo = reviewer_vs_others(cube, measurement)
+    clock.lap("leave-one-out")
+    return per_concept, pairs, loo
+
+
+def _unlabelled_and_under(
+    table: pd.DataFrame, items: pd.DataFrame | None, rubric: Rubric, expected: int
+) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """The table with the items of ``items`` no label reached kept (unlabelled), those items, and the items with
+    fewer than ``expected`` reviewers."""
+    unlabelled: list[str] = []
+    if items is not None:  # an item without any label (every reply failed) stays, unlabelled, and is listed
+        table, unlabelled = keep_unlabelled(table, items, rubric)
+    under = table.loc[table["n_reviewers"].to_numpy() < expected, "id"].astype(str).tolist()
+    return table, unlabelled, under
 
 
 def adjudicate(
@@ -258,158 +286,48 @@ def adjudicate(
     discussion queue (:data:`~rubrictool.adjudicate.outputs.QUEUE_RULES`, comma-joined; default ties and gaps
     of two levels or more).
     """
-    parse_queue_rule(queue)  # a bad rule fails before any work
-    if method not in METHODS:
-        raise AdjudicateError(f"unknown method {method!r}; use {' or '.join(METHODS)}")
-    if measurement not in LEVELS_OF_MEASUREMENT:
-        raise AdjudicateError(
-            f"unknown level of measurement {measurement!r}; use {', '.join(LEVELS_OF_MEASUREMENT)}"
-        )
+    _check_options(queue, method, measurement)
     clock = _Clock(timings)
     reviews = validate_reviews(reviews, rubric)
     reviewer_sources = reviews.drop_duplicates("reviewer").set_index("reviewer")["source"].astype(str).to_dict()
     reviews, llm_rows = _split_sources(reviews)
     if items is not None:
-        items = validate_items(items, "items")
-        unknown = ~reviews["item"].isin(items["id"].astype(str))
-        if unknown.any():
-            ids = pd.unique(reviews.loc[unknown, "item"])
-            shown = ", ".join(map(str, ids[:5])) + (" ..." if len(ids) > 5 else "")
-            raise AdjudicateError(
-                f"reviews mention {len(ids)} item id(s) not in the items table ({shown}); "
-                "check that the reviews and --items come from the same data"
-            )
+        items = _check_items(reviews, items)
     dom = rubric.scale.values
     order = items["id"].astype(str).to_numpy(dtype=object) if items is not None else None
     clock.lap("validate")
-    cube = LabelCube.from_reviews(reviews, rubric.keys, dom, order)
-    reviewed = cube.n_reviews().sum(axis=1) > 0
-    if not reviewed.all():  # keep only reviewed items in the cube (items-table order)
-        cube = LabelCube(
-            cube.items[reviewed], cube.concepts, cube.reviewers, cube.domain, cube.levels[reviewed]
-        )
+    cube, reviewed = _reviewed_cube(reviews, rubric, order)
     expected = expected_reviewers or len(cube.reviewers)
-
     clock.lap("cube")
-    # 1) consensus
-    changed: int | None = None
-    if method == "majority":
-        grid = MajorityVote(dom).fit_cube(cube).grid_
-    else:
-        ds = DawidSkeneVote(dom).fit_cube(cube)
-        grid, changed = ds.grid_, ds.changed_
-    if resolutions is not None and len(resolutions):
-        grid = apply_resolutions(grid, resolutions)
+    grid, changed = _consensus(cube, dom, method, resolutions)
     decisions = grid.frame()
-
     clock.lap("consensus")
-    # 2) agreement
-    per_concept = concept_agreement(cube, measurement, n_boot, seed)
-    clock.lap("alpha+bootstrap")
-    pairs = pairwise_agreement(cube, measurement)
-    clock.lap("pairwise")
-    loo = reviewer_vs_others(cube, measurement)
-    clock.lap("leave-one-out")
+    per_concept, pairs, loo = _reviewer_agreement(cube, measurement, n_boot, seed, clock)
     label_source = _one_source(reviews["source"].unique().tolist())
     table = training_table(grid, rubric, method, items, label_source)
     decisions = decisions.assign(source=label_source, reviewed=True)
-    unreviewed: dict[str, Any] = {"n_items": 0, "n_labels": 0, "models": [], "source": None}
-    if pre_annotations is not None and len(pre_annotations):
-        filled = _pre_annotation_grid(pre_annotations, reviews, rubric, order)
-        if filled is not None:
-            pre_grid, pre_source = filled
-            table = fill_unreviewed(table, pre_grid, rubric, pre_source, items)
-            extra = pre_grid.frame().assign(source=pre_source, reviewed=False, rule="pre-annotation " + pre_grid.frame()["rule"])
-            decisions = pd.concat([decisions, extra], ignore_index=True)
-            unreviewed = {
-                "n_items": int((table["n_reviewers"] == 0).sum()),
-                "n_labels": len(extra),
-                "models": sorted(str(m) for m in pre_annotations["model"].unique()),
-                "source": pre_source,
-            }
-    unreviewed["note"] = (
-        "labels no reviewer saw: the majority vote of the pre-annotations; they are in no agreement figure"
-    )
-    unlabelled: list[str] = []
-    if items is not None:  # an item without any label (every reply failed) stays, unlabelled, and is listed
-        table, unlabelled = keep_unlabelled(table, items, rubric)
-    n_rev_item = table["n_reviewers"].to_numpy()
-    under = table.loc[n_rev_item < expected, "id"].astype(str).tolist()
-    concepts = _concept_figures(rubric, grid, per_concept, pairs, loo, dawid_skene=changed is not None)
+    table, decisions, unreviewed = _fill_unreviewed_labels(table, decisions, pre_annotations, reviews, rubric, order, items)
+    table, unlabelled, under = _unlabelled_and_under(table, items, rubric, expected)
+    concepts = concept_figures(rubric, grid, per_concept, pairs, loo, dawid_skene=changed is not None)
     queued = queue_mask(grid, queue)
     for k, key in enumerate(cube.concepts):
         concepts[key]["queued"] = int(queued[:, k].sum())
     clock.lap("table+summary")
     consensus = decisions.loc[decisions["reviewed"], ["item", "concept", "level"]]
-    llm = _llm_figures(
+    llm = llm_figures(
         [p for p in (predictions, llm_rows) if p is not None and len(p)], consensus, dom, measurement
     )
     clock.lap("llm")
-    grade: dict[str, Any] = {"available": False}
-    if items is not None:
-        cols = _grader_columns(table)
-        if len(cols) >= 2:
-            grade = {"available": True, **grade_agreement(table, cols, "interval", n_boot, seed)}
+    grade = grade_figures(table, items, n_boot, seed)
     clock.lap("grade")
-    cov = (
-        rubric_coverage(table, rubric.keys, dom, "grade", 5, seed)
-        if coverage
-        else {"available": False, "reason": "skipped"}
-    )
+    cov = rubric_coverage(table, rubric.keys, dom, "grade", 5, seed) if coverage else {"available": False, "reason": "skipped"}
     clock.lap("coverage")
-    agreement = {
-        "rubric": rubric.name,
-        "level_of_measurement": measurement,
-        "method": method,
-        "bootstrap": {
-            "n": n_boot,
-            "seed": seed,
-            "resampled": "items with >= 2 reviews of the concept",
-            "ci": "percentile 95%",
-        },
-        "tie_rule": "median of the tied most-frequent levels; the lower middle one when their number is even "
-        "(3 reviewers all different -> median; 2 disagreeing -> lower level)",
-        "note": note,
-        "label_source": label_source,
-        "reviewers": cube.reviewers,
-        "reviewer_sources": reviewer_sources,
-        "skipped_predictions": skipped or {},
-        "unreviewed": unreviewed,
-        "n_items": len(cube.items),
-        "n_labels": int(cube.n_reviews().sum()),
-        "expected_reviewers": int(expected),
-        "under_reviewed": {"n_items": len(under), "items": under[:100]},
-        "items_without_reviews": int((~reviewed).sum()),
-        "unlabelled": {
-            "n_items": len(unlabelled),
-            "items": unlabelled[:1000],
-            "note": "items of --items without any valid label (no review, every model's reply failed): kept in the "
-            "adjudicated table with empty concept columns and method 'unlabelled'; train skips them",
-        },
-        "items_given": items is not None,
-        "concepts": concepts,
-        "adjudication": {
-            "method": method,
-            "n_decisions": len(decisions),
-            "unanimous": int(decisions["unanimous"].sum()),
-            "flagged": int(decisions["flagged"].sum()),
-            "tied": int(decisions["tied"].sum()),
-            "resolved": int(decisions["resolved"].astype(bool).sum()),
-            "dawid_skene_changed": changed,
-            "queue": {
-                "rule": queue,
-                "means": " or ".join(QUEUE_RULES[p] for p in parse_queue_rule(queue)) + " (and every resolved case)",
-                "n_cases": int(queued.sum()),
-                "n_items": int(queued.any(axis=1).sum()),
-            },
-        },
-        "llm_vs_consensus": llm,
-        "grade": grade,
-        "coverage": cov,
-    }
+    figures = Figures(cube, reviewed, label_source, reviewer_sources, unreviewed, expected, under, unlabelled,
+                       concepts, decision_summary(decisions, method, changed, queue, queued), llm, grade, cov)
+    agreement = agreement_json(rubric, measurement, method, n_boot, seed, note, skipped, items is not None, figures)
     queue_table = discussion_queue(grid, rubric, items, queue)
     clock.lap("queue")
-    result = AdjudicationResult(table, decisions, queue_table, _nan_to_none(agreement), cube.reviewers)
+    result = AdjudicationResult(table, decisions, queue_table, nan_to_none(agreement), cube.reviewers)
     result.rubric = rubric
     result.markdown = queue_markdown(queue_table, cube.reviewers, rubric, note, queue)
     result.disagreements = queue_table if queue == "all" else discussion_queue(grid, rubric, items, "all")

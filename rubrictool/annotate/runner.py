@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import os
 import random
 import re
@@ -16,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from rubrictool.annotate.cache import BOUNDARY_KEY, CachedReply, NoCache, ReplyCache, cache_key
+from rubrictool.annotate.cache import CachedReply, NoCache, ReplyCache, cache_key
 from rubrictool.annotate.config import AnnotateConfig
 from rubrictool.annotate.llm import (
     connection_error,
@@ -29,7 +28,7 @@ from rubrictool.annotate.llm import (
     retryable,
     short_error,
 )
-from rubrictool.annotate.parse import ParseResult, parse_reply
+from rubrictool.annotate.parse import ParseResult
 from rubrictool.annotate.prompt import (
     ItemPrompt,
     load_examples,
@@ -38,6 +37,7 @@ from rubrictool.annotate.prompt import (
     repair_message,
     response_format_for,
 )
+from rubrictool.annotate.replies import canonical, reply_text, response_cost, restore, safe_parse, usage
 from rubrictool.errors import AnnotateError
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.rubric import Rubric
@@ -284,15 +284,15 @@ class Runner:
             self._cache_failed(e, "read")
             raise _CallFailed(self.cache_error) from None
         if hit is not None:
-            return _Reply(_restore(hit.text, boundary), hit.prompt_tokens, hit.completion_tokens, 0.0, cached=True)
+            return _Reply(restore(hit.text, boundary), hit.prompt_tokens, hit.completion_tokens, 0.0, cached=True)
         if key in self.inflight:  # the same prompt is already being asked: pay once
             r = await asyncio.shield(self.inflight[key])
-            return _Reply(_restore(r.text, boundary), r.prompt_tokens, r.completion_tokens, 0.0, cached=True)
+            return _Reply(restore(r.text, boundary), r.prompt_tokens, r.completion_tokens, 0.0, cached=True)
         fut: asyncio.Future[_Reply] = asyncio.get_running_loop().create_future()
         self.inflight[key] = fut
         try:
             reply = await self._fetch(model, messages, params, key, boundary)
-            fut.set_result(dataclasses.replace(reply, text=_canonical(reply.text, boundary)))
+            fut.set_result(dataclasses.replace(reply, text=canonical(reply.text, boundary)))
             return reply
         except BaseException as e:
             if isinstance(e, asyncio.CancelledError):
@@ -353,9 +353,9 @@ class Runner:
                 await asyncio.sleep(delay)
                 continue
             b.reply()
-            text = _reply_text(resp)
-            pt, ct = _usage(resp)
-            price = _response_cost(resp) if model_rates(model) is not None else None
+            text = reply_text(resp)
+            pt, ct = usage(resp)
+            price = response_cost(resp) if model_rates(model) is not None else None
             if price is None:
                 price = request_price(model, pt, ct)
             if price is None:
@@ -365,7 +365,7 @@ class Runner:
             reply = _Reply(text, pt, ct, cost)
             self.refreshed.add(key)
             try:
-                self.cache.put(key, model, CachedReply(_canonical(text, boundary), pt, ct, cost), time.monotonic() - t0)
+                self.cache.put(key, model, CachedReply(canonical(text, boundary), pt, ct, cost), time.monotonic() - t0)
             except sqlite3.Error as e:  # disk full, read-only folder: stop, keep what is stored
                 self._cache_failed(e, "write")
             s.prompt_tokens += pt
@@ -403,7 +403,7 @@ class Runner:
         try:
             first = await self.call(model, messages, prompt.boundary, fresh)
             replies.append(first)
-            result = first_result = _safe_parse(first.text, self.rubric, prompt)
+            result = first_result = safe_parse(first.text, self.rubric, prompt)
             if not result.ok:
                 fix = messages + [
                     {"role": "assistant", "content": first.text},
@@ -411,7 +411,7 @@ class Runner:
                 ]
                 second = await self.call(model, fix, prompt.boundary, fresh)
                 replies.append(second)
-                again = _safe_parse(second.text, self.rubric, prompt)
+                again = safe_parse(second.text, self.rubric, prompt)
                 merged = {**result.labels, **again.labels}
                 only_missing = all(e.startswith("missing concept") for e in again.errors)
                 if again.ok:
@@ -506,47 +506,6 @@ class Runner:
                     self.on_progress(model)
 
         await asyncio.gather(*(worker() for _ in range(min(self.config.concurrency, max(1, len(jobs))))))
-
-
-def _canonical(text: str, boundary: str | None) -> str:
-    return text.replace(boundary, BOUNDARY_KEY) if boundary else text
-
-
-def _restore(text: str, boundary: str | None) -> str:
-    return text.replace(BOUNDARY_KEY, boundary) if boundary else text
-
-
-def _safe_parse(text: str, rubric: Rubric, prompt: ItemPrompt | None = None) -> ParseResult:
-    try:
-        if prompt is None:
-            return parse_reply(text, rubric)
-        return parse_reply(text, rubric, prompt.quoted, prompt.boundary)
-    except Exception as e:  # noqa: BLE001 - parse_reply is fuzzed never to raise; a run must survive regardless
-        return ParseResult(errors=[f"unreadable reply ({e.__class__.__name__})"])
-
-
-def _reply_text(resp: Any) -> str:
-    try:
-        content = resp.choices[0].message.content
-    except (AttributeError, IndexError, KeyError, TypeError):
-        return ""
-    return content if isinstance(content, str) else ""
-
-
-def _response_cost(resp: Any) -> float | None:
-    """The cost litellm computed for this response (it knows provider-specific pricing), if any."""
-    try:
-        v = resp._hidden_params.get("response_cost")
-    except AttributeError:
-        return None
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
-
-
-def _usage(resp: Any) -> tuple[int, int]:
-    u = getattr(resp, "usage", None)
-    pt = getattr(u, "prompt_tokens", 0) if u is not None else 0
-    ct = getattr(u, "completion_tokens", 0) if u is not None else 0
-    return int(pt or 0), int(ct or 0)
 
 
 def _has_provider_key(model: str) -> bool:

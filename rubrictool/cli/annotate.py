@@ -24,7 +24,10 @@ from rubrictool.cli._sanitize import shown
 from rubrictool.errors import AnnotateError
 
 if TYPE_CHECKING:  # the annotate package pulls in pandas: imported inside the command, not at CLI start
-    from rubrictool.annotate import AnnotateResult, DryRunReport
+    import pandas as pd
+
+    from rubrictool.annotate import AnnotateConfig, AnnotateResult, DryRunReport
+    from rubrictool.rubric import Rubric
 
 __all__ = ["annotate_cmd", "print_dry_run", "print_summary"]
 
@@ -101,6 +104,38 @@ def print_summary(result: AnnotateResult, paths: tuple[Path, Path, Path] | None,
         )
 
 
+def _show_dry_run(items: pd.DataFrame, rub: Rubric, config: AnnotateConfig) -> None:
+    """Print the dry run's prompts and estimates, and a note when a real run would refuse the draft rubric."""
+    from rubrictool.annotate import draft_problems, dry_run
+
+    print_dry_run(dry_run(items, rub, config), console)
+    drafts = draft_problems(rub)
+    if drafts and not config.allow_draft:
+        console.print(f"[yellow]note:[/] a real run refuses this rubric, a draft ({escape(drafts[0])}"
+                      f"{f' and {len(drafts) - 1} more' if len(drafts) > 1 else ''}), unless --allow-draft",
+                      soft_wrap=True, highlight=False)
+
+
+def _fail_on_failures(result: AnnotateResult, paths: tuple[Path, Path, Path], max_failures: float) -> None:
+    """Raise for a model stopped by a fatal error; exit 3 when more than ``max_failures`` of the annotations failed."""
+    if result.fatal:
+        early = any("stopped early" in why for why in result.fatal.values())
+        raise AnnotateError(
+            "; ".join(result.fatal.values()) + f" (what was done is in {paths[0]}, the raw replies in {paths[1]})",
+            hint="every reply received is in the cache: re-run when the endpoint answers, or with --retry-failed "
+            "once the cause of the failed replies is fixed" if early else None,
+        )
+    if result.failure_share > max_failures:
+        failed = sum(s.failures for s in result.summary.values())
+        done = sum(s.items for s in result.summary.values())
+        err_console.print(
+            f"[bold red]error:[/] {failed} of {done} item × model annotations failed ({result.failure_share:.1%}, "
+            f"more than --max-failures {max_failures:.1%}); they are in {paths[1]}: fix the cause and "
+            "re-run with --retry-failed", highlight=False, soft_wrap=True,
+        )
+        raise typer.Exit(3)
+
+
 def annotate_cmd(
     benchmark: BenchmarkOpt = None,
     rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric name or YAML path (default: the benchmark's).")] = None,
@@ -143,8 +178,6 @@ def annotate_cmd(
     from rubrictool.annotate import (
         DEFAULT_MODELS,
         AnnotateConfig,
-        draft_problems,
-        dry_run,
         load_inputs,
         run_annotation,
     )
@@ -162,12 +195,7 @@ def annotate_cmd(
     if config.benchmark is None and benchmark:
         config = dataclasses.replace(config, benchmark=benchmark)
     if dry:
-        print_dry_run(dry_run(items, rub, config), console)
-        drafts = draft_problems(rub)
-        if drafts and not config.allow_draft:
-            console.print(f"[yellow]note:[/] a real run refuses this rubric, a draft ({escape(drafts[0])}"
-                          f"{f' and {len(drafts) - 1} more' if len(drafts) > 1 else ''}), unless --allow-draft",
-                          soft_wrap=True, highlight=False)
+        _show_dry_run(items, rub, config)
         return
     check_annotate_output(out, [data, rubric, template, examples, None if no_cache else cache])
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
@@ -178,19 +206,4 @@ def annotate_cmd(
     with ProgressView(err_console, *columns, start_on_first=True) as view:
         result, paths = run_annotation(items, rub, config, out, progress=view, rubric_file=rubric_file)
     print_summary(result, paths, console)
-    if result.fatal:
-        early = any("stopped early" in why for why in result.fatal.values())
-        raise AnnotateError(
-            "; ".join(result.fatal.values()) + f" (what was done is in {paths[0]}, the raw replies in {paths[1]})",
-            hint="every reply received is in the cache: re-run when the endpoint answers, or with --retry-failed "
-            "once the cause of the failed replies is fixed" if early else None,
-        )
-    if result.failure_share > config.max_failures:
-        failed = sum(s.failures for s in result.summary.values())
-        done = sum(s.items for s in result.summary.values())
-        err_console.print(
-            f"[bold red]error:[/] {failed} of {done} item × model annotations failed ({result.failure_share:.1%}, "
-            f"more than --max-failures {config.max_failures:.1%}); they are in {paths[1]}: fix the cause and "
-            "re-run with --retry-failed", highlight=False, soft_wrap=True,
-        )
-        raise typer.Exit(3)
+    _fail_on_failures(result, paths, config.max_failures)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
@@ -32,6 +32,9 @@ from rubrictool.cli._common import (
     console,
 )
 from rubrictool.errors import DataError
+
+if TYPE_CHECKING:  # rubrictool.curve pulls in torch: imported inside the command, not at CLI start
+    from rubrictool.curve import CurveResult
 
 __all__ = ["learning_curve_cmd"]
 
@@ -112,6 +115,11 @@ def learning_curve_cmd(
             full_from=_all_from(all_from), progress=view,
             jobs=jobs,
         )
+    _print_curve(res)
+
+
+def _print_curve(res: CurveResult) -> None:
+    """The curve's summary table, its reading in sentences, its notes and what was trained, read back and written."""
     t = Table(title="learning curve: mean ± s.d. over folds × repeats")
     for col in ("variant", "size", "answers", "cells", "QWK", "T-Acc", "T-F1", "majority T-Acc"):
         t.add_column(col, justify="left" if col == "variant" else "right")

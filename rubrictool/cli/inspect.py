@@ -319,11 +319,8 @@ def diagnose_cmd(
 
     Example: rubrictool rubric diagnose --run runs/course --out diag/
     """
-    import pandas as pd
-    from rich.table import Table
-
     from rubrictool.report import diagnose_dir, diagnose_run
-    from rubrictool.report.diagnose import reviewer_confusion, write_diagnosis
+    from rubrictool.report.diagnose import write_diagnosis
 
     if adjudicated is None and model is None:
         raise typer.BadParameter("pass --adjudicated DIR (the folder `rubrictool adjudicate` wrote) or --run RUN "
@@ -340,6 +337,25 @@ def diagnose_cmd(
         else:
             diag = diagnose_dir(adjudicated, rubric, reviews, model, pairs_per_boundary=n_pairs)
     print_warnings(diag.warnings)
+    _print_concepts(diag)
+    _print_reviewer_pairs(diag)
+    if diag.ceiling is not None:
+        _print_ceiling(diag)
+    _print_suggestions(diag)
+    for n in diag.notes:
+        console.print(f"[yellow]note:[/] {shown(n)}", soft_wrap=True, highlight=False)
+    if out is not None:
+        paths = write_diagnosis(diag, out)
+        console.print(f"wrote {', '.join(str(p) for p in paths.values())}", soft_wrap=True)
+    if suggest is not None:
+        _suggest(diag, rubric, suggest, api_base, api_key_env, cache, out)
+
+
+def _print_concepts(diag: Diagnosis) -> None:
+    """The diagnosis table: per concept α, confused levels, drop-one accuracy, redundancy and correlations."""
+    import pandas as pd
+    from rich.table import Table
+
     h = diag.ceiling.honest if diag.ceiling is not None else None
     maj = f"; majority class {h['majority']['t_acc']:.3f}" if h else ""
     t = Table(title=f"rubric diagnosis (grade accuracy from all concepts, 5-fold: {diag.coverage_acc:.3f}{maj})")
@@ -357,6 +373,14 @@ def diagnose_cmd(
         t.add_row(shown(r["concept"]), f(r["alpha"]), shown(conf), _drop_words(r["drop_one_loss"]), shown(r["closest"]),
                   f(r["same_level"], ".0%"), f(r["label_corr"]), f(r["partial_corr"]))
     console.print(t)
+
+
+def _print_reviewer_pairs(diag: Diagnosis) -> None:
+    """The reviewer-by-reviewer disagreements per concept, when there are any."""
+    from rich.table import Table
+
+    from rubrictool.report.diagnose import reviewer_confusion
+
     pairs = reviewer_confusion(diag.confusions, list(diag.concepts["concept"]))
     if len(pairs.columns):
         p = Table(title="reviewer-by-reviewer disagreements (total: level pairs)")
@@ -366,16 +390,6 @@ def diagnose_cmd(
         for key, row in pairs.iterrows():
             p.add_row(shown(key), *(shown(v) for v in row))
         console.print(p)
-    if diag.ceiling is not None:
-        _print_ceiling(diag)
-    _print_suggestions(diag)
-    for n in diag.notes:
-        console.print(f"[yellow]note:[/] {shown(n)}", soft_wrap=True, highlight=False)
-    if out is not None:
-        paths = write_diagnosis(diag, out)
-        console.print(f"wrote {', '.join(str(p) for p in paths.values())}", soft_wrap=True)
-    if suggest is not None:
-        _suggest(diag, rubric, suggest, api_base, api_key_env, cache, out)
 
 
 def _drop_words(loss: Any) -> str:

@@ -13,7 +13,6 @@ own row numbers (the header is row 1).
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rubrictool.data.course_ids import made_ids, text_ids
 from rubrictool.errors import DataError
 from rubrictool.io import read_table, write_table
 from rubrictool.tables import ITEM_COLUMNS, validate_items
@@ -326,74 +326,8 @@ def _check_nul(df: pd.DataFrame, report: ImportReport, path: Path) -> None:
             )
 
 
-def _question_tags(q: pd.Series) -> pd.Series:
-    """A short id per question for made ids, the same in every file that holds the question: the question itself
-    when it is a short token (``Q3``, ``1.2``; a number gets a ``q``: ``q1``), else ``q`` and six hex digits of its
-    text (``q3fa2c1``: spaces and case ignored)."""
-    def tag(u: str) -> str:
-        if re.fullmatch(r"[A-Za-z0-9._-]{1,24}", u):
-            return f"q{u}" if re.fullmatch(r"[0-9][0-9._-]*", u) else u
-        return "q" + hashlib.sha1(" ".join(u.lower().split()).encode("utf-8")).hexdigest()[:6]
-
-    return q.map({u: tag(u) for u in dict.fromkeys(q.tolist())})
-
-
-def _text_ids(col: pd.Series) -> pd.Series:
-    """A column of ids as text (a whole float from a spreadsheet read as ``101``, not ``101.0``); None when empty."""
-    def one(v: Any) -> str | None:
-        if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
-            return None
-        t = str(int(v)) if isinstance(v, float) and v.is_integer() else str(v).strip()
-        return t or None
-
-    return col.map(one)
-
-
-def _made_ids(items: pd.DataFrame, student: pd.Series | None) -> tuple[pd.Series, str]:
-    """Ids that a later import of the same course gives the same answers and no other: ``<question>/<student>``
-    (e.g. ``q1/s101``), or, for an answer without a student, ``<question>/a<8 hex digits of its text>``; a second
-    answer with the same id gets ``.2``, a third ``.3``, in file order. Without a question column the question part is
-    left out. Returns (ids, the rule in words)."""
-    tags = _question_tags(items["question"]) if "question" in items.columns else None
-    resp = items["response"].fillna("")
-    tails = []
-    for i in range(len(items)):
-        who = student.iloc[i] if student is not None else None
-        if isinstance(who, str) and who:
-            tails.append(re.sub(r"[\s/]+", "_", str(who)))
-        else:
-            tails.append("a" + hashlib.sha1(" ".join(str(resp.iloc[i]).lower().split()).encode("utf-8")).hexdigest()[:8])
-    base = pd.Series([f"{t}/{x}" if tags is not None else x for t, x in zip(tags if tags is not None else tails, tails)],
-                     index=items.index)
-    n = base.groupby(base, sort=False).cumcount() + 1
-    ids = base.where(n == 1, base + "." + n.astype(str))
-    q = "<question>/" if tags is not None else ""
-    has_student = student is not None and bool(student.notna().any())
-    rule = f"{q}<student>" if has_student and bool(student.notna().all()) else (  # type: ignore[union-attr]
-        f"{q}<student> (answers without a student: {q}a<hash of the answer>)" if has_student else f"{q}a<hash of the answer>")
-    return ids, rule
-
-
-def read_course_file(
-    path: str | Path,
-    columns: dict[str, str | None] | str | None = None,
-    sheet: str | None = None,
-    grade_scale: float | None = None,
-    round_grades: bool = False,
-    id_prefix: str | None = None,
-) -> ImportedItems:
-    """Read a course's answer file into an ItemTable plus a report of what was found; writes nothing.
-
-    ``columns`` maps ItemTable columns to the file's headers (``{"response": "answer"}`` or the CLI's
-    ``response=answer,...``); columns not given are guessed from :data:`HEADER_GUESSES`. Other headers
-    are kept as extra columns; the student column (``student``) as ``student``. Ids: the file's answer-id column when
-    its values are unique; otherwise (none, or repeated) ids made from the question and the student, the same for the
-    same answer in every import of the course and never another's (:func:`_made_ids`: ``q1/s101``), the file's ids
-    kept as ``source_id``. Grades are multiplied by ``grade_scale`` and rounded half up with ``round_grades``
-    (half marks the trainer cannot use). Empty responses stay in the table and are listed in the report
-    (:func:`write_course_items` refuses, drops or keeps them). ``id_prefix`` goes before every made id (``spring26/``).
-    """
-    p = Path(path)
+def _file_format(p: Path) -> str:
+    """The import format of ``p`` by its suffix; fails on an unknown type or a missing file."""
     fmt = IMPORT_FORMATS.get(p.suffix.lower())
     if fmt is None:
         hint = "save it as .xlsx or .csv" if p.suffix.lower() in (".xls", ".ods", ".numbers") else ""
@@ -403,18 +337,22 @@ def read_course_file(
         )
     if not p.is_file():
         raise DataError(f"{p}: no such file; check the path")
-    given = parse_columns(columns) if isinstance(columns, str) or columns is None else dict(columns)
-    report = ImportReport(source=str(p), fmt=fmt)
-    raw = _read_raw(p, fmt, sheet, report)
+    return fmt
+
+
+def _data_rows(raw: pd.DataFrame, report: ImportReport, p: Path) -> pd.DataFrame:
+    """``raw`` without its blank rows (counted in the report); fails when no row is left."""
     blank = raw.apply(lambda c: c.isna() | c.astype(str).str.strip().eq("")).all(axis=1)
     report.blank_rows = int(blank.sum())
     raw = raw.loc[~blank.to_numpy()].reset_index(drop=True)
     report.n_rows = len(raw)
     if len(raw) == 0:
         raise DataError(f"{p}: no data rows" + (f" in sheet {report.sheet!r}" if report.sheet else ""))
-    headers = list(raw.columns)
-    mapping, guessed = _map_columns(headers, given, p)
-    report.mapping, report.guessed = mapping, guessed
+    return raw
+
+
+def _require_response(mapping: dict[str, str], headers: list[str], report: ImportReport, p: Path) -> None:
+    """Fail, naming the headers (and the workbook's other sheets), when no column holds the answers."""
     if "response" not in mapping:
         sheets = ""
         if report.other_sheets:  # the answers may well be on another sheet of the workbook
@@ -424,8 +362,13 @@ def read_course_file(
             f"{p}: no column for the students' answers among the headers{sheets} ({', '.join(map(repr, headers))})",
             hint="name it with --columns response=HEADER" + (", or pick the sheet with --sheet NAME" if sheets else ""),
         )
-    _check_nul(raw, report, p)
 
+
+def _mapped_items(
+    raw: pd.DataFrame, mapping: dict[str, str], report: ImportReport, p: Path, grade_scale: float | None,
+    round_grades: bool,
+) -> pd.DataFrame:
+    """The ItemTable's mapped columns but the id: text columns as text, grades read, questions stripped."""
     items = pd.DataFrame(index=raw.index)
     for key in ITEM_COLUMNS:
         if key in mapping and key not in ("id", "grade"):
@@ -439,13 +382,19 @@ def read_course_file(
     if "question" in items.columns:
         items["question"] = items["question"].fillna("").str.strip()
         report.n_questions = int(items["question"].nunique())
+    return items
 
-    # ids: the file's answer ids when unique, else made from the question and the student (stable across imports)
-    student = _text_ids(raw[mapping["student"]]) if "student" in mapping else None
+
+def _with_ids(
+    items: pd.DataFrame, raw: pd.DataFrame, mapping: dict[str, str], report: ImportReport, id_prefix: str | None
+) -> pd.DataFrame:
+    """``items`` with ids (and ``student``): the file's answer ids when unique, else made from the question and the
+    student (stable across imports), the file's ids then kept as ``source_id``."""
+    student = text_ids(raw[mapping["student"]]) if "student" in mapping else None
     if student is not None:
         items["student"] = student
     id_col = mapping.get("id")
-    file_ids = _text_ids(raw[id_col]) if id_col is not None else None
+    file_ids = text_ids(raw[id_col]) if id_col is not None else None
     if file_ids is not None and file_ids.notna().all() and not file_ids.duplicated().any():
         items.insert(0, "id", file_ids)
     else:
@@ -458,14 +407,19 @@ def read_course_file(
                 student = file_ids
         else:
             report.ids = "made"
-        made, report.id_rule = _made_ids(items, student)
+        made, report.id_rule = made_ids(items, student)
         if id_prefix:
             made, report.id_rule = id_prefix + made, f"{id_prefix}{report.id_rule}"
         items.insert(0, "id", made)
         if file_ids is not None:
             items["source_id"] = file_ids
+    return items
 
-    # extra columns, kept under their own names (source_<name> when the name is taken)
+
+def _keep_extra_columns(
+    items: pd.DataFrame, raw: pd.DataFrame, headers: list[str], mapping: dict[str, str], report: ImportReport
+) -> None:
+    """Add the unmapped headers to ``items`` under their own names (``source_<name>`` when the name is taken)."""
     used = set(mapping.values())
     for h in headers:
         if h in used:
@@ -478,7 +432,9 @@ def read_course_file(
         items[name] = col
         report.unused.append(h)
 
-    # what to tell before writing: empty responses, repeated rows
+
+def _report_repeats(items: pd.DataFrame, report: ImportReport) -> pd.Series:
+    """Report empty responses, repeated rows and repeated answers; returns which responses are empty."""
     resp = items["response"]
     empty = resp.isna() | resp.fillna("").str.strip().eq("")
     report.empty_responses = [
@@ -495,6 +451,42 @@ def read_course_file(
     same_text = items.loc[~empty & ~dup, [c for c in ("question", "response") if c in items.columns]]
     report.duplicate_answers = int(same_text.assign(response=same_text["response"].str.strip().str.lower())
                                    .duplicated(keep=False).sum())
+    return empty
+
+
+def read_course_file(
+    path: str | Path,
+    columns: dict[str, str | None] | str | None = None,
+    sheet: str | None = None,
+    grade_scale: float | None = None,
+    round_grades: bool = False,
+    id_prefix: str | None = None,
+) -> ImportedItems:
+    """Read a course's answer file into an ItemTable plus a report of what was found; writes nothing.
+
+    ``columns`` maps ItemTable columns to the file's headers (``{"response": "answer"}`` or the CLI's
+    ``response=answer,...``); columns not given are guessed from :data:`HEADER_GUESSES`. Other headers
+    are kept as extra columns; the student column (``student``) as ``student``. Ids: the file's answer-id column when
+    its values are unique; otherwise (none, or repeated) ids made from the question and the student, the same for the
+    same answer in every import of the course and never another's (:func:`~rubrictool.data.course_ids.made_ids`: ``q1/s101``), the file's ids
+    kept as ``source_id``. Grades are multiplied by ``grade_scale`` and rounded half up with ``round_grades``
+    (half marks the trainer cannot use). Empty responses stay in the table and are listed in the report
+    (:func:`write_course_items` refuses, drops or keeps them). ``id_prefix`` goes before every made id (``spring26/``).
+    """
+    p = Path(path)
+    fmt = _file_format(p)
+    given = parse_columns(columns) if isinstance(columns, str) or columns is None else dict(columns)
+    report = ImportReport(source=str(p), fmt=fmt)
+    raw = _data_rows(_read_raw(p, fmt, sheet, report), report, p)
+    headers = list(raw.columns)
+    mapping, guessed = _map_columns(headers, given, p)
+    report.mapping, report.guessed = mapping, guessed
+    _require_response(mapping, headers, report, p)
+    _check_nul(raw, report, p)
+    items = _mapped_items(raw, mapping, report, p, grade_scale, round_grades)
+    items = _with_ids(items, raw, mapping, report, id_prefix)
+    _keep_extra_columns(items, raw, headers, mapping, report)
+    empty = _report_repeats(items, report)
     validate_items(items.loc[~empty.to_numpy()], str(p))  # what every later stage will check
     return ImportedItems(items.reset_index(drop=True), report)
 

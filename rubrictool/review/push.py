@@ -253,6 +253,118 @@ def _add_missing_predictions(
     return len(payload)
 
 
+def _push_inputs(
+    rubric: Rubric, items_path: str | Path, predictions_path: str | Path | None, model_predictions: pd.DataFrame | None
+) -> tuple[pd.DataFrame, pd.DataFrame | None, int]:
+    """The items, their predictions (with the grader's) and how many prediction rows were for other items."""
+    items = read_items(items_path)
+    preds, other = read_task_predictions(predictions_path, rubric, set(items["id"])) if predictions_path else (None, 0)
+    if model_predictions is not None and len(model_predictions):
+        mp = model_predictions.astype({"item": str})
+        unknown = set(mp["concept"]) - set(rubric.keys)
+        if unknown:
+            raise ReviewError(f"the grader's concepts {sorted(unknown)} are not in rubric {rubric.name}",
+                              hint="pass a run trained on this rubric")
+        mp = mp[mp["item"].isin(set(items["id"]))]
+        preds = mp if preds is None else pd.concat([preds, mp], ignore_index=True)
+    return items, preds, other
+
+
+def _project_title(project: str | None, rubric: Rubric) -> str:
+    """The project's title (default ``<rubric>-review``), checked against Label Studio's length limits."""
+    title = project or f"{rubric.name}-review"
+    if not 3 <= len(title) <= 50:
+        raise ReviewError(f"project title {title!r} has {len(title)} characters; Label Studio needs 3 to 50", hint="pass another --project")
+    return title
+
+
+def _route_items(
+    items: pd.DataFrame, preds: pd.DataFrame | None, select: str | None, budget: int | None, seed: int,
+    state_path: Path, title: str,
+) -> tuple[pd.DataFrame, Routing | None, Path | None]:
+    """The items to send (the routed ones with ``select``/``budget``), the routing and its ranking file."""
+    routing, routing_file = None, None
+    if select is not None and budget is not None:  # before any server call: a bad selection changes nothing
+        routing = route(items["id"].tolist(), preds, select, budget, seed)
+        routing_file = state_path.parent / f"{title}.routing.csv"
+        _write_local(routing_file, "the routing table", "nothing was sent to Label Studio",
+                     lambda: write_table(routing.table.assign(how=select, seed=seed), routing_file))
+        items = items[items["id"].isin(set(routing.selected))]
+    return items, routing, routing_file
+
+
+def _open_project(
+    conn: Connection, state: dict[str, Any], title: str, rubric: Rubric, xml: str, max_annotations: int,
+    prefill: str | None,
+) -> tuple[dict[str, Any], bool]:
+    """The project (by the state file's id, else its title, else created) with its settings brought up to date,
+    and whether it was created."""
+    blind = {"show_collab_predictions": prefill is not None, "show_annotation_history": False}
+    known = state.get(conn.url, {}).get(title, {})
+    found = _get_project(conn, int(known["id"])) if isinstance(known, dict) and "id" in known else None
+    if found is None:
+        found = find_project(conn, title)
+    created = found is None
+    if found is None:
+        found = conn.request(
+            "POST", "/api/projects", f"creating project {title!r}",
+            json={
+                "title": title, "label_config": xml, "maximum_annotations": max_annotations,
+                "description": f"rubrictool review of rubric {rubric.name} v{rubric.version}: {rubric.title}",
+                "show_skip_button": True, **blind,
+            },
+        )
+    else:
+        check_interface(rubric, str(found.get("label_config", "")), f"{title!r} (id {found['id']})")
+        _check_mode(found, prefill, title)
+        want: dict[str, Any] = {"maximum_annotations": max_annotations, **blind}
+        if str(found.get("label_config", "")).strip() != xml.strip():  # examples or the pre-filling model changed
+            want["label_config"] = xml
+        if any(found.get(k) != v for k, v in want.items()):
+            conn.request("PATCH", f"/api/projects/{found['id']}", "updating the project's review settings", json=want)
+    return found, created
+
+
+def _save_state(
+    conn: Connection, state: dict[str, Any], state_path: Path, title: str, pid: int, rubric: Rubric,
+    model_predictions: pd.DataFrame | None,
+) -> Path | None:
+    """Record the project in the state file and write the grader's predictions beside it (their path, if any)."""
+    state.setdefault(conn.url, {})[title] = {"id": pid, "rubric": rubric.name, "rubric_version": rubric.version}
+    kept = (f"project {title!r} (id {pid}) is kept on {conn.url} with the tasks it had (none imported by this run); "
+            "the next push finds it by its title")
+    _write_local(state_path, "the review state file", kept, lambda: atomic_write_json(state_path, state))
+    model_file = None
+    if model_predictions is not None and len(model_predictions):
+        model_file = state_path.parent / f"predictions-{model_predictions['model'].iloc[0]}.csv"
+        _write_local(model_file, "the grader's predictions", kept, lambda: write_table(model_predictions, model_file))
+    return model_file
+
+
+def _import_missing(
+    conn: Connection, pid: int, items: pd.DataFrame, shown: pd.DataFrame | None, rubric: Rubric, batch_size: int,
+    progress: ProgressFn | None,
+) -> tuple[int, int, int, int]:
+    """Import the items the project lacks, and the predictions its tasks lack: (items already there, tasks
+    imported, predictions added, second copies deleted)."""
+    existing, removed = _one_task_per_item(conn, pid, list_tasks(conn, pid, False), progress)
+    new_items = items[~items["id"].isin(existing)]
+    tasks = build_tasks(new_items, shown, rubric)
+    wanted = set(items["id"])
+    on_server = {i: t for i, t in existing.items() if i in wanted}
+    n_pred = _add_missing_predictions(conn, pid, on_server, shown, rubric) if shown is not None and on_server else 0
+    if progress:
+        progress(Progress("importing tasks", 0, len(tasks)))
+    for start in range(0, len(tasks), batch_size):
+        batch = tasks[start : start + batch_size]
+        body = conn.request("POST", f"/api/projects/{pid}/import", f"importing tasks into project {pid}",
+                            params={"return_task_ids": "true"}, json=batch)
+        n_pred += int((body or {}).get("prediction_count") or 0)
+        if progress:
+            progress(Progress("importing tasks", start + len(batch), len(tasks)))
+    return len(items) - len(new_items), len(tasks), n_pred, removed
+
+
 def push(
     conn: Connection,
     rubric: Rubric,
@@ -301,93 +413,31 @@ def push(
     """
     if max_annotations < 1:
         raise ReviewError(f"max_annotations must be at least 1 (got {max_annotations})", hint="set --max-annotations")
-    items = read_items(items_path)
-    preds, other = read_task_predictions(predictions_path, rubric, set(items["id"])) if predictions_path else (None, 0)
-    if model_predictions is not None and len(model_predictions):
-        mp = model_predictions.astype({"item": str})
-        unknown = set(mp["concept"]) - set(rubric.keys)
-        if unknown:
-            raise ReviewError(f"the grader's concepts {sorted(unknown)} are not in rubric {rubric.name}",
-                              hint="pass a run trained on this rubric")
-        mp = mp[mp["item"].isin(set(items["id"]))]
-        preds = mp if preds is None else pd.concat([preds, mp], ignore_index=True)
+    items, preds, other = _push_inputs(rubric, items_path, predictions_path, model_predictions)
     if (select is None) != (budget is None):
         raise ReviewError("--select and --budget go together", hint="e.g. --select uncertain --budget 200")
     models = sorted(preds["model"].astype(str).unique()) if preds is not None else []
     prefill = _prefill(show_predictions, prefill_model, models,
                        str(model_predictions["model"].iloc[0]) if model_predictions is not None and len(model_predictions) else None)
-    title = project or f"{rubric.name}-review"
-    if not 3 <= len(title) <= 50:
-        raise ReviewError(f"project title {title!r} has {len(title)} characters; Label Studio needs 3 to 50", hint="pass another --project")
+    title = _project_title(project, rubric)
     state_path = Path(state_file) if state_file else Path(items_path).parent / STATE_NAME
     xml = render_label_config(rubric, prefilled_by=prefill)
     _writable_folder(state_path)
-    routing, routing_file = None, None
-    if select is not None and budget is not None:  # before any server call: a bad selection changes nothing
-        routing = route(items["id"].tolist(), preds, select, budget, seed)
-        routing_file = state_path.parent / f"{title}.routing.csv"
-        _write_local(routing_file, "the routing table", "nothing was sent to Label Studio",
-                     lambda: write_table(routing.table.assign(how=select, seed=seed), routing_file))
-        items = items[items["id"].isin(set(routing.selected))]
-
-    blind = {"show_collab_predictions": prefill is not None, "show_annotation_history": False}
+    items, routing, routing_file = _route_items(items, preds, select, budget, seed, state_path, title)
     conn.get("/api/current-user/whoami", "checking the API key")
     state = _read_state(state_path)
-    known = state.get(conn.url, {}).get(title, {})
-    found = _get_project(conn, int(known["id"])) if isinstance(known, dict) and "id" in known else None
-    if found is None:
-        found = find_project(conn, title)
-    created = found is None
-    if found is None:
-        found = conn.request(
-            "POST", "/api/projects", f"creating project {title!r}",
-            json={
-                "title": title, "label_config": xml, "maximum_annotations": max_annotations,
-                "description": f"rubrictool review of rubric {rubric.name} v{rubric.version}: {rubric.title}",
-                "show_skip_button": True, **blind,
-            },
-        )
-    else:
-        check_interface(rubric, str(found.get("label_config", "")), f"{title!r} (id {found['id']})")
-        _check_mode(found, prefill, title)
-        want: dict[str, Any] = {"maximum_annotations": max_annotations, **blind}
-        if str(found.get("label_config", "")).strip() != xml.strip():  # examples or the pre-filling model changed
-            want["label_config"] = xml
-        if any(found.get(k) != v for k, v in want.items()):
-            conn.request("PATCH", f"/api/projects/{found['id']}", "updating the project's review settings", json=want)
+    found, created = _open_project(conn, state, title, rubric, xml, max_annotations, prefill)
     pid = int(found["id"])
-    state.setdefault(conn.url, {})[title] = {"id": pid, "rubric": rubric.name, "rubric_version": rubric.version}
-    kept = (f"project {title!r} (id {pid}) is kept on {conn.url} with the tasks it had (none imported by this run); "
-            "the next push finds it by its title")
-    _write_local(state_path, "the review state file", kept, lambda: atomic_write_json(state_path, state))
-    model_file = None
-    if model_predictions is not None and len(model_predictions):
-        model_file = state_path.parent / f"predictions-{model_predictions['model'].iloc[0]}.csv"
-        _write_local(model_file, "the grader's predictions", kept, lambda: write_table(model_predictions, model_file))
-
-    existing, removed = _one_task_per_item(conn, pid, list_tasks(conn, pid, False), progress)
-    new_items = items[~items["id"].isin(existing)]
+    model_file = _save_state(conn, state, state_path, title, pid, rubric, model_predictions)
     shown = preds if prefill is not None else None  # blind review: no task carries a prediction
-    tasks = build_tasks(new_items, shown, rubric)
-    wanted = set(items["id"])
-    on_server = {i: t for i, t in existing.items() if i in wanted}
-    n_pred = _add_missing_predictions(conn, pid, on_server, shown, rubric) if shown is not None and on_server else 0
-    if progress:
-        progress(Progress("importing tasks", 0, len(tasks)))
-    for start in range(0, len(tasks), batch_size):
-        batch = tasks[start : start + batch_size]
-        body = conn.request("POST", f"/api/projects/{pid}/import", f"importing tasks into project {pid}",
-                            params={"return_task_ids": "true"}, json=batch)
-        n_pred += int((body or {}).get("prediction_count") or 0)
-        if progress:
-            progress(Progress("importing tasks", start + len(batch), len(tasks)))
+    already, n_tasks, n_pred, removed = _import_missing(conn, pid, items, shown, rubric, batch_size, progress)
     if prefill is not None and found.get("model_version") != prefill:  # after the import: it must exist by now
         conn.request("PATCH", f"/api/projects/{pid}", f"setting the pre-filling model to {prefill}",
                      json={"model_version": prefill})
-    if tasks:  # a killed run's import the server finished after this run read the tasks: its items are here twice
+    if n_tasks:  # a killed run's import the server finished after this run read the tasks: its items are here twice
         removed += _one_task_per_item(conn, pid, list_tasks(conn, pid, False), progress)[1]
     n_kept = len(preds) if preds is not None and prefill is None else 0
-    return PushResult(pid, title, conn.url, created, len(items), len(items) - len(new_items), len(tasks), n_pred,
+    return PushResult(pid, title, conn.url, created, len(items), already, n_tasks, n_pred,
                       models, state_path, other, routing, routing_file, model_file, prefill, n_kept, removed)
 
 
