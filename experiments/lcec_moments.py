@@ -131,6 +131,7 @@ def refit_grades(run: Path, df: pd.DataFrame, keys: list[str], M: int, model: An
     from sklearn.metrics import cohen_kappa_score
 
     import reccbm
+    from reccbm.model import expected_scores
 
     cfg = yaml.safe_load((run / "config.yaml").read_text())["stage2"]
     s2 = reccbm.StageIIConfig(**{f.name: cfg[f.name] for f in fields(reccbm.StageIIConfig) if f.name in cfg})
@@ -146,7 +147,7 @@ def refit_grades(run: Path, df: pd.DataFrame, keys: list[str], M: int, model: An
 
     (Ptr, ctr, ytr), (Pdv, cdv, ydv), (Pte, _, yte) = part("train"), part("dev"), part("test")
     moments = copy.deepcopy(model)
-    moments.lcec.set_from_moments(ctr.double() / M, expected_scores_np(Pdv) / M, cdv.double() / M, ridge)
+    moments.lcec.set_from_moments(ctr.double() / M, expected_scores(Pdv.double()) / M, cdv.double() / M, ridge)
     reccbm.train_grader(moments, Ptr, ctr, ytr, Pdv, ydv, s2, head_only=True, device="cpu")
     with torch.no_grad():
         own = model.grade_from_concepts(Pte).grade_logits.argmax(1).numpy()
@@ -162,11 +163,6 @@ def refit_grades(run: Path, df: pd.DataFrame, keys: list[str], M: int, model: An
     out["qwk_change"] = [out["moments"]["qwk"] - out["as_trained"]["qwk"], float(np.percentile(qwk, 2.5)),
                          float(np.percentile(qwk, 97.5))]
     return out
-
-
-def expected_scores_np(P: torch.Tensor) -> torch.Tensor:
-    """ĉ_k = Σ_m m · p̂_{k,m} (Eq. 13), float64."""
-    return (P.double() * torch.arange(P.shape[-1], dtype=torch.float64)).sum(-1)
 
 
 def main() -> None:

@@ -16,6 +16,8 @@ observed k, so μ_post,k = c_k / M exactly, and every other concept moves by the
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -111,7 +113,7 @@ class LatentCorrection(nn.Module):
         omega = torch.linalg.inv(cov)
         omega = (omega + omega.T) / 2 - self.eps * torch.eye(omega.shape[0], dtype=omega.dtype, device=omega.device)
         self.L.copy_(torch.linalg.cholesky(omega).to(self.L.dtype))
-        noise = ((s_dev.double() - z_dev.double()) ** 2).mean(0).clamp_min(float(torch.exp(torch.tensor(-self.ETA_MAX))))
+        noise = ((s_dev.double() - z_dev.double()) ** 2).mean(0).clamp_min(math.exp(-self.ETA_MAX))
         self.eta.copy_(noise.log().to(self.eta.dtype))
         self.mu0.copy_(z.mean(0).to(self.mu0.dtype))
 
