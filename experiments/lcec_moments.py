@@ -39,11 +39,7 @@ def scores(run: Path) -> tuple[pd.DataFrame, list[str], int, Any]:
     part = {str(i): p for p in ("train", "dev", "test") for i in split[p]}
     grader = load_grader(run)
     model = grader[0]
-    cache = run / "lcec_moments_scores.csv"  # every answer graded once; kept beside the run for reruns
-    graded = pd.read_csv(cache, dtype={"id": str}) if cache.is_file() else grade_loaded(grader, table, flags=False,
-                                                                                          device="cpu")
-    if not cache.is_file():
-        graded.to_csv(cache, index=False)
+    graded = grade_loaded(grader, table, flags=False, device="cpu")  # every answer once; the run folder is not written
     keys = [c[: -len("_level")] for c in graded.columns if c.endswith("_level")]
     df = table[["id", "grade", *keys]].rename(columns={"grade": "grade_true", **{k: f"{k}_true" for k in keys}}).merge(
         graded, on="id")
