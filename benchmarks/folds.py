@@ -251,12 +251,7 @@ def main(argv: list[str] | None = None) -> None:
                                  {"race": a.race, "opcc": a.opcc, "lcec": a.lcec})
         from rubrictool.pipeline import benchmark_table
 
-        rubric, table, agreement = benchmark_table("mohler", a.data_dir)
-        if any((kw.get("overrides") or {}).get("stage1", {}).get("soft_targets") for kw in configs.values()):
-            from rubrictool.data import load_concept_passes
-            from rubrictool.votes import attach_votes
-
-            table = attach_votes(table, load_concept_passes(a.data_dir), rubric)  # soft targets: the passes' levels
+        rubric, table, agreement = benchmark_table("mohler", a.data_dir)  # with the passes' levels (soft targets)
         only = [int(x) for x in a.fold.split(",")] if a.fold else None
         run(out, configs, a.folds, only, table, rubric, agreement, [LLM_PASSES_NOTE], extra, by=a.by, jobs=a.jobs)
     print(summary(out))

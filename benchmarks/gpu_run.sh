@@ -7,12 +7,13 @@
 #
 # 1. the main job in fp32 and grading its test answers (benchmarks/gpu_smoke.py), alone on the GPU: the timings;
 #    the script stops here if it fails (a device bug found costs no more GPU time);
-# 2. five question-grouped folds of the default, five workers sharing the GPU (benchmarks/folds.py --jobs 5), alone;
-# 3. at once on the shared GPU: the concept reader's candidate (experiments/configs/reader-align-soft.yaml) on
-#    question-grouped and random folds, the cross-question-examples candidate on question-grouped folds, and the
-#    main job in bf16 (its metrics against step 1's; its time is not a timing: the GPU is shared).
+# 2. the same main job in bf16 autocast, alone: its timings, and its metrics against step 1's (same split and seed);
+# 3. the concept reader's candidate (experiments/configs/reader-align-soft.yaml) on five random folds, five workers
+#    sharing the GPU (benchmarks/folds.py --jobs 5), alone, stopped at DEADLINE_S less the time step 4 needs;
+# 4. the candidate's main job in fp32, alone (its timing as the default it would be), if time is left.
 # Each step's small files (predictions, metrics, run.json; no weights) are packed into OUT/stepN.tgz as it ends;
-# step 3 is stopped at DEADLINE_S seconds after the start (default 540), its finished folds kept.
+# step 3 is stopped (its process group: the workers too) so that step 4 ends by DEADLINE_S seconds after the start
+# (default 540), its finished folds kept.
 # GPU_RUN_SMOKE=BACKBONE runs the same steps on the CPU with a tiny local model (the script's own check).
 set -u
 PACK=${1:-.gpu}
@@ -52,30 +53,27 @@ ok=${PIPESTATUS[0]}
 pack_step 1 main-fp32 main-fp32.log
 [ "$ok" = 0 ] || { log "step 1 failed: stopping"; exit 1; }
 
-log "step 2: five question-grouped folds of the default, --jobs 5"
-t0=$SECONDS
-python3 benchmarks/folds.py "${SMOKE_FOLDS[@]}" --runs default --by question --jobs 5 --backbone "$BACKBONE" \
-  --data-dir "$DATA" --out "$W/folds-q" > "$W/folds-q.log" 2>&1
-log "step 2: rc $?, $((SECONDS - t0)) s wall"; tail -n 30 "$W/folds-q.log"
-pack_step 2 folds-q folds-q.log
+log "step 2: the main job in bf16, then grading"
+python3 benchmarks/gpu_smoke.py "${SMOKE_MAIN[@]}" "${DEV[@]}" --bf16 --skip fold --out "$W/main-bf16" \
+  > "$W/main-bf16.log" 2>&1
+log "step 2: rc $?"; tail -n 8 "$W/main-bf16.log"
+pack_step 2 main-bf16 main-bf16.log
+
+STEP4=${GPU_RUN_STEP4_S:-110}  # what the candidate's main job needs (step 1's time, and a margin)
+left=$((DEADLINE - SECONDS - STEP4))
+log "step 3: the reader candidate on five random folds, --jobs 5, $left s left"
+if [ -n "$SMOKE" ]; then READER=(); else READER=(--config experiments/configs/reader-align-soft.yaml); fi
+timeout --kill-after=10 "$left" python3 benchmarks/folds.py "${SMOKE_FOLDS[@]}" "${READER[@]}" --jobs 5 --backbone "$BACKBONE" \
+  --data-dir "$DATA" --out "$W/reader-r" > "$W/reader-r.log" 2>&1
+log "step 3: rc $?"; tail -n 12 "$W/reader-r.log"
+pack_step 3 reader-r reader-r.log
 
 left=$((DEADLINE - SECONDS))
-log "step 3: the reader candidates and the bf16 main job at once, $left s left"
-if [ -n "$SMOKE" ]; then READER=(); else READER=(--config experiments/configs/reader-align-soft.yaml); fi
-timeout "$left" python3 benchmarks/folds.py "${SMOKE_FOLDS[@]}" "${READER[@]}" --by question --jobs 5 \
-  --backbone "$BACKBONE" --data-dir "$DATA" --out "$W/reader-q" > "$W/reader-q.log" 2>&1 &
-timeout "$left" python3 benchmarks/folds.py "${SMOKE_FOLDS[@]}" "${READER[@]}" --jobs 5 \
-  --backbone "$BACKBONE" --data-dir "$DATA" --out "$W/reader-r" > "$W/reader-r.log" 2>&1 &
-if [ -z "$SMOKE" ]; then
-  timeout "$left" python3 benchmarks/folds.py --config experiments/configs/reader-align-soft-contrast.yaml \
-    --by question --jobs 5 --backbone "$BACKBONE" --data-dir "$DATA" --out "$W/reader-qc" > "$W/reader-qc.log" 2>&1 &
+log "step 4: the reader candidate's main job in fp32, $left s left"
+if [ "$left" -gt 60 ]; then
+  timeout "$left" python3 benchmarks/gpu_smoke.py "${SMOKE_MAIN[@]}" "${DEV[@]}" "${READER[@]}" --skip fold,grade \
+    --out "$W/main-reader" > "$W/main-reader.log" 2>&1
+  log "step 4: rc $?"; tail -n 6 "$W/main-reader.log"
+  pack_step 4 main-reader main-reader.log
 fi
-timeout "$left" python3 benchmarks/gpu_smoke.py "${SMOKE_MAIN[@]}" "${DEV[@]}" --bf16 --skip fold \
-  --out "$W/main-bf16" > "$W/main-bf16.log" 2>&1 &
-wait
-log "step 3 ended"
-for f in reader-q reader-r reader-qc main-bf16; do [ -f "$W/$f.log" ] && { echo "== $f"; tail -n 12 "$W/$f.log"; }; done
-mkdir -p "$W/none"
-pack_step 3 none $(cd "$W" && ls -d reader-q reader-r reader-qc main-bf16 reader-q.log reader-r.log reader-qc.log \
-  main-bf16.log 2>/dev/null)
 log "done"

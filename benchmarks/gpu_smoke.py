@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--pack", type=Path, default=None, help="a folder benchmarks/gpu_pack.py wrote: MiniLM and the data")
     ap.add_argument("--backbone", default=None, help="HF name or path of the encoder (default: MiniLM)")
     ap.add_argument("--bf16", action="store_true", help="bf16 mixed precision (off by default: not measured yet)")
+    ap.add_argument("--config", type=Path, default=None,
+                    help="a `rubrictool train --config` YAML laid over the default preset (e.g. a reader candidate)")
     ap.add_argument("--skip", default="", help="comma list of main, fold, grade: parts not to run")
     ap.add_argument("--smoke", action="store_true", help="40 synthetic answers, one step per epoch (needs --backbone)")
     a = ap.parse_args(argv)
@@ -147,9 +149,14 @@ def main(argv: list[str] | None = None) -> None:
     if a.pack:
         backbone = backbone or restore_backbone(a.pack / "minilm", out / "minilm")
         data_dir = str(a.pack / "datasets")
-    over: dict[str, dict[str, Any]] = {"stage1": {"device": device}}
+    over: dict[str, dict[str, Any]] = {}
+    if a.config:
+        from rubrictool.train import load_train_config
+
+        over = {sec: dict(v) for sec, v in load_train_config(a.config).items()}
+    over.setdefault("stage1", {})["device"] = device
     if backbone:
-        over["model"] = {"backbone": backbone}
+        over.setdefault("model", {})["backbone"] = backbone
     if a.bf16:
         over["stage1"]["mixed_precision"] = "bf16"
     info = describe_device(device)
@@ -169,7 +176,8 @@ def main(argv: list[str] | None = None) -> None:
         rubric, table, agreement = benchmark_table("mohler", data_dir)
         notes = [LLM_PASSES_NOTE]
     skip = {s.strip() for s in a.skip.split(",") if s.strip()}
-    report: dict[str, Any] = {"device": info, "bf16": a.bf16, "smoke": a.smoke, "packed_weights": bool(a.pack)}
+    report: dict[str, Any] = {"device": info, "config": str(a.config) if a.config else None, "bf16": a.bf16,
+                              "smoke": a.smoke, "packed_weights": bool(a.pack)}
     t0 = time.perf_counter()
     split = split_items(table, seed=0)  # the main job's split (rubrictool train --benchmark mohler)
     if "main" not in skip:

@@ -34,7 +34,8 @@ __all__ = ["DataSource", "benchmark_provenance", "benchmark_table", "resolve_dat
 
 def benchmark_table(benchmark: str, data_dir: str | Path | None = None) -> tuple[Rubric, pd.DataFrame, dict[str, Any]]:
     """(rubric, adjudicated table, agreement) of a benchmark with concept-label passes (Mohler): the items
-    from the data directory, concept labels by majority vote over the three LLM annotation passes."""
+    from the data directory, concept labels by majority vote over the three LLM annotation passes, each pass's level
+    kept in the table's ``votes_<KEY>`` columns (soft targets, :mod:`rubrictool.votes`)."""
     if benchmark != "mohler":
         raise TrainError(f"no concept-label passes for benchmark {benchmark!r}",
                          hint="pass an adjudicated table with --data and its rubric with --rubric")

@@ -26,7 +26,8 @@ VOTES_PREFIX = "votes_"
 def attach_votes(table: pd.DataFrame, labels: pd.DataFrame, rubric: Rubric) -> pd.DataFrame:
     """``table`` with a ``votes_<KEY>`` column per concept from tidy ``labels`` (item, reviewer, concept, level)."""
     out = table.copy()
-    lab = labels[labels["concept"].isin(rubric.keys)].sort_values(["item", "concept", "reviewer"])
+    lab = labels[labels["concept"].isin(rubric.keys) & labels["level"].notna()]
+    lab = lab.assign(item=lab["item"].astype(str)).sort_values(["item", "concept", "reviewer"])
     joined = lab.groupby(["item", "concept"])["level"].agg(lambda s: " ".join(str(int(v)) for v in s))
     for key in rubric.keys:
         per_item = joined.xs(key, level="concept") if key in joined.index.get_level_values("concept") else pd.Series()

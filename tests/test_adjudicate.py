@@ -268,9 +268,15 @@ def test_training_table_layout_and_agreement_json(tmp_path: Path) -> None:
     assert len(fc["alpha_ci"]) == 2 and {p["a"] + p["b"] for p in fc["pairwise"]} == {"AB", "AC", "BC"}
     assert set(fc["vs_others"]) == {"A", "B", "C"}
     assert res.agreement["grade"]["graders"] == ["grade_me", "grade_other"]
+    # each reviewer's level beside the decision (soft targets), in reviewer order; a concept nobody reviewed: empty
+    votes = t.set_index("id")[[f"votes_{k}" for k in rubric.keys]]
+    assert votes.loc["q1", "votes_CC"] == "1 2 3" and votes.loc["q2", "votes_FC"] == "1 3"
+    assert votes.loc["q2", "votes_TU"] == "3" and votes.loc["q1", "votes_CP"] == ""
     for fmt in ("csv", "jsonl", "parquet"):
         paths = write_outputs(res, tmp_path / fmt, fmt)
         back = read_table(paths["table"])
+        back_votes = back.set_index(back["id"].astype(str))[["votes_FC", "votes_CC"]].fillna("").astype(str)
+        assert back_votes.loc["q1"].tolist() == ["3 3 3", "1 2 3"] and back_votes.loc["q2"].tolist() == ["1 3", "2 2"]
         assert back["id"].astype(str).tolist() == t["id"].tolist()
         assert (
             back["CC"].tolist() == t["CC"].astype(float).tolist() or back["CC"].tolist() == t["CC"].tolist()

@@ -129,7 +129,7 @@ def test_benchmarks_are_lint_clean() -> None:
 
 @pytest.mark.slow
 def test_gpu_run_script_on_the_cpu(tmp_path: Path, tiny_backbone: str) -> None:
-    """benchmarks/gpu_run.sh's three steps on the CPU with a tiny model (GPU_RUN_SMOKE): each step's small files
+    """benchmarks/gpu_run.sh's four steps on the CPU with a tiny model (GPU_RUN_SMOKE): each step's small files
     packed into OUT/stepN.tgz as it ends, no weights among them."""
     import os
     import tarfile
@@ -141,10 +141,11 @@ def test_gpu_run_script_on_the_cpu(tmp_path: Path, tiny_backbone: str) -> None:
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     names = {}
-    for n in (1, 2, 3):
+    for n in (1, 2, 3, 4):
         with tarfile.open(out / f"step{n}.tgz") as tar:
             names[n] = tar.getnames()
     assert "main-fp32/gpu_smoke.json" in names[1] and "main-fp32/main/test_predictions.csv" in names[1]
-    assert "folds-q/default/pooled_predictions.csv" in names[2]
-    assert "main-bf16/gpu_smoke.json" in names[3] and any(n.startswith("reader-q/") for n in names[3])
+    assert "main-bf16/gpu_smoke.json" in names[2] and "main-bf16/main/test_predictions.csv" in names[2]
+    assert "reader-r/default/pooled_predictions.csv" in names[3]
+    assert "main-reader/gpu_smoke.json" in names[4]
     assert not [n for ns in names.values() for n in ns if n.endswith((".safetensors", ".bin", "table.csv"))]

@@ -60,6 +60,7 @@ from rubrictool.data import load_benchmark, load_concept_passes
 from rubrictool.errors import AdjudicateError, DataError
 from rubrictool.io import atomic_write_text, read_table, write_table
 from rubrictool.rubric import Rubric, load_rubric
+from rubrictool.votes import attach_votes
 from rubrictool.tables import (
     LLM_PASSES_NOTE,
     PREDICTION_COLUMNS,
@@ -308,6 +309,7 @@ def adjudicate(
     decisions = decisions.assign(source=label_source, reviewed=True)
     table, decisions, unreviewed = _fill_unreviewed_labels(table, decisions, pre_annotations, reviews, rubric, order, items)
     table, unlabelled, under = _unlabelled_and_under(table, items, rubric, expected)
+    table = attach_votes(table, reviews, rubric)  # each reviewer's level beside the decision: soft targets
     concepts = concept_figures(rubric, grid, per_concept, pairs, loo, dawid_skene=changed is not None)
     queued = queue_mask(grid, queue)
     for k, key in enumerate(cube.concepts):
