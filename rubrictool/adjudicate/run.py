@@ -60,13 +60,13 @@ from rubrictool.data import load_benchmark, load_concept_passes
 from rubrictool.errors import AdjudicateError, DataError
 from rubrictool.io import atomic_write_text, read_table, write_table
 from rubrictool.rubric import Rubric, load_rubric
-from rubrictool.votes import attach_votes
 from rubrictool.tables import (
     LLM_PASSES_NOTE,
     PREDICTION_COLUMNS,
     validate_items,
     validate_reviews,
 )
+from rubrictool.votes import attach_votes
 
 __all__ = [
     "AdjudicationResult",
