@@ -5,9 +5,10 @@ tokenizers, typer and rich, but not the project's other needs on the training pa
 
     wheels/     pydantic, pydantic-core, annotated-types, typing-inspection, krippendorff (pip download, binary wheels
                 for CPython 3.12 on manylinux x86-64; the versions installed here)
-    minilm/     all-MiniLM-L6-v2's config and tokenizer, its weights in fp16 (model.fp16.safetensors: half the bytes;
-                gpu_smoke.py --pack restores them to float32)
-    datasets/   mohler/ and mohler-concepts/ from the data directory
+    minilm/     all-MiniLM-L6-v2's config and tokenizer, its weights in fp16, gzipped (model.fp16.safetensors.gz:
+                under half the bytes; gpu_smoke.py --pack restores them to float32)
+    datasets.tgz  mohler/ and mohler-concepts/ from the data directory, as one archive (hundreds of small files would
+                cost more of what travels than their bytes)
     RUN.txt     the commands to run there
 
     python benchmarks/gpu_pack.py --out .gpu                    # then carry .gpu (ignored by git) beside the checkout
@@ -17,10 +18,11 @@ tokenizers, typer and rich, but not the project's other needs on the training pa
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
-import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from importlib.metadata import version
 from pathlib import Path
@@ -38,14 +40,15 @@ PYTHONPATH=/tmp/site:. python3 benchmarks/gpu_smoke.py --pack {out}
 def pack_backbone(src: str, to: Path) -> int:
     """The backbone folder ``src`` as config + tokenizer + fp16 weights in ``to``; returns the bytes written."""
     import torch
-    from safetensors.torch import save_file
+    from safetensors.torch import save
     from transformers import AutoModel
 
     to.mkdir(parents=True, exist_ok=True)
     model = AutoModel.from_pretrained(src)
     state = {k: v.detach().to(torch.float16) if v.is_floating_point() else v.detach()
              for k, v in model.state_dict().items()}
-    save_file({k: v.contiguous() for k, v in state.items()}, str(to / "model.fp16.safetensors"), metadata={"format": "pt"})
+    raw = save({k: v.contiguous() for k, v in state.items()}, metadata={"format": "pt"})
+    (to / "model.fp16.safetensors.gz").write_bytes(gzip.compress(raw, compresslevel=6))
     model.config.save_pretrained(str(to))
     from transformers import AutoTokenizer
 
@@ -57,11 +60,11 @@ def check_round_trip(src: str, packed: Path) -> float:
     """Largest difference between the original weights and the fp16 ones restored to float32 (what gpu_smoke.py
     --pack loads)."""
     import torch
-    from safetensors.torch import load_file
+    from safetensors.torch import load
     from transformers import AutoModel
 
     original = AutoModel.from_pretrained(src).state_dict()
-    restored = load_file(str(packed / "model.fp16.safetensors"))
+    restored = load(gzip.decompress((packed / "model.fp16.safetensors.gz").read_bytes()))
     worst = 0.0
     for k, v in original.items():
         if v.is_floating_point():
@@ -97,8 +100,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"backbone {src}: {size / 2**20:.1f} MiB in fp16 (largest weight change restored to float32: {worst:.2g})")
     if not a.smoke:
         download_wheels(out / "wheels")
-        for name in ("mohler", "mohler-concepts"):
-            shutil.copytree(Path(a.data_dir) / name, out / "datasets" / name, dirs_exist_ok=True)
+        with tarfile.open(out / "datasets.tgz", "w:gz") as tar:
+            for name in ("mohler", "mohler-concepts"):
+                tar.add(Path(a.data_dir) / name, arcname=f"datasets/{name}")
     (out / "RUN.txt").write_text(RUN.format(out=out))
     total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"wrote {out}: {total / 2**20:.1f} MiB; on the GPU machine, from the repository root:\n{RUN.format(out=out)}")

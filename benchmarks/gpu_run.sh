@@ -42,7 +42,8 @@ else
   python3 -c "import torch, transformers, accelerate; print('torch', torch.__version__, 'transformers',
     transformers.__version__, 'accelerate', accelerate.__version__)" | tee -a "$OUT/gpu.txt"
   python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path; from gpu_smoke import \
-    restore_backbone; restore_backbone(Path('$PACK/minilm'), Path('$W/minilm'))" || exit 1
+    restore_backbone, packed_data; restore_backbone(Path('$PACK/minilm'), Path('$W/minilm')); \
+    packed_data(Path('$PACK'))" || exit 1
   BACKBONE=$W/minilm; DATA=$PACK/datasets; DEV=(); SMOKE_MAIN=(--pack "$PACK"); SMOKE_FOLDS=()
 fi
 

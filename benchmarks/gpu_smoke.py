@@ -47,18 +47,41 @@ def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def packed_weights(packed: Path) -> dict[str, Any]:
+    """The fp16 state dict of a packed backbone folder (``model.fp16.safetensors``, gzipped or not)."""
+    import gzip
+
+    from safetensors.torch import load, load_file
+
+    gz = packed / "model.fp16.safetensors.gz"
+    if gz.exists():
+        return dict(load(gzip.decompress(gz.read_bytes())))
+    return dict(load_file(str(packed / "model.fp16.safetensors")))
+
+
+def packed_data(pack: Path) -> Path:
+    """The data directory of a pack: ``datasets/``, unpacked from ``datasets.tgz`` the first time."""
+    import tarfile
+
+    data = pack / "datasets"
+    if not data.is_dir() and (pack / "datasets.tgz").exists():
+        with tarfile.open(pack / "datasets.tgz") as tar:
+            tar.extractall(pack, filter="data")
+    return data
+
+
 def restore_backbone(packed: Path, to: Path) -> str:
-    """MiniLM from ``packed`` (config, tokenizer, model.fp16.safetensors) as a float32 backbone folder in ``to``."""
+    """MiniLM from ``packed`` (config, tokenizer, fp16 weights) as a float32 backbone folder in ``to``."""
     import shutil
 
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     to.mkdir(parents=True, exist_ok=True)
     for f in packed.iterdir():
-        if f.is_file() and f.name != "model.fp16.safetensors":
+        if f.is_file() and not f.name.startswith("model.fp16.safetensors"):
             shutil.copy2(f, to / f.name)
-    weights = load_file(str(packed / "model.fp16.safetensors"))
+    weights = packed_weights(packed)
     save_file({k: v.to(torch.float32) if v.is_floating_point() else v for k, v in weights.items()},
               str(to / "model.safetensors"), metadata={"format": "pt"})
     return str(to)
@@ -148,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     backbone, data_dir = a.backbone, a.data_dir
     if a.pack:
         backbone = backbone or restore_backbone(a.pack / "minilm", out / "minilm")
-        data_dir = str(a.pack / "datasets")
+        data_dir = str(packed_data(a.pack))
     over: dict[str, dict[str, Any]] = {}
     if a.config:
         from rubrictool.train import load_train_config
