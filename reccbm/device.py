@@ -73,16 +73,22 @@ def model_device(model: nn.Module) -> torch.device:
 
 @contextmanager
 def on_device(model: nn.Module, device: str | torch.device | None) -> Iterator[torch.device]:
-    """Run the block with ``model`` on ``device`` (None: where it is now), then put it back where it was."""
+    """Run the block with ``model`` on ``device`` (None: where it is now), then put it back where it was.
+
+    Both moves are made outside inference mode, also when the block runs in it (:func:`reccbm.predict`): a move makes
+    new parameter and buffer tensors, and tensors made in inference mode can never again be updated in place or saved
+    for backward: the next stage that trains the model, or sets LCEC's prior mean, would fail on them."""
     home = model_device(model)
     dev = home if device is None else resolve_device(device)
     if dev != home:
-        model.to(dev)
+        with torch.inference_mode(False):
+            model.to(dev)
     try:
         yield dev
     finally:
         if dev != home:
-            model.to(home)
+            with torch.inference_mode(False):
+                model.to(home)
 
 
 def autocast(device: torch.device, precision: str = "no") -> AbstractContextManager[Any]:

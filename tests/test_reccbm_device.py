@@ -110,6 +110,28 @@ def test_on_device_puts_the_model_back() -> None:
     assert len(moves) == 2, "a model already on the device is not moved"
 
 
+def test_a_model_moved_for_prediction_can_train_again(backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prediction on a device that is not the model's (a GPU's, with the model on the CPU) moves the model there and
+    back inside inference mode; the moved tensors must stay trainable: Stage II (on the CPU) sets LCEC's prior mean in
+    place and trains the head. Here the move is a copy of every tensor, what a move between two devices makes (the
+    crash on a GPU: "Inplace update to inference tensor outside InferenceMode")."""
+    import reccbm.device as rdevice
+
+    model, tok = tiny_model(backbone)
+    train, dev = encoded(tok, toy_table(16, seed=1)), encoded(tok, toy_table(8, seed=2))
+
+    def move(self: Any, *_: Any, **__: Any) -> Any:  # a move elsewhere and back: new tensors, same values
+        return self._apply(lambda t: t.clone())
+
+    monkeypatch.setattr(type(model), "to", move)
+    monkeypatch.setattr(rdevice, "model_device", lambda m: ELSEWHERE)  # the model is "elsewhere": predict moves it
+    p_tr, p_dev = (reccbm.cache_concepts(model, s, tok.pad_token_id, device="cpu") for s in (train, dev))
+    monkeypatch.undo()
+    assert not [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_inference()]
+    reccbm.train_grader(model, p_tr, torch.as_tensor(train.concepts), torch.as_tensor(train.grades), p_dev,
+                        torch.as_tensor(dev.grades), FAST2, device="cpu")
+
+
 def test_device_names() -> None:
     assert resolve_device("cpu") == torch.device("cpu")
     assert resolve_device(None) == resolve_device("auto")
