@@ -2,12 +2,14 @@
 with paired bootstrap 95 % CIs (B − A), and the candidate's T-Acc against the majority class (always the commonest
 training grade, the default's ``majority`` column).
 
-Works on a finished k-fold run (``pooled_predictions.csv``) and on one still running: the finished folds'
-``fold-*/test_predictions.csv`` are pooled, and the gold grades and levels are the kept run's (the same table).
+Works on a finished k-fold run (``pooled_predictions.csv``), on one still running (the finished folds'
+``fold-*/test_predictions.csv`` are pooled) and on one run (its ``test_predictions.csv``, e.g. the main job in two
+precisions); the gold grades and levels are the kept run's (the same table).
 
     .venv/bin/python experiments/reader_compare.py /work/benchruns/reader-qf/reader-frozen-align-soft
     .venv/bin/python experiments/reader_compare.py RUN --against benchmarks/results/folds/default --json out.json
     .venv/bin/python experiments/reader_compare.py RUN_B --against RUN_A --truth benchmarks/results/folds-by-question/default
+    .venv/bin/python experiments/reader_compare.py BF16/main --against FP32/main --truth benchmarks/results/folds/default
 
 Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -30,6 +32,8 @@ def pooled(run: Path) -> pd.DataFrame:
     """The run's test predictions: its pooled file, or its finished folds' files with a ``fold`` column."""
     if (run / "pooled_predictions.csv").is_file():
         return pd.read_csv(run / "pooled_predictions.csv", dtype={"id": str})
+    if (run / "test_predictions.csv").is_file():  # one run (no folds): its test answers, as fold 0
+        return pd.read_csv(run / "test_predictions.csv", dtype={"id": str}).assign(fold=0)
     parts = []
     for f in sorted(run.glob("fold-*/test_predictions.csv")):
         df = pd.read_csv(f, dtype={"id": str})

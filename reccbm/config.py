@@ -114,8 +114,8 @@ class StageIConfig:
     # fit from few labels, and each input's token states never change, so they are computed once (see cache_states).
     # "auto": frozen when the recipe learns from fewer than frozen_below labelled answers (train + dev), else "train".
     encoder: str = "train"
-    # "auto"'s threshold in labelled answers (train + dev). Provisional: to be set from the learning curve's
-    # reccbm against reccbm-frozen (docs/learning-curve.md); "auto" is not the default.
+    # "auto"'s threshold in labelled answers (train + dev): a course's own curve sets it best (docs/learning-curve.md,
+    # reccbm against reccbm-frozen). The default preset trains with "auto" (docs/training.md).
     frozen_below: int = 300
     # Learning rate of Stage I and the PLM when the encoder is frozen (only freshly initialised heads train, so a head's
     # rate rather than a fine-tuning rate; Q still gets × query_lr_multiplier); 0 = lr. The joint stage keeps its lr.

@@ -226,11 +226,17 @@ def fit(
     start from and the joint stage; with cross-fitting, Stage II refitted on out-of-fold outputs; otherwise Stage II
     on the training outputs. ``concept_texts`` (one per concept) initialise the queries when
     ``model.query_init == "rubric"``. Progress goes to ``callback`` as :class:`reccbm.Event`; seed everything with
-    :meth:`Recipe.seeded`. ``recipe.stage1.encoder`` "auto" is decided here for len(train) + len(dev) answers."""
+    :meth:`Recipe.seeded`. ``recipe.stage1.encoder`` "auto" is decided here for len(train) + len(dev) answers; soft
+    targets (``stage1.soft_targets``) need ``train.soft``, and without it the adjudicated levels alone are the targets
+    (what soft targets of one reviewer would be)."""
     t0 = time.perf_counter()
     _check_labels(train, dev, recipe.model)
     pad = tokenizer.pad_token_id
     recipe = replace(recipe, stage1=recipe.stage1.resolved(len(train) + len(dev)))
+    if recipe.stage1.soft_targets and train.soft is None:  # no reviewers' levels kept: the adjudicated level alone
+        log.info("stage1.soft_targets %g: the training answers keep no reviewers' levels; trained on the adjudicated "
+                 "levels alone", recipe.stage1.soft_targets)
+        recipe = replace(recipe, stage1=replace(recipe.stage1, soft_targets=0.0))
     encoder = recipe.stage1.encoder
     device = _device(recipe)
     states = _frozen_states(train, dev, recipe, pad) if encoder == "frozen" and recipe.stage1.cache_states else None

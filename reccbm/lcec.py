@@ -103,16 +103,30 @@ class LatentCorrection(nn.Module):
 
             μ₀ = mean of z_train,   Ω⁻¹ = Cov(z_train) + ridge · diag(Cov(z_train)),   σ_k² = mean_i (s̃_ik − z_ik)² on dev,
 
+        (a concept's variance at least 1/(4n), n training answers; jitter on the diagonal where two concepts move
+        together on every answer),
+
         z = c/M the adjudicated levels (training answers for the prior; the dev answers, which the encoder never
         trained on, for the noise of the head's scores s̃ there). Ω then carries the labels' partial correlations,
         so conditioning on an expert's level of one concept moves the others as the labels say they move together.
         Stored as L = chol(Ω − εI) (Eq. 21) and η = log σ²."""
         z = z_train.double()
-        cov = torch.cov(z.T)  # (K, K)
+        cov = torch.cov(z.T) if len(z) > 1 else torch.zeros(z.shape[1], z.shape[1], dtype=z.dtype)  # (K, K)
+        eye = torch.eye(cov.shape[0], dtype=cov.dtype, device=cov.device)
+        var = torch.diagonal(cov)
+        # a concept whose training levels never vary (a small course) gets the variance of one answer in n half the
+        # scale away, instead of none (an Ω⁻¹ that cannot be inverted)
+        cov = cov + torch.diag(var.clamp_min(1.0 / (4 * len(z))) - var)
         cov = cov + ridge * torch.diag(torch.diagonal(cov))
-        omega = torch.linalg.inv(cov)
-        omega = (omega + omega.T) / 2 - self.eps * torch.eye(omega.shape[0], dtype=omega.dtype, device=omega.device)
-        self.L.copy_(torch.linalg.cholesky(omega).to(self.L.dtype))
+        jitter = 0.0
+        while True:  # two concepts with the same levels on every training answer: a little jitter until Ω⁻¹ inverts
+            omega, info = torch.linalg.inv_ex(cov + jitter * eye)
+            omega = (omega + omega.T) / 2 - self.eps * eye
+            L, info_chol = torch.linalg.cholesky_ex(omega)
+            if int(info) == 0 and int(info_chol) == 0 and bool(torch.isfinite(L).all()):
+                break
+            jitter = max(jitter * 10, 1e-6 * float(torch.diagonal(cov).mean()))
+        self.L.copy_(L.to(self.L.dtype))
         noise = ((s_dev.double() - z_dev.double()) ** 2).mean(0).clamp_min(math.exp(-self.ETA_MAX))
         self.eta.copy_(noise.log().to(self.eta.dtype))
         self.mu0.copy_(z.mean(0).to(self.mu0.dtype))

@@ -1,4 +1,5 @@
-"""Named training recipes: the recommended one ("default") and the paper's ("paper").
+"""Named training recipes: the recommended one ("default"), the one before its concept reader ("plain") and the
+paper's ("paper").
 
 A recipe name stands for overrides on the configuration dataclasses' defaults (reccbm/config.py, the paper's
 Appendix values). :func:`recipe` turns a name and the model's sizes into a :class:`reccbm.Recipe`; rubrictool's
@@ -18,17 +19,27 @@ __all__ = ["PRESETS", "SECTIONS", "recipe"]
 
 # Training recipes on top of the paper's dataclass defaults. "paper" is the paper's configuration (Eq. 12
 # L_con summed, scalar head W μ_post, orthogonal queries, prior mean 0, Stage II on training outputs, no
-# joint stage) with a CPU-sized Stage I budget. "default" is what the 5-fold measurements chose
-# (docs/results.md, docs/design.md): a level head, rubric-initialised queries, LCEC conditioned on an expert's
-# level and fitted on the dev answers' errors, and a joint stage trained with random interventions.
+# joint stage) with a CPU-sized Stage I budget. "plain" is what the 5-fold measurements chose first (docs/results.md,
+# docs/design.md): a level head, rubric-initialised queries, LCEC conditioned on an expert's level and fitted on the
+# dev answers' errors, and a joint stage trained with random interventions. "default" is "plain" with the concept
+# reader that carries to new questions (docs/history/concept-reader-levers.md): the answer compared with its
+# reference inside the concept heads (model.align, reccbm/align.py), soft concept targets from the reviewers' levels
+# (stage1.soft_targets; trained on the adjudicated levels alone where none are kept), and LCEC set by its moments
+# (stage2.lcec_fit "moments": the labels' covariance as its prior, so that an expert's correction moves the others),
+# and below stage1.frozen_below labelled answers a frozen encoder (stage1.encoder "auto": where no trained model learns
+# the grade yet, one that trains in a fraction of the time and keeps no encoder of its own per fold).
+_PLAIN: dict[str, dict[str, Any]] = {
+    "model": {"head": "level", "query_init": "rubric", "center": True, "tau": 0.25, "condition": True},
+    "stage1": {"epochs": 3, "concept_loss": "mean", "query_lr_multiplier": 10.0},
+    "joint": {"epochs": 4, "lr": 5e-5, "intervention_p": 0.25, "select": "last"},
+    "stage2": {"intervention_p": 0.25, "lcec_fit": "dev"},
+}
+_READER: dict[str, dict[str, Any]] = {"model": {"align": True}, "stage1": {"soft_targets": 0.5, "encoder": "auto"},
+                                      "stage2": {"lcec_fit": "moments"}}
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "default": {s: _PLAIN.get(s, {}) | _READER.get(s, {}) for s in _PLAIN},
+    "plain": _PLAIN,
     "paper": {"stage1": {"epochs": 6}},
-    "default": {
-        "model": {"head": "level", "query_init": "rubric", "center": True, "tau": 0.25, "condition": True},
-        "stage1": {"epochs": 3, "concept_loss": "mean", "query_lr_multiplier": 10.0},
-        "joint": {"epochs": 4, "lr": 5e-5, "intervention_p": 0.25, "select": "last"},
-        "stage2": {"intervention_p": 0.25, "lcec_fit": "dev"},
-    },
 }
 
 # The configuration dataclass of each section of a recipe.

@@ -136,7 +136,7 @@ def parse_folds(text: str | None, k: int) -> list[int]:
 
 def parse_variant(name: str) -> tuple[str, str | None]:
     """``"reccbm-frozen"`` -> ("reccbm", "frozen"): a curve variant's model (VARIANTS) and encoder choice (ENCODERS;
-    None: the configuration's, "train" unless a config sets it). Raises TrainError for any other name."""
+    None: the configuration's, the preset's unless a config sets it). Raises TrainError for any other name."""
     if name == POINTS:
         return POINTS, None
     base, _, encoder = name.partition("-")
@@ -150,7 +150,7 @@ def _variant_overrides(variant: str, preset: str, overrides: dict[str, dict[str,
                        match_budget: bool) -> tuple[dict[str, dict[str, Any]], int]:
     """(overrides, encoder epochs) of one variant (:func:`parse_variant`). With ``match_budget`` the PLM trains its
     encoder (or, frozen, its head) on the concept models' budget (:func:`rubrictool.train.fair_plm_overrides`: a fair
-    baseline). A "-frozen"/"-auto" suffix sets stage1.encoder."""
+    baseline). A "-frozen"/"-train"/"-auto" suffix sets stage1.encoder."""
     variant, encoder = parse_variant(variant)
     if variant == POINTS:
         return {}, 0  # no encoder

@@ -27,7 +27,7 @@ def _args(tmp_path: Path, backbone: str, *extra: str) -> list[str]:
     return ["learning-curve", "--data", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--out",
             str(tmp_path / "curve"), "--folds", "3", "--fold", "0", "--variants", "reccbm,plm",
             "--backbone", backbone, "--epochs", "1", "--joint-epochs", "1", "--stage2-epochs", "3", "--max-len", "32",
-            "--lr", "3e-3", "--device", "cpu", *extra]
+            "--lr", "3e-3", "--device", "cpu", "--preset", "plain", *extra]  # plain: the encoder fine-tuned at every size
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch, fail_at: int | None = None) -> list[str]:
@@ -237,7 +237,7 @@ def test_fold_runs_of_train_folds_stand_in_for_the_all_cells(tmp_path: Path, bac
     data = tmp_path / "ecology.csv"
     ecology_table(90).to_csv(data, index=False)
     folds = tmp_path / "folds"
-    res = runner.invoke(app, ["train", "--data", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--folds", "3",
+    res = runner.invoke(app, ["train", "--data", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--folds", "3", "--preset", "plain",
                               "--out", str(folds), "--backbone", backbone, "--epochs", "1", "--cfg", "joint.epochs=1",
                               "--cfg", "stage2.epochs=3", "--max-len", "32", "--lr", "3e-3", "--device", "cpu"])
     assert res.exit_code == 0, res.output
@@ -297,7 +297,7 @@ def test_the_plm_fold_runs_stand_in_for_its_matched_budget_all_cells(tmp_path: P
     data = tmp_path / "ecology.csv"
     ecology_table(90).to_csv(data, index=False)
     folds = tmp_path / "plm-folds"
-    res = runner.invoke(app, ["train", "--data", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--folds", "3",
+    res = runner.invoke(app, ["train", "--data", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--folds", "3", "--preset", "plain",
                               "--variant", "plm", "--out", str(folds), "--backbone", backbone, "--epochs", "2",
                               "--cfg", "joint.epochs=1", "--cfg", "stage2.epochs=3", "--max-len", "32", "--lr", "3e-3",
                               "--device", "cpu"])

@@ -56,6 +56,27 @@ def test_an_experts_level_moves_the_correlated_concept_not_the_independent_one()
     assert abs(float(g_high[0, 1] - g_low[0, 1])) < 1e-6
 
 
+@pytest.mark.parametrize("case", ["constant", "duplicate", "one answer"])
+def test_moments_of_a_small_courses_labels_still_give_a_prior(case: str) -> None:
+    """A concept whose training levels never vary, two concepts with the same levels on every answer, a single
+    training answer: the prior is still a valid Gaussian (finite, positive definite) and conditioning works."""
+    z = _labels(40)
+    if case == "constant":
+        z[:, 2] = 0.5
+    elif case == "duplicate":
+        z[:, 1] = z[:, 0]
+    else:
+        z = z[:1]
+    lcec = LatentCorrection(3, eps=1e-4)
+    lcec.set_from_moments(z, z + 0.1, z)
+    assert torch.isfinite(lcec.L.detach()).all() and bool((torch.linalg.eigvalsh(lcec.precision()) > 0).all())
+    with torch.no_grad():
+        post = lcec(torch.tensor([[0.2, 0.5, 0.5]]), torch.tensor([[True, False, False]]))
+    assert torch.isfinite(post).all() and float(post[0, 0].detach()) == pytest.approx(0.2)
+    if case == "constant":  # its variance is one answer in 40 half the scale away, not 0
+        assert float(torch.linalg.inv(lcec.precision().detach())[2, 2]) == pytest.approx(1 / 160, rel=1e-2)
+
+
 def test_fit_sets_lcec_by_moments_and_refits_the_head_through_it(backbone: str) -> None:
     _, tok = tiny_model(backbone)
     train, dev = encoded(tok, toy_table(24, seed=1)), encoded(tok, toy_table(8, seed=2))

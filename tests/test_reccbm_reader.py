@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,7 +20,7 @@ from reccbm.train import _optimizer
 from rubrictool.errors import TrainError
 from rubrictool.rubric import load_rubric
 from rubrictool.votes import attach_votes, has_votes, soft_targets
-from tests.support.tiny_models import FAST1, encoded, tiny_model, toy_table
+from tests.support.tiny_models import FAST1, encoded, mohler_like_table, tiny_model, toy_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -180,3 +181,26 @@ def test_contrast_loss_enters_stage1_only_when_asked(backbone: str) -> None:
     assert more > base
     train_concepts(model, items, items, replace(FAST1, contrast=0.5, contrast_top=(0,), max_steps_per_epoch=1),
                    tok.pad_token_id)
+
+
+def test_the_default_trains_on_the_reviewers_levels_a_table_keeps(tmp_path: Path, backbone: str) -> None:
+    """``train`` with the default preset: a table with votes_<KEY> columns trains on soft targets (other outputs than
+    without them); a table without says in the run's notes that the adjudicated levels alone were the targets."""
+    from rubrictool.data import split_items
+    from rubrictool.train import train_model
+    from rubrictool.train.run import SOFT_TARGETS_OFF
+
+    rb = load_rubric("mohler")
+    df = mohler_like_table(60)
+    rng = np.random.default_rng(0)
+    votes = pd.DataFrame([{"item": i, "reviewer": r, "concept": k, "level": int(rng.integers(1, 4))}
+                          for i in df["id"] for r in "ABC" for k in rb.keys])
+    over = {"model": {"max_len": 32, "backbone": backbone}, "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
+            "joint": {"epochs": 1}, "stage2": {"epochs": 3}}
+    split = split_items(df, seed=0)
+    plain = train_model(rb, df, split, tmp_path / "hard", overrides=over)
+    soft = train_model(rb, attach_votes(df, votes, rb), split, tmp_path / "soft", overrides=over)
+    assert SOFT_TARGETS_OFF in plain.notes and SOFT_TARGETS_OFF not in soft.notes
+    p_hard, p_soft = (pd.read_csv(tmp_path / n / "test_predictions.csv") for n in ("hard", "soft"))
+    assert not np.allclose(p_hard["FC_p1"], p_soft["FC_p1"])  # the votes reached the concept heads
+

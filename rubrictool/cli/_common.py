@@ -89,7 +89,9 @@ RunDataOpt = Annotated[Path | None, typer.Option(
 AdjudicatedDataOpt = Annotated[Path | None, typer.Option("--data", help="Adjudicated table: items + one column per concept.")]
 DataRubricOpt = Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric of --data (name or YAML).")]
 AgreementOpt = Annotated[Path | None, typer.Option("--agreement", help="agreement.json for the α column (default: beside --data).")]
-PresetOpt = Annotated[str, typer.Option("--preset", help="default (measured best) or paper (the paper's recipe).")]
+PresetOpt = Annotated[str, typer.Option("--preset", help=(
+    "default (measured best), plain (the default before its concept reader: no answer-reference alignment, "
+    "hard concept targets, LCEC learned) or paper (the paper's recipe)."))]
 ConfigOpt = Annotated[Path | None, typer.Option(
     "--config", help="YAML with sections model, stage1, joint, stage2 (docs/training.md lists every field).")]
 BackboneOpt = Annotated[str | None, typer.Option("--backbone", help="HF name/path (default MiniLM).")]

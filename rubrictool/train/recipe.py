@@ -50,10 +50,11 @@ __all__ = [
 # budget is one `--epochs 50` away (patience 3 still applies).
 CPU_DEFAULTS: dict[str, dict[str, Any]] = {"model": {"max_len": 128}, "stage1": {"epochs": 6}, "stage2": {"epochs": 30}}
 
-# The training recipes ("paper", "default") are reccbm's: reccbm.recipes.PRESETS, on top of CPU_DEFAULTS here.
+# The training recipes ("default", "plain", "paper") are reccbm's: reccbm.recipes.PRESETS, on top of CPU_DEFAULTS here.
 # A variant name's suffix for the encoder choice (stage1.encoder): "reccbm-frozen" trains REC-CBM with the pretrained
-# encoder frozen, "plm-auto" lets stage1.frozen_below decide (learning-curve and ablate variants)
-ENCODERS = ("frozen", "auto")
+# encoder frozen, "reccbm-train" fine-tunes it at every size, "plm-auto" lets stage1.frozen_below decide (learning-curve
+# and ablate variants; without a suffix, the preset's choice: "auto" under the default preset)
+ENCODERS = ("frozen", "train", "auto")
 SECTIONS: dict[str, type[Any]] = {"model": ModelConfig, "stage1": StageIConfig, "joint": JointConfig,
                                   "stage2": StageIIConfig}
 # Fields a run decides itself, so a config cannot set them (a value given would be silently replaced): what to use
@@ -315,7 +316,7 @@ class TrainOptions:
     passed down to every run it starts: ``train`` (one run or k folds), ``learning-curve`` (a run per cell, which sets
     the variant and seed per cell) and ``ablate`` (a run per combination, which sets the variant and switches)."""
 
-    preset: str = "default"  # PRESETS: "default" (what the 5-fold measurements chose) or "paper"
+    preset: str = "default"  # PRESETS: "default" (what the fold measurements chose), "plain" (before its reader) or "paper"
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # config sections over the preset
     variant: str = "reccbm"  # reccbm, vanilla (CBM) or plm (no bottleneck)
     race: bool | None = None  # RACE queries on or off over the variant's (None: the variant's)

@@ -90,6 +90,10 @@ class TrainResult:
     notes: list[str] = field(default_factory=list)
 
 
+SOFT_TARGETS_OFF = ("soft concept targets off: the table keeps no reviewers' levels (votes_<KEY> columns, which "
+                    "`rubrictool adjudicate` writes), so the concept heads trained on the adjudicated levels alone")
+
+
 def _encode(
     df: pd.DataFrame, rubric: Rubric, tokenizer: Any, max_len: int, concepts: bool, truncated: list[int] | None = None
 ) -> reccbm.EncodedItems:
@@ -205,8 +209,8 @@ def train_model(
     """Train a variant on ``table`` with ``split`` (ids per train/dev/test) and write ``run_dir``.
 
     variant: reccbm | vanilla | plm; race/opcc/lcec switch single components off (or on).
-    overrides: {"model"|"stage1"|"joint"|"stage2": {field: value}} over the preset (PRESETS: "default" or
-    "paper"), CPU_DEFAULTS and the paper's dataclass defaults.
+    overrides: {"model"|"stage1"|"joint"|"stage2": {field: value}} over the preset (PRESETS: "default", "plain"
+    or "paper"), CPU_DEFAULTS and the paper's dataclass defaults.
     seeds: train with seeds first_seed..first_seed+seeds-1 and report mean ± std; the run keeps the seed with the best dev
     selection metric (T-F1). agreement: agreement.json contents or path, for the α column.
     progress: the training stages' steps and epochs (reccbm's events, :func:`rubrictool.progress.training_events`) and
@@ -339,6 +343,8 @@ def _train_into(spec: RunSpec, progress: ProgressFn | None) -> TrainResult:
         tokenizer = reccbm.load_tokenizer(rs.mcfg.backbone or reccbm.default_backbone())
         sets, cut = _encode_splits(spec, tokenizer)
         notes = list(spec.notes)
+        if rs.recipe.stage1.soft_targets and not rs.plm and sets["train"].soft is None:
+            notes.append(SOFT_TARGETS_OFF)
         if cut:  # long essays: say how many lost text, in the run (notes) and to the user now
             msg = truncation_message(cut, sum(len(p) for p in spec.pos.values()), rs.mcfg.max_len)
             notes.append(msg)
