@@ -44,6 +44,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # fair baselines for "default". Every table says what each row was trained with.
 RUNS: dict[str, tuple[str, str]] = {
     "default": ("reccbm", "default"),
+    "plain": ("reccbm", "plain"),  # the default before its concept reader (to 2026-11-26)
     "paper": ("reccbm", "paper"),
     "vanilla": ("vanilla", "paper"),
     "plm": ("plm", "paper"),

@@ -1,15 +1,16 @@
-"""A concept-reader candidate against the kept default, paired, on the items both tested: T-Acc, T-F1, QWK and C-Acc
-with paired bootstrap 95 % CIs (B − A), and the candidate's T-Acc against the majority class (always the commonest
-training grade, the default's ``majority`` column).
+"""A concept-reader candidate against a kept run (by default the `plain` preset's grouped folds), paired, on the items
+both tested: T-Acc, T-F1, QWK, C-Acc and the QWK of the grades with every concept corrected by an expert (oracle), with
+paired bootstrap 95 % CIs (B − A), and the candidate's T-Acc against the majority class (always the commonest training
+grade, the kept run's ``majority`` column).
 
 Works on a finished k-fold run (``pooled_predictions.csv``), on one still running (the finished folds'
 ``fold-*/test_predictions.csv`` are pooled) and on one run (its ``test_predictions.csv``, e.g. the main job in two
 precisions); the gold grades and levels are the kept run's (the same table).
 
     .venv/bin/python experiments/reader_compare.py /work/benchruns/reader-qf/reader-frozen-align-soft
-    .venv/bin/python experiments/reader_compare.py RUN --against benchmarks/results/folds/default --json out.json
-    .venv/bin/python experiments/reader_compare.py RUN_B --against RUN_A --truth benchmarks/results/folds-by-question/default
-    .venv/bin/python experiments/reader_compare.py BF16/main --against FP32/main --truth benchmarks/results/folds/default
+    .venv/bin/python experiments/reader_compare.py RUN --against benchmarks/results/folds/plain --json out.json
+    .venv/bin/python experiments/reader_compare.py RUN_B --against RUN_A --truth benchmarks/results/folds-by-question/plain
+    .venv/bin/python experiments/reader_compare.py BF16/main --against FP32/main --truth benchmarks/results/folds/plain
 
 Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -44,11 +45,14 @@ def pooled(run: Path) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def _metrics(t: NDArray[Any], g: NDArray[Any], lv: NDArray[Any], lt: NDArray[Any]) -> dict[str, float]:
+def _metrics(t: NDArray[Any], g: NDArray[Any], lv: NDArray[Any], lt: NDArray[Any], o: NDArray[Any]) -> dict[str, float]:
+    """Grade and concept metrics; ``o``: the grades with every concept set to its adjudicated level (an expert's full
+    correction: ``grade_oracle``)."""
     from sklearn.metrics import cohen_kappa_score, f1_score
 
     return {"t_acc": float((t == g).mean()), "t_f1": float(f1_score(t, g, average="macro")),
-            "qwk": float(cohen_kappa_score(t, g, weights="quadratic")), "c_acc": float((lv == lt).mean())}
+            "qwk": float(cohen_kappa_score(t, g, weights="quadratic")), "c_acc": float((lv == lt).mean()),
+            "oracle_qwk": float(cohen_kappa_score(t, o, weights="quadratic"))}
 
 
 TRUTH = ["grade_true", "majority", *(f"{k}_true" for k in KEYS)]
@@ -65,12 +69,13 @@ def compare(cand: pd.DataFrame, ref: pd.DataFrame, truth: pd.DataFrame, n_boot: 
     lt = both[[f"{k}_true" for k in KEYS]].to_numpy()
     la = both[[f"{k}_level_a" for k in KEYS]].to_numpy()
     lb = both[[f"{k}_level_b" for k in KEYS]].to_numpy()
-    a, b = _metrics(t, ga, la, lt), _metrics(t, gb, lb, lt)
+    oa, ob = both["grade_oracle_a"].to_numpy(), both["grade_oracle_b"].to_numpy()
+    a, b = _metrics(t, ga, la, lt, oa), _metrics(t, gb, lb, lt, ob)
     rng = np.random.default_rng(seed)
     diffs: dict[str, list[float]] = {m: [] for m in [*a, "t_acc_vs_majority"]}
     for _ in range(n_boot):
         i = rng.integers(0, len(t), len(t))
-        ma, mb = _metrics(t[i], ga[i], la[i], lt[i]), _metrics(t[i], gb[i], lb[i], lt[i])
+        ma, mb = _metrics(t[i], ga[i], la[i], lt[i], oa[i]), _metrics(t[i], gb[i], lb[i], lt[i], ob[i])
         for m in a:
             diffs[m].append(mb[m] - ma[m])
         diffs["t_acc_vs_majority"].append(mb["t_acc"] - float((t[i] == maj[i]).mean()))
@@ -86,7 +91,7 @@ def compare(cand: pd.DataFrame, ref: pd.DataFrame, truth: pd.DataFrame, n_boot: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", type=Path, help="the candidate's k-fold folder (finished or not)")
-    ap.add_argument("--against", type=Path, default=Path("benchmarks/results/folds-by-question/default"))
+    ap.add_argument("--against", type=Path, default=Path("benchmarks/results/folds-by-question/plain"))
     ap.add_argument("--truth", type=Path, default=None,
                     help="a finished run of the same table whose gold columns to use (default: --against)")
     ap.add_argument("--json", type=Path, default=None)

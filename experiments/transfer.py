@@ -17,7 +17,7 @@ The same per-concept accuracies of a random-fold run are printed beside them whe
 grade: the model's against a regression on every concept's log probabilities and the overlap features (fitted on the
 other folds, as above): does the better concept reading move the grade?
 
-    .venv/bin/python experiments/transfer.py      # the kept default runs in benchmarks/results/folds-by-question, folds
+    .venv/bin/python experiments/transfer.py      # the kept runs of `plain` (the default to 2026-11-26) in benchmarks/results/folds-by-question, folds
     .venv/bin/python experiments/transfer.py --out experiments/results/transfer.json
 
 Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
@@ -102,9 +102,9 @@ def grade_transfer(pooled: pd.DataFrame, items: pd.DataFrame, keys: list[str]) -
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--grouped", default="benchmarks/results/folds-by-question/default",
+    ap.add_argument("--grouped", default="benchmarks/results/folds-by-question/plain",
                     help="a question-grouped k-fold run (its pooled_predictions.csv)")
-    ap.add_argument("--random", default="benchmarks/results/folds/default",
+    ap.add_argument("--random", default="benchmarks/results/folds/plain",
                     help="the same configuration on random folds, for its per-concept accuracy ('' to skip)")
     ap.add_argument("--data-dir", default=None, help="benchmark data (default: $RUBRICTOOL_DATA, else ./data)")
     ap.add_argument("--out", default=None, help="also write the table as JSON here")

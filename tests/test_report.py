@@ -263,8 +263,8 @@ def test_ablate_trains_each_combination_once_and_draws_the_chart(tmp_path: Path)
     data = tmp_path / "table.csv"
     graded_table(40).to_csv(data, index=False)
     args = ["ablate", "--data", str(data), "--rubric", "mohler", "--variants", "vanilla,race+lcec,plm", "--backbone",
-            build_backbone(tmp_path, "bert"), "--epochs", "1", "--max-len", "32", "--device", "cpu", "--out",
-            str(tmp_path / "abl")]
+            build_backbone(tmp_path, "bert"), "--epochs", "1", "--max-len", "32", "--device", "cpu", "--preset", "plain",
+            "--out", str(tmp_path / "abl")]  # plain: the encoder fine-tuned, whose budget the PLM matches
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     t = pd.read_csv(tmp_path / "abl" / "ablation.csv")
@@ -280,9 +280,9 @@ def test_ablate_trains_each_combination_once_and_draws_the_chart(tmp_path: Path)
     assert cfg["vanilla"]["stage1"]["epochs"] == 1 and cfg["vanilla"]["joint"]["epochs"] > 0
     assert cfg["plm"]["stage1"]["epochs"] == budget and not cfg["plm"]["joint"]["epochs"]
     rows = t.set_index("variant")["trained_with"]
-    assert rows["plm"] == f"default preset, encoder {budget} epochs"
-    assert rows["vanilla"] == f"default preset, encoder 1 + {budget - 1} epochs (Stage I + joint)"
-    assert f"| default preset, encoder {budget} epochs |" in (tmp_path / "abl" / "ablation.md").read_text()
+    assert rows["plm"] == f"plain preset, encoder {budget} epochs"
+    assert rows["vanilla"] == f"plain preset, encoder 1 + {budget - 1} epochs (Stage I + joint)"
+    assert f"| plain preset, encoder {budget} epochs |" in (tmp_path / "abl" / "ablation.md").read_text()
     mtime = (tmp_path / "abl" / "vanilla" / "metrics.json").stat().st_mtime
     res = runner.invoke(app, args)  # resumable: nothing is retrained
     assert res.exit_code == 0 and res.output.count("finished earlier, read back") == 3

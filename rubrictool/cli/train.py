@@ -54,7 +54,8 @@ def result_tables(result: TrainResult) -> list[Table]:
     else:
         what = f"{n} seeds, mean ± std" if n > 1 else "1 seed"
     frozen = (result.metrics.get("encoder") or {}).get("used") == "frozen"
-    t = Table(title=f"{result.variant}{' (encoder frozen)' if frozen else ''}: test metrics ({what})")
+    title = f"{result.variant}{' (encoder frozen)' if frozen else ''}: test metrics ({what})"
+    t = Table(title=title, min_width=len(title))  # the title on one line, not wrapped to the columns' width
     for col in ("T-Acc", "T-F1", "QWK", "C-Acc", "C-F1", "training"):
         t.add_column(col, justify="right")
 

@@ -181,12 +181,11 @@ def folds_verdict(r: FoldsReport, grades: list[int], predicted: list[int]) -> li
 def _curve(r: FoldsReport, curve: str | Path, pooled: pd.DataFrame, summary: dict[str, Any]) -> None:
     """Where the folds' labelled answers (each fold's training part: the answers outside it) sit on a learning curve
     of the folds' variant (or of the points route, on a points-only curve), beside the pooled numbers."""
-    from rubrictool.report.page import curve_lines, curve_position
+    from rubrictool.report.page import curve_lines, curve_position, curve_variant
 
     n_train = float(np.mean([len(pooled) - int((pooled["fold"] == f).sum()) for f in pooled["fold"].unique()]))
-    variant = str(summary.get("variant"))
-    if summary.get("encoder") and all(e == "frozen" for e in summary["encoder"]):
-        variant += "-frozen"
+    variant = curve_variant(str(summary.get("variant")), summary.get("preset"), summary.get("encoder_asked"),
+                            [str(e) for e in summary.get("encoder") or []])
     pos = curve_position(curve, n_train, variant, r.unavailable)
     if pos is None:
         return

@@ -196,14 +196,27 @@ def _curve_section(r: Report, run: Run, curve: str | Path) -> None:
     beside the run's own, the full-data point, and the size that reaches 90 % of the full-data QWK while beating the
     majority class. A curve without the run's variant or points is reported as not shown, not as an error."""
     n_train = len(run.split.get("train", [])) + len(run.split.get("dev", []))
-    variant = str(run.meta.get("variant"))
-    if (run.config.get("stage1") or {}).get("encoder") == "frozen":  # a frozen run reads the frozen curve
-        variant += "-frozen"
+    enc = run.config.get("encoder") if isinstance(run.config.get("encoder"), dict) else {}
+    variant = curve_variant(str(run.meta.get("variant")), run.config.get("preset"), enc.get("asked"),
+                            [enc.get("used") or (run.config.get("stage1") or {}).get("encoder") or "train"])
     beats = not {w.get("code") for w in r.warnings} & {"constant_predictions", "not_above_majority"}
     pos = curve_position(curve, n_train, variant, r.unavailable)
     if pos is not None:
         r.curve = pos | {"run_qwk": r.metrics.get("qwk"), "run_t_acc": r.metrics.get("t_acc"), "run_beats_majority": beats,
                          "run_variant": variant}
+
+
+def curve_variant(variant: str, preset: str | None, asked: str | None, used: list[str]) -> str:
+    """The learning-curve variant a run (or a k-fold run's folds) reads: its variant, with "-frozen"/"-train"/"-auto"
+    when the run asked for an encoder that its preset does not choose by itself (a curve variant without a suffix
+    trains as the preset does: under the default preset, frozen below stage1.frozen_below answers). A run that does
+    not record what it asked: "-frozen" when every model froze."""
+    from reccbm.recipes import PRESETS
+
+    if asked is None:
+        return variant + ("-frozen" if used and all(u == "frozen" for u in used) else "")
+    own = (PRESETS.get(preset or "default") or {}).get("stage1", {}).get("encoder", "train")
+    return variant if asked == own else f"{variant}-{asked}"
 
 
 def curve_position(curve: str | Path, n_train: float, variant: str, unavailable: list[str]) -> dict[str, Any] | None:

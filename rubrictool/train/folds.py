@@ -186,6 +186,7 @@ def _folds_summary(rb: Rubric, run: Path, results: list[dict[str, Any]], pooled:
                       for name in ("majority", "oracle_concepts") if name in pooled},
         "train_seconds": [r["summary"].get("train_seconds", 0.0) for r in results],
         "encoder": [(r.get("encoder") or {}).get("used", "train") for r in results],  # per fold (auto decides per fold)
+        "encoder_asked": (results[0].get("encoder") or {}).get("asked"),  # the same for every fold
         "grade_levels": rb.grade.max - rb.grade.min + 1,
         "labels": results[0].get("labels") or {},  # who made the labels (every fold trains on the same table)
     }
