@@ -196,7 +196,8 @@ def _curve_section(r: Report, run: Run, curve: str | Path) -> None:
     beside the run's own, the full-data point, and the size that reaches 90 % of the full-data QWK while beating the
     majority class. A curve without the run's variant or points is reported as not shown, not as an error."""
     n_train = len(run.split.get("train", [])) + len(run.split.get("dev", []))
-    enc: dict[str, Any] = run.config.get("encoder") if isinstance(run.config.get("encoder"), dict) else {}
+    recorded = run.config.get("encoder")
+    enc: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     variant = curve_variant(str(run.meta.get("variant")), run.config.get("preset"), enc.get("asked"),
                             [enc.get("used") or (run.config.get("stage1") or {}).get("encoder") or "train"])
     beats = not {w.get("code") for w in r.warnings} & {"constant_predictions", "not_above_majority"}
