@@ -127,6 +127,22 @@ def test_no_items_is_said_and_train_names_the_file_and_the_fix(tmp_path: Path, b
     assert not (tmp_path / "run").exists()
 
 
+def test_a_table_without_ids_is_named_with_the_fix(tmp_path: Path, backbone: str) -> None:
+    """A spreadsheet handed to train as it is (student and question columns, no id): one line naming the file and
+    `data import`, no traceback, nothing written."""
+    from tests.support.quiz_course import QUIZ_RUBRIC, quiz_table
+
+    data, rubric = tmp_path / "quiz.csv", tmp_path / "quiz.yaml"
+    quiz_table().to_csv(data, index=False)
+    rubric.write_text(QUIZ_RUBRIC)
+    res = runner.invoke(app, ["train", "--data", str(data), "--rubric", str(rubric), "--backbone", backbone,
+                              "--out", str(tmp_path / "run"), "--device", "cpu"])
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 1 and "Traceback" not in res.output and "KeyError" not in res.output
+    assert f"{data}: no id column" in flat and "rubrictool data import FILE" in flat
+    assert not (tmp_path / "run").exists()
+
+
 def test_train_skips_unlabelled_rows_and_says_how_many(tmp_path: Path, backbone: str) -> None:
     rubric, items, preds = course(tmp_path)
     adjudicate(rubric, preds, tmp_path / "adj", "--items", str(items))
