@@ -161,3 +161,20 @@ def test_the_report_reads_a_points_only_curve(tmp_path: Path) -> None:
     assert "the points route" in lines and re.search(r"QWK 0\.500", lines)
     other = write_table(_cells(SHAPES["rising"][0]).assign(variant="plm"), tmp_path / "plm.csv")
     assert curve_position(other, 100, "reccbm", missing) is None and "no cells of variant 'reccbm'" in missing[0]
+
+
+@pytest.mark.parametrize(("preset", "asked", "used", "want"), [
+    ("default", "auto", ["frozen"], "reccbm"),  # the preset's own choice: the curve's plain variant, frozen or not
+    ("default", "train", ["train"], "reccbm-train"),
+    ("default", "frozen", ["frozen"], "reccbm-frozen"),
+    ("plain", "train", ["train"], "reccbm"),
+    ("plain", "frozen", ["frozen"], "reccbm-frozen"),
+    ("plain", "auto", ["frozen", "train"], "reccbm-auto"),
+    (None, None, ["frozen", "frozen"], "reccbm-frozen"),  # a run from before the encoder was recorded as asked
+    (None, None, ["train"], "reccbm"),
+])
+def test_a_run_reads_the_curve_of_the_encoder_it_asked_for(preset: str | None, asked: str | None, used: list[str],
+                                                            want: str) -> None:
+    from rubrictool.report.page import curve_variant
+
+    assert curve_variant("reccbm", preset, asked, used) == want
