@@ -86,6 +86,23 @@ def test_auto_freezes_below_the_threshold_set_by_cfg(tmp_path: Path, course: dic
     assert f"note: encoder {used}: --encoder auto" in " ".join(res.output.split())
 
 
+def test_a_small_courses_folds_keep_one_encoder_under_the_default(tmp_path: Path, course: dict[str, Path]) -> None:
+    """`train --folds 5` on a small course, nothing but the defaults: below 300 labelled answers the default preset
+    freezes the encoder, so the five folds keep one encoder file between them, not one each (`--preset plain`
+    fine-tunes it: one file per fold)."""
+    out = tmp_path / "folds"
+    res = _train(course, out, "--folds", "5")
+    assert res.exit_code == 0, res.output
+    assert len(list((out / "shared").glob("encoder-*.safetensors"))) == 1
+    assert json.loads((out / "folds.json").read_text())["encoder"] == ["frozen"] * 5
+    weights = sum(f.stat().st_size for f in out.rglob("*.safetensors"))
+    encoder = next((out / "shared").glob("encoder-*.safetensors")).stat().st_size
+    assert weights < 1.5 * encoder  # the five folds' own weights (heads, LCEC) are small beside the one encoder
+    res = _train(course, tmp_path / "plain", "--folds", "5", "--preset", "plain")
+    assert res.exit_code == 0, res.output
+    assert len(list((tmp_path / "plain" / "shared").glob("encoder-*.safetensors"))) == 5
+
+
 def test_an_unknown_encoder_is_a_one_line_error(tmp_path: Path, course: dict[str, Path]) -> None:
     res = _train(course, tmp_path / "bad", "--encoder", "fixed")
     assert res.exit_code == 1
