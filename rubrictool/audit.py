@@ -331,7 +331,9 @@ def _figure(res: AuditResult, path: Path, title: str) -> None:
         ax2.set_yticks(y, s["transformation"])
         for i in range(m.shape[0]):
             for j in range(m.shape[1]):
-                ax2.text(j, i, f"{m[i, j]:+.2f}", ha="center", va="center", fontsize=7)
+                dark = abs(m[i, j]) > 0.6 * lim  # white on the deep colours, black on the pale ones
+                ax2.text(j, i, f"{m[i, j]:+.2f}", ha="center", va="center", fontsize=7,
+                         color="white" if dark else "black")
         ax2.set_title("mean shift of each concept's predicted level")
         fig.colorbar(im, ax=ax2, shrink=0.8)
     fig.suptitle(f"Gaming audit: {title} ({res.n} test answers, seed {res.seed})", fontsize=10)
