@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from rubrictool.cli import app
@@ -224,3 +225,16 @@ def test_cli_diagnose_shows_the_majority_class_and_cis_and_says_what_a_drop_does
     assert loss < 0  # the unrelated concept only adds noise to the head
     assert f"gains {100 * -loss:.1f} pts" in flat and "better predicted without Noise" in flat
     assert "loses 0.0 points of accuracy without Noise" not in flat
+
+
+@pytest.mark.parametrize(("loss", "said", "not_said"), [
+    (-0.0004, "predicted as well without CP", "better predicted without CP"),  # rounds to 0.0: no claim of noise
+    (-0.012, "1.2 points of accuracy better predicted without CP", "predicted as well"),
+])
+def test_a_drop_one_change_too_small_to_show_is_not_called_noise(loss: float, said: str, not_said: str) -> None:
+    from rubrictool.report.diagnose import _suggest
+
+    row = {"concept": "CP", "closest": "FC", "same_level": 0.1, "label_corr": 0.1, "partial_corr": 0.0, "alpha": None,
+           "n_disagreements": 0, "confused_share": 0.0, "confused_levels": "1–2", "drop_one_loss": loss}
+    flat = " ".join(_suggest(pd.DataFrame([row]), 100))
+    assert said in flat and not_said not in flat

@@ -386,7 +386,10 @@ def _suggest(df: pd.DataFrame, n_items: int) -> list[str]:
                    "to tell apart (add a worked example of each).")
     useless = [r for r in recs if not np.isnan(r["drop_one_loss"]) and r["drop_one_loss"] <= DROP_LOSS]
     for r in sorted(useless, key=lambda r: r["drop_one_loss"])[:MAX_CONFUSIONS]:
-        if r["drop_one_loss"] < 0:  # the grade is predicted better without it: keeping it costs accuracy
+        if round(100 * r["drop_one_loss"], 1) == 0:  # no measurable change either way: it adds nothing
+            out.append(f"the grade is predicted as well without {r['concept']} (cross-validated, within 0.05 points of "
+                       "accuracy): the other concepts already carry what it adds to the grade — check what it is for.")
+        elif r["drop_one_loss"] < 0:  # the grade is predicted better without it: keeping it costs accuracy
             out.append(f"the grade is {100 * -r['drop_one_loss']:.1f} points of accuracy better predicted without "
                        f"{r['concept']} (cross-validated): the other concepts already carry what it adds to the grade, "
                        "and it adds noise — check what it is for.")
