@@ -116,8 +116,8 @@ class Grader:
     """REC-CBM on raw text (encoder -> concept bottleneck -> LCEC -> grade head), trained by a named recipe.
 
     ``recipe`` "default" is the recommended recipe, "plain" the one before its concept reader, "paper" the paper's
-    (Algorithm 1: Stage I, then Stage II); :data:`reccbm.recipes.PRESETS` says what each sets. ``overrides`` ({section: {field: value}}, sections model,
-    stage1, joint, stage2) go on top, e.g. ``{"stage1": {"epochs": 10}}`` or ``{"model": {"plm": True}}`` for the
+    (Algorithm 1: Stage I, then Stage II); :data:`reccbm.recipes.PRESETS` says what each sets. ``overrides``
+    ({section: {field: value}}, sections model, stage1, joint, stage2) go on top, e.g. ``{"stage1": {"epochs": 10}}`` or ``{"model": {"plm": True}}`` for the
     PLM baseline. ``fit`` holds out ``dev_size`` of the answers (stratified by grade) to select epochs on.
     """
 

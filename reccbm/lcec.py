@@ -21,6 +21,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from reccbm.errors import ReccbmError
+
 __all__ = ["LatentCorrection"]
 
 
@@ -119,13 +121,16 @@ class LatentCorrection(nn.Module):
         cov = cov + torch.diag(var.clamp_min(1.0 / (4 * len(z))) - var)
         cov = cov + ridge * torch.diag(torch.diagonal(cov))
         jitter = 0.0
-        while True:  # two concepts with the same levels on every training answer: a little jitter until Ω⁻¹ inverts
+        for _ in range(12):  # two concepts with the same levels on every training answer: a little jitter until Ω⁻¹ inverts
             omega, info = torch.linalg.inv_ex(cov + jitter * eye)
             omega = (omega + omega.T) / 2 - self.eps * eye
             L, info_chol = torch.linalg.cholesky_ex(omega)
             if int(info) == 0 and int(info_chol) == 0 and bool(torch.isfinite(L).all()):
                 break
             jitter = max(jitter * 10, 1e-6 * float(torch.diagonal(cov).mean()))
+        else:
+            raise ReccbmError("LCEC by moments: the training labels' covariance is not a valid prior (are the levels "
+                              "finite numbers?)")
         self.L.copy_(L.to(self.L.dtype))
         noise = ((s_dev.double() - z_dev.double()) ** 2).mean(0).clamp_min(math.exp(-self.ETA_MAX))
         self.eta.copy_(noise.log().to(self.eta.dtype))

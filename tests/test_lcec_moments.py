@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import reccbm
-from reccbm import JointConfig, StageIConfig, StageIIConfig
+from reccbm import JointConfig, ReccbmError, StageIConfig, StageIIConfig
 from reccbm.lcec import LatentCorrection
 from tests.support.tiny_models import encoded, tiny_model, toy_table
 
@@ -93,3 +93,10 @@ def test_fit_sets_lcec_by_moments_and_refits_the_head_through_it(backbone: str) 
                                atol=1e-5)
     with pytest.raises(reccbm.ReccbmError, match="LCEC fit"):
         reccbm.recipe("default", 3, 3, 4, {"stage2": {"lcec_fit": "prior"}})
+
+
+def test_moments_of_labels_that_are_not_numbers_are_refused_not_looped_on() -> None:
+    z = _labels(40)
+    z[3, 1] = float("nan")
+    with pytest.raises(ReccbmError, match="not a valid prior"):
+        LatentCorrection(3, eps=1e-4).set_from_moments(z, z, z)
