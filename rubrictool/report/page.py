@@ -395,7 +395,7 @@ def _lcec_section(r: Report, run: Run, test: pd.DataFrame) -> NDArray[Any] | Non
 
         rel = reccbm.reliability(run.model)
         partial = reccbm.partial_correlations(rel["Omega"])
-        panels.append(("learned partial correlation −Ω_ij/√(Ω_ii Ω_jj)", partial))
+        panels.append(("LCEC's partial correlation −Ω_ij/√(Ω_ii Ω_jj)", partial))
         r.lcec["partial_near_zero"] = float(np.mean(np.abs(_off_diagonal(partial)) < NEAR_ZERO))
         r.lcec |= lcec_activity(np.diag(rel["A"]), partial)
         r.tables["partial_correlations.csv"] = pd.DataFrame(partial, index=run.keys, columns=run.keys)
