@@ -200,6 +200,13 @@ class StageIIConfig:
     # expert's level for one concept would move no other (docs/results.md#lcec).
     lcec_lambda_s: float = 0.0005
     intervention_p: float = 0.0  # share of p̂_k set to the label's one-hot per batch (see JointConfig); 0 = paper
+    # Level-share calibration (not in the paper): before LCEC and the head are fitted on the dev outputs ("dev" or
+    # "moments"), each concept's level biases b_k are fitted on the dev answers' p̂ (answers the encoder never trained
+    # on) and added to V_k's bias (reccbm.model.fit_level_bias), so that p̂ gives each level as often as the answers
+    # have it; LCEC and the head are then fitted on the calibrated outputs. Not applied (the run's log says so) where
+    # the head is not refitted after the encoder's stages (lcec_fit "train") or is refitted on other models' outputs
+    # (crossfit). False = the outputs as trained.
+    calibrate: bool = False
     # Where this stage and the LCEC fit compute: "cpu", or "same" (stage1.device: the encoder's). Their steps are
     # K-dimensional maths over cached p̂ in batches of 8, too small for a GPU: a step costs more there, in kernel
     # launches and synchronisation, than on one CPU core (docs/results.md, "On a GPU"). Same numbers either way, up to

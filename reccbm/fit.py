@@ -9,6 +9,9 @@
     LCEC on new answers   (``stage2.lcec_fit = "dev"``; not in the paper) LCEC's (L, η) fitted on the dev answers'
                           outputs, the errors the encoder makes on answers it never trained on; then the head is
                           refitted on the training outputs through that fixed LCEC
+    level calibration     (``stage2.calibrate``; not in the paper) before that, each concept's level biases fitted
+                          on the dev outputs and added to V_k's bias, so that p̂ gives each level as often as the
+                          answers have it (:func:`reccbm.model.fit_level_bias`)
 
 The paper's recipe (Algorithm 1) is Stage I then Stage II; the PLM baseline is one fine-tuning stage. With
 ``stage1.encoder = "frozen"`` (or "auto" below ``stage1.frozen_below`` labelled answers) no stage updates the
@@ -37,7 +40,16 @@ from reccbm.device import resolve_device
 from reccbm.errors import ReccbmError
 from reccbm.inference import States, cache_concepts, encoder_states, predict
 from reccbm.metrics import concept_metrics, task_metrics
-from reccbm.model import PLM, Model, RecCBM, TextEncoder, default_backbone, expected_scores
+from reccbm.model import (
+    PLM,
+    Model,
+    RecCBM,
+    TextEncoder,
+    calibrated,
+    default_backbone,
+    expected_scores,
+    fit_level_bias,
+)
 from reccbm.stage2 import fit_lcec, train_grader
 from reccbm.stages import Callback, StageResult, set_seed
 from reccbm.train import init_rubric_queries, train_concepts, train_joint, train_plm
@@ -258,11 +270,18 @@ def fit(
         steps += r2.steps
     assert r2 is not None
     rl = None
+    if recipe.stage2.calibrate and (recipe.stage2.lcec_fit not in ("dev", "moments") or model.lcec is None):
+        log.info("stage2.calibrate: not applied (the head is refitted after the encoder's stages only with LCEC fitted "
+                 "on the dev outputs: stage2.lcec_fit dev or moments)")
     if recipe.stage2.lcec_fit in ("dev", "moments") and model.lcec is not None:  # LCEC learns the errors of new answers...
         assert dev.concepts is not None and train.concepts is not None and train.grades is not None
         assert dev.grades is not None
         p_dev = cache_concepts(model, dev, pad, recipe.stage1.eval_batch_size, states.dev if states else None, device,
                                recipe.stage1.mixed_precision)
+        if recipe.stage2.calibrate and p_oof is None:  # the level shares of answers the encoder never trained on
+            p_dev = _calibrate_levels(model, p_dev, dev)
+        elif recipe.stage2.calibrate:
+            log.info("stage2.calibrate: not applied with cross-fitting (the head reads other models' outputs)")
         if recipe.stage2.lcec_fit == "dev":
             rl = fit_lcec(model, p_dev, torch.tensor(dev.concepts), recipe.stage2, callback, device=_k_dim_device(recipe))
         else:
@@ -277,6 +296,22 @@ def fit(
         steps += rl.steps + r2.steps
     return Fitted(model, r1, rj, r2, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size, device), steps,
                   time.perf_counter() - t0, parts, cf_steps, rl, head_init, encoder, states_seconds)
+
+
+def _calibrate_levels(model: RecCBM, p_dev: torch.Tensor, dev: EncodedItems) -> torch.Tensor:
+    """Level-share calibration (``stage2.calibrate``): b_k fitted on the dev outputs and added to V_k's bias
+    (:func:`reccbm.model.fit_level_bias`); returns the dev outputs as the calibrated model gives them."""
+    assert dev.concepts is not None
+    t0, M = time.perf_counter(), model.config.M
+    c = torch.tensor(dev.concepts)
+    b = fit_level_bias(p_dev, c)  # (K, M+1)
+    with torch.no_grad():
+        model.bottleneck.V_bias.add_(b.to(model.bottleneck.V_bias))
+    p_cal = calibrated(p_dev, b)
+    log.info("levels calibrated on %d dev answers in %.2f s: top level given %.3f -> %.3f of the time (the labels: "
+             "%.3f)", len(c), time.perf_counter() - t0, float(p_dev[..., M].mean()), float(p_cal[..., M].mean()),
+             float((c == M).double().mean()))
+    return p_cal
 
 
 def _lcec_moments(model: RecCBM, train: EncodedItems, dev: EncodedItems, p_dev: torch.Tensor, ridge: float) -> StageResult:

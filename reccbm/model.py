@@ -33,8 +33,10 @@ __all__ = [
     "RecCBMOutput",
     "TextEncoder",
     "build_model",
+    "calibrated",
     "default_backbone",
     "expected_scores",
+    "fit_level_bias",
     "masked_mean",
     "opcc_loss",
     "opcc_pairs",
@@ -142,6 +144,36 @@ def rubric_queries(E: Tensor, norm: float = 1.0) -> Tensor:
     Q = E - E.mean(0, keepdim=True)  # (K, d)
     out: Tensor = norm * Q / Q.norm(dim=1, keepdim=True).clamp_min(1e-8)  # (K, d)
     return out
+
+
+def fit_level_bias(p_hat: Tensor, c: Tensor) -> Tensor:
+    """Level-share calibration of Eq. 11 (not in the paper): the biases b (K, M+1), b_{k,0} = 0, that minimise the mean
+    negative log-likelihood of the levels c (N, K) in 0..M under p̃_k = softmax(log p̂_k + b_k), for p̂ (N, K, M+1)
+    computed on answers the encoder never trained on. Adding b_k to V_k's bias gives p̃_k for every later input (the
+    softmax of Eq. 11 absorbs it). Fitted in float64 by L-BFGS; a level no answer has keeps a finite bias."""
+    K, L = p_hat.shape[1], p_hat.shape[2]
+    logp = p_hat.double().clamp_min(1e-8).log()  # (N, K, M+1)
+    free = torch.zeros(K, L - 1, dtype=torch.float64, requires_grad=True)  # b_{k,1..M}
+    opt = torch.optim.LBFGS([free], max_iter=100, line_search_fn="strong_wolfe")
+    ridge = 1e-4  # keeps b finite where a level is absent from c
+
+    def bias() -> Tensor:
+        return torch.cat([torch.zeros(K, 1, dtype=free.dtype), free], 1)  # (K, M+1)
+
+    def closure() -> Tensor:
+        opt.zero_grad()
+        loss = F.cross_entropy((logp + bias()).reshape(-1, L), c.reshape(-1).long()) + ridge * free.pow(2).sum()
+        loss.backward()  # type: ignore[no-untyped-call]
+        return loss
+
+    with torch.enable_grad():
+        opt.step(closure)  # type: ignore[no-untyped-call]
+    return bias().detach().to(p_hat.dtype)
+
+
+def calibrated(p_hat: Tensor, b: Tensor) -> Tensor:
+    """p̃_k = softmax(log p̂_k + b_k): what the bottleneck gives once b is added to its bias. (N, K, M+1) -> same."""
+    return (p_hat.double().clamp_min(1e-8).log() + b.double()).softmax(-1).to(p_hat.dtype)
 
 
 # ---------------------------------------------------------------------------- OPCC (Eq. 13-16)
