@@ -205,8 +205,10 @@ class StageIIConfig:
     # on) and added to V_k's bias (reccbm.model.fit_level_bias), so that p̂ gives each level as often as the answers
     # have it; LCEC and the head are then fitted on the calibrated outputs. Not applied (the run's log says so) where
     # the head is not refitted after the encoder's stages (lcec_fit "train") or is refitted on other models' outputs
-    # (crossfit). False = the outputs as trained.
+    # (crossfit), or with fewer than calibrate_min_dev dev answers (each level's share would be a few answers').
+    # False = the outputs as trained.
     calibrate: bool = False
+    calibrate_min_dev: int = 50
     # Where this stage and the LCEC fit compute: "cpu", or "same" (stage1.device: the encoder's). Their steps are
     # K-dimensional maths over cached p̂ in batches of 8, too small for a GPU: a step costs more there, in kernel
     # launches and synchronisation, than on one CPU core (docs/results.md, "On a GPU"). Same numbers either way, up to

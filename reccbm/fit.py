@@ -68,6 +68,20 @@ class Recipe:
     joint: JointConfig = field(default_factory=JointConfig)  # the joint stage; epochs 0 = off (the paper)
     stage2: StageIIConfig = field(default_factory=StageIIConfig)  # Stage II, and cross-fitting
 
+    def calibration_skipped(self, n_dev: int) -> str | None:
+        """Why ``stage2.calibrate`` is not applied to a fit with ``n_dev`` dev answers (None: it is, or it is off)."""
+        s2 = self.stage2
+        if not s2.calibrate or self.model.plm:
+            return None
+        if s2.lcec_fit not in ("dev", "moments") or not self.model.lcec:
+            return ("the head is refitted after the encoder's stages only with LCEC fitted on the dev outputs "
+                    "(stage2.lcec_fit dev or moments)")
+        if s2.crossfit:
+            return "with cross-fitting the head reads other models' outputs"
+        if n_dev < s2.calibrate_min_dev:
+            return f"{n_dev} dev answers, fewer than stage2.calibrate_min_dev = {s2.calibrate_min_dev}"
+        return None
+
     def seeded(self, seed: int) -> Recipe:
         """The same recipe with every stage seeded by ``seed``."""
         return replace(self, stage1=replace(self.stage1, seed=seed), stage2=replace(self.stage2, seed=seed))
@@ -270,18 +284,15 @@ def fit(
         steps += r2.steps
     assert r2 is not None
     rl = None
-    if recipe.stage2.calibrate and (recipe.stage2.lcec_fit not in ("dev", "moments") or model.lcec is None):
-        log.info("stage2.calibrate: not applied (the head is refitted after the encoder's stages only with LCEC fitted "
-                 "on the dev outputs: stage2.lcec_fit dev or moments)")
+    if (why := recipe.calibration_skipped(len(dev))) is not None:
+        log.info("stage2.calibrate: not applied (%s)", why)
     if recipe.stage2.lcec_fit in ("dev", "moments") and model.lcec is not None:  # LCEC learns the errors of new answers...
         assert dev.concepts is not None and train.concepts is not None and train.grades is not None
         assert dev.grades is not None
         p_dev = cache_concepts(model, dev, pad, recipe.stage1.eval_batch_size, states.dev if states else None, device,
                                recipe.stage1.mixed_precision)
-        if recipe.stage2.calibrate and p_oof is None:  # the level shares of answers the encoder never trained on
-            p_dev = _calibrate_levels(model, p_dev, dev)
-        elif recipe.stage2.calibrate:
-            log.info("stage2.calibrate: not applied with cross-fitting (the head reads other models' outputs)")
+        if recipe.stage2.calibrate and recipe.calibration_skipped(len(dev)) is None:
+            p_dev = _calibrate_levels(model, p_dev, dev)  # the level shares of answers the encoder never trained on
         if recipe.stage2.lcec_fit == "dev":
             rl = fit_lcec(model, p_dev, torch.tensor(dev.concepts), recipe.stage2, callback, device=_k_dim_device(recipe))
         else:

@@ -4,6 +4,7 @@ V_k's bias, so that p̂ gives each level as often as the answers have it, before
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ import reccbm
 from reccbm import JointConfig, StageIConfig, StageIIConfig
 from reccbm.data import collate
 from reccbm.model import calibrated, fit_level_bias
-from tests.support.tiny_models import encoded, tiny_model, toy_table
+from tests.support.tiny_models import encoded, mohler_like_table, tiny_model, toy_table, train_with_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -65,7 +66,8 @@ def _recipe(backbone: str, calibrate: bool) -> reccbm.Recipe:
     mcfg = reccbm.ModelConfig(num_concepts=3, num_levels=3, num_grades=4, backbone=backbone, max_len=32, head="level",
                               center=True, condition=True)
     return reccbm.Recipe(mcfg, StageIConfig(lr=3e-3, epochs=1, batch_size=8, eval_batch_size=16, device="cpu"),
-                         JointConfig(epochs=1), StageIIConfig(epochs=2, lcec_fit="moments", calibrate=calibrate)).seeded(0)
+                         JointConfig(epochs=1),
+                         StageIIConfig(epochs=2, lcec_fit="moments", calibrate=calibrate, calibrate_min_dev=8)).seeded(0)
 
 
 def test_fit_calibrates_the_levels_before_lcec_and_the_head(backbone: str) -> None:
@@ -89,12 +91,14 @@ def test_fit_calibrates_the_levels_before_lcec_and_the_head(backbone: str) -> No
     assert gap["calibrated"] < gap["plain"]
 
 
-@pytest.mark.parametrize("stage2", [{"lcec_fit": "train"}, {"lcec_fit": "moments", "crossfit": 2}])
+@pytest.mark.parametrize("stage2", [{"lcec_fit": "train"}, {"lcec_fit": "moments", "crossfit": 2},
+                                    {"calibrate_min_dev": 17}])
 def test_without_a_head_refitted_on_its_outputs_the_calibration_is_not_applied(
         backbone: str, stage2: dict[str, object], caplog: pytest.LogCaptureFixture) -> None:
     """LCEC fitted with the head on the training outputs (the paper), or the head refitted on cross-fitted models'
-    outputs: calibrating the kept model would leave the head reading outputs it was not fitted on, so it is skipped
-    and the log says so; the bottleneck's bias is the run's without calibration."""
+    outputs: calibrating the kept model would leave the head reading outputs it was not fitted on; fewer dev answers
+    than calibrate_min_dev (16 here): each level's share is a few answers'. It is skipped and the log says so; the
+    bottleneck's bias is the run's without calibration."""
     _, tok = tiny_model(backbone)
     train, dev = encoded(tok, toy_table(24, seed=1)), encoded(tok, toy_table(16, seed=2))
     models = []
@@ -105,3 +109,12 @@ def test_without_a_head_refitted_on_its_outputs_the_calibration_is_not_applied(
             models.append(reccbm.fit(train, dev, r, tok).model)
     assert torch.equal(models[0].state_dict()["bottleneck.V_bias"], models[1].state_dict()["bottleneck.V_bias"])
     assert "stage2.calibrate: not applied" in caplog.text
+
+
+def test_a_run_says_why_the_calibration_it_asked_for_was_not_applied(tmp_path: Path, backbone: str) -> None:
+    """`rubrictool train --cfg stage2.calibrate=true` on a course with fewer dev answers than calibrate_min_dev: the
+    run trains, and its notes (printed, and kept in metrics.json) say that and why the calibration was skipped."""
+    code, out, run = train_with_cli(tmp_path, backbone, mohler_like_table(40), "--cfg", "stage2.calibrate=true")
+    assert code == 0, out
+    assert "level calibration (stage2.calibrate) not applied" in " ".join(out.split())
+    assert "fewer than stage2.calibrate_min_dev = 50" in (run / "metrics.json").read_text()

@@ -345,6 +345,8 @@ def _train_into(spec: RunSpec, progress: ProgressFn | None) -> TrainResult:
         notes = list(spec.notes)
         if rs.recipe.stage1.soft_targets and not rs.plm and sets["train"].soft is None:
             notes.append(SOFT_TARGETS_OFF)
+        if (why := rs.recipe.calibration_skipped(len(sets["dev"]))) is not None:
+            notes.append(f"level calibration (stage2.calibrate) not applied: {why}")
         if cut:  # long essays: say how many lost text, in the run (notes) and to the user now
             msg = truncation_message(cut, sum(len(p) for p in spec.pos.values()), rs.mcfg.max_len)
             notes.append(msg)
