@@ -8,9 +8,11 @@
 # 1. the main job in fp32 and grading its test answers (benchmarks/gpu_smoke.py), alone on the GPU: the timings;
 #    the script stops here if it fails (a device bug found costs no more GPU time);
 # 2. the same main job in bf16 autocast, alone: its timings, and its metrics against step 1's (same split and seed);
-# 3. the concept reader's candidate (experiments/configs/reader-align-soft.yaml) on five random folds, five workers
-#    sharing the GPU (benchmarks/folds.py --jobs 5), alone, stopped at DEADLINE_S less the time step 4 needs;
+# 3. a candidate recipe (GPU_RUN_CONFIG, default experiments/configs/default-contrast.yaml) on five folds (random, or
+#    GPU_RUN_BY=question), five workers sharing the GPU (benchmarks/folds.py --jobs 5), alone, stopped at DEADLINE_S
+#    less the time step 4 needs;
 # 4. the candidate's main job in fp32, alone (its timing as the default it would be), if time is left.
+# GPU_RUN_SKIP="2 4" leaves out steps 2 and 4 (step 1 always runs: it is the check that the device works).
 # Each step's small files (predictions, metrics, run.json; no weights) are packed into OUT/stepN.tgz as it ends;
 # step 3 is stopped (its process group: the workers too) so that step 4 ends by DEADLINE_S seconds after the start
 # (default 540), its finished folds kept.
@@ -54,24 +56,30 @@ ok=${PIPESTATUS[0]}
 pack_step 1 main-fp32 main-fp32.log
 [ "$ok" = 0 ] || { log "step 1 failed: stopping"; exit 1; }
 
+SKIP=" ${GPU_RUN_SKIP:-} "
+if [[ "$SKIP" != *" 2 "* ]]; then
 log "step 2: the main job in bf16, then grading"
 python3 benchmarks/gpu_smoke.py "${SMOKE_MAIN[@]}" "${DEV[@]}" --bf16 --skip fold --out "$W/main-bf16" \
   > "$W/main-bf16.log" 2>&1
 log "step 2: rc $?"; tail -n 8 "$W/main-bf16.log"
 pack_step 2 main-bf16 main-bf16.log
+fi
 
-STEP4=${GPU_RUN_STEP4_S:-110}  # what the candidate's main job needs (step 1's time, and a margin)
+STEP4=${GPU_RUN_STEP4_S:-110}
+[[ "$SKIP" == *" 4 "* ]] && STEP4=0  # what the candidate's main job needs (step 1's time, and a margin)
 left=$((DEADLINE - SECONDS - STEP4))
-log "step 3: the reader candidate on five random folds, --jobs 5, $left s left"
-if [ -n "$SMOKE" ]; then READER=(); else READER=(--config experiments/configs/reader-align-soft.yaml); fi
-timeout --kill-after=10 "$left" python3 benchmarks/folds.py "${SMOKE_FOLDS[@]}" "${READER[@]}" --jobs 5 --backbone "$BACKBONE" \
+CONFIG=${GPU_RUN_CONFIG:-experiments/configs/default-contrast.yaml}
+BY=(); [ -n "${GPU_RUN_BY:-}" ] && BY=(--by "$GPU_RUN_BY")
+log "step 3: $CONFIG on five folds ${BY[*]:-random}, --jobs 5, $left s left"
+if [ -n "$SMOKE" ]; then READER=(); else READER=(--config "$CONFIG"); fi
+timeout --kill-after=10 "$left" python3 benchmarks/folds.py "${SMOKE_FOLDS[@]}" "${READER[@]}" "${BY[@]}" --jobs 5 --backbone "$BACKBONE" \
   --data-dir "$DATA" --out "$W/reader-r" > "$W/reader-r.log" 2>&1
 log "step 3: rc $?"; tail -n 12 "$W/reader-r.log"
 pack_step 3 reader-r reader-r.log
 
 left=$((DEADLINE - SECONDS))
-log "step 4: the reader candidate's main job in fp32, $left s left"
-if [ "$left" -gt 60 ]; then
+log "step 4: the candidate's main job in fp32, $left s left"
+if [ "$left" -gt 60 ] && [[ "$SKIP" != *" 4 "* ]]; then
   timeout "$left" python3 benchmarks/gpu_smoke.py "${SMOKE_MAIN[@]}" "${DEV[@]}" "${READER[@]}" --skip fold,grade \
     --out "$W/main-reader" > "$W/main-reader.log" 2>&1
   log "step 4: rc $?"; tail -n 6 "$W/main-reader.log"
