@@ -5,6 +5,10 @@ One optimiser step = forward, concept loss (soft targets when ``--soft``), backw
 one thread. The ratio is what a fold's encoder stages cost more (Stage II and the LCEC fit do not change).
 
     .venv/bin/python experiments/reader_cost.py --steps 20
+    .venv/bin/python experiments/reader_cost.py --steps 20 --contrast   # the default against default-contrast
+
+With ``--contrast`` both models compare answer and reference (the default); the second also adds the examples across
+questions of experiments/configs/default-contrast.yaml to its Stage I loss (``stage1.contrast``).
 
 Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -22,6 +26,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--contrast", action="store_true", help="the default against the default with stage1.contrast")
     ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
     a = ap.parse_args()
 
@@ -43,13 +48,15 @@ def main() -> None:
     tok = reccbm.load_tokenizer(reccbm.default_backbone())
     items = reccbm.EncodedItems(model_inputs(tok, df, 128), df[[f"_c_{k}" for k in rb.keys]].to_numpy(np.int64))
     models = {}
-    for align in (False, True):
+    contrast = {"contrast": 0.5, "contrast_top": (0, 1, 2, 4), "contrast_bottom": (0, 1, 4), "contrast_per_batch": 2}
+    for second in (False, True):
         torch.manual_seed(0)
-        cfg = ModelConfig(num_concepts=len(rb.keys), num_levels=3, num_grades=6, align=align)
+        cfg = ModelConfig(num_concepts=len(rb.keys), num_levels=3, num_grades=6, align=second or a.contrast)
         m = reccbm.RecCBM(cfg, reccbm.TextEncoder.from_pretrained(reccbm.default_backbone()))
         if m.align is not None:
             m.align.set_sep(separator_id(tok))
-        models[align] = (m, _optimizer(m, StageIConfig()), _stage1_loss(StageIConfig(concept_loss="mean")))
+        s1 = StageIConfig(concept_loss="mean", **(contrast if second and a.contrast else {}))  # type: ignore[arg-type]
+        models[second] = (m, _optimizer(m, s1), _stage1_loss(s1))
     seconds: dict[bool, list[float]] = {False: [], True: []}
     for s in range(a.steps):
         batch = collate(items, list(range(8 * s, 8 * s + 8)), tok.pad_token_id)
@@ -61,9 +68,10 @@ def main() -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
             seconds[align].append(time.perf_counter() - t0)
-    out = {"steps": a.steps, "default_s_per_step": float(np.median(seconds[False])),
-           "align_s_per_step": float(np.median(seconds[True]))}
-    out["ratio"] = out["align_s_per_step"] / out["default_s_per_step"]
+    name = "contrast" if a.contrast else "align"
+    out: dict[str, float | int] = {"steps": a.steps, "default_s_per_step": float(np.median(seconds[False])),
+                                   f"{name}_s_per_step": float(np.median(seconds[True]))}
+    out["ratio"] = out[f"{name}_s_per_step"] / out["default_s_per_step"]
     print(json.dumps(out, indent=1))
 
 
