@@ -95,11 +95,11 @@ def main() -> None:
     o, mi = out["other"], out["minilm"]
     out["step_ratio"] = o["s_per_step"] / mi["s_per_step"]  # type: ignore[index]
     out["read_ratio"] = o["read_s_per_answer"] / mi["read_s_per_answer"]  # type: ignore[index]
-    text = json.dumps(out, indent=1)
-    print(text)
+    print(json.dumps(out, indent=1))
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text + "\n", encoding="utf-8")
+        from rubrictool.atomic import atomic_write_json
+
+        atomic_write_json(a.out, out)
 
 
 if __name__ == "__main__":

@@ -32,14 +32,13 @@ import torch
 from numpy.typing import NDArray
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lcec_moments import _boot, scores
+from lcec_moments import _boot, paired_grades, scores
 
 from reccbm.model import calibrated, fit_level_bias
 
 
 def study(run: Path) -> dict[str, Any]:
     import yaml
-    from sklearn.metrics import cohen_kappa_score
 
     import reccbm
 
@@ -84,15 +83,8 @@ def study(run: Path) -> dict[str, Any]:
         with torch.no_grad():
             grades[name] = m.grade_from_concepts(Pt).grade_logits.argmax(1).numpy()
     t = yte.numpy()
-    for name, g in grades.items():
-        out[name] = {"t_acc": float((g == t).mean()), "qwk": float(cohen_kappa_score(t, g, weights="quadratic"))}
     new, old = grades["refit_calibrated"], grades["refit"]
-    out["t_acc_change"] = [float((new == t).mean() - (old == t).mean()), *_boot((new == t).astype(float) - (old == t))]
-    rng = np.random.default_rng(0)
-    qwk = [cohen_kappa_score(t[i], new[i], weights="quadratic") - cohen_kappa_score(t[i], old[i], weights="quadratic")
-           for i in (rng.integers(0, len(t), len(t)) for _ in range(2000))]
-    out["qwk_change"] = [out["refit_calibrated"]["qwk"] - out["refit"]["qwk"], float(np.percentile(qwk, 2.5)),
-                         float(np.percentile(qwk, 97.5))]
+    out |= paired_grades(t, old, new, ("refit", "refit_calibrated"))
     out["_hits"] = (raw_hits.mean(1).numpy(), cal_hits.mean(1).numpy())
     out["_grades"] = (t, old, new)
     return out

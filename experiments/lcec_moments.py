@@ -124,7 +124,6 @@ def refit_grades(run: Path, df: pd.DataFrame, keys: list[str], M: int, model: An
     from dataclasses import fields
 
     import yaml
-    from sklearn.metrics import cohen_kappa_score
 
     import reccbm
     from reccbm.model import expected_scores
@@ -150,14 +149,23 @@ def refit_grades(run: Path, df: pd.DataFrame, keys: list[str], M: int, model: An
         new = moments.grade_from_concepts(Pte).grade_logits.argmax(1).numpy()
     t = yte.numpy()
     out: dict[str, Any] = {"own_matches_graded": float((own + grade_min == df.loc[df["part"] == "test", "grade"]).mean())}
-    for name, g in (("as_trained", own), ("moments", new)):
-        out[name] = {"t_acc": float((g == t).mean()), "qwk": float(cohen_kappa_score(t, g, weights="quadratic"))}
-    out["t_acc_change"] = [float((new == t).mean() - (own == t).mean()), *_boot((new == t).astype(float) - (own == t))]
+    return out | paired_grades(t, own, new, ("as_trained", "moments"))
+
+
+def paired_grades(t: NDArray[Any], old: NDArray[Any], new: NDArray[Any], names: tuple[str, str]) -> dict[str, Any]:
+    """T-Acc and QWK of two gradings of the same answers (``names``: old's, new's) and new − old with bootstrap 95 %
+    CIs over answers: {old: {t_acc, qwk}, new: {...}, t_acc_change: [Δ, lo, hi], qwk_change: [Δ, lo, hi]}."""
+    from sklearn.metrics import cohen_kappa_score
+
+    def qwk(y: NDArray[Any], g: NDArray[Any]) -> float:
+        return float(cohen_kappa_score(y, g, weights="quadratic"))
+
+    out: dict[str, Any] = {name: {"t_acc": float((g == t).mean()), "qwk": qwk(t, g)} for name, g in zip(names, (old, new))}
+    out["t_acc_change"] = [float((new == t).mean() - (old == t).mean()), *_boot((new == t).astype(float) - (old == t))]
     rng = np.random.default_rng(0)
-    qwk = [cohen_kappa_score(t[i], new[i], weights="quadratic") - cohen_kappa_score(t[i], own[i], weights="quadratic")
-           for i in (rng.integers(0, len(t), len(t)) for _ in range(2000))]
-    out["qwk_change"] = [out["moments"]["qwk"] - out["as_trained"]["qwk"], float(np.percentile(qwk, 2.5)),
-                         float(np.percentile(qwk, 97.5))]
+    diffs = [qwk(t[i], new[i]) - qwk(t[i], old[i]) for i in (rng.integers(0, len(t), len(t)) for _ in range(2000))]
+    out["qwk_change"] = [out[names[1]]["qwk"] - out[names[0]]["qwk"], float(np.percentile(diffs, 2.5)),
+                         float(np.percentile(diffs, 97.5))]
     return out
 
 

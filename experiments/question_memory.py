@@ -125,11 +125,11 @@ def main() -> None:
                                                                  float(np.quantile(diffs, 0.975))],
            "per_concept": {k: [float(cp[:, c].mean()), float(cm[:, c].mean())] for c, k in enumerate(keys)},
            "folds": per_fold, "labels": "three LLM annotation passes' majority, not expert-validated"}
-    text = json.dumps(out, indent=1)
-    print(text)
+    print(json.dumps(out, indent=1))
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text + "\n", encoding="utf-8")
+        from rubrictool.atomic import atomic_write_json
+
+        atomic_write_json(a.out, out)
 
 
 if __name__ == "__main__":
