@@ -284,14 +284,15 @@ def fit(
         steps += r2.steps
     assert r2 is not None
     rl = None
-    if (why := recipe.calibration_skipped(len(dev))) is not None:
+    calibrate = recipe.stage2.calibrate and (why := recipe.calibration_skipped(len(dev))) is None
+    if recipe.stage2.calibrate and not calibrate:
         log.info("stage2.calibrate: not applied (%s)", why)
     if recipe.stage2.lcec_fit in ("dev", "moments") and model.lcec is not None:  # LCEC learns the errors of new answers...
         assert dev.concepts is not None and train.concepts is not None and train.grades is not None
         assert dev.grades is not None
         p_dev = cache_concepts(model, dev, pad, recipe.stage1.eval_batch_size, states.dev if states else None, device,
                                recipe.stage1.mixed_precision)
-        if recipe.stage2.calibrate and recipe.calibration_skipped(len(dev)) is None:
+        if calibrate:
             p_dev = _calibrate_levels(model, p_dev, dev)  # the level shares of answers the encoder never trained on
         if recipe.stage2.lcec_fit == "dev":
             rl = fit_lcec(model, p_dev, torch.tensor(dev.concepts), recipe.stage2, callback, device=_k_dim_device(recipe))
