@@ -28,7 +28,7 @@ from reccbm.errors import ReccbmError
 from reccbm.fit import Recipe, fit
 from reccbm.inference import Predictions, predict
 from reccbm.model import Model, default_backbone
-from reccbm.recipes import PRESETS, recipe
+from reccbm.recipes import PRESETS, contrast_concepts, recipe
 from reccbm.stages import Event
 
 __all__ = ["Concept", "Grader", "Rubric"]
@@ -42,6 +42,8 @@ class Concept:
     definition: str = ""  # what the concept asks of an answer; with the anchors, it initialises the concept's query
     anchors: tuple[str, ...] = ()  # what each level means, lowest first: none, or one per level
     name: str = ""  # a readable name; "" = key
+    reference_is_top: bool = False  # the reference answer is at its top level (examples across questions, Stage I)
+    off_topic_is_bottom: bool = False  # an answer to another question is at its bottom level (the same)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "anchors", tuple(self.anchors))
@@ -163,7 +165,7 @@ class Grader:
         c = check_labels(c_raw, lo, hi, [f"concept {k!r}" for k in self.rubric.keys], rows) - lo  # (N, K) 0..M
         y = check_labels(y_raw, glo, ghi, ["grade"], rows) - glo  # (N,) 0..S
         sizes = (len(self.rubric.concepts), hi - lo + 1, ghi - glo + 1)
-        r = recipe(self.recipe, *sizes, self.overrides)
+        r = recipe(self.recipe, *sizes, self._overrides())
         backbone = r.model.backbone or self.backbone or default_backbone()  # the tokenizer's and the encoder's
         r = replace(r, model=replace(r.model, backbone=backbone)).seeded(self.seed)
         tokenizer = load_tokenizer(backbone)
@@ -187,6 +189,16 @@ class Grader:
         if table.ndim != 2 or table.shape != (n, len(keys)):
             raise ReccbmError(f"concepts: expected (N={n}, K={len(keys)}) levels, got shape {table.shape}")
         return table, rows
+
+    def _overrides(self) -> dict[str, dict[str, Any]]:
+        """``overrides`` with the concepts of the examples across questions as positions (:func:`contrast_concepts`:
+        as named there, or the rubric's marks)."""
+        given = dict(self.overrides or {})
+        cs = self.rubric.concepts
+        stage1 = contrast_concepts(PRESETS[self.recipe].get("stage1", {}) | given.get("stage1", {}), self.rubric.keys,
+                                   [c.reference_is_top for c in cs], [c.off_topic_is_bottom for c in cs])
+        named = {k: stage1[k] for k in ("contrast_top", "contrast_bottom") if k in stage1}
+        return given | {"stage1": given.get("stage1", {}) | named} if named else given
 
     def _split(self, y: NDArray[Any]) -> tuple[list[int], list[int]]:
         """(train, dev) positions: ``dev_size`` of each grade's answers to dev (at least one answer in all)."""

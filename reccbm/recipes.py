@@ -8,6 +8,7 @@ Appendix values). :func:`recipe` turns a name and the model's sizes into a :clas
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -15,7 +16,7 @@ from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig
 from reccbm.errors import ReccbmError
 from reccbm.fit import Recipe
 
-__all__ = ["PRESETS", "SECTIONS", "recipe"]
+__all__ = ["PRESETS", "SECTIONS", "contrast_concepts", "recipe"]
 
 # Training recipes on top of the paper's dataclass defaults. "paper" is the paper's configuration (Eq. 12
 # L_con summed, scalar head W μ_post, orthogonal queries, prior mean 0, Stage II on training outputs, no
@@ -26,16 +27,22 @@ __all__ = ["PRESETS", "SECTIONS", "recipe"]
 # reference inside the concept heads (model.align, reccbm/align.py), soft concept targets from the reviewers' levels
 # (stage1.soft_targets; trained on the adjudicated levels alone where none are kept), and LCEC set by its moments
 # (stage2.lcec_fit "moments": the labels' covariance as its prior, so that an expert's correction moves the others),
-# and below stage1.frozen_below labelled answers a frozen encoder (stage1.encoder "auto": where no trained model learns
-# the grade yet, one that trains in a fraction of the time and keeps no encoder of its own per fold).
+# below stage1.frozen_below labelled answers a frozen encoder (stage1.encoder "auto": where no trained model learns
+# the grade yet, one that trains in a fraction of the time and keeps no encoder of its own per fold), and examples
+# across questions in Stage I (stage1.contrast, reccbm/contrast.py): the reference answer at the top level of the
+# concepts the rubric marks reference_is_top, an answer to another question at the bottom of those it marks
+# off_topic_is_bottom (:func:`contrast_concepts`; a rubric that marks none trains without them).
 _PLAIN: dict[str, dict[str, Any]] = {
     "model": {"head": "level", "query_init": "rubric", "center": True, "tau": 0.25, "condition": True},
     "stage1": {"epochs": 3, "concept_loss": "mean", "query_lr_multiplier": 10.0},
     "joint": {"epochs": 4, "lr": 5e-5, "intervention_p": 0.25, "select": "last"},
     "stage2": {"intervention_p": 0.25, "lcec_fit": "dev"},
 }
-_READER: dict[str, dict[str, Any]] = {"model": {"align": True}, "stage1": {"soft_targets": 0.5, "encoder": "auto"},
-                                      "stage2": {"lcec_fit": "moments"}}
+_READER: dict[str, dict[str, Any]] = {
+    "model": {"align": True},
+    "stage1": {"soft_targets": 0.5, "encoder": "auto", "contrast": 0.5, "contrast_per_batch": 2},
+    "stage2": {"lcec_fit": "moments"},
+}
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "default": {s: _PLAIN.get(s, {}) | _READER.get(s, {}) for s in _PLAIN},
     "plain": _PLAIN,
@@ -68,3 +75,31 @@ def recipe(name: str, num_concepts: int, num_levels: int, num_grades: int,
                       JointConfig(**sections["joint"]), StageIIConfig(**sections["stage2"]))
     except ValueError as exc:
         raise ReccbmError(str(exc)) from None
+
+
+def contrast_concepts(stage1: dict[str, Any], keys: Sequence[str], reference_is_top: Sequence[bool],
+                      off_topic_is_bottom: Sequence[bool]) -> dict[str, Any]:
+    """The Stage I section with the concepts of the examples across questions as positions: ``contrast_top`` and
+    ``contrast_bottom`` as given (concept keys or 0-based positions), or, where a section does not name them, the
+    rubric's marks (per concept, in ``keys`` order: the reference answer is at its top level; an answer to another
+    question is at its bottom level); with ``contrast`` off, unnamed ones stay unset. Raises ReccbmError for a key the
+    rubric does not have."""
+    out = dict(stage1)
+    for name, marks in (("contrast_top", reference_is_top), ("contrast_bottom", off_topic_is_bottom)):
+        given = out.get(name)
+        if given is None:
+            if float(out.get("contrast") or 0) > 0:
+                out[name] = [k for k, marked in enumerate(marks) if marked]
+            continue
+        positions = []
+        for c in given:
+            if isinstance(c, str) and not c.lstrip("-").isdigit():
+                if c not in keys:
+                    raise ReccbmError(f"stage1.{name}: no concept {c!r}; the rubric's concepts are {', '.join(keys)}")
+                positions.append(list(keys).index(c))
+            elif not 0 <= int(c) < len(keys):
+                raise ReccbmError(f"stage1.{name}: position {c} is outside the rubric's {len(keys)} concepts (0-based)")
+            else:
+                positions.append(int(c))
+        out[name] = positions
+    return out

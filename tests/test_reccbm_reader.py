@@ -204,3 +204,66 @@ def test_the_default_trains_on_the_reviewers_levels_a_table_keeps(tmp_path: Path
     p_hard, p_soft = (pd.read_csv(tmp_path / n / "test_predictions.csv") for n in ("hard", "soft"))
     assert not np.allclose(p_hard["FC_p1"], p_soft["FC_p1"])  # the votes reached the concept heads
 
+
+
+def test_the_concepts_of_the_examples_across_questions_come_from_the_rubrics_marks_or_are_named() -> None:
+    from reccbm.errors import ReccbmError
+    from reccbm.recipes import contrast_concepts
+
+    keys, top, bottom = ["FC", "CC", "TU"], [True, False, True], [False, True, False]
+    on = {"contrast": 0.5}
+    assert contrast_concepts(on, keys, top, bottom) == on | {"contrast_top": [0, 2], "contrast_bottom": [1]}
+    assert contrast_concepts({"contrast": 0.0}, keys, top, bottom) == {"contrast": 0.0}  # off: nothing to resolve
+    named = contrast_concepts(on | {"contrast_top": ["TU"], "contrast_bottom": [0, "1"]}, keys, top, bottom)
+    assert (named["contrast_top"], named["contrast_bottom"]) == ([2], [0, 1])  # keys, positions, YAML strings
+    assert contrast_concepts(on | {"contrast_top": []}, keys, top, bottom)["contrast_top"] == []  # none, on purpose
+    with pytest.raises(ReccbmError, match="no concept 'XX'; the rubric's concepts are FC, CC, TU"):
+        contrast_concepts(on | {"contrast_top": ["XX"]}, keys, top, bottom)
+    with pytest.raises(ReccbmError, match="position 3 is outside the rubric's 3 concepts"):
+        contrast_concepts(on | {"contrast_bottom": [3]}, keys, top, bottom)
+
+
+def test_the_default_takes_mohlers_marks_and_a_cfg_names_concepts_by_key() -> None:
+    from rubrictool.train import parse_cfg, resolve_training
+
+    s1 = resolve_training("mohler").recipe.stage1
+    assert s1.contrast > 0 and (s1.contrast_top, s1.contrast_bottom) == ((0, 1, 2, 4), (0, 1, 4))  # FC CC TU R; FC CC R
+    assert resolve_training("mohler", preset="plain").recipe.stage1.contrast == 0
+    named = resolve_training("mohler", overrides=parse_cfg(["stage1.contrast_top=[R, FC]"])).recipe.stage1
+    assert (named.contrast_top, named.contrast_bottom) == ((4, 0), (0, 1, 4))
+    with pytest.raises(TrainError, match="no concept 'fc'.*FC, CC"):
+        resolve_training("mohler", overrides=parse_cfg(["stage1.contrast_bottom=[fc]"]))
+    assert resolve_training("asap2").recipe.stage1.contrast_top == ()  # essays without a reference: none marked
+
+
+def test_a_rubric_that_marks_no_concept_trains_without_examples_across_questions_and_says_so(
+        tmp_path: Path, backbone: str) -> None:
+    from rubrictool.data import split_items
+    from rubrictool.train import train_model
+    from rubrictool.train.run import CONTRAST_OFF
+
+    rb = load_rubric("mohler")
+    unmarked = rb.model_copy(update={"concepts": [c.model_copy(update={"reference_is_top": False,
+                                                                        "off_topic_is_bottom": False})
+                                                  for c in rb.concepts]})
+    df = mohler_like_table(60)
+    over = {"model": {"max_len": 32, "backbone": backbone},
+            "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu", "encoder": "train"}, "joint": {"epochs": 1},
+            "stage2": {"epochs": 3}}
+    split = split_items(df, seed=0)
+    marked = train_model(rb, df, split, tmp_path / "marked", overrides=over)
+    bare = train_model(unmarked, df, split, tmp_path / "bare", overrides=over)
+    assert CONTRAST_OFF in bare.notes and CONTRAST_OFF not in marked.notes
+    p_marked, p_bare = (pd.read_csv(tmp_path / n / "test_predictions.csv") for n in ("marked", "bare"))
+    assert not np.allclose(p_marked["FC_p1"], p_bare["FC_p1"])  # the marked rubric's examples reached the heads
+
+
+def test_a_graders_rubric_marks_set_its_examples_across_questions() -> None:
+    from reccbm import Concept, Grader, Rubric
+
+    rubric = Rubric((Concept("EV", reference_is_top=True, off_topic_is_bottom=True), Concept("MC")), levels=(0, 2),
+                    grades=(0, 3))
+    assert Grader(rubric)._overrides()["stage1"] == {"contrast_top": [0], "contrast_bottom": [0]}
+    assert "stage1" not in Grader(rubric, recipe="plain")._overrides()  # no contrast in that recipe
+    named = Grader(rubric, overrides={"stage1": {"contrast_top": ["MC"]}})._overrides()["stage1"]
+    assert named == {"contrast_top": [1], "contrast_bottom": [0]}

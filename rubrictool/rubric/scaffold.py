@@ -54,6 +54,8 @@ _SCAFFOLD_CONCEPT = """\
     name: >-
       TODO: name of {key}
     group: null          # optional cluster, e.g. "Correctness and coverage"
+    reference_is_top: false     # true: the reference answer is at the top level of {key} (e.g. correctness)
+    off_topic_is_bottom: false  # true: an answer written for another question is at the bottom level of {key}
     definition: >-
       TODO: the extent to which the answer ... (what {key} measures, in one sentence).
     levels:              # contiguous, ascending; one anchor descriptor per level

@@ -64,6 +64,10 @@ class Concept(_Strict):
     group: str | None = None
     levels: list[Level] = Field(min_length=2)
     examples: list[Example] = Field(default_factory=list)
+    # What holds of this concept on every question (the trainer's examples across questions, stage1.contrast):
+    # the reference answer is at its top level; an answer written for another question is at its bottom level.
+    reference_is_top: bool = False
+    off_topic_is_bottom: bool = False
 
     @model_validator(mode="after")
     def _levels_contiguous(self) -> Concept:

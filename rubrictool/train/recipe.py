@@ -19,7 +19,8 @@ import yaml
 import reccbm
 from reccbm import JointConfig, ModelConfig, StageIConfig, StageIIConfig
 from reccbm.config import config_from_dict, variant_flags, variant_name
-from reccbm.recipes import PRESETS
+from reccbm.errors import ReccbmError
+from reccbm.recipes import PRESETS, contrast_concepts
 from rubrictool.errors import TrainError
 from rubrictool.rubric import Rubric, load_rubric
 
@@ -240,6 +241,11 @@ def resolve_training(
     if plm:  # the black box trains its encoder in one stage: no joint stage, and its config says so
         cfgs["joint"]["epochs"] = 0
     cfgs["model"] |= {"num_concepts": rb.K, "num_levels": rb.M + 1, "num_grades": rb.S + 1}
+    try:  # examples across questions: the concepts --cfg/--config names, or the rubric's marks
+        cfgs["stage1"] = contrast_concepts(cfgs["stage1"], rb.keys, [c.reference_is_top for c in rb.concepts],
+                                           [c.off_topic_is_bottom for c in rb.concepts])
+    except ReccbmError as exc:
+        raise TrainError(str(exc), hint="name the rubric's concept keys, e.g. --cfg 'stage1.contrast_top=[FC]'") from None
     try:
         mcfg = config_from_dict(ModelConfig, cfgs["model"])
         recipe = recipe_from(cfgs, mcfg)

@@ -93,6 +93,9 @@ class TrainResult:
 SOFT_TARGETS_OFF = ("soft concept targets off: the table keeps no reviewers' levels (votes_<KEY> columns, which "
                     "`rubrictool adjudicate` writes), so the concept heads trained on the adjudicated levels alone")
 
+CONTRAST_OFF = ("examples across questions off: the rubric marks no concept reference_is_top or off_topic_is_bottom, so "
+                "Stage I learnt from the course's own answers alone (docs/your-course.md#what-holds-on-every-question)")
+
 
 def _encode(
     df: pd.DataFrame, rubric: Rubric, tokenizer: Any, max_len: int, concepts: bool, truncated: list[int] | None = None
@@ -345,6 +348,9 @@ def _train_into(spec: RunSpec, progress: ProgressFn | None) -> TrainResult:
         notes = list(spec.notes)
         if rs.recipe.stage1.soft_targets and not rs.plm and sets["train"].soft is None:
             notes.append(SOFT_TARGETS_OFF)
+        s1 = rs.recipe.stage1
+        if s1.contrast > 0 and not rs.plm and not (s1.contrast_top or s1.contrast_bottom):
+            notes.append(CONTRAST_OFF)
         if (why := rs.recipe.calibration_skipped(len(sets["dev"]))) is not None:
             notes.append(f"level calibration (stage2.calibrate) not applied: {why}")
         if cut:  # long essays: say how many lost text, in the run (notes) and to the user now
