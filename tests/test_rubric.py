@@ -408,3 +408,22 @@ def test_any_mangled_rubric_loads_or_fails_with_one_located_line(edits: list[tup
         assert rubric_errors(text, F)[0] in msg
     else:
         assert rubric_errors(text, F) == []
+
+
+def test_lint_asks_for_the_cross_question_marks_where_items_have_a_reference() -> None:
+    marked = load_rubric("mohler")
+    assert "no-cross-question-marks" not in _codes(marked)
+    bare = marked.model_copy(update={"concepts": [c.model_copy(update={"reference_is_top": False,
+                                                                        "off_topic_is_bottom": False})
+                                                  for c in marked.concepts]})
+    assert "no-cross-question-marks" in _codes(bare)
+    assert "no-cross-question-marks" not in _codes(load_rubric("asap2"))  # essays: no reference answer to mark
+
+
+def test_the_cross_question_marks_load_and_a_wrong_value_names_the_field() -> None:
+    rb = load_rubric("mohler")
+    assert [c.key for c in rb.concepts if c.reference_is_top] == ["FC", "CC", "TU", "R"]
+    assert [c.key for c in rb.concepts if c.off_topic_is_bottom] == ["FC", "CC", "R"]
+    text = mohler_text().replace("reference_is_top: true", "reference_is_top: often", 1)
+    with pytest.raises(RubricError, match=r"concepts\.0\.reference_is_top"):
+        parse_rubric(text)

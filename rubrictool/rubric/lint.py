@@ -73,6 +73,8 @@ def lint_rubric(rubric: Rubric, similarity: float = 0.5) -> list[LintWarning]:
       the levels apart), or on two concepts (check they really mean the same thing).
     * ``no-examples`` / ``level-without-example``: reviewers anchor on examples.
     * ``placeholder``: TODO text left from ``rubrictool rubric new``.
+    * ``no-cross-question-marks``: the items have a reference answer, but no concept says what holds of it on every
+      question (``reference_is_top`` / ``off_topic_is_bottom``), so the trainer's examples across questions are off.
     """
     warns: list[LintWarning] = []
     concepts = rubric.concepts
@@ -126,6 +128,13 @@ def lint_rubric(rubric: Rubric, similarity: float = 0.5) -> list[LintWarning]:
                 code="placeholder", where=f"concepts.{c.key}",
                 message=f"{c.key} still holds TODO placeholder text from `rubrictool rubric new`",
             ))
+    if "reference" in rubric.fields and not any(c.reference_is_top or c.off_topic_is_bottom for c in concepts):
+        warns.append(LintWarning(
+            code="no-cross-question-marks", where="concepts",
+            message="no concept is marked reference_is_top or off_topic_is_bottom; mark those where the reference "
+            "answer is always at the top level (or another question's answer at the bottom), so that training learns "
+            "from them (docs/your-course.md#what-holds-on-every-question)",
+        ))
     for attr in ("title", "description"):
         if "TODO" in getattr(rubric, attr):
             warns.append(LintWarning(code="placeholder", where=attr, message=f"{attr} still holds TODO text"))
