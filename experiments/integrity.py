@@ -4,6 +4,7 @@ Two parts, each resumable, results in benchmarks/results/integrity/ (committed):
 
     .venv/bin/python experiments/integrity.py annotator [--n-base 2]
     .venv/bin/python experiments/integrity.py grader --run default=RUN_DIR --run plm=RUN_DIR
+    .venv/bin/python experiments/integrity.py compare NEW OLD       # two kept audits: the paired shift differences
 
 annotator: every attack of rubrictool/annotate/injections.yaml applied to a few weak Mohler answers
 (grade <= 2, distinct questions, seed 0), annotated by a real local model -- Qwen2.5-Coder-1.5B-Instruct
@@ -258,7 +259,15 @@ def main() -> None:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--batch-size", type=int, default=32)
     g.add_argument("--force", action="store_true")
+    c = sub.add_parser("compare", help="two kept audits (grader-NAME folders) on the same answers: NEW − OLD, paired")
+    c.add_argument("runs", nargs=2, metavar="NAME")
     args = ap.parse_args()
+    if args.part == "compare":
+        missing = [r for r in args.runs if not (RESULTS / f"grader-{r}" / "audit_items.csv").exists()]
+        if missing:
+            sys.exit(f"no {RESULTS}/grader-{missing[0]}/audit_items.csv; keep the audit there first")
+        print("\n".join(paired_shift_ci(args.runs)))
+        return
     run_annotator(args) if args.part == "annotator" else run_grader(args)
 
 
