@@ -8,7 +8,8 @@
 # 1. the main job in fp32 and grading its test answers (benchmarks/gpu_smoke.py), alone on the GPU: the timings;
 #    the script stops here if it fails (a device bug found costs no more GPU time);
 # 2. the same main job in bf16 autocast, alone: its timings, and its metrics against step 1's (same split and seed);
-# 3. a candidate recipe (GPU_RUN_CONFIG, default experiments/configs/default-contrast.yaml) on five folds (random, or
+# 3. a candidate recipe (GPU_RUN_CONFIG, default experiments/configs/default-contrast.yaml, the default's recipe since
+#    2026-11-27) on five folds (random, or
 #    GPU_RUN_BY=question), five workers sharing the GPU (benchmarks/folds.py --jobs 5), alone, stopped at DEADLINE_S
 #    less the time step 4 needs;
 # 4. the candidate's main job in fp32, alone (its timing as the default it would be), if time is left.
