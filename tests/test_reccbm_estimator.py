@@ -62,6 +62,7 @@ def test_the_training_guides_grader_script_trains_predicts_saves_and_loads(
     np.testing.assert_allclose(loaded.predict_proba(*texts), grader.predict_proba(*texts), atol=1e-6)
     assert loaded.rubric == grader.rubric and loaded.recipe == "default"
     assert grader.recipe_.model.head == "level" and grader.recipe_.joint.epochs > 0  # the recommended recipe
+    assert grader.recipe_.stage1.contrast > 0 and grader.recipe_.stage1.contrast_top == (0,)  # EV's mark
     assert loaded.recipe_.joint == grader.recipe_.joint and loaded.history_["steps"] == grader.history_["steps"]
     assert out.getvalue().count("\n") >= 3  # it printed the grades, the levels and the loaded probabilities
 
