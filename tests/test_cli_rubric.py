@@ -36,6 +36,14 @@ def test_rubric_show_prints_every_concept_and_anchor() -> None:
             assert lv.anchor in res.output
 
 
+def test_rubric_show_says_what_holds_on_every_question() -> None:
+    res = runner.invoke(app, ["rubric", "show", "mohler"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    assert res.output.count("reference: top") == 4 and res.output.count("off-topic: bottom") == 3  # FC CC TU R; FC CC R
+    plain = runner.invoke(app, ["rubric", "show", "asap2"], env={"COLUMNS": "400"}).output
+    assert "reference: top" not in plain and "off-topic" not in plain  # essays: nothing marked
+
+
 def test_rubric_show_unknown_is_one_line_error() -> None:
     res = runner.invoke(app, ["rubric", "show", "nope"])
     assert res.exit_code == 1

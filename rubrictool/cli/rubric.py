@@ -37,8 +37,10 @@ def rubric_table(rubric: Rubric) -> Table:
         table.add_column(str(v), ratio=1)
     for c in rubric.concepts:
         group = f"\n[dim]{shown(c.group)}[/]" if c.group else ""
+        holds = [t for t, on in (("reference: top", c.reference_is_top), ("off-topic: bottom", c.off_topic_is_bottom)) if on]
+        marks = f"\n[dim]{' · '.join(holds)}[/]" if holds else ""  # what holds on every question
         table.add_row(
-            f"[bold]{shown(c.key)}[/] {shown(c.name)}{group}", shown(c.definition),
+            f"[bold]{shown(c.key)}[/] {shown(c.name)}{group}{marks}", shown(c.definition),
             *(shown(lv.anchor) + (f" [dim]({lv.points:g} pts)[/]" if lv.points is not None else "") for lv in c.levels),
         )
     return table
