@@ -254,6 +254,9 @@ def test_a_rubric_that_marks_no_concept_trains_without_examples_across_questions
     marked = train_model(rb, df, split, tmp_path / "marked", overrides=over)
     bare = train_model(unmarked, df, split, tmp_path / "bare", overrides=over)
     assert CONTRAST_OFF in bare.notes and CONTRAST_OFF not in marked.notes
+    no_reference = unmarked.model_copy(update={"fields": {k: v for k, v in rb.fields.items() if k != "reference"}})
+    essays = train_model(no_reference, df, split, tmp_path / "essays", overrides=over)
+    assert CONTRAST_OFF not in essays.notes  # nothing to mark without a reference answer: no advice to mark it
     p_marked, p_bare = (pd.read_csv(tmp_path / n / "test_predictions.csv") for n in ("marked", "bare"))
     assert not np.allclose(p_marked["FC_p1"], p_bare["FC_p1"])  # the marked rubric's examples reached the heads
 

@@ -349,7 +349,7 @@ def _train_into(spec: RunSpec, progress: ProgressFn | None) -> TrainResult:
         if rs.recipe.stage1.soft_targets and not rs.plm and sets["train"].soft is None:
             notes.append(SOFT_TARGETS_OFF)
         s1 = rs.recipe.stage1
-        if s1.contrast > 0 and not rs.plm and not (s1.contrast_top or s1.contrast_bottom):
+        if s1.contrast > 0 and not rs.plm and not (s1.contrast_top or s1.contrast_bottom) and "reference" in rb.fields:
             notes.append(CONTRAST_OFF)
         if (why := rs.recipe.calibration_skipped(len(sets["dev"]))) is not None:
             notes.append(f"level calibration (stage2.calibrate) not applied: {why}")
