@@ -6,6 +6,7 @@ one thread. The ratio is what a fold's encoder stages cost more (Stage II and th
 
     .venv/bin/python experiments/reader_cost.py --steps 20
     .venv/bin/python experiments/reader_cost.py --steps 20 --contrast   # the default against default-contrast
+    .venv/bin/python experiments/reader_cost.py --steps 20 --contrast --per-batch 1   # one example of each kind
 
 With ``--contrast`` both models compare answer and reference (the default); the second also adds the examples across
 questions of experiments/configs/default-contrast.yaml to its Stage I loss (``stage1.contrast``).
@@ -27,6 +28,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--contrast", action="store_true", help="the default against the default with stage1.contrast")
+    ap.add_argument("--per-batch", type=int, default=2, help="with --contrast: examples of each kind per batch")
     ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
     a = ap.parse_args()
 
@@ -48,7 +50,7 @@ def main() -> None:
     tok = reccbm.load_tokenizer(reccbm.default_backbone())
     items = reccbm.EncodedItems(model_inputs(tok, df, 128), df[[f"_c_{k}" for k in rb.keys]].to_numpy(np.int64))
     models = {}
-    contrast = {"contrast": 0.5, "contrast_top": (0, 1, 2, 4), "contrast_bottom": (0, 1, 4), "contrast_per_batch": 2}
+    contrast = {"contrast": 0.5, "contrast_top": (0, 1, 2, 4), "contrast_bottom": (0, 1, 4), "contrast_per_batch": a.per_batch}
     for second in (False, True):
         torch.manual_seed(0)
         cfg = ModelConfig(num_concepts=len(rb.keys), num_levels=3, num_grades=6, align=second or a.contrast)
@@ -69,7 +71,7 @@ def main() -> None:
             opt.zero_grad(set_to_none=True)
             seconds[align].append(time.perf_counter() - t0)
     name = "contrast" if a.contrast else "align"
-    out: dict[str, float | int] = {"steps": a.steps, "default_s_per_step": float(np.median(seconds[False])),
+    out: dict[str, float | int] = {"steps": a.steps, "per_batch": a.per_batch, "default_s_per_step": float(np.median(seconds[False])),
                                    f"{name}_s_per_step": float(np.median(seconds[True]))}
     out["ratio"] = out[f"{name}_s_per_step"] / out["default_s_per_step"]
     print(json.dumps(out, indent=1))
