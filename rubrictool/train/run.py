@@ -93,8 +93,9 @@ class TrainResult:
 SOFT_TARGETS_OFF = ("soft concept targets off: the table keeps no reviewers' levels (votes_<KEY> columns, which "
                     "`rubrictool adjudicate` writes), so the concept heads trained on the adjudicated levels alone")
 
-CONTRAST_OFF = ("examples across questions off: the rubric marks no concept reference_is_top or off_topic_is_bottom, so "
-                "Stage I learnt from the course's own answers alone (docs/your-course.md#what-holds-on-every-question)")
+CONTRAST_OFF = ("examples across questions off: no concept is marked reference_is_top or off_topic_is_bottom in the "
+                "rubric (or named in stage1.contrast_top/bottom), so Stage I learnt from the course's own answers alone "
+                "(docs/your-course.md#what-holds-on-every-question)")
 
 
 def _encode(
