@@ -34,8 +34,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
     a = ap.parse_args()
+    if not 0 <= a.fold < a.folds:
+        ap.error(f"--fold {a.fold}: the folds are 0..{a.folds - 1}")
 
+    from reccbm.errors import ReccbmError
+    from rubrictool.cli._common import ProgressView, err_console
     from rubrictool.data import kfold_splits
+    from rubrictool.errors import RubrictoolError
     from rubrictool.pipeline import benchmark_table
     from rubrictool.tables import LLM_PASSES_NOTE
     from rubrictool.train import train_model
@@ -45,13 +50,16 @@ def main() -> None:
     if (run / "metrics.json").is_file():
         print(f"{run}: done")
         return
-    rubric, table, agreement = benchmark_table("mohler", a.data_dir)  # with the passes' levels (soft targets)
-    splits = kfold_splits(table, k=a.folds, seed=0, by=a.by)  # benchmarks/folds.py's folds
-    over = load_train_config(a.config) if a.config else {}
-    train_model(rubric, table, splits[a.fold], run, agreement=agreement, notes=[LLM_PASSES_NOTE], overrides=over,
-                first_seed=a.seed)
+    try:
+        over = load_train_config(a.config) if a.config else {}
+        rubric, table, agreement = benchmark_table("mohler", a.data_dir)  # with the passes' levels (soft targets)
+        splits = kfold_splits(table, k=a.folds, seed=0, by=a.by)  # benchmarks/folds.py's folds
+        with ProgressView(err_console) as view:  # the training stages' bars, as `rubrictool train` shows them
+            train_model(rubric, table, splits[a.fold], run, agreement=agreement, notes=[LLM_PASSES_NOTE],
+                        overrides=over, first_seed=a.seed, progress=view)
+    except (RubrictoolError, ReccbmError) as e:
+        raise SystemExit(f"error: {e}") from None
     print(f"{run}: written")
-
 
 if __name__ == "__main__":
     main()
