@@ -147,3 +147,31 @@ def test_centered_prior_mean_is_the_training_label_mean(backbone: str) -> None:
     train_grader(model, p, c, y, p, y, StageIIConfig(epochs=1))
     assert model.lcec is not None
     torch.testing.assert_close(model.lcec.mu0, c.float().mean(0) / 2)
+
+
+def test_the_fused_optimizer_is_the_loop_s_update_and_can_be_turned_off(backbone: str) -> None:
+    """AdamW as one fused kernel (stage1.fused_optimizer, on by default) makes the per-tensor loop's update to
+    rounding, on every parameter group (decay, no decay, the queries' and the alignment weights' rates); off, the loop."""
+    from reccbm.train import _optimizer
+
+    grads: list[torch.Tensor] = []
+    start: list[torch.Tensor] = []
+    after: dict[bool, list[torch.Tensor]] = {}
+    for fused in (True, False):
+        torch.manual_seed(0)
+        model, _ = tiny_model(backbone)
+        params = [p for p in model.stage1_parameters() if p.requires_grad]
+        if not grads:
+            g = torch.Generator().manual_seed(1)
+            grads = [torch.randn(p.shape, generator=g) for p in params]
+            start = _snapshot(params)
+        opt = _optimizer(model, StageIConfig(fused_optimizer=fused))
+        assert bool(opt.defaults.get("fused")) is fused
+        assert len(opt.param_groups) >= 3  # decay, no decay, the queries
+        for _ in range(3):
+            for p, gr in zip(params, grads):
+                p.grad = gr.clone()
+            opt.step()
+        after[fused] = _snapshot(params)
+    assert all(not torch.equal(a, b) for a, b in zip(start, after[True]))  # every parameter moved
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(after[True], after[False]))
