@@ -165,15 +165,16 @@ def _optimizer(model: Model, cfg: StageIConfig, stage: str = "stage1", joint: Jo
         param_groups.append({"params": groups["align"], "weight_decay": 0.0, "lr": lr * cfg.align_lr_multiplier})
     if stage == "joint" and joint is not None:
         param_groups.append({"params": model.stage2_parameters(), "weight_decay": 0.0, "lr": joint.head_lr})
-    return torch.optim.AdamW(param_groups, lr=lr, **_adamw_kernel(param_groups, cfg.fused_optimizer))
+    return torch.optim.AdamW(param_groups, lr=lr, fused=_fused(param_groups, cfg.fused_optimizer))
 
 
-def _adamw_kernel(param_groups: list[dict[str, Any]], fused: bool) -> dict[str, bool]:
-    """AdamW's ``fused`` argument: the one-kernel update where asked and every parameter is a floating-point tensor on
-    the CPU or a CUDA GPU (the devices whose fused kernel this torch has); else torch's default (the per-tensor loop)."""
+def _fused(param_groups: list[dict[str, Any]], fused: bool) -> bool | None:
+    """AdamW's ``fused`` argument: True (the one-kernel update) where asked and every parameter is a floating-point
+    tensor on the CPU or a CUDA GPU (the devices whose fused kernel this torch has); else None (torch's default, the
+    per-tensor loop)."""
     params = [p for g in param_groups for p in g["params"]]
     ok = fused and bool(params) and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
-    return {"fused": True} if ok else {}
+    return True if ok else None
 
 
 def _freeze(model: Model, stage: str, frozen_encoder: bool = False) -> None:

@@ -175,3 +175,7 @@ def test_the_fused_optimizer_is_the_loop_s_update_and_can_be_turned_off(backbone
         after[fused] = _snapshot(params)
     assert all(not torch.equal(a, b) for a, b in zip(start, after[True]))  # every parameter moved
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(after[True], after[False]))
+    from reccbm.train import _fused
+
+    elsewhere = torch.nn.Parameter(torch.zeros(2, device="meta"))  # a device without the fused kernel: the loop
+    assert _fused([{"params": [elsewhere]}], True) is None and _fused([{"params": params}], True) is True
