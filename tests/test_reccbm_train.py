@@ -152,7 +152,7 @@ def test_centered_prior_mean_is_the_training_label_mean(backbone: str) -> None:
 def test_the_fused_optimizer_is_the_loop_s_update_and_can_be_turned_off(backbone: str) -> None:
     """AdamW as one fused kernel (stage1.fused_optimizer, on by default) makes the per-tensor loop's update to
     rounding, on every parameter group (decay, no decay, the queries' and the alignment weights' rates); off, the loop."""
-    from reccbm.train import _optimizer
+    from reccbm.train import _fused, _optimizer
 
     grads: list[torch.Tensor] = []
     start: list[torch.Tensor] = []
@@ -175,7 +175,5 @@ def test_the_fused_optimizer_is_the_loop_s_update_and_can_be_turned_off(backbone
         after[fused] = _snapshot(params)
     assert all(not torch.equal(a, b) for a, b in zip(start, after[True]))  # every parameter moved
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(after[True], after[False]))
-    from reccbm.train import _fused
-
     elsewhere = torch.nn.Parameter(torch.zeros(2, device="meta"))  # a device without the fused kernel: the loop
     assert _fused([{"params": [elsewhere]}], True) is None and _fused([{"params": params}], True) is True
