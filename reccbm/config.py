@@ -142,6 +142,14 @@ class StageIConfig:
     contrast_top: tuple[int, ...] = ()
     contrast_bottom: tuple[int, ...] = ()
     contrast_per_batch: int = 2  # at most this many inputs of each kind per batch (each costs an encoder pass)
+    # Keeping the pretrained reading (not in the paper; for answers to questions the encoder never trained on). The
+    # encoder's input embeddings (word, position and token-type) stay pretrained in every encoder stage when
+    # freeze_embeddings is on: a word a new question uses but the training questions did not keeps the meaning it was
+    # pretrained with beside the words that moved, and a step skips the embeddings' gradient and update (half of
+    # MiniLM's weights). layer_decay < 1 trains the encoder's lower layers more gently: layer l of L (1 = the lowest) at
+    # lr × layer_decay^(L + 1 − l), the embeddings at lr × layer_decay^(L + 1), everything above the layers at lr.
+    freeze_embeddings: bool = False
+    layer_decay: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "contrast_top", tuple(int(k) for k in self.contrast_top))  # a YAML list
@@ -156,6 +164,8 @@ class StageIConfig:
             raise ValueError(f"min_steps is >= 0, got {self.min_steps}")
         if not 0.0 <= self.soft_targets <= 1.0:
             raise ValueError(f"soft_targets is a weight in [0, 1], got {self.soft_targets}")
+        if not 0.0 < self.layer_decay <= 1.0:
+            raise ValueError(f"layer_decay is in (0, 1], got {self.layer_decay}")
         if self.frozen_below < 0 or self.frozen_lr < 0:
             raise ValueError(f"frozen_below and frozen_lr are >= 0, got {self.frozen_below} and {self.frozen_lr}")
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 from typing import Any
 
 from torch import Tensor, nn
 
 from reccbm.errors import ReccbmError
 
-__all__ = ["TextEncoder", "default_backbone", "masked_mean"]
+__all__ = ["TextEncoder", "default_backbone", "masked_mean", "parameter_depths"]
 
 
 def default_backbone() -> str:
@@ -84,6 +85,37 @@ def _encoder_part(full: nn.Module) -> nn.Module:
         encoder: nn.Module = full.get_encoder()  # type: ignore[operator]
         return encoder
     return full
+
+
+# A transformer layer's index in a parameter's name: BERT/MiniLM "encoder.layer.3.", BART "layers.3.", GPT-2 "h.3.",
+# T5 "block.3.".
+_LAYER = re.compile(r"(?:^|\.)(?:layer|layers|h|block)\.(\d+)\.")
+
+
+def parameter_depths(encoder: nn.Module) -> tuple[dict[int, int], int]:
+    """Each parameter's depth in the encoder (by ``id``) and its number of transformer layers L: 0 for the input
+    embeddings (the top-level part that holds ``get_input_embeddings()`` — BERT's ``embeddings``, with positions and
+    token types — and any top-level part named like an embedding), l for the l-th layer from the bottom (1..L), L + 1
+    for what sits above the layers (a final norm, a pooler). Raises ReccbmError where no layer is found."""
+    module = encoder.module if isinstance(encoder, TextEncoder) else encoder
+    get = getattr(module, "get_input_embeddings", None)
+    words = get() if callable(get) else None
+    embedding_parts = {name for name, child in module.named_children()
+                       if "embed" in name or name in ("wte", "wpe")
+                       or (words is not None and any(m is words for m in child.modules()))}
+    layers: dict[int, int] = {}
+    for name, p in module.named_parameters():
+        hit = _LAYER.search(name)
+        if hit:
+            layers[id(p)] = int(hit.group(1)) + 1
+    if not layers:
+        raise ReccbmError(f"cannot tell the layers of backbone {type(module).__name__} apart: no parameter name has "
+                          "'layer.N', 'layers.N', 'h.N' or 'block.N' (stage1.layer_decay and "
+                          "stage1.freeze_embeddings need them); leave both at their defaults")
+    top = max(layers.values()) + 1
+    depths = {id(p): 0 if name.split(".")[0] in embedding_parts else layers.get(id(p), top)
+              for name, p in module.named_parameters()}
+    return depths, top - 1
 
 
 def masked_mean(H: Tensor, mask: Tensor) -> Tensor:

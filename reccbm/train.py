@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from reccbm.config import JointConfig, StageIConfig, StageIIConfig
 from reccbm.contrast import contrast_batch, contrast_loss
 from reccbm.data import EncodedItems
+from reccbm.encoder import parameter_depths
 from reccbm.errors import ReccbmError
 from reccbm.inference import (
     Predictions,
@@ -150,19 +151,24 @@ def _optimizer(model: Model, cfg: StageIConfig, stage: str = "stage1", joint: Jo
     if stage != "joint" and cfg.encoder == "frozen" and cfg.frozen_lr > 0:
         lr = cfg.frozen_lr  # only heads train
     align = set(map(id, model.align.parameters())) if isinstance(model, RecCBM) and model.align is not None else set()
-    groups: dict[str, list[nn.Parameter]] = {"decay": [], "no_decay": [], "query": [], "align": []}
+    # layer_decay < 1: an encoder parameter `below` depths under the top (reccbm.encoder.parameter_depths) trains at
+    # its group's rate × layer_decay^below; everything else at its group's rate (below = 0)
+    depths, L = parameter_depths(model.encoder) if cfg.layer_decay < 1.0 else ({}, 0)
+    groups: dict[tuple[str, int], list[nn.Parameter]] = {}
     for p in model.stage1_parameters():
-        if not p.requires_grad:  # a frozen encoder (_freeze): not even weight decay touches it
+        if not p.requires_grad:  # a frozen encoder or its embeddings (_freeze): not even weight decay touches them
             continue
-        key = "query" if p is q else "align" if id(p) in align else ("decay" if p.ndim >= 2 else "no_decay")
-        groups[key].append(p)
-    param_groups: list[dict[str, Any]] = [
-        {"params": groups["decay"], "weight_decay": cfg.weight_decay},
-        {"params": groups["no_decay"], "weight_decay": 0.0},
-        {"params": groups["query"], "weight_decay": 0.0, "lr": lr * cfg.query_lr_multiplier},
-    ]
-    if groups["align"]:  # ModelConfig.align: weights that start at 0 over a dozen features
-        param_groups.append({"params": groups["align"], "weight_decay": 0.0, "lr": lr * cfg.align_lr_multiplier})
+        kind = "query" if p is q else "align" if id(p) in align else ("decay" if p.ndim >= 2 else "no_decay")
+        below = L + 1 - depths[id(p)] if id(p) in depths else 0
+        groups.setdefault((kind, below), []).append(p)
+    rates = {"decay": lr, "no_decay": lr, "query": lr * cfg.query_lr_multiplier, "align": lr * cfg.align_lr_multiplier}
+    decays = {"decay": cfg.weight_decay, "no_decay": 0.0, "query": 0.0, "align": 0.0}
+    # align: ModelConfig.align's weights, which start at 0 over a dozen features
+    param_groups: list[dict[str, Any]] = [{"params": groups.get((kind, 0), []), "weight_decay": decays[kind],
+                                           "lr": rates[kind]} for kind in ("decay", "no_decay", "query", "align")
+                                          if kind != "align" or groups.get((kind, 0))]
+    param_groups += [{"params": params, "weight_decay": decays[kind], "lr": rates[kind] * cfg.layer_decay ** below}
+                     for (kind, below), params in sorted(groups.items()) if below > 0]
     if stage == "joint" and joint is not None:
         param_groups.append({"params": model.stage2_parameters(), "weight_decay": 0.0, "lr": joint.head_lr})
     return torch.optim.AdamW(param_groups, lr=lr, fused=_fused(param_groups, cfg.fused_optimizer))
@@ -177,12 +183,21 @@ def _fused(param_groups: list[dict[str, Any]], fused: bool) -> bool | None:
     return True if ok else None
 
 
-def _freeze(model: Model, stage: str, frozen_encoder: bool = False) -> None:
+def _freeze(model: Model, stage: str, frozen_encoder: bool = False, frozen_embeddings: bool = False) -> None:
     """requires_grad only on the parameters the stage trains (Algorithm 1: freeze after Stage I); with
-    ``frozen_encoder`` never on the encoder's (StageIConfig.encoder = "frozen")."""
+    ``frozen_encoder`` never on the encoder's (StageIConfig.encoder = "frozen"), with ``frozen_embeddings`` never on its
+    input embeddings' (StageIConfig.freeze_embeddings)."""
     params = {"stage1": model.stage1_parameters, "stage2": model.stage2_parameters, "joint": model.joint_parameters}
-    encoder = set(map(id, model.encoder.parameters())) if frozen_encoder else set()
-    train_only(model, [p for p in params[stage]() if id(p) not in encoder])
+    if frozen_encoder:
+        keep = set(map(id, model.encoder.parameters()))
+    elif frozen_embeddings:
+        keep = {i for i, depth in parameter_depths(model.encoder)[0].items() if depth == 0}
+        if not keep:
+            raise ReccbmError("stage1.freeze_embeddings: the backbone has no part named like its input embeddings; "
+                              "use stage1.freeze_embeddings=false")
+    else:
+        keep = set()
+    train_only(model, [p for p in params[stage]() if id(p) not in keep])
 
 
 def _n_steps(n_items: int, batch: int, cap: int, epochs: int = 1, min_steps: int = 0) -> int:
@@ -258,7 +273,7 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
     cfg = cfg.resolved(len(train) + len(dev))
     frozen = cfg.encoder == "frozen"
     train_stage = "joint" if stage == "joint" else "stage1"
-    _freeze(model, train_stage, frozen)
+    _freeze(model, train_stage, frozen, cfg.freeze_embeddings)
     acc = _accelerator(cfg)
     # The model goes to the accelerator's device here, every stage: Accelerator.prepare returns a model it prepared
     # before (an earlier stage) as it is, without placing it, and the previous stage left it on the CPU.

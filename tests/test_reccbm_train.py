@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -177,3 +178,46 @@ def test_the_fused_optimizer_is_the_loop_s_update_and_can_be_turned_off(backbone
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(after[True], after[False]))
     elsewhere = torch.nn.Parameter(torch.zeros(2, device="meta"))  # a device without the fused kernel: the loop
     assert _fused([{"params": [elsewhere]}], True) is None and _fused([{"params": params}], True) is True
+
+
+def test_the_embeddings_stay_pretrained_when_asked_and_the_layers_train(backbone: str) -> None:
+    """stage1.freeze_embeddings: an encoder stage moves the transformer layers and not the input embeddings (word,
+    position, token type and their norm), and the optimiser does not hold them; off (the default), they move too."""
+    from reccbm.encoder import parameter_depths
+
+    for freeze in (True, False):
+        torch.manual_seed(0)
+        model, tok = tiny_model(backbone)
+        train, dev = encoded(tok, toy_table(24, seed=1)), encoded(tok, toy_table(8, seed=2))
+        depths, L = parameter_depths(model.encoder)
+        assert L == model.encoder.hf_config.num_hidden_layers
+        embeddings = [p for p in model.encoder.parameters() if depths[id(p)] == 0]
+        layers = [p for p in model.encoder.parameters() if 1 <= depths[id(p)] <= L]
+        assert len(embeddings) == 5 and layers  # word, position, token type, LayerNorm weight and bias
+        e0, l0 = _snapshot(embeddings), _snapshot(layers)
+        train_concepts(model, train, dev, dataclasses.replace(FAST1, freeze_embeddings=freeze),
+                       tok.pad_token_id)
+        assert any(_changed(e0, embeddings)) is not freeze
+        assert sum(_changed(l0, layers)) > len(layers) // 2
+
+
+def test_layer_decay_gives_each_depth_its_rate(backbone: str) -> None:
+    """stage1.layer_decay: layer l of L at lr × decay^(L + 1 − l), the embeddings at lr × decay^(L + 1), the heads
+    (queries at their multiplier) and what sits above the layers at their own rate; 1 keeps the three groups."""
+    from reccbm.encoder import parameter_depths
+    from reccbm.train import _optimizer
+
+    model, _ = tiny_model(backbone)
+    depths, L = parameter_depths(model.encoder)
+    cfg = StageIConfig(lr=1e-3, layer_decay=0.5, query_lr_multiplier=2.0)
+    rate = {id(p): g["lr"] for g in _optimizer(model, cfg).param_groups for p in g["params"]}
+    assert len(rate) == len(model.stage1_parameters())  # every parameter once
+    for p in model.encoder.parameters():
+        assert rate[id(p)] == pytest.approx(1e-3 * 0.5 ** (L + 1 - depths[id(p)]))
+    assert rate[id(model.bottleneck.Q)] == pytest.approx(2e-3)
+    assert rate[id(model.bottleneck.V)] == pytest.approx(1e-3)
+    assert len(_optimizer(model, StageIConfig(lr=1e-3)).param_groups) == 3
+    with pytest.raises(ValueError, match="layer_decay"):
+        StageIConfig(layer_decay=0.0)
+    with pytest.raises(ReccbmError, match="cannot tell the layers"):
+        parameter_depths(torch.nn.Sequential(torch.nn.Embedding(3, 2), torch.nn.Linear(2, 2)))
