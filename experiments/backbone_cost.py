@@ -39,12 +39,16 @@ def main() -> None:
     from reccbm.config import ModelConfig, StageIConfig
     from reccbm.data import collate
     from reccbm.train import _optimizer, _stage1_loss
+    from rubrictool.errors import RubrictoolError
     from rubrictool.grade import model_inputs
     from rubrictool.pipeline import benchmark_table
     from rubrictool.train import prepare_table
 
     torch.set_num_threads(1)
-    rb, table, _ = benchmark_table("mohler", a.data_dir)
+    try:
+        rb, table, _ = benchmark_table("mohler", a.data_dir)
+    except RubrictoolError as exc:  # no data folder: one line, no traceback
+        raise SystemExit(f"error: {exc}") from None
     df = prepare_table(table, rb).sample(n=8 * a.steps, random_state=0)
     levels = df[[f"_c_{k}" for k in rb.keys]].to_numpy(np.int64)
     names = {"minilm": reccbm.default_backbone(), "other": a.backbone}

@@ -54,12 +54,16 @@ def main() -> None:
     from reccbm.config import ModelConfig, StageIConfig
     from reccbm.data import collate
     from reccbm.train import _freeze, _optimizer, _stage1_loss
+    from rubrictool.errors import RubrictoolError
     from rubrictool.grade import model_inputs
     from rubrictool.pipeline import benchmark_table
     from rubrictool.train import prepare_table
 
     torch.set_num_threads(1)
-    rb, table, _ = benchmark_table("mohler", a.data_dir)
+    try:
+        rb, table, _ = benchmark_table("mohler", a.data_dir)
+    except RubrictoolError as exc:  # no data folder: one line, no traceback
+        raise SystemExit(f"error: {exc}") from None
     df = prepare_table(table, rb).sample(n=8 * a.steps, random_state=0)
     tok = reccbm.load_tokenizer(reccbm.default_backbone())
     items = reccbm.EncodedItems(model_inputs(tok, df, 128), df[[f"_c_{k}" for k in rb.keys]].to_numpy(np.int64))
@@ -72,9 +76,9 @@ def main() -> None:
         if m.align is not None:
             m.align.set_sep(separator_id(tok))
         if changes:  # both with the examples across questions; the second with the changes
-            s1 = StageIConfig(concept_loss="mean", **contrast, **(changes if second else {}))  # type: ignore[arg-type]
+            s1 = StageIConfig(concept_loss="mean", **contrast, **(changes if second else {}))
         else:
-            s1 = StageIConfig(concept_loss="mean", **(contrast if second and a.contrast else {}))  # type: ignore[arg-type]
+            s1 = StageIConfig(concept_loss="mean", **(contrast if second and a.contrast else {}))
         _freeze(m, "stage1", False, s1.freeze_embeddings)
         models[second] = (m, _optimizer(m, s1), _stage1_loss(s1))
     seconds: dict[bool, list[float]] = {False: [], True: []}

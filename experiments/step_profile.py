@@ -38,12 +38,16 @@ def main() -> None:
     from reccbm.data import collate
     from reccbm.recipes import recipe
     from reccbm.train import _optimizer, _stage1_loss
+    from rubrictool.errors import RubrictoolError
     from rubrictool.grade import model_inputs
     from rubrictool.pipeline import benchmark_table
     from rubrictool.train import prepare_table
 
     torch.set_num_threads(a.threads)
-    rb, table, _ = benchmark_table("mohler", a.data_dir)
+    try:
+        rb, table, _ = benchmark_table("mohler", a.data_dir)
+    except RubrictoolError as exc:  # no data folder: one line, no traceback
+        raise SystemExit(f"error: {exc}") from None
     n = 8 * (a.steps + 2)
     df = prepare_table(table, rb).sample(n=n, random_state=0)
     tok = reccbm.load_tokenizer(reccbm.default_backbone())
