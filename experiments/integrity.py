@@ -233,6 +233,8 @@ def paired_shift_ci(runs: list[str], resamples: int = 2000) -> list[str]:
     if not all(p.exists() for p in paths):
         return []
     a, b = (pd.read_csv(p, keep_default_na=False) for p in paths)
+    if set(a["id"]) != set(b["id"]):  # e.g. a random and a question-grouped fold: nothing to pair
+        return ["", f"{runs[0]} and {runs[1]} audited different test answers: no paired difference."]
     rng = np.random.default_rng(0)
     head = f"Paired difference of the mean grade shift, {runs[0]} − {runs[1]} (95 % bootstrap CI over answers, {resamples} resamples):"
     out = ["", head, "", "| transformation | difference | 95 % CI |", "|---|---:|---|"]

@@ -8,6 +8,7 @@ one thread. The ratio is what a fold's encoder stages cost more (Stage II and th
     .venv/bin/python experiments/reader_cost.py --steps 20 --contrast   # the default against default-contrast
     .venv/bin/python experiments/reader_cost.py --steps 20 --contrast --per-batch 1   # one example of each kind
     .venv/bin/python experiments/reader_cost.py --steps 20 --stage1 freeze_embeddings=true   # today's default against it
+    .venv/bin/python experiments/reader_cost.py --steps 20 --model rubric_input=12           # the rubric in the input
 
 With ``--contrast`` both models compare answer and reference (the default); the second also adds the examples across
 questions of experiments/configs/default-contrast.yaml to its Stage I loss (``stage1.contrast``). With ``--stage1``
@@ -22,6 +23,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -34,17 +36,22 @@ def main() -> None:
     ap.add_argument("--stage1", action="append", default=[], metavar="FIELD=VALUE",
                     help="the default (with the examples across questions) against it with these Stage I fields, e.g. "
                          "freeze_embeddings=true (repeatable; implies --contrast)")
+    ap.add_argument("--model", action="append", default=[], metavar="FIELD=VALUE",
+                    help="as --stage1, for model fields, e.g. rubric_input=12 (the Mohler rubric's texts)")
+    ap.add_argument("--json", help="also write the result here")
     ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
     a = ap.parse_args()
     import yaml
 
-    changes = {}
-    for item in a.stage1:
-        field, sep, value = item.partition("=")
-        if not sep:
-            ap.error(f"--stage1 {item!r}: write FIELD=VALUE, e.g. freeze_embeddings=true")
-        changes[field] = yaml.safe_load(value)
-    a.contrast = a.contrast or bool(changes)
+    changes: dict[str, object] = {}
+    model_changes: dict[str, object] = {}
+    for option, items, into in (("--stage1", a.stage1, changes), ("--model", a.model, model_changes)):
+        for item in items:
+            field, sep, value = item.partition("=")
+            if not sep:
+                ap.error(f"{option} {item!r}: write FIELD=VALUE, e.g. freeze_embeddings=true")
+            into[field] = yaml.safe_load(value)
+    a.contrast = a.contrast or bool(changes) or bool(model_changes)
 
     import numpy as np
     import torch
@@ -53,11 +60,12 @@ def main() -> None:
     from reccbm.align import separator_id
     from reccbm.config import ModelConfig, StageIConfig
     from reccbm.data import collate
+    from reccbm.fit import rubric_tokens
     from reccbm.train import _freeze, _optimizer, _stage1_loss
     from rubrictool.errors import RubrictoolError
     from rubrictool.grade import model_inputs
     from rubrictool.pipeline import benchmark_table
-    from rubrictool.train import prepare_table
+    from rubrictool.train import concept_texts, prepare_table
 
     torch.set_num_threads(1)
     try:
@@ -71,11 +79,15 @@ def main() -> None:
     contrast = {"contrast": 0.5, "contrast_top": (0, 1, 2, 4), "contrast_bottom": (0, 1, 4), "contrast_per_batch": a.per_batch}
     for second in (False, True):
         torch.manual_seed(0)
-        cfg = ModelConfig(num_concepts=len(rb.keys), num_levels=3, num_grades=6, align=second or a.contrast)
+        extra = dict(model_changes) if second else {}
+        if int(extra.get("rubric_input", 0) or 0) > 0:  # type: ignore[call-overload]
+            ids, spans = rubric_tokens(tok, concept_texts(rb), int(extra["rubric_input"]))  # type: ignore[call-overload]
+            extra |= {"rubric_ids": ids, "rubric_spans": spans}
+        cfg = ModelConfig(num_concepts=len(rb.keys), num_levels=3, num_grades=6, align=second or a.contrast, **extra)  # type: ignore[arg-type]
         m = reccbm.RecCBM(cfg, reccbm.TextEncoder.from_pretrained(reccbm.default_backbone()))
         if m.align is not None:
             m.align.set_sep(separator_id(tok))
-        if changes:  # both with the examples across questions; the second with the changes
+        if changes or model_changes:  # both with the examples across questions; the second with the changes
             s1 = StageIConfig(concept_loss="mean", **contrast, **(changes if second else {}))
         else:
             s1 = StageIConfig(concept_loss="mean", **(contrast if second and a.contrast else {}))
@@ -92,11 +104,13 @@ def main() -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
             seconds[align].append(time.perf_counter() - t0)
-    name = "changed" if changes else "contrast" if a.contrast else "align"
-    out: dict[str, object] = {"steps": a.steps, "per_batch": a.per_batch, "changes": changes, "default_s_per_step": float(np.median(seconds[False])),
+    name = "changed" if changes or model_changes else "contrast" if a.contrast else "align"
+    out: dict[str, object] = {"steps": a.steps, "per_batch": a.per_batch, "changes": {"stage1": changes, "model": model_changes}, "default_s_per_step": float(np.median(seconds[False])),
                                    f"{name}_s_per_step": float(np.median(seconds[True]))}
     out["ratio"] = float(np.median(seconds[True])) / float(np.median(seconds[False]))
     print(json.dumps(out, indent=1))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -63,8 +63,23 @@ class ModelConfig:
     # the reference answer (soft token alignment of their token states, token overlap, and the alignment of the tokens
     # RACE attends to), reccbm/align.py; their weights start at 0. False: V_k h_k alone (Eq. 11).
     align: bool = False
+    # Not in the paper. Rubric-conditioned reading: > 0 puts each concept's text (name, definition, level anchors; at
+    # most this many tokens of it) in the encoder's input, after [CLS] and before the question, one span per concept,
+    # in one pass for all concepts; concept k's span states, having read the answer and the reference, go through one
+    # classifier shared by every concept (R, zero at start) beside V_k h_k. 0: the text alone (Eq. 7). The token ids
+    # and spans are the run's (rubric_ids, rubric_spans: K + 1 boundaries into rubric_ids), set when training starts
+    # and kept in the checkpoint.
+    rubric_input: int = 0
+    rubric_ids: tuple[int, ...] = ()
+    rubric_spans: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "rubric_ids", tuple(int(i) for i in self.rubric_ids))  # a JSON list
+        object.__setattr__(self, "rubric_spans", tuple(int(i) for i in self.rubric_spans))
+        if self.rubric_input < 0:
+            raise ValueError(f"rubric_input is a number of tokens >= 0, got {self.rubric_input}")
+        if self.rubric_ids and len(self.rubric_spans) != self.num_concepts + 1:
+            raise ValueError(f"rubric_spans has K + 1 = {self.num_concepts + 1} boundaries, got {len(self.rubric_spans)}")
         _choice("grade head", self.head, ("scalar", "level"))
         _choice("query init", self.query_init, ("orthogonal", "rubric"))
 

@@ -146,7 +146,7 @@ def attention_diagnostics(model: Model, items: EncodedItems, pad_id: int, batch_
     for start in range(0, len(items), batch_size):
         idx = np.arange(start, min(start + batch_size, len(items)))
         batch = {k: v.to(device) for k, v in collate(items, idx, pad_id).items()}
-        H = model.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # (B, T, d)
+        H = model.token_states(batch)  # (B, T, d)
         _, alpha = model.bottleneck(H, batch["attention_mask"])
         assert alpha is not None
         mask = batch["attention_mask"].float()  # (B, T)

@@ -185,7 +185,18 @@ def _concept_model(train: EncodedItems, dev: EncodedItems, r: Recipe, tokenizer:
     """A fresh model through Stage I, a Stage II head (when ``head`` or the joint stage starts from one) and the joint
     stage: (model, Stage I, Stage II, joint). ``states``: a frozen encoder's token states for train and dev."""
     pad = tokenizer.pad_token_id
-    model = RecCBM(r.model, _new_encoder(r.model, r.stage1.seed))
+    cfg = r.model
+    if cfg.rubric_input > 0 and not cfg.rubric_ids:  # the rubric in the encoder's input: its tokens, once per run
+        if texts is None:
+            raise ReccbmError("model.rubric_input needs the rubric's concept texts")
+        ids, spans = rubric_tokens(tokenizer, texts, cfg.rubric_input)
+        cfg = replace(cfg, rubric_ids=ids, rubric_spans=spans)
+    encoder = _new_encoder(cfg, r.stage1.seed)
+    positions = int(getattr(encoder.hf_config, "max_position_embeddings", 0) or 0)
+    if cfg.rubric_ids and positions and len(cfg.rubric_ids) + cfg.max_len > positions:
+        raise ReccbmError(f"model.rubric_input: {len(cfg.rubric_ids)} rubric tokens + max_len {cfg.max_len} exceed the "
+                          f"backbone's {positions} positions; lower model.rubric_input or --max-len")
+    model = RecCBM(cfg, encoder)
     if model.align is not None:  # the alignment features find the reference and the answer by the separator
         model.align.set_sep(separator_id(tokenizer))
     if r.model.race and r.model.query_init == "rubric":
@@ -265,7 +276,9 @@ def fit(
         recipe = replace(recipe, stage1=replace(recipe.stage1, soft_targets=0.0))
     encoder = recipe.stage1.encoder
     device = _device(recipe)
-    states = _frozen_states(train, dev, recipe, pad) if encoder == "frozen" and recipe.stage1.cache_states else None
+    # (the rubric in the input is read with every input: no states to cache)
+    states = (_frozen_states(train, dev, recipe, pad)
+              if encoder == "frozen" and recipe.stage1.cache_states and not recipe.model.rubric_input else None)
     states_seconds = time.perf_counter() - t0 if states else 0.0
     if recipe.model.plm:  # the baseline: one fine-tuning stage
         plm = PLM(recipe.model, _new_encoder(recipe.model, recipe.stage1.seed))
@@ -350,6 +363,19 @@ def _check_labels(train: EncodedItems, dev: EncodedItems, cfg: ModelConfig) -> N
                                   f"{cfg.num_concepts} concepts")
             check_labels(items.concepts, 0, cfg.M, [f"concept {k}" for k in range(items.concepts.shape[1])],
                          where=name)
+
+
+def rubric_tokens(tokenizer: Any, texts: list[str], n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The rubric's tokens for ModelConfig.rubric_input: each concept's text (at most ``n`` of its tokens) followed by
+    the separator, in rubric order, and the K + 1 boundaries of the concepts' spans (each span ends with its
+    separator)."""
+    sep = separator_id(tokenizer)
+    ids: list[int] = []
+    bounds = [0]
+    for text in texts:
+        ids += list(tokenizer(text, add_special_tokens=False)["input_ids"][:n]) + [sep]
+        bounds.append(len(ids))
+    return tuple(ids), tuple(bounds)
 
 
 def _frozen_states(train: EncodedItems, dev: EncodedItems, r: Recipe, pad: int) -> _States:

@@ -234,6 +234,9 @@ class RecCBM(nn.Module):
     ŷ_y = b_y + Σ_k (W_{y,k} μ_post,k + Σ_m U_{y,k,m} p̂_{k,m}); concept k's contribution is its bracket.
     """
 
+    rubric_prefix: Tensor | None  # (R,) buffers of ModelConfig.rubric_input
+    rubric_span: Tensor  # (K, R)
+
     def __init__(self, config: ModelConfig, encoder: TextEncoder) -> None:
         super().__init__()
         if config.plm:
@@ -247,15 +250,30 @@ class RecCBM(nn.Module):
         # question-independent comparison of answer and reference beside V_k h_k (not in the paper; reccbm/align.py)
         self.align = AlignFeatures(K, config.num_levels) if config.align else None
         self.lcec = LatentCorrection(K, config.eps) if config.lcec else None
+        # rubric-conditioned reading (not in the paper; ModelConfig.rubric_input): the rubric's token ids that go in
+        # the encoder's input after [CLS], the (K, R) mean over each concept's span (its separator left out), and the
+        # one classifier every concept's span read goes through, zero at start
+        self.rubric_head: nn.Linear | None = None
+        self.register_buffer("rubric_prefix", None)
+        if config.rubric_ids:
+            b = config.rubric_spans
+            span = torch.zeros(K, len(config.rubric_ids))
+            for k in range(K):
+                span[k, b[k]:max(b[k] + 1, b[k + 1] - 1)] = 1.0
+            self.register_buffer("rubric_prefix", torch.tensor(config.rubric_ids, dtype=torch.long), persistent=False)
+            self.register_buffer("rubric_span", span / span.sum(1, keepdim=True), persistent=False)
+            self.rubric_head = nn.Linear(d, config.num_levels, bias=False)
+            nn.init.zeros_(self.rubric_head.weight)
         self.W = nn.Linear(K, config.num_grades)  # (S+1, K) task classifier W with bias (Eq. 22)
         # (S+1, K, M+1) level weights U of the "level" head, zero at init (= the scalar head)
         self.U = nn.Parameter(torch.zeros(config.num_grades, K, config.num_levels)) if config.head == "level" else None
 
     # Parameter groups of Algorithm 1.
     def stage1_parameters(self) -> list[nn.Parameter]:
-        """(E, Q, {V_k}) (and the alignment weights A, G)."""
+        """(E, Q, {V_k}) (and the alignment weights A, G, the rubric reader's shared classifier)."""
         align = list(self.align.parameters()) if self.align is not None else []
-        return list(self.encoder.parameters()) + list(self.bottleneck.parameters()) + align
+        rubric = list(self.rubric_head.parameters()) if self.rubric_head is not None else []
+        return list(self.encoder.parameters()) + list(self.bottleneck.parameters()) + align + rubric
 
     def stage2_parameters(self) -> list[nn.Parameter]:
         """(L, η, W); only W without LCEC."""
@@ -267,15 +285,41 @@ class RecCBM(nn.Module):
         return self.stage1_parameters() + self.stage2_parameters()
 
     def token_states(self, batch: dict[str, Tensor]) -> Tensor:
-        """H = E(x) (B, T, d), see :func:`token_states`."""
-        return token_states(self.encoder, batch)
+        """H = E(x) (B, T, d) of the input's own tokens, see :func:`token_states` and :meth:`read`."""
+        return self.read(batch)[0]
+
+    def read(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
+        """H (B, T, d) and, with the rubric in the input (ModelConfig.rubric_input), each concept's span read (B, K, d).
+
+        The encoder reads [CLS] rubric x[1:] — the R rubric tokens after [CLS] — so every token of the answer and the
+        reference attends to the concepts' texts and each concept's text to them; H keeps the input's own positions
+        (the rubric's states cut out), so RACE, the alignment and explanations see what they see without it."""
+        if self.rubric_prefix is None:
+            return token_states(self.encoder, batch), None
+        if "states" in batch:
+            raise ReccbmError("model.rubric_input reads the rubric with each input: it cannot use a frozen encoder's "
+                              "cached states; use stage1.cache_states=false or stage1.encoder=train")
+        ids, mask, types = batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")
+        B, R = ids.shape[0], self.rubric_prefix.numel()
+        pre = self.rubric_prefix.to(ids.device).unsqueeze(0).expand(B, R)  # (B, R)
+
+        def around(x: Tensor, fill: Tensor) -> Tensor:
+            return torch.cat([x[:, :1], fill.to(x.dtype), x[:, 1:]], 1)  # (B, R + T)
+
+        H2 = self.encoder(around(ids, pre), around(mask, torch.ones_like(pre)),
+                          around(types, torch.zeros_like(pre)) if types is not None else None)  # (B, R + T, d)
+        H = torch.cat([H2[:, :1], H2[:, 1 + R:]], 1)  # (B, T, d)
+        r = torch.einsum("kr,brd->bkd", self.rubric_span.to(H2.dtype), H2[:, 1:1 + R])  # (B, K, d)
+        return H, r
 
     def concepts(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
         """Stage I forward: concept logits (B, K, M+1) and RACE attention."""
-        H = self.token_states(batch)  # (B, T, d)
+        H, r = self.read(batch)  # (B, T, d), (B, K, d) or None
         logits, alpha = self.bottleneck(H, batch["attention_mask"])  # V_k h_k + b_k (Eq. 11)
         if self.align is not None:  # + G_k [f; Σ_t α_{k,t} a2r_t]: answer against reference (reccbm/align.py)
             logits = logits + self.align(H, batch["input_ids"], batch["attention_mask"], alpha).to(logits.dtype)
+        if self.rubric_head is not None and r is not None:  # + R r_k: concept k's own text, read with the answer
+            logits = logits + self.rubric_head(r).to(logits.dtype)
         return logits, alpha
 
     def grade_from_concepts(self, p_hat: Tensor, observed: Tensor | None = None) -> RecCBMOutput:

@@ -280,7 +280,7 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
     model.to(acc.device)
     if not frozen:
         states = None  # a trained encoder's states change every step
-    elif states is None and cfg.cache_states:
+    elif states is None and cfg.cache_states and getattr(model, "rubric_prefix", None) is None:
         states = (encoder_states(model.encoder, train, pad_id, cfg.eval_batch_size, precision=cfg.mixed_precision),
                   encoder_states(model.encoder, dev, pad_id, cfg.eval_batch_size, precision=cfg.mixed_precision))
     dev_states = states[1] if states is not None else None

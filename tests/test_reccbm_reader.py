@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+import reccbm
 from reccbm import EncodedItems, encode_inputs, train_concepts
 from reccbm.align import N_FEATURES, segment_masks, separator_id
 from reccbm.config import StageIConfig, config_from_dict
@@ -270,3 +271,65 @@ def test_a_graders_rubric_marks_set_its_examples_across_questions() -> None:
     assert "stage1" not in Grader(rubric, recipe="plain")._overrides()  # no contrast in that recipe
     named = Grader(rubric, overrides={"stage1": {"contrast_top": ["MC"]}})._overrides()["stage1"]
     assert named == {"contrast_top": [1], "contrast_bottom": [0]}
+
+
+def _rubric_recipe(backbone: str, n: int, encoder: str = "train") -> reccbm.Recipe:
+    mcfg = reccbm.ModelConfig(num_concepts=3, num_levels=3, num_grades=4, backbone=backbone, max_len=32,
+                              rubric_input=n)
+    return reccbm.Recipe(mcfg, replace(FAST1, encoder=encoder), reccbm.JointConfig(epochs=1),
+                         reccbm.StageIIConfig(epochs=2)).seeded(0)
+
+
+TEXTS = ["Correctness. The answer is accurate. Incorrect. Correct.", "Coverage. All key ideas. Missing. Complete.",
+         "Fluency. Reads well. Hard to read. Fluent."]
+
+
+def test_the_rubric_in_the_input_is_read_with_the_answer_and_kept_with_the_model(backbone: str, tmp_path: Path) -> None:
+    """model.rubric_input: each concept's text (at most n tokens) goes in the encoder's input after [CLS], one span per
+    concept; H keeps the input's own positions; the shared classifier trains from zero; another rubric text gives
+    other concept outputs for the same answer; a checkpoint restores the rubric and the predictions."""
+    from reccbm.fit import rubric_tokens
+
+    _, tok = tiny_model(backbone)
+    ids, spans = rubric_tokens(tok, TEXTS, 4)
+    sep = separator_id(tok)
+    assert len(spans) == 4 and spans[0] == 0 and spans[-1] == len(ids)
+    assert [ids[b - 1] for b in spans[1:]] == [sep] * 3  # each span ends with the separator
+    assert all(1 < spans[k + 1] - spans[k] <= 5 for k in range(3))  # at most 4 tokens of each text
+    train, dev = encoded(tok, toy_table(24, seed=1)), encoded(tok, toy_table(8, seed=2))
+    model = reccbm.fit(train, dev, _rubric_recipe(backbone, 4), tok, concept_texts=TEXTS).model
+    assert isinstance(model, reccbm.RecCBM) and model.rubric_head is not None
+    assert model.config.rubric_ids == ids and model.config.rubric_spans == spans
+    assert float(model.rubric_head.weight.detach().abs().sum()) > 0  # trained from zero
+    model.eval()
+    batch = collate(dev, list(range(len(dev))), tok.pad_token_id)
+    with torch.no_grad():
+        H, r = model.read(batch)
+        assert H.shape[:2] == batch["input_ids"].shape and r is not None and r.shape == (len(dev), 3, H.shape[-1])
+        logits = model.concepts(batch)[0]
+        other = reccbm.RecCBM(replace(model.config, rubric_ids=rubric_tokens(tok, TEXTS[::-1], 4)[0],
+                                      rubric_spans=rubric_tokens(tok, TEXTS[::-1], 4)[1]), model.encoder)
+        other.load_state_dict(model.state_dict())
+        other.eval()
+        assert not torch.allclose(other.concepts(batch)[0], logits, atol=1e-4)  # the rubric is read, not ignored
+    reccbm.save_checkpoint(model, tok, tmp_path / "run", "joint", 0)
+    back, _, _ = reccbm.load_checkpoint(tmp_path / "run")
+    assert isinstance(back, reccbm.RecCBM) and back.config.rubric_ids == ids
+    back.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(back.concepts(batch)[0], logits)
+
+
+def test_the_rubric_in_the_input_trains_a_frozen_encoder_without_cached_states_and_says_when_it_does_not_fit(
+        backbone: str) -> None:
+    """A frozen encoder reads the rubric with every input (no states to cache); a rubric longer than the backbone's
+    positions with max_len, or no concept texts, end in one clear error."""
+    _, tok = tiny_model(backbone)
+    train, dev = encoded(tok, toy_table(24, seed=1)), encoded(tok, toy_table(8, seed=2))
+    fitted = reccbm.fit(train, dev, _rubric_recipe(backbone, 3, encoder="frozen"), tok, concept_texts=TEXTS)
+    assert isinstance(fitted.model, reccbm.RecCBM) and fitted.model.rubric_head is not None
+    with pytest.raises(reccbm.ReccbmError, match="concept texts"):
+        reccbm.fit(train, dev, _rubric_recipe(backbone, 3), tok)
+    positions = reccbm.TextEncoder.from_pretrained(backbone).hf_config.max_position_embeddings
+    with pytest.raises(reccbm.ReccbmError, match="positions"):
+        reccbm.fit(train, dev, _rubric_recipe(backbone, positions), tok, concept_texts=[" ".join(["word"] * positions)] * 3)
