@@ -143,7 +143,8 @@ def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group:
 
 
 def _optimizer(model: Model, cfg: StageIConfig, stage: str = "stage1", joint: JointConfig | None = None) -> torch.optim.Optimizer:
-    """AdamW over (E, Q, {V_k}) — or (E, head) — with decay on matrices only, Q at lr × multiplier.
+    """AdamW over (E, Q, {V_k}) — or (E, head) — with decay on matrices only, Q at lr × multiplier, the encoder's
+    lower layers at lower rates with StageIConfig.layer_decay < 1; parameters that do not train (_freeze) left out.
 
     stage="joint": the same groups at joint.lr, plus (L, η, W, U) at joint.head_lr without decay."""
     q = model.bottleneck.Q if isinstance(model, RecCBM) else None
