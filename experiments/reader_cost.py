@@ -52,13 +52,20 @@ def main() -> None:
                 ap.error(f"{option} {item!r}: write FIELD=VALUE, e.g. freeze_embeddings=true")
             into[field] = yaml.safe_load(value)
     a.contrast = a.contrast or bool(changes) or bool(model_changes)
+    from dataclasses import fields
+
+    from reccbm.config import ModelConfig, StageIConfig
+
+    for option, given, cls in (("--stage1", changes, StageIConfig), ("--model", model_changes, ModelConfig)):
+        unknown = sorted(set(given) - {f.name for f in fields(cls)})
+        if unknown:
+            ap.error(f"{option}: unknown field(s) {unknown}; see docs/training.md for the fields")
 
     import numpy as np
     import torch
 
     import reccbm
     from reccbm.align import separator_id
-    from reccbm.config import ModelConfig, StageIConfig
     from reccbm.data import collate
     from reccbm.fit import rubric_tokens
     from reccbm.train import _freeze, _optimizer, _stage1_loss
@@ -87,10 +94,11 @@ def main() -> None:
         m = reccbm.RecCBM(cfg, reccbm.TextEncoder.from_pretrained(reccbm.default_backbone()))
         if m.align is not None:
             m.align.set_sep(separator_id(tok))
-        if changes or model_changes:  # both with the examples across questions; the second with the changes
-            s1 = StageIConfig(concept_loss="mean", **contrast, **(changes if second else {}))
-        else:
-            s1 = StageIConfig(concept_loss="mean", **(contrast if second and a.contrast else {}))
+        # --stage1/--model: both with the examples across questions, the second with the changes; --contrast: the
+        # second with the examples
+        both = bool(changes or model_changes)
+        s1 = StageIConfig(concept_loss="mean", **(contrast if both or (second and a.contrast) else {}),
+                          **(changes if second else {}))
         _freeze(m, "stage1", False, s1.freeze_embeddings)
         models[second] = (m, _optimizer(m, s1), _stage1_loss(s1))
     seconds: dict[bool, list[float]] = {False: [], True: []}
