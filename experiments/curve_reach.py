@@ -48,16 +48,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
 
+    from rubrictool.provenance import git_revision
     from rubrictool.report.curve import plot_curve
     from rubrictool.report.curve_reading import read_curve
 
-    frames, settings = [], []
+    frames, settings, revisions = [], [], []
     for d in a.curves:
         if not (d / "curve.csv").is_file():
             print(f"error: {d}: no curve.csv; give a `rubrictool learning-curve --out` folder", file=sys.stderr)
             return 2
         frames.append(pd.read_csv(d / "curve.csv", dtype={"size": str}))
-        settings.append(json.loads((d / "curve.json").read_text()).get("settings", {}))
+        made = json.loads((d / "curve.json").read_text())
+        settings.append(made.get("settings", {}))
+        revisions.append(made.get("git_revision"))
     cells = pd.concat(frames, ignore_index=True)
     if "all" in set(cells["size"]):
         print("error: the curves already hold an 'all' cell; drop --all-from", file=sys.stderr)
@@ -85,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     cells.to_csv(a.out / "curve.csv", index=False)
     (a.out / "curve.json").write_text(json.dumps({
         "curves": [str(d) for d in a.curves], "all_from": f"{a.all_from} fold {folds[0]}", "reading": reading,
+        "cells_git_revisions": revisions, "git_revision": git_revision(),
         "notes": ["Concept labels: three LLM annotation passes' majority, NOT expert-validated."]}, indent=2,
         default=str) + "\n")
     plot_curve(cells, a.out / "curve.png", reach={variants[0]: reading["reach"]},
