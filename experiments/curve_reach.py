@@ -82,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['majority_t_acc']:.4f} against {cells['majority_t_acc'].iloc[0]:.4f}); give the benchmark of the "
               "curve's folds", file=sys.stderr)
         return 2
+    from rubrictool.errors import RubrictoolError
+    from rubrictool.outputs import check_output
+
+    try:  # the one --out rule: never an input, never files this script did not write
+        check_output(a.out, [*a.curves, a.all_from], "folder", writes=("curve.csv", "curve.json", "curve.png"),
+                     own=lambda f: f.name == "curve.json" and "all_from" in f.read_text())
+    except RubrictoolError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     cells = pd.concat([cells, pd.DataFrame([row])], ignore_index=True)
     reading = read_curve(cells)[variants[0]]
     a.out.mkdir(parents=True, exist_ok=True)

@@ -79,6 +79,11 @@ def test_curve_reach_reads_the_all_cell_from_a_kept_benchmark_fold_and_refuses_a
     assert reading["reach"]["size"] == "10" and reading["reach"]["target"] == pytest.approx(0.63)
     assert 5 < reading["reach"]["n_estimate"] <= 10 and (tmp_path / "out" / "curve.png").stat().st_size > 0
 
+    assert _curve_reach([str(curve), "--all-from", str(kept), "--out", str(curve)]) == 2  # over its own input
+    assert "all" not in set(pd.read_csv(curve / "curve.csv", dtype={"size": str})["size"])
+    capsys.readouterr()
+    assert _curve_reach([str(curve), "--all-from", str(kept), "--out", str(tmp_path / "out")]) == 0  # its own output again
+
     pooled.assign(grade_true=[5] * 10 + [5] * 14 + [3] * 6).to_csv(kept / "pooled_predictions.csv", index=False)
     assert _curve_reach([str(curve), "--all-from", str(kept), "--out", str(tmp_path / "other")]) == 2
     assert "not the curve's" in capsys.readouterr().err and not (tmp_path / "other").exists()
