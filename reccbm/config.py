@@ -165,6 +165,11 @@ class StageIConfig:
     # lr × layer_decay^(L + 1 − l), the embeddings at lr × layer_decay^(L + 1), everything above the layers at lr.
     freeze_embeddings: bool = False
     layer_decay: float = 1.0
+    # Fine-tune only the encoder's top n transformer layers (not in the paper; 0 = all of them). The embeddings and the
+    # layers below stay pretrained, so their output is computed once per input, like a frozen encoder's states (with
+    # cache_states), and each step runs and trains the top n layers alone: the way to afford a backbone larger than
+    # MiniLM on a CPU (--backbone; docs/training.md). Applies when the encoder trains ("train", or "auto" deciding so).
+    train_top_layers: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "contrast_top", tuple(int(k) for k in self.contrast_top))  # a YAML list
@@ -181,6 +186,8 @@ class StageIConfig:
             raise ValueError(f"soft_targets is a weight in [0, 1], got {self.soft_targets}")
         if not 0.0 < self.layer_decay <= 1.0:
             raise ValueError(f"layer_decay is in (0, 1], got {self.layer_decay}")
+        if self.train_top_layers < 0:
+            raise ValueError(f"train_top_layers is >= 0 (0 = all layers), got {self.train_top_layers}")
         if self.frozen_below < 0 or self.frozen_lr < 0:
             raise ValueError(f"frozen_below and frozen_lr are >= 0, got {self.frozen_below} and {self.frozen_lr}")
 

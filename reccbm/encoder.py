@@ -9,13 +9,15 @@ from __future__ import annotations
 import inspect
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from torch import Tensor, nn
 
 from reccbm.errors import ReccbmError
 
-__all__ = ["TextEncoder", "default_backbone", "masked_mean", "parameter_depths"]
+__all__ = ["TextEncoder", "default_backbone", "masked_mean", "parameter_depths", "states_layer"]
 
 
 def default_backbone() -> str:
@@ -41,6 +43,10 @@ class TextEncoder(nn.Module):
         self.hf_config = hf_config
         self.hidden_size = int(getattr(hf_config, "hidden_size", 0) or hf_config.d_model)
         self._takes_token_types = "token_type_ids" in inspect.signature(module.forward).parameters
+        # Where a cache of token states is cut (StageIConfig.train_top_layers): None = after the last layer, so the
+        # cached states are H itself; l = after the l-th transformer layer from the bottom, so :meth:`lower` gives
+        # that layer's output and :meth:`upper` runs the layers above it. H = upper(lower(x)) = forward(x).
+        self.states_layer: int | None = None
 
     @classmethod
     def from_pretrained(cls, name_or_path: str) -> TextEncoder:
@@ -77,6 +83,78 @@ class TextEncoder(nn.Module):
             kwargs["token_type_ids"] = token_type_ids
         H: Tensor = self.module(**kwargs).last_hidden_state  # (B, T, d)
         return H
+
+    def lower(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        """The states a cache keeps (B, T, d): H (Eq. 7) itself, or with ``states_layer`` = l the output of layer l."""
+        if self.states_layer is None:
+            return self.forward(input_ids, attention_mask, token_type_ids)
+        with self._layers(slice(0, self.states_layer)):
+            return self.forward(input_ids, attention_mask, token_type_ids)
+
+    def upper(self, states: Tensor, attention_mask: Tensor) -> Tensor:
+        """H (B, T, d) from cached states (:meth:`lower`): as they are, or with ``states_layer`` = l through the layers
+        above l (the embeddings skipped: the states already hold them)."""
+        if self.states_layer is None:
+            return states
+        emb_name = self._embedding_part()
+        embeddings = getattr(self.module, emb_name)
+        with self._layers(slice(self.states_layer, None)):
+            setattr(self.module, emb_name, _Given())
+            try:
+                H: Tensor = self.module(inputs_embeds=states, attention_mask=attention_mask).last_hidden_state
+            finally:
+                setattr(self.module, emb_name, embeddings)
+        return H
+
+    def eval_below(self) -> None:
+        """Dropout off in the embeddings and the layers under ``states_layer`` (they stay pretrained): an input that
+        runs them while the top layers train (an example built in the step, or with the cache off) gets what the cache
+        holds."""
+        if self.states_layer is not None:
+            getattr(self.module, self._embedding_part()).eval()
+            for layer in list(self._layer_list()[2])[: self.states_layer]:
+                layer.eval()
+
+    def n_layers(self) -> int:
+        """The backbone's number of transformer layers L."""
+        return len(self._layer_list()[2])
+
+    def _layer_list(self) -> tuple[nn.Module, str, nn.ModuleList]:
+        """(the part that holds them, its attribute, the transformer layers): BERT/MPNet/RoBERTa ``encoder.layer``."""
+        for part in self.module.modules():
+            for attr in ("layer", "layers"):
+                layers = getattr(part, attr, None)
+                if isinstance(layers, nn.ModuleList) and len(layers) > 0:
+                    return part, attr, layers
+        raise ReccbmError(f"cannot find the transformer layers of backbone {type(self.module).__name__} (no "
+                          "'layer' or 'layers' list): stage1.train_top_layers needs them; use 0 (all layers)")
+
+    def _embedding_part(self) -> str:
+        """The name of the top-level part that holds the input embeddings (BERT's ``embeddings``)."""
+        words = self.module.get_input_embeddings()  # type: ignore[operator]
+        for name, child in self.module.named_children():
+            if any(m is words for m in child.modules()):
+                return name
+        raise ReccbmError(f"backbone {type(self.module).__name__}: its input embeddings are not a part of their own; "
+                          "stage1.train_top_layers needs that; use 0 (all layers)")
+
+    @contextmanager
+    def _layers(self, part: slice) -> Iterator[None]:
+        """Only the transformer layers ``part`` run while inside (the whole list is put back afterwards)."""
+        holder, attr, layers = self._layer_list()
+        setattr(holder, attr, nn.ModuleList(list(layers)[part]))
+        try:
+            yield
+        finally:
+            setattr(holder, attr, layers)
+
+
+class _Given(nn.Module):
+    """Stands in for a backbone's embeddings while :meth:`TextEncoder.upper` runs: the given states pass through."""
+
+    def forward(self, *args: Any, inputs_embeds: Tensor | None = None, **kwargs: Any) -> Tensor:
+        assert inputs_embeds is not None
+        return inputs_embeds
 
 
 def _encoder_part(full: nn.Module) -> nn.Module:
@@ -116,6 +194,19 @@ def parameter_depths(encoder: nn.Module) -> tuple[dict[int, int], int]:
     depths = {id(p): 0 if name.split(".")[0] in embedding_parts else layers.get(id(p), top)
               for name, p in module.named_parameters()}
     return depths, top - 1
+
+
+def states_layer(encoder: nn.Module, top: int) -> int | None:
+    """Where cached states are cut when only the top ``top`` layers train (StageIConfig.train_top_layers): l = L − top,
+    or None when every layer trains (``top`` = 0)."""
+    if top == 0:
+        return None
+    if not isinstance(encoder, TextEncoder):
+        raise ReccbmError("stage1.train_top_layers needs a Hugging Face encoder (TextEncoder); use 0 (all layers)")
+    L = encoder.n_layers()
+    if top >= L:
+        raise ReccbmError(f"stage1.train_top_layers {top}: the backbone has {L} layers; use 1..{L - 1}, or 0 for all")
+    return L - top
 
 
 def masked_mean(H: Tensor, mask: Tensor) -> Tensor:

@@ -37,6 +37,7 @@ from reccbm.align import separator_id
 from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig
 from reccbm.data import EncodedItems, check_labels
 from reccbm.device import resolve_device
+from reccbm.encoder import states_layer
 from reccbm.errors import ReccbmError
 from reccbm.inference import States, cache_concepts, encoder_states, predict
 from reccbm.metrics import concept_metrics, task_metrics
@@ -277,8 +278,9 @@ def fit(
     encoder = recipe.stage1.encoder
     device = _device(recipe)
     # (the rubric in the input is read with every input: no states to cache)
+    cut = encoder == "frozen" or (encoder == "train" and recipe.stage1.train_top_layers > 0)
     states = (_frozen_states(train, dev, recipe, pad)
-              if encoder == "frozen" and recipe.stage1.cache_states and not recipe.model.rubric_input else None)
+              if cut and recipe.stage1.cache_states and not recipe.model.rubric_input else None)
     states_seconds = time.perf_counter() - t0 if states else 0.0
     if recipe.model.plm:  # the baseline: one fine-tuning stage
         plm = PLM(recipe.model, _new_encoder(recipe.model, recipe.stage1.seed))
@@ -380,8 +382,11 @@ def rubric_tokens(tokenizer: Any, texts: list[str], n: int) -> tuple[tuple[int, 
 
 def _frozen_states(train: EncodedItems, dev: EncodedItems, r: Recipe, pad: int) -> _States:
     """The pretrained encoder's token states for train and dev, once: a frozen encoder is the same in every stage and
-    every model of the recipe (cross-fitting included), so they all reuse these."""
+    every model of the recipe (cross-fitting included), so they all reuse these. With ``stage1.train_top_layers`` = n
+    they are the output of the L − n layers that stay pretrained, on which the trained layers above run."""
     encoder = TextEncoder.from_pretrained(r.model.backbone or default_backbone())
+    if r.stage1.encoder == "train" and r.stage1.train_top_layers > 0:
+        encoder.states_layer = states_layer(encoder, r.stage1.train_top_layers)
     dev_, precision = _device(r), r.stage1.mixed_precision
     return _States(encoder_states(encoder, train, pad, r.stage1.eval_batch_size, dev_, precision),
                    encoder_states(encoder, dev, pad, r.stage1.eval_batch_size, dev_, precision))

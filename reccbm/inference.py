@@ -82,7 +82,8 @@ def encoder_states(encoder: nn.Module, items: EncodedItems, pad_id: int, batch_s
     """The token states H = E(x) of every input, computed once (no grad, eval mode: dropout off), float32 on the CPU:
     one (T_i, d) tensor per input, its own tokens only. A frozen encoder gives the same H every epoch, so training
     reuses these instead of running E each step (:func:`reccbm.train_concepts`, :func:`reccbm.train_joint`,
-    :func:`reccbm.train_plm`).
+    :func:`reccbm.train_plm`). With ``encoder.states_layer`` set (``stage1.train_top_layers``) the states are that
+    layer's output (:meth:`reccbm.encoder.TextEncoder.lower`), on which the trained layers above it run each step.
     ``device``: where E runs (None: where it is; it is put back afterwards); ``precision`` "bf16": autocast on a GPU."""
     was_training = encoder.training
     encoder.eval()
@@ -92,7 +93,8 @@ def encoder_states(encoder: nn.Module, items: EncodedItems, pad_id: int, batch_s
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             batch = {k: v.to(dev) for k, v in collate(items, idx, pad_id).items()}
-            H = encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # (B, T, d)
+            run = getattr(encoder, "lower", encoder)  # TextEncoder.lower: H, or a lower layer's output
+            H = run(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # (B, T, d)
             for j, i in enumerate(idx):
                 out[i] = H[j, : len(items.features[i]["input_ids"])].float().cpu().clone()  # (T_i, d)
     encoder.train(was_training)

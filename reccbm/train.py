@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from reccbm.config import JointConfig, StageIConfig, StageIIConfig
 from reccbm.contrast import contrast_batch, contrast_loss
 from reccbm.data import EncodedItems
-from reccbm.encoder import parameter_depths
+from reccbm.encoder import TextEncoder, parameter_depths, states_layer
 from reccbm.errors import ReccbmError
 from reccbm.inference import (
     Predictions,
@@ -184,13 +184,17 @@ def _fused(param_groups: list[dict[str, Any]], fused: bool) -> bool | None:
     return True if ok else None
 
 
-def _freeze(model: Model, stage: str, frozen_encoder: bool = False, frozen_embeddings: bool = False) -> None:
+def _freeze(model: Model, stage: str, frozen_encoder: bool = False, frozen_embeddings: bool = False,
+            below: int = 0) -> None:
     """requires_grad only on the parameters the stage trains (Algorithm 1: freeze after Stage I); with
     ``frozen_encoder`` never on the encoder's (StageIConfig.encoder = "frozen"), with ``frozen_embeddings`` never on its
-    input embeddings' (StageIConfig.freeze_embeddings)."""
+    input embeddings' (StageIConfig.freeze_embeddings), with ``below`` = l > 0 never on the embeddings' and layers 1..l's
+    (StageIConfig.train_top_layers)."""
     params = {"stage1": model.stage1_parameters, "stage2": model.stage2_parameters, "joint": model.joint_parameters}
     if frozen_encoder:
         keep = set(map(id, model.encoder.parameters()))
+    elif below > 0:
+        keep = {i for i, depth in parameter_depths(model.encoder)[0].items() if depth <= below}
     elif frozen_embeddings:
         keep = {i for i, depth in parameter_depths(model.encoder)[0].items() if depth == 0}
         if not keep:
@@ -274,12 +278,15 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
     cfg = cfg.resolved(len(train) + len(dev))
     frozen = cfg.encoder == "frozen"
     train_stage = "joint" if stage == "joint" else "stage1"
-    _freeze(model, train_stage, frozen, cfg.freeze_embeddings)
+    below = states_layer(model.encoder, cfg.train_top_layers) if not frozen else None
+    if isinstance(model.encoder, TextEncoder):
+        model.encoder.states_layer = below  # where cached states are cut: under the trained top layers, or at H
+    _freeze(model, train_stage, frozen, cfg.freeze_embeddings, below or 0)
     acc = _accelerator(cfg)
     # The model goes to the accelerator's device here, every stage: Accelerator.prepare returns a model it prepared
     # before (an earlier stage) as it is, without placing it, and the previous stage left it on the CPU.
     model.to(acc.device)
-    if not frozen:
+    if not frozen and below is None:
         states = None  # a trained encoder's states change every step
     elif states is None and cfg.cache_states and getattr(model, "rubric_prefix", None) is None:
         states = (encoder_states(model.encoder, train, pad_id, cfg.eval_batch_size, precision=cfg.mixed_precision),
@@ -302,8 +309,11 @@ def _train_epoch(run: _Run, loss_fn: Callable[[Any, dict[str, Tensor]], Tensor],
                  callback: Callback | None) -> float:
     """One epoch's optimiser steps (autocast, backward, clipping, step, schedule); returns the summed training loss."""
     run.pmodel.train()
+    encoder = run.acc.unwrap_model(run.pmodel).encoder
     if run.frozen:
-        run.acc.unwrap_model(run.pmodel).encoder.eval()  # dropout off: the states a cache holds
+        encoder.eval()  # dropout off: the states a cache holds
+    elif isinstance(encoder, TextEncoder):
+        encoder.eval_below()  # likewise under the trained top layers (stage1.train_top_layers)
     if callback:
         callback(Event(stage, "start", epoch, 0, run.steps_per_epoch, run.epochs))
     total = 0.0
