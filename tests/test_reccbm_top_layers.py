@@ -135,3 +135,30 @@ def test_a_frozen_encoder_ignores_top_layers(deep: str, tmp_path: Path) -> None:
     assert fitted.encoder == "frozen" and fitted.model.encoder.states_layer is None
     before = TextEncoder.from_pretrained(deep).state_dict()
     assert all(torch.equal(v, before[k]) for k, v in fitted.model.encoder.state_dict().items())
+
+
+def test_a_course_trains_its_top_layers_from_the_cli_and_a_cut_too_high_is_one_line(deep: str, tmp_path: Path) -> None:
+    """On a course that is not Mohler (stats101: three concepts on 0..2, grade 0..2, its own rubric)."""
+    import yaml
+
+    from tests.support.stats_course import stats_table, train_stats
+
+    code, output, run = train_stats(tmp_path, deep, stats_table(40), "--encoder", "train", "--cfg",
+                                    "stage1.train_top_layers=1")
+    assert code == 0, output
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["stage1"]["train_top_layers"] == 1 and config["stage1"]["encoder"] == "train"
+    pretrained = TextEncoder.from_pretrained(deep).state_dict()
+    trained = reccbm.load_checkpoint(run)[0].encoder.state_dict()
+    moved = {k.split(".layer.")[1].split(".")[0] for k in pretrained
+             if ".layer." in k and not torch.equal(pretrained[k], trained[k])}
+    assert moved == {"2"}  # the top layer of three, alone
+    assert all(torch.equal(pretrained[k], trained[k]) for k in pretrained if "embeddings" in k)
+
+    (tmp_path / "high").mkdir()
+    code, output, run = train_stats(tmp_path / "high", deep, stats_table(40), "--encoder", "train", "--cfg",
+                                    "stage1.train_top_layers=3")
+    text = " ".join(output.split())
+    assert code == 1 and "Traceback" not in output, output
+    assert "train_top_layers 3: the backbone has 3 layers; use 1..2, or 0 for all" in text
+    assert not run.exists()
