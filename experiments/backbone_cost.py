@@ -8,6 +8,10 @@ the answers itself (its inputs may be longer or shorter). The ratio is what a fo
 and the LCEC fit do not change.
 
     .venv/bin/python experiments/backbone_cost.py /path/to/all-mpnet-base-v2 --steps 8
+    .venv/bin/python experiments/backbone_cost.py /path/to/all-mpnet-base-v2 --top 2    # its top two layers alone
+
+``--top N``: the other backbone trains its top N layers only (``stage1.train_top_layers``): its step runs them on the
+lower layers' states, computed once beforehand (that one-off cost is reported apart, per answer).
 
 Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -28,6 +32,7 @@ def main() -> None:
     ap.add_argument("backbone", help="the other backbone: a local folder (or a hub name where a hub is reachable)")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--out", type=Path, default=None, help="write the figures here as JSON too")
+    ap.add_argument("--top", type=int, default=0, help="the other backbone trains its top N layers alone (0: all)")
     ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
     a = ap.parse_args()
 
@@ -38,6 +43,8 @@ def main() -> None:
     from reccbm.align import separator_id
     from reccbm.config import ModelConfig, StageIConfig
     from reccbm.data import collate
+    from reccbm.encoder import states_layer
+    from reccbm.inference import collate_states, encoder_states
     from reccbm.train import _optimizer, _stage1_loss
     from rubrictool.errors import RubrictoolError
     from rubrictool.grade import model_inputs
@@ -64,7 +71,19 @@ def main() -> None:
         m = reccbm.RecCBM(cfg, enc)
         assert m.align is not None
         m.align.set_sep(separator_id(tok))
-        runs[key] = {"model": m, "tok": tok, "items": items, "opt": _optimizer(m, StageIConfig()),
+        states, states_s = None, 0.0
+        if key == "other" and a.top:
+            enc.states_layer = states_layer(enc, a.top)
+            t1 = time.perf_counter()
+            states = encoder_states(enc, items, tok.pad_token_id, 32)
+            states_s = (time.perf_counter() - t1) / len(items)
+            from reccbm.encoder import parameter_depths
+
+            depths, _ = parameter_depths(enc)
+            for p in enc.parameters():
+                p.requires_grad_(depths[id(p)] > enc.states_layer)
+        runs[key] = {"model": m, "tok": tok, "items": items, "opt": _optimizer(m, StageIConfig()), "states": states,
+                     "states_s_per_answer": states_s,
                      "loss": _stage1_loss(StageIConfig()), "seconds": [], "load_seconds": load_s,
                      "parameters": sum(p.numel() for p in enc.parameters()),
                      "hidden": enc.hidden_size, "layers": getattr(enc.hf_config, "num_hidden_layers", None),
@@ -73,7 +92,8 @@ def main() -> None:
     for s in range(a.steps):
         for key in (order if s % 2 == 0 else order[::-1]):
             r = runs[key]
-            batch = collate(r["items"], list(range(8 * s, 8 * s + 8)), r["tok"].pad_token_id)  # type: ignore[arg-type,attr-defined]
+            batch = collate_states(r["items"], list(range(8 * s, 8 * s + 8)), r["tok"].pad_token_id,  # type: ignore[arg-type,attr-defined]
+                                   r["states"])  # type: ignore[arg-type]
             t0 = time.perf_counter()
             loss = r["loss"](r["model"], batch)  # type: ignore[operator]
             assert torch.isfinite(loss), f"{names[key]}: the loss is not finite"
@@ -90,12 +110,12 @@ def main() -> None:
             t0 = time.perf_counter()
             m(batch)  # type: ignore[operator]
             r["read_s_per_answer"] = (time.perf_counter() - t0) / len(batch["input_ids"])
-    out: dict[str, object] = {"steps": a.steps, "threads": 1, "batch": 8}
+    out: dict[str, object] = {"steps": a.steps, "threads": 1, "batch": 8, "other_top_layers": a.top}
     for key, r in runs.items():
         out[key] = {"backbone": names[key], "parameters": r["parameters"], "hidden": r["hidden"],
                     "layers": r["layers"], "mean_tokens": r["mean_tokens"], "load_seconds": r["load_seconds"],
                     "s_per_step": float(np.median(r["seconds"])),  # type: ignore[arg-type]
-                    "read_s_per_answer": r["read_s_per_answer"]}
+                    "read_s_per_answer": r["read_s_per_answer"], "states_s_per_answer": r["states_s_per_answer"]}
     o, mi = out["other"], out["minilm"]
     out["step_ratio"] = o["s_per_step"] / mi["s_per_step"]  # type: ignore[index]
     out["read_ratio"] = o["read_s_per_answer"] / mi["read_s_per_answer"]  # type: ignore[index]
