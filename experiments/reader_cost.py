@@ -9,10 +9,13 @@ one thread. The ratio is what a fold's encoder stages cost more (Stage II and th
     .venv/bin/python experiments/reader_cost.py --steps 20 --contrast --per-batch 1   # one example of each kind
     .venv/bin/python experiments/reader_cost.py --steps 20 --stage1 freeze_embeddings=true   # today's default against it
     .venv/bin/python experiments/reader_cost.py --steps 20 --model rubric_input=12           # the rubric in the input
+    .venv/bin/python experiments/reader_cost.py --steps 20 --stage1 train_top_layers=4       # the top four layers alone
 
 With ``--contrast`` both models compare answer and reference (the default); the second also adds the examples across
 questions of experiments/configs/default-contrast.yaml to its Stage I loss (``stage1.contrast``). With ``--stage1``
-both are the default's Stage I (alignment and those examples) and the second has the Stage I fields given.
+both are the default's Stage I (alignment and those examples) and the second has the Stage I fields given; with
+``train_top_layers`` its steps read the lower layers' output computed once beforehand (that one-off cost is not in the
+step, and is reported apart per answer).
 
 Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -66,8 +69,9 @@ def main() -> None:
 
     import reccbm
     from reccbm.align import separator_id
-    from reccbm.data import collate
+    from reccbm.encoder import states_layer
     from reccbm.fit import rubric_tokens
+    from reccbm.inference import collate_states, encoder_states
     from reccbm.train import _freeze, _optimizer, _stage1_loss
     from rubrictool.errors import RubrictoolError
     from rubrictool.grade import model_inputs
@@ -83,6 +87,8 @@ def main() -> None:
     tok = reccbm.load_tokenizer(reccbm.default_backbone())
     items = reccbm.EncodedItems(model_inputs(tok, df, 128), df[[f"_c_{k}" for k in rb.keys]].to_numpy(np.int64))
     models = {}
+    states: dict[bool, list[torch.Tensor] | None] = {False: None, True: None}  # train_top_layers: the lower layers' output
+    states_s = 0.0
     contrast = {"contrast": 0.5, "contrast_top": (0, 1, 2, 4), "contrast_bottom": (0, 1, 4), "contrast_per_batch": a.per_batch}
     for second in (False, True):
         torch.manual_seed(0)
@@ -99,12 +105,18 @@ def main() -> None:
         both = bool(changes or model_changes)
         s1 = StageIConfig(concept_loss="mean", **(contrast if both or (second and a.contrast) else {}),
                           **(changes if second else {}))
-        _freeze(m, "stage1", False, s1.freeze_embeddings)
+        m.encoder.states_layer = states_layer(m.encoder, s1.train_top_layers)
+        _freeze(m, "stage1", False, s1.freeze_embeddings, m.encoder.states_layer or 0)
+        m.encoder.eval_below()
+        if m.encoder.states_layer is not None:
+            t0 = time.perf_counter()
+            states[second] = encoder_states(m.encoder, items, tok.pad_token_id, 32)
+            states_s = (time.perf_counter() - t0) / len(items)
         models[second] = (m, _optimizer(m, s1), _stage1_loss(s1))
     seconds: dict[bool, list[float]] = {False: [], True: []}
     for s in range(a.steps):
-        batch = collate(items, list(range(8 * s, 8 * s + 8)), tok.pad_token_id)
         for align in ((False, True) if s % 2 == 0 else (True, False)):
+            batch = collate_states(items, list(range(8 * s, 8 * s + 8)), tok.pad_token_id, states[align])
             m, opt, loss_fn = models[align]
             t0 = time.perf_counter()
             loss = loss_fn(m, batch)
@@ -116,6 +128,8 @@ def main() -> None:
     out: dict[str, object] = {"steps": a.steps, "per_batch": a.per_batch, "changes": {"stage1": changes, "model": model_changes}, "default_s_per_step": float(np.median(seconds[False])),
                                    f"{name}_s_per_step": float(np.median(seconds[True]))}
     out["ratio"] = float(np.median(seconds[True])) / float(np.median(seconds[False]))
+    if states_s:
+        out["states_s_per_answer"] = states_s
     print(json.dumps(out, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
