@@ -12,7 +12,7 @@ import torch
 
 import reccbm
 from reccbm import JointConfig, ModelConfig, Recipe, StageIConfig, StageIIConfig, TextEncoder, load_tokenizer
-from tests.support.tiny_models import FAST1, encoded, toy_table
+from tests.support.tiny_models import FAST1, encoded, fits_counting_encoder_runs, toy_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -59,19 +59,8 @@ def test_a_frozen_encoder_is_bit_identical_after_training_and_a_trained_one_is_n
 def test_cached_and_uncached_frozen_training_give_the_same_model(backbone: str, plm: bool,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     tok, train, dev = _data(backbone)
-    calls = {"n": 0}
-    forward = TextEncoder.forward
-
-    def counted(self: TextEncoder, *args: Any, **kwargs: Any) -> torch.Tensor:
-        calls["n"] += 1
-        return forward(self, *args, **kwargs)
-
-    monkeypatch.setattr(TextEncoder, "forward", counted)
-    fits, runs = {}, {}
-    for cache, epochs in ((True, 2), (False, 2), (True, 4)):
-        calls["n"] = 0
-        fits[cache, epochs] = reccbm.fit(train, dev, _recipe(backbone, "frozen", plm, epochs=epochs, cache_states=cache), tok)
-        runs[cache, epochs] = calls["n"]
+    fits, runs = fits_counting_encoder_runs(monkeypatch, lambda cache, epochs: reccbm.fit(
+        train, dev, _recipe(backbone, "frozen", plm, epochs=epochs, cache_states=cache), tok))
     cached, uncached = fits[True, 2], fits[False, 2]
     a = reccbm.predict(cached.model, dev, tok.pad_token_id)
     b = reccbm.predict(uncached.model, dev, tok.pad_token_id)

@@ -15,7 +15,14 @@ import torch
 import reccbm
 from reccbm import JointConfig, ModelConfig, ReccbmError, Recipe, StageIConfig, StageIIConfig, TextEncoder
 from reccbm.encoder import parameter_depths, states_layer
-from tests.support.tiny_models import FAST1, WORDS, build_tokenizer, encoded, toy_table
+from tests.support.tiny_models import (
+    FAST1,
+    WORDS,
+    build_tokenizer,
+    encoded,
+    fits_counting_encoder_runs,
+    toy_table,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -85,19 +92,8 @@ def test_only_the_top_layer_trains_on_states_computed_once(deep: str, plm: bool,
     names = {id(p): n for n, p in pretrained.named_parameters()}
     below = {names[i] for i, d in depths.items() if d <= L - 1}  # the embeddings and layers 1..2
     top = {names[i] for i, d in depths.items() if d == L}
-    calls = {"n": 0}
-    forward = TextEncoder.forward
-
-    def counted(self: TextEncoder, *args: Any, **kwargs: Any) -> torch.Tensor:
-        calls["n"] += 1
-        return forward(self, *args, **kwargs)
-
-    monkeypatch.setattr(TextEncoder, "forward", counted)
-    fits, runs = {}, {}
-    for cache, epochs in ((True, 2), (False, 2), (True, 4)):
-        calls["n"] = 0
-        fits[cache, epochs] = reccbm.fit(train, dev, _recipe(deep, plm, epochs, cache_states=cache), tok)
-        runs[cache, epochs] = calls["n"]
+    fits, runs = fits_counting_encoder_runs(monkeypatch, lambda cache, epochs: reccbm.fit(
+        train, dev, _recipe(deep, plm, epochs, cache_states=cache), tok))
     cached, uncached = fits[True, 2], fits[False, 2]
     state, before = cached.model.encoder.state_dict(), pretrained.state_dict()
     assert cached.encoder == "train" and cached.states_seconds > 0 and uncached.states_seconds == 0

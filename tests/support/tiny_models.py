@@ -3,7 +3,7 @@ a tiny trained run, for the trainer and grading tests."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,25 @@ def build_backbone(root: Path, family: str = "bert", seed: int = 0, words: Seque
 
         AutoModel.from_config(tiny_hf_config(family, len(words) + 5)).save_pretrained(str(path))  # type: ignore[no-untyped-call]
     return str(path)
+
+
+def fits_counting_encoder_runs(monkeypatch: Any, fit: Callable[[bool, int], Any]) -> tuple[dict[tuple[bool, int], Any], dict[tuple[bool, int], int]]:
+    """``fit(cache_states, epochs)`` for (cached, 2), (uncached, 2) and (cached, 4) epochs, each with the number of times
+    it ran TextEncoder.forward (the whole encoder, or the layers under a cut): (fits, runs), keyed (cache, epochs)."""
+    calls = {"n": 0}
+    forward = TextEncoder.forward
+
+    def counted(self: TextEncoder, *args: Any, **kwargs: Any) -> torch.Tensor:
+        calls["n"] += 1
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(TextEncoder, "forward", counted)
+    fits, runs = {}, {}
+    for cache, epochs in ((True, 2), (False, 2), (True, 4)):
+        calls["n"] = 0
+        fits[cache, epochs] = fit(cache, epochs)
+        runs[cache, epochs] = calls["n"]
+    return fits, runs
 
 
 def toy_table(n: int = 48, K: int = 3, seed: int = 0) -> dict[str, Any]:
