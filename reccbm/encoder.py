@@ -206,7 +206,37 @@ def states_layer(encoder: nn.Module, top: int) -> int | None:
     L = encoder.n_layers()
     if top >= L:
         raise ReccbmError(f"stage1.train_top_layers {top}: the backbone has {L} layers; use 1..{L - 1}, or 0 for all")
+    _check_cut(encoder, L - top)
     return L - top
+
+
+def _check_cut(encoder: TextEncoder, cut: int) -> None:
+    """Refuse a backbone whose layers above ``cut`` do not give its own states from the layers' below (one that adds
+    positions after its embeddings, like BART, would add them twice): one tiny input through both paths."""
+    import torch
+
+    was, before = encoder.training, encoder.states_layer
+    encoder.eval()
+    vocab = int(getattr(encoder.hf_config, "vocab_size", 0) or 8)
+    ids = (torch.arange(2, 10) % vocab).unsqueeze(0)  # (1, 8)
+    mask = torch.ones_like(ids)
+    device = next(encoder.parameters()).device
+    ids, mask = ids.to(device), mask.to(device)
+    try:
+        with torch.no_grad():
+            H = encoder.forward(ids, mask)
+            encoder.states_layer = cut
+            H_cut = encoder.upper(encoder.lower(ids, mask), mask)
+        same = torch.allclose(H, H_cut, rtol=1e-3, atol=1e-4)
+    except Exception as exc:  # the layers above cannot run on their own: the same answer
+        raise ReccbmError(f"stage1.train_top_layers: backbone {type(encoder.module).__name__} cannot be cut at a "
+                          f"layer ({type(exc).__name__}); use 0 (all layers)") from exc
+    finally:
+        encoder.states_layer = before
+        encoder.train(was)
+    if not same:
+        raise ReccbmError(f"stage1.train_top_layers: backbone {type(encoder.module).__name__} does not give its own "
+                          "states when its top layers run on its lower layers' output; use 0 (all layers)")
 
 
 def masked_mean(H: Tensor, mask: Tensor) -> Tensor:

@@ -158,3 +158,29 @@ def test_a_course_trains_its_top_layers_from_the_cli_and_a_cut_too_high_is_one_l
     assert code == 1 and "Traceback" not in output, output
     assert "train_top_layers 3: the backbone has 3 layers; use 1..2, or 0 for all" in text
     assert not run.exists()
+
+
+@pytest.mark.parametrize("family,why", [
+    ("bart", "does not give its own states"),  # positions added after the embeddings: they would be added twice
+    ("gpt2", "cannot find the transformer layers"),
+    ("t5", "cannot be cut at a layer"),
+])
+def test_a_backbone_that_cannot_be_cut_is_refused_and_left_whole(family: str, why: str) -> None:
+    import transformers as tf
+
+    cfg = {"bart": lambda: tf.BartConfig(vocab_size=60, d_model=32, encoder_layers=3, decoder_layers=1,
+                                         encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=37,
+                                         decoder_ffn_dim=37, max_position_embeddings=128, pad_token_id=0),
+           "gpt2": lambda: tf.GPT2Config(vocab_size=60, n_embd=32, n_layer=3, n_head=2, n_positions=128,
+                                         bos_token_id=1, eos_token_id=1),
+           "t5": lambda: tf.T5Config(vocab_size=60, d_model=32, d_kv=16, d_ff=37, num_layers=3, num_decoder_layers=1,
+                                     num_heads=2, pad_token_id=0)}[family]()
+    torch.manual_seed(0)
+    enc = TextEncoder.from_config(cfg).eval()
+    ids, mask = torch.randint(2, 60, (2, 7)), torch.ones(2, 7, dtype=torch.long)
+    with torch.no_grad():
+        H = enc(ids, mask)
+    with pytest.raises(ReccbmError, match=why):
+        states_layer(enc, 1)
+    with torch.no_grad():
+        assert enc.states_layer is None and torch.equal(enc(ids, mask), H)  # layers and embeddings back in place
