@@ -45,7 +45,7 @@ def main() -> None:
     from reccbm.data import collate
     from reccbm.encoder import states_layer
     from reccbm.inference import collate_states, encoder_states
-    from reccbm.train import _optimizer, _stage1_loss
+    from reccbm.train import _freeze, _optimizer, _stage1_loss
     from rubrictool.errors import RubrictoolError
     from rubrictool.grade import model_inputs
     from rubrictool.pipeline import benchmark_table
@@ -77,11 +77,7 @@ def main() -> None:
             t1 = time.perf_counter()
             states = encoder_states(enc, items, tok.pad_token_id, 32)
             states_s = (time.perf_counter() - t1) / len(items)
-            from reccbm.encoder import parameter_depths
-
-            depths, _ = parameter_depths(enc)
-            for p in enc.parameters():
-                p.requires_grad_(depths[id(p)] > enc.states_layer)
+            _freeze(m, "stage1", below=enc.states_layer)  # the embeddings and the layers under the cut stay as they are
         runs[key] = {"model": m, "tok": tok, "items": items, "opt": _optimizer(m, StageIConfig()), "states": states,
                      "states_s_per_answer": states_s,
                      "loss": _stage1_loss(StageIConfig()), "seconds": [], "load_seconds": load_s,

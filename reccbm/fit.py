@@ -385,7 +385,7 @@ def _frozen_states(train: EncodedItems, dev: EncodedItems, r: Recipe, pad: int) 
     every model of the recipe (cross-fitting included), so they all reuse these. With ``stage1.train_top_layers`` = n
     they are the output of the L − n layers that stay pretrained, on which the trained layers above run."""
     encoder = TextEncoder.from_pretrained(r.model.backbone or default_backbone())
-    if r.stage1.encoder == "train" and r.stage1.train_top_layers > 0:
+    if r.stage1.encoder == "train":  # cut under the trained top layers, if any (a frozen encoder's states are H)
         encoder.states_layer = states_layer(encoder, r.stage1.train_top_layers)
     dev_, precision = _device(r), r.stage1.mixed_precision
     return _States(encoder_states(encoder, train, pad, r.stage1.eval_batch_size, dev_, precision),
