@@ -92,6 +92,7 @@ def test_only_the_top_layer_trains_on_states_computed_once(deep: str, plm: bool,
     names = {id(p): n for n, p in pretrained.named_parameters()}
     below = {names[i] for i, d in depths.items() if d <= L - 1}  # the embeddings and layers 1..2
     top = {names[i] for i, d in depths.items() if d == L}
+    assert len(below) > len(top) > 0 and L == 3  # the embeddings and two layers below the cut; one layer above
     fits, runs = fits_counting_encoder_runs(monkeypatch, lambda cache, epochs: reccbm.fit(
         train, dev, _recipe(deep, plm, epochs, cache_states=cache), tok))
     cached, uncached = fits[True, 2], fits[False, 2]
