@@ -85,16 +85,29 @@ class AlignFeatures(nn.Module):
         self.register_buffer("sep_id", torch.tensor(sep_id, dtype=torch.long))  # set from the tokenizer (set_sep)
         self.A = nn.Linear(N_FEATURES, HIDDEN)  # the shared non-linear part
         self.G = nn.Parameter(torch.zeros(K, num_levels, N_FEATURES + HIDDEN + 1))  # (K, M+1, F + F_h + 1)
+        self._sep: int | None = None  # the buffer's value as a Python int: reading a GPU buffer waits for the GPU
 
     def set_sep(self, sep_id: int) -> None:
         """The tokenizer's separator id (the one between question, reference and answer)."""
         self.sep_id.fill_(int(sep_id))
+        self._sep = int(sep_id)
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        self._sep = None  # a loaded state brings its own separator
+        super()._load_from_state_dict(*args, **kwargs)
+
+    def separator(self) -> int:
+        """The separator id (read from the buffer once, then kept)."""
+        if self._sep is None:
+            self._sep = int(self.sep_id)
+        return self._sep
 
     def features(self, H: Tensor, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
         """(f (B, N_FEATURES), a2r (B, T)): the pooled features and each answer token's best match (0 elsewhere)."""
-        if int(self.sep_id) < 0:
+        sep = self.separator()
+        if sep < 0:
             raise ReccbmError("AlignFeatures needs the tokenizer's separator id (set_sep) before use")
-        ref, ans = segment_masks(input_ids, attention_mask, int(self.sep_id))  # (B, T) each
+        ref, ans = segment_masks(input_ids, attention_mask, sep)  # (B, T) each
         Hn = F.normalize(H.float(), dim=-1)  # (B, T, d)
         S = torch.einsum("btd,bsd->bts", Hn, Hn)  # (B, T, T): S[b, t, s] = cos(H_t, H_s)
         low = torch.finfo(S.dtype).min
@@ -122,6 +135,8 @@ class AlignFeatures(nn.Module):
         reference, log(1 + answer length) / 4, log(1 + reference length) / 4, log((1 + answer) / (1 + reference)) / 2]."""
         B = input_ids.shape[0]
         out = torch.zeros(B, 6)
+        device = input_ids.device
+        input_ids, ref, ans = input_ids.cpu(), ref.cpu(), ans.cpu()  # one copy from a GPU, not two per answer
         for b in range(B):  # B ≤ a batch; sets of ids are cheap next to the encoder
             a_ids, r_ids = input_ids[b][ans[b]].tolist(), input_ids[b][ref[b]].tolist()
             sa, sr = set(a_ids), set(r_ids)
@@ -133,7 +148,7 @@ class AlignFeatures(nn.Module):
             out[b, 3] = torch.log1p(torch.tensor(float(n_a))) / 4
             out[b, 4] = torch.log1p(torch.tensor(float(n_r))) / 4
             out[b, 5] = torch.log(torch.tensor((1.0 + n_a) / (1.0 + n_r))) / 2
-        return out.to(input_ids.device)
+        return out.to(device)
 
     def forward(self, H: Tensor, input_ids: Tensor, attention_mask: Tensor, alpha: Tensor | None) -> Tensor:
         """The concept-logit terms (B, K, M+1) to add to V_k h_k; ``alpha`` (B, K, T) is RACE's attention (None: the
@@ -143,7 +158,7 @@ class AlignFeatures(nn.Module):
         z = torch.cat([f, F.gelu(self.A(f))], dim=1)  # (B, F + F_h)
         K = self.G.shape[0]
         if alpha is None:
-            _, ans = segment_masks(input_ids, attention_mask, int(self.sep_id))
+            _, ans = segment_masks(input_ids, attention_mask, self.separator())
             per_k = _masked_mean(a2r, ans).unsqueeze(1).expand(-1, K)  # (B, K)
         else:
             per_k = torch.einsum("bkt,bt->bk", alpha.to(a2r.dtype), a2r)  # (B, K): Σ_t α_{k,t} a2r_t

@@ -42,8 +42,10 @@ def contrast_batch(batch: dict[str, Tensor], M: int, K: int, top: tuple[int, ...
     """Up to ``n_each`` reference-as-answer and ``n_each`` other-question inputs from ``batch`` with their targets
     ``contrast`` (N, K): M for ``top`` / 0 for ``bottom`` concepts, IGNORE elsewhere; None when none can be built
     (no input with a reference, or no concept asked)."""
-    ids, mask = batch["input_ids"], batch["attention_mask"]  # (B, T)
-    types = batch.get("token_type_ids")  # (B, T) or None
+    # built on the CPU from one copy of the ids (on a GPU, every item's .tolist() below would wait for it)
+    ids, mask = batch["input_ids"].cpu(), batch["attention_mask"].cpu()  # (B, T)
+    types = batch.get("token_type_ids")
+    types = types.cpu() if types is not None else None  # (B, T) or None
     sep = infer_sep_id(ids, mask)
     ref, ans = segment_masks(ids, mask, sep)  # (B, T) each
     B = ids.shape[0]

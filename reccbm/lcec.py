@@ -70,7 +70,8 @@ class LatentCorrection(nn.Module):
     def _B_cholesky(self) -> tuple[Tensor, Tensor]:
         sd = self.noise_variance().sqrt()  # (K,) = diag(D^{½})
         B = torch.eye(sd.shape[0], dtype=sd.dtype, device=sd.device) + sd[:, None] * self.precision() * sd[None, :]
-        return sd, torch.linalg.cholesky(B)  # (K,), (K, K)
+        # B = I + D^½ Ω D^½ is positive definite by construction: no error check (on a GPU it waits for the GPU)
+        return sd, torch.linalg.cholesky_ex(B).L  # (K,), (K, K)
 
     def denoising_matrix(self) -> Tensor:
         """A = Σ_post D⁻¹ = D^{½} B⁻¹ D^{-½} (Eq. 20), float64 (K, K), via a Cholesky solve."""
@@ -93,9 +94,9 @@ class LatentCorrection(nn.Module):
             return (mu0 + r @ self.denoising_matrix().T).to(s_tilde.dtype)  # (B, K)
         K = r.shape[1]
         eye = torch.eye(K, dtype=r.dtype, device=r.device)
-        C = torch.cholesky_solve(eye, torch.linalg.cholesky(self.precision()))  # (K, K) prior covariance Ω⁻¹
+        C = torch.cholesky_solve(eye, torch.linalg.cholesky_ex(self.precision()).L)  # (K, K) prior covariance Ω⁻¹ (Ω ≻ 0)
         d = self.noise_variance().unsqueeze(0).masked_fill(observed.bool(), 0.0)  # (B, K) diag of D_i
-        w = torch.linalg.solve(C.unsqueeze(0) + torch.diag_embed(d), r.unsqueeze(-1))  # (B, K, 1): (C + D_i)⁻¹ r
+        w = torch.linalg.solve_ex(C.unsqueeze(0) + torch.diag_embed(d), r.unsqueeze(-1)).result  # (B, K, 1): (C + D_i)⁻¹ r
         mu = mu0 + (C.unsqueeze(0) @ w).squeeze(-1)  # (B, K)
         return torch.where(observed.bool(), s_tilde.double(), mu).to(s_tilde.dtype)  # observed: exactly c_k / M
 
