@@ -6,7 +6,12 @@ tokenizers, typer and rich, but not the project's other needs on the training pa
     wheels/     pydantic, pydantic-core, annotated-types, typing-inspection, krippendorff (pip download, binary wheels
                 for CPython 3.12 on manylinux x86-64; the versions installed here)
     minilm/     all-MiniLM-L6-v2's config and tokenizer, its weights in fp16, gzipped (model.fp16.safetensors.gz:
-                under half the bytes; gpu_smoke.py --pack restores them to float32)
+                under half the bytes; gpu_smoke.py --pack restores them to float32). Of the word embeddings only the
+                rows of the token ids that the benchmark's texts and the tokenizer's special tokens use travel; the
+                others are restored as zeros. A Mohler run never reads them (the embedding lookup takes its rows, and
+                AdamW leaves rows without gradient at zero), so its training is the same as with every row, in
+                about half the bytes; the restored encoder is for these measurements, not for other text.
+                ``--all-rows`` packs every row.
     datasets.tgz  mohler/ and mohler-concepts/ from the data directory, as one archive (hundreds of small files would
                 cost more of what travels than their bytes)
     RUN.txt     the commands to run there
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -32,13 +38,42 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "krippendorff")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64")
+SMOKE_TEXTS = ["a stack stores elements last in first out", "what is a queue"]
 RUN = """python3 -m pip install -q --no-index --no-deps --target /tmp/site {out}/wheels/*.whl
 PYTHONPATH=/tmp/site:. python3 benchmarks/gpu_smoke.py --pack {out}
 """
 
 
-def pack_backbone(src: str, to: Path) -> int:
-    """The backbone folder ``src`` as config + tokenizer + fp16 weights in ``to``; returns the bytes written."""
+ROWS, INDEX = "::rows", "::index"  # a trimmed embedding travels as its kept rows and their ids (gpu_smoke.packed_weights)
+
+
+def used_token_ids(src: str, texts: list[str]) -> list[int]:
+    """The token ids of ``texts`` (each tokenised alone: word pieces do not cross words, so a pair of them uses no
+    other ids) and every special token of the tokenizer, sorted."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(src)
+    ids = set(tok.all_special_ids)
+    for row in tok(texts, add_special_tokens=True)["input_ids"]:
+        ids.update(row)
+    return sorted(ids)
+
+
+def benchmark_texts(data_dir: str) -> list[str]:
+    """Every text a Mohler run encodes: questions, references, answers and the rubric's own words (the data packed
+    beside it: the pack's rows and its data agree by construction)."""
+    from rubrictool.pipeline import benchmark_table
+
+    rubric, table, _ = benchmark_table("mohler", data_dir)
+    texts = [str(t) for col in ("question", "reference", "response") for t in table[col].dropna().unique()]
+    for c in rubric.concepts:
+        texts += [c.key, c.name, c.definition, *(lv.anchor for lv in c.levels)]
+    return texts
+
+
+def pack_backbone(src: str, to: Path, keep_ids: list[int] | None = None) -> int:
+    """The backbone folder ``src`` as config + tokenizer + fp16 weights in ``to``; with ``keep_ids`` only those rows of
+    the word embeddings (stored as ``NAME::rows`` and ``NAME::index``); returns the bytes written."""
     import torch
     from safetensors.torch import save
     from transformers import AutoModel
@@ -47,6 +82,12 @@ def pack_backbone(src: str, to: Path) -> int:
     model = AutoModel.from_pretrained(src)
     state = {k: v.detach().to(torch.float16) if v.is_floating_point() else v.detach()
              for k, v in model.state_dict().items()}
+    if keep_ids is not None:
+        emb = model.get_input_embeddings().weight
+        name = next(k for k, v in model.state_dict().items() if v.data_ptr() == emb.data_ptr())
+        index = torch.tensor(keep_ids, dtype=torch.long)
+        state[name + ROWS], state[name + INDEX] = state.pop(name)[index], index
+        (to / "kept_rows.json").write_text(json.dumps(keep_ids))
     raw = save({k: v.contiguous() for k, v in state.items()}, metadata={"format": "pt"})
     (to / "model.fp16.safetensors.gz").write_bytes(gzip.compress(raw, compresslevel=6))
     model.config.save_pretrained(str(to))
@@ -67,8 +108,12 @@ def check_round_trip(src: str, packed: Path) -> float:
     restored = load(gzip.decompress((packed / "model.fp16.safetensors.gz").read_bytes()))
     worst = 0.0
     for k, v in original.items():
+        if k + INDEX in restored:  # a trimmed embedding: its kept rows
+            v, got = v[restored[k + INDEX]], restored[k + ROWS]
+        else:
+            got = restored[k]
         if v.is_floating_point():
-            worst = max(worst, float((restored[k].to(torch.float32) - v).abs().max()))
+            worst = max(worst, float((got.to(torch.float32) - v).abs().max()))
     return worst
 
 
@@ -88,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--backbone", default=None, help="encoder folder to pack (default: the installed MiniLM)")
     ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
     ap.add_argument("--smoke", action="store_true", help="pack --backbone and check the round trip; no download")
+    ap.add_argument("--all-rows", action="store_true",
+                    help="every row of the word embeddings (default: the rows the benchmark's texts use)")
     a = ap.parse_args(argv)
     if a.smoke and not a.backbone:
         sys.exit("--smoke needs --backbone (a small local encoder)")
@@ -95,7 +142,11 @@ def main(argv: list[str] | None = None) -> None:
     from reccbm import default_backbone
 
     src = a.backbone or default_backbone()
-    size = pack_backbone(src, out / "minilm")
+    keep = None
+    if not a.all_rows:
+        keep = used_token_ids(src, SMOKE_TEXTS if a.smoke else benchmark_texts(a.data_dir))
+        print(f"word embeddings: the {len(keep)} rows the benchmark's texts use")
+    size = pack_backbone(src, out / "minilm", keep)
     worst = check_round_trip(src, out / "minilm")
     print(f"backbone {src}: {size / 2**20:.1f} MiB in fp16 (largest weight change restored to float32: {worst:.2g})")
     if not a.smoke:

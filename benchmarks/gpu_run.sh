@@ -7,6 +7,8 @@
 #
 # 1. the main job in fp32 and grading its test answers (benchmarks/gpu_smoke.py), alone on the GPU: the timings;
 #    the script stops here if it fails (a device bug found costs no more GPU time);
+# 1b. with GPU_RUN_BASELINE=DIR (the reccbm/ and rubrictool/ of another revision, e.g. `git archive REV reccbm
+#    rubrictool | tar -x -C DIR`), the same main job with that code, alone: a baseline timed on the same machine;
 # 2. the same main job in bf16 autocast, alone: its timings, and its metrics against step 1's (same split and seed);
 # 3. a candidate recipe (GPU_RUN_CONFIG, default experiments/configs/default-contrast.yaml, the default's recipe since
 #    2026-11-27) on five folds (random, or
@@ -56,6 +58,15 @@ python3 benchmarks/gpu_smoke.py "${SMOKE_MAIN[@]}" "${DEV[@]}" --skip fold --out
 ok=${PIPESTATUS[0]}
 pack_step 1 main-fp32 main-fp32.log
 [ "$ok" = 0 ] || { log "step 1 failed: stopping"; exit 1; }
+
+BASE=${GPU_RUN_BASELINE:-}
+if [ -n "$BASE" ]; then
+  log "step 1b: the same main job with the code in $BASE"
+  PYTHONPATH="$(realpath "$BASE")${PYTHONPATH:+:$PYTHONPATH}" python3 benchmarks/gpu_smoke.py "${SMOKE_MAIN[@]}" "${DEV[@]}" --skip fold,grade \
+    --out "$W/main-baseline" > "$W/main-baseline.log" 2>&1
+  log "step 1b: rc $?"; tail -n 4 "$W/main-baseline.log"
+  pack_step 1b main-baseline main-baseline.log
+fi
 
 SKIP=" ${GPU_RUN_SKIP:-} "
 if [[ "$SKIP" != *" 2 "* ]]; then

@@ -54,9 +54,14 @@ def packed_weights(packed: Path) -> dict[str, Any]:
     from safetensors.torch import load, load_file
 
     gz = packed / "model.fp16.safetensors.gz"
-    if gz.exists():
-        return dict(load(gzip.decompress(gz.read_bytes())))
-    return dict(load_file(str(packed / "model.fp16.safetensors")))
+    raw = load(gzip.decompress(gz.read_bytes())) if gz.exists() else load_file(str(packed / "model.fp16.safetensors"))
+    state = dict(raw)
+    for key in [k for k in state if k.endswith("::index")]:  # a trimmed embedding (gpu_pack.py): zeros but its rows
+        name = key[: -len("::index")]
+        index, rows = state.pop(key), state.pop(name + "::rows")
+        vocab = json.loads((packed / "config.json").read_text())["vocab_size"]
+        state[name] = rows.new_zeros(vocab, rows.shape[1]).index_copy_(0, index, rows)
+    return state
 
 
 def packed_data(pack: Path) -> Path:
@@ -183,7 +188,10 @@ def main(argv: list[str] | None = None) -> None:
     if a.bf16:
         over["stage1"]["mixed_precision"] = "bf16"
     info = describe_device(device)
-    _log(f"device: {info['device']} ({info.get('name')}); torch {info['torch']}, CUDA {info.get('cuda')}")
+    import reccbm
+
+    _log(f"device: {info['device']} ({info.get('name')}); torch {info['torch']}, CUDA {info.get('cuda')}; "
+         f"reccbm from {Path(reccbm.__file__).parent}")
     if a.smoke:
         if not a.backbone:
             sys.exit("--smoke needs --backbone (a small local encoder; MiniLM is too slow for a smoke run)")

@@ -135,7 +135,13 @@ def test_gpu_run_script_on_the_cpu(tmp_path: Path, tiny_backbone: str) -> None:
     import tarfile
 
     out = tmp_path / "out"
+    base = tmp_path / "base"  # the baseline's code (step 1b): here this revision's, copied
+    import shutil
+
+    for part in ("reccbm", "rubrictool"):
+        shutil.copytree(ROOT / part, base / part, ignore=shutil.ignore_patterns("__pycache__"))
     env = os.environ | {"GPU_RUN_SMOKE": tiny_backbone, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
+                        "GPU_RUN_BASELINE": str(base),
                         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     done = subprocess.run(["bash", "benchmarks/gpu_run.sh", ".gpu", str(out), "600"], check=False, cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
@@ -145,7 +151,48 @@ def test_gpu_run_script_on_the_cpu(tmp_path: Path, tiny_backbone: str) -> None:
         with tarfile.open(out / f"step{n}.tgz") as tar:
             names[n] = tar.getnames()
     assert "main-fp32/gpu_smoke.json" in names[1] and "main-fp32/main/test_predictions.csv" in names[1]
+    with tarfile.open(out / "step1b.tgz") as tar:
+        assert "main-baseline/gpu_smoke.json" in tar.getnames()
+        log = tar.extractfile("main-baseline.log")
+        assert log is not None and f"reccbm from {base / 'reccbm'}" in log.read().decode()
     assert "main-bf16/gpu_smoke.json" in names[2] and "main-bf16/main/test_predictions.csv" in names[2]
     assert "reader-r/default/pooled_predictions.csv" in names[3]
     assert "main-reader/gpu_smoke.json" in names[4]
     assert not [n for ns in names.values() for n in ns if n.endswith((".safetensors", ".bin", "table.csv"))]
+
+
+def test_gpu_pack_leaves_out_only_embedding_rows_a_run_never_reads(tmp_path: Path, tiny_backbone: str) -> None:
+    """benchmarks/gpu_pack.py packs the word embeddings' rows that given texts use (the rest restored as zeros): a
+    model restored from it trains on those texts exactly as one restored from every row (AdamW with weight decay,
+    fused, and gradient clipping: the trainer's step), in fewer bytes."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    pack = runpy.run_path(str(BENCH / "gpu_pack.py"))
+    smoke = runpy.run_path(str(BENCH / "gpu_smoke.py"))
+    texts = ["what is a stack", "a stack stores the last element first"]
+    keep = pack["used_token_ids"](tiny_backbone, texts)
+    vocab = AutoTokenizer.from_pretrained(tiny_backbone).vocab_size
+    assert 0 < len(keep) < vocab - 20
+    sizes, states = {}, {}
+    for name, rows in (("all", None), ("trimmed", keep)):
+        sizes[name] = pack["pack_backbone"](tiny_backbone, tmp_path / f"pack-{name}", rows)
+        folder = smoke["restore_backbone"](tmp_path / f"pack-{name}", tmp_path / f"model-{name}")
+        torch.manual_seed(0)
+        model = AutoModel.from_pretrained(folder)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01, fused=True)
+        batch = AutoTokenizer.from_pretrained(folder)(texts, padding=True, return_tensors="pt")
+        for _ in range(4):
+            loss = (model(**batch).last_hidden_state ** 2).mean()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+        model.eval()
+        with torch.no_grad():
+            states[name] = model(**batch).last_hidden_state
+        emb = model.get_input_embeddings().weight
+        left_out = sorted(set(range(emb.shape[0])) - set(keep))
+        assert bool((emb[left_out] == 0).all()) == (name == "trimmed")
+    assert torch.equal(states["all"], states["trimmed"])
+    assert sizes["trimmed"] < sizes["all"]

@@ -60,6 +60,18 @@ def test_alignment_features_rise_with_what_the_answer_shares_with_the_reference(
     assert precision[0] > precision[2] and precision[1] > precision[2]
 
 
+def test_the_kept_separator_follows_set_sep_and_a_loaded_state() -> None:
+    """AlignFeatures keeps its separator as an int (no GPU read per batch); a loaded state brings its own."""
+    from reccbm.align import AlignFeatures
+
+    a, b = AlignFeatures(2, 3), AlignFeatures(2, 3)
+    a.set_sep(5)
+    assert a.separator() == 5
+    b.set_sep(9)
+    a.load_state_dict(b.state_dict())
+    assert a.separator() == 9 and int(a.sep_id) == 9
+
+
 def test_alignment_starts_as_the_plain_head_and_then_moves_the_logits(backbone: str) -> None:
     plain, tok = tiny_model(backbone)
     torch.manual_seed(0)
