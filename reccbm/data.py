@@ -71,25 +71,33 @@ def encode_inputs(
     if budget < 4:
         raise ReccbmError(f"max_len={max_len} leaves no room for the text")
     firsts = [f"{q} {sep} {c}" if c.strip() else q for q, c in zip(questions, contexts)]
-    # full lengths on purpose (the cut happens below): verbose=False keeps transformers from warning about them
-    kw: dict[str, Any] = {"add_special_tokens": False, "return_offsets_mapping": True, "verbose": False}
-    enc_f, enc_r = tokenizer(firsts, **kw), tokenizer(list(responses), **kw)
+    # The fast tokenizer's Rust backend, called as the transformers wrapper calls it (no padding; truncation as
+    # asked), without the wrapper's per-item conversion to Python dicts (most of the time on thousands of answers).
+    backend = tokenizer.backend_tokenizer
+    backend.no_padding()
+    backend.no_truncation()  # full lengths on purpose: the cut happens below
+    enc_f = backend.encode_batch(firsts, add_special_tokens=False)
+    enc_r = backend.encode_batch(list(responses), add_special_tokens=False)
     keep_f, keep_r = [], []
-    for i, (f_ids, r_ids) in enumerate(zip(enc_f["input_ids"], enc_r["input_ids"])):
-        r_keep = min(len(r_ids), budget - min(len(f_ids), budget // 4))
+    for i, (ef, er) in enumerate(zip(enc_f, enc_r)):
+        n_f, n_r = len(ef.ids), len(er.ids)
+        r_keep = min(n_r, budget - min(n_f, budget // 4))
         keep_r.append(r_keep)
-        keep_f.append(min(len(f_ids), budget - r_keep))
-        if truncated is not None and (r_keep < len(r_ids) or keep_f[-1] < len(f_ids)):
+        keep_f.append(min(n_f, budget - r_keep))
+        if truncated is not None and (r_keep < n_r or keep_f[-1] < n_f):
             truncated.append(i)
-    firsts = _cut(firsts, enc_f["offset_mapping"], keep_f)
-    resp = _cut(responses, enc_r["offset_mapping"], keep_r)
-    call: dict[str, Any] = {"truncation": "longest_first", "max_length": max_len}  # safety net only
-    if manual_sep:
-        enc = tokenizer([f"{f} {sep} {r}" for f, r in zip(firsts, resp)], **call)
-    else:
-        enc = tokenizer(firsts, resp, **call)
-    names = [n for n in ("input_ids", "token_type_ids") if n in enc and n in tokenizer.model_input_names]
-    return [{n: list(enc[n][i]) for n in names} for i in range(len(firsts))]
+    firsts = _cut(firsts, [e.offsets for e in enc_f], keep_f)
+    resp = _cut(responses, [e.offsets for e in enc_r], keep_r)
+    backend.enable_truncation(max_len, strategy="longest_first", direction=getattr(tokenizer, "truncation_side", "right"))  # a safety net
+    try:
+        if manual_sep:
+            enc = backend.encode_batch([f"{f} {sep} {r}" for f, r in zip(firsts, resp)], add_special_tokens=True)
+        else:
+            enc = backend.encode_batch(list(zip(firsts, resp)), add_special_tokens=True)
+    finally:
+        backend.no_truncation()
+    types = "token_type_ids" in tokenizer.model_input_names
+    return [{"input_ids": e.ids, "token_type_ids": e.type_ids} if types else {"input_ids": e.ids} for e in enc]
 
 
 def check_labels(values: Any, lo: int, hi: int, names: Sequence[str], rows: Sequence[Any] | None = None,

@@ -60,6 +60,38 @@ def test_alignment_features_rise_with_what_the_answer_shares_with_the_reference(
     assert precision[0] > precision[2] and precision[1] > precision[2]
 
 
+def _overlap_one_answer_at_a_time(input_ids: torch.Tensor, ref: torch.Tensor, ans: torch.Tensor) -> torch.Tensor:
+    """AlignFeatures._overlap as it was first written, answer by answer in torch (the reference for the list path)."""
+    out = torch.zeros(input_ids.shape[0], 6)
+    for b in range(input_ids.shape[0]):
+        a_ids, r_ids = input_ids[b][ans[b]].tolist(), input_ids[b][ref[b]].tolist()
+        sa, sr = set(a_ids), set(r_ids)
+        shared, n_a, n_r = len(sa & sr), len(a_ids), len(r_ids)
+        out[b, 0] = sum(i in sr for i in a_ids) / max(1, n_a)
+        out[b, 1] = shared / max(1, len(sr))
+        out[b, 2] = shared / max(1, len(sa))
+        out[b, 3] = torch.log1p(torch.tensor(float(n_a))) / 4
+        out[b, 4] = torch.log1p(torch.tensor(float(n_r))) / 4
+        out[b, 5] = torch.log(torch.tensor((1.0 + n_a) / (1.0 + n_r))) / 2
+    return out
+
+
+def test_overlap_features_are_the_same_to_the_last_bit_as_answer_by_answer() -> None:
+    from reccbm.align import AlignFeatures
+
+    g = torch.Generator().manual_seed(0)
+    for B, T in ((1, 5), (8, 40), (64, 128), (0, 7)):
+        ids = torch.randint(0, 30, (B, T), generator=g)
+        ref = torch.rand(B, T, generator=g) < 0.3
+        ans = ~ref & (torch.rand(B, T, generator=g) < 0.6)
+        if B > 1:
+            ref[0] = False  # an answer without a reference
+            ans[1] = False  # an empty answer
+        got = AlignFeatures._overlap(ids, ref, ans)
+        assert got.dtype == torch.float32 and got.shape == (B, 6)
+        assert torch.equal(got, _overlap_one_answer_at_a_time(ids, ref, ans))
+
+
 def test_the_kept_separator_follows_set_sep_and_a_loaded_state() -> None:
     """AlignFeatures keeps its separator as an int (no GPU read per batch); a loaded state brings its own."""
     from reccbm.align import AlignFeatures
