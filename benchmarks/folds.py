@@ -1,7 +1,7 @@
 """Grade quality on Mohler over k folds: REC-CBM (default and paper presets), vanilla CBM and the PLM.
 
 Every configuration is trained with :func:`rubrictool.train.train_folds` (what ``rubrictool train --folds``
-runs) on the same stratified folds (fold seed 0, dev = 1/8 of each fold's training part), MiniLM on CPU. A
+runs) on the same stratified folds (fold seed 0, or `--fold-seed N`; dev = 1/8 of each fold's training part), MiniLM on CPU. A
 configuration is a variant, a preset and optionally a ``--config`` YAML file in the format of
 ``rubrictool train --config`` (sections model / stage1 / joint / stage2). The four product configurations
 are named in ``RUNS``; any other is given as ``--config FILE`` (its name is the file's stem), e.g. the
@@ -110,7 +110,7 @@ def configurations(names: list[str], config_files: list[Path], variant: str | No
 
 def run(out: Path, configs: dict[str, dict[str, Any]], folds: int, only: list[int] | None, table: Any,
         rubric: Any, agreement: dict[str, Any] | None, notes: list[str], extra: dict[str, dict[str, Any]],
-        by: str | None = None, jobs: int = 1) -> None:
+        by: str | None = None, jobs: int = 1, fold_seed: int = 0) -> None:
     from rubrictool.data import kfold_splits
     from rubrictool.parallel import run_in_workers
     from rubrictool.train import train_folds, train_model
@@ -127,10 +127,10 @@ def run(out: Path, configs: dict[str, dict[str, Any]], folds: int, only: list[in
             def report(ev: Any, n: str = name) -> None:
                 _log(f"{n}: {ev.info}")
 
-            train_folds(rubric, table, root, folds=folds, fold_seed=0, agreement=agreement, notes=notes,
+            train_folds(rubric, table, root, folds=folds, fold_seed=fold_seed, agreement=agreement, notes=notes,
                         overrides=over, progress=report, by=by, jobs=jobs, **kw)
             continue
-        splits = kfold_splits(table, k=folds, seed=0, by=by)
+        splits = kfold_splits(table, k=folds, seed=fold_seed, by=by)
         if jobs > 1:  # the listed folds not done yet, in worker processes; the loop below finds them done
             run_in_workers(train_model, [(f"{name} fold {i}", {"rubric": rubric, "table": table, "split": splits[i],
                                                                "run_dir": root / f"fold-{i}", "agreement": agreement,
@@ -219,6 +219,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--by", default=None, help="grouped folds, e.g. question: no question in both train and test")
     ap.add_argument("--fold", default=None, help="comma list of fold numbers to run (default: all, then pool)")
+    ap.add_argument("--fold-seed", type=int, default=0,
+                    help="seed of the folds (default 0, the kept folds'; another seed: other question splits)")
     ap.add_argument("--jobs", type=int, default=1, help="folds trained at once, in worker processes (default 1)")
     ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
     ap.add_argument("--backbone", default=None, help="HF name or path of the encoder (default: the preset's MiniLM)")
@@ -241,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
         from rubrictool.rubric import load_rubric
 
         run(out, configs, 2, None, smoke_table(), load_rubric("mohler"), None, ["synthetic smoke table"], extra, by=a.by,
-            jobs=a.jobs)
+            jobs=a.jobs, fold_seed=a.fold_seed)
         print(summary(out))
         return
     out = a.out or Path("benchmarks/out/folds")
@@ -254,7 +256,8 @@ def main(argv: list[str] | None = None) -> None:
 
         rubric, table, agreement = benchmark_table("mohler", a.data_dir)  # with the passes' levels (soft targets)
         only = [int(x) for x in a.fold.split(",")] if a.fold else None
-        run(out, configs, a.folds, only, table, rubric, agreement, [LLM_PASSES_NOTE], extra, by=a.by, jobs=a.jobs)
+        run(out, configs, a.folds, only, table, rubric, agreement, [LLM_PASSES_NOTE], extra, by=a.by, jobs=a.jobs,
+            fold_seed=a.fold_seed)
     print(summary(out))
 
 

@@ -92,7 +92,7 @@ def test_folds_smoke_with_a_config_file(tmp_path: Path, tiny_backbone: str, monk
     cfg.write_text("joint:\n  intervention_p: 0.0\nstage2:\n  lambda_d: 1.0\n")
     out = tmp_path / "folds"
     _run(monkeypatch, capsys, "benchmarks/folds.py", "--smoke", "--runs", "plm", "--config", str(cfg), "--backbone",
-         backbone, "--out", str(out), "--by", "question")
+         backbone, "--out", str(out), "--by", "question", "--fold-seed", "3")
     import yaml
 
     from rubrictool.runs import trained_with
@@ -110,6 +110,9 @@ def test_folds_smoke_with_a_config_file(tmp_path: Path, tiny_backbone: str, monk
         cfg_doc = yaml.safe_load((out / name / "fold-0" / "config.yaml").read_text())
         row = next(line for line in summary.splitlines() if line.startswith(f"| {name} |"))
         assert row.endswith(f"| {trained_with(cfg_doc)} |"), row
+    # --fold-seed: the folds are that seed's (other question splits than the kept folds')
+    for name in ("short-joint", "plm"):
+        assert json.loads((out / name / "fold-0.split.json").read_text())["seed"] == 3
     # --by question: no question is in both the training and the test part of a fold
     for name in ("short-joint", "plm"):
         for fold in (out / name).glob("fold-*/split.json"):
