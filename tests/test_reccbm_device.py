@@ -193,3 +193,51 @@ def test_k_dimensional_stages_compute_on_the_cpu_unless_asked_to_follow_the_enco
             _k_dim_device(recipe("default", 3, 3, 4, {"stage1": {"device": "cuda"}, "stage2": {"device": "same"}}))
     with pytest.raises(ReccbmError, match="Stage II device"):
         recipe("default", 3, 3, 4, {"stage2": {"device": "gpu"}})
+
+
+class _OnDevice(torch.Tensor):
+    """A tensor that behaves as if it lived on a GPU: every read of its values on the host (``tolist``, ``item``,
+    ``bool``, ``int``, a copy to the CPU) is counted, since on a GPU each one waits for it; ``.cpu()`` returns a plain
+    host tensor, as a copy from a GPU does."""
+
+    reads = 0
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", "")
+        if name in ("tolist", "item", "__bool__", "__int__", "__index__", "__float__", "cpu"):
+            cls.reads += 1
+        if name == "cpu":  # a host copy: a plain tensor
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **(kwargs or {})).clone()
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def _batch_of(tok: Any, n: int) -> dict[str, torch.Tensor]:
+    from reccbm.data import collate
+
+    items = encoded(tok, toy_table(n))
+    return {k: v.as_subclass(_OnDevice) for k, v in collate(items, list(range(n)), tok.pad_token_id).items()}
+
+
+def test_a_step_reads_the_ids_on_the_host_a_fixed_number_of_times_however_large_the_batch(backbone: str) -> None:
+    """The overlap features and the examples across questions read a batch's ids on the host a fixed number of times
+    (a copy per batch), not once or twice per answer: on a GPU each read waits for it."""
+    from reccbm.align import separator_id
+    from reccbm.contrast import contrast_batch
+
+    model, tok = tiny_model(backbone, align=True)
+    assert model.align is not None
+    model.align.set_sep(separator_id(tok))
+    reads = {}
+    for n in (4, 24):
+        batch = _batch_of(tok, n)
+        H = torch.randn(*batch["input_ids"].shape, 16)
+        _OnDevice.reads = 0
+        model.align.features(H, batch["input_ids"], batch["attention_mask"])
+        overlap = _OnDevice.reads
+        _OnDevice.reads = 0
+        assert contrast_batch(batch, 2, 3, (0, 1), (0,), 2, 0) is not None
+        reads[n] = (overlap, _OnDevice.reads)
+    assert reads[4] == reads[24], reads
+    assert max(reads[24]) <= 4, reads
