@@ -160,7 +160,7 @@ def train_cmd(
     data: AdjudicatedDataOpt = None,
     rubric: DataRubricOpt = None,
     split: Annotated[Path | None, typer.Option("--split", help="split.json (default: a 7:2:1 split).")] = None,
-    split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the default split.")] = 0,
+    split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the default split, or of the folds with --folds (another seed: other question splits with --by question).")] = 0,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run dir (default runs/<data>-<variant>).")] = None,
     config: ConfigOpt = None,
     variant: Annotated[str, typer.Option("--variant", help="reccbm, vanilla (CBM) or plm (no bottleneck).")] = "reccbm",
