@@ -10,7 +10,7 @@ tokenizers, typer and rich, but not the project's other needs on the training pa
                 rows of the token ids that the benchmark's texts and the tokenizer's special tokens use travel; the
                 others are restored as zeros. A Mohler run never reads them (the embedding lookup takes its rows, and
                 AdamW leaves rows without gradient at zero), so its training is the same as with every row, in
-                about half the bytes; the restored encoder is for these measurements, not for other text.
+                fewer bytes; the restored encoder is for these measurements, not for other text.
                 ``--all-rows`` packs every row.
     datasets.tgz  mohler/ and mohler-concepts/ from the data directory, as one archive (hundreds of small files would
                 cost more of what travels than their bytes)

@@ -7,8 +7,8 @@
 #
 # 1. the main job in fp32 and grading its test answers (benchmarks/gpu_smoke.py), alone on the GPU: the timings;
 #    the script stops here if it fails (a device bug found costs no more GPU time);
-# 1b. with GPU_RUN_BASELINE=DIR (the reccbm/ and rubrictool/ of another revision, e.g. `git archive REV reccbm
-#    rubrictool | tar -x -C DIR`), the same main job with that code, alone: a baseline timed on the same machine;
+# 1b. with GPU_RUN_BASELINE=DIR (the code of another revision, e.g. `git archive REV reccbm rubrictool rubrics
+#    templates | tar -x -C DIR`), the same main job with that code, alone: a baseline timed on the same machine;
 # 2. the same main job in bf16 autocast, alone: its timings, and its metrics against step 1's (same split and seed);
 # 3. a candidate recipe (GPU_RUN_CONFIG, default experiments/configs/default-contrast.yaml, the default's recipe since
 #    2026-11-27) on five folds (random, or
