@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import os
 import subprocess
 import sys
@@ -87,7 +86,6 @@ def pack_backbone(src: str, to: Path, keep_ids: list[int] | None = None) -> int:
         name = next(k for k, v in model.state_dict().items() if v.data_ptr() == emb.data_ptr())
         index = torch.tensor(keep_ids, dtype=torch.long)
         state[name + ROWS], state[name + INDEX] = state.pop(name)[index], index
-        (to / "kept_rows.json").write_text(json.dumps(keep_ids))
     raw = save({k: v.contiguous() for k, v in state.items()}, metadata={"format": "pt"})
     (to / "model.fp16.safetensors.gz").write_bytes(gzip.compress(raw, compresslevel=6))
     model.config.save_pretrained(str(to))
