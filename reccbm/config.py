@@ -170,6 +170,12 @@ class StageIConfig:
     # cache_states), and each step runs and trains the top n layers alone: the way to afford a backbone larger than
     # MiniLM on a CPU (--backbone; docs/training.md). Applies when the encoder trains ("train", or "auto" deciding so).
     train_top_layers: int = 0
+    # Weight averaging (not in the paper): > 0 keeps an exponential moving average of the trained parameters in Stage I
+    # and the joint stage, θ̄ ← θ̄ + (1 − d_t)(θ − θ̄) after each optimiser step with d_t = min(ema, (1 + t) / (10 + t)),
+    # and evaluates, selects and keeps each epoch with θ̄ in place of θ (training goes on from θ). An average over
+    # the last ~1 / (1 − ema) steps lands in a flatter region than the last step, which tends to carry better to
+    # answers unlike the training ones; 0 = off (the last step's weights, the paper).
+    ema: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "contrast_top", tuple(int(k) for k in self.contrast_top))  # a YAML list
@@ -186,6 +192,8 @@ class StageIConfig:
             raise ValueError(f"soft_targets is a weight in [0, 1], got {self.soft_targets}")
         if not 0.0 < self.layer_decay <= 1.0:
             raise ValueError(f"layer_decay is in (0, 1], got {self.layer_decay}")
+        if not 0.0 <= self.ema < 1.0:
+            raise ValueError(f"ema is a decay in [0, 1) (0 = off), got {self.ema}")
         if self.train_top_layers < 0:
             raise ValueError(f"train_top_layers is >= 0 (0 = all layers), got {self.train_top_layers}")
         if self.frozen_below < 0 or self.frozen_lr < 0:

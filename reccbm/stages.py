@@ -1,5 +1,5 @@
 """What REC-CBM's training stages share: progress events, the record of a stage, the seed, the warm-up schedule,
-which parameters train, and model selection on dev metrics.
+which parameters train, the weights' moving average, and model selection on dev metrics.
 
 The encoder stages (Stage I, Eq. 27; the joint stage; the PLM baseline) are in :mod:`reccbm.train`, the
 K-dimensional ones over cached outputs (Stage II, Eq. 28; the LCEC fit) in :mod:`reccbm.stage2`.
@@ -7,7 +7,8 @@ K-dimensional ones over cached outputs (Stage II, Eq. 28; the LCEC fit) in :mod:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ __all__ = [
     "Callback",
     "Event",
     "StageResult",
+    "WeightAverage",
     "format_metrics",
     "selection_key",
     "set_seed",
@@ -95,3 +97,35 @@ def selection_key(metrics: dict[str, float], f1: str, acc: str) -> tuple[float, 
 def format_metrics(m: dict[str, float]) -> str:
     """Metrics for the log: "name value" with four decimals, comma-separated."""
     return ", ".join(f"{k} {v:.4f}" for k, v in m.items())
+
+
+class WeightAverage:
+    """An exponential moving average θ̄ of trained parameters θ (``StageIConfig.ema``): after optimiser step t,
+    θ̄ ← θ̄ + (1 − d_t)(θ − θ̄) with d_t = min(decay, (1 + t) / (10 + t)) (the early steps, when θ̄ still holds the
+    starting weights, follow θ closely). :meth:`applied` puts θ̄ in the parameters' place for evaluation and selection
+    and θ back afterwards, so training goes on from its own weights."""
+
+    def __init__(self, params: list[nn.Parameter], decay: float) -> None:
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"the average's decay is in (0, 1), got {decay}")
+        self.params, self.decay, self.t = params, decay, 0
+        self.average = [p.detach().clone() for p in params]
+
+    @torch.no_grad()
+    def update(self) -> None:
+        """Fold the parameters' current values into the average (call after each optimiser step)."""
+        d = min(self.decay, (1 + self.t) / (10 + self.t))
+        self.t += 1
+        torch._foreach_lerp_(self.average, [p.detach() for p in self.params], 1.0 - d)
+
+    @contextmanager
+    def applied(self) -> Iterator[None]:
+        """θ̄ in the parameters for the block; θ restored after it, bit for bit."""
+        with torch.no_grad():
+            raw = [p.detach().clone() for p in self.params]
+            torch._foreach_copy_([p.data for p in self.params], self.average)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                torch._foreach_copy_([p.data for p in self.params], raw)

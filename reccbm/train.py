@@ -26,6 +26,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -67,6 +68,7 @@ from reccbm.stages import (
     Callback,
     Event,
     StageResult,
+    WeightAverage,
     format_metrics,
     selection_key,
     set_seed,
@@ -245,6 +247,7 @@ class _Run:
     steps_per_epoch: int
     frozen: bool  # the encoder is frozen: it stays in eval mode
     dev_states: States | None  # the dev inputs' token states of a frozen encoder, when cached
+    average: WeightAverage | None = None  # the trained parameters' moving average (cfg.ema), evaluated and kept
     steps: int = 0
     step_time: float = 0.0
 
@@ -301,8 +304,11 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
     loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length,
                      states=states[0] if states is not None else None)
     pmodel, opt, loader, sched = acc.prepare(model, opt, loader, sched)
-    acc.unwrap_model(pmodel).to(acc.device)  # placed whether or not prepare placed it (see above)
-    return _Run(cfg, acc, pmodel, opt, loader, sched, epochs, steps_per_epoch, frozen, dev_states)
+    unwrapped = acc.unwrap_model(pmodel)
+    unwrapped.to(acc.device)  # placed whether or not prepare placed it (see above)
+    average = (WeightAverage([p for p in unwrapped.parameters() if p.requires_grad], cfg.ema) if cfg.ema > 0
+               else None)
+    return _Run(cfg, acc, pmodel, opt, loader, sched, epochs, steps_per_epoch, frozen, dev_states, average)
 
 
 def _train_epoch(run: _Run, loss_fn: Callable[[Any, dict[str, Tensor]], Tensor], stage: str, epoch: int,
@@ -327,6 +333,8 @@ def _train_epoch(run: _Run, loss_fn: Callable[[Any, dict[str, Tensor]], Tensor],
         run.opt.step()
         run.sched.step()
         run.opt.zero_grad(set_to_none=True)
+        if run.average is not None:
+            run.average.update()
         run.step_time += time.perf_counter() - ts
         run.steps += 1
         total += float(loss.detach())
@@ -377,11 +385,12 @@ def _fit_encoder(
     t0 = time.perf_counter()
     for epoch in range(1, run.epochs + 1):
         total = _train_epoch(run, loss_fn, stage, epoch, callback)
-        unwrapped, metrics = _evaluate(run, dev, pad_id, dev_metrics)
+        with run.average.applied() if run.average is not None else nullcontext():  # θ̄ evaluated and kept (cfg.ema)
+            unwrapped, metrics = _evaluate(run, dev, pad_id, dev_metrics)
+            best.offer(epoch, metrics, select(metrics), unwrapped, keep_last)
         history.append({"epoch": epoch, "train_loss": total / max(1, run.steps_per_epoch)} | metrics)
         log.info("%s epoch %d: train loss %.4f, dev %s", stage, epoch, history[-1]["train_loss"],
                  format_metrics(metrics))
-        best.offer(epoch, metrics, select(metrics), unwrapped, keep_last)
         if callback:
             callback(Event(stage, "epoch", epoch, run.steps_per_epoch, run.steps_per_epoch, run.epochs, metrics=metrics))
         if best.bad >= run.cfg.patience:

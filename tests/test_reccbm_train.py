@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -199,6 +200,77 @@ def test_the_embeddings_stay_pretrained_when_asked_and_the_layers_train(backbone
                        tok.pad_token_id)
         assert any(_changed(e0, embeddings)) is not freeze
         assert sum(_changed(l0, layers)) > len(layers) // 2
+
+
+def test_weight_average_follows_each_step_and_restores_the_weights() -> None:
+    """WeightAverage: θ̄ ← θ̄ + (1 − d_t)(θ − θ̄), d_t = min(decay, (1 + t)/(10 + t)); applied() swaps θ̄ in and puts θ
+    back bit for bit."""
+    from reccbm.stages import WeightAverage
+
+    p = torch.nn.Parameter(torch.tensor([0.0, 1.0]))
+    avg = WeightAverage([p], 0.5)
+    expected = p.detach().clone()
+    for t, value in enumerate(([1.0, 1.0], [3.0, -1.0], [2.0, 5.0])):
+        with torch.no_grad():
+            p.copy_(torch.tensor(value))
+        avg.update()
+        d = min(0.5, (1 + t) / (10 + t))
+        expected = expected + (1 - d) * (torch.tensor(value) - expected)
+        torch.testing.assert_close(avg.average[0], expected)
+    raw = p.detach().clone()
+    with avg.applied():
+        torch.testing.assert_close(p.detach(), expected)
+    assert torch.equal(p.detach(), raw)
+    with pytest.raises(ValueError, match="decay"):
+        WeightAverage([p], 1.0)
+    with pytest.raises(ValueError, match="ema"):
+        StageIConfig(ema=1.0)
+
+
+def test_an_encoder_stage_keeps_the_weights_average(backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """stage1.ema: the model a stage keeps is the moving average of its trained weights after its steps (evaluated
+    and selected as such), not the last step's; off (the default), the last step's."""
+    from reccbm import stages
+
+    kept: dict[float, dict[str, torch.Tensor]] = {}
+    seen: list[stages.WeightAverage] = []
+    real_init = stages.WeightAverage.__init__
+
+    def spy(self: stages.WeightAverage, params: list[torch.nn.Parameter], decay: float) -> None:
+        real_init(self, params, decay)
+        seen.append(self)
+
+    monkeypatch.setattr(stages.WeightAverage, "__init__", spy)
+    evaluated: list[list[torch.Tensor]] = []  # θ̄ at each epoch's evaluation
+    real_applied = stages.WeightAverage.applied
+
+    def applied(self: stages.WeightAverage) -> Any:
+        evaluated.append([a.clone() for a in self.average])
+        return real_applied(self)
+
+    monkeypatch.setattr(stages.WeightAverage, "applied", applied)
+    for ema in (0.0, 0.9):
+        torch.manual_seed(0)
+        model, tok = tiny_model(backbone)
+        train, dev = encoded(tok, toy_table(24, seed=1)), encoded(tok, toy_table(8, seed=2))
+        seen.clear()
+        evaluated.clear()
+        res = train_concepts(model, train, dev, dataclasses.replace(FAST1, epochs=2, ema=ema), tok.pad_token_id)
+        kept[ema] = {k: v.clone() for k, v in model.state_dict().items()}
+        if ema == 0.0:
+            assert not seen
+            continue
+        (avg,) = seen
+        assert avg.t == res.steps > 0 and len(evaluated) == 2  # one evaluation an epoch, with θ̄
+        names = {id(p): n for n, p in model.named_parameters()}
+        trained = [names[id(p)] for p in avg.params]
+        assert names[id(model.bottleneck.Q)] in trained and len(trained) == len(
+            [p for p in model.stage1_parameters() if p.requires_grad])
+        assert res.best_epoch in (1, 2)
+        for name, a in zip(trained, evaluated[res.best_epoch - 1]):  # the selected epoch's average, bit for bit
+            assert torch.equal(kept[ema][name], a), name
+    moved = [k for k in kept[0.0] if not torch.equal(kept[0.0][k], kept[0.9][k])]
+    assert moved, "the average keeps other weights than the last step"
 
 
 def test_layer_decay_gives_each_depth_its_rate(backbone: str) -> None:
