@@ -3,6 +3,7 @@ header says how to run it) or says in its header which retired field keeps it to
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -87,3 +88,46 @@ def test_curve_reach_reads_the_all_cell_from_a_kept_benchmark_fold_and_refuses_a
     pooled.assign(grade_true=[5] * 10 + [5] * 14 + [3] * 6).to_csv(kept / "pooled_predictions.csv", index=False)
     assert _curve_reach([str(curve), "--all-from", str(kept), "--out", str(tmp_path / "other")]) == 2
     assert "not the curve's" in capsys.readouterr().err and not (tmp_path / "other").exists()
+
+
+def _script(name: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_question_offsets_finds_a_reader_that_reads_each_question_too_high_or_too_low(tmp_path: Path) -> None:
+    """A reader whose expected levels are the truth plus an offset per question (and a little noise): the offsets are
+    most of its squared error, removing them as the labels give them reads nearly every level, and a few labelled
+    answers per question recover much of that; a reader without offsets gains nothing."""
+    import numpy as np
+    import pandas as pd
+
+    mod = _script("question_offsets")
+    rng = np.random.default_rng(0)
+    rows = []
+    for qi in range(30):
+        off = rng.choice([-0.8, 0.0, 0.8])
+        for a in range(12):
+            t = int(rng.integers(1, 4))
+            for_k = {}
+            for k, scale in (("A", 1.0), ("B", 0.0)):
+                e = float(np.clip(t + scale * off + rng.normal(0, 0.1), 1, 3))
+                for_k |= {f"{k}_true": t, f"{k}_expected": e, f"{k}_level": int(np.clip(np.rint(e), 1, 3))}
+            rows.append({"id": f"{qi}.{a}", "fold": qi % 5} | for_k)
+    d = pd.DataFrame(rows)
+    out = mod.study(d, ns=(3,), draws=3)
+    A, B = out["concepts"]["A"], out["concepts"]["B"]
+    assert A["offset_share_of_squared_error"] > 0.5 and A["c_acc_oracle_offset"] > A["c_acc"] + 0.2
+    assert B["c_acc"] > 0.95 and B["c_acc_oracle_offset"] >= B["c_acc"] - 0.01
+    assert out["labelled_answers_per_question"]["3"]["gain"] > 0.05
+    path = tmp_path / "pooled.csv"
+    d.to_csv(path, index=False)
+    assert mod.main([str(path), "--n", "3", "--draws", "2", "--json", str(tmp_path / "o.json")]) == 0
+    assert json.loads((tmp_path / "o.json").read_text())["questions"] == 30
+    (tmp_path / "bad.csv").write_text("id,grade\n1.1,5\n")
+    assert mod.main([str(tmp_path / "bad.csv")]) == 2

@@ -314,11 +314,11 @@ def test_the_head_refitted_through_a_fixed_lcec_is_the_head_of_computing_it_ever
     train_grader(model, *args)  # LCEC and the head trained together first
     start = {k: v.clone() for k, v in model.state_dict().items()}
     heads = {}
+    adamw = torch.optim.AdamW
     for fixed in (True, False):
         model.load_state_dict(start)
         if not fixed:
             monkeypatch.setattr(LatentCorrection, "fixed", lambda self: contextlib.nullcontext())
-            adamw = torch.optim.AdamW
             monkeypatch.setattr(torch.optim, "AdamW", lambda *a, **kw: adamw(*a, **(kw | {"foreach": False})))
         train_grader(model, *args, head_only=True)
         heads[fixed] = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("encoder")}

@@ -1,0 +1,128 @@
+"""How much of the concept reader's error on new questions is the question's own offset, and what removing it is worth.
+
+On question-grouped folds each test question is new to its fold's model. Per concept, the error of the expected level
+ĉ − c splits into a part shared by a question's answers (its mean over them: the reader reads the question as a whole
+too high or too low) and a part within the question. This script, on a run's pooled predictions:
+
+- the share of the squared error that is the questions' offsets, per concept;
+- C-Acc with each question's offset removed as the labels give it (an oracle: every answer's true level is used);
+- C-Acc with the question means shrunk toward the fold's mean by a factor fitted on the other folds' questions (no
+  label of the question is used: only its answers, read together);
+- C-Acc with the offset estimated from n labelled answers of the question (shrunk by n / (n + λ)), on its other
+  answers, against the reader's own levels on the same answers (``--draws`` random choices of the n).
+
+A level with an offset is round(ĉ + shift), clipped to the scale; without one the reader's level (argmax p̂).
+
+    python experiments/question_offsets.py benchmarks/results/folds-by-question/default/pooled_predictions.csv \
+        --json experiments/results/question_offsets_default_grouped.json
+
+Concept labels of the Mohler runs: majority vote over three LLM annotation passes, NOT validated by experts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+def concepts_of(d: pd.DataFrame) -> list[str]:
+    """The concept keys of a pooled predictions table (columns KEY_expected with KEY_true and KEY_level beside)."""
+    return [c[: -len("_expected")] for c in d.columns
+            if c.endswith("_expected") and f"{c[:-9]}_true" in d and f"{c[:-9]}_level" in d]
+
+
+def question_of(ids: pd.Series) -> pd.Series:
+    """Mohler's answer ids are QUESTION.ANSWER: the question is all before the last dot."""
+    return ids.astype(str).str.rsplit(".", n=1).str[0]
+
+
+def study(d: pd.DataFrame, ns: tuple[int, ...] = (1, 3, 5, 10), lam: float = 5.0, draws: int = 20,
+          seed: int = 0) -> dict[str, Any]:
+    d = d.reset_index(drop=True)
+    q = d["question"] if "question" in d else question_of(d["id"])
+    keys = concepts_of(d)
+    lo = int(min(d[f"{k}_true"].min() for k in keys))
+    hi = int(max(d[f"{k}_true"].max() for k in keys))
+    per: dict[str, dict[str, float]] = {}
+    oracle, shrunk, levels = [], [], []
+    for k in keys:
+        e, t, lvl = d[f"{k}_expected"].to_numpy(float), d[f"{k}_true"].to_numpy(float), d[f"{k}_level"].to_numpy(float)
+        err = e - t
+        offset = pd.Series(err).groupby(q.to_numpy()).transform("mean").to_numpy()
+        qmean = pd.Series(e).groupby(q.to_numpy()).transform("mean").to_numpy()
+        fitted = np.empty(len(d))
+        for f in sorted(d["fold"].unique()):
+            tr, te = (d["fold"] != f).to_numpy(), (d["fold"] == f).to_numpy()
+            x = qmean[tr] - e[tr].mean()
+            slope = float(x @ (t[tr] - e[tr]) / max(float(x @ x), 1e-12))  # t − ĉ ≈ slope · (question mean − mean)
+            fitted[te] = e[te] + slope * (qmean[te] - e[te].mean())
+        per[k] = {"c_acc": float(np.mean(lvl == t)), "offset_share_of_squared_error": float(np.mean(offset ** 2) / np.mean(err ** 2)),
+                  "c_acc_oracle_offset": float(np.mean(np.clip(np.rint(e - offset), lo, hi) == t)),
+                  "c_acc_shrunk_question_means": float(np.mean(np.clip(np.rint(fitted), lo, hi) == t))}
+        oracle.append(per[k]["c_acc_oracle_offset"])
+        shrunk.append(per[k]["c_acc_shrunk_question_means"])
+        levels.append(per[k]["c_acc"])
+    rng = np.random.default_rng(seed)
+    labelled = {}
+    for n in ns:
+        base, moved = [], []
+        for _ in range(draws):
+            order = rng.permutation(len(d))
+            rank = pd.Series(np.arange(len(d)), index=order).sort_index().to_numpy()  # position of each answer in the draw
+            first = pd.Series(rank).groupby(q.to_numpy()).rank(method="first").to_numpy() <= n
+            size = q.map(q.value_counts()).to_numpy()
+            calib = first & (size > n)  # a question keeps at least one answer to grade
+            rest = ~calib & (pd.Series(calib).groupby(q.to_numpy()).transform("any").to_numpy())
+            for k in keys:
+                e, t = d[f"{k}_expected"].to_numpy(float), d[f"{k}_true"].to_numpy(float)
+                g = pd.DataFrame({"q": q[calib].to_numpy(), "r": (t - e)[calib]}).groupby("q")["r"].agg(["mean", "size"])
+                shift = (g["mean"] * g["size"] / (g["size"] + lam)).reindex(q[rest].to_numpy()).to_numpy()
+                moved.append(float(np.mean(np.clip(np.rint(e[rest] + shift), lo, hi) == t[rest])))
+                base.append(float(np.mean(d[f"{k}_level"].to_numpy(float)[rest] == t[rest])))
+        labelled[str(n)] = {"c_acc_reader": float(np.mean(base)), "c_acc_with_offset": float(np.mean(moved)),
+                            "gain": float(np.mean(moved) - np.mean(base))}
+    return {"answers": len(d), "questions": int(q.nunique()), "concepts": per,
+            "c_acc": float(np.mean(levels)), "c_acc_oracle_offset": float(np.mean(oracle)),
+            "c_acc_shrunk_question_means": float(np.mean(shrunk)),
+            "labelled_answers_per_question": labelled, "lambda": lam, "draws": draws}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("pooled", type=Path, help="pooled_predictions.csv of a question-grouped k-fold run")
+    ap.add_argument("--n", default="1,3,5,10", help="labelled answers per question (comma-separated)")
+    ap.add_argument("--lam", type=float, default=5.0, help="shrinkage λ of the offset from n answers: n / (n + λ)")
+    ap.add_argument("--draws", type=int, default=20)
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args(argv)
+    try:
+        d = pd.read_csv(a.pooled, dtype={"id": str})
+    except (OSError, ValueError) as exc:
+        print(f"{a.pooled}: cannot read it ({exc.__class__.__name__}); give a pooled_predictions.csv", file=sys.stderr)
+        return 2
+    if "fold" not in d or not concepts_of(d):
+        print(f"{a.pooled}: no fold column or no KEY_expected/_true/_level columns; give a k-fold run's "
+              "pooled_predictions.csv", file=sys.stderr)
+        return 2
+    out = study(d, tuple(int(n) for n in a.n.split(",")), a.lam, a.draws)
+    print(f"{out['answers']} answers, {out['questions']} questions: C-Acc {out['c_acc']:.3f}; the questions' offsets "
+          f"removed as the labels give them {out['c_acc_oracle_offset']:.3f}; question means shrunk (no label) "
+          f"{out['c_acc_shrunk_question_means']:.3f}")
+    for k, v in out["concepts"].items():
+        print(f"  {k}: C-Acc {v['c_acc']:.3f}, offsets {v['offset_share_of_squared_error']:.0%} of the squared error, "
+              f"oracle {v['c_acc_oracle_offset']:.3f}, shrunk {v['c_acc_shrunk_question_means']:.3f}")
+    for n, v in out["labelled_answers_per_question"].items():
+        print(f"  {n} labelled answer(s) a question: {v['c_acc_reader']:.3f} -> {v['c_acc_with_offset']:.3f} ({v['gain']:+.3f})")
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
