@@ -108,3 +108,22 @@ def test_an_unknown_encoder_is_a_one_line_error(tmp_path: Path, course: dict[str
     assert res.exit_code == 1
     assert "unknown encoder 'fixed'; use train or frozen or auto" in res.output
     assert "Traceback" not in res.output and not (tmp_path / "bad").exists()
+
+
+def test_the_weights_average_on_a_course_that_is_not_mohler(tmp_path: Path, course: dict[str, Path]) -> None:
+    """`--cfg stage1.ema=…` on the chemistry lab (its encoder trained, and frozen as a small course's default would
+    have it): the run trains, records the decay, and keeps other weights than the same run without it; a decay of 1
+    is refused in one line."""
+    kept = {}
+    for ema in ("0", "0.9"):
+        for encoder in ("train", "frozen"):
+            out = tmp_path / f"{encoder}-{ema}"
+            res = _train(course, out, "--encoder", encoder, "--cfg", f"stage1.ema={ema}")
+            assert res.exit_code == 0, res.output
+            assert yaml.safe_load((out / "config.yaml").read_text())["stage1"]["ema"] == float(ema)
+            kept[encoder, ema] = reccbm.load_checkpoint(out)[0].state_dict()
+    for encoder in ("train", "frozen"):
+        a, b = kept[encoder, "0"], kept[encoder, "0.9"]
+        assert any(not torch.equal(a[k], b[k]) for k in a), encoder
+    res = _train(course, tmp_path / "bad", "--cfg", "stage1.ema=1")
+    assert res.exit_code != 0 and "ema" in res.output and "Traceback" not in res.output
