@@ -52,6 +52,15 @@ def _k_dim_optimiser(params: list[nn.Parameter], n_items: int, cfg: StageIIConfi
 
 
 
+def _k_dim_step(opt: Any, sched: Any, loss: Tensor) -> float:
+    """One optimiser step of a K-dimensional stage on ``loss``; returns the loss."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()  # type: ignore[no-untyped-call]
+    opt.step()
+    sched.step()
+    return float(loss.detach())
+
+
 def _stage2_loss(model: RecCBM, p_hat: Tensor, c: Tensor | None, y: Tensor, cfg: StageIIConfig) -> Tensor:
     observed = None
     if c is not None:
@@ -131,13 +140,8 @@ def _train_grader(
             for start in range(0, len(perm), cfg.batch_size):
                 idx = perm[start : start + cfg.batch_size]
                 c = None if train_concepts_ is None else train_concepts_[idx]
-                loss = _stage2_loss(model, train_p_hat[idx], c, train_grades[idx], cfg)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()  # type: ignore[no-untyped-call]
-                opt.step()
-                sched.step()
+                total += _k_dim_step(opt, sched, _stage2_loss(model, train_p_hat[idx], c, train_grades[idx], cfg))
                 steps += 1
-                total += float(loss.detach())
             with torch.no_grad():
                 model.eval()
                 logits = model.grade_from_concepts(dev_p_hat).grade_logits
@@ -194,13 +198,9 @@ def _fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig
         for start in range(0, len(perm), cfg.batch_size):
             idx = perm[start : start + cfg.batch_size]
             den, spa = model.lcec_losses(model.grade_from_concepts(p_hat[idx]), concepts[idx])  # Eq. 24, 25
-            loss = den + cfg.lcec_lambda_s * spa  # λ_d weighs L_den against the grade loss; alone it has weight 1
-            opt.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            opt.step()
-            sched.step()
+            # λ_d weighs L_den against the grade loss; alone it has weight 1
+            total += _k_dim_step(opt, sched, den + cfg.lcec_lambda_s * spa)
             steps += 1
-            total += float(loss.detach())
         history.append({"epoch": epoch, "train_loss": total / steps_per_epoch})
         if callback:
             callback(Event("lcec", "epoch", epoch, steps_per_epoch, steps_per_epoch, cfg.epochs,
