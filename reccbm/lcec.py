@@ -17,8 +17,6 @@ observed k, so μ_post,k = c_k / M exactly, and every other concept moves by the
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
@@ -56,7 +54,6 @@ class LatentCorrection(nn.Module):
         self.L = nn.Parameter(torch.eye(K))  # (K, K), only its lower triangle is used: Ω = I + εI at init
         self.eta = nn.Parameter(torch.zeros(K))  # (K,), σ² = exp(η) = 1 at init
         self.register_buffer("mu0", torch.zeros(K))  # (K,) prior mean μ₀; 0 = the paper's prior
-        self._fixed: tuple[Tensor, Tensor, Tensor] | None = None  # (A, Ω⁻¹, σ²) held by fixed()
 
     def cholesky_factor(self) -> Tensor:
         return torch.tril(self.L)  # (K, K) lower-triangular
@@ -86,23 +83,6 @@ class LatentCorrection(nn.Module):
         sd, LB = self._B_cholesky()
         return sd[:, None] * torch.cholesky_solve(torch.diag(sd), LB)  # (K, K)
 
-    def prior_covariance(self) -> Tensor:
-        """C = Ω⁻¹ (the prior covariance of z, Eq. 17), float64 (K, K), via a Cholesky solve (Ω ≻ 0)."""
-        eye = torch.eye(self.L.shape[0], dtype=torch.float64, device=self.L.device)
-        return torch.cholesky_solve(eye, torch.linalg.cholesky_ex(self.precision()).L)
-
-    @contextmanager
-    def fixed(self) -> Iterator[None]:
-        """A, Ω⁻¹ and σ² computed once for the block instead of in every forward: for a stage that does not train
-        LCEC (the grade head refitted through it), the same values without the K×K algebra of each step. LCEC's
-        parameters must not change inside the block."""
-        with torch.no_grad():
-            self._fixed = (self.denoising_matrix(), self.prior_covariance(), self.noise_variance())
-        try:
-            yield
-        finally:
-            self._fixed = None
-
     def forward(self, s_tilde: Tensor, observed: Tensor | None = None) -> Tensor:
         """μ_post = μ₀ + A (s̃ − μ₀) for a batch (= A s̃ with μ₀ = 0, Eq. 20): (B, K) -> (B, K).
 
@@ -110,13 +90,12 @@ class LatentCorrection(nn.Module):
         conditions on them (module docstring): they come back unchanged, the others move through Ω."""
         mu0 = self.mu0.double()  # (K,)
         r = s_tilde.double() - mu0  # (B, K)
-        fixed = self._fixed
         if observed is None or not bool(observed.any()):
-            A = fixed[0] if fixed is not None else self.denoising_matrix()  # (K, K)
-            return (mu0 + r @ A.T).to(s_tilde.dtype)  # (B, K)
-        C = fixed[1] if fixed is not None else self.prior_covariance()  # (K, K) prior covariance Ω⁻¹
-        var = fixed[2] if fixed is not None else self.noise_variance()  # (K,) σ²
-        d = var.unsqueeze(0).masked_fill(observed.bool(), 0.0)  # (B, K) diag of D_i
+            return (mu0 + r @ self.denoising_matrix().T).to(s_tilde.dtype)  # (B, K)
+        K = r.shape[1]
+        eye = torch.eye(K, dtype=r.dtype, device=r.device)
+        C = torch.cholesky_solve(eye, torch.linalg.cholesky_ex(self.precision()).L)  # (K, K) prior covariance Ω⁻¹ (Ω ≻ 0)
+        d = self.noise_variance().unsqueeze(0).masked_fill(observed.bool(), 0.0)  # (B, K) diag of D_i
         w = torch.linalg.solve_ex(C.unsqueeze(0) + torch.diag_embed(d), r.unsqueeze(-1)).result  # (B, K, 1): (C + D_i)⁻¹ r
         mu = mu0 + (C.unsqueeze(0) @ w).squeeze(-1)  # (B, K)
         return torch.where(observed.bool(), s_tilde.double(), mu).to(s_tilde.dtype)  # observed: exactly c_k / M

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -45,7 +44,7 @@ log = logging.getLogger("reccbm")
 def _k_dim_optimiser(params: list[nn.Parameter], n_items: int, cfg: StageIIConfig) -> tuple[Any, Any, torch.Generator, int]:
     """(AdamW, warm-up + linear decay, the seeded data-order generator, steps per epoch) of a K-dimensional stage over
     cached outputs (Stage II, the LCEC fit)."""
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, foreach=True)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     steps_per_epoch = math.ceil(n_items / cfg.batch_size)
     sched = warmup_linear(opt, steps_per_epoch * cfg.epochs, cfg.warmup_ratio)
     return opt, sched, torch.Generator().manual_seed(cfg.seed), steps_per_epoch
@@ -131,33 +130,31 @@ def _train_grader(
     best_state: list[Tensor] = []
     best, best_epoch, history, bad, steps = {}, 0, [], 0, 0
     t0 = time.perf_counter()
-    # the head alone (LCEC fitted before): LCEC's matrices are the same every step, computed once
-    with model.lcec.fixed() if head_only and model.lcec is not None else nullcontext():
-        for epoch in range(1, cfg.epochs + 1):
-            model.train()
-            perm = torch.randperm(len(train_p_hat), generator=gen)
-            total = 0.0
-            for start in range(0, len(perm), cfg.batch_size):
-                idx = perm[start : start + cfg.batch_size]
-                c = None if train_concepts_ is None else train_concepts_[idx]
-                total += _k_dim_step(opt, sched, _stage2_loss(model, train_p_hat[idx], c, train_grades[idx], cfg))
-                steps += 1
-            with torch.no_grad():
-                model.eval()
-                logits = model.grade_from_concepts(dev_p_hat).grade_logits
-                metrics = task_metrics(dev_grades.cpu().numpy(), logits.argmax(1).cpu().numpy())
-                metrics["loss"] = float(F.cross_entropy(logits, dev_grades))
-            history.append({"epoch": epoch, "train_loss": total / steps_per_epoch} | metrics)
-            key = (-metrics["loss"],) if cfg.select == "nll" else selection_key(metrics, "t_f1", "t_acc")
-            if best_key is None or key > best_key:
-                best_key, best, best_epoch, bad = key, metrics, epoch, 0
-                best_state = [p.detach().clone() for p in params]
-            else:
-                bad += 1
-            if callback:
-                callback(Event("stage2", "epoch", epoch, steps_per_epoch, steps_per_epoch, cfg.epochs, metrics=metrics))
-            if bad >= cfg.patience:
-                break
+    for epoch in range(1, cfg.epochs + 1):
+        model.train()
+        perm = torch.randperm(len(train_p_hat), generator=gen)
+        total = 0.0
+        for start in range(0, len(perm), cfg.batch_size):
+            idx = perm[start : start + cfg.batch_size]
+            c = None if train_concepts_ is None else train_concepts_[idx]
+            total += _k_dim_step(opt, sched, _stage2_loss(model, train_p_hat[idx], c, train_grades[idx], cfg))
+            steps += 1
+        with torch.no_grad():
+            model.eval()
+            logits = model.grade_from_concepts(dev_p_hat).grade_logits
+            metrics = task_metrics(dev_grades.cpu().numpy(), logits.argmax(1).cpu().numpy())
+            metrics["loss"] = float(F.cross_entropy(logits, dev_grades))
+        history.append({"epoch": epoch, "train_loss": total / steps_per_epoch} | metrics)
+        key = (-metrics["loss"],) if cfg.select == "nll" else selection_key(metrics, "t_f1", "t_acc")
+        if best_key is None or key > best_key:
+            best_key, best, best_epoch, bad = key, metrics, epoch, 0
+            best_state = [p.detach().clone() for p in params]
+        else:
+            bad += 1
+        if callback:
+            callback(Event("stage2", "epoch", epoch, steps_per_epoch, steps_per_epoch, cfg.epochs, metrics=metrics))
+        if bad >= cfg.patience:
+            break
     with torch.no_grad():
         for p, best_p in zip(params, best_state):
             p.copy_(best_p)

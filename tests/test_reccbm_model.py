@@ -208,20 +208,3 @@ def test_conditioning_on_an_experts_levels_is_the_gaussian_conditional() -> None
     np.testing.assert_array_equal(got[observed.numpy()], s.numpy()[observed.numpy()])  # exactly the expert's value
     unobserved_only = lc(s[1:2], observed[1:2]).detach()
     torch.testing.assert_close(unobserved_only, lc(s[1:2]).detach())  # no observation: Eq. 20
-
-
-def test_fixed_lcec_gives_the_same_posterior_bit_for_bit_and_lets_go() -> None:
-    """LatentCorrection.fixed(): A, Ω⁻¹ and σ² computed once for the block give the very posterior of computing them in
-    every forward, observed concepts or not; after the block a changed L is read again."""
-    K = 6
-    lc = _random_lcec(K, seed=5)
-    s = torch.rand(5, K, dtype=torch.float64)
-    observed = torch.rand(5, K, generator=torch.Generator().manual_seed(1)) < 0.4
-    plain, conditioned = lc(s).detach(), lc(s, observed).detach()
-    with lc.fixed():
-        assert lc._fixed is not None
-        assert torch.equal(lc(s).detach(), plain) and torch.equal(lc(s, observed).detach(), conditioned)
-    assert lc._fixed is None
-    with torch.no_grad():
-        lc.L.mul_(2.0)
-    assert not torch.equal(lc(s).detach(), plain)
