@@ -11,10 +11,15 @@ too high or too low) and a part within the question. This script, on a run's poo
 - C-Acc with the offset estimated from n labelled answers of the question (shrunk by n / (n + λ)), on its other
   answers, against the reader's own levels on the same answers (``--draws`` random choices of the n).
 
+With ``--fold-runs RUN`` (the k-fold run that made the pooled predictions, its fold weights kept) also: each fold's
+model reads its test questions' reference answers given as the answer, and the offset is predicted, without a label
+of the question, from that reading and the question's mean (a least-squares fit on the other folds' questions).
+
 A level with an offset is round(ĉ + shift), clipped to the scale; without one the reader's level (argmax p̂).
 
     python experiments/question_offsets.py benchmarks/results/folds-by-question/default/pooled_predictions.csv \
         --json experiments/results/question_offsets_default_grouped.json
+    python experiments/question_offsets.py RUN/pooled_predictions.csv --fold-runs RUN
 
 Concept labels of the Mohler runs: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -93,12 +98,63 @@ def study(d: pd.DataFrame, ns: tuple[int, ...] = (1, 3, 5, 10), lam: float = 5.0
             "labelled_answers_per_question": labelled, "lambda": lam, "draws": draws}
 
 
+def reference_readings(run: Path, device: str = "cpu") -> pd.DataFrame:
+    """Each fold model of a k-fold ``run`` reads its test questions' reference answers given as the answer: one row per
+    question (``question``, ``fold``, the graded columns such as ``KEY_expected``)."""
+    from rubrictool.grade import grade_loaded, load_grader
+
+    rows = []
+    for fold_dir in sorted(run.glob("fold-[0-9]*")):
+        if not (fold_dir / "split.json").is_file():
+            continue
+        table = pd.read_csv(fold_dir / "table.csv", dtype=str)
+        test = table[table["id"].isin(set(map(str, json.loads((fold_dir / "split.json").read_text())["test"])))]
+        refs = test.assign(question=question_of(test["id"])).groupby("question", as_index=False).first()
+        refs = refs.assign(id=refs["question"] + ".reference", response=refs["reference"])
+        graded = grade_loaded(load_grader(fold_dir), refs, flags=False, device=device)
+        rows.append(graded.assign(question=refs["question"].to_numpy(), fold=int(fold_dir.name.split("-")[1])))
+    if not rows:
+        raise ValueError(f"{run}: no fold-*/ with split.json and weights")
+    return pd.concat(rows, ignore_index=True)
+
+
+def offsets_from_readings(d: pd.DataFrame, readings: pd.DataFrame) -> dict[str, Any]:
+    """Per concept, the correlation of the reference's reading with the question's offset, and C-Acc with the offset
+    predicted from (reading, question mean) by least squares on the other folds' questions."""
+    q = d["question"] if "question" in d else question_of(d["id"])
+    keys = concepts_of(d)
+    lo = int(min(d[f"{k}_true"].min() for k in keys))
+    hi = int(max(d[f"{k}_true"].max() for k in keys))
+    per, base, moved = {}, [], []
+    for k in keys:
+        e, t = d[f"{k}_expected"].to_numpy(float), d[f"{k}_true"].to_numpy(float)
+        g = pd.DataFrame({"q": q.to_numpy(), "err": e - t, "e": e, "fold": d["fold"].to_numpy()}).groupby("q").agg(
+            offset=("err", "mean"), mean=("e", "mean"), fold=("fold", "first"))
+        g = g.join(readings.set_index("question")[f"{k}_expected"].rename("reading"), how="inner")
+        out = e.copy()
+        for f in sorted(g["fold"].unique()):
+            tr, te = g[g["fold"] != f], g[g["fold"] == f]
+            X = np.c_[np.ones(len(tr)), tr["reading"], tr["mean"]]
+            b = np.linalg.lstsq(X, tr["offset"].to_numpy(), rcond=None)[0]
+            shift = pd.Series(np.c_[np.ones(len(te)), te["reading"], te["mean"]] @ b, index=te.index)
+            m = (d["fold"] == f).to_numpy()
+            out[m] = e[m] - q[m].map(shift).fillna(0).to_numpy()
+        r = float(np.corrcoef(g["reading"], g["offset"])[0, 1]) if g["reading"].std() > 0 else float("nan")
+        per[k] = {"r_reading_offset": r, "mean_reading": float(g["reading"].mean()),
+                  "c_acc": float(np.mean(d[f"{k}_level"] == t)),
+                  "c_acc_predicted_offset": float(np.mean(np.clip(np.rint(out), lo, hi) == t))}
+        base.append(per[k]["c_acc"])
+        moved.append(per[k]["c_acc_predicted_offset"])
+    return {"concepts": per, "c_acc": float(np.mean(base)), "c_acc_predicted_offset": float(np.mean(moved))}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("pooled", type=Path, help="pooled_predictions.csv of a question-grouped k-fold run")
     ap.add_argument("--n", default="1,3,5,10", help="labelled answers per question (comma-separated)")
     ap.add_argument("--lam", type=float, default=5.0, help="shrinkage λ of the offset from n answers: n / (n + λ)")
     ap.add_argument("--draws", type=int, default=20)
+    ap.add_argument("--fold-runs", type=Path, help="the k-fold run with its fold weights: read the references too")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
     try:
@@ -119,6 +175,14 @@ def main(argv: list[str] | None = None) -> int:
               f"oracle {v['c_acc_oracle_offset']:.3f}, shrunk {v['c_acc_shrunk_question_means']:.3f}")
     for n, v in out["labelled_answers_per_question"].items():
         print(f"  {n} labelled answer(s) a question: {v['c_acc_reader']:.3f} -> {v['c_acc_with_offset']:.3f} ({v['gain']:+.3f})")
+    if a.fold_runs:
+        ref = offsets_from_readings(d, reference_readings(a.fold_runs))
+        out["reference_readings"] = ref | {"run": str(a.fold_runs)}
+        print(f"  offsets predicted from the reference's reading and the question mean: C-Acc {ref['c_acc']:.3f} -> "
+              f"{ref['c_acc_predicted_offset']:.3f}")
+        for k, v in ref["concepts"].items():
+            print(f"    {k}: the reference read at {v['mean_reading']:.2f} on average; r(reading, offset) "
+                  f"{v['r_reading_offset']:+.2f}")
     if a.json:
         a.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0

@@ -131,3 +131,28 @@ def test_question_offsets_finds_a_reader_that_reads_each_question_too_high_or_to
     assert json.loads((tmp_path / "o.json").read_text())["questions"] == 30
     (tmp_path / "bad.csv").write_text("id,grade\n1.1,5\n")
     assert mod.main([str(tmp_path / "bad.csv")]) == 2
+
+
+def test_question_offsets_predicts_an_offset_that_the_references_reading_carries() -> None:
+    """offsets_from_readings: where the reference's reading moves with the question's offset the fit on the other folds
+    removes it (C-Acc up, r near 1); where the reading is the same for every question it has nothing to go on."""
+    import numpy as np
+    import pandas as pd
+
+    mod = _script("question_offsets")
+    rng = np.random.default_rng(1)
+    rows, reads = [], []
+    for qi in range(40):
+        off = rng.choice([-0.8, 0.0, 0.8])
+        reads.append({"question": str(qi), "fold": qi % 5, "A_expected": 2.0 + off, "B_expected": 3.0})
+        for a in range(10):
+            t = int(rng.integers(1, 4))
+            e = float(t + off + rng.normal(0, 0.1))
+            row = {"id": f"{qi}.{a}", "fold": qi % 5}
+            for k in ("A", "B"):
+                row |= {f"{k}_true": t, f"{k}_expected": e, f"{k}_level": int(np.clip(np.rint(e), 1, 3))}
+            rows.append(row)
+    out = mod.offsets_from_readings(pd.DataFrame(rows), pd.DataFrame(reads))
+    A, B = out["concepts"]["A"], out["concepts"]["B"]
+    assert A["r_reading_offset"] > 0.95 and A["c_acc_predicted_offset"] > A["c_acc"] + 0.2
+    assert np.isnan(B["r_reading_offset"]) and B["mean_reading"] == 3.0
