@@ -170,11 +170,11 @@ class StageIConfig:
     # cache_states), and each step runs and trains the top n layers alone: the way to afford a backbone larger than
     # MiniLM on a CPU (--backbone; docs/training.md). Applies when the encoder trains ("train", or "auto" deciding so).
     train_top_layers: int = 0
-    # Weight averaging (not in the paper): > 0 keeps an exponential moving average of the trained parameters in Stage I
-    # and the joint stage, θ̄ ← θ̄ + (1 − d_t)(θ − θ̄) after each optimiser step with d_t = min(ema, (1 + t) / (10 + t)),
-    # and evaluates, selects and keeps each epoch with θ̄ in place of θ (training goes on from θ). An average over
-    # the last ~1 / (1 − ema) steps lands in a flatter region than the last step, which tends to carry better to
-    # answers unlike the training ones; 0 = off (the last step's weights, the paper).
+    # Weight averaging (not in the paper): > 0 keeps an exponential moving average of the trained parameters in the
+    # encoder stages (Stage I, the joint stage, the PLM's), θ̄ ← θ̄ + (1 − d_t)(θ − θ̄) after each optimiser step with
+    # d_t = min(ema, (1 + t) / (10 + t)), and evaluates, selects and keeps each epoch with θ̄ in place of θ (training goes
+    # on from θ): an average over the last ~1 / (1 − ema) steps, the usual remedy for inputs unlike the training ones
+    # (on Mohler's new questions level with the last step's: docs/history/concept-reader-levers.md). 0 = off (the paper).
     ema: float = 0.0
 
     def __post_init__(self) -> None:
