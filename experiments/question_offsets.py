@@ -149,7 +149,10 @@ def offsets_from_readings(d: pd.DataFrame, readings: pd.DataFrame) -> dict[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from reccbm import ReccbmError
+    from rubrictool.errors import RubrictoolError
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pooled", type=Path, help="pooled_predictions.csv of a question-grouped k-fold run")
     ap.add_argument("--n", default="1,3,5,10", help="labelled answers per question (comma-separated)")
     ap.add_argument("--lam", type=float, default=5.0, help="shrinkage λ of the offset from n answers: n / (n + λ)")
@@ -176,7 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     for n, v in out["labelled_answers_per_question"].items():
         print(f"  {n} labelled answer(s) a question: {v['c_acc_reader']:.3f} -> {v['c_acc_with_offset']:.3f} ({v['gain']:+.3f})")
     if a.fold_runs:
-        ref = offsets_from_readings(d, reference_readings(a.fold_runs))
+        try:
+            readings = reference_readings(a.fold_runs)
+        except (RubrictoolError, ReccbmError, OSError, ValueError, KeyError) as exc:  # not a k-fold run with weights
+            print(f"--fold-runs {a.fold_runs}: {str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__}; give "
+                  "the k-fold run that made the pooled predictions, its fold-*/ weights kept", file=sys.stderr)
+            return 2
+        ref = offsets_from_readings(d, readings)
         out["reference_readings"] = ref | {"run": str(a.fold_runs)}
         print(f"  offsets predicted from the reference's reading and the question mean: C-Acc {ref['c_acc']:.3f} -> "
               f"{ref['c_acc_predicted_offset']:.3f}")

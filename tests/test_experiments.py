@@ -40,13 +40,7 @@ def test_a_config_runs_on_the_current_code_or_says_why_not(path: Path) -> None:
 
 
 def _curve_reach(argv: list[str]) -> int:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("curve_reach", ROOT / "experiments" / "curve_reach.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return int(mod.main(argv))
+    return int(_script("curve_reach").main(argv))
 
 
 def test_curve_reach_reads_the_all_cell_from_a_kept_benchmark_fold_and_refuses_another_split(tmp_path: Path,
@@ -156,3 +150,14 @@ def test_question_offsets_predicts_an_offset_that_the_references_reading_carries
     A, B = out["concepts"]["A"], out["concepts"]["B"]
     assert A["r_reading_offset"] > 0.95 and A["c_acc_predicted_offset"] > A["c_acc"] + 0.2
     assert np.isnan(B["r_reading_offset"]) and B["mean_reading"] == 3.0
+
+
+def test_question_offsets_refuses_a_folder_that_is_not_a_kfold_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pandas as pd
+
+    pooled = tmp_path / "pooled.csv"
+    pd.DataFrame({"id": ["1.1", "1.2", "2.1", "2.2"], "fold": [0, 0, 1, 1], "A_true": [1, 2, 3, 2],
+                  "A_expected": [1.2, 2.1, 2.8, 2.0], "A_level": [1, 2, 3, 2]}).to_csv(pooled, index=False)
+    assert _script("question_offsets").main([str(pooled), "--n", "1", "--draws", "1", "--fold-runs", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--fold-runs" in err and "no fold-*/" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
