@@ -174,7 +174,7 @@ class StageIConfig:
     # encoder stages (Stage I, the joint stage, the PLM's), θ̄ ← θ̄ + (1 − d_t)(θ − θ̄) after each optimiser step with
     # d_t = min(ema, (1 + t) / (10 + t)), and evaluates, selects and keeps each epoch with θ̄ in place of θ (training goes
     # on from θ): an average over the last ~1 / (1 − ema) steps, the usual remedy for inputs unlike the training ones
-    # (on Mohler's new questions level with the last step's: docs/history/concept-reader-levers.md). 0 = off (the paper).
+    # (docs/history/concept-reader-levers.md). 0 = off (the paper); the default recipe sets 0.995 (reccbm/recipes.py).
     ema: float = 0.0
 
     def __post_init__(self) -> None:

@@ -31,9 +31,10 @@ __all__ = ["PRESETS", "SECTIONS", "contrast_concepts", "recipe"]
 # the grade yet, one that trains in a fraction of the time and keeps no encoder of its own per fold), and examples
 # across questions in Stage I (stage1.contrast, reccbm/contrast.py): the reference answer at the top level of the
 # concepts the rubric marks reference_is_top, an answer to another question at the bottom of those it marks
-# off_topic_is_bottom (:func:`contrast_concepts`; a rubric that marks none trains without them), and three joint epochs
+# off_topic_is_bottom (:func:`contrast_concepts`; a rubric that marks none trains without them), three joint epochs
 # instead of plain's four (so that the README's main job fits its budget on a 2-core CPU; joint.epochs 4 is the default
-# before, docs/history/concept-reader-levers.md).
+# before, docs/history/concept-reader-levers.md), and the trained weights' moving average evaluated, selected and kept
+# in the encoder stages (stage1.ema; 0 is the default before).
 _PLAIN: dict[str, dict[str, Any]] = {
     "model": {"head": "level", "query_init": "rubric", "center": True, "tau": 0.25, "condition": True},
     "stage1": {"epochs": 3, "concept_loss": "mean", "query_lr_multiplier": 10.0},
@@ -42,7 +43,7 @@ _PLAIN: dict[str, dict[str, Any]] = {
 }
 _READER: dict[str, dict[str, Any]] = {
     "model": {"align": True},
-    "stage1": {"soft_targets": 0.5, "encoder": "auto", "contrast": 0.5, "contrast_per_batch": 2},
+    "stage1": {"soft_targets": 0.5, "encoder": "auto", "contrast": 0.5, "contrast_per_batch": 2, "ema": 0.995},
     "joint": {"epochs": 3},
     "stage2": {"lcec_fit": "moments"},
 }
