@@ -176,6 +176,12 @@ class StageIConfig:
     # on from θ): an average over the last ~1 / (1 − ema) steps, the usual remedy for inputs unlike the training ones
     # (docs/history/concept-reader-levers.md). 0 = off (the paper); the default recipe sets 0.995 (reccbm/recipes.py).
     ema: float = 0.0
+    # Larger batches on a GPU (not in the paper): on a CUDA device the recipe trains with batches gpu_batch_scale times as
+    # large, by the linear scaling rule (reccbm.fit.Recipe.scaled: every learning rate × the scale, the moving average's
+    # decay to the same number of answers, as many examples across questions per answer, Stage II's batch too), so
+    # a GPU, whose time is the number of optimiser steps (MiniLM's kernels are too small to fill one), takes that many
+    # times fewer. 1 = the same recipe on every device. The CPU never scales (its time is the arithmetic, not the steps).
+    gpu_batch_scale: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "contrast_top", tuple(int(k) for k in self.contrast_top))  # a YAML list
@@ -194,6 +200,8 @@ class StageIConfig:
             raise ValueError(f"layer_decay is in (0, 1], got {self.layer_decay}")
         if not 0.0 <= self.ema < 1.0:
             raise ValueError(f"ema is a decay in [0, 1) (0 = off), got {self.ema}")
+        if self.gpu_batch_scale < 1:
+            raise ValueError(f"gpu_batch_scale is >= 1 (1 = the same recipe on every device), got {self.gpu_batch_scale}")
         if self.train_top_layers < 0:
             raise ValueError(f"train_top_layers is >= 0 (0 = all layers), got {self.train_top_layers}")
         if self.frozen_below < 0 or self.frozen_lr < 0:

@@ -60,8 +60,25 @@ def describe_device(device: str | torch.device | None = "auto") -> dict[str, Any
         out |= {"name": props.name, "memory_gib": round(props.total_memory / 2**30, 1),
                 "bf16": bool(torch.cuda.is_bf16_supported())}
     else:
-        out |= {"name": "CPU", "threads": torch.get_num_threads(), "cores": os.cpu_count()}
+        # the processor and the kernels torch picked for it (AVX2, AVX512, ...): the last bits of a CPU run's numbers
+        # depend on them, so two machines with the same install can train different models from the same seed
+        out |= {"name": "CPU", "threads": torch.get_num_threads(), "cores": os.cpu_count(), "processor": _processor(),
+                "kernels": torch.backends.cpu.get_cpu_capability()}
     return out
+
+
+def _processor() -> str | None:
+    """The CPU's model name (Linux's /proc/cpuinfo; elsewhere what :mod:`platform` says, or None)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or None
 
 
 def model_device(model: nn.Module) -> torch.device:

@@ -83,6 +83,33 @@ class Recipe:
             return f"{n_dev} dev answers, fewer than stage2.calibrate_min_dev = {s2.calibrate_min_dev}"
         return None
 
+    def scaled(self, s: int) -> Recipe:
+        """The recipe on batches ``s`` times as large, by the linear scaling rule (Goyal et al. 2017): each step sees s
+        times the answers, so every learning rate is s times as large (Stage I's and its frozen encoder's, the joint
+        stage's encoder and head rates, Stage II's), the moving average's decay is ema^s (an average over as many
+        answers), each batch takes s times as many examples across questions (as many per answer), and the fewest
+        steps are s times fewer; epochs, warm-up shares and every weight of the losses stay. s = 1 returns the recipe.
+        ``stage1.gpu_batch_scale`` asks for this on a GPU (:meth:`for_device`)."""
+        if s == 1:
+            return self
+        s1, j, s2 = self.stage1, self.joint, self.stage2
+        stage1 = replace(s1, batch_size=s1.batch_size * s, lr=s1.lr * s, frozen_lr=s1.frozen_lr * s,
+                         ema=s1.ema ** s if s1.ema > 0 else 0.0, contrast_per_batch=s1.contrast_per_batch * s,
+                         min_steps=-(-s1.min_steps // s))
+        joint = replace(j, lr=j.lr * s, head_lr=j.head_lr * s, min_steps=-(-j.min_steps // s))
+        stage2 = replace(s2, batch_size=s2.batch_size * s, lr=s2.lr * s)
+        return replace(self, stage1=stage1, joint=joint, stage2=stage2)
+
+    def for_device(self, device: torch.device | str | None = None) -> Recipe:
+        """The recipe that runs on ``device`` (None: ``stage1.device`` resolved): on a CUDA device, :meth:`scaled` by
+        ``stage1.gpu_batch_scale`` with the scale then marked as applied (1); elsewhere the recipe as it is."""
+        dev = resolve_device(self.stage1.device if device is None else device)
+        s = self.stage1.gpu_batch_scale
+        if dev.type != "cuda" or s == 1:
+            return self
+        out = self.scaled(s)
+        return replace(out, stage1=replace(out.stage1, gpu_batch_scale=1))
+
     def seeded(self, seed: int) -> Recipe:
         """The same recipe with every stage seeded by ``seed``."""
         return replace(self, stage1=replace(self.stage1, seed=seed), stage2=replace(self.stage2, seed=seed))
@@ -270,7 +297,7 @@ def fit(
     t0 = time.perf_counter()
     _check_labels(train, dev, recipe.model)
     pad = tokenizer.pad_token_id
-    recipe = replace(recipe, stage1=recipe.stage1.resolved(len(train) + len(dev)))
+    recipe = replace(recipe, stage1=recipe.stage1.resolved(len(train) + len(dev))).for_device()
     if recipe.stage1.soft_targets and train.soft is None:  # no reviewers' levels kept: the adjudicated level alone
         log.info("stage1.soft_targets %g: the training answers keep no reviewers' levels; trained on the adjudicated "
                  "levels alone", recipe.stage1.soft_targets)

@@ -241,3 +241,31 @@ def test_a_step_reads_the_ids_on_the_host_a_fixed_number_of_times_however_large_
         reads[n] = (overlap, _OnDevice.reads)
     assert reads[4] == reads[24], reads
     assert max(reads[24]) <= 4, reads
+
+
+def test_a_gpu_scales_the_batches_by_the_linear_rule_and_the_cpu_never_does() -> None:
+    """stage1.gpu_batch_scale s: on a CUDA device every stage trains on s times the answers a step with s times the
+    learning rates, the moving average over as many answers (ema^s), as many examples across questions per answer and
+    s times fewer fewest steps; epochs, warm-up and the losses' weights stay. The CPU trains the recipe as it is, and
+    the scale is applied once."""
+    from reccbm.recipes import recipe
+
+    r = recipe("default", 8, 3, 6, {"stage1": {"gpu_batch_scale": 4, "min_steps": 10}, "joint": {"min_steps": 5}})
+    assert r.for_device("cpu") is r
+    g = r.for_device(torch.device("cuda", 0))  # a GPU's device name (nothing runs on it here)
+    s1, gs1 = r.stage1, g.stage1
+    assert (gs1.batch_size, g.stage2.batch_size) == (4 * s1.batch_size, 4 * r.stage2.batch_size)
+    for old, new in ((s1.lr, gs1.lr), (s1.frozen_lr, gs1.frozen_lr), (r.joint.lr, g.joint.lr),
+                     (r.joint.head_lr, g.joint.head_lr), (r.stage2.lr, g.stage2.lr)):
+        assert new == pytest.approx(4 * old)
+    assert gs1.ema == pytest.approx(s1.ema ** 4) and 0 < gs1.ema < s1.ema
+    assert gs1.contrast_per_batch == 4 * s1.contrast_per_batch
+    assert (gs1.min_steps, g.joint.min_steps) == (3, 2)  # ceil(10 / 4), ceil(5 / 4)
+    same = ("epochs", "warmup_ratio", "lambda_c", "lambda_r", "contrast", "soft_targets", "query_lr_multiplier")
+    assert [getattr(gs1, f) for f in same] == [getattr(s1, f) for f in same]
+    assert (g.joint.epochs, g.stage2.epochs, g.stage2.lambda_d) == (r.joint.epochs, r.stage2.epochs, r.stage2.lambda_d)
+    assert gs1.gpu_batch_scale == 1 and g.for_device(torch.device("cuda", 0)) is g  # applied once
+    assert recipe("plain", 8, 3, 6).scaled(4).stage1.ema == 0.0  # no average stays none
+    assert r.scaled(1) is r
+    with pytest.raises(ReccbmError, match="gpu_batch_scale"):
+        recipe("default", 8, 3, 6, {"stage1": {"gpu_batch_scale": 0}})

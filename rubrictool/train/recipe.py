@@ -184,20 +184,23 @@ class ResolvedTraining:
     mcfg: ModelConfig
     recipe: reccbm.Recipe
     encoder: dict[str, Any] = field(default_factory=dict)  # encoder_choice(), after for_answers
+    batch_scale: int = 1  # after for_answers: the preset's batches × this on the run's device (a GPU's gpu_batch_scale)
 
     def for_answers(self, n_labelled: int) -> ResolvedTraining:
-        """The encoder choice for ``n_labelled`` answers (train + dev) and the stage I config that runs with it."""
+        """The encoder choice for ``n_labelled`` answers (train + dev) and the stage configs that run with it on the
+        run's device (on a GPU, the batches scaled by ``stage1.gpu_batch_scale``: :meth:`reccbm.Recipe.for_device`)."""
         encoder = encoder_choice(self.recipe.stage1, n_labelled)
-        recipe = replace(self.recipe, stage1=replace(self.recipe.stage1, encoder=encoder["used"]))  # what runs
-        return replace(self, recipe=recipe, encoder=encoder)
+        chosen = replace(self.recipe, stage1=replace(self.recipe.stage1, encoder=encoder["used"]))
+        recipe = chosen.for_device()  # what runs
+        scale = chosen.stage1.gpu_batch_scale if recipe is not chosen else 1
+        return replace(self, recipe=recipe, encoder=encoder, batch_scale=scale)
 
     @property
     def config(self) -> dict[str, Any]:
         """The run's config.yaml (after :meth:`for_answers`)."""
         doc: dict[str, Any] = {"variant": self.name, "preset": self.preset, "rubric": self.rubric, "seeds": self.seeds,
                                "encoder": self.encoder, "model": asdict(self.mcfg)}
-        doc |= {s: asdict(config_from_dict(c, self.cfgs[s])) for s, c in SECTIONS.items() if s != "model"}
-        doc["stage1"] = asdict(self.recipe.stage1)
+        doc |= {s: asdict(getattr(self.recipe, s)) for s in SECTIONS if s != "model"}  # as they run (for_answers)
         return doc
 
 

@@ -236,6 +236,8 @@ def train_model(
     is_main = PartialState().is_main_process  # under `accelerate launch`, only rank 0 writes the run dir
     device = describe_device(rs.recipe.stage1.device)  # every stage computes there (reccbm.device); run.json records it
     note(progress, device_line(device))
+    if rs.batch_scale > 1:
+        note(progress, batch_line(rs))
     # the run is built in a staging folder beside run_dir and renamed into place when complete (rubrictool.runs)
     with building(run) if is_main else nullcontext(run) as stage:
         if is_main:
@@ -260,12 +262,22 @@ def device_line(device: dict[str, Any]) -> str:
             f"CUDA {device.get('cuda')})")
 
 
+def batch_line(rs: ResolvedTraining) -> str:
+    """The one line that says a GPU run trains on larger batches than the preset's (stage1.gpu_batch_scale)."""
+    s1 = rs.recipe.stage1
+    return (f"batches of {s1.batch_size} on the GPU (stage1.gpu_batch_scale {rs.batch_scale}: {rs.batch_scale} times the "
+            f"answers a step, every learning rate × {rs.batch_scale}, {rs.batch_scale} times fewer steps); "
+            "--cfg stage1.gpu_batch_scale=1 trains the CPU's recipe")
+
+
 def _auto_notes(rs: ResolvedTraining) -> list[str]:
     """What the run's notes say about how it was configured: the encoder --encoder auto chose, and where LCEC is fitted."""
     notes, encoder, cfgs = [], rs.encoder, rs.cfgs
     if encoder["asked"] == "auto":
         notes.append(f"encoder {encoder['used']}: --encoder auto freezes it below stage1.frozen_below = "
                      f"{encoder['frozen_below']} labelled answers (train + dev), and this run had {encoder['labelled_answers']}")
+    if rs.batch_scale > 1:
+        notes.append(batch_line(rs))
     if rs.mcfg.lcec and not rs.plm and not cfgs["stage2"].get("crossfit") and cfgs["stage2"].get("lcec_fit") not in ("dev", "moments"):
         notes.append("σ² and A_kk are fitted on the outputs for the training answers themselves, where the encoder "
                      "errs less than on new answers; --crossfit 2 fits them on answers the encoder "
