@@ -33,6 +33,7 @@ from reccbm.explain import (
     override,
     partial_correlations,
     reliability,
+    shift_levels,
 )
 from reccbm.fit import Fitted, Recipe, fit
 from reccbm.inference import Predictions, cache_concepts, encoder_states, predict, quantize_encoder
@@ -53,6 +54,8 @@ from reccbm.model import (
     TextEncoder,
     build_model,
     default_backbone,
+    fit_level_tilt,
+    tilted,
 )
 from reccbm.recipes import PRESETS, recipe
 from reccbm.stage2 import fit_lcec, train_grader
@@ -96,6 +99,7 @@ __all__ = [
     "encoder_states",
     "fit",
     "fit_lcec",
+    "fit_level_tilt",
     "grade_metrics",
     "grades_from_levels",
     "init_rubric_queries",
@@ -113,7 +117,9 @@ __all__ = [
     "reliability",
     "save_checkpoint",
     "set_seed",
+    "shift_levels",
     "task_metrics",
+    "tilted",
     "train_concepts",
     "train_grader",
     "train_joint",

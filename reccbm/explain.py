@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 from reccbm.data import EncodedItems, collate
 from reccbm.errors import ReccbmError
 from reccbm.inference import Predictions
-from reccbm.model import Model, RecCBM, masked_mean
+from reccbm.model import Model, RecCBM, masked_mean, tilted
 
 __all__ = [
     "INTERVENTIONS",
@@ -43,6 +43,7 @@ __all__ = [
     "override",
     "partial_correlations",
     "reliability",
+    "shift_levels",
 ]
 
 INTERVENTIONS = ("oracle", "wrong", "random")
@@ -127,6 +128,23 @@ def override(model: Model, preds: Predictions, levels: NDArray[Any], replace: ND
     model = _bottleneck(model, "an override")
     model.eval()
     out = model.grade_from_concepts(p, observed)
+    assert out.c_hat is not None and out.mu_post is not None
+    logits = out.grade_logits.float()  # (N, S+1)
+    return Predictions(logits.softmax(-1).numpy(), p.numpy(), out.c_hat.float().numpy(),
+                       out.mu_post.float().numpy(), logits.numpy())
+
+
+@torch.no_grad()
+def shift_levels(model: Model, preds: Predictions, delta: NDArray[Any]) -> Predictions:
+    """The predictions with every item's level shares shifted by its question's δ (:func:`reccbm.model.tilted`;
+    δ (N, K), or (K,) for all items, from :func:`reccbm.model.fit_level_tilt` on the question's reviewed answers);
+    ĉ, μ_post and the grade follow through the frozen LCEC and head, as after an override."""
+    if preds.p_hat is None:
+        raise ValueError("the PLM baseline has no concepts to shift")
+    p = tilted(torch.as_tensor(preds.p_hat).float(), torch.tensor(np.asarray(delta, dtype=np.float64))).float()  # (N, K, M+1)
+    model = _bottleneck(model, "a level shift")
+    model.eval()
+    out = model.grade_from_concepts(p)
     assert out.c_hat is not None and out.mu_post is not None
     logits = out.grade_logits.float()  # (N, S+1)
     return Predictions(logits.softmax(-1).numpy(), p.numpy(), out.c_hat.float().numpy(),

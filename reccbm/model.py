@@ -37,6 +37,7 @@ __all__ = [
     "default_backbone",
     "expected_scores",
     "fit_level_bias",
+    "fit_level_tilt",
     "masked_mean",
     "opcc_loss",
     "opcc_pairs",
@@ -45,6 +46,7 @@ __all__ = [
     "random_interventions",
     "rubric_queries",
     "soft_concept_loss",
+    "tilted",
     "token_states",
 ]
 
@@ -174,6 +176,45 @@ def fit_level_bias(p_hat: Tensor, c: Tensor) -> Tensor:
 def calibrated(p_hat: Tensor, b: Tensor) -> Tensor:
     """p̃_k = softmax(log p̂_k + b_k): what the bottleneck gives once b is added to its bias. (N, K, M+1) -> same."""
     return (p_hat.double().clamp_min(1e-8).log() + b.double()).softmax(-1).to(p_hat.dtype)
+
+
+def fit_level_tilt(p_hat: Tensor, c: Tensor, strength: float = 2.0) -> Tensor:
+    """A question's level shift (not in the paper), from a few of its answers whose levels an expert (or the LLM
+    panel) gave: per concept, the δ_k that tilts every answer's p̂_k toward higher (δ > 0) or lower levels,
+    p̃_{k,m} ∝ p̂_{k,m} e^{m δ_k} (:func:`tilted`), fitted by the tilted levels' likelihood of the given levels c with a
+    Gaussian prior δ_k ~ N(0, 1 / strength):
+
+        δ_k = argmin_δ  Σ_i [log Σ_m p̂_{ik,m} e^{m δ} − c_ik δ] + strength δ² / 2,
+
+    convex in δ (its second derivative is Σ_i Var_i(m) + strength, the tilted levels' variances), solved by Newton's
+    method. Few answers move δ little, many move it to where the tilted expected levels average the given ones: a
+    new question read as a whole too high or too low is shifted by what its reviewed answers show.
+
+    p_hat (N, K, M+1): the reader's level shares of the reviewed answers; c (N, K) their levels 0..M, negative where a
+    concept was not given. Returns δ (K,), 0 for a concept no answer gives."""
+    p = p_hat.double().clamp_min(1e-12)
+    given = c >= 0  # (N, K)
+    target = c.double().clamp_min(0) * given  # (N, K)
+    m = torch.arange(p.shape[-1], dtype=torch.float64)  # (M+1,)
+    delta = torch.zeros(p.shape[1], dtype=torch.float64)  # (K,)
+    for _ in range(50):
+        q = tilted(p, delta)  # (N, K, M+1)
+        mean = (q * m).sum(-1)  # (N, K): E_δ[m]
+        var = (q * m.pow(2)).sum(-1) - mean.pow(2)  # (N, K): Var_δ[m]
+        grad = ((mean - target) * given).sum(0) + strength * delta  # (K,)
+        hess = (var * given).sum(0) + strength  # (K,) > 0
+        step = (grad / hess.clamp_min(1e-9)).clamp(-2.0, 2.0)
+        delta = delta - step
+        if float(step.abs().max()) < 1e-10:
+            break
+    return delta.to(p_hat.dtype)
+
+
+def tilted(p_hat: Tensor, delta: Tensor) -> Tensor:
+    """p̃_{k,m} = p̂_{k,m} e^{m δ_k} / Σ_j p̂_{k,j} e^{j δ_k}: the level shares shifted by δ (K,) or (N, K) per item."""
+    m = torch.arange(p_hat.shape[-1], dtype=torch.float64)  # (M+1,)
+    logits = p_hat.double().clamp_min(1e-12).log() + delta.double().unsqueeze(-1) * m  # (N, K, M+1)
+    return logits.softmax(-1).to(p_hat.dtype)
 
 
 # ---------------------------------------------------------------------------- OPCC (Eq. 13-16)

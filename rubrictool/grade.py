@@ -12,12 +12,14 @@ import logging
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+import torch
 
 import reccbm
 from reccbm import Predictions, ReccbmError
@@ -26,7 +28,7 @@ from rubrictool.errors import DataError, TrainError
 from rubrictool.flags import EMPTY_FLAG, Profile, flag_frame, load_profile
 from rubrictool.io import read_table, write_table
 from rubrictool.outputs import check_output, has_columns, writable_parent
-from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
+from rubrictool.progress import Progress, ProgressFn, note, truncation_message, warn
 from rubrictool.rubric import Rubric
 
 __all__ = ["ENGINES", "KEEP_COLUMNS", "check_finite", "check_output_path", "check_unique_ids", "empty_responses", "grade_file", "grade_items", "grade_loaded", "grader_predictions", "grading_device", "keep_columns", "level_entropy", "load_grader",
@@ -174,13 +176,17 @@ def grade_loaded(
     flags: bool = True,
     device: str | None = None,
     precision: str = "no",
+    review: Review | None = None,
 ) -> pd.DataFrame:
     """:func:`grade_items` with a model already loaded by :func:`load_grader` (``device``: where the model computes,
     see :func:`grading_device`; None: where it is, the CPU as loaded; ``precision`` "bf16": autocast on a GPU, off by
     default: not measured yet); ``progress`` counts the
     items graded (task ``grading``); ``overrides`` ("FC=3,CC=1" or {key: level}) sets those concepts for
     every response before the frozen grade path runs. ``flags``: add the ``flags`` column
-    (:mod:`rubrictool.flags`; the two flags that need the training data only with a ``profile``)."""
+    (:mod:`rubrictool.flags`; the two flags that need the training data only with a ``profile``). ``review``
+    (:func:`read_review`): each answer's question shifted by its reviewed answers, the reviewed answers' levels set;
+    adds the columns ``grade_shift`` (the question's shift on the grade's logit: contributions + grade_bias +
+    grade_shift = grade_logit) and ``review``."""
     model, tokenizer, meta = grader
     if "response" not in items.columns:
         raise DataError("the items to grade have no 'response' column")
@@ -193,7 +199,8 @@ def grade_loaded(
     check_unique_ids(df)
     empty = empty_responses(df)
     if empty.any():
-        return _grade_nonempty(grader, df, empty, batch_size, progress, overrides, profile, flags, device, precision)
+        return _grade_nonempty(grader, df, empty, batch_size, progress, overrides, profile, flags, device, precision,
+                               review)
     cut: list[int] = []
     feats = model_inputs(tokenizer, df, model.config.max_len, cut)
     if cut:
@@ -210,8 +217,13 @@ def grade_loaded(
                            device=device, precision=precision)
     if overrides:
         preds = _override(model, meta, preds, overrides)
+    shift, note = None, None
+    if review is not None:
+        preds, shift, note = _apply_review(model, preds, df, review)
     check_finite(preds, list(df["id"]))
     out = predictions_frame(model, meta, preds, list(df["id"]))
+    if shift is not None:
+        out["grade_shift"], out["review"] = shift, note
     if flags:
         truncated = np.zeros(len(df), dtype=bool)
         truncated[cut] = True
@@ -306,6 +318,186 @@ def _override(model: reccbm.Model, meta: dict[str, Any], preds: Predictions, spe
     return reccbm.override(model, preds, levels, replace)
 
 
+# ---------------------------------------------------------------------------- a few reviewed answers per new question
+# On questions it never trained on, the reader reads a question as a whole too high or too low (docs/results.md,
+# "A few reviewed answers of a new question"). Given some of the question's answers with their levels (an expert's
+# review, or the LLM panel run on a few answers), the question's level shift δ_k per concept and, where they have
+# grades, its grade shift are fitted on them and applied to the question's other answers.
+
+REVIEW_STRENGTH = 2.0
+"""Prior strength of a question's level shift (``reccbm.fit_level_tilt``): fewer reviewed answers move it less."""
+REVIEW_GRADE_STRENGTH = 1.0
+"""Prior strength of a question's grade shift, fitted after the level shift on the reviewed answers' grades."""
+
+
+@dataclass
+class Review:
+    """What ``grade --reviewed`` applies, per question text (stripped) of the reviewed answers: the level shift δ (K,)
+    and the grade shift ε (added to the logit of grade g as ε·g) for questions the run did not train on; the reviewed
+    answers' own levels by id (K,; 0-based, −1 where not given); the questions left as read because the run trained
+    on them."""
+
+    shifts: dict[str, npt.NDArray[np.float64]]
+    grade_shifts: dict[str, float]
+    counts: dict[str, int]
+    levels: dict[str, npt.NDArray[np.int64]]
+    trained: list[str]
+
+
+def _reviewed_table(df: pd.DataFrame, keys: list[str], scale: tuple[int, int], grades: tuple[int, int],
+                    source: str, items: pd.DataFrame | None = None,
+                    ) -> tuple[pd.DataFrame, npt.NDArray[np.int64], npt.NDArray[np.int64] | None]:
+    """The reviewed answers' table checked: (table, levels (N, K) 0-based with −1 where a cell is empty, grades (N,)
+    0-based with −1 where empty, or None without a grade column). A row whose id is one of ``items`` (the answers to
+    grade) takes its question and texts from there where it has none. Errors name the file, the row and the column."""
+    if "id" not in df.columns:
+        raise DataError(f"{source}: no 'id' column (the reviewed answers need an id, their concept levels and, for an "
+                        f"answer not in --data, its question and response); found {', '.join(map(str, df.columns)) or 'none'}")
+    given = [k for k in keys if k in df.columns]
+    if not given:
+        raise DataError(f"{source}: no concept column; the run's concepts are {', '.join(keys)} (a column per concept, "
+                        "its reviewed level in each row)")
+    df = df.reset_index(drop=True).copy()
+    df["id"] = df["id"].astype(str)
+    dup = df["id"].duplicated()
+    if dup.any():
+        raise DataError(f"{source}: row {int(np.flatnonzero(dup.to_numpy())[0]) + 1}: duplicate id "
+                        f"{df['id'][dup].iloc[0]!r}; give each reviewed answer once")
+    for col in TEXT_COLUMNS:
+        df[col] = df[col].fillna("").astype(str) if col in df.columns else ""
+    if items is not None and "id" in items.columns:
+        known = items.assign(id=items["id"].astype(str)).drop_duplicates("id").set_index("id")
+        for col in TEXT_COLUMNS:
+            if col in known.columns:
+                there = df["id"].map(known[col].fillna("").astype(str)).fillna("")
+                df[col] = df[col].where(df[col].str.strip() != "", there)
+    for col in ("question", "response"):
+        blank = df[col].str.strip() == ""
+        if blank.any():
+            pos = int(np.flatnonzero(blank.to_numpy())[0])
+            raise DataError(f"{source}: row {pos + 1} (id {df['id'].iloc[pos]}): no {col}, and its id is not one of "
+                            f"--data's answers; give the {col} in the reviewed table, or review an answer of --data")
+
+    def ints(col: str, lo: int, hi: int, what: str) -> npt.NDArray[np.int64]:
+        raw = df[col]
+        v = pd.to_numeric(raw, errors="coerce")
+        empty = raw.isna() | raw.astype(str).str.strip().eq("")
+        bad = ~empty & (v.isna() | (v != v.round()) | (v < lo) | (v > hi))
+        if bad.any():
+            pos = int(np.flatnonzero(bad.to_numpy())[0])
+            cell = raw.iloc[pos]
+            cell = repr(cell) if isinstance(cell, str) else f"{float(cell):g}"
+            raise DataError(f"{source}: row {pos + 1} (id {df['id'].iloc[pos]}): {col} = {cell} is not "
+                            f"{what} ({lo}..{hi}); leave the cell empty where it was not reviewed")
+        return np.where(empty.to_numpy(), -1, v.fillna(lo).to_numpy().astype(np.int64) - lo)
+
+    levels = np.full((len(df), len(keys)), -1, dtype=np.int64)
+    for k in given:
+        levels[:, keys.index(k)] = ints(k, scale[0], scale[1], "a level of the rubric")
+    grade = ints("grade", grades[0], grades[1], "a grade of the rubric") if "grade" in df.columns else None
+    return df, levels, grade
+
+
+def read_review(grader: tuple[reccbm.Model, Any, dict[str, Any]], path: str | Path, trained_questions: set[str],
+                batch_size: int = 64, device: str | None = None, strength: float = REVIEW_STRENGTH,
+                grade_strength: float = REVIEW_GRADE_STRENGTH, items: pd.DataFrame | None = None) -> Review:
+    """Read the reviewed answers in ``path`` (CSV/JSONL/Parquet: id, a column per concept with its reviewed level,
+    optionally grade; question, response and reference as in --data, or taken from ``items`` for an id there) with the
+    run's reader and fit, per question the run did not train on (``trained_questions``: stripped question texts), the
+    shifts :class:`Review` holds."""
+    model, tokenizer, meta = grader
+    if model.config.plm:
+        raise DataError("--reviewed needs concepts: this is a PLM run")
+    keys = list(meta["concept_keys"])
+    df, levels, grade = _reviewed_table(read_table(path), keys, tuple(meta["scale"]), tuple(meta["grade"]), str(path),
+                                        items)
+    if (levels < 0).all():
+        raise DataError(f"{path}: no concept level is given in any row; fill in the reviewed levels")
+    preds = reccbm.predict(model, reccbm.EncodedItems(model_inputs(tokenizer, df, model.config.max_len)),
+                           tokenizer.pad_token_id, batch_size, device=device)
+    assert preds.p_hat is not None
+    questions = df["question"].str.strip().to_numpy()
+    review = Review({}, {}, {}, {i: levels[n] for n, i in enumerate(df["id"])}, [])
+    for q in dict.fromkeys(questions):
+        rows = np.flatnonzero(questions == q)
+        if q in trained_questions:
+            review.trained.append(q)
+            continue
+        delta = reccbm.fit_level_tilt(torch.as_tensor(preds.p_hat[rows]), torch.as_tensor(levels[rows]), strength)
+        review.shifts[q], review.counts[q] = delta.numpy().astype(np.float64), len(rows)
+        review.grade_shifts[q] = 0.0
+        if grade is not None and (grade[rows] >= 0).any():
+            moved = reccbm.shift_levels(model, reccbm.Predictions(preds.grade_probs[rows], preds.p_hat[rows]),
+                                        np.tile(review.shifts[q], (len(rows), 1)))
+            eps = reccbm.fit_level_tilt(torch.as_tensor(moved.grade_probs[:, None]),
+                                        torch.as_tensor(grade[rows][:, None]), grade_strength)
+            review.grade_shifts[q] = float(eps[0])
+    return review
+
+
+def review_summary(review: Review, items: pd.DataFrame, knows_training: bool) -> str:
+    """One line on what --reviewed does to ``items``: questions shifted, answers moved, questions left as read."""
+    q = items["question"].fillna("").astype(str).str.strip() if "question" in items.columns else pd.Series("", index=items.index)
+    moved = int(q.isin(set(review.shifts)).sum())
+    n_rev = sum(review.counts.values())
+    line = (f"--reviewed: {len(review.shifts)} question(s) shifted by their {n_rev} reviewed answers "
+            f"({moved} of the {len(items)} answers to grade are theirs)")
+    if review.trained:
+        line += f"; {len(review.trained)} question(s) the run trained on are left as read"
+    if not knows_training:
+        line += "; the run's training table is not at hand, so every reviewed question is shifted"
+    return line
+
+
+def trained_questions(run_dir: str | Path) -> set[str] | None:
+    """The stripped question texts of the answers the run trained on (its table's training split), or None when the
+    run's table is not at hand."""
+    from rubrictool.runs import open_run
+
+    run = open_run(run_dir)
+    try:
+        table = run.load_table()
+    except DataError:
+        return None
+    train = {str(i) for i in run.split.get("train", [])}
+    if "question" not in table.columns or not train:
+        return None
+    rows = table[table["id"].astype(str).isin(train)]
+    return set(rows["question"].fillna("").astype(str).str.strip())
+
+
+def _apply_review(model: reccbm.Model, preds: Predictions, df: pd.DataFrame, review: Review
+                  ) -> tuple[Predictions, npt.NDArray[np.float64], list[str]]:
+    """The predictions with each answer's question shifts applied, then each reviewed answer's reviewed levels set;
+    also the grade shift ε·ŷ of each answer (0 where none) and its ``review`` note."""
+    K = len(next(iter(review.levels.values()))) if review.levels else 0
+    questions = df["question"].astype(str).str.strip().to_numpy()
+    ids = df["id"].astype(str).to_numpy()
+    delta = np.zeros((len(df), K))
+    eps = np.zeros(len(df))
+    note = [""] * len(df)
+    for i, q in enumerate(questions):
+        if q in review.shifts:
+            delta[i], eps[i] = review.shifts[q], review.grade_shifts[q]
+            note[i] = f"question shifted by {review.counts[q]} reviewed answers"
+        elif q in review.trained:
+            note[i] = "question trained on: not shifted"
+    out = reccbm.shift_levels(model, preds, delta) if delta.any() else preds
+    seen = np.array([i in review.levels for i in ids])
+    if seen.any():
+        lv = np.stack([review.levels.get(i, np.full(K, -1)) for i in ids])
+        replace = lv >= 0
+        out = reccbm.override(model, out, np.where(replace, lv, 0), replace)
+        for i in np.flatnonzero(seen):
+            note[i] = "reviewed: its reviewed levels set"
+    assert out.grade_logits is not None
+    g = np.arange(out.grade_logits.shape[1])
+    logits = out.grade_logits + eps[:, None] * g  # ε·g on every grade's logit: the question's grade shift
+    probs = np.exp(logits - logits.max(1, keepdims=True))
+    out = Predictions(probs / probs.sum(1, keepdims=True), out.p_hat, out.c_hat, out.mu_post, logits)
+    return out, eps * out.grades, note
+
+
 # ---------------------------------------------------------------------------- input policy
 # What grade refuses or leaves ungraded, before any model runs (docs/integrity.md, "grade's input policy").
 
@@ -333,10 +525,12 @@ def check_unique_ids(items: pd.DataFrame, source: str = "the items to grade") ->
                         hint="give every answer its own id")
 
 
-def check_output_path(data: str | Path, out: str | Path, run: str | Path | None = None) -> None:
-    """The output rule (rubrictool.outputs): ``--out`` is not the ``--data`` file (symlinks resolved), not a file of
-    the run, and not an existing file other than a graded table; its folder can be written (before any grading)."""
-    check_output(out, [data, run], "file", own=has_columns("grade_prob"), what="a graded table")
+def check_output_path(data: str | Path, out: str | Path, run: str | Path | None = None,
+                      reviewed: str | Path | None = None) -> None:
+    """The output rule (rubrictool.outputs): ``--out`` is not the ``--data`` file nor the ``--reviewed`` one (symlinks
+    resolved), not a file of the run, and not an existing file other than a graded table; its folder can be written
+    (before any grading)."""
+    check_output(out, [data, run, reviewed], "file", own=has_columns("grade_prob"), what="a graded table")
     writable_parent(out)
 
 
@@ -344,13 +538,15 @@ def _grade_nonempty(
     grader: tuple[reccbm.Model, Any, dict[str, Any]], df: pd.DataFrame, empty: npt.NDArray[np.bool_],
     batch_size: int, progress: ProgressFn | None, overrides: str | dict[str, int] | None,
     profile: Profile | None, flags: bool, device: str | None = None, precision: str = "no",
+    review: Review | None = None,
 ) -> pd.DataFrame:
     """:func:`grade_loaded` of the rows with a response; the empty ones keep their place with no grade
     (every model column empty) and the ``empty`` flag."""
     n_empty = int(empty.sum())
     warn(progress, f"{n_empty} of {len(df)} responses are empty: not graded, flagged 'empty'")
     if n_empty < len(df):
-        graded = grade_loaded(grader, df[~empty], batch_size, progress, overrides, profile, flags, device, precision)
+        graded = grade_loaded(grader, df[~empty], batch_size, progress, overrides, profile, flags, device, precision,
+                              review)
     else:
         graded = pd.DataFrame({"id": pd.Series(dtype=object), "grade": pd.Series(dtype=float),
                                "grade_prob": pd.Series(dtype=float)})
@@ -395,19 +591,25 @@ def grade_file(
     run: str | Path, data: str | Path, out: str | Path, batch_size: int = 64,
     progress: ProgressFn | None = None, int8: bool = False, engine: str = "torch",
     overrides: str | dict[str, int] | None = None, keep: list[str] | None = None,
-    device: str = "auto",
+    device: str = "auto", reviewed: str | Path | None = None,
 ) -> tuple[pd.DataFrame, Path, float]:
     """``rubrictool grade``: read items (CSV/JSONL/Parquet), grade them, write CSV/JSONL with the item columns
     ``keep`` (:func:`keep_columns`; default the question, the student and the response) beside each grade; returns
-    the table, the written path and the seconds spent grading."""
-    check_output_path(data, out, run)
+    the table, the written path and the seconds spent grading. ``reviewed``: a table of reviewed answers
+    (:func:`read_review`) whose questions' other answers are shifted by them; a note says how many questions."""
+    check_output_path(data, out, run, reviewed)
     items = read_table(data)
     check_unique_ids(items)
     grader = load_grader(run, int8, engine)
     profile = load_profile(run)
     t0 = time.perf_counter()
-    graded = grade_loaded(grader, items, batch_size, progress, overrides, profile,
-                          device=grading_device(device, int8, engine))
+    where = grading_device(device, int8, engine)
+    review = None
+    if reviewed is not None:
+        trained = trained_questions(run)
+        review = read_review(grader, reviewed, trained or set(), batch_size, where, items=items)
+        note(progress, review_summary(review, items, trained is not None))
+    graded = grade_loaded(grader, items, batch_size, progress, overrides, profile, device=where, review=review)
     seconds = time.perf_counter() - t0
     graded = keep_columns(graded, items, keep)
     try:

@@ -161,3 +161,36 @@ def test_question_offsets_refuses_a_folder_that_is_not_a_kfold_run(tmp_path: Pat
     assert _script("question_offsets").main([str(pooled), "--n", "1", "--draws", "1", "--fold-runs", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "--fold-runs" in err and "no fold-*/" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_question_review_gains_where_each_question_is_read_too_high_or_too_low(backbone: str) -> None:
+    """Synthetic folds whose reader reads every answer of a question about two thirds of a level too high or too low
+    (level shares a soft bump around the read level): a few reviewed answers per question shift the others back
+    (C-Acc up, CI above 0); a reader without offsets loses nothing."""
+    import numpy as np
+
+    import reccbm
+    from tests.support.tiny_models import tiny_model
+
+    mod = _script("question_review")
+    model, _ = tiny_model(backbone, K=2)
+    model.eval()
+    rng = np.random.default_rng(0)
+
+    def folds(offsets: bool) -> list[dict[str, Any]]:
+        out = []
+        for f in range(2):
+            q = np.repeat([f"{f}:{i}" for i in range(8)], 10)
+            c = rng.integers(0, 3, size=(len(q), 2))
+            shift = np.repeat(rng.choice([-0.65, 0.65], size=8), 10)[:, None] if offsets else 0.0
+            read = c + shift + rng.normal(0, 0.1, size=c.shape)  # (N, K) the level the reader leans to
+            p = np.exp(-((np.arange(3) - read[..., None]) ** 2) / (2 * 0.4**2))
+            p /= p.sum(-1, keepdims=True)
+            base = reccbm.shift_levels(model, reccbm.Predictions(np.zeros((len(q), 1)), p), np.zeros(2))
+            out.append({"fold": f, "model": model, "p": p, "c": c, "y": c.sum(1) % 4, "q": q, "base": base})
+        return out
+
+    off = mod.study(folds(True), n=5, strength=0.5, draws=2, boots=30, seed=0)
+    assert off["c_acc_shifted"] > off["c_acc"] + 0.1 and off["gain"]["c_acc"]["ci95"][0] > 0
+    none = mod.study(folds(False), n=5, strength=0.5, draws=2, boots=0, seed=0)
+    assert none["c_acc"] > 0.95 and none["c_acc_shifted"] >= none["c_acc"] - 0.02

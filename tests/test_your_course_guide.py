@@ -2,7 +2,8 @@
 
 The course (tests/support/courses.py): a tutor's XLSX workbook ``chem110-marks.xlsx`` (sheet 'Marks' after a 'Read
 me' sheet; headers 'Student ID', 'Lab question', 'Answer', 'Model answer', 'Mark (0-10)', 'Tutor comment'; 18
-students × 4 lab questions = 72 answers, marks 0..10) and next term's unmarked ``chem110-spring.xlsx`` (24 answers).
+students × 4 lab questions = 72 answers, marks 0..10) and next term's unmarked ``chem110-spring.xlsx`` (30 answers: 6
+students × the 4 questions and a new fifth one).
 Both are written into an empty course folder, the test's working directory, before the first command.
 
 How the guide is read:
@@ -41,6 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -174,7 +176,7 @@ def _import(c: Course, argv: list[str]) -> None:
     items = read_items(out)
     src = c.spring if "chem110-spring.xlsx" in argv else c.marks
     assert len(items) == len(src) and items["id"].is_unique
-    assert items["question"].nunique() == 4 and set(items["response"]) == set(src["Answer"])
+    assert items["question"].nunique() == src["Lab question"].nunique() and set(items["response"]) == set(src["Answer"])
     assert list(items["student"]) == list(src["Student ID"])  # the student ids kept
     assert all(i.endswith(f"/{s}") for i, s in zip(items["id"], items["student"]))  # ids: <question>/<student>
     if "grade" in items.columns and items["grade"].notna().any():
@@ -251,11 +253,36 @@ def _train(c: Course, argv: list[str]) -> None:
 
 
 def _grade(c: Course, argv: list[str]) -> None:
+    if "--reviewed" in argv:
+        _grade_reviewed(c, argv)
+        return
     graded = pd.read_csv(c.root / "graded.csv")
     assert len(graded) == len(c.spring) and graded["grade"].between(0, 10).all()
     assert "flags" in graded.columns and all(f"{k}_level" in graded.columns for k in CHEMLAB_KEYS)
     assert list(graded.columns[:4]) == ["id", "question", "student", "response"]  # grades join back
     assert list(graded["response"]) == list(c.spring["Answer"]) and list(graded["student"]) == list(c.spring["Student ID"])
+
+
+def _grade_reviewed(c: Course, argv: list[str]) -> None:
+    """The spring term's new question is shifted by its three reviewed answers; the four autumn questions, with no
+    reviewed answer, are graded as without --reviewed."""
+    plain = pd.read_csv(c.root / "graded.csv")
+    graded = pd.read_csv(c.root / argv[argv.index("--out") + 1])
+    reviewed = pd.read_csv(c.root / argv[argv.index("--reviewed") + 1])
+    assert list(graded["id"]) == list(plain["id"])
+    new = graded["question"].str.contains("magnesium sulfate").to_numpy()
+    rev = graded["id"].isin(set(reviewed["id"])).to_numpy()
+    assert rev.sum() == len(reviewed) == 3 and new[rev].all()
+    assert (graded.loc[new & ~rev, "review"] == "question shifted by 3 reviewed answers").all()
+    assert (graded.loc[rev, "review"] == "reviewed: its reviewed levels set").all()
+    for k in CHEMLAB_KEYS:  # the reviewed answers carry the tutor's levels
+        assert list(graded.loc[rev, f"{k}_level"]) == list(reviewed[k])
+    assert graded.loc[~new, "review"].isna().all()  # no reviewed answer: nothing to say
+    np.testing.assert_allclose(graded.loc[~new, "grade_prob"], plain.loc[~new, "grade_prob"], rtol=1e-5)
+    # the new question's other answers were read otherwise than without the review
+    moved = np.abs(graded.loc[new & ~rev, [f"{k}_expected" for k in CHEMLAB_KEYS]].to_numpy()
+                   - plain.loc[new & ~rev, [f"{k}_expected" for k in CHEMLAB_KEYS]].to_numpy())
+    assert moved.max() > 1e-3
 
 
 def _explain(c: Course, argv: list[str]) -> None:
@@ -333,7 +360,7 @@ def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Course]:
     root = tmp_path / "chem110"
     root.mkdir()
     marks = write_chemlab_xlsx(root / "chem110-marks.xlsx")
-    spring = write_chemlab_xlsx(root / "chem110-spring.xlsx", students=6, seed=1, marked=False)
+    spring = write_chemlab_xlsx(root / "chem110-spring.xlsx", students=6, seed=1, marked=False, new_question=True)
     monkeypatch.chdir(root)
     monkeypatch.delenv("RUBRICTOOL_RUBRICS", raising=False)
 

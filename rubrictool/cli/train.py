@@ -266,11 +266,15 @@ def grade_cmd(
     device: DeviceOpt = None,
     verify: VerifyOpt = False,
     keep: Annotated[str | None, typer.Option("--keep", help="Columns of --data copied beside each grade, comma-separated (default: question, student, source_id, response, those present; '' for none).")] = None,
+    reviewed: Annotated[Path | None, typer.Option("--reviewed", help="Reviewed answers of new questions (id, question, response, a column per concept with its level, optionally grade): each such question's other answers are shifted by what they show (docs/your-course.md#new-questions-a-few-reviewed-answers-first).")] = None,
 ) -> None:
     """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
 
     Beside each id the output keeps the question, the student and the response (or the columns --keep names), so the
     grades join back to the gradebook.
+
+    --reviewed: a few answers of each new question with their reviewed levels (and grades) shift how the reader
+    reads that question's other answers; questions the run trained on are left as read.
 
     A flags column names what a teacher should review (copies_reference, copies_question,
     concepts_disagree_with_grade, out_of_distribution, truncated; docs/integrity.md).
@@ -287,7 +291,8 @@ def grade_cmd(
     with ProgressView(err_console, transient=True) as view:
         graded, path, seconds = grade_file(run, data, out, batch_size, view, int8, engine,
                                            overrides=",".join(set_) if set_ else None, device=device or "auto",
-                                           keep=None if keep is None else [c.strip() for c in keep.split(",") if c.strip()])
+                                           keep=None if keep is None else [c.strip() for c in keep.split(",") if c.strip()],
+                                           reviewed=reviewed)
     rate = len(graded) / seconds if seconds > 0 else float("inf")
     console.print(f"graded {len(graded)} responses in {seconds:.1f} s ({rate:.0f}/s) -> {path}", soft_wrap=True)
     flagged = graded["flags"].astype(str) != ""

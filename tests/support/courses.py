@@ -98,6 +98,12 @@ _LAB_QUESTIONS = [
      ("Sodium carbonate is an irritant so wear goggles. Weigh 2.65 g into a 250 mL flask and fill to the mark. "
      "The concentration is 0.100 mol/L.")),
 ]
+# A question first set in the spring term (chem110-spring.xlsx): no grader trained on the autumn marks has seen it.
+_NEW_LAB_QUESTION = (
+    "How do you find the water lost when hydrated magnesium sulfate is heated?",
+    ("The flame is a hazard so tie your hair back. Heat 2 g of the sample for 10 minutes then weigh it. "
+     "The mass loss is 1.2 g."),
+)
 CHEMLAB_HEADERS = ["Student ID", "Lab question", "Answer", "Model answer", "Mark (0-10)", "Tutor comment"]
 
 
@@ -111,15 +117,15 @@ def chemlab_levels_of(response: str) -> dict[str, int]:
     return out
 
 
-def chemlab_marks(students: int = 18, seed: int = 0) -> pd.DataFrame:
-    """The course's marks sheet: every student answers the four lab questions (``students`` × 4 rows) under the
-    tutor's headers (CHEMLAB_HEADERS). Student ids repeat across questions, as in a real gradebook; another ``seed`` is
+def chemlab_marks(students: int = 18, seed: int = 0, new_question: bool = False) -> pd.DataFrame:
+    """The course's marks sheet: every student answers the four lab questions (``students`` × 4 rows; with
+    ``new_question`` also the spring term's new one, × 5) under the tutor's headers (CHEMLAB_HEADERS). Student ids repeat across questions, as in a real gradebook; another ``seed`` is
     another cohort, with its own student ids (s001… for seed 0, s101… for seed 1). The mark
     (0..10) follows the concept levels the wording carries, ±1 for the tutor's own judgement on 2 answers in 5."""
     rng = np.random.default_rng(seed)
     rows = []
     for s in range(students):
-        for question, reference in _LAB_QUESTIONS:
+        for question, reference in [*_LAB_QUESTIONS, *([_NEW_LAB_QUESTION] if new_question else [])]:
             levels = {k: int(rng.integers(1, 4)) for k in CHEMLAB_KEYS}
             parts = [str(rng.choice(_PHRASES[k][levels[k]])) for k in CHEMLAB_KEYS]
             opener = str(rng.choice(_OPENERS))
@@ -133,12 +139,14 @@ def chemlab_marks(students: int = 18, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=CHEMLAB_HEADERS)
 
 
-def write_chemlab_xlsx(path: Path, students: int = 18, seed: int = 0, marked: bool = True) -> pd.DataFrame:
+def write_chemlab_xlsx(path: Path, students: int = 18, seed: int = 0, marked: bool = True,
+                       new_question: bool = False) -> pd.DataFrame:
     """The marks sheet as the tutor's workbook: sheet 'Marks' (chemlab_marks) after a 'Read me' sheet. ``marked=False``:
-    answers not marked yet (no 'Mark (0-10)' or 'Tutor comment' column), e.g. next term's."""
+    answers not marked yet (no 'Mark (0-10)' or 'Tutor comment' column), e.g. next term's; ``new_question``: a fifth
+    lab question, set for the first time."""
     import openpyxl
 
-    marks = chemlab_marks(students, seed)
+    marks = chemlab_marks(students, seed, new_question)
     if not marked:
         marks = marks.drop(columns=["Mark (0-10)", "Tutor comment"])
     wb = openpyxl.Workbook()
@@ -160,7 +168,8 @@ def chemlab_words() -> list[str]:
     import re
 
     texts = [p for by_level in _PHRASES.values() for ps in by_level.values() for p in ps]
-    texts += _OPENERS + [q for q, _ in _LAB_QUESTIONS] + [r for _, r in _LAB_QUESTIONS]
+    questions = [*_LAB_QUESTIONS, _NEW_LAB_QUESTION]
+    texts += _OPENERS + [q for q, _ in questions] + [r for _, r in questions]
     return sorted({w.lower() for t in texts for w in re.findall(r"\w+|[^\w\s]+", t)})
 
 

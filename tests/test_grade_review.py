@@ -1,0 +1,165 @@
+"""A few reviewed answers of a new question shift its other answers: reccbm.fit_level_tilt / shift_levels and
+`rubrictool grade --reviewed`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import reccbm
+from rubrictool.cli import app
+from tests.support.tiny_models import KEYS, mohler_like_table, tiny_bert_run
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+runner = CliRunner()
+
+
+def _shares(n: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 2, 3, generator=g, dtype=torch.float64).softmax(-1)  # (n, K=2, M+1=3)
+
+
+def test_the_tilt_solves_its_equation_and_shrinks_with_few_answers() -> None:
+    p = _shares(12)
+    c = torch.tensor([[2, 0]] * 12)  # every answer reviewed at the top of concept 0, the bottom of concept 1
+    for strength in (0.5, 2.0):
+        delta = reccbm.fit_level_tilt(p, c, strength)
+        assert delta[0] > 0 > delta[1]
+        q = reccbm.tilted(p, delta)
+        expected = (q * torch.arange(3.0, dtype=q.dtype)).sum(-1)  # (n, K)
+        # the stationary point: Σ_i (E_δ[m] − c_i) + strength · δ = 0, per concept
+        np.testing.assert_allclose(((expected - c).sum(0) + strength * delta).numpy(), 0.0, atol=1e-8)
+    few = reccbm.fit_level_tilt(p[:2], c[:2], 2.0)
+    many = reccbm.fit_level_tilt(p, c, 2.0)
+    assert 0 < few[0] < many[0] and many[1] < few[1] < 0  # two answers move a question less than twelve
+
+
+def test_an_unreviewed_concept_and_a_zero_shift_leave_the_reading_as_it_was() -> None:
+    p = _shares(5, seed=1)
+    c = torch.tensor([[-1, 1]] * 5)
+    delta = reccbm.fit_level_tilt(p, c)
+    assert delta[0] == 0 and delta[1] != 0
+    np.testing.assert_allclose(reccbm.tilted(p, torch.zeros(2)).numpy(), p.numpy(), atol=1e-12)
+    tilted = reccbm.tilted(p, delta)
+    np.testing.assert_allclose(tilted[:, 0].numpy(), p[:, 0].numpy(), atol=1e-12)
+    np.testing.assert_allclose(tilted.sum(-1).numpy(), 1.0, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_bert_run(tmp_path_factory.mktemp("reviewrun"))
+
+
+def _items(tmp_path: Path) -> tuple[Path, Path, pd.DataFrame]:
+    """24 answers to grade (12 to a question the run never saw, 12 to the one it trained on) and a reviewed table:
+    4 answers of each question, every concept at the top level and the top grade; two of them are also graded."""
+    new = mohler_like_table(16, seed=11)
+    new["question"] = "what is a queue"
+    new["reference"] = "a queue stores elements first in first out"
+    new["id"] = [f"queue.{i}" for i in range(16)]
+    old = mohler_like_table(16, seed=12)
+    old["id"] = [f"stack.{i}" for i in range(16)]
+    reviewed = pd.concat([new.iloc[:4], old.iloc[:4]], ignore_index=True)
+    for key in KEYS:
+        reviewed[key] = 3
+    reviewed["grade"] = 5
+    items = pd.concat([new.iloc[2:], old.iloc[2:]], ignore_index=True).drop(columns=KEYS + ["grade"])
+    items.to_csv(tmp_path / "new.csv", index=False)
+    reviewed.to_csv(tmp_path / "reviewed.csv", index=False)
+    return tmp_path / "new.csv", tmp_path / "reviewed.csv", items
+
+
+def test_grade_reviewed_shifts_a_new_question_and_leaves_a_trained_one(tmp_path: Path, run: Path) -> None:
+    data, reviewed, items = _items(tmp_path)
+    plain_out, out = tmp_path / "plain.csv", tmp_path / "graded.csv"
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(plain_out)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out),
+                              "--reviewed", str(reviewed)])
+    assert res.exit_code == 0, res.output
+    assert "1 question(s) shifted by their 4 reviewed answers" in res.output
+    assert "1 question(s) the run trained on are left as read" in res.output
+    plain, g = pd.read_csv(plain_out), pd.read_csv(out)
+    assert list(g["id"]) == list(items["id"])
+    queue = g["id"].str.startswith("queue.").to_numpy()
+    reviewed_ids = {"queue.2", "queue.3", "stack.2", "stack.3"}
+    rev = g["id"].isin(reviewed_ids).to_numpy()
+    other_new = queue & ~rev
+    # the new question's other answers read higher on every concept (reviewed at the top), and are told why
+    for key in KEYS:
+        assert (g.loc[other_new, f"{key}_expected"] > plain.loc[other_new, f"{key}_expected"]).all()
+    assert (g.loc[other_new, "review"] == "question shifted by 4 reviewed answers").all()
+    # ... and their grades move up with the reviewed answers' top grades (ε > 0: the shift ε·ŷ is ≥ 0, > 0 above 0)
+    assert (g.loc[other_new, "grade_shift"] >= 0).all() and (g.loc[other_new, "grade_shift"] > 0).any()
+    assert g.loc[other_new, "grade"].mean() >= plain.loc[other_new, "grade"].mean()
+    # the question the run trained on: its unreviewed answers graded exactly as without --reviewed
+    trained = ~queue & ~rev
+    assert (g.loc[trained, "review"] == "question trained on: not shifted").all()
+    np.testing.assert_allclose(g.loc[trained, "grade_prob"], plain.loc[trained, "grade_prob"], rtol=1e-5)
+    assert (g.loc[trained, "grade_shift"] == 0).all()
+    # the reviewed answers among the items carry their reviewed levels
+    assert (g.loc[rev, "review"] == "reviewed: its reviewed levels set").all()
+    for key in KEYS:
+        assert (g.loc[rev, f"{key}_level"] == 3).all()
+    # the decision trace still adds up: contributions + bias + the question's grade shift = the grade's logit
+    contrib = g[[f"{k}_contribution" for k in KEYS]].to_numpy().sum(1)
+    np.testing.assert_allclose(contrib + g["grade_bias"] + g["grade_shift"], g["grade_logit"], rtol=1e-4, atol=1e-4)
+
+
+def test_grade_reviewed_refuses_bad_tables_in_one_line(tmp_path: Path, run: Path) -> None:
+    data, reviewed, _ = _items(tmp_path)
+    table = pd.read_csv(reviewed)
+
+    def invoke(df: pd.DataFrame) -> str:
+        path = tmp_path / "bad.csv"
+        df.to_csv(path, index=False)
+        res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(tmp_path / "g.csv"),
+                                  "--reviewed", str(path)])
+        assert res.exit_code == 1, res.output
+        assert "Traceback" not in res.output
+        return " ".join(res.output.split())
+
+    assert "bad.csv: no 'id' column" in invoke(table.drop(columns=["id"]))
+    msg = invoke(table.drop(columns=["question"]))  # queue.0 is not among the answers to grade: its question is unknown
+    assert "bad.csv: row 1 (id queue.0): no question, and its id is not one of --data's answers" in msg
+    assert "no concept column; the run's concepts are FC" in invoke(table.drop(columns=KEYS))
+    bad = table.copy()
+    bad.loc[2, "CC"] = 7
+    msg = invoke(bad)
+    assert "bad.csv: row 3 (id queue.2): CC = 7 is not a level of the rubric (1..3)" in msg
+    bad = table.copy()
+    bad["grade"] = bad["grade"].astype(object)
+    bad.loc[0, "grade"] = "A"
+    assert "row 1 (id queue.0): grade = 'A' is not a grade of the rubric (0..5)" in invoke(bad)
+    assert not (tmp_path / "g.csv").exists()
+    # --out may not be the reviewed table: it would be lost
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(reviewed),
+                              "--reviewed", str(reviewed)])
+    assert res.exit_code == 1 and "reviewed.csv" in res.output
+    assert pd.read_csv(reviewed).equals(table)
+
+
+def test_grade_reviewed_takes_the_texts_of_answers_to_grade_from_data(tmp_path: Path, run: Path) -> None:
+    """A tutor marks the levels of a few rows of the file to grade: the reviewed table needs only their ids."""
+    data, _, items = _items(tmp_path)
+    full = items[items["id"].isin(["queue.2", "queue.3", "queue.4"])].assign(**dict.fromkeys(KEYS, 3))
+    full[["id", *KEYS]].to_csv(tmp_path / "ids.csv", index=False)
+    out_a, out_b = tmp_path / "a.csv", tmp_path / "b.csv"
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out_a),
+                              "--reviewed", str(tmp_path / "ids.csv")])
+    assert res.exit_code == 0, res.output
+    assert "1 question(s) shifted by their 3 reviewed answers" in res.output
+    full.to_csv(tmp_path / "t.csv", index=False)
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out_b),
+                              "--reviewed", str(tmp_path / "t.csv")])
+    assert res.exit_code == 0, res.output
+    a, b = pd.read_csv(out_a), pd.read_csv(out_b)
+    np.testing.assert_allclose(a["grade_prob"], b["grade_prob"], rtol=1e-6)  # the same texts read either way
+    assert (a["grade_shift"] == 0).all()  # no grades reviewed: the levels shift, the grades follow through the head
+    assert (a.loc[a["id"] == "queue.5", "review"] == "question shifted by 3 reviewed answers").all()
