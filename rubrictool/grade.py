@@ -348,8 +348,9 @@ def _reviewed_table(df: pd.DataFrame, keys: list[str], scale: tuple[int, int], g
                     source: str, items: pd.DataFrame | None = None,
                     ) -> tuple[pd.DataFrame, npt.NDArray[np.int64], npt.NDArray[np.int64] | None]:
     """The reviewed answers' table checked: (table, levels (N, K) 0-based with −1 where a cell is empty, grades (N,)
-    0-based with −1 where empty, or None without a grade column). A row whose id is one of ``items`` (the answers to
-    grade) takes its question and texts from there where it has none. Errors name the file, the row and the column."""
+    0-based with −1 where empty, or None without a grade column), rows with no level left out (not reviewed). A row
+    whose id is one of ``items`` (the answers to grade) takes its question and texts from there where it has none.
+    Errors name the file, the row and the column."""
     if "id" not in df.columns:
         raise DataError(f"{source}: no 'id' column (the reviewed answers need an id, their concept levels and, for an "
                         f"answer not in --data, its question and response); found {', '.join(map(str, df.columns)) or 'none'}")
@@ -371,12 +372,6 @@ def _reviewed_table(df: pd.DataFrame, keys: list[str], scale: tuple[int, int], g
             if col in known.columns:
                 there = df["id"].map(known[col].fillna("").astype(str)).fillna("")
                 df[col] = df[col].where(df[col].str.strip() != "", there)
-    for col in ("question", "response"):
-        blank = df[col].str.strip() == ""
-        if blank.any():
-            pos = int(np.flatnonzero(blank.to_numpy())[0])
-            raise DataError(f"{source}: row {pos + 1} (id {df['id'].iloc[pos]}): no {col}, and its id is not one of "
-                            f"--data's answers; give the {col} in the reviewed table, or review an answer of --data")
 
     def ints(col: str, lo: int, hi: int, what: str) -> npt.NDArray[np.int64]:
         raw = df[col]
@@ -395,7 +390,15 @@ def _reviewed_table(df: pd.DataFrame, keys: list[str], scale: tuple[int, int], g
     for k in given:
         levels[:, keys.index(k)] = ints(k, scale[0], scale[1], "a level of the rubric")
     grade = ints("grade", grades[0], grades[1], "a grade of the rubric") if "grade" in df.columns else None
-    return df, levels, grade
+    labelled = (levels >= 0).any(axis=1)  # a row with no level (an answer nobody labelled) was not reviewed
+    for col in ("question", "response"):
+        blank = (df[col].str.strip() == "").to_numpy() & labelled
+        if blank.any():
+            pos = int(np.flatnonzero(blank)[0])
+            raise DataError(f"{source}: row {pos + 1} (id {df['id'].iloc[pos]}): no {col}, and its id is not one of "
+                            f"--data's answers; give the {col} in the reviewed table, or review an answer of --data")
+    df = df.loc[labelled].reset_index(drop=True)
+    return df, levels[labelled], grade[labelled] if grade is not None else None
 
 
 def read_review(grader: tuple[reccbm.Model, Any, dict[str, Any]], path: str | Path, trained_questions: set[str],
@@ -411,7 +414,7 @@ def read_review(grader: tuple[reccbm.Model, Any, dict[str, Any]], path: str | Pa
     keys = list(meta["concept_keys"])
     df, levels, grade = _reviewed_table(read_table(path), keys, tuple(meta["scale"]), tuple(meta["grade"]), str(path),
                                         items)
-    if (levels < 0).all():
+    if not len(df):
         raise DataError(f"{path}: no concept level is given in any row; fill in the reviewed levels")
     preds = reccbm.predict(model, reccbm.EncodedItems(model_inputs(tokenizer, df, model.config.max_len)),
                            tokenizer.pad_token_id, batch_size, device=device)

@@ -264,6 +264,7 @@ def test_reply_cache_persists_atomically(tmp_path: Path) -> None:
         ({"concurrency": 0}, "concurrency must be at least 1", "set --concurrency"),
         ({"budget": 0.0}, "budget must be a positive", "set --budget"),
         ({"limit": 0}, "limit must be at least 1", "set --limit"),
+        ({"per_question": 0}, "per_question must be at least 1", "set --per-question"),
         ({"models": ("a", "a")}, "given twice", "pass each --model once"),
         ({"timeout": 0.0}, "timeout must be positive", "set --timeout"),
     ],
@@ -306,6 +307,19 @@ def test_dry_run_counts_tokens_and_prices_the_whole_run(tmp_path: Path) -> None:
     # Gemini 2.5 Pro's base rate ($1.25 / $10 per 1M), not its >200k-token tier, whatever the run's total
     assert gem.est_cost_usd == pytest.approx(gem.prompt_tokens * 1.25e-6 + gem.est_completion_tokens * 10e-6)
     assert not (tmp_path / "none.sqlite").exists()  # a dry run creates nothing
+
+
+def test_per_question_sends_the_first_answers_of_each_question_only(tmp_path: Path) -> None:
+    """--per-question N: a new question's few answers for the panel (grade --reviewed), in the file's order; with
+    --limit too, the first of those."""
+    items = pd.DataFrame([{**ITEM, "id": f"{q}.{i}", "question": f"question {q}", "response": f"{ITEM['response']} {i}"}
+                          for i in range(4) for q in "abc"])
+    rep = dry_run(items, RUBRIC, AnnotateConfig(models=("gpt-4o",), cache=None, per_question=2), show=10)
+    assert [p[0] for p in rep.prompts] == ["a.0", "b.0", "c.0", "a.1", "b.1", "c.1"] and rep.items == 6
+    rep = dry_run(items, RUBRIC, AnnotateConfig(models=("gpt-4o",), cache=None, per_question=2, limit=4), show=10)
+    assert rep.items == 4
+    with pytest.raises(AnnotateError, match="per_question needs a 'question' column"):
+        dry_run(items.drop(columns=["question"]), RUBRIC, AnnotateConfig(models=("gpt-4o",), cache=None, per_question=1))
 
 
 def test_read_predictions_validates_against_the_rubric(tmp_path: Path) -> None:

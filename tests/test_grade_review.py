@@ -163,3 +163,22 @@ def test_grade_reviewed_takes_the_texts_of_answers_to_grade_from_data(tmp_path: 
     np.testing.assert_allclose(a["grade_prob"], b["grade_prob"], rtol=1e-6)  # the same texts read either way
     assert (a["grade_shift"] == 0).all()  # no grades reviewed: the levels shift, the grades follow through the head
     assert (a.loc[a["id"] == "queue.5", "review"] == "question shifted by 3 reviewed answers").all()
+
+
+def test_grade_reviewed_skips_rows_nobody_labelled(tmp_path: Path, run: Path) -> None:
+    """An adjudicated table lists answers nobody labelled with empty levels: they were not reviewed, and need no text."""
+    data, reviewed, _ = _items(tmp_path)
+    table = pd.read_csv(reviewed)
+    blank = pd.DataFrame({"id": ["elsewhere.1", "queue.5"]}).assign(**dict.fromkeys(KEYS, None))
+    pd.concat([table, blank], ignore_index=True).to_csv(tmp_path / "with-blank.csv", index=False)
+    out = tmp_path / "g.csv"
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out),
+                              "--reviewed", str(tmp_path / "with-blank.csv")])
+    assert res.exit_code == 0, res.output
+    assert "1 question(s) shifted by their 4 reviewed answers" in res.output
+    g = pd.read_csv(out)
+    assert (g.loc[g["id"] == "queue.5", "review"] == "question shifted by 4 reviewed answers").all()
+    pd.DataFrame({"id": ["queue.5"]}).assign(**dict.fromkeys(KEYS, None)).to_csv(tmp_path / "none.csv", index=False)
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out),
+                              "--reviewed", str(tmp_path / "none.csv")])
+    assert res.exit_code == 1 and "no concept level is given in any row" in res.output

@@ -195,6 +195,12 @@ def _annotate(c: Course, argv: list[str]) -> None:
     if "--dry-run" in argv:
         assert c.server.count() == 0 and not pred_file.exists()  # nothing sent, nothing written
         return
+    if "--per-question" in argv:  # the spring term's first three answers of each question, for grade --reviewed
+        out = c.root / argv[argv.index("--out") + 1] / "predictions.jsonl"
+        preds = read_predictions(out, load_rubric(c.root / "runs" / "chemlab" / "rubric.yaml"), valid_only=True)
+        firsts = read_items(c.root / "new-answers.csv").groupby("question", sort=False).head(3)
+        assert set(preds["item"].astype(str)) == set(firsts["id"]) and len(preds) == 5 * 3 * 3 * len(PANEL)
+        return
     preds = read_predictions(pred_file, load_rubric("chemlab"), valid_only=True)
     assert sorted(preds["model"].unique()) == sorted(f"openai/{m}" for m in PANEL)
     assert len(preds) == 72 * 3 * len(PANEL)  # every answer × concept × model
@@ -202,6 +208,10 @@ def _annotate(c: Course, argv: list[str]) -> None:
 
 
 def _adjudicate(c: Course, argv: list[str]) -> None:
+    if "--items" not in argv:  # the panel's levels of the spring term's few answers: ids and levels, for --reviewed
+        adj = pd.read_csv(c.root / argv[argv.index("--out") + 1] / "adjudicated.csv")
+        assert len(adj) == 15 and adj[CHEMLAB_KEYS].isin([1, 2, 3]).all().all()
+        return
     adj = pd.read_csv(c.root / "adjudicated" / "adjudicated.csv")
     items = read_items(c.root / "items.csv")
     assert len(adj) == 72 and adj[CHEMLAB_KEYS].isin([1, 2, 3]).all().all()
@@ -264,21 +274,24 @@ def _grade(c: Course, argv: list[str]) -> None:
 
 
 def _grade_reviewed(c: Course, argv: list[str]) -> None:
-    """The spring term's new question is shifted by its three reviewed answers; the four autumn questions, with no
-    reviewed answer, are graded as without --reviewed."""
+    """The spring term's new question is shifted by its reviewed answers; the autumn questions, which the run trained
+    on, are graded as without --reviewed (their reviewed answers get their levels, the rest is left as read)."""
     plain = pd.read_csv(c.root / "graded.csv")
     graded = pd.read_csv(c.root / argv[argv.index("--out") + 1])
     reviewed = pd.read_csv(c.root / argv[argv.index("--reviewed") + 1])
     assert list(graded["id"]) == list(plain["id"])
     new = graded["question"].str.contains("magnesium sulfate").to_numpy()
     rev = graded["id"].isin(set(reviewed["id"])).to_numpy()
-    assert rev.sum() == len(reviewed) == 3 and new[rev].all()
+    assert rev.sum() == len(reviewed) and (new & rev).sum() == 3
     assert (graded.loc[new & ~rev, "review"] == "question shifted by 3 reviewed answers").all()
     assert (graded.loc[rev, "review"] == "reviewed: its reviewed levels set").all()
-    for k in CHEMLAB_KEYS:  # the reviewed answers carry the tutor's levels
-        assert list(graded.loc[rev, f"{k}_level"]) == list(reviewed[k])
-    assert graded.loc[~new, "review"].isna().all()  # no reviewed answer: nothing to say
-    np.testing.assert_allclose(graded.loc[~new, "grade_prob"], plain.loc[~new, "grade_prob"], rtol=1e-5)
+    levels = reviewed.set_index("id").loc[graded.loc[rev, "id"], CHEMLAB_KEYS].to_numpy()
+    assert (graded.loc[rev, [f"{k}_level" for k in CHEMLAB_KEYS]].to_numpy() == levels).all()  # as reviewed
+    with_review = graded["question"].isin(set(graded.loc[rev, "question"])).to_numpy()
+    rest = ~new & ~rev
+    assert (graded.loc[rest & with_review, "review"] == "question trained on: not shifted").all()
+    assert graded.loc[rest & ~with_review, "review"].isna().all()  # no reviewed answer: nothing to say
+    np.testing.assert_allclose(graded.loc[rest, "grade_prob"], plain.loc[rest, "grade_prob"], rtol=1e-5)
     # the new question's other answers were read otherwise than without the review
     moved = np.abs(graded.loc[new & ~rev, [f"{k}_expected" for k in CHEMLAB_KEYS]].to_numpy()
                    - plain.loc[new & ~rev, [f"{k}_expected" for k in CHEMLAB_KEYS]].to_numpy())

@@ -55,6 +55,7 @@ class AnnotateConfig:
     max_tokens: int = 1024  # also the worst case the budget reserves per request
     budget: float | None = None  # USD for this run; None: no limit
     limit: int | None = None  # annotate only the first N items
+    per_question: int | None = None  # annotate only the first N answers of each question (e.g. a new question's few)
     cache: Path | None = Path(".rubrictool/cache.sqlite")  # None: no cache
     # Client processes. Each draws items from a shared counter with concurrency/workers requests in
     # flight and budget/workers USD; all share the reply cache. >1 helps only when the client's CPU
@@ -96,6 +97,8 @@ class AnnotateConfig:
             raise AnnotateError(f"budget must be a positive amount in USD, got {self.budget}", hint="set --budget")
         if self.limit is not None and self.limit < 1:
             raise AnnotateError(f"limit must be at least 1, got {self.limit}", hint="set --limit")
+        if self.per_question is not None and self.per_question < 1:
+            raise AnnotateError(f"per_question must be at least 1, got {self.per_question}", hint="set --per-question")
         if len(set(self.models)) != len(self.models):
             raise AnnotateError(f"a model is given twice in {list(self.models)}", hint="pass each --model once")
 

@@ -544,7 +544,13 @@ def prepare(
     config.check()
     if "id" not in items.columns or "response" not in items.columns:
         raise AnnotateError("the item table needs 'id' and 'response' columns")
-    rows = items.head(config.limit) if config.limit else items
+    rows = items
+    if config.per_question:
+        if "question" not in items.columns:
+            raise AnnotateError("per_question needs a 'question' column in the item table",
+                                hint="add the question of each answer, or pass --limit instead of --per-question")
+        rows = rows.groupby(rows["question"].fillna("").astype(str).str.strip(), sort=False).head(config.per_question)
+    rows = rows.head(config.limit) if config.limit else rows
     template = load_template(config.template)
     examples = load_examples(config.examples, rubric) if config.examples else []
     return [

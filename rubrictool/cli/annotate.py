@@ -156,6 +156,7 @@ def annotate_cmd(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the reply cache.")] = False,
     budget: Annotated[float | None, typer.Option("--budget", help="Stop cleanly before this many USD would be exceeded.")] = None,
     limit: Annotated[int | None, typer.Option("--limit", "-n", help="Annotate only the first N items (a trial run).")] = None,
+    per_question: Annotated[int | None, typer.Option("--per-question", help="Annotate only the first N answers of each question (a new question's few, for grade --reviewed).")] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Reply length cap (also the budget's worst case).")] = 1024,
     temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature, 0..2.")] = 0.0,
     dry: Annotated[bool, typer.Option("--dry-run", help="Print the first prompts, token counts and the estimated cost; send nothing.")] = False,
@@ -187,7 +188,7 @@ def annotate_cmd(
     config = AnnotateConfig(
         models=tuple(model or DEFAULT_MODELS), format=reply_format, template=template, examples=examples, api_base=api_base,
         api_key_env=api_key_env, concurrency=concurrency, timeout=timeout, max_retries=max_retries, backoff=backoff,
-        temperature=temperature, max_tokens=max_tokens, budget=budget, limit=limit, cache=None if no_cache else cache,
+        temperature=temperature, max_tokens=max_tokens, budget=budget, limit=limit, per_question=per_question, cache=None if no_cache else cache,
         workers=workers, retry_failed=retry_failed, allow_draft=allow_draft, max_failures=max_failures,
     )
     config.check()  # one line for an option out of range, before any data is read
