@@ -397,7 +397,7 @@ def _reviewed_table(df: pd.DataFrame, keys: list[str], scale: tuple[int, int], g
             pos = int(np.flatnonzero(blank)[0])
             raise DataError(f"{source}: row {pos + 1} (id {df['id'].iloc[pos]}): no {col}, and its id is not one of "
                             f"--data's answers; give the {col} in the reviewed table, or review an answer of --data")
-    df = df.loc[labelled].reset_index(drop=True)
+    df = df.iloc[np.flatnonzero(labelled)].reset_index(drop=True)
     return df, levels[labelled], grade[labelled] if grade is not None else None
 
 
