@@ -157,6 +157,9 @@ class StageIConfig:
     contrast_top: tuple[int, ...] = ()
     contrast_bottom: tuple[int, ...] = ()
     contrast_per_batch: int = 2  # at most this many inputs of each kind per batch (each costs an encoder pass)
+    # At most this many inputs per batch of a third kind: the question given as the answer, at the bottom level of
+    # contrast_bottom (it shares the question's words and answers nothing); 0 = off.
+    contrast_question: int = 0
     # Keeping the pretrained reading (not in the paper; for answers to questions the encoder never trained on). The
     # encoder's input embeddings (word, position and token-type) stay pretrained in every encoder stage when
     # freeze_embeddings is on: a word a new question uses but the training questions did not keeps the meaning it was
@@ -186,8 +189,9 @@ class StageIConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "contrast_top", tuple(int(k) for k in self.contrast_top))  # a YAML list
         object.__setattr__(self, "contrast_bottom", tuple(int(k) for k in self.contrast_bottom))
-        if self.contrast < 0 or self.contrast_per_batch < 1:
-            raise ValueError(f"contrast is >= 0 and contrast_per_batch >= 1, got {self.contrast}, {self.contrast_per_batch}")
+        if self.contrast < 0 or self.contrast_per_batch < 1 or self.contrast_question < 0:
+            raise ValueError(f"contrast is >= 0, contrast_per_batch >= 1 and contrast_question >= 0, got {self.contrast}, "
+                             f"{self.contrast_per_batch}, {self.contrast_question}")
         _choice("concept loss", self.concept_loss, ("sum", "mean"))
         _choice("encoder", self.encoder, ("train", "frozen", "auto"))
         _choice("device", self.device, ("auto", "cpu", "cuda"))

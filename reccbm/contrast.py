@@ -6,7 +6,9 @@ are built from the token ids, without the tokenizer:
 * the reference answer given as the answer, ``[CLS] q [SEP] r [SEP] r [SEP]``: the top level M of the concepts in
   ``StageIConfig.contrast_top`` (what a reference answer has by definition: it covers the concepts, it is correct);
 * an answer to another question of the batch given as the answer, ``[CLS] q [SEP] r [SEP] a' [SEP]``: the bottom
-  level 0 of the concepts in ``StageIConfig.contrast_bottom`` (it does not answer this question).
+  level 0 of the concepts in ``StageIConfig.contrast_bottom`` (it does not answer this question);
+* with ``StageIConfig.contrast_question``, the question given as the answer, ``[CLS] q [SEP] r [SEP] q [SEP]``: the
+  bottom level of the same concepts (restating the question answers nothing, though it shares the question's words).
 
 The other concepts of these inputs are unlabelled (ignored by the loss). The loss is the mean cross-entropy over the
 labelled (input, concept) pairs, weighted by ``StageIConfig.contrast``, added to Stage I's λ_c L_con + λ_r L_rank.
@@ -38,10 +40,10 @@ def infer_sep_id(input_ids: Tensor, attention_mask: Tensor) -> int:
 
 
 def contrast_batch(batch: dict[str, Tensor], M: int, K: int, top: tuple[int, ...], bottom: tuple[int, ...],
-                   n_each: int, pad_id: int) -> dict[str, Tensor] | None:
-    """Up to ``n_each`` reference-as-answer and ``n_each`` other-question inputs from ``batch`` with their targets
-    ``contrast`` (N, K): M for ``top`` / 0 for ``bottom`` concepts, IGNORE elsewhere; None when none can be built
-    (no input with a reference, or no concept asked)."""
+                   n_each: int, pad_id: int, n_question: int = 0) -> dict[str, Tensor] | None:
+    """Up to ``n_each`` reference-as-answer and ``n_each`` other-question inputs from ``batch`` (and up to
+    ``n_question`` question-as-answer ones) with their targets ``contrast`` (N, K): M for ``top`` / 0 for ``bottom``
+    concepts, IGNORE elsewhere; None when none can be built (no input with a reference, or no concept asked)."""
     # built on the CPU from one copy of the ids (on a GPU, every item's .tolist() below would wait for it)
     ids, mask = batch["input_ids"].cpu(), batch["attention_mask"].cpu()  # (B, T)
     types = batch.get("token_type_ids")
@@ -71,6 +73,11 @@ def contrast_batch(batch: dict[str, Tensor], M: int, K: int, top: tuple[int, ...
                 continue
             rows.append((prefixes[b] + answers[other] + [sep], 0, bottom))
             done += 1
+        for b in with_ref[:n_question]:  # the question as the answer: [CLS] q [SEP] → q
+            first = prefixes[b].index(sep, 1) if sep in prefixes[b][1:] else 1
+            question = prefixes[b][1:first]
+            if question:
+                rows.append((prefixes[b] + question + [sep], 0, bottom))
     if not rows:
         return None
     T = max(len(r[0]) for r in rows)

@@ -95,7 +95,7 @@ class Recipe:
         s1, j, s2 = self.stage1, self.joint, self.stage2
         stage1 = replace(s1, batch_size=s1.batch_size * s, lr=s1.lr * s, frozen_lr=s1.frozen_lr * s,
                          ema=s1.ema ** s, contrast_per_batch=s1.contrast_per_batch * s,
-                         min_steps=-(-s1.min_steps // s))
+                         contrast_question=s1.contrast_question * s, min_steps=-(-s1.min_steps // s))
         joint = replace(j, lr=j.lr * s, head_lr=j.head_lr * s, min_steps=-(-j.min_steps // s))
         stage2 = replace(s2, batch_size=s2.batch_size * s, lr=s2.lr * s)
         return replace(self, stage1=stage1, joint=joint, stage2=stage2)

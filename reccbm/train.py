@@ -435,7 +435,8 @@ def _contrast_term(model: RecCBM, batch: dict[str, Tensor], cfg: StageIConfig, l
     unwrapped: RecCBM = getattr(model, "module", model)  # under Accelerate's wrapper (multi-process)
     K, M = unwrapped.config.num_concepts, unwrapped.config.M
     # padding is masked, so its id does not matter: 0
-    extra = contrast_batch(batch, M, K, cfg.contrast_top, cfg.contrast_bottom, cfg.contrast_per_batch, 0)
+    extra = contrast_batch(batch, M, K, cfg.contrast_top, cfg.contrast_bottom, cfg.contrast_per_batch, 0,
+                           cfg.contrast_question)
     if extra is None:
         return like * 0.0
     device = batch["input_ids"].device

@@ -210,6 +210,14 @@ def test_contrast_inputs_pair_the_reference_and_other_answers_with_their_levels(
     logits[:2, :, 2] = 5.0  # right about the references' top levels, unsure of the other answers
     assert float(contrast_loss(logits, extra["contrast"])) < float(contrast_loss(torch.zeros(4, 3, 3), extra["contrast"]))
     assert contrast_batch(b, 2, 3, (), (), 2, 0) is None
+    # the question as the answer, a third kind: the bottom level of the same concepts, one per input with a reference
+    more = contrast_batch(b, M=2, K=3, top=(0, 1), bottom=(1,), n_each=2, pad_id=tok.pad_token_id, n_question=2)
+    assert more is not None
+    words = [tok.decode(r[m.bool()].tolist()) for r, m in zip(more["input_ids"], more["attention_mask"])]
+    assert words[:4] == [tok.decode(r[m.bool()].tolist()) for r, m in zip(extra["input_ids"], extra["attention_mask"])]
+    assert words[4:] == ["[CLS] what is a stack [SEP] last in first out [SEP] what is a stack [SEP]",
+                         "[CLS] what is a queue [SEP] first in first out order [SEP] what is a queue [SEP]"]
+    assert more["contrast"].tolist()[4:] == [[IGNORE, 0, IGNORE], [IGNORE, 0, IGNORE]]
 
 
 def test_contrast_loss_enters_stage1_only_when_asked(backbone: str) -> None:
