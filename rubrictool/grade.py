@@ -443,10 +443,14 @@ def review_summary(review: Review, items: pd.DataFrame, knows_training: bool) ->
     q = items["question"].fillna("").astype(str).str.strip() if "question" in items.columns else pd.Series("", index=items.index)
     moved = int(q.isin(set(review.shifts)).sum())
     n_rev = sum(review.counts.values())
-    line = (f"--reviewed: {len(review.shifts)} question(s) shifted by their {n_rev} reviewed answers "
-            f"({moved} of the {len(items)} answers to grade are theirs)")
+    parts = []
+    if review.shifts:
+        parts.append(f"{len(review.shifts)} question(s) shifted by their {n_rev} reviewed answers "
+                     f"({moved} of the {len(items)} answers to grade are theirs)")
     if review.trained:
-        line += f"; {len(review.trained)} question(s) the run trained on are left as read"
+        parts.append(f"{len(review.trained)} question(s) the run trained on are left as read (their reviewed answers "
+                     "get their levels)")
+    line = "--reviewed: " + "; ".join(parts)
     if not knows_training:
         line += "; the run's training table is not at hand, so every reviewed question is shifted"
     return line
