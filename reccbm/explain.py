@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 from numpy.typing import NDArray
+from torch import Tensor
 
 from reccbm.data import EncodedItems, collate
 from reccbm.errors import ReccbmError
@@ -125,7 +126,12 @@ def override(model: Model, preds: Predictions, levels: NDArray[Any], replace: ND
     onehot = torch.nn.functional.one_hot(torch.as_tensor(levels).long(), p.shape[-1]).float()  # (N, K, M+1)
     observed = torch.as_tensor(replace).bool()  # (N, K)
     p = torch.where(observed.unsqueeze(-1), onehot, p)
-    model = _bottleneck(model, "an override")
+    return _regraded(_bottleneck(model, "an override"), p, observed)
+
+
+def _regraded(model: RecCBM, p: Tensor, observed: Tensor | None = None) -> Predictions:
+    """Predictions from level shares p (N, K, M+1) set from outside: ĉ, μ_post and the grade through the frozen LCEC
+    and head (``observed``: the concepts LCEC conditions on, see :meth:`RecCBM.grade_from_concepts`)."""
     model.eval()
     out = model.grade_from_concepts(p, observed)
     assert out.c_hat is not None and out.mu_post is not None
@@ -142,13 +148,7 @@ def shift_levels(model: Model, preds: Predictions, delta: NDArray[Any]) -> Predi
     if preds.p_hat is None:
         raise ValueError("the PLM baseline has no concepts to shift")
     p = tilted(torch.as_tensor(preds.p_hat).float(), torch.tensor(np.asarray(delta, dtype=np.float64))).float()  # (N, K, M+1)
-    model = _bottleneck(model, "a level shift")
-    model.eval()
-    out = model.grade_from_concepts(p)
-    assert out.c_hat is not None and out.mu_post is not None
-    logits = out.grade_logits.float()  # (N, S+1)
-    return Predictions(logits.softmax(-1).numpy(), p.numpy(), out.c_hat.float().numpy(),
-                       out.mu_post.float().numpy(), logits.numpy())
+    return _regraded(_bottleneck(model, "a level shift"), p)
 
 
 @torch.no_grad()

@@ -217,13 +217,13 @@ def grade_loaded(
                            device=device, precision=precision)
     if overrides:
         preds = _override(model, meta, preds, overrides)
-    shift, note = None, None
+    shift, review_notes = None, None
     if review is not None:
-        preds, shift, note = _apply_review(model, preds, df, review)
+        preds, shift, review_notes = _apply_review(model, preds, df, review)
     check_finite(preds, list(df["id"]))
     out = predictions_frame(model, meta, preds, list(df["id"]))
     if shift is not None:
-        out["grade_shift"], out["review"] = shift, note
+        out["grade_shift"], out["review"] = shift, review_notes
     if flags:
         truncated = np.zeros(len(df), dtype=bool)
         truncated[cut] = True

@@ -266,7 +266,7 @@ def grade_cmd(
     device: DeviceOpt = None,
     verify: VerifyOpt = False,
     keep: Annotated[str | None, typer.Option("--keep", help="Columns of --data copied beside each grade, comma-separated (default: question, student, source_id, response, those present; '' for none).")] = None,
-    reviewed: Annotated[Path | None, typer.Option("--reviewed", help="Reviewed answers of new questions (id, question, response, a column per concept with its level, optionally grade): each such question's other answers are shifted by what they show (docs/your-course.md#new-questions-a-few-reviewed-answers-first).")] = None,
+    reviewed: Annotated[Path | None, typer.Option("--reviewed", help="Reviewed answers of new questions: id and a column per concept with its level, optionally grade (question and response too for an answer not in --data); each such question's other answers are shifted by what they show (docs/your-course.md#new-questions-a-few-reviewed-answers-first).")] = None,
 ) -> None:
     """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
 
