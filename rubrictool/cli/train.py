@@ -282,6 +282,8 @@ def grade_cmd(
     --device auto grades on a GPU when there is one; --int8 and --engine onnx run on the CPU.
 
     Example: rubrictool grade --run runs/mohler-reccbm --data new_answers.csv --out graded.csv
+
+    Example: rubrictool grade --run runs/chemlab --data new-answers.csv --reviewed reviewed.csv --out graded.csv
     """
     from rubrictool.grade import grade_file
     from rubrictool.runs import verify_runs_fully
