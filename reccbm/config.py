@@ -70,6 +70,10 @@ class ModelConfig:
     # and spans are the run's (rubric_ids, rubric_spans: K + 1 boundaries into rubric_ids), set when training starts
     # and kept in the checkpoint.
     rubric_input: int = 0
+    # Not in the paper. False: the question is left out of the encoder's input (``[CLS] [SEP] r [SEP] a [SEP]``, in
+    # training, the examples across questions and grading alike), so that the reader compares the answer with the
+    # reference alone and learns nothing from a question's own words. True: x = (q, r, a) as in the paper.
+    question_input: bool = True
     rubric_ids: tuple[int, ...] = ()
     rubric_spans: tuple[int, ...] = ()
 

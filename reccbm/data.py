@@ -56,14 +56,18 @@ def encode_inputs(
     contexts: Sequence[str],
     max_len: int,
     truncated: list[int] | None = None,
+    question: bool = True,
 ) -> list[dict[str, list[int]]]:
     """Token ids (and token type ids when the backbone uses them) for each x = (q, r, a).
 
     ``truncated``, when given, receives the positions of the items whose text did not fit in
-    ``max_len`` tokens and was cut (the caller decides how to tell the user).
+    ``max_len`` tokens and was cut (the caller decides how to tell the user). ``question`` False
+    leaves the questions out (``ModelConfig.question_input``): the first segment is ``[SEP] r``.
     """
     if not (len(questions) == len(responses) == len(contexts)):
         raise ReccbmError("questions, responses and contexts must have the same length")
+    if not question:
+        questions = [""] * len(questions)
     sep = tokenizer.sep_token or tokenizer.eos_token or "\n"
     pair_specials = tokenizer.num_special_tokens_to_add(pair=True)
     manual_sep = pair_specials == 0  # decoder-only: join the segments with eos ourselves

@@ -169,7 +169,8 @@ class Grader:
         backbone = r.model.backbone or self.backbone or default_backbone()  # the tokenizer's and the encoder's
         r = replace(r, model=replace(r.model, backbone=backbone)).seeded(self.seed)
         tokenizer = load_tokenizer(backbone)
-        items = EncodedItems(encode_inputs(tokenizer, q, resp, ref, r.model.max_len), c, y)
+        items = EncodedItems(encode_inputs(tokenizer, q, resp, ref, r.model.max_len,
+                                           question=r.model.question_input), c, y)
         train, dev = self._split(y)
         fitted = fit(items.subset(train), items.subset(dev), r, tokenizer,
                      concept_texts=[k.text() for k in self.rubric.concepts], callback=callback)
@@ -221,7 +222,8 @@ class Grader:
             raise ReccbmError("this Grader is not fitted yet: call fit, or Grader.load a saved one")
         resp = _texts(responses, "responses", None)
         q, ref = _texts(questions, "questions", len(resp)), _texts(references, "references", len(resp))
-        items = EncodedItems(encode_inputs(self.tokenizer_, q, resp, ref, self.model_.config.max_len))
+        items = EncodedItems(encode_inputs(self.tokenizer_, q, resp, ref, self.model_.config.max_len,
+                                           question=self.model_.config.question_input))
         return predict(self.model_, items, self.tokenizer_.pad_token_id, self.batch_size)
 
     def predict_proba(self, questions: Iterable[Any], references: Iterable[Any] | None,

@@ -155,15 +155,16 @@ TEXT_COLUMNS = ("question", "reference", "context", "response")
 
 
 def model_inputs(
-    tokenizer: Any, df: pd.DataFrame, max_len: int, truncated: list[int] | None = None
+    tokenizer: Any, df: pd.DataFrame, max_len: int, truncated: list[int] | None = None, *, question: bool = True
 ) -> list[dict[str, list[int]]]:
     """Token features of x = (q, r, a) for every row of an item table: the question, the reference answer
     and the context joined as r, and the response. The one input rule that training, grading and the
     report share; a missing column or an empty cell is empty text. ``truncated`` receives the positions
-    of the inputs cut to ``max_len`` tokens."""
+    of the inputs cut to ``max_len`` tokens; ``question`` is the model's ``question_input`` (False: the question left
+    out)."""
     text = {c: df[c].fillna("").astype(str).tolist() if c in df.columns else [""] * len(df) for c in TEXT_COLUMNS}
     aux = [" \n ".join(p for p in (r, c) if p.strip()) for r, c in zip(text["reference"], text["context"])]
-    return reccbm.encode_inputs(tokenizer, text["question"], text["response"], aux, max_len, truncated)
+    return reccbm.encode_inputs(tokenizer, text["question"], text["response"], aux, max_len, truncated, question)
 
 
 def grade_loaded(
@@ -202,7 +203,7 @@ def grade_loaded(
         return _grade_nonempty(grader, df, empty, batch_size, progress, overrides, profile, flags, device, precision,
                                review)
     cut: list[int] = []
-    feats = model_inputs(tokenizer, df, model.config.max_len, cut)
+    feats = model_inputs(tokenizer, df, model.config.max_len, cut, question=model.config.question_input)
     if cut:
         warn(progress, truncation_message(len(cut), len(df), model.config.max_len))
     on_batch = None
@@ -416,7 +417,8 @@ def read_review(grader: tuple[reccbm.Model, Any, dict[str, Any]], path: str | Pa
                                         items)
     if not len(df):
         raise DataError(f"{path}: no concept level is given in any row; fill in the reviewed levels")
-    preds = reccbm.predict(model, reccbm.EncodedItems(model_inputs(tokenizer, df, model.config.max_len)),
+    preds = reccbm.predict(model, reccbm.EncodedItems(model_inputs(tokenizer, df, model.config.max_len,
+                                                           question=model.config.question_input)),
                            tokenizer.pad_token_id, batch_size, device=device)
     assert preds.p_hat is not None
     questions = df["question"].str.strip().to_numpy()

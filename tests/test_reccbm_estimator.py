@@ -181,3 +181,32 @@ def test_a_graders_concept_texts_are_the_ones_rubrictool_initialises_the_queries
     rb = load_rubric("mohler")
     concepts = [Concept(c.key, c.definition, tuple(lv.anchor for lv in c.levels), c.name) for c in rb.concepts]
     assert [c.text() for c in concepts] == concept_texts(rb)
+
+
+def test_a_grader_without_the_question_in_its_input_reads_every_question_alike(backbone: str, tmp_path: Path) -> None:
+    """model.question_input False: the question is left out of training and grading inputs, so answers graded under
+    another question's text get the same probabilities (the default's do not), and a saved grader keeps the choice."""
+    from rubrictool.grade import model_inputs
+    from tests.support.tiny_models import load_tokenizer
+
+    df = _answers(40)
+    other = ["What is the capital of a country whose name nobody knows?"] * 10
+    new = _answers(10, seed=9)
+    noq = Grader(RUBRIC, backbone=backbone, overrides={"model": {"question_input": False}}, seed=0)
+    noq.fit(df.question, df.reference, df.response, df[RUBRIC.keys], df.grade)
+    assert noq.model_.config.question_input is False
+    np.testing.assert_array_equal(noq.predict_proba(new.question, new.reference, new.response),
+                                  noq.predict_proba(other, new.reference, new.response))
+    noq.save(tmp_path / "g")
+    loaded = Grader.load(tmp_path / "g")
+    assert loaded.model_.config.question_input is False
+    np.testing.assert_allclose(loaded.predict_proba(other, new.reference, new.response),
+                               noq.predict_proba(new.question, new.reference, new.response), atol=1e-6)
+    withq = Grader(RUBRIC, backbone=backbone, seed=0).fit(df.question, df.reference, df.response, df[RUBRIC.keys],
+                                                          df.grade)
+    assert not np.allclose(withq.predict_proba(new.question, new.reference, new.response),
+                           withq.predict_proba(other, new.reference, new.response))
+    tok = load_tokenizer(backbone)  # the CLI's one input rule: [CLS] [SEP] r [SEP] a [SEP] without the question
+    rows = new.assign(context=None)
+    assert model_inputs(tok, rows, 32, question=False) == model_inputs(tok, rows.assign(question=""), 32)
+    assert model_inputs(tok, rows, 32, question=False) != model_inputs(tok, rows, 32)

@@ -99,9 +99,10 @@ CONTRAST_OFF = ("examples across questions off: no concept is marked reference_i
 
 
 def _encode(
-    df: pd.DataFrame, rubric: Rubric, tokenizer: Any, max_len: int, concepts: bool, truncated: list[int] | None = None
+    df: pd.DataFrame, rubric: Rubric, tokenizer: Any, max_len: int, concepts: bool, truncated: list[int] | None = None,
+    question: bool = True,
 ) -> reccbm.EncodedItems:
-    feats = model_inputs(tokenizer, df, max_len, truncated)
+    feats = model_inputs(tokenizer, df, max_len, truncated, question=question)
     c = df[[f"_c_{k}" for k in rubric.keys]].to_numpy(np.int64) if concepts else None
     y = df["_y"].to_numpy(np.int64) if "_y" in df.columns else None
     soft = soft_targets(df, rubric) if concepts and has_votes(df, rubric) else None  # the reviewers' levels, if kept
@@ -381,7 +382,8 @@ def _train_into(spec: RunSpec, progress: ProgressFn | None) -> TrainResult:
 def _encode_splits(spec: RunSpec, tokenizer: Any) -> tuple[dict[str, reccbm.EncodedItems], int]:
     """Each split tokenised, and how many inputs were cut at max_len."""
     cut: list[int] = []  # positions (within each split) of the inputs cut at max_len; only the count matters
-    sets = {s: _encode(spec.df.iloc[p], spec.rubric, tokenizer, spec.training.mcfg.max_len, not spec.training.plm, cut)
+    m = spec.training.mcfg
+    sets = {s: _encode(spec.df.iloc[p], spec.rubric, tokenizer, m.max_len, not spec.training.plm, cut, m.question_input)
             for s, p in spec.pos.items()}
     return sets, len(cut)
 
