@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--select", nargs="+", default=["t_f1", "nll"], help="Stage II's selection on the held-out questions")
     ap.add_argument("--rule", nargs="+", choices=["argmax", "median"], default=["argmax", "median"],
                     help="how a grade is read from the grade probabilities")
+    ap.add_argument("--blend", type=float, nargs="*", default=[],
+                    help="also grade with w of the reader's own grade probabilities and 1 - w of the refitted head's")
     ap.add_argument("--dev-share", type=float, default=0.15, help="share of the other folds' questions held out for selection")
     ap.add_argument("--boots", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
@@ -125,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
             for fd in folds:
                 cfg = replace(stage2_config(a.run, fd["fold"]), select=select)
                 probs.append(refit(fd, [o for o in folds if o is not fd], cfg, mode, a.dev_share, a.seed + fd["fold"]))
-            cases.append((mode, select, np.concatenate(probs)))
+            refitted = np.concatenate(probs)
+            cases.append((mode, select, refitted))
+            for w in a.blend:  # the two heads' grade probabilities mixed: w of the reader's own, 1 − w the refitted
+                cases.append((f"{mode}+{w:g}", select, w * base + (1 - w) * refitted))
     g0 = decide(base, "argmax")
     for mode, select, probs in cases:
         for rule in a.rule:
@@ -134,11 +139,12 @@ def main(argv: list[str] | None = None) -> int:
             res = {"mode": mode, "select": select, "rule": rule, "n": len(y), "nll": nll,
                    "t_acc": float(np.mean(g0 == y)), "t_acc_refit": float(np.mean(g1 == y)),
                    "qwk": float(qwk(y, g0)), "qwk_refit": float(qwk(y, g1)),
-                   "top_grade_share": float(np.mean(y == top)),
+                   "top_grade_share": float(np.mean(y == top)), "top_grade_given": float(np.mean(g1 == top)),
+                   "top_grade_given_as_read": float(np.mean(g0 == top)),
                    "gain": paired({"y": y, "g0": g0, "g1": g1, "q": q, "top": top}, a.boots, a.seed)}
             results.append(res)
             g = res["gain"]
-            print(f"{mode:7s} {select:4s} {rule:6s} NLL {nll:.3f}: T-Acc {res['t_acc_refit']:.3f} QWK {res['qwk_refit']:.3f}  "
+            print(f"{mode:10s} {select:4s} {rule:6s} NLL {nll:.3f}: T-Acc {res['t_acc_refit']:.3f} QWK {res['qwk_refit']:.3f}  "
                   + "  ".join(f"{k} {v['mean']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}]" for k, v in g.items()),
                   flush=True)
     if a.json:
