@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -36,7 +35,7 @@ from reccbm.metrics import quadratic_weighted_kappa as qwk
 from reccbm.stage2 import train_grader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from question_review import fold_tables
+from question_review import fold_tables, gains_text, write_results
 
 
 def stage2_config(run: Path, fold: int) -> StageIIConfig:
@@ -145,12 +144,9 @@ def main(argv: list[str] | None = None) -> int:
             results.append(res)
             g = res["gain"]
             print(f"{mode:10s} {select:4s} {rule:6s} NLL {nll:.3f}: T-Acc {res['t_acc_refit']:.3f} QWK {res['qwk_refit']:.3f}  "
-                  + "  ".join(f"{k} {v['mean']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}]" for k, v in g.items()),
-                  flush=True)
+                  + gains_text(g), flush=True)
     if a.json:
-        a.json.write_text(json.dumps({"run": str(a.run), "pooled": str(a.pooled), "agree_with_pooled": agree,
-                                      "results": results,
-                                      "labels": "three LLM passes' majority, not expert-validated"}, indent=1) + "\n")
+        write_results(a.json, a.run, a.pooled, agree, results)
     return 0
 
 

@@ -129,6 +129,16 @@ def study(folds: list[dict[str, Any]], n: int, strength: float, draws: int, boot
     return out
 
 
+def gains_text(gain: dict[str, dict[str, Any]]) -> str:
+    """"name +mean [lo, hi]" for each paired difference."""
+    return "  ".join(f"{k} {v['mean']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}]" for k, v in gain.items())
+
+
+def write_results(path: Path, run: Path, pooled: Path, agree: list[float], results: list[dict[str, Any]]) -> None:
+    path.write_text(json.dumps({"run": str(run), "pooled": str(pooled), "agree_with_pooled": agree, "results": results,
+                                "labels": "three LLM passes' majority, not expert-validated"}, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path, help="k-fold run folder with fold-N/ weights")
@@ -151,13 +161,11 @@ def main(argv: list[str] | None = None) -> int:
             r = study(folds, n, s, a.draws, a.boots, a.seed, a.grade_strength)
             results.append(r)
             g = r.get("gain", {})
-            ci = "  ".join(f"{k} {v['mean']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}]" for k, v in g.items())
+            ci = gains_text(g)
             print(f"λ {s:g} n {n:2d}: T-Acc {r['t_acc']:.3f}→{r['t_acc_shifted']:.3f} QWK {r['qwk']:.3f}→"
                   f"{r['qwk_shifted']:.3f} C-Acc {r['c_acc']:.3f}→{r['c_acc_shifted']:.3f}  {ci}", flush=True)
     if a.json:
-        a.json.write_text(json.dumps({"run": str(a.run), "pooled": str(a.pooled), "agree_with_pooled": agree,
-                                      "results": results,
-                                      "labels": "three LLM passes' majority, not expert-validated"}, indent=1) + "\n")
+        write_results(a.json, a.run, a.pooled, agree, results)
     return 0
 
 
