@@ -1,13 +1,13 @@
 """Does a grade head fitted on new questions' concept readings grade new questions better?
 
-Stage II and the joint stage fit the head (and LCEC's moments) on the training answers' own level shares, which the
-encoder was trained on: read surer and righter than a new question's ever are. On question-grouped folds the head then
-trusts readings that are worse than it learnt (on grouped fold 0 its top-class confidence 0.5–0.6 is right a third of
-the time). This study refits the head on readings of questions their model never saw — the other folds' pooled test
-readings, each from a model that did not train on that question — and grades each fold's test answers with it (the
-fold's own encoder readings, LCEC and bias unchanged unless ``--mode stage2``). That is what a Stage II cross-fitted by
-question would give, without training the k extra models; measured against the reader's own grades of the same
-answers, paired 95 % CIs by resampling questions.
+Stage II and the joint stage fit the grade head on the training answers' own level shares, which the encoder was
+trained on: read surer and righter than a new question's ever are. On question-grouped folds the head then trusts
+readings that are worse than it learnt (a run's ``metrics.json`` → ``calibration`` shows how much). This study refits
+the head on readings of questions their model never saw — the other folds' pooled test readings, each from a model
+that did not train on that question — and grades each fold's test answers with it (the fold's own level shares; its
+LCEC and bias unchanged unless ``--mode stage2``). That is what a Stage II cross-fitted by question would give,
+without training the k extra models; measured against the reader's own grades of the same answers, paired 95 % CIs by
+resampling questions.
 
     python experiments/question_head.py ../benchruns/ema-q/default-ema \\
         benchmarks/results/folds-by-question/default/pooled_predictions.csv \\
