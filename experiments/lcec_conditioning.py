@@ -35,7 +35,7 @@ import reccbm
 from reccbm import StageIIConfig
 from reccbm.config import config_from_dict
 from rubrictool.evaluate import paired_bootstrap, spearman_with_ci
-from rubrictool.grade import model_inputs
+from rubrictool.grade import inputs_for
 from rubrictool.pipeline import benchmark_table
 
 
@@ -55,10 +55,10 @@ def nll(probs: np.ndarray, y: np.ndarray) -> float:
     return float(-np.log(np.clip(probs[np.arange(len(y)), y], 1e-12, 1)).mean())
 
 
-def encode(tok: Any, rows: Any, keys: list[str], smin: int, gmin: int, max_len: int) -> reccbm.EncodedItems:
+def encode(model: Any, tok: Any, rows: Any, keys: list[str], smin: int, gmin: int) -> reccbm.EncodedItems:
     c = rows[keys].to_numpy(np.int64) - smin
     y = rows["grade"].to_numpy(np.int64) - gmin
-    return reccbm.EncodedItems(model_inputs(tok, rows, max_len), c, y)
+    return reccbm.EncodedItems(inputs_for(model, tok, rows), c, y)
 
 
 def lcec_off(model: reccbm.RecCBM, cfg: dict[str, Any], p_tr: torch.Tensor, tr: reccbm.EncodedItems, p_dev: torch.Tensor,
@@ -93,7 +93,7 @@ def main() -> None:
         model, tok, _ = reccbm.load_checkpoint(d)
         cfg = yaml.safe_load((d / "config.yaml").read_text())
         split = json.loads((d / "split.json").read_text())
-        sets = {s: encode(tok, table.loc[[str(i) for i in split[s]]], keys, smin, gmin, model.config.max_len)
+        sets = {s: encode(model, tok, table.loc[[str(i) for i in split[s]]], keys, smin, gmin)
                 for s in ("train", "dev", "test")}
         preds = {s: reccbm.predict(model, sets[s], tok.pad_token_id) for s in sets}
         te, p_te = sets["test"], preds["test"].p_hat

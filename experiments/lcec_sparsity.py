@@ -27,7 +27,7 @@ import reccbm
 from reccbm import StageIIConfig
 from reccbm.config import config_from_dict
 from reccbm.lcec import LatentCorrection
-from rubrictool.grade import model_inputs
+from rubrictool.grade import inputs_for
 from rubrictool.pipeline import benchmark_table
 
 
@@ -50,7 +50,7 @@ def main() -> None:
         sets = {}
         for s in ("train", "dev", "test"):
             rows = table.loc[[str(i) for i in split[s]]]
-            sets[s] = reccbm.EncodedItems(model_inputs(tok, rows, model.config.max_len),
+            sets[s] = reccbm.EncodedItems(inputs_for(model, tok, rows),
                                           rows[keys].to_numpy(np.int64) - rb.scale.min,
                                           rows["grade"].to_numpy(np.int64) - rb.grade.min)
         p = {s: torch.as_tensor(reccbm.predict(model, sets[s], tok.pad_token_id).p_hat) for s in sets}

@@ -35,15 +35,14 @@ def fold_vectors(run: Path) -> dict[str, Any]:
 
     from reccbm.checkpoint import load_checkpoint
     from reccbm.data import collate
-    from rubrictool.grade import model_inputs
+    from rubrictool.grade import inputs_for
 
     model, tok, meta = load_checkpoint(run)
     df = pd.read_csv(run / "table.csv", dtype={"id": str, "question_id": str}, keep_default_na=False)
     split = json.loads((run / "split.json").read_text())
     keys = list(meta["concept_keys"])
     levels = df[keys].astype(int).to_numpy() - int(meta["scale"][0])  # the rubric's levels -> 0..M
-    max_len = int(meta.get("model_config", {}).get("max_len", 128))
-    items = model_inputs(tok, df, max_len)
+    items = inputs_for(model, tok, df)
     import reccbm
 
     enc = reccbm.EncodedItems(items, levels)

@@ -167,6 +167,13 @@ def model_inputs(
     return reccbm.encode_inputs(tokenizer, text["question"], text["response"], aux, max_len, truncated, question)
 
 
+def inputs_for(
+    model: reccbm.Model, tokenizer: Any, df: pd.DataFrame, truncated: list[int] | None = None
+) -> list[dict[str, list[int]]]:
+    """:func:`model_inputs` as a trained model reads them: its ``max_len`` and its ``question_input``."""
+    return model_inputs(tokenizer, df, model.config.max_len, truncated, question=model.config.question_input)
+
+
 def grade_loaded(
     grader: tuple[reccbm.Model, Any, dict[str, Any]],
     items: pd.DataFrame,
@@ -203,7 +210,7 @@ def grade_loaded(
         return _grade_nonempty(grader, df, empty, batch_size, progress, overrides, profile, flags, device, precision,
                                review)
     cut: list[int] = []
-    feats = model_inputs(tokenizer, df, model.config.max_len, cut, question=model.config.question_input)
+    feats = inputs_for(model, tokenizer, df, cut)
     if cut:
         warn(progress, truncation_message(len(cut), len(df), model.config.max_len))
     on_batch = None
@@ -417,9 +424,8 @@ def read_review(grader: tuple[reccbm.Model, Any, dict[str, Any]], path: str | Pa
                                         items)
     if not len(df):
         raise DataError(f"{path}: no concept level is given in any row; fill in the reviewed levels")
-    preds = reccbm.predict(model, reccbm.EncodedItems(model_inputs(tokenizer, df, model.config.max_len,
-                                                           question=model.config.question_input)),
-                           tokenizer.pad_token_id, batch_size, device=device)
+    preds = reccbm.predict(model, reccbm.EncodedItems(inputs_for(model, tokenizer, df)), tokenizer.pad_token_id,
+                           batch_size, device=device)
     assert preds.p_hat is not None
     questions = df["question"].str.strip().to_numpy()
     review = Review({}, {}, {}, {i: levels[n] for n, i in enumerate(df["id"])}, [])

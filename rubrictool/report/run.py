@@ -22,7 +22,7 @@ from reccbm import Predictions
 from reccbm.data import collate
 from rubrictool import runs
 from rubrictool.errors import DataError
-from rubrictool.grade import check_finite, model_inputs, parse_overrides
+from rubrictool.grade import check_finite, inputs_for, parse_overrides
 from rubrictool.provenance import git_revision
 from rubrictool.runs import Run
 
@@ -111,7 +111,7 @@ def predict_with_attention(run: Run, items: pd.DataFrame, batch_size: int = 16) 
     df = items.reset_index(drop=True)
     df["response"] = df["response"].fillna("").astype(str) if "response" in df.columns else ""
     tok = run.tokenizer
-    feats = model_inputs(tok, df, run.model.config.max_len, question=run.model.config.question_input)
+    feats = inputs_for(run.model, tok, df)
     enc = reccbm.EncodedItems(feats)
     preds = reccbm.predict(run.model, enc, tok.pad_token_id, batch_size)
     check_finite(preds, [str(i) for i in df["id"]] if "id" in df.columns else [])
