@@ -9,6 +9,7 @@ defaults are chosen by the caller (``rubrictool train`` sets them for a ~15 minu
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -29,6 +30,17 @@ def _choice(what: str, value: str, options: tuple[str, ...]) -> None:
     """Refuse an unknown value of a field that names one of ``options`` (when the config is built)."""
     if value not in options:
         raise ValueError(f"unknown {what} {value!r}; use {' or '.join(options)}")
+
+
+def _check_scalars(cfg: Any) -> None:
+    """Refuse a value of the wrong kind in a true/false or numeric field (a YAML word where true/false or a number
+    belongs, e.g. ``--cfg model.align=maybe``) when the config is built, naming the field."""
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        if f.type == "bool" and not isinstance(v, bool):
+            raise ValueError(f"{f.name} is true or false, got {v!r}")
+        if f.type in ("int", "float") and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
+            raise ValueError(f"{f.name} is a number, got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,7 @@ class ModelConfig:
     rubric_spans: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        _check_scalars(self)
         object.__setattr__(self, "rubric_ids", tuple(int(i) for i in self.rubric_ids))  # a JSON list
         object.__setattr__(self, "rubric_spans", tuple(int(i) for i in self.rubric_spans))
         if self.rubric_input < 0:
@@ -191,6 +204,7 @@ class StageIConfig:
     gpu_batch_scale: int = 1
 
     def __post_init__(self) -> None:
+        _check_scalars(self)
         object.__setattr__(self, "contrast_top", tuple(int(k) for k in self.contrast_top))  # a YAML list
         object.__setattr__(self, "contrast_bottom", tuple(int(k) for k in self.contrast_bottom))
         if self.contrast < 0 or self.contrast_per_batch < 1 or self.contrast_question < 0:
@@ -277,6 +291,7 @@ class StageIIConfig:
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes carried into the checkpoint
 
     def __post_init__(self) -> None:
+        _check_scalars(self)
         _choice("Stage II selection", self.select, ("t_f1", "nll"))
         _choice("LCEC fit", self.lcec_fit, ("train", "dev", "moments"))
         _choice("Stage II device", self.device, ("cpu", "same"))
@@ -311,6 +326,7 @@ class JointConfig:
     min_steps: int = 0
 
     def __post_init__(self) -> None:
+        _check_scalars(self)
         _choice("joint selection", self.select, ("t_f1", "last"))
         if self.min_steps < 0:
             raise ValueError(f"joint min_steps is >= 0, got {self.min_steps}")

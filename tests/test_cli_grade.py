@@ -117,3 +117,34 @@ def test_model_inputs_is_the_one_input_rule(backbone: str) -> None:
     cut: list[int] = []
     model_inputs(tok, with_context.assign(response=["word " * 200]), 32, cut)
     assert cut == [0]
+
+
+def test_a_run_trained_without_the_question_trains_and_grades_without_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--cfg model.question_input=false: every training input leaves the question out, the run keeps the choice, and
+    `grade` reads every question alike (the same answers under another question get the same grades); a value that is
+    not a boolean is one line naming the field."""
+    import rubrictool.train.run as train_run
+
+    asked: list[bool] = []
+    real = train_run.model_inputs
+
+    def spy(*args: object, question: bool = True, **kw: object) -> object:
+        asked.append(question)
+        return real(*args, question=question, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(train_run, "model_inputs", spy)
+    run = tiny_bert_run(tmp_path / "t", "--cfg", "model.question_input=false")
+    assert asked and not any(asked)
+    model, _, _ = reccbm.load_checkpoint(run)
+    assert model.config.question_input is False
+    new = mohler_like_table(20, seed=5).drop(columns=KEYS + ["grade"])
+    other = new.assign(question="Which colour is a question nobody asked?")
+    a, b = grade_items(run, new), grade_items(run, other)
+    np.testing.assert_array_equal(a["grade_prob"].to_numpy(), b["grade_prob"].to_numpy())
+    for key in KEYS:
+        np.testing.assert_array_equal(a[f"{key}_expected"].to_numpy(), b[f"{key}_expected"].to_numpy())
+    res = runner.invoke(app, ["train", "--data", str(tmp_path / "t" / "adjudicated.csv"), "--rubric", "mohler",
+                              "--cfg", "model.question_input=maybe", "--out", str(tmp_path / "bad")])
+    assert res.exit_code != 0 and "question_input" in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) <= 2, res.output

@@ -192,8 +192,20 @@ def test_a_grader_without_the_question_in_its_input_reads_every_question_alike(b
     df = _answers(40)
     other = ["What is the capital of a country whose name nobody knows?"] * 10
     new = _answers(10, seed=9)
+    import reccbm.estimator as est
+
+    asked: list[bool] = []
+    real = est.encode_inputs
+
+    def spy(*args: Any, question: bool = True, **kw: Any) -> Any:
+        asked.append(question)
+        return real(*args, question=question, **kw)
+
     noq = Grader(RUBRIC, backbone=backbone, overrides={"model": {"question_input": False}}, seed=0)
-    noq.fit(df.question, df.reference, df.response, df[RUBRIC.keys], df.grade)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(est, "encode_inputs", spy)
+        noq.fit(df.question, df.reference, df.response, df[RUBRIC.keys], df.grade)
+    assert asked == [False]  # fit's inputs leave the question out too
     assert noq.model_.config.question_input is False
     np.testing.assert_array_equal(noq.predict_proba(new.question, new.reference, new.response),
                                   noq.predict_proba(other, new.reference, new.response))
@@ -210,3 +222,15 @@ def test_a_grader_without_the_question_in_its_input_reads_every_question_alike(b
     rows = new.assign(context=None)
     assert model_inputs(tok, rows, 32, question=False) == model_inputs(tok, rows.assign(question=""), 32)
     assert model_inputs(tok, rows, 32, question=False) != model_inputs(tok, rows, 32)
+
+
+@pytest.mark.parametrize(("section", "field", "value", "message"), [
+    ("model", "align", "maybe", r"align is true or false, got 'maybe'"),
+    ("stage1", "epochs", "three", r"epochs is a number, got 'three'"),
+    ("stage2", "lr", True, r"lr is a number, got True"),
+])
+def test_a_config_field_of_the_wrong_kind_is_refused_naming_it(section: str, field: str, value: Any, message: str) -> None:
+    """A YAML word where true/false or a number belongs is refused when the recipe is built (it would otherwise
+    train with a truthy string), naming the field."""
+    with pytest.raises(ReccbmError, match=message):
+        reccbm.recipe("default", 2, 3, 4, {section: {field: value}})
