@@ -115,8 +115,11 @@ class AlignFeatures(nn.Module):
             self._sep = int(self.sep_id)
         return self._sep
 
-    def features(self, H: Tensor, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
-        """(f (B, N_FEATURES), a2r (B, T)): the pooled features and each answer token's best match (0 elsewhere)."""
+    def features(self, H: Tensor, input_ids: Tensor, attention_mask: Tensor,
+                 overlap: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(f (B, N_FEATURES), a2r (B, T)): the pooled features and each answer token's best match (0 elsewhere).
+        ``overlap``: the inputs' token-id overlap (:meth:`overlap_features`) when the batch carries it, computed on the
+        host from its ids (on a GPU, reading the ids back waits for it)."""
         sep = self.separator()
         if sep < 0:
             raise ReccbmError("AlignFeatures needs the tokenizer's separator id (set_sep) before use")
@@ -137,9 +140,15 @@ class AlignFeatures(nn.Module):
         mean_a = (Hn * ans.unsqueeze(-1)).sum(1) / ans.sum(1, keepdim=True).clamp_min(1)  # (B, d)
         mean_r = (Hn * ref.unsqueeze(-1)).sum(1) / ref.sum(1, keepdim=True).clamp_min(1)  # (B, d)
         cos = F.cosine_similarity(mean_a, mean_r, dim=-1) * (has_ref & has_ans)  # (B,)
-        probe = self._overlap(input_ids, ref, ans)  # (B, 6): exact-id share + the five-feature probe
+        probe = self._overlap(input_ids, ref, ans) if overlap is None else overlap.to(H.device)  # (B, 6)
         f = torch.stack([precision, recall, cos, *coverage], dim=1)  # (B, 3 + len(COVERAGE_AT))
         return torch.cat([f, probe.to(f.dtype)], dim=1), a2r  # (B, N_FEATURES), (B, T)
+
+    def overlap_features(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """The token-id overlap features (B, 6) of a batch (:meth:`_overlap`), from its ids where they are (the CPU
+        copy a training batch keeps: no wait for a GPU)."""
+        ref, ans = segment_masks(input_ids, attention_mask, self.separator())
+        return self._overlap(input_ids, ref, ans)
 
     @staticmethod
     def _overlap(input_ids: Tensor, ref: Tensor, ans: Tensor) -> Tensor:
@@ -158,10 +167,11 @@ class AlignFeatures(nn.Module):
                          _log1p_quarter(n_a), _log1p_quarter(n_r), _log_ratio_half(n_a, n_r)])
         return torch.tensor(rows, dtype=torch.float32).reshape(len(rows), 6).to(input_ids.device)
 
-    def forward(self, H: Tensor, input_ids: Tensor, attention_mask: Tensor, alpha: Tensor | None) -> Tensor:
+    def forward(self, H: Tensor, input_ids: Tensor, attention_mask: Tensor, alpha: Tensor | None,
+                overlap: Tensor | None = None) -> Tensor:
         """The concept-logit terms (B, K, M+1) to add to V_k h_k; ``alpha`` (B, K, T) is RACE's attention (None: the
-        answer mean, for every concept)."""
-        f, a2r = self.features(H, input_ids, attention_mask)  # (B, F), (B, T)
+        answer mean, for every concept); ``overlap`` as in :meth:`features`."""
+        f, a2r = self.features(H, input_ids, attention_mask, overlap)  # (B, F), (B, T)
         f = f.to(self.G.dtype)
         z = torch.cat([f, F.gelu(self.A(f))], dim=1)  # (B, F + F_h)
         K = self.G.shape[0]

@@ -202,9 +202,19 @@ class StageIConfig:
     # a GPU, whose time is the number of optimiser steps (MiniLM's kernels are too small to fill one), takes that many
     # times fewer. 1 = the same recipe on every device. The CPU never scales (its time is the arithmetic, not the steps).
     gpu_batch_scale: int = 1
+    # CUDA graphs of the training encoder (not in the paper; reccbm/graphs.py): on one CUDA GPU in float32, the encoder's
+    # forward and backward are recorded once per input shape (a batch's length padded up to a multiple of
+    # graph_pad_to) and replayed, one launch instead of hundreds: a step of MiniLM is the host's launching, not the
+    # GPU's arithmetic. The same maths, summed in another order (the padded length): GPU runs with and without match up
+    # to float rounding. Nothing changes on the CPU. Off until timed against the steps on a GPU (docs/gpu.md); False =
+    # each step's kernels launched one by one.
+    cuda_graphs: bool = False
+    graph_pad_to: int = 32
 
     def __post_init__(self) -> None:
         _check_scalars(self)
+        if self.graph_pad_to < 1:
+            raise ValueError(f"graph_pad_to is >= 1 (1 = no padding), got {self.graph_pad_to}")
         object.__setattr__(self, "contrast_top", tuple(int(k) for k in self.contrast_top))  # a YAML list
         object.__setattr__(self, "contrast_bottom", tuple(int(k) for k in self.contrast_bottom))
         if self.contrast < 0 or self.contrast_per_batch < 1 or self.contrast_question < 0:
@@ -283,10 +293,11 @@ class StageIIConfig:
     # False = the outputs as trained.
     calibrate: bool = False
     calibrate_min_dev: int = 50
-    # Where this stage and the LCEC fit compute: "cpu", or "same" (stage1.device: the encoder's). Their steps are
-    # K-dimensional maths over cached p̂ in batches of 8, too small for a GPU: a step costs more there, in kernel
-    # launches and synchronisation, than on one CPU core (docs/results.md, "On a GPU"). Same numbers either way, up to
-    # float rounding.
+    # Where this stage and the LCEC fit compute. Their steps are K-dimensional maths over cached p̂ in batches of 8: on a
+    # GPU, step by step, they cost more in kernel launches than on one CPU core (docs/results.md, "On a GPU"). "cpu";
+    # "same" (stage1.device, step by step); "graph": where the encoder's stages run on a CUDA GPU, that GPU with each
+    # step recorded once as a CUDA graph and replayed (reccbm/graphs.py: one launch a step; not yet timed on a GPU, so
+    # not the default), else the CPU. Same numbers on every choice up to float rounding.
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes carried into the checkpoint
 
@@ -294,7 +305,7 @@ class StageIIConfig:
         _check_scalars(self)
         _choice("Stage II selection", self.select, ("t_f1", "nll"))
         _choice("LCEC fit", self.lcec_fit, ("train", "dev", "moments"))
-        _choice("Stage II device", self.device, ("cpu", "same"))
+        _choice("Stage II device", self.device, ("cpu", "same", "graph"))
         if self.crossfit == 1 or self.crossfit < 0:
             raise ValueError(f"crossfit is 0 (off) or a number of parts >= 2, got {self.crossfit}")
 

@@ -47,6 +47,9 @@ class TextEncoder(nn.Module):
         # cached states are H itself; l = after the l-th transformer layer from the bottom, so :meth:`lower` gives
         # that layer's output and :meth:`upper` runs the layers above it. H = upper(lower(x)) = forward(x).
         self.states_layer: int | None = None
+        # A training stage's CUDA graphs of the backbone (reccbm.graphs.EncoderGraphs; StageIConfig.cuda_graphs): used
+        # in training mode on a GPU while a stage sets them, None otherwise
+        self.graphs: Any = None
 
     @classmethod
     def from_pretrained(cls, name_or_path: str) -> TextEncoder:
@@ -78,9 +81,13 @@ class TextEncoder(nn.Module):
         return cls(_encoder_part(full), full.config)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        types = token_type_ids if self._takes_token_types else None
+        if self.graphs is not None and self.training and input_ids.is_cuda:
+            out: Tensor = self.graphs(input_ids, attention_mask, types)  # (B, T, d), replayed
+            return out
         kwargs: dict[str, Tensor] = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None and self._takes_token_types:
-            kwargs["token_type_ids"] = token_type_ids
+        if types is not None:
+            kwargs["token_type_ids"] = types
         H: Tensor = self.module(**kwargs).last_hidden_state  # (B, T, d)
         return H
 

@@ -203,8 +203,12 @@ def _device(r: Recipe) -> torch.device:
 
 
 def _k_dim_device(r: Recipe) -> torch.device:
-    """The device of the K-dimensional stages over cached p̂, Stage II and the LCEC fit (``stage2.device``)."""
-    return torch.device("cpu") if r.stage2.device == "cpu" else _device(r)
+    """The device of the K-dimensional stages over cached p̂, Stage II and the LCEC fit (``stage2.device``: "auto" is
+    the encoder's device where that is a CUDA GPU, where the steps run as CUDA graphs, else the CPU)."""
+    if r.stage2.device == "cpu":
+        return torch.device("cpu")
+    dev = _device(r)
+    return dev if r.stage2.device == "same" or dev.type == "cuda" else torch.device("cpu")
 
 
 def _concept_model(train: EncodedItems, dev: EncodedItems, r: Recipe, tokenizer: Any, texts: list[str] | None,

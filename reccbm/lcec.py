@@ -90,7 +90,10 @@ class LatentCorrection(nn.Module):
         conditions on them (module docstring): they come back unchanged, the others move through Ω."""
         mu0 = self.mu0.double()  # (K,)
         r = s_tilde.double() - mu0  # (B, K)
-        if observed is None or not bool(observed.any()):
+        # none observed: Eq. 20 itself. On a GPU, asking whether any is observed would wait for it (and a CUDA graph
+        # cannot hold the question): there the conditioned form below runs for every batch, equal to Eq. 20 where
+        # nothing is observed, up to float rounding
+        if observed is None or (not observed.is_cuda and not bool(observed.any())):
             return (mu0 + r @ self.denoising_matrix().T).to(s_tilde.dtype)  # (B, K)
         K = r.shape[1]
         eye = torch.eye(K, dtype=r.dtype, device=r.device)

@@ -237,6 +237,8 @@ def opcc_loss(c_hat: Tensor, c: Tensor) -> Tensor:
     n_pairs = pairs.sum((0, 1))  # (K,) = |P_k|
     loss_k = -(F.logsigmoid(diff) * pairs).sum((0, 1)) / n_pairs.clamp_min(1)  # (K,), Eq. 15
     has_pairs = n_pairs > 0  # K' = has_pairs.sum()
+    if c_hat.is_cuda:  # the same mean without asking the GPU which concepts have pairs (a wait, and no CUDA graph)
+        return (loss_k * has_pairs).sum() / has_pairs.sum().clamp_min(1)
     if not bool(has_pairs.any()):
         return c_hat.sum() * 0.0
     return loss_k[has_pairs].mean()  # Eq. 16
@@ -359,7 +361,8 @@ class RecCBM(nn.Module):
         H, r = self.read(batch)  # (B, T, d), (B, K, d) or None
         logits, alpha = self.bottleneck(H, batch["attention_mask"])  # V_k h_k + b_k (Eq. 11)
         if self.align is not None:  # + G_k [f; Σ_t α_{k,t} a2r_t]: answer against reference (reccbm/align.py)
-            logits = logits + self.align(H, batch["input_ids"], batch["attention_mask"], alpha).to(logits.dtype)
+            logits = logits + self.align(H, batch["input_ids"], batch["attention_mask"], alpha,
+                                         batch.get("overlap")).to(logits.dtype)
         if self.rubric_head is not None and r is not None:  # + R r_k: concept k's own text, read with the answer
             logits = logits + self.rubric_head(r).to(logits.dtype)
         return logits, alpha

@@ -13,9 +13,8 @@ The cached outputs come from :func:`reccbm.cache_concepts`; both stages run on t
 from __future__ import annotations
 
 import logging
-import math
 import time
-from typing import Any
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +23,7 @@ from torch import Tensor, nn
 from reccbm.config import StageIIConfig
 from reccbm.device import on_device
 from reccbm.errors import ReccbmError
+from reccbm.graphs import KDimSteps
 from reccbm.metrics import task_metrics
 from reccbm.model import RecCBM, expected_scores, random_conditioning
 from reccbm.stages import (
@@ -33,7 +33,6 @@ from reccbm.stages import (
     format_metrics,
     selection_key,
     train_only,
-    warmup_linear,
 )
 
 __all__ = ["fit_lcec", "train_grader"]
@@ -41,23 +40,14 @@ __all__ = ["fit_lcec", "train_grader"]
 log = logging.getLogger("reccbm")
 
 
-def _k_dim_optimiser(params: list[nn.Parameter], n_items: int, cfg: StageIIConfig) -> tuple[Any, Any, torch.Generator, int]:
-    """(AdamW, warm-up + linear decay, the seeded data-order generator, steps per epoch) of a K-dimensional stage over
-    cached outputs (Stage II, the LCEC fit)."""
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    steps_per_epoch = math.ceil(n_items / cfg.batch_size)
-    sched = warmup_linear(opt, steps_per_epoch * cfg.epochs, cfg.warmup_ratio)
-    return opt, sched, torch.Generator().manual_seed(cfg.seed), steps_per_epoch
-
-
-
-def _k_dim_step(opt: Any, sched: Any, loss: Tensor) -> float:
-    """One optimiser step of a K-dimensional stage on ``loss``; returns the loss."""
-    opt.zero_grad(set_to_none=True)
-    loss.backward()  # type: ignore[no-untyped-call]
-    opt.step()
-    sched.step()
-    return float(loss.detach())
+def _k_dim_steps(loss_of: Callable[[Tensor], Tensor], params: list[nn.Parameter], n_items: int, cfg: StageIIConfig,
+                 device: torch.device) -> tuple[KDimSteps, torch.Generator]:
+    """The optimiser steps of a K-dimensional stage over cached outputs (Stage II, the LCEC fit): AdamW with warm-up and
+    linear decay, as CUDA graphs on a GPU with ``stage2.device`` "graph" (:class:`reccbm.graphs.KDimSteps`); and the
+    seeded data-order generator."""
+    graph = device.type == "cuda" and cfg.device == "graph"
+    steps = KDimSteps(loss_of, params, cfg.lr, cfg.batch_size, n_items, cfg.epochs, cfg.warmup_ratio, device, graph)
+    return steps, torch.Generator().manual_seed(cfg.seed)
 
 
 def _stage2_loss(model: RecCBM, p_hat: Tensor, c: Tensor | None, y: Tensor, cfg: StageIIConfig) -> Tensor:
@@ -125,20 +115,19 @@ def _train_grader(
         lcec = set(map(id, model.lcec.parameters())) if model.lcec is not None else set()
         params = [p for p in params if id(p) not in lcec]
     train_only(model, params)
-    opt, sched, gen, steps_per_epoch = _k_dim_optimiser(params, len(train_p_hat), cfg)
+    def loss_of(idx: Tensor) -> Tensor:
+        c = None if train_concepts_ is None else train_concepts_[idx]
+        return _stage2_loss(model, train_p_hat[idx], c, train_grades[idx], cfg)
+
+    steps, gen = _k_dim_steps(loss_of, params, len(train_p_hat), cfg, train_p_hat.device)
+    steps_per_epoch = steps.steps_per_epoch
     best_key: tuple[float, ...] | None = None
     best_state: list[Tensor] = []
-    best, best_epoch, history, bad, steps = {}, 0, [], 0, 0
+    best, best_epoch, history, bad = {}, 0, [], 0
     t0 = time.perf_counter()
     for epoch in range(1, cfg.epochs + 1):
         model.train()
-        perm = torch.randperm(len(train_p_hat), generator=gen)
-        total = 0.0
-        for start in range(0, len(perm), cfg.batch_size):
-            idx = perm[start : start + cfg.batch_size]
-            c = None if train_concepts_ is None else train_concepts_[idx]
-            total += _k_dim_step(opt, sched, _stage2_loss(model, train_p_hat[idx], c, train_grades[idx], cfg))
-            steps += 1
+        total = steps.epoch(torch.randperm(len(train_p_hat), generator=gen))
         with torch.no_grad():
             model.eval()
             logits = model.grade_from_concepts(dev_p_hat).grade_logits
@@ -160,7 +149,7 @@ def _train_grader(
             p.copy_(best_p)
     seconds = time.perf_counter() - t0
     log.info("stage2: best epoch %d of %d, dev %s (%.2f s)", best_epoch, len(history), format_metrics(best), seconds)
-    return StageResult(best_epoch, best, history, seconds, steps, seconds / max(1, steps))
+    return StageResult(best_epoch, best, history, seconds, steps.step, seconds / max(1, steps.step))
 
 
 
@@ -186,23 +175,21 @@ def _fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig
     torch.manual_seed(cfg.seed)
     params = list(model.lcec.parameters())
     train_only(model, params)
-    opt, sched, gen, steps_per_epoch = _k_dim_optimiser(params, len(p_hat), cfg)
-    history, steps, t0 = [], 0, time.perf_counter()
+    def loss_of(idx: Tensor) -> Tensor:
+        den, spa = model.lcec_losses(model.grade_from_concepts(p_hat[idx]), concepts[idx])  # Eq. 24, 25
+        return den + cfg.lcec_lambda_s * spa  # λ_d weighs L_den against the grade loss; alone it has weight 1
+
+    steps, gen = _k_dim_steps(loss_of, params, len(p_hat), cfg, p_hat.device)
+    steps_per_epoch = steps.steps_per_epoch
+    history, t0 = [], time.perf_counter()
     model.train()
     for epoch in range(1, cfg.epochs + 1):
-        perm = torch.randperm(len(p_hat), generator=gen)
-        total = 0.0
-        for start in range(0, len(perm), cfg.batch_size):
-            idx = perm[start : start + cfg.batch_size]
-            den, spa = model.lcec_losses(model.grade_from_concepts(p_hat[idx]), concepts[idx])  # Eq. 24, 25
-            # λ_d weighs L_den against the grade loss; alone it has weight 1
-            total += _k_dim_step(opt, sched, den + cfg.lcec_lambda_s * spa)
-            steps += 1
+        total = steps.epoch(torch.randperm(len(p_hat), generator=gen))
         history.append({"epoch": epoch, "train_loss": total / steps_per_epoch})
         if callback:
             callback(Event("lcec", "epoch", epoch, steps_per_epoch, steps_per_epoch, cfg.epochs,
                            metrics={"loss": history[-1]["train_loss"]}))
     model.eval()
     seconds = time.perf_counter() - t0
-    return StageResult(cfg.epochs, {"loss": history[-1]["train_loss"]}, history, seconds, steps,
-                       seconds / max(1, steps))
+    return StageResult(cfg.epochs, {"loss": history[-1]["train_loss"]}, history, seconds, steps.step,
+                       seconds / max(1, steps.step))

@@ -110,13 +110,14 @@ class WeightAverage:
             raise ValueError(f"the average's decay is in (0, 1), got {decay}")
         self.params, self.decay, self.t = params, decay, 0
         self.average = [p.detach().clone() for p in params]
+        self.tensors: list[torch.Tensor] = list(params)
 
     @torch.no_grad()
     def update(self) -> None:
         """Fold the parameters' current values into the average (call after each optimiser step)."""
         d = min(self.decay, (1 + self.t) / (10 + self.t))
         self.t += 1
-        torch._foreach_lerp_(self.average, [p.detach() for p in self.params], 1.0 - d)
+        torch._foreach_lerp_(self.average, self.tensors, 1.0 - d)  # (no_grad: the parameters as they are, no copies)
 
     @contextmanager
     def applied(self) -> Iterator[None]:

@@ -41,6 +41,7 @@ from reccbm.contrast import contrast_batch, contrast_loss
 from reccbm.data import EncodedItems
 from reccbm.encoder import TextEncoder, parameter_depths, states_layer
 from reccbm.errors import ReccbmError
+from reccbm.graphs import EncoderGraphs
 from reccbm.inference import (
     Predictions,
     States,
@@ -97,7 +98,8 @@ __all__ = [
 
 log = logging.getLogger("reccbm")
 
-_M = TypeVar("_M", RecCBM, PLM)  # the network a training loop runs: REC-CBM or the PLM baseline
+_M = TypeVar("_M", RecCBM, PLM)
+READ_EVERY = 25  # on a GPU, a step's loss is read to the host (a wait for the GPU) once in this many steps  # the network a training loop runs: REC-CBM or the PLM baseline
 
 
 # ---------------------------------------------------------------------------- shared pieces
@@ -132,15 +134,36 @@ class _LengthGroupedBatches:
         return math.ceil(len(self.lengths) / self.batch_size)
 
 
+class _Host:
+    """A training batch's inputs on the CPU, as the loader made them: what a step reads on the host (the examples across
+    questions, :func:`reccbm.contrast.contrast_batch`) without waiting for a GPU. Not a tensor: Accelerate, which moves
+    the batch to the device, leaves it where it is."""
+
+    def __init__(self, batch: dict[str, Tensor]) -> None:
+        self.batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+
+
 def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group: bool = True,
-            states: States | None = None) -> Any:
+            states: States | None = None, model: Model | None = None) -> Any:
+    """Length-grouped training batches; with ``model``'s alignment features (ModelConfig.align), each batch carries its
+    token-id overlap features computed here on the CPU (:meth:`reccbm.align.AlignFeatures.overlap_features`), and its
+    inputs' CPU copy (:class:`_Host`)."""
     from torch.utils.data import DataLoader
+
+    align = model.align if isinstance(model, RecCBM) else None
+
+    def collate_fn(idx: list[int]) -> dict[str, Any]:
+        batch: dict[str, Any] = collate_states(items, idx, pad_id, states)
+        if align is not None:
+            batch["overlap"] = align.overlap_features(batch["input_ids"], batch["attention_mask"])
+        batch["host"] = _Host(batch)
+        return batch
 
     sampler = _LengthGroupedBatches([len(f["input_ids"]) for f in items.features], batch_size, seed, group)
     return DataLoader(
         range(len(items)),  # type: ignore[arg-type]
         batch_sampler=sampler,
-        collate_fn=lambda idx: collate_states(items, idx, pad_id, states),
+        collate_fn=collate_fn,
     )
 
 
@@ -302,13 +325,23 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
                                min_steps)
     sched = warmup_linear(opt, steps_per_epoch * epochs, cfg.warmup_ratio)
     loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length,
-                     states=states[0] if states is not None else None)
+                     states=states[0] if states is not None else None, model=model)
     pmodel, opt, loader, sched = acc.prepare(model, opt, loader, sched)
     unwrapped = acc.unwrap_model(pmodel)
     unwrapped.to(acc.device)  # placed whether or not prepare placed it (see above)
+    if _graphs_apply(cfg, acc, unwrapped, frozen or below is not None):
+        unwrapped.encoder.graphs = EncoderGraphs(unwrapped.encoder.module, cfg.graph_pad_to,
+                                                 getattr(unwrapped.encoder.hf_config, "max_position_embeddings", None))
     average = (WeightAverage([p for p in unwrapped.parameters() if p.requires_grad], cfg.ema) if cfg.ema > 0
                else None)
     return _Run(cfg, acc, pmodel, opt, loader, sched, epochs, steps_per_epoch, frozen, dev_states, average)
+
+
+def _graphs_apply(cfg: StageIConfig, acc: Any, model: Model, cut: bool) -> bool:
+    """Whether a stage records its encoder's steps as CUDA graphs (StageIConfig.cuda_graphs): one CUDA process in
+    float32, an encoder that trains whole (not frozen, not cut under trained top layers) and is a TextEncoder."""
+    return (cfg.cuda_graphs and acc.device.type == "cuda" and acc.num_processes == 1 and cfg.mixed_precision == "no"
+            and not cut and isinstance(model.encoder, TextEncoder))
 
 
 def _train_epoch(run: _Run, loss_fn: Callable[[Any, dict[str, Tensor]], Tensor], stage: str, epoch: int,
@@ -322,7 +355,7 @@ def _train_epoch(run: _Run, loss_fn: Callable[[Any, dict[str, Tensor]], Tensor],
         encoder.eval_below()  # likewise under the trained top layers (stage1.train_top_layers)
     if callback:
         callback(Event(stage, "start", epoch, 0, run.steps_per_epoch, run.epochs))
-    total = 0.0
+    total, on_gpu, last = 0.0, None, float("nan")  # on_gpu: the losses summed on a GPU (reading one waits for it)
     for i, batch in enumerate(_batches(run.loader, run.steps_per_epoch)):
         ts = time.perf_counter()
         with run.acc.autocast():
@@ -335,15 +368,21 @@ def _train_epoch(run: _Run, loss_fn: Callable[[Any, dict[str, Tensor]], Tensor],
         run.opt.zero_grad(set_to_none=True)
         if run.average is not None:
             run.average.update()
+        value = loss.detach()
+        if value.is_cuda:  # read every READ_EVERY steps (progress shows the last read), summed on the GPU
+            on_gpu = value.double() if on_gpu is None else on_gpu + value
+            last = float(value) if i % READ_EVERY == 0 else last
+        else:
+            total += float(value)
+            last = float(value)
         run.step_time += time.perf_counter() - ts
         run.steps += 1
-        total += float(loss.detach())
         if (i + 1) % 50 == 0:
             log.info("%s epoch %d step %d/%d: loss %.4f, %.3f s/step", stage, epoch, i + 1, run.steps_per_epoch,
-                     total / (i + 1), run.step_time / run.steps)
+                     (total + (float(on_gpu) if on_gpu is not None else 0.0)) / (i + 1), run.step_time / run.steps)
         if callback:
-            callback(Event(stage, "step", epoch, i + 1, run.steps_per_epoch, run.epochs, float(loss.detach())))
-    return total
+            callback(Event(stage, "step", epoch, i + 1, run.steps_per_epoch, run.epochs, last))
+    return total + (float(on_gpu) if on_gpu is not None else 0.0)
 
 
 def _evaluate(run: _Run, dev: EncodedItems, pad_id: int,
@@ -397,6 +436,11 @@ def _fit_encoder(
             log.info("%s: early stop after epoch %d (best epoch %d)", stage, epoch, best.epoch)
             break
     model = run.acc.unwrap_model(run.pmodel)
+    graphs = getattr(model.encoder, "graphs", None)
+    if graphs is not None:  # the stage's graphs end with it
+        log.info("%s: %d encoder input shapes recorded as CUDA graphs%s", stage, graphs.captures,
+                 f", {len(graphs.failed)} run step by step ({next(iter(graphs.failed.values()))})" if graphs.failed else "")
+        model.encoder.graphs = None
     model.load_state_dict(best.state)
     model.to("cpu")
     run.acc.free_memory()
@@ -435,10 +479,13 @@ def _contrast_term(model: RecCBM, batch: dict[str, Tensor], cfg: StageIConfig, l
     unwrapped: RecCBM = getattr(model, "module", model)  # under Accelerate's wrapper (multi-process)
     K, M = unwrapped.config.num_concepts, unwrapped.config.M
     # padding is masked, so its id does not matter: 0
-    extra = contrast_batch(batch, M, K, cfg.contrast_top, cfg.contrast_bottom, cfg.contrast_per_batch, 0,
-                           cfg.contrast_question)
+    host = batch.get("host")  # the inputs' CPU copy (_loader): built from it, nothing waits for a GPU
+    extra = contrast_batch(host.batch if isinstance(host, _Host) else batch, M, K, cfg.contrast_top,
+                           cfg.contrast_bottom, cfg.contrast_per_batch, 0, cfg.contrast_question)
     if extra is None:
         return like * 0.0
+    if unwrapped.align is not None:
+        extra["overlap"] = unwrapped.align.overlap_features(extra["input_ids"], extra["attention_mask"])
     device = batch["input_ids"].device
     logits, _ = unwrapped.concepts({k: v.to(device) for k, v in extra.items() if k != "contrast"})  # (N, K, M+1)
     return contrast_loss(logits, extra["contrast"].to(device))

@@ -37,7 +37,7 @@ class _Checked(Exception):
 def _checking_loss(seen: list[set[torch.device]]) -> Any:
     def make(*_: Any) -> Any:
         def loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-            seen.append({p.device for p in model.parameters()} | {t.device for t in batch.values()})
+            seen.append({p.device for p in model.parameters()} | {t.device for t in batch.values() if isinstance(t, torch.Tensor)})
             raise _Checked
 
         return loss
@@ -178,19 +178,27 @@ def test_load_checkpoint_places_the_model(backbone: str, tmp_path: Path) -> None
             reccbm.load_checkpoint(tmp_path, device="cuda")
 
 
-def test_k_dimensional_stages_compute_on_the_cpu_unless_asked_to_follow_the_encoder() -> None:
-    """Stage II and the LCEC fit (small maths over cached p̂) run on the CPU by default, wherever the encoder trains;
-    ``stage2.device: same`` puts them on the encoder's device (here a GPU this machine lacks: refused, not ignored)."""
+def test_k_dimensional_stages_compute_on_the_cpu_or_on_a_gpu_the_encoder_trains_on() -> None:
+    """Stage II and the LCEC fit (small maths over cached p̂): ``stage2.device`` "cpu" (the default) keeps them on the
+    CPU wherever the encoder trains; "graph" is the CPU where the encoder trains on the CPU and the encoder's GPU where
+    it trains on one (there as CUDA graphs); "same" follows the encoder (a GPU this machine lacks: refused, not
+    ignored)."""
     from reccbm.fit import _device, _k_dim_device
     from reccbm.recipes import recipe
 
-    on_gpu = recipe("default", 3, 3, 4, {"stage1": {"device": "cuda"}})
-    assert _k_dim_device(on_gpu) == torch.device("cpu")
+    assert recipe("default", 3, 3, 4).stage2.device == "cpu"
+    graph_here = recipe("default", 3, 3, 4, {"stage1": {"device": "cpu"}, "stage2": {"device": "graph"}})
+    assert _k_dim_device(graph_here) == torch.device("cpu")
+    assert _k_dim_device(recipe("default", 3, 3, 4, {"stage1": {"device": "cuda"}})) == torch.device("cpu")
     follow = recipe("default", 3, 3, 4, {"stage1": {"device": "cpu"}, "stage2": {"device": "same"}})
     assert _k_dim_device(follow) == _device(follow) == torch.device("cpu")
-    if not torch.cuda.is_available():
-        with pytest.raises(ReccbmError, match="no CUDA"):
-            _k_dim_device(recipe("default", 3, 3, 4, {"stage1": {"device": "cuda"}, "stage2": {"device": "same"}}))
+    for choice in ("graph", "same"):
+        on_gpu = recipe("default", 3, 3, 4, {"stage1": {"device": "cuda"}, "stage2": {"device": choice}})
+        if torch.cuda.is_available():
+            assert _k_dim_device(on_gpu).type == "cuda"
+        else:
+            with pytest.raises(ReccbmError, match="no CUDA"):
+                _k_dim_device(on_gpu)
     with pytest.raises(ReccbmError, match="Stage II device"):
         recipe("default", 3, 3, 4, {"stage2": {"device": "gpu"}})
 
