@@ -210,9 +210,17 @@ class StageIConfig:
     # each step's kernels launched one by one.
     cuda_graphs: bool = False
     graph_pad_to: int = 32
+    # Per-question offsets while the encoder trains (not in the paper): > 0 adds to the concept logits of each training
+    # answer a level offset of its question (K × (M+1) numbers per training question, zero at start, trained beside the
+    # encoder at its stage's rate × question_effects), in the losses of Stage I and the joint stage only: what a
+    # question's answers share as a whole is absorbed there, so the encoder learns what differs between a question's
+    # answers. Dev selection, prediction and grading read without them (a new question has none). 0 = off.
+    question_effects: float = 0.0
 
     def __post_init__(self) -> None:
         _check_scalars(self)
+        if self.question_effects < 0:
+            raise ValueError(f"question_effects is >= 0 (0 = off), got {self.question_effects}")
         if self.graph_pad_to < 1:
             raise ValueError(f"graph_pad_to is >= 1 (1 = no padding), got {self.graph_pad_to}")
         object.__setattr__(self, "contrast_top", tuple(int(k) for k in self.contrast_top))  # a YAML list

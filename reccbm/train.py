@@ -134,6 +134,23 @@ class _LengthGroupedBatches:
         return math.ceil(len(self.lengths) / self.batch_size)
 
 
+def question_groups(items: EncodedItems) -> tuple[NDArray[Any], int]:
+    """Each input's question as an index 0..Q-1, and Q: inputs with the same first segment (``[CLS] q [SEP] r [SEP]``,
+    the question and its reference, up to the answer) answer the same question. The separator is the token every input
+    ends with (:func:`reccbm.contrast.infer_sep_id`)."""
+    if not len(items):
+        return np.zeros(0, dtype=np.int64), 0
+    sep = items.features[0]["input_ids"][-1]
+    keys: dict[tuple[int, ...], int] = {}
+    out = []
+    for f in items.features:
+        ids = f["input_ids"]
+        seps = [i for i, t in enumerate(ids) if t == sep]
+        cut = seps[1] + 1 if len(seps) >= 3 else (seps[0] + 1 if seps else len(ids))  # without a reference: q [SEP]
+        out.append(keys.setdefault(tuple(ids[:cut]), len(keys)))
+    return np.asarray(out, dtype=np.int64), len(keys)
+
+
 class _Host:
     """A training batch's inputs on the CPU, as the loader made them: what a step reads on the host (the examples across
     questions, :func:`reccbm.contrast.contrast_batch`) without waiting for a GPU. Not a tensor: Accelerate, which moves
@@ -144,10 +161,10 @@ class _Host:
 
 
 def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group: bool = True,
-            states: States | None = None, model: Model | None = None) -> Any:
+            states: States | None = None, model: Model | None = None, questions: NDArray[Any] | None = None) -> Any:
     """Length-grouped training batches; with ``model``'s alignment features (ModelConfig.align), each batch carries its
     token-id overlap features computed here on the CPU (:meth:`reccbm.align.AlignFeatures.overlap_features`), and its
-    inputs' CPU copy (:class:`_Host`)."""
+    inputs' CPU copy (:class:`_Host`); with ``questions`` (N,), each answer's question (:func:`question_groups`)."""
     from torch.utils.data import DataLoader
 
     align = model.align if isinstance(model, RecCBM) else None
@@ -157,6 +174,8 @@ def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group:
         if align is not None:
             batch["overlap"] = align.overlap_features(batch["input_ids"], batch["attention_mask"])
         batch["host"] = _Host(batch)
+        if questions is not None:
+            batch["question"] = torch.as_tensor(questions[np.asarray(idx)])  # (B,)
         return batch
 
     sampler = _LengthGroupedBatches([len(f["input_ids"]) for f in items.features], batch_size, seed, group)
@@ -271,6 +290,7 @@ class _Run:
     frozen: bool  # the encoder is frozen: it stays in eval mode
     dev_states: States | None  # the dev inputs' token states of a frozen encoder, when cached
     average: WeightAverage | None = None  # the trained parameters' moving average (cfg.ema), evaluated and kept
+    offsets: nn.Parameter | None = None  # (Q, K, M+1) the training questions' level offsets (cfg.question_effects)
     steps: int = 0
     step_time: float = 0.0
 
@@ -321,11 +341,17 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
     epochs = joint.epochs if (stage == "joint" and joint is not None) else cfg.epochs
     min_steps = joint.min_steps if (stage == "joint" and joint is not None) else cfg.min_steps
     opt = _optimizer(model, cfg, train_stage, joint)
+    offsets, questions = None, None
+    if cfg.question_effects > 0 and isinstance(model, RecCBM) and not model.config.plm:
+        questions, n_q = question_groups(train)
+        offsets = nn.Parameter(torch.zeros(n_q, model.config.num_concepts, model.config.num_levels, device=acc.device))
+        rate = (joint.lr if (stage == "joint" and joint is not None) else cfg.lr) * cfg.question_effects
+        opt.add_param_group({"params": [offsets], "lr": rate, "weight_decay": 0.0})
     steps_per_epoch = _n_steps(len(train), cfg.batch_size * acc.num_processes, cfg.max_steps_per_epoch, epochs,
                                min_steps)
     sched = warmup_linear(opt, steps_per_epoch * epochs, cfg.warmup_ratio)
     loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length,
-                     states=states[0] if states is not None else None, model=model)
+                     states=states[0] if states is not None else None, model=model, questions=questions)
     pmodel, opt, loader, sched = acc.prepare(model, opt, loader, sched)
     unwrapped = acc.unwrap_model(pmodel)
     unwrapped.to(acc.device)  # placed whether or not prepare placed it (see above)
@@ -334,7 +360,7 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
                                                  getattr(unwrapped.encoder.hf_config, "max_position_embeddings", None))
     average = (WeightAverage([p for p in unwrapped.parameters() if p.requires_grad], cfg.ema) if cfg.ema > 0
                else None)
-    return _Run(cfg, acc, pmodel, opt, loader, sched, epochs, steps_per_epoch, frozen, dev_states, average)
+    return _Run(cfg, acc, pmodel, opt, loader, sched, epochs, steps_per_epoch, frozen, dev_states, average, offsets)
 
 
 def _graphs_apply(cfg: StageIConfig, acc: Any, model: Model, cut: bool) -> bool:
@@ -358,6 +384,8 @@ def _train_epoch(run: _Run, loss_fn: Callable[[Any, dict[str, Tensor]], Tensor],
     total, on_gpu, last = 0.0, None, float("nan")  # on_gpu: the losses summed on a GPU (reading one waits for it)
     for i, batch in enumerate(_batches(run.loader, run.steps_per_epoch)):
         ts = time.perf_counter()
+        if run.offsets is not None:  # each answer's question offset (cfg.question_effects), for the losses alone
+            batch["question_offsets"] = run.offsets[batch["question"]]  # (B, K, M+1)
         with run.acc.autocast():
             loss = loss_fn(run.pmodel, batch)
         run.acc.backward(loss)
@@ -464,9 +492,13 @@ def _stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Ten
         out = model(batch)
         assert out.concept_logits is not None and out.c_hat is not None
         c = batch["concepts"]  # (B, K)
-        total = cfg.lambda_c * _concept_loss(out.concept_logits, batch, cfg)  # Eq. 12
+        logits, c_hat = out.concept_logits, out.c_hat
+        if "question_offsets" in batch:  # + the answer's question offset (cfg.question_effects)
+            logits = logits + batch["question_offsets"].to(logits.dtype)
+            c_hat = expected_scores(logits.float().softmax(-1))
+        total = cfg.lambda_c * _concept_loss(logits, batch, cfg)  # Eq. 12
         if cfg.lambda_r > 0:
-            total = total + cfg.lambda_r * opcc_loss(out.c_hat, c)  # Eq. 16
+            total = total + cfg.lambda_r * opcc_loss(c_hat, c)  # Eq. 16
         if cfg.contrast > 0:  # supervision across questions (reccbm/contrast.py)
             total = total + cfg.contrast * _contrast_term(model, batch, cfg, total)
         return total  # Eq. 27
@@ -496,10 +528,14 @@ def _joint_loss(cfg: StageIConfig, joint: JointConfig, s2: StageIIConfig) -> Cal
     def loss(model: RecCBM, batch: dict[str, Tensor]) -> Tensor:
         c = batch["concepts"]  # (B, K)
         logits, _ = model.concepts(batch)  # (B, K, M+1)
-        total = cfg.lambda_c * _concept_loss(logits, batch, cfg)  # Eq. 12
         p_hat = logits.float().softmax(-1)  # (B, K, M+1), Eq. 11
+        read, p_read = logits, p_hat
+        if "question_offsets" in batch:  # the concept losses read + the question offset; the grade what a new answer gets
+            read = logits + batch["question_offsets"].to(logits.dtype)
+            p_read = read.float().softmax(-1)
+        total = cfg.lambda_c * _concept_loss(read, batch, cfg)  # Eq. 12
         if cfg.lambda_r > 0:
-            total = total + cfg.lambda_r * opcc_loss(expected_scores(p_hat), c)  # Eq. 16
+            total = total + cfg.lambda_r * opcc_loss(expected_scores(p_read), c)  # Eq. 16
         out = model.grade_from_concepts(*random_conditioning(p_hat, c, joint.intervention_p))
         total = total + joint.lambda_t * F.cross_entropy(out.grade_logits.float(), batch["grades"])  # Eq. 23
         if model.lcec is not None:

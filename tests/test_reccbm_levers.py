@@ -240,3 +240,34 @@ def test_stage2_with_interventions_learns_from_the_labels(backbone: str) -> None
         acc = float((model.grade_from_concepts(onehot).grade_logits.argmax(1).numpy() == train.grades).mean())
     majority = float(np.bincount(train.grades).max() / len(train.grades))
     assert acc > majority + 0.15, (acc, majority)
+
+
+def test_question_offsets_train_beside_the_encoder_and_stay_out_of_what_it_keeps(backbone: str,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """stage1.question_effects: each training question (its first segment, question and reference) gets level offsets
+    that the concept losses of Stage I and the joint stage read and that train (they get gradients only there); the
+    model's state, dev selection and prediction hold none of them."""
+    import dataclasses
+
+    from reccbm.train import question_groups
+
+    model, tok = tiny_model(backbone)
+    table = toy_table(24, seed=1)
+    train, dev = encoded(tok, table), encoded(tok, toy_table(8, seed=2))
+    groups, n = question_groups(train)
+    assert n == 2  # toy_table's one question, with and without its reference
+    with_ref = np.array([bool(a) for a in table["a"]])
+    assert len(set(groups[with_ref])) == len(set(groups[~with_ref])) == 1 and groups[with_ref][0] != groups[~with_ref][0]
+    runs: list[reccbm.train._Run] = []
+    prepare = reccbm.train._prepare
+    monkeypatch.setattr(reccbm.train, "_prepare", lambda *a, **k: runs.append(prepare(*a, **k)) or runs[-1])
+    keys = set(model.state_dict())
+    cfg = dataclasses.replace(FAST1, question_effects=100.0)
+    train_concepts(model, train, dev, cfg, tok.pad_token_id)
+    train_joint(model, train, dev, cfg, JointConfig(epochs=1, select="last"), FAST2, tok.pad_token_id, 0.0)
+    assert len(runs) == 2
+    for run in runs:
+        assert run.offsets is not None and tuple(run.offsets.shape) == (2, 3, 3)
+        assert float(run.offsets.detach().abs().sum()) > 0, "the offsets never trained"
+    assert set(model.state_dict()) == keys
+    assert question_groups(encoded(tok, toy_table(8, seed=3)))[1] == 2
