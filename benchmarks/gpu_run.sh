@@ -15,7 +15,9 @@
 #    GPU_RUN_BY=question), five workers sharing the GPU (benchmarks/folds.py --jobs 5), alone, stopped at DEADLINE_S
 #    less the time step 4 needs;
 # 4. the candidate's main job in fp32, alone (its timing as the default it would be), if time is left.
-# GPU_RUN_SKIP="2 4" leaves out steps 2 and 4 (step 1 always runs: it is the check that the device works).
+# 0. first (not with GPU_RUN_SMOKE), the GPU tests of reccbm/graphs.py, into OUT/step0.txt (the CUDA graphs against the
+#    steps they replace; their failure stops nothing: a run whose capture fails goes on step by step);
+# GPU_RUN_SKIP="2 4" leaves out steps 2 and 4 (step 1 always runs: it is the check that the device works); "0" step 0.
 # Each step's small files (predictions, metrics, run.json; no weights) are packed into OUT/stepN.tgz as it ends;
 # step 3 is stopped (its process group: the workers too) so that step 4 ends by DEADLINE_S seconds after the start
 # (default 540), its finished folds kept.
@@ -52,6 +54,13 @@ else
   BACKBONE=$W/minilm; DATA=$PACK/datasets; DEV=(); SMOKE_MAIN=(--pack "$PACK"); SMOKE_FOLDS=()
 fi
 
+SKIP=" ${GPU_RUN_SKIP:-} "
+if [ -z "$SMOKE" ] && [[ "$SKIP" != *" 0 "* ]]; then
+  log "step 0: the GPU tests of reccbm/graphs.py (CUDA graphs against the steps they replace)"
+  timeout 180 python3 -m pytest tests/test_reccbm_graphs.py -q -p no:cacheprovider -rs > "$OUT/step0.txt" 2>&1
+  log "step 0: rc $?"; tail -n 4 "$OUT/step0.txt"
+fi
+
 log "step 1: the main job in fp32, then grading"
 python3 benchmarks/gpu_smoke.py "${SMOKE_MAIN[@]}" "${DEV[@]}" --skip fold --out "$W/main-fp32" \
   2>&1 | tee "$W/main-fp32.log"
@@ -68,7 +77,6 @@ if [ -n "$BASE" ]; then
   pack_step 1b main-baseline main-baseline.log
 fi
 
-SKIP=" ${GPU_RUN_SKIP:-} "
 if [[ "$SKIP" != *" 2 "* ]]; then
 log "step 2: the main job in bf16, then grading"
 python3 benchmarks/gpu_smoke.py "${SMOKE_MAIN[@]}" "${DEV[@]}" --bf16 --skip fold --out "$W/main-bf16" \
