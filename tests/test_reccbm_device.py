@@ -277,3 +277,36 @@ def test_a_gpu_scales_the_batches_by_the_linear_rule_and_the_cpu_never_does() ->
     assert r.scaled(1) is r
     with pytest.raises(ReccbmError, match="gpu_batch_scale"):
         recipe("default", 8, 3, 6, {"stage1": {"gpu_batch_scale": 0}})
+
+
+class _OnGpu(_OnDevice):
+    """An _OnDevice tensor that says it is on a GPU, so that the code takes its GPU forms."""
+
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return True
+
+
+def test_a_training_batch_as_the_loader_makes_it_is_never_read_back_from_the_device(backbone: str) -> None:
+    """A training batch carries its overlap features and its inputs' CPU copy (reccbm.train._loader): the alignment
+    features, the examples across questions and, in its GPU form, L_rank then read nothing back from the device."""
+    from reccbm.align import separator_id
+    from reccbm.contrast import contrast_batch
+    from reccbm.model import opcc_loss
+    from reccbm.train import _Host, _loader
+
+    model, tok = tiny_model(backbone, align=True)
+    assert model.align is not None
+    model.align.set_sep(separator_id(tok))
+    made = next(iter(_loader(encoded(tok, toy_table(24)), 24, tok.pad_token_id, seed=0, model=model)))
+    host = made["host"]
+    assert isinstance(host, _Host) and made["overlap"].shape == (24, 6)
+    batch = {k: v.as_subclass(_OnGpu) if isinstance(v, torch.Tensor) else v for k, v in made.items()}  # "moved"
+    H = torch.randn(*batch["input_ids"].shape, 16)
+    _OnDevice.reads = 0
+    f, _ = model.align.features(H, batch["input_ids"], batch["attention_mask"], batch["overlap"])
+    assert contrast_batch(host.batch, 2, 3, (0, 1), (0,), 2, 0) is not None
+    opcc_loss(torch.rand(24, 3).as_subclass(_OnGpu), batch["concepts"])
+    assert _OnDevice.reads == 0
+    own = model.align.features(H, made["input_ids"], made["attention_mask"])[0]  # computed from the ids themselves
+    torch.testing.assert_close(f.as_subclass(torch.Tensor), own, rtol=0, atol=0)
