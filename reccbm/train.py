@@ -98,8 +98,8 @@ __all__ = [
 
 log = logging.getLogger("reccbm")
 
-_M = TypeVar("_M", RecCBM, PLM)
-READ_EVERY = 25  # on a GPU, a step's loss is read to the host (a wait for the GPU) once in this many steps  # the network a training loop runs: REC-CBM or the PLM baseline
+_M = TypeVar("_M", RecCBM, PLM)  # the network a training loop runs: REC-CBM or the PLM baseline
+READ_EVERY = 25  # on a GPU, a step's loss is read to the host (a wait for the GPU) once in this many steps
 
 
 # ---------------------------------------------------------------------------- shared pieces
