@@ -203,7 +203,7 @@ def _device(r: Recipe) -> torch.device:
 
 
 def _k_dim_device(r: Recipe) -> torch.device:
-    """The device of the K-dimensional stages over cached p̂, Stage II and the LCEC fit (``stage2.device``: "auto" is
+    """The device of the K-dimensional stages over cached p̂, Stage II and the LCEC fit (``stage2.device``: "graph" is
     the encoder's device where that is a CUDA GPU, where the steps run as CUDA graphs, else the CPU)."""
     if r.stage2.device == "cpu":
         return torch.device("cpu")

@@ -54,7 +54,7 @@ class KDimSteps:
                  n_items: int, epochs: int, warmup_ratio: float, device: torch.device, graph: bool) -> None:
         from reccbm.stages import warmup_linear
 
-        self.loss_of, self.params, self.bs, self.n, self.device = loss_of, params, batch_size, n_items, device
+        self.loss_of, self.bs, self.device = loss_of, batch_size, device
         self.steps_per_epoch = math.ceil(n_items / batch_size)
         total = self.steps_per_epoch * epochs
         self.graph = graph

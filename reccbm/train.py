@@ -36,8 +36,9 @@ import torch.nn.functional as F
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
+from reccbm.align import segment_masks
 from reccbm.config import JointConfig, StageIConfig, StageIIConfig
-from reccbm.contrast import contrast_batch, contrast_loss
+from reccbm.contrast import contrast_batch, contrast_loss, infer_sep_id
 from reccbm.data import EncodedItems
 from reccbm.encoder import TextEncoder, parameter_depths, states_layer
 from reccbm.errors import ReccbmError
@@ -135,19 +136,17 @@ class _LengthGroupedBatches:
 
 
 def question_groups(items: EncodedItems) -> tuple[NDArray[Any], int]:
-    """Each input's question as an index 0..Q-1, and Q: inputs with the same first segment (``[CLS] q [SEP] r [SEP]``,
-    the question and its reference, up to the answer) answer the same question. The separator is the token every input
-    ends with (:func:`reccbm.contrast.infer_sep_id`)."""
+    """Each input's question as an index 0..Q-1, and Q: inputs whose tokens before the answer (``[CLS] q [SEP] r
+    [SEP]``, question and reference, as :func:`reccbm.align.segment_masks` splits them) are the same answer the same
+    question. The separator is the token every input ends with (:func:`reccbm.contrast.infer_sep_id`)."""
     if not len(items):
         return np.zeros(0, dtype=np.int64), 0
-    sep = items.features[0]["input_ids"][-1]
+    batch = collate_states(items, list(range(len(items))), 0, None)  # padding is masked: its id does not matter
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    _, ans = segment_masks(ids, mask, infer_sep_id(ids, mask))  # (N, T)
+    starts = torch.where(ans.any(1), ans.long().argmax(1), mask.sum(1)).tolist()  # (N,) the answer's first token
     keys: dict[tuple[int, ...], int] = {}
-    out = []
-    for f in items.features:
-        ids = f["input_ids"]
-        seps = [i for i, t in enumerate(ids) if t == sep]
-        cut = seps[1] + 1 if len(seps) >= 3 else (seps[0] + 1 if seps else len(ids))  # without a reference: q [SEP]
-        out.append(keys.setdefault(tuple(ids[:cut]), len(keys)))
+    out = [keys.setdefault(tuple(f["input_ids"][:start]), len(keys)) for f, start in zip(items.features, starts)]
     return np.asarray(out, dtype=np.int64), len(keys)
 
 
