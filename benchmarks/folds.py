@@ -221,6 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fold", default=None, help="comma list of fold numbers to run (default: all, then pool)")
     ap.add_argument("--fold-seed", type=int, default=0,
                     help="seed of the folds (default 0, the kept folds'; another seed: other question splits)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="the training seed (default 0, the kept folds'; another: a second training of the same folds)")
     ap.add_argument("--jobs", type=int, default=1, help="folds trained at once, in worker processes (default 1)")
     ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
     ap.add_argument("--backbone", default=None, help="HF name or path of the encoder (default: the preset's MiniLM)")
@@ -252,6 +254,8 @@ def main(argv: list[str] | None = None) -> None:
         names = a.runs.split(",") if a.runs else ([] if a.config else list(RUNS))
         configs = configurations([n for n in names if n], a.config, a.variant, a.preset,
                                  {"race": a.race, "opcc": a.opcc, "lcec": a.lcec})
+        if a.first_seed:
+            configs = {name: kw | {"first_seed": a.first_seed} for name, kw in configs.items()}
         from rubrictool.pipeline import benchmark_table
 
         rubric, table, agreement = benchmark_table("mohler", a.data_dir)  # with the passes' levels (soft targets)

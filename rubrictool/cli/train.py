@@ -168,6 +168,8 @@ def train_cmd(
     opcc: Annotated[bool | None, typer.Option("--opcc/--no-opcc", help="OPCC ranking loss.")] = None,
     lcec: Annotated[bool | None, typer.Option("--lcec/--no-lcec", help="LCEC correction.")] = None,
     seeds: Annotated[int, typer.Option("--seeds", help="Repeat with seeds 0..N-1; mean ± std.")] = 1,
+    first_seed: Annotated[int, typer.Option("--first-seed", help="The first seed: --seeds N trains seeds S..S+N-1 "
+                                            "(another training of the same recipe on the same split or folds).")] = 0,
     agreement: AgreementOpt = None,
     backbone: BackboneOpt = None,
     epochs: EpochsOpt = None,
@@ -206,7 +208,8 @@ def train_cmd(
     flat = {"backbone": backbone, "epochs": epochs, "max_len": max_len, "batch_size": batch_size, "lr": lr,
             "device": device, "crossfit": crossfit, "encoder": encoder}
     options = TrainOptions(preset=preset, overrides=training_overrides(config, cfg or [], flat), variant=variant,
-                           race=race, opcc=opcc, lcec=lcec, seeds=seeds)
+                           race=race, opcc=opcc, lcec=lcec, seeds=seeds,
+                           first_seed=first_seed)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[info]}"))
     with ProgressView(console, *columns) as view:

@@ -66,6 +66,7 @@ def train_folds(
     overrides: dict[str, dict[str, Any]] | None = None,
     preset: str = "default",
     seeds: int = 1,
+    first_seed: int = 0,
     table_source: dict[str, Any] | None = None,
     labels: dict[str, Any] | None = None,
     jobs: int = 1,
@@ -90,7 +91,7 @@ def train_folds(
     # the folds keep their encoder weights once per distinct content in SHARED_WEIGHTS (a frozen encoder: once)
     fold_args: dict[str, Any] = {
         "variant": variant, "race": race, "opcc": opcc, "lcec": lcec, "overrides": overrides, "preset": preset,
-        "seeds": seeds, "agreement": agreement, "notes": notes, "table_source": table_source, "labels": labels,
+        "seeds": seeds, "first_seed": first_seed, "agreement": agreement, "notes": notes, "table_source": table_source, "labels": labels,
         "shared_weights": run / SHARED_WEIGHTS}
     if jobs > 1:  # the folds not finished yet, in worker processes; the loop below reads them back
         from rubrictool.parallel import run_in_workers

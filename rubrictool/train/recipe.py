@@ -334,8 +334,10 @@ class TrainOptions:
     opcc: bool | None = None  # the OPCC ranking loss, likewise
     lcec: bool | None = None  # the LCEC correction, likewise
     seeds: int = 1  # a run trains this many seeds and keeps the best on dev
+    first_seed: int = 0  # the seeds are first_seed .. first_seed + seeds - 1
 
     def run_args(self) -> dict[str, Any]:
         """These options as :func:`rubrictool.train.train_model`'s (and ``train_folds``') keyword arguments."""
         return {"variant": self.variant, "race": self.race, "opcc": self.opcc, "lcec": self.lcec,
-                "overrides": self.overrides, "preset": self.preset, "seeds": self.seeds}
+                "overrides": self.overrides, "preset": self.preset, "seeds": self.seeds,
+                "first_seed": self.first_seed}
