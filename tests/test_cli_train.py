@@ -377,3 +377,28 @@ def test_the_library_refuses_a_field_the_run_decides(tmp_path: Path) -> None:
         train_model(stats_rubric(tmp_path), df, split_items(df, seed=0), tmp_path / "run",
                     overrides={"model": {"plm": True}})
     assert not (tmp_path / "run").exists()
+
+
+def test_first_seed_trains_the_same_recipe_again_from_another_seed(tmp_path: Path, backbone: str) -> None:
+    """On a course that is not Mohler (stats101): `--first-seed 1` trains what the second seed of `--seeds 2` trains
+    (the same test predictions), and k folds trained from it each record seed 1 and pool as usual."""
+    from tests.support.stats_course import stats_table, train_stats
+
+    df = stats_table(30)
+    for name in ("two", "one", "folds"):
+        (tmp_path / name).mkdir()
+    code, output, two = train_stats(tmp_path / "two", backbone, df, "--seeds", "2", "--cfg", "stage2.epochs=2")
+    assert code == 0, output
+    code, output, one = train_stats(tmp_path / "one", backbone, df, "--first-seed", "1", "--cfg", "stage2.epochs=2")
+    assert code == 0, output
+    both = json.loads((two / "metrics.json").read_text())["seeds"]
+    again = json.loads((one / "metrics.json").read_text())
+    assert [s["seed"] for s in both] == [0, 1] and again["selected_seed"] == 1 and len(again["seeds"]) == 1
+    assert again["seeds"][0]["test"] == next(s["test"] for s in both if s["seed"] == 1)
+    assert again["seeds"][0]["test"] != both[0]["test"]  # another seed trains another model
+    code, output, folds = train_stats(tmp_path / "folds", backbone, df, "--first-seed", "1", "--folds", "2",
+                                      "--cfg", "stage2.epochs=2")
+    assert code == 0, output
+    for i in range(2):
+        assert json.loads((folds / f"fold-{i}" / "metrics.json").read_text())["selected_seed"] == 1
+    assert (folds / "pooled_predictions.csv").is_file()

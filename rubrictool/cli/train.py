@@ -167,9 +167,9 @@ def train_cmd(
     race: Annotated[bool | None, typer.Option("--race/--no-race", help="RACE queries (off: pooled).")] = None,
     opcc: Annotated[bool | None, typer.Option("--opcc/--no-opcc", help="OPCC ranking loss.")] = None,
     lcec: Annotated[bool | None, typer.Option("--lcec/--no-lcec", help="LCEC correction.")] = None,
-    seeds: Annotated[int, typer.Option("--seeds", help="Repeat with seeds 0..N-1; mean ± std.")] = 1,
-    first_seed: Annotated[int, typer.Option("--first-seed", help="The first seed: --seeds N trains seeds S..S+N-1 "
-                                            "(another training of the same recipe on the same split or folds).")] = 0,
+    seeds: Annotated[int, typer.Option("--seeds", help="Repeat with N seeds, from --first-seed on; mean ± std.")] = 1,
+    first_seed: Annotated[int, typer.Option("--first-seed", help="The first seed (another: a second training of the same "
+                                            "recipe on the same split or folds).")] = 0,
     agreement: AgreementOpt = None,
     backbone: BackboneOpt = None,
     epochs: EpochsOpt = None,

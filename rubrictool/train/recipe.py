@@ -65,7 +65,8 @@ DECIDED_BY_THE_RUN: dict[tuple[str, str], str] = {
     ("model", "num_grades"): "the rubric's grade range",
     ("model", "race"): "--variant or --race/--no-race", ("model", "lcec"): "--variant or --lcec/--no-lcec",
     ("model", "plm"): "--variant plm",
-    ("stage1", "seed"): "--seeds (seeds 0..N-1)", ("stage2", "seed"): "--seeds (seeds 0..N-1)",
+    ("stage1", "seed"): "--seeds and --first-seed (seeds S..S+N-1)",
+    ("stage2", "seed"): "--seeds and --first-seed (seeds S..S+N-1)",
     ("model", "rubric_ids"): "the rubric's concept texts (with model.rubric_input)",
     ("model", "rubric_spans"): "the rubric's concept texts (with model.rubric_input)",
 }
