@@ -235,3 +235,43 @@ def test_question_head_learns_the_grade_from_other_folds_readings(backbone: str)
         model, reccbm.Predictions(np.zeros((96, 1)), folds[0]["p"]), np.zeros(2)).grades.tolist()
     probs = np.array([[0.1, 0.3, 0.2, 0.4], [0.6, 0.1, 0.1, 0.2]])
     assert mod.decide(probs, "argmax").tolist() == [3, 0] and mod.decide(probs, "median").tolist() == [2, 0]
+
+
+def test_seed_ensemble_averages_the_members_shares_and_grades_them_with_the_first_head(tmp_path: Path) -> None:
+    """experiments/seed_ensemble.py on a tiny trained run copied as a two-fold folder: the first member's head gives
+    its own grades back from its own shares; a member equal to it leaves every level and grade as they were; a member
+    sure of level 3 everywhere moves each level to the argmax of the two members' mean shares; an answer a member lacks
+    is one line."""
+    import shutil
+
+    import numpy as np
+    import pandas as pd
+
+    from tests.support.tiny_models import tiny_bert_run
+
+    mod = _script("seed_ensemble")
+    run = tiny_bert_run(tmp_path / "t")
+    first = tmp_path / "folds"
+    for i in range(2):  # the same model twice, its test answers named apart (an answer is in one fold)
+        shutil.copytree(run, first / f"fold-{i}")
+        preds = pd.read_csv(run / "test_predictions.csv", dtype={"id": str})
+        preds.assign(id=preds["id"] + f"/{i}").to_csv(first / f"fold-{i}" / "test_predictions.csv", index=False)
+    mine = pd.concat([pd.read_csv(first / f"fold-{i}" / "test_predictions.csv", dtype={"id": str}).assign(fold=i)
+                      for i in range(2)], ignore_index=True)
+    table, check = mod.ensemble(first, [mine])
+    assert check == {"own_grades_reproduced": 1.0, "n": len(mine)}
+    assert table["grade"].tolist() == mine["grade"].tolist()
+    keys = [c[: -len("_level")] for c in mine.columns if c.endswith("_level")]
+    assert all(table[f"{k}_level"].tolist() == mine[f"{k}_level"].tolist() for k in keys)
+    sure = mine.copy()
+    for k in keys:
+        sure[[f"{k}_p1", f"{k}_p2", f"{k}_p3"]] = [0.0, 0.0, 1.0]
+    table, _ = mod.ensemble(first, [sure])
+    for k in keys:
+        mean = (mine[[f"{k}_p1", f"{k}_p2", f"{k}_p3"]].to_numpy() + np.array([0.0, 0.0, 1.0])) / 2
+        assert table[f"{k}_level"].tolist() == (mean.argmax(1) + 1).tolist()
+    levels = [f"{k}_level" for k in keys]
+    assert (table[levels].to_numpy() >= mine[levels].to_numpy()).all()
+    assert (table[levels].to_numpy() != mine[levels].to_numpy()).any()  # the second member moved some levels
+    with pytest.raises(SystemExit, match="missing from a --with file"):
+        mod.ensemble(first, [mine.iloc[1:]])
