@@ -216,11 +216,18 @@ class StageIConfig:
     # question's answers share as a whole is absorbed there, so the encoder learns what differs between a question's
     # answers. Dev selection, prediction and grading read without them (a new question has none). 0 = off.
     question_effects: float = 0.0
+    # Other references while the encoder trains (not in the paper; reccbm/references.py): each training input, with
+    # this probability, reads another top-graded answer to its question in place of its reference, so that a question
+    # is read beside many wordings of a right answer, not one. Dev answers, prediction and grading read the reference
+    # as given. 0 = off.
+    reference_swap: float = 0.0
 
     def __post_init__(self) -> None:
         _check_scalars(self)
         if self.question_effects < 0:
             raise ValueError(f"question_effects is >= 0 (0 = off), got {self.question_effects}")
+        if not 0 <= self.reference_swap <= 1:
+            raise ValueError(f"reference_swap is a probability in 0..1 (0 = off), got {self.reference_swap}")
         if self.graph_pad_to < 1:
             raise ValueError(f"graph_pad_to is >= 1 (1 = no padding), got {self.graph_pad_to}")
         object.__setattr__(self, "contrast_top", tuple(int(k) for k in self.contrast_top))  # a YAML list

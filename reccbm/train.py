@@ -65,6 +65,7 @@ from reccbm.model import (
     rubric_queries,
     soft_concept_loss,
 )
+from reccbm.references import ReferenceSwap
 from reccbm.stage2 import fit_lcec, train_grader
 from reccbm.stages import (
     Callback,
@@ -160,16 +161,23 @@ class _Host:
 
 
 def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group: bool = True,
-            states: States | None = None, model: Model | None = None, questions: NDArray[Any] | None = None) -> Any:
+            states: States | None = None, model: Model | None = None, questions: NDArray[Any] | None = None,
+            swap: ReferenceSwap | None = None) -> Any:
     """Length-grouped training batches; with ``model``'s alignment features (ModelConfig.align), each batch carries its
     token-id overlap features computed here on the CPU (:meth:`reccbm.align.AlignFeatures.overlap_features`), and its
-    inputs' CPU copy (:class:`_Host`); with ``questions`` (N,), each answer's question (:func:`question_groups`)."""
+    inputs' CPU copy (:class:`_Host`); with ``questions`` (N,), each answer's question (:func:`question_groups`); with
+    ``swap``, some inputs read another top-graded answer as their reference (StageIConfig.reference_swap)."""
     from torch.utils.data import DataLoader
 
     align = model.align if isinstance(model, RecCBM) else None
 
     def collate_fn(idx: list[int]) -> dict[str, Any]:
-        batch: dict[str, Any] = collate_states(items, idx, pad_id, states)
+        if swap is not None:  # the batch's own copy of its items, some references replaced
+            sub = items.subset(idx)
+            sub.features = swap.features(items, idx)
+            batch: dict[str, Any] = collate_states(sub, list(range(len(idx))), pad_id, None)
+        else:
+            batch = collate_states(items, idx, pad_id, states)
         if align is not None:
             batch["overlap"] = align.overlap_features(batch["input_ids"], batch["attention_mask"])
         batch["host"] = _Host(batch)
@@ -346,11 +354,15 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
         offsets = nn.Parameter(torch.zeros(n_q, model.config.num_concepts, model.config.num_levels, device=acc.device))
         rate = (joint.lr if (stage == "joint" and joint is not None) else cfg.lr) * cfg.question_effects
         opt.add_param_group({"params": [offsets], "lr": rate, "weight_decay": 0.0})
+    swap = None
+    if cfg.reference_swap > 0 and states is None:  # the encoder reads the tokens: another reference can be read
+        groups = questions if questions is not None else question_groups(train)[0]
+        swap = ReferenceSwap.build(train, groups, cfg.reference_swap, model.config.max_len, cfg.seed)
     steps_per_epoch = _n_steps(len(train), cfg.batch_size * acc.num_processes, cfg.max_steps_per_epoch, epochs,
                                min_steps)
     sched = warmup_linear(opt, steps_per_epoch * epochs, cfg.warmup_ratio)
     loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length,
-                     states=states[0] if states is not None else None, model=model, questions=questions)
+                     states=states[0] if states is not None else None, model=model, questions=questions, swap=swap)
     pmodel, opt, loader, sched = acc.prepare(model, opt, loader, sched)
     unwrapped = acc.unwrap_model(pmodel)
     unwrapped.to(acc.device)  # placed whether or not prepare placed it (see above)

@@ -24,7 +24,7 @@ from reccbm import (
     train_grader,
     train_joint,
 )
-from reccbm.data import collate
+from reccbm.data import EncodedItems, collate
 from reccbm.model import concept_loss, rubric_queries
 from tests.support.tiny_models import FAST1, FAST2, encoded, tiny_model, toy_table
 
@@ -271,3 +271,87 @@ def test_question_offsets_train_beside_the_encoder_and_stay_out_of_what_it_keeps
         assert float(run.offsets.detach().abs().sum()) > 0, "the offsets never trained"
     assert set(model.state_dict()) == keys
     assert question_groups(encoded(tok, toy_table(8, seed=3)))[1] == 2
+
+
+def _two_questions(n: int = 12) -> dict[str, object]:
+    """Answers to two questions with their references, grades 0..3 (answer i of question q: grade i % 4)."""
+    words = ["push", "pop", "top", "front", "rear", "order", "first", "last", "in", "out", "stack", "queue"]
+    q, r, a, c, y = [], [], [], [], []
+    for i in range(n):
+        which = i % 2
+        q.append(["what is a stack", "what is a queue"][which])
+        a.append(["a stack stores elements last in first out", "a queue stores elements first in first out"][which])
+        r.append(" ".join(words[(i + k) % len(words)] for k in range(2 + i % 3)))
+        y.append((i // 2) % 4)
+        c.append([y[-1] % 3] * 3)
+    return {"q": q, "r": r, "a": a, "c": np.array(c), "y": np.array(y)}
+
+
+def test_a_swapped_reference_is_another_top_graded_answer_to_the_same_question(backbone: str) -> None:
+    """stage1.reference_swap (reccbm/references.py): at p = 1 every input whose question has another top-graded answer
+    reads one of those answers in place of its reference — the question, the answer, its token types and its labels
+    as they were; at p = 0 nothing changes; an input longer than max_len gets the stand-in cut; the draws are seeded."""
+    from reccbm.align import segment_masks
+    from reccbm.contrast import infer_sep_id
+    from reccbm.references import ReferenceSwap
+    from reccbm.train import question_groups
+
+    _, tok = tiny_model(backbone)
+    items = encoded(tok, _two_questions())
+    groups, n_q = question_groups(items)
+    assert n_q == 2
+    grades = np.asarray(items.grades)
+    top = grades == grades.max()
+    batch = collate(items, list(range(len(items))), 0)
+    _, ans = segment_masks(batch["input_ids"], batch["attention_mask"], infer_sep_id(batch["input_ids"],
+                                                                                        batch["attention_mask"]))
+    answers = [batch["input_ids"][i][ans[i]].tolist() for i in range(len(items))]
+    swap = ReferenceSwap.build(items, groups, 1.0, 32, seed=0)
+    assert [f is items.features[i] for i, f in enumerate(ReferenceSwap.build(items, groups, 0.0, 32, 0).features(
+        items, list(range(len(items)))))] == [True] * len(items)
+    swapped = swap.features(items, list(range(len(items))))
+    moved = 0
+    for i, f in enumerate(swapped):
+        donors = [j for j in range(len(items)) if j != i and groups[j] == groups[i] and top[j]]
+        if not donors:
+            assert f is items.features[i]
+            continue
+        b = collate(EncodedItems([f]), [0], 0)
+        r_i, a_i = segment_masks(b["input_ids"], b["attention_mask"], infer_sep_id(b["input_ids"], b["attention_mask"]))
+        assert b["input_ids"][0][a_i[0]].tolist() == answers[i]  # the answer as it was
+        assert b["input_ids"][0][r_i[0]].tolist() in [answers[j] for j in donors]  # another top answer of its question
+        first = f["input_ids"].index(tok.sep_token_id)
+        assert f["input_ids"][: first + 1] == items.features[i]["input_ids"][: first + 1]  # the question as it was
+        assert set(f["token_type_ids"][: int(a_i[0].nonzero()[0])]) == {0} and f["token_type_ids"][-1] == 1
+        moved += 1
+    assert moved >= len(items) // 2
+    again = ReferenceSwap.build(items, groups, 1.0, 32, seed=0).features(items, list(range(len(items))))
+    assert [f["input_ids"] for f in again] == [f["input_ids"] for f in swapped]
+    short = ReferenceSwap.build(items, groups, 1.0, 14, seed=0).features(items, list(range(len(items))))
+    assert all(len(f["input_ids"]) <= max(14, len(o["input_ids"])) for f, o in zip(short, items.features))
+
+
+def test_training_with_other_references_reads_them_and_predicts_with_the_given_one(backbone: str,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """stage1.reference_swap 1.0 through Stage I and the joint stage: the training batches read other references (a
+    batch's ids differ from its inputs' own), the model trains, and prediction reads the inputs as given."""
+    import dataclasses
+
+    model, tok = tiny_model(backbone)
+    train, dev = encoded(tok, _two_questions(16)), encoded(tok, _two_questions(8))
+    runs: list[reccbm.train._Run] = []
+    prepare = reccbm.train._prepare
+    monkeypatch.setattr(reccbm.train, "_prepare", lambda *a, **k: runs.append(prepare(*a, **k)) or runs[-1])
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cfg = dataclasses.replace(FAST1, reference_swap=1.0)
+    train_concepts(model, train, dev, cfg, tok.pad_token_id)
+    train_joint(model, train, dev, cfg, JointConfig(epochs=1, select="last"), FAST2, tok.pad_token_id, 0.0)
+    assert len(runs) == 2
+    own = {tuple(f["input_ids"]) for f in train.features}
+    read = [tuple(row[m.bool()].tolist()) for b in runs[0].loader for row, m in zip(b["input_ids"], b["attention_mask"])]
+    assert len(read) == len(train) and sum(r not in own for r in read) >= len(train) // 2
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    preds = predict(model, dev, tok.pad_token_id)
+    assert np.isfinite(preds.p_hat).all()
+    with pytest.raises(ValueError, match="reference_swap is a probability"):
+        dataclasses.replace(FAST1, reference_swap=1.5)
