@@ -64,8 +64,9 @@ EXPECT = {
     "gpu_smoke": ["device: cpu (CPU)", "main job: test t_acc", "question-grouped fold 0/5: test t_acc", "grade: ",
                   "wrote "],
     "gpu_pack": ["MiB in fp16 (largest weight change restored to float32", "gpu_smoke.py --pack"],
+    "main_job_pair": ["A 1 {'wall_s'", "B 6 {'wall_s'", "the same test predictions: True", "wrote "],
 }
-NEEDS_BACKBONE = {"data_load", "grade_speed", "frozen_speed", "gpu_smoke", "gpu_pack"}
+NEEDS_BACKBONE = {"data_load", "grade_speed", "frozen_speed", "gpu_smoke", "gpu_pack", "main_job_pair"}
 SMOKED = [p for p in SCRIPTS if p.stem != "folds"]  # folds.py: test_folds_smoke_with_a_config_file
 
 
