@@ -67,26 +67,10 @@ def _log(msg: str) -> None:
 
 
 def smoke_table(n: int = 40, seed: int = 0) -> Any:
-    """A Mohler-rubric table (8 concepts, levels 1-3, grades 0-5) of n short synthetic answers."""
-    import numpy as np
-    import pandas as pd
+    """A Mohler-rubric table (8 concepts, levels 1-3, grades 0-5) of n short synthetic answers to five questions."""
+    from rubrictool.data import synthetic_mohler_table
 
-    from rubrictool.rubric import load_rubric
-
-    keys = [c.key for c in load_rubric("mohler").concepts]
-    rng = np.random.default_rng(seed)
-    words = ["a", "stack", "queue", "stores", "elements", "last", "in", "first", "out", "pointer", "node"]
-    levels = rng.integers(1, 4, size=(n, len(keys)))
-    df = pd.DataFrame({
-        "id": [f"s.{i}" for i in range(n)],
-        "question": [f"what is a stack ({i % 5})" for i in range(n)],  # five questions, for grouped folds
-        "response": [" ".join(rng.choice(words, size=6)) for _ in range(n)],
-        "reference": "a stack stores elements last in first out",
-    })
-    for k, key in enumerate(keys):
-        df[key] = levels[:, k]
-    df["grade"] = np.rint((levels.sum(1) - len(keys)) * 5 / (2 * len(keys))).astype(int)  # 0..5
-    return df
+    return synthetic_mohler_table(n, questions=5, seed=seed)
 
 
 def configurations(names: list[str], config_files: list[Path], variant: str | None, preset: str | None,

@@ -94,22 +94,9 @@ def restore_backbone(packed: Path, to: Path) -> str:
 
 def smoke_table(n: int = 40, seed: int = 0) -> Any:
     """A Mohler-rubric table (8 concepts, levels 1-3, grades 0-5) of n short synthetic answers to ten questions."""
-    import numpy as np
-    import pandas as pd
+    from rubrictool.data import synthetic_mohler_table
 
-    from rubrictool.rubric import load_rubric
-
-    keys = [c.key for c in load_rubric("mohler").concepts]
-    rng = np.random.default_rng(seed)
-    words = ["a", "stack", "queue", "stores", "elements", "last", "in", "first", "out", "pointer", "node"]
-    levels = rng.integers(1, 4, size=(n, len(keys)))
-    df = pd.DataFrame({"id": [f"s.{i}" for i in range(n)], "question": [f"what is a stack ({i % 10})" for i in range(n)],
-                       "response": [" ".join(rng.choice(words, size=6)) for _ in range(n)],
-                       "reference": "a stack stores elements last in first out"})
-    for k, key in enumerate(keys):
-        df[key] = levels[:, k]
-    df["grade"] = np.rint((levels.sum(1) - len(keys)) * 5 / (2 * len(keys))).astype(int)
-    return df
+    return synthetic_mohler_table(n, questions=10, seed=seed)
 
 
 def job(name: str, rubric: Any, table: Any, split: dict[str, list[str]], run_dir: Path, overrides: dict[str, Any],

@@ -28,24 +28,6 @@ from typing import Any
 ORDER = "ABBAAB"
 
 
-def smoke_table(path: Path, n: int = 40) -> None:
-    """A Mohler-rubric CSV (8 concepts, levels 1-3, grades 0-5) of n short synthetic answers."""
-    import numpy as np
-    import pandas as pd
-
-    from rubrictool.rubric import load_rubric
-
-    keys = [c.key for c in load_rubric("mohler").concepts]
-    rng = np.random.default_rng(0)
-    words = ["a", "stack", "queue", "stores", "elements", "last", "in", "first", "out", "pointer", "node"]
-    levels = rng.integers(1, 4, size=(n, len(keys)))
-    df = pd.DataFrame({"id": [f"s.{i}" for i in range(n)], "question": [f"what is a stack ({i % 5})" for i in range(n)],
-                       "response": [" ".join(rng.choice(words, size=6)) for _ in range(n)],
-                       "reference": "a stack stores elements last in first out"})
-    for k, key in enumerate(keys):
-        df[key] = levels[:, k]
-    df["grade"] = np.rint((levels.sum(1) - len(keys)) * 5 / (2 * len(keys))).astype(int)
-    df.to_csv(path, index=False)
 
 
 def one_run(checkout: Path, out: Path, steps: int, data_dir: str, extra: list[str]) -> dict[str, Any]:
@@ -88,7 +70,9 @@ def main() -> None:
         checkouts = {"A": root, "B": root}
         out = a.out or Path(tempfile.mkdtemp(prefix="pair-smoke-"))
         out.mkdir(parents=True, exist_ok=True)
-        smoke_table(out / "smoke.csv")
+        from rubrictool.data import synthetic_mohler_table
+
+        synthetic_mohler_table(40).to_csv(out / "smoke.csv", index=False)
         extra = ["--data", str((out / "smoke.csv").resolve()), "--rubric", "mohler", "--backbone", a.backbone,
                  "--epochs", "1", "--cfg", "joint.epochs=1", "--cfg", "stage2.epochs=1", "--max-len", "32",
                  "--device", "cpu"]

@@ -351,3 +351,20 @@ def test_csv_row_with_extra_fields_is_an_error(tmp_path: Path) -> None:
     p.write_text("id,response\n1,yes, and no\n")
     with pytest.raises(DataError, match=r"ragged.csv: a row has more fields than the header; quote text"):
         read_items(p)
+
+
+def test_the_synthetic_mohler_table_is_a_valid_table_of_the_rubric_and_seeded() -> None:
+    """rubrictool.data.synthetic_mohler_table (the benchmarks' smoke data): every concept of the Mohler rubric at a
+    level 1..3, grades 0..5 that rise with the levels, the asked number of questions, the same table for one seed."""
+    from rubrictool.data import synthetic_mohler_table
+    from rubrictool.train import prepare_table
+
+    keys = [c.key for c in load_rubric("mohler").concepts]
+    df = synthetic_mohler_table(60, questions=6, seed=3)
+    assert len(df) == 60 and df["question"].nunique() == 6 and df["id"].is_unique
+    assert df[keys].isin([1, 2, 3]).all().all() and df["grade"].between(0, 5).all()
+    by_sum = df.assign(total=df[keys].sum(1)).sort_values("total")
+    assert by_sum["grade"].is_monotonic_increasing and by_sum["grade"].nunique() >= 3  # the grade follows the levels
+    prepare_table(df, load_rubric("mohler"), need_concepts=True)  # accepted as a training table
+    assert synthetic_mohler_table(60, questions=6, seed=3).equals(df)
+    assert not synthetic_mohler_table(60, questions=6, seed=4).equals(df)

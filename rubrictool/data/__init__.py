@@ -29,6 +29,7 @@ from rubrictool.data.mohler import (
     fetch_mohler,
     load_concept_passes,
     load_mohler,
+    synthetic_mohler_table,
 )
 from rubrictool.data.splits import (
     deal_strata,
@@ -74,6 +75,7 @@ __all__ = [
     "save_split",
     "split_items",
     "split_to_file",
+    "synthetic_mohler_table",
 ]
 
 _LOADERS: dict[str, Callable[[str | Path | None], pd.DataFrame]] = {

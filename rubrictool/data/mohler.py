@@ -14,7 +14,7 @@ from rubrictool.progress import ProgressFn
 from rubrictool.tables import read_wide_labels, validate_items
 
 __all__ = ["CONCEPT_PASSES", "MOHLER", "MOHLER_URL", "PASSES", "concept_passes_dir", "fetch_mohler",
-           "load_concept_passes", "load_mohler"]
+           "load_concept_passes", "load_mohler", "synthetic_mohler_table"]
 
 MOHLER_URL = "http://web.eecs.umich.edu/~mihalcea/downloads/ShortAnswerGrading_v2.0.zip"
 """The UNT short-answer grading data set v2.0 (Mohler, Bunescu & Mihalcea 2011), as its authors host it.
@@ -156,3 +156,24 @@ def fetch_mohler(
     (2,273 answers) before it is moved into place in one rename.
     """
     return fetch_archive(MOHLER, dest, url, force, progress)
+
+
+def synthetic_mohler_table(n: int = 40, questions: int = 5, seed: int = 0) -> pd.DataFrame:
+    """A table on the Mohler rubric (8 concepts, levels 1-3, grades 0-5) of ``n`` short synthetic answers to
+    ``questions`` questions, for smoke runs: no data directory needed, the grade follows the levels."""
+    import numpy as np
+
+    from rubrictool.rubric import load_rubric
+
+    keys = [c.key for c in load_rubric("mohler").concepts]
+    rng = np.random.default_rng(seed)
+    words = ["a", "stack", "queue", "stores", "elements", "last", "in", "first", "out", "pointer", "node"]
+    levels = rng.integers(1, 4, size=(n, len(keys)))  # (n, K)
+    df = pd.DataFrame({"id": [f"s.{i}" for i in range(n)],
+                       "question": [f"what is a stack ({i % questions})" for i in range(n)],
+                       "response": [" ".join(rng.choice(words, size=6)) for _ in range(n)],
+                       "reference": "a stack stores elements last in first out"})
+    for k, key in enumerate(keys):
+        df[key] = levels[:, k]
+    df["grade"] = np.rint((levels.sum(1) - len(keys)) * 5 / (2 * len(keys))).astype(int)  # 0..5
+    return df
