@@ -66,13 +66,6 @@ def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def smoke_table(n: int = 40, seed: int = 0) -> Any:
-    """A Mohler-rubric table (8 concepts, levels 1-3, grades 0-5) of n short synthetic answers to five questions."""
-    from rubrictool.data import synthetic_mohler_table
-
-    return synthetic_mohler_table(n, questions=5, seed=seed)
-
-
 def configurations(names: list[str], config_files: list[Path], variant: str | None, preset: str | None,
                    flags: dict[str, bool | None]) -> dict[str, dict[str, Any]]:
     """name -> train_folds keyword arguments (variant, preset, overrides, component switches)."""
@@ -226,10 +219,11 @@ def main(argv: list[str] | None = None) -> None:
             extra.setdefault(sec, {}).update(values)
         configs = configurations(a.runs.split(",") if a.runs else ["default", "plm"], a.config, a.variant, a.preset,
                                  {"race": a.race, "opcc": a.opcc, "lcec": a.lcec})
+        from rubrictool.data import synthetic_mohler_table
         from rubrictool.rubric import load_rubric
 
-        run(out, configs, 2, None, smoke_table(), load_rubric("mohler"), None, ["synthetic smoke table"], extra, by=a.by,
-            jobs=a.jobs, fold_seed=a.fold_seed)
+        run(out, configs, 2, None, synthetic_mohler_table(questions=5), load_rubric("mohler"), None,
+            ["synthetic smoke table"], extra, by=a.by, jobs=a.jobs, fold_seed=a.fold_seed)
         print(summary(out))
         return
     out = a.out or Path("benchmarks/out/folds")

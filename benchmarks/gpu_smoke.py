@@ -92,13 +92,6 @@ def restore_backbone(packed: Path, to: Path) -> str:
     return str(to)
 
 
-def smoke_table(n: int = 40, seed: int = 0) -> Any:
-    """A Mohler-rubric table (8 concepts, levels 1-3, grades 0-5) of n short synthetic answers to ten questions."""
-    from rubrictool.data import synthetic_mohler_table
-
-    return synthetic_mohler_table(n, questions=10, seed=seed)
-
-
 def job(name: str, rubric: Any, table: Any, split: dict[str, list[str]], run_dir: Path, overrides: dict[str, Any],
         agreement: Any, notes: list[str]) -> dict[str, Any]:
     """Train one run and report its wall time, every stage's time and its test metrics."""
@@ -182,11 +175,13 @@ def main(argv: list[str] | None = None) -> None:
     if a.smoke:
         if not a.backbone:
             sys.exit("--smoke needs --backbone (a small local encoder; MiniLM is too slow for a smoke run)")
+        from rubrictool.data import synthetic_mohler_table
         from rubrictool.rubric import load_rubric
 
         for sec, values in SMOKE_CONFIG.items():
             over.setdefault(sec, {}).update(values)
-        rubric, table, agreement, notes = load_rubric("mohler"), smoke_table(), None, ["synthetic smoke table"]
+        rubric, table, agreement = load_rubric("mohler"), synthetic_mohler_table(questions=10), None
+        notes = ["synthetic smoke table"]
     else:
         from rubrictool.pipeline import benchmark_table
         from rubrictool.tables import LLM_PASSES_NOTE

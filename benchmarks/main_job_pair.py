@@ -85,6 +85,8 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         extra, steps = ["--benchmark", "mohler"], a.steps
     out = out.resolve()
+    if (out / "pair.json").is_file():
+        sys.exit(f"--out {out} holds a finished measurement (pair.json); give another --out, or remove it")
     data_dir = str(Path(a.data_dir).resolve())
     runs = []
     for i, who in enumerate(ORDER, 1):

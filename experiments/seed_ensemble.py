@@ -84,6 +84,9 @@ def main() -> None:
                     help="another member's pooled_predictions.csv (repeatable)")
     ap.add_argument("--out", type=Path, required=True, help="folder for the ensemble's pooled_predictions.csv")
     a = ap.parse_args()
+    target = (a.out / "pooled_predictions.csv").resolve()
+    if a.out.resolve() == a.run.resolve() or target in {p.resolve() for p in a.others}:
+        raise SystemExit(f"--out {a.out}: it would overwrite a member's predictions; give a folder of its own")
     table, check = ensemble(a.run, [pd.read_csv(p, dtype={"id": str}) for p in a.others])
     print(f"the first member's head on its own level shares gives its own grade for {check['own_grades_reproduced']:.3f} "
           f"of {check['n']} answers")

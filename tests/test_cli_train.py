@@ -402,3 +402,8 @@ def test_first_seed_trains_the_same_recipe_again_from_another_seed(tmp_path: Pat
     for i in range(2):
         assert json.loads((folds / f"fold-{i}" / "metrics.json").read_text())["selected_seed"] == 1
     assert (folds / "pooled_predictions.csv").is_file()
+    (tmp_path / "neg").mkdir()
+    code, output, neg = train_stats(tmp_path / "neg", backbone, df, "--first-seed", "-1")
+    text = " ".join(output.split())
+    assert code == 1 and "the first seed is a whole number >= 0, got -1" in text and "Traceback" not in output
+    assert not neg.exists()

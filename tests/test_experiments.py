@@ -237,11 +237,12 @@ def test_question_head_learns_the_grade_from_other_folds_readings(backbone: str)
     assert mod.decide(probs, "argmax").tolist() == [3, 0] and mod.decide(probs, "median").tolist() == [2, 0]
 
 
-def test_seed_ensemble_averages_the_members_shares_and_grades_them_with_the_first_head(tmp_path: Path) -> None:
+def test_seed_ensemble_averages_the_members_shares_and_grades_them_with_the_first_head(tmp_path: Path,
+                                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """experiments/seed_ensemble.py on a tiny trained run copied as a two-fold folder: the first member's head gives
     its own grades back from its own shares; a member equal to it leaves every level and grade as they were; a member
     sure of level 3 everywhere moves each level to the argmax of the two members' mean shares; an answer a member lacks
-    is one line."""
+    is one line; an --out that would overwrite a member's predictions is refused."""
     import shutil
 
     import numpy as np
@@ -275,3 +276,13 @@ def test_seed_ensemble_averages_the_members_shares_and_grades_them_with_the_firs
     assert (table[levels].to_numpy() != mine[levels].to_numpy()).any()  # the second member moved some levels
     with pytest.raises(SystemExit, match="missing from a --with file"):
         mod.ensemble(first, [mine.iloc[1:]])
+    kept = tmp_path / "kept.csv"
+    mine.to_csv(kept, index=False)
+    for out in (first, tmp_path):  # the first member's folder, or the folder of a --with file: refused, nothing written
+        monkeypatch.setattr("sys.argv", ["seed_ensemble.py", str(first), "--with", str(kept) if out == first else
+                                         str(tmp_path / "pooled_predictions.csv"), "--out", str(out)])
+        if out == tmp_path:
+            mine.to_csv(tmp_path / "pooled_predictions.csv", index=False)
+        with pytest.raises(SystemExit, match="it would overwrite a member's predictions"):
+            mod.main()
+    assert not (first / "pooled_predictions.csv").exists() and not (first / "ensemble.json").exists()

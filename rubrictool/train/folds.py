@@ -91,8 +91,8 @@ def train_folds(
     # the folds keep their encoder weights once per distinct content in SHARED_WEIGHTS (a frozen encoder: once)
     fold_args: dict[str, Any] = {
         "variant": variant, "race": race, "opcc": opcc, "lcec": lcec, "overrides": overrides, "preset": preset,
-        "seeds": seeds, "first_seed": first_seed, "agreement": agreement, "notes": notes, "table_source": table_source, "labels": labels,
-        "shared_weights": run / SHARED_WEIGHTS}
+        "seeds": seeds, "first_seed": first_seed, "agreement": agreement, "notes": notes, "table_source": table_source,
+        "labels": labels, "shared_weights": run / SHARED_WEIGHTS}
     if jobs > 1:  # the folds not finished yet, in worker processes; the loop below reads them back
         from rubrictool.parallel import run_in_workers
 

@@ -228,6 +228,8 @@ def train_model(
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
     rs = resolve_training(rb, variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides, preset=preset, seeds=seeds)
+    if first_seed < 0:
+        raise TrainError(f"the first seed is a whole number >= 0, got {first_seed}", hint="set --first-seed 0 or more")
     df = prepare_table(table, rb, need_concepts=not rs.plm)
     pos = _check_split(df, split)
     rs = rs.for_answers(len(pos["train"]) + len(pos["dev"]))
