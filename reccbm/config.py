@@ -221,6 +221,12 @@ class StageIConfig:
     # is read beside many wordings of a right answer, not one. Dev answers, prediction and grading read the reference
     # as given. 0 = off.
     reference_swap: float = 0.0
+    # Answers to one question ranked against each other (not in the paper): > 0 builds each training batch of an
+    # encoder stage from runs of this many answers to one question (a batch of 8 at 4: two questions' answers), so that
+    # OPCC's L_rank (Eq. 16) compares answers read beside the same reference, where with today's batches (answers of
+    # similar length, nearly every one to another question) almost every pair it ranks spans two questions. The same
+    # answers every epoch, in another grouping. 0 = off (batches as group_by_length makes them).
+    answers_per_question: int = 0
 
     def __post_init__(self) -> None:
         _check_scalars(self)
@@ -228,6 +234,8 @@ class StageIConfig:
             raise ValueError(f"question_effects is >= 0 (0 = off), got {self.question_effects}")
         if not 0 <= self.reference_swap <= 1:
             raise ValueError(f"reference_swap is a probability in 0..1 (0 = off), got {self.reference_swap}")
+        if self.answers_per_question < 0:
+            raise ValueError(f"answers_per_question is >= 0 (0 = off), got {self.answers_per_question}")
         if self.graph_pad_to < 1:
             raise ValueError(f"graph_pad_to is >= 1 (1 = no padding), got {self.graph_pad_to}")
         object.__setattr__(self, "contrast_top", tuple(int(k) for k in self.contrast_top))  # a YAML list

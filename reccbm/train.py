@@ -136,6 +136,28 @@ class _LengthGroupedBatches:
         return math.ceil(len(self.lengths) / self.batch_size)
 
 
+class _QuestionBatches:
+    """Batches made of runs of ``per`` answers to one question (StageIConfig.answers_per_question): each epoch shuffles
+    each question's answers, cuts them into runs of ``per``, shuffles the runs and cuts their sequence into batches of
+    ``batch_size`` (a question's last, shorter run can let a batch hold one question more)."""
+
+    def __init__(self, questions: NDArray[Any], batch_size: int, per: int, seed: int) -> None:
+        self.questions, self.batch_size, self.per, self.seed, self.epoch = np.asarray(questions), batch_size, per, seed, 0
+
+    def __iter__(self) -> Any:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        self.epoch += 1
+        runs: list[NDArray[Any]] = []
+        for q in np.unique(self.questions):
+            own = rng.permutation(np.flatnonzero(self.questions == q))
+            runs += [own[i : i + self.per] for i in range(0, len(own), self.per)]
+        order = np.concatenate([runs[i] for i in rng.permutation(len(runs))]) if runs else np.zeros(0, dtype=np.int64)
+        return iter([order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)])
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.questions) / self.batch_size)
+
+
 def question_groups(items: EncodedItems) -> tuple[NDArray[Any], int]:
     """Each input's question as an index 0..Q-1, and Q: inputs whose tokens before the answer (``[CLS] q [SEP] r
     [SEP]``, question and reference, as :func:`reccbm.align.segment_masks` splits them) are the same answer the same
@@ -162,11 +184,12 @@ class _Host:
 
 def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group: bool = True,
             states: States | None = None, model: Model | None = None, questions: NDArray[Any] | None = None,
-            swap: ReferenceSwap | None = None) -> Any:
+            swap: ReferenceSwap | None = None, per_question: int = 0) -> Any:
     """Length-grouped training batches; with ``model``'s alignment features (ModelConfig.align), each batch carries its
     token-id overlap features computed here on the CPU (:meth:`reccbm.align.AlignFeatures.overlap_features`), and its
     inputs' CPU copy (:class:`_Host`); with ``questions`` (N,), each answer's question (:func:`question_groups`); with
-    ``swap``, some inputs read another top-graded answer as their reference (StageIConfig.reference_swap)."""
+    ``swap``, some inputs read another top-graded answer as their reference (StageIConfig.reference_swap); with
+    ``per_question`` > 0, batches of runs of that many answers to one question (StageIConfig.answers_per_question)."""
     from torch.utils.data import DataLoader
 
     align = model.align if isinstance(model, RecCBM) else None
@@ -185,7 +208,11 @@ def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group:
             batch["question"] = torch.as_tensor(questions[np.asarray(idx)])  # (B,)
         return batch
 
-    sampler = _LengthGroupedBatches([len(f["input_ids"]) for f in items.features], batch_size, seed, group)
+    sampler: _LengthGroupedBatches | _QuestionBatches
+    if per_question > 0:
+        sampler = _QuestionBatches(question_groups(items)[0], batch_size, per_question, seed)
+    else:
+        sampler = _LengthGroupedBatches([len(f["input_ids"]) for f in items.features], batch_size, seed, group)
     return DataLoader(
         range(len(items)),  # type: ignore[arg-type]
         batch_sampler=sampler,
@@ -362,7 +389,8 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
                                min_steps)
     sched = warmup_linear(opt, steps_per_epoch * epochs, cfg.warmup_ratio)
     loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length,
-                     states=states[0] if states is not None else None, model=model, questions=questions, swap=swap)
+                     states=states[0] if states is not None else None, model=model, questions=questions, swap=swap,
+                     per_question=cfg.answers_per_question)
     pmodel, opt, loader, sched = acc.prepare(model, opt, loader, sched)
     unwrapped = acc.unwrap_model(pmodel)
     unwrapped.to(acc.device)  # placed whether or not prepare placed it (see above)

@@ -355,3 +355,45 @@ def test_training_with_other_references_reads_them_and_predicts_with_the_given_o
     assert np.isfinite(preds.p_hat).all()
     with pytest.raises(ValueError, match="reference_swap is a probability"):
         dataclasses.replace(FAST1, reference_swap=1.5)
+
+
+def test_batches_of_answers_to_one_question_hold_runs_of_that_question(backbone: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """stage1.answers_per_question: each batch is made of runs of that many answers to one question, every training
+    answer read once an epoch; with it off, today's length-grouped batches mix the questions. Stage I trains with it
+    and the run's batches are the sampler's."""
+    import dataclasses
+
+    from reccbm.train import _QuestionBatches, question_groups
+
+    questions = np.repeat(np.arange(5), [7, 4, 9, 1, 6])  # 27 answers to 5 questions, one with a single answer
+    sampler = _QuestionBatches(questions, batch_size=8, per=4, seed=3)
+    assert len(sampler) == 4
+    for epoch in range(2):
+        batches = list(sampler)
+        flat = [i for b in batches for i in b]
+        assert sorted(flat) == list(range(len(questions)))  # each answer once an epoch
+        assert [len(b) for b in batches] == [8, 8, 8, 3]
+        # a question's answers come in runs: at most ceil(n / 4) blocks of one question in a row (fewer where two of
+        # its runs meet); a plain shuffle of these 27 answers gives some twenty blocks
+        blocks = 1 + sum(questions[a] != questions[b] for a, b in zip(flat, flat[1:]))
+        assert len(set(questions.tolist())) <= blocks <= sum(math.ceil(n / 4) for n in (7, 4, 9, 1, 6))
+    assert list(_QuestionBatches(questions, 8, 4, seed=3)) == list(_QuestionBatches(questions, 8, 4, seed=3))
+    assert list(_QuestionBatches(questions, 8, 4, seed=3)) != list(_QuestionBatches(questions, 8, 4, seed=4))
+
+    model, tok = tiny_model(backbone)
+    train, dev = encoded(tok, _two_questions(16)), encoded(tok, _two_questions(8))
+    groups, _ = question_groups(train)
+    runs_made: list[reccbm.train._Run] = []
+    prepare = reccbm.train._prepare
+    monkeypatch.setattr(reccbm.train, "_prepare", lambda *a, **k: runs_made.append(prepare(*a, **k)) or runs_made[-1])
+    cfg = dataclasses.replace(FAST1, answers_per_question=4, batch_size=8)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    train_concepts(model, train, dev, cfg, tok.pad_token_id)
+    index = {tuple(f["input_ids"]): i for i, f in enumerate(train.features)}
+    for b in runs_made[0].loader:
+        seen = [groups[index[tuple(row[m.bool()].tolist())]] for row, m in zip(b["input_ids"], b["attention_mask"])]
+        assert len(seen) == 8 and all(n % 4 == 0 for n in np.bincount(seen))  # runs of 4 answers to one question
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    with pytest.raises(ValueError, match="answers_per_question is >= 0"):
+        dataclasses.replace(FAST1, answers_per_question=-1)
