@@ -3,6 +3,7 @@ Stage II selection, interventions and attention diagnostics."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -376,7 +377,7 @@ def test_batches_of_answers_to_one_question_hold_runs_of_that_question(backbone:
         assert [len(b) for b in batches] == [8, 8, 8, 3]
         # a question's answers come in runs: at most ceil(n / 4) blocks of one question in a row (fewer where two of
         # its runs meet); a plain shuffle of these 27 answers gives some twenty blocks
-        blocks = 1 + sum(questions[a] != questions[b] for a, b in zip(flat, flat[1:]))
+        blocks = 1 + sum(questions[a] != questions[b] for a, b in itertools.pairwise(flat))
         assert len(set(questions.tolist())) <= blocks <= sum(math.ceil(n / 4) for n in (7, 4, 9, 1, 6))
     assert list(_QuestionBatches(questions, 8, 4, seed=3)) == list(_QuestionBatches(questions, 8, 4, seed=3))
     assert list(_QuestionBatches(questions, 8, 4, seed=3)) != list(_QuestionBatches(questions, 8, 4, seed=4))
