@@ -227,6 +227,10 @@ class StageIConfig:
     # similar length, nearly every one to another question) almost every pair it ranks spans two questions. The same
     # answers every epoch, in another grouping. 0 = off (batches as group_by_length makes them).
     answers_per_question: int = 0
+    # Dropout of the training encoder (not in the paper): >= 0 sets every dropout of E (hidden states, attention
+    # probabilities, embeddings) to this probability in the encoder stages, a stronger regulariser for answers unlike
+    # the training ones; < 0 keeps the backbone's own (MiniLM's: 0.1). Prediction runs without dropout either way.
+    encoder_dropout: float = -1.0
 
     def __post_init__(self) -> None:
         _check_scalars(self)
@@ -234,6 +238,8 @@ class StageIConfig:
             raise ValueError(f"question_effects is >= 0 (0 = off), got {self.question_effects}")
         if not 0 <= self.reference_swap <= 1:
             raise ValueError(f"reference_swap is a probability in 0..1 (0 = off), got {self.reference_swap}")
+        if self.encoder_dropout >= 1:
+            raise ValueError(f"encoder_dropout is a probability below 1 (< 0 = the backbone's own), got {self.encoder_dropout}")
         if self.answers_per_question < 0:
             raise ValueError(f"answers_per_question is >= 0 (0 = off), got {self.answers_per_question}")
         if self.graph_pad_to < 1:

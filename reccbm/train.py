@@ -362,6 +362,10 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
     if isinstance(model.encoder, TextEncoder):
         model.encoder.states_layer = below  # where cached states are cut: under the trained top layers, or at H
     _freeze(model, train_stage, frozen, cfg.freeze_embeddings, below or 0)
+    if cfg.encoder_dropout >= 0:  # every dropout of E, attention's included (it reads its module's p)
+        for m in model.encoder.modules():
+            if isinstance(m, nn.Dropout):
+                m.p = cfg.encoder_dropout
     acc = _accelerator(cfg)
     # The model goes to the accelerator's device here, every stage: Accelerator.prepare returns a model it prepared
     # before (an earlier stage) as it is, without placing it, and the previous stage left it on the CPU.

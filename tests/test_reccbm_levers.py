@@ -398,3 +398,25 @@ def test_batches_of_answers_to_one_question_hold_runs_of_that_question(backbone:
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     with pytest.raises(ValueError, match="answers_per_question is >= 0"):
         dataclasses.replace(FAST1, answers_per_question=-1)
+
+
+def test_encoder_dropout_sets_every_dropout_of_the_encoder_while_it_trains(backbone: str) -> None:
+    """stage1.encoder_dropout: every nn.Dropout of E (attention's included, which reads its module's p) trains at the
+    given probability; the heads keep theirs; < 0 leaves the backbone's own; prediction is deterministic either way."""
+    import dataclasses
+
+    model, tok = tiny_model(backbone)
+    train, dev = encoded(tok, _two_questions(16)), encoded(tok, _two_questions(8))
+    own = {n: m.p for n, m in model.encoder.named_modules() if isinstance(m, torch.nn.Dropout)}
+    assert own and set(own.values()) != {0.35}
+    train_concepts(model, train, dev, dataclasses.replace(FAST1, encoder_dropout=-1.0), tok.pad_token_id)
+    assert {n: m.p for n, m in model.encoder.named_modules() if isinstance(m, torch.nn.Dropout)} == own
+    heads = {n: m.p for n, m in model.named_modules() if isinstance(m, torch.nn.Dropout) and not n.startswith("encoder.")}
+    train_concepts(model, train, dev, dataclasses.replace(FAST1, encoder_dropout=0.35), tok.pad_token_id)
+    assert {m.p for m in model.encoder.modules() if isinstance(m, torch.nn.Dropout)} == {0.35}
+    assert {n: m.p for n, m in model.named_modules() if isinstance(m, torch.nn.Dropout)
+            and not n.startswith("encoder.")} == heads
+    a, b = predict(model, dev, tok.pad_token_id), predict(model, dev, tok.pad_token_id)
+    assert np.array_equal(a.p_hat, b.p_hat)
+    with pytest.raises(ValueError, match="encoder_dropout is a probability"):
+        dataclasses.replace(FAST1, encoder_dropout=1.0)
