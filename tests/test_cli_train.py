@@ -407,3 +407,29 @@ def test_first_seed_trains_the_same_recipe_again_from_another_seed(tmp_path: Pat
     text = " ".join(output.split())
     assert code == 1 and "the first seed is a whole number >= 0, got -1" in text and "Traceback" not in output
     assert not neg.exists()
+
+
+def test_batches_by_question_and_the_encoders_dropout_train_a_course_that_is_not_mohler(tmp_path: Path,
+                                                                                         backbone: str) -> None:
+    """On stats101: `--cfg stage1.answers_per_question=2 --cfg stage1.encoder_dropout=0.05` train, the run's config
+    keeps both, and its model is another than the default recipe's on the same table; a dropout of 1 or more is refused
+    in one line that names the field, with nothing written."""
+    import yaml
+
+    from tests.support.stats_course import stats_table, train_stats
+
+    df = stats_table(30)
+    for name in ("plain", "levers", "bad"):
+        (tmp_path / name).mkdir()
+    code, output, plain = train_stats(tmp_path / "plain", backbone, df, "--cfg", "stage2.epochs=2")
+    assert code == 0, output
+    code, output, run = train_stats(tmp_path / "levers", backbone, df, "--cfg", "stage2.epochs=2",
+                                    "--cfg", "stage1.answers_per_question=2", "--cfg", "stage1.encoder_dropout=0.05")
+    assert code == 0, output
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["stage1"]["answers_per_question"] == 2 and cfg["stage1"]["encoder_dropout"] == 0.05
+    assert (run / "test_predictions.csv").read_text() != (plain / "test_predictions.csv").read_text()
+    code, output, bad = train_stats(tmp_path / "bad", backbone, df, "--cfg", "stage1.encoder_dropout=1.5")
+    text = " ".join(output.split())
+    assert code == 1 and "encoder_dropout is a probability below 1" in text and "Traceback" not in output
+    assert not bad.exists()
