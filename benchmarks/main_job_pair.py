@@ -28,8 +28,6 @@ from typing import Any
 ORDER = "ABBAAB"
 
 
-
-
 def one_run(checkout: Path, out: Path, steps: int, data_dir: str, extra: list[str]) -> dict[str, Any]:
     """The main job at ``checkout`` into ``out``: wall seconds and what its metrics.json says of the time."""
     env = os.environ | {"PYTHONPATH": str(checkout), "RUBRICTOOL_DATA": data_dir}
@@ -63,6 +61,8 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="this checkout as A and B, a tiny --backbone, synthetic data")
     ap.add_argument("--backbone", default=None, help="with --smoke: a small local encoder")
     a = ap.parse_args()
+    if a.steps < 1:
+        sys.exit(f"--steps is the optimiser steps an epoch, 1 or more; got {a.steps}")
     if a.smoke:
         if not a.backbone:
             sys.exit("--smoke needs --backbone (a small local encoder)")

@@ -210,7 +210,8 @@ def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group:
 
     sampler: _LengthGroupedBatches | _QuestionBatches
     if per_question > 0:
-        sampler = _QuestionBatches(question_groups(items)[0], batch_size, per_question, seed)
+        groups = questions if questions is not None else question_groups(items)[0]
+        sampler = _QuestionBatches(groups, batch_size, per_question, seed)
     else:
         sampler = _LengthGroupedBatches([len(f["input_ids"]) for f in items.features], batch_size, seed, group)
     return DataLoader(

@@ -276,13 +276,11 @@ def test_seed_ensemble_averages_the_members_shares_and_grades_them_with_the_firs
     assert (table[levels].to_numpy() != mine[levels].to_numpy()).any()  # the second member moved some levels
     with pytest.raises(SystemExit, match="missing from a --with file"):
         mod.ensemble(first, [mine.iloc[1:]])
-    kept = tmp_path / "kept.csv"
-    mine.to_csv(kept, index=False)
-    for out in (first, tmp_path):  # the first member's folder, or the folder of a --with file: refused, nothing written
-        monkeypatch.setattr("sys.argv", ["seed_ensemble.py", str(first), "--with", str(kept) if out == first else
-                                         str(tmp_path / "pooled_predictions.csv"), "--out", str(out)])
-        if out == tmp_path:
-            mine.to_csv(tmp_path / "pooled_predictions.csv", index=False)
+    member = tmp_path / "pooled_predictions.csv"
+    mine.to_csv(member, index=False)
+    # --out the first member's folder, or the folder of a --with file: refused, nothing written
+    for out in (first, tmp_path):
+        monkeypatch.setattr("sys.argv", ["seed_ensemble.py", str(first), "--with", str(member), "--out", str(out)])
         with pytest.raises(SystemExit, match="it would overwrite a member's predictions"):
             mod.main()
     assert not (first / "pooled_predictions.csv").exists() and not (first / "ensemble.json").exists()
