@@ -11,6 +11,11 @@ too high or too low) and a part within the question. This script, on a run's poo
 - C-Acc with the offset estimated from n labelled answers of the question (shrunk by n / (n + λ)), on its other
   answers, against the reader's own levels on the same answers (``--draws`` random choices of the n).
 
+With ``--texts`` (the benchmark's answers, from ``--data-dir`` or $RUBRICTOOL_DATA) also: the offset predicted, without
+a label of the question, from what its texts show — the reference's and the question's length, its answers' mean
+length and length against the reference, how many of the reference's words they use — and the question's mean
+reading, by ridge regression on the other folds' questions.
+
 With ``--fold-runs RUN`` (the k-fold run that made the pooled predictions, its fold weights kept) also: each fold's
 model reads its test questions' reference answers given as the answer, and the offset is predicted, without a label
 of the question, from that reading and the question's mean (a least-squares fit on the other folds' questions).
@@ -20,6 +25,7 @@ A level with an offset is round(ĉ + shift), clipped to the scale; without one t
     python experiments/question_offsets.py benchmarks/results/folds-by-question/default/pooled_predictions.csv \
         --json experiments/results/question_offsets_default_grouped.json
     python experiments/question_offsets.py RUN/pooled_predictions.csv --fold-runs RUN
+    python experiments/question_offsets.py RUN/pooled_predictions.csv --texts mohler
 
 Concept labels of the Mohler runs: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -148,6 +155,69 @@ def offsets_from_readings(d: pd.DataFrame, readings: pd.DataFrame) -> dict[str, 
     return {"concepts": per, "c_acc": float(np.mean(base)), "c_acc_predicted_offset": float(np.mean(moved))}
 
 
+FEATURES = ("reference_words", "question_words", "answer_words", "answer_to_reference", "reference_words_used")
+
+
+def question_features(texts: pd.DataFrame) -> pd.DataFrame:
+    """One row per question (indexed by it) of what its texts show, from a table with ``id``, ``question``,
+    ``response`` and ``reference``: the logs of the reference's and the question's word counts and of its answers' mean
+    word count, the answers' mean log length ratio to the reference, and the mean share of the reference's distinct
+    words that an answer uses."""
+    def words(s: object) -> list[str]:
+        return re.findall(r"[a-z0-9]+", str(s).lower())
+
+    t = texts.assign(q=question_of(texts["id"]))
+    ref = t["reference"].map(words)
+    ans = t["response"].map(words)
+    per = pd.DataFrame({"q": t["q"], "reference_words": ref.map(len), "question_words": t["question"].map(lambda s: len(words(s))),
+                        "answer_words": ans.map(len),
+                        "answer_to_reference": np.log((ans.map(len) + 1) / (ref.map(len) + 1)),
+                        "reference_words_used": [len(set(a) & set(r)) / max(1, len(set(r))) for a, r in zip(ans, ref)]})
+    g = per.groupby("q")
+    return pd.DataFrame({"reference_words": np.log1p(g["reference_words"].first()),
+                         "question_words": np.log1p(g["question_words"].first()),
+                         "answer_words": np.log1p(g["answer_words"].mean()),
+                         "answer_to_reference": g["answer_to_reference"].mean(),
+                         "reference_words_used": g["reference_words_used"].mean()})
+
+
+def offsets_from_features(d: pd.DataFrame, features: pd.DataFrame, ridge: float = 5.0) -> dict[str, Any]:
+    """Per concept, the offset predicted from the question's ``features`` (``question_features``) and its mean reading
+    by ridge regression (standardised features, answers as weights) on the other folds' questions; C-Acc with it
+    removed, and the correlation of the prediction with the offset across questions."""
+    q = (d["question"] if "question" in d else question_of(d["id"])).astype(str)
+    keys = concepts_of(d)
+    lo = int(min(d[f"{k}_true"].min() for k in keys))
+    hi = int(max(d[f"{k}_true"].max() for k in keys))
+    missing = sorted(set(q) - set(features.index.astype(str)))
+    if missing:
+        raise ValueError(f"no texts for question(s) {', '.join(missing[:3])}; give the benchmark the predictions came from")
+    per, base, moved = {}, [], []
+    for k in keys:
+        e, t = d[f"{k}_expected"].to_numpy(float), d[f"{k}_true"].to_numpy(float)
+        g = pd.DataFrame({"q": q.to_numpy(), "err": e - t, "e": e, "fold": d["fold"].to_numpy()}).groupby("q").agg(
+            offset=("err", "mean"), mean=("e", "mean"), fold=("fold", "first"), n=("e", "size"))
+        g = g.join(features, how="left")
+        cols = [*features.columns, "mean"]
+        predicted = pd.Series(0.0, index=g.index)
+        for f in sorted(g["fold"].unique()):
+            tr, te = g[g["fold"] != f], g[g["fold"] == f]
+            mu, sd = tr[cols].mean(), tr[cols].std(ddof=0).replace(0, 1.0)
+            X = np.c_[np.ones(len(tr)), ((tr[cols] - mu) / sd).to_numpy()]
+            w = tr["n"].to_numpy(float)
+            pen = ridge * np.diag([0.0] + [1.0] * len(cols))
+            b = np.linalg.solve(X.T @ (X * w[:, None]) + pen, X.T @ (tr["offset"].to_numpy() * w))
+            predicted[te.index] = np.c_[np.ones(len(te)), ((te[cols] - mu) / sd).to_numpy()] @ b
+        out = e - q.map(predicted).to_numpy()
+        per[k] = {"r_predicted_offset": float(np.corrcoef(predicted, g["offset"])[0, 1]),
+                  "c_acc": float(np.mean(d[f"{k}_level"] == t)),
+                  "c_acc_predicted_offset": float(np.mean(np.clip(np.rint(out), lo, hi) == t))}
+        base.append(per[k]["c_acc"])
+        moved.append(per[k]["c_acc_predicted_offset"])
+    return {"features": [*features.columns, "question mean reading"], "ridge": ridge, "concepts": per,
+            "c_acc": float(np.mean(base)), "c_acc_predicted_offset": float(np.mean(moved))}
+
+
 def main(argv: list[str] | None = None) -> int:
     from reccbm import ReccbmError
     from rubrictool.errors import RubrictoolError
@@ -158,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lam", type=float, default=5.0, help="shrinkage λ of the offset from n answers: n / (n + λ)")
     ap.add_argument("--draws", type=int, default=20)
     ap.add_argument("--fold-runs", type=Path, help="the k-fold run with its fold weights: read the references too")
+    ap.add_argument("--texts", metavar="BENCHMARK", help="predict the offsets from the questions' texts too (e.g. mohler)")
+    ap.add_argument("--data-dir", default=None, help="benchmark data for --texts (default: $RUBRICTOOL_DATA, else ./data)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
     try:
@@ -178,6 +250,21 @@ def main(argv: list[str] | None = None) -> int:
               f"oracle {v['c_acc_oracle_offset']:.3f}, shrunk {v['c_acc_shrunk_question_means']:.3f}")
     for n, v in out["labelled_answers_per_question"].items():
         print(f"  {n} labelled answer(s) a question: {v['c_acc_reader']:.3f} -> {v['c_acc_with_offset']:.3f} ({v['gain']:+.3f})")
+    if a.texts:
+        from rubrictool.data import load_benchmark
+
+        try:
+            feats = question_features(load_benchmark(a.texts, a.data_dir))
+            fit = offsets_from_features(d, feats)
+        except (RubrictoolError, OSError, ValueError, KeyError) as exc:
+            print(f"--texts {a.texts}: {str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__}", file=sys.stderr)
+            return 2
+        out["question_features"] = fit | {"benchmark": a.texts}
+        print(f"  offsets predicted from the questions' texts and mean reading: C-Acc {fit['c_acc']:.3f} -> "
+              f"{fit['c_acc_predicted_offset']:.3f}")
+        for k, v in fit["concepts"].items():
+            print(f"    {k}: r(predicted, offset) {v['r_predicted_offset']:+.2f}, C-Acc {v['c_acc']:.3f} -> "
+                  f"{v['c_acc_predicted_offset']:.3f}")
     if a.fold_runs:
         try:
             readings = reference_readings(a.fold_runs)

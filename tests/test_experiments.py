@@ -152,6 +152,38 @@ def test_question_offsets_predicts_an_offset_that_the_references_reading_carries
     assert np.isnan(B["r_reading_offset"]) and B["mean_reading"] == 3.0
 
 
+def test_question_offsets_predicts_an_offset_that_the_questions_texts_carry(tmp_path: Path) -> None:
+    """offsets_from_features: where a question's offset follows its reference's length the fit on the other folds'
+    questions removes it; where the reader reads every answer at the middle level whatever the question, its offset
+    follows neither the texts nor the reading, and nothing is gained."""
+    import numpy as np
+    import pandas as pd
+
+    mod = _script("question_offsets")
+    rng = np.random.default_rng(2)
+    rows, texts = [], []
+    for qi in range(40):
+        n_ref = int(rng.choice([4, 30]))
+        off_a = 0.8 if n_ref == 30 else -0.8
+        reference = " ".join(f"w{j}" for j in range(n_ref))
+        for a in range(10):
+            t = int(rng.integers(1, 4))
+            row = {"id": f"{qi}.{a}", "fold": qi % 5}
+            for k, e in (("A", float(np.clip(t + off_a + rng.normal(0, 0.1), 0.5, 3.5))), ("B", 2.0 + rng.normal(0, 0.05))):
+                row |= {f"{k}_true": t, f"{k}_expected": e, f"{k}_level": int(np.clip(np.rint(e), 1, 3))}
+            rows.append(row)
+            texts.append({"id": f"{qi}.{a}", "question": "why?", "response": "w0 w1 x", "reference": reference})
+    d = pd.DataFrame(rows)
+    feats = mod.question_features(pd.DataFrame(texts))
+    assert list(feats.columns) == list(mod.FEATURES) and len(feats) == 40
+    out = mod.offsets_from_features(d, feats)
+    A, B = out["concepts"]["A"], out["concepts"]["B"]
+    assert A["r_predicted_offset"] > 0.9 and A["c_acc_predicted_offset"] > A["c_acc"] + 0.2
+    assert B["c_acc_predicted_offset"] < B["c_acc"] + 0.05
+    with pytest.raises(ValueError, match="no texts for question"):
+        mod.offsets_from_features(d, feats.iloc[1:])
+
+
 def test_question_offsets_refuses_a_folder_that_is_not_a_kfold_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import pandas as pd
 
