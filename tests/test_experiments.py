@@ -316,3 +316,46 @@ def test_seed_ensemble_averages_the_members_shares_and_grades_them_with_the_firs
         with pytest.raises(SystemExit, match="it would overwrite a member's predictions"):
             mod.main()
     assert not (first / "pooled_predictions.csv").exists() and not (first / "ensemble.json").exists()
+
+
+def test_mc_dropout_reads_with_the_dropout_on_and_grades_the_mean_shares(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """experiments/mc_dropout.py on a tiny trained run copied as a one-fold folder: read once with the dropout off the
+    fold gives its kept levels back; read with it on, the shares move with the seed, stay distributions, and the grade
+    is the fold's head on their mean; an encoder without dropout, no readings, or an --out over the run are refused."""
+    import shutil
+
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    import reccbm
+    from tests.support.tiny_models import tiny_bert_run
+
+    mod = _script("mc_dropout")
+    run = tiny_bert_run(tmp_path / "t")
+    folds = tmp_path / "folds"
+    shutil.copytree(run, folds / "fold-0")
+    kept = pd.read_csv(run / "test_predictions.csv", dtype={"id": str})
+    table, check = mod.mc_run(folds, passes=3, seed=0)
+    assert check["own_levels_reproduced"] == 1.0 and check["levels"] == len(kept) * 8 and check["passes"] == 3
+    keys = [c[: -len("_level")] for c in kept.columns if c.endswith("_level")]
+    shares = np.stack([table[[f"{k}_p{m}" for m in (1, 2, 3)]].to_numpy() for k in keys], axis=1)  # (N, K, 3)
+    assert np.allclose(shares.sum(-1), 1, atol=1e-5)
+    assert (table[[f"{k}_level" for k in keys]].to_numpy() == shares.argmax(-1) + 1).all()
+    model, _, _ = reccbm.load_checkpoint(folds / "fold-0")
+    assert table["grade"].tolist() == (mod.graded(model, shares).argmax(-1)).tolist()
+    other, _ = mod.mc_run(folds, passes=3, seed=1)
+    p = [f"{keys[0]}_p{m}" for m in (1, 2, 3)]
+    assert not np.allclose(table[p].to_numpy(), other[p].to_numpy())  # the dropout was on: another seed reads otherwise
+    assert not np.allclose(table[p].to_numpy(), kept[p].to_numpy())
+    bare = torch.nn.Module()
+    bare.encoder = torch.nn.Linear(2, 2)
+    with pytest.raises(SystemExit, match="no dropout to keep on"):
+        mod.read_shares(bare, [], 0, 2, 0)
+    for argv, message in ((["--passes", "0", "--out", str(tmp_path / "o")], "give 1 or more"),
+                          (["--out", str(folds)], "overwrite the run's own predictions")):
+        monkeypatch.setattr("sys.argv", ["mc_dropout.py", str(folds), *argv])
+        with pytest.raises(SystemExit, match=message):
+            mod.main()
+    assert not (folds / "pooled_predictions.csv").exists()
