@@ -332,3 +332,12 @@ def test_the_readme_code_map_names_every_module_and_package() -> None:
     parts = {p.name for p in pkg.glob("*.py") if p.name != "__init__.py"}
     parts |= {p.name + "/" for p in pkg.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))}
     assert parts - named == set(), "not on the README's code map"
+
+
+def test_the_experiments_index_names_every_study_script() -> None:
+    """experiments/README.md is where a reader finds a study: every script in experiments/ has its row there."""
+    text = (ROOT / "experiments" / "README.md").read_text(encoding="utf-8")
+    scripts = {p.name for p in (ROOT / "experiments").glob("*.py") if p.name != "__init__.py"}
+    assert len(scripts) > 10
+    missing = sorted(n for n in scripts if f"| `{n}` |" not in text)
+    assert not missing, "not in experiments/README.md's table: " + ", ".join(missing)
