@@ -200,3 +200,13 @@ def test_gpu_pack_leaves_out_only_embedding_rows_a_run_never_reads(tmp_path: Pat
         assert bool((emb[left_out] == 0).all()) == (name == "trimmed")
     assert torch.equal(states["all"], states["trimmed"])
     assert sizes["trimmed"] < sizes["all"]
+
+
+def test_the_benchmarks_index_names_every_script() -> None:
+    """benchmarks/README.md's table is where a reader finds what a script measures: every script has its row."""
+    bench = Path(__file__).resolve().parent.parent / "benchmarks"
+    text = (bench / "README.md").read_text(encoding="utf-8")
+    scripts = {p.name for p in [*bench.glob("*.py"), *bench.glob("*.sh")] if p.name != "__init__.py"}
+    assert len(scripts) > 5
+    missing = sorted(n for n in scripts if f"| `{n}` |" not in text)
+    assert not missing, "not in benchmarks/README.md's table: " + ", ".join(missing)
