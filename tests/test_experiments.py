@@ -359,3 +359,59 @@ def test_mc_dropout_reads_with_the_dropout_on_and_grades_the_mean_shares(tmp_pat
         with pytest.raises(SystemExit, match=message):
             mod.main()
     assert not (folds / "pooled_predictions.csv").exists()
+
+
+def _pooled_run(root: Path, name: str, rows: list[dict[str, object]]) -> Path:
+    import pandas as pd
+
+    run = root / name
+    run.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(run / "pooled_predictions.csv", index=False)
+    return run
+
+
+def test_reader_compare_pairs_a_candidate_with_one_training_or_the_mean_of_several(tmp_path: Path,
+                                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """experiments/reader_compare.py: a candidate right on every answer against a training right on half of them is
+    ahead by the difference, with a CI above 0; against two trainings (right on half and on all) A is their mean, so
+    the difference halves, and a candidate equal to the better training is level with it alone; runs of other
+    answers are refused in one line."""
+    import numpy as np
+
+    mod = _script("reader_compare")
+    keys = mod.KEYS
+    n = 200
+    rng = np.random.default_rng(0)
+    truth_grade = rng.integers(0, 6, n)
+    truth_level = rng.integers(1, 4, (n, len(keys)))
+
+    def rows(right: np.ndarray) -> list[dict[str, object]]:
+        out = []
+        for i in range(n):
+            g = int(truth_grade[i]) if right[i] else int((truth_grade[i] + 3) % 6)
+            r: dict[str, object] = {"id": f"q{i % 20}.{i}", "fold": i % 2, "grade": g, "grade_oracle": g,
+                                    "grade_true": int(truth_grade[i]), "majority": 5}
+            for j, k in enumerate(keys):
+                t = int(truth_level[i, j])
+                r |= {f"{k}_true": t, f"{k}_level": t if right[i] else 1 + t % 3}
+            out.append(r)
+        return out
+
+    half = _pooled_run(tmp_path, "half", rows(np.arange(n) % 2 == 0))
+    full = _pooled_run(tmp_path, "full", rows(np.ones(n, bool)))
+    cand = _pooled_run(tmp_path, "cand", rows(np.ones(n, bool)))
+    one = mod.compare(mod.pooled(cand), mod.pooled(half), mod.pooled(half), n_boot=200)
+    assert one["n_items"] == n and one["trainings_in_a"] == 1 and one["folds"] == [0, 1]
+    assert one["paired"]["c_acc"]["diff"] == pytest.approx(0.5) and one["paired"]["c_acc"]["lo"] > 0.4
+    assert one["paired"]["t_acc"]["diff"] == pytest.approx(0.5) and one["a"]["t_acc"] == pytest.approx(0.5)
+    two = mod.compare(mod.pooled(cand), [mod.pooled(half), mod.pooled(full)], mod.pooled(half), n_boot=200)
+    assert two["trainings_in_a"] == 2 and two["a"]["c_acc"] == pytest.approx(0.75)
+    assert two["paired"]["c_acc"]["diff"] == pytest.approx(0.25) and two["per_concept"][keys[0]]["a"] == pytest.approx(0.75)
+    assert mod.compare(mod.pooled(cand), [mod.pooled(full)], mod.pooled(full), n_boot=50)["paired"]["qwk"]["diff"] == 0
+    out = tmp_path / "o.json"
+    mod.main([str(cand), "--against", str(half), "--against", str(full), "--boots", "20", "--json", str(out)])
+    assert "their mean" in capsys.readouterr().out
+    assert json.loads(out.read_text())["against"] == [str(half), str(full)]
+    other = _pooled_run(tmp_path, "other", [r | {"id": f"x{i}"} for i, r in enumerate(rows(np.ones(n, bool)))])
+    with pytest.raises(SystemExit, match="the runs share no answer"):
+        mod.main([str(cand), "--against", str(other)])
