@@ -415,3 +415,32 @@ def test_reader_compare_pairs_a_candidate_with_one_training_or_the_mean_of_sever
     other = _pooled_run(tmp_path, "other", [r | {"id": f"x{i}"} for i, r in enumerate(rows(np.ones(n, bool)))])
     with pytest.raises(SystemExit, match="the runs share no answer"):
         mod.main([str(cand), "--against", str(other)])
+
+
+def test_transfer_semantic_features_read_an_answer_against_its_reference(tmp_path: Path) -> None:
+    """experiments/transfer.py's semantic probe: an answer that is its reference is matched whole (precision, recall,
+    F, cosine and both coverage shares 1), an answer of other words less; the probe and its stack join the table."""
+    import numpy as np
+    import pandas as pd
+
+    from tests.support.tiny_models import build_backbone
+
+    mod = _script("transfer")
+    backbone = build_backbone(tmp_path / "bb", "bert")
+    refs = pd.Series(["the stack pops the last element", "a queue is first in first out"] * 2)
+    answers = pd.Series(["the stack pops the last element", "a queue is first in first out",
+                         "constructors", "by reference"])
+    f = mod.semantic_features(answers, refs, backbone)
+    assert f.shape == (4, len(mod.SEMANTIC))
+    assert np.allclose(f[:2], 1.0, atol=1e-4)
+    assert (f[2:, :4] < 1.0 - 1e-3).all() and (f[2:, 4:] <= 1.0).all()
+    rng = np.random.default_rng(0)
+    n = 60
+    items = pd.DataFrame({"id": [f"{i % 6}.{i}" for i in range(n)], "response": ["x y"] * n, "reference": ["x z"] * n})
+    pooled = pd.DataFrame({"id": items["id"], "fold": np.arange(n) % 3, "A_true": rng.integers(1, 4, n),
+                           "A_level": rng.integers(1, 4, n)})
+    for m in (1, 2, 3):
+        pooled[f"A_p{m}"] = 1 / 3
+    table = mod.concept_transfer(pooled, items, ["A"], semantic=rng.normal(size=(n, len(mod.SEMANTIC))))
+    assert {"semantic", "stacked_semantic"} <= set(table.columns)
+    assert "semantic" not in mod.concept_transfer(pooled, items, ["A"]).columns
