@@ -13,8 +13,9 @@ too high or too low) and a part within the question. This script, on a run's poo
 
 With ``--texts`` (the benchmark's answers, from ``--data-dir`` or $RUBRICTOOL_DATA) also: the offset predicted, without
 a label of the question, from what its texts show — the reference's and the question's length, its answers' mean
-length and length against the reference, how many of the reference's words they use — and the question's mean
-reading, by ridge regression on the other folds' questions.
+length and length against the reference, how many of the reference's words they use (experiments/transfer.py's
+overlap features, averaged over the question's answers) — and the question's mean reading, by ridge regression on
+the other folds' questions.
 
 With ``--fold-runs RUN`` (the k-fold run that made the pooled predictions, its fold weights kept) also: each fold's
 model reads its test questions' reference answers given as the answer, and the offset is predicted, without a label
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -155,30 +155,20 @@ def offsets_from_readings(d: pd.DataFrame, readings: pd.DataFrame) -> dict[str, 
     return {"concepts": per, "c_acc": float(np.mean(base)), "c_acc_predicted_offset": float(np.mean(moved))}
 
 
-FEATURES = ("reference_words", "question_words", "answer_words", "answer_to_reference", "reference_words_used")
+FEATURES = ("reference words in the answer", "answer words in the reference", "log answer length",
+            "log reference length", "length ratio", "log question length")
 
 
 def question_features(texts: pd.DataFrame) -> pd.DataFrame:
     """One row per question (indexed by it) of what its texts show, from a table with ``id``, ``question``,
-    ``response`` and ``reference``: the logs of the reference's and the question's word counts and of its answers' mean
-    word count, the answers' mean log length ratio to the reference, and the mean share of the reference's distinct
-    words that an answer uses."""
-    def words(s: object) -> list[str]:
-        return re.findall(r"[a-z0-9]+", str(s).lower())
+    ``response`` and ``reference``: the means over its answers of experiments/transfer.py's overlap features of an
+    answer against its reference, and the log of the question's word count."""
+    from experiments.transfer import _words, overlap_features
 
-    t = texts.assign(q=question_of(texts["id"]))
-    ref = t["reference"].map(words)
-    ans = t["response"].map(words)
-    per = pd.DataFrame({"q": t["q"], "reference_words": ref.map(len), "question_words": t["question"].map(lambda s: len(words(s))),
-                        "answer_words": ans.map(len),
-                        "answer_to_reference": np.log((ans.map(len) + 1) / (ref.map(len) + 1)),
-                        "reference_words_used": [len(set(a) & set(r)) / max(1, len(set(r))) for a, r in zip(ans, ref)]})
-    g = per.groupby("q")
-    return pd.DataFrame({"reference_words": np.log1p(g["reference_words"].first()),
-                         "question_words": np.log1p(g["question_words"].first()),
-                         "answer_words": np.log1p(g["answer_words"].mean()),
-                         "answer_to_reference": g["answer_to_reference"].mean(),
-                         "reference_words_used": g["reference_words_used"].mean()})
+    q = question_of(texts["id"])
+    per = pd.DataFrame(overlap_features(texts["response"], texts["reference"]), columns=list(FEATURES[:-1]))
+    per["log question length"] = np.log1p(texts["question"].map(lambda s: len(_words(s))).to_numpy())
+    return per.groupby(q.to_numpy()).mean()
 
 
 def offsets_from_features(d: pd.DataFrame, features: pd.DataFrame, ridge: float = 5.0) -> dict[str, Any]:
