@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 from torch import nn
 
 from experiments.reader_compare import pooled
-from experiments.seed_ensemble import graded
+from experiments.seed_ensemble import graded_rows
 
 
 def dropout_on(model: Any) -> int:
@@ -90,13 +90,7 @@ def mc_run(run: Path, passes: int, seed: int = 0) -> tuple[pd.DataFrame, dict[st
         t0 = time.perf_counter()
         p_bar = read_shares(model, items, tokenizer.pad_token_id, passes, seed + int(fold)).mean(0)  # (N, K, M+1)
         seconds += time.perf_counter() - t0
-        out = mine[["id", "fold", "grade_oracle"]].copy()
-        out["grade"] = graded(model, p_bar).argmax(-1) + lo
-        for j, k in enumerate(keys):
-            out[f"{k}_level"] = p_bar[:, j].argmax(-1) + lo_c
-            for m in range(p_bar.shape[-1]):
-                out[f"{k}_p{m + 1}"] = p_bar[:, j, m]
-        parts.append(out)
+        parts.append(graded_rows(mine, model, keys, p_bar, lo, lo_c))
     return pd.concat(parts, ignore_index=True), {"own_levels_reproduced": same / max(n, 1), "levels": n,
                                                  "passes": passes, "reading_seconds": seconds}
 

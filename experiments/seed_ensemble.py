@@ -43,6 +43,20 @@ def graded(model: Any, p_hat: NDArray[Any]) -> NDArray[Any]:
     return probs
 
 
+def graded_rows(mine: pd.DataFrame, model: Any, keys: list[str], p_hat: NDArray[Any], lo: int, lo_level: int = 1
+                ) -> pd.DataFrame:
+    """A pooled predictions table for the answers ``mine`` (its id, fold and grade_oracle kept) read with the level
+    shares ``p_hat`` (N, K, M+1): the grade the model's head gives them (``lo``: the lowest grade), each concept's
+    level (argmax, from ``lo_level``) and its shares ``<KEY>_p<m>``."""
+    out = mine[["id", "fold", "grade_oracle"]].copy()
+    out["grade"] = graded(model, p_hat).argmax(-1) + lo
+    for j, k in enumerate(keys):
+        out[f"{k}_level"] = p_hat[:, j].argmax(-1) + lo_level
+        for m in range(p_hat.shape[-1]):
+            out[f"{k}_p{m + 1}"] = p_hat[:, j, m]
+    return out
+
+
 def ensemble(first: Path, others: list[pd.DataFrame]) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The ensemble's pooled predictions (id, fold, grade, grade_oracle, ``<KEY>_level``, ``<KEY>_p<m>``) and a check
     of the first member's head on its own shares."""
@@ -66,14 +80,7 @@ def ensemble(first: Path, others: list[pd.DataFrame]) -> tuple[pd.DataFrame, dic
             if o[f"{keys[0]}_p1"].isna().any():
                 raise SystemExit(f"fold {fold}: an answer of {first} is missing from a --with file")
             p.append(shares(o, keys, levels))
-        p_bar = np.mean(p, axis=0)  # (N, K, M+1)
-        out = mine[["id", "fold", "grade_oracle"]].copy()
-        out["grade"] = graded(model, p_bar).argmax(-1) + lo
-        for j, k in enumerate(keys):
-            out[f"{k}_level"] = p_bar[:, j].argmax(-1) + 1
-            for m in range(levels):
-                out[f"{k}_p{m + 1}"] = p_bar[:, j, m]
-        parts.append(out)
+        parts.append(graded_rows(mine, model, keys, np.mean(p, axis=0), lo))
     return pd.concat(parts, ignore_index=True), {"own_grades_reproduced": same / max(n, 1), "n": n}
 
 

@@ -344,7 +344,7 @@ def test_mc_dropout_reads_with_the_dropout_on_and_grades_the_mean_shares(tmp_pat
     assert np.allclose(shares.sum(-1), 1, atol=1e-5)
     assert (table[[f"{k}_level" for k in keys]].to_numpy() == shares.argmax(-1) + 1).all()
     model, _, _ = reccbm.load_checkpoint(folds / "fold-0")
-    assert table["grade"].tolist() == (mod.graded(model, shares).argmax(-1)).tolist()
+    assert table["grade"].tolist() == (_script("seed_ensemble").graded(model, shares).argmax(-1)).tolist()
     other, _ = mod.mc_run(folds, passes=3, seed=1)
     p = [f"{keys[0]}_p{m}" for m in (1, 2, 3)]
     assert not np.allclose(table[p].to_numpy(), other[p].to_numpy())  # the dropout was on: another seed reads otherwise
