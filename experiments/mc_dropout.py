@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +66,11 @@ def read_shares(model: Any, items: Any, pad_id: int, passes: int, seed: int, bat
     return np.stack(out)
 
 
-def mc_run(run: Path, passes: int, seed: int = 0) -> tuple[pd.DataFrame, dict[str, Any]]:
+def mc_run(run: Path, passes: int, seed: int = 0, progress: Callable[[str], None] | None = None
+           ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The run's test answers read with dropout on, ``passes`` times a fold: pooled predictions (id, fold, grade,
-    grade_oracle, ``<KEY>_level``, ``<KEY>_p<m>``) and the check of each fold's deterministic reading."""
+    grade_oracle, ``<KEY>_level``, ``<KEY>_p<m>``) and the check of each fold's deterministic reading; ``progress``
+    receives a line as each fold ends."""
     import reccbm
     from rubrictool.grade import inputs_for
 
@@ -75,12 +78,17 @@ def mc_run(run: Path, passes: int, seed: int = 0) -> tuple[pd.DataFrame, dict[st
     parts, same, n, seconds = [], 0, 0, 0.0
     for fold in sorted(base["fold"].unique()):
         fold_dir = run / f"fold-{int(fold)}"
-        model, tokenizer, meta = reccbm.load_checkpoint(fold_dir)
+        try:
+            model, tokenizer, meta = reccbm.load_checkpoint(fold_dir)
+            table = pd.read_csv(fold_dir / "table.csv", dtype=str).set_index("id")
+        except (reccbm.ReccbmError, OSError) as exc:
+            why = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+            raise SystemExit(f"{why if str(fold_dir) in why else f'{fold_dir}: {why}'}; give a k-fold run whose folds "
+                             "keep their weights and table.csv") from None
         keys = list(meta["concept_keys"])
         lo_c = int(meta.get("scale", [1])[0])  # the concept levels' lowest
         lo = int(meta.get("grade", [0])[0])
         mine = base[base["fold"] == fold].reset_index(drop=True)
-        table = pd.read_csv(fold_dir / "table.csv", dtype=str).set_index("id")
         df = table.loc[mine["id"]].reset_index()
         items = reccbm.EncodedItems(inputs_for(model, tokenizer, df))
         once = read_shares(model, items, tokenizer.pad_token_id, 0, seed)[0]
@@ -91,6 +99,8 @@ def mc_run(run: Path, passes: int, seed: int = 0) -> tuple[pd.DataFrame, dict[st
         p_bar = read_shares(model, items, tokenizer.pad_token_id, passes, seed + int(fold)).mean(0)  # (N, K, M+1)
         seconds += time.perf_counter() - t0
         parts.append(graded_rows(mine, model, keys, p_bar, lo, lo_c))
+        if progress is not None:
+            progress(f"fold {int(fold)}: {len(mine)} answers read {passes} times in {time.perf_counter() - t0:.1f} s")
     return pd.concat(parts, ignore_index=True), {"own_levels_reproduced": same / max(n, 1), "levels": n,
                                                  "passes": passes, "reading_seconds": seconds}
 
@@ -106,7 +116,7 @@ def main() -> None:
         raise SystemExit(f"--passes {a.passes}: give 1 or more readings per answer")
     if a.out.resolve() == a.run.resolve():
         raise SystemExit(f"--out {a.out}: it would overwrite the run's own predictions; give a folder of its own")
-    table, check = mc_run(a.run, a.passes, a.seed)
+    table, check = mc_run(a.run, a.passes, a.seed, progress=print)
     print(f"read once with the dropout off, each fold gives its kept level for {check['own_levels_reproduced']:.3f} of "
           f"{check['levels']} (answer, concept) pairs; {a.passes} readings with it on took {check['reading_seconds']:.1f} s")
     a.out.mkdir(parents=True, exist_ok=True)

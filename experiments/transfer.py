@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     semantic = None
     if args.semantic:
         rows = items.set_index("id").loc[pooled["id"]]
-        semantic = semantic_features(rows["response"], rows["reference"], args.backbone)
+        try:
+            semantic = semantic_features(rows["response"], rows["reference"], args.backbone)
+        except (OSError, ValueError) as exc:  # transformers: no such folder or hub name, not a model
+            print(f"--backbone {args.backbone}: cannot load it ({str(exc).splitlines()[0]}); give a local model folder "
+                  "or a hub name, or leave it out for MiniLM", file=sys.stderr)
+            return 2
     df = concept_transfer(pooled, items, rb.keys, semantic)
     if args.random:
         rnd = pd.read_csv(Path(args.random) / "pooled_predictions.csv", dtype={"id": str})

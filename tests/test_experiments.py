@@ -322,7 +322,8 @@ def test_mc_dropout_reads_with_the_dropout_on_and_grades_the_mean_shares(tmp_pat
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """experiments/mc_dropout.py on a tiny trained run copied as a one-fold folder: read once with the dropout off the
     fold gives its kept levels back; read with it on, the shares move with the seed, stay distributions, and the grade
-    is the fold's head on their mean; an encoder without dropout, no readings, or an --out over the run are refused."""
+    is the fold's head on their mean; an encoder without dropout, no readings, an --out over the run, or folds without
+    their weights are refused in one line."""
     import shutil
 
     import numpy as np
@@ -359,6 +360,11 @@ def test_mc_dropout_reads_with_the_dropout_on_and_grades_the_mean_shares(tmp_pat
         with pytest.raises(SystemExit, match=message):
             mod.main()
     assert not (folds / "pooled_predictions.csv").exists()
+    bare_run = tmp_path / "no-weights"
+    (bare_run / "fold-0").mkdir(parents=True)
+    shutil.copy(run / "test_predictions.csv", bare_run / "fold-0" / "test_predictions.csv")
+    with pytest.raises(SystemExit, match="give a k-fold run whose folds keep their weights"):
+        mod.mc_run(bare_run, passes=2)
 
 
 def _pooled_run(root: Path, name: str, rows: list[dict[str, object]]) -> Path:
