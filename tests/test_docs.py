@@ -317,10 +317,10 @@ def test_every_kept_result_is_cited_and_the_results_stay_small() -> None:
     uncited = [f for f in listed if not any(fnmatch.fnmatch(f, c) or f.startswith(c + "/") or fnmatch.fnmatch(f, c + "/*")
                                              for c in cited)]
     assert not uncited, "result files no doc cites (cite them or remove them): " + ", ".join(uncited)
-    pooled = [f for f in listed if f.endswith(("/pooled_predictions.csv", "test_predictions.csv"))]
+    predictions = [f for f in listed if f.endswith(("/pooled_predictions.csv", "test_predictions.csv"))]
     results_md = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
-    assert all(f.split("/")[-2] in results_md for f in pooled)
-    size = sum((ROOT / f).stat().st_size for f in listed if f not in pooled)
+    assert all(f.split("/")[-2] in results_md for f in predictions)
+    size = sum((ROOT / f).stat().st_size for f in listed if f not in predictions)
     assert size <= RESULTS_MAX_BYTES, f"{size / 2**20:.1f} MB of results besides the per-answer predictions"
 
 
