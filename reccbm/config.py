@@ -231,6 +231,13 @@ class StageIConfig:
     # probabilities, embeddings) to this probability in the encoder stages, a stronger regulariser for answers unlike
     # the training ones; < 0 keeps the backbone's own (MiniLM's: 0.1). Prediction runs without dropout either way.
     encoder_dropout: float = -1.0
+    # Text beside the point (not in the paper; reccbm/padding.py): weight of a hinge that keeps an answer padded with
+    # words that say nothing more (the first padding_tokens tokens of an answer to another question, or the answer's own
+    # first words twice more) from reading above the answer, on up to padding_per_batch inputs of each kind per Stage I
+    # batch (each costs an encoder pass); 0 = off.
+    padding: float = 0.0
+    padding_per_batch: int = 1
+    padding_tokens: int = 24
 
     def __post_init__(self) -> None:
         _check_scalars(self)
@@ -242,6 +249,9 @@ class StageIConfig:
             raise ValueError(f"encoder_dropout is a probability below 1 (< 0 = the backbone's own), got {self.encoder_dropout}")
         if self.answers_per_question < 0:
             raise ValueError(f"answers_per_question is >= 0 (0 = off), got {self.answers_per_question}")
+        if self.padding < 0 or self.padding_per_batch < 1 or self.padding_tokens < 2:
+            raise ValueError(f"padding is >= 0 (0 = off), padding_per_batch >= 1 and padding_tokens >= 2, got "
+                             f"{self.padding}, {self.padding_per_batch}, {self.padding_tokens}")
         if self.graph_pad_to < 1:
             raise ValueError(f"graph_pad_to is >= 1 (1 = no padding), got {self.graph_pad_to}")
         object.__setattr__(self, "contrast_top", tuple(int(k) for k in self.contrast_top))  # a YAML list

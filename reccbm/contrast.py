@@ -17,6 +17,8 @@ A question's own answers teach what its words mean for the concepts; these teach
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -24,7 +26,7 @@ from torch import Tensor
 from reccbm.align import segment_masks
 from reccbm.errors import ReccbmError
 
-__all__ = ["IGNORE", "contrast_batch", "contrast_loss", "infer_sep_id"]
+__all__ = ["IGNORE", "SplitInputs", "contrast_batch", "contrast_loss", "infer_sep_id", "pack_inputs", "split_inputs"]
 
 IGNORE = -100  # an unlabelled (input, concept) pair
 
@@ -44,20 +46,10 @@ def contrast_batch(batch: dict[str, Tensor], M: int, K: int, top: tuple[int, ...
     """Up to ``n_each`` reference-as-answer and ``n_each`` other-question inputs from ``batch`` (and up to
     ``n_question`` question-as-answer ones) with their targets ``contrast`` (N, K): M for ``top`` / 0 for ``bottom``
     concepts, IGNORE elsewhere; None when none can be built (no input with a reference, or no concept asked)."""
-    # built on the CPU from one copy of the ids (on a GPU, every item's .tolist() below would wait for it)
-    ids, mask = batch["input_ids"].cpu(), batch["attention_mask"].cpu()  # (B, T)
-    types = batch.get("token_type_ids")
-    types = types.cpu() if types is not None else None  # (B, T) or None
-    sep = infer_sep_id(ids, mask)
-    ref, ans = segment_masks(ids, mask, sep)  # (B, T) each
+    parts = split_inputs(batch)
+    ids, ref, sep, prefixes, answers = parts.ids, parts.ref, parts.sep, parts.prefixes, parts.answers
     B = ids.shape[0]
     rows: list[tuple[list[int], int, tuple[int, ...]]] = []  # token ids, level, concepts
-    prefixes, answers = [], []
-    for b in range(B):
-        real = ids[b][mask[b].bool()].tolist()
-        first_ans = int(ans[b].nonzero()[0]) if bool(ans[b].any()) else len(real)
-        prefixes.append(real[:first_ans])  # [CLS] q [SEP] r [SEP] (RoBERTa: [SEP] [SEP])
-        answers.append(ids[b][ans[b]].tolist())
     with_ref = [b for b in range(B) if bool(ref[b].any())]
     if top:
         for b in with_ref[:n_each]:  # the reference as the answer
@@ -80,18 +72,58 @@ def contrast_batch(batch: dict[str, Tensor], M: int, K: int, top: tuple[int, ...
                 rows.append((prefixes[b] + question + [sep], 0, bottom))
     if not rows:
         return None
-    T = max(len(r[0]) for r in rows)
-    out_ids = torch.full((len(rows), T), pad_id, dtype=ids.dtype)
-    out_mask = torch.zeros((len(rows), T), dtype=mask.dtype)
-    out_types = torch.zeros((len(rows), T), dtype=types.dtype) if types is not None else None
+    out = pack_inputs([r[0] for r in rows], parts, pad_id)
     target = torch.full((len(rows), K), IGNORE, dtype=torch.long)
-    for i, (r_ids, level, concepts) in enumerate(rows):
-        out_ids[i, : len(r_ids)] = torch.tensor(r_ids, dtype=ids.dtype)
+    for i, (_, level, concepts) in enumerate(rows):
+        target[i, list(concepts)] = level
+    out["contrast"] = target
+    return out
+
+
+@dataclass
+class SplitInputs:
+    """A batch's inputs on the CPU split as reccbm/data.py builds them: per input the tokens up to its answer
+    (``[CLS] q [SEP] r [SEP]``, ``prefixes``) and its answer's tokens (``answers``), the separator ``sep``, the
+    reference mask ``ref`` (B, T), and the dtypes of the ids, mask and token types (None: the backbone has none)."""
+
+    ids: Tensor
+    ref: Tensor
+    sep: int
+    prefixes: list[list[int]]
+    answers: list[list[int]]
+    mask_dtype: torch.dtype
+    types_dtype: torch.dtype | None
+
+
+def split_inputs(batch: dict[str, Tensor]) -> SplitInputs:
+    """:class:`SplitInputs` of ``batch``, built on the CPU from one copy of the ids (on a GPU, every item's .tolist()
+    would wait for it)."""
+    ids, mask = batch["input_ids"].cpu(), batch["attention_mask"].cpu()  # (B, T)
+    types = batch.get("token_type_ids")
+    sep = infer_sep_id(ids, mask)
+    ref, ans = segment_masks(ids, mask, sep)  # (B, T) each
+    prefixes, answers = [], []
+    for b in range(ids.shape[0]):
+        real = ids[b][mask[b].bool()].tolist()
+        first_ans = int(ans[b].nonzero()[0]) if bool(ans[b].any()) else len(real)
+        prefixes.append(real[:first_ans])  # [CLS] q [SEP] r [SEP] (RoBERTa: [SEP] [SEP])
+        answers.append(ids[b][ans[b]].tolist())
+    return SplitInputs(ids, ref, sep, prefixes, answers, mask.dtype, types.dtype if types is not None else None)
+
+
+def pack_inputs(rows: list[list[int]], like: SplitInputs, pad_id: int) -> dict[str, Tensor]:
+    """Inputs of token ids ``rows`` (each ``[CLS] q [SEP] r [SEP] … [SEP]``) as a padded batch shaped as ``like``'s:
+    ``input_ids``, ``attention_mask`` and, where the backbone has them, ``token_type_ids`` (1 on the answer segment)."""
+    T = max(len(r) for r in rows)
+    out_ids = torch.full((len(rows), T), pad_id, dtype=like.ids.dtype)
+    out_mask = torch.zeros((len(rows), T), dtype=like.mask_dtype)
+    out_types = torch.zeros((len(rows), T), dtype=like.types_dtype) if like.types_dtype is not None else None
+    for i, r_ids in enumerate(rows):
+        out_ids[i, : len(r_ids)] = torch.tensor(r_ids, dtype=like.ids.dtype)
         out_mask[i, : len(r_ids)] = 1
         if out_types is not None:
-            out_types[i, _first_segment_length(r_ids, sep) : len(r_ids)] = 1  # the answer segment
-        target[i, list(concepts)] = level
-    out = {"input_ids": out_ids, "attention_mask": out_mask, "contrast": target}
+            out_types[i, _first_segment_length(r_ids, like.sep) : len(r_ids)] = 1  # the answer segment
+    out = {"input_ids": out_ids, "attention_mask": out_mask}
     if out_types is not None:
         out["token_type_ids"] = out_types
     return out

@@ -65,6 +65,7 @@ from reccbm.model import (
     rubric_queries,
     soft_concept_loss,
 )
+from reccbm.padding import padding_batch, padding_loss
 from reccbm.references import ReferenceSwap
 from reccbm.stage2 import fit_lcec, train_grader
 from reccbm.stages import (
@@ -545,6 +546,8 @@ def _stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Ten
             total = total + cfg.lambda_r * opcc_loss(c_hat, c)  # Eq. 16
         if cfg.contrast > 0:  # supervision across questions (reccbm/contrast.py)
             total = total + cfg.contrast * _contrast_term(model, batch, cfg, total)
+        if cfg.padding > 0:  # text beside the point reads no higher (reccbm/padding.py); out.c_hat: the answers' own
+            total = total + cfg.padding * _padding_term(model, batch, cfg, out.c_hat, total)
         return total  # Eq. 27
 
     return loss
@@ -565,6 +568,23 @@ def _contrast_term(model: RecCBM, batch: dict[str, Tensor], cfg: StageIConfig, l
     device = batch["input_ids"].device
     logits, _ = unwrapped.concepts({k: v.to(device) for k, v in extra.items() if k != "contrast"})  # (N, K, M+1)
     return contrast_loss(logits, extra["contrast"].to(device))
+
+
+def _padding_term(model: RecCBM, batch: dict[str, Tensor], cfg: StageIConfig, c_hat: Tensor, like: Tensor) -> Tensor:
+    """L_pad on the padded inputs :func:`reccbm.padding.padding_batch` builds from ``batch`` against ``c_hat`` (B, K),
+    the batch's own expected levels; 0 when none can be built."""
+    unwrapped: RecCBM = getattr(model, "module", model)
+    host = batch.get("host")
+    built = padding_batch(host.batch if isinstance(host, _Host) else batch, cfg.padding_per_batch,
+                          cfg.padding_tokens, unwrapped.config.max_len, 0)
+    if built is None:
+        return like * 0.0
+    extra, source = built
+    if unwrapped.align is not None:
+        extra["overlap"] = unwrapped.align.overlap_features(extra["input_ids"], extra["attention_mask"])
+    device = batch["input_ids"].device
+    logits, _ = unwrapped.concepts({k: v.to(device) for k, v in extra.items()})  # (N, K, M+1)
+    return padding_loss(expected_scores(logits.float().softmax(-1)), c_hat[source.to(device)])
 
 
 def _joint_loss(cfg: StageIConfig, joint: JointConfig, s2: StageIIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
