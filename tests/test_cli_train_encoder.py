@@ -127,3 +127,22 @@ def test_the_weights_average_on_a_course_that_is_not_mohler(tmp_path: Path, cour
         assert any(not torch.equal(a[k], b[k]) for k in a), encoder
     res = _train(course, tmp_path / "bad", "--cfg", "stage1.ema=1")
     assert res.exit_code != 0 and "ema" in res.output and "Traceback" not in res.output
+
+
+def test_padded_answers_held_down_on_a_course_that_is_not_mohler(tmp_path: Path, course: dict[str, Path]) -> None:
+    """`--cfg stage1.padding=…` on the chemistry lab (lab questions beside each other in a batch, so both kinds of
+    padded answer are built): the run trains, records the weight, and keeps other weights than the same run without
+    it; a negative weight is refused in one line that names the field, with nothing written."""
+    kept = {}
+    for padding in ("0", "2"):
+        out = tmp_path / f"padding-{padding}"
+        res = _train(course, out, "--encoder", "train", "--cfg", f"stage1.padding={padding}",
+                     "--cfg", "stage1.padding_per_batch=2")
+        assert res.exit_code == 0, res.output
+        assert yaml.safe_load((out / "config.yaml").read_text())["stage1"]["padding"] == float(padding)
+        kept[padding] = reccbm.load_checkpoint(out)[0].state_dict()
+    a, b = kept["0"], kept["2"]
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    res = _train(course, tmp_path / "bad", "--cfg", "stage1.padding=-1")
+    assert res.exit_code != 0 and "padding is >= 0" in " ".join(res.output.split()) and "Traceback" not in res.output
+    assert not (tmp_path / "bad").exists()
