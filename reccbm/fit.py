@@ -87,8 +87,9 @@ class Recipe:
         """The recipe on batches ``s`` times as large, by the linear scaling rule (Goyal et al. 2017): each step sees s
         times the answers, so every learning rate is s times as large (Stage I's and its frozen encoder's, the joint
         stage's encoder and head rates, Stage II's), the moving average's decay is ema^s (an average over as many
-        answers), each batch takes s times as many examples across questions and padded answers (as many per answer), and the fewest
-        steps are s times fewer; epochs, warm-up shares and every weight of the losses stay. s = 1 returns the recipe.
+        answers), each batch takes s times as many examples across questions and, with stage1.padding on, padded
+        answers (as many per answer), and the fewest steps are s times fewer; epochs, warm-up shares and every weight of
+        the losses stay. s = 1 returns the recipe.
         ``stage1.gpu_batch_scale`` asks for this on a GPU (:meth:`for_device`)."""
         if s == 1:
             return self
@@ -96,7 +97,8 @@ class Recipe:
         stage1 = replace(s1, batch_size=s1.batch_size * s, lr=s1.lr * s, frozen_lr=s1.frozen_lr * s,
                          ema=s1.ema ** s, contrast_per_batch=s1.contrast_per_batch * s,
                          contrast_question=s1.contrast_question * s,
-                         padding_per_batch=s1.padding_per_batch * s, min_steps=-(-s1.min_steps // s))
+                         padding_per_batch=s1.padding_per_batch * (s if s1.padding > 0 else 1),
+                         min_steps=-(-s1.min_steps // s))
         joint = replace(j, lr=j.lr * s, head_lr=j.head_lr * s, min_steps=-(-j.min_steps // s))
         stage2 = replace(s2, batch_size=s2.batch_size * s, lr=s2.lr * s)
         return replace(self, stage1=stage1, joint=joint, stage2=stage2)

@@ -120,4 +120,6 @@ def test_padding_settings_are_checked_and_scale_with_a_gpus_batch() -> None:
     assert isinstance(r, Recipe)
     scaled = r.scaled(4)
     assert scaled.stage1.padding_per_batch == 8 and scaled.stage1.padding == 0.5
-    assert recipe("default", 3, 3, 4).stage1.padding == 0.0  # off by default
+    off = recipe("default", 3, 3, 4)
+    assert off.stage1.padding == 0.0  # off by default: a GPU's batches leave its size as the recipe has it
+    assert off.scaled(4).stage1.padding_per_batch == off.stage1.padding_per_batch
