@@ -553,38 +553,47 @@ def _stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Ten
     return loss
 
 
+def _host_inputs(batch: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The batch's inputs as the loader made them on the CPU (:class:`_Host`), for the extra inputs a step builds from
+    them without waiting for a GPU; the batch itself where it carries none."""
+    host = batch.get("host")
+    return host.batch if isinstance(host, _Host) else batch
+
+
+def _read_extra(model: RecCBM, extra: dict[str, Tensor], like: dict[str, Tensor]) -> Tensor:
+    """Concept logits (N, K, M+1) of extra inputs built from a batch (``input_ids``, ``attention_mask``, and
+    ``token_type_ids`` where the backbone has them), with their alignment features, on ``like``'s device."""
+    inputs: dict[str, Tensor] = {k: extra[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in extra}
+    if model.align is not None:
+        inputs["overlap"] = model.align.overlap_features(inputs["input_ids"], inputs["attention_mask"])
+    device = like["input_ids"].device
+    logits, _ = model.concepts({k: v.to(device) for k, v in inputs.items()})
+    return logits
+
+
 def _contrast_term(model: RecCBM, batch: dict[str, Tensor], cfg: StageIConfig, like: Tensor) -> Tensor:
     """The cross-question loss on the inputs :func:`reccbm.contrast.contrast_batch` builds from ``batch``; 0 when none."""
     unwrapped: RecCBM = getattr(model, "module", model)  # under Accelerate's wrapper (multi-process)
     K, M = unwrapped.config.num_concepts, unwrapped.config.M
     # padding is masked, so its id does not matter: 0
-    host = batch.get("host")  # the inputs' CPU copy (_loader): built from it, nothing waits for a GPU
-    extra = contrast_batch(host.batch if isinstance(host, _Host) else batch, M, K, cfg.contrast_top,
-                           cfg.contrast_bottom, cfg.contrast_per_batch, 0, cfg.contrast_question)
+    extra = contrast_batch(_host_inputs(batch), M, K, cfg.contrast_top, cfg.contrast_bottom, cfg.contrast_per_batch, 0,
+                           cfg.contrast_question)
     if extra is None:
         return like * 0.0
-    if unwrapped.align is not None:
-        extra["overlap"] = unwrapped.align.overlap_features(extra["input_ids"], extra["attention_mask"])
-    device = batch["input_ids"].device
-    logits, _ = unwrapped.concepts({k: v.to(device) for k, v in extra.items() if k != "contrast"})  # (N, K, M+1)
-    return contrast_loss(logits, extra["contrast"].to(device))
+    logits = _read_extra(unwrapped, extra, batch)  # (N, K, M+1)
+    return contrast_loss(logits, extra["contrast"].to(logits.device))
 
 
 def _padding_term(model: RecCBM, batch: dict[str, Tensor], cfg: StageIConfig, c_hat: Tensor, like: Tensor) -> Tensor:
     """L_pad on the padded inputs :func:`reccbm.padding.padding_batch` builds from ``batch`` against ``c_hat`` (B, K),
     the batch's own expected levels; 0 when none can be built."""
     unwrapped: RecCBM = getattr(model, "module", model)
-    host = batch.get("host")
-    built = padding_batch(host.batch if isinstance(host, _Host) else batch, cfg.padding_per_batch,
-                          cfg.padding_tokens, unwrapped.config.max_len, 0)
+    built = padding_batch(_host_inputs(batch), cfg.padding_per_batch, cfg.padding_tokens, unwrapped.config.max_len, 0)
     if built is None:
         return like * 0.0
     extra, source = built
-    if unwrapped.align is not None:
-        extra["overlap"] = unwrapped.align.overlap_features(extra["input_ids"], extra["attention_mask"])
-    device = batch["input_ids"].device
-    logits, _ = unwrapped.concepts({k: v.to(device) for k, v in extra.items()})  # (N, K, M+1)
-    return padding_loss(expected_scores(logits.float().softmax(-1)), c_hat[source.to(device)])
+    logits = _read_extra(unwrapped, extra, batch)  # (N, K, M+1)
+    return padding_loss(expected_scores(logits.float().softmax(-1)), c_hat[source.to(logits.device)])
 
 
 def _joint_loss(cfg: StageIConfig, joint: JointConfig, s2: StageIIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
