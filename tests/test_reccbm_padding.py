@@ -8,21 +8,16 @@ from dataclasses import asdict, replace
 import pytest
 import torch
 
-from reccbm import EncodedItems, encode_inputs, train_concepts
+from reccbm import train_concepts
 from reccbm.config import StageIConfig, config_from_dict
 from reccbm.data import collate
 from reccbm.fit import Recipe
 from reccbm.model import expected_scores
 from reccbm.padding import MIN_ROOM, padding_batch, padding_loss
 from reccbm.recipes import recipe
-from tests.support.tiny_models import FAST1, encoded, tiny_model, toy_table
+from tests.support.tiny_models import FAST1, collated, encoded, tiny_model, toy_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def _batch(tok: object, questions: list[str], answers: list[str], refs: list[str], max_len: int = 32) -> dict[str, torch.Tensor]:
-    feats = encode_inputs(tok, questions, answers, refs, max_len)
-    return collate(EncodedItems(feats), list(range(len(feats))), tok.pad_token_id)  # type: ignore[attr-defined]
 
 
 def _words(tok: object, extra: dict[str, torch.Tensor]) -> list[str]:
@@ -32,7 +27,7 @@ def _words(tok: object, extra: dict[str, torch.Tensor]) -> list[str]:
 
 def test_padded_inputs_append_another_questions_answer_or_repeat_the_answers_first_words(backbone: str) -> None:
     _, tok = tiny_model(backbone)
-    b = _batch(tok, ["what is a stack", "what is a queue", "what is a stack"],
+    b = collated(tok, ["what is a stack", "what is a queue", "what is a stack"],
                ["a stack stores elements", "first in first out", "last in first out order"],
                ["last in first out", "first in first out order", "last in first out"])
     built = padding_batch(b, n_each=1, tokens=4, max_len=32, pad_id=tok.pad_token_id)
@@ -53,7 +48,7 @@ def test_padded_inputs_append_another_questions_answer_or_repeat_the_answers_fir
 
 def test_answers_without_room_are_not_padded_and_one_question_gets_no_filler(backbone: str) -> None:
     _, tok = tiny_model(backbone)
-    same = _batch(tok, ["what is a stack"] * 2, ["a stack stores elements", "last in"], ["last in first out"] * 2)
+    same = collated(tok, ["what is a stack"] * 2, ["a stack stores elements", "last in"], ["last in first out"] * 2)
     built = padding_batch(same, n_each=2, tokens=6, max_len=32, pad_id=tok.pad_token_id)
     assert built is not None
     extra, source = built

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import reccbm
-from reccbm import EncodedItems, encode_inputs, train_concepts
+from reccbm import EncodedItems, train_concepts
 from reccbm.align import N_FEATURES, segment_masks, separator_id
 from reccbm.config import StageIConfig, config_from_dict
 from reccbm.data import collate
@@ -21,19 +21,14 @@ from reccbm.train import _optimizer
 from rubrictool.errors import TrainError
 from rubrictool.rubric import load_rubric
 from rubrictool.votes import attach_votes, has_votes, soft_targets
-from tests.support.tiny_models import FAST1, encoded, mohler_like_table, tiny_model, toy_table
+from tests.support.tiny_models import FAST1, collated, encoded, mohler_like_table, tiny_model, toy_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _batch(tok: object, questions: list[str], answers: list[str], refs: list[str]) -> dict[str, torch.Tensor]:
-    feats = encode_inputs(tok, questions, answers, refs, 32)
-    return collate(EncodedItems(feats), list(range(len(feats))), tok.pad_token_id)  # type: ignore[attr-defined]
-
-
 def test_segment_masks_find_the_reference_and_the_answer(backbone: str) -> None:
     _, tok = tiny_model(backbone)
-    b = _batch(tok, ["what is a stack", "what is a stack"], ["a queue of nodes", "first out"],
+    b = collated(tok, ["what is a stack", "what is a stack"], ["a queue of nodes", "first out"],
                ["a stack stores elements", ""])
     ref, ans = segment_masks(b["input_ids"], b["attention_mask"], separator_id(tok))
     words = tok.convert_ids_to_tokens
@@ -48,7 +43,7 @@ def test_alignment_features_rise_with_what_the_answer_shares_with_the_reference(
     assert model.align is not None
     model.align.set_sep(separator_id(tok))
     ref = "a stack stores elements last in first out"
-    b = _batch(tok, ["what is a stack"] * 3, [ref, "a stack stores elements", "wrong bad no random loop"], [ref] * 3)
+    b = collated(tok, ["what is a stack"] * 3, [ref, "a stack stores elements", "wrong bad no random loop"], [ref] * 3)
     model.eval()
     with torch.no_grad():
         H = model.token_states(b)
@@ -194,7 +189,7 @@ def test_contrast_inputs_pair_the_reference_and_other_answers_with_their_levels(
     from reccbm.contrast import IGNORE, contrast_batch, contrast_loss
 
     _, tok = tiny_model(backbone)
-    b = _batch(tok, ["what is a stack", "what is a queue", "what is a list"],
+    b = collated(tok, ["what is a stack", "what is a queue", "what is a list"],
                ["a stack stores elements", "first in first out", "nodes"],
                ["last in first out", "first in first out order", ""])
     extra = contrast_batch(b, M=2, K=3, top=(0, 1), bottom=(1,), n_each=2, pad_id=tok.pad_token_id)

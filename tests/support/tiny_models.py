@@ -23,6 +23,7 @@ from reccbm import (
     encode_inputs,
     load_tokenizer,
 )
+from reccbm.data import collate
 from rubrictool.cli import app
 
 WORDS = ["what", "is", "a", "stack", "queue", "list", "array", "pointer", "the", "of", "and", "to", "it", "in", "that", "data", "structure", "first", "last", "out", "element", "elements", "value", "values", "stores", "store", "memory", "node", "nodes", "linked", "order", "returns", "function", "variable", "program", "loop", "computer", "yes", "no", "not", "maybe", "random", "wrong", "right", "good", "bad", "answer", "question", "reference"]
@@ -133,6 +134,13 @@ def toy_table(n: int = 48, K: int = 3, seed: int = 0) -> dict[str, Any]:
         concepts.append(lv)
         grades.append(int(min(3, lv.sum() // 2)))
     return {"q": questions, "r": responses, "a": contexts, "c": np.array(concepts), "y": np.array(grades)}
+
+
+def collated(tokenizer: Any, questions: list[str], answers: list[str], refs: list[str],
+             max_len: int = 32) -> dict[str, torch.Tensor]:
+    """One batch of x = (q, r, a) inputs as the loader collates them (no labels)."""
+    feats = encode_inputs(tokenizer, questions, answers, refs, max_len)
+    return collate(EncodedItems(feats), list(range(len(feats))), tokenizer.pad_token_id)
 
 
 def encoded(tokenizer: Any, table: dict[str, Any], max_len: int = 32) -> EncodedItems:
