@@ -126,6 +126,30 @@ def test_resolutions_override_and_are_recorded(tmp_path: Path) -> None:
     assert q.loc[("q1", "CC"), "status"] == "resolved"
 
 
+def test_a_resolved_decision_is_its_concepts_whole_soft_target(tmp_path: Path) -> None:
+    """With soft concept targets the reviewers' shares are the target; where a resolver decided, the decision is."""
+    from rubrictool.tables import validate_adjudicated
+    from rubrictool.votes import soft_targets
+
+    f = tmp_path / "res.csv"
+    pd.DataFrame([{"item": "q1", "concept": "CC", "level": 3}]).to_csv(f, index=False)
+    out = adjudicate(toy_reviews(), MOHLER, toy_items(), resolutions=read_resolutions(f, MOHLER), n_boot=0,
+                     coverage=False)
+    table = out.table
+    for key in MOHLER.keys:  # concepts the toy reviewers left out: the lowest level, no votes
+        table[key] = table[key].fillna(1)
+    write_table(table, tmp_path / "adjudicated.csv")
+    df = validate_adjudicated(read_table(tmp_path / "adjudicated.csv"), MOHLER)
+    soft = soft_targets(df, MOHLER)
+    row = {i: n for n, i in enumerate(df["id"])}
+    k = {key: n for n, key in enumerate(MOHLER.keys)}
+    np.testing.assert_allclose(soft[row["q1"], k["CC"]], [0, 0, 1])  # votes 1 2 3, resolved to 3
+    np.testing.assert_allclose(soft[row["q1"], k["TU"]], [1 / 3, 2 / 3, 0], rtol=1e-6)  # not resolved: the shares
+    np.testing.assert_allclose(soft[row["q3"], k["CC"]], [0, 1 / 3, 2 / 3], rtol=1e-6)
+    unresolved = soft_targets(df.drop(columns="resolved_concepts"), MOHLER)
+    np.testing.assert_allclose(unresolved[row["q1"], k["CC"]], [1 / 3, 1 / 3, 1 / 3], rtol=1e-6)
+
+
 def test_filled_queue_is_a_resolutions_file(tmp_path: Path) -> None:
     rubric = MOHLER
     res = adjudicate(toy_reviews(), rubric, toy_items(), n_boot=0, coverage=False)
