@@ -21,12 +21,18 @@ With ``--fold-runs RUN`` (the k-fold run that made the pooled predictions, its f
 model reads its test questions' reference answers given as the answer, and the offset is predicted, without a label
 of the question, from that reading and the question's mean (a least-squares fit on the other folds' questions).
 
+With ``--prior-em`` also: each question's level shares per concept re-estimated from its answers' p̂ alone (no label
+of the question) by EM for a shift of the levels' prior (Saerens, Latinne & Decaestecker 2002: p̂ reweighted by the
+question's shares over the training answers' shares, the shares the mean of the reweighted p̂, with α pseudo-answers
+at the training shares), the level argmax of the reweighted p̂.
+
 A level with an offset is round(ĉ + shift), clipped to the scale; without one the reader's level (argmax p̂).
 
     python experiments/question_offsets.py benchmarks/results/folds-by-question/default/pooled_predictions.csv \
         --json experiments/results/question_offsets_default_grouped.json
     python experiments/question_offsets.py RUN/pooled_predictions.csv --fold-runs RUN
     python experiments/question_offsets.py RUN/pooled_predictions.csv --texts mohler
+    python experiments/question_offsets.py RUN/pooled_predictions.csv --prior-em 0,5,20,100
 
 Concept labels of the Mohler runs: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -103,6 +109,37 @@ def study(d: pd.DataFrame, ns: tuple[int, ...] = (1, 3, 5, 10), lam: float = 5.0
             "c_acc": float(np.mean(levels)), "c_acc_oracle_offset": float(np.mean(oracle)),
             "c_acc_shrunk_question_means": float(np.mean(shrunk)),
             "labelled_answers_per_question": labelled, "lambda": lam, "draws": draws}
+
+
+def prior_em(d: pd.DataFrame, alphas: tuple[float, ...], iters: int = 50) -> dict[str, Any]:
+    """C-Acc with each test question's level shares re-estimated by EM from its answers' p̂ (see the module's text):
+    per α, the mean over concepts and each concept's. The training shares are the labels' over the other folds."""
+    d = d.reset_index(drop=True)
+    q = (d["question"] if "question" in d else question_of(d["id"])).to_numpy()
+    keys = concepts_of(d)
+    lo = int(min(d[f"{k}_true"].min() for k in keys))
+    n_levels = int(max(d[f"{k}_true"].max() for k in keys)) - lo + 1
+    out: dict[str, Any] = {"c_acc": float(np.mean([np.mean(d[f"{k}_level"] == d[f"{k}_true"]) for k in keys])), "alpha": {}}
+    for alpha in alphas:
+        per = {}
+        for k in keys:
+            p = d[[f"{k}_p{lv}" for lv in range(lo, lo + n_levels)]].to_numpy(float)
+            t = d[f"{k}_true"].to_numpy(int) - lo
+            level = p.argmax(1)
+            for f in sorted(d["fold"].unique()):
+                te = (d["fold"] == f).to_numpy()
+                base = np.maximum(np.bincount(t[~te], minlength=n_levels) / (~te).sum(), 1e-6)
+                for question in np.unique(q[te]):
+                    rows = np.flatnonzero(te & (q == question))
+                    shares, w = base.copy(), p[rows]
+                    for _ in range(iters):
+                        w = p[rows] * (shares / base)
+                        w /= w.sum(1, keepdims=True)
+                        shares = (w.sum(0) + alpha * base) / (len(rows) + alpha)
+                    level[rows] = w.argmax(1)
+            per[k] = float(np.mean(level == t))
+        out["alpha"][f"{alpha:g}"] = {"c_acc": float(np.mean(list(per.values()))), "concepts": per}
+    return out
 
 
 def reference_readings(run: Path, device: str = "cpu") -> pd.DataFrame:
@@ -220,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fold-runs", type=Path, help="the k-fold run with its fold weights: read the references too")
     ap.add_argument("--texts", metavar="BENCHMARK", help="predict the offsets from the questions' texts too (e.g. mohler)")
     ap.add_argument("--data-dir", default=None, help="benchmark data for --texts (default: $RUBRICTOOL_DATA, else ./data)")
+    ap.add_argument("--prior-em", metavar="ALPHAS", help="re-estimate each question's level shares by EM too, with these "
+                    "pseudo-answer weights α (comma-separated, e.g. 0,5,20,100)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
     try:
@@ -240,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
               f"oracle {v['c_acc_oracle_offset']:.3f}, shrunk {v['c_acc_shrunk_question_means']:.3f}")
     for n, v in out["labelled_answers_per_question"].items():
         print(f"  {n} labelled answer(s) a question: {v['c_acc_reader']:.3f} -> {v['c_acc_with_offset']:.3f} ({v['gain']:+.3f})")
+    if a.prior_em:
+        em = prior_em(d, tuple(float(x) for x in a.prior_em.split(",")))
+        out["prior_em"] = em
+        for alpha, v in em["alpha"].items():
+            print(f"  each question's level shares by EM, α {alpha}: C-Acc {em['c_acc']:.3f} -> {v['c_acc']:.3f}")
     if a.texts:
         from rubrictool.data import load_benchmark
 

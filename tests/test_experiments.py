@@ -127,6 +127,37 @@ def test_question_offsets_finds_a_reader_that_reads_each_question_too_high_or_to
     assert mod.main([str(tmp_path / "bad.csv")]) == 2
 
 
+def test_question_offsets_prior_em_reads_a_question_whose_levels_are_not_the_training_shares(tmp_path: Path) -> None:
+    """prior_em: each question's answers mostly at one level, p̂ calibrated to the training shares (equal) and weakly
+    informative: re-estimating the question's shares raises C-Acc, more with α 0 than with a strong pull to the
+    training shares; ``--prior-em`` puts it in the JSON."""
+    import numpy as np
+    import pandas as pd
+
+    mod = _script("question_offsets")
+    rng = np.random.default_rng(2)
+    rows = []
+    for qi in range(30):
+        mode = int(rng.integers(1, 4))
+        for a in range(20):
+            t = mode if rng.random() < 0.8 else int(rng.integers(1, 4))
+            like = np.full(3, 0.25)
+            like[t - 1] = 0.5  # the reader sees the true level with a likelihood ratio of 2 only
+            like[rng.integers(0, 3)] += 0.3  # and a distractor
+            pr = like / like.sum()
+            row = {"id": f"{qi}.{a}", "fold": qi % 5, "A_true": t, "A_level": int(pr.argmax()) + 1,
+                   "A_expected": float(pr @ [1, 2, 3])} | {f"A_p{lv}": float(pr[lv - 1]) for lv in (1, 2, 3)}
+            rows.append(row)
+    d = pd.DataFrame(rows)
+    out = mod.prior_em(d, (0.0, 1000.0))
+    assert out["alpha"]["0"]["c_acc"] > out["c_acc"] + 0.15
+    assert abs(out["alpha"]["1000"]["c_acc"] - out["c_acc"]) < out["alpha"]["0"]["c_acc"] - out["c_acc"]
+    d.to_csv(tmp_path / "pooled.csv", index=False)
+    assert mod.main([str(tmp_path / "pooled.csv"), "--n", "3", "--draws", "1", "--prior-em", "0,5",
+                     "--json", str(tmp_path / "o.json")]) == 0
+    assert set(json.loads((tmp_path / "o.json").read_text())["prior_em"]["alpha"]) == {"0", "5"}
+
+
 def test_question_offsets_predicts_an_offset_that_the_references_reading_carries() -> None:
     """offsets_from_readings: where the reference's reading moves with the question's offset the fit on the other folds
     removes it (C-Acc up, r near 1); where the reading is the same for every question it has nothing to go on."""
