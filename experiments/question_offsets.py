@@ -262,6 +262,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
     try:
+        alphas = tuple(float(x) for x in a.prior_em.split(",")) if a.prior_em else ()
+    except ValueError:
+        alphas = (-1.0,)
+    if any(not x >= 0 for x in alphas):
+        print(f"--prior-em {a.prior_em!r}: give pseudo-answer counts α ≥ 0, comma-separated, e.g. 0,5,20,100",
+              file=sys.stderr)
+        return 2
+    try:
         d = pd.read_csv(a.pooled, dtype={"id": str})
     except (OSError, ValueError) as exc:
         print(f"{a.pooled}: cannot read it ({exc.__class__.__name__}); give a pooled_predictions.csv", file=sys.stderr)
@@ -280,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     for n, v in out["labelled_answers_per_question"].items():
         print(f"  {n} labelled answer(s) a question: {v['c_acc_reader']:.3f} -> {v['c_acc_with_offset']:.3f} ({v['gain']:+.3f})")
     if a.prior_em:
-        em = prior_em(d, tuple(float(x) for x in a.prior_em.split(",")))
+        em = prior_em(d, alphas)
         out["prior_em"] = em
         for alpha, v in em["alpha"].items():
             print(f"  each question's level shares by EM, α {alpha}: C-Acc {em['c_acc']:.3f} -> {v['c_acc']:.3f}")

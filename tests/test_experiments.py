@@ -156,6 +156,8 @@ def test_question_offsets_prior_em_reads_a_question_whose_levels_are_not_the_tra
     assert mod.main([str(tmp_path / "pooled.csv"), "--n", "3", "--draws", "1", "--prior-em", "0,5",
                      "--json", str(tmp_path / "o.json")]) == 0
     assert set(json.loads((tmp_path / "o.json").read_text())["prior_em"]["alpha"]) == {"0", "5"}
+    assert mod.main([str(tmp_path / "pooled.csv"), "--n", "3", "--draws", "1", "--prior-em", "0,x"]) == 2
+    assert mod.main([str(tmp_path / "pooled.csv"), "--n", "3", "--draws", "1", "--prior-em", "-1"]) == 2
 
 
 def test_question_offsets_predicts_an_offset_that_the_references_reading_carries() -> None:
