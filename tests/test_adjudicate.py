@@ -27,7 +27,8 @@ from rubrictool.data import load_concept_passes
 from rubrictool.errors import AdjudicateError, DataError
 from rubrictool.io import read_table, write_table
 from rubrictool.rubric import load_rubric
-from rubrictool.tables import validate_reviews
+from rubrictool.tables import validate_adjudicated, validate_reviews
+from rubrictool.votes import soft_targets
 from tests.support.toy_reviews import TOY, toy_items, toy_reviews
 
 MOHLER = load_rubric("mohler")
@@ -128,9 +129,6 @@ def test_resolutions_override_and_are_recorded(tmp_path: Path) -> None:
 
 def test_a_resolved_decision_is_its_concepts_whole_soft_target(tmp_path: Path) -> None:
     """With soft concept targets the reviewers' shares are the target; where a resolver decided, the decision is."""
-    from rubrictool.tables import validate_adjudicated
-    from rubrictool.votes import soft_targets
-
     f = tmp_path / "res.csv"
     pd.DataFrame([{"item": "q1", "concept": "CC", "level": 3}]).to_csv(f, index=False)
     out = adjudicate(toy_reviews(), MOHLER, toy_items(), resolutions=read_resolutions(f, MOHLER), n_boot=0,
