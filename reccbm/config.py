@@ -86,6 +86,11 @@ class ModelConfig:
     # training, the examples across questions and grading alike), so that the reader compares the answer with the
     # reference alone and learns nothing from a question's own words. True: x = (q, r, a) as in the paper.
     question_input: bool = True
+    # Not in the paper. The concept classifiers (Eq. 11). "softmax": V_k holds one direction per level, p̂_k =
+    # softmax(V_k h_k + b_k). "ordinal": one direction v_k per concept and level m's logit m · v_kᵀh_k + b_{k,m} (the
+    # adjacent-categories logit model), so that each concept is read as one score along its ordered levels; the
+    # alignment features and the rubric reader (above) keep their own weights per level.
+    concept_head: str = "softmax"
     rubric_ids: tuple[int, ...] = ()
     rubric_spans: tuple[int, ...] = ()
 
@@ -99,6 +104,7 @@ class ModelConfig:
             raise ValueError(f"rubric_spans has K + 1 = {self.num_concepts + 1} boundaries, got {len(self.rubric_spans)}")
         _choice("grade head", self.head, ("scalar", "level"))
         _choice("query init", self.query_init, ("orthogonal", "rubric"))
+        _choice("concept head", self.concept_head, ("softmax", "ordinal"))
 
     @property
     def M(self) -> int:

@@ -75,15 +75,23 @@ class ConceptBottleneck(nn.Module):
 
     race=True:  α_{k,t} = softmax_t(q_kᵀ H_t / τ) over non-padding tokens (Eq. 9), h_k = Σ_t α_{k,t} H_t (Eq. 10).
     race=False: h_k = masked mean of H for every k (the vanilla CBM's single shared representation).
-    Then p̂_k = softmax(V_k h_k) over the M + 1 levels (Eq. 11).
+    Then p̂_k = softmax(V_k h_k + b_k) over the M + 1 levels (Eq. 11).
+
+    ordinal=True (not in the paper; ModelConfig.concept_head "ordinal"): V_k is one direction v_k (K, 1, d) and level
+    m's logit is m · v_kᵀh_k + b_{k,m}, the adjacent-categories logit model: log p̂_{k,m+1} / p̂_{k,m} =
+    v_kᵀh_k + b_{k,m+1} − b_{k,m}, so the concept's reading is one score s_k = v_kᵀh_k that moves every answer up or
+    down the levels together (its expected level rises with s_k), instead of M free directions.
     """
 
-    def __init__(self, K: int, num_levels: int, d: int, tau: float, race: bool) -> None:
+    levels: Tensor  # (M+1,) 0..M, the ordinal head's level numbers
+
+    def __init__(self, K: int, num_levels: int, d: int, tau: float, race: bool, ordinal: bool = False) -> None:
         super().__init__()
-        self.tau, self.race = tau, race
+        self.tau, self.race, self.ordinal = tau, race, ordinal
         self.Q = nn.Parameter(orthogonal_queries(K, d)) if race else None  # (K, d)
-        self.V = nn.Parameter(torch.randn(K, num_levels, d) * 0.02)  # (K, M+1, d)
+        self.V = nn.Parameter(torch.randn(K, 1 if ordinal else num_levels, d) * 0.02)  # (K, M+1, d); ordinal (K, 1, d)
         self.V_bias = nn.Parameter(torch.zeros(K, num_levels))  # (K, M+1)
+        self.register_buffer("levels", torch.arange(num_levels, dtype=torch.float32), persistent=False)
 
     def forward(self, H: Tensor, mask: Tensor) -> tuple[Tensor, Tensor | None]:
         """Concept logits (B, K, M+1) and the RACE attention α (B, K, T), or None without RACE."""
@@ -97,7 +105,11 @@ class ConceptBottleneck(nn.Module):
         else:
             alpha = None
             h = masked_mean(H, mask).unsqueeze(1).expand(B, K, d)  # (B, K, d), shared
-        logits = torch.einsum("bkd,kmd->bkm", h, self.V.to(H.dtype)) + self.V_bias  # (B, K, M+1), Eq. 11
+        if self.ordinal:
+            score = torch.einsum("bkd,kd->bk", h, self.V[:, 0].to(H.dtype))  # (B, K): s_k = v_kᵀ h_k
+            logits = score.unsqueeze(-1) * self.levels.to(H.dtype) + self.V_bias  # (B, K, M+1): m s_k + b_{k,m}
+        else:
+            logits = torch.einsum("bkd,kmd->bkm", h, self.V.to(H.dtype)) + self.V_bias  # (B, K, M+1), Eq. 11
         return logits, alpha
 
 
@@ -290,7 +302,8 @@ class RecCBM(nn.Module):
         K, d = config.num_concepts, encoder.hidden_size
         if config.num_levels < 2:
             raise ReccbmError("a concept needs at least two levels (M >= 1)")
-        self.bottleneck = ConceptBottleneck(K, config.num_levels, d, config.tau, config.race)
+        self.bottleneck = ConceptBottleneck(K, config.num_levels, d, config.tau, config.race,
+                                            ordinal=config.concept_head == "ordinal")
         # question-independent comparison of answer and reference beside V_k h_k (not in the paper; reccbm/align.py)
         self.align = AlignFeatures(K, config.num_levels) if config.align else None
         self.lcec = LatentCorrection(K, config.eps) if config.lcec else None

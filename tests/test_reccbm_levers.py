@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -420,3 +421,20 @@ def test_encoder_dropout_sets_every_dropout_of_the_encoder_while_it_trains(backb
     assert np.array_equal(a.p_hat, b.p_hat)
     with pytest.raises(ValueError, match="encoder_dropout is a probability"):
         dataclasses.replace(FAST1, encoder_dropout=1.0)
+
+
+def test_the_ordinal_concept_head_trains_and_comes_back_from_its_checkpoint(backbone: str, tmp_path: Path) -> None:
+    """model.concept_head "ordinal": Stage I trains its one direction per concept and its level biases, and a checkpoint
+    rebuilds the same head (its config kept), predicting the same level shares."""
+    model, tok = tiny_model(backbone, concept_head="ordinal")
+    train, dev = encoded(tok, toy_table(24, seed=1)), encoded(tok, toy_table(8, seed=2))
+    V, b = model.bottleneck.V.detach().clone(), model.bottleneck.V_bias.detach().clone()
+    train_concepts(model, train, dev, FAST1, tok.pad_token_id)
+    assert not torch.equal(V, model.bottleneck.V.detach()) and not torch.equal(b, model.bottleneck.V_bias.detach())
+    reccbm.save_checkpoint(model, tok, tmp_path, "stage1", 1)
+    loaded, _, _ = reccbm.load_checkpoint(tmp_path, device="cpu")
+    assert isinstance(loaded, reccbm.RecCBM) and loaded.config.concept_head == "ordinal"
+    assert tuple(loaded.bottleneck.V.shape) == (3, 1, model.encoder.hidden_size)
+    test = encoded(tok, toy_table(6, seed=3))
+    np.testing.assert_allclose(predict(loaded, test, tok.pad_token_id).p_hat,
+                               predict(model, test, tok.pad_token_id).p_hat, rtol=1e-5, atol=1e-6)

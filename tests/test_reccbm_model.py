@@ -174,6 +174,41 @@ def test_race_attention_ignores_padding_and_queries_are_orthogonal() -> None:
     torch.testing.assert_close(masked_mean(H, mask)[1], H[1, :4].mean(0))
 
 
+def test_ordinal_concept_head_reads_one_score_per_concept_along_its_levels() -> None:
+    """concept_head "ordinal": one direction v_k per concept, level m's logit m · v_kᵀh_k + b_{k,m}; the log-odds of
+    neighbouring levels, less their biases, are the same score s_k at every step, and the expected level rises with it."""
+    torch.manual_seed(0)
+    head = ConceptBottleneck(K=4, num_levels=4, d=16, tau=0.5, race=True, ordinal=True)
+    assert tuple(head.V.shape) == (4, 1, 16) and tuple(head.V_bias.shape) == (4, 4)
+    with torch.no_grad():
+        head.V_bias.normal_()
+    H, mask = torch.randn(6, 7, 16), torch.ones(6, 7, dtype=torch.long)
+    logits, alpha = head(H, mask)
+    assert logits.shape == (6, 4, 4) and alpha is not None
+    steps = logits.log_softmax(-1).diff(dim=-1) - head.V_bias.diff(dim=-1)  # (B, K, M): s_k at each step
+    torch.testing.assert_close(steps, steps[..., :1].expand_as(steps))
+    h = torch.einsum("bkt,btd->bkd", alpha, H)
+    torch.testing.assert_close(steps[..., 0], torch.einsum("bkd,kd->bk", h, head.V[:, 0]))
+    with torch.no_grad():  # the same answer read with a larger score: every concept's expected level rises
+        levels = torch.arange(4.0)
+        low = (logits.softmax(-1) * levels).sum(-1)
+        head.V.mul_(3.0)
+        high = (head(H, mask)[0].softmax(-1) * levels).sum(-1)
+    s = steps[..., 0]
+    assert bool(((high - low) * s > 0).all())
+
+
+def test_the_concept_head_is_chosen_by_name(backbone: str) -> None:
+    from reccbm.config import ModelConfig
+    from tests.support.tiny_models import tiny_model
+
+    with pytest.raises(ValueError, match="unknown concept head 'cumulative'; use softmax or ordinal"):
+        ModelConfig(num_concepts=3, num_levels=3, num_grades=4, concept_head="cumulative")
+    model, _ = tiny_model(backbone, concept_head="ordinal")
+    assert model.bottleneck.ordinal and tuple(model.bottleneck.V.shape)[:2] == (3, 1)
+    assert not tiny_model(backbone)[0].bottleneck.ordinal
+
+
 def test_reccbm_never_imports_rubrictool() -> None:
     from pathlib import Path
 
