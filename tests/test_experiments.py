@@ -483,3 +483,51 @@ def test_transfer_semantic_features_read_an_answer_against_its_reference(tmp_pat
     table = mod.concept_transfer(pooled, items, ["A"], semantic=rng.normal(size=(n, len(mod.SEMANTIC))))
     assert {"semantic", "stacked_semantic"} <= set(table.columns)
     assert "semantic" not in mod.concept_transfer(pooled, items, ["A"]).columns
+
+
+def test_weight_mix_reads_with_the_encoder_between_pretrained_and_fine_tuned(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """experiments/weight_mix.py on a tiny trained run copied as a one-fold folder: λ = 1 gives the fold's kept levels
+    and grades back; λ = 0 reads as the pretrained encoder under the fold's heads; λ = 0.5 reads otherwise than both
+    ends; the fold's weights are left as trained; a bad --mix or an --out over the run is refused in one line."""
+    import shutil
+
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    import reccbm
+    from reccbm.encoder import TextEncoder
+    from tests.support.tiny_models import tiny_bert_run
+
+    mod = _script("weight_mix")
+    mc = _script("mc_dropout")
+    run = tiny_bert_run(tmp_path / "t", "--encoder", "train")  # 40 answers: trained, not the small table's frozen
+    folds = tmp_path / "folds"
+    shutil.copytree(run, folds / "fold-0")
+    kept = pd.read_csv(run / "test_predictions.csv", dtype={"id": str})
+    tables, check = mod.mix_run(folds, [1.0, 0.5, 0.0])
+    assert check["own_levels_reproduced"] == 1.0 and check["levels"] == len(kept) * 8
+    keys = [c[: -len("_level")] for c in kept.columns if c.endswith("_level")]
+    p = [f"{k}_p{m}" for k in keys for m in (1, 2, 3)]
+    assert tables[1.0]["grade"].tolist() == kept["grade"].tolist()
+    np.testing.assert_allclose(tables[1.0][p].to_numpy(), kept[p].to_numpy(), atol=1e-5)
+    model, tok, _ = reccbm.load_checkpoint(folds / "fold-0")
+    trained = {k: v.clone() for k, v in model.state_dict().items()}
+    model.encoder.load_state_dict(TextEncoder.from_pretrained(model.config.backbone).state_dict())
+    from rubrictool.grade import inputs_for
+
+    table = pd.read_csv(folds / "fold-0" / "table.csv", dtype=str).set_index("id")
+    items = reccbm.EncodedItems(inputs_for(model, tok, table.loc[kept["id"]].reset_index()))
+    pre = mc.read_shares(model, items, tok.pad_token_id, 0, 0)[0]  # (N, K, 3) under the fold's heads
+    np.testing.assert_allclose(tables[0.0][p].to_numpy(), pre.reshape(len(kept), -1), atol=1e-5)
+    half = tables[0.5][p].to_numpy()
+    assert not np.allclose(half, kept[p].to_numpy(), atol=1e-4) and not np.allclose(half, tables[0.0][p].to_numpy(), atol=1e-4)
+    again, _, _ = reccbm.load_checkpoint(folds / "fold-0")  # the fold's files are as they were
+    assert all(torch.equal(v, trained[k]) for k, v in again.state_dict().items())
+    for bad in ("1.5", "x", ""):
+        with pytest.raises(SystemExit, match="between 0 and 1"):
+            mod.parse_mix(bad)
+    monkeypatch.setattr("sys.argv", ["weight_mix.py", str(folds), "--out", str(folds)])
+    with pytest.raises(SystemExit, match="it would overwrite the run's own predictions"):
+        mod.main()
