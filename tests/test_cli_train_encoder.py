@@ -146,3 +146,21 @@ def test_padded_answers_held_down_on_a_course_that_is_not_mohler(tmp_path: Path,
     res = _train(course, tmp_path / "bad", "--cfg", "stage1.padding=-1")
     assert res.exit_code != 0 and "padding is >= 0" in " ".join(res.output.split()) and "Traceback" not in res.output
     assert not (tmp_path / "bad").exists()
+
+
+def test_ordinal_concept_classifiers_on_a_course_that_is_not_mohler(tmp_path: Path, course: dict[str, Path]) -> None:
+    """`--cfg model.concept_head=ordinal` on the chemistry lab (levels 0..2, marks 0..10): the run trains, records the
+    head, keeps one direction per concept, and grades its answers with levels in the rubric's range; an unknown head is
+    refused in one line that names the field, with nothing written."""
+    out = tmp_path / "ordinal"
+    res = _train(course, out, "--encoder", "train", "--cfg", "model.concept_head=ordinal")
+    assert res.exit_code == 0, res.output
+    assert yaml.safe_load((out / "config.yaml").read_text())["model"]["concept_head"] == "ordinal"
+    model, _, _ = reccbm.load_checkpoint(out)
+    assert isinstance(model, reccbm.RecCBM) and tuple(model.bottleneck.V.shape)[:2] == (3, 1)
+    graded = pd.read_csv(out / "test_predictions.csv")
+    levels = graded[[f"{k}_level" for k in CHEMLAB_KEYS]].to_numpy()
+    assert ((levels >= 0) & (levels <= 2)).all() and graded["grade"].between(0, 10).all()
+    res = _train(course, tmp_path / "bad", "--cfg", "model.concept_head=cumulative")
+    assert res.exit_code != 0 and "unknown concept head 'cumulative'" in " ".join(res.output.split())
+    assert "Traceback" not in res.output and not (tmp_path / "bad").exists()
