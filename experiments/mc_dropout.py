@@ -66,6 +66,21 @@ def read_shares(model: Any, items: Any, pad_id: int, passes: int, seed: int, bat
     return np.stack(out)
 
 
+def load_fold(fold_dir: Path) -> tuple[Any, Any, dict[str, Any], pd.DataFrame]:
+    """A k-fold run's fold: its model, tokenizer, model.json and table.csv (indexed by id); one line (SystemExit) where
+    the fold keeps no weights or no table."""
+    import reccbm
+
+    try:
+        model, tokenizer, meta = reccbm.load_checkpoint(fold_dir)
+        table = pd.read_csv(fold_dir / "table.csv", dtype=str).set_index("id")
+    except (reccbm.ReccbmError, OSError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise SystemExit(f"{why if str(fold_dir) in why else f'{fold_dir}: {why}'}; give a k-fold run whose folds "
+                         "keep their weights and table.csv") from None
+    return model, tokenizer, meta, table
+
+
 def mc_run(run: Path, passes: int, seed: int = 0, progress: Callable[[str], None] | None = None
            ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The run's test answers read with dropout on, ``passes`` times a fold: pooled predictions (id, fold, grade,
@@ -77,14 +92,7 @@ def mc_run(run: Path, passes: int, seed: int = 0, progress: Callable[[str], None
     base = pooled(run)
     parts, same, n, seconds = [], 0, 0, 0.0
     for fold in sorted(base["fold"].unique()):
-        fold_dir = run / f"fold-{int(fold)}"
-        try:
-            model, tokenizer, meta = reccbm.load_checkpoint(fold_dir)
-            table = pd.read_csv(fold_dir / "table.csv", dtype=str).set_index("id")
-        except (reccbm.ReccbmError, OSError) as exc:
-            why = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-            raise SystemExit(f"{why if str(fold_dir) in why else f'{fold_dir}: {why}'}; give a k-fold run whose folds "
-                             "keep their weights and table.csv") from None
+        model, tokenizer, meta, table = load_fold(run / f"fold-{int(fold)}")
         keys = list(meta["concept_keys"])
         lo_c = int(meta.get("scale", [1])[0])  # the concept levels' lowest
         lo = int(meta.get("grade", [0])[0])

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from experiments.mc_dropout import read_shares
+from experiments.mc_dropout import load_fold, read_shares
 from experiments.reader_compare import pooled
 from experiments.seed_ensemble import graded_rows
 
@@ -71,14 +71,7 @@ def mix_run(run: Path, mix: list[float], backbone: str | None = None, progress: 
     same, n = 0, 0
     pre: dict[str, torch.Tensor] | None = None
     for fold in sorted(base["fold"].unique()):
-        fold_dir = run / f"fold-{int(fold)}"
-        try:
-            model, tokenizer, meta = reccbm.load_checkpoint(fold_dir)
-            table = pd.read_csv(fold_dir / "table.csv", dtype=str).set_index("id")
-        except (reccbm.ReccbmError, OSError) as exc:
-            why = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-            raise SystemExit(f"{why if str(fold_dir) in why else f'{fold_dir}: {why}'}; give a k-fold run whose folds "
-                             "keep their weights and table.csv") from None
+        model, tokenizer, meta, table = load_fold(run / f"fold-{int(fold)}")
         if pre is None:
             pre = {k: v.detach().clone() for k, v in TextEncoder.from_pretrained(
                 backbone or model.config.backbone or default_backbone()).state_dict().items()}
