@@ -22,8 +22,8 @@ Concept labels of the Mohler runs: majority vote over three LLM annotation passe
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -106,15 +106,15 @@ def main() -> None:
     mix = parse_mix(a.mix)
     if a.out.resolve() == a.run.resolve():
         raise SystemExit(f"--out {a.out}: it would overwrite the run's own predictions; give a folder of its own")
+    from rubrictool.atomic import atomic_write, atomic_write_json
+
     tables, check = mix_run(a.run, mix, a.backbone, progress=print)
     print(f"read with its own weights, each fold gives its kept level for {check['own_levels_reproduced']:.3f} of "
           f"{check['levels']} (answer, concept) pairs")
-    for m, table in tables.items():
-        out = a.out / f"mix-{m:g}"
-        out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / "pooled_predictions.csv", index=False)
-        print(f"wrote {out / 'pooled_predictions.csv'} ({len(table)} answers)")
-    (a.out / "weight_mix.json").write_text(json.dumps({"run": str(a.run)} | check, indent=1) + "\n")
+    for m, table in tables.items():  # whole files or none: reader_compare must never read half of one
+        path = atomic_write(a.out / f"mix-{m:g}" / "pooled_predictions.csv", partial(table.to_csv, index=False))
+        print(f"wrote {path} ({len(table)} answers)")
+    atomic_write_json(a.out / "weight_mix.json", {"run": str(a.run)} | check)
 
 
 if __name__ == "__main__":

@@ -531,3 +531,11 @@ def test_weight_mix_reads_with_the_encoder_between_pretrained_and_fine_tuned(tmp
     monkeypatch.setattr("sys.argv", ["weight_mix.py", str(folds), "--out", str(folds)])
     with pytest.raises(SystemExit, match="it would overwrite the run's own predictions"):
         mod.main()
+    out = tmp_path / "mixes"
+    monkeypatch.setattr("sys.argv", ["weight_mix.py", str(folds), "--mix", "1,0.5", "--out", str(out)])
+    mod.main()
+    written = pd.read_csv(out / "mix-1" / "pooled_predictions.csv", dtype={"id": str})
+    assert written["grade"].tolist() == kept["grade"].tolist()
+    assert json.loads((out / "weight_mix.json").read_text())["mix"] == [1.0, 0.5]
+    assert sorted(p.name for p in out.rglob("*") if p.is_file()) == ["pooled_predictions.csv", "pooled_predictions.csv",
+                                                                      "weight_mix.json"]  # no temporary file left
