@@ -91,6 +91,11 @@ class ModelConfig:
     # adjacent-categories logit model), so that each concept is read as one score along its ordered levels; the
     # alignment features and the rubric reader (above) keep their own weights per level.
     concept_head: str = "softmax"
+    # Not in the paper. False: H is the backbone's last layer (Eq. 7). True: H = γ Σ_l softmax(w)_l H_l over the input
+    # embeddings and every transformer layer (a scalar mix, Peters et al. 2018), w = 0 and γ = 1 at start, trained at
+    # the alignment weights' rate (stage1.align_lr_multiplier), so that RACE and the classifiers can read the lower
+    # layers' more lexical states beside the top layer's; reccbm.encoder.LayerMix.
+    layer_mix: bool = False
     rubric_ids: tuple[int, ...] = ()
     rubric_spans: tuple[int, ...] = ()
 
@@ -166,8 +171,9 @@ class StageIConfig:
     # epoch and stage instead of running E each step. Memory: N inputs × their tokens × d floats (all of Mohler, MiniLM:
     # 0.2 GB). False runs E (in eval mode) every step: the same numbers, slower.
     cache_states: bool = True
-    # Learning-rate multiplier of the alignment features' weights (ModelConfig.align): they start at 0 and read a dozen
-    # features, where V_k reads d token-state dimensions, so at the encoder's rate they would hardly move.
+    # Learning-rate multiplier of the alignment features' weights (ModelConfig.align) and of the layer mix's weights
+    # (ModelConfig.layer_mix): they start at 0 and read a dozen features or layers, where V_k reads d token-state
+    # dimensions, so at the encoder's rate they would hardly move.
     align_lr_multiplier: float = 100.0
     # Soft concept targets (not in the paper): the target of L_con (Eq. 12) and of the joint stage's concept loss is
     # (1 − w) · one-hot(the adjudicated level) + w · the share of the reviewers who gave each level, w = soft_targets;

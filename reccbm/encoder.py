@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from reccbm.errors import ReccbmError
 
-__all__ = ["TextEncoder", "default_backbone", "masked_mean", "parameter_depths", "states_layer"]
+__all__ = ["LayerMix", "TextEncoder", "default_backbone", "masked_mean", "parameter_depths", "states_layer"]
 
 
 def default_backbone() -> str:
@@ -50,6 +51,13 @@ class TextEncoder(nn.Module):
         # A training stage's CUDA graphs of the backbone (reccbm.graphs.EncoderGraphs; StageIConfig.cuda_graphs): used
         # in training mode on a GPU while a stage sets them, None otherwise
         self.graphs: Any = None
+        # ModelConfig.layer_mix: H as a scalar mix of every layer's states (:meth:`use_layer_mix`); None = the last
+        self.mix: LayerMix | None = None
+
+    def use_layer_mix(self) -> None:
+        """H = γ Σ_l softmax(w)_l H_l over the input embeddings and the L layers (ModelConfig.layer_mix)."""
+        if self.mix is None:
+            self.mix = LayerMix(self.n_layers() + 1)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str) -> TextEncoder:
@@ -82,6 +90,13 @@ class TextEncoder(nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
         types = token_type_ids if self._takes_token_types else None
+        if self.mix is not None:  # every layer's states, mixed (ModelConfig.layer_mix)
+            kwargs_mix: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask,
+                                          "output_hidden_states": True}
+            if types is not None:
+                kwargs_mix["token_type_ids"] = types
+            mixed: Tensor = self.mix(self.module(**kwargs_mix).hidden_states)  # (B, T, d)
+            return mixed
         if self.graphs is not None and self.training and input_ids.is_cuda:
             out: Tensor = self.graphs(input_ids, attention_mask, types)  # (B, T, d), replayed
             return out
@@ -156,6 +171,24 @@ class TextEncoder(nn.Module):
             setattr(holder, attr, layers)
 
 
+class LayerMix(nn.Module):
+    """A scalar mix of layer states (ModelConfig.layer_mix; Peters et al. 2018): H = γ Σ_l softmax(w)_l H_l over the
+    n = L + 1 states (the input embeddings' and each layer's), w = 0 (an even mix) and γ = 1 at start."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(n))  # (L+1,)
+        self.gamma = nn.Parameter(torch.ones(1))  # γ
+
+    def forward(self, states: tuple[Tensor, ...]) -> Tensor:
+        if len(states) != self.w.numel():
+            raise ReccbmError(f"model.layer_mix: the backbone gave {len(states)} layer states, the mix has "
+                              f"{self.w.numel()} weights")
+        s = self.w.softmax(0).to(states[0].dtype)  # (L+1,)
+        H: Tensor = self.gamma.to(states[0].dtype) * torch.einsum("l,lbtd->btd", s, torch.stack(states))
+        return H  # (B, T, d)
+
+
 class _Given(nn.Module):
     """Stands in for a backbone's embeddings while :meth:`TextEncoder.upper` runs: the given states pass through."""
 
@@ -210,6 +243,9 @@ def states_layer(encoder: nn.Module, top: int) -> int | None:
         return None
     if not isinstance(encoder, TextEncoder):
         raise ReccbmError("stage1.train_top_layers needs a Hugging Face encoder (TextEncoder); use 0 (all layers)")
+    if encoder.mix is not None:
+        raise ReccbmError("stage1.train_top_layers cuts the encoder under its top layers; model.layer_mix reads every "
+                          "layer: use one of them (train_top_layers 0, or layer_mix false)")
     L = encoder.n_layers()
     if top >= L:
         raise ReccbmError(f"stage1.train_top_layers {top}: the backbone has {L} layers; use 1..{L - 1}, or 0 for all")

@@ -302,6 +302,8 @@ class RecCBM(nn.Module):
         K, d = config.num_concepts, encoder.hidden_size
         if config.num_levels < 2:
             raise ReccbmError("a concept needs at least two levels (M >= 1)")
+        if config.layer_mix and isinstance(encoder, TextEncoder):  # H from every layer (ModelConfig.layer_mix)
+            encoder.use_layer_mix()
         self.bottleneck = ConceptBottleneck(K, config.num_levels, d, config.tau, config.race,
                                             ordinal=config.concept_head == "ordinal")
         # question-independent comparison of answer and reference beside V_k h_k (not in the paper; reccbm/align.py)
@@ -438,6 +440,8 @@ class PLM(nn.Module):
             raise ReccbmError("reccbm.PLM is the baseline of a config with plm=True; REC-CBM is reccbm.RecCBM")
         self.config = config
         self.encoder: TextEncoder | OnnxEncoder = encoder  # OnnxEncoder: inference only
+        if config.layer_mix and isinstance(encoder, TextEncoder):  # the same H as REC-CBM's (ModelConfig.layer_mix)
+            encoder.use_layer_mix()
         self.plm_head = nn.Linear(encoder.hidden_size, config.num_grades)  # (S+1, d): pooled H -> grade logits
 
     def stage1_parameters(self) -> list[nn.Parameter]:

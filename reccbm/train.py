@@ -232,6 +232,8 @@ def _optimizer(model: Model, cfg: StageIConfig, stage: str = "stage1", joint: Jo
     if stage != "joint" and cfg.encoder == "frozen" and cfg.frozen_lr > 0:
         lr = cfg.frozen_lr  # only heads train
     align = set(map(id, model.align.parameters())) if isinstance(model, RecCBM) and model.align is not None else set()
+    mix = getattr(model.encoder, "mix", None)  # ModelConfig.layer_mix's weights train at the alignment weights' rate
+    align |= set(map(id, mix.parameters())) if mix is not None else set()
     # layer_decay < 1: an encoder parameter `below` depths under the top (reccbm.encoder.parameter_depths) trains at
     # its group's rate × layer_decay^below; everything else at its group's rate (below = 0)
     depths, L = parameter_depths(model.encoder) if cfg.layer_decay < 1.0 else ({}, 0)
@@ -410,9 +412,10 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
 
 def _graphs_apply(cfg: StageIConfig, acc: Any, model: Model, cut: bool) -> bool:
     """Whether a stage records its encoder's steps as CUDA graphs (StageIConfig.cuda_graphs): one CUDA process in
-    float32, an encoder that trains whole (not frozen, not cut under trained top layers) and is a TextEncoder."""
+    float32, an encoder that trains whole (not frozen, not cut under trained top layers) and is a TextEncoder whose H is
+    its last layer (the graphs record the backbone's own output, not model.layer_mix's)."""
     return (cfg.cuda_graphs and acc.device.type == "cuda" and acc.num_processes == 1 and cfg.mixed_precision == "no"
-            and not cut and isinstance(model.encoder, TextEncoder))
+            and not cut and isinstance(model.encoder, TextEncoder) and model.encoder.mix is None)
 
 
 def _train_epoch(run: _Run, loss_fn: Callable[[Any, dict[str, Tensor]], Tensor], stage: str, epoch: int,

@@ -438,3 +438,42 @@ def test_the_ordinal_concept_head_trains_and_comes_back_from_its_checkpoint(back
     test = encoded(tok, toy_table(6, seed=3))
     np.testing.assert_allclose(predict(loaded, test, tok.pad_token_id).p_hat,
                                predict(model, test, tok.pad_token_id).p_hat, rtol=1e-5, atol=1e-6)
+
+
+def test_the_layer_mix_starts_as_the_mean_of_every_layer_trains_and_comes_back_from_its_checkpoint(
+        backbone: str, tmp_path: Path) -> None:
+    """model.layer_mix: H starts as the even mean of the embeddings' and every layer's states, its weights train (at the
+    alignment weights' rate), and a checkpoint rebuilds the mix (its config kept), predicting the same level shares."""
+    model, tok = tiny_model(backbone, layer_mix=True)
+    enc = model.encoder
+    assert isinstance(enc, reccbm.TextEncoder) and enc.mix is not None and enc.mix.w.numel() == enc.n_layers() + 1
+    batch = collate(encoded(tok, toy_table(4, seed=5)), list(range(4)), tok.pad_token_id)
+    enc.eval()
+    with torch.no_grad():
+        states = enc.module(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                            output_hidden_states=True).hidden_states
+        H = enc(batch["input_ids"], batch["attention_mask"])
+    torch.testing.assert_close(H, torch.stack(states).mean(0))
+    assert not torch.allclose(H, states[-1])
+    train, dev = encoded(tok, toy_table(24, seed=1)), encoded(tok, toy_table(8, seed=2))
+    train_concepts(model, train, dev, FAST1, tok.pad_token_id)
+    w = enc.mix.w.detach()
+    assert float(w.std()) > 1e-3 and float((enc.mix.gamma.detach() - 1).abs()) > 1e-4
+    reccbm.save_checkpoint(model, tok, tmp_path, "stage1", 1)
+    loaded, _, _ = reccbm.load_checkpoint(tmp_path, device="cpu")
+    assert isinstance(loaded, reccbm.RecCBM) and loaded.config.layer_mix
+    assert isinstance(loaded.encoder, reccbm.TextEncoder) and loaded.encoder.mix is not None
+    torch.testing.assert_close(loaded.encoder.mix.w.detach(), w)
+    test = encoded(tok, toy_table(6, seed=3))
+    np.testing.assert_allclose(predict(loaded, test, tok.pad_token_id).p_hat,
+                               predict(model, test, tok.pad_token_id).p_hat, rtol=1e-5, atol=1e-6)
+
+
+def test_the_layer_mix_is_refused_beside_training_only_the_top_layers(backbone: str) -> None:
+    """model.layer_mix reads every layer; stage1.train_top_layers caches the states under its top layers: one line."""
+    import dataclasses
+
+    model, tok = tiny_model(backbone, layer_mix=True)
+    train, dev = encoded(tok, toy_table(8, seed=1)), encoded(tok, toy_table(4, seed=2))
+    with pytest.raises(reccbm.ReccbmError, match="layer_mix reads every layer"):
+        train_concepts(model, train, dev, dataclasses.replace(FAST1, train_top_layers=1), tok.pad_token_id)
