@@ -69,6 +69,11 @@ class Recipe:
     joint: JointConfig = field(default_factory=JointConfig)  # the joint stage; epochs 0 = off (the paper)
     stage2: StageIIConfig = field(default_factory=StageIIConfig)  # Stage II, and cross-fitting
 
+    def __post_init__(self) -> None:
+        if self.model.layer_mix and self.stage1.train_top_layers > 0:
+            raise ValueError("model.layer_mix reads every layer; stage1.train_top_layers cuts the encoder under its top "
+                             "layers: use one of them (train_top_layers 0, or layer_mix false)")
+
     def calibration_skipped(self, n_dev: int) -> str | None:
         """Why ``stage2.calibrate`` is not applied to a fit with ``n_dev`` dev answers (None: it is, or it is off)."""
         s2 = self.stage2
@@ -419,6 +424,8 @@ def _frozen_states(train: EncodedItems, dev: EncodedItems, r: Recipe, pad: int) 
     every model of the recipe (cross-fitting included), so they all reuse these. With ``stage1.train_top_layers`` = n
     they are the output of the L − n layers that stay pretrained, on which the trained layers above run."""
     encoder = TextEncoder.from_pretrained(r.model.backbone or default_backbone())
+    if r.model.layer_mix:  # the frozen mix (even at start) the model's own encoder gives: H as the model reads it
+        encoder.use_layer_mix()
     if r.stage1.encoder == "train":  # cut under the trained top layers, if any (a frozen encoder's states are H)
         encoder.states_layer = states_layer(encoder, r.stage1.train_top_layers)
     dev_, precision = _device(r), r.stage1.mixed_precision

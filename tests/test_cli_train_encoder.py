@@ -164,3 +164,23 @@ def test_ordinal_concept_classifiers_on_a_course_that_is_not_mohler(tmp_path: Pa
     res = _train(course, tmp_path / "bad", "--cfg", "model.concept_head=cumulative")
     assert res.exit_code != 0 and "unknown concept head 'cumulative'" in " ".join(res.output.split())
     assert "Traceback" not in res.output and not (tmp_path / "bad").exists()
+
+
+def test_the_layer_mix_on_a_course_that_is_not_mohler(tmp_path: Path, course: dict[str, Path]) -> None:
+    """`--cfg model.layer_mix=true` on the chemistry lab: the run trains and records the mix, its checkpoint holds one
+    weight per layer state (the embeddings' and each layer's), and it grades in the rubric's range; beside
+    stage1.train_top_layers it is refused in one line, with nothing written."""
+    out = tmp_path / "mix"
+    res = _train(course, out, "--encoder", "train", "--cfg", "model.layer_mix=true")
+    assert res.exit_code == 0, res.output
+    assert yaml.safe_load((out / "config.yaml").read_text())["model"]["layer_mix"] is True
+    model, _, _ = reccbm.load_checkpoint(out)
+    assert isinstance(model, reccbm.RecCBM) and isinstance(model.encoder, reccbm.TextEncoder)
+    assert model.encoder.mix is not None and model.encoder.mix.w.numel() == model.encoder.n_layers() + 1
+    graded = pd.read_csv(out / "test_predictions.csv")
+    levels = graded[[f"{k}_level" for k in CHEMLAB_KEYS]].to_numpy()
+    assert ((levels >= 0) & (levels <= 2)).all() and graded["grade"].between(0, 10).all()
+    res = _train(course, tmp_path / "bad", "--encoder", "train", "--cfg", "model.layer_mix=true",
+                 "--cfg", "stage1.train_top_layers=1")
+    assert res.exit_code != 0 and "model.layer_mix reads every layer" in " ".join(res.output.split())
+    assert "Traceback" not in res.output and not (tmp_path / "bad").exists()

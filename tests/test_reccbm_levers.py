@@ -477,3 +477,24 @@ def test_the_layer_mix_is_refused_beside_training_only_the_top_layers(backbone: 
     train, dev = encoded(tok, toy_table(8, seed=1)), encoded(tok, toy_table(4, seed=2))
     with pytest.raises(reccbm.ReccbmError, match="layer_mix reads every layer"):
         train_concepts(model, train, dev, dataclasses.replace(FAST1, train_top_layers=1), tok.pad_token_id)
+
+
+def test_a_frozen_encoder_with_the_layer_mix_caches_the_mixed_states_the_model_reads(backbone: str) -> None:
+    """With a frozen encoder the recipe's cached token states are those of the model's own (mixed) H, not the last
+    layer's; and a recipe that asks for the mix beside stage1.train_top_layers is refused when it is built."""
+    import dataclasses
+
+    from reccbm.fit import _frozen_states
+    from reccbm.inference import encoder_states
+
+    model, tok = tiny_model(backbone, layer_mix=True)
+    train, dev = encoded(tok, toy_table(6, seed=1)), encoded(tok, toy_table(3, seed=2))
+    stage1 = dataclasses.replace(FAST1, encoder="frozen", device="cpu")
+    cached = _frozen_states(train, dev, reccbm.Recipe(model.config, stage1), tok.pad_token_id)
+    own = encoder_states(model.encoder, train, tok.pad_token_id)
+    plain = encoder_states(reccbm.TextEncoder.from_pretrained(backbone), train, tok.pad_token_id)
+    for c, o, p in zip(cached.train, own, plain, strict=True):
+        torch.testing.assert_close(c, o)
+        assert not torch.allclose(c, p)
+    with pytest.raises(ValueError, match="model.layer_mix reads every layer"):
+        reccbm.Recipe(model.config, dataclasses.replace(FAST1, train_top_layers=1))
