@@ -250,9 +250,17 @@ class StageIConfig:
     padding: float = 0.0
     padding_per_batch: int = 1
     padding_tokens: int = 24
+    # Two readings of each batch (not in the paper; R-Drop, Liang et al. 2021): > 0 runs every Stage I batch through the
+    # model twice, under two dropout masks, takes the concept loss and OPCC as the mean of the two readings' and adds
+    # rdrop × the symmetric KL divergence between the two readings' level distributions of every concept (summed over
+    # concepts, as L_con), so that the reading does not rest on any few units; a Stage I step costs about two.
+    # 0 = one reading.
+    rdrop: float = 0.0
 
     def __post_init__(self) -> None:
         _check_scalars(self)
+        if self.rdrop < 0:
+            raise ValueError(f"rdrop is a weight >= 0 (0 = one reading), got {self.rdrop}")
         if self.question_effects < 0:
             raise ValueError(f"question_effects is >= 0 (0 = off), got {self.question_effects}")
         if not 0 <= self.reference_swap <= 1:

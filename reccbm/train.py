@@ -57,6 +57,7 @@ from reccbm.model import (
     PLM,
     Model,
     RecCBM,
+    RecCBMOutput,
     concept_loss,
     expected_scores,
     masked_mean,
@@ -412,9 +413,11 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
 
 def _graphs_apply(cfg: StageIConfig, acc: Any, model: Model, cut: bool) -> bool:
     """Whether a stage records its encoder's steps as CUDA graphs (StageIConfig.cuda_graphs): one CUDA process in
-    float32, an encoder that trains whole (not frozen, not cut under trained top layers) and is a TextEncoder whose H is
-    its last layer (the graphs record the backbone's own output, not model.layer_mix's)."""
+    float32, one reading a step (not stage1.rdrop's two), an encoder that trains whole (not frozen, not cut under trained
+    top layers) and is a TextEncoder whose H is its last layer (the graphs record the backbone's own output, not
+    model.layer_mix's)."""
     return (cfg.cuda_graphs and acc.device.type == "cuda" and acc.num_processes == 1 and cfg.mixed_precision == "no"
+            and cfg.rdrop == 0  # a recorded graph's one set of buffers holds one reading before the backward
             and not cut and isinstance(model.encoder, TextEncoder) and model.encoder.mix is None)
 
 
@@ -536,24 +539,44 @@ def _concept_loss(logits: Tensor, batch: dict[str, Tensor], cfg: StageIConfig) -
 
 
 def _stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
-    def loss(model: RecCBM, batch: dict[str, Tensor]) -> Tensor:
+    def read(model: RecCBM, batch: dict[str, Tensor]) -> tuple[RecCBMOutput, Tensor, Tensor]:
+        """One reading: the output, its concept logits (B, K, M+1) and ĉ (B, K), with the question offsets added."""
         out = model(batch)
         assert out.concept_logits is not None and out.c_hat is not None
-        c = batch["concepts"]  # (B, K)
         logits, c_hat = out.concept_logits, out.c_hat
         if "question_offsets" in batch:  # + the answer's question offset (cfg.question_effects)
             logits = logits + batch["question_offsets"].to(logits.dtype)
             c_hat = expected_scores(logits.float().softmax(-1))
+        return out, logits, c_hat
+
+    def terms(logits: Tensor, c_hat: Tensor, batch: dict[str, Tensor]) -> Tensor:
         total = cfg.lambda_c * _concept_loss(logits, batch, cfg)  # Eq. 12
         if cfg.lambda_r > 0:
-            total = total + cfg.lambda_r * opcc_loss(c_hat, c)  # Eq. 16
+            total = total + cfg.lambda_r * opcc_loss(c_hat, batch["concepts"])  # Eq. 16
+        return total
+
+    def loss(model: RecCBM, batch: dict[str, Tensor]) -> Tensor:
+        out, logits, c_hat = read(model, batch)
+        total = terms(logits, c_hat, batch)
+        if cfg.rdrop > 0:  # a second reading under another dropout mask (R-Drop): the mean of both, + their divergence
+            _, logits2, c_hat2 = read(model, batch)
+            total = 0.5 * (total + terms(logits2, c_hat2, batch)) + cfg.rdrop * rdrop_divergence(logits, logits2)
         if cfg.contrast > 0:  # supervision across questions (reccbm/contrast.py)
             total = total + cfg.contrast * _contrast_term(model, batch, cfg, total)
         if cfg.padding > 0:  # text beside the point reads no higher (reccbm/padding.py); out.c_hat: the answers' own
+            assert out.c_hat is not None
             total = total + cfg.padding * _padding_term(model, batch, cfg, out.c_hat, total)
         return total  # Eq. 27
 
     return loss
+
+
+def rdrop_divergence(a: Tensor, b: Tensor) -> Tensor:
+    """½ (KL(p‖q) + KL(q‖p)) between two readings' level distributions p = softmax(a), q = softmax(b), (B, K, M+1)
+    logits: summed over the K concepts, as L_con (Eq. 12), and averaged over the batch (StageIConfig.rdrop)."""
+    la, lb = F.log_softmax(a.float(), -1), F.log_softmax(b.float(), -1)  # (B, K, M+1)
+    kl = (la.exp() * (la - lb) + lb.exp() * (lb - la)).sum(-1)  # (B, K): KL(p‖q) + KL(q‖p)
+    return 0.5 * kl.sum(1).mean()
 
 
 def _host_inputs(batch: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -184,3 +184,18 @@ def test_the_layer_mix_on_a_course_that_is_not_mohler(tmp_path: Path, course: di
                  "--cfg", "stage1.train_top_layers=1")
     assert res.exit_code != 0 and "model.layer_mix reads every layer" in " ".join(res.output.split())
     assert "Traceback" not in res.output and not (tmp_path / "bad").exists()
+
+
+def test_two_readings_a_step_on_a_course_that_is_not_mohler(tmp_path: Path, course: dict[str, Path]) -> None:
+    """`--cfg stage1.rdrop=1.0` on the chemistry lab: the run trains with two readings a Stage I step, records the weight
+    and grades in the rubric's range; a negative weight is refused in one line that names the field, nothing written."""
+    out = tmp_path / "rdrop"
+    res = _train(course, out, "--encoder", "train", "--cfg", "stage1.rdrop=1.0")
+    assert res.exit_code == 0, res.output
+    assert yaml.safe_load((out / "config.yaml").read_text())["stage1"]["rdrop"] == 1.0
+    graded = pd.read_csv(out / "test_predictions.csv")
+    levels = graded[[f"{k}_level" for k in CHEMLAB_KEYS]].to_numpy()
+    assert ((levels >= 0) & (levels <= 2)).all() and graded["grade"].between(0, 10).all()
+    res = _train(course, tmp_path / "bad", "--cfg", "stage1.rdrop=-1")
+    assert res.exit_code != 0 and "rdrop is a weight >= 0" in " ".join(res.output.split())
+    assert "Traceback" not in res.output and not (tmp_path / "bad").exists()

@@ -498,3 +498,53 @@ def test_a_frozen_encoder_with_the_layer_mix_caches_the_mixed_states_the_model_r
         assert not torch.allclose(c, p)
     with pytest.raises(ValueError, match="model.layer_mix reads every layer"):
         reccbm.Recipe(model.config, dataclasses.replace(FAST1, train_top_layers=1))
+
+
+def test_rdrop_divergence_is_the_symmetric_kl_summed_over_concepts() -> None:
+    """½ (KL(p‖q) + KL(q‖p)) per concept, summed over concepts and averaged over answers; 0 for one reading twice."""
+    from reccbm.train import rdrop_divergence
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4, 3, 3, generator=g), torch.randn(4, 3, 3, generator=g)
+    p, q = a.softmax(-1), b.softmax(-1)
+    kl_pq = (p * (p.log() - q.log())).sum(-1)  # (4, 3)
+    kl_qp = (q * (q.log() - p.log())).sum(-1)
+    torch.testing.assert_close(rdrop_divergence(a, b), (0.5 * (kl_pq + kl_qp)).sum(1).mean())
+    torch.testing.assert_close(rdrop_divergence(a, b), rdrop_divergence(b, a))
+    assert float(rdrop_divergence(a, a)) == 0.0 and float(rdrop_divergence(a, b)) > 0
+
+
+def test_two_readings_add_their_divergence_only_where_dropout_makes_them_differ(backbone: str) -> None:
+    """stage1.rdrop: without dropout the two readings are one and the loss is the one reading's; with the encoder's
+    dropout on they differ and the loss is the mean of the two readings' plus rdrop × their divergence (> 0); Stage I
+    trains with it; a negative weight is refused."""
+    import dataclasses
+
+    from reccbm.train import _stage1_loss
+
+    model, tok = tiny_model(backbone)
+    items = encoded(tok, toy_table(8, seed=4))
+    batch = collate(items, list(range(8)), tok.pad_token_id)
+    model.train()
+    for m in model.encoder.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    plain = _stage1_loss(FAST1)(model, batch)
+    torch.testing.assert_close(_stage1_loss(dataclasses.replace(FAST1, rdrop=1.0))(model, batch), plain)
+    for m in model.encoder.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.3
+    torch.manual_seed(1)
+    two = _stage1_loss(dataclasses.replace(FAST1, rdrop=1.0))(model, batch)
+    torch.manual_seed(1)
+    first, second = _stage1_loss(FAST1)(model, batch), _stage1_loss(FAST1)(model, batch)
+    torch.manual_seed(1)
+    zero_weight = _stage1_loss(dataclasses.replace(FAST1, rdrop=1e-12))(model, batch)
+    torch.testing.assert_close(zero_weight, 0.5 * (first + second), rtol=1e-5, atol=1e-6)
+    assert float(two.detach()) > float(zero_weight.detach()) + 1e-4
+    train, dev = encoded(tok, toy_table(24, seed=1)), encoded(tok, toy_table(8, seed=2))
+    V = model.bottleneck.V.detach().clone()
+    train_concepts(model, train, dev, dataclasses.replace(FAST1, rdrop=1.0), tok.pad_token_id)
+    assert not torch.equal(V, model.bottleneck.V.detach())
+    with pytest.raises(ValueError, match="rdrop is a weight >= 0"):
+        dataclasses.replace(FAST1, rdrop=-0.5)
