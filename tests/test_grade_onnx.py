@@ -225,3 +225,23 @@ def test_every_backbone_family_exports(tmp_path_factory: pytest.TempPathFactory,
         assert got.shape == ref.shape and got.dtype == torch.float32
         assert float((got - ref).abs()[real].max()) < 1e-4
     assert os.listdir(tmp_path) == ["e.onnx"]
+
+
+def test_the_layer_mix_exports_with_the_backbone(backbone: str, tmp_path: Path) -> None:
+    """model.layer_mix: the ONNX encoder gives the mixed H (trained-looking weights, not the even start), not the last
+    layer's."""
+    model, tok = tiny_model(backbone, layer_mix=True)
+    model.eval()
+    assert isinstance(model.encoder, TextEncoder) and model.encoder.mix is not None
+    with torch.no_grad():
+        model.encoder.mix.w.copy_(torch.linspace(-1.0, 2.0, model.encoder.mix.w.numel()))
+        model.encoder.mix.gamma.fill_(1.7)
+    enc = OnnxEncoder(export_encoder(model.encoder, tmp_path / "e.onnx"), model.encoder.hf_config)
+    batch = collate(encoded(tok, toy_table(6)), list(range(6)), tok.pad_token_id)
+    with torch.inference_mode():
+        ref = model.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        last = model.encoder.module(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    got = enc(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+    real = batch["attention_mask"].bool()
+    assert float((got - ref).abs()[real].max()) < 1e-4
+    assert float((got - last).abs()[real].max()) > 1e-2
