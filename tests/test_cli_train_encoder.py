@@ -148,6 +148,20 @@ def test_padded_answers_held_down_on_a_course_that_is_not_mohler(tmp_path: Path,
     assert not (tmp_path / "bad").exists()
 
 
+def _grades_in_the_rubrics_range(out: Path) -> None:
+    """The chemistry lab run's test answers graded with levels 0..2 and marks 0..10."""
+    graded = pd.read_csv(out / "test_predictions.csv")
+    levels = graded[[f"{k}_level" for k in CHEMLAB_KEYS]].to_numpy()
+    assert ((levels >= 0) & (levels <= 2)).all() and graded["grade"].between(0, 10).all()
+
+
+def _refused(course: dict[str, Path], out: Path, message: str, *args: str) -> None:
+    """`train` with ``args`` fails in one line holding ``message``, without a traceback, and writes nothing at ``out``."""
+    res = _train(course, out, *args)
+    assert res.exit_code != 0 and message in " ".join(res.output.split())
+    assert "Traceback" not in res.output and not out.exists()
+
+
 def test_ordinal_concept_classifiers_on_a_course_that_is_not_mohler(tmp_path: Path, course: dict[str, Path]) -> None:
     """`--cfg model.concept_head=ordinal` on the chemistry lab (levels 0..2, marks 0..10): the run trains, records the
     head, keeps one direction per concept, and grades its answers with levels in the rubric's range; an unknown head is
@@ -158,12 +172,8 @@ def test_ordinal_concept_classifiers_on_a_course_that_is_not_mohler(tmp_path: Pa
     assert yaml.safe_load((out / "config.yaml").read_text())["model"]["concept_head"] == "ordinal"
     model, _, _ = reccbm.load_checkpoint(out)
     assert isinstance(model, reccbm.RecCBM) and tuple(model.bottleneck.V.shape)[:2] == (3, 1)
-    graded = pd.read_csv(out / "test_predictions.csv")
-    levels = graded[[f"{k}_level" for k in CHEMLAB_KEYS]].to_numpy()
-    assert ((levels >= 0) & (levels <= 2)).all() and graded["grade"].between(0, 10).all()
-    res = _train(course, tmp_path / "bad", "--cfg", "model.concept_head=cumulative")
-    assert res.exit_code != 0 and "unknown concept head 'cumulative'" in " ".join(res.output.split())
-    assert "Traceback" not in res.output and not (tmp_path / "bad").exists()
+    _grades_in_the_rubrics_range(out)
+    _refused(course, tmp_path / "bad", "unknown concept head 'cumulative'", "--cfg", "model.concept_head=cumulative")
 
 
 def test_the_layer_mix_on_a_course_that_is_not_mohler(tmp_path: Path, course: dict[str, Path]) -> None:
@@ -177,13 +187,9 @@ def test_the_layer_mix_on_a_course_that_is_not_mohler(tmp_path: Path, course: di
     model, _, _ = reccbm.load_checkpoint(out)
     assert isinstance(model, reccbm.RecCBM) and isinstance(model.encoder, reccbm.TextEncoder)
     assert model.encoder.mix is not None and model.encoder.mix.w.numel() == model.encoder.n_layers() + 1
-    graded = pd.read_csv(out / "test_predictions.csv")
-    levels = graded[[f"{k}_level" for k in CHEMLAB_KEYS]].to_numpy()
-    assert ((levels >= 0) & (levels <= 2)).all() and graded["grade"].between(0, 10).all()
-    res = _train(course, tmp_path / "bad", "--encoder", "train", "--cfg", "model.layer_mix=true",
-                 "--cfg", "stage1.train_top_layers=1")
-    assert res.exit_code != 0 and "model.layer_mix reads every layer" in " ".join(res.output.split())
-    assert "Traceback" not in res.output and not (tmp_path / "bad").exists()
+    _grades_in_the_rubrics_range(out)
+    _refused(course, tmp_path / "bad", "model.layer_mix reads every layer", "--encoder", "train", "--cfg",
+             "model.layer_mix=true", "--cfg", "stage1.train_top_layers=1")
 
 
 def test_two_readings_a_step_on_a_course_that_is_not_mohler(tmp_path: Path, course: dict[str, Path]) -> None:
@@ -193,9 +199,5 @@ def test_two_readings_a_step_on_a_course_that_is_not_mohler(tmp_path: Path, cour
     res = _train(course, out, "--encoder", "train", "--cfg", "stage1.rdrop=1.0")
     assert res.exit_code == 0, res.output
     assert yaml.safe_load((out / "config.yaml").read_text())["stage1"]["rdrop"] == 1.0
-    graded = pd.read_csv(out / "test_predictions.csv")
-    levels = graded[[f"{k}_level" for k in CHEMLAB_KEYS]].to_numpy()
-    assert ((levels >= 0) & (levels <= 2)).all() and graded["grade"].between(0, 10).all()
-    res = _train(course, tmp_path / "bad", "--cfg", "stage1.rdrop=-1")
-    assert res.exit_code != 0 and "rdrop is a weight >= 0" in " ".join(res.output.split())
-    assert "Traceback" not in res.output and not (tmp_path / "bad").exists()
+    _grades_in_the_rubrics_range(out)
+    _refused(course, tmp_path / "bad", "rdrop is a weight >= 0", "--cfg", "stage1.rdrop=-1")
