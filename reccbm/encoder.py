@@ -90,19 +90,15 @@ class TextEncoder(nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
         types = token_type_ids if self._takes_token_types else None
-        if self.mix is not None:  # every layer's states, mixed (ModelConfig.layer_mix)
-            kwargs_mix: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask,
-                                          "output_hidden_states": True}
-            if types is not None:
-                kwargs_mix["token_type_ids"] = types
-            mixed: Tensor = self.mix(self.module(**kwargs_mix).hidden_states)  # (B, T, d)
-            return mixed
         if self.graphs is not None and self.training and input_ids.is_cuda:
             out: Tensor = self.graphs(input_ids, attention_mask, types)  # (B, T, d), replayed
             return out
         kwargs: dict[str, Tensor] = {"input_ids": input_ids, "attention_mask": attention_mask}
         if types is not None:
             kwargs["token_type_ids"] = types
+        if self.mix is not None:  # every layer's states, mixed (ModelConfig.layer_mix)
+            mixed: Tensor = self.mix(self.module(**kwargs, output_hidden_states=True).hidden_states)  # (B, T, d)
+            return mixed
         H: Tensor = self.module(**kwargs).last_hidden_state  # (B, T, d)
         return H
 
@@ -236,6 +232,12 @@ def parameter_depths(encoder: nn.Module) -> tuple[dict[int, int], int]:
     return depths, top - 1
 
 
+# model.layer_mix beside stage1.train_top_layers: refused when a recipe is built (reccbm.fit.Recipe) and when a stage cuts
+# an encoder that mixes (states_layer, for callers of the stages without a recipe)
+MIX_AND_CUT = ("model.layer_mix reads every layer; stage1.train_top_layers cuts the encoder under its top layers: use "
+               "one of them (train_top_layers 0, or layer_mix false)")
+
+
 def states_layer(encoder: nn.Module, top: int) -> int | None:
     """Where cached states are cut when only the top ``top`` layers train (StageIConfig.train_top_layers): l = L − top,
     or None when every layer trains (``top`` = 0)."""
@@ -244,8 +246,7 @@ def states_layer(encoder: nn.Module, top: int) -> int | None:
     if not isinstance(encoder, TextEncoder):
         raise ReccbmError("stage1.train_top_layers needs a Hugging Face encoder (TextEncoder); use 0 (all layers)")
     if encoder.mix is not None:
-        raise ReccbmError("stage1.train_top_layers cuts the encoder under its top layers; model.layer_mix reads every "
-                          "layer: use one of them (train_top_layers 0, or layer_mix false)")
+        raise ReccbmError(MIX_AND_CUT)
     L = encoder.n_layers()
     if top >= L:
         raise ReccbmError(f"stage1.train_top_layers {top}: the backbone has {L} layers; use 1..{L - 1}, or 0 for all")

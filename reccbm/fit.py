@@ -37,7 +37,7 @@ from reccbm.align import separator_id
 from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig
 from reccbm.data import EncodedItems, check_labels
 from reccbm.device import resolve_device
-from reccbm.encoder import states_layer
+from reccbm.encoder import MIX_AND_CUT, states_layer
 from reccbm.errors import ReccbmError
 from reccbm.inference import States, cache_concepts, encoder_states, predict
 from reccbm.metrics import concept_metrics, task_metrics
@@ -71,8 +71,7 @@ class Recipe:
 
     def __post_init__(self) -> None:
         if self.model.layer_mix and self.stage1.train_top_layers > 0:
-            raise ValueError("model.layer_mix reads every layer; stage1.train_top_layers cuts the encoder under its top "
-                             "layers: use one of them (train_top_layers 0, or layer_mix false)")
+            raise ValueError(MIX_AND_CUT)
 
     def calibration_skipped(self, n_dev: int) -> str | None:
         """Why ``stage2.calibrate`` is not applied to a fit with ``n_dev`` dev answers (None: it is, or it is off)."""
