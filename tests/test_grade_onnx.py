@@ -224,7 +224,9 @@ def test_every_backbone_family_exports(tmp_path_factory: pytest.TempPathFactory,
         real = batch["attention_mask"].bool()
         assert got.shape == ref.shape and got.dtype == torch.float32
         assert float((got - ref).abs()[real].max()) < 1e-4
-    assert os.listdir(tmp_path) == ["e.onnx"]
+    # the export leaves its file alone (no temporary file); the private cache folder, where a library may put its own
+    # files the first time it runs in the process, is the fixture's
+    assert sorted(set(os.listdir(tmp_path)) - {"xdg-cache"}) == ["e.onnx"]
 
 
 def test_the_layer_mix_exports_with_the_backbone(backbone: str, tmp_path: Path) -> None:
