@@ -253,7 +253,8 @@ class StageIConfig:
     # Two readings of each batch (not in the paper; R-Drop, Liang et al. 2021): > 0 runs every Stage I batch through the
     # model twice, under two dropout masks, takes the concept loss and OPCC as the mean of the two readings' and adds
     # rdrop × the symmetric KL divergence between the two readings' level distributions of every concept (summed over
-    # concepts, as L_con), so that the reading does not rest on any few units; a Stage I step costs about two.
+    # concepts, as L_con), so that the reading does not rest on any few units; each Stage I step runs the batch's encoder
+    # pass twice (the examples across questions once).
     # 0 = one reading.
     rdrop: float = 0.0
 
