@@ -257,11 +257,16 @@ class StageIConfig:
     # pass twice (the examples across questions once).
     # 0 = one reading.
     rdrop: float = 0.0
+    # The share of each Stage I batch that R-Drop reads a second time (the batch's first ceil(share × B) answers; the
+    # others keep their one reading in both terms), for a cheaper step: 1 = the whole batch.
+    rdrop_share: float = 1.0
 
     def __post_init__(self) -> None:
         _check_scalars(self)
         if self.rdrop < 0:
             raise ValueError(f"rdrop is a weight >= 0 (0 = one reading), got {self.rdrop}")
+        if not 0 < self.rdrop_share <= 1:
+            raise ValueError(f"rdrop_share is the share of a batch read twice, in (0, 1], got {self.rdrop_share}")
         if self.question_effects < 0:
             raise ValueError(f"question_effects is >= 0 (0 = off), got {self.question_effects}")
         if not 0 <= self.reference_swap <= 1:

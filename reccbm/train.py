@@ -559,8 +559,13 @@ def _stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Ten
         out, logits, c_hat = read(model, batch)
         total = terms(logits, c_hat, batch)
         if cfg.rdrop > 0:  # a second reading under another dropout mask (R-Drop): the mean of both, + their divergence
-            _, logits2, c_hat2 = read(model, batch)
-            total = 0.5 * (total + terms(logits2, c_hat2, batch)) + cfg.rdrop * rdrop_divergence(logits, logits2)
+            B = logits.shape[0]
+            n = min(B, math.ceil(cfg.rdrop_share * B))  # the first n answers are read again (cfg.rdrop_share)
+            _, logits2, c_hat2 = read(model, batch if n == B else _first_rows(batch, n, B))
+            if n < B:  # the others keep their one reading in both terms
+                logits2, c_hat2 = torch.cat([logits2, logits[n:]]), torch.cat([c_hat2, c_hat[n:]])
+            total = (0.5 * (total + terms(logits2, c_hat2, batch))
+                     + cfg.rdrop * rdrop_divergence(logits[:n], logits2[:n]))
         if cfg.contrast > 0:  # supervision across questions (reccbm/contrast.py)
             total = total + cfg.contrast * _contrast_term(model, batch, cfg, total)
         if cfg.padding > 0:  # text beside the point reads no higher (reccbm/padding.py); out.c_hat: the answers' own
@@ -569,6 +574,12 @@ def _stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Ten
         return total  # Eq. 27
 
     return loss
+
+
+def _first_rows(batch: dict[str, Any], n: int, B: int) -> dict[str, Any]:
+    """The batch's first ``n`` answers: every tensor with the batch's B rows cut to its first n, the rest left out
+    (the loader's host copy, :class:`_Host`, is the whole batch's)."""
+    return {k: v[:n] for k, v in batch.items() if isinstance(v, Tensor) and v.dim() > 0 and v.shape[0] == B}
 
 
 def rdrop_divergence(a: Tensor, b: Tensor) -> Tensor:

@@ -193,11 +193,14 @@ def test_the_layer_mix_on_a_course_that_is_not_mohler(tmp_path: Path, course: di
 
 
 def test_two_readings_a_step_on_a_course_that_is_not_mohler(tmp_path: Path, course: dict[str, Path]) -> None:
-    """`--cfg stage1.rdrop=1.0` on the chemistry lab: the run trains with two readings a Stage I step, records the weight
-    and grades in the rubric's range; a negative weight is refused in one line that names the field, nothing written."""
+    """`--cfg stage1.rdrop=1.0 --cfg stage1.rdrop_share=0.5` on the chemistry lab: the run trains with half of each
+    Stage I batch read twice, records both fields and grades in the rubric's range; a negative weight and a share above
+    1 are refused in one line that names the field, nothing written."""
     out = tmp_path / "rdrop"
-    res = _train(course, out, "--encoder", "train", "--cfg", "stage1.rdrop=1.0")
+    res = _train(course, out, "--encoder", "train", "--cfg", "stage1.rdrop=1.0", "--cfg", "stage1.rdrop_share=0.5")
     assert res.exit_code == 0, res.output
-    assert yaml.safe_load((out / "config.yaml").read_text())["stage1"]["rdrop"] == 1.0
+    stage1 = yaml.safe_load((out / "config.yaml").read_text())["stage1"]
+    assert (stage1["rdrop"], stage1["rdrop_share"]) == (1.0, 0.5)
     _grades_in_the_rubrics_range(out)
     _refused(course, tmp_path / "bad", "rdrop is a weight >= 0", "--cfg", "stage1.rdrop=-1")
+    _refused(course, tmp_path / "bad2", "rdrop_share is the share of a batch read twice", "--cfg", "stage1.rdrop_share=2")

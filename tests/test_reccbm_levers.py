@@ -548,3 +548,43 @@ def test_two_readings_add_their_divergence_only_where_dropout_makes_them_differ(
     assert not torch.equal(V, model.bottleneck.V.detach())
     with pytest.raises(ValueError, match="rdrop is a weight >= 0"):
         dataclasses.replace(FAST1, rdrop=-0.5)
+
+
+def test_two_readings_of_part_of_the_batch(backbone: str) -> None:
+    """stage1.rdrop_share: the second reading runs the encoder on the batch's first ceil(share × B) answers only;
+    without dropout the loss is still the one reading's; with it the loss differs from both the one reading's and the
+    whole batch read twice; Stage I trains with it; a share outside (0, 1] is refused."""
+    import dataclasses
+
+    from reccbm.train import _stage1_loss
+
+    model, tok = tiny_model(backbone)
+    items = encoded(tok, toy_table(8, seed=4))
+    batch = collate(items, list(range(8)), tok.pad_token_id)
+    model.train()
+    read: list[int] = []
+    hook = model.encoder.register_forward_pre_hook(lambda _m, args: read.append(int(args[0].shape[0])))
+    half = dataclasses.replace(FAST1, rdrop=1.0, rdrop_share=0.4)
+    for m in model.encoder.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    plain = _stage1_loss(FAST1)(model, batch)
+    read.clear()
+    torch.testing.assert_close(_stage1_loss(half)(model, batch), plain)
+    assert read == [8, 4]  # ceil(0.4 × 8) answers read again
+    for m in model.encoder.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.3
+    losses = {}
+    for name, cfg in (("one", FAST1), ("part", half), ("whole", dataclasses.replace(FAST1, rdrop=1.0))):
+        torch.manual_seed(1)
+        losses[name] = float(_stage1_loss(cfg)(model, batch).detach())
+    assert len({round(v, 6) for v in losses.values()}) == 3, losses
+    hook.remove()
+    train, dev = encoded(tok, toy_table(24, seed=1)), encoded(tok, toy_table(8, seed=2))
+    V = model.bottleneck.V.detach().clone()
+    train_concepts(model, train, dev, half, tok.pad_token_id)
+    assert not torch.equal(V, model.bottleneck.V.detach())
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match=r"rdrop_share is the share of a batch read twice, in \(0, 1\]"):
+            dataclasses.replace(FAST1, rdrop_share=bad)
