@@ -3,11 +3,13 @@
 A fold is read back only when it was trained as this call would train it: the same configuration (its config.yaml,
 which names the variant, preset and every field), the same table (the sha256 of its copy table.csv) and the same
 split (split.json). Otherwise the call stops before it writes anything, naming the first fold that differs and how,
-so that folds of two configurations or two tables are never pooled under one name.
+so that folds of two configurations or two tables are never pooled under one name. A recipe field added to the code
+since a fold was trained, left at its default by this call, is not a difference (:func:`config_differences`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Sequence
@@ -20,16 +22,33 @@ import yaml
 from rubrictool.errors import TrainError
 from rubrictool.runs import RECORD, run_is_complete
 
-__all__ = ["check_folds", "fold_difference"]
+__all__ = ["check_folds", "config_differences", "fold_difference"]
 
 
-def _differences(old: Any, new: Any, where: str = "") -> list[str]:
-    if isinstance(old, dict) and isinstance(new, dict):
+def config_differences(theirs: Any, ours: Any, where: str = "", words: tuple[str, str] = ("in the run", "here")
+                       ) -> list[str]:
+    """Fields of a run's config.yaml (``theirs``) that differ from what this call would train with (``ours``), each as
+    "FIELD THEIRS <words[0]>, OURS <words[1]>". A recipe field the run predates (absent from its file) counts as its
+    dataclass default, which is what the code did before the field was added: a lever is added off, and a preset that
+    turns one on sets its value, which then differs. A run from before the encoder choice was recorded has no
+    ``encoder``: its stage1.encoder says what it did."""
+    from rubrictool.train.recipe import SECTIONS  # here: rubrictool.train imports this module
+
+    if isinstance(theirs, dict) and isinstance(ours, dict):
         out: list[str] = []
-        for key in [*old, *(k for k in new if k not in old)]:
-            out += _differences(old.get(key), new.get(key), f"{where}.{key}" if where else str(key))
+        for key in sorted(set(theirs) | set(ours), key=str):
+            name = f"{where}.{key}" if where else str(key)
+            if key == "encoder" and not where and key not in theirs:
+                continue
+            if key not in theirs and where in SECTIONS:
+                default = {f.name: f.default for f in dataclasses.fields(SECTIONS[where])}.get(key)
+                if not config_differences(default, ours[key], name, words):
+                    continue
+            out += config_differences(theirs.get(key), ours.get(key), name, words)
         return out
-    return [] if old == new else [f"{where or 'config'} {old!r} there, {new!r} now"]
+    if isinstance(theirs, (list, tuple)) and isinstance(ours, (list, tuple)):  # config.yaml keeps a tuple as a list
+        theirs, ours = list(theirs), list(ours)
+    return [] if theirs == ours else [f"{where or 'config'} {theirs!r} {words[0]}, {ours!r} {words[1]}"]
 
 
 def _table_sha256(table: pd.DataFrame) -> str:
@@ -45,7 +64,7 @@ def fold_difference(fold_dir: Path, split: dict[str, list[str]], config: dict[st
         old_config = None
     if old_config is not None:
         new_config = yaml.safe_load(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
-        diff = _differences(old_config, new_config)
+        diff = config_differences(old_config, new_config, words=("there", "now"))
         if diff:
             more = f" (and {len(diff) - 2} more)" if len(diff) > 2 else ""
             return "its configuration differs: " + "; ".join(diff[:2]) + more

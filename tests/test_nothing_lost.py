@@ -9,6 +9,7 @@ Each case here failed at 60fd678 (docs/results.md, "Faults and hostile input", l
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from rubrictool import runs
@@ -384,6 +386,30 @@ def test_train_folds_over_folds_of_another_table_is_refused_before_writing(cours
     res = runner.invoke(app, _train_args(course, out, "--folds", "2", data=other))
     assert res.exit_code == 1 and "trained on another table" in _one_line(res.output)
     assert _snapshot(out) == before
+
+
+def test_a_fold_trained_before_a_field_was_added_is_read_back_at_that_fields_default(kfold: Path, tmp_path: Path) -> None:
+    """A finished fold whose config.yaml lacks a recipe field added to the code since (here stage1.rdrop_share) is
+    trained as this call would train it when the call leaves that field at its default; set otherwise, or a missing
+    field outside the recipe's sections, it differs and says which."""
+    from rubrictool.resume import fold_difference
+
+    fold = tmp_path / "fold-0"
+    shutil.copytree(kfold / "fold-0", fold)
+    config = yaml.safe_load((fold / "config.yaml").read_text())
+    split = json.loads((fold / "split.json").read_text())
+    sha = json.loads((fold / runs.RECORD).read_text())["files"]["table.csv"]["sha256"]
+    assert fold_difference(fold, split, config, sha) is None
+    older = copy.deepcopy(config)
+    del older["stage1"]["rdrop_share"], older["seeds"]
+    (fold / "config.yaml").write_text(yaml.safe_dump(older, sort_keys=False))
+    assert "seeds None there" in (fold_difference(fold, split, config, sha) or "")
+    older["seeds"] = config["seeds"]
+    (fold / "config.yaml").write_text(yaml.safe_dump(older, sort_keys=False))
+    assert fold_difference(fold, split, config, sha) is None
+    later = copy.deepcopy(config)
+    later["stage1"]["rdrop_share"] = 0.5
+    assert fold_difference(fold, split, later, sha) == "its configuration differs: stage1.rdrop_share None there, 0.5 now"
 
 
 # -- 5. spreadsheet formulas ----------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +30,10 @@ from rubrictool.evaluate import (
 from rubrictool.io import atomic_write_text, write_table
 from rubrictool.kfold import SHARED_WEIGHTS, constant_text, fold_given, prune_shared_weights, training_text
 from rubrictool.progress import Progress, ProgressFn
-from rubrictool.resume import check_folds
+from rubrictool.resume import check_folds, config_differences
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.runs import RECORD, describe_labels, run_is_complete
-from rubrictool.train.recipe import SECTIONS, resolve_training
+from rubrictool.train.recipe import resolve_training
 from rubrictool.train.run import TrainResult, prepare_table, read_agreement, train_model
 
 __all__ = ["FOLD_COLUMNS", "config_differences", "folds_markdown", "train_folds"]
@@ -288,23 +287,3 @@ def folds_markdown(summary: dict[str, Any]) -> str:
         honest += [f"**Warning:** {w['message']}" for w in summary.get("warnings", [])] + [""]
     return "\n".join([f"# {title}", "", *honest, head, sep, *rows, "", "Per fold:", "", head, sep, *folds, ""]
                      + [f"> {n}" for n in summary["notes"]]) + "\n"
-
-
-def config_differences(theirs: Any, ours: Any, where: str = "") -> list[str]:
-    """Fields of a run's config.yaml (``theirs``) that differ from what this curve would train with (``ours``). A
-    field the run predates (absent from its file) counts as its dataclass default, which is what this build reads."""
-    if isinstance(theirs, dict) and isinstance(ours, dict):
-        out: list[str] = []
-        for key in sorted(set(theirs) | set(ours), key=str):
-            name = f"{where}.{key}" if where else str(key)
-            if key == "encoder" and not where and key not in theirs:
-                continue  # a run from before the encoder choice was recorded: stage1.encoder says what it did
-            if key not in theirs and where in SECTIONS:
-                default = {f.name: f.default for f in fields(SECTIONS[where])}.get(key)
-                if default == ours[key]:
-                    continue
-            out += config_differences(theirs.get(key), ours.get(key), name)
-        return out
-    if isinstance(theirs, (list, tuple)) and isinstance(ours, (list, tuple)):  # config.yaml keeps a tuple as a list
-        theirs, ours = list(theirs), list(ours)
-    return [] if theirs == ours else [f"{where} {theirs!r} in the run, {ours!r} here"]
