@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 __all__ = [
+    "SECTIONS",
     "VARIANTS",
     "JointConfig",
     "ModelConfig",
@@ -433,6 +434,11 @@ def config_from_dict(cls: type[Any], data: dict[str, Any]) -> Any:
     """Build a config dataclass from a dict, ignoring unknown keys (forward-compatible checkpoints)."""
     known = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# The recipe's sections as a run's config.yaml names them, and each one's dataclass.
+SECTIONS: dict[str, type[Any]] = {"model": ModelConfig, "stage1": StageIConfig, "joint": JointConfig,
+                                  "stage2": StageIIConfig}
 
 
 def override(cfg: Any, **changes: Any) -> Any:

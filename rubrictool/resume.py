@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from reccbm.config import SECTIONS
 from rubrictool.errors import TrainError
 from rubrictool.runs import RECORD, run_is_complete
 
@@ -32,8 +33,6 @@ def config_differences(theirs: Any, ours: Any, where: str = "", words: tuple[str
     dataclass default, which is what the code did before the field was added: a lever is added off, and a preset that
     turns one on sets its value, which then differs. A run from before the encoder choice was recorded has no
     ``encoder``: its stage1.encoder says what it did."""
-    from rubrictool.train.recipe import SECTIONS  # here: rubrictool.train imports this module
-
     if isinstance(theirs, dict) and isinstance(ours, dict):
         out: list[str] = []
         for key in sorted(set(theirs) | set(ours), key=str):

@@ -18,7 +18,7 @@ import yaml
 
 import reccbm
 from reccbm import JointConfig, ModelConfig, StageIConfig, StageIIConfig
-from reccbm.config import config_from_dict, variant_flags, variant_name
+from reccbm.config import SECTIONS, config_from_dict, variant_flags, variant_name
 from reccbm.errors import ReccbmError
 from reccbm.recipes import PRESETS, contrast_concepts
 from rubrictool.errors import TrainError
@@ -56,8 +56,6 @@ CPU_DEFAULTS: dict[str, dict[str, Any]] = {"model": {"max_len": 128}, "stage1": 
 # encoder frozen, "reccbm-train" fine-tunes it at every size, "plm-auto" lets stage1.frozen_below decide (learning-curve
 # and ablate variants; without a suffix, the preset's choice: "auto" under the default preset)
 ENCODERS = ("frozen", "train", "auto")
-SECTIONS: dict[str, type[Any]] = {"model": ModelConfig, "stage1": StageIConfig, "joint": JointConfig,
-                                  "stage2": StageIIConfig}
 # Fields a run decides itself, so a config cannot set them (a value given would be silently replaced): what to use
 # instead. They are still written to the run's config.yaml, as the run used them.
 DECIDED_BY_THE_RUN: dict[tuple[str, str], str] = {
