@@ -160,12 +160,14 @@ def test_cross_fitted_stage2_sees_each_training_answer_only_through_a_model_that
     joint: list[tuple[int, frozenset[int]]] = []
     cached: list[tuple[int, list[int], Any]] = []  # (model, answers, p̂)
     graders: list[Any] = []  # train_p_hat of every Stage II fit
+    alive: list[Any] = []  # every model trained
     real = {n: getattr(reccbm, n) for n in ("train_concepts", "train_joint", "cache_concepts", "train_grader")}
 
     def ids(items: Any) -> list[int]:
         return [id(f) for f in items.features]
 
     def train_concepts(model: Any, items: Any, *a: Any, **kw: Any) -> Any:
+        alive.append(model)  # held, so that no later model takes a freed one's id
         trained.append((id(model), frozenset(ids(items))))
         return real["train_concepts"](model, items, *a, **kw)
 
