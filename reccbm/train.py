@@ -560,7 +560,7 @@ def _stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Ten
         total = terms(logits, c_hat, batch)
         if cfg.rdrop > 0:  # a second reading under another dropout mask (R-Drop): the mean of both, + their divergence
             B = logits.shape[0]
-            n = min(B, math.ceil(cfg.rdrop_share * B))  # the first n answers are read again (cfg.rdrop_share)
+            n = rdrop_rows(cfg.rdrop_share, B)  # the first n answers are read again
             _, logits2, c_hat2 = read(model, batch if n == B else _first_rows(batch, n, B))
             if n < B:  # the others keep their one reading in both terms
                 logits2, c_hat2 = torch.cat([logits2, logits[n:]]), torch.cat([c_hat2, c_hat[n:]])
@@ -574,6 +574,12 @@ def _stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Ten
         return total  # Eq. 27
 
     return loss
+
+
+def rdrop_rows(share: float, B: int) -> int:
+    """How many of a batch's B answers R-Drop reads a second time: ceil(share × B) (StageIConfig.rdrop_share), the
+    product rounded first so that a share such as 0.14 of 50 gives 7, not the 8 its binary fraction would."""
+    return math.ceil(round(share * B, 9))
 
 
 def _first_rows(batch: dict[str, Any], n: int, B: int) -> dict[str, Any]:

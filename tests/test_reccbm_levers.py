@@ -556,7 +556,7 @@ def test_two_readings_of_part_of_the_batch(backbone: str) -> None:
     whole batch read twice; Stage I trains with it; a share outside (0, 1] is refused."""
     import dataclasses
 
-    from reccbm.train import _stage1_loss
+    from reccbm.train import _stage1_loss, rdrop_rows
 
     model, tok = tiny_model(backbone)
     items = encoded(tok, toy_table(8, seed=4))
@@ -572,6 +572,7 @@ def test_two_readings_of_part_of_the_batch(backbone: str) -> None:
     read.clear()
     torch.testing.assert_close(_stage1_loss(half)(model, batch), plain)
     assert read == [8, 4]  # ceil(0.4 × 8) answers read again
+    assert [rdrop_rows(s, b) for s, b in ((0.14, 50), (0.56, 25), (0.4, 8), (1.0, 8), (0.01, 8))] == [7, 14, 4, 8, 1]
     for m in model.encoder.modules():
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.3
