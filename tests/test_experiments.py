@@ -351,6 +351,77 @@ def test_seed_ensemble_averages_the_members_shares_and_grades_them_with_the_firs
     assert not (first / "pooled_predictions.csv").exists() and not (first / "ensemble.json").exists()
 
 
+def test_seed_ensemble_reads_members_together_for_the_concepts_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """experiments/seed_ensemble.py without a first member's weights: the --with files' level shares averaged per
+    answer, whatever order their rows are in; two readers that each miss other answers are right together where
+    their mean is; C-Acc per member and of the mean with paired CIs; the pooled file carries what question_offsets.py
+    reads; another split or a missing answer is one line; --out onto a member is refused and writes nothing."""
+    import numpy as np
+    import pandas as pd
+
+    mod = _script("seed_ensemble")
+    rng = np.random.default_rng(0)
+    n = 60
+    true = rng.integers(2, 5, size=(n, 2))  # a scale 2–4: the lowest level is read from the gold levels
+    ids = [f"{q}.{a}" for q in range(6) for a in range(10)]
+
+    def member(wrong: np.ndarray) -> pd.DataFrame:
+        # sure of the gold level (0.6) where right; where wrong, 0.55 on the next level up (or down) and 0.45 on gold
+        d = pd.DataFrame({"id": ids, "fold": [i // 20 for i in range(n)]})
+        for j, k in enumerate(("A", "B")):
+            p = np.zeros((n, 3))
+            p[np.arange(n), true[:, j] - 2] = 0.6
+            other = np.where(true[:, j] < 4, true[:, j] - 1, true[:, j] - 3)
+            p[np.arange(n), other] = 0.4
+            w = wrong[:, j]
+            p[w] = 0.0
+            p[np.where(w)[0], true[w, j] - 2] = 0.45
+            p[np.where(w)[0], other[w]] = 0.55
+            for m in range(3):
+                d[f"{k}_p{m + 1}"] = p[:, m]
+            d[f"{k}_level"] = p.argmax(1) + 2
+            d[f"{k}_true"] = true[:, j]
+        return d
+
+    wrong1 = np.zeros((n, 2), bool)
+    wrong1[:20] = True
+    wrong2 = np.zeros((n, 2), bool)
+    wrong2[20:40] = True
+    a, b = member(wrong1), member(wrong2)
+    table, summary = mod.concepts_together([a, b.iloc[::-1]], ["a", "b"], n_boot=200)
+    assert summary["members"] == {"a": pytest.approx(2 / 3), "b": pytest.approx(2 / 3)}
+    # where one is wrong the other is surer of the gold level (0.6 + 0.45 > 0.4 + 0.55): together every level is right
+    assert summary["c_acc"] == 1.0 and table["A_level"].tolist() == a["A_true"].tolist()
+    assert summary["vs_members_mean"]["diff"] == pytest.approx(1 / 3) and summary["vs_members_mean"]["lo"] > 0
+    for k in ("A", "B"):
+        mean = (a[[f"{k}_p1", f"{k}_p2", f"{k}_p3"]].to_numpy() + b[[f"{k}_p1", f"{k}_p2", f"{k}_p3"]].to_numpy()) / 2
+        assert np.allclose(table[[f"{k}_p1", f"{k}_p2", f"{k}_p3"]].to_numpy(), mean)
+        assert np.allclose(table[f"{k}_expected"], mean @ np.array([2.0, 3.0, 4.0]))
+    assert _script("question_offsets").concepts_of(table) == ["A", "B"]
+    with pytest.raises(SystemExit, match="b: its folds are not a's"):
+        mod.concepts_together([a, b.assign(fold=b["fold"][::-1].to_numpy())], ["a", "b"])
+    with pytest.raises(SystemExit, match="b: it lacks answers of a"):
+        mod.concepts_together([a, b.iloc[1:]], ["a", "b"])
+    with pytest.raises(SystemExit, match="two or more"):
+        mod.concepts_together([a], ["a"])
+    (tmp_path / "a").mkdir()
+    a.to_csv(tmp_path / "a" / "pooled_predictions.csv", index=False)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    args = ["seed_ensemble.py", "--with", str(tmp_path / "a" / "pooled_predictions.csv"), "--with", str(tmp_path / "b.csv")]
+    before = (tmp_path / "a" / "pooled_predictions.csv").read_bytes()
+    monkeypatch.setattr("sys.argv", [*args, "--out", str(tmp_path / "a")])
+    with pytest.raises(SystemExit, match="it would overwrite a member's predictions"):
+        mod.main()
+    assert (tmp_path / "a" / "pooled_predictions.csv").read_bytes() == before
+    assert not (tmp_path / "a" / "ensemble.json").exists()
+    monkeypatch.setattr("sys.argv", [*args, "--out", str(tmp_path / "together")])
+    mod.main()
+    assert "the 2 read together: C-Acc 1.000" in capsys.readouterr().out
+    kept = json.loads((tmp_path / "together" / "ensemble.json").read_text())
+    assert kept["c_acc"] == 1.0 and len(pd.read_csv(tmp_path / "together" / "pooled_predictions.csv")) == n
+
+
 def test_mc_dropout_reads_with_the_dropout_on_and_grades_the_mean_shares(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """experiments/mc_dropout.py on a tiny trained run copied as a one-fold folder: read once with the dropout off the
