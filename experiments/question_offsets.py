@@ -10,6 +10,9 @@ too high or too low) and a part within the question. This script, on a run's poo
   label of the question is used: only its answers, read together);
 - C-Acc with the offset estimated from n labelled answers of the question (shrunk by n / (n + λ)), on its other
   answers, against the reader's own levels on the same answers (``--draws`` random choices of the n).
+- how far the questions' offsets are one offset shared by the concepts: the share of their variance (questions ×
+  concepts, each concept centred) on the first principal component, and the mean correlation of two concepts'
+  offsets over the questions.
 
 With ``--texts`` (the benchmark's answers, from ``--data-dir`` or $RUBRICTOOL_DATA) also: the offset predicted, without
 a label of the question, from what its texts show — the reference's and the question's length, its answers' mean
@@ -86,6 +89,8 @@ def study(d: pd.DataFrame, ns: tuple[int, ...] = (1, 3, 5, 10), lam: float = 5.0
         oracle.append(per[k]["c_acc_oracle_offset"])
         shrunk.append(per[k]["c_acc_shrunk_question_means"])
         levels.append(per[k]["c_acc"])
+    common = shared_offsets(pd.DataFrame({k: (d[f"{k}_expected"] - d[f"{k}_true"]).to_numpy(float) for k in keys})
+                            .groupby(q.to_numpy()).mean())
     rng = np.random.default_rng(seed)
     labelled = {}
     for n in ns:
@@ -108,7 +113,18 @@ def study(d: pd.DataFrame, ns: tuple[int, ...] = (1, 3, 5, 10), lam: float = 5.0
     return {"answers": len(d), "questions": int(q.nunique()), "concepts": per,
             "c_acc": float(np.mean(levels)), "c_acc_oracle_offset": float(np.mean(oracle)),
             "c_acc_shrunk_question_means": float(np.mean(shrunk)),
-            "labelled_answers_per_question": labelled, "lambda": lam, "draws": draws}
+            "labelled_answers_per_question": labelled, "lambda": lam, "draws": draws, "shared_offsets": common}
+
+
+def shared_offsets(offsets: pd.DataFrame) -> dict[str, float]:
+    """Of a questions × concepts table of offsets: the share of its variance (each concept centred) on the first
+    principal component, and the mean correlation of two concepts' offsets over the questions (NaN for one concept)."""
+    x = (offsets - offsets.mean()).to_numpy(float)
+    var = np.linalg.svd(x, compute_uv=False) ** 2
+    corr = offsets.corr().to_numpy()
+    pairs = corr[np.triu_indices(len(corr), 1)]
+    return {"first_component_share": float(var[0] / var.sum()) if var.sum() > 0 else float("nan"),
+            "mean_pairwise_correlation": float(np.mean(pairs)) if len(pairs) else float("nan")}
 
 
 def prior_em(d: pd.DataFrame, alphas: tuple[float, ...], iters: int = 50) -> dict[str, Any]:
@@ -285,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in out["concepts"].items():
         print(f"  {k}: C-Acc {v['c_acc']:.3f}, offsets {v['offset_share_of_squared_error']:.0%} of the squared error, "
               f"oracle {v['c_acc_oracle_offset']:.3f}, shrunk {v['c_acc_shrunk_question_means']:.3f}")
+    sh = out["shared_offsets"]
+    print(f"  the offsets shared by the concepts: first component {sh['first_component_share']:.0%} of their variance, "
+          f"two concepts' offsets correlate {sh['mean_pairwise_correlation']:.2f} on average")
     for n, v in out["labelled_answers_per_question"].items():
         print(f"  {n} labelled answer(s) a question: {v['c_acc_reader']:.3f} -> {v['c_acc_with_offset']:.3f} ({v['gain']:+.3f})")
     if a.prior_em:

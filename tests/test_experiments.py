@@ -127,6 +127,31 @@ def test_question_offsets_finds_a_reader_that_reads_each_question_too_high_or_to
     assert mod.main([str(tmp_path / "bad.csv")]) == 2
 
 
+def test_question_offsets_says_how_far_the_concepts_share_one_offset_per_question() -> None:
+    """Three concepts read with one offset per question shared by all: the first component holds nearly all of the
+    offsets' variance and they correlate near 1; with an offset of its own per concept, neither."""
+    import numpy as np
+    import pandas as pd
+
+    mod = _script("question_offsets")
+    rng = np.random.default_rng(1)
+    for shared in (True, False):
+        rows = []
+        for qi in range(60):
+            offs = np.full(3, rng.normal(0, 0.5)) if shared else rng.normal(0, 0.5, 3)
+            for a in range(10):
+                t = rng.integers(1, 4, 3)
+                e = np.clip(t + offs + rng.normal(0, 0.1, 3), 1, 3)
+                rows.append({"id": f"{qi}.{a}", "fold": qi % 5} | {
+                    f"{k}_{c}": v for j, k in enumerate("ABC")
+                    for c, v in (("true", int(t[j])), ("expected", float(e[j])), ("level", int(np.rint(e[j]))))})
+        out = mod.study(pd.DataFrame(rows), ns=(1,), draws=1)["shared_offsets"]
+        if shared:
+            assert out["first_component_share"] > 0.9 and out["mean_pairwise_correlation"] > 0.8
+        else:
+            assert out["first_component_share"] < 0.6 and abs(out["mean_pairwise_correlation"]) < 0.3
+
+
 def test_question_offsets_prior_em_reads_a_question_whose_levels_are_not_the_training_shares(tmp_path: Path) -> None:
     """prior_em: each question's answers mostly at one level, p̂ calibrated to the training shares (equal) and weakly
     informative: re-estimating the question's shares raises C-Acc, more with α 0 than with a strong pull to the
