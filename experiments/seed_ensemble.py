@@ -111,8 +111,11 @@ def concepts_together(members: list[pd.DataFrame], names: list[str], n_boot: int
         raise SystemExit(f"{names[0]}: no <KEY>_true with <KEY>_p1 beside it; give a k-fold run's pooled_predictions.csv")
     levels = max(int(c.rsplit("_p", 1)[1]) for c in first.columns
                  if c.startswith(f"{keys[0]}_p") and c.rsplit("_p", 1)[1].isdigit())
-    lo = int(min(first[f"{k}_true"].min() for k in keys))
     base = first.sort_values("id").reset_index(drop=True)
+    if f"{keys[0]}_level" in base:  # the lowest level: a level is its shares' argmax from there
+        lo = int((base[f"{keys[0]}_level"] - shares(base, keys[:1], levels)[:, 0].argmax(-1)).mode()[0])
+    else:
+        lo = int(min(base[f"{k}_true"].min() for k in keys))
     p = []
     for name, member in zip(names, members):
         one = base[["id", "fold"]].merge(member, on="id", how="left", suffixes=("", "_m"))

@@ -388,7 +388,7 @@ def test_seed_ensemble_reads_members_together_for_the_concepts_alone(tmp_path: P
     mod = _script("seed_ensemble")
     rng = np.random.default_rng(0)
     n = 60
-    true = rng.integers(2, 5, size=(n, 2))  # a scale 2–4: the lowest level is read from the gold levels
+    true = rng.integers(3, 5, size=(n, 2))  # a scale 2–4 with no answer at 2: the scale is read beside the shares
     ids = [f"{q}.{a}" for q in range(6) for a in range(10)]
 
     def member(wrong: np.ndarray) -> pd.DataFrame:
