@@ -123,7 +123,7 @@ def main() -> None:
         for k in range(args.chunk, args.n + args.chunk, args.chunk):
             part = items.head(min(k, args.n))
             t0 = time.perf_counter()
-            res = annotate(part, rubric, cfg, progress=False)
+            res = annotate(part, rubric, cfg, progress=None)
             dt = time.perf_counter() - t0
             s = res.summary[model]
             live["seconds"] += dt

@@ -18,7 +18,9 @@ share at the top level, and the replies that could not be read.
 
 grader: `rubrictool audit` (rubrictool.audit.audit_run) on each run's test split: per transformation
 the mean grade shift, the share of answers whose grade rises, the mean concept-level shift, and how
-many transformed answers the grade flags catch against how many honest answers they flag.
+many transformed answers the grade flags catch against how many honest answers they flag; each run's
+audit in grader-NAME/, the runs side by side (and paired where they share test answers) in
+grader-NAME+NAME.md.
 """
 
 from __future__ import annotations
@@ -220,8 +222,16 @@ def run_grader(args: argparse.Namespace) -> None:
                           f"{100 * r[('share_flagged', run)]:.0f} %"]
             lines.append(f"| {t} | " + " | ".join(cells) + " |")
         lines += paired_shift_ci(runs)
-        (RESULTS / "grader.md").write_text("\n".join(lines) + "\n")
+        from rubrictool.atomic import atomic_write_text
+
+        # named after its runs, so that one audit's summary never replaces another's
+        atomic_write_text(summary_path(runs), "\n".join(lines) + "\n")
         print("\n".join(lines))
+
+
+def summary_path(runs: list[str]) -> Path:
+    """The side-by-side summary of the audits of ``runs``: grader-<run>+<run>….md beside their folders."""
+    return RESULTS / f"grader-{'+'.join(runs)}.md"
 
 
 def paired_shift_ci(runs: list[str], resamples: int = 2000) -> list[str]:
