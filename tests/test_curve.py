@@ -282,7 +282,8 @@ def test_the_legend_says_which_folds_a_variant_was_measured_on_when_they_differ(
 
 
 def test_a_fold_run_config_is_compared_field_by_field_and_a_field_it_predates_counts_as_its_default() -> None:
-    from rubrictool.train import config_differences, resolve_training
+    from rubrictool.resume import config_differences
+    from rubrictool.train import resolve_training
 
     ours = resolve_training(load_rubric("mohler")).for_answers(400).config
     theirs = json.loads(json.dumps(ours))

@@ -14,9 +14,9 @@ import pandas as pd
 from rubrictool.errors import DataError
 from rubrictool.io import atomic_write_text, read_table
 from rubrictool.report.curve import METRICS
+from rubrictool.resume import config_differences
 from rubrictool.rubric import Rubric
 from rubrictool.tables import validate_adjudicated
-from rubrictool.train import config_differences
 
 __all__ = ["cell_from_run", "cell_name", "read_cell", "settings_digest", "table_digest", "write_json"]
 

@@ -12,7 +12,7 @@ Grading with a trained run lives in :mod:`rubrictool.grade`.
 
 from __future__ import annotations
 
-from rubrictool.train.folds import FOLD_COLUMNS, config_differences, folds_markdown, train_folds
+from rubrictool.train.folds import FOLD_COLUMNS, folds_markdown, train_folds
 from rubrictool.train.recipe import (
     CPU_DEFAULTS,
     DECIDED_BY_THE_RUN,
@@ -59,7 +59,6 @@ __all__ = [
     "TrainOptions",
     "TrainResult",
     "concept_texts",
-    "config_differences",
     "encoder_budget",
     "encoder_choice",
     "encoder_epochs",

@@ -30,13 +30,13 @@ from rubrictool.evaluate import (
 from rubrictool.io import atomic_write_text, write_table
 from rubrictool.kfold import SHARED_WEIGHTS, constant_text, fold_given, prune_shared_weights, training_text
 from rubrictool.progress import Progress, ProgressFn
-from rubrictool.resume import check_folds, config_differences
+from rubrictool.resume import check_folds
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.runs import RECORD, describe_labels, run_is_complete
 from rubrictool.train.recipe import resolve_training
 from rubrictool.train.run import TrainResult, prepare_table, read_agreement, train_model
 
-__all__ = ["FOLD_COLUMNS", "config_differences", "folds_markdown", "train_folds"]
+__all__ = ["FOLD_COLUMNS", "folds_markdown", "train_folds"]
 
 
 def _fold_done(fold_dir: Path) -> bool:
