@@ -1,4 +1,4 @@
-"""Two trainings of one recipe read together: each answer's level shares p̂ averaged over the members, graded by the
+"""Trainings read together: each answer's level shares p̂ averaged over the members, graded by the
 first member's head (its LCEC and W, ``RecCBM.grade_from_concepts``), written as a pooled predictions file that
 experiments/reader_compare.py pairs against either member.
 
@@ -118,6 +118,9 @@ def concepts_together(members: list[pd.DataFrame], names: list[str], n_boot: int
         lo = int(min(base[f"{k}_true"].min() for k in keys))
     p = []
     for name, member in zip(names, members):
+        lacking = [c for c in ("id", *(f"{k}_p{m}" for k in keys for m in range(1, levels + 1))) if c not in member]
+        if lacking:
+            raise SystemExit(f"{name}: no column {lacking[0]}; give a k-fold run's pooled_predictions.csv of the same rubric")
         one = base[["id", "fold"]].merge(member, on="id", how="left", suffixes=("", "_m"))
         if one[f"{keys[0]}_p1"].isna().any() or len(one) != len(base):
             raise SystemExit(f"{name}: it lacks answers of {names[0]}; give runs of one table")

@@ -430,6 +430,8 @@ def test_seed_ensemble_reads_members_together_for_the_concepts_alone(tmp_path: P
         mod.concepts_together([a, b.iloc[1:]], ["a", "b"])
     with pytest.raises(SystemExit, match="two or more"):
         mod.concepts_together([a], ["a"])
+    with pytest.raises(SystemExit, match="b: no column B_p3"):
+        mod.concepts_together([a, b.drop(columns=["B_p3"])], ["a", "b"])
     (tmp_path / "a").mkdir()
     a.to_csv(tmp_path / "a" / "pooled_predictions.csv", index=False)
     b.to_csv(tmp_path / "b.csv", index=False)
