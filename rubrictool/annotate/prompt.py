@@ -34,6 +34,7 @@ __all__ = [
     "render_prompt",
     "repair_message",
     "response_format_for",
+    "rubric_definitions",
 ]
 
 
@@ -143,7 +144,7 @@ def format_labels(labels: dict[str, tuple[int, str]], rubric: Rubric, fmt: str) 
     return "\n".join(f"concept={k}; label={lv}; evidence={ev}" for k, (lv, ev) in labels.items())
 
 
-def _rubric_definitions(rubric: Rubric) -> str:
+def rubric_definitions(rubric: Rubric) -> str:
     """Definition and score scale of every concept, as the paper inserts them.
 
     The rubric's illustrative excerpts are left out on purpose: the paper says they "are not consumed
@@ -244,7 +245,7 @@ def render_item_prompt(
         "keys": rubric.keys,
         "levels": rubric.scale.values,
         "concept_list": ", ".join(f"{c.key} ({c.name})" for c in rubric.concepts),
-        "rubric_definitions": _rubric_definitions(rubric),
+        "rubric_definitions": rubric_definitions(rubric),
         "examples": [
             {
                 "question": ex.question,

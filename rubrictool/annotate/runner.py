@@ -44,7 +44,9 @@ from rubrictool.rubric import Rubric
 
 __all__ = [
     "AnnotateResult",
+    "CallFailed",
     "ModelSummary",
+    "Reply",
     "Runner",
     "check_keys",
     "open_cache",
@@ -383,14 +385,20 @@ class Runner:
             # cached ones). Replies paid for in this run are never asked again, nor successful cached ones.
             s.retried += 1
             replies, result, error = await self._ask(model, prompt, fresh=True)
-        b = self.breakers[model]
-        if not (replies and all(r.cached for r in replies)):
-            b.sent += 1
-            if result is None or not result.ok or error:
-                b.sent_failed += 1
-                b.last_error = (error or "; ".join(result.errors if result else []))[:200]
-            self._trip(model)
+        self.count_sent(model, replies, result is None or not result.ok or bool(error),
+                        error or "; ".join(result.errors if result else []))
         self._record(model, item_id, replies, result, error)
+
+    def count_sent(self, model: str, replies: list[_Reply], failed: bool, error: str) -> None:
+        """Count an item that sent a request in this run (not one answered from the cache) for the early stop."""
+        if replies and all(r.cached for r in replies):
+            return
+        b = self.breakers[model]
+        b.sent += 1
+        if failed:
+            b.sent_failed += 1
+            b.last_error = error[:200]
+        self._trip(model)
 
     async def _ask(
         self, model: str, prompt: ItemPrompt, fresh: bool = False
@@ -506,6 +514,10 @@ class Runner:
                     self.on_progress(model)
 
         await asyncio.gather(*(worker() for _ in range(min(self.config.concurrency, max(1, len(jobs))))))
+
+
+Reply = _Reply  # what Runner.call returns, for runners of other item kinds (rubrictool.annotate.holistic)
+CallFailed = _CallFailed  # what Runner.call raises when a request cannot be answered
 
 
 def _has_provider_key(model: str) -> bool:
