@@ -19,6 +19,9 @@ This module does that for any litellm model string:
 6. Token usage and cost come from litellm; ``budget`` (USD) reserves each request's worst case before
    sending it, so the run stops cleanly before the budget could be exceeded.
 
+:func:`grade_holistic` asks the same models for each answer's mark directly (holistic grading, the baseline beside the
+trained grader: :mod:`rubrictool.annotate.holistic`).
+
 The result is the tidy PredictionTable (``item, model, concept, level, evidence, raw_ok`` + usage)
 plus failure records with the raw replies and a per-model summary.
 """
@@ -34,6 +37,14 @@ from rubrictool.annotate.config import (
     AnnotateConfig,
 )
 from rubrictool.annotate.dryrun import DryRunModel, DryRunReport, dry_run
+from rubrictool.annotate.holistic import (
+    HolisticResult,
+    compare_holistic,
+    grade_holistic,
+    holistic_dry_run,
+    parse_mark,
+    run_holistic,
+)
 from rubrictool.annotate.outputs import load_inputs, output_paths, write_outputs
 from rubrictool.annotate.parse import Label, ParseResult, parse_reply
 from rubrictool.annotate.prompt import (
@@ -64,6 +75,7 @@ __all__ = [
     "ContextExample",
     "DryRunModel",
     "DryRunReport",
+    "HolisticResult",
     "ItemPrompt",
     "Label",
     "LockHeld",
@@ -74,20 +86,25 @@ __all__ = [
     "auto_workers",
     "cache_key",
     "check_ready",
+    "compare_holistic",
     "draft_problems",
     "dry_run",
+    "grade_holistic",
+    "holistic_dry_run",
     "load_examples",
     "load_inputs",
     "load_template",
     "new_boundary",
     "output_paths",
     "output_schema",
+    "parse_mark",
     "parse_reply",
     "render_item_prompt",
     "render_prompt",
     "repair_message",
     "response_format_for",
     "run_annotation",
+    "run_holistic",
     "write_outputs",
     "writer_lock",
 ]

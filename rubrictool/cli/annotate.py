@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -15,6 +15,7 @@ from rich.table import Table
 from rubrictool.cli._common import (
     BenchmarkOpt,
     DataDirOpt,
+    OptionalRunOpt,
     OutOpt,
     ProgressView,
     console,
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # the annotate package pulls in pandas: imported inside the c
     from rubrictool.annotate import AnnotateConfig, AnnotateResult, DryRunReport
     from rubrictool.rubric import Rubric
 
-__all__ = ["annotate_cmd", "print_dry_run", "print_summary"]
+__all__ = ["annotate_cmd", "print_comparison", "print_dry_run", "print_summary"]
 
 
 def print_dry_run(report: DryRunReport, con: Console) -> None:
@@ -136,6 +137,55 @@ def _fail_on_failures(result: AnnotateResult, paths: tuple[Path, Path, Path], ma
         raise typer.Exit(3)
 
 
+def print_comparison(cmp: dict[str, Any], con: Console) -> None:
+    """compare_holistic's report: one row per grader on the same answers (one block per grader below 120 columns)."""
+    title = (f"beside the trained grader: the same {cmp['answers']} answers, a mark of {cmp['pass_mark']} or more "
+             "passes")
+    cols = ("n", "QWK [95 % CI]", "T-Acc [95 % CI]", "failing passed", "cost")
+    rows = []
+    for r in cmp["rows"]:
+        cost = ("no API cost" if r["cost_usd"] is None and r["cost_known"] else
+                "no price (local)" if not r["cost_known"] else f"${r['cost_usd']:.4f}")
+        ci = [f"{r[m]['value']:.3f} [{r[m]['lo']:.3f}, {r[m]['hi']:.3f}]" for m in ("qwk", "t_acc")]
+        rows.append((shown(r["grader"]), str(r["n"]), *ci, f"{r['failing_passed']} of {r['failing']}", cost))
+    if con.width >= SUMMARY_WIDE:
+        table = Table(title=title)
+        for col in ("grader", *cols):
+            table.add_column(col, justify="left" if col == "grader" else "right")
+        for row in rows:
+            table.add_row(*row)
+        con.print(table)
+        return
+    con.print(title, markup=False, highlight=False)
+    for grader, *vals in rows:
+        con.print(f"  {grader}", markup=False, highlight=False, style="bold")
+        con.print("    " + ", ".join(f"{c} {v}" for c, v in zip(cols, vals)), markup=False, highlight=False)
+
+
+def _holistic(items: pd.DataFrame, rub: Rubric, config: AnnotateConfig, dry: bool, out: Path, inputs: list[Path | str | None],
+              rubric_file: Path | str | None, run: Path | None, pass_mark: int | None) -> None:
+    """``annotate --holistic``: the mark asked for directly, then (with --run) beside the trained grader."""
+    from rubrictool.annotate import holistic_dry_run, run_holistic
+    from rubrictool.annotate.holistic import holistic_paths
+    from rubrictool.outputs import check_output
+
+    if dry:
+        print_dry_run(holistic_dry_run(items, rub, config), console)
+        return
+    check_output(out, [*inputs, run], "folder", writes=[p.name for p in holistic_paths(out)], what="the marks")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+               TimeElapsedColumn())
+    with ProgressView(err_console, *columns) as view:
+        result, written = run_holistic(items, rub, config, out, progress=view, rubric_file=rubric_file, run=run,
+                                       pass_mark=pass_mark)
+    paths = (written[0], written[1], written[2])
+    print_summary(result, paths, console)
+    if result.comparison is not None:
+        print_comparison(result.comparison, console)
+        console.print(f"wrote {written[3]} and {written[4]}")
+    _fail_on_failures(result, paths, config.max_failures)
+
+
 def annotate_cmd(
     benchmark: BenchmarkOpt = None,
     rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric name or YAML path (default: the benchmark's).")] = None,
@@ -163,6 +213,9 @@ def annotate_cmd(
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Send again the items whose cached replies failed (successful cached replies are never re-sent). Example: rubrictool annotate --rubric r.yaml --data items.csv --retry-failed")] = False,
     max_failures: Annotated[float, typer.Option("--max-failures", help="Exit 3 when more than this share of the item × model annotations failed (0..1; the outputs are written). Example: --max-failures 0.1")] = 0.05,
     allow_draft: Annotated[bool, typer.Option("--allow-draft", help="Send a rubric that still has TODO placeholders or two levels with one anchor (refused by default). Example: rubrictool annotate --rubric draft.yaml --data items.csv --limit 5 --allow-draft")] = False,
+    holistic: Annotated[bool, typer.Option("--holistic", help="Ask each model for every answer's mark directly (the rubric and the grade scale in the prompt, a reply mark=<n>) instead of concept levels: the baseline a teacher would otherwise use. Writes marks.jsonl, failures.jsonl and summary.json into the --out folder. Example: rubrictool annotate --holistic --rubric r.yaml --data items.csv --model gpt-4o --run runs/k5 --out holistic/")] = False,
+    run: OptionalRunOpt = None,
+    pass_mark: Annotated[int | None, typer.Option("--pass-mark", help="With --holistic --run: the least mark that passes, for 'failing answers passed' (default: the upper half of the grade scale, 3 on 0..5).")] = None,
     out: OutOpt = Path("annotations"),
 ) -> None:
     """Pre-annotate every response on every rubric concept with LLMs (litellm), as the paper's annotation stage.
@@ -173,6 +226,10 @@ def annotate_cmd(
     Exit codes: 0 done; 1 an error (bad settings, a draft rubric, the cache or output locked by another
     run, a model stopped early because its endpoint is unreachable or almost every reply fails, a full
     disk); 2 a usage error; 3 done and written, but more than --max-failures of the annotations failed.
+
+    With --holistic, each model gives every answer one mark instead (holistic grading), cached and priced the same
+    way; with --run (a k-fold run of the same answers) the marks are reported beside the trained grader and the
+    points route: QWK, T-Acc, failing answers passed and cost (comparison.md).
 
     Example: rubrictool annotate --benchmark mohler --model gpt-4o --limit 20 --budget 1 --out annotations/
     """
@@ -195,6 +252,12 @@ def annotate_cmd(
     items, rub = load_inputs(benchmark, rubric, data, data_dir)
     if config.benchmark is None and benchmark:
         config = dataclasses.replace(config, benchmark=benchmark)
+    if holistic or run is not None or pass_mark is not None:
+        if not holistic:
+            raise AnnotateError("--run and --pass-mark belong to --holistic", hint="add --holistic, or drop them")
+        _holistic(items, rub, config, dry, out, [data, rubric, template, None if no_cache else cache],
+                  resolve_rubric_path(rubric or benchmark or ""), run, pass_mark)
+        return
     if dry:
         _show_dry_run(items, rub, config)
         return
