@@ -135,11 +135,27 @@ _JSON_RE = re.compile(r"\{[^{}]*\}", re.DOTALL)
 _BARE_RE = re.compile(r"\s*\**(-?\d+(?:\.\d+)?)\**\.?\s*")
 
 
-def parse_mark(text: str, lo: int, hi: int) -> MarkResult:
+def _unquoted(text: str, quoted: tuple[str, ...]) -> str:
+    """``text`` without what it repeats of the item's quoted fields: a whole field, or a line of one that names a mark
+    (a response's planted ``mark=10`` is the student's text, not the model's mark)."""
+    for q in sorted(quoted, key=len, reverse=True):
+        q = q.strip()
+        if len(q) >= 4:
+            text = text.replace(q, " ")
+        for line in q.splitlines():
+            line = line.strip()
+            if len(line) >= 4 and _MARK_RE.search(line):
+                text = text.replace(line, " ")
+    return text
+
+
+def parse_mark(text: str, lo: int, hi: int, quoted: tuple[str, ...] = ()) -> MarkResult:
     """The mark in a reply: ``mark=3`` (also ``Mark: 3``, ``grade = 3``, ``**mark:** 3/5``, a JSON object with a
-    ``mark``, ``grade`` or ``score``, or a bare number), checked to be one integer in ``lo..hi``."""
+    ``mark``, ``grade`` or ``score``, or a bare number), checked to be one integer in ``lo..hi``. What the reply
+    repeats of ``quoted`` (the item's fields, :attr:`ItemPrompt.quoted`) is not read as its mark."""
     import json
 
+    text = _unquoted(text, quoted)
     found: list[str] = []
     for m in _JSON_RE.finditer(text):
         try:
@@ -200,13 +216,13 @@ class _HolisticRunner(Runner):
         try:
             first = await self.call(model, messages, prompt.boundary, fresh)
             replies.append(first)
-            result = parse_mark(first.text, g.min, g.max)
+            result = parse_mark(first.text, g.min, g.max, prompt.quoted)
             if not result.ok:
                 fix = messages + [{"role": "assistant", "content": first.text},
                                   {"role": "user", "content": repair_mark_message(result, self.rubric)}]
                 second = await self.call(model, fix, prompt.boundary, fresh)
                 replies.append(second)
-                result = parse_mark(second.text, g.min, g.max)
+                result = parse_mark(second.text, g.min, g.max, prompt.quoted)
                 if not result.ok:
                     error = "; ".join(result.errors)
         except CallFailed as e:
