@@ -448,7 +448,9 @@ def comparison_markdown(cmp: dict[str, Any]) -> str:
     """The comparison as a Markdown table with a sentence on what it measures."""
     head = (f"Graded on the same {cmp['answers']} answers (marked by every holistic model and tested out-of-fold in "
             f"`{md_inline(Path(cmp['run']).name)}`); a mark of {cmp['pass_mark']} or more passes.")
-    lines = [head, "",
+    source = ("The points route grades from the concept levels the run was trained on, whatever made them (see the "
+              "run's folds.md for their source; on Mohler, three LLM annotation passes, not expert-validated).")
+    lines = [head, source, "",
              "| grader | n | QWK [95 % CI] | T-Acc [95 % CI] | failing answers passed | cost of these marks |",
              "|---|---|---|---|---|---|"]
     for r in cmp["rows"]:
