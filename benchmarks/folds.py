@@ -5,7 +5,7 @@ runs) on the same stratified folds (fold seed 0, or `--fold-seed N`; dev = 1/8 o
 configuration is a variant, a preset and optionally a ``--config`` YAML file in the format of
 ``rubrictool train --config`` (sections model / stage1 / joint / stage2). The four product configurations
 are named in ``RUNS``; any other is given as ``--config FILE`` (its name is the file's stem), e.g. the
-research configurations in ``experiments/configs/``.
+research configurations in ``lab/configs/``.
 
 A fold's run is a complete run directory ``<out>/<name>/fold-<i>/``; a finished fold is never retrained,
 so the benchmark can be stopped and started again (``--fold 0`` runs one fold of each configuration, to
@@ -16,7 +16,7 @@ configuration with paired bootstrap 95 % CIs against the PLM and vanilla CBM.
     python benchmarks/folds.py --runs default,paper,vanilla,plm   # the README table (a day on 2 cores)
     python benchmarks/folds.py --by question --out benchmarks/out/folds-by-question   # unseen questions
     python benchmarks/folds.py --runs default,plm --fold 0        # one fold each
-    python benchmarks/folds.py --config experiments/configs/s1x4.yaml --fold 0
+    python benchmarks/folds.py --config lab/configs/s1x4.yaml --fold 0
     python benchmarks/folds.py --summary                          # tables from what is done
     python benchmarks/folds.py --smoke --backbone PATH            # 2 folds of a 40-item table, one step per epoch
     python benchmarks/folds.py --runs default --jobs 2            # two folds at a time, in worker processes

@@ -10,7 +10,7 @@
 # 1b. with GPU_RUN_BASELINE=DIR (the code of another revision, e.g. `git archive REV reccbm rubrictool rubrics
 #    templates | tar -x -C DIR`), the same main job with that code, alone: a baseline timed on the same machine;
 # 2. the same main job in bf16 autocast, alone: its timings, and its metrics against step 1's (same split and seed);
-# 3. a candidate recipe (GPU_RUN_CONFIG, default experiments/configs/default-contrast.yaml, the default's recipe since
+# 3. a candidate recipe (GPU_RUN_CONFIG, default lab/configs/default-contrast.yaml, the default's recipe since
 #    2026-11-27) on five folds (random, or
 #    GPU_RUN_BY=question), five workers sharing the GPU (benchmarks/folds.py --jobs 5), alone, stopped at DEADLINE_S
 #    less the time step 4 needs;
@@ -88,7 +88,7 @@ fi
 STEP4=${GPU_RUN_STEP4_S:-110}
 [[ "$SKIP" == *" 4 "* ]] && STEP4=0  # what the candidate's main job needs (step 1's time, and a margin)
 left=$((DEADLINE - SECONDS - STEP4))
-CONFIG=${GPU_RUN_CONFIG:-experiments/configs/default-contrast.yaml}
+CONFIG=${GPU_RUN_CONFIG:-lab/configs/default-contrast.yaml}
 BY=(); [ -n "${GPU_RUN_BY:-}" ] && BY=(--by "$GPU_RUN_BY")
 log "step 3: $CONFIG on five folds ${BY[*]:-random}, --jobs 5, $left s left"
 if [ -n "$SMOKE" ]; then READER=(); else READER=(--config "$CONFIG"); fi

@@ -11,7 +11,7 @@ classifier beside its RACE vector (``ModelConfig.align``):
   a2r_t = max_r S_{t,r} (how well each answer token is matched), r2a_r = max_t S_{t,r} (how well each reference token
   is said); pooled: mean a2r (precision), mean r2a (recall), the share of reference tokens with r2a above 0.5 / 0.7 /
   0.85 (coverage, soft: a sigmoid of width 0.05), and the cosine of the two mean-pooled states;
-* the reference-overlap probe (experiments/transfer.py) on token ids: share of the reference's distinct tokens in the
+* the reference-overlap probe (lab/transfer.py) on token ids: share of the reference's distinct tokens in the
   answer and of the answer's in the reference, log lengths of both, log of their ratio;
 * per concept k, the alignment of the tokens RACE reads it from: Σ_t α_{k,t} a2r_t (a2r = 0 outside the answer).
 

@@ -207,7 +207,7 @@ class StageIConfig:
     # encoder stages (Stage I, the joint stage, the PLM's), θ̄ ← θ̄ + (1 − d_t)(θ − θ̄) after each optimiser step with
     # d_t = min(ema, (1 + t) / (10 + t)), and evaluates, selects and keeps each epoch with θ̄ in place of θ (training goes
     # on from θ): an average over the last ~1 / (1 − ema) steps, the usual remedy for inputs unlike the training ones
-    # (docs/history/concept-reader-levers.md). 0 = off (the paper); the default recipe sets 0.995 (reccbm/recipes.py).
+    # (lab/history/concept-reader-levers.md). 0 = off (the paper); the default recipe sets 0.995 (reccbm/recipes.py).
     ema: float = 0.0
     # Larger batches on a GPU (not in the paper): on a CUDA device the recipe trains with batches gpu_batch_scale times as
     # large, by the linear scaling rule (reccbm.fit.Recipe.scaled: every learning rate × the scale, the moving average's

@@ -23,7 +23,7 @@ __all__ = ["PRESETS", "SECTIONS", "contrast_concepts", "recipe"]
 # joint stage) with a CPU-sized Stage I budget. "plain" is what the 5-fold measurements chose first (docs/results.md,
 # docs/design.md): a level head, rubric-initialised queries, LCEC conditioned on an expert's level and fitted on the
 # dev answers' errors, and a joint stage trained with random interventions. "default" is "plain" with the concept
-# reader that carries to new questions (docs/history/concept-reader-levers.md): the answer compared with its
+# reader that carries to new questions (lab/history/concept-reader-levers.md): the answer compared with its
 # reference inside the concept heads (model.align, reccbm/align.py), soft concept targets from the reviewers' levels
 # (stage1.soft_targets; trained on the adjudicated levels alone where none are kept), and LCEC set by its moments
 # (stage2.lcec_fit "moments": the labels' covariance as its prior, so that an expert's correction moves the others),
@@ -33,7 +33,7 @@ __all__ = ["PRESETS", "SECTIONS", "contrast_concepts", "recipe"]
 # concepts the rubric marks reference_is_top, an answer to another question at the bottom of those it marks
 # off_topic_is_bottom (:func:`contrast_concepts`; a rubric that marks none trains without them), three joint epochs
 # instead of plain's four (so that the README's main job fits its budget on a 2-core CPU; joint.epochs 4 is the default
-# before, docs/history/concept-reader-levers.md), and the trained weights' moving average evaluated, selected and kept
+# before, lab/history/concept-reader-levers.md), and the trained weights' moving average evaluated, selected and kept
 # in the encoder stages (stage1.ema; 0 is the default before).
 _PLAIN: dict[str, dict[str, Any]] = {
     "model": {"head": "level", "query_init": "rubric", "center": True, "tau": 0.25, "condition": True},

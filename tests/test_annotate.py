@@ -346,7 +346,7 @@ def test_cut_off_json_keeps_the_whole_entries() -> None:
 
 
 def test_several_key_level_pairs_on_one_line() -> None:
-    """Qwen2.5-Coder-1.5B sometimes answers 'FC=3; CC=2; ...' on one line (experiments/integrity.py, long inputs)."""
+    """Qwen2.5-Coder-1.5B sometimes answers 'FC=3; CC=2; ...' on one line (lab/integrity.py, long inputs)."""
     line = "; ".join(f"{k}={lv}" for k, lv in WANT.items())
     assert levels(line) == WANT and parse_reply(line, RUBRIC).ok
     assert levels("Scores: " + line) == {}  # prose in front: not a bare list of pairs, not guessed

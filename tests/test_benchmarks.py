@@ -43,7 +43,7 @@ def test_benchmark_uses_the_public_api_only(script: Path) -> None:
             mod = node.module or ""
             if mod == "__future__":
                 continue
-            assert not mod.startswith(("tests", "benchmarks", "experiments")) and node.level == 0, f"{script.name}: {mod}"
+            assert not mod.startswith(("tests", "benchmarks", "lab")) and node.level == 0, f"{script.name}: {mod}"
             assert not any(part.startswith("_") for part in mod.split(".")), f"{script.name} imports {mod}"
             private = [a.name for a in node.names if a.name.startswith("_")]
             assert not private, f"{script.name} imports private {private} from {mod}"

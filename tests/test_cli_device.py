@@ -42,7 +42,7 @@ def test_train_names_its_device_first_and_grade_takes_one(tmp_path: Path, backbo
 @pytest.mark.parametrize("scale", [2, 4])
 def test_on_a_gpu_a_run_records_and_says_the_scaled_batches(monkeypatch: pytest.MonkeyPatch, scale: int) -> None:
     """With stage1.gpu_batch_scale on a GPU (its device faked: nothing trains), the run's config.yaml holds the stages
-    as they run there — the same as experiments/configs/gpu-scale{2,4}.yaml on top of the default, what the CPU measured
+    as they run there — the same as lab/configs/gpu-scale{2,4}.yaml on top of the default, what the CPU measured
     of them — and its notes say so; on the CPU the same overrides change nothing."""
     import sys
 
@@ -58,7 +58,7 @@ def test_on_a_gpu_a_run_records_and_says_the_scaled_batches(monkeypatch: pytest.
     gpu = resolve_training("mohler", overrides=asked).for_answers(2000)
     assert gpu.batch_scale == scale and gpu.config["stage1"]["batch_size"] == 8 * scale
     assert gpu.config["stage2"]["batch_size"] == 8 * scale and gpu.config["joint"]["lr"] == pytest.approx(5e-5 * scale)
-    written = yaml.safe_load((Path(__file__).parents[1] / f"experiments/configs/gpu-scale{scale}.yaml").read_text())
+    written = yaml.safe_load((Path(__file__).parents[1] / f"lab/configs/gpu-scale{scale}.yaml").read_text())
     measured = resolve_training("mohler", overrides=written).for_answers(2000).recipe  # what the CPU measured
     assert replace(measured.stage1, gpu_batch_scale=1) == gpu.recipe.stage1 and measured.joint == gpu.recipe.joint
     assert measured.stage2 == gpu.recipe.stage2

@@ -61,7 +61,7 @@ def test_copies_reference_and_question() -> None:
 
 def test_padding_by_repetition_and_by_keywords() -> None:
     """repeats_text and keyword_list on the gaming probe's two padding transformations and their honest negatives
-    (the rates on every Mohler answer: experiments/padding_flags.py)."""
+    (the rates on every Mohler answer: lab/padding_flags.py)."""
     answer = "A prototype tests a part of the program early. It saves time later."
     assert flags_of(answer) == []
     assert flags_of(answer + " A prototype tests a part of the program early." * 3) == ["repeats_text"]

@@ -1,6 +1,6 @@
 """The injection set through a REAL local model: llama-cpp-python's server with SmolLM2-135M-Instruct.
 
-SmolLM2's judgements are near-random, so this does not measure persuasion (experiments/integrity.py
+SmolLM2's judgements are near-random, so this does not measure persuasion (lab/integrity.py
 does, with a 1.5B model); it checks that the quoted prompt goes through the real chat template and
 HTTP path, that every label in the table is what the guarded parser reads from the model's reply (no
 entry copied from the quoted response), and that a response too long for the model's context becomes

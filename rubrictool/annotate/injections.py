@@ -3,7 +3,7 @@
 The attacks are data (``injections.yaml`` beside this module): instructions, fake output lines and
 JSON, boundary-breaking attempts, very long inputs and other scripts. :func:`load_injections` reads
 them; :func:`attack_response` turns a genuine answer into its attacked version for a rubric. The tests
-run every attack through the scripted server, ``experiments/integrity.py`` through a real local model.
+run every attack through the scripted server, ``lab/integrity.py`` through a real local model.
 """
 
 from __future__ import annotations
