@@ -199,8 +199,8 @@ def _slug(heading: str) -> str:
 
 
 def _markdown_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
-            *[p for p in (ROOT / "benchmarks" / "README.md", ROOT / "experiments" / "README.md") if p.is_file()]]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "benchmarks" / "README.md",
+            *sorted((ROOT / "lab").rglob("*.md"))]
 
 
 def _links(path: Path) -> list[tuple[int, str]]:
@@ -242,15 +242,15 @@ def test_every_relative_link_and_anchor_in_the_docs_resolves() -> None:
     assert not broken, "\n".join(broken)
 
 
-# An issue is where a change was asked for, not a reason: outside docs/history/, the repository states the decision.
+# An issue is where a change was asked for, not a reason: outside lab/history/, the repository states the decision.
 ISSUE_REFERENCE = r"\bissues? #\d|\bissue's\b|\bthe issue\b|\b(before|after|in|of|since|from|see) #\d+\b"
 # Their rewrite (the train package and the learning curve's plan of cells) replaces the comments that still cite one.
 ISSUE_REFERENCE_PENDING: set[str] = set()
 
 
 def test_the_repository_speaks_of_dates_and_revisions_not_rounds_of_work() -> None:
-    """Docs, code, tests, CI, benchmarks and experiments name what changed and when (a date, a git revision, a config
-    name), never a session or a round of work; outside docs/history/ they state decisions, never an issue number or
+    """Docs, code, tests, CI, benchmarks and the lab name what changed and when (a date, a git revision, a config
+    name), never a session or a round of work; outside lab/history/ they state decisions, never an issue number or
     "the issue's" targets."""
     import re
 
@@ -258,7 +258,7 @@ def test_the_repository_speaks_of_dates_and_revisions_not_rounds_of_work() -> No
                          re.IGNORECASE)
     issue = re.compile(ISSUE_REFERENCE, re.IGNORECASE)
     roots = [ROOT / "README.md", ROOT / "docs", ROOT / "rubrictool", ROOT / "reccbm", ROOT / "benchmarks",
-             ROOT / "experiments", ROOT / "scripts", ROOT / "tests", ROOT / "templates", ROOT / ".ci" / "run",
+             ROOT / "lab", ROOT / "scripts", ROOT / "tests", ROOT / "templates", ROOT / ".ci" / "run",
              ROOT / "setup.sh", ROOT / "pyproject.toml"]
     hits = []
     for root in roots:
@@ -267,7 +267,7 @@ def test_the_repository_speaks_of_dates_and_revisions_not_rounds_of_work() -> No
             if f == Path(__file__).resolve():  # this test spells the pattern out
                 continue
             rel = f.relative_to(ROOT).as_posix()
-            history = rel.startswith("docs/history/") or rel in ISSUE_REFERENCE_PENDING
+            history = rel.startswith("lab/history/") or rel in ISSUE_REFERENCE_PENDING
             for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
                 if pattern.search(line) or (not history and issue.search(line)):
                     hits.append(f"{rel}:{n}: {line.strip()[:100]}")
@@ -289,18 +289,18 @@ RESULTS_MAX_BYTES = 3 * 2**20  # results kept in the tree stay small; the per-an
 
 
 def _cited_result_paths() -> set[str]:
-    """Every benchmarks/results/… or experiments/results/… path the docs name, {a,b} alternatives expanded."""
+    """Every benchmarks/results/… or lab/results/… path the docs name, {a,b} alternatives expanded."""
     import itertools
     import re
 
     docs = [*_markdown_files()]
     out: set[str] = set()
     for md in docs:
-        for m in re.findall(r"(?:benchmarks|experiments)/results/[^\s`)\"'>]*", md.read_text(encoding="utf-8")):
+        for m in re.findall(r"(?:benchmarks|lab)/results/[^\s`)\"'>]*", md.read_text(encoding="utf-8")):
             parts = re.split(r"(\{[^}]*\})", m.rstrip(".,;:"))
             options = [p[1:-1].split(",") if p.startswith("{") else [p] for p in parts]
             out |= {"".join(c).rstrip("/") for c in itertools.product(*options)}
-    return out - {"benchmarks/results", "experiments/results"}
+    return out - {"benchmarks/results", "lab/results"}
 
 
 def test_every_kept_result_is_cited_and_the_results_stay_small() -> None:
@@ -310,7 +310,7 @@ def test_every_kept_result_is_cited_and_the_results_stay_small() -> None:
     import fnmatch
     import subprocess
 
-    listed = subprocess.run(["git", "ls-files", "benchmarks/results", "experiments/results"], cwd=ROOT,
+    listed = subprocess.run(["git", "ls-files", "benchmarks/results", "lab/results"], cwd=ROOT,
                             capture_output=True, text=True, check=True).stdout.split()
     assert len(listed) > 10
     cited = _cited_result_paths()
@@ -324,9 +324,11 @@ def test_every_kept_result_is_cited_and_the_results_stay_small() -> None:
     assert size <= RESULTS_MAX_BYTES, f"{size / 2**20:.1f} MB of results besides the per-answer predictions"
 
 
-def test_the_readme_code_map_names_every_module_and_package() -> None:
-    """A newcomer reads the code map to find a stage: every rubrictool module and package is on it."""
-    text = (ROOT / "README.md").read_text()
+def test_the_code_map_names_every_module_and_package() -> None:
+    """A newcomer reads the code map (docs/code-map.md, linked from the README) to find a stage: every rubrictool
+    module and package is on it."""
+    assert "docs/code-map.md" in (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "code-map.md").read_text(encoding="utf-8")
     block = text.split("## Code map", 1)[1].split("```", 2)[1]
     named = {tok.rstrip(",") for line in block.splitlines() for tok in line.split()[:2]}
     pkg = ROOT / "rubrictool"
@@ -335,10 +337,18 @@ def test_the_readme_code_map_names_every_module_and_package() -> None:
     assert parts - named == set(), "not on the README's code map"
 
 
-def test_the_experiments_index_names_every_study_script() -> None:
-    """experiments/README.md is where a reader finds a study: every script in experiments/ has its row there."""
-    text = (ROOT / "experiments" / "README.md").read_text(encoding="utf-8")
-    scripts = {p.name for p in (ROOT / "experiments").glob("*.py") if p.name != "__init__.py"}
-    assert len(scripts) > 10
-    missing = sorted(n for n in scripts if f"| `{n}` |" not in text)
-    assert not missing, "not in experiments/README.md's table: " + ", ".join(missing)
+def test_the_front_pages_stay_short_and_the_tree_small() -> None:
+    """A newcomer reads the README (at most 160 lines) and today's results (at most 400 lines, none over 400
+    characters); the lab's record and the superseded results live in lab/ and in git history, so the tracked tree
+    stays under 15 MB."""
+    import subprocess
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    results = (ROOT / "docs" / "results.md").read_text(encoding="utf-8").splitlines()
+    assert len(readme) <= 160, f"README.md has {len(readme)} lines"
+    assert len(results) <= 400, f"docs/results.md has {len(results)} lines"
+    long = [n for n, line in enumerate(results, 1) if len(line) > 400]
+    assert not long, f"docs/results.md lines over 400 characters: {long}"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    size = sum((ROOT / f).stat().st_size for f in tracked.split("\0") if f and (ROOT / f).is_file())
+    assert size <= 15_000_000, f"the tracked tree is {size / 1e6:.1f} MB"
