@@ -2,7 +2,7 @@
 
 Two parts, each resumable, results in benchmarks/results/integrity/ (committed):
 
-    .venv/bin/python lab/integrity.py annotator [--n-base 2]
+    .venv/bin/python lab/integrity.py annotator --api-base http://127.0.0.1:8080/v1 [--n-base 2]
     .venv/bin/python lab/integrity.py grader --run default=RUN_DIR --run plm=RUN_DIR
     .venv/bin/python lab/integrity.py compare NEW OLD       # two kept audits: the paired shift differences
 
@@ -148,7 +148,8 @@ def report_annotator(rubric: Rubric, jobs: list[dict[str, Any]], done: dict[str,
     seconds = [d["seconds"] for d in done.values()]
     meta = {"date": date.today().isoformat(), "command": "python lab/integrity.py annotator "
             f"--n-base {args.n_base} --max-tokens {args.max_tokens}",
-            "model": "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (llama-cpp-python 0.3.36 server, 2 threads, temperature 0)",
+            "model": f"{args.model} ({f'the server at {args.api_base}' if args.api_base else 'the kept replies'}, "
+                     "temperature 0)",
             "base_answers": bases, "clean_replies_usable": clean_ok,
             "seconds_per_request": sum(seconds) / len(seconds) if seconds else None,
             "requests": len(done)}
