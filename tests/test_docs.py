@@ -352,3 +352,13 @@ def test_the_front_pages_stay_short_and_the_tree_small() -> None:
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     size = sum((ROOT / f).stat().st_size for f in tracked.split("\0") if f and (ROOT / f).is_file())
     assert size <= 15_000_000, f"the tracked tree is {size / 1e6:.1f} MB"
+
+
+def test_every_benchmark_script_makes_a_figure_of_todays_results() -> None:
+    """benchmarks/ holds the scripts that make today's tables: each one is named by a command in docs/results.md (a
+    script that makes none belongs in the lab, or in git history)."""
+    results = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    scripts = sorted(p.name for p in (ROOT / "benchmarks").iterdir() if p.suffix in (".py", ".sh"))
+    assert len(scripts) > 5
+    unnamed = [s for s in scripts if f"benchmarks/{s}" not in results]
+    assert not unnamed, "benchmark scripts docs/results.md does not name: " + ", ".join(unnamed)
