@@ -15,6 +15,7 @@ names the shared file (relative to the run), its digest and size. Such a run loa
 from __future__ import annotations
 
 import hashlib
+import math
 import json
 import os
 from dataclasses import asdict
@@ -24,6 +25,7 @@ from typing import Any
 from reccbm.atomic import atomic_write
 from reccbm.config import ModelConfig, config_from_dict
 from reccbm.data import load_tokenizer
+from reccbm.decision import Cutpoints
 from reccbm.errors import ReccbmError
 from reccbm.model import Model, TextEncoder, build_model
 
@@ -47,6 +49,8 @@ def save_checkpoint(
     tokenizer.save_pretrained(str(run / "backbone"))
     path = run / "model.safetensors"
     doc = {"format": FORMAT, "model_config": asdict(model.config), "stage": stage, "step": step} | (meta or {})
+    if model.decision is not None:  # the decision rule fitted after training (reccbm/decision.py)
+        doc["decision"] = {"rule": "cutpoints", "cutpoints": list(model.decision.t)}
     if shared_dir is None:
         atomic_write(path, lambda tmp: save_model(model, str(tmp)))
     else:
@@ -144,9 +148,23 @@ def load_checkpoint(run_dir: str | Path, device: Any = "cpu") -> tuple[Model, An
     missing = [k for k in missing if not k.endswith("lcec.mu0")]  # older checkpoints: prior mean 0
     if missing or unexpected:
         raise ReccbmError(f"{weights} does not match model.json: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    model.decision = _decision(meta, run)
     model.eval()
     if device != "cpu":
         from reccbm.device import resolve_device
 
         model.to(resolve_device(device))
     return model, load_tokenizer(str(run / "backbone")), meta
+
+
+def _decision(meta: dict[str, Any], run: Path) -> Cutpoints | None:
+    """The decision rule model.json records (None: argmax, as every run before the rule was added)."""
+    doc = meta.get("decision")
+    if not doc:
+        return None
+    t = doc.get("cutpoints") if isinstance(doc, dict) else None
+    if (not isinstance(t, list) or len(t) != meta["model_config"]["num_grades"] - 1
+            or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in t) or sorted(t) != t):
+        raise ReccbmError(f"{run / 'model.json'}: bad decision: cutpoints must be {meta['model_config']['num_grades'] - 1}"
+                          " finite non-decreasing numbers")
+    return Cutpoints(tuple(float(x) for x in t))

@@ -86,6 +86,10 @@ class ModelConfig:
     # Not in the paper. False: the question is left out of the encoder's input (``[CLS] [SEP] r [SEP] a [SEP]``, in
     # training, the examples across questions and grading alike), so that the reader compares the answer with the
     # reference alone and learns nothing from a question's own words. True: x = (q, r, a) as in the paper.
+    # The answer normalised before it is read (reccbm/normalise.py; not in the paper): whitespace, the final
+    # punctuation and one-letter slips in words of five or more letters, edits a teacher does not mark, so that they
+    # cannot move a mark. False: the answer as written (the paper, and every run before the option).
+    normalise: bool = False
     question_input: bool = True
     # Not in the paper. The concept classifiers (Eq. 11). "softmax": V_k holds one direction per level, p̂_k =
     # softmax(V_k h_k + b_k). "ordinal": one direction v_k per concept and level m's logit m · v_kᵀh_k + b_{k,m} (the
@@ -359,6 +363,15 @@ class StageIIConfig:
     # False = the outputs as trained.
     calibrate: bool = False
     calibrate_min_dev: int = 50
+    # The decision rule from the grade distribution to one mark (reccbm/decision.py; not in the paper). "argmax": the
+    # most probable mark (the paper). "cutpoints": ordinal cutpoints on the expected mark, fitted after every other
+    # stage on the dev answers (answers the model never trained on) to minimise the mean cost |y − ŷ| plus
+    # decision_fail_passed for a failing answer passed and decision_pass_failed for a passing answer failed: a head
+    # that compresses its distributions toward the common top marks is read on the scale the answers have.
+    decision: str = "argmax"
+    decision_pass: int = -1  # first passing mark, 0-based (0..S); -1: the marks below the scale's midpoint fail
+    decision_fail_passed: float = 2.0  # extra cost of passing a failing answer (marks of error, beside |y − ŷ|)
+    decision_pass_failed: float = 1.0  # extra cost of failing a passing answer
     # Where this stage and the LCEC fit compute. Their steps are K-dimensional maths over cached p̂ in batches of 8: on a
     # GPU, step by step, they cost more in kernel launches than on one CPU core (docs/results.md, "On a GPU"). "cpu";
     # "same" (stage1.device, step by step); "graph": where the encoder's stages run on a CUDA GPU, that GPU with each
@@ -372,6 +385,7 @@ class StageIIConfig:
         _choice("Stage II selection", self.select, ("t_f1", "nll"))
         _choice("LCEC fit", self.lcec_fit, ("train", "dev", "moments"))
         _choice("Stage II device", self.device, ("cpu", "same", "graph"))
+        _choice("decision rule", self.decision, ("argmax", "cutpoints"))
         if self.crossfit == 1 or self.crossfit < 0:
             raise ValueError(f"crossfit is 0 (off) or a number of parts >= 2, got {self.crossfit}")
 

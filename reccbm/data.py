@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from reccbm.errors import ReccbmError
+from reccbm.normalise import normaliser_for
 
 __all__ = ["EncodedItems", "check_labels", "collate", "encode_inputs", "load_tokenizer"]
 
@@ -57,15 +58,21 @@ def encode_inputs(
     max_len: int,
     truncated: list[int] | None = None,
     question: bool = True,
+    normalise: bool = False,
 ) -> list[dict[str, list[int]]]:
     """Token ids (and token type ids when the backbone uses them) for each x = (q, r, a).
 
     ``truncated``, when given, receives the positions of the items whose text did not fit in
     ``max_len`` tokens and was cut (the caller decides how to tell the user). ``question`` False
-    leaves the questions out (``ModelConfig.question_input``): the first segment is ``[SEP] r``.
+    leaves the questions out (``ModelConfig.question_input``): the first segment is ``[SEP] r``. ``normalise``
+    (``ModelConfig.normalise``): each response read after :mod:`reccbm.normalise` (whitespace, final punctuation,
+    one-letter slips) against its own question and reference.
     """
     if not (len(questions) == len(responses) == len(contexts)):
         raise ReccbmError("questions, responses and contexts must have the same length")
+    if normalise:
+        fix = normaliser_for(tokenizer)
+        responses = [fix(r, q, c) for r, q, c in zip(responses, questions, contexts)]
     if not question:
         questions = [""] * len(questions)
     sep = tokenizer.sep_token or tokenizer.eos_token or "\n"

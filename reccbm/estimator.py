@@ -170,7 +170,7 @@ class Grader:
         r = replace(r, model=replace(r.model, backbone=backbone)).seeded(self.seed)
         tokenizer = load_tokenizer(backbone)
         items = EncodedItems(encode_inputs(tokenizer, q, resp, ref, r.model.max_len,
-                                           question=r.model.question_input), c, y)
+                                           question=r.model.question_input, normalise=r.model.normalise), c, y)
         train, dev = self._split(y)
         fitted = fit(items.subset(train), items.subset(dev), r, tokenizer,
                      concept_texts=[k.text() for k in self.rubric.concepts], callback=callback)
@@ -223,7 +223,8 @@ class Grader:
         resp = _texts(responses, "responses", None)
         q, ref = _texts(questions, "questions", len(resp)), _texts(references, "references", len(resp))
         items = EncodedItems(encode_inputs(self.tokenizer_, q, resp, ref, self.model_.config.max_len,
-                                           question=self.model_.config.question_input))
+                                           question=self.model_.config.question_input,
+                                           normalise=self.model_.config.normalise))
         return predict(self.model_, items, self.tokenizer_.pad_token_id, self.batch_size)
 
     def predict_proba(self, questions: Iterable[Any], references: Iterable[Any] | None,
@@ -233,8 +234,8 @@ class Grader:
 
     def predict(self, questions: Iterable[Any], references: Iterable[Any] | None,
                 responses: Iterable[Any]) -> NDArray[Any]:
-        """(N,): the most probable grade of each answer, on the rubric's grade scale."""
-        out: NDArray[Any] = self.predict_proba(questions, references, responses).argmax(1) + self.rubric.grades[0]
+        """(N,): each answer's grade on the rubric's grade scale, by the model's decision rule (``stage2.decision``)."""
+        out: NDArray[Any] = self._predictions(questions, references, responses).grades + self.rubric.grades[0]
         return out
 
     def concepts(self, questions: Iterable[Any], references: Iterable[Any] | None,

@@ -137,7 +137,7 @@ def _regraded(model: RecCBM, p: Tensor, observed: Tensor | None = None) -> Predi
     assert out.c_hat is not None and out.mu_post is not None
     logits = out.grade_logits.float()  # (N, S+1)
     return Predictions(logits.softmax(-1).numpy(), p.numpy(), out.c_hat.float().numpy(),
-                       out.mu_post.float().numpy(), logits.numpy())
+                       out.mu_post.float().numpy(), logits.numpy(), model.decision)
 
 
 @torch.no_grad()

@@ -36,6 +36,7 @@ import torch
 from reccbm.align import separator_id
 from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig
 from reccbm.data import EncodedItems, check_labels
+from reccbm.decision import Cutpoints, cost_matrix, fit_cutpoints, pass_index
 from reccbm.device import resolve_device
 from reccbm.encoder import MIX_AND_CUT, states_layer
 from reccbm.errors import ReccbmError
@@ -323,6 +324,7 @@ def fit(
     if recipe.model.plm:  # the baseline: one fine-tuning stage
         plm = PLM(recipe.model, _new_encoder(recipe.model, recipe.stage1.seed))
         r1 = train_plm(plm, train, dev, recipe.stage1, pad, callback, states=states.pair if states else None)
+        plm.decision = fit_decision(plm, dev, recipe, pad)
         return Fitted(plm, r1, None, None, dev_metrics(plm, dev, pad, recipe.stage1.eval_batch_size, device), r1.steps,
                       time.perf_counter() - t0, encoder=encoder, states_seconds=states_seconds)
     p_oof, parts, cf_steps = None, None, 0
@@ -359,8 +361,26 @@ def fit(
                           torch.tensor(dev.grades), recipe.stage2, callback, head_only=True,  # head reads through it
                           device=_k_dim_device(recipe))
         steps += rl.steps + r2.steps
+    model.decision = fit_decision(model, dev, recipe, pad)
     return Fitted(model, r1, rj, r2, dev_metrics(model, dev, pad, recipe.stage1.eval_batch_size, device), steps,
                   time.perf_counter() - t0, parts, cf_steps, rl, head_init, encoder, states_seconds)
+
+
+def fit_decision(model: Model, dev: EncodedItems, recipe: Recipe, pad: int) -> Cutpoints | None:
+    """The decision rule of ``recipe.stage2.decision`` fitted on the dev answers' grade distributions (None: argmax,
+    or no dev answers with grades to fit on)."""
+    s2 = recipe.stage2
+    if s2.decision == "argmax" or dev.grades is None or len(dev) == 0:
+        return None
+    t0 = time.perf_counter()
+    model.decision = None
+    probs = predict(model, dev, pad, recipe.stage1.eval_batch_size, device=_device(recipe)).grade_probs
+    n = probs.shape[1]
+    cost = cost_matrix(n, pass_index(n, s2.decision_pass), s2.decision_fail_passed, s2.decision_pass_failed)
+    cut = fit_cutpoints(probs, np.asarray(dev.grades), cost)
+    log.info("decision: cutpoints %s on the expected mark fitted on %d dev answers in %.2f s",
+             ", ".join(f"{t:.2f}" for t in cut.t), len(dev), time.perf_counter() - t0)
+    return cut
 
 
 def _calibrate_levels(model: RecCBM, p_dev: torch.Tensor, dev: EncodedItems) -> torch.Tensor:

@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 from torch import Tensor, nn
 
 from reccbm.data import EncodedItems, collate
+from reccbm.decision import Cutpoints, decide
 from reccbm.device import autocast, on_device
 from reccbm.errors import ReccbmError
 from reccbm.model import Model, TextEncoder
@@ -47,11 +48,12 @@ class Predictions:
     c_hat: NDArray[Any] | None = None  # (N, K) expected levels ĉ ∈ [0, M]
     mu_post: NDArray[Any] | None = None  # (N, K) corrected concepts (s̃ without LCEC)
     grade_logits: NDArray[Any] | None = None  # (N, S+1) ŷ before the softmax
+    cutpoints: Cutpoints | None = None  # the model's decision rule (reccbm/decision.py); None: argmax
 
     @property
     def grades(self) -> NDArray[Any]:
-        out: NDArray[Any] = self.grade_probs.argmax(1)
-        return out
+        """The marks (0..S): the model's decision rule on ``grade_probs``."""
+        return decide(self.grade_probs, self.cutpoints)
 
     @property
     def levels(self) -> NDArray[Any]:
@@ -143,7 +145,8 @@ def predict(
 
     probs = cat("grade_probs")
     assert probs is not None
-    return Predictions(probs, cat("p_hat"), cat("c_hat"), cat("mu_post"), cat("grade_logits"))
+    return Predictions(probs, cat("p_hat"), cat("c_hat"), cat("mu_post"), cat("grade_logits"),
+                       getattr(model, "decision", None))
 
 
 def quantize_encoder(model: Model) -> Model:

@@ -155,7 +155,8 @@ TEXT_COLUMNS = ("question", "reference", "context", "response")
 
 
 def model_inputs(
-    tokenizer: Any, df: pd.DataFrame, max_len: int, truncated: list[int] | None = None, *, question: bool = True
+    tokenizer: Any, df: pd.DataFrame, max_len: int, truncated: list[int] | None = None, *, question: bool = True,
+    normalise: bool = False,
 ) -> list[dict[str, list[int]]]:
     """Token features of x = (q, r, a) for every row of an item table: the question, the reference answer
     and the context joined as r, and the response. The one input rule that training, grading and the
@@ -164,14 +165,16 @@ def model_inputs(
     out)."""
     text = {c: df[c].fillna("").astype(str).tolist() if c in df.columns else [""] * len(df) for c in TEXT_COLUMNS}
     aux = [" \n ".join(p for p in (r, c) if p.strip()) for r, c in zip(text["reference"], text["context"])]
-    return reccbm.encode_inputs(tokenizer, text["question"], text["response"], aux, max_len, truncated, question)
+    return reccbm.encode_inputs(tokenizer, text["question"], text["response"], aux, max_len, truncated, question,
+                                normalise)
 
 
 def inputs_for(
     model: reccbm.Model, tokenizer: Any, df: pd.DataFrame, truncated: list[int] | None = None
 ) -> list[dict[str, list[int]]]:
     """:func:`model_inputs` as a trained model reads them: its ``max_len`` and its ``question_input``."""
-    return model_inputs(tokenizer, df, model.config.max_len, truncated, question=model.config.question_input)
+    return model_inputs(tokenizer, df, model.config.max_len, truncated, question=model.config.question_input,
+                        normalise=model.config.normalise)
 
 
 def grade_loaded(
@@ -509,7 +512,7 @@ def _apply_review(model: reccbm.Model, preds: Predictions, df: pd.DataFrame, rev
     g = np.arange(out.grade_logits.shape[1])
     logits = out.grade_logits + eps[:, None] * g  # ε·g on every grade's logit: the question's grade shift
     probs = np.exp(logits - logits.max(1, keepdims=True))
-    out = Predictions(probs / probs.sum(1, keepdims=True), out.p_hat, out.c_hat, out.mu_post, logits)
+    out = Predictions(probs / probs.sum(1, keepdims=True), out.p_hat, out.c_hat, out.mu_post, logits, model.decision)
     return out, eps * out.grades, note
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 import reccbm
+from reccbm.decision import decide
 from rubrictool.errors import DataError
 from rubrictool.report.run import Run
 
@@ -52,7 +53,7 @@ def intervention_curves(
                 replace = rank < k  # (N, K): the k first concepts of each item's ranking
                 accs, qwks = [], []
                 for levels in draws:
-                    pred = reccbm.grades_from_levels(run.model, p_hat, levels, replace).argmax(1)
+                    pred = decide(reccbm.grades_from_levels(run.model, p_hat, levels, replace), run.model.decision)
                     m = reccbm.grade_metrics(gold_grades, pred)
                     accs.append(m["t_acc"])
                     qwks.append(m["qwk"])

@@ -23,6 +23,7 @@ import yaml
 from numpy.typing import NDArray
 
 import reccbm
+from reccbm.decision import decide
 from rubrictool.atomic import atomic_write, atomic_write_bytes, atomic_write_text
 from rubrictool.errors import DataError
 from rubrictool.io import writable_dir
@@ -184,7 +185,7 @@ def _honest_section(r: Report, run: Run, gold: NDArray[Any], probs: NDArray[Any]
         r.unavailable.append("the majority-class baseline and the run's warnings: the table has no graded "
                              "training answers")
     else:
-        r.honest = honest_metrics(gold, probs.argmax(1), train, grade_min=run.grade_min, y_majority=majority)
+        r.honest = honest_metrics(gold, decide(probs, run.model.decision), train, grade_min=run.grade_min, y_majority=majority)
         r.warnings = list(r.honest["warnings"])
     r.calibration = calibration(probs, gold)
     r.images["calibration.png"] = calibration_png(r.calibration)

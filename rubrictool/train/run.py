@@ -26,6 +26,7 @@ import yaml
 from accelerate import PartialState
 
 import reccbm
+from reccbm.decision import decide
 from reccbm import Predictions
 from reccbm.device import describe_device
 from rubrictool.data import save_split
@@ -100,9 +101,9 @@ CONTRAST_OFF = ("examples across questions off: no concept is marked reference_i
 
 def _encode(
     df: pd.DataFrame, rubric: Rubric, tokenizer: Any, max_len: int, concepts: bool, truncated: list[int] | None = None,
-    question: bool = True,
+    question: bool = True, normalise: bool = False,
 ) -> reccbm.EncodedItems:
-    feats = model_inputs(tokenizer, df, max_len, truncated, question=question)
+    feats = model_inputs(tokenizer, df, max_len, truncated, question=question, normalise=normalise)
     c = df[[f"_c_{k}" for k in rubric.keys]].to_numpy(np.int64) if concepts else None
     y = df["_y"].to_numpy(np.int64) if "_y" in df.columns else None
     soft = soft_targets(df, rubric) if concepts and has_votes(df, rubric) else None  # the reviewers' levels, if kept
@@ -160,7 +161,7 @@ def _one_seed(
         score = reccbm.concept_score_reliability(preds.c_hat, test.concepts, mcfg.M)  # noise on new answers
         info["per_concept"] |= {"score_sigma2": score["sigma2"], "score_reliability": score["reliability"]}
         oracle = reccbm.grades_from_levels(model, preds.p_hat, test.concepts, np.ones_like(test.concepts, bool))
-        m |= {f"oracle_{k}": v for k, v in reccbm.grade_metrics(test.grades, oracle.argmax(1)).items()
+        m |= {f"oracle_{k}": v for k, v in reccbm.grade_metrics(test.grades, decide(oracle, model.decision)).items()
               if k in ("t_acc", "t_f1", "qwk")}
         if mcfg.race:
             info["attention"] = reccbm.attention_diagnostics(model, test, pad, recipe.stage1.eval_batch_size)
@@ -385,7 +386,8 @@ def _encode_splits(spec: RunSpec, tokenizer: Any) -> tuple[dict[str, reccbm.Enco
     """Each split tokenised, and how many inputs were cut at max_len."""
     cut: list[int] = []  # positions (within each split) of the inputs cut at max_len; only the count matters
     m = spec.training.mcfg
-    sets = {s: _encode(spec.df.iloc[p], spec.rubric, tokenizer, m.max_len, not spec.training.plm, cut, m.question_input)
+    sets = {s: _encode(spec.df.iloc[p], spec.rubric, tokenizer, m.max_len, not spec.training.plm, cut, m.question_input,
+                    m.normalise)
             for s, p in spec.pos.items()}
     return sets, len(cut)
 
@@ -452,7 +454,7 @@ def _write_run(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], tokenizer: A
     test_c = sets["test"].concepts
     if preds.p_hat is not None and test_c is not None:  # every concept replaced by its adjudicated label
         oracle = reccbm.grades_from_levels(model, preds.p_hat, test_c, np.ones_like(test_c, dtype=bool))
-        frame.insert(2, "grade_oracle", oracle.argmax(1) + rb.grade.min)
+        frame.insert(2, "grade_oracle", decide(oracle, model.decision) + rb.grade.min)
     frame.to_csv(run / "test_predictions.csv", index=False)
     meta = {"rubric": rb.name, "concept_keys": rb.keys, "concept_names": [c.name for c in rb.concepts],
             "scale": [rb.scale.min, rb.scale.max], "grade": [rb.grade.min, rb.grade.max],

@@ -1,0 +1,152 @@
+"""Decision rules on a k-fold run's own models: argmax against the rules of :mod:`reccbm.decision`.
+
+A decision rule never changes a model, so every rule is measured on the same fold models: each fold's kept model
+predicts its dev answers (which it never trained on) and its test answers once (cached in ``--out``); a rule is
+fitted on the dev answers and applied to the test answers; the test answers of every fold are pooled and each rule
+is compared with argmax by a paired bootstrap (95 % CIs), with the figures of issue "failing answers graded as
+failing": the share of failing answers (below the pass mark) given a pass mark, their mean error, the mean error per
+true mark, macro-F1.
+
+    python benchmarks/decision_rule.py --runs /path/to/folds/default --out benchmarks/out/decision/random
+    python benchmarks/decision_rule.py --runs R --out O --fail-passed 2 --pass-failed 0   # another cost
+
+Concept labels (Mohler): majority vote over three independent LLM annotation passes, NOT validated by experts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np
+import pandas as pd
+
+import reccbm
+from reccbm.decision import Cutpoints, bayes_marks, cost_matrix, fit_cutpoints
+from reccbm.metrics import macro_f1, quadratic_weighted_kappa
+from rubrictool.grade import inputs_for, load_grader
+from rubrictool.runs import open_run
+
+
+def fold_predictions(fold_dir: Path, cache: Path) -> dict[str, Any]:
+    """dev and test grade probabilities of one fold's kept model (cached as .npz)."""
+    if cache.is_file():
+        z = np.load(cache, allow_pickle=False)
+        return {k: z[k] for k in z.files}
+    split = json.loads((fold_dir / "split.json").read_text())
+    run = open_run(fold_dir)
+    table = run.load_table()
+    table["id"] = table["id"].astype(str)
+    model, tokenizer, meta = load_grader(fold_dir)
+    gmin = int(meta["grade"][0])
+    out: dict[str, Any] = {}
+    for part in ("dev", "test"):
+        rows = table.set_index("id").loc[split[part]].reset_index()
+        feats = inputs_for(model, tokenizer, rows)
+        preds = reccbm.predict(model, reccbm.EncodedItems(feats), tokenizer.pad_token_id, 64)
+        out[f"{part}_probs"] = preds.grade_probs.astype(np.float64)
+        out[f"{part}_y"] = rows["grade"].to_numpy().astype(np.int64) - gmin
+        out[f"{part}_ids"] = np.asarray(rows["id"].astype(str))
+    tmp = cache.with_suffix(".tmp.npz")
+    np.savez(tmp, **out)
+    tmp.replace(cache)
+    return out
+
+
+def figures(y: np.ndarray, pred: np.ndarray, pass_index: int, n_marks: int) -> dict[str, Any]:
+    fail = y < pass_index
+    err = pred - y
+    per_mark = {int(m): {"n": int((y == m).sum()), "mean_error": float(err[y == m].mean()) if (y == m).any() else None,
+                         "recall": float((pred[y == m] == m).mean()) if (y == m).any() else None}
+                for m in range(n_marks)}
+    return {"t_acc": float((pred == y).mean()), "t_f1": macro_f1(y, pred),
+            "qwk": quadratic_weighted_kappa(y, pred, n_marks),
+            "fail_passed": float((pred[fail] >= pass_index).mean()), "fail_error": float(err[fail].mean()),
+            "per_mark": per_mark, "predicted": {int(m): int((pred == m).sum()) for m in range(n_marks)}}
+
+
+def paired(y: np.ndarray, a: np.ndarray, b: np.ndarray, pass_index: int, n_marks: int, n_boot: int = 2000,
+           seed: int = 0) -> dict[str, list[float]]:
+    """95 % CIs of b − a over answers resampled with replacement (T-Acc, T-F1, QWK, failing passed)."""
+    rng = np.random.default_rng(seed)
+    stats: dict[str, list[float]] = {"t_acc": [], "t_f1": [], "qwk": [], "fail_passed": []}
+    n = len(y)
+    for _ in range(n_boot):
+        i = rng.integers(0, n, n)
+        yy, aa, bb = y[i], a[i], b[i]
+        stats["t_acc"].append(float((bb == yy).mean() - (aa == yy).mean()))
+        stats["t_f1"].append(macro_f1(yy, bb) - macro_f1(yy, aa))
+        stats["qwk"].append(quadratic_weighted_kappa(yy, bb, n_marks) - quadratic_weighted_kappa(yy, aa, n_marks))
+        f = yy < pass_index
+        stats["fail_passed"].append(float((bb[f] >= pass_index).mean() - (aa[f] >= pass_index).mean()))
+    return {k: [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] for k, v in stats.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=Path, required=True, help="a trained run, or a k-fold folder holding fold-<i>/")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--pass-mark", type=int, default=None, help="default: the scale's midpoint rounded up")
+    ap.add_argument("--fail-passed", type=float, default=2.0, help="extra cost of a failing answer passed")
+    ap.add_argument("--pass-failed", type=float, default=1.0, help="extra cost of a passing answer failed")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    folds = sorted(p for p in args.runs.glob("fold-*") if p.is_dir() and (p / "metrics.json").is_file())
+    if not folds and (args.runs / "metrics.json").is_file():
+        folds = [args.runs]  # one run: its own dev and test answers
+    if not folds:
+        raise SystemExit(f"no trained run and no complete fold-<i>/ in {args.runs}")
+    y_all, rules_all, folds_used = [], {}, []
+    for fd in folds:
+        t0 = time.time()
+        fp = fold_predictions(fd, args.out / f"{fd.name}.npz")
+        n_marks = fp["dev_probs"].shape[1]
+        pass_index = args.pass_mark if args.pass_mark is not None else -(-(n_marks - 1) // 2)  # below the midpoint fails
+        cost = cost_matrix(n_marks, pass_index, args.fail_passed, args.pass_failed)
+        plain = cost_matrix(n_marks)
+        rules = {
+            "argmax": fp["test_probs"].argmax(1),
+            "bayes |error|": bayes_marks(fp["test_probs"], plain),
+            "bayes course cost": bayes_marks(fp["test_probs"], cost),
+            "expected mark rounded": Cutpoints.rounding(n_marks).marks(fp["test_probs"]),
+            "cutpoints |error| (dev)": fit_cutpoints(fp["dev_probs"], fp["dev_y"], plain).marks(fp["test_probs"]),
+            "cutpoints course cost (dev)": fit_cutpoints(fp["dev_probs"], fp["dev_y"], cost).marks(fp["test_probs"]),
+        }
+        for k, v in rules.items():
+            rules_all.setdefault(k, []).append(v)
+        y_all.append(fp["test_y"])
+        folds_used.append(fd.name)
+        print(f"{fd.name}: {len(fp['test_y'])} test answers ({time.time() - t0:.0f} s)", flush=True)
+    y = np.concatenate(y_all)
+    pooled = {k: np.concatenate(v) for k, v in rules_all.items()}
+    report: dict[str, Any] = {"runs": str(args.runs), "folds": folds_used, "pass_index": pass_index,
+                              "fail_passed_cost": args.fail_passed, "pass_failed_cost": args.pass_failed,
+                              "n": int(len(y)), "rules": {}}
+    for k, pred in pooled.items():
+        report["rules"][k] = figures(y, pred, pass_index, n_marks)
+        if k != "argmax":
+            report["rules"][k]["vs_argmax"] = paired(y, pooled["argmax"], pred, pass_index, n_marks)
+    (args.out / "decision.json").write_text(json.dumps(report, indent=1) + "\n")
+    rows = []
+    for k, r in report["rules"].items():
+        ci = r.get("vs_argmax", {})
+        fmt = lambda m: f" [{ci[m][0]:+.3f}, {ci[m][1]:+.3f}]" if m in ci else ""  # noqa: E731
+        pm = r["per_mark"]
+        rows.append({"rule": k, "T-Acc": f"{r['t_acc']:.3f}{fmt('t_acc')}", "T-F1": f"{r['t_f1']:.3f}{fmt('t_f1')}",
+                     "QWK": f"{r['qwk']:.3f}{fmt('qwk')}",
+                     "failing passed": f"{r['fail_passed']:.0%}", "failing error": f"{r['fail_error']:+.2f}",
+                     "error by mark": " ".join(f"{m}:{pm[m]['mean_error']:+.2f}" for m in pm if pm[m]["n"])})
+    table = pd.DataFrame(rows).to_markdown(index=False)
+    (args.out / "decision.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""What a student's answer is read as: the edits that never change what an answer says, undone before the grader
+reads it (``ModelConfig.normalise``; :func:`reccbm.data.encode_inputs` applies it, so training, grading, the
+report and :class:`reccbm.Grader` read answers alike).
+
+* whitespace: runs of spaces, tabs and line breaks are one space; none at either end;
+* the answer's final punctuation: trailing ``.``, ``!``, ``;``, ``,`` and ``:`` go (a question mark stays: it can
+  make an answer a question);
+* a one-letter slip in a word of five or more letters: a word the encoder's vocabulary does not hold, one edit
+  (two neighbouring letters swapped, one letter dropped, added or replaced) away from exactly one word of the
+  question, the reference answer or the vocabulary, becomes that word — the question's and the reference's words
+  first. A word the vocabulary holds is never changed, so a real word a student chose ("except" for "accept") stays.
+
+Each of these is an edit a teacher would not mark; none can add what the answer did not say. Case is left alone
+(the default encoder is uncased; a cased one reads case as the student wrote it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from functools import lru_cache
+
+__all__ = ["Normaliser", "normaliser_for", "one_edit", "vocabulary_words"]
+
+_SPACE = re.compile(r"\s+")
+_TRAILING = re.compile(r"[.!;,:\s]+$")
+_WORD = re.compile(r"[A-Za-z]{5,}")
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def one_edit(word: str) -> set[str]:
+    """Every string one edit from ``word`` (lower case): a swap of neighbours, a deletion, an insertion, a replacement
+    (Norvig's candidates)."""
+    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
+    swaps = {a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1}
+    deletes = {a + b[1:] for a, b in splits if b}
+    replaces = {a + c + b[1:] for a, b in splits if b for c in _LETTERS}
+    inserts = {a + c + b for a, b in splits for c in _LETTERS}
+    return (swaps | deletes | replaces | inserts) - {word}
+
+
+def vocabulary_words(tokenizer: object) -> frozenset[str]:
+    """The whole words (letters only, 5+) of a WordPiece/BPE tokenizer's vocabulary, lower case; empty when it has none
+    readable (then only the question's and the reference's words correct a slip)."""
+    get = getattr(tokenizer, "get_vocab", None)
+    if get is None:
+        return frozenset()
+    words = set()
+    for piece in get():
+        w = piece[1:] if piece.startswith(("Ġ", "▁")) else piece  # BPE / SentencePiece word starts
+        if len(w) >= 5 and w.isalpha() and w.isascii():
+            words.add(w.lower())
+    return frozenset(words)
+
+
+class Normaliser:
+    """Normalises answers against a vocabulary (:func:`vocabulary_words`) and each answer's own question and reference."""
+
+    def __init__(self, vocabulary: Iterable[str] = ()) -> None:
+        self.vocabulary = frozenset(w.lower() for w in vocabulary)
+        self._fix = lru_cache(maxsize=65536)(self._fix_uncached)
+
+    def __call__(self, response: str, question: str = "", reference: str = "") -> str:
+        text = _TRAILING.sub("", _SPACE.sub(" ", response).strip())
+        if not text:
+            return response.strip()
+        near = frozenset(w.lower() for w in _WORD.findall(f"{question} {reference}"))
+        return _WORD.sub(lambda m: self._word(m.group(0), near), text)
+
+    def _word(self, word: str, near: frozenset[str]) -> str:
+        low = word.lower()
+        if low in self.vocabulary or low in near:
+            return word
+        fixed = self._fix(low, near)
+        if fixed is None:
+            return word
+        return fixed.capitalize() if word[0].isupper() and not word.isupper() else fixed
+
+    def _fix_uncached(self, low: str, near: frozenset[str]) -> str | None:
+        edits = one_edit(low)
+        for pool in (near, self.vocabulary):
+            hits = edits & pool
+            if len(hits) == 1:
+                return next(iter(hits))
+            if len(hits) > 1:
+                return None  # two words one edit away: the slip cannot be read back
+        return None
+
+
+_BY_TOKENIZER: dict[int, tuple[object, Normaliser]] = {}
+
+
+def normaliser_for(tokenizer: object) -> Normaliser:
+    """The :class:`Normaliser` of a tokenizer's vocabulary, built once per tokenizer."""
+    held = _BY_TOKENIZER.get(id(tokenizer))
+    if held is None or held[0] is not tokenizer:
+        held = (tokenizer, Normaliser(vocabulary_words(tokenizer)))
+        _BY_TOKENIZER[id(tokenizer)] = held
+    return held[1]
