@@ -35,6 +35,9 @@ from rubrictool.grade import inputs_for, load_grader
 from rubrictool.runs import open_run
 
 
+SWEEP = (0.0, 1.0, 4.0, 8.0)
+
+
 def fold_predictions(fold_dir: Path, cache: Path) -> dict[str, Any]:
     """dev and test grade probabilities of one fold's kept model (cached as .npz)."""
     if cache.is_file():
@@ -119,6 +122,10 @@ def main() -> None:
             "cutpoints |error| (dev)": fit_cutpoints(fp["dev_probs"], fp["dev_y"], plain).marks(fp["test_probs"]),
             "cutpoints course cost (dev)": fit_cutpoints(fp["dev_probs"], fp["dev_y"], cost).marks(fp["test_probs"]),
         }
+        for extra in SWEEP:  # what a course's cost of passing a failing answer buys
+            c = cost_matrix(n_marks, pass_index, extra, args.pass_failed)
+            rules[f"cutpoints, failing passed costs +{extra:g}"] = fit_cutpoints(
+                fp["dev_probs"], fp["dev_y"], c).marks(fp["test_probs"])
         for k, v in rules.items():
             rules_all.setdefault(k, []).append(v)
         y_all.append(fp["test_y"])
