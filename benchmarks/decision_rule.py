@@ -92,6 +92,14 @@ def paired(y: np.ndarray, a: np.ndarray, b: np.ndarray, pass_index: int, n_marks
     return {k: [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] for k, v in stats.items()}
 
 
+def markdown(frame: pd.DataFrame) -> str:
+    """A DataFrame as a Markdown table (its index as the first column)."""
+    head = [str(frame.index.name or "")] + [str(c) for c in frame.columns]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join([str(i)] + [str(v) for v in row]) + " |" for i, row in zip(frame.index, frame.to_numpy())]
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=Path, required=True, help="a trained run, or a k-fold folder holding fold-<i>/")
@@ -150,7 +158,7 @@ def main() -> None:
                      "QWK": f"{r['qwk']:.3f}{fmt('qwk')}",
                      "failing passed": f"{r['fail_passed']:.0%}", "failing error": f"{r['fail_error']:+.2f}",
                      "error by mark": " ".join(f"{m}:{pm[m]['mean_error']:+.2f}" for m in pm if pm[m]["n"])})
-    table = pd.DataFrame(rows).to_markdown(index=False)
+    table = markdown(pd.DataFrame(rows).set_index("rule"))
     (args.out / "decision.md").write_text(table + "\n")
     print(table)
 

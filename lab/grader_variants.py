@@ -57,6 +57,14 @@ def _headline(r: dict[str, Any]) -> str:
     return f"{r['share_expected']:.0%} right > wrong{miss}"
 
 
+def markdown(frame: pd.DataFrame) -> str:
+    """A DataFrame as a Markdown table (its index as the first column)."""
+    head = [str(frame.index.name or "")] + [str(c) for c in frame.columns]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join([str(i)] + [str(v) for v in row]) + " |" for i, row in zip(frame.index, frame.to_numpy())]
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", type=Path)
@@ -111,7 +119,7 @@ def main() -> None:
             row[str(r["test"])] = _headline(r)
         rows.append(row)
     (args.out / "variants.json").write_text(json.dumps(out, indent=1, default=float) + "\n")
-    table = pd.DataFrame(rows).set_index("grader").T.to_markdown()
+    table = markdown(pd.DataFrame(rows).set_index("grader").T)
     (args.out / "variants.md").write_text(table + "\n")
     print(table)
 
