@@ -56,7 +56,7 @@ def fold_predictions(fold_dir: Path, cache: Path) -> dict[str, Any]:
         preds = reccbm.predict(model, reccbm.EncodedItems(feats), tokenizer.pad_token_id, 64)
         out[f"{part}_probs"] = preds.grade_probs.astype(np.float64)
         out[f"{part}_y"] = rows["grade"].to_numpy().astype(np.int64) - gmin
-        out[f"{part}_ids"] = np.asarray(rows["id"].astype(str))
+        out[f"{part}_ids"] = np.asarray(rows["id"].astype(str).tolist(), dtype=str)
     tmp = cache.with_suffix(".tmp.npz")
     np.savez(tmp, **out)
     tmp.replace(cache)
