@@ -29,13 +29,13 @@ import numpy as np
 import pandas as pd
 
 import reccbm
-from reccbm.decision import Cutpoints, bayes_marks, cost_matrix, fit_cutpoints
+from reccbm.decision import Cutpoints, bayes_marks, cost_matrix, fit_calibrated_bayes, fit_cutpoints
 from reccbm.metrics import macro_f1, quadratic_weighted_kappa
 from rubrictool.grade import inputs_for, load_grader
 from rubrictool.runs import open_run
 
 
-SWEEP = (0.0, 1.0, 4.0, 8.0)
+SWEEP = (0.0, 1.0, 2.0, 4.0, 8.0)
 
 
 def fold_predictions(fold_dir: Path, cache: Path) -> dict[str, Any]:
@@ -132,6 +132,8 @@ def main() -> None:
         }
         for extra in SWEEP:  # what a course's cost of passing a failing answer buys
             c = cost_matrix(n_marks, pass_index, extra, args.pass_failed)
+            rules[f"calibrated bayes, failing passed costs +{extra:g}"] = fit_calibrated_bayes(
+                fp["dev_probs"], fp["dev_y"], c).marks(fp["test_probs"])
             rules[f"cutpoints, failing passed costs +{extra:g}"] = fit_cutpoints(
                 fp["dev_probs"], fp["dev_y"], c).marks(fp["test_probs"])
         for k, v in rules.items():

@@ -25,7 +25,7 @@ from typing import Any
 from reccbm.atomic import atomic_write
 from reccbm.config import ModelConfig, config_from_dict
 from reccbm.data import load_tokenizer
-from reccbm.decision import Cutpoints
+from reccbm.decision import CalibratedBayes, Cutpoints, Decision
 from reccbm.errors import ReccbmError
 from reccbm.model import Model, TextEncoder, build_model
 
@@ -49,8 +49,12 @@ def save_checkpoint(
     tokenizer.save_pretrained(str(run / "backbone"))
     path = run / "model.safetensors"
     doc = {"format": FORMAT, "model_config": asdict(model.config), "stage": stage, "step": step} | (meta or {})
-    if model.decision is not None:  # the decision rule fitted after training (reccbm/decision.py)
+    if isinstance(model.decision, Cutpoints):  # the decision rule fitted after training (reccbm/decision.py)
         doc["decision"] = {"rule": "cutpoints", "cutpoints": list(model.decision.t)}
+    elif isinstance(model.decision, CalibratedBayes):
+        d = model.decision
+        doc["decision"] = {"rule": "bayes", "temperature": d.temperature, "bias": list(d.bias),
+                           "cost": [list(r) for r in d.cost]}
     if shared_dir is None:
         atomic_write(path, lambda tmp: save_model(model, str(tmp)))
     else:
@@ -157,14 +161,29 @@ def load_checkpoint(run_dir: str | Path, device: Any = "cpu") -> tuple[Model, An
     return model, load_tokenizer(str(run / "backbone")), meta
 
 
-def _decision(meta: dict[str, Any], run: Path) -> Cutpoints | None:
+def _decision(meta: dict[str, Any], run: Path) -> Decision | None:
     """The decision rule model.json records (None: argmax, as every run before the rule was added)."""
     doc = meta.get("decision")
     if not doc:
         return None
-    t = doc.get("cutpoints") if isinstance(doc, dict) else None
-    if (not isinstance(t, list) or len(t) != meta["model_config"]["num_grades"] - 1
-            or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in t) or sorted(t) != t):
-        raise ReccbmError(f"{run / 'model.json'}: bad decision: cutpoints must be {meta['model_config']['num_grades'] - 1}"
-                          " finite non-decreasing numbers")
-    return Cutpoints(tuple(float(x) for x in t))
+    m = int(meta["model_config"]["num_grades"])
+
+    def numbers(v: Any, n: int) -> bool:
+        return isinstance(v, list) and len(v) == n and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+
+    bad = f"{run / 'model.json'}: bad decision"
+    rule = doc.get("rule") if isinstance(doc, dict) else None
+    if rule == "cutpoints":
+        t = doc.get("cutpoints")
+        if not numbers(t, m - 1) or sorted(t) != t:
+            raise ReccbmError(f"{bad}: cutpoints must be {m - 1} finite non-decreasing numbers")
+        return Cutpoints(tuple(float(x) for x in t))
+    if rule == "bayes":
+        temp, bias, cost = doc.get("temperature"), doc.get("bias"), doc.get("cost")
+        if (not numbers([temp], 1) or not numbers(bias, m) or not isinstance(cost, list) or len(cost) != m
+                or not all(numbers(r, m) for r in cost)):
+            raise ReccbmError(f"{bad}: a bayes rule has a finite temperature, {m} biases and a {m}×{m} cost matrix")
+        return CalibratedBayes(float(temp), tuple(float(b) for b in bias),
+                               tuple(tuple(float(c) for c in r) for r in cost))
+    raise ReccbmError(f"{bad}: unknown rule {rule!r} (cutpoints or bayes)")

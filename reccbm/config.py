@@ -363,11 +363,12 @@ class StageIIConfig:
     # False = the outputs as trained.
     calibrate: bool = False
     calibrate_min_dev: int = 50
-    # The decision rule from the grade distribution to one mark (reccbm/decision.py; not in the paper). "argmax": the
-    # most probable mark (the paper). "cutpoints": ordinal cutpoints on the expected mark, fitted after every other
-    # stage on the dev answers (answers the model never trained on) to minimise the mean cost |y − ŷ| plus
-    # decision_fail_passed for a failing answer passed and decision_pass_failed for a passing answer failed: a head
-    # that compresses its distributions toward the common top marks is read on the scale the answers have.
+    # The decision rule from the grade distribution to one mark (reccbm/decision.py; not in the paper), fitted after
+    # every other stage on the dev answers (answers the model never trained on) for the cost |y − ŷ| plus
+    # decision_fail_passed for a failing answer passed and decision_pass_failed for a passing answer failed.
+    # "argmax": the most probable mark (the paper). "bayes": the distribution calibrated on the dev answers (a
+    # temperature and one bias per mark), then the mark of least expected cost. "cutpoints": ordinal cutpoints on the
+    # expected mark that minimise the dev answers' cost.
     decision: str = "argmax"
     decision_pass: int = -1  # first passing mark, 0-based (0..S); -1: the marks below the scale's midpoint fail
     decision_fail_passed: float = 2.0  # extra cost of passing a failing answer (marks of error, beside |y − ŷ|)
@@ -385,7 +386,7 @@ class StageIIConfig:
         _choice("Stage II selection", self.select, ("t_f1", "nll"))
         _choice("LCEC fit", self.lcec_fit, ("train", "dev", "moments"))
         _choice("Stage II device", self.device, ("cpu", "same", "graph"))
-        _choice("decision rule", self.decision, ("argmax", "cutpoints"))
+        _choice("decision rule", self.decision, ("argmax", "bayes", "cutpoints"))
         if self.crossfit == 1 or self.crossfit < 0:
             raise ValueError(f"crossfit is 0 (off) or a number of parts >= 2, got {self.crossfit}")
 

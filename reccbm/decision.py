@@ -8,6 +8,11 @@ single most probable one. Two rules here take the scale's order and a course's c
 * :func:`bayes_marks` — the mark of least expected cost, argmin_j Σ_y p(y | x) C[y, j], for an ordinal cost matrix
   C (:func:`cost_matrix`): |y − j| marks of error, plus a course's extra cost for passing a failing answer and for
   failing a passing one. No fitting; it trusts the probabilities as they are.
+* :class:`CalibratedBayes` — the distribution first calibrated on the dev answers (a temperature T and one bias b_y
+  per mark, p'(y | x) ∝ exp(T log p(y | x) + b_y), fitted by maximum likelihood with a small L2 penalty on b), then
+  the Bayes rule for the course's costs on the calibrated distribution. A head trained on a scale where most answers
+  sit at the top is over-confident and gives the low marks too little probability; calibration gives them back what
+  the dev answers show, and the course's cost of passing a failing answer then acts as it says.
 * :class:`Cutpoints` — ordinal cutpoints on the expected mark s(x) = Σ_y y p(y | x): mark j when
   t_j ≤ s < t_{j+1}. The cutpoints are fitted on answers the model never trained on (the dev answers) to minimise
   the same cost, so a distribution the head compresses toward the top is read on the scale the answers actually
@@ -25,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["Cutpoints", "bayes_marks", "cost_matrix", "decide", "expected_cost", "fit_cutpoints", "pass_index"]
+__all__ = ["CalibratedBayes", "Cutpoints", "bayes_marks", "fit_calibrated_bayes", "cost_matrix", "decide", "expected_cost", "fit_cutpoints", "pass_index"]
 
 
 def cost_matrix(n_marks: int, pass_index: int | None = None, fail_passed: float = 0.0,
@@ -120,8 +125,73 @@ def pass_index(n_marks: int, first_pass: int = -1) -> int:
     return first_pass if first_pass >= 0 else -(-(n_marks - 1) // 2)
 
 
-def decide(probs: NDArray[Any], cutpoints: Cutpoints | None) -> NDArray[np.int64]:
-    """The marks (0-based) of the rows of ``probs`` (N, S+1): the model's fitted cutpoints, or argmax without them."""
+@dataclass(frozen=True)
+class CalibratedBayes:
+    """The Bayes rule for ``cost`` on p'(y | x) ∝ exp(T log p(y | x) + b_y): ``temperature`` T, ``bias`` b (S+1)."""
+
+    temperature: float
+    bias: tuple[float, ...]
+    cost: tuple[tuple[float, ...], ...]
+
+    def calibrated(self, probs: NDArray[Any]) -> NDArray[np.float64]:
+        """p'(y | x) for the rows of ``probs`` (N, S+1)."""
+        logits = self.temperature * np.log(np.clip(np.asarray(probs, dtype=np.float64), 1e-12, 1.0)) + np.asarray(self.bias)
+        e = np.exp(logits - logits.max(1, keepdims=True))
+        out: NDArray[np.float64] = e / e.sum(1, keepdims=True)
+        return out
+
+    def marks(self, probs: NDArray[Any]) -> NDArray[np.int64]:
+        return bayes_marks(self.calibrated(probs), np.asarray(self.cost))
+
+
+def fit_calibrated_bayes(probs: NDArray[Any], y: NDArray[Any], cost: NDArray[np.float64], l2: float = 0.01,
+                         steps: int = 300) -> CalibratedBayes:
+    """:class:`CalibratedBayes` with T and b fitted on (``probs``, ``y``) — answers the model never trained on — by
+    minimising their mean negative log-likelihood + ``l2`` · Σ b_y² (damped Newton steps on this convex problem)."""
+    logp = np.log(np.clip(np.asarray(probs, dtype=np.float64), 1e-12, 1.0))  # (N, S+1)
+    yy = np.asarray(y, dtype=np.int64)
+    n, m = logp.shape
+    theta = np.concatenate([[1.0], np.zeros(m)])  # T, b_0 … b_S
+    onehot = np.eye(m)[yy]  # (N, S+1)
+    def objective(th: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+        logits = th[0] * logp + th[1:]
+        top = logits.max(1, keepdims=True)
+        lse = top[:, 0] + np.log(np.exp(logits - top).sum(1))
+        nll = float(np.mean(lse - logits[np.arange(n), yy]) + l2 * np.sum(th[1:] ** 2))
+        p = np.exp(logits - lse[:, None])
+        return nll, p
+
+    value, p = objective(theta)
+    for _ in range(steps):
+        r = p - onehot  # (N, S+1) ∂NLL/∂logits per answer
+        grad = np.concatenate([[np.sum(r * logp) / n], r.mean(0) + 2 * l2 * theta[1:]])
+        # Hessian of the mean NLL in (T, b): the features of answer n and mark y are (log p(y | x_n), e_y)
+        feats = np.concatenate([logp[:, :, None], np.broadcast_to(np.eye(m), (n, m, m))], axis=2)  # (N, M, 1+M)
+        mean = np.einsum("nm,nmf->nf", p, feats)  # (N, 1+M)
+        hess = (np.einsum("nm,nmf,nmg->fg", p, feats, feats) - np.einsum("nf,ng->fg", mean, mean)) / n
+        hess[1:, 1:] += 2 * l2 * np.eye(m)
+        step = np.linalg.solve(hess + 1e-6 * np.eye(m + 1), grad)
+        size = 1.0
+        while size > 1e-6:  # backtracking: a Newton step that does not lower the objective is halved
+            trial = theta - size * step
+            t_value, t_p = objective(trial)
+            if t_value <= value - 1e-4 * size * float(grad @ step):
+                break
+            size /= 2
+        else:
+            break
+        theta, value, p = trial, t_value, t_p
+        if np.abs(size * step).max() < 1e-9:
+            break
+    return CalibratedBayes(float(theta[0]), tuple(float(b) for b in theta[1:]),
+                           tuple(tuple(float(c) for c in row) for row in np.asarray(cost)))
+
+
+Decision = Cutpoints | CalibratedBayes  # a fitted rule: .marks(probs)
+
+
+def decide(probs: NDArray[Any], cutpoints: Decision | None) -> NDArray[np.int64]:
+    """The marks (0-based) of the rows of ``probs`` (N, S+1): the model's fitted rule, or argmax without one."""
     if cutpoints is None:
         out: NDArray[np.int64] = np.asarray(probs).argmax(1).astype(np.int64)
         return out

@@ -36,7 +36,7 @@ import torch
 from reccbm.align import separator_id
 from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig
 from reccbm.data import EncodedItems, check_labels
-from reccbm.decision import Cutpoints, cost_matrix, fit_cutpoints, pass_index
+from reccbm.decision import Decision, cost_matrix, fit_calibrated_bayes, fit_cutpoints, pass_index
 from reccbm.device import resolve_device
 from reccbm.encoder import MIX_AND_CUT, states_layer
 from reccbm.errors import ReccbmError
@@ -366,7 +366,7 @@ def fit(
                   time.perf_counter() - t0, parts, cf_steps, rl, head_init, encoder, states_seconds)
 
 
-def fit_decision(model: Model, dev: EncodedItems, recipe: Recipe, pad: int) -> Cutpoints | None:
+def fit_decision(model: Model, dev: EncodedItems, recipe: Recipe, pad: int) -> Decision | None:
     """The decision rule of ``recipe.stage2.decision`` fitted on the dev answers' grade distributions (None: argmax,
     or no dev answers with grades to fit on)."""
     s2 = recipe.stage2
@@ -377,10 +377,16 @@ def fit_decision(model: Model, dev: EncodedItems, recipe: Recipe, pad: int) -> C
     probs = predict(model, dev, pad, recipe.stage1.eval_batch_size, device=_device(recipe)).grade_probs
     n = probs.shape[1]
     cost = cost_matrix(n, pass_index(n, s2.decision_pass), s2.decision_fail_passed, s2.decision_pass_failed)
-    cut = fit_cutpoints(probs, np.asarray(dev.grades), cost)
-    log.info("decision: cutpoints %s on the expected mark fitted on %d dev answers in %.2f s",
-             ", ".join(f"{t:.2f}" for t in cut.t), len(dev), time.perf_counter() - t0)
-    return cut
+    rule: Decision
+    if s2.decision == "bayes":
+        rule = fit_calibrated_bayes(probs, np.asarray(dev.grades), cost)
+        what = f"temperature {rule.temperature:.2f}, mark biases {', '.join(f'{b:+.2f}' for b in rule.bias)}"
+    else:
+        rule = fit_cutpoints(probs, np.asarray(dev.grades), cost)
+        what = f"cutpoints {', '.join(f'{t:.2f}' for t in rule.t)} on the expected mark"
+    log.info("decision (%s): %s, fitted on %d dev answers in %.2f s", s2.decision, what, len(dev),
+             time.perf_counter() - t0)
+    return rule
 
 
 def _calibrate_levels(model: RecCBM, p_dev: torch.Tensor, dev: EncodedItems) -> torch.Tensor:

@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from torch import Tensor, nn
 
 from reccbm.data import EncodedItems, collate
-from reccbm.decision import Cutpoints, decide
+from reccbm.decision import Decision, decide
 from reccbm.device import autocast, on_device
 from reccbm.errors import ReccbmError
 from reccbm.model import Model, TextEncoder
@@ -48,7 +48,7 @@ class Predictions:
     c_hat: NDArray[Any] | None = None  # (N, K) expected levels ĉ ∈ [0, M]
     mu_post: NDArray[Any] | None = None  # (N, K) corrected concepts (s̃ without LCEC)
     grade_logits: NDArray[Any] | None = None  # (N, S+1) ŷ before the softmax
-    cutpoints: Cutpoints | None = None  # the model's decision rule (reccbm/decision.py); None: argmax
+    cutpoints: Decision | None = None  # the model's decision rule (reccbm/decision.py); None: argmax
 
     @property
     def grades(self) -> NDArray[Any]:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from reccbm.align import AlignFeatures
-from reccbm.decision import Cutpoints
+from reccbm.decision import Decision
 from reccbm.config import ModelConfig
 from reccbm.encoder import TextEncoder, default_backbone, masked_mean
 from reccbm.errors import ReccbmError
@@ -327,7 +327,7 @@ class RecCBM(nn.Module):
         self.W = nn.Linear(K, config.num_grades)  # (S+1, K) task classifier W with bias (Eq. 22)
         # (S+1, K, M+1) level weights U of the "level" head, zero at init (= the scalar head)
         self.U = nn.Parameter(torch.zeros(config.num_grades, K, config.num_levels)) if config.head == "level" else None
-        self.decision: Cutpoints | None = None  # the decision rule fitted after training (stage2.decision); None: argmax
+        self.decision: Decision | None = None  # the decision rule fitted after training (stage2.decision); None: argmax
 
     # Parameter groups of Algorithm 1.
     def stage1_parameters(self) -> list[nn.Parameter]:
@@ -445,7 +445,7 @@ class PLM(nn.Module):
         if config.layer_mix and isinstance(encoder, TextEncoder):  # the same H as REC-CBM's (ModelConfig.layer_mix)
             encoder.use_layer_mix()
         self.plm_head = nn.Linear(encoder.hidden_size, config.num_grades)  # (S+1, d): pooled H -> grade logits
-        self.decision: Cutpoints | None = None  # the decision rule fitted after training (stage2.decision); None: argmax
+        self.decision: Decision | None = None  # the decision rule fitted after training (stage2.decision); None: argmax
 
     def stage1_parameters(self) -> list[nn.Parameter]:
         """(E, head): everything, trained in the one stage."""
