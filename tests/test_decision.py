@@ -115,3 +115,34 @@ def test_a_checkpoint_with_bad_cutpoints_is_refused_in_one_line(tmp_path: Path, 
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(reccbm.ReccbmError, match="non-decreasing"):
         reccbm.load_checkpoint(tmp_path / "run")
+
+
+def test_calibration_on_dev_answers_gives_an_overconfident_head_its_low_marks_back() -> None:
+    from reccbm.decision import fit_calibrated_bayes
+
+    dev_p, dev_y = _compressed(400, seed=0)
+    test_p, test_y = _compressed(400, seed=1)
+    sharp = test_p ** 3 / (test_p ** 3).sum(1, keepdims=True)  # over-confident: the same order, too sure
+    dev_sharp = dev_p ** 3 / (dev_p ** 3).sum(1, keepdims=True)
+    cost = cost_matrix(6, 3, 4.0, 1.0)
+    rule = fit_calibrated_bayes(dev_sharp, dev_y, cost)
+    assert 0 < rule.temperature < 1  # it softens what the head is too sure of
+    nll = lambda p: -np.log(p[np.arange(len(test_y)), test_y] + 1e-12).mean()  # noqa: E731
+    assert nll(rule.calibrated(sharp)) < nll(sharp)
+    failing = test_y < 3
+    assert (rule.marks(sharp)[failing] >= 3).mean() < (sharp.argmax(1)[failing] >= 3).mean()
+
+
+def test_a_bayes_rule_is_kept_in_model_json_and_read_back(tmp_path: Path, backbone: str) -> None:
+    from rubrictool.data import split_items
+    from rubrictool.train import train_model
+
+    df = mohler_like_table(60)
+    overrides: dict[str, dict[str, Any]] = {
+        "model": {"max_len": 32, "backbone": backbone}, "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
+        "joint": {"epochs": 0}, "stage2": {"epochs": 2, "decision": "bayes", "decision_fail_passed": 4.0}}
+    train_model("mohler", df, split_items(df, seed=0), tmp_path / "run", overrides=overrides)
+    model, _, meta = reccbm.load_checkpoint(tmp_path / "run")
+    assert meta["decision"]["rule"] == "bayes"
+    assert model.decision is not None and model.decision.temperature == meta["decision"]["temperature"]
+    assert np.asarray(model.decision.cost)[2, 3] == 1 + 4.0  # the course's cost of a failing answer passed, kept
