@@ -34,7 +34,6 @@ from reccbm.metrics import macro_f1, quadratic_weighted_kappa
 from rubrictool.grade import inputs_for, load_grader
 from rubrictool.runs import open_run
 
-
 SWEEP = (0.0, 1.0, 2.0, 4.0, 8.0)
 
 
@@ -145,7 +144,7 @@ def main() -> None:
     pooled = {k: np.concatenate(v) for k, v in rules_all.items()}
     report: dict[str, Any] = {"runs": str(args.runs), "folds": folds_used, "pass_index": pass_index,
                               "fail_passed_cost": args.fail_passed, "pass_failed_cost": args.pass_failed,
-                              "n": int(len(y)), "rules": {}}
+                              "n": len(y), "rules": {}}
     for k, pred in pooled.items():
         report["rules"][k] = figures(y, pred, pass_index, n_marks)
         if k != "argmax":
@@ -154,7 +153,10 @@ def main() -> None:
     rows = []
     for k, r in report["rules"].items():
         ci = r.get("vs_argmax", {})
-        fmt = lambda m: f" [{ci[m][0]:+.3f}, {ci[m][1]:+.3f}]" if m in ci else ""  # noqa: E731
+
+        def fmt(m: str, ci: dict[str, list[float]] = ci) -> str:
+            return f" [{ci[m][0]:+.3f}, {ci[m][1]:+.3f}]" if m in ci else ""
+
         pm = r["per_mark"]
         rows.append({"rule": k, "T-Acc": f"{r['t_acc']:.3f}{fmt('t_acc')}", "T-F1": f"{r['t_f1']:.3f}{fmt('t_f1')}",
                      "QWK": f"{r['qwk']:.3f}{fmt('qwk')}",

@@ -24,11 +24,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 import pandas as pd
+from rubrictool.behaviour import read_pairs, suite_on_run, summarise
 
 import reccbm
 from reccbm.decision import cost_matrix, decide, fit_cutpoints, pass_index
 from reccbm.metrics import macro_f1, quadratic_weighted_kappa
-from rubrictool.behaviour import read_pairs, suite_on_run, summarise
 from rubrictool.grade import inputs_for
 from rubrictool.report.run import open_run, split_rows
 
@@ -110,7 +110,7 @@ def main() -> None:
         summary = summarise(items, prs, grades)
         out[name] = {"t_acc": float((pred == y).mean()), "t_f1": macro_f1(y, pred),
                      "qwk": quadratic_weighted_kappa(y, pred, n_marks), "fail_passed": float((pred[fail] >= p_idx).mean()),
-                     "fail_error": float((pred[fail] - y[fail]).mean()), "n_test": int(len(y)),
+                     "fail_error": float((pred[fail] - y[fail]).mean()), "n_test": len(y),
                      "suite": summary.to_dict(orient="records")}
         row: dict[str, Any] = {"grader": name, "QWK": f"{out[name]['qwk']:.3f}", "T-Acc": f"{out[name]['t_acc']:.3f}",
                                "T-F1": f"{out[name]['t_f1']:.3f}", "failing passed": f"{out[name]['fail_passed']:.0%}",

@@ -15,8 +15,8 @@ names the shared file (relative to the run), its digest and size. Such a run loa
 from __future__ import annotations
 
 import hashlib
-import math
 import json
+import math
 import os
 from dataclasses import asdict
 from pathlib import Path

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["CalibratedBayes", "Cutpoints", "bayes_marks", "fit_calibrated_bayes", "cost_matrix", "decide", "expected_cost", "fit_cutpoints", "pass_index"]
+__all__ = ["CalibratedBayes", "Cutpoints", "bayes_marks", "cost_matrix", "decide", "expected_cost", "fit_calibrated_bayes", "fit_cutpoints", "pass_index"]
 
 
 def cost_matrix(n_marks: int, pass_index: int | None = None, fail_passed: float = 0.0,

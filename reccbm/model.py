@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from reccbm.align import AlignFeatures
-from reccbm.decision import Decision
 from reccbm.config import ModelConfig
+from reccbm.decision import Decision
 from reccbm.encoder import TextEncoder, default_backbone, masked_mean
 from reccbm.errors import ReccbmError
 from reccbm.lcec import LatentCorrection

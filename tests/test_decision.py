@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 import reccbm
-from reccbm.decision import Cutpoints, bayes_marks, cost_matrix, decide, expected_marks, fit_cutpoints, pass_index
+from reccbm.decision import (
+    Cutpoints,
+    bayes_marks,
+    cost_matrix,
+    decide,
+    expected_marks,
+    fit_cutpoints,
+    pass_index,
+)
 from tests.support.tiny_models import mohler_like_table
 
 
@@ -127,7 +135,7 @@ def test_calibration_on_dev_answers_gives_an_overconfident_head_its_low_marks_ba
     cost = cost_matrix(6, 3, 4.0, 1.0)
     rule = fit_calibrated_bayes(dev_sharp, dev_y, cost)
     assert 0 < rule.temperature < 1  # it softens what the head is too sure of
-    nll = lambda p: -np.log(p[np.arange(len(test_y)), test_y] + 1e-12).mean()  # noqa: E731
+    nll = lambda p: -np.log(p[np.arange(len(test_y)), test_y] + 1e-12).mean()
     assert nll(rule.calibrated(sharp)) < nll(sharp)
     failing = test_y < 3
     assert (rule.marks(sharp)[failing] >= 3).mean() < (sharp.argmax(1)[failing] >= 3).mean()

@@ -26,8 +26,8 @@ import yaml
 from accelerate import PartialState
 
 import reccbm
-from reccbm.decision import decide
 from reccbm import Predictions
+from reccbm.decision import decide
 from reccbm.device import describe_device
 from rubrictool.data import save_split
 from rubrictool.errors import TrainError
@@ -454,7 +454,7 @@ def _write_run(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], tokenizer: A
     test_c = sets["test"].concepts
     if preds.p_hat is not None and test_c is not None:  # every concept replaced by its adjudicated label
         oracle = reccbm.grades_from_levels(model, preds.p_hat, test_c, np.ones_like(test_c, dtype=bool))
-        frame.insert(2, "grade_oracle", decide(oracle, model.decision) + rb.grade.min)
+        frame.insert(2, "grade_oracle", (decide(oracle, model.decision) + rb.grade.min).tolist())
     frame.to_csv(run / "test_predictions.csv", index=False)
     meta = {"rubric": rb.name, "concept_keys": rb.keys, "concept_names": [c.name for c in rb.concepts],
             "scale": [rb.scale.min, rb.scale.max], "grade": [rb.grade.min, rb.grade.max],
