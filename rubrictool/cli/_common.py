@@ -4,7 +4,9 @@ one renderer of :class:`rubrictool.progress.Progress` events as Rich progress ba
 from __future__ import annotations
 
 import contextvars
+import errno
 import functools
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +49,8 @@ __all__ = [
     "VerifyOpt",
     "console",
     "err_console",
+    "finite",
+    "folds_or_none",
     "handle_errors",
     "print_warnings",
 ]
@@ -95,12 +99,37 @@ PresetOpt = Annotated[str, typer.Option("--preset", help=(
 ConfigOpt = Annotated[Path | None, typer.Option(
     "--config", help="YAML with sections model, stage1, joint, stage2 (docs/training.md lists every field).")]
 BackboneOpt = Annotated[str | None, typer.Option("--backbone", help="HF name/path (default MiniLM).")]
-EpochsOpt = Annotated[int | None, typer.Option("--epochs", help="Stage I epochs (preset default 3, paper 6).")]
-MaxLenOpt = Annotated[int | None, typer.Option("--max-len", help="Tokens per input (default 128).")]
-TrainBatchSizeOpt = Annotated[int | None, typer.Option("--batch-size", help="Batch size (default 8).")]
-LrOpt = Annotated[float | None, typer.Option("--lr", help="Stage I learning rate (default 1e-4).")]
+def finite(lo: float | None = None, hi: float | None = None, *, open_lo: bool = False,
+           open_hi: bool = False) -> Callable[[float | None], float | None]:
+    """An option callback: the number is finite (no nan, no inf) and inside [lo, hi] (``open_lo``/``open_hi``: the
+    bound itself excluded); else one usage error naming the option's range."""
+    def check(value: float | None) -> float | None:
+        if value is None:
+            return value
+        low = lo is not None and (value <= lo if open_lo else value < lo)
+        high = hi is not None and (value >= hi if open_hi else value > hi)
+        if not math.isfinite(value) or low or high:
+            lo_s = "" if lo is None else f"{'>' if open_lo else '>='} {lo:g}"
+            hi_s = "" if hi is None else f"{'<' if open_hi else '<='} {hi:g}"
+            raise typer.BadParameter(f"{value} is not a finite number {' and '.join(x for x in (lo_s, hi_s) if x)}")
+        return value
+
+    return check
+
+
+def folds_or_none(value: int | None) -> int | None:
+    """An option callback for a number of folds: 0 (none) or 2 or more."""
+    if value is not None and (value < 0 or value == 1):
+        raise typer.BadParameter(f"{value} folds: give 0 (none) or 2 or more")
+    return value
+
+
+EpochsOpt = Annotated[int | None, typer.Option("--epochs", min=1, help="Stage I epochs (preset default 3, paper 6).")]
+MaxLenOpt = Annotated[int | None, typer.Option("--max-len", min=8, help="Tokens per input (default 128).")]
+TrainBatchSizeOpt = Annotated[int | None, typer.Option("--batch-size", min=1, help="Batch size (default 8).")]
+LrOpt = Annotated[float | None, typer.Option("--lr", callback=finite(0, open_lo=True), help="Stage I learning rate (default 1e-4).")]
 DeviceOpt = Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")]
-JobsOpt = Annotated[int, typer.Option("--jobs", help="Train that many runs at once (folds, cells or combinations), in "
+JobsOpt = Annotated[int, typer.Option("--jobs", min=1, help="Train that many runs at once (folds, cells or combinations), in "
                                      "worker processes (CPU cores shared; one GPU each where there are several).")]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -112,6 +141,22 @@ def _error_types() -> tuple[type[BaseException], ...]:
     reccbm_errors = sys.modules.get("reccbm.errors")
     extra: tuple[type[BaseException], ...] = (reccbm_errors.ReccbmError,) if reccbm_errors else ()
     return (RubrictoolError, *extra)
+
+
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}  # a full disk, a quota, a size limit, read-only
+_KEPT_ON_INTERRUPT = {  # what a command keeps when it is interrupted; any other command: nothing half-written
+    "train_cmd": "the run was not written (a retrain leaves the old run as it was; train --folds keeps the folds it "
+                 "finished, and a re-run resumes from them)",
+    "learning_curve_cmd": "the cells that finished are kept, and a re-run resumes from them",
+    "annotate_cmd": "the replies received are kept in the reply cache, and a re-run does not pay for them again",
+}
+
+
+def _interrupted(command: str) -> str:
+    """The line Ctrl-C prints: what was kept, and only what was."""
+    return "interrupted; " + _KEPT_ON_INTERRUPT.get(
+        command, "nothing was half-written: files are written whole or not at all, and the outputs not yet written "
+                 "were not")
 
 
 def handle_errors(fn: F) -> F:
@@ -126,8 +171,16 @@ def handle_errors(fn: F) -> F:
             err_console.print(f"[bold red]error:[/] {shown(e)}" + (f"; {shown(hint)}" if hint else ""), highlight=False,
                               soft_wrap=True)
             raise typer.Exit(1) from None
+        except OSError as e:
+            if e.errno not in _WRITE_ERRNOS:
+                raise
+            where = f" {e.filename}" if e.filename else ""
+            err_console.print(f"[bold red]error:[/] cannot write{shown(where, one_line=True)} ({shown(e.strerror or e)}); "
+                              "every file is written whole or not at all, so nothing half-written was left; free space "
+                              "(or pass --out a folder you can write), then run it again", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            err_console.print("interrupted; everything already written is kept (re-run to resume)")
+            err_console.print(_interrupted(fn.__name__), soft_wrap=True, highlight=False)
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]

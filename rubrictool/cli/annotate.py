@@ -20,6 +20,7 @@ from rubrictool.cli._common import (
     ProgressView,
     console,
     err_console,
+    finite,
 )
 from rubrictool.cli._sanitize import shown
 from rubrictool.errors import AnnotateError
@@ -33,10 +34,22 @@ if TYPE_CHECKING:  # the annotate package pulls in pandas: imported inside the c
 __all__ = ["annotate_cmd", "print_comparison", "print_dry_run", "print_summary"]
 
 
+_SHOWN_PROMPT_CHARS = 4000  # a dry run shows a prompt's head and tail up to this many characters
+
+
+def _shortened(prompt: str, limit: int = _SHOWN_PROMPT_CHARS) -> str:
+    """A prompt as the dry run shows it: whole when short, else its head and tail with how much was left out."""
+    if len(prompt) <= limit:
+        return prompt
+    half = limit // 2
+    cut = len(prompt) - 2 * half
+    return f"{prompt[:half]}\n[… {cut:,} characters of this prompt not shown …]\n{prompt[-half:]}"
+
+
 def print_dry_run(report: DryRunReport, con: Console) -> None:
     for item_id, prompt in report.prompts:
         con.rule(f"prompt of item {item_id}")
-        con.print(prompt, markup=False, highlight=False)
+        con.print(_shortened(prompt), markup=False, highlight=False)
     table = Table(title=f"dry run: {report.items} items, nothing sent")
     for col in ("model", "requests", "cached", "prompt tokens", "first prompts", "est. output tokens", "est. cost USD"):
         table.add_column(col, justify="left" if col == "model" else "right")
@@ -194,24 +207,24 @@ def annotate_cmd(
     model: Annotated[list[str] | None, typer.Option("--model", "-m", help="litellm model string; repeatable (default: gpt-4o and gemini/gemini-2.5-pro).")] = None,
     api_base: Annotated[str | None, typer.Option("--api-base", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 (model hosted_vllm/<alias> or openai/<alias>).")] = None,
     api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="Read the API key from this environment variable (default: the provider's, e.g. OPENAI_API_KEY).")] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", "-j", help="Requests in flight per model.")] = 8,
-    workers: Annotated[int | None, typer.Option("--workers", help="Client processes sharing the items, concurrency and budget (default: auto, i.e. 1, or one per 8 requests in flight for --api-base runs of 64+ items).")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request (> 0).")] = 120.0,
-    max_retries: Annotated[int, typer.Option("--max-retries", help="Retries on 429, timeouts, 5xx and connection errors (0 or more).")] = 4,
-    backoff: Annotated[float, typer.Option("--backoff", help="First back-off in seconds, 0 or more (doubles per retry, with jitter).")] = 1.0,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1, help="Requests in flight per model.")] = 8,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="Client processes sharing the items, concurrency and budget (default: auto, i.e. 1, or one per 8 requests in flight for --api-base runs of 64+ items).")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", callback=finite(0, open_lo=True), help="Seconds per request (> 0).")] = 120.0,
+    max_retries: Annotated[int, typer.Option("--max-retries", min=0, help="Retries on 429, timeouts, 5xx and connection errors (0 or more).")] = 4,
+    backoff: Annotated[float, typer.Option("--backoff", callback=finite(0), help="First back-off in seconds, 0 or more (doubles per retry, with jitter).")] = 1.0,
     reply_format: Annotated[str, typer.Option("--reply-format", help="Reply format: line (the paper's concept=..; label=..; evidence=..) or json (with a JSON schema).")] = "line",
     template: Annotated[Path | None, typer.Option("--template", help="Your own jinja2 prompt template (default: templates/annotate.prompt.j2).")] = None,
     examples: Annotated[Path | None, typer.Option("--examples", help="In-context examples: a table with response, question, reference and one level column per concept.")] = None,
     cache: Annotated[Path, typer.Option("--cache", help="SQLite reply cache (resume, never pay twice).")] = Path(".rubrictool/cache.sqlite"),
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the reply cache.")] = False,
-    budget: Annotated[float | None, typer.Option("--budget", help="Stop cleanly before this many USD would be exceeded.")] = None,
-    limit: Annotated[int | None, typer.Option("--limit", "-n", help="Annotate only the first N items (a trial run).")] = None,
-    per_question: Annotated[int | None, typer.Option("--per-question", help="Annotate only the first N answers of each question (a new question's few, for grade --reviewed).")] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Reply length cap (also the budget's worst case).")] = 1024,
-    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature, 0..2.")] = 0.0,
+    budget: Annotated[float | None, typer.Option("--budget", callback=finite(0, open_lo=True), help="Stop cleanly before this many USD would be exceeded.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Annotate only the first N items (a trial run).")] = None,
+    per_question: Annotated[int | None, typer.Option("--per-question", min=1, help="Annotate only the first N answers of each question (a new question's few, for grade --reviewed).")] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Reply length cap (also the budget's worst case).")] = 1024,
+    temperature: Annotated[float, typer.Option("--temperature", callback=finite(0, 2), help="Sampling temperature, 0..2.")] = 0.0,
     dry: Annotated[bool, typer.Option("--dry-run", help="Print the first prompts, token counts and the estimated cost; send nothing.")] = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Send again the items whose cached replies failed (successful cached replies are never re-sent). Example: rubrictool annotate --rubric r.yaml --data items.csv --retry-failed")] = False,
-    max_failures: Annotated[float, typer.Option("--max-failures", help="Exit 3 when more than this share of the item × model annotations failed (0..1; the outputs are written). Example: --max-failures 0.1")] = 0.05,
+    max_failures: Annotated[float, typer.Option("--max-failures", callback=finite(0, 1), help="Exit 3 when more than this share of the item × model annotations failed (0..1; the outputs are written). Example: --max-failures 0.1")] = 0.05,
     allow_draft: Annotated[bool, typer.Option("--allow-draft", help="Send a rubric that still has TODO placeholders or two levels with one anchor (refused by default). Example: rubrictool annotate --rubric draft.yaml --data items.csv --limit 5 --allow-draft")] = False,
     holistic: Annotated[bool, typer.Option("--holistic", help="Ask each model for every answer's mark directly (the rubric and the grade scale in the prompt, a reply mark=<n>) instead of concept levels: the baseline a teacher would otherwise use. Writes marks.jsonl, failures.jsonl and summary.json into the --out folder. Example: rubrictool annotate --holistic --rubric r.yaml --data items.csv --model gpt-4o --run runs/k5 --out holistic/")] = False,
     run: OptionalRunOpt = None,
