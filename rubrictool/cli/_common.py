@@ -47,6 +47,7 @@ __all__ = [
     "SafeConsole",
     "TrainBatchSizeOpt",
     "VerifyOpt",
+    "at_least",
     "console",
     "err_console",
     "finite",
@@ -78,8 +79,8 @@ DataDirOpt = Annotated[
     typer.Option("--data-dir", help="Folder holding benchmark data (default: $RUBRICTOOL_DATA, else ./data)."),
 ]
 VerifyOpt = Annotated[bool, typer.Option(
-    "--verify", help="Check the run by the full sha256 of every file, weights included (default: sizes, small files "
-    "hashed, a sampled hash of the weights).")]
+    "--verify", help="Check the run by the full sha256 of every file, weights included (what every open does now; "
+    "kept so that scripts that pass it keep working).")]
 BenchmarkOpt = Annotated[str | None, typer.Option("--benchmark", "-b", help="Bundled benchmark: mohler, asap2 or mocha.")]
 
 # A trained run is always --run (-m is an LLM in `annotate`, never a run).
@@ -99,37 +100,55 @@ PresetOpt = Annotated[str, typer.Option("--preset", help=(
 ConfigOpt = Annotated[Path | None, typer.Option(
     "--config", help="YAML with sections model, stage1, joint, stage2 (docs/training.md lists every field).")]
 BackboneOpt = Annotated[str | None, typer.Option("--backbone", help="HF name/path (default MiniLM).")]
-def finite(lo: float | None = None, hi: float | None = None, *, open_lo: bool = False,
-           open_hi: bool = False) -> Callable[[float | None], float | None]:
-    """An option callback: the number is finite (no nan, no inf) and inside [lo, hi] (``open_lo``/``open_hi``: the
-    bound itself excluded); else one usage error naming the option's range."""
-    def check(value: float | None) -> float | None:
-        if value is None:
-            return value
-        low = lo is not None and (value <= lo if open_lo else value < lo)
-        high = hi is not None and (value >= hi if open_hi else value > hi)
-        if not math.isfinite(value) or low or high:
-            lo_s = "" if lo is None else f"{'>' if open_lo else '>='} {lo:g}"
-            hi_s = "" if hi is None else f"{'<' if open_hi else '<='} {hi:g}"
-            raise typer.BadParameter(f"{value} is not a finite number {' and '.join(x for x in (lo_s, hi_s) if x)}")
+def _refuse(param: typer.CallbackParam, value: object, fix: str) -> None:
+    """A numeric option out of range: one line naming it and the fix, exit 1, before any work."""
+    name = param.opts[0] if param.opts else str(param.name)
+    err_console.print(f"[bold red]error:[/] {name} {shown(value, one_line=True)}: {fix}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def at_least(lo: int, hi: int | None = None) -> Callable[[typer.CallbackParam, int | None], int | None]:
+    """An option callback: a whole number of at least ``lo`` (and at most ``hi``); else one line, exit 1."""
+    def check(param: typer.CallbackParam, value: int | None) -> int | None:
+        if value is not None and (value < lo or (hi is not None and value > hi)):
+            _refuse(param, value, f"give a whole number from {lo} to {hi}" if hi is not None
+                    else f"give a whole number of at least {lo}")
         return value
 
     return check
 
 
-def folds_or_none(value: int | None) -> int | None:
-    """An option callback for a number of folds: 0 (none) or 2 or more."""
+def finite(lo: float | None = None, hi: float | None = None, *, open_lo: bool = False,
+           open_hi: bool = False) -> Callable[[typer.CallbackParam, float | None], float | None]:
+    """An option callback: the number is finite (no nan, no inf) and inside [lo, hi] (``open_lo``/``open_hi``: the
+    bound itself excluded); else one line naming the range, exit 1."""
+    def check(param: typer.CallbackParam, value: float | None) -> float | None:
+        if value is None:
+            return value
+        low = lo is not None and (value <= lo if open_lo else value < lo)
+        high = hi is not None and (value >= hi if open_hi else value > hi)
+        if not math.isfinite(value) or low or high:
+            lo_s = "" if lo is None else f"{'above' if open_lo else 'at least'} {lo:g}"
+            hi_s = "" if hi is None else f"{'below' if open_hi else 'at most'} {hi:g}"
+            _refuse(param, value, "give a finite number " + " and ".join(x for x in (lo_s, hi_s) if x))
+        return value
+
+    return check
+
+
+def folds_or_none(param: typer.CallbackParam, value: int | None) -> int | None:
+    """An option callback for a number of folds: 0 (none) or 2 or more; else one line, exit 1."""
     if value is not None and (value < 0 or value == 1):
-        raise typer.BadParameter(f"{value} folds: give 0 (none) or 2 or more")
+        _refuse(param, value, "give 0 (none) or 2 or more folds")
     return value
 
 
-EpochsOpt = Annotated[int | None, typer.Option("--epochs", min=1, help="Stage I epochs (preset default 3, paper 6).")]
-MaxLenOpt = Annotated[int | None, typer.Option("--max-len", min=8, help="Tokens per input (default 128).")]
-TrainBatchSizeOpt = Annotated[int | None, typer.Option("--batch-size", min=1, help="Batch size (default 8).")]
+EpochsOpt = Annotated[int | None, typer.Option("--epochs", callback=at_least(1), help="Stage I epochs (preset default 3, paper 6).")]
+MaxLenOpt = Annotated[int | None, typer.Option("--max-len", callback=at_least(8), help="Tokens per input (default 128).")]
+TrainBatchSizeOpt = Annotated[int | None, typer.Option("--batch-size", callback=at_least(1), help="Batch size (default 8).")]
 LrOpt = Annotated[float | None, typer.Option("--lr", callback=finite(0, open_lo=True), help="Stage I learning rate (default 1e-4).")]
 DeviceOpt = Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")]
-JobsOpt = Annotated[int, typer.Option("--jobs", min=1, help="Train that many runs at once (folds, cells or combinations), in "
+JobsOpt = Annotated[int, typer.Option("--jobs", callback=at_least(1), help="Train that many runs at once (folds, cells or combinations), in "
                                      "worker processes (CPU cores shared; one GPU each where there are several).")]
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -14,6 +14,7 @@ from rubrictool.cli._common import (
     RunDataOpt,
     RunOpt,
     VerifyOpt,
+    at_least,
     console,
     err_console,
     print_warnings,
@@ -31,7 +32,7 @@ def audit_cmd(
     transform: Annotated[list[str] | None, typer.Option(
         "--transform", help="Only these transformations (repeatable; default all: append_reference, append_keywords, "
         "append_question, append_filler, repeat_sentence, shuffled_correct).")] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Items per forward pass.")] = 32,
+    batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least(1), help="Items per forward pass.")] = 32,
     filler: Annotated[Path | None, typer.Option(
         "--filler", help="Filler sentences for append_filler, one per line (default: sentences of the course's own "
         "training answers to other questions).")] = None,

@@ -14,6 +14,7 @@ from rubrictool.cli._common import (
     DataDirOpt,
     OutOpt,
     ProgressView,
+    at_least,
     console,
     err_console,
     finite,
@@ -101,7 +102,7 @@ def data_fetch(
 def data_export(
     benchmark: Annotated[str, typer.Argument(help="Bundled benchmark (mohler, asap2, mocha).")],
     out: OutOpt = Path("items.jsonl"),
-    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Keep only the first N items.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", callback=at_least(1), help="Keep only the first N items.")] = None,
     data_dir: DataDirOpt = None,
 ) -> None:
     """Write a benchmark's item table (every column) to a CSV/JSONL/Parquet file, e.g. for `review push --data`.
@@ -142,9 +143,9 @@ def data_split(
         raise DataError(f"--ratios {ratios!r}: give three numbers like 0.7,0.2,0.1") from None
     if len(parts) != 3:
         raise DataError(f"--ratios {ratios!r}: give exactly three shares (train,dev,test)")
-    from rubrictool.outputs import check_output
+    from rubrictool.outputs import check_output, is_split_file
 
-    check_output(out, [source], "file")  # never the item file itself
+    check_output(out, [source], "file", own=is_split_file, what="a split file")  # never the items, nor another file
     sizes = split_to_file(source, out, seed, (parts[0], parts[1], parts[2]), data_dir, by)
     console.print(f"wrote {out}: " + ", ".join(f"{k} {v}" for k, v in sizes.items()) + f" (seed {seed}"
                   + (f", grouped by {by})" if by else ")"), soft_wrap=True)

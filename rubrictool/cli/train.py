@@ -33,6 +33,7 @@ from rubrictool.cli._common import (
     RunOpt,
     TrainBatchSizeOpt,
     VerifyOpt,
+    at_least,
     console,
     err_console,
     folds_or_none,
@@ -168,7 +169,7 @@ def train_cmd(
     race: Annotated[bool | None, typer.Option("--race/--no-race", help="RACE queries (off: pooled).")] = None,
     opcc: Annotated[bool | None, typer.Option("--opcc/--no-opcc", help="OPCC ranking loss.")] = None,
     lcec: Annotated[bool | None, typer.Option("--lcec/--no-lcec", help="LCEC correction.")] = None,
-    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Repeat with N seeds, from --first-seed on; mean ± std.")] = 1,
+    seeds: Annotated[int, typer.Option("--seeds", help="Repeat with N seeds, from --first-seed on; mean ± std.")] = 1,
     first_seed: Annotated[int, typer.Option("--first-seed", help="The first seed (another: a second training of the same "
                                             "recipe on the same split or folds).")] = 0,
     agreement: AgreementOpt = None,
@@ -184,7 +185,7 @@ def train_cmd(
     folds: Annotated[int, typer.Option("--folds", callback=folds_or_none, help="k-fold evaluation: k runs, every item tested once (0 = one split).")] = 0,
     by: Annotated[str | None, typer.Option("--by", help="Keep every value of this column in one part, e.g. question: "
                                            "test on questions never seen in training (folds and the default split).")] = None,
-    crossfit: Annotated[int | None, typer.Option("--crossfit", callback=folds_or_none, help="Fit Stage II on out-of-fold outputs of k extra models (0 = off, the paper; k+1 trainings).")] = None,
+    crossfit: Annotated[int | None, typer.Option("--crossfit", help="Fit Stage II on out-of-fold outputs of k extra models (0 = off, the paper; k+1 trainings).")] = None,
     encoder: Annotated[str | None, typer.Option(
         "--encoder", help="The pretrained encoder: train (fine-tune it; the default), frozen (never updated: only the "
         "concept queries, classifiers, LCEC and grade head train, on token states computed once; fast), or auto "
@@ -239,7 +240,7 @@ def train_cmd(
 def compare_cmd(
     run_a: Annotated[Path, typer.Argument(help="k-fold run directory A (the reference).")],
     run_b: Annotated[Path, typer.Argument(help="k-fold run directory B.")],
-    n_boot: Annotated[int, typer.Option("--n-boot", min=1, help="Bootstrap resamples.")] = 2000,
+    n_boot: Annotated[int, typer.Option("--n-boot", callback=at_least(1), help="Bootstrap resamples.")] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
 ) -> None:
     """Paired bootstrap of two k-fold runs on the items both tested: B − A with a 95 % CI per metric.
@@ -263,7 +264,7 @@ def grade_cmd(
     data: Annotated[Path, typer.Option("--data", help="Items to grade (CSV/JSONL/Parquet): response, question...")],
     run: RunOpt,
     out: OutOpt = Path("graded.csv"),
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Items per forward pass.")] = 64,
+    batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least(1), help="Items per forward pass.")] = 64,
     int8: Annotated[bool, typer.Option("--int8", help="Int8 CPU inference: faster; changes about 1 grade in 10 (torch) "
                                        "or 20 (onnx): docs/runs.md.")] = False,
     engine: Annotated[str, typer.Option(
