@@ -36,7 +36,7 @@ from pathlib import Path
 from rubrictool.errors import DataError
 
 __all__ = ["OutputError", "check_output", "enclosing_run", "has_columns", "is_kfold_folder", "is_run_folder",
-           "output_lock", "table_columns", "writable_parent"]
+           "is_split_file", "output_lock", "table_columns", "writable_parent"]
 
 KINDS = ("run", "kfold", "folder", "file")
 
@@ -285,6 +285,18 @@ def table_columns(path: Path) -> set[str]:
     except Exception:  # noqa: BLE001 - pyarrow's errors for a file that is not parquet: not our output
         return set()
     return set()
+
+
+def is_split_file(path: Path) -> bool:
+    """An ``own`` test for :func:`check_output`: the existing file is a split (JSON with train, dev and test lists,
+    what ``data split`` writes), or empty."""
+    try:
+        if path.stat().st_size == 0:
+            return True
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(doc, dict) and {"train", "dev", "test"} <= set(doc)
 
 
 def has_columns(*names: str) -> Callable[[Path], bool]:
