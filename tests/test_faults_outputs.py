@@ -207,16 +207,16 @@ def test_a_kill_between_the_renames_names_the_kept_run_and_the_command_that_rest
 @pytest.mark.parametrize("args", [["grade", "--batch-size", "0"], ["grade", "--batch-size", "-3"],
                                   ["train", "--epochs", "0"], ["train", "--epochs", "-1"], ["train", "--lr", "nan"],
                                   ["train", "--lr", "inf"], ["train", "--lr", "-1e-3"], ["train", "--folds", "1"],
-                                  ["learning-curve", "--dev-share", "1.5"], ["annotate", "--temperature", "nan"],
+                                  ["learning-curve", "--dev-share", "1.5"], ["annotate", "--per-question", "0"], ["audit", "--batch-size", "0"],
                                   ["data", "import", "x.csv", "--grade-scale", "0"]],
                          ids=lambda a: "-".join(a).replace("--", ""))
-def test_numbers_out_of_range_are_usage_errors(course: dict[str, Path], trained: Path, tmp_path: Path,
+def test_numbers_out_of_range_are_one_line_errors(course: dict[str, Path], trained: Path, tmp_path: Path,
                                                args: list[str]) -> None:
     more = {"grade": ["--run", str(trained), "--data", str(course["items"]), "--out", str(tmp_path / "g.csv")],
             "train": ["--data", str(course["table"]), "--rubric", str(course["rubric"]), "--out", str(tmp_path / "r")]}
     res = runner.invoke(app, [*args, *more.get(args[0], [])])
-    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
-    assert "Invalid value" in res.output or "is not a finite number" in res.output or "folds" in res.output
+    flat = _one_line(res.output)
+    assert res.exit_code == 1 and flat.startswith(f"error: {args[-2]} ") and ": give " in flat, res.output
     assert not (tmp_path / "r").exists() and not (tmp_path / "g.csv").exists()
 
 
@@ -363,3 +363,15 @@ def test_learning_curve_on_a_full_disk_is_one_line(course: dict[str, Path], tmp_
                               "--out", str(tmp_path / "c")])
     flat = _one_line(res.output)
     assert res.exit_code == 1 and "No space left on device" in flat and "curve.json" in flat, res.output
+
+
+def test_split_over_a_file_that_is_not_a_split_is_refused(course: dict[str, Path], tmp_path: Path) -> None:
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"my": "notes"}\n', encoding="utf-8")
+    res = runner.invoke(app, ["data", "split", str(course["items"]), "--out", str(notes)])
+    assert res.exit_code == 1 and "is not a split file" in _one_line(res.output), res.output
+    assert notes.read_text(encoding="utf-8") == '{"my": "notes"}\n'
+    split = tmp_path / "split.json"
+    for _ in range(2):  # its own earlier output is replaced
+        res = runner.invoke(app, ["data", "split", str(course["items"]), "--out", str(split)])
+        assert res.exit_code == 0, res.output
