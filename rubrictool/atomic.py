@@ -24,6 +24,7 @@ __all__ = [
     "new_dir_mode",
     "new_file_mode",
     "publish",
+    "remove_stale_temps",
 ]
 
 
@@ -95,3 +96,25 @@ def atomic_write_json(path: str | Path, payload: Any, *, indent: int | None = 1,
                       **dumps: Any) -> Path:
     """Write ``payload`` as JSON (UTF-8, a final newline) atomically; ``dumps`` go to :func:`json.dumps`."""
     return atomic_write_text(path, json.dumps(payload, indent=indent, **dumps) + "\n", mode=mode)
+
+
+def remove_stale_temps(path: str | Path) -> list[Path]:
+    """Remove the temporary files :func:`atomic_write` left beside ``path`` when a writer of it was killed
+    (``.<name>.*.tmp``); returns them. Call it only while holding ``path``'s writer lock (rubrictool.locks), so no
+    live writer's file is taken."""
+    p = Path(path)
+    gone = []
+    for tmp in p.parent.glob(f".{glob_escape(p.name)}.*.tmp"):
+        try:
+            tmp.unlink()
+            gone.append(tmp)
+        except OSError:
+            pass
+    return gone
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with glob's special characters escaped."""
+    import glob
+
+    return glob.escape(name)

@@ -44,7 +44,7 @@ from reccbm import grade_metrics
 from rubrictool.data.splits import kfold_splits, nested_subsample, stratified_order
 from rubrictool.errors import DataError, TrainError
 from rubrictool.evaluate import majority_baseline
-from rubrictool.io import write_table
+from rubrictool.io import read_table, write_table
 from rubrictool.locks import writer_lock
 from rubrictool.progress import Progress, ProgressFn, warn, warn_once
 from rubrictool.provenance import git_revision
@@ -454,7 +454,7 @@ def _train_cell(plan: CurvePlan, cell: Cell, root: Path, progress: ProgressFn | 
             res = train_model(*first, **call, progress=progress)
         encoder = (res.metrics.get("encoder") or {}).get("used", "train")
         test_m = res.metrics["seeds"][0]["test"]
-        pred = pd.read_csv(run_dir / "test_predictions.csv", dtype={"id": str})
+        pred = read_table(run_dir / "test_predictions.csv")  # neutralised cells back as they were
     ids = {"train_ids": sample.fit, "dev_ids": sample.dev, "test_ids": pred["id"].tolist(),
            "test_predicted": pred["grade"].astype(int).tolist()}
     record = _cell_record(plan, cell, n, len(sample.dev), test_m, sample.ids, encoder, time.perf_counter() - t0, ids)

@@ -27,7 +27,7 @@ from reccbm.onnx_encoder import OnnxExportError, require_onnx, use_onnx_encoder
 from rubrictool.errors import DataError, TrainError
 from rubrictool.flags import EMPTY_FLAG, Profile, flag_frame, load_profile
 from rubrictool.io import read_table, write_table
-from rubrictool.outputs import check_output, has_columns, writable_parent
+from rubrictool.outputs import check_output, has_columns, output_lock, writable_parent
 from rubrictool.progress import Progress, ProgressFn, note, truncation_message, warn
 from rubrictool.rubric import Rubric
 
@@ -531,9 +531,16 @@ def empty_responses(df: pd.DataFrame) -> npt.NDArray[np.bool_]:
 
 
 def check_unique_ids(items: pd.DataFrame, source: str = "the items to grade") -> None:
-    """A table with an ``id`` used twice is refused, naming the ids (a grade must belong to one answer)."""
+    """A table with an empty ``id``, or an ``id`` used twice, is refused, naming the row (the line a spreadsheet shows,
+    the header being line 1) or the ids (a grade must belong to one answer)."""
     if "id" not in items.columns:
         return
+    blank = (items["id"].isna() | items["id"].astype(str).str.strip().eq("")).to_numpy()
+    if blank.any():
+        rows = [int(i) + 2 for i in np.flatnonzero(blank)]
+        shown = ", ".join(map(str, rows[:5])) + (f" (+{len(rows) - 5} more)" if len(rows) > 5 else "")
+        raise DataError(f"{source}: {len(rows)} answer(s) without an id: line {shown} (the header is line 1)",
+                        hint="give every answer its own id, or leave the id column out to have ids made")
     ids = items["id"].astype(str)
     dup = ids[ids.duplicated(keep=False)]
     if len(dup):
@@ -616,8 +623,17 @@ def grade_file(
     the table, the written path and the seconds spent grading. ``reviewed``: a table of reviewed answers
     (:func:`read_review`) whose questions' other answers are shifted by them; a note says how many questions."""
     check_output_path(data, out, run, reviewed)
+    with output_lock(out, "grade"):  # one writer per graded table
+        return _grade_file(run, data, out, batch_size, progress, int8, engine, overrides, keep, device, reviewed)
+
+
+def _grade_file(
+    run: str | Path, data: str | Path, out: str | Path, batch_size: int, progress: ProgressFn | None, int8: bool,
+    engine: str, overrides: str | dict[str, int] | None, keep: list[str] | None, device: str,
+    reviewed: str | Path | None,
+) -> tuple[pd.DataFrame, Path, float]:
     items = read_table(data)
-    check_unique_ids(items)
+    check_unique_ids(items, str(data))
     grader = load_grader(run, int8, engine)
     profile = load_profile(run)
     t0 = time.perf_counter()

@@ -15,8 +15,10 @@ from rubrictool.atomic import atomic_write, atomic_write_text
 from rubrictool.errors import DataError
 from rubrictool.textsafe import neutralise_frame, restore_frame
 
-__all__ = ["FORMATS", "atomic_write_text", "read_table", "reject_nul", "write_table", "write_text"]
+__all__ = ["FORMATS", "atomic_write_text", "people_csv", "read_table", "reject_nul", "write_table", "write_text",
+           "written_for_people"]
 
+_BOM = b"\xef\xbb\xbf"
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 
 
@@ -50,10 +52,28 @@ def reject_nul(df: pd.DataFrame, source: str | Path) -> pd.DataFrame:
 
 def read_table(path: str | Path) -> pd.DataFrame:
     """Read a CSV, JSONL or Parquet file into a DataFrame (strings kept as strings); a NUL byte in any text
-    cell is refused (:func:`reject_nul`); a CSV cell neutralised for spreadsheets (``'=…``, written by
-    ``write_table(for_people=True)``) is read back as it was."""
+    cell is refused (:func:`reject_nul`); in a CSV rubrictool wrote for people (:func:`written_for_people`) a cell
+    neutralised for spreadsheets (``'=…``) is read back as it was; any other file is read exactly as written."""
     df = reject_nul(_read_table(path), path)
-    return restore_frame(df) if _format(Path(path)) == "csv" else df
+    return restore_frame(df) if _format(Path(path)) == "csv" and written_for_people(path) else df
+
+
+def written_for_people(path: str | Path) -> bool:
+    """Whether a CSV is one rubrictool wrote for people (``write_table(for_people=True)``, :func:`people_csv`): it
+    begins with the UTF-8 byte-order mark, which also tells a spreadsheet that the text is UTF-8. Only such a file has
+    its neutralised cells restored when read; any other file is read exactly as written (a leading ``'`` kept)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(_BOM)) == _BOM
+    except OSError:
+        return False
+
+
+def people_csv(df: pd.DataFrame, index: bool = False) -> bytes:
+    """``df`` as the bytes of a CSV written for people: formula cells neutralised (rubrictool.textsafe), the UTF-8
+    byte-order mark first (:func:`written_for_people`); for files written as bytes (a report's tables)."""
+    text = neutralise_frame(df).to_csv(index=index, quoting=csv.QUOTE_NONNUMERIC if _has_cr(df) else csv.QUOTE_MINIMAL)
+    return _BOM + text.encode("utf-8")
 
 
 def _read_table(path: str | Path) -> pd.DataFrame:
@@ -128,8 +148,8 @@ def write_table(df: pd.DataFrame, path: str | Path, for_people: bool = False) ->
     the mode a new file would (umask respected, e.g. 0644 under umask 022), not mkstemp's 0600.
 
     ``for_people``: a CSV that people open in a spreadsheet (graded answers, an imported item table, the adjudication
-    tables): text cells that a spreadsheet would run as a formula are neutralised (rubrictool.textsafe), and
-    :func:`read_table` gives them back verbatim."""
+    tables): text cells that a spreadsheet would run as a formula are neutralised (rubrictool.textsafe), the file
+    begins with the UTF-8 byte-order mark that marks it as such, and :func:`read_table` gives them back verbatim."""
     fmt = _format(Path(path))
     if for_people and fmt == "csv":
         df = neutralise_frame(df)
@@ -138,7 +158,8 @@ def write_table(df: pd.DataFrame, path: str | Path, for_people: bool = False) ->
         if fmt == "csv":
             # a carriage return inside a cell: pandas leaves the cell unquoted (its line ending is "\n"), and every
             # reader, this one included, would end the row there; quote every text cell then
-            df.to_csv(tmp, index=False, quoting=csv.QUOTE_NONNUMERIC if _has_cr(df) else csv.QUOTE_MINIMAL)
+            df.to_csv(tmp, index=False, quoting=csv.QUOTE_NONNUMERIC if _has_cr(df) else csv.QUOTE_MINIMAL,
+                      encoding="utf-8-sig" if for_people else "utf-8")
         elif fmt == "jsonl":
             with open(tmp, "w", encoding="utf-8") as fh:
                 fh.writelines(json.dumps({k: _jsonable(v) for k, v in rec.items()}, ensure_ascii=False) + "\n" for rec in df.to_dict(orient="records"))

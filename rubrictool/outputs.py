@@ -9,7 +9,15 @@ inputs, or a file or folder that the command did not write itself.
   is not a run, a k-fold run or empty; the current folder or one above it;
 * a k-fold folder (``kind="kfold"``) over anything but a k-fold run or an empty folder;
 * a folder of outputs (``kind="folder"``) over an existing file; a file (``kind="file"``) over an existing folder,
-  or over an existing file that ``own`` says this command did not write.
+  or over an existing file that ``own`` says this command did not write;
+* an output into a trained run (a run folder or a k-fold run, or any file or folder inside one: ``data import --out
+  RUN/table.csv``, ``adjudicate --out RUN``), which would change what the run recorded; only the commands that write
+  about the run (report, explain, intervene, audit: ``in_run=True``) may write a folder of their own inside it;
+* an input named in ``required`` that does not exist, before anything is created.
+
+A symlinked ``--out`` is resolved first: the returned path is where the command writes (``train --out L``, L a link
+to a run, retrains the run L points to, and L keeps pointing at it). :func:`output_lock` holds the one lock per
+output file (rubrictool.locks, the trainers' lock), so two commands writing the same file cannot both win.
 
 Then it checks that the output's folder can be written (a read-only folder, a full disk), so a command that works
 for minutes fails before the work, not after it: :func:`writable_parent`.
@@ -17,6 +25,7 @@ for minutes fails before the work, not after it: :func:`writable_parent`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -26,7 +35,8 @@ from pathlib import Path
 
 from rubrictool.errors import DataError
 
-__all__ = ["OutputError", "check_output", "has_columns", "is_kfold_folder", "is_run_folder", "table_columns", "writable_parent"]
+__all__ = ["OutputError", "check_output", "enclosing_run", "has_columns", "is_kfold_folder", "is_run_folder",
+           "is_split_file", "output_lock", "table_columns", "writable_parent"]
 
 KINDS = ("run", "kfold", "folder", "file")
 
@@ -45,9 +55,25 @@ def is_kfold_folder(path: Path) -> bool:
     its first fold finished — the fold-N.split.json files it writes before any training)."""
     if (path / "folds.json").is_file() or (path / "pooled_predictions.csv").is_file():
         return True
+    try:
+        entries = list(path.iterdir())
+    except OSError:
+        return False
     return any((p.is_dir() and p.name.startswith("fold-")) or (p.is_file() and p.name.startswith("fold-")
                                                                  and p.name.endswith(".split.json"))
-               for p in path.iterdir())
+               for p in entries)
+
+
+def enclosing_run(path: Path) -> Path | None:
+    """The trained run (or k-fold run) ``path`` is, or lies inside (``path`` resolved), else None."""
+    for d in (path, *path.parents):
+        try:
+            if d.is_dir() and (is_run_folder(d) or ((d / "folds.json").is_file()
+                                                   or (d / "pooled_predictions.csv").is_file())):
+                return d
+        except OSError:
+            return None
+    return None
 
 
 def _resolved(p: str | Path) -> Path:
@@ -94,15 +120,24 @@ def check_output(
     writes: Sequence[str] = (),
     own: Callable[[Path], bool] | None = None,
     what: str = "the output",
+    in_run: bool = False,
+    required: Iterable[str | Path | None] = (),
 ) -> Path:
     """Refuse ``out`` when writing it would lose an input or something this command did not write (module doc).
 
     ``inputs``: the paths the command reads (None skipped; a ``NAME=PATH`` review spec is read as PATH).
     ``kind``: "run", "kfold", "folder" or "file". ``writes``: for a folder, the names written into it; for a file,
     the sibling files written beside it. ``own(path)``: whether an existing file is this command's earlier output.
-    Returns ``out``."""
+    ``in_run``: a folder of the command's own inside a run is allowed (report, explain, intervene, audit).
+    ``required``: inputs that must exist (a one-line "no such file" before anything is created).
+    Returns ``out`` with its symlinks resolved (where the command writes)."""
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
+    for need in required:
+        if need is not None and "=" in str(need) and not Path(need).exists():
+            need = str(need).split("=", 1)[1]  # a NAME=PATH review spec
+        if need is not None and not Path(need).exists():
+            raise DataError(f"{need}: no such file or folder; nothing was written", hint="check the path")
     given = Path(out)
     dst = _resolved(given)
     if kind == "folder":
@@ -136,6 +171,7 @@ def check_output(
                 if _inside(t, src) and t.relative_to(src).as_posix() in recorded:
                     raise OutputError(f"--out {given} would overwrite {t.relative_to(src).as_posix()} of the run {raw}",
                                       hint="pass --out a path outside the run's files")
+    _refuse_inside_a_run(given, dst, kind, in_run, what)
     if replaced_whole:
         cwd = _resolved(Path.cwd())
         if dst == cwd or _inside(cwd, dst):
@@ -163,7 +199,42 @@ def check_output(
         if dst.exists() and own is not None and not own(dst):
             raise OutputError(f"--out {given} exists and is not {what}: writing would replace it",
                               hint="pass --out a new file, or remove it first")
-    return given
+    return dst if Path(os.path.abspath(given.expanduser())) != dst else given  # a link: where it points
+
+
+def _refuse_inside_a_run(given: Path, dst: Path, kind: str, in_run: bool, what: str) -> None:
+    """A command's output in a trained run (a run or k-fold folder, or inside one), refused unless it is the run
+    itself retrained (``kind`` "run"/"kfold") or a folder of its own inside the run (``in_run``)."""
+    if kind in ("run", "kfold"):
+        run = enclosing_run(dst.parent) if dst.parent != dst else None
+        if run is not None and not (kind == "run" and is_kfold_folder(run) and not is_run_folder(run)):
+            raise OutputError(f"--out {given} is inside the trained run {run}: a run inside a run would change the "
+                              "files it recorded", hint="pass --out a folder outside every run, e.g. runs/NAME")
+        return
+    run = enclosing_run(dst)
+    if run is None:
+        return
+    if in_run and kind == "folder" and dst != run and not _holds_recorded(run, dst):
+        return
+    inside = "is the trained run" if run == dst else f"is inside the trained run {run}"
+    raise OutputError(f"--out {given} {inside}: writing {what} there would change the files the run recorded "
+                      "(every later command would refuse the run)",
+                      hint="pass --out a path outside the run's folder")
+
+
+def _holds_recorded(run: Path, folder: Path) -> bool:
+    """Whether ``folder`` (inside ``run``) is, or holds, a file the run recorded."""
+    rel = folder.relative_to(run).as_posix()
+    return any(name == rel or name.startswith(rel + "/") for name in _recorded(run))
+
+
+def output_lock(out: str | Path, command: str) -> contextlib.AbstractContextManager[Path]:
+    """The one writer of an output file: ``<out>.lock`` held while ``command`` computes and writes ``out``; a second
+    command on the same file stops at once, naming the first (rubrictool.locks)."""
+    from rubrictool.locks import writer_lock
+
+    return writer_lock(out, f"the output {out}", "wait for it to finish, or pass another --out",
+                       by=f"rubrictool {command}", kept=f"nothing was written to {out}")
 
 
 def writable_parent(out: str | Path, *, folder: bool = False, kept: str | None = None) -> Path:
@@ -199,7 +270,7 @@ def table_columns(path: Path) -> set[str]:
         if suffix == ".csv":
             import csv
 
-            with path.open(encoding="utf-8", newline="") as fh:
+            with path.open(encoding="utf-8-sig", newline="") as fh:
                 return {c.strip() for c in next(csv.reader(fh), [])}
         if suffix in (".jsonl", ".json"):
             with path.open(encoding="utf-8") as fh:
@@ -214,6 +285,18 @@ def table_columns(path: Path) -> set[str]:
     except Exception:  # noqa: BLE001 - pyarrow's errors for a file that is not parquet: not our output
         return set()
     return set()
+
+
+def is_split_file(path: Path) -> bool:
+    """An ``own`` test for :func:`check_output`: the existing file is a split (JSON with train, dev and test lists,
+    what ``data split`` writes), or empty."""
+    try:
+        if path.stat().st_size == 0:
+            return True
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(doc, dict) and {"train", "dev", "test"} <= set(doc)
 
 
 def has_columns(*names: str) -> Callable[[Path], bool]:

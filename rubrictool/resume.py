@@ -51,12 +51,21 @@ def config_differences(theirs: Any, ours: Any, where: str = "", words: tuple[str
 
 
 def _table_sha256(table: pd.DataFrame) -> str:
-    """The sha256 of the copy a run keeps of its training table (rubrictool.train writes ``table.to_csv``)."""
+    """The sha256 of the copy a run keeps of its training table (rubrictool.train writes ``io.people_csv``)."""
+    from rubrictool.io import people_csv
+
+    return hashlib.sha256(people_csv(table)).hexdigest()
+
+
+def _plain_table_sha256(table: pd.DataFrame) -> str:
+    """The sha256 of the copy as runs wrote it before formula cells were neutralised in it (``table.to_csv``)."""
     return hashlib.sha256(table.to_csv(index=False).encode("utf-8")).hexdigest()
 
 
-def fold_difference(fold_dir: Path, split: dict[str, list[str]], config: dict[str, Any], table_sha256: str) -> str | None:
-    """How a finished fold differs from what this call would train (None: the same, read it back)."""
+def fold_difference(fold_dir: Path, split: dict[str, list[str]], config: dict[str, Any], table_sha256: str,
+                    plain_sha256: str | None = None) -> str | None:
+    """How a finished fold differs from what this call would train (None: the same, read it back). ``plain_sha256``:
+    the table's digest as folds wrote their copy before it was neutralised (such a fold is read back too)."""
     try:
         old_config = yaml.safe_load((fold_dir / "config.yaml").read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError):
@@ -72,7 +81,7 @@ def fold_difference(fold_dir: Path, split: dict[str, list[str]], config: dict[st
     except (OSError, ValueError):
         record = {}
     copy = ((record.get("files") or {}).get("table.csv") or {}).get("sha256") if isinstance(record, dict) else None
-    if copy and copy != table_sha256:
+    if copy and copy not in (table_sha256, plain_sha256):
         return "it was trained on another table (the content of its table.csv differs)"
     try:
         old_split = json.loads((fold_dir / "split.json").read_text(encoding="utf-8"))
@@ -89,12 +98,13 @@ def check_folds(run: Path, splits: Sequence[dict[str, list[str]]], table: pd.Dat
                 config_for: Callable[[int], dict[str, Any]], done: Callable[[Path], bool] = run_is_complete) -> None:
     """Refuse, before anything is written, a k-fold folder holding a finished fold (``done``) that this call would
     train otherwise; ``config_for(n)`` is the config.yaml this call writes for a fold with n labelled answers."""
-    sha = _table_sha256(table)
+    sha, plain = _table_sha256(table), _plain_table_sha256(table)
     for i, sp in enumerate(splits):
         fold = run / f"fold-{i}"
         if not fold.is_dir() or not done(fold):
             continue
-        why = fold_difference(fold, sp, config_for(len(sp.get("train", [])) + len(sp.get("dev", []))), sha)
+        why = fold_difference(fold, sp, config_for(len(sp.get("train", [])) + len(sp.get("dev", []))), sha,
+                              plain)
         if why:
             raise TrainError(f"{fold} was trained otherwise than this call would train it: {why}; nothing was written, "
                              f"and its folds are kept",

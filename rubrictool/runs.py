@@ -13,8 +13,13 @@ completion record ``run.json``::
                 "model.safetensors": {"bytes", "sha256", "sample_sha256"}, …}}   (files over 16 MB: a sampled hash too)
 
 :func:`open_run` refuses a directory without a record, or whose files do not match it (half-written, mixed, edited,
-other weights of the same size), with one line saying to retrain: by default every file's size, the sha256 of files up
-to 16 MB and a sampled hash of larger ones; inside :func:`full_check` (``--verify``) the sha256 of every file.
+other weights of the same size, a few numbers changed anywhere in the weights), with one line saying to retrain: every
+file's size and the sha256 of every file, the weights whole (hashed once per process: a command that opens a run twice
+pays once; docs/results.md measures the cost). ``--verify`` (:func:`full_check`) asks for the same check.
+
+A retrain that was killed between its two renames leaves the old run aside as ``.R.old-…`` (beside ``R``, or inside
+a folder at ``R`` where a ``mv`` put it): every reader names it and the one command that puts it back
+(:func:`restore_command`).
 :func:`migrate` is the one place that knows older formats: it brings a record up to ``FORMAT_VERSION`` when it is
 read, so no reader branches on a run's age. :class:`Run` gives grade, explain, intervene, report and audit the config, split, metrics, rubric,
 label source and training table, and loads the model only when asked.
@@ -27,6 +32,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import tempfile
 import uuid
@@ -60,10 +66,13 @@ __all__ = [
     "building",
     "describe_labels",
     "full_check",
+    "kept_old_run",
     "label_source",
     "migrate",
     "open_run",
     "package_versions",
+    "require_run_dir",
+    "restore_command",
     "run_is_complete",
     "sample_sha256",
     "sha256_file",
@@ -116,6 +125,19 @@ def sample_sha256(path: str | Path) -> str:
                 f.seek(last * i // (_SAMPLE_BLOCKS - 1))
                 h.update(f.read(_SAMPLE_BLOCK_BYTES))
     return h.hexdigest()
+
+
+_hashed: dict[tuple[str, int, int, int, int], str] = {}  # (path, inode, size, mtime_ns, ctime_ns) -> sha256
+
+
+def _sha256_once(path: Path) -> str:
+    """:func:`sha256_file`, remembered for the process while the file's inode, size and times stay the same."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    got = _hashed.get(key)
+    if got is None:
+        got = _hashed[key] = sha256_file(path)
+    return got
 
 
 def sha256_file(path: str | Path) -> str:
@@ -329,9 +351,8 @@ def migrate(record: dict[str, Any], path: str | Path = RECORD) -> dict[str, Any]
 
 
 def _check(path: Path, record: dict[str, Any], full: bool | None = None) -> str | None:
-    """Why the directory does not match its record, or None. ``full`` (default: inside :func:`full_check`) hashes
-    every file whole; otherwise files over 16 MB are compared by size and :func:`sample_sha256`."""
-    full = _full_check.get() if full is None else full
+    """Why the directory does not match its record, or None: every file's size, then its whole sha256 (``full`` is
+    kept for callers; every check is whole)."""
     for name, want in (record.get("files") or {}).items():
         p = path / name
         if not p.is_file():
@@ -339,11 +360,8 @@ def _check(path: Path, record: dict[str, Any], full: bool | None = None) -> str 
         size = p.stat().st_size
         if size != want.get("bytes"):
             return f"{name} has {size} bytes, the run wrote {want.get('bytes')}"
-        if full or size <= _HASH_ON_OPEN_MAX_BYTES:
-            if sha256_file(p) != want.get("sha256"):
-                return f"{name} changed after the run was written (its sha256 differs)"
-        elif want.get("sample_sha256") and sample_sha256(p) != want["sample_sha256"]:
-            return f"{name} changed after the run was written (its sampled hash differs)"
+        if _sha256_once(p) != want.get("sha256"):
+            return f"{name} changed after the run was written (its sha256 differs)"
     return None
 
 
@@ -493,22 +511,65 @@ class Run:
                         "pass --data FILE (the adjudicated table)")
 
 
-def open_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Run:
-    """Open a run directory written by ``rubrictool train``; refuses a k-fold parent, an incomplete or mixed run."""
+def kept_old_run(path: Path) -> Path | None:
+    """The run a retrain killed between its two renames left aside (``.R.old-…`` with a run.json), beside ``path`` or
+    moved inside a folder at ``path``; the newest when there are several; None when there is none."""
+    found = [*path.parent.glob(f".{path.name}.old-*")]
+    if path.is_dir():
+        found += [*path.glob(f".{path.name}.old-*")]
+    found = [p for p in found if p.is_dir() and (p / RECORD).is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def restore_command(path: Path, old: Path) -> str:
+    """The one shell command that puts the kept old run ``old`` back at ``path``: a plain ``mv`` when nothing is at
+    ``path``; else what is there is first moved aside to ``<path>.not-a-run`` (kept, never deleted)."""
+    q = shlex.quote
+    if not path.exists() and not path.is_symlink():
+        return f"mv {q(str(old))} {q(str(path))}"
+    aside = path.with_name(path.name + ".not-a-run")
+    n = 2
+    while aside.exists():
+        aside, n = path.with_name(f"{path.name}.not-a-run-{n}"), n + 1
+    moved = aside / old.name if old.parent == path else old
+    return f"mv {q(str(path))} {q(str(aside))} && mv {q(str(moved))} {q(str(path))}"
+
+
+def require_run_dir(run_dir: str | Path) -> Path:
+    """``run_dir`` when it looks like a finished run or k-fold run (model.json, run.json, folds.json), else the one-line
+    error :func:`open_run` gives, before a command creates anything (its files are checked when it is opened)."""
     path = Path(run_dir)
+    if (path / "model.json").is_file() or (path / "folds.json").is_file() or (path / "fold-0").is_dir():
+        return path
+    _not_a_run(path)
+    return path
+
+
+def _not_a_run(path: Path) -> None:
+    """Raise the one-line error for ``path``, which holds no model.json."""
     aside = _ASIDE.match(path.name)
     if aside:  # a staging folder (its run.json may not be written yet) or a replaced run on its way out
         raise TrainError(f"{path} is a run being built or replaced (or left by a killed build), not a finished run",
                          hint=f"pass the run itself: {path.parent / aside.group(1)}")
-    if not (path / "model.json").is_file():
-        if (path / "fold-0").is_dir():
-            raise TrainError(f"{path} is a k-fold run: pass one of its folds, e.g. --run {path / 'fold-0'}")
-        replaced = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
-        if not path.exists() and replaced and (replaced[-1] / RECORD).is_file():
-            raise TrainError(f"{path} is missing, but {replaced[-1]} holds the run it was replacing (a build killed "
-                             "between its two renames left it aside; it is kept until a new run is written whole)",
-                             hint=f"rename it back (mv {replaced[-1]} {path}), or train again")
-        raise TrainError(f"{path} is not a trained run: model.json is missing (train one with `rubrictool train`)")
+    if (path / "fold-0").is_dir():
+        raise TrainError(f"{path} is a k-fold run: pass one of its folds, e.g. --run {path / 'fold-0'}")
+    old = kept_old_run(path)
+    if old is not None:
+        there = "is missing" if not path.exists() else "is not a run"
+        raise TrainError(f"{path} {there}, but {old} holds the run it was replacing (a retrain killed between its two "
+                         "renames left it aside; it is kept until a new run is written whole)",
+                         hint=f"put it back with `{restore_command(path, old)}` (or train again)")
+    if not path.exists():
+        raise TrainError(f"{path}: no such run (train one with `rubrictool train`)", hint="check the --run path")
+    raise TrainError(f"{path} is not a trained run: model.json is missing (train one with `rubrictool train`)")
+
+
+def open_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Run:
+    """Open a run directory written by ``rubrictool train``; refuses a k-fold parent, an incomplete or mixed run, and
+    names a run a killed retrain left aside."""
+    path = Path(run_dir)
+    if _ASIDE.match(path.name) or not (path / "model.json").is_file():
+        _not_a_run(path)
     record = migrate(_read(path / RECORD, "json"), path / RECORD)
     why = _check(path, record)
     if why:

@@ -256,9 +256,10 @@ def test_other_weights_of_the_same_size_are_refused_by_the_fast_check(course: di
     assert res.exit_code == 1 and "model.safetensors changed after the run was written" in flat, flat
 
 
-def test_verify_hashes_the_weights_whole(course: dict[str, Path], tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """4 KB of garbage between the sampled blocks passes the fast check; --verify finds it."""
+def test_the_weights_are_hashed_whole_with_or_without_verify(course: dict[str, Path], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """4 KB of garbage between the sampled blocks (which the sampled hash once let through) is refused by every open,
+    with or without --verify."""
     monkeypatch.setattr(runs, "_HASH_ON_OPEN_MAX_BYTES", 1024)
     monkeypatch.setattr(runs, "_SAMPLE_BLOCKS", 2)  # the first and the last 4 KiB only
     monkeypatch.setattr(runs, "_SAMPLE_BLOCK_BYTES", 4096)
@@ -270,14 +271,17 @@ def test_verify_hashes_the_weights_whole(course: dict[str, Path], tmp_path: Path
     with open(weights, "r+b") as f:
         f.seek(size // 2)
         f.write(os.urandom(4096))
-    assert run_is_complete(run)  # the fast check does not read the middle
+    assert runs.sample_sha256(weights) == json.loads((run / "run.json").read_text())["files"]["model.safetensors"].get(
+        "sample_sha256", runs.sample_sha256(weights))  # the sampled blocks are untouched
+    assert not run_is_complete(run)
     with runs.full_check():
         assert not run_is_complete(run)
-    args = ["grade", "--run", str(run), "--data", str(course["items"]), "--out", str(tmp_path / "g.csv"), "--verify"]
-    res = runner.invoke(app, args)
-    flat = _one_line(res.output)
-    assert res.exit_code == 1 and "model.safetensors changed after the run was written (its sha256 differs)" in flat
-    assert not (tmp_path / "g.csv").exists()
+    for verify in ([], ["--verify"]):
+        args = ["grade", "--run", str(run), "--data", str(course["items"]), "--out", str(tmp_path / "g.csv"), *verify]
+        res = runner.invoke(app, args)
+        flat = _one_line(res.output)
+        assert res.exit_code == 1 and "model.safetensors changed after the run was written (its sha256 differs)" in flat
+        assert not (tmp_path / "g.csv").exists()
 
 
 def test_nan_probabilities_are_an_error_never_a_grade(course: dict[str, Path], trained: Path, tmp_path: Path) -> None:

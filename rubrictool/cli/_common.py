@@ -4,7 +4,9 @@ one renderer of :class:`rubrictool.progress.Progress` events as Rich progress ba
 from __future__ import annotations
 
 import contextvars
+import errno
 import functools
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -45,8 +47,11 @@ __all__ = [
     "SafeConsole",
     "TrainBatchSizeOpt",
     "VerifyOpt",
+    "at_least",
     "console",
     "err_console",
+    "finite",
+    "folds_or_none",
     "handle_errors",
     "print_warnings",
 ]
@@ -74,8 +79,8 @@ DataDirOpt = Annotated[
     typer.Option("--data-dir", help="Folder holding benchmark data (default: $RUBRICTOOL_DATA, else ./data)."),
 ]
 VerifyOpt = Annotated[bool, typer.Option(
-    "--verify", help="Check the run by the full sha256 of every file, weights included (default: sizes, small files "
-    "hashed, a sampled hash of the weights).")]
+    "--verify", help="Check the run by the full sha256 of every file, weights included (what every open does now; "
+    "kept so that scripts that pass it keep working).")]
 BenchmarkOpt = Annotated[str | None, typer.Option("--benchmark", "-b", help="Bundled benchmark: mohler, asap2 or mocha.")]
 
 # A trained run is always --run (-m is an LLM in `annotate`, never a run).
@@ -95,12 +100,55 @@ PresetOpt = Annotated[str, typer.Option("--preset", help=(
 ConfigOpt = Annotated[Path | None, typer.Option(
     "--config", help="YAML with sections model, stage1, joint, stage2 (docs/training.md lists every field).")]
 BackboneOpt = Annotated[str | None, typer.Option("--backbone", help="HF name/path (default MiniLM).")]
-EpochsOpt = Annotated[int | None, typer.Option("--epochs", help="Stage I epochs (preset default 3, paper 6).")]
-MaxLenOpt = Annotated[int | None, typer.Option("--max-len", help="Tokens per input (default 128).")]
-TrainBatchSizeOpt = Annotated[int | None, typer.Option("--batch-size", help="Batch size (default 8).")]
-LrOpt = Annotated[float | None, typer.Option("--lr", help="Stage I learning rate (default 1e-4).")]
+def _refuse(param: typer.CallbackParam, value: object, fix: str) -> None:
+    """A numeric option out of range: one line naming it and the fix, exit 1, before any work."""
+    name = param.opts[0] if param.opts else str(param.name)
+    err_console.print(f"[bold red]error:[/] {name} {shown(value, one_line=True)}: {fix}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def at_least(lo: int, hi: int | None = None) -> Callable[[typer.CallbackParam, int | None], int | None]:
+    """An option callback: a whole number of at least ``lo`` (and at most ``hi``); else one line, exit 1."""
+    def check(param: typer.CallbackParam, value: int | None) -> int | None:
+        if value is not None and (value < lo or (hi is not None and value > hi)):
+            _refuse(param, value, f"give a whole number from {lo} to {hi}" if hi is not None
+                    else f"give a whole number of at least {lo}")
+        return value
+
+    return check
+
+
+def finite(lo: float | None = None, hi: float | None = None, *, open_lo: bool = False,
+           open_hi: bool = False) -> Callable[[typer.CallbackParam, float | None], float | None]:
+    """An option callback: the number is finite (no nan, no inf) and inside [lo, hi] (``open_lo``/``open_hi``: the
+    bound itself excluded); else one line naming the range, exit 1."""
+    def check(param: typer.CallbackParam, value: float | None) -> float | None:
+        if value is None:
+            return value
+        low = lo is not None and (value <= lo if open_lo else value < lo)
+        high = hi is not None and (value >= hi if open_hi else value > hi)
+        if not math.isfinite(value) or low or high:
+            lo_s = "" if lo is None else f"{'above' if open_lo else 'at least'} {lo:g}"
+            hi_s = "" if hi is None else f"{'below' if open_hi else 'at most'} {hi:g}"
+            _refuse(param, value, "give a finite number " + " and ".join(x for x in (lo_s, hi_s) if x))
+        return value
+
+    return check
+
+
+def folds_or_none(param: typer.CallbackParam, value: int | None) -> int | None:
+    """An option callback for a number of folds: 0 (none) or 2 or more; else one line, exit 1."""
+    if value is not None and (value < 0 or value == 1):
+        _refuse(param, value, "give 0 (none) or 2 or more folds")
+    return value
+
+
+EpochsOpt = Annotated[int | None, typer.Option("--epochs", callback=at_least(1), help="Stage I epochs (preset default 3, paper 6).")]
+MaxLenOpt = Annotated[int | None, typer.Option("--max-len", callback=at_least(8), help="Tokens per input (default 128).")]
+TrainBatchSizeOpt = Annotated[int | None, typer.Option("--batch-size", callback=at_least(1), help="Batch size (default 8).")]
+LrOpt = Annotated[float | None, typer.Option("--lr", callback=finite(0, open_lo=True), help="Stage I learning rate (default 1e-4).")]
 DeviceOpt = Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")]
-JobsOpt = Annotated[int, typer.Option("--jobs", help="Train that many runs at once (folds, cells or combinations), in "
+JobsOpt = Annotated[int, typer.Option("--jobs", callback=at_least(1), help="Train that many runs at once (folds, cells or combinations), in "
                                      "worker processes (CPU cores shared; one GPU each where there are several).")]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -112,6 +160,22 @@ def _error_types() -> tuple[type[BaseException], ...]:
     reccbm_errors = sys.modules.get("reccbm.errors")
     extra: tuple[type[BaseException], ...] = (reccbm_errors.ReccbmError,) if reccbm_errors else ()
     return (RubrictoolError, *extra)
+
+
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}  # a full disk, a quota, a size limit, read-only
+_KEPT_ON_INTERRUPT = {  # what a command keeps when it is interrupted; any other command: nothing half-written
+    "train_cmd": "the run was not written (a retrain leaves the old run as it was; train --folds keeps the folds it "
+                 "finished, and a re-run resumes from them)",
+    "learning_curve_cmd": "the cells that finished are kept, and a re-run resumes from them",
+    "annotate_cmd": "the replies received are kept in the reply cache, and a re-run does not pay for them again",
+}
+
+
+def _interrupted(command: str) -> str:
+    """The line Ctrl-C prints: what was kept, and only what was."""
+    return "interrupted; " + _KEPT_ON_INTERRUPT.get(
+        command, "nothing was half-written: files are written whole or not at all, and the outputs not yet written "
+                 "were not")
 
 
 def handle_errors(fn: F) -> F:
@@ -126,8 +190,16 @@ def handle_errors(fn: F) -> F:
             err_console.print(f"[bold red]error:[/] {shown(e)}" + (f"; {shown(hint)}" if hint else ""), highlight=False,
                               soft_wrap=True)
             raise typer.Exit(1) from None
+        except OSError as e:
+            if e.errno not in _WRITE_ERRNOS:
+                raise
+            where = f" {e.filename}" if e.filename else ""
+            err_console.print(f"[bold red]error:[/] cannot write{shown(where, one_line=True)} ({shown(e.strerror or e)}); "
+                              "every file is written whole or not at all, so nothing half-written was left; free space "
+                              "(or pass --out a folder you can write), then run it again", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            err_console.print("interrupted; everything already written is kept (re-run to resume)")
+            err_console.print(_interrupted(fn.__name__), soft_wrap=True, highlight=False)
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]

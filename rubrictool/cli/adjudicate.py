@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from rubrictool.cli._common import BenchmarkOpt, DataDirOpt, OutOpt, console, err_console
+from rubrictool.cli._common import BenchmarkOpt, DataDirOpt, OutOpt, at_least, console, err_console
 from rubrictool.cli._sanitize import shown
 
 __all__ = ["adjudicate_cmd", "summary_lines", "summary_rows", "summary_table"]
@@ -143,9 +143,9 @@ def adjudicate_cmd(
     resolutions: Annotated[Path | None, typer.Option("--resolutions", help="Expert decisions (item, concept, level[, note, decided_by]) or a filled-in discussion_queue.csv.")] = None,
     out: OutOpt = Path("adjudicated"),
     out_format: Annotated[str, typer.Option("--out-format", help="Table format: csv, jsonl or parquet.")] = "csv",
-    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap replicates for the α CIs (0 = none).")] = 1000,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", callback=at_least(0), help="Bootstrap replicates for the α CIs (0 = none).")] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap and the coverage folds.")] = 0,
-    expected_reviewers: Annotated[int | None, typer.Option("--expected-reviewers", help="Report items with fewer reviewers (default: all reviewers seen).")] = None,
+    expected_reviewers: Annotated[int | None, typer.Option("--expected-reviewers", callback=at_least(1), help="Report items with fewer reviewers (default: all reviewers seen).")] = None,
     pre_annotations: Annotated[list[Path] | None, typer.Option("--pre-annotations", help="Prediction table(s) (LLM annotations, `review push --run` grader predictions): their majority vote labels every item and concept no reviewer labelled (routed review); those labels are marked and in no α.")] = None,
     queue: Annotated[str, typer.Option("--queue", help="What goes to the discussion queue: all (every non-unanimous label), ties, gap2 (reviewers two or more levels apart); combine with commas. Default: ties,gap2.")] = "ties,gap2",
     from_label_studio: Annotated[str | None, typer.Option("--from-label-studio", help="First pull the reviews of this Label Studio project (title or id; connection from $LABEL_STUDIO_URL/$LABEL_STUDIO_API_KEY or `review serve`) into --out/reviews_label_studio.csv.")] = None,

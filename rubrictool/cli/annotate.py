@@ -18,6 +18,7 @@ from rubrictool.cli._common import (
     OptionalRunOpt,
     OutOpt,
     ProgressView,
+    at_least,
     console,
     err_console,
 )
@@ -33,10 +34,22 @@ if TYPE_CHECKING:  # the annotate package pulls in pandas: imported inside the c
 __all__ = ["annotate_cmd", "print_comparison", "print_dry_run", "print_summary"]
 
 
+_SHOWN_PROMPT_CHARS = 4000  # a dry run shows a prompt's head and tail up to this many characters
+
+
+def _shortened(prompt: str, limit: int = _SHOWN_PROMPT_CHARS) -> str:
+    """A prompt as the dry run shows it: whole when short, else its head and tail with how much was left out."""
+    if len(prompt) <= limit:
+        return prompt
+    half = limit // 2
+    cut = len(prompt) - 2 * half
+    return f"{prompt[:half]}\n[… {cut:,} characters of this prompt not shown …]\n{prompt[-half:]}"
+
+
 def print_dry_run(report: DryRunReport, con: Console) -> None:
     for item_id, prompt in report.prompts:
         con.rule(f"prompt of item {item_id}")
-        con.print(prompt, markup=False, highlight=False)
+        con.print(_shortened(prompt), markup=False, highlight=False)
     table = Table(title=f"dry run: {report.items} items, nothing sent")
     for col in ("model", "requests", "cached", "prompt tokens", "first prompts", "est. output tokens", "est. cost USD"):
         table.add_column(col, justify="left" if col == "model" else "right")
@@ -206,7 +219,7 @@ def annotate_cmd(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the reply cache.")] = False,
     budget: Annotated[float | None, typer.Option("--budget", help="Stop cleanly before this many USD would be exceeded.")] = None,
     limit: Annotated[int | None, typer.Option("--limit", "-n", help="Annotate only the first N items (a trial run).")] = None,
-    per_question: Annotated[int | None, typer.Option("--per-question", help="Annotate only the first N answers of each question (a new question's few, for grade --reviewed).")] = None,
+    per_question: Annotated[int | None, typer.Option("--per-question", callback=at_least(1), help="Annotate only the first N answers of each question (a new question's few, for grade --reviewed).")] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Reply length cap (also the budget's worst case).")] = 1024,
     temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature, 0..2.")] = 0.0,
     dry: Annotated[bool, typer.Option("--dry-run", help="Print the first prompts, token counts and the estimated cost; send nothing.")] = False,

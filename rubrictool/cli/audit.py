@@ -14,6 +14,7 @@ from rubrictool.cli._common import (
     RunDataOpt,
     RunOpt,
     VerifyOpt,
+    at_least,
     console,
     err_console,
     print_warnings,
@@ -31,7 +32,7 @@ def audit_cmd(
     transform: Annotated[list[str] | None, typer.Option(
         "--transform", help="Only these transformations (repeatable; default all: append_reference, append_keywords, "
         "append_question, append_filler, repeat_sentence, shuffled_correct).")] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Items per forward pass.")] = 32,
+    batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least(1), help="Items per forward pass.")] = 32,
     filler: Annotated[Path | None, typer.Option(
         "--filler", help="Filler sentences for append_filler, one per line (default: sentences of the course's own "
         "training answers to other questions).")] = None,
@@ -50,11 +51,12 @@ def audit_cmd(
     from rubrictool.audit import audit_run, write_audit
     from rubrictool.io import writable_dir
     from rubrictool.outputs import check_output
-    from rubrictool.runs import verify_runs_fully
+    from rubrictool.runs import require_run_dir, verify_runs_fully
 
     if verify:
         verify_runs_fully()
-    check_output(out or run / "audit", [run, data, filler], "folder")
+    require_run_dir(run)  # a mistyped --run is one line, and nothing is created for it
+    check_output(out or run / "audit", [run, data, filler], "folder", in_run=True, required=[data, filler])
     writable_dir(out or run / "audit")
     with ProgressView(err_console, transient=True) as view:
         res = audit_run(run, data=data, data_dir=data_dir, seed=seed, batch_size=batch_size,

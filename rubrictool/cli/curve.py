@@ -29,7 +29,9 @@ from rubrictool.cli._common import (
     PresetOpt,
     ProgressView,
     TrainBatchSizeOpt,
+    at_least,
     console,
+    finite,
 )
 from rubrictool.errors import DataError
 
@@ -58,11 +60,11 @@ def learning_curve_cmd(
         "seconds). Variants added to a curve later train only their own cells.",
     )] = "reccbm,plm,vanilla",
     repeats: Annotated[int, typer.Option("--repeats", help="Subsamples (and seeds) per fold and size.")] = 3,
-    folds: Annotated[int, typer.Option("--folds", help="k folds; each fold's test part is the same for every size.")] = 5,
+    folds: Annotated[int, typer.Option("--folds", callback=at_least(2), help="k folds; each fold's test part is the same for every size.")] = 5,
     fold: Annotated[str | None, typer.Option("--fold", help="Only these folds, e.g. 0,1 (default: all).")] = None,
     fold_seed: Annotated[int, typer.Option("--fold-seed", help="Seed of the folds.")] = 0,
     by: Annotated[str | None, typer.Option("--by", help="Grouped folds, e.g. question: no group in both train and test.")] = None,
-    dev_share: Annotated[float, typer.Option("--dev-share", help="Share of each subsample used as its dev part.")] = 0.125,
+    dev_share: Annotated[float, typer.Option("--dev-share", callback=finite(0, 1, open_lo=True, open_hi=True), help="Share of each subsample used as its dev part.")] = 0.125,
     preset: PresetOpt = "default",
     config: ConfigOpt = None,
     match_budget: Annotated[bool, typer.Option(
@@ -70,8 +72,8 @@ def learning_curve_cmd(
     )] = True,
     backbone: BackboneOpt = None,
     epochs: EpochsOpt = None,
-    joint_epochs: Annotated[int | None, typer.Option("--joint-epochs", help="Joint stage epochs (preset default 4).")] = None,
-    stage2_epochs: Annotated[int | None, typer.Option("--stage2-epochs", help="Stage II epochs (default 30).")] = None,
+    joint_epochs: Annotated[int | None, typer.Option("--joint-epochs", callback=at_least(0), help="Joint stage epochs (preset default 4).")] = None,
+    stage2_epochs: Annotated[int | None, typer.Option("--stage2-epochs", callback=at_least(0), help="Stage II epochs (default 30).")] = None,
     max_len: MaxLenOpt = None,
     batch_size: TrainBatchSizeOpt = None,
     lr: LrOpt = None,

@@ -10,7 +10,16 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, TransferSpeedColumn
 from rich.table import Table
 
-from rubrictool.cli._common import DataDirOpt, OutOpt, ProgressView, console, err_console, handle_errors
+from rubrictool.cli._common import (
+    DataDirOpt,
+    OutOpt,
+    ProgressView,
+    at_least,
+    console,
+    err_console,
+    finite,
+    handle_errors,
+)
 from rubrictool.cli._sanitize import shown
 from rubrictool.errors import DataError
 
@@ -93,7 +102,7 @@ def data_fetch(
 def data_export(
     benchmark: Annotated[str, typer.Argument(help="Bundled benchmark (mohler, asap2, mocha).")],
     out: OutOpt = Path("items.jsonl"),
-    limit: Annotated[int | None, typer.Option("--limit", help="Keep only the first N items.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", callback=at_least(1), help="Keep only the first N items.")] = None,
     data_dir: DataDirOpt = None,
 ) -> None:
     """Write a benchmark's item table (every column) to a CSV/JSONL/Parquet file, e.g. for `review push --data`.
@@ -134,9 +143,9 @@ def data_split(
         raise DataError(f"--ratios {ratios!r}: give three numbers like 0.7,0.2,0.1") from None
     if len(parts) != 3:
         raise DataError(f"--ratios {ratios!r}: give exactly three shares (train,dev,test)")
-    from rubrictool.outputs import check_output
+    from rubrictool.outputs import check_output, is_split_file
 
-    check_output(out, [source], "file")  # never the item file itself
+    check_output(out, [source], "file", own=is_split_file, what="a split file")  # never the items, nor another file
     sizes = split_to_file(source, out, seed, (parts[0], parts[1], parts[2]), data_dir, by)
     console.print(f"wrote {out}: " + ", ".join(f"{k} {v}" for k, v in sizes.items()) + f" (seed {seed}"
                   + (f", grouped by {by})" if by else ")"), soft_wrap=True)
@@ -157,8 +166,9 @@ def _import_lines(rep: Any) -> list[str]:
         lines.append("kept as extra columns: " + ", ".join(map(repr, rep.unused)))
     made = rep.id_rule or "<question>/<student>"
     if rep.ids == "made":
-        lines.append(f"ids: the file has no answer-id column; made ids {made}, the same in every import of this "
-                     "course (the ids of next term's file do not collide with these)")
+        lines.append(f"ids: the file has no answer-id column; made ids {made}, the same for the same question and "
+                     "student in every import: another term's file whose students are named the same (Student 1, …) "
+                     "gets the same ids; import it with --against THIS_TABLE (checked) or --id-prefix TERM/")
     elif rep.ids == "remade":
         rep_ids = ", ".join(rep.repeated_ids[:5]) + (" ..." if len(rep.repeated_ids) > 5 else "")
         lines.append(
@@ -186,6 +196,9 @@ def _import_lines(rep: Any) -> list[str]:
                 + (f"; the header says {hs[0]:g}..{hs[1]:g}" if hs and g.get("scaled_by") is None else "")
             )
             lines.append(f"  in the rubric: grade: {{min: {g['min']:g}, max: {g['max']:g}}} (or --grade-min/--grade-max of rubric new)")
+    if rep.delimiter:
+        lines.append(f"delimiter: {rep.delimiter!r} (the header holds no comma)")
+    lines += [f"warning: {w}" for w in rep.warnings]
     if rep.empty_responses:
         lines.append(f"empty responses: {len(rep.empty_responses)}: " + "; ".join(rep.empty_responses[:10])
                      + (" ..." if len(rep.empty_responses) > 10 else ""))
@@ -225,7 +238,7 @@ def data_import(
         bool, typer.Option("--ungraded", help="The answers are to be graded: import them without a grade column.")
     ] = False,
     grade_scale: Annotated[
-        float | None, typer.Option("--grade-scale", help="Multiply every grade by this, e.g. 2 to count half marks (0..5 in halves -> 0..10).")
+        float | None, typer.Option("--grade-scale", callback=finite(0, open_lo=True), help="Multiply every grade by this, e.g. 2 to count half marks (0..5 in halves -> 0..10).")
     ] = None,
     round_grades: Annotated[
         bool, typer.Option("--round-grades", help="Round grades that are not whole numbers half up (2.5 -> 3).")
@@ -254,7 +267,8 @@ def data_import(
     from rubrictool.outputs import check_output, has_columns, writable_parent
 
     if not dry_run:  # before reading: an output that would replace the answers, or that cannot be written
-        check_output(out, [file], "file", own=has_columns("id", "response"), what="an item table")
+        check_output(out, [file, *(against or [])], "file", own=has_columns("id", "response"), what="an item table",
+                     required=[file, *(against or [])])
         writable_parent(out)
     imported = read_course_file(file, columns, sheet, grade_scale, round_grades, id_prefix)
     for line in _import_lines(imported.report):
@@ -268,7 +282,10 @@ def data_import(
         return
     if against:
         check_against(imported, list(against))
+    before = len(imported.report.warnings)
     path = write_course_items(imported, out, drop_empty, keep_empty, ungraded)
+    for w in imported.report.warnings[before:]:  # e.g. a killed import's temporary files, removed
+        err_console.print(f"[yellow]note:[/] {shown(w)}", soft_wrap=True, highlight=False)
     kept = imported.report.empty_responses if keep_empty else []
     left = f" ({len(imported.report.empty_responses)} empty response(s) left out)" if imported.report.dropped_empty else ""
     left += f" ({len(kept)} empty response(s) kept: `grade` flags them)" if kept else ""

@@ -27,8 +27,10 @@ from rubrictool.cli._common import (
     RunDataOpt,
     RunOpt,
     VerifyOpt,
+    at_least,
     console,
     err_console,
+    folds_or_none,
     handle_errors,
     print_warnings,
 )
@@ -103,11 +105,12 @@ def _before_work(out: Path, inputs: list[Any], verify: bool) -> None:
     """``--verify`` for every run this command opens; the output rule (rubrictool.outputs) and a write probe of
     ``out``, before the run is loaded."""
     from rubrictool.outputs import check_output, writable_parent
-    from rubrictool.runs import verify_runs_fully
+    from rubrictool.runs import require_run_dir, verify_runs_fully
 
     if verify:
         verify_runs_fully()
-    check_output(out, inputs, "folder")
+    require_run_dir(inputs[0])  # a mistyped --run is one line, and nothing is created for it
+    check_output(out, inputs, "folder", in_run=True, required=inputs[1:])
     writable_parent(out, folder=True)
 
 
@@ -151,7 +154,7 @@ def intervene_cmd(
     model: RunOpt,
     data: RunDataOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for intervention.csv/.png (default RUN/intervene).")] = None,
-    repeats: Annotated[int, typer.Option("--repeats", help="Random draws averaged for the random strategy.")] = 5,
+    repeats: Annotated[int, typer.Option("--repeats", callback=at_least(1), help="Random draws averaged for the random strategy.")] = 5,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random strategy.")] = 0,
     data_dir: DataDirOpt = None,
     verify: VerifyOpt = False,
@@ -212,7 +215,7 @@ def report_cmd(
     data: RunDataOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for report.html/.md, PNGs and CSVs (default RUN/report).")] = None,
     reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review files for the rubric diagnostics' level confusions (repeatable; default: the benchmark's passes).")] = None,
-    repeats: Annotated[int, typer.Option("--repeats", help="Random draws of the random intervention.")] = 5,
+    repeats: Annotated[int, typer.Option("--repeats", callback=at_least(1), help="Random draws of the random intervention.")] = 5,
     curve: Annotated[Path | None, typer.Option("--curve", exists=True, dir_okay=False, help="A learning curve's curve.csv (`rubrictool learning-curve`): show where the run's number of labelled answers sits on it.")] = None,
     data_dir: DataDirOpt = None,
     verify: VerifyOpt = False,
@@ -293,7 +296,7 @@ def diagnose_cmd(
     model: OptionalRunOpt = None,
     data: Annotated[Path | None, typer.Option("--data", help="With --run alone: the table to diagnose instead of the run's copy of its training table.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write rubric_diagnosis.csv and .md here.")] = None,
-    n_pairs: Annotated[int, typer.Option("--pairs", help="Contrasting pairs shown per grade boundary the concepts cannot separate.")] = 3,
+    n_pairs: Annotated[int, typer.Option("--pairs", callback=at_least(1), help="Contrasting pairs shown per grade boundary the concepts cannot separate.")] = 3,
     suggest: Annotated[str | None, typer.Option("--suggest", help=(
         "LLM (litellm model string) that proposes a new concept or sharper anchors from the pairs, as a rubric YAML "
         "diff that validates (rubric_suggestion.diff in --out, else here)."))] = None,
@@ -468,8 +471,8 @@ def ablate_cmd(
     benchmark: Annotated[str | None, typer.Option("--benchmark", "-b", help="Bundled benchmark, e.g. mohler.")] = None,
     data: Annotated[Path | None, typer.Option("--data", help="Adjudicated table (with --rubric).")] = None,
     rubric: DataRubricOpt = None,
-    seeds: Annotated[int, typer.Option("--seeds", help="Seeds per combination (mean ± std).")] = 1,
-    folds: Annotated[int, typer.Option("--folds", help="k-fold evaluation per combination (0 = one split).")] = 0,
+    seeds: Annotated[int, typer.Option("--seeds", callback=at_least(1), help="Seeds per combination (mean ± std).")] = 1,
+    folds: Annotated[int, typer.Option("--folds", callback=folds_or_none, help="k-fold evaluation per combination (0 = one split).")] = 0,
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the shared split.")] = 0,
     variants: Annotated[str | None, typer.Option(
         "--variants", help="Only these combinations, e.g. vanilla,reccbm,plm; each may end in -frozen (the pretrained "

@@ -11,6 +11,7 @@ from rubrictool.cli._common import (
     OptionalRunOpt,
     ProgressView,
     RubricOpt,
+    at_least,
     console,
     err_console,
     handle_errors,
@@ -45,7 +46,7 @@ CheckRubricOpt = Annotated[str | None, typer.Option("--rubric", "-r", help="Chec
 @app.command("serve")
 @handle_errors
 def review_serve(
-    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (the server listens on loopback only).")] = 8080,
+    port: Annotated[int, typer.Option("--port", callback=at_least(1, 65535), help="Port on 127.0.0.1 (the server listens on loopback only).")] = 8080,
     folder: Annotated[Path, typer.Option("--dir", help="Folder for the server's data, admin token and log.")] = Path(
         ".rubrictool/label-studio"
     ),
@@ -86,11 +87,11 @@ def review_push(
         Path | None, typer.Option("--predictions", help="PredictionTable from `rubrictool annotate`: ranks items for --select; its raw_ok rows are sent as pre-annotations only with --show-predictions.")
     ] = None,
     project: LsProjectOpt = None,
-    max_annotations: Annotated[int, typer.Option("--max-annotations", help="Reviews per task.")] = 3,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Tasks per import request.")] = 200,
+    max_annotations: Annotated[int, typer.Option("--max-annotations", callback=at_least(1), help="Reviews per task.")] = 3,
+    batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least(1), help="Tasks per import request.")] = 200,
     run: OptionalRunOpt = None,
     select: Annotated[str | None, typer.Option("--select", help="Send only --budget items to review: uncertain (grader least sure; needs --run), disagreement (pre-annotations disagree most) or random.")] = None,
-    budget: Annotated[int | None, typer.Option("--budget", help="How many items --select sends to review.")] = None,
+    budget: Annotated[int | None, typer.Option("--budget", callback=at_least(1), help="How many items --select sends to review.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the tie-break (and of --select random).")] = 0,
     show_predictions: Annotated[bool, typer.Option("--show-predictions", help="Anchored review (opt-in): send the predictions and let Label Studio pre-select one model's levels, marked on the interface as pre-filled by that model. The default is blind review: no predictions on the tasks.")] = False,
     prefill_model: Annotated[str | None, typer.Option("--prefill-model", help="With --show-predictions: the model whose levels are pre-selected (default: the --run grader, else the first model by name).")] = None,
@@ -169,10 +170,11 @@ def review_pull(
 
     Example: rubrictool review pull --project mohler-review --out reviews.csv
     """
-    from rubrictool.outputs import check_output
+    from rubrictool.outputs import check_output, has_columns
     from rubrictool.review import project_and_rubric, pull, resolve_connection
 
-    check_output(out, [rubric], "file")  # never the rubric file
+    check_output(out, [rubric], "file", own=has_columns("item", "reviewer", "concept", "level"),
+                 what="a review table")  # never the rubric file, nor a file that is not an earlier pull
     rb, title = project_and_rubric(project, rubric)
     conn = resolve_connection(url, api_key)
     with ProgressView(err_console) as view:

@@ -8,7 +8,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rubrictool.cli._common import OptionalRunOpt, console, err_console, handle_errors
+from rubrictool.cli._common import (
+    OptionalRunOpt,
+    at_least,
+    console,
+    err_console,
+    folds_or_none,
+    handle_errors,
+)
 from rubrictool.cli._sanitize import shown
 from rubrictool.rubric import (
     Rubric,
@@ -110,7 +117,7 @@ def rubric_validate(
 def rubric_new(
     name: Annotated[str, typer.Option("--name", "-n", help="Rubric id, e.g. cs101 (letters, digits, _ . -).")],
     concepts: Annotated[str, typer.Option("--concepts", "-c", help="Comma-separated concept keys, e.g. FC,CC,TU.")],
-    levels: Annotated[int, typer.Option("--levels", "-l", help="Ordinal levels per concept (1..N).")] = 3,
+    levels: Annotated[int, typer.Option("--levels", "-l", callback=at_least(2), help="Ordinal levels per concept (1..N).")] = 3,
     grade_min: Annotated[int, typer.Option("--grade-min", help="Lowest holistic grade.")] = 0,
     grade_max: Annotated[int, typer.Option("--grade-max", help="Highest holistic grade.")] = 5,
     title: Annotated[str | None, typer.Option("--title", help="Course / benchmark title.")] = None,
@@ -232,7 +239,7 @@ def rubric_fit_points(
     fit: Annotated[str, typer.Option("--fit", help=(
         "ordinal: points and the cut-points between grades fitted together, so every grade of the scale can be given; "
         "least-squares: the grade regressed on the levels, the total read as the grade."))] = "ordinal",
-    folds: Annotated[int, typer.Option("--folds", help=(
+    folds: Annotated[int, typer.Option("--folds", callback=folds_or_none, help=(
         "Cross-validate the fit with this many folds (each graded by points fitted to the others); 0 skips it."))] = 5,
 ) -> None:
     """Suggest points per level for a rubric that has none: fitted to graded answers (--data), or read from the

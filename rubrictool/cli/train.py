@@ -33,8 +33,10 @@ from rubrictool.cli._common import (
     RunOpt,
     TrainBatchSizeOpt,
     VerifyOpt,
+    at_least,
     console,
     err_console,
+    folds_or_none,
 )
 from rubrictool.cli._sanitize import shown
 
@@ -180,7 +182,7 @@ def train_cmd(
     jobs: JobsOpt = 1,
     data_dir: DataDirOpt = None,
     preset: PresetOpt = "default",
-    folds: Annotated[int, typer.Option("--folds", help="k-fold evaluation: k runs, every item tested once (0 = one split).")] = 0,
+    folds: Annotated[int, typer.Option("--folds", callback=folds_or_none, help="k-fold evaluation: k runs, every item tested once (0 = one split).")] = 0,
     by: Annotated[str | None, typer.Option("--by", help="Keep every value of this column in one part, e.g. question: "
                                            "test on questions never seen in training (folds and the default split).")] = None,
     crossfit: Annotated[int | None, typer.Option("--crossfit", help="Fit Stage II on out-of-fold outputs of k extra models (0 = off, the paper; k+1 trainings).")] = None,
@@ -207,6 +209,9 @@ def train_cmd(
 
     flat = {"backbone": backbone, "epochs": epochs, "max_len": max_len, "batch_size": batch_size, "lr": lr,
             "device": device, "crossfit": crossfit, "encoder": encoder}
+    if lr is not None and (encoder == "frozen" or any(c.replace(" ", "") == "stage1.encoder=frozen" for c in cfg or [])):
+        err_console.print("[yellow]note:[/] --lr is the encoder's learning rate, and --encoder frozen never updates "
+                          "the encoder: --lr is not used", soft_wrap=True, highlight=False)
     options = TrainOptions(preset=preset, overrides=training_overrides(config, cfg or [], flat), variant=variant,
                            race=race, opcc=opcc, lcec=lcec, seeds=seeds,
                            first_seed=first_seed)
@@ -235,7 +240,7 @@ def train_cmd(
 def compare_cmd(
     run_a: Annotated[Path, typer.Argument(help="k-fold run directory A (the reference).")],
     run_b: Annotated[Path, typer.Argument(help="k-fold run directory B.")],
-    n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples.")] = 2000,
+    n_boot: Annotated[int, typer.Option("--n-boot", callback=at_least(1), help="Bootstrap resamples.")] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
 ) -> None:
     """Paired bootstrap of two k-fold runs on the items both tested: B − A with a 95 % CI per metric.
@@ -259,7 +264,7 @@ def grade_cmd(
     data: Annotated[Path, typer.Option("--data", help="Items to grade (CSV/JSONL/Parquet): response, question...")],
     run: RunOpt,
     out: OutOpt = Path("graded.csv"),
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Items per forward pass.")] = 64,
+    batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least(1), help="Items per forward pass.")] = 64,
     int8: Annotated[bool, typer.Option("--int8", help="Int8 CPU inference: faster; changes about 1 grade in 10 (torch) "
                                        "or 20 (onnx): docs/runs.md.")] = False,
     engine: Annotated[str, typer.Option(
@@ -293,6 +298,10 @@ def grade_cmd(
 
     if verify:
         verify_runs_fully()
+    if int8:
+        err_console.print("[yellow]note:[/] --int8 grades with 8-bit weights: some grades differ from the ones the full "
+                          "model gives (and was evaluated with); grade without --int8 for those",
+                          soft_wrap=True, highlight=False)
     with ProgressView(err_console, transient=True) as view:
         graded, path, seconds = grade_file(run, data, out, batch_size, view, int8, engine,
                                            overrides=",".join(set_) if set_ else None, device=device or "auto",

@@ -21,9 +21,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rubrictool.atomic import remove_stale_temps
 from rubrictool.data.course_ids import made_ids, text_ids
 from rubrictool.errors import DataError
 from rubrictool.io import read_table, write_table
+from rubrictool.outputs import output_lock
 from rubrictool.tables import ITEM_COLUMNS, validate_items
 
 __all__ = [
@@ -140,6 +142,15 @@ class ImportReport:
     """Answers whose text repeats another answer to the same question (not identical rows)."""
     n_written: int = 0
     out: str | None = None
+    header_row: int = 1
+    """A workbook sheet's header row (blank rows above it skipped)."""
+    row_numbers: list[int] = field(default_factory=list)
+    """Per data row kept (blank rows left out), the row a person finds it at: in a workbook the sheet's row (header
+    row and any blank rows above it counted), in a text file its data row."""
+    delimiter: str | None = None
+    """A CSV's delimiter when it is not a comma (sniffed: ``;`` from a spreadsheet set to a decimal comma)."""
+    warnings: list[str] = field(default_factory=list)
+    """What the import changed or could not tell (two columns with one header)."""
 
 
 @dataclass
@@ -181,9 +192,12 @@ def _read_raw(path: Path, fmt: str, sheet: str | None, report: ImportReport) -> 
     if sheet is not None and fmt != "xlsx":
         raise DataError(f"{path}: --sheet is for XLSX workbooks; this is a {fmt.upper()} file")
     if fmt in ("csv", "tsv"):
+        sep = "\t" if fmt == "tsv" else _sniff_delimiter(path)
+        if sep not in (",", "\t"):
+            report.delimiter = sep
         try:
             df = pd.read_csv(
-                path, sep="\t" if fmt == "tsv" else ",", dtype=str, keep_default_na=False, na_values=[""],
+                path, sep=sep, dtype=str, keep_default_na=False, na_values=[""],
                 index_col=False, encoding="utf-8-sig",
             )
         except UnicodeDecodeError:
@@ -209,10 +223,13 @@ def _read_raw(path: Path, fmt: str, sheet: str | None, report: ImportReport) -> 
             raise DataError(f"{path}: the workbook has no sheets")
         chosen = sheet if sheet is not None else names[0]
         report.sheet, report.other_sheets = chosen, [n for n in names if n != chosen]
-        df = book.parse(chosen, dtype=object)
+        report.header_row = _first_filled_row(book, chosen)
+        df = book.parse(chosen, dtype=object, header=report.header_row - 1)  # blank rows above the header skipped
         book.close()
     else:
         df = read_table(path)  # JSONL, Parquet: io's reader and its errors
+    if fmt in ("csv", "tsv"):
+        _warn_repeated_headers(path, sep, list(df.columns), report)
     df.columns = [str(c).strip() for c in df.columns]
     unnamed = [c for c in df.columns if c.startswith("Unnamed:") and df[c].isna().all()]
     df = df.drop(columns=unnamed)
@@ -222,13 +239,62 @@ def _read_raw(path: Path, fmt: str, sheet: str | None, report: ImportReport) -> 
     return df
 
 
+def _sniff_delimiter(path: Path) -> str:
+    """A CSV's delimiter: a comma, unless its header line holds none and does hold ``;``, a tab or ``|`` (a spreadsheet
+    set to a decimal comma saves ``;``)."""
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+            head = fh.readline()
+    except OSError:
+        return ","
+    if "," in head:
+        return ","
+    counts = {d: head.count(d) for d in (";", "\t", "|")}
+    best = max(counts, key=lambda d: counts[d])
+    return best if counts[best] else ","
+
+
+def _warn_repeated_headers(path: Path, sep: str, columns: list[str], report: ImportReport) -> None:
+    """Warn of two columns under one header (pandas reads the second as ``NAME.1``): which one is read as what."""
+    import csv
+
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+            header = [h.strip() for h in next(csv.reader(fh, delimiter=sep), [])]
+    except OSError:
+        return
+    seen: dict[str, int] = {}
+    for i, h in enumerate(header):
+        if h in seen and h and i < len(columns):
+            report.warnings.append(
+                f"columns {seen[h] + 1} and {i + 1} are both headed {h!r}: column {seen[h] + 1} is read as {h!r}, "
+                f"column {i + 1} as {str(columns[i]).strip()!r} (rename one in the file, or map it with --columns)")
+        seen.setdefault(h, i)
+
+
+def _first_filled_row(book: Any, sheet: str) -> int:
+    """The sheet row (1-based) of a workbook sheet's first non-empty row: the header pandas read (blank rows above
+    it are skipped)."""
+    try:
+        ws = book.book[sheet]
+        for n, row in enumerate(ws.iter_rows(values_only=True), 1):
+            if any(v is not None and str(v).strip() != "" for v in row):
+                return n
+    except Exception:  # noqa: BLE001 - a workbook openpyxl reads differently: rows as if the header were row 1
+        return 1
+    return 1
+
+
 def _num(x: float) -> str:
     """3.0 -> "3", 2.5 -> "2.5"."""
     return str(int(x)) if x.is_integer() else str(x)
 
 
 def _where(report: ImportReport, pos: int) -> str:
-    """A data row (0-based position in the file's data rows) as the user finds it."""
+    """A data row (0-based position in the file's data rows, blank rows left out) as the user finds it: the sheet's
+    row in a workbook, the data row in a text file."""
+    if pos < len(report.row_numbers):
+        return f"row {report.row_numbers[pos]}"
     return f"row {pos + 2}" if report.fmt == "xlsx" else f"row {pos + 1}"
 
 
@@ -344,6 +410,8 @@ def _data_rows(raw: pd.DataFrame, report: ImportReport, p: Path) -> pd.DataFrame
     """``raw`` without its blank rows (counted in the report); fails when no row is left."""
     blank = raw.apply(lambda c: c.isna() | c.astype(str).str.strip().eq("")).all(axis=1)
     report.blank_rows = int(blank.sum())
+    first = report.header_row + 1 if report.fmt == "xlsx" else 1  # where data row 0 is
+    report.row_numbers = [first + int(i) for i in np.flatnonzero(~blank.to_numpy())]
     raw = raw.loc[~blank.to_numpy()].reset_index(drop=True)
     report.n_rows = len(raw)
     if len(raw) == 0:
@@ -358,8 +426,12 @@ def _require_response(mapping: dict[str, str], headers: list[str], report: Impor
         if report.other_sheets:  # the answers may well be on another sheet of the workbook
             sheets = (f" of sheet {report.sheet!r} (the workbook's other sheets: "
                       f"{', '.join(map(repr, report.other_sheets))})")
+        other = next((d for d in (";", "\t", "|") if len(headers) == 1 and d in headers[0]), None)
+        delim = (f"; the header is one column holding {other!r}: save the file with commas (or as .tsv for tabs)"
+                 if other else "")
         raise DataError(
-            f"{p}: no column for the students' answers among the headers{sheets} ({', '.join(map(repr, headers))})",
+            f"{p}: no column for the students' answers among the headers{sheets} ({', '.join(map(repr, headers))})"
+            + delim,
             hint="name it with --columns response=HEADER" + (", or pick the sheet with --sheet NAME" if sheets else ""),
         )
 
@@ -569,7 +641,12 @@ def write_course_items(imported: ImportedItems, out: str | Path, drop_empty: boo
         items = items.loc[~(resp.isna() | resp.fillna("").str.strip().eq("")).to_numpy()].reset_index(drop=True)
         imported.items, rep.dropped_empty = items, True
     try:
-        path = write_table(items, o, for_people=True)
+        with output_lock(o, "data import"):  # one writer; then a killed import's temporary files are its own to clean
+            stale = remove_stale_temps(o)
+            if stale:
+                rep.warnings.append(f"removed {len(stale)} temporary file(s) an interrupted import of {o} left: "
+                                    + ", ".join(t.name for t in stale[:3]))
+            path = write_table(items, o, for_people=True)
     except OSError as exc:  # a full disk, a read-only folder: the temporary file is removed, --out is as it was
         kept = f"{o} is as it was" if o.exists() else "nothing was written"
         raise DataError(f"cannot write the item table {o} ({exc.strerror or exc}); {kept}",

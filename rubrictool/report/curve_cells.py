@@ -77,7 +77,7 @@ def cell_from_run(src: Path, fold: int, variant: str, expected: dict[str, Any], 
         their_split = json.loads((run / "split.json").read_text())
         config = yaml.safe_load((run / "config.yaml").read_text()) or {}
         metrics = json.loads((run / "metrics.json").read_text())
-        pred = pd.read_csv(run / "test_predictions.csv", dtype={"id": str}, usecols=["id", "grade"])
+        pred = read_table(run / "test_predictions.csv")[["id", "grade"]]
         table = validate_adjudicated(read_table(str(run / "table.csv")), rb, need_concepts=not plm)
     except (OSError, ValueError, KeyError, yaml.YAMLError, DataError) as exc:
         raise DataError(f"{where}: unreadable fold run ({exc.__class__.__name__}: {str(exc)[:120]})",

@@ -537,8 +537,8 @@ def write_diagnosis(diag: Diagnosis, out: str | Path) -> dict[str, Path]:
 
     d = writable_dir(out)
     paths = {n: d / n for n in ("rubric_diagnosis.csv", "level_confusions.csv", "rubric_diagnosis.md")}
-    write_table(diag.concepts, paths["rubric_diagnosis.csv"])
-    write_table(diag.confusions, paths["level_confusions.csv"])
+    write_table(diag.concepts, paths["rubric_diagnosis.csv"], for_people=True)
+    write_table(diag.confusions, paths["level_confusions.csv"], for_people=True)
     from rubrictool.textsafe import md_inline, md_quote
 
     lines = ["# Rubric diagnosis", "", *(f"**Warning:** {md_inline(w)}\n" for w in diag.warnings),
@@ -547,9 +547,9 @@ def write_diagnosis(diag: Diagnosis, out: str | Path) -> dict[str, Path]:
         paths["grade_ceiling.csv"] = d / "grade_ceiling.csv"
         paths["grade_boundaries.csv"] = d / "grade_boundaries.csv"
         paths["contrast_pairs.csv"] = d / "contrast_pairs.csv"
-        write_table(diag.ceiling.per_grade, paths["grade_ceiling.csv"])
-        write_table(diag.ceiling.boundaries, paths["grade_boundaries.csv"])
-        write_table(pairs_frame(diag.pairs), paths["contrast_pairs.csv"])
+        write_table(diag.ceiling.per_grade, paths["grade_ceiling.csv"], for_people=True)
+        write_table(diag.ceiling.boundaries, paths["grade_boundaries.csv"], for_people=True)
+        write_table(pairs_frame(diag.pairs), paths["contrast_pairs.csv"], for_people=True)
         lines += ceiling_markdown(diag.ceiling, diag.pairs)
     lines += [md_quote(n) for n in diag.notes]
     atomic_write_text(paths["rubric_diagnosis.md"], "\n".join(lines) + "\n")

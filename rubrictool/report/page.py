@@ -24,9 +24,9 @@ from numpy.typing import NDArray
 
 import reccbm
 from reccbm.decision import decide
-from rubrictool.atomic import atomic_write, atomic_write_bytes, atomic_write_text
+from rubrictool.atomic import atomic_write_bytes, atomic_write_text
 from rubrictool.errors import DataError
-from rubrictool.io import writable_dir
+from rubrictool.io import people_csv, writable_dir
 from rubrictool.kfold import fold_context
 from rubrictool.report import figures
 from rubrictool.report.diagnose import Diagnosis, diagnose, pairs_frame
@@ -542,7 +542,7 @@ def write_explain(traces: list[ItemTrace], out: str | Path, title: str) -> dict[
         paths[name] = atomic_write_bytes(d / name, png)
     atomic_write_text(d / "explain.html", render_explain_html(traces, title, images))
     frame = traces_frame(traces)
-    atomic_write(d / "explain.csv", lambda tmp: frame.to_csv(tmp, index=False))
+    atomic_write_bytes(d / "explain.csv", people_csv(frame))  # opened in spreadsheets: formulas neutralised
     return {"explain.html": d / "explain.html", "explain.csv": d / "explain.csv"} | paths
 
 
@@ -552,12 +552,12 @@ def write_report(r: Report, out: str | Path) -> dict[str, Path]:
     d = writable_dir(out)
     paths: dict[str, Path] = {}
     files: list[tuple[str, bytes]] = [(name, png) for name, png in r.images.items()]
-    files += [(name, df.to_csv(index=name.endswith("correlations.csv")).encode()) for name, df in r.tables.items()]
-    if r.diagnosis is not None:
-        files += [("rubric_diagnosis.csv", r.diagnosis.concepts.to_csv(index=False).encode()),
-                  ("level_confusions.csv", r.diagnosis.confusions.to_csv(index=False).encode())]
+    files += [(name, people_csv(df, index=name.endswith("correlations.csv"))) for name, df in r.tables.items()]
+    if r.diagnosis is not None:  # every CSV here is opened in spreadsheets: formula cells neutralised
+        files += [("rubric_diagnosis.csv", people_csv(r.diagnosis.concepts)),
+                  ("level_confusions.csv", people_csv(r.diagnosis.confusions))]
         if r.diagnosis.ceiling is not None:
-            files += [(name, df.to_csv(index=False).encode()) for name, df in (
+            files += [(name, people_csv(df)) for name, df in (
                 ("grade_ceiling.csv", r.diagnosis.ceiling.per_grade), ("grade_boundaries.csv", r.diagnosis.ceiling.boundaries),
                 ("contrast_pairs.csv", pairs_frame(r.diagnosis.pairs)))]
     report_json = json.dumps({"metrics": r.metrics, "agreement": r.agreement.to_dict("records"),

@@ -27,7 +27,7 @@ from rubrictool.evaluate import (
     pooled_metrics,
     spearman_with_ci,
 )
-from rubrictool.io import atomic_write_text, write_table
+from rubrictool.io import atomic_write_text, read_table, write_table
 from rubrictool.kfold import SHARED_WEIGHTS, constant_text, fold_given, prune_shared_weights, training_text
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.resume import check_folds
@@ -155,7 +155,7 @@ def _pooled_predictions(rb: Rubric, table: pd.DataFrame, run: Path, splits: list
     truth = df.set_index("id")
     parts = []
     for i, sp in enumerate(splits):
-        pred = pd.read_csv(run / f"fold-{i}" / "test_predictions.csv", dtype={"id": str})
+        pred = read_table(run / f"fold-{i}" / "test_predictions.csv")  # neutralised cells back as they were
         pred.insert(1, "fold", i)
         pred.insert(2, "grade_true", truth.loc[pred["id"], "_y"].to_numpy() + rb.grade.min)
         if has_c:

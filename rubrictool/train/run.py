@@ -45,6 +45,7 @@ from rubrictool.evaluate import (
 from rubrictool.flags import profile_from_table, save_profile
 from rubrictool.grade import model_inputs
 from rubrictool.grade import predictions_frame as _predictions_frame
+from rubrictool.io import people_csv
 from rubrictool.progress import ProgressFn, note, training_events, truncation_message, warn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
@@ -327,7 +328,7 @@ def _table_record(stage: Path, table: pd.DataFrame, source: dict[str, Any] | Non
         rec["path"] = str(Path(rec["path"]).resolve())
         rec["sha256"] = sha256_file(rec["path"])
     copy = stage / "table.csv"
-    table.to_csv(copy, index=False)
+    copy.write_bytes(people_csv(table))  # opened in spreadsheets; read_table gives the cells back verbatim
     if copy.stat().st_size > TABLE_COPY_MAX_BYTES:
         copy.unlink()
     else:
@@ -455,7 +456,7 @@ def _write_run(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], tokenizer: A
     if preds.p_hat is not None and test_c is not None:  # every concept replaced by its adjudicated label
         oracle = reccbm.grades_from_levels(model, preds.p_hat, test_c, np.ones_like(test_c, dtype=bool))
         frame.insert(2, "grade_oracle", (decide(oracle, model.decision) + rb.grade.min).tolist())
-    frame.to_csv(run / "test_predictions.csv", index=False)
+    (run / "test_predictions.csv").write_bytes(people_csv(frame))  # formula cells neutralised (read_table restores)
     meta = {"rubric": rb.name, "concept_keys": rb.keys, "concept_names": [c.name for c in rb.concepts],
             "scale": [rb.scale.min, rb.scale.max], "grade": [rb.grade.min, rb.grade.max],
             "variant": name, "seed": info["seed"], "selected_by": "dev t_f1", "notes": notes,
