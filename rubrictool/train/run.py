@@ -247,7 +247,7 @@ def train_model(
             save_split({k: list(v) for k, v in split.items()}, stage / "split.json")
             (stage / "config.yaml").write_text(yaml.safe_dump(rs.config, sort_keys=False, allow_unicode=True))
         spec = RunSpec(run, stage, is_main, rb, df, pos, rs, range(first_seed, first_seed + seeds), agreement,
-                       [*(notes or []), *_auto_notes(rs)], label_source(table, agreement, labels),
+                       [*(notes or []), *_auto_notes(rs)], label_source(table, agreement, labels, rb.keys),
                        Path(shared_weights) if shared_weights is not None else None)
         result = _train_into(spec, progress)
         if is_main:
