@@ -49,6 +49,7 @@ __all__ = [
     "compare_runs",
     "concept_alpha",
     "expected_calibration_error",
+    "folds_reliability",
     "honest_metrics",
     "implied_noise_rhos",
     "inconclusive",
@@ -62,6 +63,7 @@ __all__ = [
     "paired_bootstrap",
     "pooled_metrics",
     "reliability_markdown",
+    "reliability_rows",
     "reliability_table",
     "spearman_with_ci",
     "why_inconclusive",
@@ -534,3 +536,38 @@ SIGMA2_MEANING = (
     "it does not follow the raters' disagreement (1 − α): read α for the raters, σ² for the model."
 )
 """The one sentence every page shows beside the reliability table (kept here alone, so a new measurement changes it once)."""
+
+
+RELIABILITY_HEAD = ["concept", "α [95 % CI]", "σ²", "σ²(implied)", "test C-Acc", "test reliability"]
+
+
+def reliability_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The reliability table every page shows (head, rows): per concept α with its CI, the learned σ_k², the identified
+    σ_k²(implied), test C-Acc and test reliability; columns ``concept, alpha, alpha_lo, alpha_hi, sigma2,
+    sigma2_implied, test_c_acc, test_reliability`` (missing ones shown as —)."""
+    def g(r: dict[str, Any], k: str, spec: str = ".3f") -> str:
+        v = r.get(k)
+        x = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
+        return "—" if math.isnan(x) else format(x, spec)
+
+    rows = []
+    for r in df.to_dict("records"):
+        ci = f" [{g(r, 'alpha_lo')}, {g(r, 'alpha_hi')}]" if g(r, "alpha_lo") != "—" else ""
+        rows.append([str(r["concept"]), g(r, "alpha") + ci, g(r, "sigma2", ".4g"), g(r, "sigma2_implied", ".4g"),
+                     g(r, "test_c_acc"), g(r, "test_reliability")])
+    return RELIABILITY_HEAD, rows
+
+
+def folds_reliability(summary: dict[str, Any]) -> pd.DataFrame:
+    """folds.json's reliability as one table (:func:`reliability_rows`' columns): α and its CI, σ² and σ²(implied)
+    averaged over the folds, C-Acc and the test reliability on every pooled answer. Empty without concepts."""
+    rel, score = summary.get("reliability") or {}, summary.get("score_reliability") or {}
+    keys = score.get("concepts") or rel.get("concepts") or []
+    if not keys:
+        return pd.DataFrame()
+    nan = [float("nan")] * len(keys)
+    ci = score.get("alpha_ci") or [[float("nan"), float("nan")]] * len(keys)
+    return pd.DataFrame({"concept": keys, "alpha": score.get("alpha") or rel.get("alpha") or nan,
+                         "alpha_lo": [c[0] for c in ci], "alpha_hi": [c[1] for c in ci],
+                         "sigma2": rel.get("sigma2_mean") or nan, "sigma2_implied": rel.get("sigma2_implied_mean") or nan,
+                         "test_c_acc": score.get("c_acc") or nan, "test_reliability": score.get("reliability") or nan})

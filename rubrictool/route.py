@@ -163,9 +163,9 @@ def choose_route(figs: dict[str, Any]) -> dict[str, Any]:
     if ok:
         qwk, best = max(ok)
         others = [k for _, k in ok if k != best]
-        decided = f"{NAMES[best]}'s {_qwk(figs[best]['qwk'])}, above the majority class's {maj:.3f}"
+        decided = f"the {_qwk(figs[best]['qwk'])} of {NAMES[best]}, above the majority class's {maj:.3f}"
         if others:
-            decided += "; beside it " + ", ".join(f"{NAMES[k]}'s {_qwk(figs[k]['qwk'])}" for k in others)
+            decided += "; beside it " + ", ".join(f"{NAMES[k]}: {_qwk(figs[k]['qwk'])}" for k in others)
         return {"route": best, "auto_grade": True, "why_not": why_not, "decided_by": decided}
     if inflated:
         return {"route": "hand", "auto_grade": False, "why_not": why_not,

@@ -35,6 +35,7 @@ from rubrictool.evaluate import (
     honest_metrics,
     implied_noise_rhos,
     lcec_state,
+    low_marks,
     noise_share_rho,
     paired_bootstrap,
     reliability_markdown,
@@ -422,6 +423,8 @@ def _run_metrics(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], infos: lis
     honest = honest_metrics(y_test, preds.grades, np.asarray(sets["train"].grades), grade_min=rb.grade.min)
     metrics |= {k: honest[k] for k in ("n_test", "majority", "ci", "vs_majority", "top_grade", "top_share")}
     metrics["calibration"] = calibration(preds.grade_probs, y_test)
+    metrics["low_marks"] = low_marks(y_test + rb.grade.min, np.asarray(preds.grades) + rb.grade.min, rb.grade.values,
+                                     rb.pass_mark)
     metrics["warnings"] = honest["warnings"]
     if sets["test"].concepts is not None and sets["train"].concepts is not None:
         metrics["points"] = points_baselines(rb, sets, None if rs.plm else preds.levels, preds.grades)
