@@ -545,7 +545,7 @@ def reliability_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """The reliability table every page shows (head, rows): per concept α with its CI, the learned σ_k², the identified
     σ_k²(implied), test C-Acc and test reliability; columns ``concept, alpha, alpha_lo, alpha_hi, sigma2,
     sigma2_implied, test_c_acc, test_reliability`` (missing ones shown as —)."""
-    def g(r: dict[str, Any], k: str, spec: str = ".3f") -> str:
+    def g(r: dict[Any, Any], k: str, spec: str = ".3f") -> str:
         v = r.get(k)
         x = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
         return "—" if math.isnan(x) else format(x, spec)

@@ -73,7 +73,7 @@ def _ci(t: Any, p: Any, n_boot: int, seed: int) -> dict[str, float]:
     return bootstrap_ci(t, p, "qwk", n_boot, seed)
 
 
-def _route(pooled: pd.DataFrame, grades: pd.Series | np.ndarray, rubric: Rubric, alpha: dict[str, float | None],
+def _route(pooled: pd.DataFrame, grades: Any, rubric: Rubric, alpha: dict[str, Any],
            levels_by: str, n_boot: int, seed: int) -> dict[str, Any]:
     t, p = pooled["grade_true"].to_numpy(), np.asarray(grades)
     lm = low_marks(t, p, rubric.grade.values, rubric.pass_mark, n_boot, seed)
@@ -161,7 +161,7 @@ def choose_route(figs: dict[str, Any]) -> dict[str, Any]:
         return {"route": "hand", "auto_grade": False, "why_not": why_not,
                 "decided_by": f"the audit: a pasted reference answer gains {gain:+.2f} marks (a mark or more)"}
     if ok:
-        qwk, best = max(ok)
+        _, best = max(ok)
         others = [k for _, k in ok if k != best]
         decided = f"the {_qwk(figs[best]['qwk'])} of {NAMES[best]}, above the majority class's {maj:.3f}"
         if others:

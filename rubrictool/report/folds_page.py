@@ -162,9 +162,8 @@ def _route(pooled: pd.DataFrame, rubric: Any, summary: dict[str, Any], table: pd
 def folds_verdict(r: FoldsReport, grades: list[int], predicted: list[int]) -> list[str]:
     """Short sentences drawn from the pooled intervals: constant folds, grades never given, the majority class, the
     points grader (recommended only when the paired CI of its lead excludes 0), the oracle concepts."""
-    from rubrictool.points import points_ahead
-
     from rubrictool.evaluate import low_marks_lines
+    from rubrictool.points import points_ahead
 
     out = list((r.route or {}).get("lines") or [])
     if r.low_marks:
@@ -342,10 +341,10 @@ def _blocks(r: FoldsReport) -> list[tuple[str, list[str], list[str], list[list[s
         from rubrictool.evaluate import SIGMA2_MEANING, reliability_rows
 
         rhead, rrows = reliability_rows(r.reliability)
-        blocks.append(("Reliability: raters' α beside the model's noise", [
-            "α: the reviewers' agreement on each concept (Krippendorff, 95 % bootstrap CI); σ² and σ²(implied): the "
-            "noise LCEC learned, averaged over the folds; test C-Acc and test reliability: on every pooled answer.",
-            SIGMA2_MEANING], rhead, rrows))
+        about_rel = ("α: the reviewers' agreement on each concept (Krippendorff, 95 % bootstrap CI); σ² and σ²(implied): "
+                     "the noise LCEC learned, averaged over the folds; test C-Acc and test reliability: on every pooled "
+                     "answer.")
+        blocks.append(("Reliability: raters' α beside the model's noise", [about_rel, SIGMA2_MEANING], rhead, rrows))
     if r.curve.get("lines"):
         blocks.append(("On the learning curve", [*r.curve["lines"], f"Curve: {r.curve['curve']}"], [], []))
     return blocks

@@ -27,9 +27,9 @@ from rubrictool.evaluate import (
     low_marks_lines,
     majority_baseline,
     noise_share_rho,
-    reliability_rows,
     oracle_concept_baseline,
     pooled_metrics,
+    reliability_rows,
     spearman_with_ci,
 )
 from rubrictool.io import atomic_write_text, write_table
