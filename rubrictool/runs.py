@@ -226,16 +226,18 @@ def describe_labels(labels: dict[str, Any]) -> str | None:
     source = str(labels.get("source") or "unknown")
     if source == "unknown":
         return None
+    who = {"llm": "an LLM panel", "human": "human reviewers", "model": "a trained grader",
+           "mixed": "a mix of sources", "resolution": "a teacher", "pre-annotation": "pre-annotations"}.get(source, source)
     levels = labels.get("levels")
     if isinstance(levels, dict) and levels:  # who set each level, from the table itself
         from rubrictool.adjudicate.provenance import describe_level_sources
 
-        text = str(describe_level_sources({str(k): int(v) for k, v in levels.items()}))
+        text = f"{who} ({describe_level_sources({str(k): int(v) for k, v in levels.items()})})"
         if labels.get("expert_validated") is False:
             text += ": not expert-validated"
+        elif labels.get("expert_validated") is True:
+            text += ": set by people"
         return text
-    who = {"llm": "an LLM panel", "human": "human reviewers", "model": "a trained grader",
-           "mixed": "a mix of sources"}.get(source, source)
     parts = []
     reviewers = labels.get("reviewers")
     if isinstance(reviewers, list) and reviewers:

@@ -81,7 +81,7 @@ def test_every_page_of_the_run_says_a_teacher_set_the_levels(resolved_run: tuple
         assert labels["source"] == "resolution" and labels["levels"] == {"resolution": 3 * N}
         assert labels["expert_validated"] is True
     folds_md = (run / "folds.md").read_text()
-    assert f"Labels: {TEACHER}." in folds_md
+    assert f"Labels: a teacher ({TEACHER}): set by people." in folds_md
     assert json.loads((run / "folds.json").read_text())["labels"]["source"] == "resolution"
     for target in (run, run / "fold-0"):
         res = runner.invoke(app, ["report", "--run", str(target)])
