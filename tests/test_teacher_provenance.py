@@ -125,3 +125,33 @@ def test_the_kfold_pages_show_low_marks_reliability_and_the_route(resolved_run: 
         assert runner.invoke(app, ["report", "--run", str(run / "fold-0")]).exit_code == 0
         fold_page = (run / "fold-0" / "report" / "report.md").read_text()
     assert "## Low marks" in fold_page and SIGMA2_MEANING in fold_page
+
+
+def test_the_pages_show_low_marks_and_reliability_in_a_browser(resolved_run: tuple[Path, Path, Path]) -> None:
+    """The pooled page and a fold's page in headless Chromium: the low-marks table, the reliability table with what
+    σ² measures, the route and who set the levels are displayed (screenshots kept for a person to look at)."""
+    from conftest import require_or_skip
+
+    from tests.support.browser import artifact_path, chromium, have_chromium
+
+    require_or_skip(have_chromium(), "no chromium/chromedriver: setup.sh --all installs them")
+    run, _, _ = resolved_run
+    for target in (run, run / "fold-0"):
+        if not (target / "report" / "report.html").is_file():
+            assert runner.invoke(app, ["report", "--run", str(target)]).exit_code == 0
+    with chromium(1200, 900) as driver:
+        for target, name in ((run, "pooled"), (run / "fold-0", "fold-0")):
+            driver.get((target / "report" / "report.html").as_uri())
+            text = driver.find_element("tag name", "body").text
+            for needle in ("Low marks", "Failing answers (marked below the pass mark, 1)", "σ²(implied)",
+                           "What σ² measures", TEACHER):
+                assert needle in text, (name, needle)
+            if name == "pooled":
+                assert "Route:" in driver.find_element("id", "verdict").text
+            else:
+                assert driver.find_element("id", "low-marks").is_displayed()
+            height = int(driver.execute_script("return document.body.scrollHeight"))
+            driver.set_window_size(1200, min(height + 40, 16000))
+            shot = artifact_path(f"teacher-{name}.png")
+            driver.save_screenshot(str(shot))
+            print(f"screenshot: {shot}")

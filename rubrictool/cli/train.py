@@ -249,6 +249,11 @@ def train_cmd(
     for line in (result.metrics.get("route") or {}).get("lines") or []:
         console.print(f"[bold]verdict:[/] {line}", soft_wrap=True, highlight=False)
     ahead = points_note(result.metrics)
+    from rubrictool.route import ALPHA_MIN
+
+    alpha = result.reliability["alpha"].astype(float) if "alpha" in result.reliability else None
+    if ahead and alpha is not None and bool((alpha < ALPHA_MIN).any()):  # unreliable levels are never the route
+        ahead = None
     if ahead:
         console.print(f"[yellow]note:[/] {ahead}", soft_wrap=True, highlight=False)
     for note in result.notes:

@@ -79,7 +79,12 @@ def verdict(
         out.append(f"With {n} test answers these numbers cannot tell this model from another: "
                    "train with --folds 5 to test every answer once.")
     ahead = points_ahead(points, qwk)
-    if ahead:
+    low_alpha = (concepts.loc[concepts["alpha"].astype(float) < LOW_ALPHA, "concept"].tolist()
+                 if "alpha" in concepts else [])
+    if ahead and low_alpha:  # the levels it would grade from are not reliable: never the route (rubrictool.route)
+        out.append(f"A points table on the adjudicated levels scores higher on these test answers, but the levels it "
+                   f"would grade new answers from have α below {LOW_ALPHA} on {_names(low_alpha)}: not recommended.")
+    elif ahead:
         out.append(ahead)
     if lcec and lcec.get("inert"):
         out.append(f"LCEC is inert in this run ({lcec['reason']}), so its learned links are not shown.")
