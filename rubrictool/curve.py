@@ -82,7 +82,7 @@ from rubrictool.train import (
     train_model,
 )
 
-__all__ = ["CURVE_COLUMNS", "CURVE_OPTIONS", "MIN_SIZE", "VARIANTS", "Cell", "CurvePlan", "CurveResult", "learning_curve",
+__all__ = ["CURVE_COLUMNS", "CURVE_FAILING", "CURVE_OPTIONS", "MIN_SIZE", "VARIANTS", "Cell", "CurvePlan", "CurveResult", "learning_curve",
            "parse_folds", "parse_sizes", "parse_variant", "plot_curve", "position_on_curve", "reach_fraction",
            "run_learning_curve", "summarize_curve"]
 

@@ -57,10 +57,12 @@ def resolved_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, 
     out = tmp / "run"
     res = runner.invoke(app, ["train", "--data", str(adj / "adjudicated.csv"), "--agreement", str(adj / "agreement.json"),
                               "--rubric", str(rubric), "--backbone", build_backbone(tmp, "bert"), "--epochs", "1",
-                              "--max-len", "24", "--device", "cpu", "--lr", "3e-3", "--cfg", "joint.epochs=0",
+                              "--max-len", "16", "--device", "cpu", "--lr", "3e-3", "--cfg", "joint.epochs=0",
                               "--folds", "3", "--encoder", "frozen", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "verdict:" in res.output and "low marks: per true mark" in res.output
+    # --max-len 16 cuts the answers: every fold encodes the whole table, and the run says so once, not three times
+    assert " ".join(res.output.split()).count("tokens and were truncated") == 1, res.output
     return out, adj, rubric
 
 
@@ -106,6 +108,7 @@ def test_the_kfold_pages_show_low_marks_reliability_and_the_route(resolved_run: 
     folds_md = (run / "folds.md").read_text()
     summary = json.loads((run / "folds.json").read_text())
     assert "## Verdict" in folds_md and "## Low marks" in folds_md and "## Reliability" in folds_md
+    assert folds_md.count("were truncated") == 1  # the truncation warning, once
     assert SIGMA2_MEANING in folds_md
     # the panel's α is about 0 on every concept: its levels are never the route
     lines = summary["route"]["lines"]
@@ -119,6 +122,7 @@ def test_the_kfold_pages_show_low_marks_reliability_and_the_route(resolved_run: 
         assert runner.invoke(app, ["report", "--run", str(run)]).exit_code == 0
         page = (run / "report" / "report.md").read_text()
     assert "## Low marks" in page and "## Reliability" in page and "σ²(implied)" in page
+    assert page.count("were truncated") == 1 and "raise --max-len" in page
     assert lines[0].split(" (")[0] in page and "pass mark 1 (the scale" in page
     fold_page = (run / "fold-0" / "report" / "report.md").read_text() if (run / "fold-0" / "report").is_dir() else ""
     if not fold_page:

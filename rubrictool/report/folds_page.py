@@ -294,7 +294,7 @@ def _intro(r: FoldsReport) -> list[str]:
     return [(f"{r.folds} folds, {r.n} answers pooled: every answer was tested once, by the one fold that did not "
             "train on it."),
             f"Trained: {r.training}.", f"Labels: {r.labels or 'unknown (the run does not record who made them)'}.",
-            *([f"Pass mark: {r.pass_mark}."] if r.pass_mark else [])]
+            *([f"The course's {r.pass_mark}."] if r.pass_mark else [])]
 
 
 def _blocks(r: FoldsReport) -> list[tuple[str, list[str], list[str], list[list[str]]]]:
@@ -310,7 +310,7 @@ def _blocks(r: FoldsReport) -> list[tuple[str, list[str], list[str], list[list[s
     if "points" in r.baselines:
         about.append("Points grader: a grade from the adjudicated concept levels alone — the rubric's own points, or "
                      "points fitted on each fold's training answers (as `rubric fit-points` fits them) — what grading "
-                     "from the LLM panel's levels gives.")
+                     "from the table's levels gives (who set them: Labels, above).")
     if "oracle_concepts" in r.baselines:
         about.append("Oracle concepts: a logistic regression from the adjudicated levels to the grade, fitted on each "
                      "fold's training answers: the ceiling of the concept bottleneck.")
