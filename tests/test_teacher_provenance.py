@@ -159,3 +159,20 @@ def test_the_pages_show_low_marks_and_reliability_in_a_browser(resolved_run: tup
             shot = artifact_path(f"teacher-{name}.png")
             driver.save_screenshot(str(shot))
             print(f"screenshot: {shot}")
+
+
+def test_an_audit_where_a_pasted_reference_gains_a_mark_says_do_not_auto_grade(
+        resolved_run: tuple[Path, Path, Path]) -> None:
+    run, _, _ = resolved_run
+    audit = run / "fold-0" / "audit"
+    audit.mkdir(exist_ok=True)
+    rows = [{"transformation": "append_reference", "mean_grade_shift": 1.25},
+            {"transformation": "append_keywords", "mean_grade_shift": 2.0}]  # only a pasted reference counts here
+    (audit / "audit.json").write_text(json.dumps({"transformations": rows}))
+    try:
+        res = runner.invoke(app, ["report", "--run", str(run), "--out", str(run / "report-audited")])
+        assert res.exit_code == 0, res.output
+        page = (run / "report-audited" / "report.md").read_text()
+        assert "Route: do not auto-grade" in page and "a pasted reference answer gains +1.25 marks" in page
+    finally:
+        (audit / "audit.json").unlink()

@@ -170,7 +170,8 @@ def low_marks_table(metrics: dict[str, Any]) -> tuple[Table, str] | None:
 
 def warning_lines(metrics: dict[str, Any]) -> list[str]:
     """The run's warnings (metrics.json "warnings": [{code, message}]) as lines to print."""
-    return [str(w.get("message", w)) for w in metrics.get("warnings") or [] if isinstance(w, dict)]
+    return [str(w.get("message", w)) for w in metrics.get("warnings") or []
+            if isinstance(w, dict) and w.get("code") != "truncated"]  # said once already, while the folds trained
 
 
 def train_cmd(

@@ -35,7 +35,7 @@ from rubrictool.report import figures
 from rubrictool.runs import describe_labels
 from rubrictool.textsafe import md_inline
 
-__all__ = ["FoldsReport", "build_folds_report", "folds_verdict", "render_folds_html", "render_folds_markdown",
+__all__ = ["FoldsReport", "audit_gain", "build_folds_report", "folds_verdict", "render_folds_html", "render_folds_markdown",
            "write_folds_report"]
 
 METRIC_NAMES = {"t_acc": "T-Acc (exact agreement)", "t_f1": "T-F1", "qwk": "QWK", "adjacent": "adjacent agreement (±1)",
@@ -127,6 +127,12 @@ def build_folds_report(run_dir: str | Path, *, curve: str | Path | None = None, 
                             n_boot, seed)
     r.reliability = folds_reliability(summary)
     r.route = summary.get("route") or _route(pooled, rubric, summary, fold0.table, n_boot, seed)
+    gain = audit_gain(path)
+    if r.route and gain is not None:  # an audit of the run or of its folds since training: the route reads it too
+        from rubrictool.route import choose_route, route_lines
+
+        figs = dict(r.route["figures"]) | {"audit_gain": gain}
+        r.route = {"figures": figs, "choice": choose_route(figs), "lines": route_lines(figs)}
     costs = rubric.costs
     r.pass_mark = (f"pass mark {rubric.pass_mark} ({'the rubric states it' if rubric.grade.pass_mark is not None else 'the scale’s midpoint: the rubric states none'}); "
                    f"cost of a failing answer passed {costs.fail_passed:g}, of a passing answer failed {costs.pass_failed:g}")
@@ -141,6 +147,20 @@ def build_folds_report(run_dir: str | Path, *, curve: str | Path | None = None, 
         "config of fold 0": yaml.safe_dump(fold0.config, sort_keys=False, allow_unicode=True) if fold0.config else "",
     }
     return r
+
+
+def audit_gain(run: Path) -> float | None:
+    """The largest mean grade shift a pasted reference answer (``append_reference``) gains in any audit of the k-fold
+    run or of its folds (``audit/audit.json``, as `rubrictool audit` writes it by default); None without one."""
+    gains = []
+    for doc in [run / "audit" / "audit.json", *sorted(run.glob("fold-*/audit/audit.json"))]:
+        try:
+            rows = json.loads(doc.read_text()).get("transformations") or []
+        except (OSError, ValueError, AttributeError):
+            continue
+        gains += [float(t["mean_grade_shift"]) for t in rows
+                  if isinstance(t, dict) and t.get("transformation") == "append_reference" and "mean_grade_shift" in t]
+    return max(gains) if gains else None
 
 
 def _route(pooled: pd.DataFrame, rubric: Any, summary: dict[str, Any], table: pd.DataFrame | None, n_boot: int,
