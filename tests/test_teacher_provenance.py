@@ -176,3 +176,22 @@ def test_an_audit_where_a_pasted_reference_gains_a_mark_says_do_not_auto_grade(
         assert "Route: do not auto-grade" in page and "a pasted reference answer gains +1.25 marks" in page
     finally:
         (audit / "audit.json").unlink()
+
+
+def test_each_level_is_counted_by_who_set_it_when_sources_mix() -> None:
+    from rubrictool.adjudicate.provenance import level_sources
+    from rubrictool.runs import describe_labels, label_source
+
+    table = pd.DataFrame({"id": ["a", "b", "c", "d"], "MEAN": [1, 2, 0, pd.NA], "SPREAD": [0, 1, 2, pd.NA],
+                          "UNITS": [2, 2, 1, pd.NA], "resolved_concepts": ["MEAN", "", "", ""],
+                          "unreviewed_concepts": ["", "UNITS", "", ""],
+                          "label_source": ["llm", "llm", "human", "none"]})
+    lv = level_sources(table, STATS_KEYS).set_index(["id", "concept"])["source"]
+    assert lv[("a", "MEAN")] == "resolution" and lv[("b", "UNITS")] == "pre-annotation" and lv[("c", "UNITS")] == "human"
+    assert ("d", "MEAN") not in lv.index  # an unlabelled answer has no level to count
+    labels = label_source(table, {"label_source": "llm"}, None, STATS_KEYS)
+    assert labels["levels"] == {"resolution": 1, "human": 3, "llm": 4, "pre-annotation": 1}
+    assert labels["source"] == "mixed" and labels["expert_validated"] is False
+    assert describe_labels(labels) == ("a mix of sources (1 of 9 levels set by a teacher's resolution, 3 by human "
+                                       "reviewers, 4 by the LLM panel, 1 by the pre-annotations, which no reviewer "
+                                       "saw): not expert-validated")

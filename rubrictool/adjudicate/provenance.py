@@ -18,11 +18,11 @@ __all__ = ["LEVEL_SOURCES", "describe_level_sources", "level_source_counts", "le
 
 LEVEL_SOURCES = {
     "resolution": "a teacher's resolution",
-    "human": "reviewers (people)",
+    "human": "human reviewers",
     "llm": "the LLM panel",
     "model": "a trained grader",
-    "mixed": "reviewers of mixed sources (people and models)",
-    "pre-annotation": "the pre-annotations (no reviewer saw them)",
+    "mixed": "a panel of people and models",
+    "pre-annotation": "the pre-annotations, which no reviewer saw",
 }
 """Each level source and its words on a page, most authoritative first."""
 
