@@ -51,6 +51,7 @@ from rubrictool.provenance import git_revision
 from rubrictool.report.curve import (
     ALL,
     CURVE_COLUMNS,
+    CURVE_FAILING,
     METRICS,
     POINTS,
     curve_title,
@@ -81,7 +82,7 @@ from rubrictool.train import (
     train_model,
 )
 
-__all__ = ["CURVE_COLUMNS", "CURVE_OPTIONS", "MIN_SIZE", "VARIANTS", "Cell", "CurvePlan", "CurveResult", "learning_curve",
+__all__ = ["CURVE_COLUMNS", "CURVE_FAILING", "CURVE_OPTIONS", "MIN_SIZE", "VARIANTS", "Cell", "CurvePlan", "CurveResult", "learning_curve",
            "parse_folds", "parse_sizes", "parse_variant", "plot_curve", "position_on_curve", "reach_fraction",
            "run_learning_curve", "summarize_curve"]
 
@@ -397,10 +398,21 @@ def _cell_record(plan: CurvePlan, cell: Cell, n_train: int, n_dev: int, test_m: 
     epochs = plan.per_variant[cell.variant][1]
     return {"fold": cell.fold, "size": str(cell.size), "repeat": cell.repeat, "variant": cell.variant,
             "n_train": n_train, "n_dev": n_dev, **{m: float(test_m[m]) for m in METRICS},
-            **{f"majority_{m}": float(maj[m]) for m in METRICS},
+            **{f"majority_{m}": float(maj[m]) for m in METRICS}, **_failing(plan, ids),
             "encoder_epochs": 0 if encoder in ("frozen", "none") else epochs, "train_seconds": seconds,
             "encoder": encoder, "settings": plan.settings, "seed": cell.repeat,
             **({"source": source} if source is not None else {}), **ids}
+
+
+def _failing(plan: CurvePlan, ids: dict[str, Any]) -> dict[str, float]:
+    """The cell's failing test answers (below the rubric's pass mark): the share given a pass mark
+    (``failing_passed``) and their mean error (``failing_error``); NaN when the cell's tests have none."""
+    from rubrictool.evaluate import low_marks
+
+    rb = plan.rubric
+    true = plan.by_id.loc[[str(i) for i in ids["test_ids"]], "_y"].to_numpy() + rb.grade.min
+    f = low_marks(true, np.asarray(ids["test_predicted"]), [], rb.pass_mark, n_boot=1)["failing"]
+    return {"failing_passed": float(f["passed"]), "failing_error": float(f["mean_error"])}
 
 
 def _imported_cell(plan: CurvePlan, cell: Cell, got: dict[str, Any]) -> dict[str, Any]:
@@ -477,7 +489,7 @@ def _write_outputs(plan: CurvePlan, root: Path, trained: int, read_back: int, im
         notes.append(f"{len(from_runs)} 'all' cell(s) read from finished fold runs (--all-from; curve.json "
                      "from_fold_runs names them): trained on the same folds, table and configuration, with the "
                      "dev part the k-fold split drew")
-    cells = pd.DataFrame(rows)[CURVE_COLUMNS]  # a cell from before the encoder choice: a trained encoder
+    cells = pd.DataFrame(rows).reindex(columns=CURVE_COLUMNS + CURVE_FAILING)  # cells from before them: empty there
     cells = cells.assign(_o=cells["size"].map(size_order)).sort_values(["repeat", "fold", "_o"], kind="stable")
     cells = cells.drop(columns="_o").reset_index(drop=True)
     write_table(cells, root / "curve.csv")

@@ -42,23 +42,28 @@ from rubrictool.textsafe import md_inline, md_quote
 __all__ = [
     "BOOTSTRAP_METRICS",
     "CONSTANT_SHARE",
+    "SIGMA2_MEANING",
     "SMALL_TEST",
     "bootstrap_ci",
     "calibration",
     "compare_runs",
     "concept_alpha",
     "expected_calibration_error",
+    "folds_reliability",
     "honest_metrics",
     "implied_noise_rhos",
     "inconclusive",
     "lcec_activity",
     "lcec_state",
+    "low_marks",
+    "low_marks_lines",
     "majority_baseline",
     "noise_share_rho",
     "oracle_concept_baseline",
     "paired_bootstrap",
     "pooled_metrics",
     "reliability_markdown",
+    "reliability_rows",
     "reliability_table",
     "spearman_with_ci",
     "why_inconclusive",
@@ -79,6 +84,7 @@ CONSTANT_SHARE = 0.9  # one grade predicted for at least this share of the test 
 LCEC_INERT_A = 0.98  # mean A_kk at or above this: LCEC barely shrinks the concept scores
 LCEC_INERT_R = 0.05  # every learned partial correlation below this in |r|: LCEC links no concepts
 ECE_BINS = 10  # equal-width bins of the top-class probability
+INFLATED = 1.0  # failing answers graded this many marks too high on average: low marks are not given
 
 
 def pooled_metrics(pooled: pd.DataFrame, keys: list[str]) -> dict[str, float]:
@@ -457,3 +463,111 @@ def reliability_markdown(df: pd.DataFrame, rho: float | None, notes: list[str]) 
                    "is signal on answers the model never trained on (docs/design.md).")]
     return "\n".join(lines + [""] + [md_quote(n) for n in notes]) + "\n"
 
+
+
+# ---------------------------------------------------------------------------- low marks in plain sight
+def _mean_ci(x: NDArray[Any], rng: np.random.Generator, n_boot: int) -> tuple[float, float, float]:
+    """Mean of x with its 95 % percentile bootstrap interval (NaNs when x is empty)."""
+    if len(x) == 0:
+        return float("nan"), float("nan"), float("nan")
+    boots = x[rng.integers(0, len(x), (n_boot, len(x)))].mean(1)  # (n_boot,)
+    return float(x.mean()), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+
+
+def low_marks(y_true: ArrayLike, y_pred: ArrayLike, grades: list[int], pass_mark: int, n_boot: int = 1000,
+              seed: int = 0) -> dict[str, Any]:
+    """How a grader treats each true mark, and the failing answers above all (grades on the rubric's own scale).
+
+    ``per_mark``: for every mark of ``grades`` the answers truly given it — ``n``, the mean predicted mark and the mean
+    error (predicted − true) each with its 95 % bootstrap CI (the mark's answers resampled), ``recall`` (the share
+    given exactly that mark) and ``over2`` (the share graded two or more marks too high). ``failing``: the answers
+    below ``pass_mark`` — ``n``, ``passed`` (the share given ``pass_mark`` or more) and the mean error, each with its
+    CI, and ``inflated`` (mean error ≥ :data:`INFLATED`: the low marks are not given). ``pass_mark`` is echoed."""
+    t, p = np.asarray(y_true, dtype=float), np.asarray(y_pred, dtype=float)
+    if len(t) != len(p):
+        raise TrainError(f"low_marks needs one prediction per answer, got {len(p)} for {len(t)}")
+    rng = np.random.default_rng(seed)
+    rows = []
+    for g in grades:
+        m = t == g
+        err = p[m] - t[m]
+        pred, plo, phi = _mean_ci(p[m], rng, n_boot)
+        e, elo, ehi = _mean_ci(err, rng, n_boot)
+        rows.append({"grade": int(g), "n": int(m.sum()), "mean_pred": pred, "mean_pred_lo": plo, "mean_pred_hi": phi,
+                     "mean_error": e, "mean_error_lo": elo, "mean_error_hi": ehi,
+                     "recall": float((err == 0).mean()) if m.any() else float("nan"),
+                     "over2": float((err >= 2).mean()) if m.any() else float("nan")})
+    fail = t < pass_mark
+    passed, lo, hi = _mean_ci((p[fail] >= pass_mark).astype(float), rng, n_boot)
+    e, elo, ehi = _mean_ci(p[fail] - t[fail], rng, n_boot)
+    failing = {"n": int(fail.sum()), "passed": passed, "passed_lo": lo, "passed_hi": hi,
+               "mean_error": e, "mean_error_lo": elo, "mean_error_hi": ehi,
+               "inflated": bool(fail.any() and e >= INFLATED)}
+    return {"pass_mark": int(pass_mark), "per_mark": rows, "failing": failing}
+
+
+def _num(x: float, spec: str) -> str:
+    return "—" if x is None or math.isnan(x) else format(x, spec)
+
+
+def low_marks_lines(lm: dict[str, Any]) -> tuple[list[str], list[list[str]], str]:
+    """:func:`low_marks` as a table (head, rows) and its one-sentence failing-answers figure, the same words on the
+    terminal, every page and Markdown."""
+    head = ["true mark", "answers", "mean predicted [95 % CI]", "mean error [95 % CI]", "recall",
+            "graded ≥ 2 too high"]
+    rows = [[str(r["grade"]), str(r["n"]),
+             f"{_num(r['mean_pred'], '.2f')} [{_num(r['mean_pred_lo'], '.2f')}, {_num(r['mean_pred_hi'], '.2f')}]",
+             f"{_num(r['mean_error'], '+.2f')} [{_num(r['mean_error_lo'], '+.2f')}, {_num(r['mean_error_hi'], '+.2f')}]",
+             _num(100 * r["recall"], ".0f") + " %" if r["n"] else "—",
+             _num(100 * r["over2"], ".0f") + " %" if r["n"] else "—"] for r in lm["per_mark"]]
+    f, pm = lm["failing"], lm["pass_mark"]
+    if not f["n"]:
+        return head, rows, f"No answer is marked below the pass mark ({pm}): the failing answers are not measured."
+    text = (f"Failing answers (marked below the pass mark, {pm}): {f['n']}; {100 * f['passed']:.0f} % of them were "
+            f"given a pass mark [95 % CI {100 * f['passed_lo']:.0f}, {100 * f['passed_hi']:.0f} %], their mean error "
+            f"{f['mean_error']:+.2f} [{f['mean_error_lo']:+.2f}, {f['mean_error_hi']:+.2f}] marks")
+    text += (": low marks are inflated by a mark or more." if f["inflated"] else ".")
+    return head, rows, text
+
+
+SIGMA2_MEANING = (
+    "What σ² measures: σ²(implied) is the noise the model's own reading of a concept carries — on this project's data "
+    "(Mohler, five folds; docs/results.md) it ranks the concepts as the noise measured on new answers (σ̂²) does, and "
+    "it does not follow the raters' disagreement (1 − α): read α for the raters, σ² for the model."
+)
+"""The one sentence every page shows beside the reliability table (kept here alone, so a new measurement changes it once)."""
+
+
+RELIABILITY_HEAD = ["concept", "α [95 % CI]", "σ²", "σ²(implied)", "test C-Acc", "test reliability"]
+
+
+def reliability_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The reliability table every page shows (head, rows): per concept α with its CI, the learned σ_k², the identified
+    σ_k²(implied), test C-Acc and test reliability; columns ``concept, alpha, alpha_lo, alpha_hi, sigma2,
+    sigma2_implied, test_c_acc, test_reliability`` (missing ones shown as —)."""
+    def g(r: dict[Any, Any], k: str, spec: str = ".3f") -> str:
+        v = r.get(k)
+        x = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
+        return "—" if math.isnan(x) else format(x, spec)
+
+    rows = []
+    for r in df.to_dict("records"):
+        ci = f" [{g(r, 'alpha_lo')}, {g(r, 'alpha_hi')}]" if g(r, "alpha_lo") != "—" else ""
+        rows.append([str(r["concept"]), g(r, "alpha") + ci, g(r, "sigma2", ".4g"), g(r, "sigma2_implied", ".4g"),
+                     g(r, "test_c_acc"), g(r, "test_reliability")])
+    return RELIABILITY_HEAD, rows
+
+
+def folds_reliability(summary: dict[str, Any]) -> pd.DataFrame:
+    """folds.json's reliability as one table (:func:`reliability_rows`' columns): α and its CI, σ² and σ²(implied)
+    averaged over the folds, C-Acc and the test reliability on every pooled answer. Empty without concepts."""
+    rel, score = summary.get("reliability") or {}, summary.get("score_reliability") or {}
+    keys = score.get("concepts") or rel.get("concepts") or []
+    if not keys:
+        return pd.DataFrame()
+    nan = [float("nan")] * len(keys)
+    ci = score.get("alpha_ci") or [[float("nan"), float("nan")]] * len(keys)
+    return pd.DataFrame({"concept": keys, "alpha": score.get("alpha") or rel.get("alpha") or nan,
+                         "alpha_lo": [c[0] for c in ci], "alpha_hi": [c[1] for c in ci],
+                         "sigma2": rel.get("sigma2_mean") or nan, "sigma2_implied": rel.get("sigma2_implied_mean") or nan,
+                         "test_c_acc": score.get("c_acc") or nan, "test_reliability": score.get("reliability") or nan})

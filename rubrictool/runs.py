@@ -208,9 +208,11 @@ def building(target: str | Path) -> Iterator[Path]:
 
 
 def label_source(table: pd.DataFrame | None = None, agreement: dict[str, Any] | None = None,
-                 given: dict[str, Any] | None = None) -> dict[str, Any]:
+                 given: dict[str, Any] | None = None, rubric_keys: list[str] | None = None) -> dict[str, Any]:
     """Who made the training labels: ``given`` (a benchmark's passes), else agreement.json's ``label_source`` and its
-    reviewer counts, else the AdjudicatedTable's ``label_source`` column (counts per source)."""
+    reviewer counts, else the AdjudicatedTable's ``label_source`` column (counts per source). With ``rubric_keys``,
+    who set each level decides (``levels``: levels per source, :mod:`rubrictool.adjudicate.provenance`): a table
+    whose every level a teacher resolved is ``resolution``, whatever the reviewers were."""
     if given:
         return dict(given)
     out: dict[str, Any] = {"source": "unknown", "expert_validated": None}
@@ -225,6 +227,15 @@ def label_source(table: pd.DataFrame | None = None, agreement: dict[str, Any] | 
         for key in ("n_reviewers", "reviewers", "method", "note"):
             if agreement.get(key) is not None:
                 out[key] = agreement[key]
+    if table is not None and rubric_keys:  # who set each level: the table's provenance columns, over agreement.json's
+        from rubrictool.adjudicate.provenance import level_source_counts, levels_by_people
+
+        levels = level_source_counts(table, rubric_keys)
+        if levels:
+            out["levels"] = levels
+            out["source"] = next(iter(levels)) if len(levels) == 1 else "mixed"
+            out["expert_validated"] = levels_by_people(levels)
+            return out
     if out["source"] in ("llm", "model"):
         out["expert_validated"] = False
     elif out["source"] == "human":
@@ -238,7 +249,17 @@ def describe_labels(labels: dict[str, Any]) -> str | None:
     if source == "unknown":
         return None
     who = {"llm": "an LLM panel", "human": "human reviewers", "model": "a trained grader",
-           "mixed": "a mix of sources"}.get(source, source)
+           "mixed": "a mix of sources", "resolution": "a teacher", "pre-annotation": "pre-annotations"}.get(source, source)
+    levels = labels.get("levels")
+    if isinstance(levels, dict) and levels:  # who set each level, from the table itself
+        from rubrictool.adjudicate.provenance import describe_level_sources
+
+        text = f"{who} ({describe_level_sources({str(k): int(v) for k, v in levels.items()})})"
+        if labels.get("expert_validated") is False:
+            text += ": not expert-validated"
+        elif labels.get("expert_validated") is True:
+            text += ": set by people"
+        return text
     parts = []
     reviewers = labels.get("reviewers")
     if isinstance(reviewers, list) and reviewers:

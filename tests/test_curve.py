@@ -16,6 +16,7 @@ import pytest
 from rubrictool import curve
 from rubrictool.curve import (
     CURVE_COLUMNS,
+    CURVE_FAILING,
     learning_curve,
     parse_folds,
     parse_sizes,
@@ -97,7 +98,8 @@ def test_cells_share_the_test_part_and_draw_from_the_training_part(tmp_path: Pat
                          fold_ids=[1, 3], overrides={"stage1": {"epochs": 2, "min_steps": 50},
                                                      "joint": {"epochs": 1, "min_steps": 20}}, plot=False)
     assert len(calls) == 2 * 2 * 3 * 2 == res.trained and res.read_back == 0
-    assert list(res.cells.columns) == CURVE_COLUMNS
+    assert list(res.cells.columns) == CURVE_COLUMNS + CURVE_FAILING  # the failing answers of each cell last
+    assert res.cells["failing_passed"].dropna().between(0, 1).all()
     keys = set(zip(res.cells["fold"], res.cells["size"], res.cells["repeat"], res.cells["variant"]))
     assert keys == {(f, s, r, v) for f in (1, 3) for s in ("20", "40", "all") for r in (0, 1) for v in ("reccbm", "plm")}
     by_test: dict[tuple[str, ...], list[dict[str, Any]]] = {}

@@ -178,3 +178,21 @@ def test_a_run_reads_the_curve_of_the_encoder_it_asked_for(preset: str | None, a
     from rubrictool.report.page import curve_variant
 
     assert curve_variant("reccbm", preset, asked, used) == want
+
+
+def test_a_flat_curve_whose_full_qwk_reaches_the_majority_class_says_more_answers_will_not_help() -> None:
+    """The introductory-biology quiz's curve: QWK 0.57 at 20 answers, 0.59 with all, the folds' QWK far apart."""
+    rows = []
+    for fold, (q20, qall) in enumerate(((0.88, 0.90), (0.0, 0.02), (0.58, 0.60), (-0.12, -0.10), (0.52, 0.55))):
+        for size, n, q in (("20", 20, q20), ("all", 57, qall)):
+            rows.append({"fold": fold, "size": size, "repeat": 0, "variant": "v", "n_train": n, "n_dev": 5,
+                         "t_acc": 0.6, "qwk": q, "t_f1": 0.3, "majority_t_acc": 0.3, "majority_qwk": 0.0,
+                         "majority_t_f1": 0.1, "encoder_epochs": 0, "train_seconds": 0.0, "encoder": "none",
+                         "failing_passed": 0.5, "failing_error": 1.0})
+    reading = read_curve(pd.DataFrame(rows))["v"]
+    assert reading["status"] == "flat" and reading["reach"] is None
+    assert reading["full"]["qwk_lo"] <= 0.0 < reading["full"]["qwk"]
+    assert "flat: more answers will not help this recipe" in reading["sentence"] and "reach 90 %" not in reading["sentence"]
+    assert "50 % of the failing test answers get a pass mark" in reading["sentence"]
+    steady = [r | {"qwk": r["qwk"] * 0.1 + 0.5} for r in rows]  # the same mean, the folds close together
+    assert read_curve(pd.DataFrame(steady))["v"]["status"] == "at_smallest"

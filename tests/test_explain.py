@@ -222,3 +222,17 @@ def test_explain_new_answers_without_labels(tiny: tuple[Path, Path], tmp_path: P
     df = pd.read_csv(tmp_path / "x" / "explain.csv")
     assert set(df["id"]) == {"new-q.3"} and df["gold"].isna().all() and len(df) == len(KEYS)
     assert "(correct" not in res.output and "gold" not in (tmp_path / "x" / "explain.html").read_text().split("<body>")[1]
+
+
+def test_explain_names_whole_words_not_subword_pieces() -> None:
+    from rubrictool.report.explain import top_words, whole_words
+
+    text = "Cellular respiration, energy and energy."
+    # WordPiece pieces: "Cell" "##ular" "res" "##piration" "," "energy" "and" "energy" "."
+    spans = [(0, 4), (4, 8), (9, 12), (12, 20), (20, 21), (22, 28), (29, 32), (33, 39), (39, 40)]
+    weights = [0.05, 0.05, 0.10, 0.30, 0.01, 0.20, 0.02, 0.25, 0.02]
+    words = whole_words(text, spans, weights)
+    assert [w for w, _ in words] == ["Cellular", "respiration", ",", "energy", "and", "energy", "."]
+    assert dict(words)["respiration"] == pytest.approx(0.40)
+    top = top_words(text, spans, weights, n=3)
+    assert [w for w, _ in top] == ["respiration", "energy", "Cellular"]  # each word once, no punctuation

@@ -106,10 +106,15 @@ def test_the_verdict_is_drawn_from_the_numbers() -> None:
     # paired CI of the difference excludes 0
     sure = {"diff": 0.05, "lo": 0.01, "hi": 0.09, "p_not_better": 0.01}
     pts = {"gold_levels": {"t_acc": 0.8, "qwk": 0.71, "vs_model": sure}, "source": "fitted"}
-    better = " ".join(verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=concepts, correlations={},
+    reliable = concepts.assign(alpha=[0.9, 0.8, 0.8])
+    better = " ".join(verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=reliable, correlations={},
                               lcec=None, points=pts, qwk=0.71 - POINTS_MARGIN))
     assert "grades these test answers better than the model (QWK 0.710 against 0.660" in better
     assert "paired 95 % CI [+0.010, +0.090]" in better and "rubric fit-points" in better
+    # never on levels whose α is below 0.667 (SPREAD's 0.4): the route would grade new answers from them
+    unreliable = " ".join(verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=concepts,
+                                  correlations={}, lcec=None, points=pts, qwk=0.71 - POINTS_MARGIN))
+    assert "fit-points" not in unreliable and "α below 0.667 on SPREAD: not recommended" in unreliable
     level = " ".join(verdict(grades=[0, 1, 2], predicted=[0, 1], honest=honest, concepts=concepts, correlations={},
                              lcec=None, points=pts, qwk=0.70))
     assert "fit-points" not in level

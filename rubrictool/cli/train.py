@@ -43,7 +43,8 @@ from rubrictool.cli._sanitize import shown
 if TYPE_CHECKING:
     from rubrictool.train import TrainResult
 
-__all__ = ["compare_cmd", "correlation_lines", "grade_cmd", "honest_caption", "result_tables", "train_cmd", "warning_lines"]
+__all__ = ["compare_cmd", "correlation_lines", "grade_cmd", "honest_caption", "low_marks_table", "result_tables", "train_cmd",
+           "warning_lines"]
 
 
 def result_tables(result: TrainResult) -> list[Table]:
@@ -152,9 +153,27 @@ def points_note(metrics: dict[str, Any]) -> str | None:
     return points_ahead(metrics.get("points"), qwk.get("mean") if isinstance(qwk, dict) else None)
 
 
+def low_marks_table(metrics: dict[str, Any]) -> tuple[Table, str] | None:
+    """Per true mark the test answers' mean predicted mark and error (metrics.json ``low_marks``) and the failing
+    answers' sentence; None for runs written before it."""
+    from rubrictool.evaluate import low_marks_lines
+
+    lm = metrics.get("low_marks")
+    if not lm:
+        return None
+    head, rows, text = low_marks_lines(lm)
+    t = Table(title=f"low marks: per true mark (pass mark {lm['pass_mark']})")
+    for i, h in enumerate(head):
+        t.add_column(h, justify="left" if i == 0 else "right")
+    for row in rows:
+        t.add_row(*row)
+    return t, text
+
+
 def warning_lines(metrics: dict[str, Any]) -> list[str]:
     """The run's warnings (metrics.json "warnings": [{code, message}]) as lines to print."""
-    return [str(w.get("message", w)) for w in metrics.get("warnings") or [] if isinstance(w, dict)]
+    return [str(w.get("message", w)) for w in metrics.get("warnings") or []
+            if isinstance(w, dict) and w.get("code") != "truncated"]  # said once already, while the folds trained
 
 
 def train_cmd(
@@ -229,7 +248,18 @@ def train_cmd(
         console.print(honest_caption(result.metrics), soft_wrap=True, highlight=False)
     for line in warning_lines(result.metrics):
         console.print(f"[bold red]warning:[/] {line}", soft_wrap=True, highlight=False)
+    low = low_marks_table(result.metrics)
+    if low is not None:
+        console.print(low[0])
+        console.print(low[1], soft_wrap=True, highlight=False)
+    for line in (result.metrics.get("route") or {}).get("lines") or []:
+        console.print(f"[bold]verdict:[/] {line}", soft_wrap=True, highlight=False)
     ahead = points_note(result.metrics)
+    from rubrictool.route import ALPHA_MIN
+
+    alpha = result.reliability["alpha"].astype(float) if "alpha" in result.reliability else None
+    if ahead and alpha is not None and bool((alpha < ALPHA_MIN).any()):  # unreliable levels are never the route
+        ahead = None
     if ahead:
         console.print(f"[yellow]note:[/] {ahead}", soft_wrap=True, highlight=False)
     for note in result.notes:

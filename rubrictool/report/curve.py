@@ -20,6 +20,7 @@ from rubrictool.report.curve_reading import read_curve
 __all__ = [
     "ALL",
     "CURVE_COLUMNS",
+    "CURVE_FAILING",
     "METRICS",
     "POINTS",
     "curve_title",
@@ -36,6 +37,9 @@ POINTS = "points"  # no model: a points table fitted to the labelled answers' co
 ALL = "all"  # the size token for the fold's whole training part
 CURVE_COLUMNS = ["fold", "size", "repeat", "variant", "n_train", "n_dev", "t_acc", "qwk", "t_f1", "majority_t_acc",
                  "majority_qwk", "majority_t_f1", "encoder_epochs", "train_seconds", "encoder"]
+CURVE_FAILING = ["failing_passed", "failing_error"]
+"""curve.csv's last columns: each cell's failing test answers (below the rubric's pass mark) given a pass mark, and
+their mean error (empty for cells written before they were measured; a curve.csv without them still reads)."""
 METRICS = ("t_acc", "qwk", "t_f1")
 
 
@@ -55,6 +59,9 @@ def summarize_curve(cells: pd.DataFrame) -> pd.DataFrame:
             row[m] = float(g[m].mean())
             row[f"{m}_sd"] = float(g[m].std(ddof=1)) if len(g) > 1 else 0.0
             row[f"majority_{m}"] = float(g[f"majority_{m}"].mean())
+        row["qwk_lo"], row["qwk_hi"] = _t_interval(g["qwk"].to_numpy(float))
+        if "failing_passed" in g:  # cells written before it have none
+            row["failing_passed"] = float(g["failing_passed"].mean())  # NaN where no cell had a failing answer
         rows.append(row)
     out = pd.DataFrame(rows)
     if out.empty:
@@ -62,6 +69,18 @@ def summarize_curve(cells: pd.DataFrame) -> pd.DataFrame:
     first = {v: i for i, v in enumerate(dict.fromkeys(cells["variant"]))}  # variants in the order the cells list them
     out["_v"], out["_o"] = out["variant"].map(first), out["size"].map(size_order)
     return out.sort_values(["_v", "_o"], kind="stable").drop(columns=["_v", "_o"]).reset_index(drop=True)
+
+
+def _t_interval(x: Any) -> tuple[float, float]:
+    """95 % t-interval of the mean over the cells (folds × repeats); NaN with fewer than two cells."""
+    from scipy.stats import t as student
+
+    v = np.asarray(x, dtype=float)
+    v = v[~np.isnan(v)]
+    if len(v) < 2:
+        return float("nan"), float("nan")
+    half = float(student.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
+    return float(v.mean() - half), float(v.mean() + half)
 
 
 def _interp_log(n: float, n0: float, v0: float, n1: float, v1: float) -> float:

@@ -10,7 +10,9 @@
 * ``below_majority``: the grader does not beat the majority class at its full-data size, so no 90 % point is given
   (the words say at which sizes, if any, it does beat it);
 * ``no_full``: no ``all`` size, so there is no full-data QWK to take 90 % of;
-* ``not_positive``: the full-data QWK is not above 0.
+* ``not_positive``: the full-data QWK is not above 0;
+* ``flat``: the full-data QWK's 95 % CI over its cells (a t-interval over folds × repeats) reaches the majority
+  class's QWK: more answers will not help this recipe, and no 90 % point is given.
 
 "Beats the majority class" at a size: the mean over the size's cells (folds × repeats) of the grader's T-Acc is above
 the mean of the majority class's T-Acc on the same cells, and its mean QWK is above the majority's (which is 0). QWK
@@ -54,11 +56,15 @@ def _read_one(s: pd.DataFrame, variant: str, fraction: float) -> dict[str, Any]:
     if full is None:
         return out | {"status": "no_full"}
     out["full"] = {"n_train": float(full["n_train"]), "qwk": float(full["qwk"]), "t_acc": float(full["t_acc"]),
-                   "majority_t_acc": float(full["majority_t_acc"])}
+                   "majority_t_acc": float(full["majority_t_acc"]), "majority_qwk": float(full["majority_qwk"]),
+                   "qwk_lo": float(full.get("qwk_lo", math.nan)), "qwk_hi": float(full.get("qwk_hi", math.nan)),
+                   "failing_passed": float(full.get("failing_passed", math.nan))}
     if not full["qwk"] > 0:
         return out | {"status": "not_positive"}
     if not beats_majority(full):
         return out | {"status": "below_majority"}
+    if not math.isnan(out["full"]["qwk_lo"]) and out["full"]["qwk_lo"] <= float(full["majority_qwk"]):
+        return out | {"status": "flat"}
     if not smaller:
         return out | {"status": "only_full"}
     target = fraction * float(full["qwk"])
@@ -99,7 +105,16 @@ def read_curve(cells: pd.DataFrame, fraction: float = FRACTION) -> dict[str, dic
 
 
 def reading_sentence(r: dict[str, Any]) -> str:
-    """The reading in one sentence, naming only what the cells support."""
+    """The reading in one sentence, naming only what the cells support, and the failing answers passed at the
+    full-data size when the cells measured them."""
+    text = _reading(r)
+    fp = (r.get("full") or {}).get("failing_passed")
+    if fp is not None and not math.isnan(fp):
+        text += f"; with all the answers {100 * fp:.0f} % of the failing test answers get a pass mark"
+    return text
+
+
+def _reading(r: dict[str, Any]) -> str:
     v, pct, full = r["variant"], f"{100 * r['fraction']:.0f} %", r.get("full")
     status = r["status"]
     if status == "no_full":
@@ -115,6 +130,10 @@ def reading_sentence(r: dict[str, Any]) -> str:
         return (f"{v}: does not beat the majority class {'with all the answers' if above else 'at any size'} "
                 f"(with all {full['n_train']:.0f}: T-Acc {full['t_acc']:.3f} against the majority class's "
                 f"{full['majority_t_acc']:.3f}{also}): no {pct} point")
+    if status == "flat":
+        return (f"{v}: flat: more answers will not help this recipe — with all {full['n_train']:.0f} answers its QWK "
+                f"{full['qwk']:.3f} has a 95 % CI over the cells [{full['qwk_lo']:.3f}, {full['qwk_hi']:.3f}] that "
+                f"reaches the majority class's {full['majority_qwk']:.3f}; no {pct} point")
     if status == "only_full":
         return f"{v}: only its full-data cells ({with_all}); add smaller sizes for its {pct} point"
     if status == "not_before_full":

@@ -343,6 +343,13 @@ def diagnose(
             "partial_corr": float(partial_corr[k, j]) if partial_corr is not None else None,
         })
     df = pd.DataFrame(rows)
+    df["resolved_share"] = _resolved_shares(table, keys)
+    who = _reviewers_word(agreement, table)
+    from rubrictool.adjudicate.provenance import describe_level_sources, level_source_counts
+
+    sources = describe_level_sources(level_source_counts(table, keys))
+    if sources:
+        notes.append(f"who set the levels of this table: {sources}")
     ceiling, pairs = None, []
     if not np.isnan(cov_acc):
         ceiling = grade_ceiling(rubric, table, folds, seed)
@@ -356,10 +363,31 @@ def diagnose(
                 f"{b['balanced_acc']:.2f} (0.5 is chance; {100 * b['shared_profiles']:.0f} % of those answers share a concept "
                 f"profile with an answer of the other grade): the rubric is missing what separates them — read the "
                 "contrasting pairs and add a concept or sharpen an anchor.")
-    return Diagnosis(df, corr, confusions, cov_acc, gaps + _suggest(df, len(table)), notes, ceiling, pairs)
+    return Diagnosis(df, corr, confusions, cov_acc, gaps + _suggest(df, len(table), who), notes, ceiling, pairs)
 
 
-def _suggest(df: pd.DataFrame, n_items: int) -> list[str]:
+def _resolved_shares(table: pd.DataFrame, keys: list[str]) -> list[float]:
+    """Per concept, the share of its labelled levels that a teacher's resolution set (NaN without provenance)."""
+    from rubrictool.adjudicate.provenance import level_sources
+
+    lv = level_sources(table, keys)
+    if not len(lv):
+        return [float("nan")] * len(keys)
+    share = (lv["source"] == "resolution").groupby(lv["concept"]).mean()
+    return [float(share.get(k, float("nan"))) for k in keys]
+
+
+def _reviewers_word(agreement: dict[str, Any] | None, table: pd.DataFrame) -> str:
+    """Who the α is of, in words: the reviewers' source (agreement.json, else the table's label_source column)."""
+    src = str((agreement or {}).get("label_source") or "")
+    if not src and "label_source" in table.columns:
+        vals = set(table["label_source"].dropna().astype(str)) - {"none"}
+        src = vals.pop() if len(vals) == 1 else "mixed" if vals else ""
+    return {"llm": "the LLM panel", "human": "the reviewers", "model": "the trained graders that reviewed",
+            "mixed": "the reviewers (people and models)"}.get(src, "the reviewers")
+
+
+def _suggest(df: pd.DataFrame, n_items: int, who: str = "the reviewers") -> list[str]:
     """At most MAX_SUGGESTIONS, strongest evidence first: redundant pairs, unreliable concepts, the most
     often confused level pairs, concepts the grade does not need."""
     recs = [{str(k): v for k, v in r.items()} for r in df.to_dict("records")]
@@ -375,8 +403,15 @@ def _suggest(df: pd.DataFrame, n_items: int) -> list[str]:
                        f"(label correlation {r['label_corr']:.2f}{pc}): merge them or sharpen their anchors.")
     for r in recs:
         if r["alpha"] is not None and not np.isnan(r["alpha"]) and r["alpha"] < LOW_ALPHA:
-            out.append(f"{r['concept']} has α = {r['alpha']:.2f} (below {LOW_ALPHA}): reviewers do not apply it "
-                       "consistently; rewrite its definition or train reviewers on it before relying on it.")
+            resolved = r.get("resolved_share")
+            if resolved is not None and not np.isnan(resolved) and resolved >= 1.0:
+                out.append(f"{r['concept']} has α = {r['alpha']:.2f} among {who} (below {LOW_ALPHA}), whose votes a "
+                           "teacher's resolution replaced on every level of it in this table: the levels are the "
+                           f"teacher's, but {who} cannot label it alone — rewrite its definition before they label "
+                           "new answers.")
+            else:
+                out.append(f"{r['concept']} has α = {r['alpha']:.2f} (below {LOW_ALPHA}): {who} do not apply it "
+                           "consistently; rewrite its definition or train reviewers on it before relying on it.")
     confused = [r for r in recs if r["n_disagreements"] and r["confused_share"] >= CONFUSED_SHARE]
     for r in sorted(confused, key=lambda r: -r["n_disagreements"] * r["confused_share"])[:MAX_CONFUSIONS]:
         lo, hi = r["confused_levels"].split("–")

@@ -21,7 +21,8 @@ import reccbm
 from rubrictool.errors import DataError
 from rubrictool.report.run import AttendedItems, Run, predict_with_attention
 
-__all__ = ["SYMBOLS", "ConceptRow", "ItemTrace", "explain_items", "override_arrays", "traces_frame"]
+__all__ = ["SYMBOLS", "ConceptRow", "ItemTrace", "explain_items", "override_arrays", "top_words", "traces_frame",
+           "whole_words"]
 
 TOP_TOKENS = 5
 
@@ -149,8 +150,7 @@ def _trace(run: Run, att: AttendedItems, preds_after: reccbm.Predictions | None,
             lv = int(tr.levels[i, k])
             top: list[tuple[str, float]] = []
             if alpha is not None and alpha.shape[1]:
-                idx = np.argsort(-alpha[k], kind="stable")[:TOP_TOKENS]
-                top = [(att.tokens[i][t], float(alpha[k, t])) for t in idx]
+                top = top_words(str(row["response"]), att.spans[i], alpha[k])
             gold = int(row[f"_c_{key}"]) + run.scale_min if f"_c_{key}" in row and pd.notna(row[f"_c_{key}"]) else None
             concepts.append(ConceptRow(
                 key, run.names[k], lv + run.scale_min, float(preds.p_hat[i, k, lv]),
@@ -180,6 +180,31 @@ def _trace(run: Run, att: AttendedItems, preds_after: reccbm.Predictions | None,
             t.grade_probs_after = [float(p) for p in pa]
         out.append(t)
     return out
+
+
+def whole_words(text: str, spans: list[tuple[int, int]], weights: Any) -> list[tuple[str, float]]:
+    """The response's words with the attention of their subword pieces added up: pieces that touch (one ends where
+    the next starts, letters or digits on both sides) make one word ("res" + "piration" = "respiration")."""
+    w = np.asarray(weights, dtype=float)  # (T,) one weight per piece
+    words: list[tuple[int, int, float]] = []
+    for (a, b), v in zip(spans, w):
+        if words and a == words[-1][1] and a > 0 and text[a - 1].isalnum() and a < len(text) and text[a].isalnum():
+            s0, _, acc = words[-1]
+            words[-1] = (s0, b, acc + float(v))
+        else:
+            words.append((a, b, float(v)))
+    return [(text[a:b], v) for a, b, v in words]
+
+
+def top_words(text: str, spans: list[tuple[int, int]], weights: Any, n: int = TOP_TOKENS) -> list[tuple[str, float]]:
+    """The ``n`` most-attended whole words of a response (:func:`whole_words`), each word once (its highest weight),
+    punctuation left out."""
+    best: dict[str, tuple[str, float]] = {}
+    for word, v in whole_words(text, spans, weights):
+        key = word.lower()
+        if any(ch.isalnum() for ch in word) and (key not in best or v > best[key][1]):
+            best[key] = (word, v)
+    return sorted(best.values(), key=lambda t: -t[1])[:n]
 
 
 def _other_grades(run: Run, preds: reccbm.Predictions, items: pd.DataFrame) -> np.ndarray[Any, Any]:

@@ -35,7 +35,7 @@ from rubrictool.report import figures
 from rubrictool.runs import describe_labels
 from rubrictool.textsafe import md_inline
 
-__all__ = ["FoldsReport", "build_folds_report", "folds_verdict", "render_folds_html", "render_folds_markdown",
+__all__ = ["FoldsReport", "audit_gain", "build_folds_report", "folds_verdict", "render_folds_html", "render_folds_markdown",
            "write_folds_report"]
 
 METRIC_NAMES = {"t_acc": "T-Acc (exact agreement)", "t_f1": "T-F1", "qwk": "QWK", "adjacent": "adjacent agreement (±1)",
@@ -65,6 +65,10 @@ class FoldsReport:
     provenance: dict[str, Any] = field(default_factory=dict)
     images: dict[str, bytes] = field(default_factory=dict)
     n_boot: int = N_BOOT
+    low_marks: dict[str, Any] = field(default_factory=dict)  # rubrictool.evaluate.low_marks on the pooled answers
+    reliability: pd.DataFrame = field(default_factory=pd.DataFrame)  # rubrictool.evaluate.folds_reliability
+    route: dict[str, Any] = field(default_factory=dict)  # rubrictool.route: figures, choice, lines
+    pass_mark: str = ""  # the pass mark and the costs of pass/fail errors, in words
 
 
 def _ci(c: dict[str, float]) -> str:
@@ -117,6 +121,21 @@ def build_folds_report(run_dir: str | Path, *, curve: str | Path | None = None, 
     cm = np.zeros((G, G), dtype=np.int64)
     np.add.at(cm, (pooled["grade_true"].to_numpy() - rubric.grade.min, pooled["grade"].to_numpy() - rubric.grade.min), 1)
     r.images["confusion.png"] = figures.confusion_png(cm, grades)
+    from rubrictool.evaluate import folds_reliability, low_marks
+
+    r.low_marks = low_marks(pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy(), grades, rubric.pass_mark,
+                            n_boot, seed)
+    r.reliability = folds_reliability(summary)
+    r.route = summary.get("route") or _route(pooled, rubric, summary, fold0.table, n_boot, seed)
+    gain = audit_gain(path)
+    if r.route and gain is not None:  # an audit of the run or of its folds since training: the route reads it too
+        from rubrictool.route import choose_route, route_lines
+
+        figs = dict(r.route["figures"]) | {"audit_gain": gain}
+        r.route = {"figures": figs, "choice": choose_route(figs), "lines": route_lines(figs)}
+    costs = rubric.costs
+    r.pass_mark = (f"pass mark {rubric.pass_mark} ({'the rubric states it' if rubric.grade.pass_mark is not None else 'the scale’s midpoint: the rubric states none'}); "
+                   f"cost of a failing answer passed {costs.fail_passed:g}, of a passing answer failed {costs.pass_failed:g}")
     r.verdict = folds_verdict(r, grades, sorted({int(g) for g in pooled["grade"]}))
     if curve is not None:
         _curve(r, curve, pooled, summary)
@@ -130,12 +149,45 @@ def build_folds_report(run_dir: str | Path, *, curve: str | Path | None = None, 
     return r
 
 
+def audit_gain(run: Path) -> float | None:
+    """The largest mean grade shift a pasted reference answer (``append_reference``) gains in any audit of the k-fold
+    run or of its folds (``audit/audit.json``, as `rubrictool audit` writes it by default); None without one."""
+    gains = []
+    for doc in [run / "audit" / "audit.json", *sorted(run.glob("fold-*/audit/audit.json"))]:
+        try:
+            rows = json.loads(doc.read_text()).get("transformations") or []
+        except (OSError, ValueError, AttributeError):
+            continue
+        gains += [float(t["mean_grade_shift"]) for t in rows
+                  if isinstance(t, dict) and t.get("transformation") == "append_reference" and "mean_grade_shift" in t]
+    return max(gains) if gains else None
+
+
+def _route(pooled: pd.DataFrame, rubric: Any, summary: dict[str, Any], table: pd.DataFrame | None, n_boot: int,
+           seed: int) -> dict[str, Any]:
+    """The route for a k-fold run written before folds.json kept it: the α the folds recorded stand in for
+    agreement.json."""
+    from rubrictool.route import choose_route, route_figures, route_lines
+
+    if "plm" in str(summary.get("variant")):
+        return {}
+    score = summary.get("score_reliability") or summary.get("reliability") or {}
+    labels = summary.get("labels") or {}
+    agreement = {"label_source": labels.get("source") if labels.get("source") in ("llm", "human", "model") else None,
+                 "concepts": {k: {"alpha": a} for k, a in zip(score.get("concepts") or [], score.get("alpha") or [])}}
+    figs = route_figures(pooled, rubric, table=table, agreement=agreement, labels=labels, n_boot=n_boot, seed=seed)
+    return {"figures": figs, "choice": choose_route(figs), "lines": route_lines(figs)}
+
+
 def folds_verdict(r: FoldsReport, grades: list[int], predicted: list[int]) -> list[str]:
     """Short sentences drawn from the pooled intervals: constant folds, grades never given, the majority class, the
     points grader (recommended only when the paired CI of its lead excludes 0), the oracle concepts."""
+    from rubrictool.evaluate import low_marks_lines
     from rubrictool.points import points_ahead
 
-    out = []
+    out = list((r.route or {}).get("lines") or [])
+    if r.low_marks:
+        out.append(low_marks_lines(r.low_marks)[2])
     row = {t["metric"]: t for t in r.table}
     constant = [f for f in r.per_fold if f["constant"]]
     if len(predicted) == 1:
@@ -161,7 +213,8 @@ def folds_verdict(r: FoldsReport, grades: list[int], predicted: list[int]) -> li
                                               {"diff": -vs["diff"], "lo": -vs["hi"], "hi": -vs["lo"]}}},
                              q["model"]["value"])
         if ahead:
-            out.append(ahead)
+            if not r.route:  # the route (above) decides where it was measured
+                out.append(ahead)
         elif vs["lo"] > 0:
             out.append(f"It grades better than the points grader on the adjudicated levels: QWK {vs['diff']:+.3f}, "
                        f"paired 95 % CI [{vs['lo']:+.3f}, {vs['hi']:+.3f}].")
@@ -260,7 +313,8 @@ def render_folds_html(r: FoldsReport) -> str:
 def _intro(r: FoldsReport) -> list[str]:
     return [(f"{r.folds} folds, {r.n} answers pooled: every answer was tested once, by the one fold that did not "
             "train on it."),
-            f"Trained: {r.training}.", f"Labels: {r.labels or 'unknown (the run does not record who made them)'}."]
+            f"Trained: {r.training}.", f"Labels: {r.labels or 'unknown (the run does not record who made them)'}.",
+            *([f"The course's {r.pass_mark}."] if r.pass_mark else [])]
 
 
 def _blocks(r: FoldsReport) -> list[tuple[str, list[str], list[str], list[list[str]]]]:
@@ -276,7 +330,7 @@ def _blocks(r: FoldsReport) -> list[tuple[str, list[str], list[str], list[list[s
     if "points" in r.baselines:
         about.append("Points grader: a grade from the adjudicated concept levels alone — the rubric's own points, or "
                      "points fitted on each fold's training answers (as `rubric fit-points` fits them) — what grading "
-                     "from the LLM panel's levels gives.")
+                     "from the table's levels gives (who set them: Labels, above).")
     if "oracle_concepts" in r.baselines:
         about.append("Oracle concepts: a logistic regression from the adjudicated levels to the grade, fitted on each "
                      "fold's training answers: the ceiling of the concept bottleneck.")
@@ -297,6 +351,20 @@ def _blocks(r: FoldsReport) -> list[tuple[str, list[str], list[str], list[list[s
               f"{sizes[0] if len(sizes) == 1 else f'{sizes[0]}–{sizes[-1]}'} test answers: read the pooled table "
               "above for the run.")]
     blocks.append(("Per fold", fparas, fhead, frows))
+    if r.low_marks:
+        from rubrictool.evaluate import low_marks_lines
+
+        lhead, lrows, text = low_marks_lines(r.low_marks)
+        blocks.append(("Low marks", [text, f"The course's {r.pass_mark} (rubric YAML, grade.pass_mark and grade.costs)."],
+                       lhead, lrows))
+    if len(r.reliability):
+        from rubrictool.evaluate import SIGMA2_MEANING, reliability_rows
+
+        rhead, rrows = reliability_rows(r.reliability)
+        about_rel = ("α: the reviewers' agreement on each concept (Krippendorff, 95 % bootstrap CI); σ² and σ²(implied): "
+                     "the noise LCEC learned, averaged over the folds; test C-Acc and test reliability: on every pooled "
+                     "answer.")
+        blocks.append(("Reliability: raters' α beside the model's noise", [about_rel, SIGMA2_MEANING], rhead, rrows))
     if r.curve.get("lines"):
         blocks.append(("On the learning curve", [*r.curve["lines"], f"Curve: {r.curve['curve']}"], [], []))
     return blocks
@@ -321,6 +389,7 @@ def write_folds_report(r: FoldsReport, out: str | Path) -> dict[str, Path]:
     (d / "report.json").write_text(json.dumps({"kfold": True, "n": r.n, "folds": r.folds, "table": r.table,
                                                "per_fold": r.per_fold, "verdict": r.verdict, "warnings": r.warnings,
                                                "training": r.training, "labels": r.labels,
+                                               "low_marks": r.low_marks, "route": r.route,
                                                "learning_curve": {k: v for k, v in r.curve.items() if k != "lines"} or None,
                                                "unavailable": r.unavailable}, indent=1, default=float) + "\n")
     for name in ("pooled_metrics.csv", "per_fold.csv", "report.html", "report.md", "report.json"):

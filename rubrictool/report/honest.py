@@ -32,12 +32,14 @@ def verdict(
     *, grades: list[int], predicted: list[int], honest: dict[str, Any], concepts: pd.DataFrame,
     correlations: dict[str, dict[str, float] | None], lcec: dict[str, Any] | None,
     points: dict[str, Any] | None = None, qwk: float | None = None, fold: dict[str, Any] | None = None,
+    levels: dict[str, int] | None = None,
 ) -> list[str]:
     """Short sentences drawn from the page's numbers. grades: the rubric's grade scale; predicted: the grades the
     model gave on the test split; honest: :func:`rubrictool.evaluate.honest_metrics` in rubric grades;
     concepts: the page's concept table (alpha, test_reliability); correlations: name -> ρ with its CI;
     points: the points grader beside the run (metrics.json ``points``); qwk: the model's test QWK; fold: the run is
-    one fold of a k-fold run (:func:`rubrictool.kfold.fold_context`), whose pooled page is the one to read."""
+    one fold of a k-fold run (:func:`rubrictool.kfold.fold_context`), whose pooled page is the one to read; levels:
+    who set the levels it trained on (run.json ``labels.levels``: levels per source)."""
     out = []
     never = [g for g in grades if g not in set(predicted)]
     n = honest.get("n_test", "")
@@ -54,7 +56,10 @@ def verdict(
                    f"[{vs['lo']:+.3f}, {vs['hi']:+.3f}].")
     if "alpha" in concepts:
         low = concepts.loc[concepts["alpha"].astype(float) < LOW_ALPHA, "concept"].tolist()
-        if low:
+        if low and levels and set(levels) == {"resolution"}:
+            out.append(f"The reviewers do not agree on {_names(low)} (α below {LOW_ALPHA}); a teacher's resolution set "
+                       "every level this run trained on, so the levels are the teacher's, not the reviewers'.")
+        elif low:
             these = "these concepts'" if len(low) > 1 else "its"
             out.append(f"Reviewers do not agree on {_names(low)} (α below {LOW_ALPHA}): treat {these} levels as "
                        "tentative.")
@@ -74,7 +79,12 @@ def verdict(
         out.append(f"With {n} test answers these numbers cannot tell this model from another: "
                    "train with --folds 5 to test every answer once.")
     ahead = points_ahead(points, qwk)
-    if ahead:
+    low_alpha = (concepts.loc[concepts["alpha"].astype(float) < LOW_ALPHA, "concept"].tolist()
+                 if "alpha" in concepts else [])
+    if ahead and low_alpha:  # the levels it would grade from are not reliable: never the route (rubrictool.route)
+        out.append(f"A points table on the adjudicated levels scores higher on these test answers, but the levels it "
+                   f"would grade new answers from have α below {LOW_ALPHA} on {_names(low_alpha)}: not recommended.")
+    elif ahead:
         out.append(ahead)
     if lcec and lcec.get("inert"):
         out.append(f"LCEC is inert in this run ({lcec['reason']}), so its learned links are not shown.")

@@ -52,7 +52,8 @@ def render_markdown(r: Report) -> str:
     for w in r.warnings:
         L += [f"**Warning:** {md_inline(w['message'])}", ""]
     L += [md_quote(n) for n in r.notes] + [""] if r.notes else []
-    L += _grade_lines(r) + _agreement_and_concept_lines(r) + _figure_lcec_trace_lines(r) + _provenance_lines(r)
+    L += (_grade_lines(r) + _low_marks_lines(r) + _agreement_and_concept_lines(r) + _figure_lcec_trace_lines(r)
+          + _provenance_lines(r))
     return "\n".join(L)
 
 
@@ -90,6 +91,16 @@ def _grade_lines(r: Report) -> list[str]:
     return L
 
 
+def _low_marks_lines(r: Report) -> list[str]:
+    """Per true mark the test answers' mean predicted mark and error, and the failing answers given a pass mark."""
+    if not r.low_marks_table:
+        return []
+    head, rows, text = r.low_marks_table
+    return ["", "## Low marks", "", f"**{md_inline(text)}**", "",
+            md_inline(f"The course's {r.pass_mark} (rubric YAML: grade.pass_mark, grade.costs)."), "",
+            "| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(row) + " |" for row in rows)]
+
+
 def _agreement_and_concept_lines(r: Report) -> list[str]:
     """Machine–human agreement, the concept table and its Spearman correlations."""
     L: list[str] = []
@@ -106,6 +117,7 @@ def _agreement_and_concept_lines(r: Report) -> list[str]:
         L += _md_table(r.concepts, cols + ([("test_reliability", "test reliability")]
                                            if "test_reliability" in r.concepts else []))
         sci, share = r.spearman_ci, r.noise_share
+        L += ["", md_inline(r.sigma2_meaning)] if r.sigma2_meaning else []
         L += ["", f"Spearman ρ(σ², 1 − α) = {'—' if r.spearman is None else format(r.spearman, '.3f')}"
               + (f" ({_ci_words(sci)})" if sci else "")
               + _spans(sci)]

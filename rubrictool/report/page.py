@@ -77,6 +77,10 @@ class Report:
     curve: dict[str, Any] = field(default_factory=dict)  # where the run's size sits on a learning curve (--curve)
     fold: dict[str, Any] | None = None  # the run is one fold of a k-fold run (rubrictool.kfold.fold_context)
     points: dict[str, Any] = field(default_factory=dict)  # the points grader beside the majority class (metrics.json)
+    low_marks: dict[str, Any] = field(default_factory=dict)  # per true mark, failing answers (rubrictool.evaluate.low_marks)
+    low_marks_table: tuple[list[str], list[list[str]], str] | None = None  # low_marks in words (evaluate.low_marks_lines)
+    pass_mark: str = ""  # the course's pass mark and error costs, in words
+    sigma2_meaning: str = ""  # what σ² measures on this project's data (evaluate.SIGMA2_MEANING)
     unavailable: list[str] = field(default_factory=list)  # one line per section a run cannot show
     notes: list[str] = field(default_factory=list)
     images: dict[str, bytes] = field(default_factory=dict)
@@ -126,6 +130,7 @@ def build_report(
                        "(was the model or the table changed after training?)")
     r.grade_levels = G
     r.points = dict(run.metrics.get("points") or {})
+    _low_marks_section(r, run, gold, pred)
     _honest_section(r, run, gold, preds.grade_probs)
     r.fold = fold_context(run.path)
     if r.fold:  # a fold's few test answers: the pooled page is the one to read, not "train with --folds 5"
@@ -167,6 +172,20 @@ def build_report(
     say("diagnosing the rubric")
     _diagnosis_section(r, run, reviews, partial)
     return r
+
+
+def _low_marks_section(r: Report, run: Run, gold: NDArray[Any], pred: NDArray[Any]) -> None:
+    """Per true mark the test answers' mean predicted mark and error with CIs, and the failing answers given a pass
+    mark, under the pass mark the run's rubric states (or its midpoint)."""
+    from rubrictool.evaluate import SIGMA2_MEANING, low_marks, low_marks_lines
+
+    rb, g0 = run.rubric, run.grade_min
+    r.low_marks = low_marks(gold + g0, pred + g0, list(range(g0, g0 + r.grade_levels)), rb.pass_mark)
+    r.low_marks_table = low_marks_lines(r.low_marks)
+    stated = "the rubric states it" if rb.grade.pass_mark is not None else "the scale's midpoint: the rubric states none"
+    r.pass_mark = (f"pass mark {rb.pass_mark} ({stated}); cost of a failing answer passed {rb.costs.fail_passed:g}, "
+                   f"of a passing answer failed {rb.costs.pass_failed:g}")
+    r.sigma2_meaning = SIGMA2_MEANING
 
 
 def _honest_section(r: Report, run: Run, gold: NDArray[Any], probs: NDArray[Any]) -> None:
@@ -303,9 +322,10 @@ def _verdict(r: Report, run: Run, predicted: NDArray[Any]) -> list[str]:
         "ρ(σ², 1 − α)": r.spearman_ci, "ρ(σ²(implied), σ̂²)": r.implied.get("implied_vs_measured"),
         "ρ(σ²(implied), 1 − α)": r.implied.get("implied_vs_1_minus_alpha"), "ρ(1 − test reliability, 1 − α)": r.noise_share}
     grades = list(range(run.grade_min, run.grade_min + r.grade_levels))
-    return verdict(grades=grades, predicted=sorted({int(g) for g in predicted}), honest=r.honest,
+    low = [r.low_marks_table[2]] if r.low_marks_table else []
+    return low + verdict(grades=grades, predicted=sorted({int(g) for g in predicted}), honest=r.honest,
                    concepts=r.concepts, correlations=correlations, lcec=r.lcec, points=r.points,
-                   qwk=r.metrics.get("qwk"), fold=r.fold)
+                   qwk=r.metrics.get("qwk"), fold=r.fold, levels=(run.labels or {}).get("levels"))
 
 
 def _graders(test: pd.DataFrame) -> list[str]:
@@ -565,7 +585,8 @@ def write_report(r: Report, out: str | Path) -> dict[str, Path]:
                               "warnings": r.warnings, "calibration": r.calibration,
                               "honest": {k: v for k, v in r.honest.items() if k != "warnings"},
                               "implied_noise": r.implied, "lcec": {k: v for k, v in r.lcec.items() if k != "links"},
-                              "learning_curve": r.curve or None}, indent=1, default=float) + "\n"
+                              "learning_curve": r.curve or None, "low_marks": r.low_marks,
+                              "pass_mark": r.pass_mark}, indent=1, default=float) + "\n"
     from rubrictool.report.markdown import render_markdown
 
     files += [("report.html", render_html(r).encode("utf-8")), ("report.md", render_markdown(r).encode("utf-8")),

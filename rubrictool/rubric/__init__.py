@@ -26,12 +26,14 @@ from rubrictool.rubric.load import (
     validate_rubric_files,
 )
 from rubrictool.rubric.scaffold import new_rubric_file, scaffold_rubric, write_scaffold
-from rubrictool.rubric.schema import Concept, Example, Grading, Level, Rubric, Scale
+from rubrictool.rubric.schema import Concept, Costs, Example, GradeScale, Grading, Level, Rubric, Scale
 
 __all__ = [
     "BUNDLED_DIR",
     "Concept",
+    "Costs",
     "Example",
+    "GradeScale",
     "Grading",
     "Level",
     "LintWarning",

@@ -6,14 +6,24 @@ import itertools
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from rubrictool.errors import RubricError
 
 __all__ = [
     "KEY_PATTERN",
     "Concept",
+    "Costs",
     "Example",
+    "GradeScale",
     "Grading",
     "Level",
     "Rubric",
@@ -121,6 +131,41 @@ class Scale(_Strict):
         return self.max - self.min + 1
 
 
+class Costs(_Strict):
+    """What each kind of wrong pass/fail decision costs the course (relative numbers, both above 0): a failing answer
+    given a pass mark (``fail_passed``) and a passing answer given a failing mark (``pass_failed``)."""
+
+    fail_passed: float = Field(default=1.0, gt=0)
+    pass_failed: float = Field(default=1.0, gt=0)
+
+
+class GradeScale(Scale):
+    """The holistic grade scale, with the course's pass mark (the least passing mark; default: the scale's midpoint,
+    rounded up, so failing is below the midpoint) and the cost of each kind of pass/fail error."""
+
+    pass_mark: int | None = None
+    costs: Costs | None = None
+
+    @field_validator("pass_mark")
+    @classmethod
+    def _pass_mark_inside(cls, v: int | None, info: ValidationInfo) -> int | None:
+        lo, hi = info.data.get("min"), info.data.get("max")
+        if v is not None and isinstance(lo, int) and isinstance(hi, int) and not lo < v <= hi:
+            raise ValueError(f"pass_mark {v} is outside the grades {lo + 1}..{hi} that can pass (a pass mark of {lo} "
+                             f"would pass every answer); set it to the least mark that passes, e.g. {-(-(lo + hi) // 2)}")
+        return v
+
+    @property
+    def passing(self) -> int:
+        """The least passing mark: ``pass_mark``, else the midpoint of the scale rounded up."""
+        return self.pass_mark if self.pass_mark is not None else -(-(self.min + self.max) // 2)
+
+    @property
+    def error_costs(self) -> Costs:
+        """The stated costs, else 1 and 1 (both errors alike)."""
+        return self.costs or Costs()
+
+
 class Grading(_Strict):
     """How the levels' points make the grade (only with ``points:`` on every level).
 
@@ -191,7 +236,7 @@ class Rubric(_Strict):
         description="The benchmark's input fields (question/response/reference/context) and what each holds"
     )
     scale: Scale = Field(description="ordinal concept levels shared by every concept")
-    grade: Scale = Field(description="the holistic grade scale")
+    grade: GradeScale = Field(description="the holistic grade scale, its pass mark and the costs of pass/fail errors")
     concepts: list[Concept] = Field(min_length=1)
     grading: Grading | None = Field(default=None, description="how levels' points make the grade (analytic rubrics)")
     _source_file: str | None = PrivateAttr(default=None)
@@ -268,6 +313,16 @@ class Rubric(_Strict):
     def M(self) -> int:
         """Maximum ordinal concept level after shifting levels to 0..M (the paper's M)."""
         return self.scale.max - self.scale.min
+
+    @property
+    def pass_mark(self) -> int:
+        """The least passing grade (``grade.pass_mark``; default the grade scale's midpoint rounded up)."""
+        return self.grade.passing
+
+    @property
+    def costs(self) -> Costs:
+        """The cost of a failing answer passed and of a passing answer failed (``grade.costs``; default 1 and 1)."""
+        return self.grade.error_costs
 
     @property
     def S(self) -> int:

@@ -17,14 +17,19 @@ import reccbm
 from rubrictool.data import kfold_splits, save_split
 from rubrictool.errors import DataError, TrainError
 from rubrictool.evaluate import (
+    SIGMA2_MEANING,
     concept_alpha,
     expected_calibration_error,
+    folds_reliability,
     honest_metrics,
     implied_noise_rhos,
+    low_marks,
+    low_marks_lines,
     majority_baseline,
     noise_share_rho,
     oracle_concept_baseline,
     pooled_metrics,
+    reliability_rows,
     spearman_with_ci,
 )
 from rubrictool.io import atomic_write_text, read_table, write_table
@@ -82,6 +87,7 @@ def train_folds(
     if isinstance(agreement, (str, Path)):
         agreement = read_agreement(Path(agreement))
     run = Path(run_dir)
+    progress = _once(progress)  # each fold encodes the same table: its truncation warning is said once per run
     splits = kfold_splits(prepare_table(table, rb, need_concepts=False), k=folds, seed=fold_seed, by=by)
     rs = resolve_training(rb, variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides, preset=preset,
                           seeds=seeds)
@@ -115,12 +121,40 @@ def train_folds(
     pooled, has_c = _pooled_predictions(rb, table, run, splits, plm="plm" in results[0]["variant"])
     write_table(pooled, run / "pooled_predictions.csv")  # atomic: what `compare` reads as a finished k-fold run
     summary = _folds_summary(rb, run, results, pooled, has_c, agreement, notes, fold_seed, by)
+    summary["route"] = _route(rb, pooled, table, agreement, summary)
     atomic_write_text(run / "folds.md", folds_markdown(summary))
     atomic_write_text(run / "folds.json", json.dumps(summary, indent=2, default=float) + "\n")  # last: ablate's "done"
     fold0 = run / "fold-0"
     rel = pd.read_csv(fold0 / "reliability.csv") if (fold0 / "reliability.csv").is_file() else pd.DataFrame()
     return TrainResult(run, summary["variant"], _folds_metrics(summary, results, len(pooled)), rel,
                        results[0].get("spearman_sigma2_vs_1_minus_alpha"), list(notes or []))
+
+
+def _once(progress: ProgressFn | None) -> ProgressFn | None:
+    """``progress`` passing each distinct warning once (the folds train on one table and warn alike)."""
+    if progress is None:
+        return None
+    seen: set[str] = set()
+    inner: ProgressFn = progress
+
+    def report(p: Progress) -> None:
+        if p.kind == "warning":
+            if p.info in seen:
+                return
+            seen.add(p.info)
+        inner(p)
+    return report
+
+
+def _route(rb: Rubric, pooled: pd.DataFrame, table: pd.DataFrame, agreement: dict[str, Any] | None,
+           summary: dict[str, Any]) -> dict[str, Any]:
+    """folds.json ``route``: each route's figures (:func:`rubrictool.route.route_figures`) and the verdict in words."""
+    from rubrictool.route import choose_route, route_figures, route_lines
+
+    if "plm" in summary["variant"]:
+        return {}
+    figs = route_figures(pooled, rb, table=table, agreement=agreement, labels=summary.get("labels"))
+    return {"figures": figs, "choice": choose_route(figs), "lines": route_lines(figs)}
 
 
 def _save_fold_splits(run: Path, splits: list[dict[str, list[str]]], fold_seed: int, by: str | None) -> None:
@@ -196,6 +230,12 @@ def _folds_summary(rb: Rubric, run: Path, results: list[dict[str, Any]], pooled:
                             y_majority=pooled["majority"].to_numpy())
     summary |= {k: honest[k] for k in ("majority", "ci", "vs_majority", "top_grade", "top_share")}
     summary["warnings"] = [w for w in honest["warnings"] if w["code"] != "small_test"]  # every answer was tested
+    cut = [n for n in results[0].get("notes") or [] if "were truncated" in str(n)]  # every fold encodes the same table
+    summary["warnings"] += [{"code": "truncated", "message": str(cut[0])}] if cut else []
+    summary["low_marks"] = low_marks(pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy(), rb.grade.values,
+                                     rb.pass_mark)
+    summary["pass_mark"] = {"pass_mark": rb.pass_mark, "costs": rb.costs.model_dump(),
+                            "stated": rb.grade.pass_mark is not None}
     cal = expected_calibration_error(pooled["grade_prob"], pooled["grade"] == pooled["grade_true"])
     ns = [r.get("n_test") for r in results]
     nlls = [(r.get("calibration") or {}).get("nll") for r in results]
@@ -230,6 +270,9 @@ def _add_reliability(summary: dict[str, Any], rb: Rubric, run: Path, pooled: pd.
                                                  pooled[[f"{k}_true" for k in keys]].to_numpy(float) - rb.scale.min, rb.M)
         alpha = [concept_alpha(agreement, k)[0] for k in keys]
         summary["score_reliability"] = {"concepts": keys, "alpha": alpha, **score,
+                                        "alpha_ci": [list(concept_alpha(agreement, k)[1:]) for k in keys],
+                                        "c_acc": [float((pooled[f"{k}_level"] == pooled[f"{k}_true"]).mean())
+                                                  if f"{k}_level" in pooled else float("nan") for k in keys],
                                         "spearman_noise_share": noise_share_rho(score["reliability"], alpha)}
         if "reliability" in summary and all("sigma2_implied" in f for f in frames):
             implied = np.mean([f["sigma2_implied"].to_numpy(float) for f in frames], axis=0)  # (K,) mean over folds
@@ -246,6 +289,7 @@ def _folds_metrics(summary: dict[str, Any], results: list[dict[str, Any]], n_ite
                "folds": summary, "seeds": results[0]["seeds"],
                "spearman_noise_share": summary.get("score_reliability", {}).get("spearman_noise_share"),
                "n_test": n_items, "warnings": summary["warnings"], "labels": summary["labels"],
+               "low_marks": summary["low_marks"], "route": summary.get("route") or {},
                **{k: summary[k] for k in ("majority", "ci", "vs_majority", "calibration")}}
     metrics["summary"] |= {f"{s}_seconds": float(np.mean([r["summary"].get(f"{s}_seconds", 0.0) for r in results]))
                            for s in ("stage1", "joint", "stage2", "train")}
@@ -285,5 +329,34 @@ def folds_markdown(summary: dict[str, Any]) -> str:
                   f"{cal.get('ece', float('nan')):.3f} ({cal.get('ece_bins', '')})"
                   + (f", NLL {cal['nll']:.3f}" if cal.get("nll") is not None else ""), ""]
         honest += [f"**Warning:** {w['message']}" for w in summary.get("warnings", [])] + [""]
-    return "\n".join([f"# {title}", "", *honest, head, sep, *rows, "", "Per fold:", "", head, sep, *folds, ""]
+    return "\n".join([f"# {title}", "", *honest, *_route_md(summary), head, sep, *rows, "", "Per fold:", "", head, sep,
+                      *folds, "", *_low_marks_md(summary), *_reliability_md(summary)]
                      + [f"> {n}" for n in summary["notes"]]) + "\n"
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows), ""]
+
+
+def _route_md(summary: dict[str, Any]) -> list[str]:
+    """The verdict: the route this course's figures support and the figure that decided (folds.json ``route``)."""
+    lines = (summary.get("route") or {}).get("lines") or []
+    return ["## Verdict", "", *(f"- {line}" for line in lines), ""] if lines else []
+
+
+def _low_marks_md(summary: dict[str, Any]) -> list[str]:
+    """Per true mark the pooled answers' mean predicted mark and error, and the failing answers given a pass mark."""
+    lm = summary.get("low_marks")
+    if not lm:
+        return []
+    head, rows, text = low_marks_lines(lm)
+    return ["## Low marks", "", f"**{text}**", "", *_md_table(head, rows)]
+
+
+def _reliability_md(summary: dict[str, Any]) -> list[str]:
+    """The reliability table (α, σ², σ²(implied), C-Acc, test reliability) and what σ² measures."""
+    df = folds_reliability(summary)
+    if not len(df):
+        return []
+    head, rows = reliability_rows(df)
+    return ["## Reliability", "", *_md_table(head, rows), SIGMA2_MEANING, ""]

@@ -36,6 +36,7 @@ from rubrictool.evaluate import (
     honest_metrics,
     implied_noise_rhos,
     lcec_state,
+    low_marks,
     noise_share_rho,
     paired_bootstrap,
     reliability_markdown,
@@ -249,7 +250,7 @@ def train_model(
             save_split({k: list(v) for k, v in split.items()}, stage / "split.json")
             (stage / "config.yaml").write_text(yaml.safe_dump(rs.config, sort_keys=False, allow_unicode=True))
         spec = RunSpec(run, stage, is_main, rb, df, pos, rs, range(first_seed, first_seed + seeds), agreement,
-                       [*(notes or []), *_auto_notes(rs)], label_source(table, agreement, labels),
+                       [*(notes or []), *_auto_notes(rs)], label_source(table, agreement, labels, rb.keys),
                        Path(shared_weights) if shared_weights is not None else None)
         result = _train_into(spec, progress)
         if is_main:
@@ -425,6 +426,8 @@ def _run_metrics(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], infos: lis
     honest = honest_metrics(y_test, preds.grades, np.asarray(sets["train"].grades), grade_min=rb.grade.min)
     metrics |= {k: honest[k] for k in ("n_test", "majority", "ci", "vs_majority", "top_grade", "top_share")}
     metrics["calibration"] = calibration(preds.grade_probs, y_test)
+    metrics["low_marks"] = low_marks(y_test + rb.grade.min, np.asarray(preds.grades) + rb.grade.min, rb.grade.values,
+                                     rb.pass_mark)
     metrics["warnings"] = honest["warnings"]
     if sets["test"].concepts is not None and sets["train"].concepts is not None:
         metrics["points"] = points_baselines(rb, sets, None if rs.plm else preds.levels, preds.grades)

@@ -1,0 +1,189 @@
+"""Which route this course's own numbers support: the trained grader, points on the LLM panel's levels, points on
+levels people set, or marking by hand.
+
+:func:`route_figures` measures each route on the pooled answers of a k-fold run (every answer tested once):
+
+* the trained grader — its pooled QWK with a 95 % bootstrap CI beside the majority class's QWK;
+* points on the levels a route would actually grade from, each table fitted on the other folds' answers
+  (:func:`rubrictool.kfold.points_column`): the panel's own levels (the majority of the panel's votes, from the
+  table's ``votes_<KEY>`` columns, or the table's levels when the panel set them all) and the levels people set
+  (reviewers or a teacher's resolutions, when they set the table's);
+* for each, the low marks (:func:`rubrictool.evaluate.low_marks`) and the α of the levels it reads.
+
+:func:`choose_route` applies one rule and says which figure decided: a route is never recommended when its QWK CI
+reaches the majority class's QWK, or when the levels it reads have α below :data:`ALPHA_MIN` on any concept; among
+the rest the highest QWK wins; and "do not auto-grade" replaces a route whose failing answers are graded a mark or
+more too high on average (or when the audit shows a pasted reference gaining a mark or more).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rubrictool.evaluate import INFLATED, low_marks
+from rubrictool.rubric import Rubric
+
+__all__ = ["ALPHA_MIN", "ROUTES", "choose_route", "panel_levels", "route_figures", "route_lines"]
+
+ALPHA_MIN = 0.67  # Krippendorff's lowest α for tentative conclusions: levels below it are not graded from
+ROUTES = {
+    "grader": "grade with the trained grader (`rubrictool grade --run`)",
+    "points_panel": ("points on the LLM panel's levels (annotate and adjudicate each new answer, then "
+                     "`rubrictool rubric points`)"),
+    "points_reviewed": ("points on levels people set (reviewers or the teacher set each new answer's levels, then "
+                        "`rubrictool rubric points`)"),
+    "hand": "mark by hand",
+}
+
+NAMES = {"grader": "the trained grader", "points_panel": "points on the panel's levels",
+         "points_reviewed": "points on levels people set"}
+
+
+def panel_levels(table: pd.DataFrame, rubric: Rubric) -> pd.DataFrame | None:
+    """Per answer the panel's own level of each concept (the most common vote, ties to the lower level) from the
+    table's ``votes_<KEY>`` columns; None when the table has no votes of every concept."""
+    from rubrictool.votes import VOTES_PREFIX
+
+    cols = [f"{VOTES_PREFIX}{k}" for k in rubric.keys]
+    if not all(c in table.columns for c in cols):
+        return None
+
+    def vote(cell: Any) -> float:
+        votes = [int(float(v)) for v in str(cell).split()] if isinstance(cell, str) and cell.strip() else []
+        if not votes:
+            return math.nan
+        counts = Counter(votes)
+        top = max(counts.values())
+        return float(min(v for v, n in counts.items() if n == top))
+
+    out = pd.DataFrame({"id": table["id"].astype(str)})
+    for k, c in zip(rubric.keys, cols):
+        out[k] = table[c].map(vote)
+    return out
+
+
+def _ci(t: Any, p: Any, n_boot: int, seed: int) -> dict[str, float]:
+    from rubrictool.kfold import bootstrap_ci
+
+    return bootstrap_ci(t, p, "qwk", n_boot, seed)
+
+
+def _route(pooled: pd.DataFrame, grades: Any, rubric: Rubric, alpha: dict[str, Any],
+           levels_by: str, n_boot: int, seed: int) -> dict[str, Any]:
+    t, p = pooled["grade_true"].to_numpy(), np.asarray(grades)
+    lm = low_marks(t, p, rubric.grade.values, rubric.pass_mark, n_boot, seed)
+    return {"qwk": _ci(t, p, n_boot, seed), "alpha": alpha, "levels_by": levels_by, "failing": lm["failing"],
+            "n": len(t)}
+
+
+def route_figures(pooled: pd.DataFrame, rubric: Rubric, *, table: pd.DataFrame | None = None,
+                  agreement: dict[str, Any] | None = None, labels: dict[str, Any] | None = None,
+                  audit_gain: float | None = None, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Each route's figures on the pooled answers (see the module docstring). ``pooled``: pooled_predictions.csv
+    (``id, fold, grade_true, grade, majority`` and ``<KEY>_true``); ``table``: the training table (its panel votes);
+    ``agreement``: agreement.json (the reviewers' α per concept and who they were); ``labels``: the run's label
+    source (who set each level, :func:`rubrictool.runs.label_source`); ``audit_gain``: the mark a pasted reference
+    gains in the behavioural audit, when it was run."""
+    from rubrictool.kfold import points_column
+
+    t = pooled["grade_true"].to_numpy()
+    maj = pooled["majority"].to_numpy() if "majority" in pooled else np.full(len(t), np.bincount(t - t.min()).argmax()
+                                                                              + t.min())
+    conc = (agreement or {}).get("concepts") or {}
+    reviewers_alpha = {k: (conc.get(k) or {}).get("alpha") for k in rubric.keys}
+    reviewers = str((agreement or {}).get("label_source") or "")
+    levels = (labels or {}).get("levels") or {}
+    set_by = next(iter(levels)) if len(levels) == 1 else ("mixed" if levels else reviewers or "unknown")
+    out: dict[str, Any] = {"majority_qwk": _ci(t, maj, n_boot, seed)["value"], "pass_mark": rubric.pass_mark,
+                           "audit_gain": audit_gain, "levels_set_by": set_by, "reviewers": reviewers or None,
+                           "grader": _route(pooled, pooled["grade"], rubric, {}, "—", n_boot, seed)}
+    table_points = points_column(pooled, rubric)
+    if table_points is not None and set_by in ("human", "resolution"):
+        alpha = reviewers_alpha if set_by == "human" else {k: None for k in rubric.keys}
+        out["points_reviewed"] = _route(pooled, table_points, rubric, alpha, set_by, n_boot, seed)
+    panel = None
+    if set_by == "llm" and table_points is not None:  # the table's levels are the panel's
+        panel = table_points
+    elif reviewers == "llm" and table is not None:  # the panel's votes beside levels someone else set
+        lv = panel_levels(table, rubric)
+        if lv is not None:
+            lv = lv.set_index("id").reindex(pooled["id"].astype(str))
+            if not lv.isna().any().any():
+                swapped = pooled.copy()
+                for k in rubric.keys:
+                    swapped[f"{k}_true"] = lv[k].to_numpy(np.int64)
+                panel = points_column(swapped, rubric)
+    if panel is not None:
+        out["points_panel"] = _route(pooled, panel, rubric, reviewers_alpha, "llm", n_boot, seed)
+    return out
+
+
+def _qwk(c: dict[str, float]) -> str:
+    return f"QWK {c['value']:.3f} [95 % CI {c['lo']:.3f}, {c['hi']:.3f}]"
+
+
+def _low_alpha(alpha: dict[str, float | None]) -> list[tuple[str, float]]:
+    return [(k, float(a)) for k, a in alpha.items() if a is not None and not math.isnan(float(a)) and float(a) < ALPHA_MIN]
+
+
+def choose_route(figs: dict[str, Any]) -> dict[str, Any]:
+    """The route the figures support: {"route", "auto_grade", "decided_by", "why_not": {route: reason}}."""
+    maj = float(figs["majority_qwk"])
+    maj = 0.0 if math.isnan(maj) else maj  # a constant grade's QWK
+    why_not: dict[str, str] = {}
+    ok: list[tuple[float, str]] = []
+    inflated: list[str] = []
+    for key in ("grader", "points_panel", "points_reviewed"):
+        r = figs.get(key)
+        if r is None:
+            why_not[key] = "not measured on this course (no levels of that source beside the pooled answers)"
+            continue
+        q, low, f = r["qwk"], _low_alpha(r.get("alpha") or {}), r["failing"]
+        if not q["lo"] > maj:
+            why_not[key] = f"its {_qwk(q)} reaches the majority class's QWK {maj:.3f}"
+        elif low:
+            why_not[key] = ("the levels it reads have α below " + f"{ALPHA_MIN}: "
+                            + ", ".join(f"{k} {a:.2f}" for k, a in low))
+        elif f["inflated"]:
+            why_not[key] = (f"its failing answers are graded {f['mean_error']:+.2f} [{f['mean_error_lo']:+.2f}, "
+                            f"{f['mean_error_hi']:+.2f}] marks too high on average ({100 * f['passed']:.0f} % of them "
+                            "given a pass mark)")
+            inflated.append(key)
+        else:
+            ok.append((q["value"], key))
+    gain = figs.get("audit_gain")
+    if gain is not None and gain >= INFLATED:
+        return {"route": "hand", "auto_grade": False, "why_not": why_not,
+                "decided_by": f"the audit: a pasted reference answer gains {gain:+.2f} marks (a mark or more)"}
+    if ok:
+        _, best = max(ok)
+        others = [k for _, k in ok if k != best]
+        decided = f"the {_qwk(figs[best]['qwk'])} of {NAMES[best]}, above the majority class's {maj:.3f}"
+        if others:
+            decided += "; beside it " + ", ".join(f"{NAMES[k]}: {_qwk(figs[k]['qwk'])}" for k in others)
+        return {"route": best, "auto_grade": True, "why_not": why_not, "decided_by": decided}
+    if inflated:
+        return {"route": "hand", "auto_grade": False, "why_not": why_not,
+                "decided_by": "low marks inflated by a mark or more under " + ", ".join(NAMES[k] for k in inflated)}
+    return {"route": "hand", "auto_grade": False, "why_not": why_not,
+            "decided_by": "no route's figures pass the rule (QWK CI above the majority class's, levels with α ≥ "
+                          f"{ALPHA_MIN})"}
+
+
+def route_lines(figs: dict[str, Any]) -> list[str]:
+    """The verdict in words: the route, the figure that decided, and why each other route was not chosen."""
+    c = choose_route(figs)
+    if c["route"] == "hand":
+        head = "Route: do not auto-grade — mark by hand (use the grader and the points table as aids to check marks)."
+    else:
+        head = f"Route: {ROUTES[c['route']]}."
+    out = [head, f"Decided by: {c['decided_by']}."]
+    for k, why in c["why_not"].items():
+        if k != c["route"]:
+            out.append(f"Not {NAMES[k]}: {why}.")
+    return out
