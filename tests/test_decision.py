@@ -154,3 +154,23 @@ def test_a_bayes_rule_is_kept_in_model_json_and_read_back(tmp_path: Path, backbo
     assert meta["decision"]["rule"] == "bayes"
     assert model.decision is not None and model.decision.temperature == meta["decision"]["temperature"]
     assert np.asarray(model.decision.cost)[2, 3] == 1 + 4.0  # the course's cost of a failing answer passed, kept
+
+
+def test_the_rubrics_pass_mark_and_costs_set_the_decision_rules_unless_cfg_does(tmp_path: Path) -> None:
+    import yaml
+
+    from rubrictool.rubric import load_rubric
+    from rubrictool.train import resolve_training
+
+    from importlib.resources import files
+
+    doc = yaml.safe_load((files("rubrictool") / "rubrics" / "mohler.yaml").read_text())
+    plain = resolve_training(load_rubric("mohler")).recipe.stage2
+    assert (plain.decision_pass, plain.decision_fail_passed) == (-1, 2.0)  # a rubric that states neither
+    doc["grade"] = {"min": 0, "max": 5, "pass_mark": 4, "costs": {"fail_passed": 5, "pass_failed": 0.5}}
+    path = tmp_path / "course.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    s2 = resolve_training(str(path)).recipe.stage2
+    assert (s2.decision_pass, s2.decision_fail_passed, s2.decision_pass_failed) == (4, 5.0, 0.5)
+    s2 = resolve_training(str(path), overrides={"stage2": {"decision_fail_passed": 9.0}}).recipe.stage2
+    assert s2.decision_fail_passed == 9.0 and s2.decision_pass == 4

@@ -250,6 +250,14 @@ def resolve_training(
                                            [c.off_topic_is_bottom for c in rb.concepts])
     except ReccbmError as exc:
         raise TrainError(str(exc), hint="name the rubric's concept keys, e.g. --cfg 'stage1.contrast_top=[FC]'") from None
+    given = (overrides or {}).get("stage2", {})  # the decision rule's pass mark and costs: the rubric's, unless --cfg
+    if rb.grade.pass_mark is not None and "decision_pass" not in given:
+        cfgs["stage2"]["decision_pass"] = rb.grade.pass_mark - rb.grade.min
+    if rb.grade.costs is not None:
+        for field_, value in (("decision_fail_passed", rb.grade.costs.fail_passed),
+                              ("decision_pass_failed", rb.grade.costs.pass_failed)):
+            if field_ not in given:
+                cfgs["stage2"][field_] = value
     try:
         mcfg = config_from_dict(ModelConfig, cfgs["model"])
         recipe = recipe_from(cfgs, mcfg)
