@@ -42,8 +42,8 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
 
 RATES = (0.0, 0.1, 0.2, 0.4)
 PASSES = ("A", "B", "C")
@@ -117,8 +117,12 @@ def fold_outputs(fold: Path, course: Course, out: Path) -> dict[str, Any]:
         preds = reccbm.predict(model, reccbm.EncodedItems(inputs_for(model, tok, course.df)), tok.pad_token_id, 64)
         assert preds.p_hat is not None and isinstance(model, reccbm.RecCBM) and model.lcec is not None
         eps = np.array(model.lcec.eps)
-        atomic_write(path, lambda tmp: np.savez_compressed(open(tmp, "wb"), p_hat=preds.p_hat, ids=np.array(course.ids),
-                                                           eps=eps))
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:
+                np.savez_compressed(fh, p_hat=preds.p_hat, ids=np.array(course.ids), eps=eps)
+
+        atomic_write(path, write)
         _log(f"{fold.name}: concept outputs of {len(course.ids)} answers in {time.perf_counter() - t0:.0f} s")
     z = np.load(path)
     if list(z["ids"]) != course.ids:
@@ -128,7 +132,7 @@ def fold_outputs(fold: Path, course: Course, out: Path) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- one trial
 def trial_rng(kind: str, k: int, rate: float, fold: int, seed: int) -> np.random.Generator:
-    return np.random.default_rng([seed, fold, k, int(round(rate * 1000)), 1 + ("label", "reviewer").index(kind)])
+    return np.random.default_rng([seed, fold, k, round(rate * 1000), 1 + ("label", "reviewer").index(kind)])
 
 
 def noisy_labels(course: Course, kind: str, k: int, rate: float, fold: int, seed: int,
@@ -221,7 +225,7 @@ def head_refit(course: Course, folds_dir: Path) -> Any:
 
 
 def trial_path(out: Path, kind: str, key: str, rate: float, fold: int, seed: int) -> Path:
-    return out / "trials" / f"{kind}-{key}-{int(round(rate * 100)):02d}-fold{fold}-seed{seed}.json"
+    return out / "trials" / f"{kind}-{key}-{round(rate * 100):02d}-fold{fold}-seed{seed}.json"
 
 
 def run_trials(course: Course, folds_dir: Path, out: Path, kinds: list[str], rates: list[float], seeds: list[int],
@@ -289,8 +293,8 @@ def summary(out: Path, n_boot: int = 2000) -> pd.DataFrame:
     flat.to_csv(out / "trials.csv", index=False)
     summ = summarise_trials(trials, n_boot)
     summ.to_csv(out / "summary.csv", index=False)
-    lines = [f"# Noise put into one concept on purpose ({len(trials)} trials; folds "
-             f"{', '.join(map(str, sorted(trials['fold'].unique())))}; {LLM_NOTE})", ""]
+    lines = [(f"# Noise put into one concept on purpose ({len(trials)} trials; folds "
+             f"{', '.join(map(str, sorted(trials['fold'].unique())))}; {LLM_NOTE})"), ""]
     for kind, of_kind in summ.groupby("kind", sort=False):
         lines += [f"## {kind} noise", "",
                   "| figure | rate | trials | noisy concept first | mean rank (of 8) | value [95 % CI] | change from 0 % [95 % CI] |",
@@ -361,7 +365,7 @@ def full_table(course: Course, folds_dir: Path, out: Path, spec: str, fold: int,
         split_file = folds_dir / f"fold-{fold}.split.json"
     split = load_split(split_file)
     _, _, table, agreement, _ = noisy_labels(course, kind, k, rate, fold, seed, course.positions(split))
-    d = out / "full" / f"{kind}-{key}-{int(round(rate * 100)):02d}-fold{fold}"
+    d = out / "full" / f"{kind}-{key}-{round(rate * 100):02d}-fold{fold}"
     write_table(table, d / "table.jsonl")
     atomic_write_json(d / "agreement.json", agreement)
     atomic_write_json(d / "split.json", split)
@@ -424,7 +428,7 @@ def smoke(out: Path) -> None:
     p_hat = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)  # (N, K, M+1)
     order = rng.permutation(len(course.ids))
     split = {"train": order[:80], "dev": order[80:100], "test": order[100:]}
-    fold_trials(course, 0, {"p_hat": p_hat, "eps": 1e-4, "split": split}, out, list(("label", "reviewer")),
+    fold_trials(course, 0, {"p_hat": p_hat, "eps": 1e-4, "split": split}, out, ["label", "reviewer"],
                 [0.0, 0.4], [0], None)
     summ = summary(out, n_boot=200)
     print(f"smoke: {len(read_trials(out))} trials, {len(summ)} summary rows; wrote {out / 'noise.png'}")

@@ -64,7 +64,7 @@ SIGMA2_READING = (
 def _count(rate: float, n: int) -> int:
     if not 0.0 <= rate <= 1.0:
         raise DataError(f"noise rate {rate} is outside 0..1; give a share such as 0.2 for 20 %")
-    return int(round(rate * n))
+    return round(rate * n)
 
 
 def label_noise(levels: NDArray[Any], concept: int, rate: float, rows: NDArray[Any], n_levels: int,
