@@ -166,7 +166,7 @@ def noisy_labels(course: Course, kind: str, k: int, rate: float, fold: int, seed
 def run_trial(course: Course, outs: dict[str, Any], fold: int, kind: str, k: int, rate: float, seed: int,
               head: Any | None) -> dict[str, Any]:
     """One trial's record: per figure every concept's value and the noisy concept's value and rank."""
-    from rubrictool.noise import FIGURES, concept_figures, noisy_rank
+    from rubrictool.noise import FIGURES, concept_figures, rank_figures
 
     pos, p = outs["split"], outs["p_hat"]
     levels, alpha, _, _, reviewer = noisy_labels(course, kind, k, rate, fold, seed, pos)
@@ -176,9 +176,8 @@ def run_trial(course: Course, outs: dict[str, Any], fold: int, kind: str, k: int
     rec: dict[str, Any] = {"kind": kind, "concept": course.rubric.keys[k], "k": k, "rate": rate, "fold": fold,
                            "seed": seed, "reviewer": reviewer,
                            "changed": int((levels[:, k] != course.levels[:, k]).sum())}
-    for fig, (_, sign) in FIGURES.items():
-        rec[fig] = float(figs[fig].iloc[k])
-        rec[f"{fig}_rank"] = noisy_rank(figs[fig].to_numpy(), k, sign)
+    rec |= rank_figures(figs, k)
+    for fig in FIGURES:
         rec[f"{fig}_all"] = [float(x) for x in figs[fig]]
     if head is not None:
         rec |= head(fold, levels, outs)

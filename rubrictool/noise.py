@@ -38,6 +38,7 @@ __all__ = [
     "concept_figures",
     "label_noise",
     "noisy_rank",
+    "rank_figures",
     "reviewer_noise",
     "summarise_trials",
 ]
@@ -133,6 +134,17 @@ def noisy_rank(values: Any, concept: int, sign: int) -> float:
     the smallest for -1); ties share the mean of their ranks."""
     v = sign * np.asarray(values, dtype=np.float64)
     return float((v > v[concept]).sum() + 1 + ((v == v[concept]).sum() - 1) / 2)
+
+
+def rank_figures(figures: pd.DataFrame, concept: int) -> dict[str, float]:
+    """Per figure of :data:`FIGURES` present in ``figures`` (one row per concept), the noisy concept's value
+    (``<figure>``) and its rank among all concepts (``<figure>_rank``, 1 = the noisiest by that figure)."""
+    out: dict[str, float] = {}
+    for fig, (_, sign) in FIGURES.items():
+        if fig in figures.columns:
+            out[fig] = float(figures[fig].iloc[concept])
+            out[f"{fig}_rank"] = noisy_rank(figures[fig].to_numpy(), concept, sign)
+    return out
 
 
 def _ci(values: NDArray[Any], n_boot: int, rng: np.random.Generator) -> tuple[float, float]:
