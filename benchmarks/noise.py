@@ -22,6 +22,7 @@ the trials) writes trials.csv, summary.csv, summary.md and noise.png.
 
     python benchmarks/noise.py --folds-dir /work/folds-out/random/default --out benchmarks/results/noise
     python benchmarks/noise.py --out benchmarks/results/noise --summary
+    python benchmarks/noise.py --labels-only --seeds 5 --folds-dir DIR --out benchmarks/results/noise   # no model
     python benchmarks/noise.py --full-table label:FC:0.4 --fold 0 --folds-dir DIR --out benchmarks/results/noise
     python benchmarks/noise.py --smoke                           # a 120-answer synthetic table, made-up outputs
 
@@ -165,19 +166,26 @@ def noisy_labels(course: Course, kind: str, k: int, rate: float, fold: int, seed
 
 def run_trial(course: Course, outs: dict[str, Any], fold: int, kind: str, k: int, rate: float, seed: int,
               head: Any | None) -> dict[str, Any]:
-    """One trial's record: per figure every concept's value and the noisy concept's value and rank."""
-    from rubrictool.noise import FIGURES, concept_figures, rank_figures
+    """One trial's record: per figure every concept's value and the noisy concept's value and rank, and the share of
+    concept k's labels the noise changed in the fold's training part (train + dev) and test part. Without a model's
+    outputs (``outs["p_hat"]`` None: the labels alone) the figures are α_k alone."""
+    from rubrictool.noise import concept_figures, rank_figures
 
     pos, p = outs["split"], outs["p_hat"]
     levels, alpha, _, _, reviewer = noisy_labels(course, kind, k, rate, fold, seed, pos)
-    figs = concept_figures(p[pos["dev"]], p[pos["test"]], levels[pos["train"]], levels[pos["dev"]],
-                           levels[pos["test"]], course.M, outs["eps"])
-    figs["alpha"] = alpha
+    if p is None:
+        figs = pd.DataFrame({"alpha": alpha})
+    else:
+        figs = concept_figures(p[pos["dev"]], p[pos["test"]], levels[pos["train"]], levels[pos["dev"]],
+                               levels[pos["test"]], course.M, outs["eps"])
+        figs["alpha"] = alpha
+    moved = levels[:, k] != course.levels[:, k]
+    fit = np.concatenate([pos["train"], pos["dev"]])
     rec: dict[str, Any] = {"kind": kind, "concept": course.rubric.keys[k], "k": k, "rate": rate, "fold": fold,
-                           "seed": seed, "reviewer": reviewer,
-                           "changed": int((levels[:, k] != course.levels[:, k]).sum())}
+                           "seed": seed, "reviewer": reviewer, "changed_fit": float(moved[fit].mean()),
+                           "changed_test": float(moved[pos["test"]].mean())}
     rec |= rank_figures(figs, k)
-    for fig in FIGURES:
+    for fig in figs.columns:
         rec[f"{fig}_all"] = [float(x) for x in figs[fig]]
     if head is not None:
         rec |= head(fold, levels, outs)
@@ -240,6 +248,21 @@ def run_trials(course: Course, folds_dir: Path, out: Path, kinds: list[str], rat
         fold_trials(course, int(fold_dir.name.split("-")[1]), outs, out, kinds, rates, seeds, refit)
 
 
+def label_trials(course: Course, folds_dir: Path, out: Path, kinds: list[str], rates: list[float],
+                 seeds: list[int]) -> None:
+    """The trials' labels alone, on every fold's split (fold-<i>.split.json; no model needed): α_k and the share of
+    concept k's labels each kind of noise changes, in <out>/labels/."""
+    from rubrictool.data import load_split
+
+    splits = sorted(folds_dir.glob("fold-*.split.json"))
+    if not splits:
+        sys.exit(f"{folds_dir}: no fold-<i>.split.json")
+    for path in splits:
+        fold = int(path.name.split(".")[0].split("-")[1])
+        outs = {"split": course.positions(load_split(path)), "p_hat": None, "eps": 0.0}
+        fold_trials(course, fold, outs, out / "labels", kinds, rates, seeds, None)
+
+
 def fold_trials(course: Course, fold: int, outs: dict[str, Any], out: Path, kinds: list[str], rates: list[float],
                 seeds: list[int], refit: Any | None) -> None:
     """Every trial of one fold not yet done, each written as it ends."""
@@ -249,7 +272,7 @@ def fold_trials(course: Course, fold: int, outs: dict[str, Any], out: Path, kind
     for kind in kinds:
         for k, key in enumerate(course.rubric.keys):
             for rate in rates:
-                for seed in seeds:
+                for seed in seeds[:1] if rate == 0 else seeds:  # without noise every draw is the same
                     path = trial_path(out, kind, key, rate, fold, seed)
                     if path.is_file():
                         continue
@@ -281,7 +304,7 @@ def read_trials(out: Path) -> pd.DataFrame:
     return pd.DataFrame(recs)
 
 
-def summary(out: Path, n_boot: int = 2000) -> pd.DataFrame:
+def summary(out: Path, n_boot: int = 2000, title: str = "Mohler, LLM-pass labels, not expert-validated") -> pd.DataFrame:
     from rubrictool.atomic import atomic_write_text
     from rubrictool.noise import FIGURES, summarise_trials
 
@@ -293,7 +316,12 @@ def summary(out: Path, n_boot: int = 2000) -> pd.DataFrame:
     summ = summarise_trials(trials, n_boot)
     summ.to_csv(out / "summary.csv", index=False)
     lines = [(f"# Noise put into one concept on purpose ({len(trials)} trials; folds "
-             f"{', '.join(map(str, sorted(trials['fold'].unique())))}; {LLM_NOTE})"), ""]
+             f"{', '.join(map(str, sorted(trials['fold'].unique())))}; {LLM_NOTE})"), "",
+             "Share of the noisy concept's labels changed (training part = train + dev; test part):", "",
+             "| kind | rate | training part | test part |", "|---|---|---|---|"]
+    for (kind, rate), at in trials.groupby(["kind", "rate"], sort=False):
+        lines.append(f"| {kind} | {rate:.0%} | {at['changed_fit'].mean():.1%} | {at['changed_test'].mean():.1%} |")
+    lines.append("")
     for kind, of_kind in summ.groupby("kind", sort=False):
         lines += [f"## {kind} noise", "",
                   "| figure | rate | trials | noisy concept first | mean rank (of 8) | value [95 % CI] | change from 0 % [95 % CI] |",
@@ -304,11 +332,11 @@ def summary(out: Path, n_boot: int = 2000) -> pd.DataFrame:
                          f"{r.change:+.4f} [{r.change_lo:+.4f}, {r.change_hi:+.4f}] |")
         lines.append("")
     atomic_write_text(out / "summary.md", "\n".join(lines))
-    plot(summ, out / "noise.png")
+    plot(summ, out / "noise.png", title)
     return summ
 
 
-def plot(summ: pd.DataFrame, path: Path) -> None:
+def plot(summ: pd.DataFrame, path: Path, title: str) -> None:
     """One column per kind of noise: above, each figure's change from 0 % for the noisy concept against the rate,
     turned so that noisier is up (α_k and the test reliability fall), with 95 % CIs; below, the share of trials that
     rank the noisy concept first by that figure."""
@@ -344,7 +372,7 @@ def plot(summ: pd.DataFrame, path: Path) -> None:
         bottom.set_xlabel("share of concept k's levels replaced (%)")
         bottom.set_xticks([0, 10, 20, 40])
     axes[0][0].legend(fontsize=8, loc="upper left")
-    fig.suptitle("Which figure finds the noisy concept (Mohler, LLM-pass labels, not expert-validated)", fontsize=10)
+    fig.suptitle(f"Which figure finds the noisy concept ({title})", fontsize=10)
     fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=90))
     plt.close(fig)
@@ -429,7 +457,7 @@ def smoke(out: Path) -> None:
     split = {"train": order[:80], "dev": order[80:100], "test": order[100:]}
     fold_trials(course, 0, {"p_hat": p_hat, "eps": 1e-4, "split": split}, out, ["label", "reviewer"],
                 [0.0, 0.4], [0], None)
-    summ = summary(out, n_boot=200)
+    summ = summary(out, n_boot=200, title="synthetic smoke table, made-up outputs")
     print(f"smoke: {len(read_trials(out))} trials, {len(summ)} summary rows; wrote {out / 'noise.png'}")
 
 
@@ -443,6 +471,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=1, help="noise draws per fold, concept and rate")
     ap.add_argument("--head", action="store_true", help="also refit the grade head on the noisy labels")
     ap.add_argument("--summary", action="store_true", help="only the summary and the figure from the trials done")
+    ap.add_argument("--labels-only", action="store_true",
+                    help="the noisy labels alone on every fold's split (α_k, labels changed; no model), in <out>/labels")
     ap.add_argument("--full-table", default=None, help="KIND:CONCEPT:RATE, e.g. label:FC:0.4 (with --fold)")
     ap.add_argument("--fold", type=int, default=0)
     ap.add_argument("--compare", type=Path, default=None, help="a run trained on a --full-table table")
@@ -453,7 +483,7 @@ def main() -> None:
         smoke(a.out if a.out != DEFAULT_OUT else Path(tempfile.mkdtemp(prefix="noise-smoke-")))
         return
     if a.summary:
-        summary(a.out)
+        summary(a.out / "labels" if a.labels_only else a.out)
         return
     if a.compare:
         compare(a.out, a.compare)
@@ -462,8 +492,12 @@ def main() -> None:
     if a.full_table:
         full_table(course, a.folds_dir, a.out, a.full_table, a.fold, 0)
         return
-    run_trials(course, a.folds_dir, a.out, a.kinds.split(","), [float(r) for r in a.rates.split(",")],
-               list(range(a.seeds)), a.head)
+    kinds, rates, seeds = a.kinds.split(","), [float(r) for r in a.rates.split(",")], list(range(a.seeds))
+    if a.labels_only:
+        label_trials(course, a.folds_dir, a.out, kinds, rates, seeds)
+        summary(a.out / "labels")
+        return
+    run_trials(course, a.folds_dir, a.out, kinds, rates, seeds, a.head)
     summary(a.out)
 
 

@@ -94,14 +94,16 @@ def reviewer_noise(labels: pd.DataFrame, concept: str, reviewer: str, rate: floa
     if len(where) == 0:
         raise DataError(f"no level of reviewer {reviewer!r} for concept {concept!r} in the reviews")
     picked = np.sort(rng.choice(where, size=_count(rate, len(where)), replace=False))
-    col = out.columns.get_loc("level")
-    out.iloc[picked, col] = rng.integers(scale[0], scale[1] + 1, size=len(picked))
+    levels = out["level"].to_numpy(copy=True)
+    levels[picked] = rng.integers(scale[0], scale[1] + 1, size=len(picked))
+    out["level"] = levels
     return out
 
 
 def _expected(p_hat: NDArray[Any]) -> NDArray[Any]:
     p = np.asarray(p_hat, dtype=np.float64)  # (N, K, M+1)
-    return (p * np.arange(p.shape[2])).sum(-1)  # (N, K) expected levels in [0, M]
+    out: NDArray[Any] = (p * np.arange(p.shape[2])).sum(-1)  # (N, K) expected levels in [0, M]
+    return out
 
 
 def concept_figures(p_dev: NDArray[Any], p_test: NDArray[Any], train_levels: NDArray[Any], dev_levels: NDArray[Any],
@@ -158,14 +160,16 @@ def summarise_trials(trials: pd.DataFrame, n_boot: int = 2000, seed: int = 0) ->
     """Per kind, rate and figure over the trials (one row each: ``kind``, ``concept``, ``rate``, ``fold``, ``seed``
     and per figure ``<figure>`` the noisy concept's value and ``<figure>_rank`` its rank, :func:`noisy_rank`):
     ``n``, ``first`` the share of trials that rank the noisy concept first, ``mean_rank``, ``value`` its mean with a
-    95 % bootstrap CI (``value_lo``, ``value_hi``) and ``change`` the mean change from the same fold, concept and seed
-    without noise (rate 0) with its CI (``change_lo``, ``change_hi``), resampling trials (folds × concepts)."""
+    95 % bootstrap CI (``value_lo``, ``value_hi``) and ``change`` the mean change from the same fold and concept
+    without noise (rate 0; its first trial, whatever its seed: without noise every draw is the same) with its CI
+    (``change_lo``, ``change_hi``), resampling trials (folds × concepts × draws)."""
     rng = np.random.default_rng(seed)
-    key = ["kind", "concept", "fold", "seed"]
+    key = ["kind", "concept", "fold"]
     rows = []
     for kind, of_kind in trials.groupby("kind", sort=False):
-        clean = of_kind[of_kind["rate"] == 0].set_index(key)
-        for rate, at in of_kind.groupby("rate"):
+        clean = of_kind[of_kind["rate"] == 0].drop_duplicates(key).set_index(key)
+        for rate in sorted(of_kind["rate"].unique()):
+            at = of_kind[of_kind["rate"] == rate]
             for fig in FIGURES:
                 if fig not in at.columns or at[fig].isna().all():
                     continue
