@@ -54,11 +54,13 @@ FIGURES: dict[str, tuple[str, int]] = {
     "test_reliability": ("test reliability", -1),
 }
 
-# What σ_k² detects, as measured by benchmarks/noise.py on Mohler (docs/results.md#what-σ_k²-detects-noise-put-there-on-purpose).
+# What σ_k² detects and what it does not: the reliability table's one sentence on σ² (what benchmarks/noise.py measures;
+# the figures are in docs/results.md, "What σ_k² detects").
 SIGMA2_READING = (
-    "σ_k² rises with wrong labels in concept k (label noise in the training answers: about +0.02 per 10 % of "
-    "labels replaced, the noisy concept ranked first in most trials from 20 %); it does not see one reviewer's "
-    "disagreement that the majority vote absorbs — α_k does (docs/results.md, noise put there on purpose)."
+    "σ_k² is the model's mean squared error against concept k's adjudicated labels on the dev answers: wrong labels "
+    "in concept k raise it; one reviewer's random levels reach it only where they change the majority vote, so "
+    "reviewer disagreement that the vote absorbs shows in α_k, not in σ_k² (docs/results.md, noise put there on "
+    "purpose)."
 )
 
 
