@@ -14,8 +14,9 @@ answer are computed once (cached under ``<out>/outputs/``), and LCEC is set by i
 what the recipe's last steps compute from those labels *given the encoder*; the encoder itself was trained on the
 clean labels. ``--head`` also refits the grade head on them (Stage II's head refit, ``train_grader(head_only)``,
 started from the kept head) and records the test grade metrics. ``--full-table`` writes one trial's noisy table,
-agreement and split for ``rubrictool train`` (the whole recipe, to check the shortcut); ``--compare RUN`` sets that
-run's reliability table beside the shortcut's.
+agreement and split for ``rubrictool train`` (the whole recipe, to check the shortcut; rate 0 writes the clean
+table); ``--check CLEAN_RUN NOISY_RUN`` sets the whole recipe trained on the noisy table beside the shortcut on the
+clean run's encoder.
 
 Each trial is one JSON file under ``<out>/trials/``; a finished trial is never redone. ``--summary`` (also run after
 the trials) writes trials.csv, summary.csv, summary.md and noise.png.
@@ -401,35 +402,47 @@ def full_table(course: Course, folds_dir: Path, out: Path, spec: str, fold: int,
     return d
 
 
-def compare(out: Path, run: Path) -> None:
-    """The whole recipe's reliability table (run/reliability.csv) beside the shortcut's trial on the same noisy labels
-    (the run's folder name says which: <kind>-<KEY>-<rate>-fold<f>/run), and the clean fold's; written as
-    <out>/full/<name>/compare.json."""
+def check(course: Course, out: Path, spec: str, fold: int, clean_run: Path, noisy_run: Path) -> dict[str, Any]:
+    """The shortcut against the whole recipe: ``clean_run`` trained on the clean table and ``noisy_run`` on the
+    ``--full-table`` table of ``spec`` (KIND:CONCEPT:RATE, draw 0), both on fold ``fold``'s split with the same recipe.
+    The shortcut keeps clean_run's encoder and sets LCEC by its moments from the noisy labels; the whole recipe
+    retrains everything on them. Per figure: both runs' values (their reliability.csv), the shortcut's with the clean
+    and the noisy labels, the noisy concept's rank in each and the Spearman ρ across concepts between the shortcut and
+    the whole recipe; written to <out>/full/<name>/check.json."""
     from scipy.stats import spearmanr
 
     from rubrictool.atomic import atomic_write_json
-    from rubrictool.noise import FIGURES, noisy_rank
+    from rubrictool.noise import FIGURES, concept_figures, noisy_rank
 
-    name = run.parent.name
-    kind, key, rate, fold = name.split("-")
-    trial = json.loads(trial_path(out, kind, key, int(rate) / 100, int(fold[4:]), 0).read_text())
-    clean = json.loads(trial_path(out, kind, key, 0.0, int(fold[4:]), 0).read_text())
-    rel = pd.read_csv(run / "reliability.csv")
-    k = list(rel["concept"]).index(key)
-    res: dict[str, Any] = {"run": str(run), "kind": kind, "concept": key, "rate": int(rate) / 100}
-    for fig in ("sigma2", "sigma2_implied", "test_reliability"):
-        col = "sigma2_implied" if fig == "sigma2_implied" else fig
-        full = rel[col].to_numpy(float)
+    kind, key, rate_text = spec.split(":")
+    k, rate = course.rubric.keys.index(key), float(rate_text)
+    d = out / "full" / f"{kind}-{key}-{round(rate * 100):02d}-fold{fold}"
+    outs = fold_outputs(clean_run, course, d)
+    pos, p = outs["split"], outs["p_hat"]
+    levels = noisy_labels(course, kind, k, rate, fold, 0, pos)[0]
+    short = {name: concept_figures(p[pos["dev"]], p[pos["test"]], lv[pos["train"]], lv[pos["dev"]], lv[pos["test"]],
+                                   course.M, outs["eps"]) for name, lv in (("clean", course.levels), ("noisy", levels))}
+    full = {name: pd.read_csv(run / "reliability.csv") for name, run in (("clean", clean_run), ("noisy", noisy_run))}
+    for rel in full.values():
+        rel["one_minus_A"] = 1 - rel["A_kk"]
+    res: dict[str, Any] = {"spec": spec, "fold": fold, "clean_run": str(clean_run), "noisy_run": str(noisy_run),
+                           "labels_changed": int((levels[:, k] != course.levels[:, k]).sum())}
+    for fig in ("sigma2", "sigma2_implied", "one_minus_A", "test_reliability"):
         sign = FIGURES[fig][1]
-        res[fig] = {"full": full.tolist(), "shortcut": trial[f"{fig}_all"], "clean_shortcut": clean[f"{fig}_all"],
-                    "rank_full": noisy_rank(full, k, sign), "rank_shortcut": trial[f"{fig}_rank"],
-                    "spearman_full_vs_shortcut": float(spearmanr(full, trial[f"{fig}_all"]).statistic)}
-    res["alpha_full"] = rel["alpha"].tolist()
-    atomic_write_json(out / "full" / name / "compare.json", res)
-    for fig in ("sigma2", "sigma2_implied", "test_reliability"):
+        vec = {f"{src}_{name}": (short if src == "shortcut" else full)[name][fig].to_numpy(float)
+               for src in ("shortcut", "full") for name in ("clean", "noisy")}
+        res[fig] = {name: v.tolist() for name, v in vec.items()} | {
+            f"rank_{name}": noisy_rank(v, k, sign) for name, v in vec.items()} | {
+            "change_shortcut": float(vec["shortcut_noisy"][k] - vec["shortcut_clean"][k]),
+            "change_full": float(vec["full_noisy"][k] - vec["full_clean"][k]),
+            "spearman_noisy": float(spearmanr(vec["shortcut_noisy"], vec["full_noisy"]).statistic),
+            "max_abs_clean_difference": float(np.max(np.abs(vec["shortcut_clean"] - vec["full_clean"])))}
         r = res[fig]
-        _log(f"{name} {fig}: noisy concept ranked {r['rank_full']:g} (whole recipe) and {r['rank_shortcut']:g} "
-             f"(shortcut); Spearman across concepts {r['spearman_full_vs_shortcut']:.2f}")
+        _log(f"{fig}: noisy concept {key} ranked {r['rank_full_noisy']:g} by the whole recipe, {r['rank_shortcut_noisy']:g} "
+             f"by the shortcut; its change {r['change_full']:+.4f} (whole) vs {r['change_shortcut']:+.4f} (shortcut); "
+             f"ρ across concepts {r['spearman_noisy']:.2f}; clean runs agree to {r['max_abs_clean_difference']:.1e}")
+    atomic_write_json(d / "check.json", res)
+    return res
 
 
 # ---------------------------------------------------------------------------- smoke
@@ -475,7 +488,8 @@ def main() -> None:
                     help="the noisy labels alone on every fold's split (α_k, labels changed; no model), in <out>/labels")
     ap.add_argument("--full-table", default=None, help="KIND:CONCEPT:RATE, e.g. label:FC:0.4 (with --fold)")
     ap.add_argument("--fold", type=int, default=0)
-    ap.add_argument("--compare", type=Path, default=None, help="a run trained on a --full-table table")
+    ap.add_argument("--check", type=Path, nargs=2, default=None, metavar=("CLEAN_RUN", "NOISY_RUN"),
+                    help="with --full-table: runs trained on the clean table and on that noisy table (same fold)")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
@@ -485,10 +499,12 @@ def main() -> None:
     if a.summary:
         summary(a.out / "labels" if a.labels_only else a.out)
         return
-    if a.compare:
-        compare(a.out, a.compare)
-        return
     course = mohler_course(a.data_dir)
+    if a.check:
+        if not a.full_table:
+            sys.exit("--check needs --full-table KIND:CONCEPT:RATE (the noisy run's table)")
+        check(course, a.out, a.full_table, a.fold, *a.check)
+        return
     if a.full_table:
         full_table(course, a.folds_dir, a.out, a.full_table, a.fold, 0)
         return
