@@ -375,7 +375,15 @@ def plot(summ: pd.DataFrame, path: Path, title: str) -> None:
     axes[0][0].legend(fontsize=8, loc="upper left")
     fig.suptitle(f"Which figure finds the noisy concept ({title})", fontsize=10)
     fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=90))
+    def write(tmp: Path) -> None:  # a small file: the kept results stay small (a palette of 24 colours is enough)
+        from PIL import Image
+
+        fig.savefig(tmp, format="png", dpi=66)
+        with Image.open(tmp) as im:
+            small = im.convert("RGB").quantize(colors=24)
+        small.save(tmp, format="PNG", optimize=True)
+
+    atomic_write(path, write)
     plt.close(fig)
 
 
