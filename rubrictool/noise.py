@@ -16,7 +16,8 @@ what the default recipe's last steps compute from the same labels. :func:`noisy_
 ranks among all concepts by one figure and :func:`summarise_trials` turns many trials into shares ranked first and
 changes against the clean labels with bootstrap CIs over trials.
 
-:data:`SIGMA2_READING` is the sentence the reliability table's caption carries on what σ_k² detects.
+What this finds on Mohler is said once, in the reliability table's sentence on σ²
+(:data:`rubrictool.evaluate.SIGMA2_MEANING`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from rubrictool.errors import DataError
 __all__ = [
     "FIGURES",
     "KINDS",
-    "SIGMA2_READING",
     "concept_figures",
     "label_noise",
     "noisy_rank",
@@ -53,16 +53,6 @@ FIGURES: dict[str, tuple[str, int]] = {
     "alpha": ("α_k", -1),
     "test_reliability": ("test reliability", -1),
 }
-
-# What σ_k² detects and what it does not: the reliability table's one sentence on σ² (what benchmarks/noise.py measures;
-# the figures are in docs/results.md, "What σ_k² detects").
-SIGMA2_READING = (
-    "σ_k² is the model's mean squared error against concept k's adjudicated labels on the dev answers: wrong labels "
-    "in concept k raise it; one reviewer's random levels reach it only where they change the majority vote, so "
-    "reviewer disagreement that the vote absorbs shows in α_k, not in σ_k² (docs/results.md, noise put there on "
-    "purpose)."
-)
-
 
 def _count(rate: float, n: int) -> int:
     if not 0.0 <= rate <= 1.0:
