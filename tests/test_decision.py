@@ -157,12 +157,12 @@ def test_a_bayes_rule_is_kept_in_model_json_and_read_back(tmp_path: Path, backbo
 
 
 def test_the_rubrics_pass_mark_and_costs_set_the_decision_rules_unless_cfg_does(tmp_path: Path) -> None:
+    from importlib.resources import files
+
     import yaml
 
     from rubrictool.rubric import load_rubric
     from rubrictool.train import resolve_training
-
-    from importlib.resources import files
 
     doc = yaml.safe_load((files("rubrictool") / "rubrics" / "mohler.yaml").read_text())
     plain = resolve_training(load_rubric("mohler")).recipe.stage2
