@@ -34,7 +34,10 @@ def test_grade_writes_the_decision_trace_per_item(tmp_path: Path, run: Path) -> 
     assert res.exit_code == 0, res.output
     assert "graded 30 responses" in res.output
     g = pd.read_csv(out)
-    assert list(g["id"]) == list(new["id"]) and g["grade"].between(0, 5).all()
+    assert list(g["id"]) == list(new["id"]) and g["model_grade"].between(0, 5).all()
+    held = g["needs_review"].notna()  # a flagged answer gets no mark; the others keep the model's
+    assert (g["flags"].notna() == held).all() and g.loc[held, "grade"].isna().all()
+    assert (g.loc[~held, "grade"] == g.loc[~held, "model_grade"]).all()
     assert g["grade_prob"].between(0, 1).all()
     for key in KEYS:
         assert g[f"{key}_level"].between(1, 3).all() and g[f"{key}_expected"].between(1, 3).all()
@@ -48,10 +51,10 @@ def test_grade_writes_the_decision_trace_per_item(tmp_path: Path, run: Path) -> 
                                  model.config.max_len)
     preds = reccbm.predict(model, reccbm.EncodedItems(feats), tok.pad_token_id)
     assert preds.grade_logits is not None
-    np.testing.assert_allclose(preds.grade_logits[np.arange(30), g["grade"]], g["grade_logit"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(preds.grade_logits[np.arange(30), g["model_grade"]], g["grade_logit"], rtol=1e-4, atol=1e-5)
     if model.U is None:  # the paper's head: contribution_k = W_{ŷ,k} μ_post,k
         mu = g[[f"{k}_mu_post" for k in KEYS]].to_numpy()
-        np.testing.assert_allclose(contrib, model.W.weight.detach().numpy()[g["grade"].to_numpy()] * mu, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(contrib, model.W.weight.detach().numpy()[g["model_grade"].to_numpy()] * mu, rtol=1e-4, atol=1e-5)
     # the library function gives the same table
     lib = grade_items(run, new)
     np.testing.assert_allclose(lib["grade_prob"].to_numpy(), g["grade_prob"].to_numpy(), rtol=1e-5)
@@ -99,7 +102,7 @@ def test_grade_int8_mostly_agrees_with_float(tmp_path: Path, run: Path) -> None:
                               str(tmp_path / "q.csv"), "--int8"])
     assert res.exit_code == 0, res.output
     q, f = pd.read_csv(tmp_path / "q.csv"), grade_items(run, new)
-    assert (q["grade"] == f["grade"]).mean() >= 0.8
+    assert (q["model_grade"] == f["grade"]).mean() >= 0.8
 
 
 def test_model_inputs_is_the_one_input_rule(backbone: str) -> None:
