@@ -222,6 +222,13 @@ def _grade_into(
     items = read_table(data) if data is not None else imported.items if imported is not None else None
     assert items is not None
     check_unique_ids(items, str(data if data is not None else gradebook))
+    if imported is not None and data is not None:  # the gradebook's answers must be among those graded: said first
+        graded_ids = set(items["id"].astype(str)) if "id" in items.columns else set()
+        missing = [i for i in imported.items["id"].astype(str) if i not in graded_ids]
+        if missing:
+            raise DataError(f"--gradebook {gradebook}: {len(missing)} of its answers are not in --data {data}, e.g. "
+                            f"{missing[0]!r}; nothing was graded", hint="pass the table `data import` made from it, "
+                            "with the same --sheet and --columns, or leave --data out to grade the gradebook itself")
     model_run = grader_run(run)
     card = quality_card(run)
     grader = load_grader(model_run, int8, engine)

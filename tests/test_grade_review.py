@@ -307,3 +307,10 @@ def test_the_gradebook_comes_back_in_the_teachers_csv_layout(tmp_path: Path, run
     res = runner.invoke(app, ["grade", "--run", str(run), "--gradebook", str(book), "--gradebook-out", str(book),
                               "--out", str(out)])
     assert res.exit_code == 1 and "is the teacher's file itself" in " ".join(res.output.split())
+    # a gradebook whose answers are not the ones --data holds: refused before anything is graded
+    data, _, _ = _items(tmp_path)
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--gradebook", str(book), "--out",
+                              str(tmp_path / "mixed.csv")])
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 1 and "160 of its answers are not in --data" in flat and "nothing was graded" in flat, flat
+    assert not (tmp_path / "mixed.csv").exists()
