@@ -96,6 +96,9 @@ def grader_run(run: str | Path) -> Path:
     if not is_kfold_run(run):
         return Path(run)
     final = Path(run) / FINAL_DIR
+    if not (Path(run) / "folds.json").is_file():
+        raise TrainError(f"{run} is a k-fold run that did not finish (no folds.json): its quality card is missing",
+                         hint="run the same `rubrictool train ... --folds K --final` again: finished parts are read back")
     if not (final / "model.json").is_file():
         raise TrainError(f"{run} is a k-fold run without a final model (one trained on every labelled answer)",
                          hint=f"add it with the same `rubrictool train ... --folds K` command plus --final --out {run} "
@@ -230,8 +233,8 @@ def _grade_into(
                             f"{missing[0]!r}; nothing was graded", hint="pass the table `data import` made from it, "
                             "with the same --sheet and --columns, or leave --data out to grade the gradebook itself")
     model_run = grader_run(run)
+    grader = load_grader(model_run, int8, engine)  # checks the run whole before anything of it is read
     card = quality_card(run)
-    grader = load_grader(model_run, int8, engine)
     t0 = time.perf_counter()
     where = grading_device(device, int8, engine)
     review = None
