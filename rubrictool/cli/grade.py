@@ -6,12 +6,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from rubrictool.cli._common import DeviceOpt, OutOpt, ProgressView, RunOpt, VerifyOpt, at_least, console, err_console
 from rubrictool.cli._sanitize import shown
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["grade_cmd"]
 
@@ -96,10 +99,14 @@ def grade_cmd(
     console.print(f"review queue: {len(res.queue)} answers, most at risk first -> {res.queue_path}{beyond}",
                   soft_wrap=True, highlight=False)
     if res.gradebook_path is not None and res.summary is not None:
-        where = res.summary_path or f"sheet of {res.gradebook_path.name}"
-        console.print(f"gradebook -> {res.gradebook_path} (per-question summary: {where})", soft_wrap=True,
-                      highlight=False)
-        for row in res.summary.to_dict("records"):
-            mean = "—" if row["mean mark"] is None else f"{row['mean mark']:.2f}"
-            console.print(f"  {shown(str(row['question']))[:70]}: {row['answers']} answers, {row['marked']} marked, "
-                          f"{row['held for review']} held, mean {mean}", soft_wrap=True, highlight=False)
+        _print_gradebook(res.gradebook_path, res.summary, res.summary_path)
+
+
+def _print_gradebook(path: Path, summary: pd.DataFrame, summary_path: Path | None) -> None:
+    """Where the gradebook went, and its per-question summary."""
+    where = summary_path or f"sheet of {path.name}"
+    console.print(f"gradebook -> {path} (per-question summary: {where})", soft_wrap=True, highlight=False)
+    for row in summary.to_dict("records"):
+        mean = "—" if row["mean mark"] is None else f"{row['mean mark']:.2f}"
+        console.print(f"  {shown(str(row['question']))[:70]}: {row['answers']} answers, {row['marked']} marked, "
+                      f"{row['held for review']} held, mean {mean}", soft_wrap=True, highlight=False)

@@ -87,11 +87,9 @@ def train_folds(
     jobs > 1: the folds not finished yet train in that many worker processes (:mod:`rubrictool.parallel`), each fold
     as the serial run trains it.
 
-    final: then train one more model on every labelled answer, ``run_dir/final`` (:data:`FINAL_DIR`), the one
-    ``rubrictool grade --run run_dir`` grades with, carrying the pooled figures as its quality card.
-
-    Resumable per fold: a fold whose run finished (metrics.json written) is read back, not retrained; so is the final
-    model.
+    final: then one more model on every labelled answer, ``run_dir/final`` (:data:`FINAL_DIR`), which ``rubrictool
+    grade --run run_dir`` grades with, the pooled figures its quality card. Resumable: a fold whose run finished
+    (metrics.json written) is read back, not retrained; so is the final model.
     progress gets one task, "folds": folds done so far, and whether the next one trains or was read back."""
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
     if isinstance(agreement, (str, Path)):
