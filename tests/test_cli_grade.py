@@ -151,3 +151,40 @@ def test_a_run_trained_without_the_question_trains_and_grades_without_it(
                               "--cfg", "model.question_input=maybe", "--out", str(tmp_path / "bad")])
     assert res.exit_code != 0 and "question_input" in res.output and "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) <= 2, res.output
+
+
+@pytest.mark.slow  # three trainings; the guide test runs --final in the fast suite
+def test_a_kfold_run_gains_its_final_model_and_grades_with_it(tmp_path: Path, backbone: str) -> None:
+    """train --folds without --final: grade refuses the k-fold run; the same command with --final reads the folds
+    back, trains only the final model on every answer, and grade uses it with the folds' pooled figures as its card."""
+    table = mohler_like_table(40)
+    table.to_csv(tmp_path / "adjudicated.csv", index=False)
+    kfold = tmp_path / "kfold"
+    args = ["train", "--data", str(tmp_path / "adjudicated.csv"), "--rubric", "mohler", "--backbone", backbone,
+            "--epochs", "1", "--max-len", "32", "--device", "cpu", "--lr", "3e-3", "--cfg", "joint.epochs=1",
+            "--folds", "2", "--out", str(kfold)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    new = mohler_like_table(6, seed=3).drop(columns=KEYS + ["grade"])
+    new.to_csv(tmp_path / "new.csv", index=False)
+    grade = ["grade", "--run", str(kfold), "--data", str(tmp_path / "new.csv"), "--out", str(tmp_path / "g.csv")]
+    res = runner.invoke(app, grade)
+    assert res.exit_code == 1 and "without a final model" in " ".join(res.output.split())
+    folds_before = {p: p.stat().st_mtime_ns for p in kfold.glob("fold-*/model.safetensors")}
+    res = runner.invoke(app, [*args, "--final"])
+    assert res.exit_code == 0, res.output
+    assert "final model:" in res.output and "trained on all 40 labelled answers" in " ".join(res.output.split())
+    assert {p: p.stat().st_mtime_ns for p in kfold.glob("fold-*/model.safetensors")} == folds_before  # read back
+    split = json.loads((kfold / "final" / "split.json").read_text())
+    assert sorted(split["train"]) == sorted(table["id"].astype(str))
+    folds = json.loads((kfold / "folds.json").read_text())
+    assert folds["final"] == {"dir": "final", "answers": 40}
+    res = runner.invoke(app, grade)
+    assert res.exit_code == 0, res.output
+    card = json.loads((tmp_path / "g.card.json").read_text())["quality card"]
+    assert card["model"] == "kfold/final" and card["folds"] == 2 and card["n_answers"] == 40
+    assert card["qwk"] == {k: pytest.approx(v) for k, v in folds["ci"]["qwk"].items() if k in ("value", "lo", "hi")}
+    assert "pooled over the 2 folds of kfold" in " ".join(res.output.split())
+    # the final model grades: the same grades as grading its own folder
+    direct = grade_items(kfold / "final", new)
+    np.testing.assert_allclose(pd.read_csv(tmp_path / "g.csv")["grade_prob"], direct["grade_prob"], rtol=1e-5)
