@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rubrictool.cli._common import DeviceOpt, OutOpt, ProgressView, RunOpt, VerifyOpt, at_least, console, err_console
+from rubrictool.cli._common import (
+    DeviceOpt,
+    OutOpt,
+    ProgressView,
+    RunOpt,
+    VerifyOpt,
+    at_least,
+    console,
+    err_console,
+)
 from rubrictool.cli._sanitize import shown
 
 if TYPE_CHECKING:
