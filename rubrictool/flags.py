@@ -3,9 +3,12 @@
 ``rubrictool grade`` adds a ``flags`` column: the reasons, joined by ``;`` (empty: nothing to review).
 Each flag is defined once here; docs/integrity.md gives the definitions and what they were measured on.
 
-- ``copies_reference`` / ``copies_question``: at least ``COPY_SHARE`` of the reference's (question's)
-  word trigrams occur in the response (word bigrams for a text of three words or fewer, single words
-  for one word): the response contains a near-copy of it.
+- ``copies_reference``: the response holds a near-copy of a reference of ``COPY_MIN_WORDS`` words or more: a word-for-
+  word alignment of the two (difflib's matching blocks, in order) covers at least ``COPY_COVER`` of the reference's
+  words, so a pasted reference with a word or two changed still counts. A shorter reference is what a short right
+  answer says in the reference's own words: reproducing it is no sign of a copy, and the flag does not fire.
+- ``copies_question``: at least ``COPY_SHARE`` of the question's word trigrams (word bigrams for a text of three
+  words or fewer, single words for one word) occur in the response.
 - ``concepts_disagree_with_grade`` (runs with a bottleneck): the grade is further from the grade the
   concept levels imply than the training data allows. The implied grade is a least-squares line of
   the gold grade on the mean gold concept level (rescaled to 0..1) over the run's training split; the
@@ -36,6 +39,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,8 @@ from rubrictool.errors import DataError
 
 __all__ = [
     "CONSISTENCY_QUANTILE",
+    "COPY_COVER",
+    "COPY_MIN_WORDS",
     "COPY_SHARE",
     "EMPTY_FLAG",
     "FLAGS",
@@ -60,6 +66,8 @@ __all__ = [
     "STOP_WORDS",
     "Profile",
     "build_profile",
+    "copies_reference",
+    "copy_cover",
     "copy_share",
     "flag_frame",
     "keyword_list",
@@ -75,7 +83,9 @@ __all__ = [
 FLAGS = ("copies_reference", "copies_question", "concepts_disagree_with_grade", "out_of_distribution", "truncated",
          "empty", "repeats_text", "keyword_list")
 EMPTY_FLAG = "empty"  # no response to grade (grade.empty_responses)
-COPY_SHARE = 0.8  # share of the reference's (question's) n-grams found in the response
+COPY_SHARE = 0.8  # share of the question's n-grams found in the response (copies_question)
+COPY_COVER = 0.8  # share of the reference's words a word-for-word alignment with the response covers
+COPY_MIN_WORDS = 10  # a shorter reference is what a short right answer says: reproducing it is not a copy
 CONSISTENCY_QUANTILE = 0.95  # of |gold grade - implied grade| over the training split
 OOD_QUANTILE = 0.99  # of the training responses' leave-one-out unseen-word share
 OOD_MIN_WORDS = 3  # fewer word types: too short to call unseen words unusual
@@ -114,6 +124,22 @@ def copy_share(source: str, response: str) -> float:
     n = 3 if len(src) > 3 else (2 if len(src) > 1 else 1)
     grams = _ngrams(src, n)
     return len(grams & _ngrams(rsp, n)) / len(grams)
+
+
+def copy_cover(source: str, response: str) -> float:
+    """Share of ``source``'s words matched, in order, by words of ``response`` (difflib's alignment of the two word
+    sequences): 1.0 for a pasted source, still high with a word or two changed."""
+    src, rsp = words(source), words(response)
+    if not src or not rsp:
+        return 0.0
+    blocks = SequenceMatcher(None, src, rsp, autojunk=False).get_matching_blocks()
+    return sum(b.size for b in blocks) / len(src)
+
+
+def copies_reference(reference: str, response: str) -> bool:
+    """``copies_reference``: a reference of COPY_MIN_WORDS words or more, covered at COPY_COVER or more by the response
+    (:func:`copy_cover`)."""
+    return len(words(reference)) >= COPY_MIN_WORDS and copy_cover(reference, response) >= COPY_COVER
 
 
 def keywords(text: str, limit: int | None = 10) -> list[str]:
@@ -264,7 +290,7 @@ def flag_frame(
             out.append(EMPTY_FLAG)  # nothing was read: no other reason applies
             continue
         reasons = []
-        if col["reference"][i].strip() and copy_share(col["reference"][i], resp) >= COPY_SHARE:
+        if copies_reference(col["reference"][i], resp):
             reasons.append("copies_reference")
         if col["question"][i].strip() and copy_share(col["question"][i], resp) >= COPY_SHARE:
             reasons.append("copies_question")

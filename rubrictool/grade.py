@@ -11,7 +11,6 @@ import hashlib
 import logging
 import os
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,14 +24,14 @@ import reccbm
 from reccbm import Predictions, ReccbmError
 from reccbm.onnx_encoder import OnnxExportError, require_onnx, use_onnx_encoder
 from rubrictool.errors import DataError, TrainError
-from rubrictool.flags import EMPTY_FLAG, Profile, flag_frame, load_profile
-from rubrictool.io import read_table, write_table
-from rubrictool.outputs import check_output, has_columns, output_lock, writable_parent
-from rubrictool.progress import Progress, ProgressFn, note, truncation_message, warn
+from rubrictool.flags import EMPTY_FLAG, Profile, flag_frame
+from rubrictool.io import read_table
+from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
 from rubrictool.rubric import Rubric
 
-__all__ = ["ENGINES", "KEEP_COLUMNS", "check_finite", "check_output_path", "check_unique_ids", "empty_responses", "grade_file", "grade_items", "grade_loaded", "grader_predictions", "grading_device", "keep_columns", "level_entropy", "load_grader",
-           "onnx_cache_dirs", "parse_overrides", "predictions_frame", "uncertainty_score"]
+__all__ = ["ENGINES", "check_finite", "check_unique_ids", "empty_responses", "grade_items", "grade_loaded",
+           "grader_predictions", "grading_device", "level_entropy", "load_grader", "onnx_cache_dirs", "parse_overrides",
+           "predictions_frame", "uncertainty_score"]
 
 log = logging.getLogger("rubrictool.grade")
 
@@ -550,15 +549,6 @@ def check_unique_ids(items: pd.DataFrame, source: str = "the items to grade") ->
                         hint="give every answer its own id")
 
 
-def check_output_path(data: str | Path, out: str | Path, run: str | Path | None = None,
-                      reviewed: str | Path | None = None) -> None:
-    """The output rule (rubrictool.outputs): ``--out`` is not the ``--data`` file nor the ``--reviewed`` one (symlinks
-    resolved), not a file of the run, and not an existing file other than a graded table; its folder can be written
-    (before any grading)."""
-    check_output(out, [data, run, reviewed], "file", own=has_columns("grade_prob"), what="a graded table")
-    writable_parent(out)
-
-
 def _grade_nonempty(
     grader: tuple[reccbm.Model, Any, dict[str, Any]], df: pd.DataFrame, empty: npt.NDArray[np.bool_],
     batch_size: int, progress: ProgressFn | None, overrides: str | dict[str, int] | None,
@@ -585,71 +575,3 @@ def _grade_nonempty(
         blank["flags"] = EMPTY_FLAG
     out = pd.concat([graded, blank]).sort_index().reset_index(drop=True)
     return out[graded.columns]
-
-
-KEEP_COLUMNS = ("question", "student", "source_id", "response")
-"""The item table's columns ``grade`` copies beside each grade by default (those the table has), so grades join back
-to the question, the student and the answer."""
-
-
-def keep_columns(graded: pd.DataFrame, items: pd.DataFrame, keep: list[str] | None = None) -> pd.DataFrame:
-    """``graded`` with the item columns ``keep`` (default :data:`KEEP_COLUMNS`, those present) copied in after ``id``,
-    row for row; a name the grades already use gets ``input_`` before it. A ``keep`` column the items lack is an
-    error naming the columns they have."""
-    if keep is None:
-        cols = [c for c in KEEP_COLUMNS if c in items.columns]
-    else:
-        cols = list(dict.fromkeys(c for c in keep if c and c != "id"))
-        missing = [c for c in cols if c not in items.columns]
-        if missing:
-            raise DataError(f"--keep {', '.join(missing)}: no such column in the items to grade; they have "
-                            f"{', '.join(map(str, items.columns))}")
-    if not cols:
-        return graded
-    src = items.reset_index(drop=True)[cols]
-    src = src.rename(columns={c: f"input_{c}" for c in cols if c in graded.columns})
-    at = list(graded.columns).index("id") + 1 if "id" in graded.columns else 0
-    return pd.concat([graded.iloc[:, :at], src, graded.iloc[:, at:]], axis=1)
-
-
-def grade_file(
-    run: str | Path, data: str | Path, out: str | Path, batch_size: int = 64,
-    progress: ProgressFn | None = None, int8: bool = False, engine: str = "torch",
-    overrides: str | dict[str, int] | None = None, keep: list[str] | None = None,
-    device: str = "auto", reviewed: str | Path | None = None,
-) -> tuple[pd.DataFrame, Path, float]:
-    """``rubrictool grade``: read items (CSV/JSONL/Parquet), grade them, write CSV/JSONL with the item columns
-    ``keep`` (:func:`keep_columns`; default the question, the student and the response) beside each grade; returns
-    the table, the written path and the seconds spent grading. ``reviewed``: a table of reviewed answers
-    (:func:`read_review`) whose questions' other answers are shifted by them; a note says how many questions."""
-    check_output_path(data, out, run, reviewed)
-    with output_lock(out, "grade"):  # one writer per graded table
-        return _grade_file(run, data, out, batch_size, progress, int8, engine, overrides, keep, device, reviewed)
-
-
-def _grade_file(
-    run: str | Path, data: str | Path, out: str | Path, batch_size: int, progress: ProgressFn | None, int8: bool,
-    engine: str, overrides: str | dict[str, int] | None, keep: list[str] | None, device: str,
-    reviewed: str | Path | None,
-) -> tuple[pd.DataFrame, Path, float]:
-    items = read_table(data)
-    check_unique_ids(items, str(data))
-    grader = load_grader(run, int8, engine)
-    profile = load_profile(run)
-    t0 = time.perf_counter()
-    where = grading_device(device, int8, engine)
-    review = None
-    if reviewed is not None:
-        trained = trained_questions(run)
-        review = read_review(grader, reviewed, trained or set(), batch_size, where, items=items)
-        note(progress, review_summary(review, items, trained is not None))
-    graded = grade_loaded(grader, items, batch_size, progress, overrides, profile, device=where, review=review)
-    seconds = time.perf_counter() - t0
-    graded = keep_columns(graded, items, keep)
-    try:
-        written = write_table(graded, out, for_people=True)
-    except OSError as exc:  # a disk that filled while grading: the temporary file is removed, --out is as it was
-        kept = f"{out} is as it was" if Path(out).exists() else "nothing was written"
-        raise DataError(f"cannot write the graded table {out} ({exc.strerror or exc}); {kept}",
-                        hint="free space, then grade again") from None
-    return graded, written, seconds

@@ -123,10 +123,14 @@ def run_train(
     by: str | None = None,
     progress: ProgressFn | None = None,
     jobs: int = 1,
+    final: bool = False,
 ) -> TrainResult:
     """``rubrictool train``: the data (:func:`resolve_data`), then one run with a split or k fold runs
     (:func:`train_on`); the run directory defaults to runs/<benchmark|table>-<variant>. ``jobs``: k fold runs in that
-    many worker processes."""
+    many worker processes; ``final``: with ``folds``, also the final model on every labelled answer."""
+    if final and not folds:
+        raise TrainError("--final trains a k-fold run's final model, and this is one run",
+                         hint="add --folds K (the final model's quality card is the folds' pooled figures)")
     if jobs > 1 and not folds:
         raise TrainError(f"--jobs {jobs} trains folds in parallel, and this is one run",
                          hint="add --folds K, or drop --jobs")
@@ -139,7 +143,7 @@ def run_train(
                  "kfold" if folds else "run", what="the run")
     with run_writer(run):  # one writer per run folder, held until the run is in place
         return _train_source(benchmark, data, rubric, agreement, data_dir, run, options, split, split_seed, folds, by,
-                             progress, jobs)
+                             progress, jobs, final)
 
 
 def run_writer(run: Path) -> contextlib.AbstractContextManager[Path]:
@@ -165,7 +169,8 @@ def run_writer(run: Path) -> contextlib.AbstractContextManager[Path]:
 
 def _train_source(benchmark: str | None, data: str | Path | None, rubric: str | None, agreement: str | Path | None,
                   data_dir: str | Path | None, run: Path, options: TrainOptions, split: str | Path | None,
-                  split_seed: int, folds: int, by: str | None, progress: ProgressFn | None, jobs: int) -> TrainResult:
+                  split_seed: int, folds: int, by: str | None, progress: ProgressFn | None, jobs: int,
+                  final: bool = False) -> TrainResult:
     """run_train's body from the data source on, under the run's lock."""
     if folds and split is not None:
         raise TrainError("a fixed split and k-fold evaluation exclude each other: k-fold makes its own splits",
@@ -176,7 +181,7 @@ def _train_source(benchmark: str | None, data: str | Path | None, rubric: str | 
     source = resolve_data(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir,
                           progress=progress)
     return train_on(source, run, options, split=split, split_seed=split_seed, folds=folds, by=by, progress=progress,
-                    jobs=jobs)
+                    jobs=jobs, final=final)
 
 
 def train_on(
@@ -190,15 +195,17 @@ def train_on(
     by: str | None = None,
     progress: ProgressFn | None = None,
     jobs: int = 1,
+    final: bool = False,
 ) -> TrainResult:
     """One run of ``options`` on ``source`` in ``out`` (default runs/<source>-<variant>): with ``folds``, k fold runs
     (:func:`rubrictool.train.train_folds`); else one split: ``split`` (a split.json), or a 7:2:1 split drawn with
-    ``split_seed`` (grouped by the ``by`` column when given). ``jobs``: fold runs in that many worker processes."""
+    ``split_seed`` (grouped by the ``by`` column when given). ``jobs``: fold runs in that many worker processes; ``final``: with ``folds``, the final model too."""
     run = Path(out) if out else Path("runs") / f"{source.name}-{options.variant}"
     common: dict[str, Any] = {"agreement": source.agreement, "notes": source.notes, "progress": progress,
                               "table_source": source.table_source, "labels": source.labels, **options.run_args()}
     if folds:
-        return train_folds(source.rubric, source.table, run, folds=folds, fold_seed=split_seed, by=by, jobs=jobs, **common)
+        return train_folds(source.rubric, source.table, run, folds=folds, fold_seed=split_seed, by=by, jobs=jobs,
+                           final=final, **common)
     if split:
         sp = load_split(split)
     elif by:

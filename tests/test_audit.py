@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from rubrictool.audit import FILLER, TRANSFORMATIONS, audit_run, keywords, transform
 from rubrictool.cli import app
 from rubrictool.errors import DataError
+from rubrictool.flags import COPY_MIN_WORDS, words
 from rubrictool.grade import grade_items
 from tests.support.inspect_runs import inspect_run, png_ok
 
@@ -70,9 +71,10 @@ def test_audit_cli_writes_table_png_and_the_shift_is_computed_right(tiny: tuple[
         assert row["share_flagged"] == pytest.approx((part["flags_after"] != "").mean())
     ref = items[items["transformation"] == "append_reference"]
     assert ref["response_after"].tolist() == [f"{r} {a}".strip() for r, a in zip(src["response"], src["reference"].fillna(""))]
-    # appending the reference makes the answer contain it: caught whenever there is a reference
-    has_ref = src["reference"].fillna("").str.strip() != ""
-    assert all("copies_reference" in f for f, h in zip(ref["flags_after"], has_ref) if h)
+    # appending the reference makes the answer contain it: caught whenever the reference is long enough to tell a
+    # copy from a right answer (COPY_MIN_WORDS words); a shorter one is what a right answer says, never flagged
+    long_ref = src["reference"].fillna("").map(lambda r: len(words(r)) >= COPY_MIN_WORDS)
+    assert all(("copies_reference" in f) == bool(h) for f, h in zip(ref["flags_after"], long_ref))
     for col in [f"shift_{k}" for k in ("FC", "CC", "TU", "CP", "R", "DU", "EE", "FR")]:
         assert col in summary.columns
     doc = json.loads((out / "audit.json").read_text())

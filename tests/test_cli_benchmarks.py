@@ -179,7 +179,7 @@ def test_adjudicate_with_review_files_then_train_warns_about_truncation(
     assert res.exit_code == 0, res.output
     assert f"warning: {warning}" in " ".join(res.output.split())
     graded = pd.read_csv(tmp_path / "graded.csv", dtype={"id": str})
-    assert len(graded) == n and graded["grade"].between(rb.grade.min, rb.grade.max).all()
+    assert len(graded) == n and graded["model_grade"].between(rb.grade.min, rb.grade.max).all()
 
 
 def test_adjudicate_benchmark_without_reviews_says_what_to_pass(data_root: Path) -> None:

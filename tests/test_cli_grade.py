@@ -34,7 +34,10 @@ def test_grade_writes_the_decision_trace_per_item(tmp_path: Path, run: Path) -> 
     assert res.exit_code == 0, res.output
     assert "graded 30 responses" in res.output
     g = pd.read_csv(out)
-    assert list(g["id"]) == list(new["id"]) and g["grade"].between(0, 5).all()
+    assert list(g["id"]) == list(new["id"]) and g["model_grade"].between(0, 5).all()
+    held = g["needs_review"].notna()  # a flagged answer gets no mark; the others keep the model's
+    assert (g["flags"].notna() == held).all() and g.loc[held, "grade"].isna().all()
+    assert (g.loc[~held, "grade"] == g.loc[~held, "model_grade"]).all()
     assert g["grade_prob"].between(0, 1).all()
     for key in KEYS:
         assert g[f"{key}_level"].between(1, 3).all() and g[f"{key}_expected"].between(1, 3).all()
@@ -48,10 +51,10 @@ def test_grade_writes_the_decision_trace_per_item(tmp_path: Path, run: Path) -> 
                                  model.config.max_len)
     preds = reccbm.predict(model, reccbm.EncodedItems(feats), tok.pad_token_id)
     assert preds.grade_logits is not None
-    np.testing.assert_allclose(preds.grade_logits[np.arange(30), g["grade"]], g["grade_logit"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(preds.grade_logits[np.arange(30), g["model_grade"]], g["grade_logit"], rtol=1e-4, atol=1e-5)
     if model.U is None:  # the paper's head: contribution_k = W_{ŷ,k} μ_post,k
         mu = g[[f"{k}_mu_post" for k in KEYS]].to_numpy()
-        np.testing.assert_allclose(contrib, model.W.weight.detach().numpy()[g["grade"].to_numpy()] * mu, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(contrib, model.W.weight.detach().numpy()[g["model_grade"].to_numpy()] * mu, rtol=1e-4, atol=1e-5)
     # the library function gives the same table
     lib = grade_items(run, new)
     np.testing.assert_allclose(lib["grade_prob"].to_numpy(), g["grade_prob"].to_numpy(), rtol=1e-5)
@@ -99,7 +102,7 @@ def test_grade_int8_mostly_agrees_with_float(tmp_path: Path, run: Path) -> None:
                               str(tmp_path / "q.csv"), "--int8"])
     assert res.exit_code == 0, res.output
     q, f = pd.read_csv(tmp_path / "q.csv"), grade_items(run, new)
-    assert (q["grade"] == f["grade"]).mean() >= 0.8
+    assert (q["model_grade"] == f["grade"]).mean() >= 0.8
 
 
 def test_model_inputs_is_the_one_input_rule(backbone: str) -> None:
@@ -148,3 +151,40 @@ def test_a_run_trained_without_the_question_trains_and_grades_without_it(
                               "--cfg", "model.question_input=maybe", "--out", str(tmp_path / "bad")])
     assert res.exit_code != 0 and "question_input" in res.output and "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) <= 2, res.output
+
+
+@pytest.mark.slow  # three trainings; the guide test runs --final in the fast suite
+def test_a_kfold_run_gains_its_final_model_and_grades_with_it(tmp_path: Path, backbone: str) -> None:
+    """train --folds without --final: grade refuses the k-fold run; the same command with --final reads the folds
+    back, trains only the final model on every answer, and grade uses it with the folds' pooled figures as its card."""
+    table = mohler_like_table(40)
+    table.to_csv(tmp_path / "adjudicated.csv", index=False)
+    kfold = tmp_path / "kfold"
+    args = ["train", "--data", str(tmp_path / "adjudicated.csv"), "--rubric", "mohler", "--backbone", backbone,
+            "--epochs", "1", "--max-len", "32", "--device", "cpu", "--lr", "3e-3", "--cfg", "joint.epochs=1",
+            "--folds", "2", "--out", str(kfold)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    new = mohler_like_table(6, seed=3).drop(columns=KEYS + ["grade"])
+    new.to_csv(tmp_path / "new.csv", index=False)
+    grade = ["grade", "--run", str(kfold), "--data", str(tmp_path / "new.csv"), "--out", str(tmp_path / "g.csv")]
+    res = runner.invoke(app, grade)
+    assert res.exit_code == 1 and "without a final model" in " ".join(res.output.split())
+    folds_before = {p: p.stat().st_mtime_ns for p in kfold.glob("fold-*/model.safetensors")}
+    res = runner.invoke(app, [*args, "--final"])
+    assert res.exit_code == 0, res.output
+    assert "final model:" in res.output and "trained on all 40 labelled answers" in " ".join(res.output.split())
+    assert {p: p.stat().st_mtime_ns for p in kfold.glob("fold-*/model.safetensors")} == folds_before  # read back
+    split = json.loads((kfold / "final" / "split.json").read_text())
+    assert sorted(split["train"]) == sorted(table["id"].astype(str))
+    folds = json.loads((kfold / "folds.json").read_text())
+    assert folds["final"] == {"dir": "final", "answers": 40}
+    res = runner.invoke(app, grade)
+    assert res.exit_code == 0, res.output
+    card = json.loads((tmp_path / "g.card.json").read_text())["quality card"]
+    assert card["model"] == "kfold/final" and card["folds"] == 2 and card["n_answers"] == 40
+    assert card["qwk"] == {k: pytest.approx(v) for k, v in folds["ci"]["qwk"].items() if k in ("value", "lo", "hi")}
+    assert "pooled over the 2 folds of kfold" in " ".join(res.output.split())
+    # the final model grades: the same grades as grading its own folder
+    direct = grade_items(kfold / "final", new)
+    np.testing.assert_allclose(pd.read_csv(tmp_path / "g.csv")["grade_prob"], direct["grade_prob"], rtol=1e-5)

@@ -185,7 +185,7 @@ def test_grade_set_overrides_a_concept_for_every_response(tiny: tuple[Path, Path
     # the library gives the same numbers as explain's override
     run = open_run(run_dir, data=table)
     t = explain_items(run, table_rows(run, [str(sets["id"].iloc[0])]), {"FC": 1, "TU": 3})[0]
-    assert t.grade_after == sets["grade"].iloc[0] and t.grade_after_prob == pytest.approx(sets["grade_prob"].iloc[0],
+    assert t.grade_after == sets["model_grade"].iloc[0] and t.grade_after_prob == pytest.approx(sets["grade_prob"].iloc[0],
                                                                                             abs=1e-5)
 
 

@@ -15,10 +15,14 @@ from typer.testing import CliRunner
 from rubrictool.cli import app
 from rubrictool.errors import DataError
 from rubrictool.flags import (
+    COPY_COVER,
+    COPY_MIN_WORDS,
     COPY_SHARE,
     FLAGS,
     Profile,
     build_profile,
+    copies_reference,
+    copy_cover,
     copy_share,
     flag_frame,
     load_profile,
@@ -47,14 +51,24 @@ def flags_of(response: str, graded: dict[str, float] | None = None, profile: Pro
 
 
 def test_copies_reference_and_question() -> None:
-    assert copy_share(REF, f"I think {REF.lower()} and more") == 1.0
+    assert copy_cover(REF, f"I think {REF.lower()} and more") == 1.0
     assert flags_of(f"My answer. {REF}") == ["copies_reference"]
+    assert flags_of(REF) == ["copies_reference"]
     assert flags_of(f"{QUESTION} It is used to try things out.") == ["copies_question"]
-    # an honest paraphrase shares words but not most trigrams
+    # a near-verbatim copy: a word or two changed is still a copy
+    two_changed = REF.replace("simulate", "show").replace("desired", "wanted")
+    assert copy_share(REF, two_changed) < COPY_SHARE  # the trigram share alone would miss it
+    assert copy_cover(REF, two_changed) >= COPY_COVER and flags_of(two_changed) == ["copies_reference"]
+    # an honest paraphrase shares words but is not aligned with most of the reference
     honest = "A prototype lets you simulate some behaviour of the product before building it."
-    assert copy_share(REF, honest) < COPY_SHARE and flags_of(honest) == []
-    # a short reference compares bigrams; an empty one never flags
-    assert copy_share("stack overflow", "it is a stack overflow") == 1.0
+    assert copy_cover(REF, honest) < COPY_COVER and flags_of(honest) == []
+    # a short reference is what a short right answer says in its words: no copy to tell, never flagged
+    short = "the mitochondria"
+    assert copy_cover(short, "the mitochondria") == 1.0 and not copies_reference(short, "the mitochondria")
+    nine = "to carry oxygen around the body in the blood"
+    assert len(nine.split()) < COPY_MIN_WORDS and not copies_reference(nine, f"They {nine}.")
+    assert copies_reference(nine + " stream", f"They {nine} stream.")  # ten words: pasted, flagged
+    # an empty reference never flags
     items = pd.DataFrame({"response": [REF], "reference": [""], "question": [""]})
     assert flag_frame(items, pd.DataFrame([{"grade": 1}]), [], None).iloc[0] == ""
 
@@ -136,7 +150,8 @@ def test_grade_writes_flags_and_training_saves_the_profile(run: Path, tmp_path: 
     prof = load_profile(run)
     assert prof is not None and (run / "profile.json").is_file() and prof.n_train > 0 and prof.consistency is not None
     table = mohler_like_table(40)
-    honest = table.iloc[1]  # row 0 has no reference
+    honest = table.iloc[1].copy()  # row 0 has no reference
+    honest["reference"] = "a stack stores elements last in first out like plates"  # 10 words: a copy can be told
     items = pd.DataFrame([
         {"id": "honest", "question": honest["question"], "response": honest["response"], "reference": honest["reference"]},
         {"id": "copy", "question": honest["question"], "response": "my answer " + str(honest["reference"]),
@@ -152,14 +167,17 @@ def test_grade_writes_flags_and_training_saves_the_profile(run: Path, tmp_path: 
     assert res.exit_code == 0, res.output
     graded = pd.read_csv(out, keep_default_na=False).set_index("id")
     kept = [c for c in ("question", "student", "response") if c in items.columns]  # grade keeps them beside each grade
-    assert list(graded.columns[:len(kept) + 3]) == [*kept, "grade", "grade_prob", "flags"]
+    assert list(graded.columns[:len(kept) + 5]) == [*kept, "grade", "needs_review", "model_grade", "grade_prob", "flags"]
     flags = {str(i): str(f).split(";") for i, f in graded["flags"].items()}
     assert "copies_reference" in flags["copy"]
     assert "truncated" in flags["long"] and "truncated" not in flags["honest"]
     assert "out_of_distribution" in flags["foreign"]
     assert "copies_reference" not in flags["honest"] and "out_of_distribution" not in flags["honest"]
     assert set(";".join(graded["flags"]).split(";")) - {""} <= set(FLAGS)
-    assert "flagged for a teacher to review" in res.output
+    assert "held for a teacher to read, no mark given" in res.output
+    held = graded["flags"] != ""  # every flagged answer held: no mark, the reason in needs_review
+    assert (graded.loc[held, "grade"] == "").all() and (graded.loc[held, "needs_review"] != "").all()
+    assert "pastes the reference answer (copies_reference)" in graded.loc["copy", "needs_review"]
     # a current run missing profile.json is refused as incomplete
     old = tmp_path / "old-run"
     shutil.copytree(run, old)

@@ -161,7 +161,7 @@ def test_cli_engine_onnx_writes_the_torch_columns(run: Path, tmp_path: Path, new
         assert "graded 20 responses" in res.output
         outs[name] = pd.read_csv(out)
     assert list(outs["onnx"].columns) == list(outs["torch"].columns) == list(outs["onnx8"].columns)
-    assert (outs["onnx"]["grade"] == outs["torch"]["grade"]).all()
+    assert (outs["onnx"]["model_grade"] == outs["torch"]["model_grade"]).all()
     np.testing.assert_allclose(outs["onnx"]["grade_prob"], outs["torch"]["grade_prob"], atol=1e-4)
 
 

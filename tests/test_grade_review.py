@@ -1,8 +1,9 @@
-"""A few reviewed answers of a new question shift its other answers: reccbm.fit_level_tilt / shift_levels and
-`rubrictool grade --reviewed`."""
+"""A few reviewed answers of a new question shift its other answers (reccbm.fit_level_tilt / shift_levels and
+`rubrictool grade --reviewed`); held answers, the review queue, the quality card and the gradebook written back."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -97,7 +98,7 @@ def test_grade_reviewed_shifts_a_new_question_and_leaves_a_trained_one(tmp_path:
     assert (g.loc[other_new, "review"] == "question shifted by 4 reviewed answers").all()
     # ... and their grades move up with the reviewed answers' top grades (ε > 0: the shift ε·ŷ is ≥ 0, > 0 above 0)
     assert (g.loc[other_new, "grade_shift"] >= 0).all() and (g.loc[other_new, "grade_shift"] > 0).any()
-    assert g.loc[other_new, "grade"].mean() >= plain.loc[other_new, "grade"].mean()
+    assert g.loc[other_new, "model_grade"].mean() >= plain.loc[other_new, "model_grade"].mean()
     # the question the run trained on: its unreviewed answers graded exactly as without --reviewed
     trained = ~queue & ~rev
     assert (g.loc[trained, "review"] == "question trained on: not shifted").all()
@@ -182,3 +183,134 @@ def test_grade_reviewed_skips_rows_nobody_labelled(tmp_path: Path, run: Path) ->
     res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out),
                               "--reviewed", str(tmp_path / "none.csv")])
     assert res.exit_code == 1 and "no concept level is given in any row" in res.output
+
+
+# ---------------------------------------------------------------------------- held answers, the review queue, the card
+QUIZ = Path(__file__).resolve().parent / "data" / "bio-quiz" / "bio-quiz.csv"  # a teacher's CSV (PROVENANCE.md there)
+
+
+def test_hold_marks_holds_every_flagged_answer_and_says_why() -> None:
+    from rubrictool.review_queue import HOLD_REASONS, hold_marks
+
+    graded = pd.DataFrame({"id": ["a", "b", "c", "d"], "grade": pd.array([3, 1, 4, None], dtype="Int64"),
+                           "grade_prob": [0.9, 0.4, 0.95, None],
+                           "flags": ["", "keyword_list", "copies_reference;out_of_distribution", "empty"]})
+    held = hold_marks(graded)
+    assert list(held.columns[:4]) == ["id", "grade", "needs_review", "model_grade"]
+    assert held["grade"].tolist()[0] == 3 and held["grade"].isna().tolist() == [False, True, True, True]
+    assert held["model_grade"].tolist()[:3] == [3, 1, 4]  # the model's reading kept for the reader
+    assert held["needs_review"].tolist() == [
+        "", "a list of keywords, not an answer (keyword_list)",
+        "pastes the reference answer (copies_reference); unlike every answer the grader trained on (out_of_distribution)",
+        "no answer (empty)"]
+    assert all(HOLD_REASONS[f] for f in ("copies_question", "concepts_disagree_with_grade", "truncated"))
+
+
+def test_review_queue_ranks_held_answers_first_then_the_least_sure_marks() -> None:
+    from rubrictool.review_queue import hold_marks, review_queue
+
+    graded = hold_marks(pd.DataFrame({
+        "id": list("abcdef"), "grade": pd.array([3, 1, 4, 2, 5, 0], dtype="Int64"),
+        "grade_prob": [0.95, 0.4, 0.9, 0.55, 0.99, 0.6],
+        "flags": ["", "", "keyword_list", "", "copies_reference;copies_question", ""]}))
+    unc = np.array([0.1, 0.5, 0.2, 0.1, 0.0, 0.9])
+    q = review_queue(graded, unc)  # no budget: the held answers
+    assert list(q["id"]) == ["e", "c"]  # two flags before one
+    q = review_queue(graded, unc, budget=4)
+    assert list(q["id"]) == ["e", "c", "f", "b"] and list(q["rank"]) == [1, 2, 3, 4]
+    assert q["risk"].iloc[1] > 1 >= q["risk"].iloc[2]  # a held answer always ranks above a marked one
+    assert q["risk"].iloc[2] == pytest.approx((1 - 0.6 + 0.9) / 2)
+    assert len(review_queue(graded, None, budget=100)) == 6 and len(review_queue(graded, unc, budget=0)) == 0
+
+
+def test_grade_writes_the_queue_and_the_card_of_a_single_run(tmp_path: Path, run: Path) -> None:
+    data, _, items = _items(tmp_path)
+    copy = items.iloc[0].copy()
+    copy["id"], copy["reference"] = "pasted", "a queue stores its elements so the first one in is the first one out"
+    copy["response"] = copy["reference"]
+    pd.concat([items, copy.to_frame().T], ignore_index=True).to_csv(data, index=False)
+    out = tmp_path / "graded.csv"
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out),
+                              "--review-budget", "5"])
+    assert res.exit_code == 0, res.output
+    g = pd.read_csv(out).set_index("id")
+    assert pd.isna(g.loc["pasted", "grade"]) and "copies_reference" in g.loc["pasted", "needs_review"]
+    queue = pd.read_csv(tmp_path / "graded.review.csv")
+    assert len(queue) == 5 and queue["risk"].is_monotonic_decreasing and "pasted" in set(queue["id"])
+    n_held = int(g["grade"].isna().sum())
+    assert set(queue["id"].head(min(5, n_held))) <= set(g.index[g["grade"].isna()])
+    card = json.loads((tmp_path / "graded.card.json").read_text())["quality card"]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert card["n_answers"] == metrics["n_test"] and card["qwk"]["value"] == pytest.approx(metrics["ci"]["qwk"]["value"])
+    assert "quality card (run)" in " ".join(res.output.split()) and "review queue: 5 answers" in res.output
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out),
+                              "--review-budget", "-1"])
+    assert res.exit_code == 1 and "--review-budget -1" in res.output
+
+
+def test_a_kfold_run_without_its_final_model_is_refused_with_the_fix(tmp_path: Path) -> None:
+    kfold = tmp_path / "runs" / "course-5fold"
+    (kfold / "fold-0").mkdir(parents=True)
+    (kfold / "folds.json").write_text("{}")
+    (tmp_path / "new.csv").write_text("id,question,response\n1,q,an answer\n")
+    res = runner.invoke(app, ["grade", "--run", str(kfold), "--data", str(tmp_path / "new.csv"), "--out",
+                              str(tmp_path / "g.csv")])
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 1 and "is a k-fold run without a final model" in flat and "--final" in flat, flat
+    assert "Traceback" not in res.output and not (tmp_path / "g.csv").exists()
+    res = runner.invoke(app, ["train", "--benchmark", "mohler", "--final", "--out", str(tmp_path / "one")])
+    assert res.exit_code == 1 and "--final trains a k-fold run's final model" in " ".join(res.output.split())
+
+
+def test_the_gradebook_comes_back_in_the_teachers_csv_layout(tmp_path: Path, run: Path) -> None:
+    """The teacher's CSV (own headers, a blank row, row order) written back: the teacher's cells as they were, then
+    the mark, needs review and a comment per criterion from the rubric's anchors; the per-question summary."""
+    import csv
+
+    from rubrictool.rubric import load_rubric
+
+    lines = QUIZ.read_text(encoding="utf-8").splitlines()
+    book = tmp_path / "quiz.csv"
+    book.write_text("\n".join([*lines[:6], ",,,,", *lines[6:]]) + "\n", encoding="utf-8")  # a blank row kept
+    out = tmp_path / "graded.csv"
+    res = runner.invoke(app, ["grade", "--run", str(run), "--gradebook", str(book), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    back = list(csv.reader((tmp_path / "quiz-graded.csv").open(encoding="utf-8")))
+    src = list(csv.reader(book.open(encoding="utf-8")))
+    rb = load_rubric(run / "rubric.yaml")
+    assert back[0] == [*src[0], "Mark (rubrictool)", "Needs review", *[f"{c.name}: comment" for c in rb.concepts]]
+    assert [r[:5] for r in back[1:]] == [r[:5] for r in src[1:]]  # the teacher's cells and rows, in order
+    assert back[6][5:] == [""] * (len(back[0]) - 5)  # the blank row stays blank
+    g = pd.read_csv(out, keep_default_na=False)
+    rows = [r for r in back[1:] if any(r[:5])]
+    assert len(rows) == len(g) == 160
+    for r, (_, row) in zip(rows, g.iterrows()):
+        assert r[5] == str(row["grade"]) and r[6] == row["needs_review"]
+        first = rb.concepts[0]
+        if row["grade"] == "":
+            assert r[7] == ""  # a held answer: a teacher reads it first
+        else:
+            level = int(row[f"{first.key}_level"])
+            anchor = next(lv.anchor for lv in first.levels if lv.value == level)
+            assert r[7] == f"{level} of {first.levels[-1].value}: {anchor.rstrip('.')}."
+    summary = pd.read_csv(tmp_path / "quiz-graded-summary.csv")
+    assert len(summary) == 16 and summary["answers"].sum() == 160
+    marked = pd.to_numeric(g["grade"], errors="coerce")
+    assert summary["marked"].sum() == marked.notna().sum() and summary["held for review"].sum() == marked.isna().sum()
+    first_q = g["question"] == g["question"].iloc[0]
+    assert summary["mean mark"].iloc[0] == pytest.approx(round(marked[first_q].mean(), 2), nan_ok=True)
+    # written again from its own output: the columns are replaced, not added twice; the source is never the target
+    res = runner.invoke(app, ["grade", "--run", str(run), "--gradebook", str(tmp_path / "quiz-graded.csv"),
+                              "--gradebook-out", str(tmp_path / "again.csv"), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert next(csv.reader((tmp_path / "again.csv").open(encoding="utf-8"))) == back[0]
+    res = runner.invoke(app, ["grade", "--run", str(run), "--gradebook", str(book), "--gradebook-out", str(book),
+                              "--out", str(out)])
+    assert res.exit_code == 1 and "is the teacher's file itself" in " ".join(res.output.split())
+    # a gradebook whose answers are not the ones --data holds: refused before anything is graded
+    data, _, _ = _items(tmp_path)
+    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--gradebook", str(book), "--out",
+                              str(tmp_path / "mixed.csv")])
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 1 and "160 of its answers are not in --data" in flat and "nothing was graded" in flat, flat
+    assert not (tmp_path / "mixed.csv").exists()

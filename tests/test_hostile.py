@@ -197,16 +197,16 @@ def test_empty_whitespace_and_null_responses_get_no_grade_and_the_empty_flag(cou
     assert g.loc[empty, "grade"].isna().all() and g.loc[empty, "grade_prob"].isna().all()
     assert g.loc[empty, "EV_level"].isna().all()
     assert list(g.loc[empty, "flags"]) == ["empty"] * 3
-    assert g.loc[~empty, "grade"].between(0, 2).all() and not g.loc[~empty, "flags"].fillna("").str.contains("empty").any()
+    assert g.loc[~empty, "model_grade"].between(0, 2).all() and not g.loc[~empty, "flags"].fillna("").str.contains("empty").any()
     # the answers with text get exactly the grades they get alone
     alone = tmp_path / "alone.csv"
     pd.DataFrame([rows[0], rows[4]]).to_csv(alone, index=False)
     assert runner.invoke(app, ["grade", "--run", str(course["run"]), "--data", str(alone), "--out",
                                str(tmp_path / "alone_graded.csv")]).exit_code == 0
     ref = read_table(tmp_path / "alone_graded.csv")
-    assert list(ref["grade"]) == list(g.loc[~empty, "grade"])
+    assert list(ref["model_grade"]) == list(g.loc[~empty, "model_grade"])
     raw = pd.read_csv(out, dtype=str, keep_default_na=False)  # as a spreadsheet shows it: 1, not 1.0
-    assert raw.loc[raw["id"] == "n1", "grade"].iloc[0] in {"0", "1", "2"} and raw.loc[raw["id"] == "n2", "grade"].iloc[0] == ""
+    assert raw.loc[raw["id"] == "n1", "model_grade"].iloc[0] in {"0", "1", "2"} and raw.loc[raw["id"] == "n2", "grade"].iloc[0] == ""
     assert np.allclose(ref["grade_prob"], g.loc[~empty, "grade_prob"])
 
 

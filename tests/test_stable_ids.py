@@ -112,7 +112,7 @@ def test_grades_join_back_and_explain_reads_the_graded_answer(tmp_path: Path, ti
     flat = " ".join(res.output.split())
     assert str(row["response"]) in flat and "is not the table this run was trained on" not in flat
     ex = pd.read_csv(tmp_path / "x" / "explain.csv")
-    assert set(ex["id"]) == {wanted} and int(ex["grade"].iloc[0]) == int(graded.set_index("id")["grade"].astype(int)[wanted])
+    assert set(ex["id"]) == {wanted} and int(ex["grade"].iloc[0]) == int(graded.set_index("id")["model_grade"].astype(int)[wanted])
     # without --data the id is not the run's: said so, with the fix
     res = runner.invoke(app, ["explain", "--run", str(tiny_run), wanted])
     assert res.exit_code == 1 and "--data" in res.output

@@ -1,10 +1,10 @@
 """docs/your-course.md, executed: its commands, in order, on a synthetic CHEM 110 course (not Mohler).
 
-The course (tests/support/courses.py): a tutor's XLSX workbook ``chem110-marks.xlsx`` (sheet 'Marks' after a 'Read
-me' sheet; headers 'Student ID', 'Lab question', 'Answer', 'Model answer', 'Mark (0-10)', 'Tutor comment'; 18
-students × 4 lab questions = 72 answers, marks 0..10) and next term's unmarked ``chem110-spring.xlsx`` (30 answers: 6
-students × the 4 questions and a new fifth one).
-Both are written into an empty course folder, the test's working directory, before the first command.
+The course (tests/data/chem110/, made by tests/support/courses.py; PROVENANCE.md there): a tutor's XLSX workbook
+``chem110-marks.xlsx`` (sheet 'Marks' after a 'Read me' sheet; headers 'Student ID', 'Lab question', 'Answer', 'Model
+answer', 'Mark (0-10)', 'Tutor comment'; 40 students × 4 lab questions = 160 answers, marks 0..10) and next term's
+unmarked ``chem110-spring.xlsx`` (30 answers: 6 students × the 4 questions and a new fifth one).
+Both are copied into an empty course folder, the test's working directory, before the first command.
 
 How the guide is read:
 
@@ -27,9 +27,9 @@ What the test changes in the commands (:data:`SUBSTITUTIONS`, each must be used,
   ``--max-len 96``, CPU; ``--folds 5`` becomes ``--folds 2``; the curve runs sizes 24 and all, one repeat, REC-CBM
   only, on 2 folds, with train's recipe (so that ``--all-from`` reads its 'all' cells from step 7's folds).
 
-None of these adds an input file, a rubric or a table: after the run trained for grading (step 8), the test hides
-``rubrics/`` and ``adjudicated/`` and unsets RUBRICTOOL_RUBRICS, so grade, explain, report and audit must work from
-``--run`` alone, as the guide says.
+None of these adds an input file, a rubric or a table: before the first ``grade`` (step 9), the test hides ``rubrics/``
+and ``adjudicated/`` and unsets RUBRICTOOL_RUBRICS, so grade, explain, report and audit must work from ``--run``
+alone, as the guide says.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -51,13 +52,14 @@ from rubrictool.cli import app
 from rubrictool.rubric import load_rubric
 from rubrictool.runs import open_run
 from rubrictool.tables import read_items, read_predictions
-from tests.support.courses import CHEMLAB_KEYS, chemlab_panel_reply, chemlab_words, write_chemlab_xlsx
+from tests.support.courses import CHEMLAB_KEYS, chemlab_marks, chemlab_panel_reply, chemlab_words
 from tests.support.llm_server import Reply, ScriptedLLMServer, Seen
 from tests.support.tiny_models import build_backbone
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "your-course.md"
+COURSE = Path(__file__).resolve().parent / "data" / "chem110"  # the course's two workbooks (PROVENANCE.md there)
 PAID_MODELS = "--model gpt-4o --model gemini/gemini-2.5-pro --model anthropic/claude-sonnet-4-5"
 PANEL = ["panel-a", "panel-b", "panel-c"]
 TINY = "--backbone {backbone} --epochs 1 --max-len 96 --device cpu"
@@ -86,8 +88,9 @@ SUBSTITUTIONS = [
 ]
 
 # The steps the guide must walk, in this order: a new course's path from its data to an audited grader.
-STEPS = ["data import", "rubric new", "rubric lint", "annotate", "adjudicate", "rubric diagnose", "train --folds",
-         "grade", "explain", "report", "audit", "report chemlab-5fold"]
+STEPS = ["data import", "rubric new", "rubric lint", "annotate", "adjudicate", "rubric diagnose", "train --folds --final",
+         "grade --gradebook --review-budget", "explain", "report runs/chemlab-5fold/fold-0", "audit",
+         "report runs/chemlab-5fold"]
 
 
 @dataclass
@@ -197,13 +200,14 @@ def _annotate(c: Course, argv: list[str]) -> None:
         return
     if "--per-question" in argv:  # the spring term's first three answers of each question, for grade --reviewed
         out = c.root / argv[argv.index("--out") + 1] / "predictions.jsonl"
-        preds = read_predictions(out, load_rubric(c.root / "runs" / "chemlab" / "rubric.yaml"), valid_only=True)
+        preds = read_predictions(out, load_rubric(c.root / "runs" / "chemlab-5fold" / "final" / "rubric.yaml"),
+                                 valid_only=True)
         firsts = read_items(c.root / "new-answers.csv").groupby("question", sort=False).head(3)
         assert set(preds["item"].astype(str)) == set(firsts["id"]) and len(preds) == 5 * 3 * 3 * len(PANEL)
         return
     preds = read_predictions(pred_file, load_rubric("chemlab"), valid_only=True)
     assert sorted(preds["model"].unique()) == sorted(f"openai/{m}" for m in PANEL)
-    assert len(preds) == 72 * 3 * len(PANEL)  # every answer × concept × model
+    assert len(preds) == len(c.marks) * 3 * len(PANEL)  # every answer × concept × model
     assert c.server.count() > 0 and not c.server.errors
 
 
@@ -214,7 +218,7 @@ def _adjudicate(c: Course, argv: list[str]) -> None:
         return
     adj = pd.read_csv(c.root / "adjudicated" / "adjudicated.csv")
     items = read_items(c.root / "items.csv")
-    assert len(adj) == 72 and adj[CHEMLAB_KEYS].isin([1, 2, 3]).all().all()
+    assert len(adj) == len(c.marks) >= 150 and adj[CHEMLAB_KEYS].isin([1, 2, 3]).all().all()
     assert dict(zip(adj["id"], adj["grade"])) == dict(zip(items["id"], items["grade"]))
     agreement = json.loads((c.root / "adjudicated" / "agreement.json").read_text())
     assert agreement["label_source"] == "llm"
@@ -235,7 +239,7 @@ def _fit_points(c: Course, argv: list[str]) -> None:
 
 def _points(c: Course, argv: list[str]) -> None:
     graded = pd.read_csv(c.root / "points-graded.csv")
-    assert len(graded) == 72 and graded["points_grade"].between(0, 10).all()
+    assert len(graded) == len(c.marks) and graded["points_grade"].between(0, 10).all()
 
 
 def _curve(c: Course, argv: list[str]) -> None:
@@ -249,28 +253,66 @@ def _curve(c: Course, argv: list[str]) -> None:
 
 def _train(c: Course, argv: list[str]) -> None:
     out = c.root / argv[argv.index("--out") + 1]
-    if "--folds" in argv:
-        folds = json.loads((out / "folds.json").read_text())
-        assert folds and len(pd.read_csv(out / "pooled_predictions.csv")) == 72
-        md = (out / "folds.md").read_text()
-        assert "majority baseline" in md and "Labels: an LLM panel" in md and "not expert-validated" in md
-        assert folds["labels"]["source"] == "llm"
-        return
-    run = open_run(out)
+    n = len(c.marks)
+    folds = json.loads((out / "folds.json").read_text())
+    assert folds and len(pd.read_csv(out / "pooled_predictions.csv")) == n
+    md = (out / "folds.md").read_text()
+    assert "majority baseline" in md and "Labels: an LLM panel" in md and "not expert-validated" in md
+    assert folds["labels"]["source"] == "llm"
+    # --final: one more model, trained on every labelled answer; the folds' pooled figures are its quality card
+    assert folds["final"] == {"dir": "final", "answers": n} and f"trained on all {n} labelled answers" in md
+    run = open_run(out / "final")
     assert run.record["rubric"]["name"] == "chemlab" and run.record["rubric"]["version"] == "1.0"
-    assert run.record["table"]["copy"] == "table.csv" and run.record["table"]["rows"] == 72
+    assert run.record["table"]["copy"] == "table.csv" and run.record["table"]["rows"] == n
     assert run.labels["source"] == "llm" and run.labels["expert_validated"] is False
+    assert len(run.split["train"]) == n  # every labelled answer
 
 
 def _grade(c: Course, argv: list[str]) -> None:
     if "--reviewed" in argv:
         _grade_reviewed(c, argv)
         return
-    graded = pd.read_csv(c.root / "graded.csv")
-    assert len(graded) == len(c.spring) and graded["grade"].between(0, 10).all()
+    graded = pd.read_csv(c.root / "graded.csv", keep_default_na=False, na_values=[""])
+    assert len(graded) == len(c.spring) and graded["model_grade"].between(0, 10).all()
     assert "flags" in graded.columns and all(f"{k}_level" in graded.columns for k in CHEMLAB_KEYS)
     assert list(graded.columns[:4]) == ["id", "question", "student", "response"]  # grades join back
     assert list(graded["response"]) == list(c.spring["Answer"]) and list(graded["student"]) == list(c.spring["Student ID"])
+    held = graded["flags"].fillna("") != ""
+    assert (graded["grade"].isna() == held).all() and (graded["needs_review"].fillna("") != "").eq(held).all()
+    assert (graded.loc[~held, "grade"] == graded.loc[~held, "model_grade"]).all()
+    # the review queue: the held answers first, then the least sure marks, as many as the budget
+    queue = pd.read_csv(c.root / "graded.review.csv")
+    budget = int(argv[argv.index("--review-budget") + 1])
+    assert len(queue) == min(budget, len(graded)) and queue["risk"].is_monotonic_decreasing
+    assert set(queue["id"].head(min(budget, int(held.sum())))) <= set(graded.loc[held, "id"])
+    # the quality card: the k-fold run's pooled figures, carried by its final model
+    card = json.loads((c.root / "graded.card.json").read_text())["quality card"]
+    folds = json.loads((c.root / "runs" / "chemlab-5fold" / "folds.json").read_text())
+    assert card["n_answers"] == len(c.marks) and card["trained_on"] == len(c.marks) and card["folds"] == 2
+    assert card["qwk"]["value"] == pytest.approx(folds["ci"]["qwk"]["value"])
+    _gradebook(c, graded)
+
+
+def _gradebook(c: Course, graded: pd.DataFrame) -> None:
+    """The tutor's workbook back: its sheets, headers and rows as they were, the marks and comments after them."""
+    import openpyxl
+
+    book = openpyxl.load_workbook(c.root / "chem110-spring-graded.xlsx")
+    assert book.sheetnames == ["Read me", "Marks", "Summary (rubrictool)"]
+    rows = list(book["Marks"].values)
+    header, body = list(rows[0]), rows[1:]
+    own = list(c.spring.columns)
+    assert header[: len(own)] == own and header[len(own):len(own) + 2] == ["Mark (rubrictool)", "Needs review"]
+    assert header[len(own) + 2:] == ["Safety reasoning: comment", "Method: comment", "Units and precision: comment"]
+    assert [list(r[: len(own)]) for r in body] == c.spring.astype(object).values.tolist()  # the tutor's rows, in order
+    marks = [r[len(own)] for r in body]
+    assert marks == [None if pd.isna(g) else int(g) for g in graded["grade"]]
+    comment = [r[len(own) + 2] for r in body]
+    for text, g, level in zip(comment, graded["grade"], graded["SAFE_level"]):
+        assert (text is None) == pd.isna(g) and (text is None or text.startswith(f"{int(level)} of 3: "))
+    head, *rest = list(book["Summary (rubrictool)"].values)
+    summary = pd.DataFrame(rest, columns=head)
+    assert summary["answers"].sum() == len(graded) and summary["held for review"].sum() == graded["grade"].isna().sum()
 
 
 def _grade_reviewed(c: Course, argv: list[str]) -> None:
@@ -299,18 +341,18 @@ def _grade_reviewed(c: Course, argv: list[str]) -> None:
 
 
 def _explain(c: Course, argv: list[str]) -> None:
-    out = c.root / "runs" / "chemlab" / "explain"
+    out = c.root / "runs" / "chemlab-5fold" / "final" / "explain"
     assert (out / "explain.html").is_file()
     ids = [a for a in argv[3:] if not a.startswith("-")]
     assert set(pd.read_csv(out / "explain.csv")["id"].astype(str)) == set(ids)
 
 
 def _report(c: Course, argv: list[str]) -> None:
-    if "chemlab-5fold" in argv[argv.index("--run") + 1]:
+    if argv[argv.index("--run") + 1].rstrip("/").endswith("chemlab-5fold"):
         _pooled_report(c, argv)
         return
-    md = (c.root / "runs" / "chemlab" / "report" / "report.md").read_text()
-    assert (c.root / "runs" / "chemlab" / "report" / "report.html").is_file()
+    md = (c.root / "runs" / "chemlab-5fold" / "fold-0" / "report" / "report.md").read_text()
+    assert (c.root / "runs" / "chemlab-5fold" / "fold-0" / "report" / "report.html").is_file()
     assert "an LLM panel" in md and "not expert-validated" in md  # who made the labels
     assert "cannot be loaded" not in md and "## Rubric diagnostics" in md  # from the run's copy of the rubric
     assert "## On the learning curve" in md and "This run trained on" in md  # --curve: step 7's curve
@@ -320,7 +362,7 @@ def _pooled_report(c: Course, argv: list[str]) -> None:
     """The guide ends at the page of the pooled folds: every number on it has a baseline and an interval beside it."""
     out = c.root / "runs" / "chemlab-5fold" / "report"
     md = (out / "report.md").read_text()
-    assert (out / "report.html").is_file() and "72 answers pooled" in md
+    assert (out / "report.html").is_file() and f"{len(c.marks)} answers pooled" in md
     assert "Labels: an LLM panel" in md and "not expert-validated" in md and "Trained: reccbm" in md
     tables = pd.read_csv(out / "pooled_metrics.csv")
     assert {"model_lo", "majority_value", "majority_lo", "points_value", "points_lo", "model_minus_majority_lo"} \
@@ -336,8 +378,8 @@ def _pooled_report(c: Course, argv: list[str]) -> None:
 
 
 def _audit(c: Course, argv: list[str]) -> None:
-    audit = json.loads((c.root / "runs" / "chemlab" / "audit" / "audit.json").read_text())
-    assert audit and (c.root / "runs" / "chemlab" / "audit" / "audit.png").is_file()
+    audit = json.loads((c.root / "runs" / "chemlab-5fold" / "fold-0" / "audit" / "audit.json").read_text())
+    assert audit and (c.root / "runs" / "chemlab-5fold" / "fold-0" / "audit" / "audit.png").is_file()
 
 
 CHECKS: dict[str, Callable[[Course, list[str]], None]] = {
@@ -358,12 +400,13 @@ def _check_for(argv: list[str]) -> Callable[[Course, list[str]], None] | None:
 # ---------------------------------------------------------------- the test
 def test_the_guide_walks_every_step_in_order() -> None:
     runs = [s.text.split(None, 1)[1] for s in guide_steps(GUIDE.read_text()) if s.kind == "run"]
-    at = [next((i for i, r in enumerate(runs) if r.startswith(step.split()[0]) and all(w in r for w in step.split())),
+    at = [next((i for i, r in enumerate(runs) if r.startswith(step.split()[0]) and set(step.split()) <= set(r.split())),
                -1) for step in STEPS]
     assert -1 not in at, f"steps missing from the guide: {[s for s, i in zip(STEPS, at) if i < 0]}"
     assert at == sorted(at), f"the guide's steps are out of order: {sorted(zip(at, STEPS))}"
-    trained = next(i for i, r in enumerate(runs) if r.startswith("train") and "--folds" not in r)
-    for r in runs[trained + 1:]:  # after training, a run needs only --run (grade reads the new answers)
+    assert [r for r in runs if r.startswith("train")] == [runs[at[STEPS.index("train --folds --final")]]]  # one training
+    graded = next(i for i, r in enumerate(runs) if r.startswith("grade"))
+    for r in runs[graded:]:  # from grading on, a run needs only --run (grade reads the new answers)
         if "--run" in r and not r.startswith("grade"):
             assert "--data" not in r, f"`rubrictool {r}` needs --data after training"
 
@@ -372,8 +415,10 @@ def test_the_guide_walks_every_step_in_order() -> None:
 def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Course]:
     root = tmp_path / "chem110"
     root.mkdir()
-    marks = write_chemlab_xlsx(root / "chem110-marks.xlsx")
-    spring = write_chemlab_xlsx(root / "chem110-spring.xlsx", students=6, seed=1, marked=False, new_question=True)
+    for name in ("chem110-marks.xlsx", "chem110-spring.xlsx"):
+        shutil.copy(COURSE / name, root / name)
+    marks = pd.read_excel(root / "chem110-marks.xlsx", sheet_name="Marks")
+    spring = pd.read_excel(root / "chem110-spring.xlsx", sheet_name="Marks")
     monkeypatch.chdir(root)
     monkeypatch.delenv("RUBRICTOOL_RUBRICS", raising=False)
 
@@ -402,18 +447,28 @@ def test_your_course_guide_runs_as_written(course: Course, tmp_path: Path, monke
             path.write_text(step.text)
             continue
         argv = substituted(step.text, used, **values)
+        if argv[0] == "grade" and (course.root / "rubrics").exists():
+            # from here on the run must be enough: hide the rubric folder and the adjudicated table
+            (course.root / "rubrics").rename(course.root / ".rubrics-hidden")
+            (course.root / "adjudicated").rename(course.root / ".adjudicated-hidden")
+            monkeypatch.delenv("RUBRICTOOL_RUBRICS")
         res = runner.invoke(app, argv)
         assert res.exit_code == 0, f"{where}: `{step.text}` exited {res.exit_code}\n{res.output}"
         check = _check_for(argv)
         if check is not None:
             check(course, argv)
         ran.append(" ".join(argv[:2]))
-        if argv[0] == "train" and "--folds" not in argv:
-            # from here on the run must be enough: hide the rubric folder and the adjudicated table
-            (course.root / "rubrics").rename(course.root / ".rubrics-hidden")
-            (course.root / "adjudicated").rename(course.root / ".adjudicated-hidden")
-            monkeypatch.delenv("RUBRICTOOL_RUBRICS")
     assert used == set(range(len(SUBSTITUTIONS))), \
         f"substitutions no command used: {[SUBSTITUTIONS[i] for i in set(range(len(SUBSTITUTIONS))) - used]}"
-    assert ran.count("train --rubric") == 2 and ran[-1] == "report --run"  # it ends at the pooled folds' page
+    assert ran.count("train --rubric") == 1 and ran[-1] == "report --run"  # it ends at the pooled folds' page
     print(f"guide: {len(ran)} commands, {time.process_time() - cpu0:.0f} s CPU")
+
+
+def test_the_course_fixture_is_what_its_provenance_says() -> None:
+    """tests/data/chem110's workbooks hold what PROVENANCE.md says made them: a course of 160 answers, not Mohler."""
+    marks = pd.read_excel(COURSE / "chem110-marks.xlsx", sheet_name="Marks")
+    spring = pd.read_excel(COURSE / "chem110-spring.xlsx", sheet_name="Marks")
+    pd.testing.assert_frame_equal(marks.fillna(""), chemlab_marks(40).fillna(""), check_dtype=False)
+    pd.testing.assert_frame_equal(spring, chemlab_marks(6, 1, True).drop(columns=["Mark (0-10)", "Tutor comment"]),
+                                  check_dtype=False)
+    assert len(marks) >= 150 and marks["Mark (0-10)"].between(0, 10).all() and marks["Mark (0-10)"].nunique() > 5

@@ -1,7 +1,7 @@
 """The ``rubrictool`` command line: thin Typer commands over the library, and all of its output.
 
 One module per command group (:mod:`.rubric`, :mod:`.data`, :mod:`.annotate`, :mod:`.review`,
-:mod:`.adjudicate`, :mod:`.train` with ``grade``, :mod:`.audit`, :mod:`.curve` (``learning-curve``),
+:mod:`.adjudicate`, :mod:`.train`, :mod:`.grade`, :mod:`.audit`, :mod:`.curve` (``learning-curve``),
 :mod:`.inspect` with explain, intervene, report, ablate and ``rubric diagnose``). Each command parses options, calls one library
 function and prints what it returns; every Rich table, progress bar and message lives here. Library
 errors (:class:`rubrictool.errors.RubrictoolError`, and ``reccbm``'s ``ReccbmError``) become a
@@ -25,7 +25,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never reach for
 
 import typer
 
-from rubrictool.cli import adjudicate, annotate, audit, curve, data, inspect, review, rubric, train
+from rubrictool.cli import adjudicate, annotate, audit, curve, data, grade, inspect, review, rubric, train
 from rubrictool.cli._common import handle_errors
 
 __all__ = ["app", "main"]
@@ -45,7 +45,7 @@ app.add_typer(review.app, name="review")
 app.command("adjudicate")(handle_errors(adjudicate.adjudicate_cmd))
 app.command("train")(handle_errors(train.train_cmd))
 app.command("compare")(handle_errors(train.compare_cmd))
-app.command("grade")(handle_errors(train.grade_cmd))
+app.command("grade")(handle_errors(grade.grade_cmd))
 app.command("audit")(handle_errors(audit.audit_cmd))
 app.command("learning-curve")(handle_errors(curve.learning_curve_cmd))
 inspect.register(app, rubric.app)  # explain, intervene, report, ablate, rubric diagnose

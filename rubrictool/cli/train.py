@@ -1,6 +1,6 @@
-"""``rubrictool train``, ``compare`` and ``grade``: REC-CBM runs, comparing them, grading with them.
+"""``rubrictool train`` and ``compare``: REC-CBM runs and comparing them (``grade``: :mod:`rubrictool.cli.grade`).
 
-``rubrictool.train``, ``rubrictool.evaluate`` and ``rubrictool.grade`` load torch (seconds), so they
+``rubrictool.train`` and ``rubrictool.evaluate`` load torch (seconds), so they
 are imported inside these commands: ``rubrictool --help`` and every other command start without torch.
 """
 
@@ -27,12 +27,9 @@ from rubrictool.cli._common import (
     JobsOpt,
     LrOpt,
     MaxLenOpt,
-    OutOpt,
     PresetOpt,
     ProgressView,
-    RunOpt,
     TrainBatchSizeOpt,
-    VerifyOpt,
     at_least,
     console,
     err_console,
@@ -43,7 +40,7 @@ from rubrictool.cli._sanitize import shown
 if TYPE_CHECKING:
     from rubrictool.train import TrainResult
 
-__all__ = ["compare_cmd", "correlation_lines", "grade_cmd", "honest_caption", "low_marks_table", "result_tables", "train_cmd",
+__all__ = ["compare_cmd", "correlation_lines", "honest_caption", "low_marks_table", "result_tables", "train_cmd",
            "warning_lines"]
 
 
@@ -213,6 +210,9 @@ def train_cmd(
     cfg: Annotated[list[str] | None, typer.Option(
         "--cfg", help="Any config field, SECTION.FIELD=VALUE (repeatable), e.g. --cfg stage2.lambda_d=1 --cfg "
         "model.head=scalar; sections model, stage1, joint, stage2 (docs/training.md lists every field).")] = None,
+    final: Annotated[bool, typer.Option("--final", help="With --folds: also train the final model on every labelled "
+                                        "answer (RUN/final); `grade --run RUN` grades with it, the folds' pooled "
+                                        "figures as its quality card.")] = False,
 ) -> None:
     """Train REC-CBM (or a baseline) and write a run dir; print metrics and the reliability table.
 
@@ -222,6 +222,8 @@ def train_cmd(
     Example: rubrictool train --benchmark mohler --folds 5 --out runs/mohler-5fold
 
     Example (a small course, encoder frozen): rubrictool train --data adjudicated.csv --rubric course.yaml --encoder frozen
+
+    Example (the grader to use, with its quality card): rubrictool train --data adjudicated.csv --rubric course.yaml --folds 5 --final --out runs/course
     """
     from rubrictool.pipeline import run_train
     from rubrictool.train import TrainOptions, training_overrides
@@ -239,7 +241,7 @@ def train_cmd(
     with ProgressView(console, *columns) as view:
         result = run_train(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir, out=out,
                            options=options, split=split, split_seed=split_seed, folds=folds, by=by, progress=view,
-                           jobs=jobs)
+                           jobs=jobs, final=final)
     for table in result_tables(result):
         console.print(table)
     for line in correlation_lines(result):
@@ -265,6 +267,11 @@ def train_cmd(
     for note in result.notes:
         console.print(f"[yellow]note:[/] {shown(note)}", soft_wrap=True)
     console.print(f"run written to {result.run_dir}", soft_wrap=True)
+    fin = (result.metrics.get("folds") or {}).get("final")
+    if fin:
+        console.print(f"final model: {result.run_dir / fin['dir']}, trained on all {fin['answers']} labelled answers; "
+                      f"grade with `rubrictool grade --run {result.run_dir}` (the pooled figures above are its quality "
+                      "card)", soft_wrap=True, highlight=False)
 
 
 def compare_cmd(
@@ -288,59 +295,3 @@ def compare_cmd(
                   f"{r['p_not_better']:.3f}")
     console.print(t)
     console.print(f"A = {res['a']}\nB = {res['b']}", soft_wrap=True)
-
-
-def grade_cmd(
-    data: Annotated[Path, typer.Option("--data", help="Items to grade (CSV/JSONL/Parquet): response, question...")],
-    run: RunOpt,
-    out: OutOpt = Path("graded.csv"),
-    batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least(1), help="Items per forward pass.")] = 64,
-    int8: Annotated[bool, typer.Option("--int8", help="Int8 CPU inference: faster; changes about 1 grade in 10 (torch) "
-                                       "or 20 (onnx): docs/runs.md.")] = False,
-    engine: Annotated[str, typer.Option(
-        "--engine", help="Encoder runtime: torch, or onnx (ONNX Runtime; exported once, cached in RUN/onnx).",
-    )] = "torch",
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts for every response, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1).")] = None,
-    device: DeviceOpt = None,
-    verify: VerifyOpt = False,
-    keep: Annotated[str | None, typer.Option("--keep", help="Columns of --data copied beside each grade, comma-separated (default: question, student, source_id, response, those present; '' for none).")] = None,
-    reviewed: Annotated[Path | None, typer.Option("--reviewed", help="Reviewed answers of new questions: id and a column per concept with its level, optionally grade (question and response too for an answer not in --data); each such question's other answers are shifted by what they show (docs/your-course.md#new-questions-a-few-reviewed-answers-first).")] = None,
-) -> None:
-    """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
-
-    Beside each id the output keeps the question, the student and the response (or the columns --keep names), so the
-    grades join back to the gradebook.
-
-    --reviewed: a few answers of each new question with their reviewed levels (and grades) shift how the reader
-    reads that question's other answers; questions the run trained on are left as read.
-
-    A flags column names what a teacher should review (copies_reference, copies_question,
-    concepts_disagree_with_grade, out_of_distribution, truncated; docs/integrity.md).
-
-    --device auto grades on a GPU when there is one; --int8 and --engine onnx run on the CPU.
-
-    Example: rubrictool grade --run runs/mohler-reccbm --data new_answers.csv --out graded.csv
-
-    Example: rubrictool grade --run runs/chemlab --data new-answers.csv --reviewed reviewed.csv --out graded.csv
-    """
-    from rubrictool.grade import grade_file
-    from rubrictool.runs import verify_runs_fully
-
-    if verify:
-        verify_runs_fully()
-    if int8:
-        err_console.print("[yellow]note:[/] --int8 grades with 8-bit weights: some grades differ from the ones the full "
-                          "model gives (and was evaluated with); grade without --int8 for those",
-                          soft_wrap=True, highlight=False)
-    with ProgressView(err_console, transient=True) as view:
-        graded, path, seconds = grade_file(run, data, out, batch_size, view, int8, engine,
-                                           overrides=",".join(set_) if set_ else None, device=device or "auto",
-                                           keep=None if keep is None else [c.strip() for c in keep.split(",") if c.strip()],
-                                           reviewed=reviewed)
-    rate = len(graded) / seconds if seconds > 0 else float("inf")
-    console.print(f"graded {len(graded)} responses in {seconds:.1f} s ({rate:.0f}/s) -> {path}", soft_wrap=True)
-    flagged = graded["flags"].astype(str) != ""
-    if flagged.any():
-        counts = graded.loc[flagged, "flags"].str.split(";").explode().value_counts()
-        console.print(f"{int(flagged.sum())} flagged for a teacher to review (column flags): "
-                      + ", ".join(f"{shown(k)} {v}" for k, v in counts.items()), soft_wrap=True, highlight=False)

@@ -41,7 +41,12 @@ from rubrictool.runs import RECORD, describe_labels, run_is_complete
 from rubrictool.train.recipe import resolve_training
 from rubrictool.train.run import TrainResult, prepare_table, read_agreement, train_model
 
-__all__ = ["FOLD_COLUMNS", "folds_markdown", "train_folds"]
+__all__ = ["FINAL_DIR", "FINAL_NOTE", "FOLD_COLUMNS", "folds_markdown", "train_folds"]
+
+FINAL_DIR = "final"
+"""The k-fold run's final model (``train --folds k --final``): one run trained on every labelled answer."""
+FINAL_NOTE = ("final model: trained on every labelled answer (its dev and test parts are its training answers, so "
+              "its own figures are in-sample); its quality card is the pooled figures of the folds beside it (folds.md)")
 
 
 def _fold_done(fold_dir: Path) -> bool:
@@ -74,6 +79,7 @@ def train_folds(
     table_source: dict[str, Any] | None = None,
     labels: dict[str, Any] | None = None,
     jobs: int = 1,
+    final: bool = False,
 ) -> TrainResult:
     """k-fold evaluation: one run per fold in ``run_dir/fold-<i>`` (every item tested exactly once; see
     :func:`rubrictool.data.kfold_splits`), then pooled metrics and the baselines (:mod:`rubrictool.evaluate`).
@@ -81,7 +87,9 @@ def train_folds(
     jobs > 1: the folds not finished yet train in that many worker processes (:mod:`rubrictool.parallel`), each fold
     as the serial run trains it.
 
-    Resumable per fold: a fold whose run finished (metrics.json written) is read back, not retrained.
+    final: then one more model on every labelled answer, ``run_dir/final`` (:data:`FINAL_DIR`), which ``rubrictool
+    grade --run run_dir`` grades with, the pooled figures its quality card. Resumable: a fold whose run finished
+    (metrics.json written) is read back, not retrained; so is the final model.
     progress gets one task, "folds": folds done so far, and whether the next one trains or was read back."""
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
     if isinstance(agreement, (str, Path)):
@@ -122,6 +130,8 @@ def train_folds(
     write_table(pooled, run / "pooled_predictions.csv")  # atomic: what `compare` reads as a finished k-fold run
     summary = _folds_summary(rb, run, results, pooled, has_c, agreement, notes, fold_seed, by)
     summary["route"] = _route(rb, pooled, table, agreement, summary)
+    if final:
+        summary["final"] = _train_final(rb, table, run, splits, fold_args, progress)
     atomic_write_text(run / "folds.md", folds_markdown(summary))
     atomic_write_text(run / "folds.json", json.dumps(summary, indent=2, default=float) + "\n")  # last: ablate's "done"
     fold0 = run / "fold-0"
@@ -155,6 +165,25 @@ def _route(rb: Rubric, pooled: pd.DataFrame, table: pd.DataFrame, agreement: dic
         return {}
     figs = route_figures(pooled, rb, table=table, agreement=agreement, labels=summary.get("labels"))
     return {"figures": figs, "choice": choose_route(figs), "lines": route_lines(figs)}
+
+
+def _train_final(rb: Rubric, table: pd.DataFrame, run: Path, splits: list[dict[str, list[str]]],
+                 fold_args: dict[str, Any], progress: ProgressFn | None) -> dict[str, Any]:
+    """The final model in ``run/final``: every answer the folds tested (every labelled answer) as its training part,
+    and as its dev and test parts too (the recipe selects on dev; there is nothing left out to measure on). Its own
+    encoder weights (not the folds' shared folder, which is pruned to what the folds use). Read back when done."""
+    ids = [i for sp in splits for i in sp["test"]]
+    target = run / FINAL_DIR
+    if _fold_done(target):
+        if progress:
+            progress(Progress("final", 1, 1, "final model: finished earlier, read back"))
+    else:
+        if progress:
+            progress(Progress("final", 0, 1, f"final model: training on all {len(ids)} answers"))
+        args = {k: v for k, v in fold_args.items() if k != "shared_weights"}
+        args["notes"] = [*(args.get("notes") or []), FINAL_NOTE]
+        train_model(rb, table, {"train": ids, "dev": ids, "test": ids}, target, progress=progress, **args)
+    return {"dir": FINAL_DIR, "answers": len(ids)}
 
 
 def _save_fold_splits(run: Path, splits: list[dict[str, list[str]]], fold_seed: int, by: str | None) -> None:
@@ -319,6 +348,11 @@ def folds_markdown(summary: dict[str, Any]) -> str:
     who = describe_labels(summary.get("labels") or {})
     honest = [f"Labels: {who}.", ""] if who else ["Labels: not recorded (who made them is unknown).", ""]
     honest += [f"Trained: {summary['trained']}.", ""] if summary.get("trained") else []
+    if summary.get("final"):
+        fin = summary["final"]
+        line = (f"Final model: `{fin['dir']}/`, trained on all {fin['answers']} labelled answers; `rubrictool grade "
+                "--run` on this folder grades with it, and these pooled figures are its quality card.")
+        honest += [line, ""]
     constant = constant_text(summary.get("per_fold") or [])
     honest += [f"**{constant}**", ""] if constant else []
     if "ci" in summary:

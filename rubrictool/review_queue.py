@@ -1,0 +1,77 @@
+"""Held answers and the review queue of ``rubrictool grade``: no mark for an answer a teacher should read first.
+
+An answer with any flag (:data:`rubrictool.flags.FLAGS`: a pasted reference or question, a keyword list, an answer
+unlike every training answer, concept levels that disagree with the mark, an empty or a cut answer, padding) gets no
+mark: its ``grade`` is left empty, the model's reading is kept in ``model_grade`` for the reader, and
+``needs_review`` says why in words. Every other answer is marked, with ``needs_review`` empty.
+
+The review queue ranks the answers by risk for a teacher's fixed budget of reviews: the held answers first (the more
+flags, the earlier), then the marked ones by how unsure the grader is, ``risk = (1 - grade_prob + uncertainty) / 2``
+(``uncertainty``: the concept levels' σ²-weighted entropy, :func:`rubrictool.grade.uncertainty_score`), so a held
+answer's risk is above 1 and a marked answer's at most 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from rubrictool.flags import FLAGS
+
+__all__ = ["HOLD_REASONS", "hold_marks", "review_queue"]
+
+HOLD_REASONS = {
+    "copies_reference": "pastes the reference answer",
+    "copies_question": "pastes the question",
+    "keyword_list": "a list of keywords, not an answer",
+    "out_of_distribution": "unlike every answer the grader trained on",
+    "concepts_disagree_with_grade": "its concept levels disagree with the mark",
+    "empty": "no answer",
+    "truncated": "longer than the grader reads",
+    "repeats_text": "padded with repeated text",
+}
+"""Why a flag holds the answer, in the words ``needs_review`` uses (every flag of :data:`FLAGS` holds)."""
+assert set(HOLD_REASONS) == set(FLAGS)
+
+
+def _reasons(flags: str) -> str:
+    names = [f for f in str(flags).split(";") if f]
+    return "; ".join(f"{HOLD_REASONS.get(f, f)} ({f})" for f in names)
+
+
+def hold_marks(graded: pd.DataFrame) -> pd.DataFrame:
+    """``graded`` (with its ``flags`` column) with every flagged answer held: ``grade`` empty, the model's grade in
+    ``model_grade`` beside it, and ``needs_review`` (after ``grade``) naming each reason; unflagged rows keep their
+    grade and an empty ``needs_review``."""
+    out = graded.copy()
+    flags = out["flags"].fillna("").astype(str) if "flags" in out.columns else pd.Series("", index=out.index)
+    held = (flags != "").to_numpy()
+    at = list(out.columns).index("grade") + 1
+    out.insert(at, "model_grade", out["grade"].astype("Int64"))
+    out.insert(at, "needs_review", flags.map(_reasons))
+    out["grade"] = out["grade"].astype("Int64").mask(held)
+    return out
+
+
+def review_queue(held: pd.DataFrame, uncertainty: npt.NDArray[np.float64] | None, budget: int | None = None,
+                 keep: Sequence[str] = ("question", "student", "response")) -> pd.DataFrame:
+    """The answers of ``held`` (:func:`hold_marks`' table) ranked by risk, most at risk first: ``budget`` rows (None:
+    as many as are held), with ``rank``, ``id``, the ``keep`` columns there are, ``needs_review``, ``model_grade``,
+    ``grade_prob``, ``uncertainty`` and ``risk``. ``uncertainty`` (N,): each answer's concept uncertainty in [0, 1]
+    (None: a run without concepts, 0)."""
+    n = len(held)
+    is_held = (held["needs_review"].fillna("") != "").to_numpy()
+    n_flags = held["needs_review"].fillna("").map(lambda r: len([x for x in str(r).split("; ") if x])).to_numpy(float)
+    prob = pd.to_numeric(held["grade_prob"], errors="coerce").fillna(0.0).to_numpy(float)  # empty answer: no probability
+    unc = np.zeros(n) if uncertainty is None else np.nan_to_num(np.asarray(uncertainty, dtype=float))
+    risk = np.where(is_held, 1.0 + n_flags / (1.0 + n_flags), (1.0 - prob + unc) / 2)
+    order = np.argsort(-risk, kind="stable")
+    size = int(is_held.sum()) if budget is None else max(0, min(int(budget), n))
+    cols = ["id", *[c for c in keep if c in held.columns and c != "id"], "needs_review", "model_grade", "grade_prob"]
+    queue = held.iloc[order[:size]][cols].reset_index(drop=True)
+    queue.insert(0, "rank", np.arange(1, size + 1))
+    queue["uncertainty"], queue["risk"] = unc[order[:size]], risk[order[:size]]
+    return queue
