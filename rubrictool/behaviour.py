@@ -507,7 +507,7 @@ def _largest(part: pd.DataFrame, shift: np.ndarray[Any, Any], k: int = 3) -> lis
 def _test_row(t: BehaviourTest, part: pd.DataFrame, grades: tuple[int, int], seed: int) -> dict[str, Any]:
     shift = (part["grade_after"].to_numpy(float) - part["grade_before"].to_numpy(float))
     lo, hi = _ci(shift, seed)
-    top = part["grade_before"].to_numpy() >= grades[1] - 1  # answers graded in the top two marks
+    top = part["grade_before"].to_numpy() >= grades[1] - 1  # answers the model graded in the top two marks
     row: dict[str, Any] = {
         "test": t.name, "kind": t.kind, "expect": t.expect, "words": t.words, "n": len(part),
         "share_changed": float((shift != 0).mean()) if len(part) else float("nan"),
@@ -515,6 +515,7 @@ def _test_row(t: BehaviourTest, part: pd.DataFrame, grades: tuple[int, int], see
         "mean_shift": float(shift.mean()) if len(part) else float("nan"), "ci_lo": lo, "ci_hi": hi,
         "share_moved_2": float((np.abs(shift) >= 2).mean()) if len(part) else float("nan"),
         "share_expected": float("nan"), "n_top": int(top.sum()), "share_top_fell": float("nan"),
+        "top": f"{grades[1] - 1}–{grades[1]}",
         "largest": _largest(part, shift),
     }
     if t.expect == "falls" and len(part):
@@ -543,8 +544,8 @@ def _judge(row: dict[str, Any]) -> tuple[bool | None, str]:
         if row["n_top"] == 0:
             return None, ""
         ok = row["share_top_fell"] >= TARGETS["falls_top"]
-        return ok, (f"{words} lowers only {pct(row['share_top_fell'])} of the top-marked answers by a mark or more "
-                    "(target: at least 70 %)")
+        return ok, (f"{words} lowers only {pct(row['share_top_fell'])} of the answers graded {row['top']} by a mark or "
+                    "more (target: at least 70 %)")
     if row["expect"] == "not_up":
         ok = row["mean_shift"] <= TARGETS["gaming_gain"]
         return ok, f"{words} gains {row['mean_shift']:+.2f} marks on average (target: at most +0.25)"
@@ -606,7 +607,7 @@ def summary_markdown(summary: pd.DataFrame, largest: bool = True) -> str:
             f"{r['mean_shift']:+.3f} [{r['ci_lo']:+.3f}, {r['ci_hi']:+.3f}] | {pct(r['share_moved_2'])} | {ok(r['passes'])} |"
             for r in recs if r["kind"] == "invariance"]
     out += ["", ("| directional test | expected | answers | marks changed | mean shift [95 % CI] | in the expected "
-            "direction | top-marked answers falling ≥ 1 | meets target |"), "|---|---|---:|---:|---|---:|---|---|"]
+            "direction | answers graded in the top two marks falling ≥ 1 | meets target |"), "|---|---|---:|---:|---|---:|---|---|"]
     for r in recs:
         if r["kind"] == "directional":
             top = f"{pct(r['share_top_fell'])} of {r['n_top']}" if r["expect"] == "falls" else "—"
