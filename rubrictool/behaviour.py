@@ -55,19 +55,15 @@ TARGETS = {"invariance_changed": 0.02, "falls_top": 0.70, "gaming_gain": 0.25, "
 
 # ---------------------------------------------------------------------------- word lists
 # General English words, not any course's: a synonym keeps the meaning, an opposite turns it round.
-SYNONYMS = {
+SYNONYMS = {  # words whose swap keeps the sentence grammatical wherever they stand (not "make sure", "by means of")
     "use": "employ", "uses": "employs", "used": "employed", "using": "employing", "because": "since",
     "big": "large", "large": "big", "many": "numerous", "quickly": "rapidly", "easily": "readily",
-    "shows": "displays", "show": "display", "gets": "obtains", "get": "obtain", "makes": "creates",
-    "make": "create", "helps": "assists", "help": "assist", "needs": "requires", "need": "require",
-    "important": "essential", "allows": "permits", "allow": "permit", "often": "frequently", "usually": "typically",
-    "means": "signifies", "example": "instance", "way": "manner", "also": "additionally", "however": "but",
-    "therefore": "thus", "thus": "therefore", "whole": "entire", "entire": "whole", "place": "location",
-    "find": "locate", "finds": "locates", "keep": "retain", "keeps": "retains", "give": "provide",
-    "gives": "provides", "called": "named", "different": "distinct", "several": "multiple", "like": "such as",
-    "things": "items", "thing": "item", "basically": "essentially", "able": "capable", "mostly": "largely",
-    "put": "place", "puts": "places", "every": "each", "each": "every", "so": "hence", "very": "highly",
-    "just": "simply", "simply": "just", "really": "truly", "whether": "if", "while": "whereas", "problem": "issue",
+    "shows": "displays", "show": "display", "gets": "obtains", "important": "essential", "allows": "permits",
+    "allow": "permit", "often": "frequently", "usually": "typically", "example": "instance", "also": "additionally",
+    "therefore": "thus", "thus": "therefore", "whole": "entire", "entire": "whole", "find": "locate",
+    "finds": "locates", "gives": "provides", "called": "named", "different": "distinct", "several": "multiple",
+    "things": "items", "thing": "item", "basically": "essentially", "mostly": "largely", "very": "highly",
+    "just": "simply", "simply": "just", "really": "truly", "whether": "if", "problem": "issue", "problems": "issues",
 }
 _OPPOSITE_PAIRS = (
     ("true", "false"), ("correct", "incorrect"), ("valid", "invalid"), ("before", "after"), ("first", "last"),
