@@ -226,22 +226,22 @@ class BehaviourTest:
 TESTS = (
     BehaviourTest("punctuation", "invariance", "same", "adding or removing a final full stop", _punctuation),
     BehaviourTest("case", "invariance", "same", "changing upper and lower case", _case),
-    BehaviourTest("whitespace", "invariance", "same", "extra spaces", _whitespace),
+    BehaviourTest("whitespace", "invariance", "same", "adding extra spaces", _whitespace),
     BehaviourTest("typo", "invariance", "same", "a one-letter typo", _typo),
     BehaviourTest("sentence_order", "invariance", "same", "putting the sentences in another order", _sentence_order),
     BehaviourTest("synonym", "invariance", "same", "a synonym for an ordinary word", _synonym),
-    BehaviourTest("student_name", "invariance", "same", "the student's name and id in the answer", _student_name),
+    BehaviourTest("student_name", "invariance", "same", "adding the student's name and id", _student_name),
     BehaviourTest("negation", "directional", "falls", 'negating the answer ("not")', _negation),
     BehaviourTest("key_swap", "directional", "falls", "swapping the key term for its opposite or the other option",
                   _key_swap),
-    BehaviourTest("reference_list", "directional", "not_up", "the reference's key words as a bare list",
+    BehaviourTest("reference_list", "directional", "not_up", "answering with the reference's key words as a bare list",
                   _reference_list),
-    BehaviourTest("reference_after_wrong", "directional", "not_up", "the reference pasted after a wrong answer",
+    BehaviourTest("reference_after_wrong", "directional", "not_up", "pasting the reference after a wrong answer",
                   _reference_after_wrong),
-    BehaviourTest("question_restated", "directional", "not_up", "the question restated before the answer",
+    BehaviourTest("question_restated", "directional", "not_up", "restating the question before the answer",
                   _question_restated),
-    BehaviourTest("filler", "directional", "not_up", "two sentences of filler", _filler),
-    BehaviourTest("wrong_longer", "directional", "not_up", "a wrong answer made longer", _wrong_longer),
+    BehaviourTest("filler", "directional", "not_up", "adding two sentences of filler", _filler),
+    BehaviourTest("wrong_longer", "directional", "not_up", "making a wrong answer longer", _wrong_longer),
 )
 _BY_NAME = {t.name: t for t in TESTS}
 
@@ -540,8 +540,8 @@ def _judge(row: dict[str, Any]) -> tuple[bool | None, str]:
         if row["n_top"] == 0:
             return None, ""
         ok = row["share_top_fell"] >= TARGETS["falls_top"]
-        return ok, (f"{words} lowers only {pct(row['share_top_fell'])} of the answers graded {row['top']} by a mark or "
-                    "more (target: at least 70 %)")
+        return ok, (f"{words} lowers only {pct(row['share_top_fell'])} of the {row['n_top']} answer{'s' * (row['n_top'] != 1)} graded {row['top']} by a "
+                    "mark or more (target: at least 70 %)")
     if row["expect"] == "not_up":
         ok = row["mean_shift"] <= TARGETS["gaming_gain"]
         return ok, f"{words} gains {row['mean_shift']:+.2f} marks on average (target: at most +0.25)"
