@@ -36,7 +36,7 @@ from rubrictool.flags import keywords
 from rubrictool.progress import Progress, ProgressFn
 
 __all__ = ["FILLER", "TARGETS", "TESTS", "BehaviourResult", "BehaviourTest", "check_tests", "edit", "failing_sentences",
-           "filler_for", "first_sentence", "key_words", "read_pairs", "run_suite", "suite_on_run", "summarise",
+           "filler_for", "first_sentence", "key_words", "pair_questions", "read_pairs", "run_suite", "suite_on_run", "summarise",
            "summary_markdown"]
 
 # Generic sentences that say nothing about any particular question: the filler when the course has too few answers of
@@ -312,16 +312,23 @@ def read_pairs(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _pair_items(pairs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
-    """The pairs whose question the table holds, with its question text and reference (by ``question_id`` column,
-    else the question text itself)."""
-    t = table.assign(question=table["question"].fillna("").astype(str),
+def pair_questions(pairs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """The pairs whose question the table holds, with its question text and reference. A pair's ``question_id`` is
+    found as the table's ``question_id`` text, else as the prefix of its answers' ids (``11.10`` of ``11.10.3``: a
+    table read back may hold ``11.10`` as the number 11.1), else as the question text itself."""
+    t = table.assign(id=table["id"].astype(str), question=table["question"].fillna("").astype(str),
                      reference=table["reference"].fillna("").astype(str) if "reference" in table else "")
-    by = "question_id" if "question_id" in t.columns else "question"
-    first = t.assign(_q=t[by].astype(str)).drop_duplicates("_q").set_index("_q")
-    known = pairs[pairs["question_id"].astype(str).isin(first.index)].copy()
-    known["question"] = known["question_id"].map(first["question"])
-    known["reference"] = known["question_id"].map(first["reference"])
+    text_ids = "question_id" in t.columns and not pd.api.types.is_numeric_dtype(t["question_id"])
+    found: dict[str, tuple[str, str]] = {}
+    for q in dict.fromkeys(pairs["question_id"].astype(str)):
+        rows = t[t["question_id"].astype(str) == q] if text_ids else t.iloc[:0]
+        for match in (t["id"].str.startswith(q + "."), t["question"] == q):
+            rows = rows if len(rows) else t[match]
+        if len(rows):
+            found[q] = (str(rows["question"].iloc[0]), str(rows["reference"].iloc[0]))
+    known = pairs[pairs["question_id"].astype(str).isin(found)].copy()
+    known["question"] = [found[str(q)][0] for q in known["question_id"]]
+    known["reference"] = [found[str(q)][1] for q in known["question_id"]]
     return known.reset_index(drop=True)
 
 
@@ -445,7 +452,7 @@ def suite_on_run(run: Any, seed: int = 0, batch_size: int = 64, tests: list[str]
     base["filler"] = filler_for(run.table, [str(i) for i in run.split.get("train", [])], list(base["question"]), seed,
                                 filler)
     items = _suite_items(base, names, seed)
-    pp = _pair_items(pairs, run.table) if pairs is not None and run.table is not None else None
+    pp = pair_questions(pairs, run.table) if pairs is not None and run.table is not None else None
     cols = ["question", "reference", "context", "response"]
     frame = pd.concat([
         base[cols], items.rename(columns={"after": "response"})[cols],
@@ -606,9 +613,9 @@ def summary_markdown(summary: pd.DataFrame, largest: bool = True) -> str:
             "direction | answers graded in the top two marks falling ≥ 1 | meets target |"), "|---|---|---:|---:|---|---:|---|---|"]
     for r in recs:
         if r["kind"] == "directional":
-            top = f"{pct(r['share_top_fell'])} of {r['n_top']}" if r["expect"] == "falls" else "—"
+            top = f"{pct(r['share_top_fell'])} of {int(r['n_top'])}" if r["expect"] == "falls" else "—"
             exp = "falls" if r["expect"] == "falls" else "does not rise"
-            out.append(f"| {r['test']} | {exp} | {r['n']} | {pct(r['share_changed'])} | {r['mean_shift']:+.3f} "
+            out.append(f"| {r['test']} | {exp} | {int(r['n'])} | {pct(r['share_changed'])} | {r['mean_shift']:+.3f} "
                        f"[{r['ci_lo']:+.3f}, {r['ci_hi']:+.3f}] | {pct(r['share_expected'])} | {top} | {ok(r['passes'])} |")
     for r in recs:
         if r["kind"] == "minimum functionality":

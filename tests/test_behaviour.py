@@ -19,6 +19,7 @@ from rubrictool.behaviour import (
     edit,
     failing_sentences,
     key_words,
+    pair_questions,
     read_pairs,
     run_suite,
     summarise,
@@ -131,6 +132,22 @@ def test_pairs_file_is_read_and_a_bad_line_is_named(tmp_path: Path) -> None:
     path.write_text("{not json\n")
     with pytest.raises(DataError, match="line 1 is not JSON"):
         read_pairs(path)
+
+
+def test_a_pairs_question_is_found_by_its_id_even_when_the_table_reads_it_as_a_number(tmp_path: Path) -> None:
+    """A table read back from CSV holds question ids 11.1 and 11.10 as the numbers 11.1 and 11.1: the answers' ids
+    (11.10.0) still tell them apart; a table without ids is matched by the question text."""
+    table = pd.DataFrame({"id": ["11.1.0", "11.1.1", "11.10.0"], "question_id": [11.1, 11.1, 11.1],
+                          "question": ["What is a class?", "What is a class?", "What is a template?"],
+                          "reference": ["a blueprint", "a blueprint", "generic code"]})
+    pairs = pd.DataFrame({"question_id": ["11.10", "11.1", "9.9", "What is a class?"], "right": "r", "wrong": "w",
+                          "changed": "", "note": "", "provenance": ""})
+    got = pair_questions(pairs, table)
+    assert got["question_id"].tolist() == ["11.10", "11.1", "What is a class?"]
+    assert got["question"].tolist() == ["What is a template?", "What is a class?", "What is a class?"]
+    assert got["reference"].tolist() == ["generic code", "a blueprint", "a blueprint"]
+    as_text = pair_questions(pairs, table.assign(question_id=["c1", "c1", "c2"]).iloc[[2, 0]])
+    assert as_text["question"].tolist() == ["What is a template?", "What is a class?", "What is a class?"]
 
 
 # ---------------------------------------------------------------------------- a course that is not Mohler
