@@ -13,7 +13,8 @@ targets of issue 68.
     python benchmarks/behaviour.py --smoke --backbone PATH      # a tiny run trained on 24 synthetic answers
 
 A folder with ``fold-*/`` sub-folders is a k-fold run: its complete folds (model.json and metrics.json) are used.
-Writes ``behaviour.json`` and ``behaviour.md`` to ``--out`` (default benchmarks/results/behaviour/<name>/).
+Writes ``behaviour.json`` and ``behaviour.md`` (the tables; the largest moves are printed) to ``--out`` (default
+benchmarks/results/behaviour/<name>/).
 """
 
 from __future__ import annotations
@@ -127,11 +128,15 @@ def main() -> int:
            "seconds": round(time.perf_counter() - t0, 1), "failing": failing_sentences(summary),
            "notes": sorted({n for r in results for n in r.notes}),
            "tests": json.loads(summary.to_json(orient="records"))}
-    atomic_write_text(out / "behaviour.json", json.dumps(doc, indent=1) + "\n")
+    for t in doc["tests"]:  # kept in the tree (results stay small): the largest moves are printed, the sentences
+        for k in ("largest", "sentence", "words", "kind", "expect"):  # are in "failing", the kinds in rubrictool.behaviour
+            t.pop(k, None)
+        t.update({k: round(v, 3) for k, v in t.items() if isinstance(v, float)})
+    atomic_write_text(out / "behaviour.json", json.dumps(doc, ensure_ascii=False) + "\n")
     head = (f"# Behavioural tests: {args.name}\n\n{doc['n_answers']} test answers of {len(runs)} run(s), seed "
             f"{args.seed}; {len(pair_rows)} minimal pairs. Runs: {', '.join(doc['runs'])}.\n\n")
-    atomic_write_text(out / "behaviour.md", head + summary_markdown(summary))
-    print(summary_markdown(summary, largest=False))
+    atomic_write_text(out / "behaviour.md", head + summary_markdown(summary, largest=False))
+    print(summary_markdown(summary))
     for s in doc["failing"]:
         print(f"fails: {s}")
     print(f"wrote {out / 'behaviour.json'} and behaviour.md ({doc['seconds']} s)")

@@ -541,7 +541,7 @@ def _judge(row: dict[str, Any]) -> tuple[bool | None, str]:
         return None, ""
     if row["expect"] == "same":
         ok = row["share_changed"] <= TARGETS["invariance_changed"] and row["share_moved_2"] == 0
-        two = f", {pct(row['share_moved_2'])} by 2 marks or more" if row["share_moved_2"] else ""
+        two = f", {100 * row['share_moved_2']:.1f} % by 2 marks or more" if row["share_moved_2"] else ""
         return ok, f"{words} moves {pct(row['share_changed'])} of marks{two} (target: at most 2 %, none by 2)"
     if row["expect"] == "falls":
         if row["n_top"] == 0:

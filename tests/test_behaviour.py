@@ -113,7 +113,7 @@ def test_summary_counts_what_the_rows_say() -> None:
     assert fill["mean_shift"] == 1.5 and fill["share_expected"] == 0.0 and not fill["passes"]
     assert mp["n"] == 3 and mp["share_expected"] == pytest.approx(1 / 3) and mp["share_tied"] == pytest.approx(1 / 3)
     said = failing_sentences(s.reset_index())
-    assert said[0] == "a one-letter typo moves 25 % of marks, 25 % by 2 marks or more (target: at most 2 %, none by 2)"
+    assert said[0] == "a one-letter typo moves 25 % of marks, 25.0 % by 2 marks or more (target: at most 2 %, none by 2)"
     assert any("adding two sentences of filler gains +1.50 marks" in x for x in said)
     assert any("lowers only 33 % of the 3 answers graded 4–5 by a mark or more" in x for x in said)
     assert any("minimal pair" in x and "33 %" in x for x in said)
