@@ -12,7 +12,6 @@ catch (against the share of the original, honest answers they flag). Determinist
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,32 +21,27 @@ import numpy as np
 import pandas as pd
 
 from rubrictool.atomic import atomic_write, atomic_write_text
+from rubrictool.behaviour import (
+    FILLER,
+    BehaviourResult,
+    failing_sentences,
+    filler_for,
+    first_sentence,
+    read_pairs,
+    suite_on_run,
+    summary_markdown,
+)
 from rubrictool.errors import DataError
 from rubrictool.flags import FLAGS, Profile, keywords, load_profile, profile_from_table
 from rubrictool.grade import grade_loaded
 from rubrictool.io import writable_dir, write_table
 from rubrictool.progress import Progress, ProgressFn
+from rubrictool.report.audit_section import model_fingerprint
 from rubrictool.report.run import Run, open_run, split_rows
 from rubrictool.textsafe import md_inline
 
 __all__ = ["FILLER", "TRANSFORMATIONS", "AuditResult", "audit_run", "keywords", "transform",
            "write_audit"]
-
-# Generic sentences that say nothing about any particular question: the filler when the course has too few answers of
-# its own to draw from and no --filler file is given.
-# Written for no subject in particular (a course of any field may fall back on them).
-FILLER = (
-    "This is a very important idea and it comes up in many different situations.",
-    "In general, it is always a good idea to think carefully about the question before answering it.",
-    "It depends on the situation, but usually this way of looking at it makes things clearer and easier to follow.",
-    "There are many advantages and some disadvantages, which are discussed in the textbook.",
-)
-
-
-def _first_sentence(text: str) -> str:
-    parts = [p.strip() for p in re.split(r"(?<=[.!?])\s+", text.strip()) if p.strip()]
-    return parts[0] if parts else text.strip()
-
 
 _Transform = Callable[[dict[str, str], np.random.Generator], str]
 TRANSFORMATIONS: dict[str, _Transform] = {
@@ -62,7 +56,7 @@ TRANSFORMATIONS: dict[str, _Transform] = {
     "append_filler": lambda it, rng: " ".join([it["response"], it.get("filler") or " ".join(
         rng.choice(FILLER, size=2, replace=False))]).strip(),
     # the response's first sentence, three more times
-    "repeat_sentence": lambda it, rng: " ".join([it["response"]] + [_first_sentence(it["response"])] * 3).strip(),
+    "repeat_sentence": lambda it, rng: " ".join([it["response"]] + [first_sentence(it["response"])] * 3).strip(),
     # the words of a correct answer to the same question (best-graded training answer, else the reference), shuffled
     "shuffled_correct": lambda it, rng: " ".join(rng.permutation(it["correct"].split()).tolist()),
 }
@@ -91,6 +85,7 @@ class AuditResult:
     constant_grade: int | None = None  # the one grade the model gave every answer, original and transformed
     constant: str = ""  # why the shifts say nothing about robustness, in words ("" for a model that grades)
     warnings: list[str] = field(default_factory=list)  # the run's own, e.g. its training table changed since training
+    behaviour: BehaviourResult | None = None  # the behavioural tests on the same answers (rubrictool.behaviour)
 
     @property
     def is_constant(self) -> bool:
@@ -112,31 +107,25 @@ def _correct_answers(run: Run, test: pd.DataFrame) -> list[str]:
     return [best.get(q) or ref or resp for q, ref, resp in zip(test["question"], test["reference"], test["response"])]
 
 
-def _filler(run: Run, test: pd.DataFrame, filler_file: str | Path | None, seed: int) -> list[str]:
-    """Per test answer, two filler sentences: from ``filler_file`` (one per line), else first sentences of the course's
-    own training answers to other questions (in the course's own words and domain, but not about this question);
-    "" (the generic FILLER) when fewer than two are at hand."""
-    rng = np.random.default_rng([seed, 99])
-    if filler_file is not None:
-        try:
-            lines = [ln.strip() for ln in Path(filler_file).read_text(encoding="utf-8").splitlines() if ln.strip()]
-        except (OSError, UnicodeDecodeError) as exc:
-            raise DataError(f"--filler {filler_file}: cannot read it ({exc.__class__.__name__})") from None
-        if len(lines) < 2:
-            raise DataError(f"--filler {filler_file}: needs at least two sentences, one per line")
-        return [" ".join(rng.choice(lines, size=2, replace=False)) for _ in range(len(test))]
-    table = run.table
-    if table is None or "question" not in table.columns:
-        return [""] * len(test)
-    train_ids = {str(i) for i in run.split.get("train", [])}
-    tr = table[table["id"].astype(str).isin(train_ids)]
-    pool = [(str(q), _first_sentence(str(r))) for q, r in zip(tr["question"], tr["response"].fillna(""))
-            if len(str(r).split()) >= 4]
-    out = []
-    for q in test["question"].astype(str):
-        other = [sent for qq, sent in pool if qq != q]
-        out.append(" ".join(rng.choice(other, size=2, replace=False)) if len(other) >= 2 else "")
-    return out
+def _filler_lines(filler_file: str | Path | None) -> list[str] | None:
+    """The sentences of ``--filler FILE`` (one per line; at least two), or None without one."""
+    if filler_file is None:
+        return None
+    try:
+        lines = [ln.strip() for ln in Path(filler_file).read_text(encoding="utf-8").splitlines() if ln.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"--filler {filler_file}: cannot read it ({exc.__class__.__name__})") from None
+    if len(lines) < 2:
+        raise DataError(f"--filler {filler_file}: needs at least two sentences, one per line")
+    return lines
+
+
+def _filler(run: Run, test: pd.DataFrame, lines: list[str] | None, seed: int) -> list[str]:
+    """Per test answer, two filler sentences: from ``lines`` (--filler), else first sentences of the course's own
+    training answers to other questions (:func:`rubrictool.behaviour.filler_for`); "" (the generic FILLER) when fewer
+    than two are at hand."""
+    return filler_for(run.table, [str(i) for i in run.split.get("train", [])], list(test["question"].astype(str)),
+                      seed, lines)
 
 
 def _check_names(transformations: list[str] | None) -> list[str]:
@@ -226,10 +215,16 @@ def audit_run(
     transformations: list[str] | None = None,
     progress: ProgressFn | None = None,
     filler: str | Path | None = None,
+    behaviour: bool = True,
+    pairs: str | Path | None = None,
 ) -> AuditResult:
     """Apply the gaming transformations to the run's test split and grade every version with the run. ``filler``: a
-    text file of filler sentences (one per line); default: sentences of the course's own answers to other questions."""
+    text file of filler sentences (one per line); default: sentences of the course's own answers to other questions.
+    ``behaviour``: also run the behavioural tests (:mod:`rubrictool.behaviour`) on the same answers, with the minimal
+    ``pairs`` (JSONL) whose questions the run's table holds."""
     names = _check_names(transformations)
+    lines = _filler_lines(filler)
+    pair_table = read_pairs(pairs) if pairs is not None else None
     run = open_run(run_dir, data, data_dir)
     test = split_rows(run, "test")
     keys = [] if run.plm else run.keys
@@ -237,7 +232,7 @@ def audit_run(
     grader = (run.model, run.tokenizer, run.meta)
     base = test[["id", "question", "reference", "context", "response"]].copy()
     base["correct"] = _correct_answers(run, test)
-    base["filler"] = _filler(run, test, filler, seed)
+    base["filler"] = _filler(run, test, lines, seed)
     total = len(base) * (len(names) + 1)
     done = 0
 
@@ -270,6 +265,8 @@ def audit_run(
         honest_flag_shares={f: float(honest.str.split(";").apply(lambda fs, f=f: f in fs).mean()) for f in FLAGS},
     )
     result.warnings = list(run.warnings)
+    if behaviour:
+        result.behaviour = suite_on_run(run, seed, batch_size, pairs=pair_table, filler=lines, progress=progress)
     _say_if_constant(result, seen, run)
     _add_notes(result, base, names, profile, run)
     return result
@@ -301,7 +298,21 @@ def _markdown(res: AuditResult, title: str) -> str:
     for r in s.to_dict(orient="records"):
         lines.append(f"| {r['transformation']} | " + " | ".join(f"{100 * r[f'flag_{f}']:.1f} %" for f in FLAGS) + " |")
     lines += [f"\nNote: {md_inline(n)}" for n in res.notes]
+    lines += _behaviour_lines(res.behaviour)
     return "\n".join(lines) + "\n"
+
+
+def _behaviour_lines(b: BehaviourResult | None) -> list[str]:
+    """The behavioural tests' section of audit.md: the failing tests in words, then the tables."""
+    if b is None:
+        return []
+    fails = failing_sentences(b.summary)
+    out = ["", "## Behavioural tests", "",
+           (f"The same {b.n} test answers, each edited in ways that must not move its mark (invariance), must lower it "
+            "or must not raise it (directional), graded again (docs/integrity.md, \"Behavioural tests\")."), ""]
+    out += ["Failing:", ""] + [f"- {md_inline(f)}" for f in fails] + [""] if fails else ["Every test meets its target.", ""]
+    out += [summary_markdown(b.summary)] + [f"Note: {md_inline(n)}" for n in b.notes]
+    return out
 
 
 def _figure(res: AuditResult, path: Path, title: str) -> None:
@@ -357,5 +368,11 @@ def write_audit(res: AuditResult, out_dir: str | Path, title: str | None = None)
         "transformations": res.summary.to_dict(orient="records")}, indent=1, default=float) + "\n")):
         atomic_write_text(path, text)
     paths |= {"md": md, "json": js, "png": out / "audit.png"}
+    if res.behaviour is not None:
+        bj = out / "behaviour.json"
+        doc = res.behaviour.to_json() | {"model_sha256": model_fingerprint(res.run)}  # the report checks it
+        atomic_write_text(bj, json.dumps(doc, indent=1) + "\n")
+        paths |= {"behaviour": bj, "behaviour_items": write_table(res.behaviour.items, out / "behaviour_items.csv",
+                                                                  for_people=True)}
     _figure(res, out / "audit.png", title)
     return paths

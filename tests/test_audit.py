@@ -137,3 +137,65 @@ def test_filler_comes_from_the_courses_own_answers_to_other_questions_or_a_file(
     lines.write_text("only one line\n")
     with pytest.raises(DataError, match="at least two sentences"):
         audit_run(run, data=course, transformations=["append_filler"], seed=1, filler=lines)
+
+
+def test_audit_runs_the_behavioural_tests_and_the_report_names_a_failing_one(
+    tiny: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`audit` writes the behavioural tests beside the gaming figures (its summary is what its rows say); the report
+    page's Audit section shows them and its verdict names each failing test in words."""
+    import shutil
+
+    from rubrictool.behaviour import failing_sentences, summarise
+
+    run_src, table = tiny
+    run = tmp_path / "run"
+    shutil.copytree(run_src, run)
+    res = CliRunner().invoke(app, ["audit", "--run", str(run), "--data", str(table), "--seed", "1"])
+    assert res.exit_code == 0, res.output
+    out = run / "audit"
+    doc = json.loads((out / "behaviour.json").read_text())
+    items = pd.read_csv(out / "behaviour_items.csv", keep_default_na=False, dtype={"id": str})
+    assert len(items) and set(items["test"]) <= {t["test"] for t in doc["tests"]}
+    again = summarise(items, pd.DataFrame(), tuple(doc["grade_range"]), doc["seed"]).set_index("test")
+    for t in doc["tests"]:
+        assert t["n"] == again.loc[t["test"], "n"]
+        assert t["share_changed"] == pytest.approx(again.loc[t["test"], "share_changed"])
+        assert t["mean_shift"] == pytest.approx(again.loc[t["test"], "mean_shift"])
+    assert doc["failing"] == failing_sentences(again.reset_index())
+    assert "behavioural tests" in res.output and "## Behavioural tests" in (out / "audit.md").read_text()
+    for sentence in doc["failing"]:
+        assert sentence in " ".join(res.output.split())
+    rep = CliRunner().invoke(app, ["report", "--run", str(run), "--data", str(table), "--out", str(tmp_path / "rep"),
+                                   "--repeats", "1"])
+    assert rep.exit_code == 0, rep.output
+    page = json.loads((tmp_path / "rep" / "report.json").read_text())
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert page["audit"]["failing"] == doc["failing"] and "## Audit" in md and "| gaming | mean grade shift |" in md
+    said = " ".join(page["verdict"])
+    assert all(s in said for s in doc["failing"]) and ("wrong reasons" in said if doc["failing"] else "right reasons" in said)
+    assert "audit-behaviour" in (tmp_path / "rep" / "report.html").read_text()
+    # an audit of other weights is named as such, not read as this model's
+    doc["model_sha256"] = "0" * 64
+    (out / "behaviour.json").write_text(json.dumps(doc))
+    rep = CliRunner().invoke(app, ["report", "--run", str(run), "--data", str(table), "--out", str(tmp_path / "rep2"),
+                                   "--repeats", "1"])
+    assert rep.exit_code == 0, rep.output
+    md = (tmp_path / "rep2" / "report.md").read_text()
+    assert "other weights than this run's" in md and "wrong reasons" not in md and "right reasons" not in md
+
+
+def test_audit_verdict_names_the_failing_test_in_a_teachers_words() -> None:
+    from rubrictool.report.audit_section import audit_markdown, audit_verdict
+
+    typo = {"test": "typo", "kind": "invariance", "words": "a one-letter typo", "n": 200, "share_changed": 0.11,
+            "mean_shift": -0.06, "passes": False}
+    case = {"test": "case", "kind": "invariance", "words": "changing upper and lower case", "n": 227,
+            "share_changed": 0.0, "mean_shift": 0.0, "passes": True}
+    audit = {"dir": "RUN/audit", "stale": False, "behaviour": {
+        "n": 227, "tests": [typo, case],
+        "failing": ["a one-letter typo moves 11 % of marks (target: at most 2 %, none by 2)"]}}
+    assert audit_verdict(audit) == [("Marks move for the wrong reasons (rubrictool audit's behavioural tests, 227 test "
+                                    "answers): a one-letter typo moves 11 % of marks (target: at most 2 %, none by 2).")]
+    assert "| a one-letter typo | 200 | 11.0 % | -0.06 | no |" in audit_markdown(audit)
+    assert audit_verdict({}) == [] and "No audit of this run yet" in " ".join(audit_markdown({}))

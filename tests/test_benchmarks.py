@@ -65,8 +65,9 @@ EXPECT = {
                   "wrote "],
     "gpu_pack": ["MiB in fp16 (largest weight change restored to float32", "gpu_smoke.py --pack"],
     "main_job_pair": ["A 1 {'wall_s'", "B 6 {'wall_s'", "the same test predictions: True", "wrote "],
+    "behaviour": ["| invariance test |", "| punctuation |", "| directional test |", "wrote "],
 }
-NEEDS_BACKBONE = {"data_load", "grade_speed", "frozen_speed", "gpu_smoke", "gpu_pack", "main_job_pair"}
+NEEDS_BACKBONE = {"data_load", "grade_speed", "frozen_speed", "gpu_smoke", "gpu_pack", "main_job_pair", "behaviour"}
 SMOKED = [p for p in SCRIPTS if p.stem != "folds"]  # folds.py: test_folds_smoke_with_a_config_file
 
 

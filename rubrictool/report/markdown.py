@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rubrictool.report.audit_section import audit_markdown
 from rubrictool.report.diagnose import ceiling_markdown
 from rubrictool.report.page import GRADE_METRICS, NEAR_ZERO, Report, curve_lines, trace_file
 from rubrictool.textsafe import md_inline, md_quote, strip_controls
@@ -53,7 +54,7 @@ def render_markdown(r: Report) -> str:
         L += [f"**Warning:** {md_inline(w['message'])}", ""]
     L += [md_quote(n) for n in r.notes] + [""] if r.notes else []
     L += (_grade_lines(r) + _low_marks_lines(r) + _agreement_and_concept_lines(r) + _figure_lcec_trace_lines(r)
-          + _provenance_lines(r))
+          + audit_markdown(r.audit) + _provenance_lines(r))
     return "\n".join(L)
 
 

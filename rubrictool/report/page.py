@@ -29,6 +29,7 @@ from rubrictool.errors import DataError
 from rubrictool.io import people_csv, writable_dir
 from rubrictool.kfold import fold_context
 from rubrictool.report import figures
+from rubrictool.report.audit_section import audit_html, audit_verdict, load_audit
 from rubrictool.report.diagnose import Diagnosis, diagnose, pairs_frame
 from rubrictool.report.explain import SYMBOLS, ItemTrace, explain_items
 from rubrictool.report.honest import calibration_png, implied_noise_png, verdict
@@ -82,6 +83,7 @@ class Report:
     pass_mark: str = ""  # the course's pass mark and error costs, in words
     sigma2_meaning: str = ""  # what σ² measures on this project's data (evaluate.SIGMA2_MEANING)
     unavailable: list[str] = field(default_factory=list)  # one line per section a run cannot show
+    audit: dict[str, Any] = field(default_factory=dict)  # what rubrictool audit wrote in RUN/audit (audit_section)
     notes: list[str] = field(default_factory=list)
     images: dict[str, bytes] = field(default_factory=dict)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -131,6 +133,7 @@ def build_report(
     r.grade_levels = G
     r.points = dict(run.metrics.get("points") or {})
     _low_marks_section(r, run, gold, pred)
+    r.audit = load_audit(run.path)
     _honest_section(r, run, gold, preds.grade_probs)
     r.fold = fold_context(run.path)
     if r.fold:  # a fold's few test answers: the pooled page is the one to read, not "train with --folds 5"
@@ -325,7 +328,7 @@ def _verdict(r: Report, run: Run, predicted: NDArray[Any]) -> list[str]:
     low = [r.low_marks_table[2]] if r.low_marks_table else []
     return low + verdict(grades=grades, predicted=sorted({int(g) for g in predicted}), honest=r.honest,
                    concepts=r.concepts, correlations=correlations, lcec=r.lcec, points=r.points,
-                   qwk=r.metrics.get("qwk"), fold=r.fold, levels=(run.labels or {}).get("levels"))
+                   qwk=r.metrics.get("qwk"), fold=r.fold, levels=(run.labels or {}).get("levels")) + audit_verdict(r.audit)
 
 
 def _graders(test: pd.DataFrame) -> list[str]:
@@ -543,7 +546,8 @@ def render_html(r: Report) -> str:
              if r.diagnosis is not None else pd.DataFrame())
     return str(template_env().get_template("report.html.j2").render(r=r, metric_names=GRADE_METRICS, traces=views,
                                                             near_zero=NEAR_ZERO, pairs=pairs,
-                                                            curve_lines=curve_lines(r.curve) if r.curve else []))
+                                                            curve_lines=curve_lines(r.curve) if r.curve else [],
+                                                            audit_html=audit_html(r.audit)))
 
 
 def render_explain_html(traces: list[ItemTrace], run_name: str, images: dict[str, bytes]) -> str:
@@ -586,7 +590,10 @@ def write_report(r: Report, out: str | Path) -> dict[str, Path]:
                               "honest": {k: v for k, v in r.honest.items() if k != "warnings"},
                               "implied_noise": r.implied, "lcec": {k: v for k, v in r.lcec.items() if k != "links"},
                               "learning_curve": r.curve or None, "low_marks": r.low_marks,
-                              "pass_mark": r.pass_mark}, indent=1, default=float) + "\n"
+                              "pass_mark": r.pass_mark,
+                              "audit": {"dir": r.audit.get("dir"), "stale": r.audit.get("stale"),
+                                        "failing": (r.audit.get("behaviour") or {}).get("failing")} if r.audit else None},
+                             indent=1, default=float) + "\n"
     from rubrictool.report.markdown import render_markdown
 
     files += [("report.html", render_html(r).encode("utf-8")), ("report.md", render_markdown(r).encode("utf-8")),
