@@ -3,7 +3,7 @@
 :func:`build_report` gathers the numbers and figures (grade metrics, machine–human beside human–human
 agreement, concept metrics and reliability, LCEC correlations, intervention curves, two decision traces,
 rubric diagnostics, provenance); :func:`render_html` / :func:`render_markdown` lay them out, and
-:func:`write_report` writes the page, its PNGs and CSVs. Images are embedded as data: URIs, so the HTML
+:func:`rubrictool.report.write.write_report` writes the page, its PNGs and CSVs. Images are embedded as data: URIs, so the HTML
 file opens offline anywhere.
 """
 
@@ -41,7 +41,7 @@ from rubrictool.textsafe import strip_controls
 
 __all__ = ["GRADE_METRICS", "NEAR_ZERO", "Report", "build_report", "curve_lines", "render_explain_html", "render_html", "template_env",
            "trace_file",
-           "trace_png", "write_explain", "write_report"]
+           "trace_png", "write_explain"]
 
 NEAR_ZERO = 0.1  # |r| below this counts as a near-zero correlation (the paper's appendix threshold)
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -568,43 +568,3 @@ def write_explain(traces: list[ItemTrace], out: str | Path, title: str) -> dict[
     frame = traces_frame(traces)
     atomic_write_bytes(d / "explain.csv", people_csv(frame))  # opened in spreadsheets: formulas neutralised
     return {"explain.html": d / "explain.html", "explain.csv": d / "explain.csv"} | paths
-
-
-def write_report(r: Report, out: str | Path) -> dict[str, Path]:
-    """report.html, report.md, every PNG and CSV into `out`, each atomically; returns their paths. A full disk is one
-    :class:`DataError` naming the file, with every file written whole or left as it was (never a 0-byte PNG)."""
-    d = writable_dir(out)
-    paths: dict[str, Path] = {}
-    files: list[tuple[str, bytes]] = [(name, png) for name, png in r.images.items()]
-    files += [(name, people_csv(df, index=name.endswith("correlations.csv"))) for name, df in r.tables.items()]
-    if r.diagnosis is not None:  # every CSV here is opened in spreadsheets: formula cells neutralised
-        files += [("rubric_diagnosis.csv", people_csv(r.diagnosis.concepts)),
-                  ("level_confusions.csv", people_csv(r.diagnosis.confusions))]
-        if r.diagnosis.ceiling is not None:
-            files += [(name, people_csv(df)) for name, df in (
-                ("grade_ceiling.csv", r.diagnosis.ceiling.per_grade), ("grade_boundaries.csv", r.diagnosis.ceiling.boundaries),
-                ("contrast_pairs.csv", pairs_frame(r.diagnosis.pairs)))]
-    report_json = json.dumps({"metrics": r.metrics, "agreement": r.agreement.to_dict("records"),
-                              "unavailable": r.unavailable, "verdict": r.verdict,
-                              "warnings": r.warnings, "calibration": r.calibration,
-                              "honest": {k: v for k, v in r.honest.items() if k != "warnings"},
-                              "implied_noise": r.implied, "lcec": {k: v for k, v in r.lcec.items() if k != "links"},
-                              "learning_curve": r.curve or None, "low_marks": r.low_marks,
-                              "pass_mark": r.pass_mark,
-                              "audit": {"dir": r.audit.get("dir"), "stale": r.audit.get("stale"),
-                                        "failing": (r.audit.get("behaviour") or {}).get("failing")} if r.audit else None},
-                             indent=1, default=float) + "\n"
-    from rubrictool.report.markdown import render_markdown
-
-    files += [("report.html", render_html(r).encode("utf-8")), ("report.md", render_markdown(r).encode("utf-8")),
-              ("report.json", report_json.encode("utf-8"))]
-    for name, data in files:
-        try:
-            atomic_write_bytes(d / name, data)
-        except OSError as exc:
-            done = ", ".join(paths) or "nothing"
-            raise DataError(f"{d / name}: cannot write it ({exc.strerror or exc}); written before it: {done} (the rest "
-                            "is as it was)", hint="free space or pass --out a folder you can write, then run it again") from None
-        paths[name] = d / name
-    return paths
-
