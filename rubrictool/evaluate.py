@@ -140,7 +140,8 @@ def _resampled(n: int, n_boot: int, seed: int, stat: Callable[[NDArray[np.int64]
     undefined (NaN) dropped: a resample whose gold and predicted grades are one grade has no QWK."""
     rng = np.random.default_rng(seed)
     vals = np.array([stat(rng.integers(0, n, n)) for _ in range(n_boot)], dtype=float)
-    return vals[~np.isnan(vals)]
+    kept: NDArray[np.float64] = vals[~np.isnan(vals)]
+    return kept
 
 
 def _interval(vals: NDArray[np.float64]) -> tuple[float, float]:

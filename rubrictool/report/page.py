@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from rubrictool.io import people_csv, writable_dir
 from rubrictool.kfold import fold_context
 from rubrictool.report import figures
 from rubrictool.report.audit_section import audit_html, audit_verdict, load_audit
-from rubrictool.report.diagnose import Diagnosis, diagnose, pairs_frame
+from rubrictool.report.diagnose import Diagnosis, diagnose
 from rubrictool.report.explain import SYMBOLS, ItemTrace, explain_items
 from rubrictool.report.honest import calibration_png, implied_noise_png, verdict
 from rubrictool.report.intervene import intervention_curves
@@ -194,7 +193,6 @@ def _low_marks_section(r: Report, run: Run, gold: NDArray[Any], pred: NDArray[An
 def _honest_section(r: Report, run: Run, gold: NDArray[Any], probs: NDArray[Any]) -> None:
     """Test size, majority class, bootstrap CIs, warnings and calibration, recomputed from the page's predictions
     (the same numbers as metrics.json; the majority class is the one the run recorded)."""
-    from rubrictool.errors import DataError
     from rubrictool.evaluate import calibration, honest_metrics
 
     saved = (run.metrics.get("majority") or {}).get("grade")
@@ -247,7 +245,6 @@ def curve_position(curve: str | Path, n_train: float, variant: str, unavailable:
     """:func:`rubrictool.curve.position_on_curve` for ``variant``, or for the points route when the curve has no cells
     of the variant but has points cells (a points-only curve: the small-course route); None, with a line added to
     ``unavailable``, when it has neither or is not a curve."""
-    from rubrictool.errors import DataError
     from rubrictool.io import read_table
     from rubrictool.report.curve import POINTS, position_on_curve
 
