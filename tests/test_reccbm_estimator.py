@@ -328,3 +328,20 @@ def test_the_cli_and_the_library_fit_the_same_grader_on_one_tiny_table(backbone:
     np.testing.assert_array_equal(grader.concepts(test), cli[[f"{k}_level" for k in KEYS]])
     np.testing.assert_array_equal(Grader.load(run).predict_proba(test), probs)
     assert grader.history_["steps"] == json.loads((run / "model.json").read_text())["step"]
+
+
+def test_importing_reccbm_writes_no_environment_variable() -> None:
+    import subprocess
+    import sys
+
+    code = ("import os; os.environ.pop('OMP_WAIT_POLICY', None); before = dict(os.environ); import reccbm; "
+            "print(sorted(set(os.environ.items()) ^ set(before.items())))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_reccbms_public_surface_is_short_and_the_building_blocks_still_import() -> None:
+    assert "Grader" in reccbm.__all__ and len(reccbm.__all__) <= 15
+    assert all(hasattr(reccbm, name) for name in reccbm.__all__)
+    for name in ("train_concepts", "train_grader", "RecCBM", "grade_metrics", "decision_trace", "encode_table"):
+        assert hasattr(reccbm, name) and name not in reccbm.__all__  # importable as before, not the surface
