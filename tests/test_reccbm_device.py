@@ -291,9 +291,10 @@ def test_a_training_batch_as_the_loader_makes_it_is_never_read_back_from_the_dev
     """A training batch carries its overlap features and its inputs' CPU copy (reccbm.batches.training_loader): the alignment
     features, the examples across questions and, in its GPU form, L_rank then read nothing back from the device."""
     from reccbm.align import separator_id
+    from reccbm.batches import HostCopy as _Host
+    from reccbm.batches import training_loader as _loader
     from reccbm.contrast import contrast_batch
     from reccbm.model import opcc_loss
-    from reccbm.batches import HostCopy as _Host, training_loader as _loader
 
     model, tok = tiny_model(backbone, align=True)
     assert model.align is not None

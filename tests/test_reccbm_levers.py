@@ -294,9 +294,9 @@ def test_a_swapped_reference_is_another_top_graded_answer_to_the_same_question(b
     reads one of those answers in place of its reference — the question, the answer, its token types and its labels
     as they were; at p = 0 nothing changes; an input longer than max_len gets the stand-in cut; the draws are seeded."""
     from reccbm.align import segment_masks
+    from reccbm.batches import question_groups
     from reccbm.contrast import infer_sep_id
     from reccbm.references import ReferenceSwap
-    from reccbm.batches import question_groups
 
     _, tok = tiny_model(backbone)
     items = encoded(tok, _two_questions())
@@ -366,7 +366,8 @@ def test_batches_of_answers_to_one_question_hold_runs_of_that_question(backbone:
     and the run's batches are the sampler's."""
     import dataclasses
 
-    from reccbm.batches import QuestionBatches as _QuestionBatches, question_groups
+    from reccbm.batches import QuestionBatches as _QuestionBatches
+    from reccbm.batches import question_groups
 
     questions = np.repeat(np.arange(5), [7, 4, 9, 1, 6])  # 27 answers to 5 questions, one with a single answer
     sampler = _QuestionBatches(questions, batch_size=8, per=4, seed=3)
@@ -556,7 +557,8 @@ def test_two_readings_of_part_of_the_batch(backbone: str) -> None:
     whole batch read twice; Stage I trains with it; a share outside (0, 1] is refused."""
     import dataclasses
 
-    from reccbm.losses import stage1_loss as _stage1_loss, rdrop_rows
+    from reccbm.losses import rdrop_rows
+    from reccbm.losses import stage1_loss as _stage1_loss
 
     model, tok = tiny_model(backbone)
     items = encoded(tok, toy_table(8, seed=4))
