@@ -222,7 +222,8 @@ class Grader:
         kept, the reviewers' levels ``votes_<KEY>``) or as parallel arrays: ``X`` the questions, then the reference
         answers (None: none), the responses, the concept levels (N, K) in the rubric's concept order (a DataFrame:
         the columns named by the concept keys are selected) and the grades (N,). Labels are on the rubric's scales;
-        one outside its scale raises a ReccbmError naming its row, field and the allowed range.
+        one outside its scale raises a ReccbmError naming its row, field and the allowed range. The PLM baseline
+        (``{"model": {"plm": True}}``) reads no concept levels: a table without them will do.
 
         ``votes``: (N, K, M+1) each concept's share of reviewers per level (0-based), the soft concept targets of
         ``stage1.soft_targets``; a table's ``votes_<KEY>`` columns give them when this is None
@@ -280,8 +281,7 @@ class Grader:
             if missing:
                 raise ReccbmError(f"the table has no column {' or '.join(missing)}; columns: {list(X.columns)}")
             n, grades = len(X), X["grade"]
-            has_concepts = all(k in X.columns for k in self.rubric.keys)
-            concepts = X if has_concepts or not r.model.plm else None
+            concepts = X
         else:
             if grades is None or responses is None:
                 raise ReccbmError("fit takes a table, or questions, references, responses, concepts and grades")
@@ -292,7 +292,7 @@ class Grader:
         if y_raw.shape != (n,):
             raise ReccbmError(f"grades: {y_raw.shape[0] if y_raw.ndim else 0} values for {n} answers")
         c = None
-        if concepts is not None:
+        if not r.model.plm:  # the PLM baseline reads no concept levels
             c_raw, rows = self._concept_table(concepts, n)
             c = check_labels(c_raw, lo, hi, [f"concept {k!r}" for k in self.rubric.keys], rows) - lo  # (N, K) 0..M
         y = check_labels(y_raw, glo, ghi, ["grade"], list(X.index) if table else
