@@ -231,13 +231,13 @@ class Grader:
         the answers held out to select epochs on (default: ``dev_size`` of each grade's answers). Progress goes to
         ``callback`` as :class:`reccbm.Event`. Returns self."""
         r = self._recipe()
-        items, rows = self._items(X, references, responses, concepts, grades, votes, r)
+        items, from_table = self._items(X, references, responses, concepts, grades, votes, r)
         train, held = self._split(np.asarray(items.grades), dev)
         backbone = r.model.backbone or default_backbone()  # the tokenizer's and the encoder's
         tokenizer = load_tokenizer(backbone)
         m = r.model
         items.features = (encode_table(tokenizer, X, m.max_len, question=m.question_input, normalise=m.normalise)
-                          if rows is not None else
+                          if from_table else
                           encode_inputs(tokenizer, *self._text_arrays(X, references, responses), m.max_len,
                                         question=m.question_input, normalise=m.normalise))
         fitted = fit(self._part(items, train), self._part(items, held), r, tokenizer,
@@ -273,8 +273,8 @@ class Grader:
 
     def _items(self, X: Any, references: Iterable[Any] | None, responses: Iterable[Any] | None, concepts: Any,
                grades: Iterable[Any] | None, votes: NDArray[Any] | None,
-               r: Recipe) -> tuple[EncodedItems, list[Any] | None]:
-        """The checked 0-based labels (features still empty) and a table's row labels (None for arrays)."""
+               r: Recipe) -> tuple[EncodedItems, bool]:
+        """The checked 0-based labels and shares (the features still empty), and whether ``X`` is a table."""
         table = _is_table(X) and references is None and responses is None and concepts is None and grades is None
         if table:
             missing = [c for c in ("response", "grade") if c not in X.columns]
@@ -304,7 +304,7 @@ class Grader:
             if votes.shape != (n, len(self.rubric.keys), hi - lo + 1):
                 raise ReccbmError(f"votes: expected (N={n}, K={len(self.rubric.keys)}, M+1={hi - lo + 1}) shares, "
                                   f"got shape {votes.shape}")
-        return EncodedItems([{}] * n, c, y, votes if c is not None else None), list(X.index) if table else None
+        return EncodedItems([{}] * n, c, y, votes if c is not None else None), table
 
     @staticmethod
     def _text_arrays(questions: Any, references: Iterable[Any] | None,
