@@ -28,10 +28,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 import pandas as pd
 
-import reccbm
 from reccbm.decision import Cutpoints, bayes_marks, cost_matrix, fit_calibrated_bayes, fit_cutpoints
 from reccbm.metrics import macro_f1, quadratic_weighted_kappa
-from rubrictool.grade import inputs_for, load_grader
+from rubrictool.grade import load_grader
 from rubrictool.runs import open_run
 
 SWEEP = (0.0, 1.0, 2.0, 4.0, 8.0)
@@ -46,13 +45,12 @@ def fold_predictions(fold_dir: Path, cache: Path) -> dict[str, Any]:
     run = open_run(fold_dir)
     table = run.load_table()
     table["id"] = table["id"].astype(str)
-    model, tokenizer, meta = load_grader(fold_dir)
-    gmin = int(meta["grade"][0])
+    grader = load_grader(fold_dir)  # the fold's reccbm.Grader
+    gmin = grader.rubric.grades[0]
     out: dict[str, Any] = {}
     for part in ("dev", "test"):
         rows = table.set_index("id").loc[split[part]].reset_index()
-        feats = inputs_for(model, tokenizer, rows)
-        preds = reccbm.predict(model, reccbm.EncodedItems(feats), tokenizer.pad_token_id, 64)
+        preds = grader.predictions(rows, batch_size=64)
         out[f"{part}_probs"] = preds.grade_probs.astype(np.float64)
         out[f"{part}_y"] = rows["grade"].to_numpy().astype(np.int64) - gmin
         out[f"{part}_ids"] = np.asarray(rows["id"].astype(str).tolist(), dtype=str)

@@ -114,7 +114,8 @@ def fold_outputs(fold: Path, course: Course, out: Path) -> dict[str, Any]:
     path = out / "outputs" / f"{fold.name}.npz"
     if not path.is_file():
         t0 = time.perf_counter()
-        model, tok, _ = load_grader(fold)
+        grader = load_grader(fold)  # the fold's reccbm.Grader
+        model, tok = grader.model_, grader.tokenizer_
         torch.set_num_threads(1)
         preds = reccbm.predict(model, reccbm.EncodedItems(inputs_for(model, tok, course.df)), tok.pad_token_id, 64)
         assert preds.p_hat is not None and isinstance(model, reccbm.RecCBM) and model.lcec is not None
@@ -210,7 +211,7 @@ def head_refit(course: Course, folds_dir: Path) -> Any:
 
     def refit(fold: int, levels: np.ndarray, outs: dict[str, Any]) -> dict[str, Any]:
         if fold not in models:
-            models[fold] = load_grader(folds_dir / f"fold-{fold}")[0]
+            models[fold] = load_grader(folds_dir / f"fold-{fold}").model_
         model = models[fold]
         kept = {n: t.detach().clone() for n, t in model.state_dict().items()}
         pos, p = outs["split"], torch.from_numpy(outs["p_hat"]).float()

@@ -100,14 +100,9 @@ def _qwk_thresholds(e: np.ndarray, y: np.ndarray, n_grades: int) -> np.ndarray:
     return th
 
 
-def _grade_probs(grader: tuple[Any, Any, Any], df: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(grade probabilities, gold grades) of a loaded run on the rows of an AdjudicatedTable."""
-    import reccbm
-    from rubrictool.grade import inputs_for
-
-    model, tok, _ = grader
-    feats = inputs_for(model, tok, df)
-    probs = reccbm.predict(model, reccbm.EncodedItems(feats), tok.pad_token_id).grade_probs
+def _grade_probs(grader: Any, df: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(grade probabilities, gold grades) of a loaded run (a reccbm.Grader) on the rows of an AdjudicatedTable."""
+    probs = grader.predict_proba(df)
     return probs, df["grade"].to_numpy(dtype=np.int64)
 
 

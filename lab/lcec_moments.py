@@ -38,7 +38,7 @@ def scores(run: Path) -> tuple[pd.DataFrame, list[str], int, Any]:
     split = json.loads((run / "split.json").read_text())
     part = {str(i): p for p in ("train", "dev", "test") for i in split[p]}
     grader = load_grader(run)
-    model = grader[0]
+    model = grader.model_
     graded = grade_loaded(grader, table, flags=False, device="cpu")  # every answer once; the run folder is not written
     keys = [c[: -len("_level")] for c in graded.columns if c.endswith("_level")]
     df = table[["id", "grade", *keys]].rename(columns={"grade": "grade_true", **{k: f"{k}_true" for k in keys}}).merge(

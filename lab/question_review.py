@@ -46,7 +46,8 @@ def fold_tables(run: Path, pooled: pd.DataFrame) -> list[dict[str, Any]]:
 
     out = []
     for f in sorted(pooled["fold"].unique()):
-        model, _, meta = load_grader(run / f"fold-{f}")
+        grader = load_grader(run / f"fold-{f}")
+        model, meta = grader.model_, grader.rubric.as_meta()
         keys, smin, gmin = list(meta["concept_keys"]), int(meta["scale"][0]), int(meta["grade"][0])
         d = pooled[pooled["fold"] == f].reset_index(drop=True)
         L = int(model.config.num_levels)

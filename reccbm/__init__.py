@@ -1,129 +1,190 @@
 """reccbm: REC-CBM, a rubric-aware error-correcting concept bottleneck model for grading.
 
 RACE (rubric-aware concept encoder) -> OPCC (ordinal pairwise concept calibration) -> LCEC
-(latent concept error correction) -> grade head. :func:`fit` runs the recipe: Stage I, then Stage II
-(the paper's Algorithm 1), with an optional joint stage and a cross-fitted Stage II in between
-(:class:`Recipe` says which; :func:`recipe` builds the named ones, "default" and "paper"). :func:`fit` takes
-token ids and 0-based labels; :class:`Grader` is the estimator on raw text (fit, predict, save, load) that owns its
-tokenizer and recipe. :class:`PLM` is the black-box baseline. Independent of rubrictool.
+(latent concept error correction) -> grade head. :class:`Grader` is the estimator on raw text (fit on a table or
+arrays, predict, save, load; scikit-learn's get_params/set_params) that owns its tokenizer and recipe, and the one
+way rubrictool trains and grades. Below it, :func:`fit` runs a :class:`Recipe` on token ids and 0-based labels:
+Stage I, then Stage II (the paper's Algorithm 1), with an optional joint stage and a cross-fitted Stage II in between
+(:func:`recipe` builds the named ones, :data:`PRESETS`); :func:`predict` runs a model on encoded items.
+Independent of rubrictool.
+
+``__all__`` is that public surface. The building blocks (the stages, the model classes, metrics, explanations) are
+importable from here as before and from their modules (reccbm.train, reccbm.model, reccbm.metrics, reccbm.explain,
+…), which are the places to read them.
+
+Importing reccbm sets no environment variable. OMP_WAIT_POLICY=PASSIVE (idle OpenMP threads sleep instead of spinning,
+which keeps training steps fast when other processes share the cores) is set by rubrictool when it is imported, before
+torch loads; a script that trains with reccbm alone on a shared machine sets it the same way, before importing torch
+(``os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")``).
 """
 
 from __future__ import annotations
 
-import os
+from reccbm.checkpoint import load_checkpoint, save_checkpoint
 
-# Before torch loads OpenMP: idle threads sleep instead of spinning. Same speed on an idle machine, and
-# much faster steps when other processes share the cores (docs/results.md).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-from reccbm.checkpoint import load_checkpoint, read_meta, save_checkpoint
-from reccbm.config import JointConfig, ModelConfig, StageIConfig, StageIIConfig, variant_flags, variant_name
-from reccbm.data import EncodedItems, encode_inputs, load_tokenizer
+# The building blocks: importable from reccbm as before; their modules are where to read them.
+from reccbm.checkpoint import read_meta as read_meta
+from reccbm.config import (
+    JointConfig as JointConfig,
+)
+from reccbm.config import (
+    ModelConfig as ModelConfig,
+)
+from reccbm.config import (
+    StageIConfig as StageIConfig,
+)
+from reccbm.config import (
+    StageIIConfig as StageIIConfig,
+)
+from reccbm.config import (
+    variant_flags as variant_flags,
+)
+from reccbm.config import (
+    variant_name as variant_name,
+)
+from reccbm.data import (
+    TEXT_COLUMNS as TEXT_COLUMNS,
+)
+from reccbm.data import EncodedItems
+from reccbm.data import (
+    encode_inputs as encode_inputs,
+)
+from reccbm.data import (
+    encode_table as encode_table,
+)
+from reccbm.data import (
+    load_tokenizer as load_tokenizer,
+)
 from reccbm.errors import ReccbmError
 from reccbm.estimator import Concept, Grader, Rubric
 from reccbm.explain import (
-    INTERVENTIONS,
-    DecisionTrace,
-    attention_diagnostics,
-    concept_order,
-    contributions_toward,
-    decision_trace,
-    grades_from_levels,
-    intervention_levels,
-    override,
-    partial_correlations,
-    reliability,
-    shift_levels,
+    INTERVENTIONS as INTERVENTIONS,
 )
-from reccbm.fit import Fitted, Recipe, fit
-from reccbm.inference import Predictions, cache_concepts, encoder_states, predict, quantize_encoder
+from reccbm.explain import (
+    DecisionTrace as DecisionTrace,
+)
+from reccbm.explain import (
+    attention_diagnostics as attention_diagnostics,
+)
+from reccbm.explain import (
+    concept_order as concept_order,
+)
+from reccbm.explain import (
+    contributions_toward as contributions_toward,
+)
+from reccbm.explain import (
+    decision_trace as decision_trace,
+)
+from reccbm.explain import (
+    grades_from_levels as grades_from_levels,
+)
+from reccbm.explain import (
+    intervention_levels as intervention_levels,
+)
+from reccbm.explain import (
+    override as override,
+)
+from reccbm.explain import (
+    partial_correlations as partial_correlations,
+)
+from reccbm.explain import (
+    reliability as reliability,
+)
+from reccbm.explain import (
+    shift_levels as shift_levels,
+)
+from reccbm.fit import Fitted as Fitted
+from reccbm.fit import Recipe, fit
+from reccbm.inference import Predictions, predict
+from reccbm.inference import (
+    cache_concepts as cache_concepts,
+)
+from reccbm.inference import (
+    encoder_states as encoder_states,
+)
+from reccbm.inference import (
+    quantize_encoder as quantize_encoder,
+)
 from reccbm.metrics import (
-    concept_metrics,
-    concept_score_reliability,
-    grade_metrics,
-    macro_f1,
-    per_concept_metrics,
-    task_metrics,
+    concept_metrics as concept_metrics,
+)
+from reccbm.metrics import (
+    concept_score_reliability as concept_score_reliability,
+)
+from reccbm.metrics import (
+    grade_metrics as grade_metrics,
+)
+from reccbm.metrics import (
+    macro_f1 as macro_f1,
+)
+from reccbm.metrics import (
+    per_concept_metrics as per_concept_metrics,
+)
+from reccbm.metrics import (
+    task_metrics as task_metrics,
 )
 from reccbm.model import (
-    PLM,
-    LatentCorrection,
-    Model,
-    RecCBM,
-    RecCBMOutput,
-    TextEncoder,
-    build_model,
-    default_backbone,
-    fit_level_tilt,
-    tilted,
+    PLM as PLM,
+)
+from reccbm.model import (
+    LatentCorrection as LatentCorrection,
+)
+from reccbm.model import (
+    Model as Model,
+)
+from reccbm.model import (
+    RecCBM as RecCBM,
+)
+from reccbm.model import (
+    RecCBMOutput as RecCBMOutput,
+)
+from reccbm.model import (
+    TextEncoder as TextEncoder,
+)
+from reccbm.model import (
+    build_model as build_model,
+)
+from reccbm.model import (
+    default_backbone as default_backbone,
+)
+from reccbm.model import (
+    fit_level_tilt as fit_level_tilt,
+)
+from reccbm.model import (
+    tilted as tilted,
 )
 from reccbm.recipes import PRESETS, recipe
-from reccbm.stage2 import fit_lcec, train_grader
-from reccbm.stages import Event, StageResult, set_seed
-from reccbm.train import init_rubric_queries, train_concepts, train_joint, train_plm
+from reccbm.stage2 import fit_lcec as fit_lcec
+from reccbm.stage2 import train_grader as train_grader
+from reccbm.stages import Event
+from reccbm.stages import StageResult as StageResult
+from reccbm.stages import set_seed as set_seed
+from reccbm.train import (
+    init_rubric_queries as init_rubric_queries,
+)
+from reccbm.train import (
+    train_concepts as train_concepts,
+)
+from reccbm.train import (
+    train_joint as train_joint,
+)
+from reccbm.train import (
+    train_plm as train_plm,
+)
 
 __all__ = [
-    "INTERVENTIONS",
-    "PLM",
     "PRESETS",
     "Concept",
-    "DecisionTrace",
     "EncodedItems",
     "Event",
-    "Fitted",
     "Grader",
-    "JointConfig",
-    "LatentCorrection",
-    "Model",
-    "ModelConfig",
     "Predictions",
-    "RecCBM",
-    "RecCBMOutput",
     "ReccbmError",
     "Recipe",
     "Rubric",
-    "StageIConfig",
-    "StageIIConfig",
-    "StageResult",
-    "TextEncoder",
-    "attention_diagnostics",
-    "build_model",
-    "cache_concepts",
-    "concept_metrics",
-    "concept_order",
-    "concept_score_reliability",
-    "contributions_toward",
-    "decision_trace",
-    "default_backbone",
-    "encode_inputs",
-    "encoder_states",
     "fit",
-    "fit_lcec",
-    "fit_level_tilt",
-    "grade_metrics",
-    "grades_from_levels",
-    "init_rubric_queries",
-    "intervention_levels",
     "load_checkpoint",
-    "load_tokenizer",
-    "macro_f1",
-    "override",
-    "partial_correlations",
-    "per_concept_metrics",
     "predict",
-    "quantize_encoder",
-    "read_meta",
     "recipe",
-    "reliability",
     "save_checkpoint",
-    "set_seed",
-    "shift_levels",
-    "task_metrics",
-    "tilted",
-    "train_concepts",
-    "train_grader",
-    "train_joint",
-    "train_plm",
-    "variant_flags",
-    "variant_name",
 ]

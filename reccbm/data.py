@@ -23,7 +23,10 @@ from torch import Tensor
 from reccbm.errors import ReccbmError
 from reccbm.normalise import normaliser_for
 
-__all__ = ["EncodedItems", "check_labels", "collate", "encode_inputs", "load_tokenizer"]
+__all__ = ["TEXT_COLUMNS", "EncodedItems", "check_labels", "collate", "encode_inputs", "encode_table", "load_tokenizer",
+           "table_texts"]
+
+TEXT_COLUMNS = ("question", "reference", "context", "response")  # the text columns of a table of answers
 
 
 def load_tokenizer(name_or_path: str) -> Any:
@@ -109,6 +112,23 @@ def encode_inputs(
         backend.no_truncation()
     types = "token_type_ids" in tokenizer.model_input_names
     return [{"input_ids": e.ids, "token_type_ids": e.type_ids} if types else {"input_ids": e.ids} for e in enc]
+
+
+def table_texts(table: Any) -> tuple[list[str], list[str], list[str]]:
+    """(questions, contexts, responses) of a table's rows (a DataFrame with TEXT_COLUMNS): the reference answer and the
+    context joined as the context, each left out when blank. A missing column or an empty cell is empty text."""
+    n = len(table)
+    text = {c: table[c].fillna("").astype(str).tolist() if c in table.columns else [""] * n for c in TEXT_COLUMNS}
+    aux = [" \n ".join(p for p in (r, c) if p.strip()) for r, c in zip(text["reference"], text["context"])]
+    return text["question"], aux, text["response"]
+
+
+def encode_table(tokenizer: Any, table: Any, max_len: int, truncated: list[int] | None = None, *,
+                 question: bool = True, normalise: bool = False) -> list[dict[str, list[int]]]:
+    """:func:`encode_inputs` of every row of a table of answers (:func:`table_texts`): the one input rule that
+    training, grading and the report share."""
+    q, aux, r = table_texts(table)
+    return encode_inputs(tokenizer, q, r, aux, max_len, truncated, question=question, normalise=normalise)
 
 
 def check_labels(values: Any, lo: int, hi: int, names: Sequence[str], rows: Sequence[Any] | None = None,

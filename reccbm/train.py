@@ -8,6 +8,12 @@ The order in which they run is :func:`reccbm.fit` (reccbm/fit.py).
 * :func:`train_plm` — black-box fine-tuning of the same backbone on the grade (selection on T-F1).
 * :func:`init_rubric_queries` — Q from the pretrained encoder's embedding of each concept's text (Eq. 8).
 
+Read top to bottom, as a training script: :func:`_prepare` sets a stage up (seed, the parameters that train, the
+device, optimiser, warm-up schedule and loader), :func:`_train_epoch` takes one epoch's optimiser steps,
+:func:`_evaluate` reads the dev answers, and :func:`_fit_encoder` is the loop over epochs with model selection and
+early stopping; the three stages at the end call it with their loss (:mod:`reccbm.losses`) and selection key. Batches
+are made in :mod:`reccbm.batches`.
+
 The other pieces live beside it, and are importable from here as before: Stage II (Eq. 28) and the LCEC fit over
 cached outputs in :mod:`reccbm.stage2`; batched prediction, :func:`cache_concepts` (p̂ for Stage II) and a frozen
 encoder's token states (:func:`encoder_states`) in :mod:`reccbm.inference`; the progress events, the stage record and
@@ -23,9 +29,8 @@ optional callback (``reccbm`` never prints).
 from __future__ import annotations
 
 import logging
-import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -36,9 +41,8 @@ import torch.nn.functional as F
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from reccbm.align import segment_masks
+from reccbm.batches import epoch_steps, question_groups, take_batches, training_loader
 from reccbm.config import JointConfig, StageIConfig, StageIIConfig
-from reccbm.contrast import contrast_batch, contrast_loss, infer_sep_id
 from reccbm.data import EncodedItems
 from reccbm.encoder import TextEncoder, parameter_depths, states_layer
 from reccbm.errors import ReccbmError
@@ -47,26 +51,19 @@ from reccbm.inference import (
     Predictions,
     States,
     cache_concepts,
-    collate_states,
     encoder_states,
     predict,
     quantize_encoder,
 )
+from reccbm.losses import joint_loss, stage1_loss
 from reccbm.metrics import concept_metrics, task_metrics
 from reccbm.model import (
     PLM,
     Model,
     RecCBM,
-    RecCBMOutput,
-    concept_loss,
-    expected_scores,
     masked_mean,
-    opcc_loss,
-    random_conditioning,
     rubric_queries,
-    soft_concept_loss,
 )
-from reccbm.padding import padding_batch, padding_loss
 from reccbm.references import ReferenceSwap
 from reccbm.stage2 import fit_lcec, train_grader
 from reccbm.stages import (
@@ -111,116 +108,6 @@ def _accelerator(cfg: StageIConfig) -> Any:
     from accelerate import Accelerator
 
     return Accelerator(mixed_precision=cfg.mixed_precision, cpu=cfg.device == "cpu")
-
-
-class _LengthGroupedBatches:
-    """Shuffled batches of similar length (less padding, same data): each epoch permutes the items,
-    sorts them by length within mega-batches of 32 batches, and shuffles the batch order."""
-
-    def __init__(self, lengths: list[int], batch_size: int, seed: int, group: bool = True) -> None:
-        self.lengths, self.batch_size, self.seed, self.epoch = np.asarray(lengths), batch_size, seed, 0
-        self.group = group
-
-    def __iter__(self) -> Any:
-        rng = np.random.default_rng([self.seed, self.epoch])
-        self.epoch += 1
-        perm, mega = rng.permutation(len(self.lengths)), 32 * self.batch_size
-        if not self.group:
-            return iter([perm[i : i + self.batch_size].tolist() for i in range(0, len(perm), self.batch_size)])
-        batches = []
-        for s in range(0, len(perm), mega):
-            chunk = perm[s : s + mega]
-            chunk = chunk[np.argsort(-self.lengths[chunk], kind="stable")]
-            batches += [chunk[i : i + self.batch_size].tolist() for i in range(0, len(chunk), self.batch_size)]
-        return iter([batches[i] for i in rng.permutation(len(batches))])
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.lengths) / self.batch_size)
-
-
-class _QuestionBatches:
-    """Batches made of runs of ``per`` answers to one question (StageIConfig.answers_per_question): each epoch shuffles
-    each question's answers, cuts them into runs of ``per``, shuffles the runs and cuts their sequence into batches of
-    ``batch_size`` (a question's last, shorter run can let a batch hold one question more)."""
-
-    def __init__(self, questions: NDArray[Any], batch_size: int, per: int, seed: int) -> None:
-        self.questions, self.batch_size, self.per, self.seed, self.epoch = np.asarray(questions), batch_size, per, seed, 0
-
-    def __iter__(self) -> Any:
-        rng = np.random.default_rng([self.seed, self.epoch])
-        self.epoch += 1
-        runs: list[NDArray[Any]] = []
-        for q in np.unique(self.questions):
-            own = rng.permutation(np.flatnonzero(self.questions == q))
-            runs += [own[i : i + self.per] for i in range(0, len(own), self.per)]
-        order = np.concatenate([runs[i] for i in rng.permutation(len(runs))]) if runs else np.zeros(0, dtype=np.int64)
-        return iter([order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)])
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.questions) / self.batch_size)
-
-
-def question_groups(items: EncodedItems) -> tuple[NDArray[Any], int]:
-    """Each input's question as an index 0..Q-1, and Q: inputs whose tokens before the answer (``[CLS] q [SEP] r
-    [SEP]``, question and reference, as :func:`reccbm.align.segment_masks` splits them) are the same answer the same
-    question. The separator is the token every input ends with (:func:`reccbm.contrast.infer_sep_id`)."""
-    if not len(items):
-        return np.zeros(0, dtype=np.int64), 0
-    batch = collate_states(items, list(range(len(items))), 0, None)  # padding is masked: its id does not matter
-    ids, mask = batch["input_ids"], batch["attention_mask"]
-    _, ans = segment_masks(ids, mask, infer_sep_id(ids, mask))  # (N, T)
-    starts = torch.where(ans.any(1), ans.long().argmax(1), mask.sum(1)).tolist()  # (N,) the answer's first token
-    keys: dict[tuple[int, ...], int] = {}
-    out = [keys.setdefault(tuple(f["input_ids"][:start]), len(keys)) for f, start in zip(items.features, starts)]
-    return np.asarray(out, dtype=np.int64), len(keys)
-
-
-class _Host:
-    """A training batch's inputs on the CPU, as the loader made them: what a step reads on the host (the examples across
-    questions, :func:`reccbm.contrast.contrast_batch`) without waiting for a GPU. Not a tensor: Accelerate, which moves
-    the batch to the device, leaves it where it is."""
-
-    def __init__(self, batch: dict[str, Tensor]) -> None:
-        self.batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-
-
-def _loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int, group: bool = True,
-            states: States | None = None, model: Model | None = None, questions: NDArray[Any] | None = None,
-            swap: ReferenceSwap | None = None, per_question: int = 0) -> Any:
-    """Length-grouped training batches; with ``model``'s alignment features (ModelConfig.align), each batch carries its
-    token-id overlap features computed here on the CPU (:meth:`reccbm.align.AlignFeatures.overlap_features`), and its
-    inputs' CPU copy (:class:`_Host`); with ``questions`` (N,), each answer's question (:func:`question_groups`); with
-    ``swap``, some inputs read another top-graded answer as their reference (StageIConfig.reference_swap); with
-    ``per_question`` > 0, batches of runs of that many answers to one question (StageIConfig.answers_per_question)."""
-    from torch.utils.data import DataLoader
-
-    align = model.align if isinstance(model, RecCBM) else None
-
-    def collate_fn(idx: list[int]) -> dict[str, Any]:
-        if swap is not None:  # the batch's own copy of its items, some references replaced
-            sub = items.subset(idx)
-            sub.features = swap.features(items, idx)
-            batch: dict[str, Any] = collate_states(sub, list(range(len(idx))), pad_id, None)
-        else:
-            batch = collate_states(items, idx, pad_id, states)
-        if align is not None:
-            batch["overlap"] = align.overlap_features(batch["input_ids"], batch["attention_mask"])
-        batch["host"] = _Host(batch)
-        if questions is not None:
-            batch["question"] = torch.as_tensor(questions[np.asarray(idx)])  # (B,)
-        return batch
-
-    sampler: _LengthGroupedBatches | _QuestionBatches
-    if per_question > 0:
-        groups = questions if questions is not None else question_groups(items)[0]
-        sampler = _QuestionBatches(groups, batch_size, per_question, seed)
-    else:
-        sampler = _LengthGroupedBatches([len(f["input_ids"]) for f in items.features], batch_size, seed, group)
-    return DataLoader(
-        range(len(items)),  # type: ignore[arg-type]
-        batch_sampler=sampler,
-        collate_fn=collate_fn,
-    )
 
 
 def _optimizer(model: Model, cfg: StageIConfig, stage: str = "stage1", joint: JointConfig | None = None) -> torch.optim.Optimizer:
@@ -286,32 +173,6 @@ def _freeze(model: Model, stage: str, frozen_encoder: bool = False, frozen_embed
     else:
         keep = set()
     train_only(model, [p for p in params[stage]() if id(p) not in keep])
-
-
-def _n_steps(n_items: int, batch: int, cap: int, epochs: int = 1, min_steps: int = 0) -> int:
-    """Optimiser steps per epoch: one pass over ``n_items`` in batches of ``batch``, capped at ``cap`` (> 0, smoke
-    runs), or ceil(min_steps / epochs) when a pass is shorter (a small table, StageIConfig.min_steps)."""
-    n = math.ceil(n_items / batch)
-    if cap > 0:
-        return min(n, cap)
-    if min_steps > 0 and epochs > 0:
-        return max(n, math.ceil(min_steps / epochs))
-    return n
-
-
-def _batches(loader: Any, steps: int) -> Iterator[Any]:
-    """``steps`` batches from ``loader``, starting another (reshuffled) pass when one is used up."""
-    done = 0
-    while done < steps:
-        got = False
-        for batch in loader:
-            got = True
-            yield batch
-            done += 1
-            if done >= steps:
-                return
-        if not got:
-            return
 
 
 @dataclass
@@ -394,10 +255,10 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
     if cfg.reference_swap > 0 and states is None:  # the encoder reads the tokens: another reference can be read
         groups = questions if questions is not None else question_groups(train)[0]
         swap = ReferenceSwap.build(train, groups, cfg.reference_swap, model.config.max_len, cfg.seed)
-    steps_per_epoch = _n_steps(len(train), cfg.batch_size * acc.num_processes, cfg.max_steps_per_epoch, epochs,
+    steps_per_epoch = epoch_steps(len(train), cfg.batch_size * acc.num_processes, cfg.max_steps_per_epoch, epochs,
                                min_steps)
     sched = warmup_linear(opt, steps_per_epoch * epochs, cfg.warmup_ratio)
-    loader = _loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length,
+    loader = training_loader(train, cfg.batch_size, pad_id, seed=cfg.seed, group=cfg.group_by_length,
                      states=states[0] if states is not None else None, model=model, questions=questions, swap=swap,
                      per_question=cfg.answers_per_question)
     pmodel, opt, loader, sched = acc.prepare(model, opt, loader, sched)
@@ -433,7 +294,7 @@ def _train_epoch(run: _Run, loss_fn: Callable[[Any, dict[str, Tensor]], Tensor],
     if callback:
         callback(Event(stage, "start", epoch, 0, run.steps_per_epoch, run.epochs))
     total, on_gpu, last = 0.0, None, float("nan")  # on_gpu: the losses summed on a GPU (reading one waits for it)
-    for i, batch in enumerate(_batches(run.loader, run.steps_per_epoch)):
+    for i, batch in enumerate(take_batches(run.loader, run.steps_per_epoch)):
         ts = time.perf_counter()
         if run.offsets is not None:  # each answer's question offset (cfg.question_effects), for the losses alone
             batch["question_offsets"] = run.offsets[batch["question"]]  # (B, K, M+1)
@@ -471,6 +332,16 @@ def _evaluate(run: _Run, dev: EncodedItems, pad_id: int,
     return unwrapped, dev_metrics(predict(unwrapped, dev, pad_id, run.cfg.eval_batch_size, states=run.dev_states), dev)
 
 
+@dataclass(frozen=True)
+class _Objective:
+    """What an encoder stage trains on and selects by: the training loss of a batch, the dev metrics of predictions,
+    and the selection key of dev metrics (larger is better)."""
+
+    loss: Callable[[Any, dict[str, Tensor]], Tensor]
+    metrics: Callable[[Predictions, EncodedItems], dict[str, float]]
+    select: Callable[[dict[str, float]], tuple[float, ...]]
+
+
 def _fit_encoder(
     model: _M,
     train: EncodedItems,
@@ -478,9 +349,7 @@ def _fit_encoder(
     cfg: StageIConfig,
     pad_id: int,
     stage: str,
-    loss_fn: Callable[[_M, dict[str, Tensor]], Tensor],
-    dev_metrics: Callable[[Predictions, EncodedItems], dict[str, float]],
-    select: Callable[[dict[str, float]], tuple[float, ...]],
+    objective: _Objective,
     callback: Callback | None,
     joint: JointConfig | None = None,
     start_candidate: bool = False,
@@ -488,7 +357,7 @@ def _fit_encoder(
     states: tuple[States, States] | None = None,
 ) -> StageResult:
     """The epoch loop shared by Stage I, the PLM baseline and the joint stage (Accelerate, warm-up, early
-    stopping). select maps dev metrics to a key (larger is better); start_candidate: the state before the
+    stopping). ``objective``: the loss, the dev metrics and the key that selects an epoch; start_candidate: the state before the
     first epoch is a candidate too (epoch 0), so a stage that does not help on dev changes nothing;
     keep_last: every epoch counts as the best so far, so all of them run and the final state is kept (dev
     metrics are logged, not used). With a frozen encoder (cfg.encoder, "auto" decided here for train + dev) only the
@@ -497,15 +366,15 @@ def _fit_encoder(
     run = _prepare(model, train, dev, cfg, pad_id, stage, joint, states)
     best, history = _Best(), []
     if start_candidate:
-        unwrapped, metrics = _evaluate(run, dev, pad_id, dev_metrics)
-        best.offer(0, metrics, select(metrics), unwrapped)
+        unwrapped, metrics = _evaluate(run, dev, pad_id, objective.metrics)
+        best.offer(0, metrics, objective.select(metrics), unwrapped)
         history.append({"epoch": 0, "train_loss": float("nan")} | metrics)
     t0 = time.perf_counter()
     for epoch in range(1, run.epochs + 1):
-        total = _train_epoch(run, loss_fn, stage, epoch, callback)
+        total = _train_epoch(run, objective.loss, stage, epoch, callback)
         with run.average.applied() if run.average is not None else nullcontext():  # θ̄ evaluated and kept (cfg.ema)
-            unwrapped, metrics = _evaluate(run, dev, pad_id, dev_metrics)
-            best.offer(epoch, metrics, select(metrics), unwrapped, keep_last)
+            unwrapped, metrics = _evaluate(run, dev, pad_id, objective.metrics)
+            best.offer(epoch, metrics, objective.select(metrics), unwrapped, keep_last)
         history.append({"epoch": epoch, "train_loss": total / max(1, run.steps_per_epoch)} | metrics)
         log.info("%s epoch %d: train loss %.4f, dev %s", stage, epoch, history[-1]["train_loss"],
                  format_metrics(metrics))
@@ -528,140 +397,6 @@ def _fit_encoder(
 
 
 # ---------------------------------------------------------------------------- Stage I
-def _concept_loss(logits: Tensor, batch: dict[str, Tensor], cfg: StageIConfig) -> Tensor:
-    """L_con (Eq. 12) on the adjudicated levels, or with ``cfg.soft_targets`` > 0 on the soft targets (the
-    reviewers' level shares mixed in, :func:`reccbm.model.soft_concept_loss`)."""
-    if cfg.soft_targets > 0:
-        if "concept_soft" not in batch:
-            raise ReccbmError("stage1.soft_targets needs each answer's reviewers' levels (EncodedItems.soft)")
-        return soft_concept_loss(logits, batch["concepts"], batch["concept_soft"], cfg.soft_targets, cfg.concept_loss)
-    return concept_loss(logits, batch["concepts"], cfg.concept_loss)
-
-
-def _stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
-    def read(model: RecCBM, batch: dict[str, Tensor]) -> tuple[RecCBMOutput, Tensor, Tensor]:
-        """One reading: the output, its concept logits (B, K, M+1) and ĉ (B, K), with the question offsets added."""
-        out = model(batch)
-        assert out.concept_logits is not None and out.c_hat is not None
-        logits, c_hat = out.concept_logits, out.c_hat
-        if "question_offsets" in batch:  # + the answer's question offset (cfg.question_effects)
-            logits = logits + batch["question_offsets"].to(logits.dtype)
-            c_hat = expected_scores(logits.float().softmax(-1))
-        return out, logits, c_hat
-
-    def terms(logits: Tensor, c_hat: Tensor, batch: dict[str, Tensor]) -> Tensor:
-        total = cfg.lambda_c * _concept_loss(logits, batch, cfg)  # Eq. 12
-        if cfg.lambda_r > 0:
-            total = total + cfg.lambda_r * opcc_loss(c_hat, batch["concepts"])  # Eq. 16
-        return total
-
-    def loss(model: RecCBM, batch: dict[str, Tensor]) -> Tensor:
-        out, logits, c_hat = read(model, batch)
-        total = terms(logits, c_hat, batch)
-        if cfg.rdrop > 0:  # a second reading under another dropout mask (R-Drop): the mean of both, + their divergence
-            B = logits.shape[0]
-            n = rdrop_rows(cfg.rdrop_share, B)  # the first n answers are read again
-            _, logits2, c_hat2 = read(model, batch if n == B else _first_rows(batch, n, B))
-            if n < B:  # the others keep their one reading in both terms
-                logits2, c_hat2 = torch.cat([logits2, logits[n:]]), torch.cat([c_hat2, c_hat[n:]])
-            total = (0.5 * (total + terms(logits2, c_hat2, batch))
-                     + cfg.rdrop * rdrop_divergence(logits[:n], logits2[:n]))
-        if cfg.contrast > 0:  # supervision across questions (reccbm/contrast.py)
-            total = total + cfg.contrast * _contrast_term(model, batch, cfg, total)
-        if cfg.padding > 0:  # text beside the point reads no higher (reccbm/padding.py); out.c_hat: the answers' own
-            assert out.c_hat is not None
-            total = total + cfg.padding * _padding_term(model, batch, cfg, out.c_hat, total)
-        return total  # Eq. 27
-
-    return loss
-
-
-def rdrop_rows(share: float, B: int) -> int:
-    """How many of a batch's B answers R-Drop reads a second time: ceil(share × B) (StageIConfig.rdrop_share), the
-    product rounded first so that a share such as 0.14 of 50 gives 7, not the 8 its binary fraction would."""
-    return math.ceil(round(share * B, 9))
-
-
-def _first_rows(batch: dict[str, Any], n: int, B: int) -> dict[str, Any]:
-    """The batch's first ``n`` answers: every tensor with the batch's B rows cut to its first n, the rest left out
-    (the loader's host copy, :class:`_Host`, is the whole batch's)."""
-    return {k: v[:n] for k, v in batch.items() if isinstance(v, Tensor) and v.dim() > 0 and v.shape[0] == B}
-
-
-def rdrop_divergence(a: Tensor, b: Tensor) -> Tensor:
-    """½ (KL(p‖q) + KL(q‖p)) between two readings' level distributions p = softmax(a), q = softmax(b), (B, K, M+1)
-    logits: summed over the K concepts, as L_con (Eq. 12), and averaged over the batch (StageIConfig.rdrop)."""
-    la, lb = F.log_softmax(a.float(), -1), F.log_softmax(b.float(), -1)  # (B, K, M+1)
-    kl = (la.exp() * (la - lb) + lb.exp() * (lb - la)).sum(-1)  # (B, K): KL(p‖q) + KL(q‖p)
-    return 0.5 * kl.sum(1).mean()
-
-
-def _host_inputs(batch: dict[str, Tensor]) -> dict[str, Tensor]:
-    """The batch's inputs as the loader made them on the CPU (:class:`_Host`), for the extra inputs a step builds from
-    them without waiting for a GPU; the batch itself where it carries none."""
-    host = batch.get("host")
-    return host.batch if isinstance(host, _Host) else batch
-
-
-def _read_extra(model: RecCBM, extra: dict[str, Tensor], like: dict[str, Tensor]) -> Tensor:
-    """Concept logits (N, K, M+1) of extra inputs built from a batch (``input_ids``, ``attention_mask``, and
-    ``token_type_ids`` where the backbone has them), with their alignment features, on ``like``'s device."""
-    inputs: dict[str, Tensor] = {k: extra[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in extra}
-    if model.align is not None:
-        inputs["overlap"] = model.align.overlap_features(inputs["input_ids"], inputs["attention_mask"])
-    device = like["input_ids"].device
-    logits, _ = model.concepts({k: v.to(device) for k, v in inputs.items()})
-    return logits
-
-
-def _contrast_term(model: RecCBM, batch: dict[str, Tensor], cfg: StageIConfig, like: Tensor) -> Tensor:
-    """The cross-question loss on the inputs :func:`reccbm.contrast.contrast_batch` builds from ``batch``; 0 when none."""
-    unwrapped: RecCBM = getattr(model, "module", model)  # under Accelerate's wrapper (multi-process)
-    K, M = unwrapped.config.num_concepts, unwrapped.config.M
-    # padding is masked, so its id does not matter: 0
-    extra = contrast_batch(_host_inputs(batch), M, K, cfg.contrast_top, cfg.contrast_bottom, cfg.contrast_per_batch, 0,
-                           cfg.contrast_question)
-    if extra is None:
-        return like * 0.0
-    logits = _read_extra(unwrapped, extra, batch)  # (N, K, M+1)
-    return contrast_loss(logits, extra["contrast"].to(logits.device))
-
-
-def _padding_term(model: RecCBM, batch: dict[str, Tensor], cfg: StageIConfig, c_hat: Tensor, like: Tensor) -> Tensor:
-    """L_pad on the padded inputs :func:`reccbm.padding.padding_batch` builds from ``batch`` against ``c_hat`` (B, K),
-    the batch's own expected levels; 0 when none can be built."""
-    unwrapped: RecCBM = getattr(model, "module", model)
-    built = padding_batch(_host_inputs(batch), cfg.padding_per_batch, cfg.padding_tokens, unwrapped.config.max_len, 0)
-    if built is None:
-        return like * 0.0
-    extra, source = built
-    logits = _read_extra(unwrapped, extra, batch)  # (N, K, M+1)
-    return padding_loss(expected_scores(logits.float().softmax(-1)), c_hat[source.to(logits.device)])
-
-
-def _joint_loss(cfg: StageIConfig, joint: JointConfig, s2: StageIIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
-    """λ_c L_con + λ_r L_rank (Eq. 27) + λ_t L_task (+ λ_d L_den + λ_s L_spa) (Eq. 28), one backward pass."""
-    def loss(model: RecCBM, batch: dict[str, Tensor]) -> Tensor:
-        c = batch["concepts"]  # (B, K)
-        logits, _ = model.concepts(batch)  # (B, K, M+1)
-        p_hat = logits.float().softmax(-1)  # (B, K, M+1), Eq. 11
-        read, p_read = logits, p_hat
-        if "question_offsets" in batch:  # the concept losses read + the question offset; the grade what a new answer gets
-            read = logits + batch["question_offsets"].to(logits.dtype)
-            p_read = read.float().softmax(-1)
-        total = cfg.lambda_c * _concept_loss(read, batch, cfg)  # Eq. 12
-        if cfg.lambda_r > 0:
-            total = total + cfg.lambda_r * opcc_loss(expected_scores(p_read), c)  # Eq. 16
-        out = model.grade_from_concepts(*random_conditioning(p_hat, c, joint.intervention_p))
-        total = total + joint.lambda_t * F.cross_entropy(out.grade_logits.float(), batch["grades"])  # Eq. 23
-        if model.lcec is not None:
-            den, spa = model.lcec_losses(out, c)  # Eq. 24, 25
-            total = total + s2.lambda_d * den + s2.lambda_s * spa
-        return total
-
-    return loss
-
-
 def train_concepts(
     model: RecCBM,
     train: EncodedItems,
@@ -683,8 +418,9 @@ def train_concepts(
         assert items.concepts is not None and p.p_hat is not None
         return concept_metrics(items.concepts, p.levels) | {"loss": _nll(p.p_hat, items.concepts)}
 
-    return _fit_encoder(model, train, dev, cfg, pad_id, "stage1", _stage1_loss(cfg), metrics,
-                        lambda m: selection_key(m, "c_f1", "c_acc"), callback, states=states)
+    return _fit_encoder(model, train, dev, cfg, pad_id, "stage1",
+                        _Objective(stage1_loss(cfg), metrics, lambda m: selection_key(m, "c_f1", "c_acc")), callback,
+                        states=states)
 
 
 def train_joint(
@@ -719,7 +455,7 @@ def train_joint(
     def select(m: dict[str, float]) -> tuple[float, ...]:
         return (float(m["c_acc"] >= floor - 1e-12),) + selection_key(m, "t_f1", "t_acc")
 
-    return _fit_encoder(model, train, dev, cfg, pad_id, "joint", _joint_loss(cfg, joint, stage2), metrics, select,
+    return _fit_encoder(model, train, dev, cfg, pad_id, "joint", _Objective(joint_loss(cfg, joint, stage2), metrics, select),
                         callback, joint=joint, start_candidate=joint.select != "last", keep_last=joint.select == "last",
                         states=states)
 
@@ -766,8 +502,8 @@ def train_plm(
         assert items.grades is not None
         return task_metrics(items.grades, p.grades) | {"loss": _nll(p.grade_probs, items.grades)}
 
-    return _fit_encoder(model, train, dev, cfg, pad_id, "plm", loss, metrics,
-                        lambda m: selection_key(m, "t_f1", "t_acc"), callback, states=states)
+    return _fit_encoder(model, train, dev, cfg, pad_id, "plm",
+                        _Objective(loss, metrics, lambda m: selection_key(m, "t_f1", "t_acc")), callback, states=states)
 
 
 def _nll(probs: NDArray[Any], labels: NDArray[Any]) -> float:

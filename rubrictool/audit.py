@@ -33,7 +33,7 @@ from rubrictool.behaviour import (
 )
 from rubrictool.errors import DataError
 from rubrictool.flags import FLAGS, Profile, keywords, load_profile, profile_from_table
-from rubrictool.grade import grade_loaded
+from rubrictool.grade import grade_loaded, load_grader
 from rubrictool.io import writable_dir, write_table
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.report.audit_section import model_fingerprint
@@ -229,7 +229,7 @@ def audit_run(
     test = split_rows(run, "test")
     keys = [] if run.plm else run.keys
     profile = _run_profile(run, data, keys)
-    grader = (run.model, run.tokenizer, run.meta)
+    grader = load_grader(run.path)  # the run as a reccbm.Grader
     base = test[["id", "question", "reference", "context", "response"]].copy()
     base["correct"] = _correct_answers(run, test)
     base["filler"] = _filler(run, test, lines, seed)

@@ -10,8 +10,10 @@ prediction from the one fold that tested it, next to its gold grade and concepts
   grade, fitted on the fold's training split, its L2 strength chosen on dev T-F1 — what a linear
   head could do if every concept were right.
 
-:func:`paired_bootstrap` resamples items with replacement and recomputes a metric for two sets of
-predictions of the same items: the 95 % percentile interval of the difference B − A.
+:func:`bootstrap_ci` resamples items with replacement and recomputes a metric: its 95 % percentile interval;
+:func:`paired_bootstrap` does the same for two sets of predictions of the same items: the interval of the difference
+B − A. Both drop the resamples where the metric is undefined (NaN: QWK of a resample of one grade). They are the one
+bootstrap of the package: k-fold runs (:mod:`rubrictool.kfold`) use them too.
 
 A run's reliability statistics are here too: :func:`reliability_table` (per concept α, the learned σ_k² and
 A_kk, the noise measured on the test answers) with the Spearman correlations across concepts, and
@@ -133,30 +135,50 @@ def oracle_concept_baseline(
     return out
 
 
+def _resampled(n: int, n_boot: int, seed: int, stat: Callable[[NDArray[np.int64]], float]) -> NDArray[np.float64]:
+    """``stat`` of ``n_boot`` resamples of ``n`` items drawn with replacement (seeded), with the resamples where it is
+    undefined (NaN) dropped: a resample whose gold and predicted grades are one grade has no QWK."""
+    rng = np.random.default_rng(seed)
+    vals = np.array([stat(rng.integers(0, n, n)) for _ in range(n_boot)], dtype=float)
+    kept: NDArray[np.float64] = vals[~np.isnan(vals)]
+    return kept
+
+
+def _interval(vals: NDArray[np.float64]) -> tuple[float, float]:
+    """The 95 % percentile interval of the kept resamples; (NaN, NaN) when none is kept."""
+    if not len(vals):
+        return float("nan"), float("nan")
+    return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
+
+
+def _bootstrap_inputs(metric: str, arrays: tuple[ArrayLike, ...],
+                      what: str) -> tuple[Callable[[NDArray[Any], NDArray[Any]], float], list[NDArray[Any]]]:
+    """The metric's function and the arrays, after checking the metric's name and that they are as long and not
+    empty (``what`` starts the error)."""
+    if metric not in BOOTSTRAP_METRICS:
+        raise TrainError(f"unknown metric {metric!r}; use one of {', '.join(BOOTSTRAP_METRICS)}")
+    out = [np.asarray(x) for x in arrays]
+    if len({len(x) for x in out}) != 1 or len(out[0]) == 0:
+        of = "truth and prediction" if len(out) == 2 else "both predictions"
+        raise TrainError(f"{what} needs the same, non-empty set of items for {of}")
+    return BOOTSTRAP_METRICS[metric], out
+
+
 def paired_bootstrap(
     y_true: ArrayLike, pred_a: ArrayLike, pred_b: ArrayLike, metric: str = "t_acc", n_boot: int = 2000, seed: int = 0
 ) -> dict[str, float]:
     """Difference metric(B) − metric(A) on the same items with its 95 % percentile bootstrap interval
     (items resampled with replacement, the same resample for A and B) and the share of resamples in
-    which B is not better than A (a one-sided bootstrap p-value; for rmse, lower is better)."""
-    if metric not in BOOTSTRAP_METRICS:
-        raise TrainError(f"unknown metric {metric!r}; use one of {', '.join(BOOTSTRAP_METRICS)}")
-    f = BOOTSTRAP_METRICS[metric]
-    t, a, b = (np.asarray(x) for x in (y_true, pred_a, pred_b))
-    if not (len(t) == len(a) == len(b)) or len(t) == 0:
-        raise TrainError("paired bootstrap needs the same, non-empty set of items for both predictions")
-    rng = np.random.default_rng(seed)
-    diffs = np.empty(n_boot)
-    for i in range(n_boot):
-        idx = rng.integers(0, len(t), len(t))
-        diffs[i] = f(t[idx], b[idx]) - f(t[idx], a[idx])
+    which B is not better than A (a one-sided bootstrap p-value; for rmse, lower is better).
+
+    NaN: a resample where either metric is undefined (QWK of one grade) is dropped from the interval and the
+    p-value; when every resample is dropped, ``lo``, ``hi`` and ``p_not_better`` are NaN. ``diff`` is on all items."""
+    f, (t, a, b) = _bootstrap_inputs(metric, (y_true, pred_a, pred_b), "paired bootstrap")
+    diffs = _resampled(len(t), n_boot, seed, lambda idx: f(t[idx], b[idx]) - f(t[idx], a[idx]))
     sign = -1.0 if metric == "rmse" else 1.0
-    return {
-        "diff": f(t, b) - f(t, a),
-        "lo": float(np.percentile(diffs, 2.5)),
-        "hi": float(np.percentile(diffs, 97.5)),
-        "p_not_better": float(np.mean(sign * diffs <= 0)),
-    }
+    lo, hi = _interval(diffs)
+    return {"diff": f(t, b) - f(t, a), "lo": lo, "hi": hi,
+            "p_not_better": float(np.mean(sign * diffs <= 0)) if len(diffs) else float("nan")}
 
 
 def _read_pooled(run: Path) -> pd.DataFrame:
@@ -227,19 +249,12 @@ def spearman_with_ci(x: ArrayLike, y: ArrayLike, n_boot: int = 2000, seed: int =
 def bootstrap_ci(y_true: ArrayLike, y_pred: ArrayLike, metric: str = "t_acc", n_boot: int = 1000,
                  seed: int = 0) -> dict[str, float]:
     """metric(y_true, y_pred) with its 95 % percentile bootstrap interval (items resampled with replacement):
-    {"value", "lo", "hi"}. The one-sample counterpart of :func:`paired_bootstrap`."""
-    if metric not in BOOTSTRAP_METRICS:
-        raise TrainError(f"unknown metric {metric!r}; use one of {', '.join(BOOTSTRAP_METRICS)}")
-    f = BOOTSTRAP_METRICS[metric]
-    t, p = np.asarray(y_true), np.asarray(y_pred)
-    if len(t) != len(p) or len(t) == 0:
-        raise TrainError("a bootstrap CI needs the same, non-empty set of items for truth and prediction")
-    rng = np.random.default_rng(seed)
-    vals = np.empty(n_boot)
-    for i in range(n_boot):
-        idx = rng.integers(0, len(t), len(t))
-        vals[i] = f(t[idx], p[idx])
-    return {"value": f(t, p), "lo": float(np.percentile(vals, 2.5)), "hi": float(np.percentile(vals, 97.5))}
+    {"value", "lo", "hi"}. The one-sample counterpart of :func:`paired_bootstrap`, with its NaN rule: a resample where
+    the metric is undefined is dropped (a constant model's QWK is 0 with the interval [0, 0], not [NaN, NaN]); when
+    every resample is dropped, ``lo`` and ``hi`` are NaN."""
+    f, (t, p) = _bootstrap_inputs(metric, (y_true, y_pred), "a bootstrap CI")
+    lo, hi = _interval(_resampled(len(t), n_boot, seed, lambda idx: f(t[idx], p[idx])))
+    return {"value": f(t, p), "lo": lo, "hi": hi}
 
 
 def calibration(probs: ArrayLike, y_true: ArrayLike, bins: int = ECE_BINS) -> dict[str, Any]:

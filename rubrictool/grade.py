@@ -114,10 +114,8 @@ def onnx_cache_dirs(run_dir: str | Path) -> list[Path]:
     return [run / "onnx", home / "rubrictool" / "onnx" / key, Path(tempfile.gettempdir()) / "rubrictool-onnx" / key]
 
 
-def load_grader(
-    run_dir: str | Path, int8: bool = False, engine: str = "torch"
-) -> tuple[reccbm.Model, Any, dict[str, Any]]:
-    """(model, tokenizer, model.json) of a run, ready for :func:`grade_loaded`.
+def load_grader(run_dir: str | Path, int8: bool = False, engine: str = "torch") -> reccbm.Grader:
+    """A run's :class:`reccbm.Grader` (:meth:`reccbm.Grader.load`), ready for :func:`grade_loaded`.
 
     engine="onnx" runs the encoder in ONNX Runtime (the concept bottleneck, LCEC and grade head stay
     in torch): exported on first use and cached (see :func:`onnx_cache_dirs`), rebuilt when
@@ -131,8 +129,12 @@ def load_grader(
             raise TrainError(str(exc), hint="or use --engine torch") from None
     from rubrictool.runs import open_run
 
-    run = open_run(run_dir)  # refuses a k-fold parent, a half-written or mixed run directory
-    model, tokenizer, meta = run.model, run.tokenizer, run.meta
+    open_run(run_dir)  # refuses a k-fold parent, a half-written or mixed run directory
+    try:
+        grader = reccbm.Grader.load(run_dir)
+    except ReccbmError as exc:
+        raise TrainError(str(exc)) from None
+    model = grader.model_
     if engine == "onnx":
         try:
             use_onnx_encoder(model, run_dir, int8, onnx_cache_dirs(run_dir))
@@ -147,25 +149,22 @@ def load_grader(
                              hint="free space or pass --engine torch") from None
     elif int8:
         reccbm.quantize_encoder(model)
-    return model, tokenizer, meta
+    return grader
 
 
-TEXT_COLUMNS = ("question", "reference", "context", "response")
+TEXT_COLUMNS = reccbm.TEXT_COLUMNS  # the text columns of an item table (reccbm.encode_table reads them)
 
 
 def model_inputs(
     tokenizer: Any, df: pd.DataFrame, max_len: int, truncated: list[int] | None = None, *, question: bool = True,
     normalise: bool = False,
 ) -> list[dict[str, list[int]]]:
-    """Token features of x = (q, r, a) for every row of an item table: the question, the reference answer
-    and the context joined as r, and the response. The one input rule that training, grading and the
-    report share; a missing column or an empty cell is empty text. ``truncated`` receives the positions
+    """Token features of x = (q, r, a) for every row of an item table (:func:`reccbm.encode_table`): the question,
+    the reference answer and the context joined as r, and the response. The one input rule that training, grading
+    and the report share; a missing column or an empty cell is empty text. ``truncated`` receives the positions
     of the inputs cut to ``max_len`` tokens; ``question`` is the model's ``question_input`` (False: the question left
     out)."""
-    text = {c: df[c].fillna("").astype(str).tolist() if c in df.columns else [""] * len(df) for c in TEXT_COLUMNS}
-    aux = [" \n ".join(p for p in (r, c) if p.strip()) for r, c in zip(text["reference"], text["context"])]
-    return reccbm.encode_inputs(tokenizer, text["question"], text["response"], aux, max_len, truncated, question,
-                                normalise)
+    return reccbm.encode_table(tokenizer, df, max_len, truncated, question=question, normalise=normalise)
 
 
 def inputs_for(
@@ -177,7 +176,7 @@ def inputs_for(
 
 
 def grade_loaded(
-    grader: tuple[reccbm.Model, Any, dict[str, Any]],
+    grader: reccbm.Grader,
     items: pd.DataFrame,
     batch_size: int = 64,
     progress: ProgressFn | None = None,
@@ -197,7 +196,7 @@ def grade_loaded(
     (:func:`read_review`): each answer's question shifted by its reviewed answers, the reviewed answers' levels set;
     adds the columns ``grade_shift`` (the question's shift on the grade's logit: contributions + grade_bias +
     grade_shift = grade_logit) and ``review``."""
-    model, tokenizer, meta = grader
+    model, meta = grader.model_, grader.rubric.as_meta()
     if "response" not in items.columns:
         raise DataError("the items to grade have no 'response' column")
     if len(items) == 0:
@@ -212,9 +211,6 @@ def grade_loaded(
         return _grade_nonempty(grader, df, empty, batch_size, progress, overrides, profile, flags, device, precision,
                                review)
     cut: list[int] = []
-    feats = inputs_for(model, tokenizer, df, cut)
-    if cut:
-        warn(progress, truncation_message(len(cut), len(df), model.config.max_len))
     on_batch = None
     if progress is not None:
         report, done = progress, [0]
@@ -223,8 +219,10 @@ def grade_loaded(
             done[0] += n
             report(Progress("grading", done[0], len(df)))
 
-    preds = reccbm.predict(model, reccbm.EncodedItems(feats), tokenizer.pad_token_id, batch_size, on_batch,
-                           device=device, precision=precision)
+    preds = grader.predictions(df, batch_size=batch_size, on_batch=on_batch, device=device, precision=precision,
+                               truncated=cut)
+    if cut:
+        warn(progress, truncation_message(len(cut), len(df), model.config.max_len))
     if overrides:
         preds = _override(model, meta, preds, overrides)
     shift, review_notes = None, None
@@ -267,7 +265,7 @@ def grader_predictions(
     probability), ``entropy`` (that concept's normalised level entropy) and per item ``uncertainty``
     (:func:`uncertainty_score`, σ_k²-weighted when the run has LCEC) and ``sigma2_weighted``."""
     grader = load_grader(run_dir)
-    model, _, meta = grader
+    model, meta = grader.model_, grader.rubric.as_meta()
     if model.config.plm:
         raise TrainError(f"{run_dir} is a PLM run: it predicts grades only, no concept levels to pre-annotate with")
     graded = grade_loaded(grader, items, batch_size, progress)
@@ -411,14 +409,14 @@ def _reviewed_table(df: pd.DataFrame, keys: list[str], scale: tuple[int, int], g
     return df, levels[labelled], grade[labelled] if grade is not None else None
 
 
-def read_review(grader: tuple[reccbm.Model, Any, dict[str, Any]], path: str | Path, trained_questions: set[str],
+def read_review(grader: reccbm.Grader, path: str | Path, trained_questions: set[str],
                 batch_size: int = 64, device: str | None = None, strength: float = REVIEW_STRENGTH,
                 grade_strength: float = REVIEW_GRADE_STRENGTH, items: pd.DataFrame | None = None) -> Review:
     """Read the reviewed answers in ``path`` (CSV/JSONL/Parquet: id, a column per concept with its reviewed level,
     optionally grade; question, response and reference as in --data, or taken from ``items`` for an id there) with the
     run's reader and fit, per question the run did not train on (``trained_questions``: stripped question texts), the
     shifts :class:`Review` holds."""
-    model, tokenizer, meta = grader
+    model, meta = grader.model_, grader.rubric.as_meta()
     if model.config.plm:
         raise DataError("--reviewed needs concepts: this is a PLM run")
     keys = list(meta["concept_keys"])
@@ -426,8 +424,7 @@ def read_review(grader: tuple[reccbm.Model, Any, dict[str, Any]], path: str | Pa
                                         items)
     if not len(df):
         raise DataError(f"{path}: no concept level is given in any row; fill in the reviewed levels")
-    preds = reccbm.predict(model, reccbm.EncodedItems(inputs_for(model, tokenizer, df)), tokenizer.pad_token_id,
-                           batch_size, device=device)
+    preds = grader.predictions(df, batch_size=batch_size, device=device)
     assert preds.p_hat is not None
     questions = df["question"].str.strip().to_numpy()
     review = Review({}, {}, {}, {i: levels[n] for n, i in enumerate(df["id"])}, [])
@@ -550,7 +547,7 @@ def check_unique_ids(items: pd.DataFrame, source: str = "the items to grade") ->
 
 
 def _grade_nonempty(
-    grader: tuple[reccbm.Model, Any, dict[str, Any]], df: pd.DataFrame, empty: npt.NDArray[np.bool_],
+    grader: reccbm.Grader, df: pd.DataFrame, empty: npt.NDArray[np.bool_],
     batch_size: int, progress: ProgressFn | None, overrides: str | dict[str, int] | None,
     profile: Profile | None, flags: bool, device: str | None = None, precision: str = "no",
     review: Review | None = None,

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from rubrictool.evaluate import BOOTSTRAP_METRICS
+from rubrictool.evaluate import BOOTSTRAP_METRICS, bootstrap_ci, paired_bootstrap
 
 if TYPE_CHECKING:
     from rubrictool.rubric import Rubric
@@ -93,31 +93,6 @@ def fold_context(run_dir: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError, TypeError, KeyError):
         folds = len(list(p.parent.glob("fold-*.split.json")))
     return {"parent": p.parent, "fold": int(m.group(1)), "folds": folds}
-
-
-def bootstrap_ci(y_true: Any, y_pred: Any, metric: str, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
-    """:func:`rubrictool.evaluate.bootstrap_ci`, skipping the resamples where the metric is undefined (QWK of a
-    resample whose gold and predicted grades are all one grade): a constant model's QWK is 0 with the interval
-    [0, 0], not [nan, nan]."""
-    f = BOOTSTRAP_METRICS[metric]
-    t, p = np.asarray(y_true), np.asarray(y_pred)
-    rng = np.random.default_rng(seed)
-    vals = np.array([f(t[idx], p[idx]) for idx in (rng.integers(0, len(t), len(t)) for _ in range(n_boot))])
-    ok = vals[~np.isnan(vals)]
-    lo, hi = (float(np.percentile(ok, 2.5)), float(np.percentile(ok, 97.5))) if len(ok) else (float("nan"),) * 2
-    return {"value": f(t, p), "lo": lo, "hi": hi}
-
-
-def paired_ci(y_true: Any, pred_a: Any, pred_b: Any, metric: str, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
-    """metric(B) − metric(A) on the same answers with its 95 % paired bootstrap interval
-    (:func:`rubrictool.evaluate.paired_bootstrap`), skipping the resamples where either metric is undefined."""
-    f = BOOTSTRAP_METRICS[metric]
-    t, a, b = (np.asarray(x) for x in (y_true, pred_a, pred_b))
-    rng = np.random.default_rng(seed)
-    diffs = np.array([f(t[i], b[i]) - f(t[i], a[i]) for i in (rng.integers(0, len(t), len(t)) for _ in range(n_boot))])
-    ok = diffs[~np.isnan(diffs)]
-    lo, hi = (float(np.percentile(ok, 2.5)), float(np.percentile(ok, 97.5))) if len(ok) else (float("nan"),) * 2
-    return {"diff": f(t, b) - f(t, a), "lo": lo, "hi": hi}
 
 
 def fold_given(pooled: pd.DataFrame, fold: int) -> dict[str, Any]:
@@ -187,7 +162,7 @@ def pooled_table(pooled: pd.DataFrame, metrics: list[str], baselines: list[str],
                  seed: int = 0) -> list[dict[str, Any]]:
     """Per metric (BOOTSTRAP_METRICS names): the model's value with its 95 % bootstrap CI (``model``), each baseline
     column's (``<name>``), and for each baseline the paired bootstrap difference model − baseline (``vs_<name>``:
-    diff, lo, hi; for rmse lower is better) over the same answers."""
+    diff, lo, hi, p_not_better: :func:`rubrictool.evaluate.paired_bootstrap`) over the same answers."""
     t, p = pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy()
     rows = []
     for m in metrics:
@@ -197,7 +172,7 @@ def pooled_table(pooled: pd.DataFrame, metrics: list[str], baselines: list[str],
         for b in baselines:
             bp = pooled[b].to_numpy()
             row[b] = bootstrap_ci(t, bp, m, n_boot, seed)
-            row[f"vs_{b}"] = paired_ci(t, bp, p, m, n_boot, seed)  # model − baseline
+            row[f"vs_{b}"] = paired_bootstrap(t, bp, p, m, n_boot, seed)  # model − baseline
         rows.append(row)
     return rows
 

@@ -245,7 +245,7 @@ def _grade_into(
     graded = grade_loaded(grader, items, batch_size, progress, overrides, load_profile(model_run), device=where,
                           review=review)
     seconds = time.perf_counter() - t0
-    unc = _uncertainty(grader[0], grader[2], graded)
+    unc = _uncertainty(grader.model_, grader.rubric.as_meta(), graded)
     held = hold_marks(keep_columns(graded, items, keep))
     result = Graded(held, _write(held, Path(out), "the graded table"), seconds,
                     review_queue(held, unc, review_budget), queue_path, card, card_path)

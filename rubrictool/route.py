@@ -68,7 +68,7 @@ def panel_levels(table: pd.DataFrame, rubric: Rubric) -> pd.DataFrame | None:
 
 
 def _ci(t: Any, p: Any, n_boot: int, seed: int) -> dict[str, float]:
-    from rubrictool.kfold import bootstrap_ci
+    from rubrictool.evaluate import bootstrap_ci  # the one bootstrap (NaN resamples dropped)
 
     return bootstrap_ci(t, p, "qwk", n_boot, seed)
 

@@ -127,16 +127,16 @@ def test_a_run_trained_without_the_question_trains_and_grades_without_it(
     """--cfg model.question_input=false: every training input leaves the question out, the run keeps the choice, and
     `grade` reads every question alike (the same answers under another question get the same grades); a value that is
     not a boolean is one line naming the field."""
-    import rubrictool.train.run as train_run
+    import reccbm.data as reccbm_data
 
     asked: list[bool] = []
-    real = train_run.model_inputs
+    real = reccbm_data.encode_inputs  # every input a run encodes (its splits, and the Grader it fits) comes here
 
     def spy(*args: object, question: bool = True, **kw: object) -> object:
         asked.append(question)
         return real(*args, question=question, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(train_run, "model_inputs", spy)
+    monkeypatch.setattr(reccbm_data, "encode_inputs", spy)
     run = tiny_bert_run(tmp_path / "t", "--cfg", "model.question_input=false")
     assert asked and not any(asked)
     model, _, _ = reccbm.load_checkpoint(run)

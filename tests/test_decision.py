@@ -102,8 +102,8 @@ def test_a_run_trained_with_cutpoints_keeps_them_and_grades_by_them(tmp_path: Pa
 def _features(run: Path, df: Any) -> list[dict[str, list[int]]]:
     from rubrictool.grade import inputs_for, load_grader
 
-    model, tok, _ = load_grader(run)
-    return inputs_for(model, tok, df)
+    grader = load_grader(run)  # the run's reccbm.Grader
+    return inputs_for(grader.model_, grader.tokenizer_, df)
 
 
 def test_a_checkpoint_with_bad_cutpoints_is_refused_in_one_line(tmp_path: Path, backbone: str) -> None:

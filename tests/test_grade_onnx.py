@@ -100,11 +100,11 @@ def test_onnx_int8_mostly_agrees_and_is_quantised(run: Path, new_items: pd.DataF
 
 
 def test_the_export_is_cached_once_and_rebuilt_when_the_weights_change(run: Path, new_items: pd.DataFrame) -> None:
-    enc = load_grader(run, engine="onnx")[0].encoder
+    enc = load_grader(run, engine="onnx").model_.encoder
     path = run / "onnx" / FLOAT_NAME
     assert isinstance(enc, OnnxEncoder) and enc.path == path
     first = path.stat().st_mtime_ns
-    enc = load_grader(run, engine="onnx")[0].encoder
+    enc = load_grader(run, engine="onnx").model_.encoder
     assert path.stat().st_mtime_ns == first  # re-used, not rewritten
     assert not [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")]  # no temporary files left
     int8 = run / "onnx" / INT8_NAME

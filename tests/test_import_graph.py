@@ -1,5 +1,6 @@
 """rubrictool's stages import each other one way only: a test walks every import (module level and inside functions)
-and fails on a cycle between the stages (rubrictool.<stage>), and reccbm never imports rubrictool."""
+and fails on a cycle between the stages (rubrictool.<stage>), and on a cycle between any two modules of rubrictool and
+reccbm (an import moved into a function to dodge a cycle still counts); reccbm never imports rubrictool."""
 
 from __future__ import annotations
 
@@ -88,14 +89,78 @@ def test_the_cycle_finder_finds_one() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}}) is None
 
 
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under ``if TYPE_CHECKING:``: annotations only, never run."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return out
+
+
+def _module_graph(packages: tuple[str, ...] = ("rubrictool", "reccbm"), root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the project modules it imports, at module level or inside a function (not under TYPE_CHECKING).
+    ``from pkg import name`` points at ``pkg.name`` when that is a module, else at ``pkg``; a module's import of its
+    own package for a submodule is not an edge (the package is imported first anyway)."""
+    files = {_module_of(p, root): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))}
+
+    def owner(name: str) -> str | None:
+        parts = name.split(".")
+        return next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in files), None)
+
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _type_checking_only(tree)
+        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        targets: set[str | None] = set()
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.Import):
+                targets |= {owner(a.name) for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                source = ".".join(base + ([node.module] if node.module else []))
+                for a in node.names:
+                    sub = f"{source}.{a.name}"
+                    targets.add(sub if sub in files else owner(source))
+        targets -= {None, module}
+        if targets:
+            graph[module] = {t for t in targets if t is not None}
+    return graph
+
+
+def test_no_import_cycle_between_any_two_modules() -> None:
+    """Module by module, in both packages, counting the imports inside functions: none leads back to itself."""
+    graph = _module_graph()
+    assert "rubrictool.report.curve_reading" in graph["rubrictool.report.curve"]  # the walk sees module imports
+    assert "rubrictool.report.markdown" in graph["rubrictool.report.write"]
+    assert "reccbm.onnx_encoder" not in graph["reccbm.model"]  # an import for annotations only is not an edge
+    cycle = _cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_module_graph_sees_an_import_inside_a_function(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.b import f\n")
+    (pkg / "b.py").write_text("def f():\n    from pkg import a\n    return a\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import f\n")
+    graph = _module_graph(("pkg",), tmp_path)
+    assert graph["pkg.b"] == {"pkg.a"} and "pkg.c" not in graph
+    assert _cycle(graph) == ["pkg.a", "pkg.b", "pkg.a"]
+
+
 def test_reccbm_never_imports_rubrictool() -> None:
     hits = [str(p.relative_to(ROOT)) for p in (ROOT / "reccbm").rglob("*.py")
             if any(n.split(".")[0] == "rubrictool" for n in _imports(p, "reccbm." + p.stem))]
     assert not hits, hits
 
 
-def _module_of(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
+def _module_of(path: Path, root: Path = ROOT) -> str:
+    rel = path.relative_to(root).with_suffix("")
     return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
 
 

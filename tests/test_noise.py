@@ -106,7 +106,8 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     code, output, run = train_stats(tmp, build_backbone(tmp, "bert", words=words), adj.table, "--encoder", "frozen",
                                     "--split-seed", "1")
     assert code == 0, output
-    model, tok, _ = load_grader(run)
+    grader = load_grader(run)  # the run's reccbm.Grader
+    model, tok = grader.model_, grader.tokenizer_
     df = validate_adjudicated(adj.table, rb)
     preds = reccbm.predict(model, reccbm.EncodedItems(inputs_for(model, tok, df)), tok.pad_token_id, 64)
     where = {i: p for p, i in enumerate(df["id"])}

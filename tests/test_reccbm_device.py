@@ -61,7 +61,7 @@ def test_a_second_stage_on_one_model_trains_on_the_accelerators_device(
     assert {p.device.type for p in model.parameters()} == {"cpu"}
     seen: list[set[torch.device]] = []
     monkeypatch.setattr(rtrain, "_accelerator", lambda c: _ElsewhereAccelerator(cpu=True))
-    monkeypatch.setattr(rtrain, "_stage1_loss" if second == "stage1" else "_joint_loss", _checking_loss(seen))
+    monkeypatch.setattr(rtrain, "stage1_loss" if second == "stage1" else "joint_loss", _checking_loss(seen))
     with pytest.raises(_Checked):
         if second == "stage1":
             reccbm.train_concepts(model, train, dev, cfg, tok.pad_token_id)
@@ -288,12 +288,13 @@ class _OnGpu(_OnDevice):
 
 
 def test_a_training_batch_as_the_loader_makes_it_is_never_read_back_from_the_device(backbone: str) -> None:
-    """A training batch carries its overlap features and its inputs' CPU copy (reccbm.train._loader): the alignment
+    """A training batch carries its overlap features and its inputs' CPU copy (reccbm.batches.training_loader): the alignment
     features, the examples across questions and, in its GPU form, L_rank then read nothing back from the device."""
     from reccbm.align import separator_id
+    from reccbm.batches import HostCopy as _Host
+    from reccbm.batches import training_loader as _loader
     from reccbm.contrast import contrast_batch
     from reccbm.model import opcc_loss
-    from reccbm.train import _Host, _loader
 
     model, tok = tiny_model(backbone, align=True)
     assert model.align is not None

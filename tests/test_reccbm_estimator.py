@@ -174,13 +174,18 @@ def test_a_grader_with_the_plm_override_is_the_plm_baseline_and_predicts_no_conc
     np.testing.assert_array_equal(loaded.predict(*texts), plm.predict(*texts))
 
 
-def test_a_graders_concept_texts_are_the_ones_rubrictool_initialises_the_queries_with() -> None:
+def test_a_rubrictool_rubric_converts_to_the_graders_with_its_concept_texts() -> None:
     from rubrictool.rubric import load_rubric
     from rubrictool.train import concept_texts
 
     rb = load_rubric("mohler")
-    concepts = [Concept(c.key, c.definition, tuple(lv.anchor for lv in c.levels), c.name) for c in rb.concepts]
-    assert [c.text() for c in concepts] == concept_texts(rb)
+    out = rb.to_reccbm()
+    assert out.keys == rb.keys and out.levels == (rb.scale.min, rb.scale.max) and out.grades == (rb.grade.min, rb.grade.max)
+    first = rb.concepts[0]
+    assert out.concepts[0].anchors == tuple(lv.anchor for lv in first.levels)
+    assert [(c.reference_is_top, c.off_topic_is_bottom) for c in out.concepts] == [
+        (c.reference_is_top, c.off_topic_is_bottom) for c in rb.concepts]
+    assert concept_texts(rb)[0] == f"{first.name}. {first.definition} " + " ".join(f"{lv.anchor}." for lv in first.levels)
 
 
 def test_a_grader_without_the_question_in_its_input_reads_every_question_alike(backbone: str, tmp_path: Path) -> None:
@@ -234,3 +239,109 @@ def test_a_config_field_of_the_wrong_kind_is_refused_naming_it(section: str, fie
     train with a truthy string), naming the field."""
     with pytest.raises(ReccbmError, match=message):
         reccbm.recipe("default", 2, 3, 4, {section: {field: value}})
+
+
+# ---------------------------------------------------------------------------- one way into the model
+FAST = {"stage1": {"epochs": 1}, "joint": {"epochs": 1}, "stage2": {"epochs": 3}}
+
+
+def _with_votes(df: pd.DataFrame, keys: list[str], lo: int, hi: int, seed: int = 0) -> pd.DataFrame:
+    """``df`` with a votes_<KEY> column per concept: three reviewers' levels around the adjudicated one."""
+    rng = np.random.default_rng(seed)
+    out = df.copy()
+    for k in keys:
+        out[f"votes_{k}"] = [" ".join(str(int(np.clip(v + d, lo, hi))) for d in rng.integers(-1, 2, 3)) for v in df[k]]
+    return out
+
+
+def test_clone_copies_the_parameters_and_set_params_checks_them() -> None:
+    from sklearn.base import clone
+
+    g = Grader(RUBRIC, "paper", overrides={"stage1": {"epochs": 2}}, seed=4)
+    twin = clone(g)
+    assert twin is not g and twin.get_params() == g.get_params() and not hasattr(twin, "model_")
+    assert set(g.get_params()) == {"rubric", "recipe", "backbone", "overrides", "dev_size", "seed", "batch_size"}
+    assert clone(Grader(RUBRIC)).recipe == "default"
+    assert twin.set_params(seed=9, dev_size=0.3) is twin and (twin.seed, twin.dev_size, g.seed) == (9, 0.3, 4)
+    with pytest.raises(ReccbmError, match=r"unknown Grader parameter\(s\) \['epochs'\]"):
+        twin.set_params(epochs=3)
+    with pytest.raises(ReccbmError, match="unknown recipe 'fast'"):
+        twin.set_params(recipe="fast")
+    whole = reccbm.recipe("paper", 2, 3, 4)
+    assert clone(Grader(RUBRIC, whole)).recipe == whole
+    with pytest.raises(ReccbmError, match="overrides go on a named recipe"):
+        Grader(RUBRIC, whole, overrides={"stage1": {"epochs": 1}})
+    with pytest.raises(ReccbmError, match="the rubric 2, 3 and 4"):
+        Grader(RUBRIC, reccbm.recipe("paper", 3, 3, 4)).fit(_answers(12))
+
+
+def test_a_table_with_the_reviewers_votes_fits_as_arrays_with_their_shares(backbone: str) -> None:
+    """fit on a tidy table reads the texts, levels, grades and votes_<KEY> columns; the same answers as arrays with
+    the same shares fit the same grader, and without the votes the concept heads learn other targets."""
+    df = _with_votes(_answers(30), RUBRIC.keys, 0, 2)
+    new = _answers(10, seed=9)
+    table = Grader(RUBRIC, backbone=backbone, overrides=FAST).fit(df)
+    shares = reccbm.estimator.vote_shares(df, RUBRIC, df[RUBRIC.keys].to_numpy())
+    assert shares is not None and shares.shape == (30, 2, 3) and np.allclose(shares.sum(-1), 1)
+    arrays = Grader(RUBRIC, backbone=backbone, overrides=FAST).fit(df.question, df.reference, df.response,
+                                                                   df[RUBRIC.keys], df.grade, votes=shares)
+    np.testing.assert_array_equal(table.predict_proba(new), arrays.predict_proba(new.question, new.reference,
+                                                                                 new.response))
+    plain = Grader(RUBRIC, backbone=backbone, overrides=FAST).fit(df.drop(columns=["votes_EV", "votes_MC"]))
+    assert not np.array_equal(plain.predict_proba(new), table.predict_proba(new))
+
+
+def test_a_votes_cell_that_is_not_levels_is_refused_naming_column_and_row() -> None:
+    df = _with_votes(_answers(12), RUBRIC.keys, 0, 2)
+    df.loc[5, "votes_MC"] = "2 x"
+    with pytest.raises(ReccbmError, match=r"votes_MC, row 5: '2 x' is not space-separated levels"):
+        Grader(RUBRIC, backbone="/no/such/backbone").fit(df)
+    df.loc[5, "votes_MC"] = "2 7"
+    with pytest.raises(ReccbmError, match=r"votes_MC, row 5: '2 7' has a level outside the rubric's scale 0\.\.2"):
+        Grader(RUBRIC, backbone="/no/such/backbone").fit(df)
+
+
+def test_the_cli_and_the_library_fit_the_same_grader_on_one_tiny_table(backbone: str, tmp_path: Path) -> None:
+    """`rubrictool train` (the default preset, reviewers' votes kept) and a reccbm.Grader with the run's recipe and
+    split give the same test predictions to the last bit; the saved run loads as that grader."""
+    import json
+
+    import yaml
+
+    from rubrictool.rubric import load_rubric
+    from tests.support.tiny_models import KEYS, mohler_like_table, train_with_cli
+
+    table = _with_votes(mohler_like_table(40), KEYS, 1, 3)
+    code, output, run = train_with_cli(tmp_path, backbone, table)
+    assert code == 0, output
+    split, cfg = json.loads((run / "split.json").read_text()), yaml.safe_load((run / "config.yaml").read_text())
+    rubric = load_rubric("mohler").to_reccbm()
+    recipe = reccbm.recipe("default", 8, 3, 6, {s: cfg[s] for s in ("model", "stage1", "joint", "stage2")})
+    by_id = table.set_index("id")
+    rows, test = by_id.loc[split["train"] + split["dev"]], by_id.loc[split["test"]]
+    grader = Grader(rubric, recipe).fit(rows, dev=range(len(split["train"]), len(rows)))
+    cli = pd.read_csv(run / "test_predictions.csv")
+    probs = grader.predict_proba(test)
+    np.testing.assert_array_equal(probs.argmax(1), cli["grade"])
+    np.testing.assert_array_equal(probs[np.arange(len(test)), cli["grade"]].astype(np.float32),
+                                  cli["grade_prob"].to_numpy(np.float32))  # the CSV keeps float32's shortest digits
+    np.testing.assert_array_equal(grader.concepts(test), cli[[f"{k}_level" for k in KEYS]])
+    np.testing.assert_array_equal(Grader.load(run).predict_proba(test), probs)
+    assert grader.history_["steps"] == json.loads((run / "model.json").read_text())["step"]
+
+
+def test_importing_reccbm_writes_no_environment_variable() -> None:
+    import subprocess
+    import sys
+
+    code = ("import os; os.environ.pop('OMP_WAIT_POLICY', None); before = dict(os.environ); import reccbm; "
+            "print(sorted(set(os.environ.items()) ^ set(before.items())))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_reccbms_public_surface_is_short_and_the_building_blocks_still_import() -> None:
+    assert "Grader" in reccbm.__all__ and len(reccbm.__all__) <= 15
+    assert all(hasattr(reccbm, name) for name in reccbm.__all__)
+    for name in ("train_concepts", "train_grader", "RecCBM", "grade_metrics", "decision_trace", "encode_table"):
+        assert hasattr(reccbm, name) and name not in reccbm.__all__  # importable as before, not the surface

@@ -122,7 +122,7 @@ def test_joint_stage_updates_encoder_concept_heads_and_grade_head(backbone: str)
 
 def test_joint_stage_moves_every_trainable_part(backbone: str) -> None:
     """Gradients of the joint loss reach the encoder, queries, concept classifiers, LCEC and the head."""
-    from reccbm.train import _joint_loss
+    from reccbm.losses import joint_loss as _joint_loss
 
     model, tok = tiny_model(backbone, head="level")
     batch = collate(encoded(tok, toy_table(8)), list(range(8)), tok.pad_token_id)
@@ -251,7 +251,7 @@ def test_question_offsets_train_beside_the_encoder_and_stay_out_of_what_it_keeps
     model's state, dev selection and prediction hold none of them."""
     import dataclasses
 
-    from reccbm.train import question_groups
+    from reccbm.batches import question_groups
 
     model, tok = tiny_model(backbone)
     table = toy_table(24, seed=1)
@@ -294,9 +294,9 @@ def test_a_swapped_reference_is_another_top_graded_answer_to_the_same_question(b
     reads one of those answers in place of its reference — the question, the answer, its token types and its labels
     as they were; at p = 0 nothing changes; an input longer than max_len gets the stand-in cut; the draws are seeded."""
     from reccbm.align import segment_masks
+    from reccbm.batches import question_groups
     from reccbm.contrast import infer_sep_id
     from reccbm.references import ReferenceSwap
-    from reccbm.train import question_groups
 
     _, tok = tiny_model(backbone)
     items = encoded(tok, _two_questions())
@@ -366,7 +366,8 @@ def test_batches_of_answers_to_one_question_hold_runs_of_that_question(backbone:
     and the run's batches are the sampler's."""
     import dataclasses
 
-    from reccbm.train import _QuestionBatches, question_groups
+    from reccbm.batches import QuestionBatches as _QuestionBatches
+    from reccbm.batches import question_groups
 
     questions = np.repeat(np.arange(5), [7, 4, 9, 1, 6])  # 27 answers to 5 questions, one with a single answer
     sampler = _QuestionBatches(questions, batch_size=8, per=4, seed=3)
@@ -502,7 +503,7 @@ def test_a_frozen_encoder_with_the_layer_mix_caches_the_mixed_states_the_model_r
 
 def test_rdrop_divergence_is_the_symmetric_kl_summed_over_concepts() -> None:
     """½ (KL(p‖q) + KL(q‖p)) per concept, summed over concepts and averaged over answers; 0 for one reading twice."""
-    from reccbm.train import rdrop_divergence
+    from reccbm.losses import rdrop_divergence
 
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(4, 3, 3, generator=g), torch.randn(4, 3, 3, generator=g)
@@ -520,7 +521,7 @@ def test_two_readings_add_their_divergence_only_where_dropout_makes_them_differ(
     trains with it; a negative weight is refused."""
     import dataclasses
 
-    from reccbm.train import _stage1_loss
+    from reccbm.losses import stage1_loss as _stage1_loss
 
     model, tok = tiny_model(backbone)
     items = encoded(tok, toy_table(8, seed=4))
@@ -556,7 +557,8 @@ def test_two_readings_of_part_of_the_batch(backbone: str) -> None:
     whole batch read twice; Stage I trains with it; a share outside (0, 1] is refused."""
     import dataclasses
 
-    from reccbm.train import _stage1_loss, rdrop_rows
+    from reccbm.losses import rdrop_rows
+    from reccbm.losses import stage1_loss as _stage1_loss
 
     model, tok = tiny_model(backbone)
     items = encoded(tok, toy_table(8, seed=4))

@@ -76,7 +76,8 @@ def test_the_hinge_pushes_a_padded_reading_down_only_where_it_reads_above_the_an
 
 
 def test_the_padding_term_enters_stage1_only_when_asked_and_training_lowers_it(backbone: str) -> None:
-    from reccbm.train import _padding_term, _stage1_loss
+    from reccbm.losses import padding_term as _padding_term
+    from reccbm.losses import stage1_loss as _stage1_loss
 
     model, tok = tiny_model(backbone)
     table = toy_table(16)

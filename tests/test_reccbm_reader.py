@@ -216,7 +216,7 @@ def test_contrast_inputs_pair_the_reference_and_other_answers_with_their_levels(
 
 
 def test_contrast_loss_enters_stage1_only_when_asked(backbone: str) -> None:
-    from reccbm.train import _stage1_loss
+    from reccbm.losses import stage1_loss as _stage1_loss
 
     model, tok = tiny_model(backbone)
     items = encoded(tok, toy_table(8))

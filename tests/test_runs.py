@@ -175,7 +175,7 @@ def test_a_retrain_that_dies_leaves_the_old_run_whole(tmp_path: Path, backbone: 
         real_save(*a, **kw)
         raise KeyboardInterrupt  # killed after the checkpoint, before the profile and the record
 
-    monkeypatch.setattr(reccbm, "save_checkpoint", dies)
+    monkeypatch.setattr("reccbm.estimator.save_checkpoint", dies)  # where the Grader saves a run
     code, output, _ = train_with_cli(tmp_path, backbone, mohler_like_table(40), "--variant", "vanilla")
     assert code != 0 and "Traceback" not in output  # Ctrl-C: the CLI exits 130
     after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}

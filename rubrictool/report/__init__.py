@@ -18,10 +18,10 @@ from rubrictool.report.page import (
     build_report,
     render_explain_html,
     render_html,
-    write_report,
 )
 from rubrictool.report.run import Run, open_run, parse_overrides, split_rows, table_rows
 from rubrictool.report.scores import pair_agreement, smd
+from rubrictool.report.write import write_report
 
 __all__ = [
     "ConceptRow",

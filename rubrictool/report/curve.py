@@ -15,7 +15,7 @@ import pandas as pd
 from rubrictool.atomic import atomic_write
 from rubrictool.errors import DataError
 from rubrictool.io import read_table
-from rubrictool.report.curve_reading import read_curve
+from rubrictool.report.curve_reading import METRICS, read_curve, size_order, summarize_curve
 
 __all__ = [
     "ALL",
@@ -40,49 +40,9 @@ CURVE_COLUMNS = ["fold", "size", "repeat", "variant", "n_train", "n_dev", "t_acc
 CURVE_FAILING = ["failing_passed", "failing_error"]
 """curve.csv's last columns: each cell's failing test answers (below the rubric's pass mark) given a pass mark, and
 their mean error (empty for cells written before they were measured; a curve.csv without them still reads)."""
-METRICS = ("t_acc", "qwk", "t_f1")
 
 
 # ---------------------------------------------------------------------------- reading a curve
-def size_order(size: str) -> float:
-    """A size token's place on the curve: its number, "all" last."""
-    return math.inf if size == ALL else float(size)
-
-
-def summarize_curve(cells: pd.DataFrame) -> pd.DataFrame:
-    """One row per (variant, size), sizes ascending: cells, mean n_train, mean and s.d. of each metric over
-    folds × repeats, and the majority baseline's means."""
-    rows = []
-    for (variant, size), g in cells.assign(size=cells["size"].astype(str)).groupby(["variant", "size"], sort=False):
-        row: dict[str, Any] = {"variant": variant, "size": size, "cells": len(g), "n_train": float(g["n_train"].mean())}
-        for m in METRICS:
-            row[m] = float(g[m].mean())
-            row[f"{m}_sd"] = float(g[m].std(ddof=1)) if len(g) > 1 else 0.0
-            row[f"majority_{m}"] = float(g[f"majority_{m}"].mean())
-        row["qwk_lo"], row["qwk_hi"] = _t_interval(g["qwk"].to_numpy(float))
-        if "failing_passed" in g:  # cells written before it have none
-            row["failing_passed"] = float(g["failing_passed"].mean())  # NaN where no cell had a failing answer
-        rows.append(row)
-    out = pd.DataFrame(rows)
-    if out.empty:
-        return out
-    first = {v: i for i, v in enumerate(dict.fromkeys(cells["variant"]))}  # variants in the order the cells list them
-    out["_v"], out["_o"] = out["variant"].map(first), out["size"].map(size_order)
-    return out.sort_values(["_v", "_o"], kind="stable").drop(columns=["_v", "_o"]).reset_index(drop=True)
-
-
-def _t_interval(x: Any) -> tuple[float, float]:
-    """95 % t-interval of the mean over the cells (folds × repeats); NaN with fewer than two cells."""
-    from scipy.stats import t as student
-
-    v = np.asarray(x, dtype=float)
-    v = v[~np.isnan(v)]
-    if len(v) < 2:
-        return float("nan"), float("nan")
-    half = float(student.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
-    return float(v.mean() - half), float(v.mean() + half)
-
-
 def _interp_log(n: float, n0: float, v0: float, n1: float, v1: float) -> float:
     if n1 == n0:
         return v0

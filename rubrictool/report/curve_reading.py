@@ -27,13 +27,55 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-__all__ = ["FRACTION", "beats_majority", "default_sizes", "read_curve", "reading_sentence"]
+__all__ = ["FRACTION", "METRICS", "beats_majority", "default_sizes", "read_curve", "reading_sentence", "size_order",
+           "summarize_curve"]
 
 FRACTION = 0.9
 ALL = "all"
+METRICS = ("t_acc", "qwk", "t_f1")  # what a curve measures at every size
 LADDER = (10, 20, 50, 100, 200, 400, 800, 1600, 3200, 6400, 12800)
+
+
+def size_order(size: str) -> float:
+    """A size token's place on the curve: its number, "all" last."""
+    return math.inf if size == ALL else float(size)
+
+
+def summarize_curve(cells: pd.DataFrame) -> pd.DataFrame:
+    """One row per (variant, size), sizes ascending: cells, mean n_train, mean and s.d. of each metric over
+    folds × repeats, and the majority baseline's means."""
+    rows = []
+    for (variant, size), g in cells.assign(size=cells["size"].astype(str)).groupby(["variant", "size"], sort=False):
+        row: dict[str, Any] = {"variant": variant, "size": size, "cells": len(g), "n_train": float(g["n_train"].mean())}
+        for m in METRICS:
+            row[m] = float(g[m].mean())
+            row[f"{m}_sd"] = float(g[m].std(ddof=1)) if len(g) > 1 else 0.0
+            row[f"majority_{m}"] = float(g[f"majority_{m}"].mean())
+        row["qwk_lo"], row["qwk_hi"] = _t_interval(g["qwk"].to_numpy(float))
+        if "failing_passed" in g:  # cells written before it have none
+            row["failing_passed"] = float(g["failing_passed"].mean())  # NaN where no cell had a failing answer
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    first = {v: i for i, v in enumerate(dict.fromkeys(cells["variant"]))}  # variants in the order the cells list them
+    out["_v"], out["_o"] = out["variant"].map(first), out["size"].map(size_order)
+    return out.sort_values(["_v", "_o"], kind="stable").drop(columns=["_v", "_o"]).reset_index(drop=True)
+
+
+def _t_interval(x: Any) -> tuple[float, float]:
+    """95 % t-interval of the mean over the cells (folds × repeats); NaN with fewer than two cells."""
+    from scipy.stats import t as student
+
+    v = np.asarray(x, dtype=float)
+    v = v[~np.isnan(v)]
+    if len(v) < 2:
+        return float("nan"), float("nan")
+    half = float(student.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
+    return float(v.mean() - half), float(v.mean() + half)
 
 
 def beats_majority(row: dict[str, Any]) -> bool:
@@ -91,8 +133,6 @@ def _read_one(s: pd.DataFrame, variant: str, fraction: float) -> dict[str, Any]:
 
 def read_curve(cells: pd.DataFrame, fraction: float = FRACTION) -> dict[str, dict[str, Any]]:
     """One reading per variant of curve.csv's cells (see the module docstring), each with its ``sentence``."""
-    from rubrictool.report.curve import summarize_curve
-
     out: dict[str, dict[str, Any]] = {}
     if cells.empty:
         return out

@@ -3,7 +3,7 @@
 :func:`build_report` gathers the numbers and figures (grade metrics, machine–human beside human–human
 agreement, concept metrics and reliability, LCEC correlations, intervention curves, two decision traces,
 rubric diagnostics, provenance); :func:`render_html` / :func:`render_markdown` lay them out, and
-:func:`write_report` writes the page, its PNGs and CSVs. Images are embedded as data: URIs, so the HTML
+:func:`rubrictool.report.write.write_report` writes the page, its PNGs and CSVs. Images are embedded as data: URIs, so the HTML
 file opens offline anywhere.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from rubrictool.io import people_csv, writable_dir
 from rubrictool.kfold import fold_context
 from rubrictool.report import figures
 from rubrictool.report.audit_section import audit_html, audit_verdict, load_audit
-from rubrictool.report.diagnose import Diagnosis, diagnose, pairs_frame
+from rubrictool.report.diagnose import Diagnosis, diagnose
 from rubrictool.report.explain import SYMBOLS, ItemTrace, explain_items
 from rubrictool.report.honest import calibration_png, implied_noise_png, verdict
 from rubrictool.report.intervene import intervention_curves
@@ -41,7 +40,7 @@ from rubrictool.textsafe import strip_controls
 
 __all__ = ["GRADE_METRICS", "NEAR_ZERO", "Report", "build_report", "curve_lines", "render_explain_html", "render_html", "template_env",
            "trace_file",
-           "trace_png", "write_explain", "write_report"]
+           "trace_png", "write_explain"]
 
 NEAR_ZERO = 0.1  # |r| below this counts as a near-zero correlation (the paper's appendix threshold)
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -194,7 +193,6 @@ def _low_marks_section(r: Report, run: Run, gold: NDArray[Any], pred: NDArray[An
 def _honest_section(r: Report, run: Run, gold: NDArray[Any], probs: NDArray[Any]) -> None:
     """Test size, majority class, bootstrap CIs, warnings and calibration, recomputed from the page's predictions
     (the same numbers as metrics.json; the majority class is the one the run recorded)."""
-    from rubrictool.errors import DataError
     from rubrictool.evaluate import calibration, honest_metrics
 
     saved = (run.metrics.get("majority") or {}).get("grade")
@@ -247,7 +245,6 @@ def curve_position(curve: str | Path, n_train: float, variant: str, unavailable:
     """:func:`rubrictool.curve.position_on_curve` for ``variant``, or for the points route when the curve has no cells
     of the variant but has points cells (a points-only curve: the small-course route); None, with a line added to
     ``unavailable``, when it has neither or is not a curve."""
-    from rubrictool.errors import DataError
     from rubrictool.io import read_table
     from rubrictool.report.curve import POINTS, position_on_curve
 
@@ -568,43 +565,3 @@ def write_explain(traces: list[ItemTrace], out: str | Path, title: str) -> dict[
     frame = traces_frame(traces)
     atomic_write_bytes(d / "explain.csv", people_csv(frame))  # opened in spreadsheets: formulas neutralised
     return {"explain.html": d / "explain.html", "explain.csv": d / "explain.csv"} | paths
-
-
-def write_report(r: Report, out: str | Path) -> dict[str, Path]:
-    """report.html, report.md, every PNG and CSV into `out`, each atomically; returns their paths. A full disk is one
-    :class:`DataError` naming the file, with every file written whole or left as it was (never a 0-byte PNG)."""
-    d = writable_dir(out)
-    paths: dict[str, Path] = {}
-    files: list[tuple[str, bytes]] = [(name, png) for name, png in r.images.items()]
-    files += [(name, people_csv(df, index=name.endswith("correlations.csv"))) for name, df in r.tables.items()]
-    if r.diagnosis is not None:  # every CSV here is opened in spreadsheets: formula cells neutralised
-        files += [("rubric_diagnosis.csv", people_csv(r.diagnosis.concepts)),
-                  ("level_confusions.csv", people_csv(r.diagnosis.confusions))]
-        if r.diagnosis.ceiling is not None:
-            files += [(name, people_csv(df)) for name, df in (
-                ("grade_ceiling.csv", r.diagnosis.ceiling.per_grade), ("grade_boundaries.csv", r.diagnosis.ceiling.boundaries),
-                ("contrast_pairs.csv", pairs_frame(r.diagnosis.pairs)))]
-    report_json = json.dumps({"metrics": r.metrics, "agreement": r.agreement.to_dict("records"),
-                              "unavailable": r.unavailable, "verdict": r.verdict,
-                              "warnings": r.warnings, "calibration": r.calibration,
-                              "honest": {k: v for k, v in r.honest.items() if k != "warnings"},
-                              "implied_noise": r.implied, "lcec": {k: v for k, v in r.lcec.items() if k != "links"},
-                              "learning_curve": r.curve or None, "low_marks": r.low_marks,
-                              "pass_mark": r.pass_mark,
-                              "audit": {"dir": r.audit.get("dir"), "stale": r.audit.get("stale"),
-                                        "failing": (r.audit.get("behaviour") or {}).get("failing")} if r.audit else None},
-                             indent=1, default=float) + "\n"
-    from rubrictool.report.markdown import render_markdown
-
-    files += [("report.html", render_html(r).encode("utf-8")), ("report.md", render_markdown(r).encode("utf-8")),
-              ("report.json", report_json.encode("utf-8"))]
-    for name, data in files:
-        try:
-            atomic_write_bytes(d / name, data)
-        except OSError as exc:
-            done = ", ".join(paths) or "nothing"
-            raise DataError(f"{d / name}: cannot write it ({exc.strerror or exc}); written before it: {done} (the rest "
-                            "is as it was)", hint="free space or pass --out a folder you can write, then run it again") from None
-        paths[name] = d / name
-    return paths
-

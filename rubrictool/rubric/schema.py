@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -17,6 +17,9 @@ from pydantic import (
 )
 
 from rubrictool.errors import RubricError
+
+if TYPE_CHECKING:
+    import reccbm
 
 __all__ = [
     "KEY_PATTERN",
@@ -328,6 +331,16 @@ class Rubric(_Strict):
     def S(self) -> int:
         """Maximum grade after shifting grades to 0..S (the paper's S)."""
         return self.grade.max - self.grade.min
+
+    def to_reccbm(self) -> reccbm.Rubric:
+        """The rubric as :class:`reccbm.Grader` reads it: each concept's key, definition, level anchors (lowest
+        first), name and marks, and the two scales. Its concept texts are the ones training initialises the queries
+        with."""
+        import reccbm
+
+        return reccbm.Rubric(tuple(reccbm.Concept(c.key, c.definition, tuple(lv.anchor for lv in c.levels), c.name,
+                                                  c.reference_is_top, c.off_topic_is_bottom) for c in self.concepts),
+                             levels=(self.scale.min, self.scale.max), grades=(self.grade.min, self.grade.max))
 
     def concept(self, key: str) -> Concept:
         for c in self.concepts:

@@ -1,6 +1,6 @@
 """One training run: :func:`train_model` validates the table against the rubric, maps concept levels to 0..M
-(level − scale.min) and grades to 0..S (grade − grade.min), runs the recipe (:func:`reccbm.fit`: Stage I, joint stage,
-Stage II; or the PLM baseline) for one or more seeds, and writes a run directory::
+(level − scale.min) and grades to 0..S (grade − grade.min), fits a :class:`reccbm.Grader` by the recipe (Stage I, joint
+stage, Stage II; or the PLM baseline) for one or more seeds, and writes a run directory::
 
     runs/<name>/config.yaml  split.json  metrics.json  reliability.csv  reliability.md
                 train.log  test_predictions.csv  model.safetensors  model.json  backbone/
@@ -44,7 +44,6 @@ from rubrictool.evaluate import (
     spearman_with_ci,
 )
 from rubrictool.flags import profile_from_table, save_profile
-from rubrictool.grade import model_inputs
 from rubrictool.grade import predictions_frame as _predictions_frame
 from rubrictool.io import people_csv
 from rubrictool.progress import ProgressFn, note, training_events, truncation_message, warn
@@ -105,7 +104,7 @@ def _encode(
     df: pd.DataFrame, rubric: Rubric, tokenizer: Any, max_len: int, concepts: bool, truncated: list[int] | None = None,
     question: bool = True, normalise: bool = False,
 ) -> reccbm.EncodedItems:
-    feats = model_inputs(tokenizer, df, max_len, truncated, question=question, normalise=normalise)
+    feats = reccbm.encode_table(tokenizer, df, max_len, truncated, question=question, normalise=normalise)
     c = df[[f"_c_{k}" for k in rubric.keys]].to_numpy(np.int64) if concepts else None
     y = df["_y"].to_numpy(np.int64) if "_y" in df.columns else None
     soft = soft_targets(df, rubric) if concepts and has_votes(df, rubric) else None  # the reviewers' levels, if kept
@@ -129,29 +128,38 @@ def _log_to(path: Path) -> Iterator[None]:
 
 
 def concept_texts(rubric: Rubric) -> list[str]:
-    """One text per concept for rubric-initialised queries: name, definition and the level anchors."""
-    return [f"{c.name}. {c.definition} " + " ".join(f"{lv.anchor}." for lv in c.levels) for c in rubric.concepts]
+    """One text per concept for rubric-initialised queries: name, definition and the level anchors
+    (:meth:`reccbm.Concept.text`)."""
+    return [c.text() for c in rubric.to_reccbm().concepts]
+
+
+def fit_grader(spec: RunSpec, seed: int, callback: Callable[[reccbm.Event], None] | None = None) -> reccbm.Grader:
+    """One seed's :class:`reccbm.Grader` by the run's recipe, fitted on the train split with the reviewers' levels
+    where the table keeps them (:func:`rubrictool.votes.soft_targets`), selecting epochs on the dev split."""
+    rows = spec.df.iloc[spec.pos["train"] + spec.pos["dev"]]
+    votes = soft_targets(rows, spec.rubric) if not spec.training.plm and has_votes(rows, spec.rubric) else None
+    grader = reccbm.Grader(spec.rubric.to_reccbm(), spec.training.recipe, seed=seed)
+    return grader.fit(rows, votes=votes, dev=range(len(spec.pos["train"]), len(rows)), callback=callback)
 
 
 def _one_seed(
+    spec: RunSpec,
     seed: int,
-    recipe: reccbm.Recipe,
     sets: dict[str, reccbm.EncodedItems],
-    tokenizer: Any,
     callback: Callable[[reccbm.Event], None] | None,
-    texts: list[str] | None = None,
-) -> tuple[reccbm.Model, dict[str, Any], Predictions]:
-    """One seed: the recipe (:func:`reccbm.fit`), then the test split."""
-    fitted = reccbm.fit(sets["train"], sets["dev"], recipe.seeded(seed), tokenizer, concept_texts=texts, callback=callback)
-    model, mcfg = fitted.model, recipe.model
-    info: dict[str, Any] = {"seed": seed, **fitted.as_dict(), "cache_seconds": 0.0, "train_seconds": fitted.seconds,
-                            "dev_selection": fitted.dev}
+) -> Trained:
+    """One seed: the grader (:func:`fit_grader`), then the test split."""
+    grader = fit_grader(spec, seed, callback)
+    recipe = spec.training.recipe
+    model, mcfg, history = grader.model_, recipe.model, grader.history_
+    info: dict[str, Any] = {"seed": seed, **history, "cache_seconds": 0.0, "train_seconds": history["seconds"],
+                            "dev_selection": history["dev"]}
     del info["dev"], info["seconds"]
-    if fitted.crossfit_parts is None:
+    if history["crossfit_parts"] is None:
         del info["crossfit_parts"], info["crossfit_steps"]
-    pad = tokenizer.pad_token_id
-    preds = reccbm.predict(model, sets["test"], pad, recipe.stage1.eval_batch_size, device=recipe.stage1.device,
-                           precision=recipe.stage1.mixed_precision)
+    pad = grader.tokenizer_.pad_token_id
+    preds = grader.predictions(spec.df.iloc[spec.pos["test"]], batch_size=recipe.stage1.eval_batch_size,
+                               device=recipe.stage1.device, precision=recipe.stage1.mixed_precision)
     test = sets["test"]
     assert test.grades is not None
     m = reccbm.grade_metrics(test.grades, preds.grades)
@@ -168,7 +176,7 @@ def _one_seed(
         if mcfg.race:
             info["attention"] = reccbm.attention_diagnostics(model, test, pad, recipe.stage1.eval_batch_size)
     info["test"] = m
-    return model, info, preds
+    return grader, info, preds
 
 
 SUMMARY_METRICS = ("t_acc", "t_f1", "qwk", "pearson", "rmse", "adjacent", "c_acc", "c_f1", "oracle_t_acc")
@@ -362,7 +370,7 @@ def _train_into(spec: RunSpec, progress: ProgressFn | None) -> TrainResult:
     with _log_to(spec.stage / "train.log") if spec.is_main else nullcontext():
         log.info("run %s (built in %s): variant %s, rubric %s, %d/%d/%d items", spec.target, spec.stage.name, rs.name,
                  rb.name, *(len(spec.pos[s]) for s in spec.pos))
-        tokenizer = reccbm.load_tokenizer(rs.mcfg.backbone or reccbm.default_backbone())
+        tokenizer = reccbm.load_tokenizer(rs.mcfg.backbone or reccbm.default_backbone())  # the splits' labels, cuts
         sets, cut = _encode_splits(spec, tokenizer)
         notes = list(spec.notes)
         if rs.recipe.stage1.soft_targets and not rs.plm and sets["train"].soft is None:
@@ -377,10 +385,10 @@ def _train_into(spec: RunSpec, progress: ProgressFn | None) -> TrainResult:
             notes.append(msg)
             log.warning(msg)
             warn(progress, msg)
-        infos, (model, info, preds) = _train_seeds(spec, sets, tokenizer, training_events(progress))
-        metrics, rel, rho = _run_metrics(spec, sets, infos, model, info, preds, notes)
+        infos, (grader, info, preds) = _train_seeds(spec, sets, training_events(progress))
+        metrics, rel, rho = _run_metrics(spec, sets, infos, grader.model_, info, preds, notes)
         if spec.is_main:
-            _write_run(spec, sets, tokenizer, model, info, preds, metrics, rel, rho, notes)
+            _write_run(spec, sets, grader, info, preds, metrics, rel, rho, notes)
     return TrainResult(spec.stage, rs.name, metrics, rel, rho, notes)
 
 
@@ -394,22 +402,22 @@ def _encode_splits(spec: RunSpec, tokenizer: Any) -> tuple[dict[str, reccbm.Enco
     return sets, len(cut)
 
 
-Trained = tuple[reccbm.Model, dict[str, Any], Predictions]  # a seed's model, its record in metrics.json, test predictions
+Trained = tuple[reccbm.Grader, dict[str, Any], Predictions]  # a seed's grader, its record in metrics.json, test predictions
 
 
-def _train_seeds(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], tokenizer: Any,
+def _train_seeds(spec: RunSpec, sets: dict[str, reccbm.EncodedItems],
                  callback: Callable[[reccbm.Event], None] | None) -> tuple[list[dict[str, Any]], Trained]:
     """Every seed's record (test metrics with calibration), and the seed with the best dev T-F1."""
-    best: tuple[float, reccbm.Model, dict[str, Any], Predictions] | None = None
+    best: tuple[float, reccbm.Grader, dict[str, Any], Predictions] | None = None
     infos = []
     for seed in spec.seeds:
-        model, info, preds = _one_seed(seed, spec.training.recipe, sets, tokenizer, callback, concept_texts(spec.rubric))
+        grader, info, preds = _one_seed(spec, seed, sets, callback)
         cal = calibration(preds.grade_probs, np.asarray(sets["test"].grades))
         info["test"] |= {"ece": cal["ece"], "nll": cal["nll"]}
         infos.append(info)
         log.info("seed %d: test %s", seed, json.dumps(info["test"]))
         if best is None or info["dev_selection"]["t_f1"] > best[0]:
-            best = (info["dev_selection"]["t_f1"], model, info, preds)
+            best = (info["dev_selection"]["t_f1"], grader, info, preds)
     assert best is not None
     return infos, best[1:]
 
@@ -444,11 +452,11 @@ def _run_metrics(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], infos: lis
     return metrics, rel, rho
 
 
-def _write_run(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], tokenizer: Any, model: reccbm.Model,
-               info: dict[str, Any], preds: Predictions, metrics: dict[str, Any], rel: pd.DataFrame, rho: float | None,
+def _write_run(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], grader: reccbm.Grader, info: dict[str, Any],
+               preds: Predictions, metrics: dict[str, Any], rel: pd.DataFrame, rho: float | None,
                notes: list[str]) -> None:
     """The run's files in ``spec.stage``: metrics, the reliability table, test predictions, the model, the profile."""
-    run, rb, plm, name = spec.stage, spec.rubric, spec.training.plm, spec.training.name
+    run, rb, plm, name, model = spec.stage, spec.rubric, spec.training.plm, spec.training.name, grader.model_
     (run / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
     if not plm:
         rel.to_csv(run / "reliability.csv", index=False)
@@ -464,10 +472,8 @@ def _write_run(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], tokenizer: A
             "scale": [rb.scale.min, rb.scale.max], "grade": [rb.grade.min, rb.grade.max],
             "variant": name, "seed": info["seed"], "selected_by": "dev t_f1", "notes": notes,
             "git_revision": metrics["git_revision"]}
-    step = info["steps"]  # every stage that shaped the model: Stage I, the joint stage, Stage II
-    try:
-        reccbm.save_checkpoint(model, tokenizer, run, stage="plm" if plm else "stage2", step=step, meta=meta,
-                               shared_dir=spec.shared_weights)
+    try:  # the step saved: every stage that shaped the model (Stage I, the joint stage, Stage II)
+        grader.save(run, meta=meta, shared_dir=spec.shared_weights)
     except Exception as exc:  # safetensors reports a failed write (a full disk) as SafetensorError, not OSError
         if type(exc).__name__ != "SafetensorError":
             raise
