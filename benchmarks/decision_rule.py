@@ -32,6 +32,7 @@ from reccbm.decision import Cutpoints, bayes_marks, cost_matrix, fit_calibrated_
 from reccbm.metrics import macro_f1, quadratic_weighted_kappa
 from rubrictool.grade import load_grader
 from rubrictool.runs import open_run
+from rubrictool.textsafe import md_table
 
 SWEEP = (0.0, 1.0, 2.0, 4.0, 8.0)
 
@@ -90,11 +91,9 @@ def paired(y: np.ndarray, a: np.ndarray, b: np.ndarray, pass_index: int, n_marks
 
 
 def markdown(frame: pd.DataFrame) -> str:
-    """A DataFrame as a Markdown table (its index as the first column)."""
-    head = [str(frame.index.name or "")] + [str(c) for c in frame.columns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join([str(i)] + [str(v) for v in row]) + " |" for i, row in zip(frame.index, frame.to_numpy())]
-    return "\n".join(lines)
+    """A DataFrame as a Markdown table, its index as the first column."""
+    head = [str(frame.index.name or ""), *(str(c) for c in frame.columns)]
+    return "\n".join(md_table(head, ([i, *row] for i, row in zip(frame.index, frame.to_numpy())))).rstrip("\n")
 
 
 def main() -> None:

@@ -24,13 +24,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 import pandas as pd
-from rubrictool.behaviour import read_pairs, suite_on_run, summarise
 
 import reccbm
 from reccbm.decision import cost_matrix, decide, fit_cutpoints, pass_index
 from reccbm.metrics import macro_f1, quadratic_weighted_kappa
+from rubrictool.behaviour import read_pairs, suite_on_run, summarise
 from rubrictool.grade import inputs_for
 from rubrictool.report.run import open_run, split_rows
+from rubrictool.textsafe import md_table
 
 PAIRS = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "mohler_minimal_pairs.jsonl"
 VARIANTS = {"as trained": (False, False), "normalised": (True, False), "cutpoints": (False, True),
@@ -58,11 +59,9 @@ def _headline(r: dict[str, Any]) -> str:
 
 
 def markdown(frame: pd.DataFrame) -> str:
-    """A DataFrame as a Markdown table (its index as the first column)."""
-    head = [str(frame.index.name or "")] + [str(c) for c in frame.columns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join([str(i)] + [str(v) for v in row]) + " |" for i, row in zip(frame.index, frame.to_numpy())]
-    return "\n".join(lines)
+    """A DataFrame as a Markdown table, its index as the first column."""
+    head = [str(frame.index.name or ""), *(str(c) for c in frame.columns)]
+    return "\n".join(md_table(head, ([i, *row] for i, row in zip(frame.index, frame.to_numpy())))).rstrip("\n")
 
 
 def main() -> None:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["md_inline", "md_quote", "md_text", "neutralise_cell", "neutralise_frame", "restore_cell", "restore_frame",
+__all__ = ["md_inline", "md_quote", "md_table", "md_text", "neutralise_cell", "neutralise_frame", "restore_cell", "restore_frame",
            "strip_controls"]
 
 # ESC [ … final byte (CSI), ESC ] … BEL or ESC \ (OSC), ESC P/X/^/_ … ESC \ (DCS and friends), ESC + one byte
@@ -62,6 +63,13 @@ def md_text(text: object) -> str:
 def md_inline(text: object) -> str:
     """:func:`md_text` on one line (table cells, headings, list items): line breaks become spaces."""
     return " ".join(md_text(text).split())
+
+
+def md_table(head: Sequence[object], rows: Iterable[Sequence[object]]) -> list[str]:
+    """The lines of a Markdown table (then one blank line): ``head`` and ``rows`` as given (``md_inline`` the cells
+    that hold untrusted text first)."""
+    return ["| " + " | ".join(str(h) for h in head) + " |", "|" + "---|" * len(head),
+            *("| " + " | ".join(str(c) for c in r) + " |" for r in rows), ""]
 
 
 def md_quote(text: object) -> str:

@@ -38,6 +38,7 @@ from rubrictool.progress import Progress, ProgressFn
 from rubrictool.resume import check_folds
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.runs import RECORD, describe_labels, run_is_complete
+from rubrictool.textsafe import md_table
 from rubrictool.train.recipe import resolve_training
 from rubrictool.train.run import TrainResult, prepare_table, read_agreement, train_model
 
@@ -368,10 +369,6 @@ def folds_markdown(summary: dict[str, Any]) -> str:
                      + [f"> {n}" for n in summary["notes"]]) + "\n"
 
 
-def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows), ""]
-
-
 def _route_md(summary: dict[str, Any]) -> list[str]:
     """The verdict: the route this course's figures support and the figure that decided (folds.json ``route``)."""
     lines = (summary.get("route") or {}).get("lines") or []
@@ -384,7 +381,7 @@ def _low_marks_md(summary: dict[str, Any]) -> list[str]:
     if not lm:
         return []
     head, rows, text = low_marks_lines(lm)
-    return ["## Low marks", "", f"**{text}**", "", *_md_table(head, rows)]
+    return ["## Low marks", "", f"**{text}**", "", *md_table(head, rows)]
 
 
 def _reliability_md(summary: dict[str, Any]) -> list[str]:
@@ -393,4 +390,4 @@ def _reliability_md(summary: dict[str, Any]) -> list[str]:
     if not len(df):
         return []
     head, rows = reliability_rows(df)
-    return ["## Reliability", "", *_md_table(head, rows), SIGMA2_MEANING, ""]
+    return ["## Reliability", "", *md_table(head, rows), SIGMA2_MEANING, ""]
