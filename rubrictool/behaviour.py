@@ -433,13 +433,15 @@ def suite_on_run(run: Any, seed: int = 0, batch_size: int = 64, tests: list[str]
                  pairs: pd.DataFrame | None = None, filler: list[str] | None = None,
                  progress: ProgressFn | None = None) -> BehaviourResult:
     """:func:`run_suite` on a run opened with its table (:func:`rubrictool.report.run.open_run`)."""
+    from rubrictool.grade import load_grader
     from rubrictool.report.run import split_rows
 
     names = check_tests(tests)
     test = split_rows(run, "test")
     gmin = run.grade_min
     gmax = gmin + run.model.config.num_grades - 1
-    grader = (run.model, run.tokenizer, run.meta)
+    grader = load_grader(run.path)
+    grader.model_, grader.tokenizer_ = run.model, run.tokenizer  # the run's model as the caller holds it (and set it)
     base = test[["id", "question", "reference", "context", "response"]].copy()
     base["gold"] = test["_y"].to_numpy() + gmin if "_y" in test.columns else np.nan
     mark = base["gold"]
