@@ -9,6 +9,7 @@ true mark, macro-F1.
 
     python benchmarks/decision_rule.py --runs /path/to/folds/default --out benchmarks/out/decision/random
     python benchmarks/decision_rule.py --runs R --out O --fail-passed 2 --pass-failed 0   # another cost
+    python benchmarks/decision_rule.py --smoke     # two made-up folds of over-confident, compressed distributions
 
 Concept labels (Mohler): majority vote over three independent LLM annotation passes, NOT validated by experts.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -98,12 +100,43 @@ def markdown(frame: pd.DataFrame) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--runs", type=Path, required=True, help="a trained run, or a k-fold folder holding fold-<i>/")
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--runs", type=Path, default=None, help="a trained run, or a k-fold folder holding fold-<i>/")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--smoke", action="store_true", help="two made-up folds (no model): the rules and the tables run")
     ap.add_argument("--pass-mark", type=int, default=None, help="default: the scale's midpoint rounded up")
     ap.add_argument("--fail-passed", type=float, default=2.0, help="extra cost of a failing answer passed")
     ap.add_argument("--pass-failed", type=float, default=1.0, help="extra cost of a passing answer failed")
     args = ap.parse_args()
+    if args.smoke:
+        with tempfile.TemporaryDirectory() as tmp:
+            args.runs = args.out = Path(tmp)
+            for i in range(2):
+                (args.out / f"fold-{i}").mkdir()
+                (args.out / f"fold-{i}" / "metrics.json").write_text("{}")
+                np.savez(args.out / f"fold-{i}.npz", **smoke_predictions(i))
+            report(args)
+        return
+    if args.runs is None or args.out is None:
+        ap.error("--runs and --out are needed (or --smoke)")
+    report(args)
+
+
+def smoke_predictions(seed: int, n: int = 200) -> dict[str, Any]:
+    """A fold's dev and test answers with made-up distributions: true marks 0..5 mostly at the top, read toward 5."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, Any] = {}
+    for part in ("dev", "test"):
+        y = rng.choice(6, size=n, p=[0.05, 0.05, 0.1, 0.15, 0.25, 0.4])
+        centre = 3.0 + 0.4 * y + rng.normal(0, 0.3, n)
+        logits = -((np.arange(6)[None, :] - centre[:, None]) ** 2) / 0.2
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        out[f"{part}_probs"], out[f"{part}_y"] = p / p.sum(1, keepdims=True), y
+        out[f"{part}_ids"] = np.asarray([f"{part}{i}" for i in range(n)], dtype=str)
+    return out
+
+
+def report(args: argparse.Namespace) -> None:
+    """Every rule on every complete fold of ``args.runs`` (its predictions cached in ``args.out``), pooled."""
     args.out.mkdir(parents=True, exist_ok=True)
     folds = sorted(p for p in args.runs.glob("fold-*") if p.is_dir() and (p / "metrics.json").is_file())
     if not folds and (args.runs / "metrics.json").is_file():

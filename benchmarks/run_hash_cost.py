@@ -8,6 +8,7 @@ over 16 MB by size and a sampled hash of 64 blocks), ``--repeats`` times each, t
 grade. Prints and writes (``--out``, JSON) the medians and the added share.
 
     python benchmarks/run_hash_cost.py --n 200 --repeats 5 --out benchmarks/results/run_hash_cost.json
+    python benchmarks/run_hash_cost.py --smoke      # 8 answers, one grade each way
 """
 
 from __future__ import annotations
@@ -46,13 +47,16 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--smoke", action="store_true", help="8 answers, one grade each way (checks the script runs)")
     args = ap.parse_args()
+    if args.smoke:
+        args.n, args.repeats = 8, 1
 
     import numpy as np
     import pandas as pd
 
     from rubrictool import runs
-    from rubrictool.grade import grade_file
+    from rubrictool.marks import grade_file
     from rubrictool.rubric import load_rubric
     from rubrictool.train import train_model
 

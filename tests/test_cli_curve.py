@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rubrictool.cli import app
-from rubrictool.curve import CURVE_COLUMNS, position_on_curve
+from rubrictool.curve import CURVE_COLUMNS, CURVE_FAILING, position_on_curve
 from rubrictool.io import read_table
 from tests.support.toy_course import ecology_rubric, ecology_table
 
@@ -52,7 +52,7 @@ def test_the_curve_is_written_resumed_after_a_kill_and_read_back(tmp_path: Path,
     out = tmp_path / "curve"
     killed = _counting(monkeypatch, fail_at=3)
     res = runner.invoke(app, args)
-    assert res.exit_code == 130 and "re-run to resume" in res.output and len(killed) == 3
+    assert res.exit_code == 130 and "a re-run resumes from them" in res.output and len(killed) == 3
     done = sorted(p.name for p in (out / "cells").iterdir())
     assert done == ["fold0-n12-r0-plm.json", "fold0-n12-r0-reccbm.json"]  # the killed cell left no cell file
     assert all(json.loads((out / "cells" / n).read_text())["variant"] in n for n in done)
@@ -64,7 +64,7 @@ def test_the_curve_is_written_resumed_after_a_kill_and_read_back(tmp_path: Path,
     assert len(calls) == 6 and "6 cell(s) trained, 2 read back" in res.output
     assert "fold0-n12-r0-reccbm" not in calls and "fold0-nall-r0-reccbm" in calls
     cells = read_table(out / "curve.csv")
-    assert list(cells.columns) == CURVE_COLUMNS and len(cells) == 8
+    assert list(cells.columns) == CURVE_COLUMNS + CURVE_FAILING and len(cells) == 8
     assert {(str(s), r, v) for s, r, v in zip(cells["size"], cells["repeat"], cells["variant"])} == {
         (s, r, v) for s in ("12", "all") for r in (0, 1) for v in ("reccbm", "plm")}
     assert set(cells["fold"]) == {0}
@@ -139,7 +139,7 @@ def test_frozen_variants_join_a_curve_and_train_only_their_own_cells(tmp_path: P
     assert sorted(calls) == ["fold0-n12-r0-plm-frozen", "fold0-n12-r0-reccbm-frozen", "fold0-n12-r0-vanilla"]
     assert "3 cell(s) trained, 2 read back" in " ".join(res.output.split())
     cells = read_table(out / "curve.csv")
-    assert list(cells.columns) == CURVE_COLUMNS and sorted(cells["variant"]) == sorted(variants.split(","))
+    assert list(cells.columns) == CURVE_COLUMNS + CURVE_FAILING and sorted(cells["variant"]) == sorted(variants.split(","))
     encoder = dict(zip(cells["variant"], cells["encoder"]))
     assert encoder == {"reccbm": "train", "reccbm-frozen": "frozen", "plm": "train", "plm-frozen": "frozen",
                        "vanilla": "train"}
