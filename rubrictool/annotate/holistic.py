@@ -42,6 +42,7 @@ from rubrictool.annotate.runner import (
     Reply,
     Runner,
     check_keys,
+    chosen_items,
     run_with_progress,
 )
 from rubrictool.atomic import atomic_write_json, atomic_write_text
@@ -280,15 +281,7 @@ def _check(config: AnnotateConfig) -> AnnotateConfig:
 def prepare_holistic(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig) -> list[tuple[str, ItemPrompt]]:
     """(item id, prompt) per item, the items chosen as the annotation stage chooses them (--limit, --per-question)."""
     _check(config)
-    if "id" not in items.columns or "response" not in items.columns:
-        raise AnnotateError("the item table needs 'id' and 'response' columns")
-    rows = items
-    if config.per_question:
-        if "question" not in items.columns:
-            raise AnnotateError("per_question needs a 'question' column in the item table",
-                                hint="add the question of each answer, or pass --limit instead of --per-question")
-        rows = rows.groupby(rows["question"].fillna("").astype(str).str.strip(), sort=False).head(config.per_question)
-    rows = rows.head(config.limit) if config.limit else rows
+    rows = chosen_items(items, config)
     template = load_template(config.template or HOLISTIC_TEMPLATE)
     return [(str(r["id"]), render_holistic_prompt({str(k): v for k, v in r.items()}, rubric, template, config.benchmark))
             for r in rows.to_dict(orient="records")]

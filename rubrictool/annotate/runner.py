@@ -49,6 +49,7 @@ __all__ = [
     "Reply",
     "Runner",
     "check_keys",
+    "chosen_items",
     "open_cache",
     "prepare",
     "run_with_progress",
@@ -549,11 +550,9 @@ def check_keys(config: AnnotateConfig) -> None:
             )
 
 
-def prepare(
-    items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig
-) -> list[tuple[str, ItemPrompt]]:
-    """(item id, prompt) per item; every prompt gets its own random boundary."""
-    config.check()
+def chosen_items(items: pd.DataFrame, config: AnnotateConfig) -> pd.DataFrame:
+    """The items a run annotates: each question's first ``config.per_question`` answers, then the first
+    ``config.limit`` (both 0: all); refused without the columns they need."""
     if "id" not in items.columns or "response" not in items.columns:
         raise AnnotateError("the item table needs 'id' and 'response' columns")
     rows = items
@@ -563,6 +562,15 @@ def prepare(
                                 hint="add the question of each answer, or pass --limit instead of --per-question")
         rows = rows.groupby(rows["question"].fillna("").astype(str).str.strip(), sort=False).head(config.per_question)
     rows = rows.head(config.limit) if config.limit else rows
+    return rows
+
+
+def prepare(
+    items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig
+) -> list[tuple[str, ItemPrompt]]:
+    """(item id, prompt) per item; every prompt gets its own random boundary."""
+    config.check()
+    rows = chosen_items(items, config)
     template = load_template(config.template)
     examples = load_examples(config.examples, rubric) if config.examples else []
     return [
