@@ -146,7 +146,8 @@ def test_report_shows_what_the_concepts_cannot_separate_and_where_the_run_sits_o
     assert block.count("<tr") == len(bounds) + 1
     assert block.count("cannot separate") == int(bounds["named"].sum())
     assert "\n## What the concept levels can tell apart" not in md and "\n### What the concept levels can tell apart" in md
-    pairs = pd.read_csv(out / "contrast_pairs.csv") if (out / "contrast_pairs.csv").stat().st_size > 1 else pd.DataFrame()
+    has_rows = (out / "contrast_pairs.csv").read_text(encoding="utf-8-sig").strip()  # a CSV for people: BOM-marked
+    pairs = pd.read_csv(out / "contrast_pairs.csv", encoding="utf-8-sig") if has_rows else pd.DataFrame()
     assert page.count('class="contrast-pair"') == len(pairs)
     # a curve file that is not there: one line before any work
     res = runner.invoke(app, ["report", "--run", str(run), "--curve", str(tmp_path / "no-such.csv")])
