@@ -6,7 +6,7 @@ answer, the question restated, filler, a wrong answer made longer) and graded ag
 the minimal pairs of ``--pairs`` (default benchmarks/data/mohler_minimal_pairs.jsonl when it exists) are graded too.
 The rows of every run given are pooled into one summary: per test the share of marks changed, the mean shift with a
 95 % bootstrap CI, the share moved by 2 or more, the share in the expected direction and the verdict against the
-targets of issue 68.
+targets set for single marks (docs/integrity.md, "Behavioural tests").
 
     python benchmarks/behaviour.py --name default-main /work/fresh/runs/mohler-reccbm
     python benchmarks/behaviour.py --name default-random /work/folds-out/random/default      # its complete folds

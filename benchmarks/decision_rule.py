@@ -3,8 +3,8 @@
 A decision rule never changes a model, so every rule is measured on the same fold models: each fold's kept model
 predicts its dev answers (which it never trained on) and its test answers once (cached in ``--out``); a rule is
 fitted on the dev answers and applied to the test answers; the test answers of every fold are pooled and each rule
-is compared with argmax by a paired bootstrap (95 % CIs), with the figures of issue "failing answers graded as
-failing": the share of failing answers (below the pass mark) given a pass mark, their mean error, the mean error per
+is compared with argmax by a paired bootstrap (95 % CIs), with the low-mark figures:
+the share of failing answers (below the pass mark) given a pass mark, their mean error, the mean error per
 true mark, macro-F1.
 
     python benchmarks/decision_rule.py --runs /path/to/folds/default --out benchmarks/out/decision/random

@@ -48,7 +48,7 @@ FILLER = (
     "There are many advantages and some disadvantages, which are discussed in the textbook.",
 )
 
-# The targets a test is judged by (issue 68): invariance edits move at most 2 % of marks and none by 2 marks; an edit
+# The targets a test is judged by: invariance edits move at most 2 % of marks and none by 2 marks; an edit
 # that must lower the mark lowers it by a mark or more on at least 70 % of the answers graded in the top two marks;
 # a gaming edit gains at most 0.25 mark on average; a minimal pair's right answer is above the wrong one in 85 %.
 TARGETS = {"invariance_changed": 0.02, "falls_top": 0.70, "gaming_gain": 0.25, "pairs_right_above": 0.85}

@@ -1,4 +1,4 @@
-"""Faults of issue 70, tried as a careful but unlucky user would: one output rule for every command, runs that cannot
+"""Faults of outputs, runs, numbers and imports, tried as a careful but unlucky user would: one output rule for every command, runs that cannot
 change unseen, numbers checked at the door, formula cells in every file written for people, an import that checks
 what it promises. Each case failed (data lost, silently wrong, a traceback or an unclear message) before the change
 that added it; docs/results.md ("Faults and hostile input") counts them.

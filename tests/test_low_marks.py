@@ -53,7 +53,7 @@ def test_a_scale_nobody_fails_on_says_so() -> None:
 
 @pytest.mark.parametrize(("folder", "passed", "error"), [("folds", 0.77, 1.32), ("folds-by-question", 0.72, 1.42)])
 def test_the_kept_default_passes_most_failing_answers(folder: str, passed: float, error: float) -> None:
-    """Issue 72's figures, read back from the default's kept pooled predictions (all of Mohler, five folds)."""
+    """The low-mark figures of the default, read back from the default's kept pooled predictions (all of Mohler, five folds)."""
     pooled = pd.read_csv(KEPT / folder / "default" / "pooled_predictions.csv", dtype={"id": str})
     rubric = load_rubric("mohler")
     lm = low_marks(pooled["grade_true"], pooled["grade"], rubric.grade.values, rubric.pass_mark, n_boot=200)

@@ -11,11 +11,11 @@ import pandas as pd
 from rubrictool.annotate.cache import NoCache, ReplyCache, cache_key
 from rubrictool.annotate.config import EST_EVIDENCE, AnnotateConfig
 from rubrictool.annotate.llm import context_tokens, count_tokens, request_price
-from rubrictool.annotate.prompt import format_labels, response_format_for
+from rubrictool.annotate.prompt import ItemPrompt, format_labels, response_format_for
 from rubrictool.annotate.runner import prepare
 from rubrictool.rubric import Rubric
 
-__all__ = ["DryRunModel", "DryRunReport", "dry_run"]
+__all__ = ["DryRunModel", "DryRunReport", "dry_run", "model_estimate"]
 
 
 @dataclass
@@ -54,6 +54,29 @@ class DryRunReport:
         return sum(m.est_cost_usd or 0.0 for m in priced)
 
 
+def model_estimate(model: str, jobs: list[tuple[str, ItemPrompt]], cache: ReplyCache | NoCache,
+                   params: dict[str, Any], out_tokens: int, show: int) -> DryRunModel:
+    """One model's share of a dry run: the prompts' tokens (the first ``show`` of them), the ones the cache already
+    answers, those over the model's context, and the price of the rest at ``out_tokens`` a reply."""
+    todo_tokens, cached, first = 0, 0, []
+    context, too_long = context_tokens(model), []
+    for i, (item_id, prompt) in enumerate(jobs):
+        messages = [{"role": "user", "content": prompt.text}]
+        n = count_tokens(model, messages)
+        if i < show:
+            first.append(n)
+        if context is not None and n > context:
+            too_long.append((item_id, n))
+        if cache.get(cache_key(model, messages, params, prompt.boundary)) is not None:
+            cached += 1
+        else:
+            todo_tokens += n
+    todo = len(jobs) - cached
+    price = request_price(model, todo_tokens, out_tokens * todo) if todo else 0.0
+    return DryRunModel(model, todo, cached, todo_tokens, out_tokens * todo, price, first, context,
+                       sorted(too_long, key=lambda t: -t[1]))
+
+
 def dry_run(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig, show: int = 2) -> DryRunReport:
     """Render the prompts, count tokens and estimate the cost of the run; sends nothing."""
     jobs = prepare(items, rubric, config)
@@ -67,23 +90,7 @@ def dry_run(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig, show: i
             formats[m] = rf
             params = dict(config.sampling, **({"response_format": rf} if rf else {}))
             out_tok = count_tokens(m, text=example_reply)
-            todo_tokens, cached, first = 0, 0, []
-            context, too_long = context_tokens(m), []
-            for i, (item_id, prompt) in enumerate(jobs):
-                messages = [{"role": "user", "content": prompt.text}]
-                n = count_tokens(m, messages)
-                if i < show:
-                    first.append(n)
-                if context is not None and n > context:
-                    too_long.append((item_id, n))
-                if cache.get(cache_key(m, messages, params, prompt.boundary)) is not None:
-                    cached += 1
-                else:
-                    todo_tokens += n
-            todo = len(jobs) - cached
-            price = request_price(m, todo_tokens, out_tok * todo) if todo else 0.0
-            models.append(DryRunModel(m, todo, cached, todo_tokens, out_tok * todo, price, first, context,
-                                      sorted(too_long, key=lambda t: -t[1])))
+            models.append(model_estimate(m, jobs, cache, params, out_tok, show))
     finally:
         cache.close()
     return DryRunReport(prompts=[(i, p.text) for i, p in jobs[:show]], models=models, items=len(jobs), response_formats=formats)

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rubrictool.annotate.cache import NoCache, ReplyCache, cache_key
+from rubrictool.annotate.cache import NoCache, ReplyCache
 from rubrictool.annotate.config import AnnotateConfig
-from rubrictool.annotate.dryrun import DryRunModel, DryRunReport
-from rubrictool.annotate.llm import context_tokens, count_tokens, request_price
+from rubrictool.annotate.dryrun import DryRunReport, model_estimate
+from rubrictool.annotate.llm import count_tokens, request_price
 from rubrictool.annotate.prompt import (
     ItemPrompt,
     load_template,
@@ -339,23 +339,7 @@ def holistic_dry_run(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig
     try:
         for m in config.models:
             out_tok = count_tokens(m, text=EST_REPLY)
-            todo_tokens, cached, first, too_long = 0, 0, [], []
-            context = context_tokens(m)
-            for i, (item_id, prompt) in enumerate(jobs):
-                messages = [{"role": "user", "content": prompt.text}]
-                n = count_tokens(m, messages)
-                if i < show:
-                    first.append(n)
-                if context is not None and n > context:
-                    too_long.append((item_id, n))
-                if cache.get(cache_key(m, messages, config.sampling, prompt.boundary)) is not None:
-                    cached += 1
-                else:
-                    todo_tokens += n
-            todo = len(jobs) - cached
-            price = request_price(m, todo_tokens, out_tok * todo) if todo else 0.0
-            models.append(DryRunModel(m, todo, cached, todo_tokens, out_tok * todo, price, first, context,
-                                      sorted(too_long, key=lambda t: -t[1])))
+            models.append(model_estimate(m, jobs, cache, config.sampling, out_tok, show))
     finally:
         cache.close()
     return DryRunReport(prompts=[(i, p.text) for i, p in jobs[:show]], models=models, items=len(jobs),
