@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,25 @@ def read_gradebook(path: str | Path, sheet: str | None = None, columns: str | No
         raise DataError(f"--gradebook {p}: a gradebook is written back as it came, and {p.suffix or 'this'} files "
                         "are not", hint="pass the teacher's .xlsx, .csv or .tsv file")
     return read_course_file(p, columns, sheet)
+
+
+def is_graded_book(path: Path) -> bool:
+    """Whether an existing file is a gradebook this command wrote (its mark column in one of the first rows): an
+    ``own`` test for :func:`rubrictool.outputs.check_output`."""
+    try:
+        if path.suffix.lower() in (".xlsx", ".xlsm"):
+            from openpyxl import load_workbook
+
+            book = load_workbook(path, read_only=True)
+            try:
+                return any(MARK_HEADER in {str(v) for v in row if v is not None}
+                           for ws in book.worksheets for row in ws.iter_rows(max_row=30, values_only=True))
+            finally:
+                book.close()
+        with path.open(encoding="utf-8-sig", errors="replace") as fh:
+            return any(MARK_HEADER in fh.readline() for _ in range(30))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):  # an unreadable file is not ours: refused, kept
+        return False
 
 
 def gradebook_path(source: str | Path, out: str | Path | None = None) -> Path:

@@ -193,7 +193,7 @@ def grade_file(
     beside each grade, :func:`keep_columns`), the review queue of ``review_budget`` answers, the quality card and, with
     ``gradebook``, the gradebook back (:func:`rubrictool.gradebook.write_gradebook`). ``reviewed``: a table of reviewed
     answers (:func:`rubrictool.grade.read_review`) whose questions' other answers are shifted by them."""
-    from rubrictool.gradebook import gradebook_path
+    from rubrictool.gradebook import gradebook_path, is_graded_book
 
     if data is None and gradebook is None:
         raise DataError("nothing to grade", hint="pass --data ITEMS (an item table) or --gradebook SPREADSHEET")
@@ -205,6 +205,8 @@ def grade_file(
     check_output(out, inputs, "file", own=has_columns("grade_prob"), what="a graded table")
     check_output(queue_path, [*inputs, out], "file", own=has_columns("risk"), what="a review queue")
     check_output(card_path, [*inputs, out, queue_path], "file", own=_is_card, what="a quality card")
+    if book_out is not None:  # the teacher's own file is an input: never written, nor any file this command did not write
+        check_output(book_out, [*inputs, out, queue_path, card_path], "file", own=is_graded_book, what="a gradebook")
     for path in (out, queue_path, card_path, *([book_out] if book_out else [])):
         writable_parent(path)
     with output_lock(out, "grade"):  # one writer per graded table

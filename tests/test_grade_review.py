@@ -314,3 +314,20 @@ def test_the_gradebook_comes_back_in_the_teachers_csv_layout(tmp_path: Path, run
     flat = " ".join(res.output.split())
     assert res.exit_code == 1 and "160 of its answers are not in --data" in flat and "nothing was graded" in flat, flat
     assert not (tmp_path / "mixed.csv").exists()
+
+
+def test_the_gradebook_never_overwrites_a_file_it_did_not_write(tmp_path: Path, run: Path) -> None:
+    """--gradebook-out naming an existing file of the teacher's (not a gradebook this command wrote) is refused in one
+    line and the file is kept; the command's own earlier gradebook is replaced."""
+    book = tmp_path / "quiz.csv"
+    book.write_text(QUIZ.read_text(encoding="utf-8"), encoding="utf-8")
+    other = tmp_path / "notes.csv"
+    other.write_text("student,note\nS1,keep me\n", encoding="utf-8")
+    res = runner.invoke(app, ["grade", "--run", str(run), "--gradebook", str(book), "--gradebook-out", str(other),
+                              "--out", str(tmp_path / "graded.csv")])
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert other.read_text(encoding="utf-8") == "student,note\nS1,keep me\n"
+    args = ["grade", "--run", str(run), "--gradebook", str(book), "--out", str(tmp_path / "graded.csv")]
+    assert runner.invoke(app, args).exit_code == 0
+    res = runner.invoke(app, args)  # its own gradebook and graded table, written again
+    assert res.exit_code == 0, res.output
