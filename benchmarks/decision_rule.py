@@ -33,8 +33,8 @@ import pandas as pd
 from reccbm.decision import Cutpoints, bayes_marks, cost_matrix, fit_calibrated_bayes, fit_cutpoints
 from reccbm.metrics import macro_f1, quadratic_weighted_kappa
 from rubrictool.grade import load_grader
-from rubrictool.runs import open_run
 from rubrictool.textsafe import md_table
+from rubrictool.train.runs import open_run
 
 SWEEP = (0.0, 1.0, 2.0, 4.0, 8.0)
 

@@ -89,8 +89,8 @@ def run(out: Path, configs: dict[str, dict[str, Any]], folds: int, only: list[in
         rubric: Any, agreement: dict[str, Any] | None, notes: list[str], extra: dict[str, dict[str, Any]],
         by: str | None = None, jobs: int = 1, fold_seed: int = 0) -> None:
     from rubrictool.data import kfold_splits
-    from rubrictool.parallel import run_in_workers
     from rubrictool.train import train_folds, train_model
+    from rubrictool.train.parallel import run_in_workers
 
     for name, kw in configs.items():
         kw = dict(kw)
@@ -137,7 +137,7 @@ def _trained_with(root: Path) -> str:
     """What a configuration's folds were trained with (the first fold's config.yaml)."""
     import yaml
 
-    from rubrictool.runs import trained_with
+    from rubrictool.train.runs import trained_with
 
     cfg = next(iter(sorted(root.glob("fold-*/config.yaml"))), None)
     return trained_with(yaml.safe_load(cfg.read_text()) or {}) if cfg else "—"

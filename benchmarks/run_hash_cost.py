@@ -28,7 +28,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 def sampled_check(path: Path, record: dict[str, Any], full: bool | None = None) -> str | None:
     """The check before whole hashing: sizes; sha256 of files up to 16 MB; a sampled hash of larger ones."""
-    from rubrictool.runs import sample_sha256, sha256_file
+    from rubrictool.train.runs import sample_sha256, sha256_file
 
     for name, want in (record.get("files") or {}).items():
         p = path / name
@@ -55,10 +55,9 @@ def main() -> None:
     import numpy as np
     import pandas as pd
 
-    from rubrictool import runs
     from rubrictool.marks import grade_file
     from rubrictool.rubric import load_rubric
-    from rubrictool.train import train_model
+    from rubrictool.train import runs, train_model
 
     rubric = load_rubric("mohler")
     rng = np.random.default_rng(0)

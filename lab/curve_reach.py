@@ -48,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
 
+    from rubrictool.curve.figure import plot_curve
+    from rubrictool.curve.reading import read_curve
     from rubrictool.provenance import git_revision
-    from rubrictool.report.curve import plot_curve
-    from rubrictool.report.curve_reading import read_curve
 
     frames, settings, revisions = [], [], []
     for d in a.curves:

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 from reccbm.metrics import quadratic_weighted_kappa as qwk
 from rubrictool.grade import grade_loaded, load_grader
 from rubrictool.provenance import git_revision
-from rubrictool.runs import open_run
+from rubrictool.train.runs import open_run
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ prediction from the one fold that tested it, next to its gold grade and concepts
 :func:`bootstrap_ci` resamples items with replacement and recomputes a metric: its 95 % percentile interval;
 :func:`paired_bootstrap` does the same for two sets of predictions of the same items: the interval of the difference
 B − A. Both drop the resamples where the metric is undefined (NaN: QWK of a resample of one grade). They are the one
-bootstrap of the package: k-fold runs (:mod:`rubrictool.kfold`) use them too.
+bootstrap of the package: k-fold runs (:mod:`rubrictool.train.kfold`) use them too.
 
 A run's reliability statistics are here too: :func:`reliability_table` (per concept α, the learned σ_k² and
 A_kk, the noise measured on the test answers) with the Spearman correlations across concepts, and

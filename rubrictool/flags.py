@@ -247,7 +247,7 @@ def save_profile(profile: Profile, run_dir: str | Path) -> Path:
 
 
 def load_profile(run_dir: str | Path) -> Profile:
-    """The run's ``profile.json`` (every run has one; :func:`rubrictool.runs.open_run` checks it with the run's other
+    """The run's ``profile.json`` (every run has one; :func:`rubrictool.train.runs.open_run` checks it with the run's other
     files)."""
     path = Path(run_dir) / PROFILE_FILE
     try:

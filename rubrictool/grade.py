@@ -27,41 +27,13 @@ from rubrictool.errors import DataError, TrainError
 from rubrictool.flags import EMPTY_FLAG, Profile, flag_frame
 from rubrictool.io import read_table
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
-from rubrictool.rubric import Rubric
+from rubrictool.train.predictions import predictions_frame
 
 __all__ = ["ENGINES", "check_finite", "check_unique_ids", "empty_responses", "grade_items", "grade_loaded",
            "grader_predictions", "grading_device", "level_entropy", "load_grader", "onnx_cache_dirs", "parse_overrides",
-           "predictions_frame", "uncertainty_score"]
+           "uncertainty_score"]
 
 log = logging.getLogger("rubrictool.grade")
-
-
-def predictions_frame(
-    model: reccbm.Model, rb_or_meta: Rubric | dict[str, Any], preds: Predictions, ids: list[str]
-) -> pd.DataFrame:
-    """One row per item: grade, its probability and, with a bottleneck, per concept the level, each level's
-    probability (``<key>_p<level>``), the expected score, μ_post and contribution (the layout of ``graded.csv`` and a run's ``test_predictions.csv``)."""
-    if isinstance(rb_or_meta, Rubric):
-        keys, smin, gmin = rb_or_meta.keys, rb_or_meta.scale.min, rb_or_meta.grade.min
-    else:
-        keys, smin, gmin = rb_or_meta["concept_keys"], rb_or_meta["scale"][0], rb_or_meta["grade"][0]
-    out = pd.DataFrame({"id": ids, "grade": preds.grades + gmin})
-    out["grade_prob"] = preds.grade_probs[np.arange(len(ids)), preds.grades]
-    if preds.p_hat is None:
-        return out
-    if preds.grade_logits is not None:
-        out["grade_logit"] = preds.grade_logits[np.arange(len(ids)), preds.grades]
-    tr = reccbm.decision_trace(model, preds)
-    cols: dict[str, Any] = {}
-    for k, key in enumerate(keys):
-        cols[f"{key}_level"] = tr.levels[:, k] + smin
-        for j in range(preds.p_hat.shape[2]):  # P(level = smin + j), the concept head's softmax
-            cols[f"{key}_p{smin + j}"] = preds.p_hat[:, k, j]
-        cols[f"{key}_expected"] = tr.expected[:, k] + smin
-        cols[f"{key}_mu_post"] = tr.mu_post[:, k]
-        cols[f"{key}_contribution"] = tr.contributions[:, k]
-    cols["grade_bias"] = tr.bias
-    return pd.concat([out, pd.DataFrame(cols)], axis=1)
 
 
 def check_finite(preds: Predictions, ids: list[str]) -> None:
@@ -127,7 +99,7 @@ def load_grader(run_dir: str | Path, int8: bool = False, engine: str = "torch") 
             require_onnx()  # an optional extra: said before the run is loaded
         except ReccbmError as exc:
             raise TrainError(str(exc), hint="or use --engine torch") from None
-    from rubrictool.runs import open_run
+    from rubrictool.train.runs import open_run
 
     open_run(run_dir)  # refuses a k-fold parent, a half-written or mixed run directory
     try:
@@ -466,7 +438,7 @@ def review_summary(review: Review, items: pd.DataFrame, knows_training: bool) ->
 def trained_questions(run_dir: str | Path) -> set[str] | None:
     """The stripped question texts of the answers the run trained on (its table's training split), or None when the
     run's table is not at hand."""
-    from rubrictool.runs import open_run
+    from rubrictool.train.runs import open_run
 
     run = open_run(run_dir)
     try:

@@ -36,13 +36,13 @@ from rubrictool.grade import (
     uncertainty_score,
 )
 from rubrictool.io import read_table, write_table
-from rubrictool.kfold import is_kfold_run
 from rubrictool.outputs import check_output, has_columns, output_lock, writable_parent
 from rubrictool.progress import ProgressFn, note
 from rubrictool.review_queue import hold_marks, review_queue
 from rubrictool.rubric import Rubric
-from rubrictool.runs import describe_labels
 from rubrictool.train.folds import FINAL_DIR
+from rubrictool.train.kfold import is_kfold_run
+from rubrictool.train.runs import describe_labels
 
 __all__ = ["KEEP_COLUMNS", "Graded", "card_line", "grade_file", "grader_run", "keep_columns", "output_paths",
            "quality_card"]
@@ -261,6 +261,6 @@ def _grade_into(
 
 def load_grader_rubric(run: str | Path) -> Rubric:
     """The rubric a run trained on (its copy in the run), for the gradebook's comments."""
-    from rubrictool.runs import open_run
+    from rubrictool.train.runs import open_run
 
     return open_run(run).rubric

@@ -51,6 +51,7 @@ __all__ = [
     "levels_from_labels",
     "points_ahead",
     "points_baseline",
+    "points_column",
     "points_from_head",
     "points_grades",
     "points_suggestion",
@@ -548,3 +549,22 @@ def write_suggestion(sugg: PointsSuggestion, out: str | Path) -> tuple[Path, Pat
 
     p = Path(out)
     return write_text(p, sugg.text), write_text(p.with_suffix(p.suffix + ".diff"), sugg.diff)
+
+
+def points_column(pooled: pd.DataFrame, rubric: Rubric) -> pd.Series | None:
+    """The points grader's grade of every pooled answer (rubric grades), graded from its adjudicated levels
+    (``<key>_true``): the rubric's own points, or a table fitted (:func:`fit_points`) on the other
+    folds' answers, which are its fold's training part (train + dev). None without every concept's levels."""
+    cols = [f"{k}_true" for k in rubric.keys]
+    if not all(c in pooled for c in cols) or pooled[cols].isna().any().any():
+        return None
+    levels = pooled[cols].to_numpy(np.int64) - rubric.scale.min  # (N, K) 0-based
+    out = np.zeros(len(pooled), dtype=np.int64)
+    for fold in pooled["fold"].unique():
+        test = (pooled["fold"] == fold).to_numpy()
+        kw: dict[str, Any] = {}
+        if not rubric.has_points:
+            fp = fit_points(rubric, levels[~test], pooled.loc[~test, "grade_true"].to_numpy())
+            kw = {"points": fp.points, "grading": fp.grading}
+        out[test] = points_baseline(rubric, levels[test], **kw)
+    return pd.Series(np.clip(out, rubric.grade.min, rubric.grade.max), index=pooled.index, name="points")

@@ -5,7 +5,7 @@ levels people set, or marking by hand.
 
 * the trained grader — its pooled QWK with a 95 % bootstrap CI beside the majority class's QWK;
 * points on the levels a route would actually grade from, each table fitted on the other folds' answers
-  (:func:`rubrictool.kfold.points_column`): the panel's own levels (the majority of the panel's votes, from the
+  (:func:`rubrictool.points.points_column`): the panel's own levels (the majority of the panel's votes, from the
   table's ``votes_<KEY>`` columns, or the table's levels when the panel set them all) and the levels people set
   (reviewers or a teacher's resolutions, when they set the table's);
 * for each, the low marks (:func:`rubrictool.evaluate.low_marks`) and the α of the levels it reads.
@@ -87,9 +87,9 @@ def route_figures(pooled: pd.DataFrame, rubric: Rubric, *, table: pd.DataFrame |
     """Each route's figures on the pooled answers (see the module docstring). ``pooled``: pooled_predictions.csv
     (``id, fold, grade_true, grade, majority`` and ``<KEY>_true``); ``table``: the training table (its panel votes);
     ``agreement``: agreement.json (the reviewers' α per concept and who they were); ``labels``: the run's label
-    source (who set each level, :func:`rubrictool.runs.label_source`); ``audit_gain``: the mark a pasted reference
+    source (who set each level, :func:`rubrictool.train.runs.label_source`); ``audit_gain``: the mark a pasted reference
     gains in the behavioural audit, when it was run."""
-    from rubrictool.kfold import points_column
+    from rubrictool.points import points_column
 
     t = pooled["grade_true"].to_numpy()
     maj = pooled["majority"].to_numpy() if "majority" in pooled else np.full(len(t), np.bincount(t - t.min()).argmax()

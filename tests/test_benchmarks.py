@@ -97,7 +97,7 @@ def test_folds_smoke_with_a_config_file(tmp_path: Path, tiny_backbone: str, monk
          backbone, "--out", str(out), "--by", "question", "--fold-seed", "3")
     import yaml
 
-    from rubrictool.runs import trained_with
+    from rubrictool.train.runs import trained_with
 
     resolved = yaml.safe_load((out / "short-joint" / "fold-0" / "config.yaml").read_text())
     assert resolved["joint"]["intervention_p"] == 0.0 and resolved["stage2"]["lambda_d"] == 1.0

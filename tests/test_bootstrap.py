@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rubrictool import kfold
 from rubrictool.evaluate import BOOTSTRAP_METRICS, bootstrap_ci, paired_bootstrap
+from rubrictool.train import kfold
 
 
 def _loop(t: np.ndarray, stat: object, n_boot: int, seed: int) -> np.ndarray:

@@ -42,7 +42,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch, fail_at: int | None = None) -> li
             raise KeyboardInterrupt
         return real(*args, **kw)
 
-    monkeypatch.setattr("rubrictool.curve.train_model", train)
+    monkeypatch.setattr("rubrictool.curve.measure.train_model", train)
     return calls
 
 
@@ -200,7 +200,7 @@ def test_a_second_curve_on_the_same_folder_stops_at_once_and_harms_nothing(tmp_p
     import subprocess
     import sys
 
-    from rubrictool import curve
+    from rubrictool.curve import measure as curve
 
     data, rub, out = tmp_path / "ecology.csv", ecology_rubric(tmp_path), tmp_path / "curve"
     ecology_table(150).to_csv(data, index=False)

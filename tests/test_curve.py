@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rubrictool import curve
+from rubrictool.curve import measure as curve
 from rubrictool.curve import (
     CURVE_COLUMNS,
     CURVE_FAILING,
@@ -25,10 +25,10 @@ from rubrictool.curve import (
     reach_fraction,
     summarize_curve,
 )
+from rubrictool.curve.figure import curve_title
 from rubrictool.data.splits import nested_subsample, stratified_order
 from rubrictool.errors import DataError, TrainError
 from rubrictool.io import write_table
-from rubrictool.report.curve import curve_title
 from rubrictool.rubric import load_rubric
 from tests.support.toy_course import ecology_rubric, ecology_table
 
@@ -148,7 +148,7 @@ def test_grouping_is_passed_to_the_folds_only_when_given(tmp_path: Path, monkeyp
         seen.append({"by": by})
         return real(items, k=k, seed=seed)
 
-    monkeypatch.setattr("rubrictool.curve.kfold_splits", kfold)
+    monkeypatch.setattr("rubrictool.curve.measure.kfold_splits", kfold)
     monkeypatch.setattr(curve, "train_model", _fake_train([]))
     rub, df = ecology_rubric(tmp_path), ecology_table(60)
     learning_curve(rub, df, tmp_path / "a", sizes=[20], variants=["plm"], repeats=1, folds=3, fold_ids=[0], plot=False)
@@ -275,7 +275,7 @@ def test_the_points_variant_fits_points_to_the_labelled_answers_and_trains_no_mo
 
 
 def test_the_legend_says_which_folds_a_variant_was_measured_on_when_they_differ() -> None:
-    from rubrictool.report.curve import variant_labels
+    from rubrictool.curve.figure import variant_labels
 
     rows = [{"fold": f, "variant": "points"} for f in (0, 1, 2)] + [{"fold": 0, "variant": "reccbm"}]
     assert variant_labels(pd.DataFrame(rows)) == {"points": "points (folds 0, 1, 2)", "reccbm": "reccbm (fold 0)"}
@@ -284,8 +284,8 @@ def test_the_legend_says_which_folds_a_variant_was_measured_on_when_they_differ(
 
 
 def test_a_fold_run_config_is_compared_field_by_field_and_a_field_it_predates_counts_as_its_default() -> None:
-    from rubrictool.resume import config_differences
     from rubrictool.train import resolve_training
+    from rubrictool.train.resume import config_differences
 
     ours = resolve_training(load_rubric("mohler")).for_answers(400).config
     theirs = json.loads(json.dumps(ours))
@@ -304,7 +304,7 @@ def test_a_fold_run_config_is_compared_field_by_field_and_a_field_it_predates_co
 def test_the_all_size_gets_one_tick_even_when_variants_ran_on_other_folds() -> None:
     """points on five folds (1,818.4 answers on average) beside reccbm on fold 0 (1,825): one "≈1822 (all)" tick,
     not two labels drawn over each other."""
-    from rubrictool.report.curve import figure_ticks
+    from rubrictool.curve.figure import figure_ticks
 
     five = _cells([("points", "20", 20, 0.7, 0.66), ("points", "all", 1818, 0.78, 0.71)])
     one = _cells([("reccbm", "200", 200, 0.1, 0.5), ("reccbm", "all", 1825, 0.5, 0.63)])

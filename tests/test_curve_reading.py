@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from rubrictool.cli import app
 from rubrictool.curve import CURVE_COLUMNS, plot_curve, position_on_curve
+from rubrictool.curve.reading import default_sizes, read_curve
 from rubrictool.io import write_table
-from rubrictool.report.curve_reading import default_sizes, read_curve
 from rubrictool.report.page import curve_lines
 from tests.support.stats_course import stats_rubric, stats_table
 from tests.support.toy_course import ecology_rubric, ecology_table

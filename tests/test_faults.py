@@ -39,8 +39,8 @@ import pytest
 
 from rubrictool.errors import RubrictoolError
 from rubrictool.rubric import load_rubric
-from rubrictool.runs import open_run, run_is_complete
 from rubrictool.tables import read_predictions
+from rubrictool.train.runs import open_run, run_is_complete
 from tests.support.courses import COURSE_RUBRIC
 from tests.support.faults import Result, Stop, cache_rows, fsize_limit, one_line_error, read_only, run_cli
 from tests.support.llm_server import MODEL, Reply, ScriptedLLMServer, Seen, line_reply

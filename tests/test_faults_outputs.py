@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from rubrictool.cli import app
 from rubrictool.io import read_table
-from rubrictool.runs import RECORD, open_run, run_is_complete, sha256_file
+from rubrictool.train.runs import RECORD, open_run, run_is_complete, sha256_file
 from tests.support.courses import write_chemlab_tables
 from tests.support.faults import ROOT, cli_env
 from tests.support.tiny_models import build_backbone
@@ -165,7 +165,7 @@ def test_a_few_numbers_changed_between_the_sampled_blocks_are_refused(tmp_path: 
     run.mkdir()
     weights = run / "model.safetensors"
     weights.write_bytes(os.urandom(20 * 2**20))  # larger than the files the old check hashed whole
-    from rubrictool.runs import sample_sha256
+    from rubrictool.train.runs import sample_sha256
 
     record = {"format_version": 2, "files": {"model.safetensors": {
         "bytes": weights.stat().st_size, "sha256": sha256_file(weights), "sample_sha256": sample_sha256(weights)}}}

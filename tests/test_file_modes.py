@@ -69,7 +69,7 @@ def test_a_checkpoint_and_a_learning_curve_are_readable_by_the_group(tmp_path: P
     import numpy as np
 
     import reccbm
-    from rubrictool import curve
+    from rubrictool.curve import measure as curve
     from tests.support.tiny_models import tiny_model
     from tests.support.toy_course import ecology_rubric, ecology_table
 
@@ -129,7 +129,7 @@ def test_reccbm_writes_with_the_same_mode(umask: int, tmp_path: Path) -> None:
 # replaces the old one whole (runs.py), a data set is extracted beside its old copy (data/fetch.py, which also streams
 # a download into a part file it deletes), and a learning curve keeps a finished cell's folder (curve.py).
 _WRITERS = {"rubrictool/atomic.py", "reccbm/atomic.py"}
-_FOLDER_SWAPS = {"rubrictool/runs.py", "rubrictool/data/fetch.py", "rubrictool/curve.py"}
+_FOLDER_SWAPS = {"rubrictool/train/runs.py", "rubrictool/data/fetch.py", "rubrictool/curve/measure.py"}
 _DANCE = re.compile(r"mkstemp\(|os\.umask\(|/proc/self/status|\btmp\.replace\(|os\.replace\(|os\.rename\(|"
                     r"os\.chmod\([^)]*0o[0-7]+|O_CREAT[^)]*0o6[0-4]4")
 # curve.py still writes its JSON and PNG through mkstemp + publish; its rewrite moves them to atomic_write.

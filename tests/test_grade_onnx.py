@@ -23,7 +23,7 @@ from reccbm.onnx_encoder import FLOAT_NAME, INT8_NAME, OnnxEncoder, export_encod
 from rubrictool.cli import app
 from rubrictool.errors import TrainError
 from rubrictool.grade import grade_items, load_grader
-from rubrictool.runs import sha256_file
+from rubrictool.train.runs import sha256_file
 from tests.support.tiny_models import (
     FAMILIES,
     KEYS,

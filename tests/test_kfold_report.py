@@ -19,7 +19,7 @@ from rubrictool.cli import app
 from rubrictool.errors import TrainError
 from rubrictool.points import fit_points, points_baseline
 from rubrictool.rubric import load_rubric
-from rubrictool.runs import open_run
+from rubrictool.train.runs import open_run
 from tests.support.stats_course import STATS_KEYS, stats_rubric, stats_table
 from tests.support.tiny_models import build_backbone
 

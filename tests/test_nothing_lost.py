@@ -24,10 +24,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from rubrictool import runs
 from rubrictool.cli import app
 from rubrictool.io import read_table
-from rubrictool.runs import run_is_complete, sha256_file
+from rubrictool.train import runs
+from rubrictool.train.runs import run_is_complete, sha256_file
 from tests.support.courses import write_chemlab_tables
 from tests.support.faults import ROOT, cli_env
 from tests.support.tiny_models import build_backbone
@@ -396,7 +396,7 @@ def test_a_fold_trained_before_a_field_was_added_is_read_back_at_that_fields_def
     """A finished fold whose config.yaml lacks a recipe field added to the code since (here stage1.rdrop_share) is
     trained as this call would train it when the call leaves that field at its default; set otherwise, or a missing
     field outside the recipe's sections, it differs and says which."""
-    from rubrictool.resume import fold_difference
+    from rubrictool.train.resume import fold_difference
 
     fold = tmp_path / "fold-0"
     shutil.copytree(kfold / "fold-0", fold)

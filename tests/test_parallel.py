@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from rubrictool.cli import app
 from rubrictool.errors import DataError, TrainError
-from rubrictool.parallel import check_jobs, run_in_workers, worker_plan
+from rubrictool.train.parallel import check_jobs, run_in_workers, worker_plan
 from tests.support.tiny_models import mohler_like_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -188,7 +188,7 @@ def test_report_needs_only_the_run_and_says_when_its_table_is_gone(tiny: tuple[P
     res = runner.invoke(app, ["report", "--run", str(tiny[0]), "--out", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output  # the run's copy of its training table
     from rubrictool.errors import DataError
-    from rubrictool.runs import open_run as open_record
+    from rubrictool.train.runs import open_run as open_record
 
     run = open_record(tiny[0])
     run.record["table"] = {"path": str(tmp_path / "moved.csv"), "copy": None}  # a table too large to copy, then moved

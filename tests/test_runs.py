@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import reccbm
 from rubrictool.cli import app
 from rubrictool.errors import TrainError
-from rubrictool.runs import FORMAT_VERSION, RECORD, building, migrate, open_run, run_is_complete
+from rubrictool.train.runs import FORMAT_VERSION, RECORD, building, migrate, open_run, run_is_complete
 from tests.support.tiny_models import mohler_like_table, train_with_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -241,7 +241,7 @@ def test_every_run_reports_the_points_grader_beside_the_majority_class(tmp_path:
 
 
 def test_describe_labels_says_who_made_them() -> None:
-    from rubrictool.runs import describe_labels
+    from rubrictool.train.runs import describe_labels
 
     panel = {"source": "llm", "expert_validated": False, "counts": {"llm": 72},
              "reviewers": ["openai/gpt-4o", "gemini/gemini-2.5-pro"], "method": "majority"}

@@ -50,8 +50,8 @@ from typer.testing import CliRunner
 
 from rubrictool.cli import app
 from rubrictool.rubric import load_rubric
-from rubrictool.runs import open_run
 from rubrictool.tables import read_items, read_predictions
+from rubrictool.train.runs import open_run
 from tests.support.courses import CHEMLAB_KEYS, chemlab_marks, chemlab_panel_reply, chemlab_words
 from tests.support.llm_server import Reply, ScriptedLLMServer, Seen
 from tests.support.tiny_models import build_backbone

@@ -371,14 +371,14 @@ def _row(name: str, truth: np.ndarray[Any, Any], pred: np.ndarray[Any, Any], pas
 def compare_holistic(marks: pd.DataFrame, run: str | Path, rubric: Rubric, pass_mark: int | None = None,
                      n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """The holistic marks beside a k-fold run's trained grader (its pooled out-of-fold grades) and the points route
-    (:func:`rubrictool.kfold.points_column`: points from each answer's adjudicated levels, fitted on the other folds
+    (:func:`rubrictool.points.points_column`: points from each answer's adjudicated levels, fitted on the other folds
     when the rubric has none) on the same answers: those every holistic model marked and the run tested.
 
     Per grader: n, QWK and T-Acc with 95 % bootstrap CIs, the answers whose true mark fails (below ``pass_mark``,
     default :func:`default_pass_mark`) and how many of them it passed, and the cost of its marks (``None`` for the
     trained grader and the points route, which call no API; for a local model with no price, ``cost_known`` False).
     """
-    from rubrictool.kfold import points_column
+    from rubrictool.points import points_column
 
     path = Path(run) / "pooled_predictions.csv"
     if not path.is_file():

@@ -63,7 +63,7 @@ def audit_cmd(
     from rubrictool.audit import audit_run, write_audit
     from rubrictool.io import writable_dir
     from rubrictool.outputs import check_output
-    from rubrictool.runs import require_run_dir, verify_runs_fully
+    from rubrictool.train.runs import require_run_dir, verify_runs_fully
 
     if verify:
         verify_runs_fully()

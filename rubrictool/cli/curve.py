@@ -130,7 +130,7 @@ def _print_curve(res: CurveResult) -> None:
                   f"{r['qwk']:.3f} ± {r['qwk_sd']:.3f}", f"{r['t_acc']:.3f} ± {r['t_acc_sd']:.3f}",
                   f"{r['t_f1']:.3f}", f"{r['majority_t_acc']:.3f}")
     console.print(t)
-    from rubrictool.report.curve_reading import read_curve
+    from rubrictool.curve.reading import read_curve
 
     for reading in read_curve(res.cells).values():  # the cells curve.csv, curve.json and curve.png are made from
         console.print(reading["sentence"], soft_wrap=True, highlight=False)

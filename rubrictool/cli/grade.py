@@ -75,7 +75,7 @@ def grade_cmd(
     Example: rubrictool grade --run runs/chemlab-5fold --data new-answers.csv --gradebook chem110-spring.xlsx --sheet Marks --columns "question=Lab question" --review-budget 10 --out graded.csv
     """
     from rubrictool.marks import card_line, grade_file
-    from rubrictool.runs import verify_runs_fully
+    from rubrictool.train.runs import verify_runs_fully
 
     if verify:
         verify_runs_fully()

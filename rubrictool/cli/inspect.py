@@ -105,7 +105,7 @@ def _before_work(out: Path, inputs: list[Any], verify: bool) -> None:
     """``--verify`` for every run this command opens; the output rule (rubrictool.outputs) and a write probe of
     ``out``, before the run is loaded."""
     from rubrictool.outputs import check_output, writable_parent
-    from rubrictool.runs import require_run_dir, verify_runs_fully
+    from rubrictool.train.runs import require_run_dir, verify_runs_fully
 
     if verify:
         verify_runs_fully()
@@ -235,7 +235,7 @@ def report_cmd(
 
     Example: rubrictool report --run runs/course-5fold --curve curves/course/curve.csv
     """
-    from rubrictool.kfold import is_kfold_run
+    from rubrictool.train.kfold import is_kfold_run
 
     if is_kfold_run(model):  # train --folds k: one page over the pooled predictions of every fold
         _report_folds(model, out, curve)

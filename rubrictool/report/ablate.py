@@ -54,7 +54,7 @@ def _trained_with(run: Path) -> str:
     """What the run was trained with (its config.yaml; a k-fold run's first fold)."""
     import yaml
 
-    from rubrictool.runs import trained_with
+    from rubrictool.train.runs import trained_with
 
     for cfg in (run / "config.yaml", *sorted(run.glob("fold-*/config.yaml"))):
         if cfg.is_file():
@@ -105,7 +105,7 @@ def run_ablation(
     and switches, the PLM trains the concept models' encoder budget (:func:`rubrictool.train.fair_plm_overrides`).
     variants: a subset of the combination names (default all nine), each optionally ending in -frozen or -auto (the
     encoder choice, ENCODERS). on_run(i, n, name, "train"|"done"). jobs > 1: the combinations not trained yet train in
-    that many worker processes first (:mod:`rubrictool.parallel`), then are read back in order."""
+    that many worker processes first (:mod:`rubrictool.train.parallel`), then are read back in order."""
     from rubrictool.pipeline import DataSource, resolve_data, train_on
 
     d = Path(out)
@@ -115,7 +115,7 @@ def run_ablation(
     source: DataSource | None = None
     todo = [(name, flags, encoder) for name, flags, encoder in combos if not (d / name / done_file).is_file()]
     if jobs > 1 and todo:  # the combinations not trained yet, in worker processes; the loop below reads them back
-        from rubrictool.parallel import run_in_workers
+        from rubrictool.train.parallel import run_in_workers
 
         source = resolve_data(benchmark=benchmark, data=data, rubric=rubric, data_dir=data_dir, progress=progress)
         run_in_workers(train_on, [(name, {"source": source, "out": d / name, "options": _combo_options(options, flags, enc),

@@ -18,8 +18,8 @@ __all__ = ["audit_html", "audit_markdown", "audit_verdict", "load_audit", "model
 
 
 def model_fingerprint(run_dir: str | Path) -> str | None:
-    """A quick fingerprint of the run's weights (:func:`rubrictool.runs.sample_sha256` of model.safetensors), or None."""
-    from rubrictool.runs import sample_sha256
+    """A quick fingerprint of the run's weights (:func:`rubrictool.train.runs.sample_sha256` of model.safetensors), or None."""
+    from rubrictool.train.runs import sample_sha256
 
     path = Path(run_dir) / "model.safetensors"
     return sample_sha256(path) if path.is_file() else None

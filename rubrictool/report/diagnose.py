@@ -494,8 +494,8 @@ def diagnose_run(
     """:func:`diagnose` from a trained run alone: the run's copy of its rubric and of its training table (``data``
     instead, when given), α from its reliability table and the learned Ω. ``reviews`` files give the level confusions
     (a Mohler run on the bundled labels: its three passes). ``warnings`` says when the recorded table changed."""
-    from rubrictool import runs
     from rubrictool.io import read_table
+    from rubrictool.train import runs
 
     run = runs.open_run(run_dir, data_dir=data_dir)
     table = run.load_table(data)

@@ -5,7 +5,7 @@ where a single run's page covers its few test answers. :func:`build_folds_report
 ``pooled_predictions.csv``, ``folds.json`` and the fold runs:
 
 * every grade metric with its 95 % bootstrap CI, beside the same metric of the majority class, the points grader
-  (:func:`rubrictool.kfold.points_column`) and the oracle-concept baseline, each with its CI, and the paired bootstrap
+  (:func:`rubrictool.points.points_column`) and the oracle-concept baseline, each with its CI, and the paired bootstrap
   difference model − baseline with its CI;
 * one row per fold, constant folds (the model gives every test answer one grade) marked;
 * the verdict in words, drawn from those intervals (a recommendation only where its CI excludes 0);
@@ -30,10 +30,11 @@ import yaml
 
 from rubrictool.errors import TrainError
 from rubrictool.io import writable_dir
-from rubrictool.kfold import BASELINES, fold_rows, points_column, pooled_table, training_text
+from rubrictool.points import points_column
 from rubrictool.report import figures
-from rubrictool.runs import describe_labels
 from rubrictool.textsafe import md_inline
+from rubrictool.train.kfold import BASELINES, fold_rows, pooled_table, training_text
+from rubrictool.train.runs import describe_labels
 
 __all__ = ["FoldsReport", "audit_gain", "build_folds_report", "folds_verdict", "render_folds_html", "render_folds_markdown",
            "write_folds_report"]
@@ -88,7 +89,7 @@ def build_folds_report(run_dir: str | Path, *, curve: str | Path | None = None, 
                        seed: int = 0) -> FoldsReport:
     """The pooled page of a finished k-fold run (see the module docstring). TrainError for a folder that is not one,
     or whose folds are not all finished."""
-    from rubrictool.runs import open_run
+    from rubrictool.train.runs import open_run
 
     path = Path(run_dir)
     if not (path / "pooled_predictions.csv").is_file() or not (path / "folds.json").is_file():

@@ -38,7 +38,7 @@ def verdict(
     model gave on the test split; honest: :func:`rubrictool.evaluate.honest_metrics` in rubric grades;
     concepts: the page's concept table (alpha, test_reliability); correlations: name -> ρ with its CI;
     points: the points grader beside the run (metrics.json ``points``); qwk: the model's test QWK; fold: the run is
-    one fold of a k-fold run (:func:`rubrictool.kfold.fold_context`), whose pooled page is the one to read; levels:
+    one fold of a k-fold run (:func:`rubrictool.train.kfold.fold_context`), whose pooled page is the one to read; levels:
     who set the levels it trained on (run.json ``labels.levels``: levels per source)."""
     out = []
     never = [g for g in grades if g not in set(predicted)]

@@ -26,7 +26,6 @@ from reccbm.decision import decide
 from rubrictool.atomic import atomic_write_bytes, atomic_write_text
 from rubrictool.errors import DataError
 from rubrictool.io import people_csv, writable_dir
-from rubrictool.kfold import fold_context
 from rubrictool.report import figures
 from rubrictool.report.audit_section import audit_html, audit_verdict, load_audit
 from rubrictool.report.diagnose import Diagnosis, diagnose
@@ -35,8 +34,9 @@ from rubrictool.report.honest import calibration_png, implied_noise_png, verdict
 from rubrictool.report.intervene import intervention_curves
 from rubrictool.report.run import Run, bundled_labels, git_revision, predict_with_attention, split_rows
 from rubrictool.report.scores import pair_agreement, smd
-from rubrictool.runs import describe_labels
 from rubrictool.textsafe import strip_controls
+from rubrictool.train.kfold import fold_context
+from rubrictool.train.runs import describe_labels
 
 __all__ = ["GRADE_METRICS", "NEAR_ZERO", "Report", "build_report", "curve_lines", "render_explain_html", "render_html", "template_env",
            "trace_file",
@@ -75,7 +75,7 @@ class Report:
     traces: list[ItemTrace] = field(default_factory=list)
     diagnosis: Diagnosis | None = None
     curve: dict[str, Any] = field(default_factory=dict)  # where the run's size sits on a learning curve (--curve)
-    fold: dict[str, Any] | None = None  # the run is one fold of a k-fold run (rubrictool.kfold.fold_context)
+    fold: dict[str, Any] | None = None  # the run is one fold of a k-fold run (rubrictool.train.kfold.fold_context)
     points: dict[str, Any] = field(default_factory=dict)  # the points grader beside the majority class (metrics.json)
     low_marks: dict[str, Any] = field(default_factory=dict)  # per true mark, failing answers (rubrictool.evaluate.low_marks)
     low_marks_table: tuple[list[str], list[list[str]], str] | None = None  # low_marks in words (evaluate.low_marks_lines)
@@ -245,8 +245,8 @@ def curve_position(curve: str | Path, n_train: float, variant: str, unavailable:
     """:func:`rubrictool.curve.position_on_curve` for ``variant``, or for the points route when the curve has no cells
     of the variant but has points cells (a points-only curve: the small-course route); None, with a line added to
     ``unavailable``, when it has neither or is not a curve."""
+    from rubrictool.curve.figure import POINTS, position_on_curve
     from rubrictool.io import read_table
-    from rubrictool.report.curve import POINTS, position_on_curve
 
     try:
         variants = set(read_table(Path(curve))["variant"].astype(str))

@@ -1,6 +1,6 @@
 """A trained run, opened for inspection: model, rubric scales, the table it was trained on, predictions.
 
-:func:`open_run` opens a run directory (:class:`rubrictool.runs.Run`, the one run type) with its model and the
+:func:`open_run` opens a run directory (:class:`rubrictool.train.runs.Run`, the one run type) with its model and the
 adjudicated table it was trained on: ``--data FILE`` when given, else the run's copy of it (or the recorded file),
 else the bundled benchmark labels the run names (Mohler).
 :func:`predict_with_attention` runs the model once over items and keeps, besides
@@ -20,11 +20,11 @@ from numpy.typing import NDArray
 import reccbm
 from reccbm import Predictions
 from reccbm.data import collate
-from rubrictool import runs
 from rubrictool.errors import DataError
 from rubrictool.grade import check_finite, inputs_for, parse_overrides
 from rubrictool.provenance import git_revision
-from rubrictool.runs import Run
+from rubrictool.train import runs
+from rubrictool.train.runs import Run
 
 __all__ = [
     "AttendedItems",
@@ -40,7 +40,7 @@ __all__ = [
 
 def open_run(run_dir: str | Path, data: str | Path | None = None, data_dir: str | Path | None = None,
              need_table: bool = True) -> Run:
-    """:func:`rubrictool.runs.open_run` with the model loaded and, when ``need_table``, the training table (``data``,
+    """:func:`rubrictool.train.runs.open_run` with the model loaded and, when ``need_table``, the training table (``data``,
     else the run's copy or recorded table, else the benchmark's bundled labels)."""
     run = runs.open_run(run_dir, data_dir=data_dir)
     _ = run.model  # load now: every reader of a run needs the model

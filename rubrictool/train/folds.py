@@ -33,14 +33,20 @@ from rubrictool.evaluate import (
     spearman_with_ci,
 )
 from rubrictool.io import atomic_write_text, read_table, write_table
-from rubrictool.kfold import SHARED_WEIGHTS, constant_text, fold_given, prune_shared_weights, training_text
 from rubrictool.progress import Progress, ProgressFn
-from rubrictool.resume import check_folds
 from rubrictool.rubric import Rubric, load_rubric
-from rubrictool.runs import RECORD, describe_labels, run_is_complete
 from rubrictool.textsafe import md_table
+from rubrictool.train.kfold import (
+    SHARED_WEIGHTS,
+    constant_text,
+    fold_given,
+    prune_shared_weights,
+    training_text,
+)
 from rubrictool.train.recipe import resolve_training
+from rubrictool.train.resume import check_folds
 from rubrictool.train.run import TrainResult, prepare_table, read_agreement, train_model
+from rubrictool.train.runs import RECORD, describe_labels, run_is_complete
 
 __all__ = ["FINAL_DIR", "FINAL_NOTE", "FOLD_COLUMNS", "folds_markdown", "train_folds"]
 
@@ -85,7 +91,7 @@ def train_folds(
     """k-fold evaluation: one run per fold in ``run_dir/fold-<i>`` (every item tested exactly once; see
     :func:`rubrictool.data.kfold_splits`), then pooled metrics and the baselines (:mod:`rubrictool.evaluate`).
     variant … labels are each fold's :func:`rubrictool.train.train_model` arguments.
-    jobs > 1: the folds not finished yet train in that many worker processes (:mod:`rubrictool.parallel`), each fold
+    jobs > 1: the folds not finished yet train in that many worker processes (:mod:`rubrictool.train.parallel`), each fold
     as the serial run trains it.
 
     final: then one more model on every labelled answer, ``run_dir/final`` (:data:`FINAL_DIR`), which ``rubrictool
@@ -108,7 +114,7 @@ def train_folds(
         "seeds": seeds, "first_seed": first_seed, "agreement": agreement, "notes": notes, "table_source": table_source,
         "labels": labels, "shared_weights": run / SHARED_WEIGHTS}
     if jobs > 1:  # the folds not finished yet, in worker processes; the loop below reads them back
-        from rubrictool.parallel import run_in_workers
+        from rubrictool.train.parallel import run_in_workers
 
         run_in_workers(train_model, [(f"fold {i + 1}", {"rubric": rb, "table": table, "split": sp,
                                                         "run_dir": run / f"fold-{i}", **fold_args})

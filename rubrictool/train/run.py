@@ -6,7 +6,7 @@ stage, Stage II; or the PLM baseline) for one or more seeds, and writes a run di
                 train.log  test_predictions.csv  model.safetensors  model.json  backbone/
                 profile.json (what the grade flags compare new responses with, rubrictool.flags)
 
-The run is built in a staging folder and renamed into place when complete (:mod:`rubrictool.runs`).
+The run is built in a staging folder and renamed into place when complete (:mod:`rubrictool.train.runs`).
 """
 
 from __future__ import annotations
@@ -44,14 +44,14 @@ from rubrictool.evaluate import (
     spearman_with_ci,
 )
 from rubrictool.flags import profile_from_table, save_profile
-from rubrictool.grade import predictions_frame as _predictions_frame
 from rubrictool.io import people_csv
 from rubrictool.progress import ProgressFn, note, training_events, truncation_message, warn
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
-from rubrictool.runs import TABLE_COPY_MAX_BYTES, building, label_source, sha256_file, write_record
 from rubrictool.tables import validate_adjudicated
+from rubrictool.train.predictions import predictions_frame
 from rubrictool.train.recipe import ResolvedTraining, resolve_training
+from rubrictool.train.runs import TABLE_COPY_MAX_BYTES, building, label_source, sha256_file, write_record
 from rubrictool.votes import has_votes, soft_targets
 
 __all__ = ["SUMMARY_METRICS", "RunSpec", "TrainResult", "concept_texts", "points_baselines", "prepare_table", "read_agreement",
@@ -235,7 +235,7 @@ def train_model(
     file's hash; labels: who made the labels (default: from agreement.json and the table's label_source column).
     shared_weights: a folder the run shares with others (the folds of a k-fold run) where its encoder's weights are
     kept once per distinct content (:func:`reccbm.save_checkpoint`'s shared_dir): a frozen encoder is stored once.
-    The run is built aside and renamed into place when complete (:mod:`rubrictool.runs`).
+    The run is built aside and renamed into place when complete (:mod:`rubrictool.train.runs`).
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
     rs = resolve_training(rb, variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides, preset=preset, seeds=seeds)
@@ -252,7 +252,7 @@ def train_model(
     note(progress, device_line(device))
     if rs.batch_scale > 1:
         note(progress, batch_line(rs))
-    # the run is built in a staging folder beside run_dir and renamed into place when complete (rubrictool.runs)
+    # the run is built in a staging folder beside run_dir and renamed into place when complete (rubrictool.train.runs)
     with building(run) if is_main else nullcontext(run) as stage:
         if is_main:
             save_split({k: list(v) for k, v in split.items()}, stage / "split.json")
@@ -462,7 +462,7 @@ def _write_run(spec: RunSpec, sets: dict[str, reccbm.EncodedItems], grader: recc
         rel.to_csv(run / "reliability.csv", index=False)
         (run / "reliability.md").write_text(reliability_markdown(rel, rho, notes))
     test_ids = spec.df["id"].iloc[spec.pos["test"]].tolist()
-    frame = _predictions_frame(model, rb, preds, test_ids)
+    frame = predictions_frame(model, rb, preds, test_ids)
     test_c = sets["test"].concepts
     if preds.p_hat is not None and test_c is not None:  # every concept replaced by its adjudicated label
         oracle = reccbm.grades_from_levels(model, preds.p_hat, test_c, np.ones_like(test_c, dtype=bool))

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from rubrictool.atomic import atomic_write
+from rubrictool.curve.reading import METRICS, read_curve, size_order, summarize_curve
 from rubrictool.errors import DataError
 from rubrictool.io import read_table
-from rubrictool.report.curve_reading import METRICS, read_curve, size_order, summarize_curve
 
 __all__ = [
     "ALL",

@@ -14,7 +14,7 @@ afterwards (``keep_runs`` keeps it in ``DIR/runs/``).
 
 Written, over every cell in ``DIR/cells`` (this call's and earlier calls'): ``curve.csv`` (one row per cell),
 ``curve.json`` (settings, the summary per variant and size, the size that reaches 90 % of the full-data QWK) and
-``curve.png`` (reading and drawing a curve: :mod:`rubrictool.report.curve`).
+``curve.png`` (reading and drawing a curve: :mod:`rubrictool.curve.figure`).
 
 A variant is ``reccbm``, ``plm`` or ``vanilla``, optionally with the encoder choice after a dash (:func:`parse_variant`):
 ``reccbm-frozen`` trains REC-CBM with the pretrained encoder frozen (``stage1.encoder``; only the heads train),
@@ -41,14 +41,15 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from reccbm import grade_metrics
-from rubrictool.data.splits import kfold_splits, nested_subsample, stratified_order
-from rubrictool.errors import DataError, TrainError
-from rubrictool.evaluate import majority_baseline
-from rubrictool.io import read_table, write_table
-from rubrictool.locks import writer_lock
-from rubrictool.progress import Progress, ProgressFn, warn, warn_once
-from rubrictool.provenance import git_revision
-from rubrictool.report.curve import (
+from rubrictool.curve.cells import (
+    cell_from_run,
+    cell_name,
+    read_cell,
+    settings_digest,
+    table_digest,
+    write_json,
+)
+from rubrictool.curve.figure import (
     ALL,
     CURVE_COLUMNS,
     CURVE_FAILING,
@@ -61,15 +62,14 @@ from rubrictool.report.curve import (
     size_order,
     summarize_curve,
 )
-from rubrictool.report.curve_cells import (
-    cell_from_run,
-    cell_name,
-    read_cell,
-    settings_digest,
-    table_digest,
-    write_json,
-)
-from rubrictool.report.curve_reading import default_sizes, read_curve
+from rubrictool.curve.reading import default_sizes, read_curve
+from rubrictool.data.splits import kfold_splits, nested_subsample, stratified_order
+from rubrictool.errors import DataError, TrainError
+from rubrictool.evaluate import majority_baseline
+from rubrictool.io import read_table, write_table
+from rubrictool.locks import writer_lock
+from rubrictool.progress import Progress, ProgressFn, warn, warn_once
+from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import validate_adjudicated
 from rubrictool.train import (
@@ -248,14 +248,14 @@ def learning_curve(
     and curve.png over every cell in ``out`` (earlier calls may have added other folds, sizes or repeats) (see the module docstring for what a cell is and how it is drawn).
 
     sizes: numbers of labelled answers (train + dev) and optionally "all" (the fold's whole training part; needed
-    for :func:`reach_fraction`); None: from the table's size (:func:`rubrictool.report.curve_reading.default_sizes`). by: grouped folds (e.g. "question"), passed to kfold_splits only when given.
+    for :func:`reach_fraction`); None: from the table's size (:func:`rubrictool.curve.reading.default_sizes`). by: grouped folds (e.g. "question"), passed to kfold_splits only when given.
     match_budget: the PLM's encoder trains as many epochs as the concept models' Stage I + joint stage.
     full_from: {variant: folder of ``train --folds``}: a variant's "all" cells of the first repeat are read from that
     folder's finished fold runs when they were trained on the same folds, table and configuration (they are exactly
     those cells, up to the dev part the k-fold split drew), instead of trained again; a fold not finished there is
     trained. The cell records the run it came from (``source``).
     progress gets one task, "cells", and each cell's training (train_model's progress).
-    jobs > 1: the cells to train train in that many worker processes first (:mod:`rubrictool.parallel`; each cell as
+    jobs > 1: the cells to train train in that many worker processes first (:mod:`rubrictool.train.parallel`; each cell as
     the serial run trains it), then are written in order.
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
@@ -351,7 +351,7 @@ def _run_cells(plan: CurvePlan, root: Path, progress: ProgressFn | None, jobs: i
     per_cell, n = warn_once(progress), len(plan.cells)
     pretrained: dict[str, tuple[Any, float]] = {}
     if jobs > 1:
-        from rubrictool.parallel import run_in_workers
+        from rubrictool.train.parallel import run_in_workers
 
         todo = [c for c in plan.cells if c.variant != POINTS and not (cells_dir / f"{c.name}.json").is_file()
                 and not (c.size == ALL and c.repeat == 0 and c.variant in plan.full_dirs

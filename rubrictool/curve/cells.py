@@ -11,12 +11,12 @@ from typing import Any
 
 import pandas as pd
 
+from rubrictool.curve.figure import METRICS
 from rubrictool.errors import DataError
 from rubrictool.io import atomic_write_text, read_table
-from rubrictool.report.curve import METRICS
-from rubrictool.resume import config_differences
 from rubrictool.rubric import Rubric
 from rubrictool.tables import validate_adjudicated
+from rubrictool.train.resume import config_differences
 
 __all__ = ["cell_from_run", "cell_name", "read_cell", "settings_digest", "table_digest", "write_json"]
 
@@ -65,7 +65,7 @@ def cell_from_run(src: Path, fold: int, variant: str, expected: dict[str, Any], 
     only)."""
     import yaml
 
-    from rubrictool.runs import RECORD, run_is_complete
+    from rubrictool.train.runs import RECORD, run_is_complete
 
     run = src / f"fold-{fold}"
     if not all((run / f).is_file() for f in ("metrics.json", "test_predictions.csv", "split.json", "config.yaml", "table.csv")):

@@ -7,8 +7,6 @@ oracle-concept baseline of its fold) and ``folds.json`` / ``folds.md``. Here:
 * :func:`is_kfold_run` / :func:`fold_context`: is a folder a k-fold run, or one fold of one;
 * :func:`fold_rows`: per fold, its test answers, the grades its model gives, whether it is **constant** (gives every
   test answer one grade: it grades nothing), T-Acc and QWK with bootstrap CIs beside its majority class;
-* :func:`points_column`: the points grader of each answer, fitted on the other folds' answers (its fold's training
-  part) as ``train`` fits it on a run's training split, or the rubric's own points;
 * :func:`pooled_table`: per metric, the model and every baseline with bootstrap 95 % CIs, and the paired bootstrap
   difference model − baseline with its CI;
 * :func:`training_text`: what the folds trained with (variant, preset, encoder trained or frozen, backbone) and who
@@ -24,15 +22,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from rubrictool.evaluate import BOOTSTRAP_METRICS, bootstrap_ci, paired_bootstrap
-
-if TYPE_CHECKING:
-    from rubrictool.rubric import Rubric
 
 __all__ = [
     "BASELINES",
@@ -42,7 +37,6 @@ __all__ = [
     "fold_given",
     "fold_rows",
     "is_kfold_run",
-    "points_column",
     "pooled_table",
     "prune_shared_weights",
     "training_text",
@@ -137,27 +131,6 @@ def fold_rows(pooled: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> list[d
     return rows
 
 
-def points_column(pooled: pd.DataFrame, rubric: Rubric) -> pd.Series | None:
-    """The points grader's grade of every pooled answer (rubric grades), graded from its adjudicated levels
-    (``<key>_true``): the rubric's own points, or a table fitted (:func:`rubrictool.points.fit_points`) on the other
-    folds' answers, which are its fold's training part (train + dev). None without every concept's levels."""
-    from rubrictool.points import fit_points, points_baseline
-
-    cols = [f"{k}_true" for k in rubric.keys]
-    if not all(c in pooled for c in cols) or pooled[cols].isna().any().any():
-        return None
-    levels = pooled[cols].to_numpy(np.int64) - rubric.scale.min  # (N, K) 0-based
-    out = np.zeros(len(pooled), dtype=np.int64)
-    for fold in pooled["fold"].unique():
-        test = (pooled["fold"] == fold).to_numpy()
-        kw: dict[str, Any] = {}
-        if not rubric.has_points:
-            fp = fit_points(rubric, levels[~test], pooled.loc[~test, "grade_true"].to_numpy())
-            kw = {"points": fp.points, "grading": fp.grading}
-        out[test] = points_baseline(rubric, levels[test], **kw)
-    return pd.Series(np.clip(out, rubric.grade.min, rubric.grade.max), index=pooled.index, name="points")
-
-
 def pooled_table(pooled: pd.DataFrame, metrics: list[str], baselines: list[str], n_boot: int = 1000,
                  seed: int = 0) -> list[dict[str, Any]]:
     """Per metric (BOOTSTRAP_METRICS names): the model's value with its 95 % bootstrap CI (``model``), each baseline
@@ -180,7 +153,7 @@ def pooled_table(pooled: pd.DataFrame, metrics: list[str], baselines: list[str],
 def training_text(summary: dict[str, Any], config: dict[str, Any] | None = None) -> str:
     """What the folds trained with, in words: variant, preset, encoder (trained or frozen, per fold when they
     differ) and backbone, from folds.json and a fold's config.yaml."""
-    from rubrictool.runs import trained_with
+    from rubrictool.train.runs import trained_with
 
     used = [str(e) for e in summary.get("encoder") or []]
     if used and len(set(used)) == 1:

@@ -21,7 +21,7 @@ import yaml
 
 from reccbm.config import SECTIONS
 from rubrictool.errors import TrainError
-from rubrictool.runs import RECORD, run_is_complete
+from rubrictool.train.runs import RECORD, run_is_complete
 
 __all__ = ["check_folds", "config_differences", "fold_difference"]
 
