@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rubrictool.curve import measure as curve
 from rubrictool.curve import (
     CURVE_COLUMNS,
     CURVE_FAILING,
@@ -25,6 +24,7 @@ from rubrictool.curve import (
     reach_fraction,
     summarize_curve,
 )
+from rubrictool.curve import measure as curve
 from rubrictool.curve.figure import curve_title
 from rubrictool.data.splits import nested_subsample, stratified_order
 from rubrictool.errors import DataError, TrainError
