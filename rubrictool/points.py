@@ -516,7 +516,7 @@ def suggest_points(rubric: str | Path, data: str | Path | None = None, run: str 
     from rubrictool.rubric import load_rubric
 
     if (data is None) == (run is None):
-        raise DataError("give exactly one of --data (graded answers with concept levels) or --run (a trained run)")
+        raise DataError("give exactly one of --table (graded answers with concept levels) or --run (a trained run)")
     rb = load_rubric(rubric)
     if data is not None:
         df = read_table(data)

@@ -343,7 +343,7 @@ def test_the_plm_baseline_gets_the_encoder_budget_of_the_model_it_is_compared_wi
 
 
 @pytest.mark.parametrize(("field", "value", "by"), [
-    ("model.race", "false", "--variant or --race/--no-race"),
+    ("model.race", "false", "--variant, or ablate --variants"),
     ("model.num_grades", "4", "the rubric's grade range"),
     ("stage1.seed", "3", "--seeds"),
 ])
