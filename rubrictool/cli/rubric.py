@@ -33,9 +33,10 @@ from rubrictool.rubric import (
 
 __all__ = ["app", "rubric_table"]
 
-app = typer.Typer(help="Rubric inventories (YAML). Example: rubrictool rubric show --rubric mohler", no_args_is_help=True)
+app = typer.Typer(help="Rubric inventories (YAML). Example: rubrictool rubric show --rubric mohler",
+                  no_args_is_help=True)
 
-# The rubric a command reads is --rubric/-r, as everywhere; the argument form works for one release (the_rubric).
+# The rubric a command reads is --rubric/-r, as everywhere; the argument form works for one release.
 ThisRubricOpt = Annotated[str | None, typer.Option(
     "--rubric", "-r", help="Bundled rubric name (mohler, asap2, mocha) or a YAML path.", show_default=False)]
 
@@ -44,7 +45,8 @@ def the_rubric(option: str | None, argument: str | None) -> str:
     """The rubric given by --rubric/-r or, for one release, as the old positional argument (a note); both or
     neither: one line, exit 2."""
     value = renamed("--rubric", option, "the RUBRIC argument", argument, note=(
-        "the rubric as an argument is renamed --rubric/-r here; the argument will be removed in the next release"))
+        "the rubric as an argument is renamed --rubric/-r here; the argument will be removed in the next "
+        "release"))
     return given("--rubric", value, "give --rubric NAME (a bundled rubric) or --rubric PATH (a YAML file)")
 
 
@@ -133,29 +135,33 @@ def rubric_validate(
 @handle_errors
 def rubric_new(
     concepts: Annotated[str, typer.Option("--concepts", "-c", help="Comma-separated concept keys, e.g. FC,CC,TU.")],
-    name_opt: Annotated[str | None, typer.Option("--name", help="Rubric id, e.g. cs101 (letters, digits, _ . -); required.",
-                                                 show_default=False)] = None,
-    levels_opt: Annotated[int | None, typer.Option("--levels", callback=at_least(2), show_default=False,
-                                                   help="Ordinal levels per concept (1..N); default 3.")] = None,
+    name_opt: Annotated[str | None, typer.Option(
+        "--name", show_default=False, help="Rubric id, e.g. cs101 (letters, digits, _ . -); required.",
+    )] = None,
+    levels_opt: Annotated[int | None, typer.Option(
+        "--levels", callback=at_least(2), show_default=False,
+        help="Ordinal levels per concept (1..N); default 3.")] = None,
     grade_min: Annotated[int, typer.Option("--grade-min", help="Lowest holistic grade.")] = 0,
     grade_max: Annotated[int, typer.Option("--grade-max", help="Highest holistic grade.")] = 5,
     title: Annotated[str | None, typer.Option("--title", help="Course / benchmark title.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write (default: <name>.yaml).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
-    old_n: Annotated[str | None, typer.Option("-n", hidden=True, help="The old short name of --name.")] = None,
+    old_n: Annotated[str | None, typer.Option("-n", hidden=True, help="Old short flag of --name.")] = None,
     old_l: Annotated[int | None, typer.Option("-l", hidden=True, callback=at_least(2),
-                                              help="The old short name of --levels.")] = None,
+                                              help="Old short flag of --levels.")] = None,
 ) -> None:
     """Scaffold a commented rubric YAML for a new course; it validates as is, then replace the TODOs.
 
     Example: rubrictool rubric new --name cs101 --concepts FC,CC,TU --levels 3 --out cs101.yaml
     """
-    name = given("--name", renamed("--name", name_opt, "-n", old_n), "give --name ID, e.g. --name cs101")
+    name = given("--name", renamed("--name", name_opt, "-n", old_n),
+                 "give --name ID, e.g. --name cs101")
     levels = renamed("--levels", levels_opt, "-l", old_l) or 3
     keys = [k.strip() for k in concepts.split(",") if k.strip()]
     path = new_rubric_file(out or Path(f"{name}.yaml"), name, keys, levels, grade_min, grade_max, title, force)
     console.print(
-        f"wrote {path} ({len(keys)} concepts, levels 1..{levels}); next: rubrictool rubric lint --rubric {path}", soft_wrap=True
+        f"wrote {path} ({len(keys)} concepts, levels 1..{levels}); next: rubrictool rubric lint -r {path}",
+        soft_wrap=True
     )
 
 
@@ -232,7 +238,7 @@ def rubric_points(
     When the file has gold grades (an adjudicated table, a run's pooled_predictions.csv) the points grades are
     scored against them (T-Acc, T-F1, QWK, ...).
 
-    Example: rubrictool rubric points --rubric cs101.yaml --labels annotations/predictions.jsonl --out graded.csv
+    Example: rubrictool rubric points -r cs101.yaml --labels annotations/predictions.jsonl --out graded.csv
     """
     from rubrictool.points import grade_file
 
@@ -266,7 +272,8 @@ def rubric_fit_points(
     out: Annotated[Path, typer.Option("--out", "-o", help="The rubric with the suggested points (and OUT.diff).")],
     option: Annotated[str | None, typer.Option("--rubric", "-r", show_default=False, help=(
         "Rubric name or YAML path (without points, or points to replace)."))] = None,
-    table: Annotated[Path | None, typer.Option("--table", help="Graded answers with gold concept levels (adjudicated table).")] = None,
+    table: Annotated[Path | None, typer.Option(
+        "--table", help="Graded answers with gold concept levels (adjudicated table).")] = None,
     run: OptionalRunOpt = None,
     fit: Annotated[str, typer.Option("--fit", help=(
         "ordinal: points and the cut-points between grades fitted together, so every grade of the scale can be given; "
@@ -276,7 +283,7 @@ def rubric_fit_points(
     argument: OldRubricArg = None,
     old_data: OldDataOpt = None,
 ) -> None:
-    """Suggest points per level for a rubric that has none: fitted to graded answers (--table), or read from the
+    """Suggest points per level for a rubric that has none: fitted to graded answers (--table), or read from
     grade head's weights of a trained run (--run).
 
     The suggestion is the rubric's own YAML with `points:` on every level and a `grading:` block (with --fit ordinal,
@@ -284,7 +291,7 @@ def rubric_fit_points(
     and edit. Fitted to graded answers, it prints the grades the table can give, its in-sample figures (marked so),
     and its cross-validated T-Acc and QWK with 95 % bootstrap CIs beside the majority class.
 
-    Example: rubrictool rubric fit-points --rubric mohler --table adjudicated/adjudicated.csv --out mohler-points.yaml
+    Example: rubrictool rubric fit-points -r mohler --table adjudicated/adjudicated.csv --out points.yaml
     """
     from rubrictool.points import FIT_METHODS, reachable_grades, suggest_points, write_suggestion
 

@@ -178,8 +178,8 @@ def warning_lines(metrics: dict[str, Any]) -> list[str]:
 
 def _retired_switches(variant: str, race: bool | None, opcc: bool | None, lcec: bool | None,
                       crossfit: int | None) -> None:
-    """One note per ablation switch still given to train (they work for one release): the --cfg that does the same,
-    else the ablate command that trains the same combination."""
+    """One note per ablation switch still given to train (they work for one release): the --cfg that does
+    the same, else the ablate command that trains the same combination."""
     from reccbm.config import variant_flags, variant_name
 
     try:
@@ -203,10 +203,12 @@ def train_cmd(
     rubric: TableRubricOpt = None,
     split: Annotated[Path | None, typer.Option("--split", help="split.json (default: a 7:2:1 split).")] = None,
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the default split, or of the folds with --folds (another seed: other question splits with --by question).")] = 0,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run dir (default runs/<table>-<variant>).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Run dir (default runs/<table>-<variant>).")] = None,
     config: ConfigOpt = None,
-    variant: Annotated[str, typer.Option("--variant", help="reccbm, or a baseline: vanilla (CBM) or plm (no "
-                                         "bottleneck); switching single components off is `rubrictool ablate`.")] = "reccbm",
+    variant: Annotated[str, typer.Option(
+        "--variant", help="reccbm, or a baseline: vanilla (CBM) or plm (no bottleneck); switching single "
+        "components off is `rubrictool ablate`.")] = "reccbm",
     seeds: Annotated[int, typer.Option("--seeds", help="Repeat with N seeds, from --first-seed on; mean ± std.")] = 1,
     first_seed: Annotated[int, typer.Option("--first-seed", help="The first seed (another: a second training of the same "
                                             "recipe on the same split or folds).")] = 0,
@@ -234,10 +236,11 @@ def train_cmd(
     final: Annotated[bool, typer.Option("--final", help="With --folds: also train the final model on every labelled "
                                         "answer (RUN/final); `grade --run RUN` grades with it, the folds' pooled "
                                         "figures as its quality card.")] = False,
-    race: Annotated[bool | None, typer.Option("--race/--no-race", hidden=True, help="Retired: RACE queries.")] = None,
-    opcc: Annotated[bool | None, typer.Option("--opcc/--no-opcc", hidden=True, help="Retired: the OPCC loss.")] = None,
-    lcec: Annotated[bool | None, typer.Option("--lcec/--no-lcec", hidden=True, help="Retired: the LCEC correction.")] = None,
-    crossfit: Annotated[int | None, typer.Option("--crossfit", hidden=True, help="Retired: --cfg stage2.crossfit=K.")] = None,
+    # ablation switches, hidden: they work for one release, each with a note (_retired_switches)
+    race: Annotated[bool | None, typer.Option("--race/--no-race", hidden=True)] = None,
+    opcc: Annotated[bool | None, typer.Option("--opcc/--no-opcc", hidden=True)] = None,
+    lcec: Annotated[bool | None, typer.Option("--lcec/--no-lcec", hidden=True)] = None,
+    crossfit: Annotated[int | None, typer.Option("--crossfit", hidden=True)] = None,
     old_data: OldDataOpt = None,
 ) -> None:
     """Train REC-CBM (or a baseline) and write a run dir; print metrics and the reliability table.
