@@ -85,7 +85,9 @@ def review_serve(
 @handle_errors
 def review_push(
     rubric: RubricOpt,
-    items: Annotated[Path | None, typer.Option("--items", help="The answers to review: an item table (CSV/JSONL/Parquet: id, response, question?, reference?, context?).", show_default=False)] = None,
+    items: Annotated[Path | None, typer.Option(
+        "--items", show_default=False, help="The answers to review: an item table (CSV/JSONL/Parquet: id, "
+        "response, question?, reference?, context?); required.")] = None,
     predictions: Annotated[
         Path | None, typer.Option("--predictions", help="PredictionTable from `rubrictool annotate`: ranks items for --select; its raw_ok rows are sent as pre-annotations only with --show-predictions.")
     ] = None,
@@ -123,7 +125,8 @@ def review_push(
     from rubrictool.review import push, resolve_connection
     from rubrictool.tables import read_items
 
-    data = given("--items", renamed("--items", items, "--data", old_data), "give --items ITEMS (the answers to push)")
+    data = given("--items", renamed("--items", items, "--data", old_data),
+                 "give --items ITEMS (the answers to push)")
     rb = load_rubric(rubric)
     conn = resolve_connection(url, api_key)
     with ProgressView(err_console) as view:

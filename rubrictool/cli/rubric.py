@@ -38,7 +38,8 @@ app = typer.Typer(help="Rubric inventories (YAML). Example: rubrictool rubric sh
 
 # The rubric a command reads is --rubric/-r, as everywhere; the argument form works for one release.
 ThisRubricOpt = Annotated[str | None, typer.Option(
-    "--rubric", "-r", help="Bundled rubric name (mohler, asap2, mocha) or a YAML path.", show_default=False)]
+    "--rubric", "-r", help="Bundled rubric name (mohler, asap2, mocha) or a YAML path; required.",
+    show_default=False)]
 
 
 def the_rubric(option: str | None, argument: str | None) -> str:
@@ -229,7 +230,7 @@ def rubric_points(
         "Concept levels of the answers: LLM labels (annotate's predictions), an adjudicated table, or a run's "
         "test_predictions.csv / pooled_predictions.csv."))],
     option: Annotated[str | None, typer.Option("--rubric", "-r", show_default=False, help=(
-        "A rubric with `points:` on every level (YAML path or bundled name)."))] = None,
+        "A rubric with `points:` on every level (YAML path or bundled name); required."))] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write id, points_total, points_grade (and grade) here.")] = None,
     argument: OldRubricArg = None,
 ) -> None:
@@ -271,7 +272,7 @@ def rubric_points(
 def rubric_fit_points(
     out: Annotated[Path, typer.Option("--out", "-o", help="The rubric with the suggested points (and OUT.diff).")],
     option: Annotated[str | None, typer.Option("--rubric", "-r", show_default=False, help=(
-        "Rubric name or YAML path (without points, or points to replace)."))] = None,
+        "Rubric name or YAML path (without points, or points to replace); required."))] = None,
     table: Annotated[Path | None, typer.Option(
         "--table", help="Graded answers with gold concept levels (adjudicated table).")] = None,
     run: OptionalRunOpt = None,
