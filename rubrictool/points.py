@@ -89,8 +89,8 @@ def points_table(rubric: Rubric) -> NDArray[np.float64]:
     if not rubric.has_points:
         raise RubricError(
             f"rubric {rubric.name} declares no points per level",
-            hint=f"add `points:` to every level (docs/rubrics.md), or let `rubrictool rubric fit-points {rubric.name}` "
-                 "suggest them from graded answers",
+            hint=f"add `points:` to every level (docs/rubrics.md), or let "
+                 f"`rubrictool rubric fit-points -r {rubric.name}` suggest them from graded answers",
         )
     return np.array([[float(lv.points or 0.0) for lv in c.levels] for c in rubric.concepts])  # (K, M+1)
 
