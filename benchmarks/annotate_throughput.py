@@ -115,7 +115,7 @@ def _cli(srv: _Counter, model: str, conc: int, n: int, delay: float, tmp: Path) 
                   "question": "What is a prototype?", "reference": "A simulation of the final product."}).to_csv(data, index=False)
     exe = ROOT / ".venv" / "bin" / "rubrictool"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "rubrictool.cli"]
-    cmd += ["annotate", "--rubric", "mohler", "--data", str(data), "--model", model, "--api-base", srv.url,
+    cmd += ["annotate", "--rubric", "mohler", "--items", str(data), "--model", model, "--api-base", srv.url,
             "--concurrency", str(conc), "--no-cache", "--out", str(tmp / "out")]
     before = srv.count()
     t0 = time.monotonic()

@@ -3,11 +3,11 @@
 Times the wall clock of whole subprocesses, the way a researcher editing a rubric meets them:
 
 - ``rubrictool --help``
-- ``rubrictool rubric show mohler``
+- ``rubrictool rubric show --rubric mohler``
 - ``rubrictool rubric list``
 - ``rubrictool rubric validate <bundled mohler.yaml>`` (validate takes files; the bundled path comes
   from :func:`rubrictool.rubric.resolve_rubric_path`)
-- ``rubrictool rubric lint mohler``
+- ``rubrictool rubric lint --rubric mohler``
 
 and, as yardsticks, ``python -c pass`` (the interpreter alone) and ``python -c "import pandas"``.
 Each is run once untimed (to warm the file cache), then ``--runs`` times (default 5); the JSON
@@ -80,10 +80,10 @@ def commands(cli: str) -> dict[str, list[str]]:
         "python -c pass": [sys.executable, "-c", "pass"],
         'python -c "import pandas"': [sys.executable, "-c", "import pandas"],
         "rubrictool --help": [cli, "--help"],
-        "rubrictool rubric show mohler": [cli, "rubric", "show", "mohler"],
+        "rubrictool rubric show --rubric mohler": [cli, "rubric", "show", "--rubric", "mohler"],
         "rubrictool rubric list": [cli, "rubric", "list"],
         "rubrictool rubric validate mohler": [cli, "rubric", "validate", mohler_yaml],
-        "rubrictool rubric lint mohler": [cli, "rubric", "lint", "mohler"],
+        "rubrictool rubric lint --rubric mohler": [cli, "rubric", "lint", "--rubric", "mohler"],
     }
 
 

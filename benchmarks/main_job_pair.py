@@ -73,7 +73,7 @@ def main() -> None:
         from rubrictool.data import synthetic_mohler_table
 
         synthetic_mohler_table(40).to_csv(out / "smoke.csv", index=False)
-        extra = ["--data", str((out / "smoke.csv").resolve()), "--rubric", "mohler", "--backbone", a.backbone,
+        extra = ["--table", str((out / "smoke.csv").resolve()), "--rubric", "mohler", "--backbone", a.backbone,
                  "--epochs", "1", "--cfg", "joint.epochs=1", "--cfg", "stage2.epochs=1", "--max-len", "32",
                  "--device", "cpu"]
         steps = 1

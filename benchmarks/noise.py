@@ -406,7 +406,7 @@ def full_table(course: Course, folds_dir: Path, out: Path, spec: str, fold: int,
     write_table(table, d / "table.jsonl")
     atomic_write_json(d / "agreement.json", agreement)
     atomic_write_json(d / "split.json", split)
-    _log(f"written {d}: train with\n  nice -n 5 .venv/bin/rubrictool train --data {d}/table.jsonl --rubric mohler "
+    _log(f"written {d}: train with\n  nice -n 5 .venv/bin/rubrictool train --table {d}/table.jsonl --rubric mohler "
          f"--agreement {d}/agreement.json --split {d}/split.json --out {d}/run")
     return d
 

@@ -10,7 +10,7 @@ An experiment on issue "marks that move for the right reasons". From a k-fold sp
 and writes the table and a split.json whose training part holds the copies (dev and test unchanged), for
 
     python lab/perturbed_copies.py --split F/fold-0/split.json --out lab/out/perturbed
-    rubrictool train --data lab/out/perturbed/table.csv --rubric mohler --split lab/out/perturbed/split.json \
+    rubrictool train --table lab/out/perturbed/table.csv --rubric mohler --split lab/out/perturbed/split.json \
         --agreement … --out runs/perturbed-fold0
 
 Concept labels (Mohler): majority vote over three independent LLM annotation passes, NOT validated by experts.

@@ -333,7 +333,7 @@ def _reviewed_table(df: pd.DataFrame, keys: list[str], scale: tuple[int, int], g
     Errors name the file, the row and the column."""
     if "id" not in df.columns:
         raise DataError(f"{source}: no 'id' column (the reviewed answers need an id, their concept levels and, for an "
-                        f"answer not in --data, its question and response); found {', '.join(map(str, df.columns)) or 'none'}")
+                        f"answer not in --items, its question and response); found {', '.join(map(str, df.columns)) or 'none'}")
     given = [k for k in keys if k in df.columns]
     if not given:
         raise DataError(f"{source}: no concept column; the run's concepts are {', '.join(keys)} (a column per concept, "
@@ -376,7 +376,7 @@ def _reviewed_table(df: pd.DataFrame, keys: list[str], scale: tuple[int, int], g
         if blank.any():
             pos = int(np.flatnonzero(blank)[0])
             raise DataError(f"{source}: row {pos + 1} (id {df['id'].iloc[pos]}): no {col}, and its id is not one of "
-                            f"--data's answers; give the {col} in the reviewed table, or review an answer of --data")
+                            f"--items' answers; give the {col} in the reviewed table, or review an answer of --items")
     df = df.iloc[np.flatnonzero(labelled)].reset_index(drop=True)
     return df, levels[labelled], grade[labelled] if grade is not None else None
 
@@ -385,7 +385,7 @@ def read_review(grader: reccbm.Grader, path: str | Path, trained_questions: set[
                 batch_size: int = 64, device: str | None = None, strength: float = REVIEW_STRENGTH,
                 grade_strength: float = REVIEW_GRADE_STRENGTH, items: pd.DataFrame | None = None) -> Review:
     """Read the reviewed answers in ``path`` (CSV/JSONL/Parquet: id, a column per concept with its reviewed level,
-    optionally grade; question, response and reference as in --data, or taken from ``items`` for an id there) with the
+    optionally grade; question, response and reference as in --items, or taken from ``items`` for an id there) with the
     run's reader and fit, per question the run did not train on (``trained_questions``: stripped question texts), the
     shifts :class:`Review` holds."""
     model, meta = grader.model_, grader.rubric.as_meta()

@@ -126,7 +126,7 @@ def _added(imported: ImportedItems, graded: pd.DataFrame, rubric: Rubric) -> dic
     if missing:
         raise DataError(f"{imported.report.source}: {len(missing)} answer(s) of the gradebook are not among the graded "
                         f"answers, e.g. {missing[0]!r}", hint="grade the table `data import` made from this file, with "
-                        "the same --sheet and --columns, or leave --data out to grade the gradebook itself")
+                        "the same --sheet and --columns, or leave --items out to grade the gradebook itself")
     rows = by_id.loc[list(ids)].reset_index()
     marks = [None if pd.isna(v) else int(v) for v in rows["grade"]]
     added: dict[str, list[Any]] = {MARK_HEADER: marks, REVIEW_HEADER: rows["needs_review"].fillna("").tolist()}

@@ -196,7 +196,7 @@ def grade_file(
     from rubrictool.gradebook import gradebook_path, is_graded_book
 
     if data is None and gradebook is None:
-        raise DataError("nothing to grade", hint="pass --data ITEMS (an item table) or --gradebook SPREADSHEET")
+        raise DataError("nothing to grade", hint="pass --items ITEMS (an item table) or --gradebook SPREADSHEET")
     if review_budget is not None and review_budget < 0:
         raise DataError(f"--review-budget {review_budget}: give the number of answers a teacher will read (0 or more)")
     queue_path, card_path = output_paths(out, queue)
@@ -231,9 +231,9 @@ def _grade_into(
         graded_ids = set(items["id"].astype(str)) if "id" in items.columns else set()
         missing = [i for i in imported.items["id"].astype(str) if i not in graded_ids]
         if missing:
-            raise DataError(f"--gradebook {gradebook}: {len(missing)} of its answers are not in --data {data}, e.g. "
+            raise DataError(f"--gradebook {gradebook}: {len(missing)} of its answers are not in --items {data}, e.g. "
                             f"{missing[0]!r}; nothing was graded", hint="pass the table `data import` made from it, "
-                            "with the same --sheet and --columns, or leave --data out to grade the gradebook itself")
+                            "with the same --sheet and --columns, or leave --items out to grade the gradebook itself")
     model_run = grader_run(run)
     grader = load_grader(model_run, int8, engine)  # checks the run whole before anything of it is read
     card = quality_card(run)

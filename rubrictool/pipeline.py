@@ -38,7 +38,7 @@ def benchmark_table(benchmark: str, data_dir: str | Path | None = None) -> tuple
     kept in the table's ``votes_<KEY>`` columns (soft targets, :mod:`rubrictool.votes`)."""
     if benchmark != "mohler":
         raise TrainError(f"no concept-label passes for benchmark {benchmark!r}",
-                         hint="pass an adjudicated table with --data and its rubric with --rubric")
+                         hint="pass an adjudicated table with --table and its rubric with --rubric")
     rb = load_rubric(benchmark)
     items = load_benchmark(benchmark, data_dir)
     # α's bootstrap CI for the reliability table and the report: 200 resamples take about 0.2 s on Mohler's 2,273 items
@@ -82,11 +82,11 @@ def resolve_data(
     one beside the table). Unlabelled rows of the table are left out, said through ``progress`` and in the notes."""
     if (benchmark is None) == (data is None):
         raise TrainError("training needs one data source: a benchmark or an adjudicated table",
-                         hint="give either --benchmark NAME or --data FILE with --rubric")
+                         hint="give either --benchmark NAME or --table FILE with --rubric")
     if benchmark is not None:
         if agreement is not None:
             raise TrainError("a benchmark builds its agreement from the concept-label passes",
-                             hint="--agreement goes with --data")
+                             hint="--agreement goes with --table")
         rb, table, agr = benchmark_table(benchmark, data_dir)
         prov = benchmark_provenance(benchmark)
         return DataSource(benchmark, rb, table, agr, [LLM_PASSES_NOTE], prov["table_source"], prov["labels"])
@@ -136,7 +136,7 @@ def run_train(
                          hint="add --folds K, or drop --jobs")
     if (benchmark is None) == (data is None):
         raise TrainError("training needs one data source: a benchmark or an adjudicated table",
-                         hint="give either --benchmark NAME or --data FILE with --rubric")
+                         hint="give either --benchmark NAME or --table FILE with --rubric")
     stem = benchmark or Path(str(data)).stem
     run = Path(out) if out else Path("runs") / f"{stem}-{options.variant}"
     run = check_output(run, [data, split, agreement, rubric if rubric and Path(rubric).is_file() else None],
@@ -177,7 +177,7 @@ def _train_source(benchmark: str | None, data: str | Path | None, rubric: str | 
                          hint="drop --split or --folds")
     if benchmark is not None and (split is not None or agreement is not None):
         raise TrainError("a benchmark builds its split and agreement from the concept-label passes",
-                         hint="--split/--agreement go with --data")
+                         hint="--split/--agreement go with --table")
     source = resolve_data(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir,
                           progress=progress)
     return train_on(source, run, options, split=split, split_seed=split_seed, folds=folds, by=by, progress=progress,

@@ -90,8 +90,8 @@ def points_table(rubric: Rubric) -> NDArray[np.float64]:
     if not rubric.has_points:
         raise RubricError(
             f"rubric {rubric.name} declares no points per level",
-            hint=f"add `points:` to every level (docs/rubrics.md), or let `rubrictool rubric fit-points {rubric.name}` "
-                 "suggest them from graded answers",
+            hint=f"add `points:` to every level (docs/rubrics.md), or let "
+                 f"`rubrictool rubric fit-points -r {rubric.name}` suggest them from graded answers",
         )
     return np.array([[float(lv.points or 0.0) for lv in c.levels] for c in rubric.concepts])  # (K, M+1)
 
@@ -517,7 +517,7 @@ def suggest_points(rubric: str | Path, data: str | Path | None = None, run: str 
     from rubrictool.rubric import load_rubric
 
     if (data is None) == (run is None):
-        raise DataError("give exactly one of --data (graded answers with concept levels) or --run (a trained run)")
+        raise DataError("give exactly one of --table (graded answers with concept levels) or --run (a trained run)")
     rb = load_rubric(rubric)
     if data is not None:
         df = read_table(data)

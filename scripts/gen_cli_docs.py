@@ -60,6 +60,39 @@ def _param_row(p: Any) -> tuple[str, str, str]:
     return f"`{(p.name or '').upper()}` ({kind})", help_text.replace("|", "\\|"), default
 
 
+# Spellings that changed, accepted for one release (hidden from help, one note on stderr when used): old, new.
+# The commands of the --data and RUBRIC rows are read from the app (where the old spelling is still accepted).
+RENAMED_BY_HAND = [
+    ("`-n` (`rubric new`)", "`--name` (`-n` stays `annotate --limit`)"),
+    ("`-l` (`rubric new`)", "`--levels` (`-l` stays `rubric points --labels`)"),
+    ("`--race/--no-race`, `--opcc/--no-opcc`, `--lcec/--no-lcec` (`train`)",
+     "`rubrictool ablate --variants NAME` (`--no-opcc`: also `--cfg stage1.lambda_r=0`)"),
+    ("`--crossfit K` (`train`)", "`--cfg stage2.crossfit=K`"),
+]
+
+
+def _renamed(commands: list[tuple[str, Any]]) -> list[str]:
+    """The "Renamed options" section: old spelling -> new, for one release."""
+    where: dict[str, list[str]] = {"--items": [], "--table": [], "--rubric": []}
+    for name, cmd in commands:
+        params = getattr(cmd, "params", [])
+        short = name.removeprefix("rubrictool ")
+        if any("--data" in p.opts and p.hidden for p in params):
+            new = next(w for w in ("--items", "--table") if any(w in p.opts for p in params))
+            where[new].append(f"`{short}`")
+        if any(p.param_type_name == "argument" and p.hidden for p in params):
+            where["--rubric"].append(f"`{short}`")
+    rows = [(f"`--data` ({', '.join(where['--items'])})", "`--items`: the answers"),
+            (f"`--data` ({', '.join(where['--table'])})", "`--table`: an adjudicated table"),
+            (f"the rubric as an argument ({', '.join(where['--rubric'])})", "`--rubric`/`-r`"),
+            *RENAMED_BY_HAND]
+    intro = ("The old spellings still work in this release, hidden from the help, each printing one `note:` "
+             "line on stderr; they will be removed in the next release. The old and the new spelling together is "
+             "an error.")
+    return ["## Renamed options", "", intro, "", "| Old | New |", "|---|---|",
+            *(f"| {old} | {new} |" for old, new in rows), ""]
+
+
 def render(app: typer.Typer) -> str:
     """The whole reference as Markdown."""
     root = typer.main.get_command(app)
@@ -72,6 +105,7 @@ def render(app: typer.Typer) -> str:
     commands = list(iter_commands(root))
     out.append("Commands: " + ", ".join(f"[`{n}`](#{n.replace(' ', '-')})" for n, _ in commands[1:]))
     out.append("")
+    out.extend(_renamed(commands))
     for name, cmd in commands:
         is_group = _is_group(cmd)
         out.append(f"## {name}")
@@ -120,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.out} is up to date")
         return 0
     atomic_write_text(args.out, text)
-    print(f"wrote {args.out} ({text.count(chr(10) + '## ')} commands)")
+    print(f"wrote {args.out} ({text.count(chr(10) + '## rubrictool')} commands)")
     return 0
 
 

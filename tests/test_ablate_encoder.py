@@ -27,7 +27,7 @@ def test_ablate_trains_frozen_variants_as_their_own_rows(tmp_path: Path) -> None
     ecology_table(48).to_csv(data, index=False)
     backbone = build_backbone(tmp_path, "bert")
     out = tmp_path / "abl"
-    args = ["ablate", "--data", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--variants",
+    args = ["ablate", "--table", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--variants",
             "plm-frozen,reccbm,reccbm-frozen", "--backbone", backbone, "--epochs", "1", "--max-len", "32",
             "--device", "cpu", "--preset", "plain", "--out", str(out)]  # plain: "reccbm" fine-tunes at any size
     res = runner.invoke(app, args)

@@ -119,7 +119,7 @@ def test_no_items_is_said_and_train_names_the_file_and_the_fix(tmp_path: Path, b
     assert "no --items: the adjudicated table holds the concept labels only" in text
     assert json.loads((tmp_path / "llm-panel" / "agreement.json").read_text())["items_given"] is False
     data = tmp_path / "llm-panel" / "adjudicated.csv"
-    res = runner.invoke(app, ["train", "--data", str(data), "--rubric", str(rubric), "--backbone", backbone,
+    res = runner.invoke(app, ["train", "--table", str(data), "--rubric", str(rubric), "--backbone", backbone,
                               "--epochs", "1", "--out", str(tmp_path / "run"), "--device", "cpu"])
     flat = " ".join(res.output.split())
     assert res.exit_code == 1 and "Traceback" not in res.output
@@ -135,7 +135,7 @@ def test_a_table_without_ids_is_named_with_the_fix(tmp_path: Path, backbone: str
     data, rubric = tmp_path / "quiz.csv", tmp_path / "quiz.yaml"
     quiz_table().to_csv(data, index=False)
     rubric.write_text(QUIZ_RUBRIC)
-    res = runner.invoke(app, ["train", "--data", str(data), "--rubric", str(rubric), "--backbone", backbone,
+    res = runner.invoke(app, ["train", "--table", str(data), "--rubric", str(rubric), "--backbone", backbone,
                               "--out", str(tmp_path / "run"), "--device", "cpu"])
     flat = " ".join(res.output.split())
     assert res.exit_code == 1 and "Traceback" not in res.output and "KeyError" not in res.output
@@ -146,7 +146,7 @@ def test_a_table_without_ids_is_named_with_the_fix(tmp_path: Path, backbone: str
 def test_train_skips_unlabelled_rows_and_says_how_many(tmp_path: Path, backbone: str) -> None:
     rubric, items, preds = course(tmp_path)
     adjudicate(rubric, preds, tmp_path / "adj", "--items", str(items))
-    res = runner.invoke(app, ["train", "--data", str(tmp_path / "adj" / "adjudicated.csv"), "--rubric", str(rubric),
+    res = runner.invoke(app, ["train", "--table", str(tmp_path / "adj" / "adjudicated.csv"), "--rubric", str(rubric),
                               "--backbone", backbone, "--epochs", "1", "--max-len", "32", "--out", str(tmp_path / "run"),
                               "--device", "cpu"])
     assert res.exit_code == 0, res.output

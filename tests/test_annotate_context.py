@@ -24,7 +24,7 @@ def _items(tmp_path: Path) -> Path:
 
 
 def test_the_dry_run_warns_of_prompts_longer_than_the_context(tmp_path: Path) -> None:
-    res = runner.invoke(app, ["annotate", "--rubric", "mohler", "--data", str(_items(tmp_path)), "--model",
+    res = runner.invoke(app, ["annotate", "--rubric", "mohler", "--items", str(_items(tmp_path)), "--model",
                               "gpt-4o-mini", "--dry-run", "--no-cache"])
     flat = " ".join(res.output.split())
     assert res.exit_code == 0, res.output
@@ -37,7 +37,7 @@ def test_the_real_run_warns_before_sending(tmp_path: Path) -> None:
         return Reply(content=line_reply(seen.response[:40]))
 
     with ScriptedLLMServer(responder) as srv:
-        res = runner.invoke(app, ["annotate", "--rubric", "mohler", "--data", str(_items(tmp_path)), "--model",
+        res = runner.invoke(app, ["annotate", "--rubric", "mohler", "--items", str(_items(tmp_path)), "--model",
                                   "openai/gpt-4o-mini", "--api-base", srv.url, "--no-cache", "--out",
                                   str(tmp_path / "out"), "--backoff", "0"], env={"OPENAI_API_KEY": "sk-test"})
     flat = " ".join(res.output.split())

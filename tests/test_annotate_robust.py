@@ -62,7 +62,7 @@ def cli(*args: str | Path) -> tuple[int, str]:
 
 
 def base_args(rubric: Path, data: Path, url: str, tmp_path: Path, out: str = "out") -> list[str | Path]:
-    return ["--rubric", rubric, "--data", data, "--model", MODEL, "--api-base", url, "--backoff", "0.01",
+    return ["--rubric", rubric, "--items", data, "--model", MODEL, "--api-base", url, "--backoff", "0.01",
             "--cache", tmp_path / "cache.sqlite", "--out", tmp_path / out]
 
 
@@ -222,7 +222,7 @@ def test_a_server_that_answers_some_requests_is_not_stopped(tmp_path: Path) -> N
 def _cmd(rubric: Path, data: Path, url: str, cache: Path, out: Path) -> list[str]:
     exe = ROOT / ".venv" / "bin" / "rubrictool"
     head = [str(exe)] if exe.exists() else [sys.executable, "-m", "rubrictool.cli"]
-    return [*head, "annotate", "--rubric", str(rubric), "--data", str(data), "--model", MODEL, "--api-base", url,
+    return [*head, "annotate", "--rubric", str(rubric), "--items", str(data), "--model", MODEL, "--api-base", url,
             "--cache", str(cache), "--out", str(out), "--concurrency", "2", "--timeout", "60"]
 
 

@@ -49,7 +49,7 @@ def test_each_transformation() -> None:
 def test_audit_cli_writes_table_png_and_the_shift_is_computed_right(tiny: tuple[Path, Path], tmp_path: Path) -> None:
     run, table = tiny
     out = tmp_path / "audit"
-    res = CliRunner().invoke(app, ["audit", "--run", str(run), "--data", str(table), "--out", str(out), "--seed", "3"])
+    res = CliRunner().invoke(app, ["audit", "--run", str(run), "--table", str(table), "--out", str(out), "--seed", "3"])
     assert res.exit_code == 0, res.output
     summary = pd.read_csv(out / "audit.csv")
     items = pd.read_csv(out / "audit_items.csv", keep_default_na=False)
@@ -106,7 +106,7 @@ def test_an_unwritable_out_is_one_clear_error_before_any_grading(tiny: tuple[Pat
     run, table = tiny
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    res = CliRunner().invoke(app, ["audit", "--run", str(run), "--data", str(table), "--out", str(blocker / "audit")])
+    res = CliRunner().invoke(app, ["audit", "--run", str(run), "--table", str(table), "--out", str(blocker / "audit")])
     assert res.exit_code == 1 and "cannot write into" in res.output and "Traceback" not in res.output
 
 
@@ -151,7 +151,7 @@ def test_audit_runs_the_behavioural_tests_and_the_report_names_a_failing_one(
     run_src, table = tiny
     run = tmp_path / "run"
     shutil.copytree(run_src, run)
-    res = CliRunner().invoke(app, ["audit", "--run", str(run), "--data", str(table), "--seed", "1"])
+    res = CliRunner().invoke(app, ["audit", "--run", str(run), "--table", str(table), "--seed", "1"])
     assert res.exit_code == 0, res.output
     out = run / "audit"
     doc = json.loads((out / "behaviour.json").read_text())
@@ -166,7 +166,7 @@ def test_audit_runs_the_behavioural_tests_and_the_report_names_a_failing_one(
     assert "behavioural tests" in res.output and "## Behavioural tests" in (out / "audit.md").read_text()
     for sentence in doc["failing"]:
         assert sentence in " ".join(res.output.split())
-    rep = CliRunner().invoke(app, ["report", "--run", str(run), "--data", str(table), "--out", str(tmp_path / "rep"),
+    rep = CliRunner().invoke(app, ["report", "--run", str(run), "--table", str(table), "--out", str(tmp_path / "rep"),
                                    "--repeats", "1"])
     assert rep.exit_code == 0, rep.output
     page = json.loads((tmp_path / "rep" / "report.json").read_text())
@@ -178,7 +178,7 @@ def test_audit_runs_the_behavioural_tests_and_the_report_names_a_failing_one(
     # an audit of other weights is named as such, not read as this model's
     doc["model_sha256"] = "0" * 64
     (out / "behaviour.json").write_text(json.dumps(doc))
-    rep = CliRunner().invoke(app, ["report", "--run", str(run), "--data", str(table), "--out", str(tmp_path / "rep2"),
+    rep = CliRunner().invoke(app, ["report", "--run", str(run), "--table", str(table), "--out", str(tmp_path / "rep2"),
                                    "--repeats", "1"])
     assert rep.exit_code == 0, rep.output
     md = (tmp_path / "rep2" / "report.md").read_text()

@@ -172,7 +172,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                           "reference": marks["Model answer"], "grade": marks["Mark (0-10)"]}).join(levels[CHEMLAB_KEYS])
     table.to_csv(d / "adjudicated.csv", index=False)
     backbone = build_backbone(d, "bert", words=chemlab_words() + ["harmless", "grams", "not"])
-    res = CliRunner().invoke(app, ["train", "--data", str(d / "adjudicated.csv"), "--rubric", str(d / "chemlab.yaml"),
+    res = CliRunner().invoke(app, ["train", "--table", str(d / "adjudicated.csv"), "--rubric", str(d / "chemlab.yaml"),
                                    "--backbone", backbone, "--epochs", "1", "--max-len", "96", "--out", str(d / "run"),
                                    "--device", "cpu", "--cfg", "joint.epochs=1", "--cfg", "stage2.epochs=2"])
     assert res.exit_code == 0, res.output

@@ -37,11 +37,11 @@ def browser() -> Iterator[Any]:
 def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("browser")
     run, table = inspect_run(tmp, n=80)
-    res = runner.invoke(app, ["report", "--run", str(run), "--data", str(table), "--out", str(tmp / "report"),
+    res = runner.invoke(app, ["report", "--run", str(run), "--table", str(table), "--out", str(tmp / "report"),
                               "--repeats", "2"])
     assert res.exit_code == 0, res.output
     ids = json.loads((run / "split.json").read_text())["test"][:2]
-    res = runner.invoke(app, ["explain", "--run", str(run), "--data", str(table), *ids, "--set", "FC=3",
+    res = runner.invoke(app, ["explain", "--run", str(run), "--items", str(table), *ids, "--set", "FC=3",
                               "--out", str(tmp / "explain")])
     assert res.exit_code == 0, res.output
     return {"run": run, "report": tmp / "report" / "report.html", "explain": tmp / "explain" / "explain.html",

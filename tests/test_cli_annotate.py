@@ -43,7 +43,7 @@ def test_cli_writes_table_and_never_leaks_the_key(tmp_path: Path, monkeypatch: p
     with ScriptedLLMServer(responder) as srv:
         result = CliRunner().invoke(
             app,
-            ["annotate", "--rubric", "mohler", "--data", str(data), "--model", MODEL, "--api-base", srv.url,
+            ["annotate", "--rubric", "mohler", "--items", str(data), "--model", MODEL, "--api-base", srv.url,
              "--api-key-env", "MY_LLM_KEY", "--cache", str(tmp_path / "cache.sqlite"), "--backoff", "0.01",
              "--out", str(out)],
         )
@@ -68,7 +68,7 @@ def test_cli_dry_run_sends_nothing(tmp_path: Path) -> None:
     with ScriptedLLMServer() as srv:
         result = CliRunner().invoke(
             app,
-            ["annotate", "--rubric", "mohler", "--data", str(data), "--model", "gpt-4o", "--model", MODEL,
+            ["annotate", "--rubric", "mohler", "--items", str(data), "--model", "gpt-4o", "--model", MODEL,
              "--api-base", srv.url, "--dry-run", "--cache", str(tmp_path / "c.sqlite"), "--out", str(tmp_path / "o")],
         )
         assert srv.count() == 0
@@ -132,7 +132,7 @@ def test_resume_after_the_client_is_killed(tmp_path: Path, workers: int) -> None
         return Reply(content=line_reply(seen.response))
 
     cache, out = tmp_path / "cache.sqlite", tmp_path / "out"
-    cmd = [str(ROOT / ".venv" / "bin" / "rubrictool"), "annotate", "--rubric", "mohler", "--data", str(data),
+    cmd = [str(ROOT / ".venv" / "bin" / "rubrictool"), "annotate", "--rubric", "mohler", "--items", str(data),
            "--model", MODEL, "--concurrency", "3", "--cache", str(cache), "--out", str(out), "--timeout", "60",
            "--workers", str(workers)]
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}

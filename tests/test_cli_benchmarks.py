@@ -1,5 +1,5 @@
 """The CLI on ASAP 2.0 and MOCHA fixtures in their published layouts: data fetch / show, annotate
---benchmark (dry run), adjudicate --benchmark with review files, and train --data with a tiny model,
+--benchmark (dry run), adjudicate --benchmark with review files, and train --table with a tiny model,
 including the warning that says how many long inputs were cut at max_len."""
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def test_adjudicate_with_review_files_then_train_warns_about_truncation(
     expected = _expected_truncated(table, backbone, max_len)
     assert 0 < expected < n  # the fixture has inputs on both sides of the limit
     run = tmp_path / "run"
-    res = runner.invoke(app, ["train", "--data", str(out / "adjudicated.csv"), "--rubric", name, "--backbone", backbone,
+    res = runner.invoke(app, ["train", "--table", str(out / "adjudicated.csv"), "--rubric", name, "--backbone", backbone,
                               "--epochs", "1", "--max-len", str(max_len), "--out", str(run), "--device", "cpu"], env=WIDE)
     assert res.exit_code == 0, res.output
     warning = f"{expected} of {n} inputs are longer than max_len={max_len} tokens and were truncated"
@@ -174,7 +174,7 @@ def test_adjudicate_with_review_files_then_train_warns_about_truncation(
     meta = reccbm.read_meta(run)
     assert meta["rubric"] == name and meta["grade"] == [rb.grade.min, rb.grade.max]
 
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(out / "adjudicated.csv"),
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(out / "adjudicated.csv"),
                               "--out", str(tmp_path / "graded.csv")], env=WIDE)
     assert res.exit_code == 0, res.output
     assert f"warning: {warning}" in " ".join(res.output.split())

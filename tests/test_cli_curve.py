@@ -24,7 +24,7 @@ def _args(tmp_path: Path, backbone: str, *extra: str) -> list[str]:
     data = tmp_path / "ecology.csv"
     if not data.exists():
         ecology_table(90).to_csv(data, index=False)
-    return ["learning-curve", "--data", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--out",
+    return ["learning-curve", "--table", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--out",
             str(tmp_path / "curve"), "--folds", "3", "--fold", "0", "--variants", "reccbm,plm",
             "--backbone", backbone, "--epochs", "1", "--joint-epochs", "1", "--stage2-epochs", "3", "--max-len", "32",
             "--lr", "3e-3", "--device", "cpu", "--preset", "plain", *extra]  # plain: the encoder fine-tuned at every size
@@ -120,7 +120,7 @@ def test_other_bad_options_are_one_line_errors(tmp_path: Path, backbone: str, mo
         res = runner.invoke(app, _args(tmp_path, backbone, "--sizes", "12", *extra))
         assert res.exit_code == 1 and message in " ".join(res.output.split()) and "Traceback" not in res.output
     res = runner.invoke(app, ["learning-curve", "--rubric", "mohler", "--out", str(tmp_path / "x"), "--sizes", "20"])
-    assert res.exit_code == 1 and "give either --benchmark NAME or --data FILE" in res.output
+    assert res.exit_code == 1 and "give either --benchmark NAME or --table FILE" in res.output
     assert calls == []
 
 
@@ -176,7 +176,7 @@ def test_the_points_variant_and_what_the_90_percent_line_says(tmp_path: Path) ->
     variant without full-data cells is told to add 'all' instead of being called 'not above 0'."""
     data, rub, out = tmp_path / "ecology.csv", ecology_rubric(tmp_path), tmp_path / "curve"
     ecology_table(150).to_csv(data, index=False)
-    base = ["learning-curve", "--data", str(data), "--rubric", str(rub), "--out", str(out), "--folds", "3",
+    base = ["learning-curve", "--table", str(data), "--rubric", str(rub), "--out", str(out), "--folds", "3",
             "--variants", "points", "--repeats", "2"]
     res = runner.invoke(app, [*base, "--sizes", "12,24,all"])
     assert res.exit_code == 0, res.output
@@ -204,7 +204,7 @@ def test_a_second_curve_on_the_same_folder_stops_at_once_and_harms_nothing(tmp_p
 
     data, rub, out = tmp_path / "ecology.csv", ecology_rubric(tmp_path), tmp_path / "curve"
     ecology_table(150).to_csv(data, index=False)
-    args = ["learning-curve", "--data", str(data), "--rubric", str(rub), "--out", str(out), "--folds", "3",
+    args = ["learning-curve", "--table", str(data), "--rubric", str(rub), "--out", str(out), "--folds", "3",
             "--variants", "points"]
     root = Path(__file__).resolve().parent.parent
     second: list[subprocess.CompletedProcess[str]] = []
@@ -237,7 +237,7 @@ def test_fold_runs_of_train_folds_stand_in_for_the_all_cells(tmp_path: Path, bac
     data = tmp_path / "ecology.csv"
     ecology_table(90).to_csv(data, index=False)
     folds = tmp_path / "folds"
-    res = runner.invoke(app, ["train", "--data", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--folds", "3", "--preset", "plain",
+    res = runner.invoke(app, ["train", "--table", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--folds", "3", "--preset", "plain",
                               "--out", str(folds), "--backbone", backbone, "--epochs", "1", "--cfg", "joint.epochs=1",
                               "--cfg", "stage2.epochs=3", "--max-len", "32", "--lr", "3e-3", "--device", "cpu"])
     assert res.exit_code == 0, res.output
@@ -297,7 +297,7 @@ def test_the_plm_fold_runs_stand_in_for_its_matched_budget_all_cells(tmp_path: P
     data = tmp_path / "ecology.csv"
     ecology_table(90).to_csv(data, index=False)
     folds = tmp_path / "plm-folds"
-    res = runner.invoke(app, ["train", "--data", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--folds", "3", "--preset", "plain",
+    res = runner.invoke(app, ["train", "--table", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--folds", "3", "--preset", "plain",
                               "--variant", "plm", "--out", str(folds), "--backbone", backbone, "--epochs", "2",
                               "--cfg", "joint.epochs=1", "--cfg", "stage2.epochs=3", "--max-len", "32", "--lr", "3e-3",
                               "--device", "cpu"])

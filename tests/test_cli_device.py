@@ -29,11 +29,11 @@ def test_train_names_its_device_first_and_grade_takes_one(tmp_path: Path, backbo
     assert packages["transformers"] == transformers.__version__ and packages["torch"] == torch.__version__
     data = tmp_path / "new.csv"
     mohler_like_table(12, seed=3).to_csv(data, index=False)
-    ok = CliRunner().invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(tmp_path / "g.csv"),
+    ok = CliRunner().invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(tmp_path / "g.csv"),
                                   "--device", "cpu"])
     assert ok.exit_code == 0, ok.output
     if not torch.cuda.is_available():
-        bad = CliRunner().invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out",
+        bad = CliRunner().invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out",
                                        str(tmp_path / "g2.csv"), "--device", "cuda"])
         assert bad.exit_code == 1 and "torch sees no CUDA GPU here" in bad.output
         assert "Traceback" not in bad.output and not (tmp_path / "g2.csv").exists()

@@ -30,7 +30,7 @@ def test_grade_writes_the_decision_trace_per_item(tmp_path: Path, run: Path) -> 
     new = mohler_like_table(30, seed=7).drop(columns=KEYS + ["grade"])
     new.to_csv(tmp_path / "new.csv", index=False)
     out = tmp_path / "graded.csv"
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "--out", str(out)])
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(tmp_path / "new.csv"), "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "graded 30 responses" in res.output
     g = pd.read_csv(out)
@@ -64,7 +64,7 @@ def test_grade_jsonl_out(tmp_path: Path, run: Path) -> None:
     new = mohler_like_table(5, seed=8)[["id", "question", "response"]]
     new.to_json(tmp_path / "new.jsonl", orient="records", lines=True)
     out = tmp_path / "graded.jsonl"
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.jsonl"), "-o", str(out)])
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(tmp_path / "new.jsonl"), "-o", str(out)])
     assert res.exit_code == 0, res.output
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(rows) == 5 and "FC_contribution" in rows[0]
@@ -72,13 +72,13 @@ def test_grade_jsonl_out(tmp_path: Path, run: Path) -> None:
 
 def test_grade_bad_inputs_end_in_a_clear_message(tmp_path: Path, run: Path) -> None:
     pd.DataFrame({"id": ["a"], "answer": ["x"]}).to_csv(tmp_path / "bad.csv", index=False)
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "bad.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(tmp_path / "bad.csv")])
     assert res.exit_code == 1 and "no 'response' column" in res.output
-    res = runner.invoke(app, ["grade", "--run", str(tmp_path), "--data", str(tmp_path / "bad.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(tmp_path), "--items", str(tmp_path / "bad.csv")])
     assert res.exit_code == 1 and "is not a trained run" in res.output
-    res = runner.invoke(app, ["grade", "--data", str(tmp_path / "bad.csv")])
+    res = runner.invoke(app, ["grade", "--items", str(tmp_path / "bad.csv")])
     assert res.exit_code == 2 and "--run" in res.output
-    res = runner.invoke(app, ["grade", "-m", str(run), "--data", str(tmp_path / "bad.csv")])  # a run is --run only
+    res = runner.invoke(app, ["grade", "-m", str(run), "--items", str(tmp_path / "bad.csv")])  # a run is --run only
     assert res.exit_code == 2 and "No such option" in res.output
     edited = tmp_path / "edited-run"
     shutil.copytree(run, edited)
@@ -87,10 +87,10 @@ def test_grade_bad_inputs_end_in_a_clear_message(tmp_path: Path, run: Path) -> N
     (edited / "model.json").write_text(json.dumps(meta))
     new = mohler_like_table(3, seed=9)[["id", "question", "response"]]
     new.to_csv(tmp_path / "new.csv", index=False)
-    res = runner.invoke(app, ["grade", "--run", str(edited), "--data", str(tmp_path / "new.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(edited), "--items", str(tmp_path / "new.csv")])
     assert res.exit_code == 1 and "incomplete or was changed after training: model.json" in " ".join(res.output.split())
     (edited / "run.json").unlink()  # without its completion record a run cannot be checked: refused
-    res = runner.invoke(app, ["grade", "--run", str(edited), "--data", str(tmp_path / "new.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(edited), "--items", str(tmp_path / "new.csv")])
     assert res.exit_code == 1 and "has no completion record (run.json)" in " ".join(res.output.split())
     assert "Traceback" not in res.output
 
@@ -98,7 +98,7 @@ def test_grade_bad_inputs_end_in_a_clear_message(tmp_path: Path, run: Path) -> N
 def test_grade_int8_mostly_agrees_with_float(tmp_path: Path, run: Path) -> None:
     new = mohler_like_table(30, seed=9)[["id", "question", "response", "reference"]]
     new.to_csv(tmp_path / "new.csv", index=False)
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "-o",
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(tmp_path / "new.csv"), "-o",
                               str(tmp_path / "q.csv"), "--int8"])
     assert res.exit_code == 0, res.output
     q, f = pd.read_csv(tmp_path / "q.csv"), grade_items(run, new)
@@ -147,7 +147,7 @@ def test_a_run_trained_without_the_question_trains_and_grades_without_it(
     np.testing.assert_array_equal(a["grade_prob"].to_numpy(), b["grade_prob"].to_numpy())
     for key in KEYS:
         np.testing.assert_array_equal(a[f"{key}_expected"].to_numpy(), b[f"{key}_expected"].to_numpy())
-    res = runner.invoke(app, ["train", "--data", str(tmp_path / "t" / "adjudicated.csv"), "--rubric", "mohler",
+    res = runner.invoke(app, ["train", "--table", str(tmp_path / "t" / "adjudicated.csv"), "--rubric", "mohler",
                               "--cfg", "model.question_input=maybe", "--out", str(tmp_path / "bad")])
     assert res.exit_code != 0 and "question_input" in res.output and "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) <= 2, res.output
@@ -160,14 +160,14 @@ def test_a_kfold_run_gains_its_final_model_and_grades_with_it(tmp_path: Path, ba
     table = mohler_like_table(40)
     table.to_csv(tmp_path / "adjudicated.csv", index=False)
     kfold = tmp_path / "kfold"
-    args = ["train", "--data", str(tmp_path / "adjudicated.csv"), "--rubric", "mohler", "--backbone", backbone,
+    args = ["train", "--table", str(tmp_path / "adjudicated.csv"), "--rubric", "mohler", "--backbone", backbone,
             "--epochs", "1", "--max-len", "32", "--device", "cpu", "--lr", "3e-3", "--cfg", "joint.epochs=1",
             "--folds", "2", "--out", str(kfold)]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     new = mohler_like_table(6, seed=3).drop(columns=KEYS + ["grade"])
     new.to_csv(tmp_path / "new.csv", index=False)
-    grade = ["grade", "--run", str(kfold), "--data", str(tmp_path / "new.csv"), "--out", str(tmp_path / "g.csv")]
+    grade = ["grade", "--run", str(kfold), "--items", str(tmp_path / "new.csv"), "--out", str(tmp_path / "g.csv")]
     res = runner.invoke(app, grade)
     assert res.exit_code == 1 and "without a final model" in " ".join(res.output.split())
     folds_before = {p: p.stat().st_mtime_ns for p in kfold.glob("fold-*/model.safetensors")}

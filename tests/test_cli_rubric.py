@@ -27,7 +27,7 @@ def test_rubric_list_shows_bundled_and_folder(tmp_path: Path) -> None:
 
 
 def test_rubric_show_prints_every_concept_and_anchor() -> None:
-    res = runner.invoke(app, ["rubric", "show", "asap2"], env={"COLUMNS": "400"})
+    res = runner.invoke(app, ["rubric", "show", "--rubric", "asap2"], env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output
     r = load_rubric("asap2")
     for c in r.concepts:
@@ -37,15 +37,15 @@ def test_rubric_show_prints_every_concept_and_anchor() -> None:
 
 
 def test_rubric_show_says_what_holds_on_every_question() -> None:
-    res = runner.invoke(app, ["rubric", "show", "mohler"], env={"COLUMNS": "400"})
+    res = runner.invoke(app, ["rubric", "show", "--rubric", "mohler"], env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output
     assert res.output.count("reference: top") == 4 and res.output.count("off-topic: bottom") == 3  # FC CC TU R; FC CC R
-    plain = runner.invoke(app, ["rubric", "show", "asap2"], env={"COLUMNS": "400"}).output
+    plain = runner.invoke(app, ["rubric", "show", "--rubric", "asap2"], env={"COLUMNS": "400"}).output
     assert "reference: top" not in plain and "off-topic" not in plain  # essays: nothing marked
 
 
 def test_rubric_show_unknown_is_one_line_error() -> None:
-    res = runner.invoke(app, ["rubric", "show", "nope"])
+    res = runner.invoke(app, ["rubric", "show", "--rubric", "nope"])
     assert res.exit_code == 1
     assert "error: unknown rubric 'nope'" in res.output and "Traceback" not in res.output
 
@@ -109,15 +109,15 @@ def test_rubric_new_default_path(tmp_path: Path, monkeypatch: object) -> None:
 
 
 def test_rubric_lint_exit_codes(tmp_path: Path) -> None:
-    res = runner.invoke(app, ["rubric", "lint", "mohler"])
+    res = runner.invoke(app, ["rubric", "lint", "--rubric", "mohler"])
     expected = lint_rubric(load_rubric("mohler"))
     assert res.exit_code == 0
     assert [ln for ln in res.output.splitlines() if ln.startswith("warning: ")] == [f"warning: {w}" for w in expected]
     assert f"{len(expected)} warning(s) in mohler" in res.output
-    assert runner.invoke(app, ["rubric", "lint", "mohler", "--strict"]).exit_code == 1
+    assert runner.invoke(app, ["rubric", "lint", "--rubric", "mohler", "--strict"]).exit_code == 1
     dup = tmp_path / "dup.yaml"
     dup.write_text(edited("{value: 2, anchor: Partially correct}", "{value: 2, anchor: Correct}"))
-    out = runner.invoke(app, ["rubric", "lint", str(dup)]).output
+    out = runner.invoke(app, ["rubric", "lint", "--rubric", str(dup)]).output
     assert "repeated-anchor" in out and "concepts.FC.levels.3" in out
     clean = tmp_path / "clean.yaml"
     r = load_rubric("mocha")
@@ -126,19 +126,19 @@ def test_rubric_lint_exit_codes(tmp_path: Path) -> None:
         for c in r.concepts
     ]})
     clean.write_text(json.dumps(full.model_dump(mode="json", exclude_none=True)))  # JSON is YAML
-    res = runner.invoke(app, ["rubric", "lint", str(clean), "--strict"])
+    res = runner.invoke(app, ["rubric", "lint", "--rubric", str(clean), "--strict"])
     assert res.exit_code == 0 and "0 warning(s)" in res.output
 
 
 def test_rubric_export_markdown_and_json(tmp_path: Path) -> None:
-    res = runner.invoke(app, ["rubric", "export", "mohler", "--out-format", "markdown"])
+    res = runner.invoke(app, ["rubric", "export", "--rubric", "mohler", "--out-format", "markdown"])
     assert res.exit_code == 0
     assert "| Concept | Definition | Example | Score scale |" in res.output
     assert "| Depth of Understanding (DU) |" in res.output
     out = tmp_path / "mocha.json"
-    res = runner.invoke(app, ["rubric", "export", "mocha", "--out-format", "json", "--out", str(out)])
+    res = runner.invoke(app, ["rubric", "export", "--rubric", "mocha", "--out-format", "json", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert Rubric.model_validate(json.loads(out.read_text())) == load_rubric("mocha")
     assert parse_rubric(out.read_text()) == load_rubric("mocha")  # the JSON also loads as a rubric file
-    res = runner.invoke(app, ["rubric", "export", "mohler", "--out-format", "html"])
+    res = runner.invoke(app, ["rubric", "export", "--rubric", "mohler", "--out-format", "html"])
     assert res.exit_code == 1 and "unknown export format 'html'" in res.output

@@ -81,8 +81,8 @@ def test_importing_the_cli_loads_no_heavy_library() -> None:
 @pytest.mark.parametrize(
     ("args", "expect"),
     [
-        (["rubric", "show", "mohler"], "Mohler short-answer grading"),
-        (["rubric", "show", "asap2"], "asap2"),
+        (["rubric", "show", "--rubric", "mohler"], "Mohler short-answer grading"),
+        (["rubric", "show", "--rubric", "asap2"], "asap2"),
         (["rubric", "list"], "mocha"),
         (["rubric", "validate", str(BUNDLED_DIR / "mohler.yaml"), str(BUNDLED_DIR / "mocha.yaml")], "ok: "),
         (["--help"], "rubric"),
@@ -106,7 +106,7 @@ def test_every_help_loads_no_heavy_library() -> None:
 
 def test_lint_loads_numpy_only_when_it_runs() -> None:
     """``rubric lint`` needs numpy for its TF-IDF similarity, and nothing heavier."""
-    (run,) = probe(["rubric", "lint", "mohler"])["runs"]
+    (run,) = probe(["rubric", "lint", "--rubric", "mohler"])["runs"]
     assert run["exit"] == 0, run["output"]
     assert "level-without-example" in run["output"]
     assert run["loaded"] == ["numpy"]
@@ -123,6 +123,6 @@ def test_startup_benchmark_smoke_run(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     report = json.loads(out.read_text())
     names = [r["name"] for r in report["results"]]
-    assert "rubrictool rubric show mohler" in names and 'python -c "import pandas"' in names and len(names) == 7
+    assert "rubrictool rubric show --rubric mohler" in names and 'python -c "import pandas"' in names and len(names) == 7
     assert all(r["exit_codes"] == [0] and r["median_s"] > 0 for r in report["results"])
     assert report["smoke"] is True and report["runs"] == 1 and report["git_revision"]

@@ -69,6 +69,9 @@ def test_train_writes_a_complete_run_directory(tmp_path: Path, backbone: str) ->
 def test_train_variants_from_the_command_line(tmp_path: Path, backbone: str, args: list[str], variant: str) -> None:
     code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(40), *args)
     assert code == 0, output
+    retired = [a for a in args if a.startswith("--no-")]  # they still work, one note each (`rubrictool ablate`)
+    notes = [line for line in output.splitlines() if "will be removed in the next release" in line]
+    assert sorted(n.split()[1] for n in notes) == sorted(retired)
     assert "(1 seed)" in output and " ± " not in output  # one seed has no spread to show
     meta = reccbm.read_meta(run)
     assert meta["variant"] == variant
@@ -109,7 +112,7 @@ def test_empty_split_and_bad_options_end_in_a_clear_message(tmp_path: Path, back
     code, output, _ = train_with_cli(tmp_path, backbone, df, "--variant", "nope")
     assert code == 1 and "unknown variant 'nope'" in output
     res = runner.invoke(app, ["train", "--rubric", "mohler"])
-    assert res.exit_code == 1 and "give either --benchmark NAME or --data FILE" in res.output
+    assert res.exit_code == 1 and "give either --benchmark NAME or --table FILE" in res.output
     code, output, _ = train_with_cli(tmp_path, backbone, df, "--split", str(split), "--folds", "2")
     assert code == 1 and "exclude each other" in output and "drop --split or --folds" in output
     code, output, _ = train_with_cli(tmp_path, backbone, df, "--seeds", "0")
@@ -188,7 +191,8 @@ def test_cross_fitted_stage2_sees_each_training_answer_only_through_a_model_that
     for name, fn in (("train_concepts", train_concepts), ("train_joint", train_joint),
                      ("cache_concepts", cache_concepts), ("train_grader", train_grader)):
         monkeypatch.setattr(recipe, name, fn)
-    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(60), "--crossfit", "2", "--cfg", "joint.epochs=1")
+    code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(60), "--cfg", "stage2.crossfit=2", "--cfg",
+                                       "joint.epochs=1")
     assert code == 0, output
     assert len(trained) == 3 and [m for m, _ in joint] == [m for m, _ in trained]  # two cross-fit models, then the run's
     assert [s for _, s in joint] == [s for _, s in trained]  # each joint stage on its own Stage I's answers
@@ -211,8 +215,8 @@ def test_cross_fitted_stage2_sees_each_training_answer_only_through_a_model_that
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--crossfit", "1"], "crossfit is 0 (off) or a number of parts >= 2, got 1"),
-    (["--crossfit", "-2"], "crossfit is 0 (off) or a number of parts >= 2, got -2"),
+    (["--cfg", "stage2.crossfit=1"], "crossfit is 0 (off) or a number of parts >= 2, got 1"),
+    (["--cfg", "stage2.crossfit=-2"], "crossfit is 0 (off) or a number of parts >= 2, got -2"),
 ])
 def test_a_bad_crossfit_is_refused_before_training(tmp_path: Path, backbone: str, args: list[str], message: str) -> None:
     code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(20), *args)
@@ -241,7 +245,7 @@ def test_every_switch_is_saved_in_the_run_and_grade_applies_it(tmp_path: Path, b
     cfg = yaml.safe_load((paper[2] / "config.yaml").read_text())
     assert cfg["preset"] == "paper" and cfg["model"]["head"] == "scalar" and cfg["joint"]["epochs"] == 0
     assert cfg["stage2"]["lcec_fit"] == "train" and not cfg["model"]["condition"] and cfg["model"]["query_init"] == "orthogonal"
-    res = runner.invoke(app, ["train", "--data", str(tmp_path / "adjudicated.csv"), "--rubric", "mohler",
+    res = runner.invoke(app, ["train", "--table", str(tmp_path / "adjudicated.csv"), "--rubric", "mohler",
                               "--preset", "fast"])
     assert res.exit_code == 1 and "unknown preset 'fast'" in res.output
 
@@ -277,8 +281,9 @@ def test_kfold_training_pools_every_item_once_and_resumes(tmp_path: Path, backbo
     from rubrictool.train import train_folds
 
     events: list[Progress] = []
-    same = {"model": {"backbone": backbone, "max_len": 32}, "stage1": {"epochs": 2, "lr": 3e-3, "device": "cpu"},
-            "joint": {"epochs": 0}}  # what train_with_cli trained: the folds are read back only for the same recipe
+    same: dict[str, dict[str, Any]] = {  # what train_with_cli trained: the folds are read back only for the same recipe
+        "model": {"backbone": backbone, "max_len": 32}, "stage1": {"epochs": 2, "lr": 3e-3, "device": "cpu"},
+        "joint": {"epochs": 0}}
     train_folds(load_rubric("mohler"), df, run, folds=2, progress=events.append, overrides=same)
     assert [e.info for e in events if e.task == "folds"] == [
         "fold 1: finished earlier, read back", "fold 2: finished earlier, read back", "all folds done: pooled"]
@@ -343,7 +348,7 @@ def test_the_plm_baseline_gets_the_encoder_budget_of_the_model_it_is_compared_wi
 
 
 @pytest.mark.parametrize(("field", "value", "by"), [
-    ("model.race", "false", "--variant or --race/--no-race"),
+    ("model.race", "false", "--variant, or ablate --variants"),
     ("model.num_grades", "4", "the rubric's grade range"),
     ("stage1.seed", "3", "--seeds"),
 ])

@@ -43,7 +43,7 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _train(course: dict[str, Path], out: Path, *extra: str) -> Any:
-    return runner.invoke(app, ["train", "--data", str(course["table"]), "--rubric", str(course["rubric"]),
+    return runner.invoke(app, ["train", "--table", str(course["table"]), "--rubric", str(course["rubric"]),
                                "--backbone", str(course["backbone"]), "--epochs", "1", "--max-len", "96",
                                "--out", str(out), "--device", "cpu", "--cfg", "joint.epochs=1",
                                "--cfg", "stage2.epochs=3", *extra])

@@ -88,7 +88,7 @@ def test_the_command_prints_writes_and_draws_one_reading(tmp_path: Path) -> None
     data = tmp_path / "stats.csv"
     stats_table(48, skew=0.5).to_csv(data, index=False)
     out = tmp_path / "curve"
-    res = runner.invoke(app, ["learning-curve", "--data", str(data), "--rubric", str(stats_rubric(tmp_path)),
+    res = runner.invoke(app, ["learning-curve", "--table", str(data), "--rubric", str(stats_rubric(tmp_path)),
                               "--variants", "points", "--repeats", "2", "--out", str(out)])
     assert res.exit_code == 0, res.output
     doc = json.loads((out / "curve.json").read_text())
@@ -114,7 +114,7 @@ def test_default_sizes_come_from_the_table() -> None:
 def test_a_small_course_gets_a_curve_without_giving_sizes(tmp_path: Path) -> None:
     data = tmp_path / "ecology.csv"
     ecology_table(40).to_csv(data, index=False)
-    res = runner.invoke(app, ["learning-curve", "--data", str(data), "--rubric", str(ecology_rubric(tmp_path)),
+    res = runner.invoke(app, ["learning-curve", "--table", str(data), "--rubric", str(ecology_rubric(tmp_path)),
                               "--variants", "points", "--folds", "4", "--out", str(tmp_path / "c")])
     assert res.exit_code == 0, res.output  # the old default sizes (50 … 800) stop a 40-answer course
     sizes = json.loads((tmp_path / "c" / "curve.json").read_text())["sizes"]

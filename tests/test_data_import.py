@@ -322,7 +322,7 @@ def test_train_on_a_table_without_grades_names_the_import_fix(tmp_path: Path) ->
         trainable_rows(table, load_rubric("mohler"), "adjudicated.csv")
     assert "grade column is empty" in str(e.value) and "--columns grade=HEADER" in (e.value.hint or "")
     table.to_csv(tmp_path / "adjudicated.csv", index=False)
-    res = runner.invoke(app, ["train", "--rubric", "mohler", "--data", str(tmp_path / "adjudicated.csv"), "--out",
+    res = runner.invoke(app, ["train", "--rubric", "mohler", "--table", str(tmp_path / "adjudicated.csv"), "--out",
                               str(tmp_path / "run")])
     flat = " ".join(res.output.split())
     assert res.exit_code == 1 and "--columns grade=HEADER" in flat and "--items" not in flat.split(";")[0]

@@ -138,7 +138,7 @@ def test_explain_prints_the_trace_and_writes_page_csv_and_pngs(tiny: tuple[Path,
     run_dir, table = tiny
     ids = json.loads((run_dir / "split.json").read_text())["test"][:2]
     out = tmp_path / "explain"
-    res = runner.invoke(app, ["explain", "--run", str(run_dir), "--data", str(table), *ids, "--set", "FC=3,CC=1",
+    res = runner.invoke(app, ["explain", "--run", str(run_dir), "--items", str(table), *ids, "--set", "FC=3,CC=1",
                               "--out", str(out)])
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
@@ -158,12 +158,12 @@ def test_explain_prints_the_trace_and_writes_page_csv_and_pngs(tiny: tuple[Path,
 
 def test_explain_errors_are_one_clear_line(tiny: tuple[Path, Path]) -> None:
     run_dir, table = tiny
-    res = runner.invoke(app, ["explain", "--run", str(run_dir), "--data", str(table), "nope"])
+    res = runner.invoke(app, ["explain", "--run", str(run_dir), "--items", str(table), "nope"])
     assert res.exit_code == 1 and "not in the table, e.g. 'nope'" in " ".join(res.output.split())
     ids = json.loads((run_dir / "split.json").read_text())["test"][:1]
-    res = runner.invoke(app, ["explain", "--run", str(run_dir), "--data", str(table), *ids, "--set", "FC=9"])
+    res = runner.invoke(app, ["explain", "--run", str(run_dir), "--items", str(table), *ids, "--set", "FC=9"])
     assert res.exit_code == 1 and "outside the rubric scale 1..3" in " ".join(res.output.split())
-    res = runner.invoke(app, ["explain", "--run", str(run_dir), "--data", str(table), *ids, "--set", "XX=1"])
+    res = runner.invoke(app, ["explain", "--run", str(run_dir), "--items", str(table), *ids, "--set", "XX=1"])
     assert res.exit_code == 1 and "concept key of the rubric" in " ".join(res.output.split())
     assert "Traceback" not in res.output
 
@@ -173,7 +173,7 @@ def test_grade_set_overrides_a_concept_for_every_response(tiny: tuple[Path, Path
     outs = {}
     for name, extra in (("plain", []), ("set", ["--set", "FC=1,TU=3"])):
         outs[name] = tmp_path / f"{name}.csv"
-        res = runner.invoke(app, ["grade", "--run", str(run_dir), "--data", str(table), "--out", str(outs[name]),
+        res = runner.invoke(app, ["grade", "--run", str(run_dir), "--items", str(table), "--out", str(outs[name]),
                                   *extra])
         assert res.exit_code == 0, res.output
     plain, sets = (pd.read_csv(outs[n]) for n in ("plain", "set"))
@@ -192,16 +192,16 @@ def test_grade_set_overrides_a_concept_for_every_response(tiny: tuple[Path, Path
 def test_a_plm_run_has_nothing_to_explain(tmp_path: Path) -> None:
     run_dir, table = inspect_run(tmp_path, "--variant", "plm", n=30)
     ids = json.loads((run_dir / "split.json").read_text())["test"][:1]
-    res = runner.invoke(app, ["explain", "--run", str(run_dir), "--data", str(table), *ids])
+    res = runner.invoke(app, ["explain", "--run", str(run_dir), "--items", str(table), *ids])
     assert res.exit_code == 1 and "PLM run" in res.output and "no decision trace" in " ".join(res.output.split())
-    res = runner.invoke(app, ["intervene", "--run", str(run_dir), "--data", str(table)])
+    res = runner.invoke(app, ["intervene", "--run", str(run_dir), "--table", str(table)])
     assert res.exit_code == 1 and "no concepts to intervene on" in res.output
 
 
 def test_a_vanilla_run_is_explained_without_attention(tmp_path: Path) -> None:
     run_dir, table = inspect_run(tmp_path, "--variant", "vanilla", n=30)
     ids = json.loads((run_dir / "split.json").read_text())["test"][:1]
-    res = runner.invoke(app, ["explain", "--run", str(run_dir), "--data", str(table), *ids, "--out", str(tmp_path / "x")])
+    res = runner.invoke(app, ["explain", "--run", str(run_dir), "--items", str(table), *ids, "--out", str(tmp_path / "x")])
     assert res.exit_code == 0, res.output
     page = (tmp_path / "x" / "explain.html").read_text()
     assert "No RACE attention in this run" in page and 'class="tok"' not in page
@@ -216,7 +216,7 @@ def test_explain_new_answers_without_labels(tiny: tuple[Path, Path], tmp_path: P
 
     new = mohler_like_table(5, seed=9).drop(columns=[*KEYS, "grade"]).assign(id=lambda d: "new-" + d["id"])
     new.to_csv(tmp_path / "new.csv", index=False)
-    res = runner.invoke(app, ["explain", "--run", str(tiny[0]), "--data", str(tmp_path / "new.csv"), "--id",
+    res = runner.invoke(app, ["explain", "--run", str(tiny[0]), "--items", str(tmp_path / "new.csv"), "--id",
                               "new-q.3", "--out", str(tmp_path / "x")])
     assert res.exit_code == 0, res.output
     df = pd.read_csv(tmp_path / "x" / "explain.csv")

@@ -102,7 +102,7 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _train_args(course: dict[str, Path], out: Path, *extra: str, epochs: int = 2) -> list[str]:
-    return ["train", "--data", str(course["table"]), "--rubric", str(course["rubric"]), "--backbone",
+    return ["train", "--table", str(course["table"]), "--rubric", str(course["rubric"]), "--backbone",
             str(course["backbone"]), "--epochs", str(epochs), "--max-len", "32", "--out", str(out), "--device", "cpu",
             "--lr", "3e-3", *extra]
 
@@ -234,7 +234,7 @@ def test_a_staging_folder_left_by_a_kill_is_never_read_as_a_run(course: dict[str
         with pytest.raises(RubrictoolError, match="being built or replaced") as exc:
             open_run(runs / aside)
         assert "\n" not in str(exc.value)
-        res = run_cli(["grade", "--run", str(runs / aside), "--data", str(course["items"]), "--out",
+        res = run_cli(["grade", "--run", str(runs / aside), "--items", str(course["items"]), "--out",
                        str(tmp_path / "g.csv")])
         assert res.returncode == 1 and one_line_error(res.output) and not (tmp_path / "g.csv").exists(), res.output
     _ok(run_cli(_train_args(course, runs / "run")))
@@ -392,7 +392,7 @@ def _good(seen: Seen) -> Reply:
 
 
 def _annotate_args(course: dict[str, Path], url: str, cache: Path, out: Path, workers: int = 1) -> list[str]:
-    return ["annotate", "--rubric", str(course["rubric"]), "--data", str(course["items"]), "--model", MODEL,
+    return ["annotate", "--rubric", str(course["rubric"]), "--items", str(course["items"]), "--model", MODEL,
             "--api-base", url, "--cache", str(cache), "--out", str(out), "--concurrency", "2", "--timeout", "60",
             "--backoff", "0.01", "--workers", str(workers)]
 

@@ -69,7 +69,7 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("course")
     course = write_chemlab_tables(d, N)
     backbone = build_backbone(d, "bert")
-    res = runner.invoke(app, ["train", "--data", str(d / "adjudicated.csv"), "--rubric", str(d / "chemlab.yaml"),
+    res = runner.invoke(app, ["train", "--table", str(d / "adjudicated.csv"), "--rubric", str(d / "chemlab.yaml"),
                               "--backbone", backbone, "--epochs", "1", "--max-len", "32", "--out", str(d / "run"),
                               "--device", "cpu", "--lr", "3e-3", "--cfg", "joint.epochs=1"])
     assert res.exit_code == 0, res.output
@@ -77,7 +77,7 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _grade(course: dict[str, Path], out: Path) -> list[str]:
-    return ["grade", "--run", str(course["run"]), "--data", str(course["items"]), "--out", str(out)]
+    return ["grade", "--run", str(course["run"]), "--items", str(course["items"]), "--out", str(out)]
 
 
 def test_grade_on_a_full_disk_stops_before_grading(course: dict[str, Path], tmp_path: Path) -> None:
@@ -156,6 +156,6 @@ def test_data_import_on_a_full_disk_and_into_a_read_only_folder(tmp_path: Path) 
 def test_learning_curve_on_a_full_disk_is_one_line(course: dict[str, Path], tmp_path: Path) -> None:
     with small_disk(tmp_path / "disk") as disk:
         fill(disk, 0)
-        res = runner.invoke(app, ["learning-curve", "--data", str(course["table"]), "--rubric", str(course["rubric"]),
+        res = runner.invoke(app, ["learning-curve", "--table", str(course["table"]), "--rubric", str(course["rubric"]),
                                   "--variants", "points", "--sizes", "10,20", "--out", str(disk / "curve")])
         assert res.exit_code == 1 and "No space left on device" in _one_line(res.output), res.output

@@ -65,7 +65,7 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _train_args(course: dict[str, Path], out: Path | str, *extra: str) -> list[str]:
-    return ["train", "--data", str(course["table"]), "--rubric", str(course["rubric"]), "--backbone",
+    return ["train", "--table", str(course["table"]), "--rubric", str(course["rubric"]), "--backbone",
             str(course["backbone"]), "--epochs", "1", "--max-len", "32", "--out", str(out), "--device", "cpu",
             "--lr", "3e-3", "--cfg", "joint.epochs=1", *extra]
 
@@ -149,7 +149,7 @@ def test_two_grades_into_one_file_cannot_both_win(course: dict[str, Path], train
         """)], env=cli_env(), cwd=str(ROOT), stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        res = runner.invoke(app, ["grade", "--run", str(trained), "--data", str(course["items"]), "--out", str(out)])
+        res = runner.invoke(app, ["grade", "--run", str(trained), "--items", str(course["items"]), "--out", str(out)])
         assert res.exit_code == 1 and "in use by another rubrictool grade" in _one_line(res.output), res.output
         assert not out.exists()
     finally:
@@ -191,7 +191,7 @@ def test_a_kill_between_the_renames_names_the_kept_run_and_the_command_that_rest
             (run / "report").mkdir(parents=True)
             old = old.rename(run / old.name)
         for command in (["report", "--run", str(run)],
-                        ["grade", "--run", str(run), "--data", str(course["items"]), "--out", str(tmp_path / "g.csv")]):
+                        ["grade", "--run", str(run), "--items", str(course["items"]), "--out", str(tmp_path / "g.csv")]):
             res = runner.invoke(app, command)
             flat = _one_line(res.output)
             assert res.exit_code == 1 and str(old) in flat and "put it back with `mv " in flat, res.output
@@ -212,8 +212,8 @@ def test_a_kill_between_the_renames_names_the_kept_run_and_the_command_that_rest
                          ids=lambda a: "-".join(a).replace("--", ""))
 def test_numbers_out_of_range_are_one_line_errors(course: dict[str, Path], trained: Path, tmp_path: Path,
                                                args: list[str]) -> None:
-    more = {"grade": ["--run", str(trained), "--data", str(course["items"]), "--out", str(tmp_path / "g.csv")],
-            "train": ["--data", str(course["table"]), "--rubric", str(course["rubric"]), "--out", str(tmp_path / "r")]}
+    more = {"grade": ["--run", str(trained), "--items", str(course["items"]), "--out", str(tmp_path / "g.csv")],
+            "train": ["--table", str(course["table"]), "--rubric", str(course["rubric"]), "--out", str(tmp_path / "r")]}
     res = runner.invoke(app, [*args, *more.get(args[0], [])])
     flat = _one_line(res.output)
     assert res.exit_code == 1 and flat.startswith(f"error: {args[-2]} ") and ": give " in flat, res.output
@@ -221,7 +221,7 @@ def test_numbers_out_of_range_are_one_line_errors(course: dict[str, Path], train
 
 
 def test_a_learning_rate_for_a_frozen_encoder_is_said_to_be_unused(course: dict[str, Path], tmp_path: Path) -> None:
-    res = runner.invoke(app, ["train", "--data", str(tmp_path / "missing.csv"), "--rubric", str(course["rubric"]),
+    res = runner.invoke(app, ["train", "--table", str(tmp_path / "missing.csv"), "--rubric", str(course["rubric"]),
                               "--encoder", "frozen", "--lr", "1e-3", "--out", str(tmp_path / "r")])
     assert "--lr is not used" in " ".join(res.output.split()), res.output
 
@@ -229,7 +229,7 @@ def test_a_learning_rate_for_a_frozen_encoder_is_said_to_be_unused(course: dict[
 def test_an_empty_id_is_refused_with_its_line(trained: Path, tmp_path: Path) -> None:
     data = tmp_path / "new.csv"
     data.write_text("id,question,response\na1,What is safe?,goggles\n,What is safe?,gloves\n", encoding="utf-8")
-    res = runner.invoke(app, ["grade", "--run", str(trained), "--data", str(data), "--out", str(tmp_path / "g.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(trained), "--items", str(data), "--out", str(tmp_path / "g.csv")])
     assert res.exit_code == 1 and "without an id: line 3" in _one_line(res.output), res.output
     assert not (tmp_path / "g.csv").exists()
 
@@ -275,7 +275,7 @@ def test_a_users_own_csv_is_read_exactly_as_written(trained: Path, tmp_path: Pat
     data.write_text(f"id,question,response\na1,What does + do?,{answer}\n", encoding="utf-8")
     assert read_table(data)["response"].iloc[0] == answer
     out = tmp_path / "graded.csv"
-    res = runner.invoke(app, ["grade", "--run", str(trained), "--data", str(data), "--out", str(out)])
+    res = runner.invoke(app, ["grade", "--run", str(trained), "--items", str(data), "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert read_table(out)["response"].iloc[0] == answer
 
@@ -346,7 +346,7 @@ def test_the_dry_run_of_a_huge_prompt_does_not_print_all_of_it() -> None:
 
 
 def test_grade_int8_says_that_it_changes_grades(course: dict[str, Path], trained: Path, tmp_path: Path) -> None:
-    res = runner.invoke(app, ["grade", "--run", str(trained), "--data", str(course["items"]), "--int8", "--out",
+    res = runner.invoke(app, ["grade", "--run", str(trained), "--items", str(course["items"]), "--int8", "--out",
                               str(tmp_path / "g.csv")])
     assert res.exit_code == 0 and "some grades differ" in " ".join(res.output.split()), res.output
 
@@ -359,7 +359,7 @@ def test_learning_curve_on_a_full_disk_is_one_line(course: dict[str, Path], tmp_
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "c" / "curve.json"))
 
     monkeypatch.setattr(rubrictool.curve, "run_learning_curve", full)
-    res = runner.invoke(app, ["learning-curve", "--data", str(course["table"]), "--rubric", str(course["rubric"]),
+    res = runner.invoke(app, ["learning-curve", "--table", str(course["table"]), "--rubric", str(course["rubric"]),
                               "--out", str(tmp_path / "c")])
     flat = _one_line(res.output)
     assert res.exit_code == 1 and "No space left on device" in flat and "curve.json" in flat, res.output

@@ -107,7 +107,7 @@ def _folder(course: dict[str, Path], where: Path) -> Path:
 
 def _push_args(course: dict[str, Path], items: Path, title: str, url: str, anchored: bool,
                predictions: str = "predictions") -> list[str]:
-    return ["review", "push", "--rubric", str(course["rubric"]), "--data", str(items), "--project", title,
+    return ["review", "push", "--rubric", str(course["rubric"]), "--items", str(items), "--project", title,
             "--batch-size", str(BATCH), "--url", url,
             *(["--predictions", str(course[predictions]), "--show-predictions"] if anchored else [])]
 

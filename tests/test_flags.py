@@ -163,7 +163,7 @@ def test_grade_writes_flags_and_training_saves_the_profile(run: Path, tmp_path: 
     ])
     data, out = tmp_path / "new.csv", tmp_path / "graded.csv"
     items.to_csv(data, index=False)
-    res = CliRunner().invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out)])
+    res = CliRunner().invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(out)])
     assert res.exit_code == 0, res.output
     graded = pd.read_csv(out, keep_default_na=False).set_index("id")
     kept = [c for c in ("question", "student", "response") if c in items.columns]  # grade keeps them beside each grade
@@ -182,9 +182,9 @@ def test_grade_writes_flags_and_training_saves_the_profile(run: Path, tmp_path: 
     old = tmp_path / "old-run"
     shutil.copytree(run, old)
     (old / "profile.json").unlink()
-    res = CliRunner().invoke(app, ["grade", "--run", str(old), "--data", str(data), "--out", str(out)])
+    res = CliRunner().invoke(app, ["grade", "--run", str(old), "--items", str(data), "--out", str(out)])
     assert res.exit_code == 1 and "profile.json is missing" in res.output
     (old / "run.json").unlink()  # and without its completion record it cannot be checked at all: refused
-    res = CliRunner().invoke(app, ["grade", "--run", str(old), "--data", str(data), "--out", str(out)])
+    res = CliRunner().invoke(app, ["grade", "--run", str(old), "--items", str(data), "--out", str(out)])
     assert res.exit_code == 1 and "has no completion record (run.json)" in " ".join(res.output.split())
 

@@ -155,7 +155,7 @@ def test_cli_engine_onnx_writes_the_torch_columns(run: Path, tmp_path: Path, new
     outs = {}
     for name, extra in (("torch", []), ("onnx", ["--engine", "onnx"]), ("onnx8", ["--engine", "onnx", "--int8"])):
         out = tmp_path / f"{name}.csv"
-        res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "-o", str(out),
+        res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(tmp_path / "new.csv"), "-o", str(out),
                                   *extra])
         assert res.exit_code == 0, res.output
         assert "graded 20 responses" in res.output
@@ -167,7 +167,7 @@ def test_cli_engine_onnx_writes_the_torch_columns(run: Path, tmp_path: Path, new
 
 def test_unknown_engine_is_a_one_line_error(run: Path, tmp_path: Path, new_items: pd.DataFrame) -> None:
     new_items.head(3).to_csv(tmp_path / "new.csv", index=False)
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "--engine", "tensorrt"])
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(tmp_path / "new.csv"), "--engine", "tensorrt"])
     assert res.exit_code == 1
     assert res.output.strip() == "error: unknown engine 'tensorrt'; use torch or onnx"
 
@@ -179,7 +179,7 @@ def test_without_the_onnx_extra_the_engine_names_the_install_command(
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` now raises ImportError
     new_items.head(3).to_csv(tmp_path / "new.csv", index=False)
     out = tmp_path / "graded.csv"
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "--engine", "onnx",
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(tmp_path / "new.csv"), "--engine", "onnx",
                               "--out", str(out)])
     assert res.exit_code == 1
     assert res.output.strip() == ("error: the ONNX engine needs onnxruntime, not installed here: "
@@ -188,7 +188,7 @@ def test_without_the_onnx_extra_the_engine_names_the_install_command(
     monkeypatch.setitem(sys.modules, "onnx", None)
     with pytest.raises(reccbm.ReccbmError, match=r"needs onnx and onnxruntime, not installed here: pip install"):
         require_onnx()
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "--out", str(out)])
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(tmp_path / "new.csv"), "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert len(pd.read_csv(out)) == 3
 
@@ -201,7 +201,7 @@ def test_a_model_that_does_not_export_is_a_one_line_error(run: Path, tmp_path: P
 
     monkeypatch.setattr(torch.onnx, "export", refuse)
     new_items.head(3).to_csv(tmp_path / "new.csv", index=False)
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(tmp_path / "new.csv"), "--engine", "onnx"])
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(tmp_path / "new.csv"), "--engine", "onnx"])
     assert res.exit_code == 1
     assert res.output.strip() == "error: the ONNX engine does not support bert; use --engine torch"
     assert not (run / "onnx" / FLOAT_NAME).exists()

@@ -79,9 +79,9 @@ def _items(tmp_path: Path) -> tuple[Path, Path, pd.DataFrame]:
 def test_grade_reviewed_shifts_a_new_question_and_leaves_a_trained_one(tmp_path: Path, run: Path) -> None:
     data, reviewed, items = _items(tmp_path)
     plain_out, out = tmp_path / "plain.csv", tmp_path / "graded.csv"
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(plain_out)])
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(plain_out)])
     assert res.exit_code == 0, res.output
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out),
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(out),
                               "--reviewed", str(reviewed)])
     assert res.exit_code == 0, res.output
     assert "1 question(s) shifted by their 4 reviewed answers" in res.output
@@ -120,7 +120,7 @@ def test_grade_reviewed_refuses_bad_tables_in_one_line(tmp_path: Path, run: Path
     def invoke(df: pd.DataFrame) -> str:
         path = tmp_path / "bad.csv"
         df.to_csv(path, index=False)
-        res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(tmp_path / "g.csv"),
+        res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(tmp_path / "g.csv"),
                                   "--reviewed", str(path)])
         assert res.exit_code == 1, res.output
         assert "Traceback" not in res.output
@@ -128,7 +128,7 @@ def test_grade_reviewed_refuses_bad_tables_in_one_line(tmp_path: Path, run: Path
 
     assert "bad.csv: no 'id' column" in invoke(table.drop(columns=["id"]))
     msg = invoke(table.drop(columns=["question"]))  # queue.0 is not among the answers to grade: its question is unknown
-    assert "bad.csv: row 1 (id queue.0): no question, and its id is not one of --data's answers" in msg
+    assert "bad.csv: row 1 (id queue.0): no question, and its id is not one of --items' answers" in msg
     assert "no concept column; the run's concepts are FC" in invoke(table.drop(columns=KEYS))
     bad = table.copy()
     bad.loc[2, "CC"] = 7
@@ -140,7 +140,7 @@ def test_grade_reviewed_refuses_bad_tables_in_one_line(tmp_path: Path, run: Path
     assert "row 1 (id queue.0): grade = 'A' is not a grade of the rubric (0..5)" in invoke(bad)
     assert not (tmp_path / "g.csv").exists()
     # --out may not be the reviewed table: it would be lost
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(reviewed),
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(reviewed),
                               "--reviewed", str(reviewed)])
     assert res.exit_code == 1 and "reviewed.csv" in res.output
     assert pd.read_csv(reviewed).equals(table)
@@ -152,12 +152,12 @@ def test_grade_reviewed_takes_the_texts_of_answers_to_grade_from_data(tmp_path: 
     full = items[items["id"].isin(["queue.2", "queue.3", "queue.4"])].assign(**dict.fromkeys(KEYS, 3))
     full[["id", *KEYS]].to_csv(tmp_path / "ids.csv", index=False)
     out_a, out_b = tmp_path / "a.csv", tmp_path / "b.csv"
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out_a),
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(out_a),
                               "--reviewed", str(tmp_path / "ids.csv")])
     assert res.exit_code == 0, res.output
     assert "1 question(s) shifted by their 3 reviewed answers" in res.output
     full.to_csv(tmp_path / "t.csv", index=False)
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out_b),
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(out_b),
                               "--reviewed", str(tmp_path / "t.csv")])
     assert res.exit_code == 0, res.output
     a, b = pd.read_csv(out_a), pd.read_csv(out_b)
@@ -173,14 +173,14 @@ def test_grade_reviewed_skips_rows_nobody_labelled(tmp_path: Path, run: Path) ->
     blank = pd.DataFrame({"id": ["elsewhere.1", "queue.5"]}).assign(**dict.fromkeys(KEYS, None))
     pd.concat([table, blank], ignore_index=True).to_csv(tmp_path / "with-blank.csv", index=False)
     out = tmp_path / "g.csv"
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out),
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(out),
                               "--reviewed", str(tmp_path / "with-blank.csv")])
     assert res.exit_code == 0, res.output
     assert "1 question(s) shifted by their 4 reviewed answers" in res.output
     g = pd.read_csv(out)
     assert (g.loc[g["id"] == "queue.5", "review"] == "question shifted by 4 reviewed answers").all()
     pd.DataFrame({"id": ["queue.5"]}).assign(**dict.fromkeys(KEYS, None)).to_csv(tmp_path / "none.csv", index=False)
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out),
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(out),
                               "--reviewed", str(tmp_path / "none.csv")])
     assert res.exit_code == 1 and "no concept level is given in any row" in res.output
 
@@ -230,7 +230,7 @@ def test_grade_writes_the_queue_and_the_card_of_a_single_run(tmp_path: Path, run
     copy["response"] = copy["reference"]
     pd.concat([items, copy.to_frame().T], ignore_index=True).to_csv(data, index=False)
     out = tmp_path / "graded.csv"
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out),
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(out),
                               "--review-budget", "5"])
     assert res.exit_code == 0, res.output
     g = pd.read_csv(out).set_index("id")
@@ -243,7 +243,7 @@ def test_grade_writes_the_queue_and_the_card_of_a_single_run(tmp_path: Path, run
     metrics = json.loads((run / "metrics.json").read_text())
     assert card["n_answers"] == metrics["n_test"] and card["qwk"]["value"] == pytest.approx(metrics["ci"]["qwk"]["value"])
     assert "quality card (run)" in " ".join(res.output.split()) and "review queue: 5 answers" in res.output
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(out),
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(out),
                               "--review-budget", "-1"])
     assert res.exit_code == 1 and "--review-budget -1" in res.output
 
@@ -253,7 +253,7 @@ def test_a_kfold_run_without_its_final_model_is_refused_with_the_fix(tmp_path: P
     (kfold / "fold-0").mkdir(parents=True)
     (kfold / "folds.json").write_text("{}")
     (tmp_path / "new.csv").write_text("id,question,response\n1,q,an answer\n")
-    res = runner.invoke(app, ["grade", "--run", str(kfold), "--data", str(tmp_path / "new.csv"), "--out",
+    res = runner.invoke(app, ["grade", "--run", str(kfold), "--items", str(tmp_path / "new.csv"), "--out",
                               str(tmp_path / "g.csv")])
     flat = " ".join(res.output.split())
     assert res.exit_code == 1 and "is a k-fold run without a final model" in flat and "--final" in flat, flat
@@ -307,12 +307,12 @@ def test_the_gradebook_comes_back_in_the_teachers_csv_layout(tmp_path: Path, run
     res = runner.invoke(app, ["grade", "--run", str(run), "--gradebook", str(book), "--gradebook-out", str(book),
                               "--out", str(out)])
     assert res.exit_code == 1 and "is the teacher's file itself" in " ".join(res.output.split())
-    # a gradebook whose answers are not the ones --data holds: refused before anything is graded
+    # a gradebook whose answers are not the ones --items holds: refused before anything is graded
     data, _, _ = _items(tmp_path)
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--gradebook", str(book), "--out",
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(data), "--gradebook", str(book), "--out",
                               str(tmp_path / "mixed.csv")])
     flat = " ".join(res.output.split())
-    assert res.exit_code == 1 and "160 of its answers are not in --data" in flat and "nothing was graded" in flat, flat
+    assert res.exit_code == 1 and "160 of its answers are not in --items" in flat and "nothing was graded" in flat, flat
     assert not (tmp_path / "mixed.csv").exists()
 
 

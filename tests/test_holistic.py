@@ -232,7 +232,7 @@ def test_cli_writes_marks_and_the_comparison(tmp_path: Path, chemlab: tuple[Rubr
     fake_kfold_run(tmp_path / "k2", items, load_rubric(str(rubric_file)))
     out = tmp_path / "holistic"
     with ScriptedLLMServer(Script()) as srv:
-        args = ["annotate", "--holistic", "--rubric", str(rubric_file), "--data", str(data), "--model", MODEL,
+        args = ["annotate", "--holistic", "--rubric", str(rubric_file), "--items", str(data), "--model", MODEL,
                 "--api-base", srv.url, "--cache", str(tmp_path / "cache.sqlite"), "--backoff", "0.01"]
         dry = CliRunner().invoke(app, [*args, "--dry-run"])
         assert dry.exit_code == 0 and srv.count() == 0, dry.output
@@ -246,7 +246,7 @@ def test_cli_writes_marks_and_the_comparison(tmp_path: Path, chemlab: tuple[Rubr
     assert "failing passed" in result.output and "points route" in result.output
     assert {p.name for p in out.iterdir()} >= {"marks.jsonl", "failures.jsonl", "summary.json", "comparison.json"}
     # --run without --holistic is a one-line error, not a traceback
-    bad = CliRunner().invoke(app, ["annotate", "--rubric", str(rubric_file), "--data", str(data), "--run",
+    bad = CliRunner().invoke(app, ["annotate", "--rubric", str(rubric_file), "--items", str(data), "--run",
                                    str(tmp_path / "k2")])
     assert bad.exit_code == 1 and "--run and --pass-mark belong to --holistic" in bad.output
     assert "Traceback" not in bad.output

@@ -206,7 +206,7 @@ def test_the_reliability_table_says_what_sigma2_means(course: tuple[Path, Path, 
 def test_the_report_opens_with_a_verdict_and_warns(course: tuple[Path, Path, str], tmp_path: Path) -> None:
     run, table, _ = course
     out = tmp_path / "rep"
-    res = runner.invoke(app, ["report", "--run", str(run), "--data", str(table), "--out", str(out), "--repeats", "1"])
+    res = runner.invoke(app, ["report", "--run", str(run), "--table", str(table), "--out", str(out), "--repeats", "1"])
     assert res.exit_code == 0, res.output
     md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
     m = json.loads((run / "metrics.json").read_text())
@@ -249,7 +249,7 @@ def test_a_pass_fail_grade_shows_no_adjacent_agreement(tmp_path: Path) -> None:
     code, output, run = train_stats(tmp_path, build_backbone(tmp_path, "bert"), stats_table(40, seed=1), grade_max=1)
     assert code == 0, output
     out = tmp_path / "rep"
-    res = runner.invoke(app, ["report", "--run", str(run), "--data", str(tmp_path / "stats.csv"), "--out", str(out),
+    res = runner.invoke(app, ["report", "--run", str(run), "--table", str(tmp_path / "stats.csv"), "--out", str(out),
                               "--repeats", "1"])
     assert res.exit_code == 0, res.output
     assert "adjacent" not in pd.read_csv(out / "agreement.csv").columns
@@ -265,7 +265,7 @@ def test_a_constant_model_is_called_constant_by_train_report_and_audit(tmp_path:
     codes = [w["code"] for w in m["warnings"]]
     assert codes[:2] == ["constant_predictions", "not_above_majority"] and m["top_share"] == 1.0
     assert "gives grade 1 to 100 %" in " ".join(output.split())
-    res = runner.invoke(app, ["audit", "--run", str(run), "--data", str(tmp_path / "stats.csv"),
+    res = runner.invoke(app, ["audit", "--run", str(run), "--table", str(tmp_path / "stats.csv"),
                               "--transform", "append_reference", "--transform", "append_keywords"])
     assert res.exit_code == 0, res.output
     flat = " ".join(res.output.split())
@@ -310,10 +310,10 @@ def test_a_pass_fail_k_fold_run_and_its_points_grader_show_no_adjacent_agreement
     assert folds["grade_levels"] == 2 and folds["labels"]["source"] == "llm"  # who made the labels, as in each fold
     assert folds["labels"] == json.loads((run / "fold-0" / "metrics.json").read_text())["labels"]
     assert "Labels: an LLM panel" in md and "not expert-validated" in md
-    res = runner.invoke(app, ["rubric", "fit-points", str(tmp_path / "stats101.yaml"), "--data", str(tmp_path / "stats.csv"),
+    res = runner.invoke(app, ["rubric", "fit-points", "--rubric", str(tmp_path / "stats101.yaml"), "--table", str(tmp_path / "stats.csv"),
                               "--out", str(tmp_path / "points.yaml")])
     assert res.exit_code == 0, res.output
-    res = runner.invoke(app, ["rubric", "points", str(tmp_path / "points.yaml"), "--labels", str(tmp_path / "stats.csv")])
+    res = runner.invoke(app, ["rubric", "points", "--rubric", str(tmp_path / "points.yaml"), "--labels", str(tmp_path / "stats.csv")])
     assert res.exit_code == 0, res.output
     assert "QWK" in res.output and "adjacent" not in res.output
 

@@ -73,7 +73,7 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (tmp / "bio2.yaml").write_text(RUBRIC)
     backbone = build_backbone(tmp, "bert")
     course_table().to_csv(tmp / "adjudicated.csv", index=False)
-    res = runner.invoke(app, ["train", "--data", str(tmp / "adjudicated.csv"), "--rubric", str(tmp / "bio2.yaml"),
+    res = runner.invoke(app, ["train", "--table", str(tmp / "adjudicated.csv"), "--rubric", str(tmp / "bio2.yaml"),
                               "--backbone", backbone, "--epochs", "2", "--max-len", "32", "--out", str(tmp / "run"),
                               "--device", "cpu", "--lr", "3e-3"])
     assert res.exit_code == 0, res.output
@@ -158,7 +158,7 @@ def test_a_nul_byte_is_refused_naming_file_row_and_column(tmp_path: Path, fmt: s
 def test_grade_refuses_a_nul_byte_in_one_line(course: dict[str, Path], tmp_path: Path) -> None:
     data = tmp_path / "new.csv"
     pd.DataFrame({"id": ["n1", "n2"], "response": ["right good yes", "wrong\x00bad"]}).to_csv(data, index=False)
-    res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--data", str(data), "--out", str(tmp_path / "g.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--items", str(data), "--out", str(tmp_path / "g.csv")])
     assert res.exit_code == 1
     assert "row 2 (id n2), column 'response'" in one_line_error(res.output)
     assert not (tmp_path / "g.csv").exists()
@@ -172,7 +172,7 @@ def test_train_with_a_word_for_a_grade_is_one_line_naming_file_row_and_column(co
     df.loc[7, "grade"] = "five"
     data = tmp_path / "bad.csv"
     df.to_csv(data, index=False)
-    res = runner.invoke(app, ["train", "--data", str(data), "--rubric", str(course["rubric"]), "--backbone",
+    res = runner.invoke(app, ["train", "--table", str(data), "--rubric", str(course["rubric"]), "--backbone",
                               str(course["backbone"]), "--epochs", "1", "--out", str(tmp_path / "run"), "--device", "cpu"])
     assert res.exit_code == 1
     text = one_line_error(res.output)
@@ -188,7 +188,7 @@ def test_empty_whitespace_and_null_responses_get_no_grade_and_the_empty_flag(cou
             {"id": "n3", "response": "   \t "}, {"id": "n4", "response": None}, {"id": "n5", "response": "wrong bad no"}]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "graded.csv"
-    res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--data", str(data), "--out", str(out)])
+    res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--items", str(data), "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "3 of 5 responses are empty" in " ".join(res.output.split())
     g = read_table(out)
@@ -201,7 +201,7 @@ def test_empty_whitespace_and_null_responses_get_no_grade_and_the_empty_flag(cou
     # the answers with text get exactly the grades they get alone
     alone = tmp_path / "alone.csv"
     pd.DataFrame([rows[0], rows[4]]).to_csv(alone, index=False)
-    assert runner.invoke(app, ["grade", "--run", str(course["run"]), "--data", str(alone), "--out",
+    assert runner.invoke(app, ["grade", "--run", str(course["run"]), "--items", str(alone), "--out",
                                str(tmp_path / "alone_graded.csv")]).exit_code == 0
     ref = read_table(tmp_path / "alone_graded.csv")
     assert list(ref["model_grade"]) == list(g.loc[~empty, "model_grade"])
@@ -213,7 +213,7 @@ def test_empty_whitespace_and_null_responses_get_no_grade_and_the_empty_flag(cou
 def test_a_table_of_only_empty_answers_is_written_ungraded(course: dict[str, Path], tmp_path: Path) -> None:
     data = tmp_path / "blank.csv"
     pd.DataFrame({"id": ["e1", "e2"], "response": ["", " "]}).to_csv(data, index=False)
-    res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--data", str(data), "--out", str(tmp_path / "g.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--items", str(data), "--out", str(tmp_path / "g.csv")])
     assert res.exit_code == 0, res.output
     g = read_table(tmp_path / "g.csv")
     assert list(g["id"]) == ["e1", "e2"] and g["grade"].isna().all() and list(g["flags"]) == ["empty", "empty"]
@@ -222,7 +222,7 @@ def test_a_table_of_only_empty_answers_is_written_ungraded(course: dict[str, Pat
 def test_duplicate_ids_are_an_error_naming_them(course: dict[str, Path], tmp_path: Path) -> None:
     data = tmp_path / "dups.csv"
     pd.DataFrame({"id": ["x1", "x2", "x1", "x3", "x3"], "response": ["right"] * 5}).to_csv(data, index=False)
-    res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--data", str(data), "--out", str(tmp_path / "g.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--items", str(data), "--out", str(tmp_path / "g.csv")])
     assert res.exit_code == 1
     assert "2 id(s) used more than once: 'x1', 'x3'" in one_line_error(res.output)
     assert not (tmp_path / "g.csv").exists()
@@ -235,7 +235,7 @@ def test_out_equal_to_data_is_refused_even_through_a_symlink(course: dict[str, P
     link = tmp_path / "link.csv"
     link.symlink_to(data)
     for out in (data, link, tmp_path / "." / "answers.csv"):
-        res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--data", str(data), "--out", str(out)])
+        res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--items", str(data), "--out", str(out)])
         assert res.exit_code == 1
         assert "would overwrite the input" in one_line_error(res.output)
     assert data.read_bytes() == before
@@ -259,7 +259,7 @@ def test_onnx_under_a_full_disk_names_the_oserror_and_the_file(course: dict[str,
 
     env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path),
                         "XDG_CACHE_HOME": str(tmp_path / "cache"), "COLUMNS": "300"}
-    proc = subprocess.run([sys.executable, "-m", "rubrictool.cli", "grade", "--run", str(run), "--data", str(data),
+    proc = subprocess.run([sys.executable, "-m", "rubrictool.cli", "grade", "--run", str(run), "--items", str(data),
                            "--out", str(tmp_path / "g.csv"), "--engine", "onnx"], preexec_fn=limit, env=env,
                           capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -285,7 +285,7 @@ def test_explain_writes_one_png_per_id_and_prints_no_control_characters(course: 
     from rubrictool.report.page import trace_file
 
     out = tmp_path / "x"
-    res = runner.invoke(app, ["explain", "--run", str(course["run"]), "--data", str(odd_ids), "a/b", "a_b", "a:b",
+    res = runner.invoke(app, ["explain", "--run", str(course["run"]), "--items", str(odd_ids), "a/b", "a_b", "a:b",
                               "--out", str(out)])
     assert res.exit_code == 0, res.output
     names = {trace_file(i) for i in ("a/b", "a_b", "a:b")}
@@ -320,7 +320,7 @@ def test_explain_shows_the_reference_the_gold_grade_contrast_and_a_legend(course
         assert t.other_kind == "runner-up" and t.other_grade == t.runner_up
     t = wrong[0]
     out = tmp_path / "x"
-    res = runner.invoke(app, ["explain", "--run", str(course["run"]), "--data", str(course["table"]), t.id,
+    res = runner.invoke(app, ["explain", "--run", str(course["run"]), "--items", str(course["table"]), t.id,
                               "--out", str(out)])
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
@@ -363,11 +363,11 @@ def test_report_md_and_reliability_md_carry_no_html(course: dict[str, Path], odd
     df["id"] = [f"<b>{i}</b>|x" for i in df["id"]]
     data = tmp_path / "hostile.csv"
     df.to_csv(data, index=False)
-    res = runner.invoke(app, ["train", "--data", str(data), "--rubric", str(course["rubric"]), "--backbone",
+    res = runner.invoke(app, ["train", "--table", str(data), "--rubric", str(course["rubric"]), "--backbone",
                               str(course["backbone"]), "--epochs", "1", "--max-len", "32", "--out", str(tmp_path / "run"),
                               "--device", "cpu"])
     assert res.exit_code == 0, res.output
-    res = runner.invoke(app, ["report", "--run", str(tmp_path / "run"), "--data", str(data), "--out",
+    res = runner.invoke(app, ["report", "--run", str(tmp_path / "run"), "--table", str(data), "--out",
                               str(tmp_path / "rep"), "--repeats", "1"])
     assert res.exit_code == 0, res.output
     assert "\x1b" not in res.output
@@ -402,14 +402,14 @@ def test_rubric_show_and_list_print_names_without_controls_or_markup(tmp_path: P
     folder.mkdir()
     (folder / "bio2.yaml").write_text(hostile)
     assert "\x1b" in load_rubric(folder / "bio2.yaml").concepts[0].name  # the YAML escape really is an ESC
-    res = runner.invoke(app, ["rubric", "show", str(folder / "bio2.yaml")])
+    res = runner.invoke(app, ["rubric", "show", "--rubric", str(folder / "bio2.yaml")])
     assert res.exit_code == 0, res.output
     assert "\x1b" not in res.output and "\x07" not in res.output
     assert "EV Evidence [bold" in res.output and "red]loud[/]" in res.output  # literal text, not Rich markup
 
 
 def test_an_error_quoting_a_hostile_id_is_printed_clean(course: dict[str, Path]) -> None:
-    res = runner.invoke(app, ["explain", "--run", str(course["run"]), "--data", str(course["table"]),
+    res = runner.invoke(app, ["explain", "--run", str(course["run"]), "--items", str(course["table"]),
                               "\x1b[2J\x1b]0;pwned\x07[red]nope"])
     assert res.exit_code == 1
     text = one_line_error(res.output)

@@ -36,7 +36,7 @@ def kfold(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     data, rubric = tmp / "stats.csv", stats_rubric(tmp)
     stats_table(48).to_csv(data, index=False)
     out = tmp / "stats-3fold"
-    res = runner.invoke(app, ["train", "--data", str(data), "--rubric", str(rubric), "--backbone",
+    res = runner.invoke(app, ["train", "--table", str(data), "--rubric", str(rubric), "--backbone",
                               build_backbone(tmp, "bert"), "--epochs", "1", "--max-len", "24", "--device", "cpu",
                               "--lr", "3e-3", "--cfg", "joint.epochs=0", "--folds", str(FOLDS), "--encoder", "frozen",
                               "--out", str(out)])

@@ -55,7 +55,7 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _train_args(course: dict[str, Path], out: Path | str, *extra: str, data: Path | None = None) -> list[str]:
-    return ["train", "--data", str(data or course["table"]), "--rubric", str(course["rubric"]), "--backbone",
+    return ["train", "--table", str(data or course["table"]), "--rubric", str(course["rubric"]), "--backbone",
             str(course["backbone"]), "--epochs", "1", "--max-len", "32", "--out", str(out), "--device", "cpu",
             "--lr", "3e-3", "--cfg", "joint.epochs=1", *extra]
 
@@ -77,7 +77,7 @@ def test_annotate_out_on_its_own_data_is_refused_before_anything_is_sent(course:
     shutil.copy(course["items"], data)
     before = data.read_bytes()
     for out in (data, tmp_path / "." / "c.csv"):
-        res = runner.invoke(app, ["annotate", "--rubric", str(course["rubric"]), "--data", str(data), "--model",
+        res = runner.invoke(app, ["annotate", "--rubric", str(course["rubric"]), "--items", str(data), "--model",
                                   "openai/m", "--api-base", "http://127.0.0.1:9/v1", "--cache", str(tmp_path / "k.db"),
                                   "--out", str(out)])
         flat = _one_line(res.output)
@@ -89,7 +89,7 @@ def test_annotate_out_over_a_file_that_is_not_a_prediction_table_is_refused(cour
                                                                            tmp_path: Path) -> None:
     notes = tmp_path / "notes.csv"
     notes.write_text("who,what\nana,keep this\n")
-    res = runner.invoke(app, ["annotate", "--rubric", str(course["rubric"]), "--data", str(course["items"]), "--model",
+    res = runner.invoke(app, ["annotate", "--rubric", str(course["rubric"]), "--items", str(course["items"]), "--model",
                               "openai/m", "--api-base", "http://127.0.0.1:9/v1", "--no-cache", "--out", str(notes)])
     assert res.exit_code == 1 and "exists and is not a prediction table" in _one_line(res.output)
     assert notes.read_text() == "who,what\nana,keep this\n"
@@ -159,18 +159,18 @@ def test_grade_out_on_a_file_of_the_run_or_a_foreign_file_is_refused(course: dic
     run = tmp_path / "run"
     shutil.copytree(trained, run)
     before = _snapshot(run)
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(course["items"]), "--out",
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(course["items"]), "--out",
                               str(run / "table.csv")])
     assert res.exit_code == 1 and f"would overwrite table.csv of the run {run}" in _one_line(res.output)
     assert _snapshot(run) == before
     mine = tmp_path / "marks.csv"
     mine.write_text("id,mark\nq.1,7\n")
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(course["items"]), "--out", str(mine)])
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(course["items"]), "--out", str(mine)])
     assert res.exit_code == 1 and "exists and is not a graded table" in _one_line(res.output)
     assert mine.read_text() == "id,mark\nq.1,7\n"
     graded = tmp_path / "graded.csv"  # its own earlier output is replaced
     for _ in range(2):
-        res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(course["items"]), "--out", str(graded)])
+        res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(course["items"]), "--out", str(graded)])
         assert res.exit_code == 0, res.output
 
 
@@ -190,10 +190,10 @@ def test_every_other_command_refuses_an_out_on_its_input(course: dict[str, Path]
     shutil.copy(course["rubric"], rubric)
     shutil.copy(course["table"], table)
     args = {"data split": ["data", "split", str(table), "--out", str(table)],
-            "rubric export": ["rubric", "export", str(rubric), "--out", str(rubric)],
-            "rubric points": ["rubric", "points", str(rubric), "--labels", str(table), "--out", str(table)],
-            "rubric fit-points": ["rubric", "fit-points", str(rubric), "--data", str(table), "--out", str(rubric)],
-            "learning-curve": ["learning-curve", "--data", str(table), "--rubric", str(rubric), "--variants", "points",
+            "rubric export": ["rubric", "export", "--rubric", str(rubric), "--out", str(rubric)],
+            "rubric points": ["rubric", "points", "--rubric", str(rubric), "--labels", str(table), "--out", str(table)],
+            "rubric fit-points": ["rubric", "fit-points", "--rubric", str(rubric), "--table", str(table), "--out", str(rubric)],
+            "learning-curve": ["learning-curve", "--table", str(table), "--rubric", str(rubric), "--variants", "points",
                                "--out", str(table)]}[cmd]
     before = _snapshot(tmp_path)
     res = runner.invoke(app, args)
@@ -220,7 +220,7 @@ READERS = ["grade", "report", "explain", "intervene", "audit"]
 
 def _reader_args(cmd: str, run: Path, course: dict[str, Path], tmp: Path) -> list[str]:
     if cmd == "grade":
-        return ["grade", "--run", str(run), "--data", str(course["items"]), "--out", str(tmp / "g.csv")]
+        return ["grade", "--run", str(run), "--items", str(course["items"]), "--out", str(tmp / "g.csv")]
     if cmd == "explain":
         return ["explain", "--run", str(run), "q.1", "--out", str(tmp / "explain")]
     return [cmd, "--run", str(run), "--out", str(tmp / cmd)]
@@ -251,7 +251,7 @@ def test_other_weights_of_the_same_size_are_refused_by_the_fast_check(course: di
     assert (a / "model.safetensors").stat().st_size == (b / "model.safetensors").stat().st_size
     assert (a / "model.safetensors").read_bytes() != (b / "model.safetensors").read_bytes()
     shutil.copy(b / "model.safetensors", a / "model.safetensors")
-    res = runner.invoke(app, ["grade", "--run", str(a), "--data", str(course["items"]), "--out", str(tmp_path / "g.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(a), "--items", str(course["items"]), "--out", str(tmp_path / "g.csv")])
     flat = _one_line(res.output)
     assert res.exit_code == 1 and "model.safetensors changed after the run was written" in flat, flat
 
@@ -277,7 +277,7 @@ def test_the_weights_are_hashed_whole_with_or_without_verify(course: dict[str, P
     with runs.full_check():
         assert not run_is_complete(run)
     for verify in ([], ["--verify"]):
-        args = ["grade", "--run", str(run), "--data", str(course["items"]), "--out", str(tmp_path / "g.csv"), *verify]
+        args = ["grade", "--run", str(run), "--items", str(course["items"]), "--out", str(tmp_path / "g.csv"), *verify]
         res = runner.invoke(app, args)
         flat = _one_line(res.output)
         assert res.exit_code == 1 and "model.safetensors changed after the run was written (its sha256 differs)" in flat
@@ -295,7 +295,7 @@ def test_nan_probabilities_are_an_error_never_a_grade(course: dict[str, Path], t
     save_file(weights, run / "model.safetensors", metadata={"format": "pt"})
     _rerecord(run, "model.safetensors")
     out = tmp_path / "g.csv"
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(course["items"]), "--out", str(out)])
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(course["items"]), "--out", str(out)])
     flat = _one_line(res.output)
     assert res.exit_code == 1 and "not numbers (NaN)" in flat and "no grade is given" in flat, flat
     assert not out.exists()
@@ -309,7 +309,7 @@ def test_a_run_left_aside_between_the_two_renames_is_named_and_kept(course: dict
     runs_dir.mkdir()
     aside = runs_dir / f".run.old-{2**22 + 1}-0123abcd"
     shutil.copytree(trained, aside)
-    res = runner.invoke(app, ["grade", "--run", str(runs_dir / "run"), "--data", str(course["items"]), "--out",
+    res = runner.invoke(app, ["grade", "--run", str(runs_dir / "run"), "--items", str(course["items"]), "--out",
                               str(tmp_path / "g.csv")])
     flat = _one_line(res.output)
     assert res.exit_code == 1 and f"{aside} holds the run it was replacing" in flat and "mv" in flat, flat
@@ -438,7 +438,7 @@ def test_formula_cells_are_neutralised_for_spreadsheets_and_read_back_verbatim(c
     back = read_table(items)  # what the project reads: verbatim
     assert list(back["response"]) == HOSTILE and back["id"].iloc[0] == "=A0"
     graded = tmp_path / "graded.csv"
-    res = runner.invoke(app, ["grade", "--run", str(trained), "--data", str(items), "--out", str(graded)])
+    res = runner.invoke(app, ["grade", "--run", str(trained), "--items", str(items), "--out", str(graded)])
     assert res.exit_code == 0, res.output
     assert pd.read_csv(graded, dtype=str)["id"].iloc[0] == "'=A0"
     assert read_table(graded)["id"].iloc[0] == "=A0"

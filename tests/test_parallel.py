@@ -77,7 +77,7 @@ def test_jobs_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_jobs_without_folds_is_refused_before_training(tmp_path: Path, backbone: str) -> None:
     data = tmp_path / "adjudicated.csv"
     mohler_like_table(40).to_csv(data, index=False)
-    res = CliRunner().invoke(app, ["train", "--data", str(data), "--rubric", "mohler", "--backbone", backbone,
+    res = CliRunner().invoke(app, ["train", "--table", str(data), "--rubric", "mohler", "--backbone", backbone,
                                    "--jobs", "2", "--out", str(tmp_path / "run")])
     assert res.exit_code == 1 and "--jobs 2 trains folds in parallel" in res.output
     assert not (tmp_path / "run").exists()

@@ -154,7 +154,7 @@ def test_cli_points_from_llm_labels_and_a_table(tmp_path: Path) -> None:
     labels = tmp_path / "predictions.jsonl"
     pd.DataFrame(rows).to_json(labels, orient="records", lines=True)
     out = tmp_path / "graded.csv"
-    res = runner.invoke(app, ["rubric", "points", str(rubric), "--labels", str(labels), "--out", str(out)])
+    res = runner.invoke(app, ["rubric", "points", "--rubric", str(rubric), "--labels", str(labels), "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "3 of 3 answers graded from LLM labels" in res.output
     g = read_table(out).set_index("id")
@@ -164,10 +164,10 @@ def test_cli_points_from_llm_labels_and_a_table(tmp_path: Path) -> None:
     table = tmp_path / "adjudicated.csv"
     pd.DataFrame({"id": ["a", "b", "c", "d"], "Claim": [2, 0, 1, 2], "Data": [2, 0, 1, 1], "Reasoning": [2, 0, 1, 1],
                   "grade": [10, 0, 4, 6]}).to_csv(table, index=False)
-    res = runner.invoke(app, ["rubric", "points", str(rubric), "--labels", str(table)])
+    res = runner.invoke(app, ["rubric", "points", "--rubric", str(rubric), "--labels", str(table)])
     assert res.exit_code == 0, res.output
     assert "against the gold grades (n = 4): T-Acc 0.750" in res.output  # c earns 5 points, graded 4
-    res = runner.invoke(app, ["rubric", "points", "mohler", "--labels", str(table)])
+    res = runner.invoke(app, ["rubric", "points", "--rubric", "mohler", "--labels", str(table)])
     assert res.exit_code == 1 and "declares no points" in res.output and "fit-points" in res.output
 
 
@@ -193,7 +193,7 @@ def test_cli_fit_points_writes_a_rubric_that_validates(tmp_path: Path) -> None:
     pd.DataFrame({"id": [f"s{i}" for i in range(120)], **{k: levels[:, j] for j, k in enumerate(LAB_POINTS)},
                   "grade": grades}).to_csv(data, index=False)
     out = tmp_path / "lab-points.yaml"
-    res = runner.invoke(app, ["rubric", "fit-points", str(rubric), "--data", str(data), "--out", str(out)])
+    res = runner.invoke(app, ["rubric", "fit-points", "--rubric", str(rubric), "--table", str(data), "--out", str(out)])
     assert res.exit_code == 0, res.output
     rb = load_rubric(out)
     assert rb.has_points and rb.grading is not None and rb.grading.map == "thresholds"  # the default: ordinal
@@ -201,8 +201,8 @@ def test_cli_fit_points_writes_a_rubric_that_validates(tmp_path: Path) -> None:
     assert Path(f"{out}.diff").read_text().count("points:") >= 9
     res = runner.invoke(app, ["rubric", "validate", str(out)])
     assert res.exit_code == 0, res.output
-    res = runner.invoke(app, ["rubric", "fit-points", str(rubric), "--out", str(out)])
-    assert res.exit_code == 1 and "exactly one of --data" in res.output
+    res = runner.invoke(app, ["rubric", "fit-points", "--rubric", str(rubric), "--out", str(out)])
+    assert res.exit_code == 1 and "exactly one of --table" in res.output
 
 
 def test_cli_fit_points_from_a_run(tmp_path: Path, one_thread: None) -> None:
@@ -210,7 +210,7 @@ def test_cli_fit_points_from_a_run(tmp_path: Path, one_thread: None) -> None:
 
     run = tiny_bert_run(tmp_path / "t", "--cfg", "model.head=level")
     out = tmp_path / "mohler-points.yaml"
-    res = runner.invoke(app, ["rubric", "fit-points", "mohler", "--run", str(run), "--out", str(out)])
+    res = runner.invoke(app, ["rubric", "fit-points", "--rubric", "mohler", "--run", str(run), "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "over 6561 concept profiles" in " ".join(res.output.split())  # 3^8: every profile of the 8 concepts
     rb = load_rubric(out)
@@ -291,7 +291,7 @@ def test_cross_validated_points_beside_the_majority_class() -> None:
 def test_cli_fit_points_reports_cross_validated_figures_and_marks_in_sample(tmp_path: Path) -> None:
     rubric, data = _quiz(tmp_path)
     out = tmp_path / "quiz-points.yaml"
-    res = runner.invoke(app, ["rubric", "fit-points", str(rubric), "--data", str(data), "--out", str(out)])
+    res = runner.invoke(app, ["rubric", "fit-points", "--rubric", str(rubric), "--table", str(data), "--out", str(out)])
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert "grades the table can give: all of 0..5" in text or "no concept profile earns grade" in text
@@ -304,16 +304,16 @@ def test_cli_fit_points_reports_cross_validated_figures_and_marks_in_sample(tmp_
     rb = load_rubric(out)
     assert rb.grading is not None and rb.grading.map == "thresholds"
     # grading the answers it was fitted to says so
-    res = runner.invoke(app, ["rubric", "points", str(out), "--labels", str(data)])
+    res = runner.invoke(app, ["rubric", "points", "--rubric", str(out), "--labels", str(data)])
     assert res.exit_code == 0, res.output
     assert "(in-sample)" in res.output and "in-sample: these points were fitted to these answers' grades" in " ".join(
         res.output.split())
     other = tmp_path / "other.csv"
     pd.read_csv(data).head(40).to_csv(other, index=False)  # other answers: not marked
-    res = runner.invoke(app, ["rubric", "points", str(out), "--labels", str(other)])
+    res = runner.invoke(app, ["rubric", "points", "--rubric", str(out), "--labels", str(other)])
     assert res.exit_code == 0 and "in-sample" not in res.output
     # the old fit stays available, and says what it cannot give
-    res = runner.invoke(app, ["rubric", "fit-points", str(rubric), "--data", str(data), "--out", str(out),
+    res = runner.invoke(app, ["rubric", "fit-points", "--rubric", str(rubric), "--table", str(data), "--out", str(out),
                               "--fit", "least-squares", "--folds", "0"])
     assert res.exit_code == 0, res.output
     assert "no concept profile earns grades 0, 1" in " ".join(res.output.split()) and "cross-validated" not in res.output

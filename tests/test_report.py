@@ -56,7 +56,7 @@ def test_qwk_pearson_smd_match_scikit_learn_and_scipy() -> None:
 def test_report_writes_the_page_its_pngs_and_csvs(tiny: tuple[Path, Path], tmp_path: Path) -> None:
     run, table = tiny
     out = tmp_path / "rep"
-    res = runner.invoke(app, ["report", "--run", str(run), "--data", str(table), "--out", str(out),
+    res = runner.invoke(app, ["report", "--run", str(run), "--table", str(table), "--out", str(out),
                               "--repeats", "2"])
     assert res.exit_code == 0, res.output
     for name in ("report.html", "report.md", "report.json", "agreement.csv", "concepts.csv", "intervention.csv",
@@ -164,7 +164,7 @@ def test_report_shows_what_the_concepts_cannot_separate_and_where_the_run_sits_o
 def test_report_says_what_a_run_without_lcec_cannot_show(tmp_path: Path) -> None:
     run, table = inspect_run(tmp_path, "--no-lcec", n=40)
     out = tmp_path / "rep"
-    res = runner.invoke(app, ["report", "--run", str(run), "--data", str(table), "--out", str(out), "--repeats", "1"])
+    res = runner.invoke(app, ["report", "--run", str(run), "--table", str(table), "--out", str(out), "--repeats", "1"])
     assert res.exit_code == 0, res.output
     assert "not shown: no LCEC layer in this run" in " ".join(res.output.split())
     assert (out / "intervention.png").is_file() and not (out / "partial_correlations.csv").exists()
@@ -174,7 +174,7 @@ def test_report_says_what_a_run_without_lcec_cannot_show(tmp_path: Path) -> None
 def test_report_of_a_plm_run_shows_grades_and_says_why_nothing_else(tmp_path: Path) -> None:
     run, table = inspect_run(tmp_path, "--variant", "plm", n=40)
     out = tmp_path / "rep"
-    res = runner.invoke(app, ["report", "--run", str(run), "--data", str(table), "--out", str(out)])
+    res = runner.invoke(app, ["report", "--run", str(run), "--table", str(table), "--out", str(out)])
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert "not shown: PLM run: it grades without concepts" in text
@@ -192,14 +192,14 @@ def test_report_needs_only_the_run_and_says_when_its_table_is_gone(tiny: tuple[P
 
     run = open_record(tiny[0])
     run.record["table"] = {"path": str(tmp_path / "moved.csv"), "copy": None}  # a table too large to copy, then moved
-    with pytest.raises(DataError, match="is not available .*moved.csv.*pass --data FILE"):
+    with pytest.raises(DataError, match="is not available .*moved.csv.*pass --table FILE"):
         run.load_table()
 
 
 # ------------------------------------------------------------------ intervene
 def test_intervene_writes_curves_for_every_k_and_strategy(tiny: tuple[Path, Path], tmp_path: Path) -> None:
     run, table = tiny
-    res = runner.invoke(app, ["intervene", "--run", str(run), "--data", str(table), "--out", str(tmp_path),
+    res = runner.invoke(app, ["intervene", "--run", str(run), "--table", str(table), "--out", str(tmp_path),
                               "--repeats", "2"])
     assert res.exit_code == 0, res.output
     c = pd.read_csv(tmp_path / "intervention.csv")
@@ -263,7 +263,7 @@ def test_rubric_diagnose_needs_an_adjudicated_folder(tmp_path: Path) -> None:
 def test_ablate_trains_each_combination_once_and_draws_the_chart(tmp_path: Path) -> None:
     data = tmp_path / "table.csv"
     graded_table(40).to_csv(data, index=False)
-    args = ["ablate", "--data", str(data), "--rubric", "mohler", "--variants", "vanilla,race+lcec,plm", "--backbone",
+    args = ["ablate", "--table", str(data), "--rubric", "mohler", "--variants", "vanilla,race+lcec,plm", "--backbone",
             build_backbone(tmp_path, "bert"), "--epochs", "1", "--max-len", "32", "--device", "cpu", "--preset", "plain",
             "--out", str(tmp_path / "abl")]  # plain: the encoder fine-tuned, whose budget the PLM matches
     res = runner.invoke(app, args)
@@ -295,7 +295,7 @@ def test_ablate_trains_each_combination_once_and_draws_the_chart(tmp_path: Path)
 def test_ablate_with_folds_pools_each_combination(tmp_path: Path) -> None:
     data = tmp_path / "table.csv"
     graded_table(40).to_csv(data, index=False)
-    args = ["ablate", "--data", str(data), "--rubric", "mohler", "--variants", "race+opcc", "--folds", "2",
+    args = ["ablate", "--table", str(data), "--rubric", "mohler", "--variants", "race+opcc", "--folds", "2",
             "--backbone", build_backbone(tmp_path, "bert"), "--epochs", "1", "--max-len", "32", "--device", "cpu",
             "--out", str(tmp_path / "abl")]
     res = runner.invoke(app, args)
@@ -306,9 +306,9 @@ def test_ablate_with_folds_pools_each_combination(tmp_path: Path) -> None:
     assert t["t_acc_std"].iloc[0] == pytest.approx(np.std([f["t_acc"] for f in folds["per_fold"]], ddof=1))
     res = runner.invoke(app, args)
     assert res.exit_code == 0 and "finished earlier, read back" in res.output
-    res = runner.invoke(app, ["report", "--run", str(tmp_path / "abl" / "race+opcc"), "--data", str(data)])
+    res = runner.invoke(app, ["report", "--run", str(tmp_path / "abl" / "race+opcc"), "--table", str(data)])
     assert res.exit_code == 0 and "2 folds, 40 answers pooled" in " ".join(res.output.split())  # the pooled page
-    res = runner.invoke(app, ["explain", "--run", str(tmp_path / "abl" / "race+opcc"), "--data", str(data), "q.1"])
+    res = runner.invoke(app, ["explain", "--run", str(tmp_path / "abl" / "race+opcc"), "--items", str(data), "q.1"])
     assert res.exit_code == 1 and "is a k-fold run: pass one of its folds, e.g. --run" in " ".join(res.output.split())
 
 
@@ -316,6 +316,6 @@ def test_a_folder_that_cannot_be_written_is_one_clear_line(tiny: tuple[Path, Pat
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
     run, table = tiny
-    res = runner.invoke(app, ["intervene", "--run", str(run), "--data", str(table), "--out", str(blocked / "x"),
+    res = runner.invoke(app, ["intervene", "--run", str(run), "--table", str(table), "--out", str(blocked / "x"),
                               "--repeats", "1"])
     assert res.exit_code == 1 and "cannot write into" in res.output and "pass --out DIR" in " ".join(res.output.split())

@@ -187,7 +187,7 @@ def course(tmp_path: Path) -> Path:
 
 def _push(fake: FakeLS, course: Path, *extra: str) -> Any:
     (course / "lab2.yaml").write_text(LAB)
-    return CliRunner().invoke(app, ["review", "push", "--rubric", str(course / "lab2.yaml"), "--data",
+    return CliRunner().invoke(app, ["review", "push", "--rubric", str(course / "lab2.yaml"), "--items",
                                     str(course / "items.csv"), "--predictions", str(course / "preds.csv"), *extra])
 
 

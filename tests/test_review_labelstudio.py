@@ -490,7 +490,7 @@ def test_cli_push_status_pull(conn: review.Connection, items40: pd.DataFrame, pa
     write_table(prediction_table(passes, items40["id"].tolist()[:5]), tmp_path / "preds.jsonl")
     env = {review.ENV_URL: conn.url, review.ENV_KEY: conn.api_key}
     runner = CliRunner()
-    args = ["review", "push", "--rubric", "mohler", "--data", str(tmp_path / "items.csv"),
+    args = ["review", "push", "--rubric", "mohler", "--items", str(tmp_path / "items.csv"),
             "--predictions", str(tmp_path / "preds.jsonl"), "--project", "cli-review", "--max-annotations", "2"]
     res = runner.invoke(app, args, env=env)
     assert res.exit_code == 0, res.output

@@ -87,7 +87,7 @@ def test_push_run_adds_one_grader_prediction_per_task_and_a_repush_adds_none(
 ) -> None:
     items = mohler_like_table(10, seed=3)[ITEM_COLS]
     write_table(items, tmp_path / "items.csv")
-    args = ["review", "push", "--rubric", "mohler", "--data", str(tmp_path / "items.csv"), "--run", str(run),
+    args = ["review", "push", "--rubric", "mohler", "--items", str(tmp_path / "items.csv"), "--run", str(run),
             "--project", "grader-review", "--show-predictions"]
     res = CliRunner().invoke(app, args, env=_env(conn))
     assert res.exit_code == 0, res.output
@@ -124,7 +124,7 @@ def test_routed_push_imports_exactly_the_selected_items(
     # uncertain: the grader's least sure 4 of 10 items
     items = mohler_like_table(10, seed=4)[ITEM_COLS]
     write_table(items, tmp_path / "items.csv")
-    args = ["review", "push", "--rubric", "mohler", "--data", str(tmp_path / "items.csv"), "--run", str(run),
+    args = ["review", "push", "--rubric", "mohler", "--items", str(tmp_path / "items.csv"), "--run", str(run),
             "--project", "routed-uncertain", "--select", "uncertain", "--budget", "4", "--seed", "1"]
     res = CliRunner().invoke(app, args, env=_env(conn))
     assert res.exit_code == 0, res.output

@@ -72,7 +72,7 @@ def _course(tmp: Path, n: int = 40) -> tuple[Path, Path]:
 
 
 def _train(tmp: Path, backbone: str, data: Path, out: Path, *extra: str) -> tuple[int, str]:
-    args = ["train", "--data", str(data), "--rubric", "stats101", "--backbone", backbone, "--epochs", "1",
+    args = ["train", "--table", str(data), "--rubric", "stats101", "--backbone", backbone, "--epochs", "1",
             "--max-len", "32", "--out", str(out), "--device", "cpu", "--lr", "3e-3", "--cfg", "joint.epochs=1", *extra]
     res = runner.invoke(app, args)
     return res.exit_code, res.output
@@ -82,7 +82,7 @@ def test_a_course_run_keeps_its_rubric_table_and_label_source(tmp_path: Path, ba
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     folder, data = _course(tmp_path)
     monkeypatch.setenv("RUBRICTOOL_RUBRICS", str(folder))
-    res = runner.invoke(app, ["rubric", "show", "stats101"])  # found by name in the user rubric folder
+    res = runner.invoke(app, ["rubric", "show", "--rubric", "stats101"])  # found by name in the user rubric folder
     assert res.exit_code == 0 and "Statistics 101" in res.output, res.output
     code, output = _train(tmp_path, backbone, data, tmp_path / "run")
     assert code == 0, output
@@ -140,7 +140,7 @@ def test_a_changed_table_is_used_with_a_warning(tmp_path: Path, backbone: str, m
     audit = json.loads((tmp_path / "run" / "audit" / "audit.json").read_text())
     assert any("changed since this run was trained" in w for w in audit["warnings"])
     assert "**Warning:**" in (tmp_path / "run" / "audit" / "audit.md").read_text()
-    res = runner.invoke(app, ["explain", "--run", str(tmp_path / "run"), first, "--data", str(data)])
+    res = runner.invoke(app, ["explain", "--run", str(tmp_path / "run"), first, "--items", str(data)])
     assert "is not the table this run was trained on" in " ".join(res.output.split())
 
 
@@ -155,7 +155,7 @@ def test_a_half_written_or_mixed_run_is_refused_in_one_line(tmp_path: Path, back
     with pytest.raises(TrainError, match="incomplete or was changed after training: config.yaml"):
         open_run(run)
     data = tmp_path / "adjudicated.csv"
-    res = runner.invoke(app, ["grade", "--run", str(run), "--data", str(data), "--out", str(tmp_path / "g.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(tmp_path / "g.csv")])
     assert res.exit_code == 1 and "config.yaml" in res.output and "train it again" in res.output and "Traceback" not in res.output
     cfg.write_text(original)
     assert run_is_complete(run)
@@ -259,7 +259,7 @@ def test_set_can_be_repeated_in_grade_and_explain(tmp_path: Path, backbone: str,
     assert code == 0, output
     one, two = tmp_path / "one.csv", tmp_path / "two.csv"
     for out, sets in ((one, ["--set", "MEAN=2,UNITS=0"]), (two, ["--set", "MEAN=2", "--set", "UNITS=0"])):
-        res = runner.invoke(app, ["grade", "--run", str(tmp_path / "run"), "--data", str(data), "--out", str(out), *sets])
+        res = runner.invoke(app, ["grade", "--run", str(tmp_path / "run"), "--items", str(data), "--out", str(out), *sets])
         assert res.exit_code == 0, res.output
     a, b = pd.read_csv(one), pd.read_csv(two)
     assert (b["MEAN_level"] == 2).all() and (b["UNITS_level"] == 0).all()  # both, not only the last --set

@@ -1,6 +1,6 @@
 """Ids that survive the next import: `data import` makes them from the question and the student, so next term's file
 never reuses an id of this term's for another answer; `grade` keeps the question, the student and the response beside
-each grade; `explain --run R --data NEW ID` explains the answer graded.csv calls ID.
+each grade; `explain --run R --items NEW ID` explains the answer graded.csv calls ID.
 
 The course is the 48-answer statistics quiz (tests/support/quiz_course.py): an XLSX gradebook headed 'Student', 'Q#',
 'Answer', 'Score (0-5)'; next term's file has other students, the questions in another order, and no scores.
@@ -89,33 +89,33 @@ def test_grades_join_back_and_explain_reads_the_graded_answer(tmp_path: Path, ti
     book.to_csv(tmp_path / "next.csv", index=False)
     _import(tmp_path / "next.csv", tmp_path / "new.csv", "--ungraded", "--columns", "question=Q#")
     out = tmp_path / "graded.csv"
-    res = runner.invoke(app, ["grade", "--run", str(tiny_run), "--data", str(tmp_path / "new.csv"), "--out", str(out)])
+    res = runner.invoke(app, ["grade", "--run", str(tiny_run), "--items", str(tmp_path / "new.csv"), "--out", str(out)])
     assert res.exit_code == 0, res.output
     graded = read_table(out)
     assert list(graded.columns[:4]) == ["id", "question", "student", "response"]
     assert graded["response"].tolist() == book["Answer"].tolist()
     assert graded["student"].tolist() == book["Student"].tolist()
     # --keep names the columns instead
-    res = runner.invoke(app, ["grade", "--run", str(tiny_run), "--data", str(tmp_path / "new.csv"), "--out", str(out),
+    res = runner.invoke(app, ["grade", "--run", str(tiny_run), "--items", str(tmp_path / "new.csv"), "--out", str(out),
                               "--keep", "student,Question"])
     assert res.exit_code == 0, res.output
     assert list(read_table(out).columns[:3]) == ["id", "student", "Question"]
-    res = runner.invoke(app, ["grade", "--run", str(tiny_run), "--data", str(tmp_path / "new.csv"), "--out", str(out),
+    res = runner.invoke(app, ["grade", "--run", str(tiny_run), "--items", str(tmp_path / "new.csv"), "--out", str(out),
                               "--keep", "nope"])
     assert res.exit_code == 1 and "--keep nope: no such column" in " ".join(res.output.split())
     # explain the answer graded.csv calls q2/s301: the same answer, the same grade, and no word of a wrong table
     wanted = "q2/s301"
     row = graded.set_index("id").loc[wanted]
-    res = runner.invoke(app, ["explain", "--run", str(tiny_run), "--data", str(tmp_path / "new.csv"), wanted,
+    res = runner.invoke(app, ["explain", "--run", str(tiny_run), "--items", str(tmp_path / "new.csv"), wanted,
                               "--out", str(tmp_path / "x")])
     assert res.exit_code == 0, res.output
     flat = " ".join(res.output.split())
     assert str(row["response"]) in flat and "is not the table this run was trained on" not in flat
     ex = pd.read_csv(tmp_path / "x" / "explain.csv")
     assert set(ex["id"]) == {wanted} and int(ex["grade"].iloc[0]) == int(graded.set_index("id")["model_grade"].astype(int)[wanted])
-    # without --data the id is not the run's: said so, with the fix
+    # without --items the id is not the run's: said so, with the fix
     res = runner.invoke(app, ["explain", "--run", str(tiny_run), wanted])
-    assert res.exit_code == 1 and "--data" in res.output
+    assert res.exit_code == 1 and "--items" in res.output
 
 
 def test_a_resit_is_checked_against_the_courses_earlier_tables(tmp_path: Path) -> None:

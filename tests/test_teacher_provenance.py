@@ -55,7 +55,7 @@ def resolved_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, 
     tmp = tmp_path_factory.mktemp("teacher")
     adj, rubric = _panel_and_teacher(tmp)
     out = tmp / "run"
-    res = runner.invoke(app, ["train", "--data", str(adj / "adjudicated.csv"), "--agreement", str(adj / "agreement.json"),
+    res = runner.invoke(app, ["train", "--table", str(adj / "adjudicated.csv"), "--agreement", str(adj / "agreement.json"),
                               "--rubric", str(rubric), "--backbone", build_backbone(tmp, "bert"), "--epochs", "1",
                               "--max-len", "16", "--device", "cpu", "--lr", "3e-3", "--cfg", "joint.epochs=0",
                               "--folds", "3", "--encoder", "frozen", "--out", str(out)])

@@ -408,7 +408,7 @@ def test_the_guide_walks_every_step_in_order() -> None:
     graded = next(i for i, r in enumerate(runs) if r.startswith("grade"))
     for r in runs[graded:]:  # from grading on, a run needs only --run (grade reads the new answers)
         if "--run" in r and not r.startswith("grade"):
-            assert "--data" not in r, f"`rubrictool {r}` needs --data after training"
+            assert "--table" not in r, f"`rubrictool {r}` needs --table after training"
 
 
 @pytest.fixture

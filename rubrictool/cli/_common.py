@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -25,26 +25,28 @@ from rubrictool.progress import Progress
 from rubrictool.textsafe import strip_controls
 
 __all__ = [
-    "AdjudicatedDataOpt",
     "AgreementOpt",
     "BackboneOpt",
     "BenchmarkOpt",
     "ConfigOpt",
     "DataDirOpt",
-    "DataRubricOpt",
     "DeviceOpt",
     "EpochsOpt",
     "JobsOpt",
     "LrOpt",
     "MaxLenOpt",
+    "OldDataOpt",
+    "OldRubricArg",
     "OptionalRunOpt",
     "OutOpt",
     "PresetOpt",
     "ProgressView",
     "RubricOpt",
-    "RunDataOpt",
     "RunOpt",
+    "RunTableOpt",
     "SafeConsole",
+    "TableOpt",
+    "TableRubricOpt",
     "TrainBatchSizeOpt",
     "VerifyOpt",
     "at_least",
@@ -52,8 +54,11 @@ __all__ = [
     "err_console",
     "finite",
     "folds_or_none",
+    "given",
     "handle_errors",
     "print_warnings",
+    "renamed",
+    "retired",
 ]
 
 
@@ -87,13 +92,25 @@ BenchmarkOpt = Annotated[str | None, typer.Option("--benchmark", "-b", help="Bun
 _RUN_HELP = "Run directory written by `rubrictool train`."
 RunOpt = Annotated[Path, typer.Option("--run", help=_RUN_HELP)]
 OptionalRunOpt = Annotated[Path | None, typer.Option("--run", help=_RUN_HELP)]
-RunDataOpt = Annotated[Path | None, typer.Option(
-    "--data", help="The adjudicated table the run was trained on (default: the run's own copy of it, else the file it recorded).")]
 
-# What train, learning-curve and ablate read and train with.
-AdjudicatedDataOpt = Annotated[Path | None, typer.Option("--data", help="Adjudicated table: items + one column per concept.")]
-DataRubricOpt = Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric of --data (name or YAML).")]
-AgreementOpt = Annotated[Path | None, typer.Option("--agreement", help="agreement.json for the α column (default: beside --data).")]
+# Two tables, two words: --items are the answers (to annotate, grade, push for review, explain), --table is
+# an adjudicated table (items + one column per concept) that trains, evaluates or diagnoses.
+RunTableOpt = Annotated[Path | None, typer.Option(
+    "--table", help="The adjudicated table the run was trained on (default: the run's own copy of it, else "
+    "the file it recorded).")]
+TableOpt = Annotated[Path | None, typer.Option(
+    "--table", help="Adjudicated table: items + one column per concept.")]
+TableRubricOpt = Annotated[str | None, typer.Option(
+    "--rubric", "-r", help="Rubric of --table (name or YAML).")]
+AgreementOpt = Annotated[Path | None, typer.Option(
+    "--agreement", help="agreement.json for the α column (default: beside --table).")]
+
+# Old spellings, accepted for one release: hidden from help, a note when used (renamed).
+OldDataOpt = Annotated[Path | None, typer.Option(
+    "--data", hidden=True, help="The old name of --items or --table (removed in the next release).")]
+OldRubricArg = Annotated[str | None, typer.Argument(
+    hidden=True, metavar="RUBRIC", show_default=False,
+    help="The old place of --rubric (removed in the next release).")]
 PresetOpt = Annotated[str, typer.Option("--preset", help=(
     "default (measured best), plain (the default before its concept reader: no answer-reference alignment, "
     "hard concept targets, LCEC learned) or paper (the paper's recipe)."))]
@@ -203,6 +220,46 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+T = TypeVar("T")
+_GOES = "will be removed in the next release"
+
+
+def _usage_error(message: str) -> NoReturn:
+    """A command line that cannot mean anything: one line, exit 2 (click's code for usage errors), before
+    any work."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def renamed(new_name: str, new: T | None, old_name: str, old: T | None, *,
+            note: str | None = None) -> T | None:
+    """The value of an option given by its name, or by its old spelling (``old``: a hidden option or
+    argument, kept for one release), which prints one note on stderr (``note``: its text, when the old
+    spelling is not an option name). Both at once is a usage error: one line, exit 2."""
+    if old is None:
+        return new
+    if new is not None:
+        _usage_error(f"{old_name} is the old spelling of {new_name}: give {new_name} only")
+    text = note or f"{old_name} is renamed {new_name} here; {old_name} {_GOES}"
+    err_console.print(f"[yellow]note:[/] {text}", highlight=False, soft_wrap=True)
+    return old
+
+
+def given(name: str, value: T | None, fix: str) -> T:
+    """The value of an option the command needs (one that was required before it got a new spelling);
+    missing, a usage error: one line naming it and the fix, exit 2."""
+    if value is None:
+        _usage_error(f"{name} is missing: {fix}")
+    return value
+
+
+def retired(option: str, command: str, instead: str) -> None:
+    """One note on stderr for an option that still works but leaves ``command`` in the next release: what
+    to use instead."""
+    err_console.print(f"[yellow]note:[/] {option} {_GOES} from `{command}`; instead: {instead}",
+                      highlight=False, soft_wrap=True)
 
 
 def print_warnings(warnings: list[str]) -> None:

@@ -15,12 +15,14 @@ from rich.table import Table
 from rubrictool.cli._common import (
     BenchmarkOpt,
     DataDirOpt,
+    OldDataOpt,
     OptionalRunOpt,
     OutOpt,
     ProgressView,
     at_least,
     console,
     err_console,
+    renamed,
 )
 from rubrictool.cli._sanitize import shown
 from rubrictool.errors import AnnotateError
@@ -202,7 +204,7 @@ def _holistic(items: pd.DataFrame, rub: Rubric, config: AnnotateConfig, dry: boo
 def annotate_cmd(
     benchmark: BenchmarkOpt = None,
     rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric name or YAML path (default: the benchmark's).")] = None,
-    data: Annotated[Path | None, typer.Option("--data", help="Item table (CSV/JSONL/Parquet: id, response, question?, reference?).")] = None,
+    items_file: Annotated[Path | None, typer.Option("--items", help="The answers to annotate: an item table (CSV/JSONL/Parquet: id, response, question?, reference?).")] = None,
     data_dir: DataDirOpt = None,
     model: Annotated[list[str] | None, typer.Option("--model", "-m", help="litellm model string; repeatable (default: gpt-4o and gemini/gemini-2.5-pro).")] = None,
     api_base: Annotated[str | None, typer.Option("--api-base", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 (model hosted_vllm/<alias> or openai/<alias>).")] = None,
@@ -223,13 +225,14 @@ def annotate_cmd(
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Reply length cap (also the budget's worst case).")] = 1024,
     temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature, 0..2.")] = 0.0,
     dry: Annotated[bool, typer.Option("--dry-run", help="Print the first prompts, token counts and the estimated cost; send nothing.")] = False,
-    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Send again the items whose cached replies failed (successful cached replies are never re-sent). Example: rubrictool annotate --rubric r.yaml --data items.csv --retry-failed")] = False,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Send again the items whose cached replies failed (successful cached replies are never re-sent). Example: rubrictool annotate --rubric r.yaml --items items.csv --retry-failed")] = False,
     max_failures: Annotated[float, typer.Option("--max-failures", help="Exit 3 when more than this share of the item × model annotations failed (0..1; the outputs are written). Example: --max-failures 0.1")] = 0.05,
-    allow_draft: Annotated[bool, typer.Option("--allow-draft", help="Send a rubric that still has TODO placeholders or two levels with one anchor (refused by default). Example: rubrictool annotate --rubric draft.yaml --data items.csv --limit 5 --allow-draft")] = False,
-    holistic: Annotated[bool, typer.Option("--holistic", help="Ask each model for every answer's mark directly (the rubric and the grade scale in the prompt, a reply mark=<n>) instead of concept levels: the baseline a teacher would otherwise use. Writes marks.jsonl, failures.jsonl and summary.json into the --out folder. Example: rubrictool annotate --holistic --rubric r.yaml --data items.csv --model gpt-4o --run runs/k5 --out holistic/")] = False,
+    allow_draft: Annotated[bool, typer.Option("--allow-draft", help="Send a rubric that still has TODO placeholders or two levels with one anchor (refused by default). Example: rubrictool annotate --rubric draft.yaml --items items.csv --limit 5 --allow-draft")] = False,
+    holistic: Annotated[bool, typer.Option("--holistic", help="Ask each model for every answer's mark directly (the rubric and the grade scale in the prompt, a reply mark=<n>) instead of concept levels: the baseline a teacher would otherwise use. Writes marks.jsonl, failures.jsonl and summary.json into the --out folder. Example: rubrictool annotate --holistic --rubric r.yaml --items items.csv --model gpt-4o --run runs/k5 --out holistic/")] = False,
     run: OptionalRunOpt = None,
     pass_mark: Annotated[int | None, typer.Option("--pass-mark", help="With --holistic --run: the least mark that passes, for 'failing answers passed' (default: the upper half of the grade scale, 3 on 0..5).")] = None,
     out: OutOpt = Path("annotations"),
+    old_data: OldDataOpt = None,
 ) -> None:
     """Pre-annotate every response on every rubric concept with LLMs (litellm), as the paper's annotation stage.
 
@@ -261,6 +264,7 @@ def annotate_cmd(
         temperature=temperature, max_tokens=max_tokens, budget=budget, limit=limit, per_question=per_question, cache=None if no_cache else cache,
         workers=workers, retry_failed=retry_failed, allow_draft=allow_draft, max_failures=max_failures,
     )
+    data = renamed("--items", items_file, "--data", old_data)
     config.check()  # one line for an option out of range, before any data is read
     items, rub = load_inputs(benchmark, rubric, data, data_dir)
     if config.benchmark is None and benchmark:

@@ -10,14 +10,16 @@ from rich.table import Table
 
 from rubrictool.cli._common import (
     DataDirOpt,
+    OldDataOpt,
     ProgressView,
-    RunDataOpt,
     RunOpt,
+    RunTableOpt,
     VerifyOpt,
     at_least,
     console,
     err_console,
     print_warnings,
+    renamed,
 )
 from rubrictool.cli._sanitize import shown
 
@@ -29,7 +31,7 @@ __all__ = ["audit_cmd"]
 
 def audit_cmd(
     run: RunOpt,
-    data: RunDataOpt = None,
+    table: RunTableOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for audit.csv/.md/.json/.png (default RUN/audit).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the filler choice and the shuffles.")] = 0,
     transform: Annotated[list[str] | None, typer.Option(
@@ -47,6 +49,7 @@ def audit_cmd(
         "answers.")] = True,
     data_dir: DataDirOpt = None,
     verify: VerifyOpt = False,
+    old_data: OldDataOpt = None,
 ) -> None:
     """How far standard gaming moves a trained grader, on the run's test split.
 
@@ -65,6 +68,7 @@ def audit_cmd(
     from rubrictool.outputs import check_output
     from rubrictool.train.runs import require_run_dir, verify_runs_fully
 
+    data = renamed("--table", table, "--data", old_data)
     if verify:
         verify_runs_fully()
     require_run_dir(run)  # a mistyped --run is one line, and nothing is created for it

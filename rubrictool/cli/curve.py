@@ -14,24 +14,26 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from rubrictool.cli._common import (
-    AdjudicatedDataOpt,
     AgreementOpt,
     BackboneOpt,
     BenchmarkOpt,
     ConfigOpt,
     DataDirOpt,
-    DataRubricOpt,
     DeviceOpt,
     EpochsOpt,
     JobsOpt,
     LrOpt,
     MaxLenOpt,
+    OldDataOpt,
     PresetOpt,
     ProgressView,
+    TableOpt,
+    TableRubricOpt,
     TrainBatchSizeOpt,
     at_least,
     console,
     finite,
+    renamed,
 )
 from rubrictool.errors import DataError
 
@@ -44,8 +46,8 @@ __all__ = ["learning_curve_cmd"]
 def learning_curve_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Curve directory: cells/, curve.csv, curve.json, curve.png.")],
     benchmark: BenchmarkOpt = None,
-    data: AdjudicatedDataOpt = None,
-    rubric: DataRubricOpt = None,
+    table: TableOpt = None,
+    rubric: TableRubricOpt = None,
     agreement: AgreementOpt = None,
     sizes: Annotated[str | None, typer.Option(
         "--sizes", help="Labelled answers per model (train + dev), comma-separated; 'all' = a fold's whole training part. "
@@ -84,6 +86,7 @@ def learning_curve_cmd(
         "--all-from", help="VARIANT=FOLDER (repeatable): read the variant's 'all' cells of the first repeat from the fold "
         "runs `train --folds` wrote there (same folds, table and configuration) instead of training them.")] = None,
     data_dir: DataDirOpt = None,
+    old_data: OldDataOpt = None,
 ) -> None:
     """Learning curve: train each variant on growing stratified subsamples of every fold's training part and test
     on the fold's test part; write curve.csv (one row per cell), curve.png and curve.json. Resumable: finished
@@ -95,10 +98,12 @@ def learning_curve_cmd(
 
     Example (reuse the folds `train --folds 5 --by question --out runs/q` trained, for the 'all' size): rubrictool learning-curve --benchmark mohler --by question --sizes 100,200,400,all --variants reccbm --all-from reccbm=runs/q --out curves/q
 
-    Example (the points route, seconds: a points table fitted to the graded answers grades the panel's levels): rubrictool learning-curve --data adjudicated.csv --rubric course.yaml --sizes 10,20,50,100,all --variants points --out curves/points
+    Example (the points route, seconds: a points table fitted to the graded answers grades the panel's levels): rubrictool learning-curve --table adjudicated.csv --rubric course.yaml --sizes 10,20,50,100,all --variants points --out curves/points
     """
     from rubrictool.curve import CURVE_OPTIONS, run_learning_curve
     from rubrictool.train import TrainOptions, training_overrides
+
+    data = renamed("--table", table, "--data", old_data)
 
     flat = {"backbone": backbone, "epochs": epochs, "joint_epochs": joint_epochs, "stage2_epochs": stage2_epochs,
             "max_len": max_len, "batch_size": batch_size, "lr": lr, "device": device}

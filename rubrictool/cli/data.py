@@ -105,7 +105,7 @@ def data_export(
     limit: Annotated[int | None, typer.Option("--limit", callback=at_least(1), help="Keep only the first N items.")] = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Write a benchmark's item table (every column) to a CSV/JSONL/Parquet file, e.g. for `review push --data`.
+    """Write a benchmark's item table (every column) to a CSV/JSONL/Parquet file, e.g. for `review push --items`.
 
     Example: rubrictool data export asap2 --limit 200 --out asap2-items.jsonl
     """

@@ -12,6 +12,7 @@ import typer
 
 from rubrictool.cli._common import (
     DeviceOpt,
+    OldDataOpt,
     OutOpt,
     ProgressView,
     RunOpt,
@@ -19,6 +20,7 @@ from rubrictool.cli._common import (
     at_least,
     console,
     err_console,
+    renamed,
 )
 from rubrictool.cli._sanitize import shown
 
@@ -30,7 +32,7 @@ __all__ = ["grade_cmd"]
 
 def grade_cmd(
     run: RunOpt,
-    data: Annotated[Path | None, typer.Option("--data", help="Items to grade (CSV/JSONL/Parquet): response, question... (or leave it out and pass --gradebook).")] = None,
+    items: Annotated[Path | None, typer.Option("--items", help="The answers to grade (CSV/JSONL/Parquet): response, question... (or leave it out and pass --gradebook).")] = None,
     out: OutOpt = Path("graded.csv"),
     batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least(1), help="Items per forward pass.")] = 64,
     int8: Annotated[bool, typer.Option("--int8", help="Int8 CPU inference: faster; changes about 1 grade in 10 (torch) "
@@ -41,14 +43,15 @@ def grade_cmd(
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts for every response, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1).")] = None,
     device: DeviceOpt = None,
     verify: VerifyOpt = False,
-    keep: Annotated[str | None, typer.Option("--keep", help="Columns of --data copied beside each grade, comma-separated (default: question, student, source_id, response, those present; '' for none).")] = None,
-    reviewed: Annotated[Path | None, typer.Option("--reviewed", help="Reviewed answers of new questions: id and a column per concept with its level, optionally grade (question and response too for an answer not in --data); each such question's other answers are shifted by what they show (docs/your-course.md#new-questions-a-few-reviewed-answers-first).")] = None,
+    keep: Annotated[str | None, typer.Option("--keep", help="Columns of --items copied beside each grade, comma-separated (default: question, student, source_id, response, those present; '' for none).")] = None,
+    reviewed: Annotated[Path | None, typer.Option("--reviewed", help="Reviewed answers of new questions: id and a column per concept with its level, optionally grade (question and response too for an answer not in --items); each such question's other answers are shifted by what they show (docs/your-course.md#new-questions-a-few-reviewed-answers-first).")] = None,
     review_budget: Annotated[int | None, typer.Option("--review-budget", help="How many answers a teacher will read: the review queue (<out>.review.csv) lists that many, most at risk first (default: the held answers).")] = None,
     review_queue: Annotated[Path | None, typer.Option("--review-queue", help="Where the review queue goes (default <out stem>.review.csv).")] = None,
     gradebook: Annotated[Path | None, typer.Option("--gradebook", help="The teacher's spreadsheet (XLSX/CSV/TSV) the answers came from, read as `data import` reads it: written back in its own layout with the mark, needs review and a comment per criterion, plus a per-question summary.")] = None,
     sheet: Annotated[str | None, typer.Option("--sheet", help="The --gradebook workbook's sheet, as given to `data import`.")] = None,
     columns: Annotated[str | None, typer.Option("--columns", help="The --gradebook's column mapping, as given to `data import` (e.g. question=Lab question).")] = None,
     gradebook_out: Annotated[Path | None, typer.Option("--gradebook-out", help="Where the gradebook goes (default <name>-graded.<ext> beside it; never the file itself).")] = None,
+    old_data: OldDataOpt = None,
 ) -> None:
     """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
 
@@ -70,13 +73,14 @@ def grade_cmd(
 
     --device auto grades on a GPU when there is one; --int8 and --engine onnx run on the CPU.
 
-    Example: rubrictool grade --run runs/mohler-reccbm --data new_answers.csv --out graded.csv
+    Example: rubrictool grade --run runs/mohler-reccbm --items new_answers.csv --out graded.csv
 
-    Example: rubrictool grade --run runs/chemlab-5fold --data new-answers.csv --gradebook chem110-spring.xlsx --sheet Marks --columns "question=Lab question" --review-budget 10 --out graded.csv
+    Example: rubrictool grade --run runs/chemlab-5fold --items new-answers.csv --gradebook chem110-spring.xlsx --sheet Marks --columns "question=Lab question" --review-budget 10 --out graded.csv
     """
     from rubrictool.marks import card_line, grade_file
     from rubrictool.train.runs import verify_runs_fully
 
+    data = renamed("--items", items, "--data", old_data)
     if verify:
         verify_runs_fully()
     if int8:

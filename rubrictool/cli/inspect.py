@@ -15,17 +15,18 @@ import typer
 from rubrictool.cli._common import (
     BackboneOpt,
     DataDirOpt,
-    DataRubricOpt,
     DeviceOpt,
     EpochsOpt,
     JobsOpt,
     LrOpt,
     MaxLenOpt,
+    OldDataOpt,
     OptionalRunOpt,
     PresetOpt,
     ProgressView,
-    RunDataOpt,
     RunOpt,
+    RunTableOpt,
+    TableRubricOpt,
     VerifyOpt,
     at_least,
     console,
@@ -33,6 +34,7 @@ from rubrictool.cli._common import (
     folds_or_none,
     handle_errors,
     print_warnings,
+    renamed,
 )
 from rubrictool.cli._sanitize import shown
 
@@ -118,11 +120,12 @@ def explain_cmd(
     model: RunOpt,
     item_ids: Annotated[list[str] | None, typer.Argument(help="Ids of the answers to explain.")] = None,
     ids: Annotated[list[str] | None, typer.Option("--id", help="Answer id (repeatable; same as the arguments).")] = None,
-    data: Annotated[Path | None, typer.Option("--data", help="Table holding the answers, e.g. new ones (default: the run's own copy of its training table).")] = None,
+    items: Annotated[Path | None, typer.Option("--items", help="The answers to explain, e.g. new ones (default: the run's own copy of its training table).")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1): how do the grade and its probability move?")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for explain.html, explain.csv and the PNGs (default RUN/explain).")] = None,
     data_dir: DataDirOpt = None,
     verify: VerifyOpt = False,
+    old_data: OldDataOpt = None,
 ) -> None:
     """Why this grade? The decision trace of answers: concept levels, attention, contributions to the logit.
 
@@ -133,6 +136,7 @@ def explain_cmd(
     from rubrictool.report import explain_items, open_run, parse_overrides, table_rows
     from rubrictool.report.page import write_explain
 
+    data = renamed("--items", items, "--data", old_data)
     wanted = [*(item_ids or []), *(ids or [])]
     if not wanted:
         raise typer.BadParameter("name the answers to explain: ITEM_ID… or --id ID")
@@ -152,12 +156,13 @@ def explain_cmd(
 
 def intervene_cmd(
     model: RunOpt,
-    data: RunDataOpt = None,
+    table: RunTableOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for intervention.csv/.png (default RUN/intervene).")] = None,
     repeats: Annotated[int, typer.Option("--repeats", callback=at_least(1), help="Random draws averaged for the random strategy.")] = 5,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random strategy.")] = 0,
     data_dir: DataDirOpt = None,
     verify: VerifyOpt = False,
+    old_data: OldDataOpt = None,
 ) -> None:
     """Simulate educator interventions on the test split: T-Acc and QWK as k concepts are replaced.
 
@@ -174,6 +179,7 @@ def intervene_cmd(
     from rubrictool.report.intervene import write_interventions
     from rubrictool.report.run import predict_with_attention
 
+    data = renamed("--table", table, "--data", old_data)
     _before_work(out or model / "intervene", [model, data], verify)
     with err_console.status("predicting the test split ..."):
         run = open_run(model, data=data, data_dir=data_dir)
@@ -212,13 +218,14 @@ def intervene_cmd(
 
 def report_cmd(
     model: RunOpt,
-    data: RunDataOpt = None,
+    table: RunTableOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for report.html/.md, PNGs and CSVs (default RUN/report).")] = None,
     reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review files for the rubric diagnostics' level confusions (repeatable; default: the benchmark's passes).")] = None,
     repeats: Annotated[int, typer.Option("--repeats", callback=at_least(1), help="Random draws of the random intervention.")] = 5,
     curve: Annotated[Path | None, typer.Option("--curve", exists=True, dir_okay=False, help="A learning curve's curve.csv (`rubrictool learning-curve`): show where the run's number of labelled answers sits on it.")] = None,
     data_dir: DataDirOpt = None,
     verify: VerifyOpt = False,
+    old_data: OldDataOpt = None,
 ) -> None:
     """One self-contained HTML page (and Markdown) about a trained run, to show a department or paste into a paper.
 
@@ -237,6 +244,7 @@ def report_cmd(
     """
     from rubrictool.train.kfold import is_kfold_run
 
+    data = renamed("--table", table, "--data", old_data)
     if is_kfold_run(model):  # train --folds k: one page over the pooled predictions of every fold
         _report_folds(model, out, curve)
         return
@@ -294,7 +302,7 @@ def diagnose_cmd(
     rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric name or YAML (default: the one agreement.json names).")] = None,
     reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review files (repeatable) for the level confusions; default: the discussion queue.")] = None,
     model: OptionalRunOpt = None,
-    data: Annotated[Path | None, typer.Option("--data", help="With --run alone: the table to diagnose instead of the run's copy of its training table.")] = None,
+    table: Annotated[Path | None, typer.Option("--table", help="With --run alone: the adjudicated table to diagnose instead of the run's copy of its training table.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write rubric_diagnosis.csv and .md here.")] = None,
     n_pairs: Annotated[int, typer.Option("--pairs", callback=at_least(1), help="Contrasting pairs shown per grade boundary the concepts cannot separate.")] = 3,
     suggest: Annotated[str | None, typer.Option("--suggest", help=(
@@ -303,6 +311,7 @@ def diagnose_cmd(
     api_base: Annotated[str | None, typer.Option("--api-base", help="OpenAI-compatible server for --suggest, e.g. http://127.0.0.1:8080/v1.")] = None,
     api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="Environment variable holding the --suggest API key.")] = None,
     cache: Annotated[Path | None, typer.Option("--cache", help="Reply cache (SQLite) for --suggest: the same question is paid once.")] = Path(".rubrictool-cache/suggest.sqlite"),
+    old_data: OldDataOpt = None,
 ) -> None:
     """Diagnose a rubric from adjudicated labels, before any training: α, level confusions, drop-one coverage, redundancy,
     and what the rubric cannot see.
@@ -325,11 +334,12 @@ def diagnose_cmd(
     from rubrictool.report import diagnose_dir, diagnose_run
     from rubrictool.report.diagnose import write_diagnosis
 
+    data = renamed("--table", table, "--data", old_data)
     if adjudicated is None and model is None:
         raise typer.BadParameter("pass --adjudicated DIR (the folder `rubrictool adjudicate` wrote) or --run RUN "
                                  "(a trained run)")
     if data is not None and (adjudicated is not None or model is None):
-        raise typer.BadParameter("--data goes with --run alone (with --adjudicated the table is the folder's)")
+        raise typer.BadParameter("--table goes with --run alone (with --adjudicated the table is the folder's)")
     if adjudicated is None and rubric is not None:
         raise typer.BadParameter("--rubric goes with --adjudicated: a run diagnoses the copy of the rubric it "
                                  "trained on")
@@ -469,8 +479,8 @@ def _suggest(diag: Diagnosis, rubric: str | None, model: str, api_base: str | No
 def ablate_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder: one run per combination, ablation.csv/.md/.png.")],
     benchmark: Annotated[str | None, typer.Option("--benchmark", "-b", help="Bundled benchmark, e.g. mohler.")] = None,
-    data: Annotated[Path | None, typer.Option("--data", help="Adjudicated table (with --rubric).")] = None,
-    rubric: DataRubricOpt = None,
+    table: Annotated[Path | None, typer.Option("--table", help="Adjudicated table (with --rubric).")] = None,
+    rubric: TableRubricOpt = None,
     seeds: Annotated[int, typer.Option("--seeds", callback=at_least(1), help="Seeds per combination (mean ± std).")] = 1,
     folds: Annotated[int, typer.Option("--folds", callback=folds_or_none, help="k-fold evaluation per combination (0 = one split).")] = 0,
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the shared split.")] = 0,
@@ -485,6 +495,7 @@ def ablate_cmd(
     jobs: JobsOpt = 1,
     preset: PresetOpt = "default",
     data_dir: DataDirOpt = None,
+    old_data: OldDataOpt = None,
 ) -> None:
     """Train the eight RACE/OPCC/LCEC combinations and the PLM on the same split(s) and seeds; table and bar chart.
 
@@ -497,6 +508,7 @@ def ablate_cmd(
     from rubrictool.report.ablate import ablation_markdown, run_ablation
     from rubrictool.train import TrainOptions, training_overrides
 
+    data = renamed("--table", table, "--data", old_data)
     flat = {"backbone": backbone, "epochs": epochs, "max_len": max_len, "lr": lr, "device": device}
     options = TrainOptions(preset=preset, overrides=training_overrides(flat=flat), seeds=seeds)
 
@@ -504,12 +516,12 @@ def ablate_cmd(
         console.print(f"[{i + 1}/{n}] {name}: " + ("finished earlier, read back" if state == "done" else "training"))
 
     with ProgressView(console) as view:
-        table, paths = run_ablation(
+        combos, paths = run_ablation(
             out, benchmark=benchmark, data=data, rubric=rubric, options=options, data_dir=data_dir,
             variants=[v.strip() for v in variants.split(",") if v.strip()] if variants else None, folds=folds,
             split_seed=split_seed, on_run=on_run, progress=view, jobs=jobs,
         )
-    console.print(ablation_markdown(table), soft_wrap=True, highlight=False)
+    console.print(ablation_markdown(combos), soft_wrap=True, highlight=False)
     console.print(f"wrote {', '.join(str(p) for p in paths.values())}", soft_wrap=True)
 
 

@@ -8,13 +8,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rubrictool.cli._common import (
+    OldDataOpt,
     OptionalRunOpt,
     ProgressView,
     RubricOpt,
     at_least,
     console,
     err_console,
+    given,
     handle_errors,
+    renamed,
 )
 from rubrictool.cli._sanitize import shown
 from rubrictool.rubric import load_rubric
@@ -82,7 +85,9 @@ def review_serve(
 @handle_errors
 def review_push(
     rubric: RubricOpt,
-    data: Annotated[Path, typer.Option("--data", help="Item table (CSV/JSONL/Parquet: id, response, question?, reference?, context?).")],
+    items: Annotated[Path | None, typer.Option(
+        "--items", show_default=False, help="The answers to review: an item table (CSV/JSONL/Parquet: id, "
+        "response, question?, reference?, context?); required.")] = None,
     predictions: Annotated[
         Path | None, typer.Option("--predictions", help="PredictionTable from `rubrictool annotate`: ranks items for --select; its raw_ok rows are sent as pre-annotations only with --show-predictions.")
     ] = None,
@@ -97,6 +102,7 @@ def review_push(
     prefill_model: Annotated[str | None, typer.Option("--prefill-model", help="With --show-predictions: the model whose levels are pre-selected (default: the --run grader, else the first model by name).")] = None,
     url: LsUrlOpt = None,
     api_key: LsKeyOpt = None,
+    old_data: OldDataOpt = None,
 ) -> None:
     """Create or find the review project (interface generated from the rubric) and import the new items.
 
@@ -112,13 +118,15 @@ def review_push(
     run's folder name), scored by its confidence (1 − level entropy, σ²-weighted with LCEC) for sorting in Label
     Studio.
 
-    Example: rubrictool review push --rubric mohler --data items.jsonl --predictions annotations/predictions.csv --run runs/mohler --select uncertain --budget 400
+    Example: rubrictool review push --rubric mohler --items items.jsonl --predictions annotations/predictions.csv --run runs/mohler --select uncertain --budget 400
 
-    Example (anchored): rubrictool review push --rubric mohler --data items.jsonl --predictions annotations/predictions.csv --project mohler-anchored --show-predictions --prefill-model gpt-4o
+    Example (anchored): rubrictool review push --rubric mohler --items items.jsonl --predictions annotations/predictions.csv --project mohler-anchored --show-predictions --prefill-model gpt-4o
     """
     from rubrictool.review import push, resolve_connection
     from rubrictool.tables import read_items
 
+    data = given("--items", renamed("--items", items, "--data", old_data),
+                 "give --items ITEMS (the answers to push)")
     rb = load_rubric(rubric)
     conn = resolve_connection(url, api_key)
     with ProgressView(err_console) as view:

@@ -9,12 +9,16 @@ import typer
 from rich.table import Table
 
 from rubrictool.cli._common import (
+    OldDataOpt,
+    OldRubricArg,
     OptionalRunOpt,
     at_least,
     console,
     err_console,
     folds_or_none,
+    given,
     handle_errors,
+    renamed,
 )
 from rubrictool.cli._sanitize import shown
 from rubrictool.rubric import (
@@ -29,7 +33,22 @@ from rubrictool.rubric import (
 
 __all__ = ["app", "rubric_table"]
 
-app = typer.Typer(help="Rubric inventories (YAML). Example: rubrictool rubric show mohler", no_args_is_help=True)
+app = typer.Typer(help="Rubric inventories (YAML). Example: rubrictool rubric show --rubric mohler",
+                  no_args_is_help=True)
+
+# The rubric a command reads is --rubric/-r, as everywhere; the argument form works for one release.
+ThisRubricOpt = Annotated[str | None, typer.Option(
+    "--rubric", "-r", help="Bundled rubric name (mohler, asap2, mocha) or a YAML path; required.",
+    show_default=False)]
+
+
+def the_rubric(option: str | None, argument: str | None) -> str:
+    """The rubric given by --rubric/-r or, for one release, as the old positional argument (a note); both or
+    neither: one line, exit 2."""
+    value = renamed("--rubric", option, "the RUBRIC argument", argument, note=(
+        "the rubric as an argument is renamed --rubric/-r here; the argument will be removed in the next "
+        "release"))
+    return given("--rubric", value, "give --rubric NAME (a bundled rubric) or --rubric PATH (a YAML file)")
 
 
 def rubric_table(rubric: Rubric) -> Table:
@@ -80,13 +99,14 @@ def rubric_list(
 @app.command("show")
 @handle_errors
 def rubric_show(
-    rubric: Annotated[str, typer.Argument(help="Bundled rubric name (mohler, asap2, mocha) or a YAML path.")],
+    option: ThisRubricOpt = None,
+    argument: OldRubricArg = None,
 ) -> None:
     """Show a rubric as a table: one row per concept, one column per level anchor.
 
-    Example: rubrictool rubric show mohler
+    Example: rubrictool rubric show --rubric mohler
     """
-    console.print(rubric_table(load_rubric(rubric)))
+    console.print(rubric_table(load_rubric(the_rubric(option, argument))))
 
 
 @app.command("validate")
@@ -115,41 +135,54 @@ def rubric_validate(
 @app.command("new")
 @handle_errors
 def rubric_new(
-    name: Annotated[str, typer.Option("--name", "-n", help="Rubric id, e.g. cs101 (letters, digits, _ . -).")],
     concepts: Annotated[str, typer.Option("--concepts", "-c", help="Comma-separated concept keys, e.g. FC,CC,TU.")],
-    levels: Annotated[int, typer.Option("--levels", "-l", callback=at_least(2), help="Ordinal levels per concept (1..N).")] = 3,
+    name_opt: Annotated[str | None, typer.Option(
+        "--name", show_default=False, help="Rubric id, e.g. cs101 (letters, digits, _ . -); required.",
+    )] = None,
+    levels_opt: Annotated[int | None, typer.Option(
+        "--levels", callback=at_least(2), show_default=False,
+        help="Ordinal levels per concept (1..N); default 3.")] = None,
     grade_min: Annotated[int, typer.Option("--grade-min", help="Lowest holistic grade.")] = 0,
     grade_max: Annotated[int, typer.Option("--grade-max", help="Highest holistic grade.")] = 5,
     title: Annotated[str | None, typer.Option("--title", help="Course / benchmark title.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write (default: <name>.yaml).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    old_n: Annotated[str | None, typer.Option("-n", hidden=True, help="Old short flag of --name.")] = None,
+    old_l: Annotated[int | None, typer.Option("-l", hidden=True, callback=at_least(2),
+                                              help="Old short flag of --levels.")] = None,
 ) -> None:
     """Scaffold a commented rubric YAML for a new course; it validates as is, then replace the TODOs.
 
     Example: rubrictool rubric new --name cs101 --concepts FC,CC,TU --levels 3 --out cs101.yaml
     """
+    name = given("--name", renamed("--name", name_opt, "-n", old_n),
+                 "give --name ID, e.g. --name cs101")
+    levels = renamed("--levels", levels_opt, "-l", old_l) or 3
     keys = [k.strip() for k in concepts.split(",") if k.strip()]
     path = new_rubric_file(out or Path(f"{name}.yaml"), name, keys, levels, grade_min, grade_max, title, force)
     console.print(
-        f"wrote {path} ({len(keys)} concepts, levels 1..{levels}); next: rubrictool rubric lint {path}", soft_wrap=True
+        f"wrote {path} ({len(keys)} concepts, levels 1..{levels}); next: rubrictool rubric lint -r {path}",
+        soft_wrap=True
     )
 
 
 @app.command("lint")
 @handle_errors
 def rubric_lint(
-    rubric: Annotated[str, typer.Argument(help="Bundled rubric name or a YAML path.")],
+    option: ThisRubricOpt = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when there is any warning.")] = False,
     similarity: Annotated[
         float, typer.Option("--similarity", help="TF-IDF cosine above which two definitions count as near-duplicates.")
     ] = 0.5,
+    argument: OldRubricArg = None,
 ) -> None:
     """Warn about near-duplicate definitions, repeated anchors, concepts or levels without examples, TODOs.
 
     Exit 0 with warnings listed; with --strict exit 1 if there are any.
 
-    Example: rubrictool rubric lint mohler --strict
+    Example: rubrictool rubric lint --rubric mohler --strict
     """
+    rubric = the_rubric(option, argument)
     warnings = lint_rubric(load_rubric(rubric), similarity=similarity)
     for w in warnings:
         typer.echo(f"warning: {w}")
@@ -161,16 +194,18 @@ def rubric_lint(
 @app.command("export")
 @handle_errors
 def rubric_export(
-    rubric: Annotated[str, typer.Argument(help="Bundled rubric name or a YAML path.")],
+    option: ThisRubricOpt = None,
     out_format: Annotated[
         str, typer.Option("--out-format", "-F", help="markdown (the paper's table layout) or json.")
     ] = "markdown",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout.")] = None,
+    argument: OldRubricArg = None,
 ) -> None:
     """Export a rubric as a Markdown table (Concept | Definition | Example | Score scale) or as JSON.
 
-    Example: rubrictool rubric export mocha --out-format markdown --out mocha.md
+    Example: rubrictool rubric export --rubric mocha --out-format markdown --out mocha.md
     """
+    rubric = the_rubric(option, argument)
     if out is not None:
         _check_out(out, [rubric])
     text = write_export(rubric, out_format, out)
@@ -191,21 +226,24 @@ def _check_out(out: Path, inputs: list[object], own_column: str | None = None) -
 @app.command("points")
 @handle_errors
 def rubric_points(
-    rubric: Annotated[str, typer.Argument(help="A rubric with `points:` on every level (YAML path or bundled name).")],
     labels: Annotated[Path, typer.Option("--labels", "-l", help=(
         "Concept levels of the answers: LLM labels (annotate's predictions), an adjudicated table, or a run's "
         "test_predictions.csv / pooled_predictions.csv."))],
+    option: Annotated[str | None, typer.Option("--rubric", "-r", show_default=False, help=(
+        "A rubric with `points:` on every level (YAML path or bundled name); required."))] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write id, points_total, points_grade (and grade) here.")] = None,
+    argument: OldRubricArg = None,
 ) -> None:
     """Grade answers from their concept levels alone with the rubric's own points: no training (a cold start).
 
     When the file has gold grades (an adjudicated table, a run's pooled_predictions.csv) the points grades are
     scored against them (T-Acc, T-F1, QWK, ...).
 
-    Example: rubrictool rubric points cs101.yaml --labels annotations/predictions.jsonl --out graded.csv
+    Example: rubrictool rubric points -r cs101.yaml --labels annotations/predictions.jsonl --out graded.csv
     """
     from rubrictool.points import grade_file
 
+    rubric = the_rubric(option, argument)
     if out is not None:
         _check_out(out, [rubric, labels], "points_total")
     table, metrics, kind = grade_file(rubric, labels, out)
@@ -232,17 +270,21 @@ def rubric_points(
 @app.command("fit-points")
 @handle_errors
 def rubric_fit_points(
-    rubric: Annotated[str, typer.Argument(help="Rubric name or YAML path (without points, or points to replace).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="The rubric with the suggested points (and OUT.diff).")],
-    data: Annotated[Path | None, typer.Option("--data", help="Graded answers with gold concept levels (adjudicated table).")] = None,
+    option: Annotated[str | None, typer.Option("--rubric", "-r", show_default=False, help=(
+        "Rubric name or YAML path (without points, or points to replace); required."))] = None,
+    table: Annotated[Path | None, typer.Option(
+        "--table", help="Graded answers with gold concept levels (adjudicated table).")] = None,
     run: OptionalRunOpt = None,
     fit: Annotated[str, typer.Option("--fit", help=(
         "ordinal: points and the cut-points between grades fitted together, so every grade of the scale can be given; "
         "least-squares: the grade regressed on the levels, the total read as the grade."))] = "ordinal",
     folds: Annotated[int, typer.Option("--folds", callback=folds_or_none, help=(
         "Cross-validate the fit with this many folds (each graded by points fitted to the others); 0 skips it."))] = 5,
+    argument: OldRubricArg = None,
+    old_data: OldDataOpt = None,
 ) -> None:
-    """Suggest points per level for a rubric that has none: fitted to graded answers (--data), or read from the
+    """Suggest points per level for a rubric that has none: fitted to graded answers (--table), or read from
     grade head's weights of a trained run (--run).
 
     The suggestion is the rubric's own YAML with `points:` on every level and a `grading:` block (with --fit ordinal,
@@ -250,10 +292,12 @@ def rubric_fit_points(
     and edit. Fitted to graded answers, it prints the grades the table can give, its in-sample figures (marked so),
     and its cross-validated T-Acc and QWK with 95 % bootstrap CIs beside the majority class.
 
-    Example: rubrictool rubric fit-points mohler --data adjudicated/adjudicated.csv --out mohler-points.yaml
+    Example: rubrictool rubric fit-points -r mohler --table adjudicated/adjudicated.csv --out points.yaml
     """
     from rubrictool.points import FIT_METHODS, reachable_grades, suggest_points, write_suggestion
 
+    rubric = the_rubric(option, argument)
+    data = renamed("--table", table, "--data", old_data)
     if fit not in FIT_METHODS:
         raise typer.BadParameter(f"use one of {', '.join(FIT_METHODS)}", param_hint="--fit")
     _check_out(out, [rubric, data, run])

@@ -98,7 +98,7 @@ def load_benchmark(name: str, data_dir: str | Path | None = None) -> pd.DataFram
     if name not in _LOADERS:
         raise DataError(
             f"no loader for benchmark {name!r}; available: {', '.join(BENCHMARKS)}",
-            hint="for other data pass --data FILE with an item table",
+            hint="for other data pass --items FILE (an item table) or --table FILE (an adjudicated one)",
         )
     return _LOADERS[name](data_dir)
 
@@ -144,7 +144,7 @@ def export_benchmark(
     name: str, out: str | Path, data_dir: str | Path | None = None, limit: int | None = None
 ) -> tuple[Path, int]:
     """Write a benchmark's ItemTable (every column) to ``out`` (CSV/JSONL/Parquet by suffix, atomically):
-    the item file that ``review push --data`` and ``annotate --data`` read. ``limit`` keeps the first n
+    the item file that ``review push --items`` and ``annotate --items`` read. ``limit`` keeps the first n
     items. Returns (path, rows written)."""
     items = load_benchmark(name, data_dir)
     if limit is not None:

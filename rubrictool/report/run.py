@@ -1,7 +1,7 @@
 """A trained run, opened for inspection: model, rubric scales, the table it was trained on, predictions.
 
 :func:`open_run` opens a run directory (:class:`rubrictool.train.runs.Run`, the one run type) with its model and the
-adjudicated table it was trained on: ``--data FILE`` when given, else the run's copy of it (or the recorded file),
+adjudicated table it was trained on: ``--table FILE`` (explain: ``--items FILE``) when given, else the run's copy of it (or the recorded file),
 else the bundled benchmark labels the run names (Mohler).
 :func:`predict_with_attention` runs the model once over items and keeps, besides
 :class:`reccbm.Predictions`, each item's tokens and RACE attention α_{k,t} (Eq. 9) over its response.
@@ -66,14 +66,14 @@ def table_rows(run: Run, ids: list[str], what: str = "id(s)", table: pd.DataFram
     """Rows of `table` (default the run's) with these ids in this order, with 0-based ``_y``/``_c_<key>``."""
     table = run.table if table is None else table
     if table is None:
-        raise DataError("this run has no table; pass --data FILE")
+        raise DataError("this run has no table; pass --table FILE (explain: --items FILE)")
     df = table.assign(id=table["id"].astype(str)).drop_duplicates("id").set_index("id")
     missing = [i for i in ids if i not in df.index]
     if missing:
         raise DataError(f"{len(missing)} {what} not in the table, e.g. {missing[0]!r} (ids look like "
-                        f"{df.index[0]!r}): is --data the table the run was trained on?",
-                        hint="for answers the run did not train on (e.g. ones you graded), pass --data with the table "
-                             "that holds them")
+                        f"{df.index[0]!r}): is --table the table the run was trained on?",
+                        hint="for answers the run did not train on (e.g. ones you graded), explain them with --items "
+                             "and the file that holds them")
     out = df.loc[ids].reset_index()
     for col in ("question", "reference", "context", "response"):
         out[col] = out[col].fillna("").astype(str) if col in out.columns else ""

@@ -90,7 +90,7 @@ def _writable_folder(path: Path) -> None:
             pass
     except OSError as exc:
         raise ReviewError(f"{path}: cannot write the review state file there ({exc.strerror or exc}); nothing was sent "
-                          "to Label Studio", hint="make the folder of --data writable, or copy the items elsewhere") from None
+                          "to Label Studio", hint="make the folder of --items writable, or copy the items elsewhere") from None
 
 
 def _write_local(path: Path, what: str, kept: str, write: Callable[[], object]) -> None:

@@ -97,7 +97,7 @@ def route(
         if how == "uncertain" and got.isna().any():
             missing = ids[got.isna().to_numpy()]
             raise ReviewError(f"no grader uncertainty for {len(missing)} item(s) (e.g. {missing[0]})",
-                              hint="grade every pushed item: pass the same --data to --run")
+                              hint="grade every pushed item: pass the same --items to --run")
         score = got.fillna(-1.0).to_numpy(dtype=float)
     order = np.lexsort((tiebreak, -score))  # by score descending, then the seeded permutation
     rank = np.empty(len(ids), dtype=np.int64)

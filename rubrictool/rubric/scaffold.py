@@ -16,7 +16,7 @@ __all__ = ["new_rubric_file", "scaffold_rubric", "write_scaffold"]
 _SCAFFOLD_HEAD = """\
 # Rubric inventory for {title}.
 # Made by `rubrictool rubric new`; check it with `rubrictool rubric validate {file}` and
-# `rubrictool rubric lint {file}`. Replace every TODO.
+# `rubrictool rubric lint -r {file}`. Replace every TODO.
 #
 # Design criteria (REC-CBM paper, appendix "Rubric Definitions"):
 #   * cover the rubric axes that decide the holistic grade,

@@ -61,7 +61,7 @@ ENCODERS = ("frozen", "train", "auto")
 DECIDED_BY_THE_RUN: dict[tuple[str, str], str] = {
     ("model", "num_concepts"): "the rubric's concepts", ("model", "num_levels"): "the rubric's scale",
     ("model", "num_grades"): "the rubric's grade range",
-    ("model", "race"): "--variant or --race/--no-race", ("model", "lcec"): "--variant or --lcec/--no-lcec",
+    ("model", "race"): "--variant, or ablate --variants", ("model", "lcec"): "--variant, or ablate --variants",
     ("model", "plm"): "--variant plm",
     ("stage1", "seed"): "--seeds and --first-seed (seeds S..S+N-1)",
     ("stage2", "seed"): "--seeds and --first-seed (seeds S..S+N-1)",

@@ -529,7 +529,7 @@ class Run:
             return self.table
         where = f" (it was {rec['path']})" if rec.get("path") else ""
         raise DataError(f"{self.path}: the table this run was trained on is not available{where}; "
-                        "pass --data FILE (the adjudicated table)")
+                        "pass --table FILE (the adjudicated table)")
 
 
 def kept_old_run(path: Path) -> Path | None:

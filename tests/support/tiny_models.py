@@ -179,7 +179,7 @@ def train_with_cli(tmp_path: Path, backbone: str, df: pd.DataFrame, *extra: str)
     data = tmp_path / "adjudicated.csv"
     df.to_csv(data, index=False)
     out = tmp_path / "run"
-    args = ["train", "--data", str(data), "--rubric", "mohler", "--backbone", backbone, "--epochs", "2",
+    args = ["train", "--table", str(data), "--rubric", "mohler", "--backbone", backbone, "--epochs", "2",
             "--max-len", "32", "--out", str(out), "--device", "cpu", "--lr", "3e-3", *extra]
     res = CliRunner().invoke(app, args)
     return res.exit_code, res.output, out
