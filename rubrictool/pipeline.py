@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from rubrictool.adjudicate import adjudicate
+from rubrictool.adjudicate import AdjudicationOptions, adjudicate
 from rubrictool.adjudicate.outputs import trainable_rows
 from rubrictool.data import group_split_items, load_benchmark, load_concept_passes, load_split, split_items
 from rubrictool.errors import TrainError
@@ -42,7 +42,8 @@ def benchmark_table(benchmark: str, data_dir: str | Path | None = None) -> tuple
     rb = load_rubric(benchmark)
     items = load_benchmark(benchmark, data_dir)
     # α's bootstrap CI for the reliability table and the report: 200 resamples take about 0.2 s on Mohler's 2,273 items
-    adj = adjudicate(load_concept_passes(data_dir), rb, items, n_boot=200, coverage=False, note=LLM_PASSES_NOTE)
+    adj = adjudicate(load_concept_passes(data_dir), rb, items,
+                     options=AdjudicationOptions(n_boot=200, coverage=False), note=LLM_PASSES_NOTE)
     return rb, adj.table, adj.agreement
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rubrictool.adjudicate import run_adjudicate
+from rubrictool.adjudicate import AdjudicationOptions, run_adjudicate
 from rubrictool.atomic import atomic_write_text, new_file_mode
 from rubrictool.data import save_split
 from rubrictool.io import write_table
@@ -53,7 +53,8 @@ def test_adjudicate_outputs_are_readable_by_the_group(tmp_path: Path) -> None:
         reviews = tmp_path / "reviews.csv"
         pd.DataFrame({"item": ["a", "a", "b", "b"], "reviewer": ["r1", "r2", "r1", "r2"], "concept": "EV",
                       "level": [1, 2, 2, 2]}).to_csv(reviews, index=False)
-        res = run_adjudicate(rubric=rubric, reviews=[reviews], out=tmp_path / "adj", n_boot=0)
+        res = run_adjudicate(rubric=rubric, reviews=[reviews], out=tmp_path / "adj",
+                             options=AdjudicationOptions(n_boot=0))
     finally:
         os.umask(old)
     assert {p.name: mode(p) for p in res.paths.values()} == {p.name: 0o644 for p in res.paths.values()}

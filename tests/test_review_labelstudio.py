@@ -27,7 +27,7 @@ from label_studio_sdk import LabelStudio
 from typer.testing import CliRunner
 
 from rubrictool import review
-from rubrictool.adjudicate import adjudicate
+from rubrictool.adjudicate import AdjudicationOptions, adjudicate
 from rubrictool.cli import app
 from rubrictool.data import load_concept_passes
 from rubrictool.errors import ReviewError
@@ -366,8 +366,10 @@ def test_pull_then_adjudicate_equals_adjudicating_the_files(
 ) -> None:
     """The same A/B/C labels, through Label Studio or straight from the files, give the same consensus and α."""
     review.pull(conn, "mohler-review", tmp_path / "reviews.csv", mohler_rubric)
-    via_ls = adjudicate(read_table(tmp_path / "reviews.csv"), mohler_rubric, n_boot=50, coverage=False)
-    direct = adjudicate(reviewed["expected"], mohler_rubric, n_boot=50, coverage=False)
+    via_ls = adjudicate(read_table(tmp_path / "reviews.csv"), mohler_rubric,
+                        options=AdjudicationOptions(n_boot=50, coverage=False))
+    direct = adjudicate(reviewed["expected"], mohler_rubric,
+                        options=AdjudicationOptions(n_boot=50, coverage=False))
     cols = ["id", *mohler_rubric.keys]
     a = via_ls.table[cols].sort_values("id").reset_index(drop=True)
     b = direct.table[cols].sort_values("id").reset_index(drop=True)
@@ -388,7 +390,8 @@ def test_cli_adjudicate_from_label_studio(conn: review.Connection, reviewed: dic
     pulled = read_table(tmp_path / "adj" / "reviews_label_studio.csv")
     assert len(pulled) == (24 + 24 + 20) * 8
     table = read_table(tmp_path / "adj" / "adjudicated.csv")
-    direct = adjudicate(reviewed["expected"], mohler_rubric, n_boot=20, coverage=False)
+    direct = adjudicate(reviewed["expected"], mohler_rubric,
+                        options=AdjudicationOptions(n_boot=20, coverage=False))
     cols = ["id", *mohler_rubric.keys]
     pd.testing.assert_frame_equal(
         table[cols].astype({"id": str}).sort_values("id").reset_index(drop=True),

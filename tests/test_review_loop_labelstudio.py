@@ -20,7 +20,7 @@ from label_studio_sdk import LabelStudio
 from typer.testing import CliRunner
 
 from rubrictool import review
-from rubrictool.adjudicate import adjudicate, run_adjudicate
+from rubrictool.adjudicate import AdjudicationOptions, adjudicate, run_adjudicate
 from rubrictool.cli import app
 from rubrictool.data import load_concept_passes
 from rubrictool.errors import ReviewError
@@ -178,7 +178,8 @@ def test_status_reports_anchoring_and_alpha_so_far_and_the_blind_settings(
     st = review.status(conn, "anchoring", mohler_rubric)
     anch = st.anchoring.set_index("concept")
     reviewed = mine[(mine["reviewer"] != "C") | mine["item"].isin(ids[:5])]
-    direct = adjudicate(reviewed, mohler_rubric, n_boot=0, coverage=False).agreement["concepts"]
+    direct = adjudicate(reviewed, mohler_rubric,
+                        options=AdjudicationOptions(n_boot=0, coverage=False)).agreement["concepts"]
     ref = reviewed.merge(pre[["item", "concept", "level"]], on=["item", "concept"], suffixes=("", "_pre"))
     for key in mohler_rubric.keys:
         assert anch.loc[key, "reviews"] == 8 + 8 + 5
@@ -280,7 +281,8 @@ def test_a_reviewer_labels_in_headless_chromium_and_pull_returns_exactly_those_l
     assert set(mine["item"]) == {"1.1.3"} and set(mine["source"]) == {"human"}
     assert pulled.counts["annotations"] == 2  # the browser reviewer's and the first reviewer's
     # and adjudicate reads it like any review file, the grader's/LLM's labels kept apart
-    out = run_adjudicate(rubric="mohler", reviews=[tmp_path / "reviews.csv"], out=tmp_path / "adj", n_boot=0)
+    out = run_adjudicate(rubric="mohler", reviews=[tmp_path / "reviews.csv"], out=tmp_path / "adj",
+                         options=AdjudicationOptions(n_boot=0))
     assert json.loads((tmp_path / "adj" / "agreement.json").read_text())["reviewers"] == sorted(
         [email, "first-reviewer@example.com"])
     assert len(out.table) == 1

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from rubrictool.adjudicate import adjudicate
+from rubrictool.adjudicate import AdjudicationOptions, adjudicate
 from rubrictool.adjudicate.provenance import describe_level_sources, level_source_counts
 from rubrictool.adjudicate.run import write_outputs
 from rubrictool.cli import app
@@ -43,7 +43,8 @@ def _panel_and_teacher(tmp: Path) -> tuple[Path, Path]:
     resolutions = pd.DataFrame([{"item": r["id"], "concept": k, "level": int(r[k]), "note": "", "decided_by": "teacher"}
                                 for r in table.to_dict("records") for k in STATS_KEYS])
     items = table[["id", "question", "response", "reference", "grade", "grade_ta", "grade_prof"]]
-    result = adjudicate(reviews, rb, items, resolutions=resolutions, n_boot=50, coverage=False)
+    result = adjudicate(reviews, rb, items, resolutions=resolutions,
+                        options=AdjudicationOptions(n_boot=50, coverage=False))
     out = tmp / "adjudicated"
     write_outputs(result, out)
     return out, rubric
