@@ -55,7 +55,7 @@ def main() -> None:
     import numpy as np
     import pandas as pd
 
-    from rubrictool.marks import grade_file
+    from rubrictool.marks import GradeOptions, grade_file
     from rubrictool.rubric import load_rubric
     from rubrictool.train import runs, train_model
 
@@ -90,7 +90,7 @@ def main() -> None:
             runs._check = sampled_check if mode == "sampled" else whole_check  # type: ignore[assignment]
             runs._hashed.clear()
             t0 = time.perf_counter()
-            grade_file(run, items, root / "graded.csv", device="cpu")
+            grade_file(run, items, root / "graded.csv", GradeOptions(device="cpu"))
             if i:  # the first grade warms the page cache and the imports
                 times[mode].append(time.perf_counter() - t0)
         runs._check = whole_check  # type: ignore[assignment]
