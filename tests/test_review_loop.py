@@ -259,15 +259,18 @@ def test_grader_predictions_from_a_tiny_run(tmp_path: Path) -> None:
 
 
 def test_a_bad_selection_fails_before_any_server_call(tmp_path: Path) -> None:
-    from rubrictool.review import Connection, push
+    from rubrictool.review import Connection, PushOptions, push
 
     items = pd.DataFrame({"id": ["a", "b", "c"], "response": ["x", "y", "z"]})
     items.to_csv(tmp_path / "items.csv", index=False)
     _panel_rows({"gpt": {i: [2] * 8 for i in "abc"}}).to_csv(tmp_path / "p.csv", index=False)
     nowhere = Connection("http://127.0.0.1:9", "k" * 40)  # nothing listens there: any call would fail differently
     with pytest.raises(ReviewError, match="needs the grader's uncertainty"):
-        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv", select="uncertain", budget=2)
+        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv",
+             options=PushOptions(select="uncertain", budget=2))
     with pytest.raises(ReviewError, match="go together"):
-        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv", select="random")
+        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv",
+             options=PushOptions(select="random"))
     with pytest.raises(ReviewError, match="unknown selection"):
-        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv", select="smart", budget=2)
+        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv",
+             options=PushOptions(select="smart", budget=2))

@@ -145,8 +145,9 @@ def test_routed_push_imports_exactly_the_selected_items(
     p = passes[passes["item"].isin(real["id"]) & passes["reviewer"].isin(["A", "B"])]
     preds = p.assign(model=p["reviewer"].map({"A": "gpt-4o", "B": "llama"}), evidence="", raw_ok=True)
     write_table(preds[["item", "model", "concept", "level", "evidence", "raw_ok"]], tmp_path / "preds.csv")
-    got = review.push(conn, mohler_rubric, tmp_path / "real.csv", tmp_path / "preds.csv", project="routed-disagree",
-                      select="disagreement", budget=3, seed=0)
+    got = review.push(conn, mohler_rubric, tmp_path / "real.csv", tmp_path / "preds.csv",
+                      options=review.PushOptions(project="routed-disagree", select="disagreement", budget=3,
+                                                 seed=0))
     assert got.routing is not None and got.imported == 3
     expect = route(real["id"].tolist(), preds, "disagreement", 3, 0).selected
     assert {t["data"]["item_id"] for t in _tasks(conn, "routed-disagree")} == set(expect)
@@ -165,8 +166,8 @@ def test_status_reports_anchoring_and_alpha_so_far_and_the_blind_settings(
     mine = passes[passes["item"].isin(ids)]
     pre = mine[mine["reviewer"] == "A"].assign(model="gpt-4o", evidence="", raw_ok=True)
     write_table(pre[["item", "model", "concept", "level", "evidence", "raw_ok"]], tmp_path / "preds.csv")
-    review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="anchoring",
-                show_predictions=True)
+    review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv",
+                options=review.PushOptions(project="anchoring", show_predictions=True))
     proj = _project(conn, "anchoring")
     assert proj["show_collab_predictions"] is True and proj["show_annotation_history"] is False
     task_of = {t["data"]["item_id"]: t["id"] for t in _tasks(conn, "anchoring")}
@@ -191,7 +192,8 @@ def test_status_reports_anchoring_and_alpha_so_far_and_the_blind_settings(
     assert "anchoring check" in text and "anchored review: reviewers see the levels of gpt-4o pre-selected" in text
     # a blind push into this anchored project is refused (one α would mix both), and changes nothing
     with pytest.raises(ReviewError, match="mix blind and anchored reviews"):
-        review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="anchoring")
+        review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv",
+                    options=review.PushOptions(project="anchoring"))
     assert _project(conn, "anchoring")["show_collab_predictions"] is True
 
 
@@ -211,9 +213,11 @@ def test_a_reviewer_labels_in_headless_chromium_and_pull_returns_exactly_those_l
     write_table(item, tmp_path / "item.csv")
     pre = passes[passes["item"] == "1.1.3"].query("reviewer == 'A'").assign(model="gpt-4o", evidence="", raw_ok=True)
     write_table(pre[["item", "model", "concept", "level", "evidence", "raw_ok"]], tmp_path / "preds.csv")
-    res = review.push(conn, mohler_rubric, tmp_path / "item.csv", tmp_path / "preds.csv", project="browser-review")
-    shown = review.push(conn, mohler_rubric, tmp_path / "item.csv", tmp_path / "preds.csv", project="browser-shown",
-                        state_file=tmp_path / "shown-state.json", show_predictions=True)
+    res = review.push(conn, mohler_rubric, tmp_path / "item.csv", tmp_path / "preds.csv",
+                      options=review.PushOptions(project="browser-review"))
+    shown = review.push(conn, mohler_rubric, tmp_path / "item.csv", tmp_path / "preds.csv",
+                        options=review.PushOptions(project="browser-shown", show_predictions=True),
+                        state_file=tmp_path / "shown-state.json")
     task = _tasks(conn, "browser-review")[0]["id"]
     # another reviewer has already submitted (all 3s): blind review must not show it to this one
     other = signup(ls_server.url, "first-reviewer@example.com", "pw-first-reviewer-2026")
