@@ -86,8 +86,8 @@ def test_a_checkpoint_and_a_learning_curve_are_readable_by_the_group(tmp_path: P
     try:
         model, tok = tiny_model(backbone)
         weights = reccbm.save_checkpoint(model, tok, tmp_path / "run", "stage2", 1)
-        curve.learning_curve(ecology_rubric(tmp_path), ecology_table(60), tmp_path / "c", sizes=[20], variants=["plm"],
-                             repeats=1, folds=3, fold_ids=[0])
+        options = curve.CurveOptions(sizes=[20], variants=["plm"], repeats=1, folds=3, fold_ids=[0])
+        curve.learning_curve(ecology_rubric(tmp_path), ecology_table(60), tmp_path / "c", options)
     finally:
         os.umask(old)
     assert mode(weights) == 0o644 and mode(tmp_path / "run" / "model.json") == 0o644
