@@ -42,7 +42,7 @@ from rubrictool.review_queue import hold_marks, review_queue
 from rubrictool.rubric import Rubric
 from rubrictool.train.folds import FINAL_DIR
 from rubrictool.train.kfold import is_kfold_run
-from rubrictool.train.runs import describe_labels
+from rubrictool.train.labels import describe_labels
 
 __all__ = ["KEEP_COLUMNS", "GradeOptions", "Graded", "card_line", "grade_file", "grader_run", "keep_columns", "output_paths",
            "quality_card"]

@@ -181,7 +181,7 @@ def test_an_audit_where_a_pasted_reference_gains_a_mark_says_do_not_auto_grade(
 
 def test_each_level_is_counted_by_who_set_it_when_sources_mix() -> None:
     from rubrictool.adjudicate.provenance import level_sources
-    from rubrictool.train.runs import describe_labels, label_source
+    from rubrictool.train.labels import describe_labels, label_source
 
     table = pd.DataFrame({"id": ["a", "b", "c", "d"], "MEAN": [1, 2, 0, pd.NA], "SPREAD": [0, 1, 2, pd.NA],
                           "UNITS": [2, 2, 1, pd.NA], "resolved_concepts": ["MEAN", "", "", ""],

@@ -44,10 +44,11 @@ from rubrictool.train.kfold import (
     prune_shared_weights,
     training_text,
 )
+from rubrictool.train.labels import describe_labels
 from rubrictool.train.recipe import DataRecord, TrainOptions
 from rubrictool.train.resume import check_folds
 from rubrictool.train.run import TrainResult, prepare_table, read_agreement, train_model
-from rubrictool.train.runs import RECORD, describe_labels, run_is_complete
+from rubrictool.train.runs import RECORD, run_is_complete
 
 __all__ = ["FINAL_DIR", "FINAL_NOTE", "FOLD_COLUMNS", "folds_markdown", "train_folds"]
 

@@ -49,9 +49,10 @@ from rubrictool.progress import ProgressFn, note, training_events, truncation_me
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import validate_adjudicated
+from rubrictool.train.labels import label_source
 from rubrictool.train.predictions import predictions_frame
 from rubrictool.train.recipe import DataRecord, ResolvedTraining, TrainOptions
-from rubrictool.train.runs import TABLE_COPY_MAX_BYTES, building, label_source, sha256_file, write_record
+from rubrictool.train.runs import TABLE_COPY_MAX_BYTES, building, sha256_file, write_record
 from rubrictool.votes import has_votes, soft_targets
 
 __all__ = ["SUMMARY_METRICS", "RunSpec", "TrainResult", "concept_texts", "points_baselines", "prepare_table", "read_agreement",
