@@ -26,7 +26,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from rubrictool.adjudicate import adjudicate, write_outputs
+from rubrictool.adjudicate import AdjudicationOptions, adjudicate, write_outputs
 from rubrictool.rubric import load_rubric
 
 
@@ -66,11 +66,13 @@ def main(argv: list[str] | None = None) -> None:
     method = "dawid-skene" if args.dawid_skene else "majority"
     if not args.smoke:
         warm_r, warm_i = synthetic(300, seed=1)
-        adjudicate(warm_r, rubric, warm_i, method=method, n_boot=50)
+        adjudicate(warm_r, rubric, warm_i, options=AdjudicationOptions(method=method, n_boot=50))
     reviews, items = synthetic(args.items)
     stages: dict[str, float] = {}
     c0, t0 = time.process_time(), time.perf_counter()
-    result = adjudicate(reviews, rubric, items, method=method, n_boot=args.bootstrap, seed=0, timings=stages)
+    result = adjudicate(reviews, rubric, items,
+                        options=AdjudicationOptions(method=method, n_boot=args.bootstrap, seed=0),
+                        timings=stages)
     c1, t1 = time.process_time(), time.perf_counter()
     with tempfile.TemporaryDirectory() as d:
         write_outputs(result, d, "csv")

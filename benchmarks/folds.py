@@ -89,7 +89,7 @@ def run(out: Path, configs: dict[str, dict[str, Any]], folds: int, only: list[in
         rubric: Any, agreement: dict[str, Any] | None, notes: list[str], extra: dict[str, dict[str, Any]],
         by: str | None = None, jobs: int = 1, fold_seed: int = 0) -> None:
     from rubrictool.data import kfold_splits
-    from rubrictool.train import train_folds, train_model
+    from rubrictool.train import DataRecord, TrainOptions, train_folds, train_model
     from rubrictool.train.parallel import run_in_workers
 
     for name, kw in configs.items():
@@ -97,6 +97,7 @@ def run(out: Path, configs: dict[str, dict[str, Any]], folds: int, only: list[in
         over = {sec: dict(v) for sec, v in (kw.pop("overrides", None) or {}).items()}
         for sec, values in extra.items():
             over.setdefault(sec, {}).update(values)
+        options, record = TrainOptions(overrides=over, **kw), DataRecord(agreement=agreement, notes=notes)
         root = out / name
         if only is None:
             _log(f"{name}: {folds} folds")
@@ -104,14 +105,14 @@ def run(out: Path, configs: dict[str, dict[str, Any]], folds: int, only: list[in
             def report(ev: Any, n: str = name) -> None:
                 _log(f"{n}: {ev.info}")
 
-            train_folds(rubric, table, root, folds=folds, fold_seed=fold_seed, agreement=agreement, notes=notes,
-                        overrides=over, progress=report, by=by, jobs=jobs, **kw)
+            train_folds(rubric, table, root, folds=folds, fold_seed=fold_seed, options=options, record=record,
+                        progress=report, by=by, jobs=jobs)
             continue
         splits = kfold_splits(table, k=folds, seed=fold_seed, by=by)
         if jobs > 1:  # the listed folds not done yet, in worker processes; the loop below finds them done
             run_in_workers(train_model, [(f"{name} fold {i}", {"rubric": rubric, "table": table, "split": splits[i],
-                                                               "run_dir": root / f"fold-{i}", "agreement": agreement,
-                                                               "notes": notes, "overrides": over, **kw})
+                                                               "run_dir": root / f"fold-{i}",
+                                                               "options": options, "record": record})
                                          for i in only if not (root / f"fold-{i}" / "metrics.json").is_file()], jobs)
         for i in only:
             fold_dir = root / f"fold-{i}"
@@ -119,7 +120,7 @@ def run(out: Path, configs: dict[str, dict[str, Any]], folds: int, only: list[in
                 _log(f"{name} fold {i}: done")
                 continue
             _log(f"{name} fold {i}: train")
-            train_model(rubric, table, splits[i], fold_dir, agreement=agreement, notes=notes, overrides=over, **kw)
+            train_model(rubric, table, splits[i], fold_dir, options=options, record=record)
 
 
 def _fold_rows(out: Path) -> list[dict[str, Any]]:

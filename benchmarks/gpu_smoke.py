@@ -95,11 +95,13 @@ def restore_backbone(packed: Path, to: Path) -> str:
 def job(name: str, rubric: Any, table: Any, split: dict[str, list[str]], run_dir: Path, overrides: dict[str, Any],
         agreement: Any, notes: list[str]) -> dict[str, Any]:
     """Train one run and report its wall time, every stage's time and its test metrics."""
-    from rubrictool.train import train_model
+    from rubrictool.train import DataRecord, TrainOptions, train_model
 
     _log(f"{name}: {len(split['train'])}/{len(split['dev'])}/{len(split['test'])} answers, training")
     t0 = time.perf_counter()
-    res = train_model(rubric, table, split, run_dir, overrides=overrides, agreement=agreement, notes=notes)
+    res = train_model(rubric, table, split, run_dir,
+                      options=TrainOptions(overrides=overrides),
+                      record=DataRecord(agreement=agreement, notes=notes))
     wall = time.perf_counter() - t0
     seed = res.metrics["seeds"][0]
     stages = {s: (seed.get(s) or {}).get("seconds") for s in ("stage1", "head_init", "joint", "lcec", "stage2")}

@@ -35,7 +35,7 @@ def smoke_run(root: Path, backbone: str, n: int = 24) -> tuple[Path, Any]:
     import pandas as pd
 
     from rubrictool.rubric import load_rubric
-    from rubrictool.train import train_model
+    from rubrictool.train import TrainOptions, train_model
 
     rubric = load_rubric("mohler")
     rng = np.random.default_rng(0)
@@ -53,7 +53,7 @@ def smoke_run(root: Path, backbone: str, n: int = 24) -> tuple[Path, Any]:
             "stage1": {"epochs": 1, "max_steps_per_epoch": 1, "device": "cpu"}, "joint": {"epochs": 1},
             "stage2": {"epochs": 1}}
     run = root / "run"
-    train_model(rubric, table, split, run, overrides=over)
+    train_model(rubric, table, split, run, options=TrainOptions(overrides=over))
     return run, table
 
 

@@ -62,11 +62,12 @@ class Course:
     """The clean data: rubric, tidy passes, items, the adjudicated table (validated, one row per answer) and α."""
 
     def __init__(self, rubric: Any, passes: pd.DataFrame, items: pd.DataFrame) -> None:
-        from rubrictool.adjudicate import adjudicate
+        from rubrictool.adjudicate import AdjudicationOptions, adjudicate
         from rubrictool.tables import validate_adjudicated
 
         self.rubric, self.passes, self.items = rubric, passes, items
-        adj = adjudicate(passes, rubric, items, n_boot=0, coverage=False, note=LLM_NOTE)
+        adj = adjudicate(passes, rubric, items,
+                         options=AdjudicationOptions(n_boot=0, coverage=False), note=LLM_NOTE)
         self.table = adj.table.reset_index(drop=True)
         self.df = validate_adjudicated(self.table, rubric)
         self.ids = self.df["id"].astype(str).tolist()
@@ -141,7 +142,7 @@ def trial_rng(kind: str, k: int, rate: float, fold: int, seed: int) -> np.random
 def noisy_labels(course: Course, kind: str, k: int, rate: float, fold: int, seed: int,
                  pos: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, pd.DataFrame, dict[str, Any], str]:
     """(levels (N, K) 0-based, α (K,), the adjudicated table, its agreement, the reviewer given noise) of a trial."""
-    from rubrictool.adjudicate import adjudicate
+    from rubrictool.adjudicate import AdjudicationOptions, adjudicate
     from rubrictool.noise import label_noise, reviewer_noise
     from rubrictool.tables import validate_adjudicated
     from rubrictool.votes import VOTES_PREFIX
@@ -160,7 +161,8 @@ def noisy_labels(course: Course, kind: str, k: int, rate: float, fold: int, seed
     reviewer = PASSES[(fold + seed) % len(PASSES)]
     scale = (course.rubric.scale.min, course.rubric.scale.max)
     passes = reviewer_noise(course.passes, key, reviewer, rate, scale, rng)
-    adj = adjudicate(passes, course.rubric, course.items, n_boot=0, coverage=False, note=LLM_NOTE)
+    adj = adjudicate(passes, course.rubric, course.items,
+                     options=AdjudicationOptions(n_boot=0, coverage=False), note=LLM_NOTE)
     df = validate_adjudicated(adj.table, course.rubric).set_index("id").loc[course.ids]
     levels = df[[f"_c_{c}" for c in course.rubric.keys]].to_numpy(np.int64)
     return levels, alphas(adj.agreement, course.rubric.keys), adj.table, adj.agreement, reviewer

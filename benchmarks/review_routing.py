@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rubrictool.adjudicate import MajorityVote, adjudicate
+from rubrictool.adjudicate import AdjudicationOptions, MajorityVote, adjudicate
 from rubrictool.data import load_benchmark, load_concept_passes
 from rubrictool.grade import grader_predictions, uncertainty_score
 from rubrictool.io import write_table
@@ -118,7 +118,8 @@ def identical_share(items: pd.DataFrame, reviews: pd.DataFrame, pre: pd.DataFram
     if len(rev) == 0:  # nothing reviewed: every label is the pre-annotations' vote
         table = consensus_of(pre.rename(columns={"model": "reviewer"})).reindex(items["id"])
     else:
-        res = adjudicate(rev, RUBRIC, items, n_boot=0, coverage=False, pre_annotations=pre)
+        res = adjudicate(rev, RUBRIC, items,
+                         options=AdjudicationOptions(n_boot=0, coverage=False), pre_annotations=pre)
         table = res.table.set_index("id")[KEYS]
     got = table.reindex(reference.index)
     return float((got.to_numpy(float) == reference.to_numpy(float)).mean())

@@ -55,9 +55,9 @@ def main() -> None:
     import numpy as np
     import pandas as pd
 
-    from rubrictool.marks import grade_file
+    from rubrictool.marks import GradeOptions, grade_file
     from rubrictool.rubric import load_rubric
-    from rubrictool.train import runs, train_model
+    from rubrictool.train import TrainOptions, runs, train_model
 
     rubric = load_rubric("mohler")
     rng = np.random.default_rng(0)
@@ -79,7 +79,8 @@ def main() -> None:
         over: dict[str, dict[str, Any]] = {"stage1": {"epochs": 1, "max_steps_per_epoch": 1, "device": "cpu"},
                                            "joint": {"epochs": 1}, "stage2": {"epochs": 1}}
         run = root / "run"
-        train_model(rubric, table, {"train": ids[:16], "dev": ids[16:20], "test": ids[20:]}, run, overrides=over)
+        train_model(rubric, table, {"train": ids[:16], "dev": ids[16:20], "test": ids[20:]}, run,
+                    options=TrainOptions(overrides=over))
         items = root / "items.csv"
         answers(args.n, "g").to_csv(items, index=False)
         weights = (run / "model.safetensors").stat().st_size
@@ -90,7 +91,7 @@ def main() -> None:
             runs._check = sampled_check if mode == "sampled" else whole_check  # type: ignore[assignment]
             runs._hashed.clear()
             t0 = time.perf_counter()
-            grade_file(run, items, root / "graded.csv", device="cpu")
+            grade_file(run, items, root / "graded.csv", GradeOptions(device="cpu"))
             if i:  # the first grade warms the page cache and the imports
                 times[mode].append(time.perf_counter() - t0)
         runs._check = whole_check  # type: ignore[assignment]

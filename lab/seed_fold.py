@@ -44,7 +44,7 @@ def main() -> None:
     from rubrictool.pipeline import benchmark_table
     from rubrictool.progress import Progress
     from rubrictool.tables import LLM_PASSES_NOTE
-    from rubrictool.train import train_model
+    from rubrictool.train import DataRecord, TrainOptions, train_model
     from rubrictool.train.recipe import load_train_config
 
     run = a.out / f"fold-{a.fold}-seed{a.seed}"
@@ -61,8 +61,9 @@ def main() -> None:
             print(f"{p.task}: {p.info}" if p.kind != "progress" else f"{p.task} {p.done}{total} {p.info}",
                   file=sys.stderr, flush=True)
 
-        train_model(rubric, table, splits[a.fold], run, agreement=agreement, notes=[LLM_PASSES_NOTE],
-                    overrides=over, first_seed=a.seed, progress=show)
+        train_model(rubric, table, splits[a.fold], run,
+                    record=DataRecord(agreement=agreement, notes=[LLM_PASSES_NOTE]),
+                    options=TrainOptions(overrides=over, first_seed=a.seed), progress=show)
     except (RubrictoolError, ReccbmError) as e:
         raise SystemExit(f"error: {e}") from None
     print(f"{run}: written")

@@ -42,9 +42,9 @@ from rubrictool.review_queue import hold_marks, review_queue
 from rubrictool.rubric import Rubric
 from rubrictool.train.folds import FINAL_DIR
 from rubrictool.train.kfold import is_kfold_run
-from rubrictool.train.runs import describe_labels
+from rubrictool.train.labels import describe_labels
 
-__all__ = ["KEEP_COLUMNS", "Graded", "card_line", "grade_file", "grader_run", "keep_columns", "output_paths",
+__all__ = ["KEEP_COLUMNS", "GradeOptions", "Graded", "card_line", "grade_file", "grader_run", "keep_columns", "output_paths",
            "quality_card"]
 
 KEEP_COLUMNS = ("question", "student", "source_id", "response")
@@ -179,11 +179,22 @@ def _write(df: pd.DataFrame, path: Path, what: str) -> Path:
                         hint="free space, then grade again") from None
 
 
+@dataclass(frozen=True)
+class GradeOptions:
+    """How ``grade`` grades and what it writes beside each grade: the command's grading options, built once."""
+
+    batch_size: int = 64  # answers per forward pass
+    int8: bool = False  # 8-bit weights (ONNX Runtime's dynamic quantisation)
+    engine: str = "torch"  # torch or onnx
+    overrides: str | dict[str, int] | None = None  # concept levels set by hand (KEY=LEVEL,...), the marks follow
+    keep: list[str] | None = None  # item columns kept beside each grade (None: KEEP_COLUMNS)
+    device: str = "auto"  # where the model grades (reccbm.device)
+    review_budget: int | None = None  # answers in the review queue (None: every answer, ranked by risk)
+
+
 def grade_file(
-    run: str | Path, data: str | Path | None, out: str | Path, batch_size: int = 64,
-    progress: ProgressFn | None = None, int8: bool = False, engine: str = "torch",
-    overrides: str | dict[str, int] | None = None, keep: list[str] | None = None,
-    device: str = "auto", reviewed: str | Path | None = None, *, review_budget: int | None = None,
+    run: str | Path, data: str | Path | None, out: str | Path, options: GradeOptions = GradeOptions(),
+    progress: ProgressFn | None = None, reviewed: str | Path | None = None, *,
     queue: str | Path | None = None, gradebook: str | Path | None = None, sheet: str | None = None,
     columns: str | None = None, gradebook_out: str | Path | None = None,
 ) -> Graded:
@@ -192,13 +203,14 @@ def grade_file(
     flagged answer (:func:`rubrictool.review_queue.hold_marks`), and write the graded table (the item columns ``keep``
     beside each grade, :func:`keep_columns`), the review queue of ``review_budget`` answers, the quality card and, with
     ``gradebook``, the gradebook back (:func:`rubrictool.gradebook.write_gradebook`). ``reviewed``: a table of reviewed
-    answers (:func:`rubrictool.grade.read_review`) whose questions' other answers are shifted by them."""
+    answers (:func:`rubrictool.grade.read_review`) whose questions' other answers are shifted by them. ``options``: the
+    engine, device and batch, the concept overrides, the kept columns and the review budget (:class:`GradeOptions`)."""
     from rubrictool.gradebook import gradebook_path, is_graded_book
 
     if data is None and gradebook is None:
         raise DataError("nothing to grade", hint="pass --items ITEMS (an item table) or --gradebook SPREADSHEET")
-    if review_budget is not None and review_budget < 0:
-        raise DataError(f"--review-budget {review_budget}: give the number of answers a teacher will read (0 or more)")
+    if options.review_budget is not None and options.review_budget < 0:
+        raise DataError(f"--review-budget {options.review_budget}: give the number of answers a teacher will read (0 or more)")
     queue_path, card_path = output_paths(out, queue)
     book_out = gradebook_path(gradebook, gradebook_out) if gradebook is not None else None
     inputs = [data, run, reviewed, gradebook]
@@ -210,17 +222,17 @@ def grade_file(
     for path in (out, queue_path, card_path, *([book_out] if book_out else [])):
         writable_parent(path)
     with output_lock(out, "grade"):  # one writer per graded table
-        return _grade_into(run, data, out, batch_size, progress, int8, engine, overrides, keep, device, reviewed,
-                           review_budget, queue_path, card_path, gradebook, sheet, columns, book_out)
+        return _grade_into(run, data, out, options, progress, reviewed, queue_path, card_path, gradebook, sheet, columns,
+                           book_out)
 
 
 def _grade_into(
-    run: str | Path, data: str | Path | None, out: str | Path, batch_size: int, progress: ProgressFn | None,
-    int8: bool, engine: str, overrides: str | dict[str, int] | None, keep: list[str] | None, device: str,
-    reviewed: str | Path | None, review_budget: int | None, queue_path: Path, card_path: Path,
+    run: str | Path, data: str | Path | None, out: str | Path, options: GradeOptions, progress: ProgressFn | None,
+    reviewed: str | Path | None, queue_path: Path, card_path: Path,
     gradebook: str | Path | None, sheet: str | None, columns: str | None, book_out: Path | None,
 ) -> Graded:
     """:func:`grade_file`'s work, under the graded table's lock."""
+    batch_size, int8, engine, device = options.batch_size, options.int8, options.engine, options.device
     from rubrictool.gradebook import read_gradebook, write_gradebook
 
     imported = read_gradebook(gradebook, sheet, columns) if gradebook is not None else None
@@ -244,13 +256,13 @@ def _grade_into(
         trained = trained_questions(model_run)
         review = read_review(grader, reviewed, trained or set(), batch_size, where, items=items)
         note(progress, review_summary(review, items, trained is not None))
-    graded = grade_loaded(grader, items, batch_size, progress, overrides, load_profile(model_run), device=where,
+    graded = grade_loaded(grader, items, batch_size, progress, options.overrides, load_profile(model_run), device=where,
                           review=review)
     seconds = time.perf_counter() - t0
     unc = _uncertainty(grader.model_, grader.rubric.as_meta(), graded)
-    held = hold_marks(keep_columns(graded, items, keep))
+    held = hold_marks(keep_columns(graded, items, options.keep))
     result = Graded(held, _write(held, Path(out), "the graded table"), seconds,
-                    review_queue(held, unc, review_budget), queue_path, card, card_path)
+                    review_queue(held, unc, options.review_budget), queue_path, card, card_path)
     _write(result.queue, queue_path, "the review queue")
     atomic_write_text(card_path, json.dumps({"quality card": card, "graded": str(result.path)}, indent=1) + "\n")
     if imported is not None and book_out is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from rubrictool.adjudicate import adjudicate
+from rubrictool.adjudicate import AdjudicationOptions, adjudicate
 from rubrictool.adjudicate.outputs import trainable_rows
 from rubrictool.data import group_split_items, load_benchmark, load_concept_passes, load_split, split_items
 from rubrictool.errors import TrainError
@@ -27,9 +27,10 @@ from rubrictool.outputs import check_output
 from rubrictool.progress import ProgressFn, warn
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import LLM_PASSES_NOTE
-from rubrictool.train import TrainOptions, TrainResult, train_folds, train_model
+from rubrictool.train import DataRecord, TrainOptions, TrainResult, train_folds, train_model
 
-__all__ = ["DataSource", "benchmark_provenance", "benchmark_table", "resolve_data", "run_train", "train_on"]
+__all__ = ["DataSource", "SplitPlan", "benchmark_provenance", "benchmark_table", "resolve_data", "run_train",
+           "train_on"]
 
 
 def benchmark_table(benchmark: str, data_dir: str | Path | None = None) -> tuple[Rubric, pd.DataFrame, dict[str, Any]]:
@@ -42,7 +43,8 @@ def benchmark_table(benchmark: str, data_dir: str | Path | None = None) -> tuple
     rb = load_rubric(benchmark)
     items = load_benchmark(benchmark, data_dir)
     # α's bootstrap CI for the reliability table and the report: 200 resamples take about 0.2 s on Mohler's 2,273 items
-    adj = adjudicate(load_concept_passes(data_dir), rb, items, n_boot=200, coverage=False, note=LLM_PASSES_NOTE)
+    adj = adjudicate(load_concept_passes(data_dir), rb, items,
+                     options=AdjudicationOptions(n_boot=200, coverage=False), note=LLM_PASSES_NOTE)
     return rb, adj.table, adj.agreement
 
 
@@ -65,6 +67,22 @@ class DataSource:
     table_source: dict[str, Any]  # run.json's record of where the table came from: {"benchmark": NAME} or {"path": FILE}
     labels: dict[str, Any] | None = None  # who made the labels (None: each run reads agreement.json and the table)
     path: Path | None = None  # the table file (None for a benchmark)
+
+    def record(self) -> DataRecord:
+        """What every run on this data records about it (:class:`rubrictool.train.DataRecord`)."""
+        return DataRecord(self.agreement, self.notes, self.table_source, self.labels)
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How ``train`` measures a run: one split (given, or drawn) or k fold runs, and how the folds train."""
+
+    split: str | Path | None = None  # a split.json (one run); None: a split drawn with seed, or k folds
+    seed: int = 0  # the drawn split's seed, or the folds'
+    folds: int = 0  # k fold runs (0: one run)
+    by: str | None = None  # the split or the folds grouped by this column (e.g. question)
+    jobs: int = 1  # fold runs in that many worker processes
+    final: bool = False  # with folds, the final model on every labelled answer too
 
 
 def resolve_data(
@@ -117,17 +135,14 @@ def run_train(
     data_dir: str | Path | None,
     out: str | Path | None,
     options: TrainOptions,
-    split: str | Path | None = None,
-    split_seed: int = 0,
-    folds: int = 0,
-    by: str | None = None,
+    plan: SplitPlan = SplitPlan(),
     progress: ProgressFn | None = None,
-    jobs: int = 1,
-    final: bool = False,
 ) -> TrainResult:
     """``rubrictool train``: the data (:func:`resolve_data`), then one run with a split or k fold runs
-    (:func:`train_on`); the run directory defaults to runs/<benchmark|table>-<variant>. ``jobs``: k fold runs in that
-    many worker processes; ``final``: with ``folds``, also the final model on every labelled answer."""
+    (:func:`train_on`); the run directory defaults to runs/<benchmark|table>-<variant>. ``plan``: the split or
+    the folds (:class:`SplitPlan`; ``jobs``: k fold runs in that many worker processes; ``final``: with
+    ``folds``, also the final model on every labelled answer)."""
+    split, folds, jobs, final = plan.split, plan.folds, plan.jobs, plan.final
     if final and not folds:
         raise TrainError("--final trains a k-fold run's final model, and this is one run",
                          hint="add --folds K (the final model's quality card is the folds' pooled figures)")
@@ -142,8 +157,7 @@ def run_train(
     run = check_output(run, [data, split, agreement, rubric if rubric and Path(rubric).is_file() else None],
                  "kfold" if folds else "run", what="the run")
     with run_writer(run):  # one writer per run folder, held until the run is in place
-        return _train_source(benchmark, data, rubric, agreement, data_dir, run, options, split, split_seed, folds, by,
-                             progress, jobs, final)
+        return _train_source(benchmark, data, rubric, agreement, data_dir, run, options, plan, progress)
 
 
 def run_writer(run: Path) -> contextlib.AbstractContextManager[Path]:
@@ -168,10 +182,10 @@ def run_writer(run: Path) -> contextlib.AbstractContextManager[Path]:
 
 
 def _train_source(benchmark: str | None, data: str | Path | None, rubric: str | None, agreement: str | Path | None,
-                  data_dir: str | Path | None, run: Path, options: TrainOptions, split: str | Path | None,
-                  split_seed: int, folds: int, by: str | None, progress: ProgressFn | None, jobs: int,
-                  final: bool = False) -> TrainResult:
+                  data_dir: str | Path | None, run: Path, options: TrainOptions, plan: SplitPlan,
+                  progress: ProgressFn | None) -> TrainResult:
     """run_train's body from the data source on, under the run's lock."""
+    split, folds = plan.split, plan.folds
     if folds and split is not None:
         raise TrainError("a fixed split and k-fold evaluation exclude each other: k-fold makes its own splits",
                          hint="drop --split or --folds")
@@ -180,8 +194,8 @@ def _train_source(benchmark: str | None, data: str | Path | None, rubric: str | 
                          hint="--split/--agreement go with --table")
     source = resolve_data(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir,
                           progress=progress)
-    return train_on(source, run, options, split=split, split_seed=split_seed, folds=folds, by=by, progress=progress,
-                    jobs=jobs, final=final)
+    return train_on(source, run, options, split=split, split_seed=plan.seed, folds=folds, by=plan.by,
+                    progress=progress, jobs=plan.jobs, final=plan.final)
 
 
 def train_on(
@@ -201,8 +215,7 @@ def train_on(
     (:func:`rubrictool.train.train_folds`); else one split: ``split`` (a split.json), or a 7:2:1 split drawn with
     ``split_seed`` (grouped by the ``by`` column when given). ``jobs``: fold runs in that many worker processes; ``final``: with ``folds``, the final model too."""
     run = Path(out) if out else Path("runs") / f"{source.name}-{options.variant}"
-    common: dict[str, Any] = {"agreement": source.agreement, "notes": source.notes, "progress": progress,
-                              "table_source": source.table_source, "labels": source.labels, **options.run_args()}
+    common: dict[str, Any] = {"options": options, "record": source.record(), "progress": progress}
     if folds:
         return train_folds(source.rubric, source.table, run, folds=folds, fold_seed=split_seed, by=by, jobs=jobs,
                            final=final, **common)

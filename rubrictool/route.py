@@ -87,7 +87,7 @@ def route_figures(pooled: pd.DataFrame, rubric: Rubric, *, table: pd.DataFrame |
     """Each route's figures on the pooled answers (see the module docstring). ``pooled``: pooled_predictions.csv
     (``id, fold, grade_true, grade, majority`` and ``<KEY>_true``); ``table``: the training table (its panel votes);
     ``agreement``: agreement.json (the reviewers' α per concept and who they were); ``labels``: the run's label
-    source (who set each level, :func:`rubrictool.train.runs.label_source`); ``audit_gain``: the mark a pasted reference
+    source (who set each level, :func:`rubrictool.train.labels.label_source`); ``audit_gain``: the mark a pasted reference
     gains in the behavioural audit, when it was run."""
     from rubrictool.points import points_column
 

@@ -13,6 +13,7 @@ import pytest
 from crowdkit.aggregation import DawidSkene
 
 from rubrictool.adjudicate import (
+    AdjudicationOptions,
     DawidSkeneVote,
     MajorityVote,
     adjudicate,
@@ -88,7 +89,8 @@ def test_dawid_skene_is_crowdkits_per_concept() -> None:
 
 
 def test_adjudicate_dawid_skene_reports_changes() -> None:
-    res = adjudicate(toy_reviews(), MOHLER, toy_items(), method="dawid-skene", n_boot=50, coverage=False)
+    res = adjudicate(toy_reviews(), MOHLER, toy_items(),
+                     options=AdjudicationOptions(method="dawid-skene", n_boot=50, coverage=False))
     changed = res.agreement["adjudication"]["dawid_skene_changed"]
     assert isinstance(changed, int)
     assert changed == int((res.decisions["level"] != res.decisions["vote"]).sum())
@@ -109,9 +111,11 @@ def test_resolutions_override_and_are_recorded(tmp_path: Path) -> None:
             }
         ]
     ).to_csv(f, index=False)
-    before = adjudicate(toy_reviews(), rubric, toy_items(), n_boot=0, coverage=False)
+    before = adjudicate(toy_reviews(), rubric, toy_items(),
+                        options=AdjudicationOptions(n_boot=0, coverage=False))
     after = adjudicate(
-        toy_reviews(), rubric, toy_items(), resolutions=read_resolutions(f, rubric), n_boot=0, coverage=False
+        toy_reviews(), rubric, toy_items(), resolutions=read_resolutions(f, rubric),
+        options=AdjudicationOptions(n_boot=0, coverage=False),
     )
     row_b = before.table.set_index("id").loc["q1"]
     row_a = after.table.set_index("id").loc["q1"]
@@ -131,8 +135,8 @@ def test_a_resolved_decision_is_its_concepts_whole_soft_target(tmp_path: Path) -
     """With soft concept targets the reviewers' shares are the target; where a resolver decided, the decision is."""
     f = tmp_path / "res.csv"
     pd.DataFrame([{"item": "q1", "concept": "CC", "level": 3}]).to_csv(f, index=False)
-    out = adjudicate(toy_reviews(), MOHLER, toy_items(), resolutions=read_resolutions(f, MOHLER), n_boot=0,
-                     coverage=False)
+    out = adjudicate(toy_reviews(), MOHLER, toy_items(), resolutions=read_resolutions(f, MOHLER),
+                     options=AdjudicationOptions(n_boot=0, coverage=False))
     table = out.table
     for key in MOHLER.keys:  # concepts the toy reviewers left out: the lowest level, no votes
         table[key] = table[key].fillna(1)
@@ -150,7 +154,8 @@ def test_a_resolved_decision_is_its_concepts_whole_soft_target(tmp_path: Path) -
 
 def test_filled_queue_is_a_resolutions_file(tmp_path: Path) -> None:
     rubric = MOHLER
-    res = adjudicate(toy_reviews(), rubric, toy_items(), n_boot=0, coverage=False)
+    res = adjudicate(toy_reviews(), rubric, toy_items(),
+                     options=AdjudicationOptions(n_boot=0, coverage=False))
     queue = res.queue.copy()
     hit = ((queue["item"] == "q2") & (queue["concept"] == "FC")).to_numpy()
     queue.loc[hit, "resolution"] = 2
@@ -173,7 +178,8 @@ def test_filled_queue_is_a_resolutions_file(tmp_path: Path) -> None:
 def test_bad_resolutions(rows: list[dict[str, object]], message: str) -> None:
     with pytest.raises(AdjudicateError, match=message):
         adjudicate(
-            toy_reviews(), MOHLER, resolutions=pd.DataFrame(rows).assign(note=None, decided_by=None), n_boot=0
+            toy_reviews(), MOHLER, resolutions=pd.DataFrame(rows).assign(note=None, decided_by=None),
+            options=AdjudicationOptions(n_boot=0),
         )
 
 
@@ -258,11 +264,12 @@ def test_unknown_item_ids_against_items() -> None:
         [toy_reviews(), pd.DataFrame([{"item": "zz", "reviewer": "A", "concept": "FC", "level": 1}])]
     )
     with pytest.raises(AdjudicateError, match=r"1 item id\(s\) not in the items table \(zz\)"):
-        adjudicate(reviews, MOHLER, toy_items(), n_boot=0)
+        adjudicate(reviews, MOHLER, toy_items(), options=AdjudicationOptions(n_boot=0))
 
 
 def test_under_reviewed_items_are_reported_not_dropped() -> None:
-    res = adjudicate(toy_reviews(), MOHLER, toy_items(), n_boot=0, coverage=False, expected_reviewers=3)
+    res = adjudicate(toy_reviews(), MOHLER, toy_items(),
+                     options=AdjudicationOptions(n_boot=0, coverage=False, expected_reviewers=3))
     a = res.agreement
     assert a["under_reviewed"] == {"n_items": 1, "items": ["q2"]}
     row = res.table.set_index("id").loc["q2"]
@@ -273,7 +280,8 @@ def test_under_reviewed_items_are_reported_not_dropped() -> None:
 
 def test_training_table_layout_and_agreement_json(tmp_path: Path) -> None:
     rubric = MOHLER
-    res = adjudicate(toy_reviews(), rubric, toy_items(), n_boot=100, coverage=False)
+    res = adjudicate(toy_reviews(), rubric, toy_items(),
+                     options=AdjudicationOptions(n_boot=100, coverage=False))
     t = res.table
     assert list(t.columns[:6]) == ["id", "question", "response", "reference", "context", "grade"]
     assert list(t.columns[6:14]) == rubric.keys
@@ -309,7 +317,8 @@ def test_training_table_layout_and_agreement_json(tmp_path: Path) -> None:
 
 def test_discussion_queue_shows_levels_and_anchors() -> None:
     rubric = MOHLER
-    res = adjudicate(toy_reviews(), rubric, toy_items(), n_boot=0, coverage=False, queue="all")
+    res = adjudicate(toy_reviews(), rubric, toy_items(),
+                     options=AdjudicationOptions(n_boot=0, coverage=False, queue="all"))
     q = res.queue.set_index(["item", "concept"])
     assert len(q) == int(res.decisions["flagged"].sum())
     row: Any = q.loc[("q1", "CC")]
@@ -330,7 +339,7 @@ def test_human_reviews_with_llm_rows_compare_the_llm() -> None:
     llm = (
         toy_reviews().loc[lambda d: d["reviewer"] == "A"].assign(reviewer="gpt", source="llm", model="gpt-4o")
     )
-    res = adjudicate(pd.concat([reviews, llm]), MOHLER, n_boot=0, coverage=False)
+    res = adjudicate(pd.concat([reviews, llm]), MOHLER, options=AdjudicationOptions(n_boot=0, coverage=False))
     assert res.agreement["reviewers"] == ["A", "B", "C"]
     assert "gpt-4o" in res.agreement["llm_vs_consensus"]
     assert res.agreement["llm_vs_consensus"]["gpt-4o"]["FC"]["n_items"] == 4
@@ -350,7 +359,8 @@ def test_llm_labels_skip_failures(tmp_path: Path) -> None:
     ).to_csv(p, index=False)
     got = llm_labels(p, MOHLER)
     assert got.values.tolist() == [["q1", "m", "FC", 3]]
-    res = adjudicate(toy_reviews(), MOHLER, predictions=got, n_boot=0, coverage=False)
+    res = adjudicate(toy_reviews(), MOHLER, predictions=got,
+                     options=AdjudicationOptions(n_boot=0, coverage=False))
     assert res.agreement["llm_vs_consensus"]["m"]["FC"]["confusion"]["matrix"] == [
         [0, 0, 0],
         [0, 0, 0],

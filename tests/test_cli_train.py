@@ -278,13 +278,13 @@ def test_kfold_training_pools_every_item_once_and_resumes(tmp_path: Path, backbo
     code, output, _ = train_with_cli(tmp_path, backbone, df, "--folds", "2", "--cfg", "joint.epochs=0")
     assert code == 0 and "all folds done" in output
     from rubrictool.progress import Progress
-    from rubrictool.train import train_folds
+    from rubrictool.train import TrainOptions, train_folds
 
     events: list[Progress] = []
-    same: dict[str, dict[str, Any]] = {  # what train_with_cli trained: the folds are read back only for the same recipe
-        "model": {"backbone": backbone, "max_len": 32}, "stage1": {"epochs": 2, "lr": 3e-3, "device": "cpu"},
-        "joint": {"epochs": 0}}
-    train_folds(load_rubric("mohler"), df, run, folds=2, progress=events.append, overrides=same)
+    same: dict[str, dict[str, Any]] = {"model": {"backbone": backbone, "max_len": 32}, "stage1": {"epochs": 2, "lr": 3e-3, "device": "cpu"},
+            "joint": {"epochs": 0}}  # what train_with_cli trained: the folds are read back only for the same recipe
+    train_folds(load_rubric("mohler"), df, run, folds=2, progress=events.append,
+        options=TrainOptions(overrides=same))
     assert [e.info for e in events if e.task == "folds"] == [
         "fold 1: finished earlier, read back", "fold 2: finished earlier, read back", "all folds done: pooled"]
     assert (run / "fold-0" / "model.safetensors").stat().st_mtime_ns == stamp  # not retrained
@@ -325,24 +325,28 @@ def test_the_plm_baseline_gets_the_encoder_budget_of_the_model_it_is_compared_wi
     """Under a preset with a joint stage, REC-CBM's encoder trains Stage I + joint epochs; the PLM gets the same count
     (an explicit epoch count wins)."""
     from rubrictool.data import split_items
-    from rubrictool.train import preset_config, train_model
+    from rubrictool.train import TrainOptions, preset_config, train_model
 
     df = mohler_like_table(40)
     base: dict[str, dict[str, Any]] = {"model": {"max_len": 32, "backbone": backbone},
                                        "stage1": {"lr": 3e-3, "device": "cpu", "max_steps_per_epoch": 1},
                                        "joint": {"epochs": 2}}
-    train_model("mohler", df, split_items(df), tmp_path / "plm", variant="plm", overrides=base)
+    train_model("mohler", df, split_items(df), tmp_path / "plm",
+                options=TrainOptions(variant="plm", overrides=base))
     cfg = yaml.safe_load((tmp_path / "plm" / "config.yaml").read_text())
     assert cfg["stage1"]["epochs"] == preset_config("default")["stage1"]["epochs"] + 2 and cfg["joint"]["epochs"] == 0
     # on a small table, the steps too: the PLM's Stage I takes the fewest steps of REC-CBM's Stage I and joint stage
     steps = base | {"stage1": base["stage1"] | {"min_steps": 30}, "joint": {"epochs": 2, "min_steps": 12}}
-    train_model("mohler", df, split_items(df), tmp_path / "plm-steps", variant="plm", overrides=steps)
+    train_model("mohler", df, split_items(df), tmp_path / "plm-steps",
+                options=TrainOptions(variant="plm", overrides=steps))
     assert yaml.safe_load((tmp_path / "plm-steps" / "config.yaml").read_text())["stage1"]["min_steps"] == 42
     given = base | {"stage1": base["stage1"] | {"epochs": 1}}
-    train_model("mohler", df, split_items(df), tmp_path / "plm1", variant="plm", overrides=given)
+    train_model("mohler", df, split_items(df), tmp_path / "plm1",
+                options=TrainOptions(variant="plm", overrides=given))
     assert yaml.safe_load((tmp_path / "plm1" / "config.yaml").read_text())["stage1"]["epochs"] == 1
     given = steps | {"stage1": steps["stage1"] | {"epochs": 1}}  # an epoch count given: the steps still add up
-    train_model("mohler", df, split_items(df), tmp_path / "plm1-steps", variant="plm", overrides=given)
+    train_model("mohler", df, split_items(df), tmp_path / "plm1-steps",
+                options=TrainOptions(variant="plm", overrides=given))
     cfg = yaml.safe_load((tmp_path / "plm1-steps" / "config.yaml").read_text())
     assert cfg["stage1"]["epochs"] == 1 and cfg["stage1"]["min_steps"] == 42
 
@@ -376,13 +380,13 @@ def test_a_field_the_run_decides_is_refused_not_silently_replaced(tmp_path: Path
 def test_the_library_refuses_a_field_the_run_decides(tmp_path: Path) -> None:
     from rubrictool.data import split_items
     from rubrictool.errors import TrainError
-    from rubrictool.train import train_model
+    from rubrictool.train import TrainOptions, train_model
     from tests.support.stats_course import stats_rubric, stats_table
 
     df = stats_table(30)
     with pytest.raises(TrainError, match="model.plm is not set by a config: it comes from --variant plm"):
         train_model(stats_rubric(tmp_path), df, split_items(df, seed=0), tmp_path / "run",
-                    overrides={"model": {"plm": True}})
+                    options=TrainOptions(overrides={"model": {"plm": True}}))
     assert not (tmp_path / "run").exists()
 
 

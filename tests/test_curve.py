@@ -16,6 +16,7 @@ import pytest
 from rubrictool.curve import (
     CURVE_COLUMNS,
     CURVE_FAILING,
+    CurveOptions,
     learning_curve,
     parse_folds,
     parse_sizes,
@@ -30,6 +31,7 @@ from rubrictool.data.splits import nested_subsample, stratified_order
 from rubrictool.errors import DataError, TrainError
 from rubrictool.io import write_table
 from rubrictool.rubric import load_rubric
+from rubrictool.train import TrainOptions
 from tests.support.toy_course import ecology_rubric, ecology_table
 
 
@@ -78,7 +80,7 @@ def _fake_train(calls: list[dict[str, Any]]) -> Any:
     """Stands in for train_model: predicts the most common training grade; records what it was given."""
 
     def train(rb: Any, table: pd.DataFrame, split: dict[str, list[str]], run_dir: Path, **kw: Any) -> Any:
-        calls.append({"split": split, **kw})
+        calls.append({"split": split, **kw, **vars(kw["options"])})  # the cell's training options flat
         grades = table.set_index(table["id"].astype(str))["grade"]
         mode = int(grades.loc[split["train"]].mode().min())
         Path(run_dir).mkdir(parents=True, exist_ok=True)
@@ -94,9 +96,11 @@ def test_cells_share_the_test_part_and_draw_from_the_training_part(tmp_path: Pat
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(curve, "train_model", _fake_train(calls))
     rub, df = ecology_rubric(tmp_path), ecology_table(120)
-    res = learning_curve(rub, df, tmp_path / "c", sizes=[20, 40, "all"], variants=["reccbm", "plm"], repeats=2, folds=4,
-                         fold_ids=[1, 3], overrides={"stage1": {"epochs": 2, "min_steps": 50},
-                                                     "joint": {"epochs": 1, "min_steps": 20}}, plot=False)
+    res = learning_curve(rub, df, tmp_path / "c",
+                         CurveOptions(sizes=[20, 40, "all"], variants=["reccbm", "plm"], repeats=2, folds=4,
+                                      fold_ids=[1, 3], plot=False),
+                         training=TrainOptions(overrides={"stage1": {"epochs": 2, "min_steps": 50},
+                                                          "joint": {"epochs": 1, "min_steps": 20}}))
     assert len(calls) == 2 * 2 * 3 * 2 == res.trained and res.read_back == 0
     assert list(res.cells.columns) == CURVE_COLUMNS + CURVE_FAILING  # the failing answers of each cell last
     assert res.cells["failing_passed"].dropna().between(0, 1).all()
@@ -133,9 +137,9 @@ def test_a_bigger_size_than_the_training_part_and_unknown_variants_are_refused(t
     monkeypatch.setattr(curve, "train_model", _fake_train(calls))
     rub, df = ecology_rubric(tmp_path), ecology_table(60)
     with pytest.raises(DataError, match=r"200 answers is more than a fold's training part \(45 answers of 60, 4 folds\)"):
-        learning_curve(rub, df, tmp_path / "c", sizes=[20, 200], folds=4)
+        learning_curve(rub, df, tmp_path / "c", CurveOptions(sizes=[20, 200], folds=4))
     with pytest.raises(TrainError, match="unknown variant"):
-        learning_curve(rub, df, tmp_path / "c", sizes=[20], variants=["bert"], folds=4)
+        learning_curve(rub, df, tmp_path / "c", CurveOptions(sizes=[20], variants=["bert"], folds=4))
     assert not calls
 
 
@@ -151,9 +155,10 @@ def test_grouping_is_passed_to_the_folds_only_when_given(tmp_path: Path, monkeyp
     monkeypatch.setattr("rubrictool.curve.measure.kfold_splits", kfold)
     monkeypatch.setattr(curve, "train_model", _fake_train([]))
     rub, df = ecology_rubric(tmp_path), ecology_table(60)
-    learning_curve(rub, df, tmp_path / "a", sizes=[20], variants=["plm"], repeats=1, folds=3, fold_ids=[0], plot=False)
-    learning_curve(rub, df, tmp_path / "b", sizes=[20], variants=["plm"], repeats=1, folds=3, fold_ids=[0], by="question",
-                   plot=False)
+    learning_curve(rub, df, tmp_path / "a",
+                   CurveOptions(sizes=[20], variants=["plm"], repeats=1, folds=3, fold_ids=[0], plot=False))
+    learning_curve(rub, df, tmp_path / "b", CurveOptions(sizes=[20], variants=["plm"], repeats=1, folds=3,
+                                                       fold_ids=[0], by="question", plot=False))
     assert seen == [{"by": None}, {"by": "question"}]
 
 
@@ -161,9 +166,9 @@ def test_a_cell_made_with_other_settings_is_not_read_back(tmp_path: Path, monkey
     monkeypatch.setattr(curve, "train_model", _fake_train([]))
     rub, df = ecology_rubric(tmp_path), ecology_table(60)
     kw: dict[str, Any] = {"sizes": [20], "variants": ["plm"], "repeats": 1, "folds": 3, "fold_ids": [0], "plot": False}
-    learning_curve(rub, df, tmp_path / "c", **kw)
+    learning_curve(rub, df, tmp_path / "c", CurveOptions(**kw))
     with pytest.raises(DataError, match="trained with other settings"):
-        learning_curve(rub, df, tmp_path / "c", preset="paper", **kw)
+        learning_curve(rub, df, tmp_path / "c", CurveOptions(**kw), training=TrainOptions(preset="paper"))
 
 
 def _cells(rows: list[tuple[str, str, int, float, float]]) -> pd.DataFrame:
@@ -250,7 +255,8 @@ def test_the_points_variant_fits_points_to_the_labelled_answers_and_trains_no_mo
     monkeypatch.setattr(curve, "train_model", no_training)
     rub: Path | str
     rub, df = (ecology_rubric(tmp_path), ecology_table(150)) if course == "ecology" else ("mohler", mohler_like_table(150))
-    res = learning_curve(rub, df, tmp_path / "c", sizes=[12, "all"], variants=["points"], repeats=2, folds=3, plot=True)
+    res = learning_curve(rub, df, tmp_path / "c",
+                         CurveOptions(sizes=[12, "all"], variants=["points"], repeats=2, folds=3, plot=True))
     assert res.trained == 2 * 3 * 2 and set(res.cells["variant"]) == {"points"}
     assert set(res.cells["encoder"]) == {"none"} and set(res.cells["encoder_epochs"]) == {0}
     rb = load_rubric(rub)

@@ -81,13 +81,14 @@ def test_bayes_marks_minimise_the_expected_cost_and_argmax_is_the_rule_without_c
 def test_a_run_trained_with_cutpoints_keeps_them_and_grades_by_them(tmp_path: Path, backbone: str) -> None:
     from rubrictool.data import split_items
     from rubrictool.grade import grade_items
-    from rubrictool.train import train_model
+    from rubrictool.train import TrainOptions, train_model
 
     df = mohler_like_table(60)
     overrides: dict[str, dict[str, Any]] = {
         "model": {"max_len": 32, "backbone": backbone}, "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
         "joint": {"epochs": 0}, "stage2": {"epochs": 2, "decision": "cutpoints", "decision_fail_passed": 3.0}}
-    train_model("mohler", df, split_items(df, seed=0), tmp_path / "run", overrides=overrides)
+    train_model("mohler", df, split_items(df, seed=0), tmp_path / "run",
+                options=TrainOptions(overrides=overrides))
     model, _, meta = reccbm.load_checkpoint(tmp_path / "run")
     assert meta["decision"]["rule"] == "cutpoints" and model.decision is not None
     assert list(model.decision.t) == meta["decision"]["cutpoints"]
@@ -110,13 +111,14 @@ def test_a_checkpoint_with_bad_cutpoints_is_refused_in_one_line(tmp_path: Path, 
     import json
 
     from rubrictool.data import split_items
-    from rubrictool.train import train_model
+    from rubrictool.train import TrainOptions, train_model
 
     df = mohler_like_table(40)
     overrides: dict[str, dict[str, Any]] = {
         "model": {"max_len": 32, "backbone": backbone}, "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
         "joint": {"epochs": 0}, "stage2": {"epochs": 1, "decision": "cutpoints"}}
-    train_model("mohler", df, split_items(df, seed=0), tmp_path / "run", overrides=overrides)
+    train_model("mohler", df, split_items(df, seed=0), tmp_path / "run",
+                options=TrainOptions(overrides=overrides))
     meta_path = tmp_path / "run" / "model.json"
     meta = json.loads(meta_path.read_text())
     meta["decision"]["cutpoints"] = [3.0, 1.0, 2.0, 4.0, 4.5]
@@ -143,13 +145,14 @@ def test_calibration_on_dev_answers_gives_an_overconfident_head_its_low_marks_ba
 
 def test_a_bayes_rule_is_kept_in_model_json_and_read_back(tmp_path: Path, backbone: str) -> None:
     from rubrictool.data import split_items
-    from rubrictool.train import train_model
+    from rubrictool.train import TrainOptions, train_model
 
     df = mohler_like_table(60)
     overrides: dict[str, dict[str, Any]] = {
         "model": {"max_len": 32, "backbone": backbone}, "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
         "joint": {"epochs": 0}, "stage2": {"epochs": 2, "decision": "bayes", "decision_fail_passed": 4.0}}
-    train_model("mohler", df, split_items(df, seed=0), tmp_path / "run", overrides=overrides)
+    train_model("mohler", df, split_items(df, seed=0), tmp_path / "run",
+                options=TrainOptions(overrides=overrides))
     model, _, meta = reccbm.load_checkpoint(tmp_path / "run")
     assert meta["decision"]["rule"] == "bayes"
     assert model.decision is not None and model.decision.temperature == meta["decision"]["temperature"]

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from rubrictool.cli import app
 from rubrictool.io import read_table
-from rubrictool.report.diagnose import contrast_pairs, grade_ceiling
+from rubrictool.report.ceiling import contrast_pairs, grade_ceiling
 from rubrictool.rubric import load_rubric, parse_rubric
 from tests.support.llm_server import MODEL, Reply, ScriptedLLMServer, Seen
 

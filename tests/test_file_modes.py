@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rubrictool.adjudicate import run_adjudicate
+from rubrictool.adjudicate import AdjudicationOptions, run_adjudicate
 from rubrictool.atomic import atomic_write_text, new_file_mode
 from rubrictool.data import save_split
 from rubrictool.io import write_table
@@ -53,7 +53,8 @@ def test_adjudicate_outputs_are_readable_by_the_group(tmp_path: Path) -> None:
         reviews = tmp_path / "reviews.csv"
         pd.DataFrame({"item": ["a", "a", "b", "b"], "reviewer": ["r1", "r2", "r1", "r2"], "concept": "EV",
                       "level": [1, 2, 2, 2]}).to_csv(reviews, index=False)
-        res = run_adjudicate(rubric=rubric, reviews=[reviews], out=tmp_path / "adj", n_boot=0)
+        res = run_adjudicate(rubric=rubric, reviews=[reviews], out=tmp_path / "adj",
+                             options=AdjudicationOptions(n_boot=0))
     finally:
         os.umask(old)
     assert {p.name: mode(p) for p in res.paths.values()} == {p.name: 0o644 for p in res.paths.values()}
@@ -85,8 +86,8 @@ def test_a_checkpoint_and_a_learning_curve_are_readable_by_the_group(tmp_path: P
     try:
         model, tok = tiny_model(backbone)
         weights = reccbm.save_checkpoint(model, tok, tmp_path / "run", "stage2", 1)
-        curve.learning_curve(ecology_rubric(tmp_path), ecology_table(60), tmp_path / "c", sizes=[20], variants=["plm"],
-                             repeats=1, folds=3, fold_ids=[0])
+        options = curve.CurveOptions(sizes=[20], variants=["plm"], repeats=1, folds=3, fold_ids=[0])
+        curve.learning_curve(ecology_rubric(tmp_path), ecology_table(60), tmp_path / "c", options)
     finally:
         os.umask(old)
     assert mode(weights) == 0o644 and mode(tmp_path / "run" / "model.json") == 0o644

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import reccbm
-from rubrictool.adjudicate import adjudicate
+from rubrictool.adjudicate import AdjudicationOptions, adjudicate
 from rubrictool.errors import DataError
 from rubrictool.evaluate import concept_alpha
 from rubrictool.grade import inputs_for, load_grader
@@ -102,7 +102,8 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     items = stats_table(160)
     rb = load_rubric(stats_rubric(tmp))
     passes = _passes(items, np.random.default_rng(0))
-    adj = adjudicate(passes, rb, items.drop(columns=STATS_KEYS), n_boot=0, coverage=False)
+    adj = adjudicate(passes, rb, items.drop(columns=STATS_KEYS),
+                     options=AdjudicationOptions(n_boot=0, coverage=False))
     code, output, run = train_stats(tmp, build_backbone(tmp, "bert", words=words), adj.table, "--encoder", "frozen",
                                     "--split-seed", "1")
     assert code == 0, output
@@ -153,7 +154,7 @@ def test_one_reviewer_at_random_lowers_alpha_more_than_it_moves_sigma2(course: d
     clean = _figures(course, course["levels"])
     for k, key in enumerate(rb.keys):
         passes = reviewer_noise(course["passes"], key, "B", 0.4, (0, 2), np.random.default_rng(k))
-        adj = adjudicate(passes, rb, course["items"], n_boot=0, coverage=False)
+        adj = adjudicate(passes, rb, course["items"], options=AdjudicationOptions(n_boot=0, coverage=False))
         alpha = [concept_alpha(adj.agreement, c)[0] for c in rb.keys]
         assert noisy_rank(alpha, k, FIGURES["alpha"][1]) == 1
         assert alpha[k] < concept_alpha(course["adj"].agreement, key)[0] - 0.1

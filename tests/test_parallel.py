@@ -36,12 +36,14 @@ def _same(a: Any, b: Any) -> bool:
 def test_folds_in_two_workers_are_the_serial_folds(tmp_path: Path, backbone: str) -> None:
     """train_folds with jobs=2 (two spawned workers, one thread each) and serially (one thread): every fold's test
     metrics and every pooled prediction, probabilities included, the same."""
-    from rubrictool.train import train_folds
+    from rubrictool.train import TrainOptions, train_folds
 
     df = mohler_like_table(48)
-    serial = train_folds("mohler", df, tmp_path / "serial", folds=2, overrides=_overrides(backbone))
+    serial = train_folds("mohler", df, tmp_path / "serial", folds=2,
+                         options=TrainOptions(overrides=_overrides(backbone)))
     events: list[Any] = []
-    par = train_folds("mohler", df, tmp_path / "jobs2", folds=2, overrides=_overrides(backbone), jobs=2,
+    par = train_folds("mohler", df, tmp_path / "jobs2", folds=2,
+                      options=TrainOptions(overrides=_overrides(backbone)), jobs=2,
                       progress=events.append)
     (m_s, p_s), (m_p, p_p) = _fold_outputs(tmp_path / "serial", 2), _fold_outputs(tmp_path / "jobs2", 2)
     assert _same(m_p, m_s)  # every number to the last bit (NaN where the serial run has NaN)
@@ -85,11 +87,13 @@ def test_jobs_without_folds_is_refused_before_training(tmp_path: Path, backbone:
 
 def test_curve_cells_in_two_workers_are_the_serial_cells(tmp_path: Path, backbone: str) -> None:
     """learning_curve with jobs=2: every cell's metrics and test predictions are the serial cell's."""
-    from rubrictool.curve import learning_curve
+    from rubrictool.curve import CurveOptions, learning_curve
+    from rubrictool.train import TrainOptions
 
     df = mohler_like_table(48)
-    kw: dict[str, Any] = {"sizes": [16, "all"], "variants": ["reccbm"], "repeats": 1, "folds": 2, "fold_ids": [0],
-                          "plot": False, "overrides": _overrides(backbone)}
+    kw: dict[str, Any] = {"options": CurveOptions(sizes=[16, "all"], variants=["reccbm"], repeats=1, folds=2,
+                                                  fold_ids=[0], plot=False),
+                          "training": TrainOptions(overrides=_overrides(backbone))}
     learning_curve("mohler", df, tmp_path / "serial", **kw)
     events: list[Any] = []
     learning_curve("mohler", df, tmp_path / "jobs2", jobs=2, progress=events.append, **kw)

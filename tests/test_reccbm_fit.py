@@ -42,12 +42,13 @@ def test_fit_without_a_joint_stage_is_the_papers_two_stages(backbone: str) -> No
 
 def test_several_seeds_keep_the_seed_whose_final_model_is_best_on_dev(tmp_path: Path, backbone: str) -> None:
     from rubrictool.data import split_items
-    from rubrictool.train import train_model
+    from rubrictool.train import TrainOptions, train_model
 
     df = mohler_like_table(60)
     overrides: dict[str, dict[str, Any]] = {"model": {"max_len": 32, "backbone": backbone}, "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
                  "joint": {"epochs": 1}, "stage2": {"epochs": 3}}
-    res = train_model("mohler", df, split_items(df, seed=0), tmp_path / "run", seeds=2, overrides=overrides)
+    res = train_model("mohler", df, split_items(df, seed=0), tmp_path / "run",
+                      options=TrainOptions(seeds=2, overrides=overrides))
     seeds = res.metrics["seeds"]
     best = max(seeds, key=lambda s: s["dev_selection"]["t_f1"])
     assert res.metrics["selected_seed"] == best["seed"]
@@ -67,7 +68,7 @@ def test_seeds_are_chosen_on_the_final_model_not_on_the_head_before_the_joint_st
     better on dev, and its checkpoint counts the joint stage's steps. The rule this replaced (the head's dev score
     before the joint stage, a step count of Stage I + Stage II) keeps the other seed and a smaller step count."""
     from rubrictool.data import split_items
-    from rubrictool.train import train_model
+    from rubrictool.train import TrainOptions, train_model
     from tests.support.stats_course import stats_rubric, stats_table
 
     real_fit = reccbm.fit
@@ -85,8 +86,8 @@ def test_seeds_are_chosen_on_the_final_model_not_on_the_head_before_the_joint_st
     df = stats_table(60, seed=3)
     overrides: dict[str, dict[str, Any]] = {"model": {"max_len": 24, "backbone": backbone}, "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
                  "joint": {"epochs": 1}, "stage2": {"epochs": 2}}
-    res = train_model(stats_rubric(tmp_path), df, split_items(df, seed=0), tmp_path / "run", seeds=2,
-                      overrides=overrides)
+    res = train_model(stats_rubric(tmp_path), df, split_items(df, seed=0), tmp_path / "run",
+                      options=TrainOptions(seeds=2, overrides=overrides))
     assert res.metrics["selected_seed"] == 1
     kept = res.metrics["seeds"][1]
     assert kept["dev_selection"]["t_f1"] == 0.8 and kept["head_init"]["best"]["t_f1"] == 0.1

@@ -235,7 +235,7 @@ def test_the_default_trains_on_the_reviewers_levels_a_table_keeps(tmp_path: Path
     """``train`` with the default preset: a table with votes_<KEY> columns trains on soft targets (other outputs than
     without them); a table without says in the run's notes that the adjudicated levels alone were the targets."""
     from rubrictool.data import split_items
-    from rubrictool.train import train_model
+    from rubrictool.train import TrainOptions, train_model
     from rubrictool.train.run import SOFT_TARGETS_OFF
 
     rb = load_rubric("mohler")
@@ -246,8 +246,9 @@ def test_the_default_trains_on_the_reviewers_levels_a_table_keeps(tmp_path: Path
     over = {"model": {"max_len": 32, "backbone": backbone}, "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
             "joint": {"epochs": 1}, "stage2": {"epochs": 3}}
     split = split_items(df, seed=0)
-    plain = train_model(rb, df, split, tmp_path / "hard", overrides=over)
-    soft = train_model(rb, attach_votes(df, votes, rb), split, tmp_path / "soft", overrides=over)
+    plain = train_model(rb, df, split, tmp_path / "hard", options=TrainOptions(overrides=over))
+    soft = train_model(rb, attach_votes(df, votes, rb), split, tmp_path / "soft",
+                       options=TrainOptions(overrides=over))
     assert SOFT_TARGETS_OFF in plain.notes and SOFT_TARGETS_OFF not in soft.notes
     p_hard, p_soft = (pd.read_csv(tmp_path / n / "test_predictions.csv") for n in ("hard", "soft"))
     assert not np.allclose(p_hard["FC_p1"], p_soft["FC_p1"])  # the votes reached the concept heads
@@ -287,7 +288,7 @@ def test_the_default_takes_mohlers_marks_and_a_cfg_names_concepts_by_key() -> No
 def test_a_rubric_that_marks_no_concept_trains_without_examples_across_questions_and_says_so(
         tmp_path: Path, backbone: str) -> None:
     from rubrictool.data import split_items
-    from rubrictool.train import train_model
+    from rubrictool.train import TrainOptions, train_model
     from rubrictool.train.run import CONTRAST_OFF
 
     rb = load_rubric("mohler")
@@ -299,11 +300,11 @@ def test_a_rubric_that_marks_no_concept_trains_without_examples_across_questions
             "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu", "encoder": "train"}, "joint": {"epochs": 1},
             "stage2": {"epochs": 3}}
     split = split_items(df, seed=0)
-    marked = train_model(rb, df, split, tmp_path / "marked", overrides=over)
-    bare = train_model(unmarked, df, split, tmp_path / "bare", overrides=over)
+    marked = train_model(rb, df, split, tmp_path / "marked", options=TrainOptions(overrides=over))
+    bare = train_model(unmarked, df, split, tmp_path / "bare", options=TrainOptions(overrides=over))
     assert CONTRAST_OFF in bare.notes and CONTRAST_OFF not in marked.notes
     no_reference = unmarked.model_copy(update={"fields": {k: v for k, v in rb.fields.items() if k != "reference"}})
-    essays = train_model(no_reference, df, split, tmp_path / "essays", overrides=over)
+    essays = train_model(no_reference, df, split, tmp_path / "essays", options=TrainOptions(overrides=over))
     assert CONTRAST_OFF not in essays.notes  # nothing to mark without a reference answer: no advice to mark it
     p_marked, p_bare = (pd.read_csv(tmp_path / n / "test_predictions.csv") for n in ("marked", "bare"))
     assert not np.allclose(p_marked["FC_p1"], p_bare["FC_p1"])  # the marked rubric's examples reached the heads

@@ -37,13 +37,14 @@ CASES: dict[str, tuple[str, str, dict[str, dict[str, Any]]]] = {
 
 def _run(tmp: Path, backbone: str, name: str) -> dict[str, Any]:
     from rubrictool.data import split_items
-    from rubrictool.train import train_model
+    from rubrictool.train import TrainOptions, train_model
 
     variant, preset, overrides = CASES[name]
     overrides = overrides | {"model": overrides["model"] | {"backbone": backbone}}
     df = mohler_like_table(100)
     split = split_items(df, seed=0)
-    res = train_model("mohler", df, split, tmp / name, variant=variant, preset=preset, overrides=overrides)
+    res = train_model("mohler", df, split, tmp / name,
+                      options=TrainOptions(variant=variant, preset=preset, overrides=overrides))
     pred = pd.read_csv(tmp / name / "test_predictions.csv", dtype={"id": str})
     numeric = pred.drop(columns=["id"]).select_dtypes("number")
     return {"test": res.metrics["seeds"][0]["test"], "grade": pred["grade"].tolist(),

@@ -296,4 +296,5 @@ def test_push_refuses_a_title_label_studio_would_reject_before_connecting(tmp_pa
     write_table(pd.DataFrame({"id": ["1"], "response": ["r"]}), tmp_path / "items.csv")
     down = review.Connection(f"http://127.0.0.1:{review.free_port()}", "k")
     with pytest.raises(ReviewError, match="has 2 characters; Label Studio needs 3 to 50"):
-        review.push(down, load_rubric("mohler"), tmp_path / "items.csv", project="ab")
+        review.push(down, load_rubric("mohler"), tmp_path / "items.csv",
+                    options=review.PushOptions(project="ab"))

@@ -259,5 +259,6 @@ def test_show_predictions_without_predictions_is_refused(tmp_path: Path, course:
     (course / "lab2.yaml").write_text(LAB)
     fake = FakeLS("http://fake", "k")
     with pytest.raises(ReviewError, match="no predictions to show"):
-        review.push(fake, parse_rubric(LAB), course / "items.csv", show_predictions=True)
+        review.push(fake, parse_rubric(LAB), course / "items.csv",
+                    options=review.PushOptions(show_predictions=True))
     assert fake.calls == []

@@ -27,7 +27,7 @@ from label_studio_sdk import LabelStudio
 from typer.testing import CliRunner
 
 from rubrictool import review
-from rubrictool.adjudicate import adjudicate
+from rubrictool.adjudicate import AdjudicationOptions, adjudicate
 from rubrictool.cli import app
 from rubrictool.data import load_concept_passes
 from rubrictool.errors import ReviewError
@@ -107,7 +107,8 @@ def test_generated_interface_is_accepted(conn: review.Connection, tmp_path: Path
         "reference": ["A LIFO structure", "ref"], "context": ["Lecture 3", None],
     })
     write_table(items, tmp_path / "items.jsonl")
-    res = review.push(conn, rubric, tmp_path / "items.jsonl", project=f"iface-{rubric.name}")
+    res = review.push(conn, rubric, tmp_path / "items.jsonl",
+                      options=review.PushOptions(project=f"iface-{rubric.name}"))
     assert res.created and res.imported == 2
     proj = review.find_project(conn, f"iface-{rubric.name}")
     assert proj is not None
@@ -142,11 +143,14 @@ def pushed(conn: review.Connection, mohler_rubric: Any, items40: pd.DataFrame, p
     write_table(prediction_table(passes, ids), d / "predictions.csv")
     write_table(items40.head(30), d / "items.jsonl")
     seen: list[tuple[int, int | None]] = []
-    first = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv", batch_size=8,
-                        progress=lambda p: seen.append((p.done, p.total)), show_predictions=True)
-    again = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv", show_predictions=True)
+    first = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv",
+                        options=review.PushOptions(batch_size=8, show_predictions=True),
+                        progress=lambda p: seen.append((p.done, p.total)))
+    again = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv",
+                        options=review.PushOptions(show_predictions=True))
     write_table(items40, d / "items.jsonl")
-    added = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv", show_predictions=True)
+    added = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv",
+                        options=review.PushOptions(show_predictions=True))
     return {"dir": d, "first": first, "again": again, "added": added, "progress": seen, "ids": ids}
 
 
@@ -176,7 +180,8 @@ def test_blind_push_sends_no_predictions(conn: review.Connection, mohler_rubric:
     items = items40.head(8)
     write_table(items, tmp_path / "items.csv")
     write_table(prediction_table(passes, items["id"].tolist()), tmp_path / "preds.csv")
-    res = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="blind")
+    res = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv",
+                      options=review.PushOptions(project="blind"))
     assert res.blind and res.imported == 8 and res.predictions == 0 and res.kept_rows == 8 * 2 * 8 - 2  # two rows are raw_ok false
     assert "blind review: no predictions sent" in res.summary()
     tasks = server_tasks(conn, "blind")
@@ -192,11 +197,12 @@ def test_blind_push_sends_no_predictions(conn: review.Connection, mohler_rubric:
     one = conn.get(f"/api/tasks/{tasks[0]['id']}", "test")
     assert one["predictions"] == [] and one["annotations"] == []
     # a re-push stays blind; asking for anchored review in this project is refused before any change
-    again = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="blind")
+    again = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv",
+                        options=review.PushOptions(project="blind"))
     assert again.imported == 0 and again.predictions == 0
     with pytest.raises(ReviewError, match="is a blind-review project"):
-        review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="blind",
-                    show_predictions=True)
+        review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv",
+                    options=review.PushOptions(project="blind", show_predictions=True))
     assert all(t["predictions"] == [] for t in server_tasks(conn, "blind"))
     assert _rows(conn.get("/api/predictions", "test", project=proj["id"])) == []
 
@@ -209,8 +215,9 @@ def test_anchored_interface_with_examples_is_accepted(conn: review.Connection, m
     items = items40.head(3)
     write_table(items, tmp_path / "items.csv")
     write_table(prediction_table(passes, items["id"].tolist()), tmp_path / "preds.csv")
-    res = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="anchored-llama",
-                      show_predictions=True, prefill_model="llama-3.1-8b")
+    res = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv",
+                      options=review.PushOptions(project="anchored-llama", show_predictions=True,
+                                                 prefill_model="llama-3.1-8b"))
     assert res.prefill_model == "llama-3.1-8b" and res.predictions == 6
     proj = review.find_project(conn, "anchored-llama")
     assert proj is not None and proj["model_version"] == "llama-3.1-8b" and proj["show_collab_predictions"] is True
@@ -218,7 +225,8 @@ def test_anchored_interface_with_examples_is_accepted(conn: review.Connection, m
     parsed = proj["parsed_label_config"]
     assert "example_FC_1" in parsed or "example_FC_1" in proj["label_config"]
     with pytest.raises(ReviewError, match="anchored review"):  # blind review into an anchored project
-        review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="anchored-llama")
+        review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv",
+                    options=review.PushOptions(project="anchored-llama"))
 
 
 def test_predictions_are_one_per_model_without_unusable_rows(
@@ -242,7 +250,8 @@ def test_push_without_state_file_finds_the_project_by_title(
 ) -> None:
     d = pushed["dir"]
     (d / review.STATE_NAME).unlink()
-    res = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv", show_predictions=True)
+    res = review.push(conn, mohler_rubric, d / "items.jsonl", d / "predictions.csv",
+                      options=review.PushOptions(show_predictions=True))
     assert not res.created and res.project_id == pushed["first"].project_id and res.imported == 0
     assert len(server_tasks(conn, "mohler-review")) == 40
 
@@ -254,15 +263,15 @@ def test_a_model_added_later_is_pushed_once_to_existing_tasks(
     write_table(items, tmp_path / "items.csv")
     preds = prediction_table(passes, items["id"].tolist())
     write_table(preds[preds["model"] == "gpt-4o"], tmp_path / "preds.csv")
-    first = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="late-model",
-                         show_predictions=True)
+    first = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv",
+                        options=review.PushOptions(project="late-model", show_predictions=True))
     assert first.imported == 6 and first.predictions == 6
     write_table(preds, tmp_path / "preds.csv")  # llama annotated the items afterwards
-    later = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="late-model",
-                         show_predictions=True)
+    later = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv",
+                        options=review.PushOptions(project="late-model", show_predictions=True))
     assert later.imported == 0 and later.predictions == 6
-    again = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="late-model",
-                         show_predictions=True)
+    again = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv",
+                        options=review.PushOptions(project="late-model", show_predictions=True))
     assert again.imported == 0 and again.predictions == 0
     for t in server_tasks(conn, "late-model"):
         assert sorted(p["model_version"] for p in t["predictions"]) == ["gpt-4o", "llama-3.1-8b"]
@@ -286,10 +295,12 @@ def test_interrupted_push_resumes_without_duplicates(
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        review.push(conn, mohler_rubric, tmp_path / "items.csv", project="interrupted", batch_size=7,
+        review.push(conn, mohler_rubric, tmp_path / "items.csv",
+                    options=review.PushOptions(project="interrupted", batch_size=7),
                     progress=stop_after_two_batches)
     assert len(server_tasks(conn, "interrupted")) == 14
-    res = review.push(conn, mohler_rubric, tmp_path / "items.csv", project="interrupted", batch_size=7)
+    res = review.push(conn, mohler_rubric, tmp_path / "items.csv",
+                      options=review.PushOptions(project="interrupted", batch_size=7))
     assert res.already == 14 and res.imported == 26
     assert sorted(t["data"]["item_id"] for t in server_tasks(conn, "interrupted")) == sorted(items40["id"])
 
@@ -366,8 +377,10 @@ def test_pull_then_adjudicate_equals_adjudicating_the_files(
 ) -> None:
     """The same A/B/C labels, through Label Studio or straight from the files, give the same consensus and α."""
     review.pull(conn, "mohler-review", tmp_path / "reviews.csv", mohler_rubric)
-    via_ls = adjudicate(read_table(tmp_path / "reviews.csv"), mohler_rubric, n_boot=50, coverage=False)
-    direct = adjudicate(reviewed["expected"], mohler_rubric, n_boot=50, coverage=False)
+    via_ls = adjudicate(read_table(tmp_path / "reviews.csv"), mohler_rubric,
+                        options=AdjudicationOptions(n_boot=50, coverage=False))
+    direct = adjudicate(reviewed["expected"], mohler_rubric,
+                        options=AdjudicationOptions(n_boot=50, coverage=False))
     cols = ["id", *mohler_rubric.keys]
     a = via_ls.table[cols].sort_values("id").reset_index(drop=True)
     b = direct.table[cols].sort_values("id").reset_index(drop=True)
@@ -388,7 +401,8 @@ def test_cli_adjudicate_from_label_studio(conn: review.Connection, reviewed: dic
     pulled = read_table(tmp_path / "adj" / "reviews_label_studio.csv")
     assert len(pulled) == (24 + 24 + 20) * 8
     table = read_table(tmp_path / "adj" / "adjudicated.csv")
-    direct = adjudicate(reviewed["expected"], mohler_rubric, n_boot=20, coverage=False)
+    direct = adjudicate(reviewed["expected"], mohler_rubric,
+                        options=AdjudicationOptions(n_boot=20, coverage=False))
     cols = ["id", *mohler_rubric.keys]
     pd.testing.assert_frame_equal(
         table[cols].astype({"id": str}).sort_values("id").reset_index(drop=True),
@@ -442,7 +456,8 @@ def test_wrong_token_is_refused_and_never_shown(conn: review.Connection, mohler_
     write_table(items40, tmp_path / "items.csv")
     bad = review.Connection(conn.url, "f" * 40)
     with pytest.raises(ReviewError, match="refused the API key") as e:
-        review.push(bad, mohler_rubric, tmp_path / "items.csv", project="never-made")
+        review.push(bad, mohler_rubric, tmp_path / "items.csv",
+                    options=review.PushOptions(project="never-made"))
     assert "f" * 40 not in str(e.value) and "f" * 40 not in repr(bad)
     assert not (tmp_path / review.STATE_NAME).exists()
     assert review.find_project(conn, "never-made") is None
@@ -469,13 +484,13 @@ def test_unknown_project(conn: review.Connection) -> None:
 def test_rubric_mismatch_is_refused_before_any_import(conn: review.Connection, mohler_rubric: Any,
                                                        items40: pd.DataFrame, tmp_path: Path) -> None:
     write_table(items40.head(3), tmp_path / "items.csv")
-    review.push(conn, mohler_rubric, tmp_path / "items.csv", project="mismatch")
+    review.push(conn, mohler_rubric, tmp_path / "items.csv", options=review.PushOptions(project="mismatch"))
     data = mohler_rubric.model_dump()
     data["concepts"] = data["concepts"][:-1]  # FR removed from the rubric
     fewer = type(mohler_rubric).model_validate(data)
     write_table(items40.head(6), tmp_path / "items.csv")
     with pytest.raises(ReviewError, match="does not match rubric mohler .*concepts not in the rubric: FR"):
-        review.push(conn, fewer, tmp_path / "items.csv", project="mismatch")
+        review.push(conn, fewer, tmp_path / "items.csv", options=review.PushOptions(project="mismatch"))
     assert len(server_tasks(conn, "mismatch")) == 3
     with pytest.raises(ReviewError, match="does not match"):
         review.pull(conn, "mismatch", rubric=fewer)

@@ -11,7 +11,13 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from rubrictool.adjudicate import adjudicate, pre_annotation_labels, read_review_files, run_adjudicate
+from rubrictool.adjudicate import (
+    AdjudicationOptions,
+    adjudicate,
+    pre_annotation_labels,
+    read_review_files,
+    run_adjudicate,
+)
 from rubrictool.cli import app
 from rubrictool.errors import AdjudicateError, ReviewError
 from rubrictool.grade import grader_predictions, level_entropy, uncertainty_score
@@ -51,7 +57,8 @@ def test_prediction_table_as_reviews_skips_and_counts_failures(tmp_path: Path) -
     assert len(read.table) == 32  # the 3 failed rows are not reviews
     assert read.skipped == {"claude": {"labels": 2, "items": 1}, "gpt": {"labels": 1, "items": 1}}
 
-    res = run_adjudicate(rubric="mohler", reviews=[path], out=tmp_path / "out", n_boot=0)
+    res = run_adjudicate(rubric="mohler", reviews=[path], out=tmp_path / "out",
+                         options=AdjudicationOptions(n_boot=0))
     agreement = json.loads((tmp_path / "out" / "agreement.json").read_text())
     assert agreement["reviewers"] == ["claude", "gpt"]
     assert agreement["reviewer_sources"] == {"gpt": "llm", "claude": "llm"}
@@ -74,7 +81,7 @@ def test_mixed_human_and_llm_and_model_sources(tmp_path: Path) -> None:
     grader = _panel_rows({"run1": {"a": [2] * 8, "b": [1] * 8}}).assign(source="model")
     grader.to_csv(tmp_path / "grader.csv", index=False)
     res = run_adjudicate(rubric="mohler", reviews=[tmp_path / "human.csv", tmp_path / "llm.csv", tmp_path / "grader.csv"],
-                         out=tmp_path / "out", n_boot=0)
+                         out=tmp_path / "out", options=AdjudicationOptions(n_boot=0))
     a = res.agreement
     assert a["reviewers"] == ["r0", "r1", "r2"]  # the consensus is the humans'
     assert a["reviewer_sources"] == {"r0": "human", "r1": "human", "r2": "human", "gpt": "llm", "run1": "model"}
@@ -113,8 +120,9 @@ def _reviews_and_pre() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 
 def test_unreviewed_items_take_the_pre_annotation_consensus_and_stay_out_of_alpha() -> None:
     items, rev, pre = _reviews_and_pre()
-    plain = adjudicate(rev, MOHLER, items, n_boot=0, coverage=False)
-    routed = adjudicate(rev, MOHLER, items, n_boot=0, coverage=False, pre_annotations=pre)
+    plain = adjudicate(rev, MOHLER, items, options=AdjudicationOptions(n_boot=0, coverage=False))
+    routed = adjudicate(rev, MOHLER, items,
+                        options=AdjudicationOptions(n_boot=0, coverage=False), pre_annotations=pre)
     # α and every agreement figure are the reviews' only
     for k in KEYS:
         assert routed.agreement["concepts"][k]["alpha"] == plain.agreement["concepts"][k]["alpha"]
@@ -251,15 +259,18 @@ def test_grader_predictions_from_a_tiny_run(tmp_path: Path) -> None:
 
 
 def test_a_bad_selection_fails_before_any_server_call(tmp_path: Path) -> None:
-    from rubrictool.review import Connection, push
+    from rubrictool.review import Connection, PushOptions, push
 
     items = pd.DataFrame({"id": ["a", "b", "c"], "response": ["x", "y", "z"]})
     items.to_csv(tmp_path / "items.csv", index=False)
     _panel_rows({"gpt": {i: [2] * 8 for i in "abc"}}).to_csv(tmp_path / "p.csv", index=False)
     nowhere = Connection("http://127.0.0.1:9", "k" * 40)  # nothing listens there: any call would fail differently
     with pytest.raises(ReviewError, match="needs the grader's uncertainty"):
-        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv", select="uncertain", budget=2)
+        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv",
+             options=PushOptions(select="uncertain", budget=2))
     with pytest.raises(ReviewError, match="go together"):
-        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv", select="random")
+        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv",
+             options=PushOptions(select="random"))
     with pytest.raises(ReviewError, match="unknown selection"):
-        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv", select="smart", budget=2)
+        push(nowhere, MOHLER, tmp_path / "items.csv", tmp_path / "p.csv",
+             options=PushOptions(select="smart", budget=2))

@@ -20,7 +20,7 @@ from label_studio_sdk import LabelStudio
 from typer.testing import CliRunner
 
 from rubrictool import review
-from rubrictool.adjudicate import adjudicate, run_adjudicate
+from rubrictool.adjudicate import AdjudicationOptions, adjudicate, run_adjudicate
 from rubrictool.cli import app
 from rubrictool.data import load_concept_passes
 from rubrictool.errors import ReviewError
@@ -145,8 +145,9 @@ def test_routed_push_imports_exactly_the_selected_items(
     p = passes[passes["item"].isin(real["id"]) & passes["reviewer"].isin(["A", "B"])]
     preds = p.assign(model=p["reviewer"].map({"A": "gpt-4o", "B": "llama"}), evidence="", raw_ok=True)
     write_table(preds[["item", "model", "concept", "level", "evidence", "raw_ok"]], tmp_path / "preds.csv")
-    got = review.push(conn, mohler_rubric, tmp_path / "real.csv", tmp_path / "preds.csv", project="routed-disagree",
-                      select="disagreement", budget=3, seed=0)
+    got = review.push(conn, mohler_rubric, tmp_path / "real.csv", tmp_path / "preds.csv",
+                      options=review.PushOptions(project="routed-disagree", select="disagreement", budget=3,
+                                                 seed=0))
     assert got.routing is not None and got.imported == 3
     expect = route(real["id"].tolist(), preds, "disagreement", 3, 0).selected
     assert {t["data"]["item_id"] for t in _tasks(conn, "routed-disagree")} == set(expect)
@@ -165,8 +166,8 @@ def test_status_reports_anchoring_and_alpha_so_far_and_the_blind_settings(
     mine = passes[passes["item"].isin(ids)]
     pre = mine[mine["reviewer"] == "A"].assign(model="gpt-4o", evidence="", raw_ok=True)
     write_table(pre[["item", "model", "concept", "level", "evidence", "raw_ok"]], tmp_path / "preds.csv")
-    review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="anchoring",
-                show_predictions=True)
+    review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv",
+                options=review.PushOptions(project="anchoring", show_predictions=True))
     proj = _project(conn, "anchoring")
     assert proj["show_collab_predictions"] is True and proj["show_annotation_history"] is False
     task_of = {t["data"]["item_id"]: t["id"] for t in _tasks(conn, "anchoring")}
@@ -178,7 +179,8 @@ def test_status_reports_anchoring_and_alpha_so_far_and_the_blind_settings(
     st = review.status(conn, "anchoring", mohler_rubric)
     anch = st.anchoring.set_index("concept")
     reviewed = mine[(mine["reviewer"] != "C") | mine["item"].isin(ids[:5])]
-    direct = adjudicate(reviewed, mohler_rubric, n_boot=0, coverage=False).agreement["concepts"]
+    direct = adjudicate(reviewed, mohler_rubric,
+                        options=AdjudicationOptions(n_boot=0, coverage=False)).agreement["concepts"]
     ref = reviewed.merge(pre[["item", "concept", "level"]], on=["item", "concept"], suffixes=("", "_pre"))
     for key in mohler_rubric.keys:
         assert anch.loc[key, "reviews"] == 8 + 8 + 5
@@ -190,7 +192,8 @@ def test_status_reports_anchoring_and_alpha_so_far_and_the_blind_settings(
     assert "anchoring check" in text and "anchored review: reviewers see the levels of gpt-4o pre-selected" in text
     # a blind push into this anchored project is refused (one α would mix both), and changes nothing
     with pytest.raises(ReviewError, match="mix blind and anchored reviews"):
-        review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv", project="anchoring")
+        review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv",
+                    options=review.PushOptions(project="anchoring"))
     assert _project(conn, "anchoring")["show_collab_predictions"] is True
 
 
@@ -210,9 +213,11 @@ def test_a_reviewer_labels_in_headless_chromium_and_pull_returns_exactly_those_l
     write_table(item, tmp_path / "item.csv")
     pre = passes[passes["item"] == "1.1.3"].query("reviewer == 'A'").assign(model="gpt-4o", evidence="", raw_ok=True)
     write_table(pre[["item", "model", "concept", "level", "evidence", "raw_ok"]], tmp_path / "preds.csv")
-    res = review.push(conn, mohler_rubric, tmp_path / "item.csv", tmp_path / "preds.csv", project="browser-review")
-    shown = review.push(conn, mohler_rubric, tmp_path / "item.csv", tmp_path / "preds.csv", project="browser-shown",
-                        state_file=tmp_path / "shown-state.json", show_predictions=True)
+    res = review.push(conn, mohler_rubric, tmp_path / "item.csv", tmp_path / "preds.csv",
+                      options=review.PushOptions(project="browser-review"))
+    shown = review.push(conn, mohler_rubric, tmp_path / "item.csv", tmp_path / "preds.csv",
+                        options=review.PushOptions(project="browser-shown", show_predictions=True),
+                        state_file=tmp_path / "shown-state.json")
     task = _tasks(conn, "browser-review")[0]["id"]
     # another reviewer has already submitted (all 3s): blind review must not show it to this one
     other = signup(ls_server.url, "first-reviewer@example.com", "pw-first-reviewer-2026")
@@ -280,7 +285,8 @@ def test_a_reviewer_labels_in_headless_chromium_and_pull_returns_exactly_those_l
     assert set(mine["item"]) == {"1.1.3"} and set(mine["source"]) == {"human"}
     assert pulled.counts["annotations"] == 2  # the browser reviewer's and the first reviewer's
     # and adjudicate reads it like any review file, the grader's/LLM's labels kept apart
-    out = run_adjudicate(rubric="mohler", reviews=[tmp_path / "reviews.csv"], out=tmp_path / "adj", n_boot=0)
+    out = run_adjudicate(rubric="mohler", reviews=[tmp_path / "reviews.csv"], out=tmp_path / "adj",
+                         options=AdjudicationOptions(n_boot=0))
     assert json.loads((tmp_path / "adj" / "agreement.json").read_text())["reviewers"] == sorted(
         [email, "first-reviewer@example.com"])
     assert len(out.table) == 1

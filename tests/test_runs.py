@@ -241,7 +241,7 @@ def test_every_run_reports_the_points_grader_beside_the_majority_class(tmp_path:
 
 
 def test_describe_labels_says_who_made_them() -> None:
-    from rubrictool.train.runs import describe_labels
+    from rubrictool.train.labels import describe_labels
 
     panel = {"source": "llm", "expert_validated": False, "counts": {"llm": 72},
              "reviewers": ["openai/gpt-4o", "gemini/gemini-2.5-pro"], "method": "majority"}

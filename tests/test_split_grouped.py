@@ -104,14 +104,15 @@ def test_cli_data_split_by_question(tmp_path: Path) -> None:
 
 def test_train_folds_by_question_keeps_questions_apart(tmp_path: Path, backbone: str, one_thread: None) -> None:
     from rubrictool.rubric import load_rubric
-    from rubrictool.train import train_folds
+    from rubrictool.train import TrainOptions, train_folds
     from tests.support.tiny_models import mohler_like_table
 
     df = mohler_like_table(36).assign(question=[f"Q{i % 6}" for i in range(36)])
     overrides = {"model": {"backbone": backbone, "max_len": 32}, "stage1": {"epochs": 1, "device": "cpu"},
                  "joint": {"epochs": 0}}
     run = tmp_path / "run"
-    train_folds(load_rubric("mohler"), df, run, folds=2, by="question", overrides=overrides)
+    train_folds(load_rubric("mohler"), df, run, folds=2, by="question",
+        options=TrainOptions(overrides=overrides))
     summary = json.loads((run / "folds.json").read_text())
     assert summary["by"] == "question" and summary["n_items"] == 36
     q = df.set_index("id")["question"]

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from rubrictool.adjudicate import adjudicate
+from rubrictool.adjudicate import AdjudicationOptions, adjudicate
 from rubrictool.adjudicate.provenance import describe_level_sources, level_source_counts
 from rubrictool.adjudicate.run import write_outputs
 from rubrictool.cli import app
@@ -43,7 +43,8 @@ def _panel_and_teacher(tmp: Path) -> tuple[Path, Path]:
     resolutions = pd.DataFrame([{"item": r["id"], "concept": k, "level": int(r[k]), "note": "", "decided_by": "teacher"}
                                 for r in table.to_dict("records") for k in STATS_KEYS])
     items = table[["id", "question", "response", "reference", "grade", "grade_ta", "grade_prof"]]
-    result = adjudicate(reviews, rb, items, resolutions=resolutions, n_boot=50, coverage=False)
+    result = adjudicate(reviews, rb, items, resolutions=resolutions,
+                        options=AdjudicationOptions(n_boot=50, coverage=False))
     out = tmp / "adjudicated"
     write_outputs(result, out)
     return out, rubric
@@ -180,7 +181,7 @@ def test_an_audit_where_a_pasted_reference_gains_a_mark_says_do_not_auto_grade(
 
 def test_each_level_is_counted_by_who_set_it_when_sources_mix() -> None:
     from rubrictool.adjudicate.provenance import level_sources
-    from rubrictool.train.runs import describe_labels, label_source
+    from rubrictool.train.labels import describe_labels, label_source
 
     table = pd.DataFrame({"id": ["a", "b", "c", "d"], "MEAN": [1, 2, 0, pd.NA], "SPREAD": [0, 1, 2, pd.NA],
                           "UNITS": [2, 2, 1, pd.NA], "resolved_concepts": ["MEAN", "", "", ""],

@@ -37,6 +37,7 @@ from rubrictool.adjudicate.inputs import (
 )
 from rubrictool.adjudicate.outputs import discussion_queue, fill_unreviewed, queue_markdown, training_table
 from rubrictool.adjudicate.run import (
+    AdjudicationOptions,
     AdjudicationResult,
     adjudicate,
     adjudicate_benchmark_labels,
@@ -47,6 +48,7 @@ from rubrictool.adjudicate.run import (
 __all__ = [
     "FORMATS",
     "METHODS",
+    "AdjudicationOptions",
     "AdjudicationResult",
     "DawidSkeneVote",
     "DecisionGrid",

@@ -69,12 +69,26 @@ from rubrictool.tables import (
 from rubrictool.votes import attach_votes
 
 __all__ = [
+    "AdjudicationOptions",
     "AdjudicationResult",
     "adjudicate",
     "adjudicate_benchmark_labels",
     "run_adjudicate",
     "write_outputs",
 ]
+
+
+@dataclass(frozen=True)
+class AdjudicationOptions:
+    """How the labels are decided and the agreement measured: a command's adjudication options, built once."""
+
+    method: str = "majority"  # METHODS: majority vote (the ordinal tie rule) or Dawid-Skene
+    measurement: str = "ordinal"  # Krippendorff's α level of measurement (LEVELS_OF_MEASUREMENT)
+    n_boot: int = 1000  # bootstrap replicates of each CI (0: no CI)
+    seed: int = 0  # the bootstrap's seed
+    expected_reviewers: int | None = None  # reviewers each item should have (None: as many as there are)
+    coverage: bool = True  # the rubric coverage figure (a small grade model per fold): False skips it
+    queue: str = DEFAULT_QUEUE  # which decisions go to the discussion queue (QUEUE_RULES, comma-joined)
 
 
 @dataclass
@@ -262,17 +276,12 @@ def adjudicate(
     items: pd.DataFrame | None = None,
     predictions: pd.DataFrame | None = None,
     resolutions: pd.DataFrame | None = None,
-    method: str = "majority",
-    measurement: str = "ordinal",
-    n_boot: int = 1000,
-    seed: int = 0,
-    expected_reviewers: int | None = None,
-    coverage: bool = True,
+    options: AdjudicationOptions = AdjudicationOptions(),
+    *,
     note: str | None = None,
     timings: dict[str, float] | None = None,
     pre_annotations: pd.DataFrame | None = None,
     skipped: dict[str, dict[str, int]] | None = None,
-    queue: str = DEFAULT_QUEUE,
 ) -> AdjudicationResult:
     """Validate reviews, compute every agreement figure, decide each label, build the outputs.
 
@@ -283,10 +292,11 @@ def adjudicate(
     labelled — every item of ``items`` — by their majority vote; those labels are marked (decisions
     ``reviewed`` false, ``source``; the table's ``unreviewed_concepts``) and never enter an α. ``skipped``
     counts the failed labels of prediction tables read as reviewers (reported in agreement.json).
-    ``timings``, when given, receives the seconds each stage took. ``queue`` says which decisions go to the
-    discussion queue (:data:`~rubrictool.adjudicate.outputs.QUEUE_RULES`, comma-joined; default ties and gaps
-    of two levels or more).
+    ``timings``, when given, receives the seconds each stage took. ``options``: the method, the agreement
+    figures' settings and the discussion queue's rule (:class:`AdjudicationOptions`).
     """
+    o = options
+    method, measurement, n_boot, seed, queue = o.method, o.measurement, o.n_boot, o.seed, o.queue
     _check_options(queue, method, measurement)
     clock = _Clock(timings)
     reviews = validate_reviews(reviews, rubric)
@@ -298,7 +308,7 @@ def adjudicate(
     order = items["id"].astype(str).to_numpy(dtype=object) if items is not None else None
     clock.lap("validate")
     cube, reviewed = _reviewed_cube(reviews, rubric, order)
-    expected = expected_reviewers or len(cube.reviewers)
+    expected = o.expected_reviewers or len(cube.reviewers)
     clock.lap("cube")
     grid, changed = _consensus(cube, dom, method, resolutions)
     decisions = grid.frame()
@@ -322,7 +332,8 @@ def adjudicate(
     clock.lap("llm")
     grade = grade_figures(table, items, n_boot, seed)
     clock.lap("grade")
-    cov = rubric_coverage(table, rubric.keys, dom, "grade", 5, seed) if coverage else {"available": False, "reason": "skipped"}
+    cov = (rubric_coverage(table, rubric.keys, dom, "grade", 5, seed) if o.coverage
+           else {"available": False, "reason": "skipped"})
     clock.lap("coverage")
     figures = Figures(cube, reviewed, label_source, reviewer_sources, unreviewed, expected, under, unlabelled,
                        concepts, decision_summary(decisions, method, changed, queue, queued), llm, grade, cov)
@@ -397,15 +408,10 @@ def run_adjudicate(
     data_dir: str | Path | None = None,
     predictions: str | Path | None = None,
     resolutions: str | Path | None = None,
-    method: str = "majority",
-    measurement: str = "ordinal",
     out: str | Path = "adjudicated",
     fmt: str = "csv",
-    n_boot: int = 1000,
-    seed: int = 0,
-    expected_reviewers: int | None = None,
     pre_annotations: Sequence[str | Path] = (),
-    queue: str = DEFAULT_QUEUE,
+    options: AdjudicationOptions = AdjudicationOptions(),
 ) -> AdjudicationResult:
     """Read the inputs (files and/or a benchmark), adjudicate, write the outputs to ``out``.
 
@@ -414,7 +420,7 @@ def run_adjudicate(
     are the reviews.
     A prediction table among ``reviews`` is a panel (each model a reviewer). ``pre_annotations``
     (prediction tables) label, by their majority vote, every item and concept no reviewer labelled
-    (see :func:`adjudicate`).
+    (see :func:`adjudicate`); ``options`` as :func:`adjudicate`'s.
     """
     if rubric is None and benchmark is None:
         raise AdjudicateError("no rubric", hint="pass --rubric NAME|FILE (or --benchmark mohler)")
@@ -444,10 +450,8 @@ def run_adjudicate(
     if note is None and (review_table["source"].astype(str).str.lower() != "human").all():
         note = ("Every review in this run comes from an LLM or a trained model (source llm/model): the labels are "
                 "not expert-validated.")
-    result = adjudicate(
-        review_table, rb, item_table, preds, res, method, measurement, n_boot, seed, expected_reviewers, note=note,
-        pre_annotations=pre, skipped=skipped, queue=queue,
-    )
+    result = adjudicate(review_table, rb, item_table, preds, res, options, note=note, pre_annotations=pre,
+                        skipped=skipped)
     write_outputs(result, out, fmt)
     return result
 
@@ -467,5 +471,6 @@ def adjudicate_benchmark_labels(
     else:
         passes, _ = _benchmark_inputs(benchmark, data_dir, with_items=False)
     return adjudicate(
-        passes, load_rubric(benchmark), items, n_boot=0, coverage=False, note=LLM_PASSES_NOTE
+        passes, load_rubric(benchmark), items, options=AdjudicationOptions(n_boot=0, coverage=False),
+        note=LLM_PASSES_NOTE,
     ).table

@@ -65,7 +65,7 @@ class AnnotateConfig:
     retry_failed: bool = False  # send again the items whose cached replies failed (successful replies never)
     allow_draft: bool = False  # send a rubric that still has TODO placeholders or indistinguishable levels
     # the run counts as failed (the CLI exits 3) when more than this share of its (item, model) pairs
-    # failed; a failure share is also what stops a run early (see runner._Breaker)
+    # failed; a failure share is also what stops a run early (see stops.Breaker)
     max_failures: float = 0.05
 
     def check(self) -> None:

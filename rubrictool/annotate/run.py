@@ -14,7 +14,6 @@ from rubrictool.annotate.llm import context_tokens, count_tokens, request_price,
 from rubrictool.annotate.outputs import output_paths, write_outputs
 from rubrictool.annotate.prompt import ItemPrompt
 from rubrictool.annotate.runner import (
-    EARLY_STOP,
     AnnotateResult,
     Runner,
     check_keys,
@@ -22,6 +21,7 @@ from rubrictool.annotate.runner import (
     prepare,
     run_with_progress,
 )
+from rubrictool.annotate.stops import EARLY_STOP
 from rubrictool.annotate.workers import ShardResult, auto_workers, run_workers
 from rubrictool.errors import AnnotateError
 from rubrictool.locks import writer_lock

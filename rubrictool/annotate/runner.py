@@ -38,6 +38,7 @@ from rubrictool.annotate.prompt import (
     response_format_for,
 )
 from rubrictool.annotate.replies import canonical, reply_text, response_cost, restore, safe_parse, usage
+from rubrictool.annotate.stops import EARLY_STOP, Breaker, Budget, BudgetStop
 from rubrictool.errors import AnnotateError
 from rubrictool.progress import Progress, ProgressFn
 from rubrictool.rubric import Rubric
@@ -98,83 +99,10 @@ class AnnotateResult:
         return sum(s.failures for s in self.summary.values()) / done if done else 0.0
 
 
-class _BudgetStop(Exception):
-    pass
-
-
 class _CallFailed(Exception):
     def __init__(self, message: str, fatal: bool = False) -> None:
         super().__init__(message)
         self.fatal = fatal
-
-
-# Early stop (docs/annotate.md, "A real course"). A model is stopped, instead of spending its
-# retries on every remaining item, when
-#  * its endpoint never answered: CONNECT_FAILURES attempts failed to connect or timed out, a retry among
-#    them, and no HTTP reply came back in this run (connection refused, DNS, a dead host);
-#  * its endpoint stopped answering: CONNECT_FAILURES attempts in a row failed to connect since its last
-#    reply and one request spent all its retries that way;
-#  * almost every reply fails: of the first FAIL_MIN_ITEMS or more items sent in this run (cache hits
-#    not counted), at least FAIL_SHARE failed.
-EARLY_STOP = "stopped early"  # how an early stop's reason starts (after "model <m>: ")
-CONNECT_FAILURES = 3
-FAIL_MIN_ITEMS = 20
-FAIL_SHARE = 0.9
-
-
-class _Breaker:
-    """Per model: what the early-stop rules above need to know."""
-
-    def __init__(self) -> None:
-        self.replied = False  # an HTTP reply (any status) came back in this run
-        self.connect_failures = 0  # attempts in a row without an HTTP reply
-        self.retried = False  # one of them was a retry
-        self.gave_up = False  # a request spent all its attempts without an HTTP reply
-        self.sent = 0  # items that sent a request in this run
-        self.sent_failed = 0
-        self.last_error = ""
-
-    def reply(self) -> None:
-        self.replied, self.connect_failures, self.retried, self.gave_up = True, 0, False, False
-
-    def no_reply(self, attempt: int, error: str) -> None:
-        self.connect_failures += 1
-        self.retried = self.retried or attempt > 0
-        self.last_error = error
-
-    def verdict(self) -> str | None:
-        """Why to stop now, or None."""
-        if self.connect_failures >= CONNECT_FAILURES and (self.gave_up or (not self.replied and self.retried)):
-            what = "stopped answering" if self.replied else "is unreachable"
-            return (f"its endpoint {what}: {self.connect_failures} attempts in a row got no reply "
-                    f"(last: {self.last_error})")
-        if self.sent >= FAIL_MIN_ITEMS and self.sent_failed >= FAIL_SHARE * self.sent:
-            return (f"almost every reply fails: {self.sent_failed} of the {self.sent} items sent failed "
-                    f"(last: {self.last_error})")
-        return None
-
-
-class _Budget:
-    """Reserve each request's worst case (prompt + max_tokens) before sending; settle with the real cost."""
-
-    def __init__(self, limit: float | None) -> None:
-        self.limit = limit
-        self.spent = 0.0
-        self.reserved = 0.0
-        self.stopped = False
-
-    def reserve(self, amount: float) -> None:
-        if self.limit is None:
-            return
-        if self.stopped or self.spent + self.reserved + amount > self.limit:
-            self.stopped = True
-            raise _BudgetStop()
-        self.reserved += amount
-
-    def settle(self, reserved: float, actual: float) -> None:
-        if self.limit is not None:
-            self.reserved -= reserved
-        self.spent += actual
 
 
 @dataclass
@@ -191,7 +119,7 @@ class Runner:
         self.rubric = rubric
         self.config = config
         self.cache = cache
-        self.budget = _Budget(config.budget)
+        self.budget = Budget(config.budget)
         self.summary = {m: ModelSummary(model=m) for m in config.models}
         self.failures: list[dict[str, Any]] = []
         self.rows: list[dict[str, Any]] = []
@@ -208,7 +136,7 @@ class Runner:
         self.started: dict[str, float] = {}
         self.on_progress: Any = None
         self._kwargs: dict[str, dict[str, Any]] = {}
-        self.breakers = {m: _Breaker() for m in config.models}
+        self.breakers = {m: Breaker() for m in config.models}
         # worker processes: one shared flag per model (mp.Value), set by whichever process stops it
         self.stop_flags: dict[str, Any] = {}
         self.cache_error = ""  # the first failure to read or write the cache: the run stops
@@ -508,7 +436,7 @@ class Runner:
                 item_id, prompt = jobs[i]
                 try:
                     await self.annotate_item(model, item_id, prompt)
-                except _BudgetStop:
+                except BudgetStop:
                     self.summary[model].stopped_by_budget = True
                     return
                 if self.on_progress is not None:

@@ -160,7 +160,7 @@ def adjudicate_cmd(
 
     Example: rubrictool adjudicate --rubric science.yaml --reviews predictions.jsonl --items items.csv --queue all --out llm-panel/
     """
-    from rubrictool.adjudicate import run_adjudicate
+    from rubrictool.adjudicate import AdjudicationOptions, run_adjudicate
     from rubrictool.outputs import check_output
     from rubrictool.review import pull_for_adjudicate
 
@@ -175,9 +175,10 @@ def adjudicate_cmd(
     with err_console.status("computing agreement and adjudicating ..."):
         result = run_adjudicate(
             rubric=rubric, reviews=reviews or [], benchmark=benchmark, items=items, data_dir=data_dir,
-            predictions=predictions, resolutions=resolutions, method=method, measurement=level_of_measurement, out=out,
-            fmt=out_format, n_boot=bootstrap, seed=seed, expected_reviewers=expected_reviewers,
-            pre_annotations=pre_annotations or [], queue=queue,
+            predictions=predictions, resolutions=resolutions, out=out, fmt=out_format,
+            pre_annotations=pre_annotations or [],
+            options=AdjudicationOptions(method=method, measurement=level_of_measurement, n_boot=bootstrap,
+                                        seed=seed, expected_reviewers=expected_reviewers, queue=queue),
         )
     console.print(summary_table(result.agreement))
     for line in summary_lines(result.agreement):

@@ -100,7 +100,7 @@ def learning_curve_cmd(
 
     Example (the points route, seconds: a points table fitted to the graded answers grades the panel's levels): rubrictool learning-curve --table adjudicated.csv --rubric course.yaml --sizes 10,20,50,100,all --variants points --out curves/points
     """
-    from rubrictool.curve import CURVE_OPTIONS, run_learning_curve
+    from rubrictool.curve import CURVE_OPTIONS, CurveOptions, run_learning_curve
     from rubrictool.train import TrainOptions, training_overrides
 
     data = renamed("--table", table, "--data", old_data)
@@ -117,10 +117,10 @@ def learning_curve_cmd(
     with ProgressView(console, *columns, transient=True) as view:
         res = run_learning_curve(
             benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir, out=out,
-            options=options, sizes=sizes, variants=variants, folds=folds, fold=fold, repeats=repeats,
-            fold_seed=fold_seed, by=by, dev_share=dev_share, match_budget=match_budget, keep_runs=keep_runs,
-            full_from=_all_from(all_from), progress=view,
-            jobs=jobs,
+            options=options,
+            curve=CurveOptions.from_command(sizes, variants, folds, fold, repeats, fold_seed, by, dev_share,
+                                            match_budget, keep_runs, _all_from(all_from)),
+            progress=view, jobs=jobs,
         )
     _print_curve(res)
 

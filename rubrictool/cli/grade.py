@@ -77,7 +77,7 @@ def grade_cmd(
 
     Example: rubrictool grade --run runs/chemlab-5fold --items new-answers.csv --gradebook chem110-spring.xlsx --sheet Marks --columns "question=Lab question" --review-budget 10 --out graded.csv
     """
-    from rubrictool.marks import card_line, grade_file
+    from rubrictool.marks import GradeOptions, card_line, grade_file
     from rubrictool.train.runs import verify_runs_fully
 
     data = renamed("--items", items, "--data", old_data)
@@ -88,10 +88,11 @@ def grade_cmd(
                           "model gives (and was evaluated with); grade without --int8 for those",
                           soft_wrap=True, highlight=False)
     with ProgressView(err_console, transient=True) as view:
-        res = grade_file(run, data, out, batch_size, view, int8, engine, overrides=",".join(set_) if set_ else None,
-                         device=device or "auto",
-                         keep=None if keep is None else [c.strip() for c in keep.split(",") if c.strip()],
-                         reviewed=reviewed, review_budget=review_budget, queue=review_queue, gradebook=gradebook,
+        res = grade_file(run, data, out, GradeOptions(
+                             batch_size, int8, engine, overrides=",".join(set_) if set_ else None, device=device or "auto",
+                             keep=None if keep is None else [c.strip() for c in keep.split(",") if c.strip()],
+                             review_budget=review_budget), view,
+                         reviewed=reviewed, queue=review_queue, gradebook=gradebook,
                          sheet=sheet, columns=columns, gradebook_out=gradebook_out)
     graded, seconds = res.table, res.seconds
     rate = len(graded) / seconds if seconds > 0 else float("inf")

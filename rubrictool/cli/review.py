@@ -122,7 +122,7 @@ def review_push(
 
     Example (anchored): rubrictool review push --rubric mohler --items items.jsonl --predictions annotations/predictions.csv --project mohler-anchored --show-predictions --prefill-model gpt-4o
     """
-    from rubrictool.review import push, resolve_connection
+    from rubrictool.review import PushOptions, push, resolve_connection
     from rubrictool.tables import read_items
 
     data = given("--items", renamed("--items", items, "--data", old_data),
@@ -133,9 +133,10 @@ def review_push(
         from rubrictool.grade import grader_predictions  # torch loads only when a run is given
 
         graded = grader_predictions(run, read_items(data), progress=view) if run is not None else None
-        result = push(conn, rb, data, predictions, project, max_annotations, batch_size, progress=view,
-                      model_predictions=graded, select=select, budget=budget, seed=seed,
-                      show_predictions=show_predictions, prefill_model=prefill_model)
+        result = push(conn, rb, data, predictions,
+                      PushOptions(project, max_annotations, batch_size, select=select, budget=budget, seed=seed,
+                                  show_predictions=show_predictions, prefill_model=prefill_model),
+                      progress=view, model_predictions=graded)
     console.print(shown(result.summary()), highlight=False, soft_wrap=True)
 
 

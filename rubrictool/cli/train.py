@@ -254,7 +254,7 @@ def train_cmd(
 
     Example (the grader to use, with its quality card): rubrictool train --table adjudicated.csv --rubric course.yaml --folds 5 --final --out runs/course
     """
-    from rubrictool.pipeline import run_train
+    from rubrictool.pipeline import SplitPlan, run_train
     from rubrictool.train import TrainOptions, training_overrides
 
     data = renamed("--table", table, "--data", old_data)
@@ -272,8 +272,8 @@ def train_cmd(
                TextColumn("{task.fields[info]}"))
     with ProgressView(console, *columns) as view:
         result = run_train(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir, out=out,
-                           options=options, split=split, split_seed=split_seed, folds=folds, by=by, progress=view,
-                           jobs=jobs, final=final)
+                           options=options, plan=SplitPlan(split, split_seed, folds, by, jobs, final),
+                           progress=view)
     for shown_table in result_tables(result):
         console.print(shown_table)
     for line in correlation_lines(result):

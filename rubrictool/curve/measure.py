@@ -75,6 +75,7 @@ from rubrictool.tables import validate_adjudicated
 from rubrictool.train import (
     ENCODERS,
     FLAT_OPTIONS,
+    DataRecord,
     TrainOptions,
     encoder_epochs,
     fair_plm_overrides,
@@ -82,7 +83,8 @@ from rubrictool.train import (
     train_model,
 )
 
-__all__ = ["CURVE_COLUMNS", "CURVE_FAILING", "CURVE_OPTIONS", "MIN_SIZE", "VARIANTS", "Cell", "CurvePlan", "CurveResult", "learning_curve",
+__all__ = ["CURVE_COLUMNS", "CURVE_FAILING", "CURVE_OPTIONS", "MIN_SIZE", "VARIANTS", "Cell", "CurveOptions",
+           "CurvePlan", "CurveResult", "learning_curve",
            "parse_folds", "parse_sizes", "parse_variant", "plot_curve", "position_on_curve", "reach_fraction",
            "run_learning_curve", "summarize_curve"]
 
@@ -133,6 +135,37 @@ def parse_folds(text: str | None, k: int) -> list[int]:
             raise DataError(f"--fold {text}: {tok!r} is not a fold of 0..{k - 1}", hint=f"give fold numbers below --folds {k}")
         out.append(int(tok))
     return sorted(set(out))
+
+
+@dataclass(frozen=True)
+class CurveOptions:
+    """Which cells a learning curve has, how each is drawn and what is kept: a command's curve options, built
+    once (:meth:`from_command` reads the command's comma lists)."""
+
+    sizes: Sequence[int | str] | None = None  # answers (train + dev) per cell, and "all"; None: by table size
+    variants: Sequence[str] = VARIANTS  # the models trained per cell ("points": fitted points, no training)
+    repeats: int = 3  # subsamples (and seeds) per fold and size
+    folds: int = 5  # k folds; a fold's test part is the same for every size
+    fold_ids: Sequence[int] | None = None  # only these folds (None: all of them)
+    fold_seed: int = 0  # the folds' seed
+    by: str | None = None  # grouped folds (e.g. question), passed to kfold_splits only when given
+    dev_share: float = 0.125  # the share of each subsample that is its dev part
+    match_budget: bool = True  # the PLM's encoder: the concept models' Stage I + joint epochs
+    keep_runs: bool = False  # each cell's run directory kept in runs/ (else deleted once its cell is written)
+    full_from: Mapping[str, str | Path] | None = None  # variant -> a `train --folds` folder: its "all" cells
+    plot: bool = True  # curve.png
+
+    @classmethod
+    def from_command(cls, sizes: str | None, variants: str, folds: int, fold: str | None, repeats: int,
+                     fold_seed: int, by: str | None, dev_share: float, match_budget: bool, keep_runs: bool,
+                     full_from: Mapping[str, str | Path] | None) -> CurveOptions:
+        """The options from ``learning-curve``'s: sizes, variants and folds as comma lists
+        (:func:`parse_sizes`, :func:`parse_folds`); no sizes: from the table's size
+        (:func:`~rubrictool.curve.reading.default_sizes`)."""
+        size_list = None if sizes is None else parse_sizes(sizes)
+        variant_list = [v.strip() for v in variants.split(",") if v.strip()]
+        return cls(size_list, variant_list, repeats, folds, parse_folds(fold, folds), fold_seed, by,
+                   dev_share, match_budget, keep_runs, dict(full_from or {}))
 
 
 def parse_variant(name: str) -> tuple[str, str | None]:
@@ -224,32 +257,23 @@ def learning_curve(
     rubric: Rubric | str | Path,
     table: pd.DataFrame,
     out: str | Path,
+    options: CurveOptions = CurveOptions(),
     *,
-    sizes: Sequence[int | str] | None,
-    variants: Sequence[str] = VARIANTS,
-    repeats: int = 3,
-    folds: int = 5,
-    fold_ids: Sequence[int] | None = None,
-    fold_seed: int = 0,
-    by: str | None = None,
-    dev_share: float = 0.125,
-    preset: str = "default",
-    overrides: dict[str, dict[str, Any]] | None = None,
-    match_budget: bool = True,
+    training: TrainOptions = TrainOptions(),
     agreement: dict[str, Any] | str | Path | None = None,
     notes: list[str] | None = None,
-    keep_runs: bool = False,
-    full_from: dict[str, str | Path] | None = None,
-    plot: bool = True,
     progress: ProgressFn | None = None,
     jobs: int = 1,
 ) -> CurveResult:
     """Train every (fold, size, repeat, variant) cell not trained yet in ``out``, then write curve.csv, curve.json
     and curve.png over every cell in ``out`` (earlier calls may have added other folds, sizes or repeats) (see the module docstring for what a cell is and how it is drawn).
 
-    sizes: numbers of labelled answers (train + dev) and optionally "all" (the fold's whole training part; needed
-    for :func:`reach_fraction`); None: from the table's size (:func:`rubrictool.curve.reading.default_sizes`). by: grouped folds (e.g. "question"), passed to kfold_splits only when given.
-    match_budget: the PLM's encoder trains as many epochs as the concept models' Stage I + joint stage.
+    options (:class:`CurveOptions`) sizes: numbers of labelled answers (train + dev) and optionally "all" (the
+    fold's whole training part; needed for :func:`reach_fraction`); None: from the table's size
+    (:func:`rubrictool.curve.reading.default_sizes`). by: grouped folds (e.g. "question"), passed to
+    kfold_splits only when given. match_budget: the PLM's encoder trains as many epochs as the concept models'
+    Stage I + joint stage.
+    training: the preset and overrides every cell trains with (the variant and seed are each cell's).
     full_from: {variant: folder of ``train --folds``}: a variant's "all" cells of the first repeat are read from that
     folder's finished fold runs when they were trained on the same folds, table and configuration (they are exactly
     those cells, up to the dev part the k-fold split drew), instead of trained again; a fold not finished there is
@@ -259,10 +283,13 @@ def learning_curve(
     the serial run trains it), then are written in order.
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
-    _check_settings(variants, repeats, dev_share, sizes)
+    o, preset, match_budget = options, training.preset, options.match_budget
+    sizes, variants, folds, fold_seed, by = o.sizes, o.variants, o.folds, o.fold_seed, o.by
+    dev_share = o.dev_share
+    _check_settings(variants, o.repeats, dev_share, sizes)
     df = validate_adjudicated(table, rb, need_concepts=any(parse_variant(v)[0] != "plm" for v in variants))
     splits = _fold_splits(df, folds, fold_seed, by)
-    run_folds = list(range(folds)) if fold_ids is None else list(fold_ids)
+    run_folds = list(range(folds)) if o.fold_ids is None else list(o.fold_ids)
     if any(f not in range(folds) for f in run_folds):
         raise DataError(f"--fold {run_folds}: folds are 0..{folds - 1}")
     pools = {f: sorted(splits[f]["train"] + splits[f]["dev"]) for f in run_folds}
@@ -272,16 +299,16 @@ def learning_curve(
     if too_big:
         raise DataError(f"--sizes: {too_big[0]} answers is more than a fold's training part ({smallest} answers of "
                         f"{len(df)}, {folds} folds)", hint=f"give sizes up to {smallest}, or 'all' for the whole part")
-    overrides = overrides or {}
+    overrides = training.overrides or {}
     per_variant = {v: _variant_overrides(v, preset, overrides, match_budget) for v in variants}
-    full_dirs = _full_dirs(full_from, variants, sizes)
+    full_dirs = _full_dirs(o.full_from, variants, sizes)
     settings_doc = {"rubric": rb.name, "table": table_digest(df, rb.keys), "folds": folds, "fold_seed": fold_seed,
                     "by": by, "dev_share": dev_share, "preset": preset, "overrides": overrides,
                     "match_budget": match_budget}
-    cells = [Cell(f, s, r, v) for r in range(repeats) for f in run_folds for s in sizes for v in variants]
+    cells = [Cell(f, s, r, v) for r in range(o.repeats) for f in run_folds for s in sizes for v in variants]
     plan = CurvePlan(rb, table, df, df.set_index("id"), splits, pools, cells, per_variant, settings_doc,
-                     settings_digest(settings_doc), preset, fold_seed, dev_share, agreement, list(notes or []), keep_runs,
-                     full_dirs, by, plot)
+                     settings_digest(settings_doc), preset, fold_seed, dev_share, agreement,
+                     list(notes or []), o.keep_runs, full_dirs, by, o.plot)
     root = Path(out)
     # one writer per curve folder: a second call on the same --out would delete the cell the first one is training
     # (work/ is cleared at the end) and write curve.csv from a half-finished set; it stops at once instead
@@ -311,7 +338,7 @@ def _fold_splits(df: pd.DataFrame, folds: int, fold_seed: int, by: str | None) -
     return kfold_splits(df, k=folds, seed=fold_seed, **grouped)
 
 
-def _full_dirs(full_from: dict[str, str | Path] | None, variants: Sequence[str],
+def _full_dirs(full_from: Mapping[str, str | Path] | None, variants: Sequence[str],
                sizes: Sequence[int | str]) -> dict[str, Path]:
     """full_from checked: each a trained variant of the curve, with an "all" size, and a folder that exists."""
     full_dirs = {v: Path(d) for v, d in (full_from or {}).items()}
@@ -436,9 +463,10 @@ def _cell_train_args(plan: CurvePlan, cell: Cell, root: Path) -> dict[str, Any]:
     sample, _ = _cell_sample(plan, cell)
     return {"rubric": plan.rubric, "table": plan.table,
             "split": {"train": sample.fit, "dev": sample.dev, "test": plan.splits[cell.fold]["test"]},
-            "run_dir": root / "work" / cell.name, "variant": parse_variant(cell.variant)[0],
-            "overrides": plan.per_variant[cell.variant][0], "preset": plan.preset, "seeds": 1,
-            "first_seed": cell.repeat, "agreement": plan.agreement, "notes": plan.notes}
+            "run_dir": root / "work" / cell.name,
+            "options": TrainOptions(preset=plan.preset, overrides=plan.per_variant[cell.variant][0],
+                                    variant=parse_variant(cell.variant)[0], seeds=1, first_seed=cell.repeat),
+            "record": DataRecord(agreement=plan.agreement, notes=plan.notes)}
 
 
 def _train_cell(plan: CurvePlan, cell: Cell, root: Path, progress: ProgressFn | None,
@@ -534,32 +562,18 @@ def run_learning_curve(
     data_dir: str | Path | None,
     out: str | Path,
     options: TrainOptions,
-    sizes: str | None,
-    variants: str = ",".join(VARIANTS),
-    folds: int = 5,
-    fold: str | None = None,
-    repeats: int = 3,
-    fold_seed: int = 0,
-    by: str | None = None,
-    dev_share: float = 0.125,
-    match_budget: bool = True,
-    keep_runs: bool = False,
-    full_from: Mapping[str, str | Path] | None = None,
+    curve: CurveOptions = CurveOptions(),
     progress: ProgressFn | None = None,
     jobs: int = 1,
 ) -> CurveResult:
     """``rubrictool learning-curve``: the data (:func:`rubrictool.pipeline.resolve_data`: a benchmark, or an adjudicated
-    table with its rubric), sizes, variants and folds as the command gives them (comma lists), the training
-    ``options`` (preset and overrides; the variant and seed are each cell's); the rest as :func:`learning_curve`."""
+    table with its rubric), the ``curve`` the command's options give (:meth:`CurveOptions.from_command`), the
+    training ``options`` (preset and overrides; the variant and seed are each cell's); the rest as
+    :func:`learning_curve`."""
     from rubrictool.pipeline import resolve_data
 
-    size_list = None if sizes is None else parse_sizes(sizes)  # None: from the table's size (default_sizes)
-    variant_list = [v.strip() for v in variants.split(",") if v.strip()]
-    fold_ids = parse_folds(fold, folds)
     source = resolve_data(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir,
                           progress=progress)
-    return learning_curve(source.rubric, source.table, out, sizes=size_list, variants=variant_list, repeats=repeats,
-                          folds=folds, fold_ids=fold_ids, fold_seed=fold_seed, by=by, dev_share=dev_share,
-                          preset=options.preset, overrides=options.overrides, match_budget=match_budget,
-                          agreement=source.agreement, notes=source.notes or None, keep_runs=keep_runs,
-                          full_from=dict(full_from or {}), progress=progress, jobs=jobs)
+    return learning_curve(source.rubric, source.table, out, curve, training=options,
+                          agreement=source.agreement, notes=source.notes or None, progress=progress,
+                          jobs=jobs)

@@ -34,7 +34,7 @@ from rubrictool.points import points_column
 from rubrictool.report import figures
 from rubrictool.textsafe import md_inline
 from rubrictool.train.kfold import BASELINES, fold_rows, pooled_table, training_text
-from rubrictool.train.runs import describe_labels
+from rubrictool.train.labels import describe_labels
 
 __all__ = ["FoldsReport", "audit_gain", "build_folds_report", "folds_verdict", "render_folds_html", "render_folds_markdown",
            "write_folds_report"]

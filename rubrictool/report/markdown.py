@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from rubrictool.report.audit_section import audit_markdown
-from rubrictool.report.diagnose import ceiling_markdown
+from rubrictool.report.ceiling import ceiling_markdown
 from rubrictool.report.page import GRADE_METRICS, NEAR_ZERO, Report, curve_lines, trace_file
 from rubrictool.textsafe import md_inline, md_quote, strip_controls
 

@@ -36,7 +36,7 @@ from rubrictool.report.run import Run, bundled_labels, git_revision, predict_wit
 from rubrictool.report.scores import pair_agreement, smd
 from rubrictool.textsafe import strip_controls
 from rubrictool.train.kfold import fold_context
-from rubrictool.train.runs import describe_labels
+from rubrictool.train.labels import describe_labels
 
 __all__ = ["GRADE_METRICS", "NEAR_ZERO", "Report", "build_report", "curve_lines", "render_explain_html", "render_html", "template_env",
            "trace_file",

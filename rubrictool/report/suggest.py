@@ -20,7 +20,8 @@ from typing import Any
 import yaml
 
 from rubrictool.errors import AnnotateError, RubricError
-from rubrictool.report.diagnose import ContrastPair, Diagnosis
+from rubrictool.report.ceiling import ContrastPair
+from rubrictool.report.diagnose import Diagnosis
 from rubrictool.rubric import Rubric, parse_rubric, resolve_rubric_path
 from rubrictool.rubric.patch import add_concept, set_anchor, unified_diff
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from rubrictool.atomic import atomic_write_bytes
 from rubrictool.errors import DataError
 from rubrictool.io import people_csv, writable_dir
-from rubrictool.report.diagnose import pairs_frame
+from rubrictool.report.ceiling import pairs_frame
 from rubrictool.report.markdown import render_markdown
 from rubrictool.report.page import Report, render_html
 

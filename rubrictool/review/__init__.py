@@ -35,7 +35,7 @@ from rubrictool.review.pull import (
     reviews_from_tasks,
     status,
 )
-from rubrictool.review.push import PushResult, find_project, push
+from rubrictool.review.push import PushOptions, PushResult, find_project, push
 from rubrictool.review.server import (
     LabelStudioServer,
     find_label_studio,
@@ -57,6 +57,7 @@ __all__ = [
     "Connection",
     "LabelStudioServer",
     "PullResult",
+    "PushOptions",
     "PushResult",
     "ReviewStatus",
     "build_tasks",

@@ -24,6 +24,7 @@ from rubrictool.rubric import Rubric
 from rubrictool.tables import read_items
 
 __all__ = [
+    "PushOptions",
     "PushResult",
     "attach_predictions",
     "find_project",
@@ -365,22 +366,29 @@ def _import_missing(
     return len(items) - len(new_items), len(tasks), n_pred, removed
 
 
+@dataclass(frozen=True)
+class PushOptions:
+    """How the review project is set up and which items go to it: ``review push``'s options, built once."""
+
+    project: str | None = None  # the project's title (None: <rubric>-review)
+    max_annotations: int = 3  # reviewers per task
+    batch_size: int = 200  # tasks per import request
+    select: str | None = None  # the routing rule (uncertain, disagreement, random); goes with budget
+    budget: int | None = None  # items the routing rule picks
+    seed: int = 0  # the routing's seed (random, ties)
+    show_predictions: bool = False  # anchored review: the tasks carry the predictions (default: blind)
+    prefill_model: str | None = None  # anchored review: the model whose levels are pre-selected
+
+
 def push(
     conn: Connection,
     rubric: Rubric,
     items_path: str | Path,
     predictions_path: str | Path | None = None,
-    project: str | None = None,
-    max_annotations: int = 3,
-    batch_size: int = 200,
+    options: PushOptions = PushOptions(),
     state_file: str | Path | None = None,
     progress: ProgressFn | None = None,
     model_predictions: pd.DataFrame | None = None,
-    select: str | None = None,
-    budget: int | None = None,
-    seed: int = 0,
-    show_predictions: bool = False,
-    prefill_model: str | None = None,
 ) -> PushResult:
     """Create or find the review project and import the items it does not hold yet (blind by default).
 
@@ -409,21 +417,24 @@ def push(
     when ``model_predictions`` is given, else the first model by name), the project's ``model_version``;
     the interface names that model on a banner and on every concept. A project keeps the mode it was
     made with: pushing blind into an anchored project, or the other way round, is refused (one α would
-    mix both).
+    mix both). ``options``: the project, its reviewers per task, the import batch, the routing and the review's mode
+    (:class:`PushOptions`).
     """
+    o = options
+    project, max_annotations, batch_size, select, budget = o.project, o.max_annotations, o.batch_size, o.select, o.budget
     if max_annotations < 1:
         raise ReviewError(f"max_annotations must be at least 1 (got {max_annotations})", hint="set --max-annotations")
     items, preds, other = _push_inputs(rubric, items_path, predictions_path, model_predictions)
     if (select is None) != (budget is None):
         raise ReviewError("--select and --budget go together", hint="e.g. --select uncertain --budget 200")
     models = sorted(preds["model"].astype(str).unique()) if preds is not None else []
-    prefill = _prefill(show_predictions, prefill_model, models,
+    prefill = _prefill(o.show_predictions, o.prefill_model, models,
                        str(model_predictions["model"].iloc[0]) if model_predictions is not None and len(model_predictions) else None)
     title = _project_title(project, rubric)
     state_path = Path(state_file) if state_file else Path(items_path).parent / STATE_NAME
     xml = render_label_config(rubric, prefilled_by=prefill)
     _writable_folder(state_path)
-    items, routing, routing_file = _route_items(items, preds, select, budget, seed, state_path, title)
+    items, routing, routing_file = _route_items(items, preds, select, budget, o.seed, state_path, title)
     conn.get("/api/current-user/whoami", "checking the API key")
     state = _read_state(state_path)
     found, created = _open_project(conn, state, title, rubric, xml, max_annotations, prefill)

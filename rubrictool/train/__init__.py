@@ -1,7 +1,8 @@
 """Training runs around :func:`reccbm.fit`: the recipe, one run, k folds.
 
 * :mod:`~rubrictool.train.recipe`: presets, config sections, ``--config`` files and ``--cfg`` entries, the command
-  line's flag table, the options a command passes down (:class:`TrainOptions`), the PLM's fair budget, and
+  line's flag table, the options a command passes down (:class:`TrainOptions`), what a run records about its
+  table (:class:`DataRecord`), the PLM's fair budget, and
   :func:`resolve_training` (what a run trains with, before any data is read);
 * :mod:`~rubrictool.train.run`: :func:`train_model`, one run directory (every seed, the test split, the run's files);
 * :mod:`~rubrictool.train.folds`: :func:`train_folds`, one run per fold, then pooled metrics and ``folds.md``.
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
         FLAT_OPTIONS,
         PRESETS,
         SECTIONS,
+        DataRecord,
         ResolvedTraining,
         TrainOptions,
         encoder_budget,
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
 _HOME: dict[str, str] = {
     "CPU_DEFAULTS": "rubrictool.train.recipe",
     "DECIDED_BY_THE_RUN": "rubrictool.train.recipe",
+    "DataRecord": "rubrictool.train.recipe",
     "ENCODERS": "rubrictool.train.recipe",
     "FLAT_OPTIONS": "rubrictool.train.recipe",
     "FOLD_COLUMNS": "rubrictool.train.folds",
@@ -100,6 +103,7 @@ __all__ = [
     "PRESETS",
     "SECTIONS",
     "SUMMARY_METRICS",
+    "DataRecord",
     "ResolvedTraining",
     "RunSpec",
     "TrainOptions",

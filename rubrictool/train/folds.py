@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +44,11 @@ from rubrictool.train.kfold import (
     prune_shared_weights,
     training_text,
 )
-from rubrictool.train.recipe import resolve_training
+from rubrictool.train.labels import describe_labels
+from rubrictool.train.recipe import DataRecord, TrainOptions
 from rubrictool.train.resume import check_folds
 from rubrictool.train.run import TrainResult, prepare_table, read_agreement, train_model
-from rubrictool.train.runs import RECORD, describe_labels, run_is_complete
+from rubrictool.train.runs import RECORD, run_is_complete
 
 __all__ = ["FINAL_DIR", "FINAL_NOTE", "FOLD_COLUMNS", "folds_markdown", "train_folds"]
 
@@ -71,26 +73,16 @@ def train_folds(
     *,
     folds: int = 5,
     fold_seed: int = 0,
-    agreement: dict[str, Any] | str | Path | None = None,
-    notes: list[str] | None = None,
-    progress: ProgressFn | None = None,
     by: str | None = None,
-    variant: str = "reccbm",
-    race: bool | None = None,
-    opcc: bool | None = None,
-    lcec: bool | None = None,
-    overrides: dict[str, dict[str, Any]] | None = None,
-    preset: str = "default",
-    seeds: int = 1,
-    first_seed: int = 0,
-    table_source: dict[str, Any] | None = None,
-    labels: dict[str, Any] | None = None,
+    options: TrainOptions = TrainOptions(),
+    record: DataRecord = DataRecord(),
+    progress: ProgressFn | None = None,
     jobs: int = 1,
     final: bool = False,
 ) -> TrainResult:
     """k-fold evaluation: one run per fold in ``run_dir/fold-<i>`` (every item tested exactly once; see
     :func:`rubrictool.data.kfold_splits`), then pooled metrics and the baselines (:mod:`rubrictool.evaluate`).
-    variant … labels are each fold's :func:`rubrictool.train.train_model` arguments.
+    options and record are each fold's :func:`rubrictool.train.train_model` arguments.
     jobs > 1: the folds not finished yet train in that many worker processes (:mod:`rubrictool.train.parallel`), each fold
     as the serial run trains it.
 
@@ -99,20 +91,18 @@ def train_folds(
     (metrics.json written) is read back, not retrained; so is the final model.
     progress gets one task, "folds": folds done so far, and whether the next one trains or was read back."""
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
+    agreement, notes = record.agreement, record.notes
     if isinstance(agreement, (str, Path)):
         agreement = read_agreement(Path(agreement))
     run = Path(run_dir)
     progress = _once(progress)  # each fold encodes the same table: its truncation warning is said once per run
     splits = kfold_splits(prepare_table(table, rb, need_concepts=False), k=folds, seed=fold_seed, by=by)
-    rs = resolve_training(rb, variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides, preset=preset,
-                          seeds=seeds)
+    rs = options.resolve(rb)
     check_folds(run, splits, table, lambda n: rs.for_answers(n).config, _fold_done)  # another config or table: refused
     _save_fold_splits(run, splits, fold_seed, by)
     # the folds keep their encoder weights once per distinct content in SHARED_WEIGHTS (a frozen encoder: once)
-    fold_args: dict[str, Any] = {
-        "variant": variant, "race": race, "opcc": opcc, "lcec": lcec, "overrides": overrides, "preset": preset,
-        "seeds": seeds, "first_seed": first_seed, "agreement": agreement, "notes": notes, "table_source": table_source,
-        "labels": labels, "shared_weights": run / SHARED_WEIGHTS}
+    fold_args: dict[str, Any] = {"options": options, "record": replace(record, agreement=agreement),
+                                 "shared_weights": run / SHARED_WEIGHTS}
     if jobs > 1:  # the folds not finished yet, in worker processes; the loop below reads them back
         from rubrictool.train.parallel import run_in_workers
 
@@ -188,7 +178,7 @@ def _train_final(rb: Rubric, table: pd.DataFrame, run: Path, splits: list[dict[s
         if progress:
             progress(Progress("final", 0, 1, f"final model: training on all {len(ids)} answers"))
         args = {k: v for k, v in fold_args.items() if k != "shared_weights"}
-        args["notes"] = [*(args.get("notes") or []), FINAL_NOTE]
+        args["record"] = replace(args["record"], notes=[*(args["record"].notes or []), FINAL_NOTE])
         train_model(rb, table, {"train": ids, "dev": ids, "test": ids}, target, progress=progress, **args)
     return {"dir": FINAL_DIR, "answers": len(ids)}
 

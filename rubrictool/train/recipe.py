@@ -31,6 +31,7 @@ __all__ = [
     "FLAT_OPTIONS",
     "PRESETS",
     "SECTIONS",
+    "DataRecord",
     "ResolvedTraining",
     "TrainOptions",
     "encoder_budget",
@@ -343,8 +344,18 @@ class TrainOptions:
     seeds: int = 1  # a run trains this many seeds and keeps the best on dev
     first_seed: int = 0  # the seeds are first_seed .. first_seed + seeds - 1
 
-    def run_args(self) -> dict[str, Any]:
-        """These options as :func:`rubrictool.train.train_model`'s (and ``train_folds``') keyword arguments."""
-        return {"variant": self.variant, "race": self.race, "opcc": self.opcc, "lcec": self.lcec,
-                "overrides": self.overrides, "preset": self.preset, "seeds": self.seeds,
-                "first_seed": self.first_seed}
+    def resolve(self, rubric: Rubric | str | Path) -> ResolvedTraining:
+        """What a run of these options trains with (:func:`resolve_training`; the first seed is the run's)."""
+        return resolve_training(rubric, variant=self.variant, race=self.race, opcc=self.opcc, lcec=self.lcec,
+                                overrides=self.overrides, preset=self.preset, seeds=self.seeds)
+
+
+@dataclass(frozen=True)
+class DataRecord:
+    """What a run records about the table it trains on (run.json, its report), passed down with the table to
+    every run a command starts (each fold, the final model, each cell of a curve)."""
+
+    agreement: dict[str, Any] | str | Path | None = None  # agreement.json's contents or path: the α column
+    notes: list[str] | None = None  # lines the run's report shows (e.g. the labels are not expert-validated)
+    table_source: dict[str, Any] | None = None  # the table's origin: {"path": FILE} or {"benchmark": NAME}
+    labels: dict[str, Any] | None = None  # who made the labels (None: from agreement.json and label_source)

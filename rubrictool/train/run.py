@@ -49,9 +49,10 @@ from rubrictool.progress import ProgressFn, note, training_events, truncation_me
 from rubrictool.provenance import git_revision
 from rubrictool.rubric import Rubric, load_rubric
 from rubrictool.tables import validate_adjudicated
+from rubrictool.train.labels import label_source
 from rubrictool.train.predictions import predictions_frame
-from rubrictool.train.recipe import ResolvedTraining, resolve_training
-from rubrictool.train.runs import TABLE_COPY_MAX_BYTES, building, label_source, sha256_file, write_record
+from rubrictool.train.recipe import DataRecord, ResolvedTraining, TrainOptions
+from rubrictool.train.runs import TABLE_COPY_MAX_BYTES, building, sha256_file, write_record
 from rubrictool.votes import has_votes, soft_targets
 
 __all__ = ["SUMMARY_METRICS", "RunSpec", "TrainResult", "concept_texts", "points_baselines", "prepare_table", "read_agreement",
@@ -207,38 +208,31 @@ def train_model(
     split: dict[str, list[str]],
     run_dir: str | Path,
     *,
-    variant: str = "reccbm",
-    race: bool | None = None,
-    opcc: bool | None = None,
-    lcec: bool | None = None,
-    overrides: dict[str, dict[str, Any]] | None = None,
-    preset: str = "default",
-    seeds: int = 1,
-    first_seed: int = 0,
-    agreement: dict[str, Any] | str | Path | None = None,
-    notes: list[str] | None = None,
+    options: TrainOptions = TrainOptions(),
+    record: DataRecord = DataRecord(),
     progress: ProgressFn | None = None,
-    table_source: dict[str, Any] | None = None,
-    labels: dict[str, Any] | None = None,
     shared_weights: str | Path | None = None,
 ) -> TrainResult:
     """Train a variant on ``table`` with ``split`` (ids per train/dev/test) and write ``run_dir``.
 
-    variant: reccbm | vanilla | plm; race/opcc/lcec switch single components off (or on).
-    overrides: {"model"|"stage1"|"joint"|"stage2": {field: value}} over the preset (PRESETS: "default", "plain"
-    or "paper"), CPU_DEFAULTS and the paper's dataclass defaults.
-    seeds: train with seeds first_seed..first_seed+seeds-1 and report mean ± std; the run keeps the seed with the best dev
-    selection metric (T-F1). agreement: agreement.json contents or path, for the α column.
+    options (:class:`~rubrictool.train.recipe.TrainOptions`): the variant (reccbm | vanilla | plm;
+    race/opcc/lcec switch single components off or on), the overrides ({"model"|"stage1"|"joint"|"stage2":
+    {field: value}} over the preset (PRESETS: "default", "plain" or "paper"), CPU_DEFAULTS and the paper's
+    dataclass defaults) and the seeds: train with seeds first_seed..first_seed+seeds-1 and report mean ± std;
+    the run keeps the seed with the best dev selection metric (T-F1).
+    record (:class:`~rubrictool.train.recipe.DataRecord`): agreement.json contents or path, for the α
+    column; the notes; where ``table`` came from ({"path": FILE} or {"benchmark": NAME}), recorded in run.json
+    with the file's hash; who made the labels (default: from agreement.json and the table's label_source
+    column).
     progress: the training stages' steps and epochs (reccbm's events, :func:`rubrictool.progress.training_events`) and
     a warning when inputs are cut at max_len.
-    table_source: where ``table`` came from ({"path": FILE} or {"benchmark": NAME}), recorded in run.json with the
-    file's hash; labels: who made the labels (default: from agreement.json and the table's label_source column).
     shared_weights: a folder the run shares with others (the folds of a k-fold run) where its encoder's weights are
     kept once per distinct content (:func:`reccbm.save_checkpoint`'s shared_dir): a frozen encoder is stored once.
     The run is built aside and renamed into place when complete (:mod:`rubrictool.train.runs`).
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
-    rs = resolve_training(rb, variant=variant, race=race, opcc=opcc, lcec=lcec, overrides=overrides, preset=preset, seeds=seeds)
+    rs = options.resolve(rb)
+    first_seed, seeds, agreement, labels = options.first_seed, options.seeds, record.agreement, record.labels
     if first_seed < 0:
         raise TrainError(f"the first seed is a whole number >= 0, got {first_seed}", hint="set --first-seed 0 or more")
     df = prepare_table(table, rb, need_concepts=not rs.plm)
@@ -258,12 +252,13 @@ def train_model(
             save_split({k: list(v) for k, v in split.items()}, stage / "split.json")
             (stage / "config.yaml").write_text(yaml.safe_dump(rs.config, sort_keys=False, allow_unicode=True))
         spec = RunSpec(run, stage, is_main, rb, df, pos, rs, range(first_seed, first_seed + seeds), agreement,
-                       [*(notes or []), *_auto_notes(rs)], label_source(table, agreement, labels, rb.keys),
+                       [*(record.notes or []), *_auto_notes(rs)],
+                       label_source(table, agreement, labels, rb.keys),
                        Path(shared_weights) if shared_weights is not None else None)
         result = _train_into(spec, progress)
         if is_main:
-            write_record(stage, rubric=rb, table=_table_record(stage, table, table_source), labels=spec.labels,
-                         device=device)
+            write_record(stage, rubric=rb, table=_table_record(stage, table, record.table_source),
+                         labels=spec.labels, device=device)
     log.info("wrote %s", run)
     return replace(result, run_dir=run)
 
