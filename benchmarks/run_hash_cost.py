@@ -84,17 +84,17 @@ def main() -> None:
         items = root / "items.csv"
         answers(args.n, "g").to_csv(items, index=False)
         weights = (run / "model.safetensors").stat().st_size
-        whole_check = runs._check
+        whole_check = runs.check_record
         times: dict[str, list[float]] = {"whole": [], "sampled": []}
         for i in range(args.repeats * 2 + 1):
             mode = "sampled" if i % 2 else "whole"
-            runs._check = sampled_check if mode == "sampled" else whole_check  # type: ignore[assignment]
-            runs._hashed.clear()
+            runs.check_record = sampled_check if mode == "sampled" else whole_check  # type: ignore[assignment]
+            runs.forget_hashes()
             t0 = time.perf_counter()
             grade_file(run, items, root / "graded.csv", GradeOptions(device="cpu"))
             if i:  # the first grade warms the page cache and the imports
                 times[mode].append(time.perf_counter() - t0)
-        runs._check = whole_check  # type: ignore[assignment]
+        runs.check_record = whole_check  # type: ignore[assignment]
     med = {k: statistics.median(v) for k, v in times.items()}
     result = {"answers": args.n, "repeats": args.repeats, "weights_bytes": weights,
               "seconds": times, "median_s": med, "added_share": med["whole"] / med["sampled"] - 1,

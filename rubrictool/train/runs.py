@@ -64,6 +64,8 @@ __all__ = [
     "TABLE_COPY_MAX_BYTES",
     "Run",
     "building",
+    "check_record",
+    "forget_hashes",
     "full_check",
     "kept_old_run",
     "migrate",
@@ -136,6 +138,11 @@ def _sha256_once(path: Path) -> str:
     if got is None:
         got = _hashed[key] = sha256_file(path)
     return got
+
+
+def forget_hashes() -> None:
+    """Forget the hashes remembered for this process (the next open hashes every file again)."""
+    _hashed.clear()
 
 
 def sha256_file(path: str | Path) -> str:
@@ -295,8 +302,8 @@ def migrate(record: dict[str, Any], path: str | Path = RECORD) -> dict[str, Any]
     return out
 
 
-def _check(path: Path, record: dict[str, Any], full: bool | None = None) -> str | None:
-    """Why the directory does not match its record, or None: every file's size, then its whole sha256 (``full`` is
+def check_record(path: Path, record: dict[str, Any], full: bool | None = None) -> str | None:
+    """Why the run directory does not match its record, or None: every file's size, then its whole sha256 (``full`` is
     kept for callers; every check is whole)."""
     for name, want in (record.get("files") or {}).items():
         p = path / name
@@ -317,7 +324,7 @@ def run_is_complete(path: str | Path) -> bool:
         record = json.loads((p / RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(record, dict) and _check(p, record) is None
+    return isinstance(record, dict) and check_record(p, record) is None
 
 
 def _read(path: Path, kind: str) -> dict[str, Any]:
@@ -516,7 +523,7 @@ def open_run(run_dir: str | Path, data_dir: str | Path | None = None) -> Run:
     if _ASIDE.match(path.name) or not (path / "model.json").is_file():
         _not_a_run(path)
     record = migrate(_read(path / RECORD, "json"), path / RECORD)
-    why = _check(path, record)
+    why = check_record(path, record)
     if why:
         raise TrainError(f"{path} is incomplete or was changed after training: {why}",
                          hint=f"train it again (`rubrictool train … --out {path}`)")
