@@ -140,7 +140,7 @@ def run_train(
     stem = benchmark or Path(str(data)).stem
     run = Path(out) if out else Path("runs") / f"{stem}-{options.variant}"
     run = check_output(run, [data, split, agreement, rubric if rubric and Path(rubric).is_file() else None],
-                 "kfold" if folds else "run", what="the run")
+                 "kfold" if folds else "run", what="the run", lock=False)  # run_writer: its own lock
     with run_writer(run):  # one writer per run folder, held until the run is in place
         return _train_source(benchmark, data, rubric, agreement, data_dir, run, options, split, split_seed, folds, by,
                              progress, jobs, final)

@@ -110,7 +110,9 @@ def data_export(
     Example: rubrictool data export asap2 --limit 200 --out asap2-items.jsonl
     """
     from rubrictool.data import export_benchmark
+    from rubrictool.outputs import check_output, has_columns
 
+    check_output(out, [data_dir], "file", own=has_columns("id", "response"), what="an item table")
     path, n = export_benchmark(benchmark, out, data_dir, limit)
     console.print(f"wrote {path}: {n} items", soft_wrap=True)
 

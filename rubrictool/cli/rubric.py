@@ -129,6 +129,7 @@ def rubric_new(
     Example: rubrictool rubric new --name cs101 --concepts FC,CC,TU --levels 3 --out cs101.yaml
     """
     keys = [k.strip() for k in concepts.split(",") if k.strip()]
+    _check_out(out or Path(f"{name}.yaml"), [])  # one writer (an existing file: --force decides)
     path = new_rubric_file(out or Path(f"{name}.yaml"), name, keys, levels, grade_min, grade_max, title, force)
     console.print(
         f"wrote {path} ({len(keys)} concepts, levels 1..{levels}); next: rubrictool rubric lint {path}", soft_wrap=True
