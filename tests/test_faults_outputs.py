@@ -329,6 +329,26 @@ def test_an_empty_id_is_refused_with_its_line(trained: Path, tmp_path: Path) -> 
     assert not (tmp_path / "g.csv").exists()
 
 
+@pytest.mark.parametrize("case", ["repeated", "empty"])
+def test_train_and_grade_refuse_a_repeated_or_empty_id_naming_its_line(course: dict[str, Path], trained: Path,
+                                                                       tmp_path: Path, case: str) -> None:
+    table = pd.read_csv(course["table"], dtype={"id": str})
+    items = pd.read_csv(course["items"], dtype={"id": str})
+    for df in (table, items):
+        df.loc[5, "id"] = df.loc[2, "id"] if case == "repeated" else None  # line 7 (the header is line 1)
+    table.to_csv(tmp_path / "adjudicated.csv", index=False)
+    items.to_csv(tmp_path / "items.csv", index=False)
+    expect = (f"used more than once: {table.loc[2, 'id']!r} ({table.loc[2, 'id']!r} on lines 4 and 7"
+              if case == "repeated" else "1 answer(s) without an id: line 7")
+    res = runner.invoke(app, _train_args({**course, "table": tmp_path / "adjudicated.csv"}, tmp_path / "r"))
+    assert res.exit_code == 1 and expect in _one_line(res.output), res.output
+    expect = expect.replace(repr(table.loc[2, "id"]), repr(items.loc[2, "id"]))
+    res = runner.invoke(app, ["grade", "--run", str(trained), "--data", str(tmp_path / "items.csv"), "--out",
+                              str(tmp_path / "g.csv")])
+    assert res.exit_code == 1 and expect in _one_line(res.output), res.output
+    assert not (tmp_path / "r").exists() and not (tmp_path / "g.csv").exists()
+
+
 def test_xlsx_rows_are_cited_as_the_sheet_numbers_them(tmp_path: Path) -> None:
     from openpyxl import Workbook
 
