@@ -528,9 +528,11 @@ def empty_responses(df: pd.DataFrame) -> npt.NDArray[np.bool_]:
 
 
 def check_unique_ids(items: pd.DataFrame, source: str = "the items to grade") -> None:
-    """A table with an empty ``id``, or an ``id`` used twice, is refused, naming the rows (the line a spreadsheet
-    shows, the header being line 1) and the ids (a grade must belong to one answer): :func:`rubrictool.tables.check_ids`."""
-    check_ids(items, source, empty_fix="give every answer its own id, or leave the id column out to have ids made")
+    """A table with an empty ``id``, or an ``id`` used twice, is refused, naming the rows (the line a
+    spreadsheet shows, the header being line 1) and the ids (a grade must belong to one answer):
+    :func:`rubrictool.tables.check_ids`."""
+    check_ids(items, source,
+              empty_fix="give every answer its own id, or leave the id column out to have ids made")
 
 
 def _grade_nonempty(

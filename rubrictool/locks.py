@@ -61,7 +61,8 @@ def lock_path(target: str | Path) -> Path:
 
 
 def _holder(path: Path, by: str) -> tuple[str, str]:
-    """(the command holding the lock, as it wrote itself, else ``by``; its pid, host and start) from the lock file."""
+    """(the command holding the lock, as it wrote itself, else ``by``; its pid, host and start) from the lock
+    file."""
     try:
         info = json.loads(path.read_text(encoding="utf-8"))
         since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(info["started"])))
@@ -89,7 +90,8 @@ def _acquire(path: Path, what: str, hint: str, by: str = "rubrictool annotate", 
         except OSError:
             os.close(fd)
             command, who = _holder(path, by)
-            raise LockHeld(f"{what} is in use by another {command} ({who}; lock file {path})", hint=hint) from None
+            raise LockHeld(f"{what} is in use by another {command} ({who}; lock file {path})",
+                           hint=hint) from None
         try:
             same = os.path.samestat(os.fstat(fd), os.stat(path))
         except FileNotFoundError:

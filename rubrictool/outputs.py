@@ -116,8 +116,8 @@ def _sample(path: Path) -> str:
 
 
 def _own_folder(path: Path, writes: Sequence[str], own: Callable[[Path], bool] | None) -> bool:
-    """An existing folder a command may write into: empty, or its own earlier output (one of the names it writes
-    there, the lock or temporary file of one, or ``own(path)``)."""
+    """An existing folder a command may write into: empty, or its own earlier output (one of the names it
+    writes there, the lock or temporary file of one, or ``own(path)``)."""
     try:
         names = [p.name for p in path.iterdir()]
     except OSError:
@@ -146,8 +146,9 @@ def check_output(
     the sibling files written beside it. ``own(path)``: whether an existing file is this command's earlier output.
     ``in_run``: a folder of the command's own inside a run is allowed (report, explain, intervene, audit).
     ``required``: inputs that must exist (a one-line "no such file" before anything is created).
-    ``lock``: inside :func:`one_writer_per_output` (every CLI command), hold ``out``'s :func:`output_lock` until the
-    command ends; False where the library takes the output's own lock at once (train's run, a learning curve).
+    ``lock``: inside :func:`one_writer_per_output` (every CLI command), hold ``out``'s :func:`output_lock`
+    until the command ends; False where the library takes the output's own lock at once (train's run, a
+    learning curve).
     Returns ``out`` with its symlinks resolved (where the command writes)."""
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
@@ -212,10 +213,10 @@ def check_output(
             raise OutputError(f"--out {given} is an existing file, not a folder: {what} would replace it",
                               hint="pass --out a folder")
         if dst.is_dir() and not _own_folder(dst, writes, own):
-            raise OutputError(f"--out {given} is an existing folder this command did not write{_sample(dst)}: "
-                              f"{what} would be mixed with its files",
-                              hint="pass --out a new or empty folder (or an earlier output of this command, which "
-                                   "it replaces)")
+            raise OutputError(f"--out {given} is an existing folder this command did not write"
+                              f"{_sample(dst)}: {what} would be mixed with its files",
+                              hint="pass --out a new or empty folder (or an earlier output of this "
+                                   "command, which it replaces)")
     else:
         if dst.is_dir():
             raise OutputError(f"--out {given} is an existing folder, not a file", hint="pass --out a file path")
@@ -232,8 +233,9 @@ def check_output(
 @contextlib.contextmanager
 def one_writer_per_output(command: str) -> Iterator[None]:
     """One writer per output: every output :func:`check_output` accepts inside the block keeps its
-    :func:`output_lock` until the block ends, so a second command writing the same file or folder stops at once,
-    naming the first (``command``, e.g. "rubrictool report", and its pid). rubrictool.cli runs every command in one."""
+    :func:`output_lock` until the block ends, so a second command writing the same file or folder stops at
+    once, naming the first (``command``, e.g. "rubrictool report", and its pid). rubrictool.cli runs every
+    command in one."""
     with contextlib.ExitStack() as stack:
         token = _claims.set((command, stack))
         try:

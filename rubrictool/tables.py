@@ -100,9 +100,10 @@ def _show(v: Any) -> str:
 
 def check_ids(df: pd.DataFrame, source: str, fix: str = "give every answer its own id",
               empty_fix: str | None = None) -> None:
-    """Refuse a table with an empty ``id`` or an ``id`` used twice, naming the rows as a spreadsheet numbers them
-    (the header being line 1; a JSONL or Parquet file, which has none, from line 1) or the ids (a grade, a label
-    must belong to one answer). Every table read with ids (grade's items, train's adjudicated table) passes here."""
+    """Refuse a table with an empty ``id`` or an ``id`` used twice, naming the rows as a spreadsheet numbers
+    them (the header being line 1; a JSONL or Parquet file, which has none, from line 1) or the ids (a grade,
+    a label must belong to one answer). Every table read with ids (grade's items, train's adjudicated table)
+    passes here."""
     if "id" not in df.columns:
         return
     first = 1 if Path(source).suffix.lower() in (".jsonl", ".json", ".parquet", ".pq") else 2
@@ -117,10 +118,11 @@ def check_ids(df: pd.DataFrame, source: str, fix: str = "give every answer its o
     dup = ids[ids.duplicated(keep=False)]
     if len(dup):
         names = list(dict.fromkeys(dup))
-        shown = ", ".join(repr(i) for i in names[:5]) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
+        more = f" (+{len(names) - 5} more)" if len(names) > 5 else ""
+        shown = ", ".join(repr(i) for i in names[:5]) + more
         lines = [int(i) + first for i in np.flatnonzero((ids == names[0]).to_numpy())]
-        raise DataError(f"{source}: {len(names)} id(s) used more than once: {shown} ({names[0]!r} on lines "
-                        f"{', '.join(map(str, lines[:-1]))} and {lines[-1]}{header.replace(' (', '; ')[:-1]})",
+        on = f"{', '.join(map(str, lines[:-1]))} and {lines[-1]}{header.replace(' (', '; ')[:-1]}"
+        raise DataError(f"{source}: {len(names)} id(s) used more than once: {shown} ({names[0]!r} on lines {on})",
                         hint=fix)
 
 

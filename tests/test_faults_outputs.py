@@ -162,17 +162,18 @@ def _folder_args(command: str, course: dict[str, Path], trained: Path, out: Path
     """A command writing a folder of outputs into ``out`` (the least it needs to reach its output check)."""
     table, rubric, items = str(course["table"]), str(course["rubric"]), str(course["items"])
     run = ["--run", str(trained)]
-    return {"report": ["report", *run], "explain": ["explain", *run, FORMULA_ID], "intervene": ["intervene", *run],
-            "audit": ["audit", *run], "diagnose": ["rubric", "diagnose", *run],
+    return {"report": ["report", *run], "explain": ["explain", *run, FORMULA_ID],
+            "intervene": ["intervene", *run], "audit": ["audit", *run], "diagnose": ["rubric", "diagnose", *run],
             "adjudicate": ["adjudicate", "--rubric", rubric, "--reviews", table, "--items", items],
             "annotate": ["annotate", "--rubric", rubric, "--data", items],
             "learning-curve": ["learning-curve", "--data", table, "--rubric", rubric],
             "ablate": ["ablate", "--data", table, "--rubric", rubric], "export": ["data", "export", "mohler"],
-            "split": ["data", "split", items], "import": ["data", "import", items]}[command] + ["--out", str(out)]
+            "split": ["data", "split", items],
+            "import": ["data", "import", items]}[command] + ["--out", str(out)]
 
 
-FOLDER_COMMANDS = ["report", "explain", "intervene", "audit", "diagnose", "adjudicate", "annotate", "learning-curve",
-                   "ablate", "export", "split", "import"]
+FOLDER_COMMANDS = ["report", "explain", "intervene", "audit", "diagnose", "adjudicate", "annotate",
+                   "learning-curve", "ablate", "export", "split", "import"]
 
 
 @pytest.mark.parametrize("command", FOLDER_COMMANDS)
@@ -200,8 +201,8 @@ def test_a_commands_own_folder_is_replaced_and_an_empty_one_taken(trained: Path,
 
 
 def _hold(out: Path, command: str) -> subprocess.Popen[str]:
-    """A first command writing ``out``: it holds the output's lock, has made its folder, and is still at work (its
-    files are written whole at the end)."""
+    """A first command writing ``out``: it holds the output's lock, has made its folder, and is still at work
+    (its files are written whole at the end)."""
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import pathlib, time
         from rubrictool.outputs import output_lock
@@ -219,13 +220,13 @@ def _second_writer(command: str, course: dict[str, Path], trained: Path, out: Pa
     if command in FOLDER_COMMANDS and not out.suffix:
         return _folder_args(command, course, trained, out)
     if command == "gradebook":
-        return ["grade", "--run", str(trained), "--data", str(course["items"]), "--gradebook", str(course["items"]),
-                "--gradebook-out", str(out), "--out", str(out.with_name("g.csv"))]
-    return {"rubric export": ["rubric", "export", rubric], "rubric points": ["rubric", "points", rubric, "--labels",
-                                                                           str(course["table"])],
+        return ["grade", "--run", str(trained), "--data", str(course["items"]), "--gradebook",
+                str(course["items"]), "--gradebook-out", str(out), "--out", str(out.with_name("g.csv"))]
+    return {"rubric export": ["rubric", "export", rubric],
+            "rubric points": ["rubric", "points", rubric, "--labels", str(course["table"])],
             "rubric new": ["rubric", "new", "--name", "x", "--concepts", "A,B", "--force"],
-            "review pull": ["review", "pull", "--project", "p", "--rubric", rubric, "--url", "http://127.0.0.1:9",
-                            "--api-key", "k"],
+            "review pull": ["review", "pull", "--project", "p", "--rubric", rubric, "--url",
+                            "http://127.0.0.1:9", "--api-key", "k"],
             "rubric fit-points": ["rubric", "fit-points", rubric, "--data", str(course["table"])],
             "split": ["data", "split", str(course["items"])], "export": ["data", "export", "mohler"],
             "import": ["data", "import", str(course["items"])]}[command] + ["--out", str(out)]
@@ -234,8 +235,8 @@ def _second_writer(command: str, course: dict[str, Path], trained: Path, out: Pa
 @pytest.mark.parametrize(("command", "name"), [
     *((c, "out") for c in FOLDER_COMMANDS if c not in ("split", "export", "import", "annotate")),
     ("split", "s.json"), ("export", "e.csv"), ("import", "i.csv"), ("rubric export", "r.md"),
-    ("rubric points", "p.csv"), ("rubric new", "n.yaml"), ("rubric fit-points", "f.yaml"), ("review pull", "r.csv"),
-    ("gradebook", "b.csv")])
+    ("rubric points", "p.csv"), ("rubric new", "n.yaml"), ("rubric fit-points", "f.yaml"),
+    ("review pull", "r.csv"), ("gradebook", "b.csv")])
 def test_two_writers_of_one_output_cannot_both_win(course: dict[str, Path], trained: Path, tmp_path: Path,
                                                    command: str, name: str) -> None:
     out = tmp_path / name
@@ -245,7 +246,8 @@ def test_two_writers_of_one_output_cannot_both_win(course: dict[str, Path], trai
         before = _snapshot(tmp_path)
         res = runner.invoke(app, _second_writer(command, course, trained, out))
         flat = _one_line(res.output)
-        assert res.exit_code == 1 and f"{out} is in use by another rubrictool first (pid {holder.pid}" in flat, res.output
+        held = f"{out} is in use by another rubrictool first (pid {holder.pid}"
+        assert res.exit_code == 1 and held in flat, res.output
         assert _snapshot(tmp_path) == before  # the first's output as it wrote it
     finally:
         holder.kill()
@@ -335,7 +337,8 @@ def test_train_and_grade_refuse_a_repeated_or_empty_id_naming_its_line(course: d
     table = pd.read_csv(course["table"], dtype={"id": str})
     items = pd.read_csv(course["items"], dtype={"id": str})
     for df in (table, items):
-        df.loc[5, "id"] = df.loc[2, "id"] if case == "repeated" else None  # line 7 (the header is line 1)
+        df["id"] = [str(df["id"].iloc[2]) if i == 5 and case == "repeated" else None if i == 5 else v
+                    for i, v in enumerate(df["id"])]  # line 7 (the header is line 1)
     table.to_csv(tmp_path / "adjudicated.csv", index=False)
     items.to_csv(tmp_path / "items.csv", index=False)
     expect = (f"used more than once: {table.loc[2, 'id']!r} ({table.loc[2, 'id']!r} on lines 4 and 7"

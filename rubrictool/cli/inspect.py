@@ -104,8 +104,9 @@ def _print_legend() -> None:
 
 
 def _before_work(out: Path, inputs: list[Any], verify: bool, writes: list[str]) -> None:
-    """``--verify`` for every run this command opens; the output rule (rubrictool.outputs: ``writes``, the files that
-    mark an earlier output of the command) and a write probe of ``out``, before the run is loaded."""
+    """``--verify`` for every run this command opens; the output rule (rubrictool.outputs: ``writes``, the
+    files that mark an earlier output of the command) and a write probe of ``out``, before the run is loaded.
+    """
     from rubrictool.outputs import check_output, writable_parent
     from rubrictool.runs import require_run_dir, verify_runs_fully
 

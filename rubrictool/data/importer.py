@@ -3,14 +3,15 @@
 A teacher's spreadsheet has its own headers (``answer``, ``reference_answer``, ``correct``, ...). The
 import maps them onto the ItemTable's columns (``id, question, response, reference, context, grade``),
 guessing common header names case- and space-insensitively unless ``columns`` says otherwise, makes
-ids when the file has none (a repeated or empty id in the file's own id column is refused, naming the row), and
-reports what it found — the mapping, the grade scale, empty responses, repeated rows — before anything is written
-(:func:`read_course_file`, then :func:`write_course_items`; :func:`import_items` does both). Reading the file (its
-format, delimiter, header row and row numbers) is :mod:`rubrictool.data.course_file`.
+ids when the file has none (a repeated or empty id in the file's own id column is refused, naming the
+row), and reports what it found — the mapping, the grade scale, empty responses, repeated rows — before
+anything is written (:func:`read_course_file`, then :func:`write_course_items`; :func:`import_items` does
+both). Reading the file (its format, delimiter, header row and row numbers) is
+:mod:`rubrictool.data.course_file`.
 
 Row numbers in messages count data rows from 1 below the header; for XLSX they are the spreadsheet's
-own row numbers (the header is row 1). A repeated or empty id is named by the row a spreadsheet shows, in XLSX and
-CSV alike (the header row and blank rows counted).
+own row numbers (the header is row 1). A repeated or empty id is named by the row a spreadsheet shows,
+in XLSX and CSV alike (the header row and blank rows counted).
 """
 
 from __future__ import annotations
@@ -271,11 +272,12 @@ def _mapped_items(
 
 
 def _with_ids(
-    items: pd.DataFrame, raw: pd.DataFrame, mapping: dict[str, str], report: ImportReport, id_prefix: str | None,
-    p: Path,
+    items: pd.DataFrame, raw: pd.DataFrame, mapping: dict[str, str], report: ImportReport,
+    id_prefix: str | None, p: Path,
 ) -> pd.DataFrame:
-    """``items`` with ids (and ``student``): the file's answer ids (each given once, none empty: :func:`check_file_ids`),
-    or, when it has no id column, ids made from the question and the student (stable across imports)."""
+    """``items`` with ids (and ``student``): the file's answer ids (each given once, none empty:
+    :func:`check_file_ids`), or, when it has no id column, ids made from the question and the student
+    (stable across imports)."""
     student = text_ids(raw[mapping["student"]]) if "student" in mapping else None
     if student is not None:
         items["student"] = student
@@ -301,23 +303,22 @@ def check_file_ids(ids: pd.Series, report: ImportReport, p: Path, column: str) -
     def row(pos: int) -> str:
         return f"row {rows[pos] if pos < len(rows) else pos + 2}"
 
-    fix = ("make the ids unique, or pass --columns id= to leave the column out (kept as source_id) so ids are "
-           "made from the question and the student")
+    fix = ("make the ids unique, or pass --columns id= to leave the column out (kept as source_id) so "
+           "ids are made from the question and the student")
+    rows_are = f"rows as a spreadsheet numbers them, the header being row {report.header_row}"
     empty = ids.isna().to_numpy()
     if empty.any():
         first = int(np.flatnonzero(empty)[0])
-        raise DataError(f"{p}: {row(first)}: empty id in column {column!r} ({int(empty.sum())} empty in all; rows "
-                        f"as a spreadsheet numbers them, the header being row {report.header_row}); nothing written",
-                        hint=fix)
+        raise DataError(f"{p}: {row(first)}: empty id in column {column!r} ({int(empty.sum())} empty in all; "
+                        f"{rows_are}); nothing written", hint=fix)
     dup = ids.duplicated(keep=False).to_numpy()
     if dup.any():
         first = int(np.flatnonzero(dup)[0])
         value = ids.iloc[first]
         again = [row(int(i)) for i in np.flatnonzero((ids == value).to_numpy())]
-        raise DataError(f"{p}: {' and '.join(again[:3])}{' …' if len(again) > 3 else ''}: the id {value!r} of column "
-                        f"{column!r} is used more than once ({int(ids.duplicated().sum())} repeats in all; rows as a "
-                        f"spreadsheet numbers them, the header being row {report.header_row}); nothing written",
-                        hint=fix)
+        where = " and ".join(again[:3]) + (" …" if len(again) > 3 else "")
+        raise DataError(f"{p}: {where}: the id {value!r} of column {column!r} is used more than once "
+                        f"({int(ids.duplicated().sum())} repeats in all; {rows_are}); nothing written", hint=fix)
 
 
 def _keep_extra_columns(
