@@ -226,6 +226,8 @@ def check_output(
     where = dst if Path(os.path.abspath(given.expanduser())) != dst else given  # a link: where it points
     claim = _claims.get()
     if lock and claim is not None:
+        if not Path(where).parent.is_dir():  # made now, after the checks: a folder that cannot be, named as such
+            writable_parent(where)
         claim[1].enter_context(output_lock(where, claim[0]))
     return where
 
