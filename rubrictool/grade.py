@@ -27,6 +27,7 @@ from rubrictool.errors import DataError, TrainError
 from rubrictool.flags import EMPTY_FLAG, Profile, flag_frame
 from rubrictool.io import read_table
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
+from rubrictool.tables import check_ids
 from rubrictool.train.predictions import predictions_frame
 
 __all__ = ["ENGINES", "check_finite", "check_unique_ids", "empty_responses", "grade_items", "grade_loaded",
@@ -499,23 +500,11 @@ def empty_responses(df: pd.DataFrame) -> npt.NDArray[np.bool_]:
 
 
 def check_unique_ids(items: pd.DataFrame, source: str = "the items to grade") -> None:
-    """A table with an empty ``id``, or an ``id`` used twice, is refused, naming the row (the line a spreadsheet shows,
-    the header being line 1) or the ids (a grade must belong to one answer)."""
-    if "id" not in items.columns:
-        return
-    blank = (items["id"].isna() | items["id"].astype(str).str.strip().eq("")).to_numpy()
-    if blank.any():
-        rows = [int(i) + 2 for i in np.flatnonzero(blank)]
-        shown = ", ".join(map(str, rows[:5])) + (f" (+{len(rows) - 5} more)" if len(rows) > 5 else "")
-        raise DataError(f"{source}: {len(rows)} answer(s) without an id: line {shown} (the header is line 1)",
-                        hint="give every answer its own id, or leave the id column out to have ids made")
-    ids = items["id"].astype(str)
-    dup = ids[ids.duplicated(keep=False)]
-    if len(dup):
-        names = list(dict.fromkeys(dup))
-        shown = ", ".join(repr(i) for i in names[:5]) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
-        raise DataError(f"{source}: {len(names)} id(s) used more than once: {shown}",
-                        hint="give every answer its own id")
+    """A table with an empty ``id``, or an ``id`` used twice, is refused, naming the rows (the line a
+    spreadsheet shows, the header being line 1) and the ids (a grade must belong to one answer):
+    :func:`rubrictool.tables.check_ids`."""
+    check_ids(items, source,
+              empty_fix="give every answer its own id, or leave the id column out to have ids made")
 
 
 def _grade_nonempty(

@@ -60,13 +60,17 @@ def lock_path(target: str | Path) -> Path:
     return p.with_name(p.name + ".lock")
 
 
-def _holder(path: Path) -> str:
+def _holder(path: Path, by: str) -> tuple[str, str]:
+    """(the command holding the lock, as it wrote itself, else ``by``; its pid, host and start) from the lock
+    file."""
     try:
         info = json.loads(path.read_text(encoding="utf-8"))
         since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(info["started"])))
-        return f"pid {int(info['pid'])} on {str(info['host'])[:64]}, running since {since}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "a process that has not written its name yet"
+        command = info.get("command")
+        return (command[:80] if isinstance(command, str) and command else by,
+                f"pid {int(info['pid'])} on {str(info['host'])[:64]}, running since {since}")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return by, "a process that has not written its name yet"
 
 
 def _acquire(path: Path, what: str, hint: str, by: str = "rubrictool annotate", kept: str = _SENT) -> int:
@@ -85,9 +89,9 @@ def _acquire(path: Path, what: str, hint: str, by: str = "rubrictool annotate", 
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise LockHeld(
-                f"{what} is in use by another {by} ({_holder(path)}; lock file {path})", hint=hint
-            ) from None
+            command, who = _holder(path, by)
+            raise LockHeld(f"{what} is in use by another {command} ({who}; lock file {path})",
+                           hint=hint) from None
         try:
             same = os.path.samestat(os.fstat(fd), os.stat(path))
         except FileNotFoundError:
@@ -97,8 +101,8 @@ def _acquire(path: Path, what: str, hint: str, by: str = "rubrictool annotate", 
         os.close(fd)  # locked a file its holder had just removed: take the new one
 
 
-def _write_holder(fd: int) -> None:
-    info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+def _write_holder(fd: int, by: str) -> None:
+    info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "command": by}
     data = (json.dumps(info) + "\n").encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, data, 0)
@@ -127,7 +131,7 @@ def writer_lock(target: str | Path, what: str, hint: str, by: str = "rubrictool 
         else:
             fd = _acquire(path, what, hint, by, kept)
             try:
-                _write_holder(fd)
+                _write_holder(fd, by)
             except OSError:
                 pass  # a full disk: the lock holds all the same, only its holder's name is missing
             _held[key] = (fd, 1)

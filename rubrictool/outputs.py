@@ -26,19 +26,22 @@ for minutes fails before the work, not after it: :func:`writable_parent`.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from rubrictool.errors import DataError
 
 __all__ = ["OutputError", "check_output", "enclosing_run", "has_columns", "is_kfold_folder", "is_run_folder",
-           "is_split_file", "output_lock", "table_columns", "writable_parent"]
+           "is_split_file", "one_writer_per_output", "output_lock", "table_columns", "writable_parent"]
 
 KINDS = ("run", "kfold", "folder", "file")
+_claims: contextvars.ContextVar[tuple[str, contextlib.ExitStack] | None] = contextvars.ContextVar(
+    "rubrictool_output_claims", default=None)
 
 
 class OutputError(DataError):
@@ -112,6 +115,18 @@ def _sample(path: Path) -> str:
     return f" (it holds {shown})" if names else ""
 
 
+def _own_folder(path: Path, writes: Sequence[str], own: Callable[[Path], bool] | None) -> bool:
+    """An existing folder a command may write into: empty, or its own earlier output (one of the names it
+    writes there, the lock or temporary file of one, or ``own(path)``)."""
+    try:
+        names = [p.name for p in path.iterdir()]
+    except OSError:
+        return False
+    ours = {*writes, *(f"{n}.lock" for n in writes)}
+    return (not names or any(n in ours or any(n.startswith(f".{w}.") for w in writes) for n in names)
+            or (own is not None and own(path)))
+
+
 def check_output(
     out: str | Path,
     inputs: Iterable[str | Path | None],
@@ -122,6 +137,7 @@ def check_output(
     what: str = "the output",
     in_run: bool = False,
     required: Iterable[str | Path | None] = (),
+    lock: bool = True,
 ) -> Path:
     """Refuse ``out`` when writing it would lose an input or something this command did not write (module doc).
 
@@ -130,6 +146,9 @@ def check_output(
     the sibling files written beside it. ``own(path)``: whether an existing file is this command's earlier output.
     ``in_run``: a folder of the command's own inside a run is allowed (report, explain, intervene, audit).
     ``required``: inputs that must exist (a one-line "no such file" before anything is created).
+    ``lock``: inside :func:`one_writer_per_output` (every CLI command), hold ``out``'s :func:`output_lock`
+    until the command ends; False where the library takes the output's own lock at once (train's run, a
+    learning curve).
     Returns ``out`` with its symlinks resolved (where the command writes)."""
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
@@ -193,13 +212,38 @@ def check_output(
         if dst.exists() and not dst.is_dir():
             raise OutputError(f"--out {given} is an existing file, not a folder: {what} would replace it",
                               hint="pass --out a folder")
+        if dst.is_dir() and not _own_folder(dst, writes, own):
+            raise OutputError(f"--out {given} is an existing folder this command did not write"
+                              f"{_sample(dst)}: {what} would be mixed with its files",
+                              hint="pass --out a new or empty folder (or an earlier output of this "
+                                   "command, which it replaces)")
     else:
         if dst.is_dir():
             raise OutputError(f"--out {given} is an existing folder, not a file", hint="pass --out a file path")
         if dst.exists() and own is not None and not own(dst):
             raise OutputError(f"--out {given} exists and is not {what}: writing would replace it",
                               hint="pass --out a new file, or remove it first")
-    return dst if Path(os.path.abspath(given.expanduser())) != dst else given  # a link: where it points
+    where = dst if Path(os.path.abspath(given.expanduser())) != dst else given  # a link: where it points
+    claim = _claims.get()
+    if lock and claim is not None:
+        if not Path(where).parent.is_dir():  # made now, after the checks: a folder that cannot be, named as such
+            writable_parent(where)
+        claim[1].enter_context(output_lock(where, claim[0]))
+    return where
+
+
+@contextlib.contextmanager
+def one_writer_per_output(command: str) -> Iterator[None]:
+    """One writer per output: every output :func:`check_output` accepts inside the block keeps its
+    :func:`output_lock` until the block ends, so a second command writing the same file or folder stops at
+    once, naming the first (``command``, e.g. "rubrictool report", and its pid). rubrictool.cli runs every
+    command in one."""
+    with contextlib.ExitStack() as stack:
+        token = _claims.set((command, stack))
+        try:
+            yield
+        finally:
+            _claims.reset(token)
 
 
 def _refuse_inside_a_run(given: Path, dst: Path, kind: str, in_run: bool, what: str) -> None:
@@ -233,8 +277,9 @@ def output_lock(out: str | Path, command: str) -> contextlib.AbstractContextMana
     command on the same file stops at once, naming the first (rubrictool.locks)."""
     from rubrictool.locks import writer_lock
 
+    by = command if command.startswith("rubrictool") else f"rubrictool {command}"
     return writer_lock(out, f"the output {out}", "wait for it to finish, or pass another --out",
-                       by=f"rubrictool {command}", kept=f"nothing was written to {out}")
+                       by=by, kept=f"nothing was written to {out}")
 
 
 def writable_parent(out: str | Path, *, folder: bool = False, kept: str | None = None) -> Path:

@@ -26,7 +26,7 @@ from rubrictool.locks import writer_lock
 from rubrictool.outputs import check_output
 from rubrictool.progress import ProgressFn, warn
 from rubrictool.rubric import Rubric, load_rubric
-from rubrictool.tables import LLM_PASSES_NOTE
+from rubrictool.tables import LLM_PASSES_NOTE, check_ids
 from rubrictool.train import DataRecord, TrainOptions, TrainResult, train_folds, train_model
 
 __all__ = ["DataSource", "SplitPlan", "benchmark_provenance", "benchmark_table", "resolve_data", "run_train",
@@ -115,7 +115,9 @@ def resolve_data(
         raise TrainError("an adjudicated table needs the rubric its concept columns follow", hint="add --rubric NAME|FILE")
     rb = load_rubric(rubric)
     # items no reviewer or model labelled stay in the adjudicated table, unlabelled: left out here
-    table, unlabelled = trainable_rows(read_table(path), rb, str(data))
+    raw = read_table(path)
+    check_ids(raw, str(data), fix="give every answer its own id (adjudicate writes one row per answer)")
+    table, unlabelled = trainable_rows(raw, rb, str(data))
     notes = []
     if unlabelled:
         notes.append(f"{data}: skipping {len(unlabelled)} unlabelled row(s) (no reviewer or model labelled them: "
@@ -155,7 +157,7 @@ def run_train(
     stem = benchmark or Path(str(data)).stem
     run = Path(out) if out else Path("runs") / f"{stem}-{options.variant}"
     run = check_output(run, [data, split, agreement, rubric if rubric and Path(rubric).is_file() else None],
-                 "kfold" if folds else "run", what="the run")
+                 "kfold" if folds else "run", what="the run", lock=False)  # run_writer: its own lock
     with run_writer(run):  # one writer per run folder, held until the run is in place
         return _train_source(benchmark, data, rubric, agreement, data_dir, run, options, plan, progress)
 

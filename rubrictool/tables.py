@@ -35,6 +35,7 @@ __all__ = [
     "REVIEW_COLUMNS",
     "REVIEW_SOURCES",
     "adjudicated_columns",
+    "check_ids",
     "levels_from_labels",
     "read_items",
     "read_levels",
@@ -95,6 +96,34 @@ def _show(v: Any) -> str:
     if isinstance(v, (int, float, np.integer, np.floating)):
         return str(int(v)) if float(v).is_integer() else str(float(v))
     return repr(v)
+
+
+def check_ids(df: pd.DataFrame, source: str, fix: str = "give every answer its own id",
+              empty_fix: str | None = None) -> None:
+    """Refuse a table with an empty ``id`` or an ``id`` used twice, naming the rows as a spreadsheet numbers
+    them (the header being line 1; a JSONL or Parquet file, which has none, from line 1) or the ids (a grade,
+    a label must belong to one answer). Every table read with ids (grade's items, train's adjudicated table)
+    passes here."""
+    if "id" not in df.columns:
+        return
+    first = 1 if Path(source).suffix.lower() in (".jsonl", ".json", ".parquet", ".pq") else 2
+    header = "" if first == 1 else " (the header is line 1)"
+    blank = (df["id"].isna() | df["id"].astype(str).str.strip().eq("")).to_numpy()
+    if blank.any():
+        rows = [int(i) + first for i in np.flatnonzero(blank)]
+        shown = ", ".join(map(str, rows[:5])) + (f" (+{len(rows) - 5} more)" if len(rows) > 5 else "")
+        raise DataError(f"{source}: {len(rows)} answer(s) without an id: line {shown}{header}",
+                        hint=empty_fix or fix)
+    ids = df["id"].astype(str).reset_index(drop=True)
+    dup = ids[ids.duplicated(keep=False)]
+    if len(dup):
+        names = list(dict.fromkeys(dup))
+        more = f" (+{len(names) - 5} more)" if len(names) > 5 else ""
+        shown = ", ".join(repr(i) for i in names[:5]) + more
+        lines = [int(i) + first for i in np.flatnonzero((ids == names[0]).to_numpy())]
+        on = f"{', '.join(map(str, lines[:-1]))} and {lines[-1]}{header.replace(' (', '; ')[:-1]}"
+        raise DataError(f"{source}: {len(names)} id(s) used more than once: {shown} ({names[0]!r} on lines {on})",
+                        hint=fix)
 
 
 def validate_adjudicated(table: pd.DataFrame, rubric: Rubric, need_concepts: bool = True) -> pd.DataFrame:

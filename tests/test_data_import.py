@@ -326,3 +326,41 @@ def test_train_on_a_table_without_grades_names_the_import_fix(tmp_path: Path) ->
                               str(tmp_path / "run")])
     flat = " ".join(res.output.split())
     assert res.exit_code == 1 and "--columns grade=HEADER" in flat and "--items" not in flat.split(";")[0]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "xlsx"])
+@pytest.mark.parametrize("case", ["repeated", "empty"])
+def test_a_repeated_or_empty_id_is_refused_naming_the_row_a_spreadsheet_shows(tmp_path: Path, fmt: str,
+                                                                               case: str) -> None:
+    rows: list[list[str | int | None]] = [
+        ["id", "answer", "mark"], ["a1", "goggles", 2], ["a2", "gloves", 1], [None, None, None],
+        ["a1" if case == "repeated" else None, "a fume hood", 2]]
+    src = tmp_path / f"marks.{fmt}"
+    if fmt == "xlsx":
+        from openpyxl import Workbook
+
+        wb = Workbook()
+        for row in [[None, None, None], *rows]:  # a blank row above the header: the header is row 2
+            wb.active.append(row)
+        wb.save(src)
+    else:  # a blank line above the header, and a blank line inside the data, as a spreadsheet saves them
+        lines = [",".join("" if v is None else str(v) for v in r) for r in rows]
+        src.write_text("\n" + "\n".join(lines) + "\n")
+    out = tmp_path / "items.csv"
+    code, text = invoke(str(src), "--out", str(out))
+    flat = " ".join(text.split())
+    assert code == 1 and "Traceback" not in text and not out.exists(), text
+    expect = "row 3 and row 6: the id 'a1'" if case == "repeated" else "row 6: empty id in column 'id'"
+    assert expect in flat and "the header being row 2" in flat and "--columns id=" in flat, flat
+    code, text = invoke(str(src), "--out", str(out), "--columns", "id=")  # the fix it names: ids made
+    assert code == 0, text
+    items = read_table(out)
+    assert items["id"].is_unique and list(items["source_id"].fillna("")) == [
+        "a1", "a2", "a1" if case == "repeated" else ""]
+
+
+def test_made_ids_stay_as_they_are(tmp_path: Path) -> None:
+    src = tmp_path / "marks.csv"
+    src.write_text("student,question,answer,mark\ns1,Q1,goggles,2\ns1,Q1,gloves,1\n")  # no id column
+    imported = read_course_file(src)
+    assert imported.report.ids == "made" and imported.items["id"].is_unique

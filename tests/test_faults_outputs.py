@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -157,6 +158,102 @@ def test_two_grades_into_one_file_cannot_both_win(course: dict[str, Path], train
         holder.wait()
 
 
+def _folder_args(command: str, course: dict[str, Path], trained: Path, out: Path) -> list[str]:
+    """A command writing a folder of outputs into ``out`` (the least it needs to reach its output check)."""
+    table, rubric, items = str(course["table"]), str(course["rubric"]), str(course["items"])
+    run = ["--run", str(trained)]
+    return {"report": ["report", *run], "explain": ["explain", *run, FORMULA_ID],
+            "intervene": ["intervene", *run], "audit": ["audit", *run], "diagnose": ["rubric", "diagnose", *run],
+            "adjudicate": ["adjudicate", "--rubric", rubric, "--reviews", table, "--items", items],
+            "annotate": ["annotate", "--rubric", rubric, "--data", items],
+            "learning-curve": ["learning-curve", "--data", table, "--rubric", rubric],
+            "ablate": ["ablate", "--data", table, "--rubric", rubric], "export": ["data", "export", "mohler"],
+            "split": ["data", "split", items],
+            "import": ["data", "import", items]}[command] + ["--out", str(out)]
+
+
+FOLDER_COMMANDS = ["report", "explain", "intervene", "audit", "diagnose", "adjudicate", "annotate",
+                   "learning-curve", "ablate", "export", "split", "import"]
+
+
+@pytest.mark.parametrize("command", FOLDER_COMMANDS)
+def test_a_folder_of_other_files_is_refused_as_out(course: dict[str, Path], trained: Path, tmp_path: Path,
+                                                   command: str) -> None:
+    mine = tmp_path / "mine"
+    (mine / "notes").mkdir(parents=True)
+    (mine / "thesis.md").write_text("# chapter 1\n", encoding="utf-8")
+    (mine / "notes" / "a.txt").write_text("keep me\n", encoding="utf-8")
+    before = _snapshot(mine)
+    res = runner.invoke(app, _folder_args(command, course, trained, mine))
+    flat = _one_line(res.output)
+    assert res.exit_code == 1 and f"--out {mine} is an existing folder" in flat, res.output
+    assert _snapshot(mine) == before and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_a_commands_own_folder_is_replaced_and_an_empty_one_taken(trained: Path, tmp_path: Path) -> None:
+    out = tmp_path / "why"
+    out.mkdir()
+    for _ in range(2):  # empty, then its own earlier output
+        res = runner.invoke(app, ["explain", "--run", str(trained), FORMULA_ID, "--out", str(out)])
+        assert res.exit_code == 0, res.output
+    assert FORMULA_ID in set(read_table(out / "explain.csv")["id"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["why"]  # no lock file left
+
+
+def _hold(out: Path, command: str) -> subprocess.Popen[str]:
+    """A first command writing ``out``: it holds the output's lock, has made its folder, and is still at work
+    (its files are written whole at the end)."""
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import pathlib, time
+        from rubrictool.outputs import output_lock
+        out = pathlib.Path({str(out)!r})
+        with output_lock(out, {command!r}):
+            if not out.suffix:
+                out.mkdir()
+            print("held", flush=True)
+            time.sleep(60)
+    """)], env=cli_env(), cwd=str(ROOT), stdout=subprocess.PIPE, text=True)
+
+
+def _second_writer(command: str, course: dict[str, Path], trained: Path, out: Path) -> list[str]:
+    rubric = str(course["rubric"])
+    if command in FOLDER_COMMANDS and not out.suffix:
+        return _folder_args(command, course, trained, out)
+    if command == "gradebook":
+        return ["grade", "--run", str(trained), "--data", str(course["items"]), "--gradebook",
+                str(course["items"]), "--gradebook-out", str(out), "--out", str(out.with_name("g.csv"))]
+    return {"rubric export": ["rubric", "export", rubric],
+            "rubric points": ["rubric", "points", rubric, "--labels", str(course["table"])],
+            "rubric new": ["rubric", "new", "--name", "x", "--concepts", "A,B", "--force"],
+            "review pull": ["review", "pull", "--project", "p", "--rubric", rubric, "--url",
+                            "http://127.0.0.1:9", "--api-key", "k"],
+            "rubric fit-points": ["rubric", "fit-points", rubric, "--data", str(course["table"])],
+            "split": ["data", "split", str(course["items"])], "export": ["data", "export", "mohler"],
+            "import": ["data", "import", str(course["items"])]}[command] + ["--out", str(out)]
+
+
+@pytest.mark.parametrize(("command", "name"), [
+    *((c, "out") for c in FOLDER_COMMANDS if c not in ("split", "export", "import", "annotate")),
+    ("split", "s.json"), ("export", "e.csv"), ("import", "i.csv"), ("rubric export", "r.md"),
+    ("rubric points", "p.csv"), ("rubric new", "n.yaml"), ("rubric fit-points", "f.yaml"),
+    ("review pull", "r.csv"), ("gradebook", "b.csv")])
+def test_two_writers_of_one_output_cannot_both_win(course: dict[str, Path], trained: Path, tmp_path: Path,
+                                                   command: str, name: str) -> None:
+    out = tmp_path / name
+    holder = _hold(out, "first")
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        before = _snapshot(tmp_path)
+        res = runner.invoke(app, _second_writer(command, course, trained, out))
+        flat = _one_line(res.output)
+        held = f"{out} is in use by another rubrictool first (pid {holder.pid}"
+        assert res.exit_code == 1 and held in flat, res.output
+        assert _snapshot(tmp_path) == before  # the first's output as it wrote it
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 # -- 2. runs that cannot change unseen ------------------------------------------------------------------------------
 
 
@@ -167,7 +264,7 @@ def test_a_few_numbers_changed_between_the_sampled_blocks_are_refused(tmp_path: 
     weights.write_bytes(os.urandom(20 * 2**20))  # larger than the files the old check hashed whole
     from rubrictool.train.runs import sample_sha256
 
-    record = {"format_version": 2, "files": {"model.safetensors": {
+    record: dict[str, Any] = {"format_version": 2, "files": {"model.safetensors": {
         "bytes": weights.stat().st_size, "sha256": sha256_file(weights), "sample_sha256": sample_sha256(weights)}}}
     (run / RECORD).write_text(json.dumps(record))
     assert run_is_complete(run)
@@ -232,6 +329,27 @@ def test_an_empty_id_is_refused_with_its_line(trained: Path, tmp_path: Path) -> 
     res = runner.invoke(app, ["grade", "--run", str(trained), "--items", str(data), "--out", str(tmp_path / "g.csv")])
     assert res.exit_code == 1 and "without an id: line 3" in _one_line(res.output), res.output
     assert not (tmp_path / "g.csv").exists()
+
+
+@pytest.mark.parametrize("case", ["repeated", "empty"])
+def test_train_and_grade_refuse_a_repeated_or_empty_id_naming_its_line(course: dict[str, Path], trained: Path,
+                                                                       tmp_path: Path, case: str) -> None:
+    table = pd.read_csv(course["table"], dtype={"id": str})
+    items = pd.read_csv(course["items"], dtype={"id": str})
+    for df in (table, items):
+        df["id"] = [str(df["id"].iloc[2]) if i == 5 and case == "repeated" else None if i == 5 else v
+                    for i, v in enumerate(df["id"])]  # line 7 (the header is line 1)
+    table.to_csv(tmp_path / "adjudicated.csv", index=False)
+    items.to_csv(tmp_path / "items.csv", index=False)
+    expect = (f"used more than once: {table.loc[2, 'id']!r} ({table.loc[2, 'id']!r} on lines 4 and 7"
+              if case == "repeated" else "1 answer(s) without an id: line 7")
+    res = runner.invoke(app, _train_args({**course, "table": tmp_path / "adjudicated.csv"}, tmp_path / "r"))
+    assert res.exit_code == 1 and expect in _one_line(res.output), res.output
+    expect = expect.replace(repr(table.loc[2, "id"]), repr(items.loc[2, "id"]))
+    res = runner.invoke(app, ["grade", "--run", str(trained), "--data", str(tmp_path / "items.csv"), "--out",
+                              str(tmp_path / "g.csv")])
+    assert res.exit_code == 1 and expect in _one_line(res.output), res.output
+    assert not (tmp_path / "r").exists() and not (tmp_path / "g.csv").exists()
 
 
 def test_xlsx_rows_are_cited_as_the_sheet_numbers_them(tmp_path: Path) -> None:

@@ -30,12 +30,13 @@ def output_paths(out: str | Path) -> tuple[Path, Path, Path]:
 def check_annotate_output(out: str | Path, inputs: list[str | Path | None]) -> None:
     """The output rule (rubrictool.outputs) for ``annotate --out``: a table file with its two sibling files, or a
     folder of the three; never an input, never a file that is not a prediction table."""
-    pred, fail, summ = output_paths(out)
+    pred, fail, summ = output_paths(out)  # not locked here: run_annotation locks the table and the cache
     if pred == Path(out):
         check_output(out, inputs, "file", writes=[fail.name, summ.name], what="a prediction table",
-                     own=has_columns("item", "model", "concept", "level"))
+                     own=has_columns("item", "model", "concept", "level"), lock=False)
     else:
-        check_output(out, inputs, "folder", writes=[pred.name, fail.name, summ.name], what="the prediction table")
+        check_output(out, inputs, "folder", writes=[pred.name, fail.name, summ.name],
+                     what="the prediction table", lock=False)
 
 
 def write_outputs(result: AnnotateResult, out: str | Path, cache: str | Path | None = None) -> tuple[Path, Path, Path]:

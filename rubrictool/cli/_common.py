@@ -195,13 +195,33 @@ def _interrupted(command: str) -> str:
                  "were not")
 
 
+def _command_name(fn: Callable[..., Any]) -> str:
+    """The command as typed ("rubrictool data import"), whatever the program was called (``python -m``)."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    words = []
+    while ctx is not None and ctx.parent is not None:
+        words.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(["rubrictool", *reversed(words)]) if words else f"rubrictool {fn.__name__}"
+
+
+def _one_writer(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run a command holding the lock of every output it checks (rubrictool.outputs), until it ends."""
+    from rubrictool.outputs import one_writer_per_output
+
+    with one_writer_per_output(_command_name(fn)):
+        return fn(*args, **kwargs)
+
+
 def handle_errors(fn: F) -> F:
     """Turn library errors into ``error: <message>`` on stderr and exit code 1 (no traceback)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:  # a context of its own: settings a command makes for its run (e.g. --verify) end with it
-            return contextvars.copy_context().run(fn, *args, **kwargs)
+            return contextvars.copy_context().run(_one_writer, fn, args, kwargs)
         except _error_types() as e:
             hint = getattr(e, "hint", None)  # how to fix it on the command line (RubrictoolError)
             err_console.print(f"[bold red]error:[/] {shown(e)}" + (f"; {shown(hint)}" if hint else ""), highlight=False,

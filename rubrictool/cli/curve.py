@@ -110,7 +110,9 @@ def learning_curve_cmd(
     options = TrainOptions(preset=preset, overrides=training_overrides(config, flat=flat, table=CURVE_OPTIONS))
     from rubrictool.outputs import check_output, writable_parent
 
-    check_output(out, [data, config, agreement], "folder", what="the curve")  # before any cell trains
+    # before any cell trains; run_learning_curve holds the folder's own lock
+    check_output(out, [data, config, agreement], "folder", writes=["curve.json", "curve.csv", "cells"],
+                 what="the curve", lock=False)
     writable_parent(out, folder=True)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[info]}"))

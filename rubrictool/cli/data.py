@@ -110,7 +110,9 @@ def data_export(
     Example: rubrictool data export asap2 --limit 200 --out asap2-items.jsonl
     """
     from rubrictool.data import export_benchmark
+    from rubrictool.outputs import check_output, has_columns
 
+    check_output(out, [data_dir], "file", own=has_columns("id", "response"), what="an item table")
     path, n = export_benchmark(benchmark, out, data_dir, limit)
     console.print(f"wrote {path}: {n} items", soft_wrap=True)
 
@@ -169,12 +171,6 @@ def _import_lines(rep: Any) -> list[str]:
         lines.append(f"ids: the file has no answer-id column; made ids {made}, the same for the same question and "
                      "student in every import: another term's file whose students are named the same (Student 1, …) "
                      "gets the same ids; import it with --against THIS_TABLE (checked) or --id-prefix TERM/")
-    elif rep.ids == "remade":
-        rep_ids = ", ".join(rep.repeated_ids[:5]) + (" ..." if len(rep.repeated_ids) > 5 else "")
-        lines.append(
-            f"ids: column {rep.mapping['id']!r} repeats or leaves out ids ({len(rep.repeated_ids)}: {rep_ids}); made unique "
-            f"ids {made}; the file's ids are kept in column {rep.id_column_kept_as}"
-        )
     else:
         lines.append(f"ids: column {rep.mapping['id']!r}, all unique")
     if rep.n_questions is not None:

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
+REPORT_FILES = ["report.html", "report.md", "report.json"]  # what marks a folder as an earlier report
+
 
 
 def _bar(v: float, scale: float, width: int = 6) -> str:
@@ -103,16 +105,17 @@ def _print_legend() -> None:
         console.print(f"  [bold]{names.get(sym, sym)}[/]: {words}", soft_wrap=True, highlight=False)
 
 
-def _before_work(out: Path, inputs: list[Any], verify: bool) -> None:
-    """``--verify`` for every run this command opens; the output rule (rubrictool.outputs) and a write probe of
-    ``out``, before the run is loaded."""
+def _before_work(out: Path, inputs: list[Any], verify: bool, writes: list[str]) -> None:
+    """``--verify`` for every run this command opens; the output rule (rubrictool.outputs: ``writes``, the
+    files that mark an earlier output of the command) and a write probe of ``out``, before the run is loaded.
+    """
     from rubrictool.outputs import check_output, writable_parent
     from rubrictool.train.runs import require_run_dir, verify_runs_fully
 
     if verify:
         verify_runs_fully()
     require_run_dir(inputs[0])  # a mistyped --run is one line, and nothing is created for it
-    check_output(out, inputs, "folder", in_run=True, required=inputs[1:])
+    check_output(out, inputs, "folder", writes=writes, in_run=True, required=inputs[1:])
     writable_parent(out, folder=True)
 
 
@@ -140,7 +143,7 @@ def explain_cmd(
     wanted = [*(item_ids or []), *(ids or [])]
     if not wanted:
         raise typer.BadParameter("name the answers to explain: ITEM_ID… or --id ID")
-    _before_work(out or model / "explain", [model, data], verify)
+    _before_work(out or model / "explain", [model, data], verify, ["explain.html", "explain.csv"])
     with err_console.status("loading the run and tracing ..."):
         run = open_run(model, data=data, data_dir=data_dir)
         overrides = parse_overrides(",".join(set_ or []), run.keys, (run.scale_min, int(run.meta["scale"][1])))
@@ -180,7 +183,7 @@ def intervene_cmd(
     from rubrictool.report.run import predict_with_attention
 
     data = renamed("--table", table, "--data", old_data)
-    _before_work(out or model / "intervene", [model, data], verify)
+    _before_work(out or model / "intervene", [model, data], verify, ["intervention.csv", "intervention.png"])
     with err_console.status("predicting the test split ..."):
         run = open_run(model, data=data, data_dir=data_dir)
         if run.plm:
@@ -250,7 +253,7 @@ def report_cmd(
         return
     from rubrictool.report import build_report, open_run, write_report
 
-    _before_work(out or model / "report", [model, data, curve, *(reviews or [])], verify)
+    _before_work(out or model / "report", [model, data, curve, *(reviews or [])], verify, REPORT_FILES)
     rev = None
     if reviews:
         from rubrictool.adjudicate import read_reviews
@@ -274,8 +277,10 @@ def report_cmd(
 
 
 def _report_folds(run: Path, out: Path | None, curve: Path | None) -> None:
+    from rubrictool.outputs import check_output
     from rubrictool.report.folds_page import build_folds_report, write_folds_report
 
+    check_output(out or run / "report", [run, curve], "folder", writes=REPORT_FILES, in_run=True)
     with err_console.status("building the pooled report of the folds ..."):
         rep = build_folds_report(run, curve=curve)
         paths = write_folds_report(rep, out or run / "report")
@@ -343,6 +348,11 @@ def diagnose_cmd(
     if adjudicated is None and rubric is not None:
         raise typer.BadParameter("--rubric goes with --adjudicated: a run diagnoses the copy of the rubric it "
                                  "trained on")
+    if out is not None:  # the output rule (rubrictool.outputs), before the work
+        from rubrictool.outputs import check_output
+
+        check_output(out, [adjudicated, model, data, rubric, *(reviews or [])], "folder", in_run=True,
+                     writes=["rubric_diagnosis.csv", "rubric_diagnosis.md", "rubric_suggestion.diff"])
     with err_console.status("diagnosing ..."):
         if adjudicated is None:
             assert model is not None
@@ -505,10 +515,18 @@ def ablate_cmd(
 
     Example (frozen encoder beside trained): rubrictool ablate --benchmark mohler --variants reccbm,reccbm-frozen,plm,plm-frozen --out runs/ablation
     """
+    from rubrictool.outputs import check_output, is_kfold_folder, is_run_folder
     from rubrictool.report.ablate import ablation_markdown, run_ablation
     from rubrictool.train import TrainOptions, training_overrides
 
     data = renamed("--table", table, "--data", old_data)
+
+    def runs_inside(folder: Path) -> bool:  # an ablation killed before its table: the combinations it trained
+        return any(p.is_dir() and (is_run_folder(p) or is_kfold_folder(p)) for p in folder.iterdir())
+
+    check_output(out, [data, rubric], "folder", writes=["ablation.csv", "ablation.md"], own=runs_inside,
+                 what="the ablation")
+
     flat = {"backbone": backbone, "epochs": epochs, "max_len": max_len, "lr": lr, "device": device}
     options = TrainOptions(preset=preset, overrides=training_overrides(flat=flat), seeds=seeds)
 

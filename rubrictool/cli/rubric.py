@@ -159,6 +159,7 @@ def rubric_new(
                  "give --name ID, e.g. --name cs101")
     levels = renamed("--levels", levels_opt, "-l", old_l) or 3
     keys = [k.strip() for k in concepts.split(",") if k.strip()]
+    _check_out(out or Path(f"{name}.yaml"), [])  # one writer (an existing file: --force decides)
     path = new_rubric_file(out or Path(f"{name}.yaml"), name, keys, levels, grade_min, grade_max, title, force)
     console.print(
         f"wrote {path} ({len(keys)} concepts, levels 1..{levels}); next: rubrictool rubric lint -r {path}",

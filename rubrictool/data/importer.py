@@ -3,25 +3,36 @@
 A teacher's spreadsheet has its own headers (``answer``, ``reference_answer``, ``correct``, ...). The
 import maps them onto the ItemTable's columns (``id, question, response, reference, context, grade``),
 guessing common header names case- and space-insensitively unless ``columns`` says otherwise, makes
-ids unique when the file has none or repeats them, and reports what it found — the mapping, the grade
-scale, empty responses, repeated rows — before anything is written (:func:`read_course_file`, then
-:func:`write_course_items`; :func:`import_items` does both).
+ids when the file has none (a repeated or empty id in the file's own id column is refused, naming the
+row), and reports what it found — the mapping, the grade scale, empty responses, repeated rows — before
+anything is written (:func:`read_course_file`, then :func:`write_course_items`; :func:`import_items` does
+both). Reading the file (its format, delimiter, header row and row numbers) is
+:mod:`rubrictool.data.course_file`.
 
 Row numbers in messages count data rows from 1 below the header; for XLSX they are the spreadsheet's
-own row numbers (the header is row 1).
+own row numbers (the header is row 1). A repeated or empty id is named by the row a spreadsheet shows,
+in XLSX and CSV alike (the header row and blank rows counted).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from rubrictool.atomic import remove_stale_temps
+from rubrictool.data.course_file import (
+    IMPORT_FORMATS,
+    ImportReport,
+    check_nul,
+    data_rows,
+    file_format,
+    read_raw,
+    where_row,
+)
 from rubrictool.data.course_ids import made_ids, text_ids
 from rubrictool.errors import DataError
 from rubrictool.io import read_table, write_table
@@ -35,6 +46,7 @@ __all__ = [
     "ImportReport",
     "ImportedItems",
     "check_against",
+    "check_file_ids",
     "grade_problem",
     "header_scale",
     "import_items",
@@ -43,10 +55,6 @@ __all__ = [
     "write_course_items",
 ]
 
-IMPORT_FORMATS = {
-    ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet",
-    ".xlsx": "xlsx", ".xlsm": "xlsx",
-}
 
 HEADER_GUESSES: dict[str, tuple[str, ...]] = {
     "id": ("id", "item_id", "answer_id", "response_id", "submission_id", "uid", "row_id"),
@@ -107,53 +115,6 @@ def _norm(name: object) -> str:
 
 
 @dataclass
-class ImportReport:
-    """What an import found, said before anything is written."""
-
-    source: str
-    fmt: str
-    sheet: str | None = None
-    other_sheets: list[str] = field(default_factory=list)
-    n_rows: int = 0
-    """Data rows read (blank rows excluded)."""
-    blank_rows: int = 0
-    mapping: dict[str, str] = field(default_factory=dict)
-    """ItemTable column -> the file's header it comes from."""
-    guessed: list[str] = field(default_factory=list)
-    """The ItemTable columns whose header was guessed (not given in ``columns``)."""
-    unused: list[str] = field(default_factory=list)
-    """Headers kept as extra columns (renamed ``source_<name>`` when the name is an ItemTable column)."""
-    ids: str = "kept"
-    """kept (the file's ids, unique), made (the file has no id column) or remade (the file repeats ids)."""
-    id_rule: str | None = None
-    """How made ids are made, in words (``<question>/<student>``)."""
-    repeated_ids: list[str] = field(default_factory=list)
-    id_column_kept_as: str | None = None
-    grade: dict[str, Any] = field(default_factory=dict)
-    """min, max, integer, n_missing, histogram, booleans (true/false read as 1/0), header_scale (the range the header
-    states), scaled_by, rounded (grades changed by rounding), n_fractional and first_fractional (not whole numbers)."""
-    n_questions: int | None = None
-    empty_responses: list[str] = field(default_factory=list)
-    """Where each empty response is ("row 7 (id bio.3)")."""
-    dropped_empty: bool = False
-    duplicate_rows: list[str] = field(default_factory=list)
-    """Rows that repeat an earlier row in every column of the file ("row 9 = row 4")."""
-    duplicate_answers: int = 0
-    """Answers whose text repeats another answer to the same question (not identical rows)."""
-    n_written: int = 0
-    out: str | None = None
-    header_row: int = 1
-    """A workbook sheet's header row (blank rows above it skipped)."""
-    row_numbers: list[int] = field(default_factory=list)
-    """Per data row kept (blank rows left out), the row a person finds it at: in a workbook the sheet's row (header
-    row and any blank rows above it counted), in a text file its data row."""
-    delimiter: str | None = None
-    """A CSV's delimiter when it is not a comma (sniffed: ``;`` from a spreadsheet set to a decimal comma)."""
-    warnings: list[str] = field(default_factory=list)
-    """What the import changed or could not tell (two columns with one header)."""
-
-
-@dataclass
 class ImportedItems:
     """The ItemTable an import will write, and its report."""
 
@@ -187,115 +148,9 @@ def parse_columns(spec: str | None) -> dict[str, str | None]:
     return out
 
 
-def _read_raw(path: Path, fmt: str, sheet: str | None, report: ImportReport) -> pd.DataFrame:
-    """The file as a DataFrame of strings/numbers, headers as written (stripped)."""
-    if sheet is not None and fmt != "xlsx":
-        raise DataError(f"{path}: --sheet is for XLSX workbooks; this is a {fmt.upper()} file")
-    if fmt in ("csv", "tsv"):
-        sep = "\t" if fmt == "tsv" else _sniff_delimiter(path)
-        if sep not in (",", "\t"):
-            report.delimiter = sep
-        try:
-            df = pd.read_csv(
-                path, sep=sep, dtype=str, keep_default_na=False, na_values=[""],
-                index_col=False, encoding="utf-8-sig",
-            )
-        except UnicodeDecodeError:
-            raise DataError(
-                f"{path}: not UTF-8 text; save it as 'CSV UTF-8' (Excel) or re-encode it to UTF-8"
-            ) from None
-        except (ValueError, pd.errors.ParserError, OSError) as e:
-            first = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-            raise DataError(f"{path}: cannot read as {fmt.upper()}: {first}") from None
-    elif fmt == "xlsx":
-        try:
-            book = pd.ExcelFile(path, engine="openpyxl")
-        except ImportError:
-            raise DataError(
-                "reading XLSX needs openpyxl", hint="pip install openpyxl (a rubrictool dependency)"
-            ) from None
-        except (ValueError, OSError, KeyError) as e:
-            raise DataError(f"{path}: cannot read as XLSX ({e.__class__.__name__}: {e}); is it an Excel workbook?") from None
-        names = [str(n) for n in book.sheet_names]
-        if sheet is not None and sheet not in names:
-            raise DataError(f"{path}: no sheet {sheet!r}; its sheets: {', '.join(map(repr, names))}; pass --sheet NAME")
-        if not names:
-            raise DataError(f"{path}: the workbook has no sheets")
-        chosen = sheet if sheet is not None else names[0]
-        report.sheet, report.other_sheets = chosen, [n for n in names if n != chosen]
-        report.header_row = _first_filled_row(book, chosen)
-        df = book.parse(chosen, dtype=object, header=report.header_row - 1)  # blank rows above the header skipped
-        book.close()
-    else:
-        df = read_table(path)  # JSONL, Parquet: io's reader and its errors
-    if fmt in ("csv", "tsv"):
-        _warn_repeated_headers(path, sep, list(df.columns), report)
-    df.columns = [str(c).strip() for c in df.columns]
-    unnamed = [c for c in df.columns if c.startswith("Unnamed:") and df[c].isna().all()]
-    df = df.drop(columns=unnamed)
-    if df.columns.duplicated().any():
-        dup = df.columns[df.columns.duplicated()][0]
-        raise DataError(f"{path}: two columns are headed {dup!r}; give every column its own header")
-    return df
-
-
-def _sniff_delimiter(path: Path) -> str:
-    """A CSV's delimiter: a comma, unless its header line holds none and does hold ``;``, a tab or ``|`` (a spreadsheet
-    set to a decimal comma saves ``;``)."""
-    try:
-        with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
-            head = fh.readline()
-    except OSError:
-        return ","
-    if "," in head:
-        return ","
-    counts = {d: head.count(d) for d in (";", "\t", "|")}
-    best = max(counts, key=lambda d: counts[d])
-    return best if counts[best] else ","
-
-
-def _warn_repeated_headers(path: Path, sep: str, columns: list[str], report: ImportReport) -> None:
-    """Warn of two columns under one header (pandas reads the second as ``NAME.1``): which one is read as what."""
-    import csv
-
-    try:
-        with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
-            header = [h.strip() for h in next(csv.reader(fh, delimiter=sep), [])]
-    except OSError:
-        return
-    seen: dict[str, int] = {}
-    for i, h in enumerate(header):
-        if h in seen and h and i < len(columns):
-            report.warnings.append(
-                f"columns {seen[h] + 1} and {i + 1} are both headed {h!r}: column {seen[h] + 1} is read as {h!r}, "
-                f"column {i + 1} as {str(columns[i]).strip()!r} (rename one in the file, or map it with --columns)")
-        seen.setdefault(h, i)
-
-
-def _first_filled_row(book: Any, sheet: str) -> int:
-    """The sheet row (1-based) of a workbook sheet's first non-empty row: the header pandas read (blank rows above
-    it are skipped)."""
-    try:
-        ws = book.book[sheet]
-        for n, row in enumerate(ws.iter_rows(values_only=True), 1):
-            if any(v is not None and str(v).strip() != "" for v in row):
-                return n
-    except Exception:  # noqa: BLE001 - a workbook openpyxl reads differently: rows as if the header were row 1
-        return 1
-    return 1
-
-
 def _num(x: float) -> str:
     """3.0 -> "3", 2.5 -> "2.5"."""
     return str(int(x)) if x.is_integer() else str(x)
-
-
-def _where(report: ImportReport, pos: int) -> str:
-    """A data row (0-based position in the file's data rows, blank rows left out) as the user finds it: the sheet's
-    row in a workbook, the data row in a text file."""
-    if pos < len(report.row_numbers):
-        return f"row {report.row_numbers[pos]}"
-    return f"row {pos + 2}" if report.fmt == "xlsx" else f"row {pos + 1}"
 
 
 def _map_columns(headers: list[str], given: dict[str, str | None], path: Path) -> tuple[dict[str, str], list[str]]:
@@ -347,7 +202,7 @@ def _grades(col: pd.Series, report: ImportReport, header: str, path: Path, grade
     if bad.any():
         pos = int(np.flatnonzero(bad.to_numpy())[0])
         raise DataError(
-            f"{path}: {_where(report, pos)}, column {header!r}: grade {text.iloc[pos]!r} is not a number "
+            f"{path}: {where_row(report, pos)}, column {header!r}: grade {text.iloc[pos]!r} is not a number "
             f"({int(bad.sum())} such cell(s)); map the grades to numbers first (e.g. A=4, B=3) or map another "
             "column with --columns grade=HEADER"
         )
@@ -367,7 +222,7 @@ def _grades(col: pd.Series, report: ImportReport, header: str, path: Path, grade
         "scaled_by": grade_scale,
         "rounded": int((num != raw_num * (grade_scale or 1.0)).sum()) if round_grades else None,
         "n_fractional": int(frac.sum()),
-        "first_fractional": None if first is None else f"{_where(report, first)}: {_num(float(num.iloc[first]))}",
+        "first_fractional": None if first is None else f"{where_row(report, first)}: {_num(float(num.iloc[first]))}",
         "min": float(have.min()) if len(have) else None,
         "max": float(have.max()) if len(have) else None,
         "integer": integer,
@@ -376,47 +231,6 @@ def _grades(col: pd.Series, report: ImportReport, header: str, path: Path, grade
         "booleans": bool(booleans.any()),
     }
     return num.astype("Int64") if integer else num
-
-
-def _check_nul(df: pd.DataFrame, report: ImportReport, path: Path) -> None:
-    for col in df.columns:
-        s = df[col]
-        if pd.api.types.is_numeric_dtype(s.dtype):
-            continue
-        has = s.map(lambda v: isinstance(v, str) and "\x00" in v)
-        if has.any():
-            pos = int(np.flatnonzero(has.to_numpy())[0])
-            raise DataError(
-                f"{path}: {_where(report, pos)}, column {col!r}: the cell contains a NUL byte ({int(has.sum())} such "
-                "cell(s)); remove it — a NUL usually means a binary file or the wrong encoding"
-            )
-
-
-def _file_format(p: Path) -> str:
-    """The import format of ``p`` by its suffix; fails on an unknown type or a missing file."""
-    fmt = IMPORT_FORMATS.get(p.suffix.lower())
-    if fmt is None:
-        hint = "save it as .xlsx or .csv" if p.suffix.lower() in (".xls", ".ods", ".numbers") else ""
-        raise DataError(
-            f"{p}: unknown file type {p.suffix!r}; import reads .csv, .tsv, .jsonl, .parquet or .xlsx"
-            + (f" ({hint})" if hint else "")
-        )
-    if not p.is_file():
-        raise DataError(f"{p}: no such file; check the path")
-    return fmt
-
-
-def _data_rows(raw: pd.DataFrame, report: ImportReport, p: Path) -> pd.DataFrame:
-    """``raw`` without its blank rows (counted in the report); fails when no row is left."""
-    blank = raw.apply(lambda c: c.isna() | c.astype(str).str.strip().eq("")).all(axis=1)
-    report.blank_rows = int(blank.sum())
-    first = report.header_row + 1 if report.fmt == "xlsx" else 1  # where data row 0 is
-    report.row_numbers = [first + int(i) for i in np.flatnonzero(~blank.to_numpy())]
-    raw = raw.loc[~blank.to_numpy()].reset_index(drop=True)
-    report.n_rows = len(raw)
-    if len(raw) == 0:
-        raise DataError(f"{p}: no data rows" + (f" in sheet {report.sheet!r}" if report.sheet else ""))
-    return raw
 
 
 def _require_response(mapping: dict[str, str], headers: list[str], report: ImportReport, p: Path) -> None:
@@ -458,34 +272,53 @@ def _mapped_items(
 
 
 def _with_ids(
-    items: pd.DataFrame, raw: pd.DataFrame, mapping: dict[str, str], report: ImportReport, id_prefix: str | None
+    items: pd.DataFrame, raw: pd.DataFrame, mapping: dict[str, str], report: ImportReport,
+    id_prefix: str | None, p: Path,
 ) -> pd.DataFrame:
-    """``items`` with ids (and ``student``): the file's answer ids when unique, else made from the question and the
-    student (stable across imports), the file's ids then kept as ``source_id``."""
+    """``items`` with ids (and ``student``): the file's answer ids (each given once, none empty:
+    :func:`check_file_ids`), or, when it has no id column, ids made from the question and the student
+    (stable across imports)."""
     student = text_ids(raw[mapping["student"]]) if "student" in mapping else None
     if student is not None:
         items["student"] = student
     id_col = mapping.get("id")
-    file_ids = text_ids(raw[id_col]) if id_col is not None else None
-    if file_ids is not None and file_ids.notna().all() and not file_ids.duplicated().any():
+    if id_col is not None:
+        file_ids = text_ids(raw[id_col])
+        check_file_ids(file_ids, report, p, id_col)
         items.insert(0, "id", file_ids)
-    else:
-        if file_ids is not None:
-            report.ids = "remade"
-            rep = file_ids[file_ids.duplicated(keep=False) | file_ids.isna()]
-            report.repeated_ids = [str(x) for x in dict.fromkeys(rep.fillna("(empty)").tolist())]
-            report.id_column_kept_as = "source_id"
-            if student is None:  # an id column that repeats across questions names the student
-                student = file_ids
-        else:
-            report.ids = "made"
-        made, report.id_rule = made_ids(items, student)
-        if id_prefix:
-            made, report.id_rule = id_prefix + made, f"{id_prefix}{report.id_rule}"
-        items.insert(0, "id", made)
-        if file_ids is not None:
-            items["source_id"] = file_ids
+        return items
+    report.ids = "made"
+    made, report.id_rule = made_ids(items, student)
+    if id_prefix:
+        made, report.id_rule = id_prefix + made, f"{id_prefix}{report.id_rule}"
+    items.insert(0, "id", made)
     return items
+
+
+def check_file_ids(ids: pd.Series, report: ImportReport, p: Path, column: str) -> None:
+    """Refuse an empty or repeated id in the file's own id column, naming the row a spreadsheet shows (ids the
+    import makes are never checked here: they are unique by construction)."""
+    rows = report.sheet_rows
+
+    def row(pos: int) -> str:
+        return f"row {rows[pos] if pos < len(rows) else pos + 2}"
+
+    fix = ("make the ids unique, or pass --columns id= to leave the column out (kept as source_id) so "
+           "ids are made from the question and the student")
+    rows_are = f"rows as a spreadsheet numbers them, the header being row {report.header_row}"
+    empty = ids.isna().to_numpy()
+    if empty.any():
+        first = int(np.flatnonzero(empty)[0])
+        raise DataError(f"{p}: {row(first)}: empty id in column {column!r} ({int(empty.sum())} empty in all; "
+                        f"{rows_are}); nothing written", hint=fix)
+    dup = ids.duplicated(keep=False).to_numpy()
+    if dup.any():
+        first = int(np.flatnonzero(dup)[0])
+        value = ids.iloc[first]
+        again = [row(int(i)) for i in np.flatnonzero((ids == value).to_numpy())]
+        where = " and ".join(again[:3]) + (" …" if len(again) > 3 else "")
+        raise DataError(f"{p}: {where}: the id {value!r} of column {column!r} is used more than once "
+                        f"({int(ids.duplicated().sum())} repeats in all; {rows_are}); nothing written", hint=fix)
 
 
 def _keep_extra_columns(
@@ -510,7 +343,7 @@ def _report_repeats(items: pd.DataFrame, report: ImportReport) -> pd.Series:
     resp = items["response"]
     empty = resp.isna() | resp.fillna("").str.strip().eq("")
     report.empty_responses = [
-        f"{_where(report, int(pos))} (id {items['id'].iloc[int(pos)]})" for pos in np.flatnonzero(empty.to_numpy())
+        f"{where_row(report, int(pos))} (id {items['id'].iloc[int(pos)]})" for pos in np.flatnonzero(empty.to_numpy())
     ]
     keyed = items.drop(columns="id").astype(str)  # every column of the file (made ids aside)
     dup = keyed.duplicated(keep="first")
@@ -519,7 +352,7 @@ def _report_repeats(items: pd.DataFrame, report: ImportReport) -> pd.Series:
         first_pos = {tuple(r): i for i, r in zip(firsts.index, firsts.itertuples(index=False, name=None))}
         for pos in np.flatnonzero(dup.to_numpy()):
             row = tuple(keyed.iloc[int(pos)])
-            report.duplicate_rows.append(f"{_where(report, int(pos))} = {_where(report, int(first_pos[row]))}")
+            report.duplicate_rows.append(f"{where_row(report, int(pos))} = {where_row(report, int(first_pos[row]))}")
     same_text = items.loc[~empty & ~dup, [c for c in ("question", "response") if c in items.columns]]
     report.duplicate_answers = int(same_text.assign(response=same_text["response"].str.strip().str.lower())
                                    .duplicated(keep=False).sum())
@@ -546,17 +379,17 @@ def read_course_file(
     (:func:`write_course_items` refuses, drops or keeps them). ``id_prefix`` goes before every made id (``spring26/``).
     """
     p = Path(path)
-    fmt = _file_format(p)
+    fmt = file_format(p)
     given = parse_columns(columns) if isinstance(columns, str) or columns is None else dict(columns)
     report = ImportReport(source=str(p), fmt=fmt)
-    raw = _data_rows(_read_raw(p, fmt, sheet, report), report, p)
+    raw = data_rows(read_raw(p, fmt, sheet, report), report, p)
     headers = list(raw.columns)
     mapping, guessed = _map_columns(headers, given, p)
     report.mapping, report.guessed = mapping, guessed
     _require_response(mapping, headers, report, p)
-    _check_nul(raw, report, p)
+    check_nul(raw, report, p)
     items = _mapped_items(raw, mapping, report, p, grade_scale, round_grades)
-    items = _with_ids(items, raw, mapping, report, id_prefix)
+    items = _with_ids(items, raw, mapping, report, id_prefix, p)
     _keep_extra_columns(items, raw, headers, mapping, report)
     empty = _report_repeats(items, report)
     validate_items(items.loc[~empty.to_numpy()], str(p))  # what every later stage will check
