@@ -152,18 +152,38 @@ def check_output(
     Returns ``out`` with its symlinks resolved (where the command writes)."""
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
-    for need in required:
-        if need is not None and "=" in str(need) and not Path(need).exists():
-            need = str(need).split("=", 1)[1]  # a NAME=PATH review spec
-        if need is not None and not Path(need).exists():
-            raise DataError(f"{need}: no such file or folder; nothing was written", hint="check the path")
+    _check_required(required)
     given = Path(out)
     dst = _resolved(given)
     if kind == "folder":
         targets = [dst / name for name in writes]
     else:
         targets = [dst, *(dst.parent / name for name in writes)]
-    replaced_whole = kind in ("run", "kfold")
+    _check_inputs(given, dst, inputs, targets, kind in ("run", "kfold"), what)
+    _refuse_inside_a_run(given, dst, kind, in_run, what)
+    _check_existing(given, dst, kind, writes, own, what)
+    where = dst if Path(os.path.abspath(given.expanduser())) != dst else given  # a link: where it points
+    claim = _claims.get()
+    if lock and claim is not None:
+        if not Path(where).parent.is_dir():  # made now, after the checks: a folder that cannot be, named as such
+            writable_parent(where)
+        claim[1].enter_context(output_lock(where, claim[0]))
+    return where
+
+
+def _check_required(required: Iterable[str | Path | None]) -> None:
+    """A one-line "no such file" for an input that must exist, before anything is created."""
+    for need in required:
+        if need is not None and "=" in str(need) and not Path(need).exists():
+            need = str(need).split("=", 1)[1]  # a NAME=PATH review spec
+        if need is not None and not Path(need).exists():
+            raise DataError(f"{need}: no such file or folder; nothing was written", hint="check the path")
+
+
+def _check_inputs(given: Path, dst: Path, inputs: Iterable[str | Path | None], targets: list[Path],
+                  replaced_whole: bool, what: str) -> None:
+    """Refuse an output that is an input, writes over one, replaces the folder holding one, or writes over a file a
+    run recorded."""
     for raw in inputs:
         if raw is None or str(raw) == "":
             continue
@@ -190,24 +210,13 @@ def check_output(
                 if _inside(t, src) and t.relative_to(src).as_posix() in recorded:
                     raise OutputError(f"--out {given} would overwrite {t.relative_to(src).as_posix()} of the run {raw}",
                                       hint="pass --out a path outside the run's files")
-    _refuse_inside_a_run(given, dst, kind, in_run, what)
-    if replaced_whole:
-        cwd = _resolved(Path.cwd())
-        if dst == cwd or _inside(cwd, dst):
-            raise OutputError(f"--out {given} is the current folder{' or one above it' if dst != cwd else ''}: a run "
-                              "replaces its folder whole", hint="pass --out a new folder, e.g. --out runs/NAME")
-        if dst.is_file() or (dst.exists() and not dst.is_dir()):
-            raise OutputError(f"--out {given} is an existing file, not a run folder: training would replace it",
-                              hint="pass --out a new folder, e.g. --out runs/NAME")
-        if dst.is_dir() and any(dst.iterdir()):
-            run, kfold = is_run_folder(dst), is_kfold_folder(dst)
-            if kind == "run" and not (run or kfold):
-                raise OutputError(f"--out {given} is an existing folder that is not a run{_sample(dst)}: training "
-                                  "would replace it whole", hint="pass --out a new folder (or an earlier run to retrain)")
-            if kind == "kfold" and not kfold:
-                what_is = "a run of one split" if run else "a folder that is not a k-fold run"
-                raise OutputError(f"--out {given} is {what_is}{_sample(dst)}: k-fold training writes fold-N runs into "
-                                  "it", hint="pass --out a new folder (or an earlier k-fold run to resume)")
+
+
+def _check_existing(given: Path, dst: Path, kind: str, writes: Sequence[str], own: Callable[[Path], bool] | None,
+                    what: str) -> None:
+    """Refuse an existing file or folder at ``dst`` that is not this command's own earlier output."""
+    if kind in ("run", "kfold"):
+        _check_run_folder(given, dst, kind)
     elif kind == "folder":
         if dst.exists() and not dst.is_dir():
             raise OutputError(f"--out {given} is an existing file, not a folder: {what} would replace it",
@@ -223,13 +232,27 @@ def check_output(
         if dst.exists() and own is not None and not own(dst):
             raise OutputError(f"--out {given} exists and is not {what}: writing would replace it",
                               hint="pass --out a new file, or remove it first")
-    where = dst if Path(os.path.abspath(given.expanduser())) != dst else given  # a link: where it points
-    claim = _claims.get()
-    if lock and claim is not None:
-        if not Path(where).parent.is_dir():  # made now, after the checks: a folder that cannot be, named as such
-            writable_parent(where)
-        claim[1].enter_context(output_lock(where, claim[0]))
-    return where
+
+
+def _check_run_folder(given: Path, dst: Path, kind: str) -> None:
+    """A run or k-fold folder replaces its folder whole: never the current folder, a file, or a folder that is not
+    a run of its kind."""
+    cwd = _resolved(Path.cwd())
+    if dst == cwd or _inside(cwd, dst):
+        raise OutputError(f"--out {given} is the current folder{' or one above it' if dst != cwd else ''}: a run "
+                          "replaces its folder whole", hint="pass --out a new folder, e.g. --out runs/NAME")
+    if dst.is_file() or (dst.exists() and not dst.is_dir()):
+        raise OutputError(f"--out {given} is an existing file, not a run folder: training would replace it",
+                          hint="pass --out a new folder, e.g. --out runs/NAME")
+    if dst.is_dir() and any(dst.iterdir()):
+        run, kfold = is_run_folder(dst), is_kfold_folder(dst)
+        if kind == "run" and not (run or kfold):
+            raise OutputError(f"--out {given} is an existing folder that is not a run{_sample(dst)}: training "
+                              "would replace it whole", hint="pass --out a new folder (or an earlier run to retrain)")
+        if kind == "kfold" and not kfold:
+            what_is = "a run of one split" if run else "a folder that is not a k-fold run"
+            raise OutputError(f"--out {given} is {what_is}{_sample(dst)}: k-fold training writes fold-N runs into "
+                              "it", hint="pass --out a new folder (or an earlier k-fold run to resume)")
 
 
 @contextlib.contextmanager
