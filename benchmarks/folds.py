@@ -169,14 +169,14 @@ def summary(out: Path) -> str:
                 if name == ref:
                     continue
                 c = compare_runs(out / ref, out / name)
-                cells = ", ".join(f"{m} {r['diff']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]" for m,
-                                  r in c["metrics"].items())
+                cells = ", ".join(f"{m} {r['diff']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]"
+                                  for m, r in c["metrics"].items())
                 lines.append(f"- {name} − {ref} (paired bootstrap, {c['n_items']} items): {cells}")
         lines.append("")
     rows = _fold_rows(out)
     if rows:
-        lines += ["## Per fold", "", "| config | fold | " + " | ".join(cols) + " | minutes |", "|---" * (len(cols) + 3)
-                  + "|"]
+        lines += ["## Per fold", "", "| config | fold | " + " | ".join(cols) + " | minutes |",
+                  "|---" * (len(cols) + 3) + "|"]
         for r in rows:
             lines.append(f"| {r['config']} | {r['fold']} | " + " | ".join(f"{r.get(c, nan):.3f}" for c in cols)
                          + f" | {r['minutes']:.1f} |")

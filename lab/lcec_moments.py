@@ -152,8 +152,8 @@ def refit_grades(run: Path, df: pd.DataFrame, keys: list[str], M: int, model: An
         own = model.grade_from_concepts(Pte).grade_logits.argmax(1).numpy()
         new = moments.grade_from_concepts(Pte).grade_logits.argmax(1).numpy()
     t = yte.numpy()
-    out: dict[str, Any] = {"own_matches_graded": float((own
-                                                        + grade_min == df.loc[df["part"] == "test", "grade"]).mean())}
+    out: dict[str, Any] = {
+        "own_matches_graded": float((own + grade_min == df.loc[df["part"] == "test", "grade"]).mean())}
     return out | paired_grades(t, own, new, ("as_trained", "moments"))
 
 
@@ -165,8 +165,8 @@ def paired_grades(t: NDArray[Any], old: NDArray[Any], new: NDArray[Any], names: 
     def qwk(y: NDArray[Any], g: NDArray[Any]) -> float:
         return float(cohen_kappa_score(y, g, weights="quadratic"))
 
-    out: dict[str, Any] = {name: {"t_acc": float((g == t).mean()), "qwk": qwk(t, g)} for name,
-                           g in zip(names, (old, new))}
+    out: dict[str, Any] = {name: {"t_acc": float((g == t).mean()), "qwk": qwk(t, g)}
+                           for name, g in zip(names, (old, new))}
     out["t_acc_change"] = [float((new == t).mean() - (old == t).mean()), *boot((new == t).astype(float) - (old == t))]
     rng = np.random.default_rng(0)
     diffs = [qwk(t[i], new[i]) - qwk(t[i], old[i]) for i in (rng.integers(0, len(t), len(t)) for _ in range(2000))]
@@ -191,8 +191,8 @@ def main() -> None:
               f"{r['posterior_c_acc']:.3f}; the other concepts {r['others_c_acc_uncorrected']:.3f} -> "
               f"{r['others_c_acc_one_corrected']:.3f} with one corrected (gain 95 % CI [{r['others_gain_ci'][0]:+.3f}, "
               f"{r['others_gain_ci'][1]:+.3f}])")
-        print("   gain per corrected concept: " + ", ".join(f"{k} {v:+.3f}" for k,
-                                                            v in r["per_corrected_concept"].items()))
+        print("   gain per corrected concept: " + ", ".join(f"{k} {v:+.3f}"
+                                                            for k, v in r["per_corrected_concept"].items()))
     g = out["grades"]
     print(f"grades, head refitted through the moments LCEC: T-Acc {g['as_trained']['t_acc']:.3f} -> "
           f"{g['moments']['t_acc']:.3f} ({g['t_acc_change'][0]:+.3f} [{g['t_acc_change'][1]:+.3f}, "

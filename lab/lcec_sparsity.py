@@ -98,8 +98,8 @@ def main() -> None:
                 "rho_implied_vs_hat": float(spearmanr(implied, sig_hat).statistic),
             }
             print(d.name, ls, json.dumps({k: (round(v, 3) if isinstance(v, float) else
-                                              {kk: round(vv, 3) for kk, vv in v.items()}) for k,
-                                          v in out[str(ls)].items()}),
+                                              {kk: round(vv, 3) for kk, vv in v.items()})
+                                          for k, v in out[str(ls)].items()}),
                   flush=True)
         res["folds"][d.name] = out
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -170,14 +170,14 @@ def test_repair_message_names_the_problem() -> None:
         GOOD.replace("=", " = ").replace(";", " ;  "),  # spacing
         "```\n" + GOOD + "\n```",  # code fence
         "Sure, here is my annotation:\n\n" + GOOD + "\n\nLet me know if you need more.",  # prose
-        "\n".join(f"{i + 1}. **concept={c.name}; label={WANT[c.key]}; evidence=x**" for i,
-                  c in enumerate(RUBRIC.concepts)),
+        "\n".join(f"{i + 1}. **concept={c.name}; label={WANT[c.key]}; evidence=x**"
+                  for i, c in enumerate(RUBRIC.concepts)),
         "\n".join(f"- concept={c.name} ({c.key}) | label: Level {WANT[c.key]} | evidence: y" for c in RUBRIC.concepts),
         " ".join(f"concept={k}; label={v}; evidence=z." for k, v in WANT.items()),  # all on one line
         "\n".join(f"{c.name}: {WANT[c.key]} - because" for c in RUBRIC.concepts),  # name: level
         json.dumps({k: {"label": v, "evidence": "e"} for k, v in WANT.items()}),
-        "```json\n" + json.dumps({"annotations": [{"concept": k, "label": str(v), "evidence": "e"} for k,
-                                                  v in WANT.items()]}) + "\n```",
+        "```json\n" + json.dumps({"annotations": [{"concept": k, "label": str(v), "evidence": "e"}
+                                                  for k, v in WANT.items()]}) + "\n```",
         json.dumps([{"name": c.name, "score": WANT[c.key]} for c in RUBRIC.concepts]),
         "Result: " + json.dumps(WANT) + " done",
         "\n".join(f"concept={c.key}; label={c.anchor(WANT[c.key])}; evidence=e" for c in RUBRIC.concepts),  # anchors
@@ -228,8 +228,8 @@ def test_parser_reads_one_garbled_key_in_the_missing_concepts_place() -> None:
     # not recovered when the position does not match, with two garbled names, or with an extra entry
     lines = garbled.splitlines()
     moved = "\n".join(lines[3:] + lines[:3])
-    for text in (moved, garbled.replace("concept=FC;", "concept=XX;"), garbled
-                 + "\nconcept=Originality; label=2; evidence=x"):
+    for text in (moved, garbled.replace("concept=FC;", "concept=XX;"),
+                 garbled + "\nconcept=Originality; label=2; evidence=x"):
         res = parse_reply(text, RUBRIC)
         assert not res.ok and "TU" not in res.labels
         assert any("missing concept(s)" in e and "'CU'" in e for e in res.errors), res.errors

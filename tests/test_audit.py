@@ -72,8 +72,8 @@ def test_audit_cli_writes_table_png_and_the_shift_is_computed_right(tiny: tuple[
         assert row["share_raised"] == pytest.approx((regraded > before).mean())
         assert row["share_flagged"] == pytest.approx((part["flags_after"] != "").mean())
     ref = items[items["transformation"] == "append_reference"]
-    assert ref["response_after"].tolist() == [f"{r} {a}".strip() for r,
-                                              a in zip(src["response"], src["reference"].fillna(""))]
+    assert ref["response_after"].tolist() == [f"{r} {a}".strip()
+                                              for r, a in zip(src["response"], src["reference"].fillna(""))]
     # appending the reference makes the answer contain it: caught whenever the reference is long enough to tell a
     # copy from a right answer (COPY_MIN_WORDS words); a shorter one is what a right answer says, never flagged
     long_ref = src["reference"].fillna("").map(lambda r: len(words(r)) >= COPY_MIN_WORDS)

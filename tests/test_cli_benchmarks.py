@@ -53,8 +53,8 @@ def test_data_show(data_root: Path, name: str) -> None:
         assert any(ln.split("│")[1:3] == [f" {g}     ", f" {n:>7} "] for ln in res.output.splitlines() if "│" in ln), g
     items = load_benchmark(name, data_root)
     col = "prompt_name" if name == "asap2" else "dataset"
-    assert f"by {col}: " + ", ".join(f"{k} {v}" for k,
-                                     v in items[col].value_counts().sort_index().items()) in res.output
+    assert f"by {col}: " + ", ".join(f"{k} {v}"
+                                     for k, v in items[col].value_counts().sort_index().items()) in res.output
     res = runner.invoke(app, ["data", "show", name, "--json"], env={"RUBRICTOOL_DATA": str(data_root)})
     assert json.loads(res.output) == json.loads(json.dumps(s))
 

@@ -46,8 +46,8 @@ def chemlab(tmp_path: Path) -> tuple[Rubric, Path]:
 def lab_items(tags: list[str]) -> pd.DataFrame:
     """Chemistry-lab answers whose last word is the tag the scripted server acts on."""
     return pd.DataFrame({"id": [f"lab{i}" for i in range(len(tags))], "question": QUESTION,
-                         "response": [f"add the acid to the flask then titrate, answer {i} {t}" for i,
-                                      t in enumerate(tags)],
+                         "response": [f"add the acid to the flask then titrate, answer {i} {t}"
+                                      for i, t in enumerate(tags)],
                          "reference": REFERENCE})
 
 

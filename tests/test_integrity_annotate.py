@@ -209,8 +209,8 @@ def test_a_reply_that_repeats_the_boundary_still_hits_the_cache(tmp_path: Path) 
         assert b in seen.messages[1]["content"]  # the first reply, as the client sends it back
         return Reply(content="\n".join(f"concept={k}; label={LO}; evidence=own" for k in RUBRIC.keys))
 
-    items = pd.DataFrame([{"id": f"i{i}", **ITEM, "response": r} for i,
-                          r in enumerate([GENUINE[0], GENUINE[0], GENUINE[1]])])
+    items = pd.DataFrame([{"id": f"i{i}", **ITEM, "response": r}
+                          for i, r in enumerate([GENUINE[0], GENUINE[0], GENUINE[1]])])
     with ScriptedLLMServer(responder) as srv:
         cfg = AnnotateConfig(models=(MODEL,), cache=tmp_path / "cache.sqlite", api_base=srv.url, concurrency=4)
         first = annotate(items, RUBRIC, cfg)

@@ -351,8 +351,8 @@ def test_training_with_other_references_reads_them_and_predicts_with_the_given_o
     train_joint(model, train, dev, cfg, JointConfig(epochs=1, select="last"), FAST2, tok.pad_token_id, 0.0)
     assert len(runs) == 2
     own = {tuple(f["input_ids"]) for f in train.features}
-    read = [tuple(row[m.bool()].tolist()) for b in runs[0].loader for row,
-            m in zip(b["input_ids"], b["attention_mask"])]
+    read = [tuple(row[m.bool()].tolist()) for b in runs[0].loader
+            for row, m in zip(b["input_ids"], b["attention_mask"])]
     assert len(read) == len(train) and sum(r not in own for r in read) >= len(train) // 2
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     preds = predict(model, dev, tok.pad_token_id)

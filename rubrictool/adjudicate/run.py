@@ -231,8 +231,8 @@ def _fill_unreviewed_labels(
         if filled is not None:
             pre_grid, pre_source = filled
             table = fill_unreviewed(table, pre_grid, rubric, pre_source, items)
-            extra = pre_grid.frame().assign(source=pre_source, reviewed=False, rule="pre-annotation "
-                                            + pre_grid.frame()["rule"])
+            extra = pre_grid.frame().assign(source=pre_source, reviewed=False,
+                                            rule="pre-annotation " + pre_grid.frame()["rule"])
             decisions = pd.concat([decisions, extra], ignore_index=True)
             unreviewed = {
                 "n_items": int((table["n_reviewers"] == 0).sum()),
