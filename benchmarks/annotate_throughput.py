@@ -98,9 +98,12 @@ def _level(rubric: Any, srv: _Counter, conc: int, workers: int | None, n: int, d
     rps, ideal = sent / dt, conc / delay
     served = sent / srv.window(before)  # the server's view: no client start-up (imports, worker processes)
     print(f"{model}: concurrency {conc:>3}, {label}: {sent} requests in {dt:.2f} s = {rps:.1f} req/s "
-          f"(ideal {ideal:.1f}; {rps / ideal:.0%}; server window {served:.1f} req/s = {served / ideal:.0%}), {ok}/{n} items ok, client CPU "
-          f"{1000 * cpu / max(1, sent):.1f} ms/request, server CPU {1000 * scpu / max(1, sent):.1f} ms/request", flush=True)
-    return {"model": model, "concurrency": conc, "workers": res.workers, "auto": auto, "items": n, "requests": sent, "ok": ok, "seconds": round(dt, 3),
+          f"(ideal {ideal:.1f}; {rps / ideal:.0%}; server window {served:.1f} req/s = {served / ideal:.0%}), {ok}/{n} "
+          f"items ok, client CPU {1000 * cpu / max(1, sent):.1f} ms/request, server CPU "
+          f"{1000 * scpu / max(1, sent):.1f} ms/request",
+          flush=True)
+    return {"model": model, "concurrency": conc, "workers": res.workers, "auto": auto, "items": n, "requests": sent,
+            "ok": ok, "seconds": round(dt, 3),
             "req_per_s": round(rps, 2), "ideal_req_per_s": round(ideal, 2), "share_of_ideal": round(rps / ideal, 3),
             "served_req_per_s": round(served, 2), "served_share_of_ideal": round(served / ideal, 3),
             "client_cpu_ms_per_request": round(1000 * cpu / max(1, sent), 1),
@@ -112,7 +115,8 @@ def _cli(srv: _Counter, model: str, conc: int, n: int, delay: float, tmp: Path) 
     progress bar, output files. Start-up and writing are timed apart from the server's window."""
     data = tmp / f"items-{model.replace('/', '_')}-{conc}.csv"
     pd.DataFrame({"id": [f"cli{i}" for i in range(n)], "response": [f"cli answer {i} {model}" for i in range(n)],
-                  "question": "What is a prototype?", "reference": "A simulation of the final product."}).to_csv(data, index=False)
+                  "question": "What is a prototype?", "reference": "A simulation of the final product."}).to_csv(data,
+                      index=False)
     exe = ROOT / ".venv" / "bin" / "rubrictool"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "rubrictool.cli"]
     cmd += ["annotate", "--rubric", "mohler", "--items", str(data), "--model", model, "--api-base", srv.url,
@@ -128,9 +132,10 @@ def _cli(srv: _Counter, model: str, conc: int, n: int, delay: float, tmp: Path) 
     ideal = conc / delay
     served = sent / (last - first)
     workers = auto_workers(AnnotateConfig(models=(model,), api_base=srv.url, concurrency=conc), n)
-    print(f"{model}: CLI, concurrency {conc:>3}, {workers} worker(s) (auto): {sent} requests; start-up {first - t0:.1f} s, "
-          f"server window {last - first:.2f} s = {served:.1f} req/s = {served / ideal:.0%} of ideal, writing and exit "
-          f"{t1 - last:.1f} s; whole command {t1 - t0:.1f} s = {sent / (t1 - t0) / ideal:.0%}", flush=True)
+    print(f"{model}: CLI, concurrency {conc:>3}, {workers} worker(s) (auto): {sent} requests; start-up "
+          f"{first - t0:.1f} s, server window {last - first:.2f} s = {served:.1f} req/s = {served / ideal:.0%} of "
+          f"ideal, writing and exit {t1 - last:.1f} s; whole command {t1 - t0:.1f} s = {sent / (t1 - t0) / ideal:.0%}",
+          flush=True)
     return {"model": model, "concurrency": conc, "workers": workers, "auto": True, "cli": True, "items": n,
             "requests": sent, "startup_s": round(first - t0, 2), "window_s": round(last - first, 3),
             "served_req_per_s": round(served, 2), "served_share_of_ideal": round(served / ideal, 3),
@@ -146,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--levels", default="1,8,32")
     ap.add_argument("--workers", default="1,2,auto",
                     help="client processes to try per level (at most the concurrency); auto: annotate's own choice "
-                         "(one per 8 requests in flight for a local server), skipped where it equals a number already run")
+                         "(one per 8 requests in flight for a local server), skipped where it equals a number already "
+                         "run")
     ap.add_argument("--models", default="hosted_vllm/bench,openai/bench",
                     help="litellm model names to compare, e.g. openai/bench,hosted_vllm/bench (provider prefixes "
                          "for an OpenAI-compatible server: openai/ goes through the OpenAI SDK, hosted_vllm/ through "
@@ -184,7 +190,8 @@ def main(argv: list[str] | None = None) -> None:
                 done: set[int] = set()
                 for w in args.workers.split(","):
                     workers = None if w.strip() == "auto" else min(int(w), conc)
-                    k = auto_workers(AnnotateConfig(models=(model,), api_base=srv.url, concurrency=conc, workers=workers), n)
+                    k = auto_workers(AnnotateConfig(models=(model,), api_base=srv.url, concurrency=conc,
+                                                    workers=workers), n)
                     if k in done:
                         continue
                     done.add(k)

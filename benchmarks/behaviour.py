@@ -129,7 +129,8 @@ def main() -> int:
            "notes": sorted({n for r in results for n in r.notes}),
            "tests": json.loads(summary.to_json(orient="records"))}
     for t in doc["tests"]:  # kept in the tree (results stay small): the largest moves are printed, the sentences
-        for k in ("largest", "sentence", "words", "kind", "expect"):  # are in "failing", the kinds in rubrictool.behaviour
+        # are in "failing", the kinds in rubrictool.behaviour
+        for k in ("largest", "sentence", "words", "kind", "expect"):
             t.pop(k, None)
         t.update({k: round(v, 3) for k, v in t.items() if isinstance(v, float)})
     atomic_write_text(out / "behaviour.json", json.dumps(doc, ensure_ascii=False) + "\n")

@@ -82,8 +82,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
     lines = [head, "|---|---|---|---|---|"]
     for r in results:
         long = "—" if r["detected_long"] is None else f"{r['detected_long']:.1%} of {4 * r['references_long']}"
-        lines.append(f"| {r['course']} | {r['honest_answers']} | {r['false_positives']} ({r['false_positive_rate']:.1%}) "
-                     f"| {r['detected_all']:.1%} of {4 * r['references']} | {long} |")
+        lines.append(f"| {r['course']} | {r['honest_answers']} | {r['false_positives']} "
+                     f"({r['false_positive_rate']:.1%}) | {r['detected_all']:.1%} of {4 * r['references']} | {long} |")
     return "\n".join(lines)
 
 

@@ -1,10 +1,10 @@
 """Benchmark: fetching, loading and tokenising ASAP 2.0 and MOCHA at their published sizes.
 
 No real file is reachable offline, so the files are synthetic, in the published layouts
-(the ones tests/support/benchmarks.py builds for the loader tests) and at the published sizes: an ASAP 2.0 file of 17,307 essays
-(the Kaggle competition's train.csv count) of 150-650 words over 7 prompts with the release's
-columns, and a MOCHA train.json of 31,069 answers over six constituent datasets with 60-300-word
-passages. Timed (wall seconds, after imports):
+(the ones tests/support/benchmarks.py builds for the loader tests) and at the published sizes: an ASAP 2.0 file of
+17,307 essays (the Kaggle competition's train.csv count) of 150-650 words over 7 prompts with the release's columns, and
+a MOCHA train.json of 31,069 answers over six constituent datasets with 60-300-word passages. Timed (wall seconds, after
+imports):
 
 - ``fetch``: `rubrictool data fetch` from a local archive (extract + load + rename);
 - ``load``: :func:`rubrictool.data.load_benchmark` on the fetched copy;
@@ -36,7 +36,8 @@ WORDS = ["what", "is", "a", "stack", "queue", "list", "array", "pointer", "the",
          "data", "structure", "first", "last", "out", "element", "value", "stores", "memory", "node", "linked", "order",
          "returns", "function", "variable", "program", "loop", "computer", "answer", "question", "reference"]
 ASAP2_COLUMNS = ["essay_id", "score", "full_text", "assignment", "prompt_name", "economically_disadvantaged",
-                 "student_disability_status", "ell_status", "race_ethnicity", "gender", "grade_level", "essay_word_count"]
+                 "student_disability_status", "ell_status", "race_ethnicity", "gender", "grade_level",
+                 "essay_word_count"]
 
 PROMPTS = ["Car-free cities", "Does the electoral college work?", "Exploring Venus", "The Face on Mars",
            "Facial action coding system", "A Cowboy Who Rode the Waves", "Driverless cars"]
@@ -49,9 +50,11 @@ def _words(rng: np.random.Generator, n: int) -> str:
 
 def asap2_file(path: Path, n: int, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
-    rows = [{"essay_id": f"{i:07x}", "score": int(rng.integers(1, 7)), "full_text": _words(rng, int(rng.integers(150, 651))),
+    rows = [{"essay_id": f"{i:07x}", "score": int(rng.integers(1, 7)),
+             "full_text": _words(rng, int(rng.integers(150, 651))),
              "assignment": f"Write about {PROMPTS[i % 7]}.", "prompt_name": PROMPTS[i % 7],
-             "economically_disadvantaged": "Economically disadvantaged", "student_disability_status": "Not identified as having disability",
+             "economically_disadvantaged": "Economically disadvantaged",
+             "student_disability_status": "Not identified as having disability",
              "ell_status": "No", "race_ethnicity": "White", "gender": "F", "grade_level": 10, "essay_word_count": 0}
             for i in range(n)]
     buf = io.StringIO()
@@ -70,7 +73,8 @@ def mocha_file(path: Path, n: int, seed: int = 0) -> Path:
     for i in range(n):
         score = int(rng.integers(1, 6))
         train[datasets[i % 6]][f"{i:032x}"] = {
-            "context": _words(rng, int(rng.integers(60, 301))), "question": _words(rng, 10), "reference": _words(rng, 6),
+            "context": _words(rng, int(rng.integers(60, 301))), "question": _words(rng, 10),
+                                               "reference": _words(rng, 6),
             "candidate": _words(rng, int(rng.integers(1, 12))), "score": score,
             "metadata": {"scores": [score], "source": "gpt2"}}
     docs = {"train.json": train, "dev.json": {}, "test_no_labels.json": {}, "minimal_pairs.json": {}}
@@ -128,7 +132,8 @@ def main(argv: list[str] | None = None) -> None:
             print(name, r, flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), **results}, indent=1) + "\n")
+    out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), **results}, indent=1)
+                   + "\n")
     print(f"wrote {out}")
 
 

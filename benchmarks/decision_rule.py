@@ -148,7 +148,8 @@ def report(args: argparse.Namespace) -> None:
         t0 = time.time()
         fp = fold_predictions(fd, args.out / f"{fd.name}.npz")
         n_marks = fp["dev_probs"].shape[1]
-        pass_index = args.pass_mark if args.pass_mark is not None else -(-(n_marks - 1) // 2)  # below the midpoint fails
+        # below the midpoint fails
+        pass_index = args.pass_mark if args.pass_mark is not None else -(-(n_marks - 1) // 2)
         cost = cost_matrix(n_marks, pass_index, args.fail_passed, args.pass_failed)
         plain = cost_matrix(n_marks)
         rules = {

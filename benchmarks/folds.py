@@ -1,11 +1,10 @@
 """Grade quality on Mohler over k folds: REC-CBM (default and paper presets), vanilla CBM and the PLM.
 
 Every configuration is trained with :func:`rubrictool.train.train_folds` (what ``rubrictool train --folds``
-runs) on the same stratified folds (fold seed 0, or `--fold-seed N`; dev = 1/8 of each fold's training part), MiniLM on CPU. A
-configuration is a variant, a preset and optionally a ``--config`` YAML file in the format of
-``rubrictool train --config`` (sections model / stage1 / joint / stage2). The four product configurations
-are named in ``RUNS``; any other is given as ``--config FILE`` (its name is the file's stem), e.g. the
-research configurations in ``lab/configs/``.
+runs) on the same stratified folds (fold seed 0, or `--fold-seed N`; dev = 1/8 of each fold's training part), MiniLM on
+CPU. A configuration is a variant, a preset and optionally a ``--config`` YAML file in the format of ``rubrictool train
+--config`` (sections model / stage1 / joint / stage2). The four product configurations are named in ``RUNS``; any other
+is given as ``--config FILE`` (its name is the file's stem), e.g. the research configurations in ``lab/configs/``.
 
 A fold's run is a complete run directory ``<out>/<name>/fold-<i>/``; a finished fold is never retrained,
 so the benchmark can be stopped and started again (``--fold 0`` runs one fold of each configuration, to
@@ -170,12 +169,14 @@ def summary(out: Path) -> str:
                 if name == ref:
                     continue
                 c = compare_runs(out / ref, out / name)
-                cells = ", ".join(f"{m} {r['diff']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]" for m, r in c["metrics"].items())
+                cells = ", ".join(f"{m} {r['diff']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]"
+                                  for m, r in c["metrics"].items())
                 lines.append(f"- {name} − {ref} (paired bootstrap, {c['n_items']} items): {cells}")
         lines.append("")
     rows = _fold_rows(out)
     if rows:
-        lines += ["## Per fold", "", "| config | fold | " + " | ".join(cols) + " | minutes |", "|---" * (len(cols) + 3) + "|"]
+        lines += ["## Per fold", "", "| config | fold | " + " | ".join(cols) + " | minutes |",
+                  "|---" * (len(cols) + 3) + "|"]
         for r in rows:
             lines.append(f"| {r['config']} | {r['fold']} | " + " | ".join(f"{r.get(c, nan):.3f}" for c in cols)
                          + f" | {r['minutes']:.1f} |")
@@ -189,7 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=None, help="default benchmarks/out/folds (smoke: a temporary folder)")
     ap.add_argument("--runs", default=None, help=f"comma list of {', '.join(RUNS)} (default: all, none with --config)")
     ap.add_argument("--config", type=Path, action="append", default=[], help="a `rubrictool train --config` YAML file")
-    ap.add_argument("--variant", default=None, help="variant of the --config runs (reccbm, vanilla, plm; default reccbm)")
+    ap.add_argument("--variant", default=None,
+                    help="variant of the --config runs (reccbm, vanilla, plm; default reccbm)")
     ap.add_argument("--preset", default=None, help="preset of the --config runs (default, paper; default default)")
     for comp in ("race", "opcc", "lcec"):
         ap.add_argument(f"--{comp}", dest=comp, action=argparse.BooleanOptionalAction, default=None,

@@ -58,7 +58,8 @@ def main() -> None:
     if args.smoke:
         args.n, args.steps = 20, 3
     if args.out is None:
-        args.out = Path(tempfile.mkdtemp()) / "frozen_speed.json" if args.smoke else Path("benchmarks/results/frozen_speed.json")
+        args.out = (Path(tempfile.mkdtemp()) / "frozen_speed.json" if args.smoke
+                    else Path("benchmarks/results/frozen_speed.json"))
 
     import numpy as np
 

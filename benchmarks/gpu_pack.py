@@ -43,7 +43,8 @@ PYTHONPATH=/tmp/site:. python3 benchmarks/gpu_smoke.py --pack {out}
 """
 
 
-ROWS, INDEX = "::rows", "::index"  # a trimmed embedding travels as its kept rows and their ids (gpu_smoke.packed_weights)
+# a trimmed embedding travels as its kept rows and their ids (gpu_smoke.packed_weights)
+ROWS, INDEX = "::rows", "::index"
 
 
 def used_token_ids(src: str, texts: list[str]) -> list[int]:

@@ -137,10 +137,12 @@ def grade_speed(run_dir: Path, table: Any, test_ids: list[str], device: str, rep
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=None, help="default benchmarks/out/gpu_smoke (smoke: a temporary folder)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default benchmarks/out/gpu_smoke (smoke: a temporary folder)")
     ap.add_argument("--device", default="auto", help="auto (CUDA when present), cuda or cpu (smoke: cpu)")
     ap.add_argument("--data-dir", default=os.environ.get("RUBRICTOOL_DATA", "../shared/datasets"))
-    ap.add_argument("--pack", type=Path, default=None, help="a folder benchmarks/gpu_pack.py wrote: MiniLM and the data")
+    ap.add_argument("--pack", type=Path, default=None,
+                    help="a folder benchmarks/gpu_pack.py wrote: MiniLM and the data")
     ap.add_argument("--backbone", default=None, help="HF name or path of the encoder (default: MiniLM)")
     ap.add_argument("--bf16", action="store_true", help="bf16 mixed precision (off by default: not measured yet)")
     ap.add_argument("--config", type=Path, default=None,

@@ -26,7 +26,8 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-ENGINES = {"torch": ("torch", False), "torch-int8": ("torch", True), "onnx": ("onnx", False), "onnx-int8": ("onnx", True)}
+ENGINES = {"torch": ("torch", False), "torch-int8": ("torch", True), "onnx": ("onnx", False),
+           "onnx-int8": ("onnx", True)}
 
 
 def smoke_run(root: Path, backbone: str, n: int = 24) -> tuple[Path, Any]:

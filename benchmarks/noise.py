@@ -228,7 +228,8 @@ def head_refit(course: Course, folds_dir: Path) -> Any:
                 model.eval()
                 pred = model.grade_from_concepts(p[pos["test"]]).grade_logits.argmax(1).numpy()
             m = reccbm.grade_metrics(grades[pos["test"]].numpy(), pred)
-            return {"head_seconds": time.perf_counter() - t0} | {f"test_{k}": float(m[k]) for k in ("t_acc", "t_f1", "qwk")}
+            return {"head_seconds": time.perf_counter() - t0} | {f"test_{k}": float(m[k])
+                                                                 for k in ("t_acc", "t_f1", "qwk")}
         finally:
             model.load_state_dict(kept)
 
@@ -308,7 +309,8 @@ def read_trials(out: Path) -> pd.DataFrame:
     return pd.DataFrame(recs)
 
 
-def summary(out: Path, n_boot: int = 2000, title: str = "Mohler, LLM-pass labels, not expert-validated") -> pd.DataFrame:
+def summary(out: Path, n_boot: int = 2000,
+            title: str = "Mohler, LLM-pass labels, not expert-validated") -> pd.DataFrame:
     from rubrictool.atomic import atomic_write_text
     from rubrictool.noise import FIGURES, summarise_trials
 
@@ -328,7 +330,8 @@ def summary(out: Path, n_boot: int = 2000, title: str = "Mohler, LLM-pass labels
     lines.append("")
     for kind, of_kind in summ.groupby("kind", sort=False):
         lines += [f"## {kind} noise", "",
-                  "| figure | rate | trials | noisy concept first | mean rank (of 8) | value [95 % CI] | change from 0 % [95 % CI] |",
+                  ("| figure | rate | trials | noisy concept first | mean rank (of 8) | value [95 % CI] | "
+                   "change from 0 % [95 % CI] |"),
                   "|---|---|---|---|---|---|---|"]
         for r in of_kind.itertuples():
             lines.append(f"| {FIGURES[str(r.figure)][0]} | {r.rate:.0%} | {r.n} | {r.first:.0%} | {r.mean_rank:.2f} | "
@@ -363,8 +366,9 @@ def plot(summ: pd.DataFrame, path: Path, title: str) -> None:
             if s.empty:
                 continue
             x = 100 * s["rate"].to_numpy()
-            top.errorbar(x, sign * s["change"], yerr=[sign * s["change"] - np.minimum(sign * s["change_lo"], sign * s["change_hi"]),
-                                                     np.maximum(sign * s["change_lo"], sign * s["change_hi"]) - sign * s["change"]],
+            top.errorbar(x, sign * s["change"],
+                         yerr=[sign * s["change"] - np.minimum(sign * s["change_lo"], sign * s["change_hi"]),
+                               np.maximum(sign * s["change_lo"], sign * s["change_hi"]) - sign * s["change"]],
                          marker="o", capsize=3, color=colours[fig_name], label=label + ("" if sign > 0 else " (fall)"))
             bottom.plot(x, 100 * s["first"], marker="o", color=colours[fig_name], label=label)
         top.axhline(0, color="grey", lw=0.8)
@@ -449,9 +453,10 @@ def check(course: Course, out: Path, spec: str, fold: int, clean_run: Path, nois
             "spearman_noisy": float(spearmanr(vec["shortcut_noisy"], vec["full_noisy"]).statistic),
             "max_abs_clean_difference": float(np.max(np.abs(vec["shortcut_clean"] - vec["full_clean"])))}
         r = res[fig]
-        _log(f"{fig}: noisy concept {key} ranked {r['rank_full_noisy']:g} by the whole recipe, {r['rank_shortcut_noisy']:g} "
-             f"by the shortcut; its change {r['change_full']:+.4f} (whole) vs {r['change_shortcut']:+.4f} (shortcut); "
-             f"ρ across concepts {r['spearman_noisy']:.2f}; clean runs agree to {r['max_abs_clean_difference']:.1e}")
+        _log(f"{fig}: noisy concept {key} ranked {r['rank_full_noisy']:g} by the whole recipe, "
+             f"{r['rank_shortcut_noisy']:g} by the shortcut; its change {r['change_full']:+.4f} (whole) vs "
+             f"{r['change_shortcut']:+.4f} (shortcut); ρ across concepts {r['spearman_noisy']:.2f}; clean runs agree "
+             f"to {r['max_abs_clean_difference']:.1e}")
     atomic_write_json(d / "check.json", res)
     return res
 
@@ -473,7 +478,8 @@ def smoke(out: Path) -> None:
             lv = table[key].to_numpy().copy()
             swap = rng.random(len(lv)) < flip
             lv[swap] = rng.integers(rb.scale.min, rb.scale.max + 1, swap.sum())
-            tidy.append(pd.DataFrame({"item": table["id"], "reviewer": r, "concept": key, "level": lv, "source": "llm"}))
+            tidy.append(pd.DataFrame({"item": table["id"], "reviewer": r, "concept": key, "level": lv,
+                                      "source": "llm"}))
     course = Course(rb, pd.concat(tidy, ignore_index=True), table[["id", "question", "response", "reference", "grade"]])
     logits = 2.5 * np.eye(course.M + 1)[course.levels] + rng.normal(0, 1, course.levels.shape + (course.M + 1,))
     p_hat = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)  # (N, K, M+1)
@@ -489,14 +495,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--folds-dir", type=Path, default=Path("benchmarks/out/folds/default"),
                     help="the default's fold runs (fold-0/ … with model.json, metrics.json, split.json)")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="default benchmarks/out/noise (smoke: a temporary folder)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                    help="default benchmarks/out/noise (smoke: a temporary folder)")
     ap.add_argument("--kinds", default="label,reviewer")
     ap.add_argument("--rates", default=",".join(str(r) for r in RATES))
     ap.add_argument("--seeds", type=int, default=1, help="noise draws per fold, concept and rate")
     ap.add_argument("--head", action="store_true", help="also refit the grade head on the noisy labels")
     ap.add_argument("--summary", action="store_true", help="only the summary and the figure from the trials done")
     ap.add_argument("--labels-only", action="store_true",
-                    help="the noisy labels alone on every fold's split (α_k, labels changed; no model), in <out>/labels")
+                    help="the noisy labels alone on every fold's split (α_k, labels changed; no model), in "
+                         "<out>/labels")
     ap.add_argument("--full-table", default=None, help="KIND:CONCEPT:RATE, e.g. label:FC:0.4 (with --fold)")
     ap.add_argument("--fold", type=int, default=0)
     ap.add_argument("--check", type=Path, nargs=2, default=None, metavar=("CLEAN_RUN", "NOISY_RUN"),

@@ -108,7 +108,8 @@ def as_prediction_table(df: pd.DataFrame, model: str) -> pd.DataFrame:
     long = df.melt(id_vars=["id", "uncertainty"], value_vars=[f"{k}_level" for k in KEYS], var_name="concept",
                    value_name="level")
     long["concept"] = long["concept"].str.removesuffix("_level")
-    return long.rename(columns={"id": "item"}).assign(model=model, source="model", level=lambda d: d["level"].astype(int))
+    return long.rename(columns={"id": "item"}).assign(model=model, source="model",
+                                                      level=lambda d: d["level"].astype(int))
 
 
 def identical_share(items: pd.DataFrame, reviews: pd.DataFrame, pre: pd.DataFrame, reviewed: set[str],
@@ -148,7 +149,8 @@ def curves_for(population: str, items: pd.DataFrame, reviews: pd.DataFrame, pre:
                 else:
                     chosen = set(route(ids, pre, "uncertain" if how == "uncertainty" else how, budget, seed).selected)
                 rows.append({"population": population, "routing": how, "seed": seed, "share_reviewed": float(s),
-                             "items_reviewed": budget, "identical": identical_share(items, reviews, pre, chosen, reference)})
+                             "items_reviewed": budget,
+                             "identical": identical_share(items, reviews, pre, chosen, reference)})
         print(f"  {population}: {how} done", flush=True)
     return rows
 
@@ -180,7 +182,8 @@ def plot(curves: pd.DataFrame, summary: dict[str, Any], path: Path) -> None:
             label = "oracle (ceiling: knows the answer)" if how == "oracle" else how
             ax.plot(100 * x, 100 * g.mean().to_numpy(), style, color=colors[how], label=label, lw=2)
             if how == "random" and d["seed"].nunique() > 1:
-                ax.fill_between(100 * x, 100 * g.min().to_numpy(), 100 * g.max().to_numpy(), color=colors[how], alpha=0.2)
+                ax.fill_between(100 * x, 100 * g.min().to_numpy(), 100 * g.max().to_numpy(), color=colors[how],
+                                alpha=0.2)
         ax.axhline(100 * TARGET_IDENTICAL, color="k", lw=0.8, ls=":")
         ax.axvline(100 * TARGET_REVIEWED, color="k", lw=0.8, ls=":")
         ax.text(100 * TARGET_REVIEWED + 1, 100 * TARGET_IDENTICAL + 0.4, "target: ≥95% at ≤40%", fontsize=8)
@@ -268,7 +271,8 @@ def main(argv: list[str] | None = None) -> None:
                              "pre_annotation": f"grader '{args.folds.name}' OOF ({', '.join(used)})",
                              "uncertainty": kind, "fill": f"the grader's levels ({args.folds.name})"}
         print(f"{name}: {len(items)} items from {args.folds} {used}; uncertainty = {kind}", flush=True)
-        rows += curves_for(name, items, passes, pre, reference_all.loc[items["id"]], ["random", "uncertainty"], args.seeds)
+        rows += curves_for(name, items, passes, pre, reference_all.loc[items["id"]], ["random", "uncertainty"],
+                           args.seeds)
         # the panel of grader variants, where at least two predicted the same items out of fold
         panel = {args.folds.name: default}
         for v in args.panel:
@@ -300,7 +304,8 @@ def main(argv: list[str] | None = None) -> None:
             for fold in sorted(args.folds.glob("fold-*")):
                 if (fold / "model.safetensors").is_file() and (fold / "test_predictions.csv").is_file():
                     test = json.loads((fold / "split.json").read_text())["test"]
-                    graded.append(grader_predictions(fold, all_items[all_items["id"].isin(test)]).assign(fold=fold.name))
+                    graded.append(grader_predictions(fold,
+                                                     all_items[all_items["id"].isin(test)]).assign(fold=fold.name))
             if graded:
                 g = pd.concat(graded, ignore_index=True)
                 gids = sorted(set(g["item"]) & set(default["id"]))

@@ -61,7 +61,8 @@ def main() -> None:
     for d in devices:
         time_device(d, 1, **sizes)  # warm-up: allocator, kernels, threads
         out[d] = time_device(d, a.epochs, **sizes)
-        print(f"{d}: {out[d]['steps']} steps in {out[d]['seconds']:.2f} s, {out[d]['ms_per_step']:.2f} ms a step", flush=True)
+        print(f"{d}: {out[d]['steps']} steps in {out[d]['seconds']:.2f} s, {out[d]['ms_per_step']:.2f} ms a step",
+              flush=True)
     print(json.dumps(out))
 
 

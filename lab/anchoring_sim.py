@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                              "alpha_model": (alpha2(a, b2, domain) + alpha2(a, c2, domain)) / 2,
                              "copied": float((copy_b.mean() + copy_c.mean()) / 2)})
     df = pd.DataFrame(rows)
-    per = df.groupby(["concept", "p_copy"], sort=False)[["alpha_reviewers", "alpha_model", "copied"]].mean().reset_index()
+    per = df.groupby(["concept", "p_copy"], sort=False)[["alpha_reviewers", "alpha_model",
+                                                         "copied"]].mean().reset_index()
     if args.out:
         per.to_csv(args.out, index=False)
     print(f"SIMULATION on Mohler LLM passes (A = the shown model, B and C = two reviewers); {args.seeds} seeds per p; "

@@ -80,7 +80,8 @@ def gold(data_dir: str | None) -> dict[str, Any]:
         path = FOLDS / cfg / "pooled_predictions.csv"
         if path.is_file():
             pooled = pd.read_csv(path)
-            out[f"{cfg}: its pooled test predictions"] = _scores(pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy())
+            out[f"{cfg}: its pooled test predictions"] = _scores(pooled["grade_true"].to_numpy(),
+                                                                 pooled["grade"].to_numpy())
     return out
 
 
@@ -126,7 +127,8 @@ def decode(config: str, data_dir: str | None) -> dict[str, Any]:
         e = p_test @ g
         th = _qwk_thresholds(p_dev @ g, y_dev, p_test.shape[1])
         rules = {"argmax": p_test.argmax(1), "rounded expected grade": np.clip(np.rint(e), 0, g[-1]).astype(np.int64),
-                 "median grade": (np.cumsum(p_test, 1) < 0.5).sum(1), "expected grade, dev-QWK cut points": np.digitize(e, th)}
+                 "median grade": (np.cumsum(p_test, 1) < 0.5).sum(1),
+                 "expected grade, dev-QWK cut points": np.digitize(e, th)}
         for name, p in rules.items():
             preds.setdefault(name, []).append(p)
         ys.append(y_test)
@@ -155,7 +157,8 @@ def main() -> None:
     if a.what == "gold":
         res, title, name = gold(a.data_dir), "head on the gold concept levels (5 folds pooled)", "ceiling_gold.json"
     else:
-        res, title, name = decode(a.config, a.data_dir), f"{a.config}: decision rule (5 folds pooled)", f"ceiling_decode_{a.config}.json"
+        res, title, name = decode(a.config,
+            a.data_dir), f"{a.config}: decision rule (5 folds pooled)", f"ceiling_decode_{a.config}.json"
     RESULTS.mkdir(parents=True, exist_ok=True)
     tmp = RESULTS / (name + ".tmp")
     tmp.write_text(json.dumps(res, indent=1))

@@ -101,7 +101,8 @@ def main() -> None:
               f"([{r['c_acc_change_ci'][0]:+.3f}, {r['c_acc_change_ci'][1]:+.3f}]); top-level share labels "
               f"{r['top_share']['labels']:.3f}, p̂ {r['top_share']['p_hat']:.3f}, calibrated "
               f"{r['top_share']['calibrated']:.3f}; grades refitted: T-Acc {r['refit']['t_acc']:.3f} -> "
-              f"{r['refit_calibrated']['t_acc']:.3f}, QWK {r['refit']['qwk']:.3f} -> {r['refit_calibrated']['qwk']:.3f}",
+              f"{r['refit_calibrated']['t_acc']:.3f}, QWK {r['refit']['qwk']:.3f} -> "
+              f"{r['refit_calibrated']['qwk']:.3f}",
               flush=True)
     raw = np.concatenate([r["_hits"][0] for r in folds])
     cal = np.concatenate([r["_hits"][1] for r in folds])
@@ -122,10 +123,11 @@ def main() -> None:
               "qwk_refit": q_old, "qwk_refit_calibrated": q_new,
               "qwk_change_ci": [float(np.percentile(qd, 2.5)), float(np.percentile(qd, 97.5))]}
     print(f"pooled over {len(folds)} runs ({len(raw)} answers): C-Acc {pooled['c_acc']:.3f} -> "
-          f"{pooled['c_acc_calibrated']:.3f} ([{pooled['c_acc_change_ci'][0]:+.3f}, {pooled['c_acc_change_ci'][1]:+.3f}]); "
-          f"grades refitted: T-Acc {pooled['t_acc_refit']:.3f} -> {pooled['t_acc_refit_calibrated']:.3f} "
-          f"([{pooled['t_acc_change_ci'][0]:+.3f}, {pooled['t_acc_change_ci'][1]:+.3f}]), QWK {q_old:.3f} -> {q_new:.3f} "
-          f"([{pooled['qwk_change_ci'][0]:+.3f}, {pooled['qwk_change_ci'][1]:+.3f}])")
+          f"{pooled['c_acc_calibrated']:.3f} ([{pooled['c_acc_change_ci'][0]:+.3f}, "
+          f"{pooled['c_acc_change_ci'][1]:+.3f}]); grades refitted: T-Acc {pooled['t_acc_refit']:.3f} -> "
+          f"{pooled['t_acc_refit_calibrated']:.3f} ([{pooled['t_acc_change_ci'][0]:+.3f}, "
+          f"{pooled['t_acc_change_ci'][1]:+.3f}]), QWK {q_old:.3f} -> {q_new:.3f} ([{pooled['qwk_change_ci'][0]:+.3f}, "
+          f"{pooled['qwk_change_ci'][1]:+.3f}])")
     if a.json:
         for r in folds:
             r.pop("_hits")

@@ -35,7 +35,8 @@ def all_cell(kept: Path, fold: int, variant: str, like: pd.Series) -> dict[str, 
     test, rest = pooled[pooled["fold"] == fold], pooled[pooled["fold"] != fold]
     per_fold = meta["per_fold"][fold]
     majority = rest["grade_true"].value_counts().idxmax()
-    return {**like.to_dict(), "size": "all", "repeat": 0, "variant": variant, "n_train": int(meta["n_items"]) - len(test),
+    return {**like.to_dict(), "size": "all", "repeat": 0, "variant": variant,
+            "n_train": int(meta["n_items"]) - len(test),
             "n_dev": pd.NA, "t_acc": per_fold["t_acc"], "qwk": per_fold["qwk"], "t_f1": per_fold["t_f1"],
             "majority_t_acc": float((test["grade_true"] == majority).mean()), "train_seconds": pd.NA,
             "source": f"{kept} fold {fold}"}
@@ -73,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = json.loads((a.all_from / "folds.json").read_text())
     for s in settings:
         if s and (s.get("folds"), s.get("by"), s.get("fold_seed")) != (meta["folds"], meta["by"], meta["fold_seed"]):
-            print(f"error: {a.all_from}: {meta['folds']} folds by {meta['by']} with fold seed {meta['fold_seed']}, the curve "
-                  f"{s.get('folds')} by {s.get('by')} with fold seed {s.get('fold_seed')}", file=sys.stderr)
+            print(f"error: {a.all_from}: {meta['folds']} folds by {meta['by']} with fold seed {meta['fold_seed']}, the "
+                  f"curve {s.get('folds')} by {s.get('by')} with fold seed {s.get('fold_seed')}", file=sys.stderr)
             return 2
     row = all_cell(a.all_from, int(folds[0]), variants[0], cells.iloc[-1])
     if abs(float(row["majority_t_acc"]) - float(cells["majority_t_acc"].iloc[0])) > 1e-9:

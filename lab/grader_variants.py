@@ -108,7 +108,8 @@ def main() -> None:
             s[1] is not None for s in suites[name]) else pd.DataFrame()
         summary = summarise(items, prs, grades)
         out[name] = {"t_acc": float((pred == y).mean()), "t_f1": macro_f1(y, pred),
-                     "qwk": quadratic_weighted_kappa(y, pred, n_marks), "fail_passed": float((pred[fail] >= p_idx).mean()),
+                     "qwk": quadratic_weighted_kappa(y, pred, n_marks),
+                     "fail_passed": float((pred[fail] >= p_idx).mean()),
                      "fail_error": float((pred[fail] - y[fail]).mean()), "n_test": len(y),
                      "suite": summary.to_dict(orient="records")}
         row: dict[str, Any] = {"grader": name, "QWK": f"{out[name]['qwk']:.3f}", "T-Acc": f"{out[name]['t_acc']:.3f}",

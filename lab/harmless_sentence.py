@@ -59,7 +59,8 @@ def main() -> None:
     df = pd.concat([shifted(r, a.sentence, a.device) for r in a.runs], ignore_index=True)
     out = summary(df) | {"sentence": a.sentence, "runs": [str(r) for r in a.runs]}
     print(f"{out['answers']} answers: mean grade {out['mean_grade_a']:.3f} -> {out['mean_grade_b']:.3f}, change "
-          f"{out['mean_change']:+.3f} [{out['ci'][0]:+.3f}, {out['ci'][1]:+.3f}]; {out['share_moved']:.1%} of grades moved")
+          f"{out['mean_change']:+.3f} [{out['ci'][0]:+.3f}, {out['ci'][1]:+.3f}]; {out['share_moved']:.1%} of grades "
+          "moved")
     print("mean level change: " + ", ".join(f"{k} {v:+.3f}" for k, v in out["level_change"].items()))
     if a.json:
         a.json.write_text(json.dumps(out, indent=2) + "\n")

@@ -42,7 +42,8 @@ def main() -> None:
         grades[name] = {s: grade_loaded(grader, df, 64, flags=False)["grade"].to_numpy() for s, df in sets.items()}
     gold = sets["test"]["grade"].to_numpy()
     out: dict[str, object] = {"measured": date.today().isoformat(), "revision": git_revision(), "run": str(args.run),
-                              "config": run.config.get("preset"), "encoder": (run.config.get("encoder") or {}).get("used"),
+                              "config": run.config.get("preset"),
+                              "encoder": (run.config.get("encoder") or {}).get("used"),
                               "n_test": len(test_ids), "results": {}}
     print(f"{len(test_ids)} test answers" + (f", {len(sets['all'])} answers in all" if args.all else ""))
     for name, g in grades.items():

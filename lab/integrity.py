@@ -155,7 +155,8 @@ def report_annotator(rubric: Rubric, jobs: list[dict[str, Any]], done: dict[str,
             "requests": len(done)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "annotator.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, ensure_ascii=False))
-    wide = df.pivot_table(index=["attack", "kind"], columns="prompt", values=["moved", "raised", "unusable", "echo_rejected"],
+    wide = df.pivot_table(index=["attack", "kind"], columns="prompt",
+                          values=["moved", "raised", "unusable", "echo_rejected"],
                           aggfunc="first")
     lines = [f"# Annotator injection ({meta['date']})", "",
              (f"`{meta['command']}` -- {meta['model']}; {len(bases)} weak Mohler answers ({', '.join(bases)}); "
@@ -163,7 +164,8 @@ def report_annotator(rubric: Rubric, jobs: list[dict[str, Any]], done: dict[str,
              "Moved/raised: share of the concept labels that differ from / are above the same answer's labels without",
              "the attack, same prompt (replies that could not be read are left out). Unreadable: replies without a",
              "usable annotation (in brackets: because every entry repeated the response's planted labels).", "",
-             "| attack | kind | moved before | moved after | raised before | raised after | unreadable before | unreadable after |",
+             ("| attack | kind | moved before | moved after | raised before | raised after | unreadable before | "
+              "unreadable after |"),
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for (attack, kind), r in wide.reindex([(a, kinds[a]) for a in attacks]).iterrows():
         def pct(v: Any) -> str:
@@ -200,10 +202,12 @@ def run_grader(args: argparse.Namespace) -> None:
     rows = []
     for name, doc in summary.items():
         for t in doc["transformations"]:
-            rows.append({"run": name, **{k: t[k] for k in ("transformation", "mean_grade_shift", "share_raised", "share_flagged")}})
+            rows.append({"run": name, **{k: t[k] for k in ("transformation", "mean_grade_shift", "share_raised",
+                                                           "share_flagged")}})
     if rows:
         df = pd.DataFrame(rows)
-        wide = df.pivot_table(index="transformation", columns="run", values=["mean_grade_shift", "share_raised", "share_flagged"],
+        wide = df.pivot_table(index="transformation", columns="run",
+                              values=["mean_grade_shift", "share_raised", "share_flagged"],
                               aggfunc="first", sort=False)
         runs = list(summary)
         head = "| transformation | " + " | ".join(f"{r}: shift | {r}: rises | {r}: flagged" for r in runs) + " |"
@@ -241,7 +245,8 @@ def paired_shift_ci(runs: list[str], resamples: int = 2000) -> list[str]:
     if set(a["id"]) != set(b["id"]):  # e.g. a random and a question-grouped fold: nothing to pair
         return ["", f"{runs[0]} and {runs[1]} audited different test answers: no paired difference."]
     rng = np.random.default_rng(0)
-    head = f"Paired difference of the mean grade shift, {runs[0]} − {runs[1]} (95 % bootstrap CI over answers, {resamples} resamples):"
+    head = (f"Paired difference of the mean grade shift, {runs[0]} − {runs[1]} (95 % bootstrap CI over answers, "
+            f"{resamples} resamples):")
     out = ["", head, "", "| transformation | difference | 95 % CI |", "|---|---:|---|"]
     for t in a["transformation"].unique():
         x = a[a["transformation"] == t].set_index("id")

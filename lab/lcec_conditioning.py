@@ -61,16 +61,19 @@ def encode(model: Any, tok: Any, rows: Any, keys: list[str], smin: int, gmin: in
     return reccbm.EncodedItems(inputs_for(model, tok, rows), c, y)
 
 
-def lcec_off(model: reccbm.RecCBM, cfg: dict[str, Any], p_tr: torch.Tensor, tr: reccbm.EncodedItems, p_dev: torch.Tensor,
+def lcec_off(model: reccbm.RecCBM, cfg: dict[str, Any], p_tr: torch.Tensor, tr: reccbm.EncodedItems,
+             p_dev: torch.Tensor,
              dev: reccbm.EncodedItems) -> reccbm.RecCBM:
-    """The same encoder and concept heads, no LCEC; W, U refitted on the training outputs (Stage II settings of the run)."""
+    """The same encoder and concept heads, no LCEC; W, U refitted on the training outputs (Stage II settings of the
+    run)."""
     off = reccbm.RecCBM(replace(model.config, lcec=False), model.encoder)  # type: ignore[arg-type]
     off.bottleneck.load_state_dict(model.bottleneck.state_dict())
     off.W.load_state_dict(model.W.state_dict())
     if model.U is not None and off.U is not None:
         off.U.data.copy_(model.U.data)
     s2 = config_from_dict(StageIIConfig, cfg["stage2"])
-    reccbm.train_grader(off, p_tr, torch.tensor(tr.concepts), torch.tensor(tr.grades), p_dev, torch.tensor(dev.grades), s2)
+    reccbm.train_grader(off, p_tr, torch.tensor(tr.concepts), torch.tensor(tr.grades), p_dev, torch.tensor(dev.grades),
+                        s2)
     return off
 
 
@@ -86,7 +89,8 @@ def main() -> None:
     rb, table, agreement = benchmark_table("mohler", a.data_dir)
     table = table.assign(id=table["id"].astype(str)).set_index("id", drop=False)
     keys, smin, gmin, M = rb.keys, rb.scale.min, rb.grade.min, rb.M
-    pooled: dict[str, list[Any]] = {k: [] for k in ("y", "c", "c_hat", "p_on", "p_off", "p_oracle", "p_wrong", "p_k1", "p_k2")}
+    pooled: dict[str, list[Any]] = {k: [] for k in ("y", "c", "c_hat", "p_on", "p_off", "p_oracle", "p_wrong", "p_k1",
+                                                    "p_k2")}
     per_fold = []
     for fold in sorted(a.run.glob("fold-*/model.safetensors")):
         d = fold.parent
@@ -136,7 +140,8 @@ def main() -> None:
     res: dict[str, Any] = {"run": str(a.run), "folds": [f["fold"] for f in per_fold], "n_items": len(y),
                            "labels": "majority vote over three LLM annotation passes, not expert-validated"}
     res["metrics"] = {k: grade(P[f"p_{k}"]) for k in ("on", "off", "oracle", "wrong", "k1", "k2")}
-    res["on_minus_off"] = {m: paired_bootstrap(y, P["p_off"].argmax(1), P["p_on"].argmax(1), m) for m in ("t_acc", "t_f1", "qwk")}
+    res["on_minus_off"] = {m: paired_bootstrap(y, P["p_off"].argmax(1), P["p_on"].argmax(1), m)
+                           for m in ("t_acc", "t_f1", "qwk")}
     rng = np.random.default_rng(0)
     boots = {"nll": [], "ece": []}
     for _ in range(1000):
@@ -146,8 +151,10 @@ def main() -> None:
     for k, b in boots.items():
         res["on_minus_off"][k] = {"diff": res["metrics"]["on"][k] - res["metrics"]["off"][k],
                                   "lo": float(np.percentile(b, 2.5)), "hi": float(np.percentile(b, 97.5))}
-    res["oracle_minus_none"] = {m: paired_bootstrap(y, P["p_on"].argmax(1), P["p_oracle"].argmax(1), m) for m in ("t_acc", "qwk")}
-    res["wrong_minus_none"] = {m: paired_bootstrap(y, P["p_on"].argmax(1), P["p_wrong"].argmax(1), m) for m in ("t_acc", "qwk")}
+    res["oracle_minus_none"] = {m: paired_bootstrap(y, P["p_on"].argmax(1), P["p_oracle"].argmax(1), m)
+                                for m in ("t_acc", "qwk")}
+    res["wrong_minus_none"] = {m: paired_bootstrap(y, P["p_on"].argmax(1), P["p_wrong"].argmax(1), m)
+                               for m in ("t_acc", "qwk")}
     sig_hat = ((P["c_hat"] - P["c"]) / M).var(0)
     implied = np.mean([f["sigma2_implied"] for f in per_fold], 0)
     learned = np.mean([f["sigma2"] for f in per_fold], 0)
@@ -155,7 +162,8 @@ def main() -> None:
     res["concepts"] = {"keys": keys, "sigma2_hat": sig_hat.tolist(), "sigma2_implied": implied.tolist(),
                        "sigma2_learned": learned.tolist(), "alpha": alpha.tolist(),
                        "mean_A_kk": float(np.mean([f["mean_A_kk"] for f in per_fold]))}
-    res["rho"] = {"implied_vs_hat": spearman_with_ci(implied, sig_hat), "learned_vs_hat": spearman_with_ci(learned, sig_hat),
+    res["rho"] = {"implied_vs_hat": spearman_with_ci(implied, sig_hat),
+                  "learned_vs_hat": spearman_with_ci(learned, sig_hat),
                   "implied_vs_1_minus_alpha": spearman_with_ci(implied, 1 - alpha),
                   "learned_vs_1_minus_alpha": spearman_with_ci(learned, 1 - alpha)}
     res["per_fold"] = per_fold

@@ -58,9 +58,11 @@ def posterior(s: NDArray[Any], mu0: NDArray[Any], C: NDArray[Any], d: NDArray[An
 
 
 def study(df: pd.DataFrame, keys: list[str], M: int, model: Any, ridge: float) -> dict[str, Any]:
-    lv_true = {p: df.loc[df["part"] == p, [f"{k}_true" for k in keys]].to_numpy(float) - 1 for p in ("train", "dev", "test")}
+    lv_true = {p: df.loc[df["part"] == p, [f"{k}_true" for k in keys]].to_numpy(float) - 1
+               for p in ("train", "dev", "test")}
     p_cols = [[f"{k}_p{m + 1}" for m in range(M + 1)] for k in keys]
-    s = {p: np.stack([(df.loc[df["part"] == p, cols].to_numpy(float) * np.arange(M + 1)).sum(1) for cols in p_cols], 1) / M
+    s = {p: np.stack([(df.loc[df["part"] == p, cols].to_numpy(float) * np.arange(M + 1)).sum(1) for cols in p_cols],
+                     1) / M
          for p in ("train", "dev", "test")}
     head_levels = df.loc[df["part"] == "test", [f"{k}_level" for k in keys]].to_numpy(float) - 1
     z_train = lv_true["train"] / M
@@ -104,7 +106,8 @@ def study(df: pd.DataFrame, keys: list[str], M: int, model: Any, ridge: float) -
         out[name] = {"others_gain_ci": boot(gains),
                      "posterior_c_acc": acc(base), "others_c_acc_uncorrected": float(np.mean(others_none)),
                      "others_c_acc_one_corrected": float(np.mean(others_cond)),
-                     "per_corrected_concept": dict(zip(keys, [round(b - a, 4) for a, b in zip(others_none, others_cond)])),
+                     "per_corrected_concept": dict(zip(keys,
+                                                       [round(b - a, 4) for a, b in zip(others_none, others_cond)])),
                      "sigma2": dict(zip(keys, np.round(d, 4).tolist())),
                      "max_prior_corr": float(np.abs(prior_corr - np.eye(K)).max())}
     return out
@@ -130,7 +133,8 @@ def refit_grades(run: Path, df: pd.DataFrame, keys: list[str], M: int, model: An
 
     cfg = yaml.safe_load((run / "config.yaml").read_text())["stage2"]
     s2 = reccbm.StageIIConfig(**{f.name: cfg[f.name] for f in fields(reccbm.StageIIConfig) if f.name in cfg})
-    grade_min = int(json.loads((run / "model.json").read_text())["grade"][0])  # grades are indices from the scale's low end
+    # grades are indices from the scale's low end
+    grade_min = int(json.loads((run / "model.json").read_text())["grade"][0])
 
     def part(p: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         d = df[df["part"] == p]
@@ -148,7 +152,8 @@ def refit_grades(run: Path, df: pd.DataFrame, keys: list[str], M: int, model: An
         own = model.grade_from_concepts(Pte).grade_logits.argmax(1).numpy()
         new = moments.grade_from_concepts(Pte).grade_logits.argmax(1).numpy()
     t = yte.numpy()
-    out: dict[str, Any] = {"own_matches_graded": float((own + grade_min == df.loc[df["part"] == "test", "grade"]).mean())}
+    out: dict[str, Any] = {
+        "own_matches_graded": float((own + grade_min == df.loc[df["part"] == "test", "grade"]).mean())}
     return out | paired_grades(t, own, new, ("as_trained", "moments"))
 
 
@@ -160,7 +165,8 @@ def paired_grades(t: NDArray[Any], old: NDArray[Any], new: NDArray[Any], names: 
     def qwk(y: NDArray[Any], g: NDArray[Any]) -> float:
         return float(cohen_kappa_score(y, g, weights="quadratic"))
 
-    out: dict[str, Any] = {name: {"t_acc": float((g == t).mean()), "qwk": qwk(t, g)} for name, g in zip(names, (old, new))}
+    out: dict[str, Any] = {name: {"t_acc": float((g == t).mean()), "qwk": qwk(t, g)}
+                           for name, g in zip(names, (old, new))}
     out["t_acc_change"] = [float((new == t).mean() - (old == t).mean()), *boot((new == t).astype(float) - (old == t))]
     rng = np.random.default_rng(0)
     diffs = [qwk(t[i], new[i]) - qwk(t[i], old[i]) for i in (rng.integers(0, len(t), len(t)) for _ in range(2000))]
@@ -185,7 +191,8 @@ def main() -> None:
               f"{r['posterior_c_acc']:.3f}; the other concepts {r['others_c_acc_uncorrected']:.3f} -> "
               f"{r['others_c_acc_one_corrected']:.3f} with one corrected (gain 95 % CI [{r['others_gain_ci'][0]:+.3f}, "
               f"{r['others_gain_ci'][1]:+.3f}])")
-        print("   gain per corrected concept: " + ", ".join(f"{k} {v:+.3f}" for k, v in r["per_corrected_concept"].items()))
+        print("   gain per corrected concept: " + ", ".join(f"{k} {v:+.3f}"
+                                                            for k, v in r["per_corrected_concept"].items()))
     g = out["grades"]
     print(f"grades, head refitted through the moments LCEC: T-Acc {g['as_trained']['t_acc']:.3f} -> "
           f"{g['moments']['t_acc']:.3f} ({g['t_acc_change'][0]:+.3f} [{g['t_acc_change'][1]:+.3f}, "

@@ -41,7 +41,8 @@ def main() -> None:
     rb, table, _ = benchmark_table("mohler")
     table = table.assign(id=table["id"].astype(str)).set_index("id", drop=False)
     keys, M = rb.keys, rb.M
-    res: dict[str, Any] = {"run": str(a.run), "labels": "three LLM annotation passes, not expert-validated", "folds": {}}
+    res: dict[str, Any] = {"run": str(a.run), "labels": "three LLM annotation passes, not expert-validated",
+                           "folds": {}}
     for fold in sorted(a.run.glob("fold-*/model.safetensors")):
         d = fold.parent
         model, tok, _ = reccbm.load_checkpoint(d)
@@ -66,7 +67,8 @@ def main() -> None:
             model.lcec.mu0.copy_(mu0)
             model.load_state_dict(head, strict=False)
             reccbm.fit_lcec(model, p["dev"], torch.tensor(sets["dev"].concepts), s2)
-            reccbm.train_grader(model, p["train"], torch.tensor(sets["train"].concepts), torch.tensor(sets["train"].grades),
+            reccbm.train_grader(model, p["train"], torch.tensor(sets["train"].concepts),
+                                torch.tensor(sets["train"].grades),
                                 p["dev"], torch.tensor(sets["dev"].grades), s2, head_only=True)
             with torch.no_grad():
                 model.eval()
@@ -96,7 +98,8 @@ def main() -> None:
                 "rho_implied_vs_hat": float(spearmanr(implied, sig_hat).statistic),
             }
             print(d.name, ls, json.dumps({k: (round(v, 3) if isinstance(v, float) else
-                                              {kk: round(vv, 3) for kk, vv in v.items()}) for k, v in out[str(ls)].items()}),
+                                              {kk: round(vv, 3) for kk, vv in v.items()})
+                                          for k, v in out[str(ls)].items()}),
                   flush=True)
         res["folds"][d.name] = out
     a.out.parent.mkdir(parents=True, exist_ok=True)

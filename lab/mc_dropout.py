@@ -125,7 +125,8 @@ def main() -> None:
         raise SystemExit(f"--out {a.out}: it would overwrite the run's own predictions; give a folder of its own")
     table, check = mc_run(a.run, a.passes, a.seed, progress=print)
     print(f"read once with the dropout off, each fold gives its kept level for {check['own_levels_reproduced']:.3f} of "
-          f"{check['levels']} (answer, concept) pairs; {a.passes} readings with it on took {check['reading_seconds']:.1f} s")
+          f"{check['levels']} (answer, concept) pairs; {a.passes} readings with it on took "
+          f"{check['reading_seconds']:.1f} s")
     a.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(a.out / "pooled_predictions.csv", index=False)
     (a.out / "mc_dropout.json").write_text(json.dumps({"run": str(a.run)} | check, indent=1) + "\n")

@@ -62,7 +62,8 @@ def main() -> None:
             if name == "honest" or (versions[name][-1]["any_text_flag"] is False and name in PADDING):
                 examples.setdefault(name, []).append(text[:200])
     out = {"measured": date.today().isoformat(), "revision": git_revision(), "answers": len(rows),
-           "split": args.split, "seed": args.seed, "shares": {}, "missed_examples": {k: v[:5] for k, v in examples.items()}}
+           "split": args.split, "seed": args.seed, "shares": {},
+           "missed_examples": {k: v[:5] for k, v in examples.items()}}
     for name, flags in versions.items():
         out["shares"][name] = {f: round(float(np.mean([x[f] for x in flags])), 4) for f in flags[0]}
     honest_flagged = [x["repeats_text"] or x["keyword_list"] for x in versions["honest"]]

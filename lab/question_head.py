@@ -98,12 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("pooled", type=Path, help="its pooled_predictions.csv")
     ap.add_argument("--mode", choices=["head", "stage2"], nargs="+", default=["head", "stage2"],
                     help="head: the grade head (W, U) refitted, LCEC kept; stage2: LCEC and the head (Stage II)")
-    ap.add_argument("--select", nargs="+", default=["t_f1", "nll"], help="Stage II's selection on the held-out questions")
+    ap.add_argument("--select", nargs="+", default=["t_f1", "nll"],
+                    help="Stage II's selection on the held-out questions")
     ap.add_argument("--rule", nargs="+", choices=["argmax", "median"], default=["argmax", "median"],
                     help="how a grade is read from the grade probabilities")
     ap.add_argument("--blend", type=float, nargs="*", default=[],
                     help="also grade with w of the reader's own grade probabilities and 1 - w of the refitted head's")
-    ap.add_argument("--dev-share", type=float, default=0.15, help="share of the other folds' questions held out for selection")
+    ap.add_argument("--dev-share", type=float, default=0.15,
+                    help="share of the other folds' questions held out for selection")
     ap.add_argument("--boots", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
@@ -141,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                    "gain": paired({"y": y, "g0": g0, "g1": g1, "q": q, "top": top}, a.boots, a.seed)}
             results.append(res)
             g = res["gain"]
-            print(f"{mode:10s} {select:4s} {rule:6s} NLL {nll:.3f}: T-Acc {res['t_acc_refit']:.3f} QWK {res['qwk_refit']:.3f}  "
+            print(f"{mode:10s} {select:4s} {rule:6s} NLL {nll:.3f}: T-Acc {res['t_acc_refit']:.3f} QWK "
+                  f"{res['qwk_refit']:.3f}  "
                   + gains_text(g), flush=True)
     if a.json:
         write_results(a.json, a.run, a.pooled, agree, results)

@@ -83,7 +83,8 @@ def study(d: pd.DataFrame, ns: tuple[int, ...] = (1, 3, 5, 10), lam: float = 5.0
             x = qmean[tr] - e[tr].mean()
             slope = float(x @ (t[tr] - e[tr]) / max(float(x @ x), 1e-12))  # t − ĉ ≈ slope · (question mean − mean)
             fitted[te] = e[te] + slope * (qmean[te] - e[te].mean())
-        per[k] = {"c_acc": float(np.mean(lvl == t)), "offset_share_of_squared_error": float(np.mean(offset ** 2) / np.mean(err ** 2)),
+        per[k] = {"c_acc": float(np.mean(lvl == t)),
+                  "offset_share_of_squared_error": float(np.mean(offset ** 2) / np.mean(err ** 2)),
                   "c_acc_oracle_offset": float(np.mean(np.clip(np.rint(e - offset), lo, hi) == t)),
                   "c_acc_shrunk_question_means": float(np.mean(np.clip(np.rint(fitted), lo, hi) == t))}
         oracle.append(per[k]["c_acc_oracle_offset"])
@@ -97,14 +98,16 @@ def study(d: pd.DataFrame, ns: tuple[int, ...] = (1, 3, 5, 10), lam: float = 5.0
         base, moved = [], []
         for _ in range(draws):
             order = rng.permutation(len(d))
-            rank = pd.Series(np.arange(len(d)), index=order).sort_index().to_numpy()  # position of each answer in the draw
+            # position of each answer in the draw
+            rank = pd.Series(np.arange(len(d)), index=order).sort_index().to_numpy()
             first = pd.Series(rank).groupby(q.to_numpy()).rank(method="first").to_numpy() <= n
             size = q.map(q.value_counts()).to_numpy()
             calib = first & (size > n)  # a question keeps at least one answer to grade
             rest = ~calib & (pd.Series(calib).groupby(q.to_numpy()).transform("any").to_numpy())
             for k in keys:
                 e, t = d[f"{k}_expected"].to_numpy(float), d[f"{k}_true"].to_numpy(float)
-                g = pd.DataFrame({"q": q[calib].to_numpy(), "r": (t - e)[calib]}).groupby("q")["r"].agg(["mean", "size"])
+                g = (pd.DataFrame({"q": q[calib].to_numpy(), "r": (t - e)[calib]})
+                     .groupby("q")["r"].agg(["mean", "size"]))
                 shift = (g["mean"] * g["size"] / (g["size"] + lam)).reindex(q[rest].to_numpy()).to_numpy()
                 moved.append(float(np.mean(np.clip(np.rint(e[rest] + shift), lo, hi) == t[rest])))
                 base.append(float(np.mean(d[f"{k}_level"].to_numpy(float)[rest] == t[rest])))
@@ -135,7 +138,8 @@ def prior_em(d: pd.DataFrame, alphas: tuple[float, ...], iters: int = 50) -> dic
     keys = concepts_of(d)
     lo = int(min(d[f"{k}_true"].min() for k in keys))
     n_levels = int(max(d[f"{k}_true"].max() for k in keys)) - lo + 1
-    out: dict[str, Any] = {"c_acc": float(np.mean([np.mean(d[f"{k}_level"] == d[f"{k}_true"]) for k in keys])), "alpha": {}}
+    out: dict[str, Any] = {"c_acc": float(np.mean([np.mean(d[f"{k}_level"] == d[f"{k}_true"]) for k in keys])),
+                           "alpha": {}}
     for alpha in alphas:
         per = {}
         for k in keys:
@@ -234,7 +238,8 @@ def offsets_from_features(d: pd.DataFrame, features: pd.DataFrame, ridge: float 
     hi = int(max(d[f"{k}_true"].max() for k in keys))
     missing = sorted(set(q) - set(features.index.astype(str)))
     if missing:
-        raise ValueError(f"no texts for question(s) {', '.join(missing[:3])}; give the benchmark the predictions came from")
+        raise ValueError(f"no texts for question(s) {', '.join(missing[:3])}; give the benchmark the predictions came "
+                         "from")
     per, base, moved = {}, [], []
     for k in keys:
         e, t = d[f"{k}_expected"].to_numpy(float), d[f"{k}_true"].to_numpy(float)
@@ -271,9 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lam", type=float, default=5.0, help="shrinkage λ of the offset from n answers: n / (n + λ)")
     ap.add_argument("--draws", type=int, default=20)
     ap.add_argument("--fold-runs", type=Path, help="the k-fold run with its fold weights: read the references too")
-    ap.add_argument("--texts", metavar="BENCHMARK", help="predict the offsets from the questions' texts too (e.g. mohler)")
-    ap.add_argument("--data-dir", default=None, help="benchmark data for --texts (default: $RUBRICTOOL_DATA, else ./data)")
-    ap.add_argument("--prior-em", metavar="ALPHAS", help="re-estimate each question's level shares by EM too, with these "
+    ap.add_argument("--texts", metavar="BENCHMARK",
+                    help="predict the offsets from the questions' texts too (e.g. mohler)")
+    ap.add_argument("--data-dir", default=None,
+                    help="benchmark data for --texts (default: $RUBRICTOOL_DATA, else ./data)")
+    ap.add_argument("--prior-em", metavar="ALPHAS",
+                    help="re-estimate each question's level shares by EM too, with these "
                     "pseudo-answer weights α (comma-separated, e.g. 0,5,20,100)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
@@ -305,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  the offsets shared by the concepts: first component {sh['first_component_share']:.0%} of their variance, "
           f"two concepts' offsets correlate {sh['mean_pairwise_correlation']:.2f} on average")
     for n, v in out["labelled_answers_per_question"].items():
-        print(f"  {n} labelled answer(s) a question: {v['c_acc_reader']:.3f} -> {v['c_acc_with_offset']:.3f} ({v['gain']:+.3f})")
+        print(f"  {n} labelled answer(s) a question: {v['c_acc_reader']:.3f} -> {v['c_acc_with_offset']:.3f} "
+              f"({v['gain']:+.3f})")
     if a.prior_em:
         em = prior_em(d, alphas)
         out["prior_em"] = em
@@ -318,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             feats = question_features(load_benchmark(a.texts, a.data_dir))
             fit = offsets_from_features(d, feats)
         except (RubrictoolError, OSError, ValueError, KeyError) as exc:
-            print(f"--texts {a.texts}: {str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__}", file=sys.stderr)
+            print(f"--texts {a.texts}: {str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__}",
+                  file=sys.stderr)
             return 2
         out["question_features"] = fit | {"benchmark": a.texts}
         print(f"  offsets predicted from the questions' texts and mean reading: C-Acc {fit['c_acc']:.3f} -> "
@@ -330,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             readings = reference_readings(a.fold_runs)
         except (RubrictoolError, ReccbmError, OSError, ValueError, KeyError) as exc:  # not a k-fold run with weights
-            print(f"--fold-runs {a.fold_runs}: {str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__}; give "
-                  "the k-fold run that made the pooled predictions, its fold-*/ weights kept", file=sys.stderr)
+            print(f"--fold-runs {a.fold_runs}: {str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__}; "
+                  "give the k-fold run that made the pooled predictions, its fold-*/ weights kept", file=sys.stderr)
             return 2
         ref = offsets_from_readings(d, readings)
         out["reference_readings"] = ref | {"run": str(a.fold_runs)}

@@ -17,7 +17,8 @@ on each bootstrap resample), so that a candidate is read against the recipe rath
     .venv/bin/python lab/reader_compare.py RUN_B --against RUN_A --truth benchmarks/results/folds-by-question/plain
     .venv/bin/python lab/reader_compare.py BF16/main --against FP32/main --truth benchmarks/results/folds/plain
     .venv/bin/python lab/reader_compare.py RUN --against benchmarks/results/folds-by-question/default \
-        --against benchmarks/results/folds-by-question/default-train-seed1 --truth benchmarks/results/folds-by-question/plain
+        --against benchmarks/results/folds-by-question/default-train-seed1 --truth
+        benchmarks/results/folds-by-question/plain
 
 Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -134,7 +135,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{a.run} (B) − {named} (A{', their mean' if len(against) > 1 else ''}): {out['n_items']} items, "
           f"folds {out['folds']}")
     print("A " + ", ".join(f"{m} {v:.3f}" for m, v in out["a"].items()))
-    print("B " + ", ".join(f"{m} {v:.3f}" for m, v in out["b"].items()) + f"; majority T-Acc {out['majority_t_acc']:.3f}")
+    print("B " + ", ".join(f"{m} {v:.3f}" for m, v in out["b"].items())
+          + f"; majority T-Acc {out['majority_t_acc']:.3f}")
     for m, r in out["paired"].items():
         print(f"  {m}: {r['diff']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]")
     print("per concept (A → B): " + ", ".join(f"{k} {v['a']:.3f}→{v['b']:.3f}" for k, v in out["per_concept"].items()))

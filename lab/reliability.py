@@ -16,7 +16,8 @@ and ρ(σ̂_k², 1 − α_k) with two 95 % bootstrap intervals: over concepts (a
 ρ) and over answers (the α_k fixed, σ̂_k² recomputed on resampled answers: how sure the ranking is given
 these eight concepts). α_k is the inter-rater α of the three LLM annotation passes.
 
-    .venv/bin/python lab/reliability.py      # default, paper, vanilla: the pooled predictions in benchmarks/results/folds
+    # default, paper, vanilla: the pooled predictions in benchmarks/results/folds
+    .venv/bin/python lab/reliability.py
 
 Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -95,14 +96,15 @@ def main() -> None:
         print("| concept | α | σ̂² (data) | mean error | slope b (MMSE A_kk) | reliability | LCEC σ² | LCEC A_kk |")
         print("|---|---|---|---|---|---|---|---|")
         for r in t.to_dict("records"):
-            print(f"| {r['concept']} | {r['alpha']:.3f} | {r['sigma2_hat']:.4f} | {r['bias']:+.3f} | {r['slope_b']:.3f} | "
-                  f"{r['reliability']:.3f} | {r['lcec_sigma2']:.4g} | {r['lcec_A_kk']:.3f} |")
+            print(f"| {r['concept']} | {r['alpha']:.3f} | {r['sigma2_hat']:.4f} | {r['bias']:+.3f} | "
+                  f"{r['slope_b']:.3f} | {r['reliability']:.3f} | {r['lcec_sigma2']:.4g} | {r['lcec_A_kk']:.3f} |")
         assert ci is not None
         print(f"\nmean slope b {t['slope_b'].mean():.3f}, mean reliability {t['reliability'].mean():.3f}, "
               f"LCEC mean A_kk {np.nanmean(t['lcec_A_kk']):.3f}")
         print(f"ρ(σ̂², 1 − α) = {ci['rho']:.3f}, 95 % CI over concepts [{ci['lo']:.2f}, {ci['hi']:.2f}], "
               f"over answers [{ans_lo:.2f}, {ans_hi:.2f}]"
-              + (f"; LCEC's ρ(σ², 1 − α) = {lcec_ci['rho']:.3f} [{lcec_ci['lo']:.2f}, {lcec_ci['hi']:.2f}]" if lcec_ci else ""))
+              + (f"; LCEC's ρ(σ², 1 − α) = {lcec_ci['rho']:.3f} [{lcec_ci['lo']:.2f}, {lcec_ci['hi']:.2f}]" if lcec_ci
+                 else ""))
         print(f"ρ(1 − reliability, 1 − α) = {share_ci['rho']:.3f} [{share_ci['lo']:.2f}, {share_ci['hi']:.2f}]")
         out[name] = {"table": t.to_dict("records"), "rho": ci, "rho_ci_answers": [ans_lo, ans_hi],
                      "lcec_rho": lcec_ci, "rho_noise_share": share_ci}

@@ -19,7 +19,8 @@ the mean's paired bootstrap 95 % CI against the members' mean and against the be
 reader's error its trainings share: what averaging many trained readers leaves is not their seeds' noise.
 
     python lab/seed_ensemble.py --with benchmarks/results/folds-by-question/default/pooled_predictions.csv \
-        --with benchmarks/results/folds-by-question/default-train-seed1/pooled_predictions.csv --out ../benchruns/together
+        --with benchmarks/results/folds-by-question/default-train-seed1/pooled_predictions.csv --out
+        ../benchruns/together
 
 Concept labels: majority vote over three LLM annotation passes, NOT validated by experts.
 """
@@ -107,7 +108,8 @@ def concepts_together(members: list[pd.DataFrame], names: list[str], n_boot: int
     first = members[0]
     keys = [c[: -len("_true")] for c in first.columns if c.endswith("_true") and f"{c[:-5]}_p1" in first]
     if not keys:
-        raise SystemExit(f"{names[0]}: no <KEY>_true with <KEY>_p1 beside it; give a k-fold run's pooled_predictions.csv")
+        raise SystemExit(f"{names[0]}: no <KEY>_true with <KEY>_p1 beside it; give a k-fold run's "
+                         "pooled_predictions.csv")
     levels = max(int(c.rsplit("_p", 1)[1]) for c in first.columns
                  if c.startswith(f"{keys[0]}_p") and c.rsplit("_p", 1)[1].isdigit())
     base = first.sort_values("id").reset_index(drop=True)
@@ -119,7 +121,8 @@ def concepts_together(members: list[pd.DataFrame], names: list[str], n_boot: int
     for name, member in zip(names, members):
         lacking = [c for c in ("id", *(f"{k}_p{m}" for k in keys for m in range(1, levels + 1))) if c not in member]
         if lacking:
-            raise SystemExit(f"{name}: no column {lacking[0]}; give a k-fold run's pooled_predictions.csv of the same rubric")
+            raise SystemExit(f"{name}: no column {lacking[0]}; give a k-fold run's pooled_predictions.csv of the same "
+                             "rubric")
         one = base[["id", "fold"]].merge(member, on="id", how="left", suffixes=("", "_m"))
         if one[f"{keys[0]}_p1"].isna().any() or len(one) != len(base):
             raise SystemExit(f"{name}: it lacks answers of {names[0]}; give runs of one table")
@@ -160,7 +163,8 @@ def _read(path: Path) -> pd.DataFrame:
     try:
         return pd.read_csv(path, dtype={"id": str})
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"--with {path}: cannot read it ({exc.__class__.__name__}); give a pooled_predictions.csv") from None
+        raise SystemExit(f"--with {path}: cannot read it ({exc.__class__.__name__}); give a "
+                         "pooled_predictions.csv") from None
 
 
 def main() -> None:
@@ -189,8 +193,8 @@ def main() -> None:
         print(f"wrote {target} ({len(table)} answers)")
         return
     table, check = ensemble(a.run, [_read(p) for p in a.others])
-    print(f"the first member's head on its own level shares gives its own grade for {check['own_grades_reproduced']:.3f} "
-          f"of {check['n']} answers")
+    print("the first member's head on its own level shares gives its own grade for "
+          f"{check['own_grades_reproduced']:.3f} of {check['n']} answers")
     atomic_write(target, partial(table.to_csv, index=False))  # whole files or none: reader_compare reads them
     atomic_write_json(a.out / "ensemble.json", {"first": str(a.run), "with": [str(p) for p in a.others]} | check)
     print(f"wrote {target} ({len(table)} answers)")

@@ -13,17 +13,18 @@ fold model that never saw its question; ``pooled_predictions.csv`` carries the f
   folds' pooled test outputs (each fold's outputs come from a model that did not see that fold's questions);
 - the share of the commonest level (what a constant reader gets).
 
-With ``--semantic`` also: ``semantic``, the regression on the overlap features and six features of the answer against its
-reference read by the *pretrained* sentence encoder (the default backbone, frozen, each text read alone, as it was
-trained to compare sentences): BERTScore-style precision, recall and F of the token states' best matches, the cosine
-of the mean states, and the share of reference tokens matched above 0.5 and 0.7; and ``stacked_semantic``, the model's
-log level probabilities with all of them.
+With ``--semantic`` also: ``semantic``, the regression on the overlap features and six features of the answer against
+its reference read by the *pretrained* sentence encoder (the default backbone, frozen, each text read alone, as it was
+trained to compare sentences): BERTScore-style precision, recall and F of the token states' best matches, the cosine of
+the mean states, and the share of reference tokens matched above 0.5 and 0.7; and ``stacked_semantic``, the model's log
+level probabilities with all of them.
 
 The same per-concept accuracies of a random-fold run are printed beside them when ``--random`` is given. Last, the
 grade: the model's against a regression on every concept's log probabilities and the overlap features (fitted on the
 other folds, as above): does the better concept reading move the grade?
 
-    .venv/bin/python lab/transfer.py      # the kept runs of `plain` (the default to 2026-11-26) in benchmarks/results/folds-by-question, folds
+    # the kept runs of `plain` (the default to 2026-11-26) in benchmarks/results/folds-by-question, folds
+    .venv/bin/python lab/transfer.py
     .venv/bin/python lab/transfer.py --out lab/results/transfer.json
     .venv/bin/python lab/transfer.py --grouped benchmarks/results/folds-by-question/default \
         --random benchmarks/results/folds/default --semantic --out lab/results/transfer_default_semantic.json
@@ -99,7 +100,8 @@ def semantic_features(responses: pd.Series, references: pd.Series, backbone: str
     rows = []
     for a, ref in zip(states([str(r) for r in responses]), refs):
         r = by_ref[ref]
-        sim = (a / (np.linalg.norm(a, axis=1, keepdims=True) + 1e-9)) @ (r / (np.linalg.norm(r, axis=1, keepdims=True) + 1e-9)).T
+        sim = ((a / (np.linalg.norm(a, axis=1, keepdims=True) + 1e-9))
+               @ (r / (np.linalg.norm(r, axis=1, keepdims=True) + 1e-9)).T)
         prec, rec = float(sim.max(1).mean()), float(sim.max(0).mean())
         ma, mr = a.mean(0), r.mean(0)
         rows.append([prec, rec, 2 * prec * rec / max(prec + rec, 1e-9),
@@ -132,7 +134,8 @@ def concept_transfer(pooled: pd.DataFrame, items: pd.DataFrame, keys: list[str],
     rows = []
     for k in keys:
         y = pooled[f"{k}_true"].to_numpy()
-        logp = np.log(pooled[[c for c in pooled.columns if re.fullmatch(rf"{re.escape(k)}_p\d+", c)]].to_numpy(float) + 1e-6)
+        logp = np.log(pooled[[c for c in pooled.columns if re.fullmatch(rf"{re.escape(k)}_p\d+", c)]].to_numpy(float)
+                      + 1e-6)
         row = {"concept": k, "commonest_level": float(pd.Series(y).value_counts(normalize=True).iloc[0]),
                "model": float((pooled[f"{k}_level"].to_numpy() == y).mean()),
                "overlap": float((leave_fold_out(feats, y, folds) == y).mean()),

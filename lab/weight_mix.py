@@ -40,7 +40,8 @@ def parse_mix(text: str) -> list[float]:
     try:
         mix = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise SystemExit(f"--mix {text!r}: give weights of the fine-tuned encoder between 0 and 1, e.g. 0.5,0.8") from None
+        raise SystemExit(f"--mix {text!r}: give weights of the fine-tuned encoder between 0 and 1, e.g. "
+                         "0.5,0.8") from None
     bad = [m for m in mix if not 0 <= m <= 1]
     if not mix or bad:
         raise SystemExit(f"--mix {text!r}: give weights of the fine-tuned encoder between 0 and 1, e.g. 0.5,0.8")
@@ -48,7 +49,8 @@ def parse_mix(text: str) -> list[float]:
 
 
 def mixed_state(pre: dict[str, torch.Tensor], ft: dict[str, torch.Tensor], lam: float) -> dict[str, torch.Tensor]:
-    """θ_λ = (1 − λ) θ_pre + λ θ_ft for every floating tensor; integer buffers (position ids) are the fine-tuned ones."""
+    """θ_λ = (1 − λ) θ_pre + λ θ_ft for every floating tensor; integer buffers (position ids) are the fine-tuned
+    ones."""
     missing = sorted(set(ft) - set(pre))
     if missing:
         raise SystemExit(f"the pretrained encoder lacks {len(missing)} of the fine-tuned one's tensors "

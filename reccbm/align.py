@@ -154,7 +154,8 @@ class AlignFeatures(nn.Module):
     def _overlap(input_ids: Tensor, ref: Tensor, ans: Tensor) -> Tensor:
         """Token-id overlap (no gradient: the ids are the text): (B, 6) = [share of answer tokens whose id occurs in the
         reference, share of the reference's distinct ids in the answer, share of the answer's distinct ids in the
-        reference, log(1 + answer length) / 4, log(1 + reference length) / 4, log((1 + answer) / (1 + reference)) / 2]."""
+        reference, log(1 + answer length) / 4, log(1 + reference length) / 4, log((1 + answer) / (1 + reference)) /
+        2]."""
         rows = []
         # one copy of the ids and masks as Python lists (from a GPU: one wait, not two per answer)
         for ids, r_mask, a_mask in zip(input_ids.tolist(), ref.tolist(), ans.tolist()):

@@ -61,7 +61,8 @@ class QuestionBatches:
     ``batch_size`` (a question's last, shorter run can let a batch hold one question more)."""
 
     def __init__(self, questions: NDArray[Any], batch_size: int, per: int, seed: int) -> None:
-        self.questions, self.batch_size, self.per, self.seed, self.epoch = np.asarray(questions), batch_size, per, seed, 0
+        self.questions, self.batch_size, self.per = np.asarray(questions), batch_size, per
+        self.seed, self.epoch = seed, 0
 
     def __iter__(self) -> Any:
         rng = np.random.default_rng([self.seed, self.epoch])
@@ -106,8 +107,8 @@ def training_loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int
             swap: ReferenceSwap | None = None, per_question: int = 0) -> Any:
     """Length-grouped training batches; with ``model``'s alignment features (ModelConfig.align), each batch carries its
     token-id overlap features computed here on the CPU (:meth:`reccbm.align.AlignFeatures.overlap_features`), and its
-    inputs' CPU copy (:class:`HostCopy`); with ``questions`` (N,), each answer's question (:func:`question_groups`); with
-    ``swap``, some inputs read another top-graded answer as their reference (StageIConfig.reference_swap); with
+    inputs' CPU copy (:class:`HostCopy`); with ``questions`` (N,), each answer's question (:func:`question_groups`);
+    with ``swap``, some inputs read another top-graded answer as their reference (StageIConfig.reference_swap); with
     ``per_question`` > 0, batches of runs of that many answers to one question (StageIConfig.answers_per_question)."""
     from torch.utils.data import DataLoader
 

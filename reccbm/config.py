@@ -111,7 +111,8 @@ class ModelConfig:
         if self.rubric_input < 0:
             raise ValueError(f"rubric_input is a number of tokens >= 0, got {self.rubric_input}")
         if self.rubric_ids and len(self.rubric_spans) != self.num_concepts + 1:
-            raise ValueError(f"rubric_spans has K + 1 = {self.num_concepts + 1} boundaries, got {len(self.rubric_spans)}")
+            raise ValueError(f"rubric_spans has K + 1 = {self.num_concepts + 1} boundaries, got "
+                             f"{len(self.rubric_spans)}")
         _choice("grade head", self.head, ("scalar", "level"))
         _choice("query init", self.query_init, ("orthogonal", "rubric"))
         _choice("concept head", self.concept_head, ("softmax", "ordinal"))
@@ -142,21 +143,23 @@ class StageIConfig:
     eval_batch_size: int = 64  # batch size for dev evaluation and for caching Stage I outputs
     seed: int = 0  # seeds torch, numpy, Python and the data order
     # "no", "fp16" (CUDA) or "bf16": passed to accelerate.Accelerator for the encoder's stages, and bf16 autocast of
-    # prediction and a frozen encoder's states on a GPU that has it. "no" until bf16 is measured against float32 on a GPU.
+    # prediction and a frozen encoder's states on a GPU that has it. "no" until bf16 is measured against float32 on a
+    # GPU.
     mixed_precision: str = "no"
     # The one device of every stage, prediction included (reccbm.device): "auto" = CUDA when present (under `accelerate
     # launch`, this process's GPU), else the CPU; "cpu" forces the CPU; "cuda" asks for a GPU.
     device: str = "auto"
     max_steps_per_epoch: int = 0  # > 0 caps optimiser steps per epoch (smoke tests); 0 = full epochs
-    # Fewest optimiser steps Stage I (and the PLM) takes in all: a small table's epochs run ceil(min_steps / epochs) steps
-    # each, drawing batches again once the table is used up, so a course with few labelled answers gets as many
+    # Fewest optimiser steps Stage I (and the PLM) takes in all: a small table's epochs run ceil(min_steps / epochs)
+    # steps each, drawing batches again once the table is used up, so a course with few labelled answers gets as many
     # updates as a large one instead of a share proportional to its size; a table with at least that many steps in its
     # epochs is unaffected. 0 = one pass over the training part per epoch (the paper).
     min_steps: int = 0
     group_by_length: bool = True  # batches of similar length (less padding, faster on CPU); False = plain shuffle
-    # AdamW as one fused kernel per step (torch's fused=True on the CPU and CUDA): the same update, rounded differently in
-    # the last bit, and several times faster than the per-tensor loop, which on the CPU is a large share of an encoder step.
-    # False = the per-tensor loop (how revisions before 2026-11-27 trained: their numbers to the last digit).
+    # AdamW as one fused kernel per step (torch's fused=True on the CPU and CUDA): the same update, rounded differently
+    # in the last bit, and several times faster than the per-tensor loop, which on the CPU is a large share of an
+    # encoder step. False = the per-tensor loop (how revisions before 2026-11-27 trained: their numbers to the last
+    # digit).
     fused_optimizer: bool = True
     # L_con reduction: "sum" over the K concepts (Eq. 12, the paper) or "mean" (L_con / K). With "sum" the
     # eight cross-entropies outweigh L_rank (a mean over concepts) K-fold, so λ_r barely acts.
@@ -209,18 +212,20 @@ class StageIConfig:
     train_top_layers: int = 0
     # Weight averaging (not in the paper): > 0 keeps an exponential moving average of the trained parameters in the
     # encoder stages (Stage I, the joint stage, the PLM's), θ̄ ← θ̄ + (1 − d_t)(θ − θ̄) after each optimiser step with
-    # d_t = min(ema, (1 + t) / (10 + t)), and evaluates, selects and keeps each epoch with θ̄ in place of θ (training goes
-    # on from θ): an average over the last ~1 / (1 − ema) steps, the usual remedy for inputs unlike the training ones
-    # (lab/history/concept-reader-levers.md). 0 = off (the paper); the default recipe sets 0.995 (reccbm/recipes.py).
+    # d_t = min(ema, (1 + t) / (10 + t)), and evaluates, selects and keeps each epoch with θ̄ in place of θ (training
+    # goes on from θ): an average over the last ~1 / (1 − ema) steps, the usual remedy for inputs unlike the training
+    # ones (lab/history/concept-reader-levers.md). 0 = off (the paper); the default recipe sets 0.995
+    # (reccbm/recipes.py).
     ema: float = 0.0
-    # Larger batches on a GPU (not in the paper): on a CUDA device the recipe trains with batches gpu_batch_scale times as
-    # large, by the linear scaling rule (reccbm.fit.Recipe.scaled: every learning rate × the scale, the moving average's
-    # decay to the same number of answers, as many examples across questions per answer, Stage II's batch too), so
-    # a GPU, whose time is the number of optimiser steps (MiniLM's kernels are too small to fill one), takes that many
-    # times fewer. 1 = the same recipe on every device. The CPU never scales (its time is the arithmetic, not the steps).
+    # Larger batches on a GPU (not in the paper): on a CUDA device the recipe trains with batches gpu_batch_scale times
+    # as large, by the linear scaling rule (reccbm.fit.Recipe.scaled: every learning rate × the scale, the moving
+    # average's decay to the same number of answers, as many examples across questions per answer, Stage II's batch
+    # too), so a GPU, whose time is the number of optimiser steps (MiniLM's kernels are too small to fill one), takes
+    # that many times fewer. 1 = the same recipe on every device. The CPU never scales (its time is the arithmetic, not
+    # the steps).
     gpu_batch_scale: int = 1
-    # CUDA graphs of the training encoder (not in the paper; reccbm/graphs.py): on one CUDA GPU in float32, the encoder's
-    # forward and backward are recorded once per input shape (a batch's length padded up to a multiple of
+    # CUDA graphs of the training encoder (not in the paper; reccbm/graphs.py): on one CUDA GPU in float32, the
+    # encoder's forward and backward are recorded once per input shape (a batch's length padded up to a multiple of
     # graph_pad_to) and replayed, one launch instead of hundreds: a step of MiniLM is the host's launching, not the
     # GPU's arithmetic. The same maths, summed in another order (the padded length): GPU runs with and without match up
     # to float rounding. Nothing changes on the CPU. Off until timed against the steps on a GPU (docs/gpu.md); False =
@@ -258,9 +263,8 @@ class StageIConfig:
     # Two readings of each batch (not in the paper; R-Drop, Liang et al. 2021): > 0 runs every Stage I batch through the
     # model twice, under two dropout masks, takes the concept loss and OPCC as the mean of the two readings' and adds
     # rdrop × the symmetric KL divergence between the two readings' level distributions of every concept (summed over
-    # concepts, as L_con), so that the reading does not rest on any few units; each Stage I step runs the batch's encoder
-    # pass twice (the examples across questions once).
-    # 0 = one reading.
+    # concepts, as L_con), so that the reading does not rest on any few units; each Stage I step runs the batch's
+    # encoder pass twice (the examples across questions once). 0 = one reading.
     rdrop: float = 0.0
     # The share of each Stage I batch that R-Drop reads a second time (the batch's first ceil(share × B) answers; the
     # others keep their one reading in both terms), for a cheaper step: 1 = the whole batch.
@@ -277,7 +281,8 @@ class StageIConfig:
         if not 0 <= self.reference_swap <= 1:
             raise ValueError(f"reference_swap is a probability in 0..1 (0 = off), got {self.reference_swap}")
         if self.encoder_dropout >= 1:
-            raise ValueError(f"encoder_dropout is a probability below 1 (< 0 = the backbone's own), got {self.encoder_dropout}")
+            raise ValueError("encoder_dropout is a probability below 1 (< 0 = the backbone's own), got "
+                             f"{self.encoder_dropout}")
         if self.answers_per_question < 0:
             raise ValueError(f"answers_per_question is >= 0 (0 = off), got {self.answers_per_question}")
         if self.padding < 0 or self.padding_per_batch < 1 or self.padding_tokens < 2:
@@ -288,8 +293,8 @@ class StageIConfig:
         object.__setattr__(self, "contrast_top", tuple(int(k) for k in self.contrast_top))  # a YAML list
         object.__setattr__(self, "contrast_bottom", tuple(int(k) for k in self.contrast_bottom))
         if self.contrast < 0 or self.contrast_per_batch < 1 or self.contrast_question < 0:
-            raise ValueError(f"contrast is >= 0, contrast_per_batch >= 1 and contrast_question >= 0, got {self.contrast}, "
-                             f"{self.contrast_per_batch}, {self.contrast_question}")
+            raise ValueError("contrast is >= 0, contrast_per_batch >= 1 and contrast_question >= 0, got "
+                             f"{self.contrast}, {self.contrast_per_batch}, {self.contrast_question}")
         _choice("concept loss", self.concept_loss, ("sum", "mean"))
         _choice("encoder", self.encoder, ("train", "frozen", "auto"))
         _choice("device", self.device, ("auto", "cpu", "cuda"))
@@ -303,7 +308,8 @@ class StageIConfig:
         if not 0.0 <= self.ema < 1.0:
             raise ValueError(f"ema is a decay in [0, 1) (0 = off), got {self.ema}")
         if self.gpu_batch_scale < 1:
-            raise ValueError(f"gpu_batch_scale is >= 1 (1 = the same recipe on every device), got {self.gpu_batch_scale}")
+            raise ValueError("gpu_batch_scale is >= 1 (1 = the same recipe on every device), got "
+                             f"{self.gpu_batch_scale}")
         if self.train_top_layers < 0:
             raise ValueError(f"train_top_layers is >= 0 (0 = all layers), got {self.train_top_layers}")
         if self.frozen_below < 0 or self.frozen_lr < 0:
@@ -341,8 +347,8 @@ class StageIIConfig:
     select: str = "t_f1"  # dev selection of the Stage II epoch: "t_f1" (paper; ties: T-Acc) or "nll" (dev grade NLL)
     # Which outputs LCEC's (L, η) learn the concept head's errors from. "train": the training answers' own outputs,
     # with the head (the paper), where the encoder errs far less than on new answers, so A stays near I. "dev": after
-    # the other stages, (L, η) are fitted by L_den + L_spa on the dev answers' outputs (answers the encoder never trained
-    # on: the errors it will meet), then the head is refitted on the training outputs through that fixed LCEC.
+    # the other stages, (L, η) are fitted by L_den + L_spa on the dev answers' outputs (answers the encoder never
+    # trained on: the errors it will meet), then the head is refitted on the training outputs through that fixed LCEC.
     lcec_fit: str = "train"
     # "moments": instead of that fit, μ₀ and Ω⁻¹ are the mean and covariance of the training answers' adjudicated
     # levels (+ lcec_ridge × the covariance's diagonal) and σ² the dev outputs' mean squared error per concept

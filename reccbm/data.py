@@ -102,7 +102,8 @@ def encode_inputs(
             truncated.append(i)
     firsts = _cut(firsts, [e.offsets for e in enc_f], keep_f)
     resp = _cut(responses, [e.offsets for e in enc_r], keep_r)
-    backend.enable_truncation(max_len, strategy="longest_first", direction=getattr(tokenizer, "truncation_side", "right"))  # a safety net
+    backend.enable_truncation(max_len, strategy="longest_first",
+                              direction=getattr(tokenizer, "truncation_side", "right"))  # a safety net
     try:
         if manual_sep:
             enc = backend.encode_batch([f"{f} {sep} {r}" for f, r in zip(firsts, resp)], add_special_tokens=True)

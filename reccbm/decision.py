@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["CalibratedBayes", "Cutpoints", "bayes_marks", "cost_matrix", "decide", "expected_cost", "fit_calibrated_bayes", "fit_cutpoints", "pass_index"]
+__all__ = ["CalibratedBayes", "Cutpoints", "bayes_marks", "cost_matrix", "decide", "expected_cost",
+           "fit_calibrated_bayes", "fit_cutpoints", "pass_index"]
 
 
 def cost_matrix(n_marks: int, pass_index: int | None = None, fail_passed: float = 0.0,
@@ -110,7 +111,8 @@ def fit_cutpoints(probs: NDArray[Any], y: NDArray[Any], cost: NDArray[np.float64
                 trial = t.copy()
                 trial[j] = c
                 total = cost[yy, np.searchsorted(trial, s, side="right")].sum()
-                if total < best_cost - 1e-9 or (abs(total - best_cost) <= 1e-9 and abs(c - rounding) < abs(best - rounding)):
+                if total < best_cost - 1e-9 or (abs(total - best_cost) <= 1e-9
+                                                and abs(c - rounding) < abs(best - rounding)):
                     best, best_cost = c, total
             if best != t[j]:
                 t[j], moved = best, True
@@ -135,7 +137,8 @@ class CalibratedBayes:
 
     def calibrated(self, probs: NDArray[Any]) -> NDArray[np.float64]:
         """p'(y | x) for the rows of ``probs`` (N, S+1)."""
-        logits = self.temperature * np.log(np.clip(np.asarray(probs, dtype=np.float64), 1e-12, 1.0)) + np.asarray(self.bias)
+        logits = (self.temperature * np.log(np.clip(np.asarray(probs, dtype=np.float64), 1e-12, 1.0))
+                  + np.asarray(self.bias))
         e = np.exp(logits - logits.max(1, keepdims=True))
         out: NDArray[np.float64] = e / e.sum(1, keepdims=True)
         return out

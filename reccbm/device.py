@@ -41,8 +41,9 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
         return torch.device("cpu")
     if name == "cuda" or name.startswith("cuda:"):
         if not torch.cuda.is_available():
+            built = "without CUDA" if torch.version.cuda is None else "with CUDA " + torch.version.cuda
             raise ReccbmError(f"device {device!r}: torch sees no CUDA GPU here (torch {torch.__version__}, "
-                              f"built {'without CUDA' if torch.version.cuda is None else 'with CUDA ' + torch.version.cuda})")
+                              f"built {built})")
         try:
             dev = torch.device(name)
         except RuntimeError:

@@ -232,8 +232,8 @@ def parameter_depths(encoder: nn.Module) -> tuple[dict[int, int], int]:
     return depths, top - 1
 
 
-# model.layer_mix beside stage1.train_top_layers: refused when a recipe is built (reccbm.fit.Recipe) and when a stage cuts
-# an encoder that mixes (states_layer, for callers of the stages without a recipe)
+# model.layer_mix beside stage1.train_top_layers: refused when a recipe is built (reccbm.fit.Recipe) and when a stage
+# cuts an encoder that mixes (states_layer, for callers of the stages without a recipe)
 MIX_AND_CUT = ("model.layer_mix reads every layer; stage1.train_top_layers cuts the encoder under its top layers: use "
                "one of them (train_top_layers 0, or layer_mix false)")
 

@@ -139,7 +139,8 @@ def vote_shares(table: Any, rubric: Rubric, levels: NDArray[Any] | None = None) 
             try:
                 given = [int(float(v)) - lo for v in cell.split()]
             except ValueError:
-                raise ReccbmError(f"{col}, row {rows[i]}: {cell!r} is not space-separated levels, e.g. '2 3 3'") from None
+                raise ReccbmError(f"{col}, row {rows[i]}: {cell!r} is not space-separated levels, "
+                                  "e.g. '2 3 3'") from None
             if any(not 0 <= v < n_levels for v in given):
                 raise ReccbmError(f"{col}, row {rows[i]}: {cell!r} has a level outside the rubric's scale "
                                   f"{rubric.levels[0]}..{rubric.levels[1]}")

@@ -147,7 +147,8 @@ def shift_levels(model: Model, preds: Predictions, delta: NDArray[Any]) -> Predi
     ĉ, μ_post and the grade follow through the frozen LCEC and head, as after an override."""
     if preds.p_hat is None:
         raise ValueError("the PLM baseline has no concepts to shift")
-    p = tilted(torch.as_tensor(preds.p_hat).float(), torch.tensor(np.asarray(delta, dtype=np.float64))).float()  # (N, K, M+1)
+    # (N, K, M+1)
+    p = tilted(torch.as_tensor(preds.p_hat).float(), torch.tensor(np.asarray(delta, dtype=np.float64))).float()
     return _regraded(_bottleneck(model, "a level shift"), p)
 
 

@@ -133,12 +133,14 @@ class Fitted:
     # the last Stage II: the head returned, or, when a joint stage ran after it and nothing refitted the head, the
     # head the joint stage started from (None for the PLM)
     stage2: StageResult | None
-    dev: dict[str, float]  # dev metrics of the returned model (T-Acc, T-F1, … and C-Acc, C-F1): seeds are chosen on these
+    # dev metrics of the returned model (T-Acc, T-F1, … and C-Acc, C-F1): seeds are chosen on these
+    dev: dict[str, float]
     steps: int  # optimiser steps of every stage that shaped the returned model
     seconds: float  # wall time of the whole recipe, cross-fitting included
     crossfit_parts: list[list[int]] | None = None  # positions in train: part j's Stage II inputs came from model j
     crossfit_steps: int = 0  # optimiser steps of the cross-fitting models (not part of the returned model)
-    lcec: StageResult | None = None  # LCEC fitted on the dev outputs (stage2.lcec_fit = "dev"); then stage2 is the head refit
+    # LCEC fitted on the dev outputs (stage2.lcec_fit = "dev"); then stage2 is the head refit
+    lcec: StageResult | None = None
     head_init: StageResult | None = None  # the Stage II head the joint stage started from, when stage2 is a later refit
     encoder: str = "train"  # what the encoder did: "train" (fine-tuned) or "frozen" (stage1.encoder, "auto" decided)
     states_seconds: float = 0.0  # wall time of computing a frozen encoder's token states once (0 without)
@@ -342,7 +344,8 @@ def fit(
     calibrate = recipe.stage2.calibrate and (why := recipe.calibration_skipped(len(dev))) is None
     if recipe.stage2.calibrate and not calibrate:
         log.info("stage2.calibrate: not applied (%s)", why)
-    if recipe.stage2.lcec_fit in ("dev", "moments") and model.lcec is not None:  # LCEC learns the errors of new answers...
+    # LCEC learns the errors of new answers...
+    if recipe.stage2.lcec_fit in ("dev", "moments") and model.lcec is not None:
         assert dev.concepts is not None and train.concepts is not None and train.grades is not None
         assert dev.grades is not None
         p_dev = cache_concepts(model, dev, pad, recipe.stage1.eval_batch_size, states.dev if states else None, device,
@@ -350,15 +353,17 @@ def fit(
         if calibrate:
             p_dev = _calibrate_levels(model, p_dev, dev)  # the level shares of answers the encoder never trained on
         if recipe.stage2.lcec_fit == "dev":
-            rl = fit_lcec(model, p_dev, torch.tensor(dev.concepts), recipe.stage2, callback, device=_k_dim_device(recipe))
+            rl = fit_lcec(model, p_dev, torch.tensor(dev.concepts), recipe.stage2, callback,
+                          device=_k_dim_device(recipe))
         else:
             rl = _lcec_moments(model, train, dev, p_dev, recipe.stage2.lcec_ridge)
         p_train = p_oof if p_oof is not None else cache_concepts(model, train, pad, recipe.stage1.eval_batch_size,
                                                                  states.train if states else None, device,
                                                                  recipe.stage1.mixed_precision)
         head_init = head_init or r2
-        r2 = train_grader(model, p_train, torch.tensor(train.concepts), torch.tensor(train.grades), p_dev,  # ... and the
-                          torch.tensor(dev.grades), recipe.stage2, callback, head_only=True,  # head reads through it
+        # ... and the head reads through it
+        r2 = train_grader(model, p_train, torch.tensor(train.concepts), torch.tensor(train.grades), p_dev,
+                          torch.tensor(dev.grades), recipe.stage2, callback, head_only=True,
                           device=_k_dim_device(recipe))
         steps += rl.steps + r2.steps
     model.decision = fit_decision(model, dev, recipe, pad)
@@ -405,7 +410,8 @@ def _calibrate_levels(model: RecCBM, p_dev: torch.Tensor, dev: EncodedItems) -> 
     return p_cal
 
 
-def _lcec_moments(model: RecCBM, train: EncodedItems, dev: EncodedItems, p_dev: torch.Tensor, ridge: float) -> StageResult:
+def _lcec_moments(model: RecCBM, train: EncodedItems, dev: EncodedItems, p_dev: torch.Tensor,
+                  ridge: float) -> StageResult:
     """LCEC's (μ₀, Ω, σ²) by their moments (:meth:`reccbm.lcec.LatentCorrection.set_from_moments`): the prior from
     the training answers' levels, the noise from the dev outputs' errors. No optimiser steps."""
     assert model.lcec is not None and train.concepts is not None and dev.concepts is not None

@@ -9,8 +9,8 @@ step's kernels once and launches them all in one call afterwards.
   pair per input shape, the length padded up to a multiple of ``pad_to`` so that few shapes occur; the rest of the
   step (the heads, the losses, the optimiser) runs as before.
 
-Both are used only on a CUDA device (``stage2.device`` "graph", ``stage1.cuda_graphs``), where asked. Where a capture fails (an
-operation a graph cannot hold), the run says so in its log and goes on step by step: same numbers up to float
+Both are used only on a CUDA device (``stage2.device`` "graph", ``stage1.cuda_graphs``), where asked. Where a capture
+fails (an operation a graph cannot hold), the run says so in its log and goes on step by step: same numbers up to float
 rounding, only slower. A graph computes what the steps compute, in another order of floating-point sums (a padded
 length, a tensor learning rate), so a GPU run with graphs matches one without to float rounding, not bit for bit.
 """

@@ -114,16 +114,17 @@ def predict(
     device: str | torch.device | None = None,
     precision: str = "no",
 ) -> Predictions:
-    """Batched inference (length-sorted, dynamic padding). ``device``: where it runs (:func:`reccbm.device.resolve_device`;
-    None: the model's current device); the model is put back where it was afterwards. ``precision`` "bf16": bf16
-    autocast on a GPU that has it (off by default). ``states``: the items' token states from this model's (frozen)
-    encoder (:func:`encoder_states`), used instead of running it."""
+    """Batched inference (length-sorted, dynamic padding). ``device``: where it runs
+    (:func:`reccbm.device.resolve_device`; None: the model's current device); the model is put back where it was
+    afterwards. ``precision`` "bf16": bf16 autocast on a GPU that has it (off by default). ``states``: the items' token
+    states from this model's (frozen) encoder (:func:`encoder_states`), used instead of running it."""
     if len(items) == 0:
         raise ReccbmError("nothing to predict: no items")
     was_training = model.training
     model.eval()
     order = np.argsort([len(f["input_ids"]) for f in items.features], kind="stable")  # length-sorted
-    parts: dict[str, list[NDArray[Any]]] = {"grade_probs": [], "grade_logits": [], "p_hat": [], "c_hat": [], "mu_post": []}
+    parts: dict[str, list[NDArray[Any]]] = {"grade_probs": [], "grade_logits": [], "p_hat": [], "c_hat": [],
+                                            "mu_post": []}
     with on_device(model, device) as dev, autocast(dev, precision):
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]

@@ -97,9 +97,11 @@ class LatentCorrection(nn.Module):
             return (mu0 + r @ self.denoising_matrix().T).to(s_tilde.dtype)  # (B, K)
         K = r.shape[1]
         eye = torch.eye(K, dtype=r.dtype, device=r.device)
-        C = torch.cholesky_solve(eye, torch.linalg.cholesky_ex(self.precision()).L)  # (K, K) prior covariance Ω⁻¹ (Ω ≻ 0)
+        # (K, K) prior covariance Ω⁻¹ (Ω ≻ 0)
+        C = torch.cholesky_solve(eye, torch.linalg.cholesky_ex(self.precision()).L)
         d = self.noise_variance().unsqueeze(0).masked_fill(observed.bool(), 0.0)  # (B, K) diag of D_i
-        w = torch.linalg.solve_ex(C.unsqueeze(0) + torch.diag_embed(d), r.unsqueeze(-1)).result  # (B, K, 1): (C + D_i)⁻¹ r
+        # (B, K, 1): (C + D_i)⁻¹ r
+        w = torch.linalg.solve_ex(C.unsqueeze(0) + torch.diag_embed(d), r.unsqueeze(-1)).result
         mu = mu0 + (C.unsqueeze(0) @ w).squeeze(-1)  # (B, K)
         return torch.where(observed.bool(), s_tilde.double(), mu).to(s_tilde.dtype)  # observed: exactly c_k / M
 
@@ -107,7 +109,8 @@ class LatentCorrection(nn.Module):
     def set_from_moments(self, z_train: Tensor, s_dev: Tensor, z_dev: Tensor, ridge: float = 0.0) -> None:
         """Set (μ₀, Ω, σ²) by their moments instead of by gradient (empirical Bayes; ``stage2.lcec_fit = "moments"``):
 
-            μ₀ = mean of z_train,   Ω⁻¹ = Cov(z_train) + ridge · diag(Cov(z_train)),   σ_k² = mean_i (s̃_ik − z_ik)² on dev,
+            μ₀ = mean of z_train,   Ω⁻¹ = Cov(z_train) + ridge · diag(Cov(z_train)),
+            σ_k² = mean_i (s̃_ik − z_ik)² on dev,
 
         (a concept's variance at least 1/(4n), n training answers; jitter on the diagonal where two concepts move
         together on every answer),
@@ -125,7 +128,8 @@ class LatentCorrection(nn.Module):
         cov = cov + torch.diag(var.clamp_min(1.0 / (4 * len(z))) - var)
         cov = cov + ridge * torch.diag(torch.diagonal(cov))
         jitter = 0.0
-        for _ in range(12):  # two concepts with the same levels on every training answer: a little jitter until Ω⁻¹ inverts
+        # two concepts with the same levels on every training answer: a little jitter until Ω⁻¹ inverts
+        for _ in range(12):
             omega, info = torch.linalg.inv_ex(cov + jitter * eye)
             omega = (omega + omega.T) / 2 - self.eps * eye
             L, info_chol = torch.linalg.cholesky_ex(omega)

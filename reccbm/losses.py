@@ -101,8 +101,8 @@ def rdrop_divergence(a: Tensor, b: Tensor) -> Tensor:
 
 
 def host_inputs(batch: dict[str, Tensor]) -> dict[str, Tensor]:
-    """The batch's inputs as the loader made them on the CPU (:class:`HostCopy`), for the extra inputs a step builds from
-    them without waiting for a GPU; the batch itself where it carries none."""
+    """The batch's inputs as the loader made them on the CPU (:class:`HostCopy`), for the extra inputs a step builds
+    from them without waiting for a GPU; the batch itself where it carries none."""
     host = batch.get("host")
     return host.batch if isinstance(host, HostCopy) else batch
 
@@ -119,7 +119,8 @@ def read_extra(model: RecCBM, extra: dict[str, Tensor], like: dict[str, Tensor])
 
 
 def contrast_term(model: RecCBM, batch: dict[str, Tensor], cfg: StageIConfig, like: Tensor) -> Tensor:
-    """The cross-question loss on the inputs :func:`reccbm.contrast.contrast_batch` builds from ``batch``; 0 when none."""
+    """The cross-question loss on the inputs :func:`reccbm.contrast.contrast_batch` builds from ``batch``; 0 when
+    none."""
     unwrapped: RecCBM = getattr(model, "module", model)  # under Accelerate's wrapper (multi-process)
     K, M = unwrapped.config.num_concepts, unwrapped.config.M
     # padding is masked, so its id does not matter: 0
@@ -143,14 +144,16 @@ def padding_term(model: RecCBM, batch: dict[str, Tensor], cfg: StageIConfig, c_h
     return padding_loss(expected_scores(logits.float().softmax(-1)), c_hat[source.to(logits.device)])
 
 
-def joint_loss(cfg: StageIConfig, joint: JointConfig, s2: StageIIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
+def joint_loss(cfg: StageIConfig, joint: JointConfig,
+               s2: StageIIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
     """λ_c L_con + λ_r L_rank (Eq. 27) + λ_t L_task (+ λ_d L_den + λ_s L_spa) (Eq. 28), one backward pass."""
     def loss(model: RecCBM, batch: dict[str, Tensor]) -> Tensor:
         c = batch["concepts"]  # (B, K)
         logits, _ = model.concepts(batch)  # (B, K, M+1)
         p_hat = logits.float().softmax(-1)  # (B, K, M+1), Eq. 11
         read, p_read = logits, p_hat
-        if "question_offsets" in batch:  # the concept losses read + the question offset; the grade what a new answer gets
+        # the concept losses read + the question offset; the grade what a new answer gets
+        if "question_offsets" in batch:
             read = logits + batch["question_offsets"].to(logits.dtype)
             p_read = read.float().softmax(-1)
         total = cfg.lambda_c * concept_target_loss(read, batch, cfg)  # Eq. 12

@@ -263,7 +263,8 @@ def opcc_loss(c_hat: Tensor, c: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------- the whole model
 def token_states(encoder: nn.Module, batch: dict[str, Tensor]) -> Tensor:
     """H = E(x) (B, T, d) (Eq. 7); a batch that carries ``states`` (computed once: a frozen encoder's H, or the output
-    of the layers that stay pretrained under ``stage1.train_top_layers``) is not re-encoded below where they were cut."""
+    of the layers that stay pretrained under ``stage1.train_top_layers``) is not re-encoded below where they were
+    cut."""
     if "states" in batch:
         upper = getattr(encoder, "upper", None)
         return upper(batch["states"], batch["attention_mask"]) if upper else batch["states"]  # (B, T, d)

@@ -54,7 +54,8 @@ def vocabulary_words(tokenizer: object) -> frozenset[str]:
 
 
 class Normaliser:
-    """Normalises answers against a vocabulary (:func:`vocabulary_words`) and each answer's own question and reference."""
+    """Normalises answers against a vocabulary (:func:`vocabulary_words`) and each answer's own question and
+    reference."""
 
     def __init__(self, vocabulary: Iterable[str] = ()) -> None:
         self.vocabulary = frozenset(w.lower() for w in vocabulary)

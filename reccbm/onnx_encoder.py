@@ -291,7 +291,8 @@ def export_encoder(encoder: TextEncoder, path: str | Path, meta: dict[str, str] 
             os_err = _os_error(exc)
             if os_err is not None:
                 raise OnnxWriteError(os_err, raw) from None
-            raise OnnxExportError(model_type, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}") from None
+            raise OnnxExportError(model_type,
+                                  f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}") from None
         finally:
             encoder.train(was_training)
         candidates: list[tuple[str, Path]] = []

@@ -43,7 +43,8 @@ class ReferenceSwap:
 
     @classmethod
     def build(cls, items: EncodedItems, questions: NDArray[Any], p: float, max_len: int, seed: int) -> ReferenceSwap:
-        """From the training items (their grades: ``items.grades``) and each one's question (:func:`question_groups`)."""
+        """From the training items (their grades: ``items.grades``) and each one's question
+        (:func:`question_groups`)."""
         n = len(items)
         batch = collate(items, list(range(n)), 0)
         ids, mask = batch["input_ids"], batch["attention_mask"]

@@ -88,7 +88,8 @@ def train_grader(
     torch.set_num_threads(1)  # K-dimensional maths: one thread beats two (no sync overhead)
     try:
         with on_device(model, device) as dev:
-            return _train_grader(model, train_p_hat.to(dev), None if train_concepts_ is None else train_concepts_.to(dev),
+            return _train_grader(model, train_p_hat.to(dev),
+                                 None if train_concepts_ is None else train_concepts_.to(dev),
                                  train_grades.to(dev), dev_p_hat.to(dev), dev_grades.to(dev), cfg, callback, head_only)
     finally:
         torch.set_num_threads(threads)
@@ -155,9 +156,9 @@ def _train_grader(
 
 def fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig, callback: Callback | None = None,
              device: str | torch.device | None = None) -> StageResult:
-    """LCEC's (L, η) alone on L_den + λ_s L_spa (Eq. 24, 25; λ_s = cfg.lcec_lambda_s) over cached outputs p̂ (N, K, M+1) and their 0..M
-    labels, everything else frozen; the final state is kept. Given outputs for answers the encoder never trained on
-    (the dev split's), σ² and Ω describe the errors it makes on new answers (StageIIConfig.lcec_fit = "dev").
+    """LCEC's (L, η) alone on L_den + λ_s L_spa (Eq. 24, 25; λ_s = cfg.lcec_lambda_s) over cached outputs p̂ (N, K, M+1)
+    and their 0..M labels, everything else frozen; the final state is kept. Given outputs for answers the encoder never
+    trained on (the dev split's), σ² and Ω describe the errors it makes on new answers (StageIIConfig.lcec_fit = "dev").
     ``device`` as in :func:`train_grader`."""
     if model.lcec is None:
         raise ReccbmError("this model has no LCEC layer to fit")
@@ -170,7 +171,8 @@ def fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig,
         torch.set_num_threads(threads)
 
 
-def _fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig, callback: Callback | None) -> StageResult:
+def _fit_lcec(model: RecCBM, p_hat: Tensor, concepts: Tensor, cfg: StageIIConfig,
+              callback: Callback | None) -> StageResult:
     assert model.lcec is not None
     torch.manual_seed(cfg.seed)
     params = list(model.lcec.parameters())

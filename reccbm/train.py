@@ -110,7 +110,8 @@ def _accelerator(cfg: StageIConfig) -> Any:
     return Accelerator(mixed_precision=cfg.mixed_precision, cpu=cfg.device == "cpu")
 
 
-def _optimizer(model: Model, cfg: StageIConfig, stage: str = "stage1", joint: JointConfig | None = None) -> torch.optim.Optimizer:
+def _optimizer(model: Model, cfg: StageIConfig, stage: str = "stage1",
+               joint: JointConfig | None = None) -> torch.optim.Optimizer:
     """AdamW over (E, Q, {V_k}) — or (E, head) — with decay on matrices only, Q at lr × multiplier, the encoder's
     lower layers at lower rates with StageIConfig.layer_decay < 1; parameters that do not train (_freeze) left out.
 
@@ -158,8 +159,8 @@ def _freeze(model: Model, stage: str, frozen_encoder: bool = False, frozen_embed
             below: int = 0) -> None:
     """requires_grad only on the parameters the stage trains (Algorithm 1: freeze after Stage I); with
     ``frozen_encoder`` never on the encoder's (StageIConfig.encoder = "frozen"), with ``frozen_embeddings`` never on its
-    input embeddings' (StageIConfig.freeze_embeddings), with ``below`` = l > 0 never on the embeddings' and layers 1..l's
-    (StageIConfig.train_top_layers)."""
+    input embeddings' (StageIConfig.freeze_embeddings), with ``below`` = l > 0 never on the embeddings' and layers
+    1..l's (StageIConfig.train_top_layers)."""
     params = {"stage1": model.stage1_parameters, "stage2": model.stage2_parameters, "joint": model.joint_parameters}
     if frozen_encoder:
         keep = set(map(id, model.encoder.parameters()))
@@ -274,8 +275,8 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
 
 def _graphs_apply(cfg: StageIConfig, acc: Any, model: Model, cut: bool) -> bool:
     """Whether a stage records its encoder's steps as CUDA graphs (StageIConfig.cuda_graphs): one CUDA process in
-    float32, one reading a step (not stage1.rdrop's two), an encoder that trains whole (not frozen, not cut under trained
-    top layers) and is a TextEncoder whose H is its last layer (the graphs record the backbone's own output, not
+    float32, one reading a step (not stage1.rdrop's two), an encoder that trains whole (not frozen, not cut under
+    trained top layers) and is a TextEncoder whose H is its last layer (the graphs record the backbone's own output, not
     model.layer_mix's)."""
     return (cfg.cuda_graphs and acc.device.type == "cuda" and acc.num_processes == 1 and cfg.mixed_precision == "no"
             and cfg.rdrop == 0  # a recorded graph's one set of buffers holds one reading before the backward
@@ -357,12 +358,12 @@ def _fit_encoder(
     states: tuple[States, States] | None = None,
 ) -> StageResult:
     """The epoch loop shared by Stage I, the PLM baseline and the joint stage (Accelerate, warm-up, early
-    stopping). ``objective``: the loss, the dev metrics and the key that selects an epoch; start_candidate: the state before the
-    first epoch is a candidate too (epoch 0), so a stage that does not help on dev changes nothing;
-    keep_last: every epoch counts as the best so far, so all of them run and the final state is kept (dev
-    metrics are logged, not used). With a frozen encoder (cfg.encoder, "auto" decided here for train + dev) only the
-    heads train and the encoder stays in eval mode (dropout off); ``states`` (train, dev) are its token states
-    (:func:`encoder_states`), computed here when not given and cfg.cache_states is on."""
+    stopping). ``objective``: the loss, the dev metrics and the key that selects an epoch; start_candidate: the state
+    before the first epoch is a candidate too (epoch 0), so a stage that does not help on dev changes nothing;
+    keep_last: every epoch counts as the best so far, so all of them run and the final state is kept (dev metrics are
+    logged, not used). With a frozen encoder (cfg.encoder, "auto" decided here for train + dev) only the heads train and
+    the encoder stays in eval mode (dropout off); ``states`` (train, dev) are its token states (:func:`encoder_states`),
+    computed here when not given and cfg.cache_states is on."""
     run = _prepare(model, train, dev, cfg, pad_id, stage, joint, states)
     best, history = _Best(), []
     if start_candidate:
@@ -379,7 +380,8 @@ def _fit_encoder(
         log.info("%s epoch %d: train loss %.4f, dev %s", stage, epoch, history[-1]["train_loss"],
                  format_metrics(metrics))
         if callback:
-            callback(Event(stage, "epoch", epoch, run.steps_per_epoch, run.steps_per_epoch, run.epochs, metrics=metrics))
+            callback(Event(stage, "epoch", epoch, run.steps_per_epoch, run.steps_per_epoch, run.epochs,
+                           metrics=metrics))
         if best.bad >= run.cfg.patience:
             log.info("%s: early stop after epoch %d (best epoch %d)", stage, epoch, best.epoch)
             break
@@ -387,7 +389,8 @@ def _fit_encoder(
     graphs = getattr(model.encoder, "graphs", None)
     if graphs is not None:  # the stage's graphs end with it
         log.info("%s: %d encoder input shapes recorded as CUDA graphs%s", stage, graphs.captures,
-                 f", {len(graphs.failed)} run step by step ({next(iter(graphs.failed.values()))})" if graphs.failed else "")
+                 f", {len(graphs.failed)} run step by step ({next(iter(graphs.failed.values()))})"
+                 if graphs.failed else "")
         model.encoder.graphs = None
     model.load_state_dict(best.state)
     model.to("cpu")
@@ -455,7 +458,8 @@ def train_joint(
     def select(m: dict[str, float]) -> tuple[float, ...]:
         return (float(m["c_acc"] >= floor - 1e-12),) + selection_key(m, "t_f1", "t_acc")
 
-    return _fit_encoder(model, train, dev, cfg, pad_id, "joint", _Objective(joint_loss(cfg, joint, stage2), metrics, select),
+    return _fit_encoder(model, train, dev, cfg, pad_id, "joint",
+                        _Objective(joint_loss(cfg, joint, stage2), metrics, select),
                         callback, joint=joint, start_candidate=joint.select != "last", keep_last=joint.select == "last",
                         states=states)
 

@@ -101,7 +101,8 @@ def _correct_answers(run: Run, test: pd.DataFrame) -> list[str]:
     tr = tr[tr["id"].isin(train_ids)]
     best: dict[str, str] = {}
     if "grade" in tr.columns and "question" in tr.columns:
-        tr = tr.assign(_g=pd.to_numeric(tr["grade"], errors="coerce")).sort_values(["_g", "id"], ascending=[False, True])
+        tr = (tr.assign(_g=pd.to_numeric(tr["grade"], errors="coerce"))
+              .sort_values(["_g", "id"], ascending=[False, True]))
         for q, r in zip(tr["question"].astype(str), tr["response"].astype(str)):
             best.setdefault(q, r)
     return [best.get(q) or ref or resp for q, ref, resp in zip(test["question"], test["reference"], test["response"])]
@@ -289,7 +290,8 @@ def _markdown(res: AuditResult, title: str) -> str:
                      f"{100 * r['share_lowered']:.1f} % | {100 * r['share_flagged']:.1f} % | {rf} |")
     if res.keys:
         lines += ["", "Mean shift of each concept's predicted level:", "",
-                  "| transformation | " + " | ".join(md_inline(k) for k in res.keys) + " |", "|---|" + "---:|" * len(res.keys)]
+                  "| transformation | " + " | ".join(md_inline(k) for k in res.keys) + " |",
+                  "|---|" + "---:|" * len(res.keys)]
         for r in s.to_dict(orient="records"):
             lines.append(f"| {r['transformation']} | " + " | ".join(f"{r[f'shift_{k}']:+.2f}" for k in res.keys) + " |")
     lines += ["", "Share of answers with each flag (honest = the original test answers):", "",
@@ -310,7 +312,8 @@ def _behaviour_lines(b: BehaviourResult | None) -> list[str]:
     out = ["", "## Behavioural tests", "",
            (f"The same {b.n} test answers, each edited in ways that must not move its mark (invariance), must lower it "
             "or must not raise it (directional), graded again (docs/integrity.md, \"Behavioural tests\")."), ""]
-    out += ["Failing:", ""] + [f"- {md_inline(f)}" for f in fails] + [""] if fails else ["Every test meets its target.", ""]
+    out += (["Failing:", ""] + [f"- {md_inline(f)}" for f in fails] + [""] if fails
+            else ["Every test meets its target.", ""])
     out += [summary_markdown(b.summary)] + [f"Note: {md_inline(n)}" for n in b.notes]
     return out
 
@@ -359,7 +362,8 @@ def write_audit(res: AuditResult, out_dir: str | Path, title: str | None = None)
     """audit.csv / .md / .json, audit.png and audit_items.csv in ``out_dir`` (each written atomically)."""
     out = writable_dir(out_dir)
     title = title or str(res.run)
-    paths = {"csv": write_table(res.summary, out / "audit.csv"), "items": write_table(res.items, out / "audit_items.csv", for_people=True)}
+    paths = {"csv": write_table(res.summary, out / "audit.csv"),
+             "items": write_table(res.items, out / "audit_items.csv", for_people=True)}
     md, js = out / "audit.md", out / "audit.json"
     for path, text in ((md, _markdown(res, title)), (js, json.dumps({
         "run": str(res.run), "seed": res.seed, "n": res.n, "keys": res.keys, "honest_flagged": res.honest_flagged,

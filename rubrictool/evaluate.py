@@ -327,8 +327,9 @@ def honest_metrics(y_true: ArrayLike, y_pred: ArrayLike, y_train: ArrayLike | No
     vs = out["vs_majority"]
     if vs["lo"] <= 0:
         warns.append({"code": "not_above_majority",
-                      "message": f"T-Acc is not above the majority class (always grade {int(mvals[np.argmax(mcounts)]) + grade_min}): "
-                                 f"{vs['diff']:+.3f}, 95 % CI [{vs['lo']:+.3f}, {vs['hi']:+.3f}]"})
+                      "message": "T-Acc is not above the majority class (always grade "
+                                 f"{int(mvals[np.argmax(mcounts)]) + grade_min}): {vs['diff']:+.3f}, 95 % CI "
+                                 f"[{vs['lo']:+.3f}, {vs['hi']:+.3f}]"})
     if len(t) < SMALL_TEST:
         warns.append({"code": "small_test",
                       "message": f"only {len(t)} test answers: too few to tell this model from chance or from "
@@ -459,9 +460,10 @@ def reliability_markdown(df: pd.DataFrame, rho: float | None, notes: list[str]) 
              "test reliability |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in df.to_dict("records"):
         ci = f"[{f(r['alpha_lo'])}, {f(r['alpha_hi'])}]" if not math.isnan(r["alpha_lo"]) else "—"
-        lines.append(f"| {md_inline(r['concept'])} | {md_inline(r['name'])} | {f(r['alpha'])} | {ci} | {f(r['sigma2'], '.4g')} | "
-                     f"{f(r['A_kk'])} | {f(r['sigma2_implied'], '.4g')} | {f(r['score_sigma2'], '.4g')} | "
-                     f"{f(r['test_c_acc'])} | {f(r['test_c_f1'])} | {f(r['test_reliability'])} |")
+        lines.append(f"| {md_inline(r['concept'])} | {md_inline(r['name'])} | {f(r['alpha'])} | {ci} | "
+                     f"{f(r['sigma2'], '.4g')} | {f(r['A_kk'])} | {f(r['sigma2_implied'], '.4g')} | "
+                     f"{f(r['score_sigma2'], '.4g')} | {f(r['test_c_acc'])} | {f(r['test_c_f1'])} | "
+                     f"{f(r['test_reliability'])} |")
     share = noise_share_rho(df["test_reliability"], df["alpha"])
     rhos = implied_noise_rhos(df["sigma2_implied"], df["score_sigma2"], df["alpha"])
     lines += ["", f"Spearman ρ(σ_k², 1 − α_k) across concepts: {f(rho) if rho is not None else '— (needs α and σ²)'}",
@@ -532,7 +534,8 @@ def low_marks_lines(lm: dict[str, Any]) -> tuple[list[str], list[list[str]], str
             "graded ≥ 2 too high"]
     rows = [[str(r["grade"]), str(r["n"]),
              f"{_num(r['mean_pred'], '.2f')} [{_num(r['mean_pred_lo'], '.2f')}, {_num(r['mean_pred_hi'], '.2f')}]",
-             f"{_num(r['mean_error'], '+.2f')} [{_num(r['mean_error_lo'], '+.2f')}, {_num(r['mean_error_hi'], '+.2f')}]",
+             (f"{_num(r['mean_error'], '+.2f')} [{_num(r['mean_error_lo'], '+.2f')}, "
+              f"{_num(r['mean_error_hi'], '+.2f')}]"),
              _num(100 * r["recall"], ".0f") + " %" if r["n"] else "—",
              _num(100 * r["over2"], ".0f") + " %" if r["n"] else "—"] for r in lm["per_mark"]]
     f, pm = lm["failing"], lm["pass_mark"]
@@ -553,7 +556,8 @@ SIGMA2_MEANING = (
     "that concept first in most trials once a fifth of its labels are replaced at random, but one reviewer's random "
     "levels that the majority vote absorbs leave it as it was — α shows those."
 )
-"""The one sentence every page shows beside the reliability table (kept here alone, so a new measurement changes it once)."""
+"""The one sentence every page shows beside the reliability table (kept here alone, so a new measurement changes it
+once)."""
 
 
 RELIABILITY_HEAD = ["concept", "α [95 % CI]", "σ²", "σ²(implied)", "test C-Acc", "test reliability"]
@@ -587,5 +591,6 @@ def folds_reliability(summary: dict[str, Any]) -> pd.DataFrame:
     ci = score.get("alpha_ci") or [[float("nan"), float("nan")]] * len(keys)
     return pd.DataFrame({"concept": keys, "alpha": score.get("alpha") or rel.get("alpha") or nan,
                          "alpha_lo": [c[0] for c in ci], "alpha_hi": [c[1] for c in ci],
-                         "sigma2": rel.get("sigma2_mean") or nan, "sigma2_implied": rel.get("sigma2_implied_mean") or nan,
+                         "sigma2": rel.get("sigma2_mean") or nan,
+                         "sigma2_implied": rel.get("sigma2_implied_mean") or nan,
                          "test_c_acc": score.get("c_acc") or nan, "test_reliability": score.get("reliability") or nan})

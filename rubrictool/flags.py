@@ -247,8 +247,8 @@ def save_profile(profile: Profile, run_dir: str | Path) -> Path:
 
 
 def load_profile(run_dir: str | Path) -> Profile:
-    """The run's ``profile.json`` (every run has one; :func:`rubrictool.train.runs.open_run` checks it with the run's other
-    files)."""
+    """The run's ``profile.json`` (every run has one; :func:`rubrictool.train.runs.open_run` checks it with the run's
+    other files)."""
     path = Path(run_dir) / PROFILE_FILE
     try:
         return Profile.from_json(json.loads(path.read_text(encoding="utf-8")))

@@ -46,7 +46,8 @@ def check_finite(preds: Predictions, ids: list[str]) -> None:
     if bad.any():
         first = ids[int(np.flatnonzero(bad)[0])] if ids else "?"
         raise TrainError(f"the model gives probabilities that are not numbers (NaN) for {int(bad.sum())} of {len(bad)} "
-                         f"answers (first: {first}): its weights are damaged, or its training diverged; no grade is given",
+                         f"answers (first: {first}): its weights are damaged, or its training diverged; no grade is "
+                         "given",
                          hint="check the run with --verify, or train it again")
 
 
@@ -219,7 +220,8 @@ def level_entropy(probs: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return out
 
 
-def uncertainty_score(probs: npt.NDArray[np.float64], sigma2: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.float64]:
+def uncertainty_score(probs: npt.NDArray[np.float64],
+                      sigma2: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.float64]:
     """How unsure the grader is about an item's concept levels, in [0, 1]: the mean normalised level
     entropy over concepts, each concept weighted by its learned noise variance σ_k² when the run has an
     LCEC layer (a concept the model found noisy counts more), else equally. ``(N, K, L)`` → ``(N,)``."""
@@ -244,8 +246,10 @@ def grader_predictions(
     graded = grade_loaded(grader, items, batch_size, progress)
     keys, smin = list(meta["concept_keys"]), int(meta["scale"][0])
     L = int(model.config.num_levels)
-    probs = np.stack([graded[[f"{k}_p{smin + j}" for j in range(L)]].to_numpy(float) for k in keys], axis=1)  # (N, K, L)
-    sigma2 = reccbm.reliability(model)["sigma2"] if isinstance(model, reccbm.RecCBM) and model.lcec is not None else None
+    # (N, K, L)
+    probs = np.stack([graded[[f"{k}_p{smin + j}" for j in range(L)]].to_numpy(float) for k in keys], axis=1)
+    sigma2 = reccbm.reliability(model)["sigma2"] if isinstance(model,
+                                                               reccbm.RecCBM) and model.lcec is not None else None
     unc = uncertainty_score(probs, sigma2)  # (N,)
     ent = level_entropy(probs)  # (N, K)
     levels = probs.argmax(axis=2) + smin  # (N, K)
@@ -274,7 +278,8 @@ def parse_overrides(spec: str | None, keys: list[str], scale: tuple[int, int]) -
         key, eq, value = part.partition("=")
         key = key.strip()
         if not eq or key not in keys:
-            raise DataError(f"--set {part.strip()!r}: use KEY=LEVEL with a concept key of the rubric ({', '.join(keys)})")
+            raise DataError(f"--set {part.strip()!r}: use KEY=LEVEL with a concept key of the rubric "
+                            f"({', '.join(keys)})")
         try:
             level = int(value)
         except ValueError:
@@ -334,7 +339,8 @@ def _reviewed_table(df: pd.DataFrame, keys: list[str], scale: tuple[int, int], g
     Errors name the file, the row and the column."""
     if "id" not in df.columns:
         raise DataError(f"{source}: no 'id' column (the reviewed answers need an id, their concept levels and, for an "
-                        f"answer not in --items, its question and response); found {', '.join(map(str, df.columns)) or 'none'}")
+                        "answer not in --items, its question and response); found "
+                        f"{', '.join(map(str, df.columns)) or 'none'}")
     given = [k for k in keys if k in df.columns]
     if not given:
         raise DataError(f"{source}: no concept column; the run's concepts are {', '.join(keys)} (a column per concept, "
@@ -420,7 +426,8 @@ def read_review(grader: reccbm.Grader, path: str | Path, trained_questions: set[
 
 def review_summary(review: Review, items: pd.DataFrame, knows_training: bool) -> str:
     """One line on what --reviewed does to ``items``: questions shifted, answers moved, questions left as read."""
-    q = items["question"].fillna("").astype(str).str.strip() if "question" in items.columns else pd.Series("", index=items.index)
+    q = items["question"].fillna("").astype(str).str.strip() if "question" in items.columns else pd.Series("",
+        index=items.index)
     moved = int(q.isin(set(review.shifts)).sum())
     n_rev = sum(review.counts.values())
     parts = []

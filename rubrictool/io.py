@@ -162,7 +162,8 @@ def write_table(df: pd.DataFrame, path: str | Path, for_people: bool = False) ->
                       encoding="utf-8-sig" if for_people else "utf-8")
         elif fmt == "jsonl":
             with open(tmp, "w", encoding="utf-8") as fh:
-                fh.writelines(json.dumps({k: _jsonable(v) for k, v in rec.items()}, ensure_ascii=False) + "\n" for rec in df.to_dict(orient="records"))
+                fh.writelines(json.dumps({k: _jsonable(v) for k, v in rec.items()}, ensure_ascii=False) + "\n"
+                              for rec in df.to_dict(orient="records"))
         else:
             df.to_parquet(tmp, index=False)
 

@@ -44,7 +44,8 @@ from rubrictool.train.folds import FINAL_DIR
 from rubrictool.train.kfold import is_kfold_run
 from rubrictool.train.labels import describe_labels
 
-__all__ = ["KEEP_COLUMNS", "GradeOptions", "Graded", "card_line", "grade_file", "grader_run", "keep_columns", "output_paths",
+__all__ = ["KEEP_COLUMNS", "GradeOptions", "Graded", "card_line", "grade_file", "grader_run", "keep_columns",
+           "output_paths",
            "quality_card"]
 
 KEEP_COLUMNS = ("question", "student", "source_id", "response")
@@ -98,7 +99,8 @@ def grader_run(run: str | Path) -> Path:
     final = Path(run) / FINAL_DIR
     if not (Path(run) / "folds.json").is_file():
         raise TrainError(f"{run} is a k-fold run that did not finish (no folds.json): its quality card is missing",
-                         hint="run the same `rubrictool train ... --folds K --final` again: finished parts are read back")
+                         hint="run the same `rubrictool train ... --folds K --final` again: finished parts are read "
+                              "back")
     if not (final / "model.json").is_file():
         raise TrainError(f"{run} is a k-fold run without a final model (one trained on every labelled answer)",
                          hint=f"add it with the same `rubrictool train ... --folds K` command plus --final --out {run} "
@@ -166,7 +168,8 @@ def _uncertainty(model: reccbm.Model, meta: dict[str, Any], graded: pd.DataFrame
     if not keys or not L or not all(c in graded.columns for cs in cols for c in cs):
         return None
     probs = np.stack([graded[cs].to_numpy(float) for cs in cols], axis=1)  # (N, K, L)
-    sigma2 = reccbm.reliability(model)["sigma2"] if isinstance(model, reccbm.RecCBM) and model.lcec is not None else None
+    sigma2 = reccbm.reliability(model)["sigma2"] if isinstance(model,
+                                                               reccbm.RecCBM) and model.lcec is not None else None
     return uncertainty_score(np.nan_to_num(probs, nan=1.0 / L), sigma2)
 
 
@@ -210,19 +213,22 @@ def grade_file(
     if data is None and gradebook is None:
         raise DataError("nothing to grade", hint="pass --items ITEMS (an item table) or --gradebook SPREADSHEET")
     if options.review_budget is not None and options.review_budget < 0:
-        raise DataError(f"--review-budget {options.review_budget}: give the number of answers a teacher will read (0 or more)")
+        raise DataError(f"--review-budget {options.review_budget}: give the number of answers a teacher will read (0 "
+                        "or more)")
     queue_path, card_path = output_paths(out, queue)
     book_out = gradebook_path(gradebook, gradebook_out) if gradebook is not None else None
     inputs = [data, run, reviewed, gradebook]
     check_output(out, inputs, "file", own=has_columns("grade_prob"), what="a graded table")
     check_output(queue_path, [*inputs, out], "file", own=has_columns("risk"), what="a review queue")
     check_output(card_path, [*inputs, out, queue_path], "file", own=_is_card, what="a quality card")
-    if book_out is not None:  # the teacher's own file is an input: never written, nor any file this command did not write
+    # the teacher's own file is an input: never written, nor any file this command did not write
+    if book_out is not None:
         check_output(book_out, [*inputs, out, queue_path, card_path], "file", own=is_graded_book, what="a gradebook")
     for path in (out, queue_path, card_path, *([book_out] if book_out else [])):
         writable_parent(path)
     with output_lock(out, "grade"):  # one writer per graded table
-        return _grade_into(run, data, out, options, progress, reviewed, queue_path, card_path, gradebook, sheet, columns,
+        return _grade_into(run, data, out, options, progress, reviewed, queue_path, card_path, gradebook, sheet,
+                           columns,
                            book_out)
 
 

@@ -80,7 +80,8 @@ def reviewer_noise(labels: pd.DataFrame, concept: str, reviewer: str, rate: floa
     replaced by levels drawn uniformly from the rubric's ``scale`` (lo, hi), before any adjudication."""
     missing = {"item", "reviewer", "concept", "level"} - set(labels.columns)
     if missing:
-        raise DataError(f"reviews need the columns item, reviewer, concept, level; missing {', '.join(sorted(missing))}")
+        raise DataError("reviews need the columns item, reviewer, concept, level; missing "
+                        f"{', '.join(sorted(missing))}")
     out = labels.copy()
     where = np.flatnonzero(((out["reviewer"] == reviewer) & (out["concept"] == concept)).to_numpy())
     if len(where) == 0:
@@ -110,7 +111,8 @@ def concept_figures(p_dev: NDArray[Any], p_test: NDArray[Any], train_levels: NDA
     K = train.shape[1]
     lcec = reccbm.LatentCorrection(K, eps)
     s_dev = torch.from_numpy(_expected(p_dev) / M)  # (N_dev, K)
-    lcec.set_from_moments(torch.from_numpy(train), s_dev, torch.from_numpy(np.asarray(dev_levels, np.float64) / M), ridge)
+    lcec.set_from_moments(torch.from_numpy(train), s_dev, torch.from_numpy(np.asarray(dev_levels, np.float64) / M),
+                          ridge)
     with torch.no_grad():
         sigma2 = lcec.noise_variance().numpy()  # (K,)
         a_kk = np.diag(lcec.denoising_matrix().numpy())  # (K,)

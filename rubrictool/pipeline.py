@@ -64,7 +64,8 @@ class DataSource:
     table: pd.DataFrame  # the adjudicated table, unlabelled rows left out
     agreement: dict[str, Any] | Path | None  # a benchmark's agreement, or agreement.json (given, or beside the table)
     notes: list[str]  # what every run on it records: the benchmark's label passes, the rows left out
-    table_source: dict[str, Any]  # run.json's record of where the table came from: {"benchmark": NAME} or {"path": FILE}
+    # run.json's record of where the table came from: {"benchmark": NAME} or {"path": FILE}
+    table_source: dict[str, Any]
     labels: dict[str, Any] | None = None  # who made the labels (None: each run reads agreement.json and the table)
     path: Path | None = None  # the table file (None for a benchmark)
 
@@ -94,10 +95,10 @@ def resolve_data(
     data_dir: str | Path | None = None,
     progress: ProgressFn | None = None,
 ) -> DataSource:
-    """The one rule for what ``train``, ``learning-curve`` and ``ablate`` train on: a benchmark with concept-label passes
-    (Mohler: its items, labels by majority vote over the passes, α from them) or an adjudicated table with its rubric
-    (``--rubric``, or the rubric.yaml adjudicate keeps beside the table) and agreement.json (``--agreement``, or the
-    one beside the table). Unlabelled rows of the table are left out, said through ``progress`` and in the notes."""
+    """The one rule for what ``train``, ``learning-curve`` and ``ablate`` train on: a benchmark with concept-label
+    passes (Mohler: its items, labels by majority vote over the passes, α from them) or an adjudicated table with its
+    rubric (``--rubric``, or the rubric.yaml adjudicate keeps beside the table) and agreement.json (``--agreement``, or
+    the one beside the table). Unlabelled rows of the table are left out, said through ``progress`` and in the notes."""
     if (benchmark is None) == (data is None):
         raise TrainError("training needs one data source: a benchmark or an adjudicated table",
                          hint="give either --benchmark NAME or --table FILE with --rubric")
@@ -112,7 +113,8 @@ def resolve_data(
     if rubric is None and (path.parent / "rubric.yaml").is_file():  # adjudicate keeps it beside the table
         rubric = path.parent / "rubric.yaml"
     if rubric is None:
-        raise TrainError("an adjudicated table needs the rubric its concept columns follow", hint="add --rubric NAME|FILE")
+        raise TrainError("an adjudicated table needs the rubric its concept columns follow",
+                         hint="add --rubric NAME|FILE")
     rb = load_rubric(rubric)
     # items no reviewer or model labelled stay in the adjudicated table, unlabelled: left out here
     raw = read_table(path)
@@ -215,7 +217,8 @@ def train_on(
 ) -> TrainResult:
     """One run of ``options`` on ``source`` in ``out`` (default runs/<source>-<variant>): with ``folds``, k fold runs
     (:func:`rubrictool.train.train_folds`); else one split: ``split`` (a split.json), or a 7:2:1 split drawn with
-    ``split_seed`` (grouped by the ``by`` column when given). ``jobs``: fold runs in that many worker processes; ``final``: with ``folds``, the final model too."""
+    ``split_seed`` (grouped by the ``by`` column when given). ``jobs``: fold runs in that many worker processes;
+    ``final``: with ``folds``, the final model too."""
     run = Path(out) if out else Path("runs") / f"{source.name}-{options.variant}"
     common: dict[str, Any] = {"options": options, "record": source.record(), "progress": progress}
     if folds:

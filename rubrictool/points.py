@@ -9,9 +9,9 @@ same as a baseline beside the majority class.
 A rubric without points can be given a *suggested* table: :func:`fit_points` fits the grade to the
 levels (by default an ordinal fit of points and cut-points together, so the table can give every grade from the
 lowest to the highest; each concept's level steps constrained so a higher level never earns fewer points) and
-:func:`cross_validate_points` measures it on answers it was not fitted to; :func:`points_from_head` reads a trained grade head the same way (the head's expected grade
-over concept profiles, made additive), and :func:`points_suggestion` writes either into the rubric's
-own YAML, validated, with its diff, for a teacher to accept or edit.
+:func:`cross_validate_points` measures it on answers it was not fitted to; :func:`points_from_head` reads a trained
+grade head the same way (the head's expected grade over concept profiles, made additive), and :func:`points_suggestion`
+writes either into the rubric's own YAML, validated, with its diff, for a teacher to accept or edit.
 """
 
 from __future__ import annotations
@@ -396,8 +396,8 @@ def points_from_head(model: reccbm.Model, rubric: Rubric, source: str = "a train
         raise RubricError("a PLM run has no concept bottleneck: its grade head cannot be read as points per level")
     K, L = rubric.K, rubric.M + 1
     if model.config.num_concepts != K or model.config.num_levels != L:
-        raise RubricError(f"the run's head has {model.config.num_concepts} concepts × {model.config.num_levels} levels; "
-                          f"rubric {rubric.name} has {K} × {L}")
+        raise RubricError(f"the run's head has {model.config.num_concepts} concepts × {model.config.num_levels} "
+                          f"levels; rubric {rubric.name} has {K} × {L}")
     if L**K <= max_profiles:
         grids = np.meshgrid(*[np.arange(L)] * K, indexing="ij")
         profiles = np.stack([g.reshape(-1) for g in grids], axis=1)  # (L^K, K)
@@ -422,7 +422,8 @@ class PointsSuggestion:
 
 
 FITTED_MARK = "# points fitted by `rubrictool rubric fit-points`"
-_FITTED_RE = re.compile(r"^# points fitted by `rubrictool rubric fit-points`.*\(answers ([0-9a-f]{12})\).*$", re.MULTILINE)
+_FITTED_RE = re.compile(r"^# points fitted by `rubrictool rubric fit-points`.*\(answers ([0-9a-f]{12})\).*$",
+                        re.MULTILINE)
 
 
 def answers_key(ids: Any) -> str:
@@ -475,7 +476,8 @@ def grade_table(levels: pd.DataFrame, rubric: Rubric) -> tuple[pd.DataFrame, dic
     if "grade" in levels.columns:
         both = ok & levels["grade"].notna()
         if both.any():
-            truth = np.clip(_round_half_up(levels.loc[both, "grade"].to_numpy(float)), rubric.grade.min, rubric.grade.max)
+            truth = np.clip(_round_half_up(levels.loc[both, "grade"].to_numpy(float)), rubric.grade.min,
+                            rubric.grade.max)
             pred = out.loc[both, "points_grade"].to_numpy(np.int64)
             metrics = {k: float(v) for k, v in grade_metrics(truth - rubric.grade.min, pred - rubric.grade.min).items()
                        if isinstance(v, (int, float)) and not math.isnan(float(v))}

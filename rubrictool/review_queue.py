@@ -65,7 +65,8 @@ def review_queue(held: pd.DataFrame, uncertainty: npt.NDArray[np.float64] | None
     n = len(held)
     is_held = (held["needs_review"].fillna("") != "").to_numpy()
     n_flags = held["needs_review"].fillna("").map(lambda r: len([x for x in str(r).split("; ") if x])).to_numpy(float)
-    prob = pd.to_numeric(held["grade_prob"], errors="coerce").fillna(0.0).to_numpy(float)  # empty answer: no probability
+    # empty answer: no probability
+    prob = pd.to_numeric(held["grade_prob"], errors="coerce").fillna(0.0).to_numpy(float)
     unc = np.zeros(n) if uncertainty is None else np.nan_to_num(np.asarray(uncertainty, dtype=float))
     risk = np.where(is_held, 1.0 + n_flags / (1.0 + n_flags), (1.0 - prob + unc) / 2)
     order = np.argsort(-risk, kind="stable")

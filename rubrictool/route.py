@@ -87,8 +87,8 @@ def route_figures(pooled: pd.DataFrame, rubric: Rubric, *, table: pd.DataFrame |
     """Each route's figures on the pooled answers (see the module docstring). ``pooled``: pooled_predictions.csv
     (``id, fold, grade_true, grade, majority`` and ``<KEY>_true``); ``table``: the training table (its panel votes);
     ``agreement``: agreement.json (the reviewers' α per concept and who they were); ``labels``: the run's label
-    source (who set each level, :func:`rubrictool.train.labels.label_source`); ``audit_gain``: the mark a pasted reference
-    gains in the behavioural audit, when it was run."""
+    source (who set each level, :func:`rubrictool.train.labels.label_source`); ``audit_gain``: the mark a pasted
+    reference gains in the behavioural audit, when it was run."""
     from rubrictool.points import points_column
 
     t = pooled["grade_true"].to_numpy()
@@ -128,7 +128,8 @@ def _qwk(c: dict[str, float]) -> str:
 
 
 def _low_alpha(alpha: dict[str, float | None]) -> list[tuple[str, float]]:
-    return [(k, float(a)) for k, a in alpha.items() if a is not None and not math.isnan(float(a)) and float(a) < ALPHA_MIN]
+    return [(k, float(a)) for k, a in alpha.items() if a is not None and not math.isnan(float(a))
+            and float(a) < ALPHA_MIN]
 
 
 def choose_route(figs: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,8 @@
 |---|---|---|
 | ItemTable | id, response, question?, reference?, context?, grade? | loaders → every stage |
 | PredictionTable | item, model, concept, level, evidence, raw_ok | annotate → review push, adjudicate |
-| ReviewTable | item, reviewer, concept, level, source (human/llm/model) | review pull / files / prediction tables → adjudicate |
+| ReviewTable | item, reviewer, concept, level, source (human/llm/model) | review pull / files / prediction tables →
+  adjudicate |
 | AdjudicatedTable | ItemTable columns, one column per concept key, provenance | adjudicate → train |
 
 Each is checked against the rubric where it enters a stage: an unknown concept, a level out of
@@ -127,8 +128,8 @@ def check_ids(df: pd.DataFrame, source: str, fix: str = "give every answer its o
 
 
 def validate_adjudicated(table: pd.DataFrame, rubric: Rubric, need_concepts: bool = True) -> pd.DataFrame:
-    """The AdjudicatedTable's one validating reader: check a table against the rubric; return a copy with 0-based ``_c_<key>``
-    concept columns (level − scale.min) and ``_y`` (grade − grade.min). Errors name the row/column."""
+    """The AdjudicatedTable's one validating reader: check a table against the rubric; return a copy with 0-based
+    ``_c_<key>`` concept columns (level − scale.min) and ``_y`` (grade − grade.min). Errors name the row/column."""
     for col in ("id", "response", "grade"):
         if col not in table.columns:
             raise DataError(f"the item table has no {col!r} column (columns: {', '.join(map(str, table.columns))})")
@@ -378,7 +379,8 @@ def read_predictions(path: str | Path, rubric: Rubric | None = None, valid_only:
         lvls: list[Any] = df["level"].tolist()
         for i, (concept, lv, ok) in enumerate(zip(concepts, lvls, usable.tolist()), 1):
             if concept not in rubric.keys:
-                raise DataError(f"{p}: row {i}: concept {concept!r} is not in rubric {rubric.name} ({', '.join(rubric.keys)})")
+                raise DataError(f"{p}: row {i}: concept {concept!r} is not in rubric {rubric.name} "
+                                f"({', '.join(rubric.keys)})")
             if ok and int(lv) not in rubric.scale.values:
                 raise DataError(f"{p}: row {i}: level {lv} is outside {rubric.scale.min}..{rubric.scale.max}")
         dup = df[usable].duplicated(["item", "model", "concept"], keep=False)

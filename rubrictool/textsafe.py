@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["md_inline", "md_quote", "md_table", "md_text", "neutralise_cell", "neutralise_frame", "restore_cell", "restore_frame",
+__all__ = ["md_inline", "md_quote", "md_table", "md_text", "neutralise_cell", "neutralise_frame", "restore_cell",
+           "restore_frame",
            "strip_controls"]
 
 # ESC [ … final byte (CSI), ESC ] … BEL or ESC \ (OSC), ESC P/X/^/_ … ESC \ (DCS and friends), ESC + one byte

@@ -38,7 +38,8 @@ def test_ablate_trains_frozen_variants_as_their_own_rows(tmp_path: Path) -> None
     assert "| reccbm-frozen | ✓ | ✓ | ✓ | frozen |" in (out / "ablation.md").read_text()
     pretrained = reccbm.TextEncoder.from_pretrained(backbone).state_dict()
     for name, frozen in (("reccbm", False), ("reccbm-frozen", True), ("plm-frozen", True)):
-        assert yaml.safe_load((out / name / "config.yaml").read_text())["stage1"]["encoder"] == ("frozen" if frozen else "train")
+        cfg = yaml.safe_load((out / name / "config.yaml").read_text())
+        assert cfg["stage1"]["encoder"] == ("frozen" if frozen else "train")
         model, _, _ = reccbm.load_checkpoint(out / name)
         same = all(torch.equal(v, model.encoder.state_dict()[k]) for k, v in pretrained.items())
         assert same == frozen, name

@@ -147,7 +147,8 @@ def test_train_skips_unlabelled_rows_and_says_how_many(tmp_path: Path, backbone:
     rubric, items, preds = course(tmp_path)
     adjudicate(rubric, preds, tmp_path / "adj", "--items", str(items))
     res = runner.invoke(app, ["train", "--table", str(tmp_path / "adj" / "adjudicated.csv"), "--rubric", str(rubric),
-                              "--backbone", backbone, "--epochs", "1", "--max-len", "32", "--out", str(tmp_path / "run"),
+                              "--backbone", backbone, "--epochs", "1", "--max-len", "32", "--out",
+                              str(tmp_path / "run"),
                               "--device", "cpu"])
     assert res.exit_code == 0, res.output
     assert "skipping 1 unlabelled row(s) (no reviewer or model labelled them: s4)" in " ".join(res.output.split())

@@ -98,7 +98,8 @@ def test_default_template_is_static_first() -> None:
 def test_in_context_examples_in_the_runs_format(tmp_path: Path) -> None:
     f = tmp_path / "ex.jsonl"
     rows = [
-        {"question": "Q1?", "reference": "R1", "response": "ex answer one", **{k: 3 for k in RUBRIC.keys}, "FC_evidence": "right"},
+        {"question": "Q1?", "reference": "R1", "response": "ex answer one", **{k: 3 for k in RUBRIC.keys},
+         "FC_evidence": "right"},
         {"question": "Q2?", "reference": "R2", "response": "ex answer two", **{k: 1 for k in RUBRIC.keys}},
     ]
     f.write_text("\n".join(json.dumps(r) for r in rows))
@@ -116,7 +117,8 @@ def test_in_context_examples_in_the_runs_format(tmp_path: Path) -> None:
 
 def test_bad_examples_name_file_row_and_column(tmp_path: Path) -> None:
     f = tmp_path / "ex.csv"
-    pd.DataFrame([{"response": "x", **{k: 2 for k in RUBRIC.keys}}, {"response": "y", **{k: 2 for k in RUBRIC.keys}, "CC": 5}]).to_csv(f, index=False)
+    pd.DataFrame([{"response": "x", **{k: 2 for k in RUBRIC.keys}},
+                  {"response": "y", **{k: 2 for k in RUBRIC.keys}, "CC": 5}]).to_csv(f, index=False)
     with pytest.raises(AnnotateError, match=r"ex.csv: row 2: column CC: level 5"):
         load_examples(f, RUBRIC)
     g = tmp_path / "ex2.csv"
@@ -128,7 +130,8 @@ def test_bad_examples_name_file_row_and_column(tmp_path: Path) -> None:
 def test_user_template_and_template_errors(tmp_path: Path) -> None:
     t = tmp_path / "mine.j2"
     t.write_text("Grade {{ response }} on {{ keys | join('/') }}")
-    assert render_prompt(ITEM, RUBRIC, load_template(t)).strip() == f"Grade {ITEM['response']} on FC/CC/TU/CP/R/DU/EE/FR"
+    assert render_prompt(ITEM, RUBRIC,
+                         load_template(t)).strip() == f"Grade {ITEM['response']} on FC/CC/TU/CP/R/DU/EE/FR"
     t.write_text("line one\n{% if %}")
     with pytest.raises(AnnotateError, match=r"mine.j2:2: template syntax error"):
         load_template(t)
@@ -167,12 +170,14 @@ def test_repair_message_names_the_problem() -> None:
         GOOD.replace("=", " = ").replace(";", " ;  "),  # spacing
         "```\n" + GOOD + "\n```",  # code fence
         "Sure, here is my annotation:\n\n" + GOOD + "\n\nLet me know if you need more.",  # prose
-        "\n".join(f"{i + 1}. **concept={c.name}; label={WANT[c.key]}; evidence=x**" for i, c in enumerate(RUBRIC.concepts)),
+        "\n".join(f"{i + 1}. **concept={c.name}; label={WANT[c.key]}; evidence=x**"
+                  for i, c in enumerate(RUBRIC.concepts)),
         "\n".join(f"- concept={c.name} ({c.key}) | label: Level {WANT[c.key]} | evidence: y" for c in RUBRIC.concepts),
         " ".join(f"concept={k}; label={v}; evidence=z." for k, v in WANT.items()),  # all on one line
         "\n".join(f"{c.name}: {WANT[c.key]} - because" for c in RUBRIC.concepts),  # name: level
         json.dumps({k: {"label": v, "evidence": "e"} for k, v in WANT.items()}),
-        "```json\n" + json.dumps({"annotations": [{"concept": k, "label": str(v), "evidence": "e"} for k, v in WANT.items()]}) + "\n```",
+        "```json\n" + json.dumps({"annotations": [{"concept": k, "label": str(v), "evidence": "e"}
+                                                  for k, v in WANT.items()]}) + "\n```",
         json.dumps([{"name": c.name, "score": WANT[c.key]} for c in RUBRIC.concepts]),
         "Result: " + json.dumps(WANT) + " done",
         "\n".join(f"concept={c.key}; label={c.anchor(WANT[c.key])}; evidence=e" for c in RUBRIC.concepts),  # anchors
@@ -223,7 +228,8 @@ def test_parser_reads_one_garbled_key_in_the_missing_concepts_place() -> None:
     # not recovered when the position does not match, with two garbled names, or with an extra entry
     lines = garbled.splitlines()
     moved = "\n".join(lines[3:] + lines[:3])
-    for text in (moved, garbled.replace("concept=FC;", "concept=XX;"), garbled + "\nconcept=Originality; label=2; evidence=x"):
+    for text in (moved, garbled.replace("concept=FC;", "concept=XX;"),
+                 garbled + "\nconcept=Originality; label=2; evidence=x"):
         res = parse_reply(text, RUBRIC)
         assert not res.ok and "TU" not in res.labels
         assert any("missing concept(s)" in e and "'CU'" in e for e in res.errors), res.errors
@@ -319,13 +325,15 @@ def test_per_question_sends_the_first_answers_of_each_question_only(tmp_path: Pa
     rep = dry_run(items, RUBRIC, AnnotateConfig(models=("gpt-4o",), cache=None, per_question=2, limit=4), show=10)
     assert rep.items == 4
     with pytest.raises(AnnotateError, match="per_question needs a 'question' column"):
-        dry_run(items.drop(columns=["question"]), RUBRIC, AnnotateConfig(models=("gpt-4o",), cache=None, per_question=1))
+        dry_run(items.drop(columns=["question"]), RUBRIC,
+                AnnotateConfig(models=("gpt-4o",), cache=None, per_question=1))
 
 
 def test_read_predictions_validates_against_the_rubric(tmp_path: Path) -> None:
     f = tmp_path / "p.csv"
     pd.DataFrame([{"item": "1", "model": "m", "concept": "FC", "level": 2, "evidence": "", "raw_ok": True},
-                  {"item": "1", "model": "m", "concept": "XX", "level": 2, "evidence": "", "raw_ok": True}]).to_csv(f, index=False)
+                  {"item": "1", "model": "m", "concept": "XX", "level": 2, "evidence": "", "raw_ok": True}]).to_csv(f,
+                      index=False)
     with pytest.raises(DataError, match=r"p.csv: row 2: concept 'XX' is not in rubric mohler"):
         read_predictions(f, RUBRIC)
     g = tmp_path / "q.csv"
@@ -339,7 +347,8 @@ def test_cut_off_json_keeps_the_whole_entries() -> None:
     full = json.dumps({k: {"label": v, "evidence": f"ev {k}"} for k, v in WANT.items()})
     cut = full[: full.index('"DU"') + 12]
     res = parse_reply(cut, RUBRIC)
-    assert res.found == "json" and {k: lab.level for k, lab in res.labels.items()} == {k: WANT[k] for k in ["FC", "CC", "TU", "CP", "R"]}
+    assert res.found == "json"
+    assert {k: lab.level for k, lab in res.labels.items()} == {k: WANT[k] for k in ["FC", "CC", "TU", "CP", "R"]}
     assert res.labels["FC"].evidence == "ev FC" and res.errors == ["missing concept(s) DU, EE, FR"]
     listed = json.dumps([{"concept": k, "label": v} for k, v in WANT.items()])[:-30]
     assert len(parse_reply(listed, RUBRIC).labels) >= 6

@@ -15,7 +15,8 @@ from rubrictool.rubric import parse_rubric
 from rubrictool.rubric.scaffold import scaffold_rubric
 
 RUBRIC = parse_rubric(
-    re.sub(r"TODO[^\n]*", "evidence from the experiment", scaffold_rubric("science", ["EV", "CL"], grade_min=0, grade_max=2)),
+    re.sub(r"TODO[^\n]*", "evidence from the experiment",
+           scaffold_rubric("science", ["EV", "CL"], grade_min=0, grade_max=2)),
     "science.yaml",
 )
 ITEMS = pd.DataFrame({

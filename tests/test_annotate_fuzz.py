@@ -42,7 +42,9 @@ def test_near_misses_of_the_format(text: str) -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20) | st.sampled_from(NAMES),
-    lambda children: st.lists(children, max_size=6) | st.dictionaries(st.sampled_from(NAMES + ["label", "concept", "evidence", "annotations", "score"]) | st.text(max_size=6), children, max_size=6),
+    lambda children: st.lists(children, max_size=6)
+    | st.dictionaries(st.sampled_from(NAMES + ["label", "concept", "evidence", "annotations", "score"])
+                      | st.text(max_size=6), children, max_size=6),
     max_leaves=40,
 )
 
@@ -71,7 +73,8 @@ def test_generated_annotations_round_trip(levels: dict[str, int], fmt: str, fenc
 
 
 def test_pathological_inputs() -> None:
-    for text in ["[" * 5000 + "]" * 5000, "{" * 3000, "concept=" * 2000, "9" * 5000, "\x00\ufeff```", "label=" + "9" * 400]:
+    for text in ["[" * 5000 + "]" * 5000, "{" * 3000, "concept=" * 2000, "9" * 5000, "\x00\ufeff```",
+                 "label=" + "9" * 400]:
         check(parse_reply(text, RUBRIC))
     check(parse_reply(None, RUBRIC))
     check(parse_reply(12, RUBRIC))

@@ -85,7 +85,8 @@ def test_a_draft_rubric_is_refused_unless_allow_draft(tmp_path: Path) -> None:
         assert flat.endswith("or pass --allow-draft")
         code, out = cli(*base_args(draft, data, srv.url, tmp_path), "--dry-run")  # shows a draft's prompts
         assert code == 0 and "a real run refuses this rubric, a draft" in " ".join(out.split()) and srv.count() == 0
-        code, out = cli(*base_args(draft, data, srv.url, tmp_path), "--allow-draft", "--limit", "2", "--max-failures", "1")
+        code, out = cli(*base_args(draft, data, srv.url, tmp_path), "--allow-draft", "--limit", "2", "--max-failures",
+                        "1")
         assert code == 0, out
         assert srv.count() == 4  # sent on request: a first reply and a repair per item, all unusable
     # two levels of one concept with the same anchor: nothing tells them apart
@@ -385,7 +386,8 @@ def test_a_read_only_cache_folder_is_one_line(tmp_path: Path) -> None:
      ("--workers", "0", "workers"), ("--max-tokens", "0", "max_tokens"), ("--concurrency", "0", "concurrency"),
      ("--budget", "-2", "budget"), ("--max-failures", "1.5", "max_failures"), ("--limit", "0", "limit")],
 )
-def test_numeric_options_out_of_range_are_refused_with_one_line(tmp_path: Path, flag: str, value: str, name: str) -> None:
+def test_numeric_options_out_of_range_are_refused_with_one_line(tmp_path: Path, flag: str, value: str,
+                                                                name: str) -> None:
     rubric, data = course(tmp_path, 2)
     code, out = cli(*base_args(rubric, data, "http://127.0.0.1:9/v1", tmp_path), flag, value)
     assert code == 1, out

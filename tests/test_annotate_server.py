@@ -60,7 +60,8 @@ class Script:
         if tag == "sloppy":  # bullets, bold, full names, odd spacing and case
             lines = []
             for key, c in zip(MOHLER_KEYS, load_rubric("mohler").concepts):
-                lines.append(f"- **Concept = {c.name.upper()} ;  LABEL: {expected_level(resp, key)} ; Evidence: \"x\"**")
+                lines.append(f"- **Concept = {c.name.upper()} ;  LABEL: {expected_level(resp, key)} ; Evidence: "
+                             "\"x\"**")
             return Reply(content="Annotation:\n" + "\n".join(lines))
         if tag == "malformed":  # first reply useless, the repair round fixes it
             return Reply(content="The answer seems mostly fine to me." if not seen.is_repair else good)
@@ -69,7 +70,8 @@ class Script:
                 return Reply(content="\n".join(ln for ln in good.splitlines() if not ln.startswith("concept=CC")))
             return Reply(content=f"concept=CC; label={expected_level(resp, 'CC')}; evidence=added")
         if tag == "outofrange":  # level 4 on a 1..3 scale, twice: a failure record
-            return Reply(content=good.replace("concept=FC; label=" + str(expected_level(resp, "FC")), "concept=FC; label=4"))
+            return Reply(content=good.replace("concept=FC; label=" + str(expected_level(resp, "FC")),
+                                              "concept=FC; label=4"))
         if tag == "ratelimit":
             return Reply(status=429, content="slow down") if k == 1 else Reply(content=good)
         if tag == "flaky":
@@ -194,7 +196,8 @@ def test_budget_stops_before_it_is_exceeded_and_resumes(tmp_path: Path, mohler_r
         assert len(res.predictions) == s.ok * len(MOHLER_KEYS) and res.predictions["raw_ok"].all()
         # a bigger budget finishes the run; nothing is paid twice
         done_first = {x.response for x in srv.seen}
-        res2 = annotate(items, mohler_rubric, config(srv.url, cache, models=("openai/gpt-4o",), max_tokens=200, budget=1.0))
+        res2 = annotate(items, mohler_rubric, config(srv.url, cache, models=("openai/gpt-4o",), max_tokens=200,
+                                                     budget=1.0))
         later = [x.response for x in srv.seen[s.requests:]]
         assert not (set(later) & done_first) and len(later) == 12 - s.ok
         assert res2.summary["openai/gpt-4o"].ok == 12 and not res2.stopped_by_budget
@@ -231,7 +234,8 @@ def test_workers_give_the_same_result_as_one_process(tmp_path: Path, mohler_rubr
     runs = {}
     for workers in (1, 2):
         with ScriptedLLMServer(Script()) as srv:
-            runs[workers] = annotate(items, mohler_rubric, config(srv.url, tmp_path / f"w{workers}.sqlite", workers=workers))
+            runs[workers] = annotate(items, mohler_rubric,
+                                     config(srv.url, tmp_path / f"w{workers}.sqlite", workers=workers))
             runs[workers].sent = srv.count()  # type: ignore[attr-defined]
     one, two = runs[1], runs[2]
     pd.testing.assert_frame_equal(_comparable(one), _comparable(two))  # same rows, same order
@@ -262,7 +266,8 @@ def test_workers_split_concurrency_exactly_and_budget_evenly() -> None:
     subs = _shard_configs(cfg, 100)
     assert [s.concurrency for s in subs] == [3, 2] and [s.budget for s in subs] == [0.5, 0.5]
     assert all(s.workers == 1 for s in subs)
-    assert len(_shard_configs(AnnotateConfig(models=(MODEL,), concurrency=2, workers=8), 100)) == 2  # never more than in flight
+    # never more than in flight
+    assert len(_shard_configs(AnnotateConfig(models=(MODEL,), concurrency=2, workers=8), 100)) == 2
     assert len(_shard_configs(AnnotateConfig(models=(MODEL,), concurrency=8, workers=8), 3)) == 3  # nor than items
 
 
@@ -315,7 +320,8 @@ def test_workers_must_be_positive(mohler_rubric) -> None:  # type: ignore[no-unt
     from rubrictool.errors import AnnotateError
 
     with pytest.raises(AnnotateError, match="workers must be at least 1"):
-        annotate(make_items(["good"]), mohler_rubric, AnnotateConfig(models=(MODEL,), api_base="http://127.0.0.1:9", workers=0))
+        annotate(make_items(["good"]), mohler_rubric, AnnotateConfig(models=(MODEL,), api_base="http://127.0.0.1:9",
+                                                                     workers=0))
 
 
 def test_a_failed_check_inside_a_responder_fails_the_test() -> None:

@@ -26,7 +26,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return inspect_run(tmp_path_factory.mktemp("audit"), n=60)
 
 
-ITEM = {"response": "A stack is last in first out. It has push and pop.", "reference": "a stack stores elements last in first out",
+ITEM = {"response": "A stack is last in first out. It has push and pop.",
+        "reference": "a stack stores elements last in first out",
         "question": "what is a stack", "correct": "elements go on top and come off the top"}
 
 
@@ -39,7 +40,8 @@ def test_each_transformation() -> None:
     filler = transform("append_filler", ITEM, rng)
     added = filler[len(ITEM["response"]) + 1:]
     assert filler.startswith(ITEM["response"]) and sum(f in added for f in FILLER) == 2
-    assert transform("repeat_sentence", ITEM, rng) == ITEM["response"] + " " + " ".join(["A stack is last in first out."] * 3)
+    assert transform("repeat_sentence", ITEM,
+                     rng) == ITEM["response"] + " " + " ".join(["A stack is last in first out."] * 3)
     shuffled = transform("shuffled_correct", ITEM, rng)
     assert sorted(shuffled.split()) == sorted(ITEM["correct"].split()) and shuffled != ITEM["correct"]
     with pytest.raises(DataError, match="unknown transformation"):
@@ -70,7 +72,8 @@ def test_audit_cli_writes_table_png_and_the_shift_is_computed_right(tiny: tuple[
         assert row["share_raised"] == pytest.approx((regraded > before).mean())
         assert row["share_flagged"] == pytest.approx((part["flags_after"] != "").mean())
     ref = items[items["transformation"] == "append_reference"]
-    assert ref["response_after"].tolist() == [f"{r} {a}".strip() for r, a in zip(src["response"], src["reference"].fillna(""))]
+    assert ref["response_after"].tolist() == [f"{r} {a}".strip()
+                                              for r, a in zip(src["response"], src["reference"].fillna(""))]
     # appending the reference makes the answer contain it: caught whenever the reference is long enough to tell a
     # copy from a right answer (COPY_MIN_WORDS words); a shorter one is what a right answer says, never flagged
     long_ref = src["reference"].fillna("").map(lambda r: len(words(r)) >= COPY_MIN_WORDS)
@@ -97,7 +100,8 @@ def test_audit_is_deterministic_for_a_seed(tiny: tuple[Path, Path]) -> None:
     assert a.items["response_after"].tolist() != c.items["response_after"].tolist()
     # one random stream per transformation: auditing one alone gives the same texts as with the others
     alone = audit_run(run, data=table, seed=5, transformations=["shuffled_correct"])
-    assert alone.items["response_after"].tolist() == a.items[a.items["transformation"] == "shuffled_correct"]["response_after"].tolist()
+    shuffled = a.items[a.items["transformation"] == "shuffled_correct"]
+    assert alone.items["response_after"].tolist() == shuffled["response_after"].tolist()
     with pytest.raises(DataError, match="unknown transformation"):
         audit_run(run, data=table, transformations=["nope"])
 
@@ -173,7 +177,8 @@ def test_audit_runs_the_behavioural_tests_and_the_report_names_a_failing_one(
     md = (tmp_path / "rep" / "report.md").read_text()
     assert page["audit"]["failing"] == doc["failing"] and "## Audit" in md and "| gaming | mean grade shift |" in md
     said = " ".join(page["verdict"])
-    assert all(s in said for s in doc["failing"]) and ("wrong reasons" in said if doc["failing"] else "right reasons" in said)
+    assert all(s in said for s in doc["failing"])
+    assert "wrong reasons" in said if doc["failing"] else "right reasons" in said
     assert "audit-behaviour" in (tmp_path / "rep" / "report.html").read_text()
     # an audit of other weights is named as such, not read as this model's
     doc["model_sha256"] = "0" * 64
@@ -196,6 +201,7 @@ def test_audit_verdict_names_the_failing_test_in_a_teachers_words() -> None:
         "n": 227, "tests": [typo, case],
         "failing": ["a one-letter typo moves 11 % of marks (target: at most 2 %, none by 2)"]}}
     assert audit_verdict(audit) == [("Marks move for the wrong reasons (rubrictool audit's behavioural tests, 227 test "
-                                    "answers): a one-letter typo moves 11 % of marks (target: at most 2 %, none by 2).")]
+                                    "answers): a one-letter typo moves 11 % of marks (target: at most 2 %, none by "
+                                    "2).")]
     assert "| a one-letter typo | 200 | 11.0 % | -0.06 | no |" in audit_markdown(audit)
     assert audit_verdict({}) == [] and "No audit of this run yet" in " ".join(audit_markdown({}))

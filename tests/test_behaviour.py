@@ -33,7 +33,8 @@ from tests.support.tiny_models import build_backbone
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 LAB_Q = "How do you find the concentration of the hydrochloric acid?"
-ITEM = {"question": "Is a stack LIFO or FIFO, and what does it store?", "reference": "A stack stores elements, last in first out.",
+ITEM = {"question": "Is a stack LIFO or FIFO, and what does it store?",
+        "reference": "A stack stores elements, last in first out.",
         "response": "It is LIFO. Elements are usually placed on the top because pushing happens there."}
 
 
@@ -48,7 +49,8 @@ def test_invariance_edits_change_the_form_not_the_key_words() -> None:
     assert edit("punctuation", {**ITEM, "response": "It is LIFO"}, rng()) == "It is LIFO."
     assert edit("case", ITEM, rng()) == ITEM["response"].lower()
     assert edit("whitespace", ITEM, rng()).split() == ITEM["response"].split()
-    assert edit("sentence_order", ITEM, rng()) == "Elements are usually placed on the top because pushing happens there. It is LIFO."
+    assert edit("sentence_order", ITEM,
+                rng()) == "Elements are usually placed on the top because pushing happens there. It is LIFO."
     assert edit("sentence_order", {**ITEM, "response": "One sentence only"}, rng()) is None
     for seed in range(20):  # a neighbour swap inside one non-key word of 5+ letters, never in a key word
         typo = edit("typo", ITEM, np.random.default_rng(seed))
@@ -69,7 +71,8 @@ def test_invariance_edits_change_the_form_not_the_key_words() -> None:
 
 
 def test_directional_edits() -> None:
-    assert edit("negation", ITEM, rng()) == "It is not LIFO. Elements are usually placed on the top because pushing happens there."
+    assert edit("negation", ITEM,
+                rng()) == "It is not LIFO. Elements are usually placed on the top because pushing happens there."
     assert edit("negation", {**ITEM, "response": "It is not LIFO"}, rng()) is None  # already negated
     assert edit("negation", {**ITEM, "response": "Last in, first out"}, rng()) is None
     # the key term's opposite (LIFO is a key word with one), else the other option of a two-option question
@@ -113,7 +116,8 @@ def test_summary_counts_what_the_rows_say() -> None:
     assert fill["mean_shift"] == 1.5 and fill["share_expected"] == 0.0 and not fill["passes"]
     assert mp["n"] == 3 and mp["share_expected"] == pytest.approx(1 / 3) and mp["share_tied"] == pytest.approx(1 / 3)
     said = failing_sentences(s.reset_index())
-    assert said[0] == "a one-letter typo moves 25 % of marks, 25.0 % by 2 marks or more (target: at most 2 %, none by 2)"
+    assert said[0] == ("a one-letter typo moves 25 % of marks, 25.0 % by 2 marks or more "
+                       "(target: at most 2 %, none by 2)")
     assert any("adding two sentences of filler gains +1.50 marks" in x for x in said)
     assert any("lowers only 33 % of the 3 answers graded 4–5 by a mark or more" in x for x in said)
     assert any("minimal pair" in x and "33 %" in x for x in said)
@@ -154,15 +158,18 @@ def test_a_pairs_question_is_found_by_its_id_even_when_the_table_reads_it_as_a_n
 
 # Minimal pairs on the chemistry lab's first question: right and wrong by one word.
 LAB_PAIRS = [
-    ("The acid is corrosive so wear goggles and gloves.", "The acid is harmless so wear goggles and gloves.", "corrosive -> harmless"),
-    ("Add 25 mL of acid to the flask then titrate with 0.1 M base.", "Add 25 mL of acid to the flask then titrate with 0.1 M acid.", "base -> acid"),
+    ("The acid is corrosive so wear goggles and gloves.", "The acid is harmless so wear goggles and gloves.",
+     "corrosive -> harmless"),
+    ("Add 25 mL of acid to the flask then titrate with 0.1 M base.",
+     "Add 25 mL of acid to the flask then titrate with 0.1 M acid.", "base -> acid"),
     ("The concentration is 0.105 mol/L.", "The concentration is 0.105 grams.", "mol/L -> grams"),
 ]
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A tiny BERT trained through the CLI on the chemistry lab's marks (levels 0..2, marks 0..10), with minimal pairs."""
+    """A tiny BERT trained through the CLI on the chemistry lab's marks (levels 0..2, marks 0..10), with minimal
+    pairs."""
     d = tmp_path_factory.mktemp("lab")
     (d / "chemlab.yaml").write_text(COURSE_RUBRIC, encoding="utf-8")
     marks = chemlab_marks(20)

@@ -22,9 +22,11 @@ SCRIPTS = sorted(BENCH.glob("*.py"))
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], script: str, *args: str) -> str:
-    """Run ``benchmarks/<script>`` as ``python benchmarks/<script> ARGS`` would, from the repository root; its stdout."""
+    """Run ``benchmarks/<script>`` as ``python benchmarks/<script> ARGS`` would, from the repository root; its
+    stdout."""
     monkeypatch.chdir(ROOT)
-    for var, value in (("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"), ("LITELLM_LOCAL_MODEL_COST_MAP", "True")):
+    for var, value in (("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
+                       ("LITELLM_LOCAL_MODEL_COST_MAP", "True")):
         monkeypatch.setenv(var, value)  # what the scripts set for themselves, restored after the test
     monkeypatch.setattr(sys, "argv", [script, *args])
     try:
@@ -47,7 +49,8 @@ def test_benchmark_uses_the_public_api_only(script: Path) -> None:
             assert not any(part.startswith("_") for part in mod.split(".")), f"{script.name} imports {mod}"
             private = [a.name for a in node.names if a.name.startswith("_")]
             assert not private, f"{script.name} imports private {private} from {mod}"
-        if isinstance(node, ast.Attribute) and node.attr in ("insert", "append") and ast.unparse(node.value) == "sys.path":
+        if isinstance(node, ast.Attribute) and node.attr in ("insert",
+                                                             "append") and ast.unparse(node.value) == "sys.path":
             pytest.fail(f"{script.name} edits sys.path")
     assert "--smoke" in script.read_text(encoding="utf-8"), f"{script.name} has no --smoke mode"
 

@@ -84,7 +84,8 @@ def test_report_page_loads_offline_shows_every_image_and_the_run_numbers(browser
         assert cell.is_displayed()
     per = next(s["per_concept"] for s in m["seeds"] if s["seed"] == m["selected_seed"])
     assert browser.find_element(By.ID, "c-acc-FC").text == f"{per['acc'][0]:.3f}"
-    assert browser.find_element(By.ID, "n-test").text == str(len(json.loads((pages["run"] / "split.json").read_text())["test"]))
+    assert browser.find_element(By.ID,
+        "n-test").text == str(len(json.loads((pages["run"] / "split.json").read_text())["test"]))
     assert len(browser.find_elements(By.CSS_SELECTOR, "section.trace")) == 2
     assert png_ok(pages["shots"] / "report.png")[1] > 2000  # the whole long page
 

@@ -74,7 +74,8 @@ def test_cli_dry_run_sends_nothing(tmp_path: Path) -> None:
         assert srv.count() == 0
     assert result.exit_code == 0, result.output
     # the dry run shows the prompt as it is sent: the response quoted between this request's boundary lines
-    m = re.search(r"Student response \(r\): \[BEGIN DATA ([0-9a-f]{24})\]\s+answer 0 good\s+\[END DATA \1\]", result.output)
+    m = re.search(r"Student response \(r\): \[BEGIN DATA ([0-9a-f]{24})\]\s+answer 0 good\s+\[END DATA \1\]",
+                  result.output)
     assert m, result.output
     assert "estimated cost of the whole run" in result.output and "gpt-4o" in result.output
     assert not (tmp_path / "o").exists()

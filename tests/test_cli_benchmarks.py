@@ -53,7 +53,8 @@ def test_data_show(data_root: Path, name: str) -> None:
         assert any(ln.split("│")[1:3] == [f" {g}     ", f" {n:>7} "] for ln in res.output.splitlines() if "│" in ln), g
     items = load_benchmark(name, data_root)
     col = "prompt_name" if name == "asap2" else "dataset"
-    assert f"by {col}: " + ", ".join(f"{k} {v}" for k, v in items[col].value_counts().sort_index().items()) in res.output
+    assert f"by {col}: " + ", ".join(f"{k} {v}"
+                                     for k, v in items[col].value_counts().sort_index().items()) in res.output
     res = runner.invoke(app, ["data", "show", name, "--json"], env={"RUBRICTOOL_DATA": str(data_root)})
     assert json.loads(res.output) == json.loads(json.dumps(s))
 
@@ -133,7 +134,8 @@ def _expected_truncated(table: pd.DataFrame, backbone: str, max_len: int) -> int
     for row in table.fillna("").to_dict("records"):
         aux = " \n ".join(p for p in (str(row["reference"]), str(row["context"])) if p.strip())
         first = f"{row['question']} {tok.sep_token} {aux}" if aux.strip() else str(row["question"])
-        n += len(tok(first, add_special_tokens=False)["input_ids"]) + len(tok(str(row["response"]), add_special_tokens=False)["input_ids"]) > budget
+        n += len(tok(first, add_special_tokens=False)["input_ids"]) + len(tok(str(row["response"]),
+            add_special_tokens=False)["input_ids"]) > budget
     return n
 
 
@@ -164,8 +166,10 @@ def test_adjudicate_with_review_files_then_train_warns_about_truncation(
     expected = _expected_truncated(table, backbone, max_len)
     assert 0 < expected < n  # the fixture has inputs on both sides of the limit
     run = tmp_path / "run"
-    res = runner.invoke(app, ["train", "--table", str(out / "adjudicated.csv"), "--rubric", name, "--backbone", backbone,
-                              "--epochs", "1", "--max-len", str(max_len), "--out", str(run), "--device", "cpu"], env=WIDE)
+    res = runner.invoke(app, ["train", "--table", str(out / "adjudicated.csv"), "--rubric", name, "--backbone",
+                              backbone,
+                              "--epochs", "1", "--max-len", str(max_len), "--out", str(run), "--device", "cpu"],
+                        env=WIDE)
     assert res.exit_code == 0, res.output
     warning = f"{expected} of {n} inputs are longer than max_len={max_len} tokens and were truncated"
     assert f"warning: {warning}" in " ".join(res.output.split())

@@ -27,7 +27,8 @@ def _args(tmp_path: Path, backbone: str, *extra: str) -> list[str]:
     return ["learning-curve", "--table", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--out",
             str(tmp_path / "curve"), "--folds", "3", "--fold", "0", "--variants", "reccbm,plm",
             "--backbone", backbone, "--epochs", "1", "--joint-epochs", "1", "--stage2-epochs", "3", "--max-len", "32",
-            "--lr", "3e-3", "--device", "cpu", "--preset", "plain", *extra]  # plain: the encoder fine-tuned at every size
+            # plain: the encoder fine-tuned at every size
+            "--lr", "3e-3", "--device", "cpu", "--preset", "plain", *extra]
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch, fail_at: int | None = None) -> list[str]:
@@ -69,7 +70,8 @@ def test_the_curve_is_written_resumed_after_a_kill_and_read_back(tmp_path: Path,
         (s, r, v) for s in ("12", "all") for r in (0, 1) for v in ("reccbm", "plm")}
     assert set(cells["fold"]) == {0}
     assert set(cells.loc[cells["size"].astype(str) == "12", "n_train"]) == {12}
-    assert set(cells.loc[cells["size"].astype(str) == "all", "n_train"]) == {60}  # 90 answers, 3 folds: 60 outside the test part
+    # 90 answers, 3 folds: 60 outside the test part
+    assert set(cells.loc[cells["size"].astype(str) == "all", "n_train"]) == {60}
     rates = cells[["t_acc", "majority_t_acc", "t_f1"]]
     assert ((rates >= 0) & (rates <= 1)).all().all() and cells["qwk"].between(-1, 1).all()
     docs = [json.loads(p.read_text()) for p in sorted((out / "cells").glob("*.json"))]
@@ -99,7 +101,8 @@ def test_the_curve_is_written_resumed_after_a_kill_and_read_back(tmp_path: Path,
 @pytest.mark.parametrize(("sizes", "message"), [
     ("0", "--sizes 0: 0 answers is too few (at least 10"),
     ("12,many", "--sizes 12,many: 'many' is not a number of answers"),
-    ("12,61", "--sizes: 61 answers is more than a fold's training part (60 answers of 90, 3 folds); give sizes up to 60"),
+    ("12,61",
+     "--sizes: 61 answers is more than a fold's training part (60 answers of 90, 3 folds); give sizes up to 60"),
 ])
 def test_bad_sizes_are_one_line_errors(tmp_path: Path, backbone: str, monkeypatch: pytest.MonkeyPatch, sizes: str,
                                        message: str) -> None:
@@ -113,7 +116,8 @@ def test_bad_sizes_are_one_line_errors(tmp_path: Path, backbone: str, monkeypatc
 
 def test_other_bad_options_are_one_line_errors(tmp_path: Path, backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _counting(monkeypatch, fail_at=1)
-    for extra, message in ((["--variants", "reccbm,bert"], "unknown variant 'bert'; use reccbm, plm, vanilla, reccbm-frozen"),
+    for extra, message in ((["--variants", "reccbm,bert"],
+                            "unknown variant 'bert'; use reccbm, plm, vanilla, reccbm-frozen"),
                            (["--variants", "reccbm-fixed"], "unknown variant 'reccbm-fixed'"),
                            (["--fold", "3"], "--fold 3: '3' is not a fold of 0..2"),
                            (["--repeats", "0"], "--repeats 0: give at least 1")):
@@ -139,7 +143,8 @@ def test_frozen_variants_join_a_curve_and_train_only_their_own_cells(tmp_path: P
     assert sorted(calls) == ["fold0-n12-r0-plm-frozen", "fold0-n12-r0-reccbm-frozen", "fold0-n12-r0-vanilla"]
     assert "3 cell(s) trained, 2 read back" in " ".join(res.output.split())
     cells = read_table(out / "curve.csv")
-    assert list(cells.columns) == CURVE_COLUMNS + CURVE_FAILING and sorted(cells["variant"]) == sorted(variants.split(","))
+    assert list(cells.columns) == CURVE_COLUMNS + CURVE_FAILING
+    assert sorted(cells["variant"]) == sorted(variants.split(","))
     encoder = dict(zip(cells["variant"], cells["encoder"]))
     assert encoder == {"reccbm": "train", "reccbm-frozen": "frozen", "plm": "train", "plm-frozen": "frozen",
                        "vanilla": "train"}
@@ -237,7 +242,8 @@ def test_fold_runs_of_train_folds_stand_in_for_the_all_cells(tmp_path: Path, bac
     data = tmp_path / "ecology.csv"
     ecology_table(90).to_csv(data, index=False)
     folds = tmp_path / "folds"
-    res = runner.invoke(app, ["train", "--table", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--folds", "3", "--preset", "plain",
+    res = runner.invoke(app, ["train", "--table", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--folds", "3",
+                              "--preset", "plain",
                               "--out", str(folds), "--backbone", backbone, "--epochs", "1", "--cfg", "joint.epochs=1",
                               "--cfg", "stage2.epochs=3", "--max-len", "32", "--lr", "3e-3", "--device", "cpu"])
     assert res.exit_code == 0, res.output
@@ -263,7 +269,8 @@ def test_fold_runs_of_train_folds_stand_in_for_the_all_cells(tmp_path: Path, bac
     assert (doc["reach_90"]["reccbm"] is None) == (cell["qwk"] <= 0)  # the imported cell is the 90 % point's full data
 
     # another recipe (Stage I epochs), other folds (--folds 2) or a variant the curve does not train: one line each
-    for extra, message in ((["--lr", "1e-3"], "trained with another configuration (stage1.lr 0.003 in the run, 0.001 here)"),
+    for extra, message in ((["--lr", "1e-3"],
+                            "trained with another configuration (stage1.lr 0.003 in the run, 0.001 here)"),
                            (["--folds", "2"], "its fold is not this curve's fold 0"),
                            (["--variants", "plm"], "'reccbm' is not a trained variant of this curve")):
         calls.clear()
@@ -292,12 +299,13 @@ def test_fold_runs_of_train_folds_stand_in_for_the_all_cells(tmp_path: Path, bac
 def test_the_plm_fold_runs_stand_in_for_its_matched_budget_all_cells(tmp_path: Path, backbone: str,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A PLM trained by `train --variant plm --folds` with the concept models' Stage I + joint epochs (1 + 1 here,
-    given as --epochs 2) is the curve's matched-budget PLM: its fold runs are the curve's 'all' cells (its table compared
-    on the grades only); the same runs against the unmatched PLM are refused."""
+    given as --epochs 2) is the curve's matched-budget PLM: its fold runs are the curve's 'all' cells (its table
+    compared on the grades only); the same runs against the unmatched PLM are refused."""
     data = tmp_path / "ecology.csv"
     ecology_table(90).to_csv(data, index=False)
     folds = tmp_path / "plm-folds"
-    res = runner.invoke(app, ["train", "--table", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--folds", "3", "--preset", "plain",
+    res = runner.invoke(app, ["train", "--table", str(data), "--rubric", str(ecology_rubric(tmp_path)), "--folds", "3",
+                              "--preset", "plain",
                               "--variant", "plm", "--out", str(folds), "--backbone", backbone, "--epochs", "2",
                               "--cfg", "joint.epochs=1", "--cfg", "stage2.epochs=3", "--max-len", "32", "--lr", "3e-3",
                               "--device", "cpu"])

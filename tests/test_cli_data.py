@@ -81,7 +81,8 @@ def test_data_split_writes_split_json(tmp_path: Path, data_dir: Path) -> None:
 
 def test_data_split_item_file(tmp_path: Path) -> None:
     items = tmp_path / "items.jsonl"
-    items.write_text("".join(json.dumps({"id": f"q{i}", "response": f"r {i}", "grade": i % 2}) + "\n" for i in range(10)))
+    items.write_text("".join(json.dumps({"id": f"q{i}", "response": f"r {i}", "grade": i % 2}) + "\n"
+                             for i in range(10)))
     out = tmp_path / "s.json"
     res = runner.invoke(app, ["data", "split", str(items), "--seed", "0", "--ratios", "0.6,0.2,0.2", "--out", str(out)])
     assert res.exit_code == 0, res.output

@@ -51,10 +51,12 @@ def test_grade_writes_the_decision_trace_per_item(tmp_path: Path, run: Path) -> 
                                  model.config.max_len)
     preds = reccbm.predict(model, reccbm.EncodedItems(feats), tok.pad_token_id)
     assert preds.grade_logits is not None
-    np.testing.assert_allclose(preds.grade_logits[np.arange(30), g["model_grade"]], g["grade_logit"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(preds.grade_logits[np.arange(30), g["model_grade"]], g["grade_logit"], rtol=1e-4,
+                               atol=1e-5)
     if model.U is None:  # the paper's head: contribution_k = W_{ŷ,k} μ_post,k
         mu = g[[f"{k}_mu_post" for k in KEYS]].to_numpy()
-        np.testing.assert_allclose(contrib, model.W.weight.detach().numpy()[g["model_grade"].to_numpy()] * mu, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(contrib, model.W.weight.detach().numpy()[g["model_grade"].to_numpy()] * mu,
+                                   rtol=1e-4, atol=1e-5)
     # the library function gives the same table
     lib = grade_items(run, new)
     np.testing.assert_allclose(lib["grade_prob"].to_numpy(), g["grade_prob"].to_numpy(), rtol=1e-5)

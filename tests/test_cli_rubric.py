@@ -16,7 +16,8 @@ runner = CliRunner()
 
 
 def test_rubric_list_shows_bundled_and_folder(tmp_path: Path) -> None:
-    r = runner.invoke(app, ["rubric", "new", "--name", "cs101", "--concepts", "A,B", "--out", str(tmp_path / "cs101.yaml")])
+    r = runner.invoke(app, ["rubric", "new", "--name", "cs101", "--concepts", "A,B", "--out",
+                            str(tmp_path / "cs101.yaml")])
     assert r.exit_code == 0, r.output
     (tmp_path / "broken.yaml").write_text("name: [\n")
     res = runner.invoke(app, ["rubric", "list", "--folder", str(tmp_path)], env={"COLUMNS": "250"})
@@ -91,7 +92,8 @@ def test_rubric_new_writes_a_rubric_that_loads(tmp_path: Path) -> None:
     assert load_rubric(out).keys == ["FC", "CC", "TU"]  # untouched
     forced = runner.invoke(app, ["rubric", "new", "--name", "cs101", "--concepts", "X", "--out", str(out), "--force"])
     assert forced.exit_code == 0 and load_rubric(out).keys == ["X"]
-    bad = runner.invoke(app, ["rubric", "new", "--name", "cs101", "--concepts", "1X", "--out", str(tmp_path / "b.yaml")])
+    bad = runner.invoke(app, ["rubric", "new", "--name", "cs101", "--concepts", "1X", "--out",
+                              str(tmp_path / "b.yaml")])
     assert bad.exit_code == 1 and "starts with a letter" in bad.output and not (tmp_path / "b.yaml").exists()
 
 

@@ -91,7 +91,8 @@ def _mutate(df: pd.DataFrame, col: str, row: int, value: object) -> pd.DataFrame
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda df: df.rename(columns={"FC": "FX"}), "no column for concept(s) FC of rubric 'mohler'; unknown column(s): FX"),
+        (lambda df: df.rename(columns={"FC": "FX"}),
+         "no column for concept(s) FC of rubric 'mohler'; unknown column(s): FX"),
         (lambda df: _mutate(df, "CC", 4, 7), "row 5 (id q.4): concept CC = 7 is not a level of the rubric (1..3)"),
         (lambda df: _mutate(df, "grade", 2, 9), "row 3 (id q.2): grade 9 is outside the rubric's grade scale 0..5"),
         (lambda df: _mutate(df, "R", 0, None), "row 1 (id q.0): concept R = missing is not a level"),
@@ -145,7 +146,8 @@ def test_an_unknown_choice_is_refused_before_training(tmp_path: Path, backbone: 
     ("epochs=2", "use SECTION.FIELD=VALUE"),
     ("model.head", "use SECTION.FIELD=VALUE"),
 ])
-def test_a_bad_cfg_entry_is_one_line_naming_what_is_known(tmp_path: Path, backbone: str, item: str, message: str) -> None:
+def test_a_bad_cfg_entry_is_one_line_naming_what_is_known(tmp_path: Path, backbone: str, item: str,
+                                                          message: str) -> None:
     code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(20), "--cfg", item)
     assert code == 1 and message in " ".join(output.split()) and "Traceback" not in output
     assert not run.exists()
@@ -194,7 +196,8 @@ def test_cross_fitted_stage2_sees_each_training_answer_only_through_a_model_that
     code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(60), "--cfg", "stage2.crossfit=2", "--cfg",
                                        "joint.epochs=1")
     assert code == 0, output
-    assert len(trained) == 3 and [m for m, _ in joint] == [m for m, _ in trained]  # two cross-fit models, then the run's
+    # two cross-fit models, then the run's
+    assert len(trained) == 3 and [m for m, _ in joint] == [m for m, _ in trained]
     assert [s for _, s in joint] == [s for _, s in trained]  # each joint stage on its own Stage I's answers
     (m1, s1), (m2, s2), (main, everything) = trained
     assert len({m1, m2, main}) == 3 and s1 | s2 == everything and s1 != s2
@@ -218,7 +221,8 @@ def test_cross_fitted_stage2_sees_each_training_answer_only_through_a_model_that
     (["--cfg", "stage2.crossfit=1"], "crossfit is 0 (off) or a number of parts >= 2, got 1"),
     (["--cfg", "stage2.crossfit=-2"], "crossfit is 0 (off) or a number of parts >= 2, got -2"),
 ])
-def test_a_bad_crossfit_is_refused_before_training(tmp_path: Path, backbone: str, args: list[str], message: str) -> None:
+def test_a_bad_crossfit_is_refused_before_training(tmp_path: Path, backbone: str, args: list[str],
+                                                   message: str) -> None:
     code, output, run = train_with_cli(tmp_path, backbone, mohler_like_table(20), *args)
     assert code == 1 and message in " ".join(output.split()) and "Traceback" not in output
     assert not (run / "metrics.json").exists()
@@ -244,7 +248,8 @@ def test_every_switch_is_saved_in_the_run_and_grade_applies_it(tmp_path: Path, b
     assert paper[0] == 0, paper[1]
     cfg = yaml.safe_load((paper[2] / "config.yaml").read_text())
     assert cfg["preset"] == "paper" and cfg["model"]["head"] == "scalar" and cfg["joint"]["epochs"] == 0
-    assert cfg["stage2"]["lcec_fit"] == "train" and not cfg["model"]["condition"] and cfg["model"]["query_init"] == "orthogonal"
+    assert cfg["stage2"]["lcec_fit"] == "train" and not cfg["model"]["condition"]
+    assert cfg["model"]["query_init"] == "orthogonal"
     res = runner.invoke(app, ["train", "--table", str(tmp_path / "adjudicated.csv"), "--rubric", "mohler",
                               "--preset", "fast"])
     assert res.exit_code == 1 and "unknown preset 'fast'" in res.output
@@ -281,7 +286,8 @@ def test_kfold_training_pools_every_item_once_and_resumes(tmp_path: Path, backbo
     from rubrictool.train import TrainOptions, train_folds
 
     events: list[Progress] = []
-    same: dict[str, dict[str, Any]] = {"model": {"backbone": backbone, "max_len": 32}, "stage1": {"epochs": 2, "lr": 3e-3, "device": "cpu"},
+    same: dict[str, dict[str, Any]] = {"model": {"backbone": backbone, "max_len": 32},
+                                       "stage1": {"epochs": 2, "lr": 3e-3, "device": "cpu"},
             "joint": {"epochs": 0}}  # what train_with_cli trained: the folds are read back only for the same recipe
     train_folds(load_rubric("mohler"), df, run, folds=2, progress=events.append,
         options=TrainOptions(overrides=same))
@@ -321,7 +327,8 @@ def test_training_events_of_a_cross_fit_model_are_labelled_as_such() -> None:
     assert s2 is not None and s2.task == "cross-fit 2/2: Stage II (≤30 epochs)" and s2.info == "dev T-F1 0.250"
 
 
-def test_the_plm_baseline_gets_the_encoder_budget_of_the_model_it_is_compared_with(tmp_path: Path, backbone: str) -> None:
+def test_the_plm_baseline_gets_the_encoder_budget_of_the_model_it_is_compared_with(
+        tmp_path: Path, backbone: str) -> None:
     """Under a preset with a joint stage, REC-CBM's encoder trains Stage I + joint epochs; the PLM gets the same count
     (an explicit epoch count wins)."""
     from rubrictool.data import split_items

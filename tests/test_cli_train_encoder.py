@@ -25,7 +25,8 @@ runner = CliRunner()
 
 
 def chemlab_table(students: int = 10) -> pd.DataFrame:
-    """The chemistry-lab marks as an adjudicated table: levels 0..2 from the answers' wording, the tutor's 0..10 mark."""
+    """The chemistry-lab marks as an adjudicated table: levels 0..2 from the answers' wording, the tutor's 0..10
+    mark."""
     marks = chemlab_marks(students)
     levels = pd.DataFrame([chemlab_levels_of(a) for a in marks["Answer"]]) - 1  # 1..3 -> the rubric's 0..2
     return pd.DataFrame({"id": [f"{s}-q{i % 4}" for i, s in enumerate(marks["Student ID"])],
@@ -156,7 +157,8 @@ def _grades_in_the_rubrics_range(out: Path) -> None:
 
 
 def _refused(course: dict[str, Path], out: Path, message: str, *args: str) -> None:
-    """`train` with ``args`` fails in one line holding ``message``, without a traceback, and writes nothing at ``out``."""
+    """`train` with ``args`` fails in one line holding ``message``, without a traceback, and writes nothing at
+    ``out``."""
     res = _train(course, out, *args)
     assert res.exit_code != 0 and message in " ".join(res.output.split())
     assert "Traceback" not in res.output and not out.exists()
@@ -203,4 +205,5 @@ def test_two_readings_a_step_on_a_course_that_is_not_mohler(tmp_path: Path, cour
     assert (stage1["rdrop"], stage1["rdrop_share"]) == (1.0, 0.5)
     _grades_in_the_rubrics_range(out)
     _refused(course, tmp_path / "bad", "rdrop is a weight >= 0", "--cfg", "stage1.rdrop=-1")
-    _refused(course, tmp_path / "bad2", "rdrop_share is the share of a batch read twice", "--cfg", "stage1.rdrop_share=2")
+    _refused(course, tmp_path / "bad2", "rdrop_share is the share of a batch read twice", "--cfg",
+             "stage1.rdrop_share=2")

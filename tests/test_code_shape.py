@@ -52,7 +52,8 @@ def _registered_commands(trees: list[ast.Module]) -> set[str]:
 
 def shape_offenders(root: Path, packages: tuple[str, ...] = ("rubrictool", "reccbm")) -> list[str]:
     """Every module and function of ``packages`` under ``root`` over a limit, each named with its size."""
-    files = {p: ast.parse(p.read_text(encoding="utf-8")) for pkg in packages for p in sorted((root / pkg).rglob("*.py"))}
+    files = {p: ast.parse(p.read_text(encoding="utf-8")) for pkg in packages
+             for p in sorted((root / pkg).rglob("*.py"))}
     cli = root / "rubrictool" / "cli"
     commands = _registered_commands([t for p, t in files.items() if p.is_relative_to(cli)])
     found: list[str] = []

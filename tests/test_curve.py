@@ -92,7 +92,8 @@ def _fake_train(calls: list[dict[str, Any]]) -> Any:
     return train
 
 
-def test_cells_share_the_test_part_and_draw_from_the_training_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cells_share_the_test_part_and_draw_from_the_training_part(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(curve, "train_model", _fake_train(calls))
     rub, df = ecology_rubric(tmp_path), ecology_table(120)
@@ -105,7 +106,8 @@ def test_cells_share_the_test_part_and_draw_from_the_training_part(tmp_path: Pat
     assert list(res.cells.columns) == CURVE_COLUMNS + CURVE_FAILING  # the failing answers of each cell last
     assert res.cells["failing_passed"].dropna().between(0, 1).all()
     keys = set(zip(res.cells["fold"], res.cells["size"], res.cells["repeat"], res.cells["variant"]))
-    assert keys == {(f, s, r, v) for f in (1, 3) for s in ("20", "40", "all") for r in (0, 1) for v in ("reccbm", "plm")}
+    assert keys == {(f, s, r, v) for f in (1, 3) for s in ("20", "40", "all") for r in (0, 1)
+                    for v in ("reccbm", "plm")}
     by_test: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for c in calls:
         by_test.setdefault(tuple(c["split"]["test"]), []).append(c)
@@ -115,7 +117,8 @@ def test_cells_share_the_test_part_and_draw_from_the_training_part(tmp_path: Pat
             labelled = set(c["split"]["train"]) | set(c["split"]["dev"])
             assert not labelled & set(test)
     rows = res.cells.set_index(["fold", "size", "repeat", "variant"])
-    assert (rows.xs("20", level="size")["n_train"] == 20).all() and (rows.xs("all", level="size")["n_train"] == 90).all()
+    assert (rows.xs("20", level="size")["n_train"] == 20).all()
+    assert (rows.xs("all", level="size")["n_train"] == 90).all()
     # the same subsample (and majority baseline) for every variant of a (fold, size, repeat): a paired comparison
     same = res.cells.groupby(["fold", "size", "repeat"])["majority_t_acc"].nunique()
     assert (same == 1).all()
@@ -136,7 +139,8 @@ def test_a_bigger_size_than_the_training_part_and_unknown_variants_are_refused(t
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(curve, "train_model", _fake_train(calls))
     rub, df = ecology_rubric(tmp_path), ecology_table(60)
-    with pytest.raises(DataError, match=r"200 answers is more than a fold's training part \(45 answers of 60, 4 folds\)"):
+    with pytest.raises(DataError,
+                       match=r"200 answers is more than a fold's training part \(45 answers of 60, 4 folds\)"):
         learning_curve(rub, df, tmp_path / "c", CurveOptions(sizes=[20, 200], folds=4))
     with pytest.raises(TrainError, match="unknown variant"):
         learning_curve(rub, df, tmp_path / "c", CurveOptions(sizes=[20], variants=["bert"], folds=4))
@@ -254,7 +258,8 @@ def test_the_points_variant_fits_points_to_the_labelled_answers_and_trains_no_mo
 
     monkeypatch.setattr(curve, "train_model", no_training)
     rub: Path | str
-    rub, df = (ecology_rubric(tmp_path), ecology_table(150)) if course == "ecology" else ("mohler", mohler_like_table(150))
+    rub, df = ((ecology_rubric(tmp_path), ecology_table(150)) if course == "ecology"
+                else ("mohler", mohler_like_table(150)))
     res = learning_curve(rub, df, tmp_path / "c",
                          CurveOptions(sizes=[12, "all"], variants=["points"], repeats=2, folds=3, plot=True))
     assert res.trained == 2 * 3 * 2 and set(res.cells["variant"]) == {"points"}
@@ -275,7 +280,8 @@ def test_the_points_variant_fits_points_to_the_labelled_answers_and_trains_no_mo
     full = res.cells[res.cells["size"] == "all"]
     assert full["qwk"].mean() > 0.9 and (full["qwk"] > full["majority_qwk"]).all()
     doc = json.loads((tmp_path / "c" / "curve.json").read_text())
-    reading = doc["reading"]["points"]  # above the majority class with all the answers: a 90 % point, or "not before all"
+    # above the majority class with all the answers: a 90 % point, or "not before all"
+    reading = doc["reading"]["points"]
     assert reading["status"] in ("reached", "at_smallest", "not_before_full")
     assert (doc["reach_90"]["points"] is not None) == (reading["status"] != "not_before_full")
 

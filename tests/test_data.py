@@ -122,7 +122,8 @@ def test_concept_passes_cover_every_item(mohler_items: pd.DataFrame, data_dir: P
 
 def test_concept_passes_come_from_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUBRICTOOL_DATA", str(tmp_path))
-    with pytest.raises(DataError, match=r"mohler-concepts/A\.jsonl: missing; put the three Mohler concept-label passes"):
+    with pytest.raises(DataError,
+                       match=r"mohler-concepts/A\.jsonl: missing; put the three Mohler concept-label passes"):
         load_concept_passes()
     (tmp_path / "mohler-concepts").mkdir()
     for r in "ABC":

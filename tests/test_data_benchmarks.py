@@ -127,7 +127,8 @@ def _asap2_text(kind: str) -> str:
     [
         ("no score column", r"ASAP_2_Final_github_train\.csv: missing column\(s\) score; ASAP 2\.0 files have"),
         ("cut short", r"ASAP_2_Final_github_train\.csv: cannot read as CSV \(.*\); the file is damaged or cut short"),
-        ("half score", r"ASAP_2_Final_github_train\.csv: row 3 \(essay 0a0d11a\): score 3\.5 is not a whole number 1\.\.6"),
+        ("half score",
+         r"ASAP_2_Final_github_train\.csv: row 3 \(essay 0a0d11a\): score 3\.5 is not a whole number 1\.\.6"),
         ("no score", r"ASAP_2_Final_github_train\.csv: row 3 \(essay 0a0d11a\): no score"),
     ],
 )
@@ -255,7 +256,8 @@ def test_mocha_counts_known_answer_and_extra_columns(mocha_dir: Path) -> None:
     row = items.set_index("id").loc["cosmosqa-train-005f3a04"]
     assert (row["context"], row["question"], row["reference"], row["response"]) == (
         src["context"], src["question"], src["reference"], src["candidate"])
-    assert (row["grade"], row["score"], row["scores"], row["source"], row["mocha_id"]) == (5, 5.0, "5", "backtranslation", "005f3a04")
+    assert (row["grade"], row["score"], row["scores"], row["source"],
+            row["mocha_id"]) == (5, 5.0, "5", "backtranslation", "005f3a04")
     assert sorted(items["grade"].unique()) == [1, 2, 3, 4, 5]
 
 
@@ -322,7 +324,8 @@ def test_mocha_fetch_over_http_then_idempotent(tmp_path: Path) -> None:
 def test_mocha_fetch_rejects_partial_archives_and_keeps_nothing(tmp_path: Path) -> None:
     docs = mocha_docs()
     no_train = {k: v for k, v in docs.items() if k != "train.json"}
-    with pytest.raises(DataError, match=r"no-train\.tar\.gz: the archive holds no train\.json; is it the MOCHA release"):
+    with pytest.raises(DataError,
+                       match=r"no-train\.tar\.gz: the archive holds no train\.json; is it the MOCHA release"):
         fetch_benchmark("mocha", tmp_path / "d1", str(mocha_tar(tmp_path / "no-train.tar.gz", no_train)))
     bad = mocha_tar(tmp_path / "bad.tar.gz", raw={"train.json": b'{"narrativeqa": {"x": {"context": '})
     with pytest.raises(DataError, match=r"mocha/train\.json:1: invalid JSON"):

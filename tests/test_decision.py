@@ -65,7 +65,8 @@ def test_rounding_cutpoints_round_the_expected_mark_and_marks_no_answer_has_keep
     probs = np.array([[0.0, 0.0, 0.0, 0.6, 0.4, 0.0], [0.0, 0.0, 0.0, 0.0, 0.2, 0.8]])
     assert list(Cutpoints.rounding(6).marks(probs)) == [3, 5]  # expected marks 3.4 and 4.8
     np.testing.assert_allclose(expected_marks(probs), [3.4, 4.8])
-    only_top = np.tile([0, 0, 0, 0, 0.1, 0.9], (20, 1))  # every dev answer at the top: nothing to move the low cutpoints
+    # every dev answer at the top: nothing to move the low cutpoints
+    only_top = np.tile([0, 0, 0, 0, 0.1, 0.9], (20, 1))
     cut = fit_cutpoints(only_top, np.full(20, 5), cost_matrix(6))
     assert cut.t[:3] == Cutpoints.rounding(6).t[:3]
 

@@ -74,7 +74,8 @@ def test_ceiling_names_the_boundary_the_concepts_cannot_see() -> None:
     assert c.named == [(1, 2)]
     acc = b["balanced_acc"].astype(float)
     assert acc[1] < 0.65 and acc[0] > 0.9 and acc[2] > 0.9
-    assert float(b["shared_profiles"].astype(float)[1]) == 1.0  # every grade-1/2 answer has a twin profile at the other grade
+    # every grade-1/2 answer has a twin profile at the other grade
+    assert float(b["shared_profiles"].astype(float)[1]) == 1.0
     f1 = c.per_grade.set_index("grade")["f1"]
     assert f1.loc[0] > 0.95 and f1.loc[3] > 0.95 and min(f1.loc[1], f1.loc[2]) < 0.75
     assert int(c.confusion.sum()) == len(df)
@@ -137,7 +138,8 @@ def test_suggest_writes_a_diff_that_validates(tmp_path: Path) -> None:
         assert "grade 1 vs grade 2" in seen.prompt and "mol/L" in seen.prompt and "key: Method" in seen.prompt
         return Reply(content=PROPOSAL, prompt_tokens=900, completion_tokens=120)
 
-    args = ["rubric", "diagnose", "--adjudicated", str(adj), "--out", str(out), "--suggest", MODEL, "--cache", str(cache)]
+    args = ["rubric", "diagnose", "--adjudicated", str(adj), "--out", str(out), "--suggest", MODEL, "--cache",
+            str(cache)]
     with ScriptedLLMServer(responder) as srv:
         res = runner.invoke(app, [*args, "--api-base", srv.url])
         assert res.exit_code == 0, res.output
@@ -161,10 +163,12 @@ def test_an_invalid_proposal_is_reported_not_written(tmp_path: Path) -> None:
     bad = PROPOSAL.replace("    - {value: 3, anchor: correct units}\n", "")  # two levels where the scale has three
 
     with ScriptedLLMServer(lambda seen: Reply(content=bad)) as srv:
-        res = runner.invoke(app, ["rubric", "diagnose", "--adjudicated", str(adj), "--out", str(out), "--suggest", MODEL,
+        res = runner.invoke(app, ["rubric", "diagnose", "--adjudicated", str(adj), "--out", str(out), "--suggest",
+                                  MODEL,
                                   "--api-base", srv.url, "--cache", str(tmp_path / "c.sqlite")])
     assert res.exit_code == 0, res.output
-    assert "does not validate, not written" in res.output and "concept Units has levels 1..2 but the rubric scale is 1..3" in res.output
+    assert "does not validate, not written" in res.output
+    assert "concept Units has levels 1..2 but the rubric scale is 1..3" in res.output
     assert not (out / "rubric_suggestion.diff").exists() and not (out / "rubric_suggestion.yaml").exists()
 
 
@@ -215,8 +219,8 @@ def test_cli_diagnose_shows_the_majority_class_and_cis_and_says_what_a_drop_does
     assert res.exit_code == 0, res.output
     flat = " ".join(res.output.split())
     majority = t["grade"].value_counts().max() / len(t)
-    assert re.search(r"95 % CIs T-Acc \[[\d.]+, [\d.]+\], QWK \[-?[\d.]+, [\d.]+\]; majority class \(always grade \d\): "
-                     rf"T-Acc {majority:.3f}, QWK 0.000", flat)
+    assert re.search(r"95 % CIs T-Acc \[[\d.]+, [\d.]+\], QWK \[-?[\d.]+, [\d.]+\]; majority class \(always grade "
+                     rf"\d\): T-Acc {majority:.3f}, QWK 0.000", flat)
     assert f"majority class {majority:.3f}" in flat
     from rubrictool.report import diagnose_dir
 

@@ -110,10 +110,12 @@ def test_check_mode_detects_a_stale_reference(tmp_path: Path) -> None:
     stale = tmp_path / "cli.md"
     stale.write_text(render(app).replace("## rubrictool data show\n", "## rubrictool data shw\n"))
     script = str(ROOT / "scripts" / "gen_cli_docs.py")
-    res = subprocess.run([sys.executable, script, "--check", "--out", str(stale)], check=False, capture_output=True, text=True,
+    res = subprocess.run([sys.executable, script, "--check", "--out", str(stale)], check=False, capture_output=True,
+                         text=True,
                          cwd=ROOT, timeout=120)
     assert res.returncode == 1 and "out of date" in res.stderr and "data shw" in res.stdout
-    res = subprocess.run([sys.executable, script, "--out", str(stale)], check=False, capture_output=True, text=True, cwd=ROOT,
+    res = subprocess.run([sys.executable, script, "--out", str(stale)], check=False, capture_output=True, text=True,
+                         cwd=ROOT,
                          timeout=120)
     assert res.returncode == 0 and stale.read_text(encoding="utf-8") == render(app)
 
@@ -150,7 +152,8 @@ def test_training_guide_states_both_presets_as_the_code_sets_them() -> None:
             documented.add((sec, name))
             for preset, cfg, cell in (("paper", paper, cells[1]), ("default", default, cells[2])):
                 want, got = cfg[sec][name], _doc_value(cell)
-                assert (float(want) if isinstance(want, (int, float)) and not isinstance(want, bool) else want) == got, \
+                assert (float(want) if isinstance(want, (int, float)) and not isinstance(want, bool)
+                        else want) == got, \
                     f"docs/training.md says {sec}.{name} = {cell.strip()} under {preset}; the code sets {want!r}"
     differing = {(sec, k) for sec in paper for k in paper[sec] if paper[sec][k] != default[sec][k]}
     assert differing <= documented, f"no row in docs/training.md for {sorted(differing - documented)}"
@@ -193,7 +196,8 @@ def test_train_option_help_states_both_presets_as_the_code_sets_them() -> None:
         sec, name = FLAT_OPTIONS[param.name][0]
         for preset, said in (("default", m.group(1)), ("paper", m.group(2))):
             want = presets[preset][sec].get(name, 0)
-            assert float(want) == _doc_value(said), f"--{param.name}: help says {said} under {preset}; the code sets {want!r}"
+            assert float(want) == _doc_value(said), (f"--{param.name}: help says {said} under {preset}; "
+                                                     f"the code sets {want!r}")
         checked += 1
     assert checked >= 1
 
@@ -262,7 +266,8 @@ def test_the_repository_speaks_of_dates_and_revisions_not_rounds_of_work() -> No
     "the issue's" targets."""
     import re
 
-    pattern = re.compile(r"session[ -]?[0-9]|this session|previous session|same session|session-[0-9]|\bround[ -]?[0-9]",
+    pattern = re.compile(r"session[ -]?[0-9]|this session|previous session|same session|session-[0-9]|\bround[ "
+                         r"-]?[0-9]",
                          re.IGNORECASE)
     issue = re.compile(ISSUE_REFERENCE, re.IGNORECASE)
     roots = [ROOT / "README.md", ROOT / "docs", ROOT / "rubrictool", ROOT / "reccbm", ROOT / "benchmarks",
@@ -322,7 +327,8 @@ def test_every_kept_result_is_cited_and_the_results_stay_small() -> None:
                             capture_output=True, text=True, check=True).stdout.split()
     assert len(listed) > 10
     cited = _cited_result_paths()
-    uncited = [f for f in listed if not any(fnmatch.fnmatch(f, c) or f.startswith(c + "/") or fnmatch.fnmatch(f, c + "/*")
+    uncited = [f for f in listed if not any(fnmatch.fnmatch(f, c) or f.startswith(c + "/")
+                                            or fnmatch.fnmatch(f, c + "/*")
                                              for c in cited)]
     assert not uncited, "result files no doc cites (cite them or remove them): " + ", ".join(uncited)
     predictions = [f for f in listed if f.endswith(("/pooled_predictions.csv", "test_predictions.csv"))]

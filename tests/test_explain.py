@@ -185,8 +185,8 @@ def test_grade_set_overrides_a_concept_for_every_response(tiny: tuple[Path, Path
     # the library gives the same numbers as explain's override
     run = open_run(run_dir, data=table)
     t = explain_items(run, table_rows(run, [str(sets["id"].iloc[0])]), {"FC": 1, "TU": 3})[0]
-    assert t.grade_after == sets["model_grade"].iloc[0] and t.grade_after_prob == pytest.approx(sets["grade_prob"].iloc[0],
-                                                                                            abs=1e-5)
+    assert t.grade_after == sets["model_grade"].iloc[0]
+    assert t.grade_after_prob == pytest.approx(sets["grade_prob"].iloc[0], abs=1e-5)
 
 
 def test_a_plm_run_has_nothing_to_explain(tmp_path: Path) -> None:
@@ -201,7 +201,8 @@ def test_a_plm_run_has_nothing_to_explain(tmp_path: Path) -> None:
 def test_a_vanilla_run_is_explained_without_attention(tmp_path: Path) -> None:
     run_dir, table = inspect_run(tmp_path, "--variant", "vanilla", n=30)
     ids = json.loads((run_dir / "split.json").read_text())["test"][:1]
-    res = runner.invoke(app, ["explain", "--run", str(run_dir), "--items", str(table), *ids, "--out", str(tmp_path / "x")])
+    res = runner.invoke(app, ["explain", "--run", str(run_dir), "--items", str(table), *ids, "--out",
+                              str(tmp_path / "x")])
     assert res.exit_code == 0, res.output
     page = (tmp_path / "x" / "explain.html").read_text()
     assert "No RACE attention in this run" in page and 'class="tok"' not in page
@@ -221,7 +222,8 @@ def test_explain_new_answers_without_labels(tiny: tuple[Path, Path], tmp_path: P
     assert res.exit_code == 0, res.output
     df = pd.read_csv(tmp_path / "x" / "explain.csv")
     assert set(df["id"]) == {"new-q.3"} and df["gold"].isna().all() and len(df) == len(KEYS)
-    assert "(correct" not in res.output and "gold" not in (tmp_path / "x" / "explain.html").read_text().split("<body>")[1]
+    assert "(correct" not in res.output
+    assert "gold" not in (tmp_path / "x" / "explain.html").read_text().split("<body>")[1]
 
 
 def test_explain_names_whole_words_not_subword_pieces() -> None:

@@ -156,7 +156,8 @@ def test_no_module_writes_files_its_own_way() -> None:
                 continue  # the download's part file, deleted after extraction: never a published output
             if rel in ("rubrictool/outputs.py", "rubrictool/pipeline.py") and "mkstemp(" in line and "probe" in line:
                 continue  # a write probe (before any work), removed at once: never an output
-            if rel == "rubrictool/review/server.py" and found.group(0).startswith("os.chmod(") and ("0o600" in line or "0o700" in line):
+            if (rel == "rubrictool/review/server.py" and found.group(0).startswith("os.chmod(")
+                    and ("0o600" in line or "0o700" in line)):
                 continue  # the server's secrets and its folder: owner-only on purpose
             hits.append(f"{rel}:{n}: {line.strip()}")
     assert not hits, "write through rubrictool.atomic (reccbm: reccbm.atomic) instead:\n" + "\n".join(hits)

@@ -102,8 +102,10 @@ def test_concepts_disagree_with_grade() -> None:
     assert prof.consistency["slope"] == pytest.approx(5) and prof.consistency["allowance"] == 1.0
     top = {f"{k}_expected": 3.0 for k in KEYS}
     assert "concepts_disagree_with_grade" in flags_of("the prototype is a model", {"grade": 1, **top}, prof, keys=KEYS)
-    assert "concepts_disagree_with_grade" not in flags_of("the prototype is a model", {"grade": 5, **top}, prof, keys=KEYS)
-    assert "concepts_disagree_with_grade" not in flags_of("the prototype is a model", {"grade": 4, **top}, prof, keys=KEYS)
+    assert "concepts_disagree_with_grade" not in flags_of("the prototype is a model", {"grade": 5, **top}, prof,
+                                                          keys=KEYS)
+    assert "concepts_disagree_with_grade" not in flags_of("the prototype is a model", {"grade": 4, **top}, prof,
+                                                          keys=KEYS)
     # a PLM run has no expected concept scores: never flagged
     assert "concepts_disagree_with_grade" not in flags_of("the prototype is a model", {"grade": 0}, prof, keys=KEYS)
 
@@ -115,7 +117,8 @@ def test_out_of_distribution() -> None:
     assert flags_of("the prototype shows the customer the software", profile=prof) == []
     assert flags_of("原型程序用于模拟软件产品的部分行为 以便 客户 查看", profile=prof) == ["out_of_distribution"]
     assert flags_of("the prototype xylophone quantum banana", profile=prof) == ["out_of_distribution"]
-    assert flags_of(" ".join(["the prototype"] * 12), profile=prof) == ["out_of_distribution", "repeats_text"]  # > 2 x 11
+    # > 2 x 11
+    assert flags_of(" ".join(["the prototype"] * 12), profile=prof) == ["out_of_distribution", "repeats_text"]
     assert "out_of_distribution" not in flags_of(" ".join(["the prototype"] * 11), profile=prof)  # 22: not > 2 x 11
     assert flags_of("zzz qqq", profile=prof) == []  # two word types: too short to judge
     assert flags_of("the prototype xylophone quantum banana") == []  # no profile: not checked
@@ -153,7 +156,8 @@ def test_grade_writes_flags_and_training_saves_the_profile(run: Path, tmp_path: 
     honest = table.iloc[1].copy()  # row 0 has no reference
     honest["reference"] = "a stack stores elements last in first out like plates"  # 10 words: a copy can be told
     items = pd.DataFrame([
-        {"id": "honest", "question": honest["question"], "response": honest["response"], "reference": honest["reference"]},
+        {"id": "honest", "question": honest["question"], "response": honest["response"],
+         "reference": honest["reference"]},
         {"id": "copy", "question": honest["question"], "response": "my answer " + str(honest["reference"]),
          "reference": honest["reference"]},
         {"id": "long", "question": honest["question"], "response": " ".join([str(honest["response"])] * 30),
@@ -167,7 +171,8 @@ def test_grade_writes_flags_and_training_saves_the_profile(run: Path, tmp_path: 
     assert res.exit_code == 0, res.output
     graded = pd.read_csv(out, keep_default_na=False).set_index("id")
     kept = [c for c in ("question", "student", "response") if c in items.columns]  # grade keeps them beside each grade
-    assert list(graded.columns[:len(kept) + 5]) == [*kept, "grade", "needs_review", "model_grade", "grade_prob", "flags"]
+    assert list(graded.columns[:len(kept) + 5]) == [*kept, "grade", "needs_review", "model_grade", "grade_prob",
+                                                    "flags"]
     flags = {str(i): str(f).split(";") for i, f in graded["flags"].items()}
     assert "copies_reference" in flags["copy"]
     assert "truncated" in flags["long"] and "truncated" not in flags["honest"]

@@ -242,7 +242,8 @@ def test_the_layer_mix_exports_with_the_backbone(backbone: str, tmp_path: Path) 
     batch = collate(encoded(tok, toy_table(6)), list(range(6)), tok.pad_token_id)
     with torch.inference_mode():
         ref = model.encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-        last = model.encoder.module(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        last = model.encoder.module(input_ids=batch["input_ids"],
+                                    attention_mask=batch["attention_mask"]).last_hidden_state
     got = enc(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
     real = batch["attention_mask"].bool()
     assert float((got - ref).abs()[real].max()) < 1e-4

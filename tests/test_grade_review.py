@@ -167,7 +167,8 @@ def test_grade_reviewed_takes_the_texts_of_answers_to_grade_from_data(tmp_path: 
 
 
 def test_grade_reviewed_skips_rows_nobody_labelled(tmp_path: Path, run: Path) -> None:
-    """An adjudicated table lists answers nobody labelled with empty levels: they were not reviewed, and need no text."""
+    """An adjudicated table lists answers nobody labelled with empty levels: they were not reviewed, and need no
+    text."""
     data, reviewed, _ = _items(tmp_path)
     table = pd.read_csv(reviewed)
     blank = pd.DataFrame({"id": ["elsewhere.1", "queue.5"]}).assign(**dict.fromkeys(KEYS, None))
@@ -201,7 +202,8 @@ def test_hold_marks_holds_every_flagged_answer_and_says_why() -> None:
     assert held["model_grade"].tolist()[:3] == [3, 1, 4]  # the model's reading kept for the reader
     assert held["needs_review"].tolist() == [
         "", "a list of keywords, not an answer (keyword_list)",
-        "pastes the reference answer (copies_reference); unlike every answer the grader trained on (out_of_distribution)",
+        ("pastes the reference answer (copies_reference); unlike every answer the grader trained on "
+         "(out_of_distribution)"),
         "no answer (empty)"]
     assert all(HOLD_REASONS[f] for f in ("copies_question", "concepts_disagree_with_grade", "truncated"))
 
@@ -241,7 +243,8 @@ def test_grade_writes_the_queue_and_the_card_of_a_single_run(tmp_path: Path, run
     assert set(queue["id"].head(min(5, n_held))) <= set(g.index[g["grade"].isna()])
     card = json.loads((tmp_path / "graded.card.json").read_text())["quality card"]
     metrics = json.loads((run / "metrics.json").read_text())
-    assert card["n_answers"] == metrics["n_test"] and card["qwk"]["value"] == pytest.approx(metrics["ci"]["qwk"]["value"])
+    assert card["n_answers"] == metrics["n_test"]
+    assert card["qwk"]["value"] == pytest.approx(metrics["ci"]["qwk"]["value"])
     assert "quality card (run)" in " ".join(res.output.split()) and "review queue: 5 answers" in res.output
     res = runner.invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(out),
                               "--review-budget", "-1"])

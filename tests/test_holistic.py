@@ -46,7 +46,8 @@ def chemlab(tmp_path: Path) -> tuple[Rubric, Path]:
 def lab_items(tags: list[str]) -> pd.DataFrame:
     """Chemistry-lab answers whose last word is the tag the scripted server acts on."""
     return pd.DataFrame({"id": [f"lab{i}" for i in range(len(tags))], "question": QUESTION,
-                         "response": [f"add the acid to the flask then titrate, answer {i} {t}" for i, t in enumerate(tags)],
+                         "response": [f"add the acid to the flask then titrate, answer {i} {t}"
+                                      for i, t in enumerate(tags)],
                          "reference": REFERENCE})
 
 
@@ -174,10 +175,12 @@ def test_a_priced_model_is_costed_and_the_dry_run_sends_nothing(tmp_path: Path, 
         s = res.summary[model]
         expected = request_price(model, 400, 4)
         assert expected is not None and s.price_known
-        assert s.cost_usd == pytest.approx(4 * expected) and res.predictions["priced_usd"].sum() == pytest.approx(4 * expected)
+        assert s.cost_usd == pytest.approx(4 * expected)
+        assert res.predictions["priced_usd"].sum() == pytest.approx(4 * expected)
         # a second run pays nothing, yet its marks still carry what they cost
         again = grade_holistic(items, rubric, config(srv.url, cache, models=(model,)))
-        assert again.summary[model].cost_usd == 0 and again.predictions["priced_usd"].sum() == pytest.approx(4 * expected)
+        assert again.summary[model].cost_usd == 0
+        assert again.predictions["priced_usd"].sum() == pytest.approx(4 * expected)
         assert holistic_dry_run(items, rubric, config(srv.url, cache, models=(model,))).models[0].cached == 4
 
 
@@ -209,7 +212,8 @@ def test_beside_the_trained_grader_and_the_points_route(tmp_path: Path, chemlab:
     assert set(rows) == {"trained grader", "points route", "holistic LLM"}
     sel = pooled[pooled["id"].isin(items["id"][:30])]
     truth = sel["grade_true"].to_numpy()
-    assert rows["trained grader"]["qwk"]["value"] == pytest.approx(quadratic_weighted_kappa(truth, sel["grade"].to_numpy()))
+    want = quadratic_weighted_kappa(truth, sel["grade"].to_numpy())
+    assert rows["trained grader"]["qwk"]["value"] == pytest.approx(want)
     llm = np.array([true_mark(r) for r in items["response"][:30]])
     assert rows["holistic LLM"]["t_acc"]["value"] == pytest.approx(float((llm == truth).mean()))
     failing = truth < 5
@@ -236,7 +240,8 @@ def test_cli_writes_marks_and_the_comparison(tmp_path: Path, chemlab: tuple[Rubr
                 "--api-base", srv.url, "--cache", str(tmp_path / "cache.sqlite"), "--backoff", "0.01"]
         dry = CliRunner().invoke(app, [*args, "--dry-run"])
         assert dry.exit_code == 0 and srv.count() == 0, dry.output
-        assert "mark=<integer from 0 to 10>" in dry.output and "unknown (no price known for openai/scripted)" in dry.output
+        assert "mark=<integer from 0 to 10>" in dry.output
+        assert "unknown (no price known for openai/scripted)" in dry.output
         result = CliRunner().invoke(app, [*args, "--run", str(tmp_path / "k2"), "--max-failures", "0.1",
                                           "--out", str(out)])
     assert result.exit_code == 0, result.output

@@ -310,10 +310,12 @@ def test_a_pass_fail_k_fold_run_and_its_points_grader_show_no_adjacent_agreement
     assert folds["grade_levels"] == 2 and folds["labels"]["source"] == "llm"  # who made the labels, as in each fold
     assert folds["labels"] == json.loads((run / "fold-0" / "metrics.json").read_text())["labels"]
     assert "Labels: an LLM panel" in md and "not expert-validated" in md
-    res = runner.invoke(app, ["rubric", "fit-points", "--rubric", str(tmp_path / "stats101.yaml"), "--table", str(tmp_path / "stats.csv"),
+    res = runner.invoke(app, ["rubric", "fit-points", "--rubric", str(tmp_path / "stats101.yaml"), "--table",
+                              str(tmp_path / "stats.csv"),
                               "--out", str(tmp_path / "points.yaml")])
     assert res.exit_code == 0, res.output
-    res = runner.invoke(app, ["rubric", "points", "--rubric", str(tmp_path / "points.yaml"), "--labels", str(tmp_path / "stats.csv")])
+    res = runner.invoke(app, ["rubric", "points", "--rubric", str(tmp_path / "points.yaml"), "--labels",
+                              str(tmp_path / "stats.csv")])
     assert res.exit_code == 0, res.output
     assert "QWK" in res.output and "adjacent" not in res.output
 

@@ -158,7 +158,8 @@ def test_a_nul_byte_is_refused_naming_file_row_and_column(tmp_path: Path, fmt: s
 def test_grade_refuses_a_nul_byte_in_one_line(course: dict[str, Path], tmp_path: Path) -> None:
     data = tmp_path / "new.csv"
     pd.DataFrame({"id": ["n1", "n2"], "response": ["right good yes", "wrong\x00bad"]}).to_csv(data, index=False)
-    res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--items", str(data), "--out", str(tmp_path / "g.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--items", str(data), "--out",
+                              str(tmp_path / "g.csv")])
     assert res.exit_code == 1
     assert "row 2 (id n2), column 'response'" in one_line_error(res.output)
     assert not (tmp_path / "g.csv").exists()
@@ -173,7 +174,8 @@ def test_train_with_a_word_for_a_grade_is_one_line_naming_file_row_and_column(co
     data = tmp_path / "bad.csv"
     df.to_csv(data, index=False)
     res = runner.invoke(app, ["train", "--table", str(data), "--rubric", str(course["rubric"]), "--backbone",
-                              str(course["backbone"]), "--epochs", "1", "--out", str(tmp_path / "run"), "--device", "cpu"])
+                              str(course["backbone"]), "--epochs", "1", "--out", str(tmp_path / "run"), "--device",
+                              "cpu"])
     assert res.exit_code == 1
     text = one_line_error(res.output)
     assert f"{data}: row 8 (id bio-7): column 'grade' = 'five' is not a number" in text
@@ -185,7 +187,8 @@ def test_empty_whitespace_and_null_responses_get_no_grade_and_the_empty_flag(cou
                                                                             tmp_path: Path) -> None:
     data = tmp_path / "new.jsonl"
     rows = [{"id": "n1", "response": "right good yes"}, {"id": "n2", "response": ""},
-            {"id": "n3", "response": "   \t "}, {"id": "n4", "response": None}, {"id": "n5", "response": "wrong bad no"}]
+            {"id": "n3", "response": "   \t "}, {"id": "n4", "response": None},
+            {"id": "n5", "response": "wrong bad no"}]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "graded.csv"
     res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--items", str(data), "--out", str(out)])
@@ -197,7 +200,8 @@ def test_empty_whitespace_and_null_responses_get_no_grade_and_the_empty_flag(cou
     assert g.loc[empty, "grade"].isna().all() and g.loc[empty, "grade_prob"].isna().all()
     assert g.loc[empty, "EV_level"].isna().all()
     assert list(g.loc[empty, "flags"]) == ["empty"] * 3
-    assert g.loc[~empty, "model_grade"].between(0, 2).all() and not g.loc[~empty, "flags"].fillna("").str.contains("empty").any()
+    assert g.loc[~empty, "model_grade"].between(0, 2).all()
+    assert not g.loc[~empty, "flags"].fillna("").str.contains("empty").any()
     # the answers with text get exactly the grades they get alone
     alone = tmp_path / "alone.csv"
     pd.DataFrame([rows[0], rows[4]]).to_csv(alone, index=False)
@@ -206,14 +210,16 @@ def test_empty_whitespace_and_null_responses_get_no_grade_and_the_empty_flag(cou
     ref = read_table(tmp_path / "alone_graded.csv")
     assert list(ref["model_grade"]) == list(g.loc[~empty, "model_grade"])
     raw = pd.read_csv(out, dtype=str, keep_default_na=False)  # as a spreadsheet shows it: 1, not 1.0
-    assert raw.loc[raw["id"] == "n1", "model_grade"].iloc[0] in {"0", "1", "2"} and raw.loc[raw["id"] == "n2", "grade"].iloc[0] == ""
+    assert raw.loc[raw["id"] == "n1", "model_grade"].iloc[0] in {"0", "1", "2"}
+    assert raw.loc[raw["id"] == "n2", "grade"].iloc[0] == ""
     assert np.allclose(ref["grade_prob"], g.loc[~empty, "grade_prob"])
 
 
 def test_a_table_of_only_empty_answers_is_written_ungraded(course: dict[str, Path], tmp_path: Path) -> None:
     data = tmp_path / "blank.csv"
     pd.DataFrame({"id": ["e1", "e2"], "response": ["", " "]}).to_csv(data, index=False)
-    res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--items", str(data), "--out", str(tmp_path / "g.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--items", str(data), "--out",
+                              str(tmp_path / "g.csv")])
     assert res.exit_code == 0, res.output
     g = read_table(tmp_path / "g.csv")
     assert list(g["id"]) == ["e1", "e2"] and g["grade"].isna().all() and list(g["flags"]) == ["empty", "empty"]
@@ -222,7 +228,8 @@ def test_a_table_of_only_empty_answers_is_written_ungraded(course: dict[str, Pat
 def test_duplicate_ids_are_an_error_naming_them(course: dict[str, Path], tmp_path: Path) -> None:
     data = tmp_path / "dups.csv"
     pd.DataFrame({"id": ["x1", "x2", "x1", "x3", "x3"], "response": ["right"] * 5}).to_csv(data, index=False)
-    res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--items", str(data), "--out", str(tmp_path / "g.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(course["run"]), "--items", str(data), "--out",
+                              str(tmp_path / "g.csv")])
     assert res.exit_code == 1
     assert "2 id(s) used more than once: 'x1', 'x3'" in one_line_error(res.output)
     assert not (tmp_path / "g.csv").exists()
@@ -311,7 +318,8 @@ def test_explain_shows_the_reference_the_gold_grade_contrast_and_a_legend(course
         assert t.reference == "a stack stores elements last in first out"
         assert t.other_logit is not None and t.other_bias is not None
         # contributions toward the compared grade sum to its logit, as those toward the prediction do
-        assert sum(c.contribution_other or 0.0 for c in t.concepts) + t.other_bias == pytest.approx(t.other_logit, abs=1e-4)
+        total = sum(c.contribution_other or 0.0 for c in t.concepts) + t.other_bias
+        assert total == pytest.approx(t.other_logit, abs=1e-4)
         diff = sum(c.difference or 0.0 for c in t.concepts) + t.bias - t.other_bias
         assert diff == pytest.approx(t.logit - t.other_logit, abs=1e-4)
     for t in wrong:
@@ -330,7 +338,8 @@ def test_explain_shows_the_reference_the_gold_grade_contrast_and_a_legend(course
     df = pd.read_csv(out / "explain.csv", dtype={"id": str})
     assert set(df["other_kind"]) == {"gold"} and set(df["other_grade"]) == {t.gold_grade}
     page = (out / "explain.html").read_text()
-    assert "Reference answer:" in page and "What the columns mean" in page and f"to the gold grade {t.gold_grade}" in page
+    assert "Reference answer:" in page and "What the columns mean" in page
+    assert f"to the gold grade {t.gold_grade}" in page
 
 
 def test_the_set_chart_holds_every_bar(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -364,7 +373,8 @@ def test_report_md_and_reliability_md_carry_no_html(course: dict[str, Path], odd
     data = tmp_path / "hostile.csv"
     df.to_csv(data, index=False)
     res = runner.invoke(app, ["train", "--table", str(data), "--rubric", str(course["rubric"]), "--backbone",
-                              str(course["backbone"]), "--epochs", "1", "--max-len", "32", "--out", str(tmp_path / "run"),
+                              str(course["backbone"]), "--epochs", "1", "--max-len", "32", "--out",
+                              str(tmp_path / "run"),
                               "--device", "cpu"])
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["report", "--run", str(tmp_path / "run"), "--table", str(data), "--out",

@@ -218,8 +218,8 @@ def test_no_module_imports_another_modules_private_names() -> None:
 
 def test_the_private_name_check_finds_one(tmp_path: Path) -> None:
     f = tmp_path / "probe.py"
-    f.write_text("from rubrictool.annotate import llm\nfrom rubrictool.io import _x, y\nfrom rubrictool.cli._common import z\n"
-                 "\nllm._y()\nllm.y()\n", encoding="utf-8")
+    f.write_text("from rubrictool.annotate import llm\nfrom rubrictool.io import _x, y\nfrom rubrictool.cli._common "
+                 "import z\n\nllm._y()\nllm.y()\n", encoding="utf-8")
     hits = [h.split(": ", 1)[1] for h in _private_uses(f, "rubrictool.report.probe")]
     assert hits == ["from rubrictool.io import _x", "from rubrictool.cli._common (a private module of rubrictool.cli)",
                     "llm._y"]

@@ -73,7 +73,8 @@ def test_report_on_a_kfold_run_is_one_pooled_page(kfold: tuple[Path, Path, Path]
     for f in range(FOLDS):
         test = (pooled["fold"] == f).to_numpy()
         train_ids, test_ids = pooled.loc[~test, "id"], pooled.loc[test, "id"]
-        fp = fit_points(rb, df.loc[train_ids, STATS_KEYS].to_numpy() - rb.scale.min, df.loc[train_ids, "grade"].to_numpy())
+        fp = fit_points(rb, df.loc[train_ids, STATS_KEYS].to_numpy() - rb.scale.min,
+                        df.loc[train_ids, "grade"].to_numpy())
         points[test] = points_baseline(rb, df.loc[test_ids, STATS_KEYS].to_numpy() - rb.scale.min, points=fp.points,
                                        grading=fp.grading)
     assert table.loc["t_acc", "points_value"] == pytest.approx(float((np.clip(points, 0, 2) == t).mean()))

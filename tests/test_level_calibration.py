@@ -38,7 +38,8 @@ def test_the_calibrated_shares_match_the_labels_and_the_fit_is_better() -> None:
     nll = lambda x: float(torch.nn.functional.nll_loss(x.clamp_min(1e-8).log().reshape(-1, 3), c.reshape(-1)))
     assert nll(q) < nll(p) - 0.05
     p_new, c_new = _skewed(seed=1)  # and on answers it was not fitted on, more levels are right
-    assert float((calibrated(p_new, b).argmax(-1) == c_new).double().mean()) > float((p_new.argmax(-1) == c_new).double().mean())
+    assert float((calibrated(p_new,
+        b).argmax(-1) == c_new).double().mean()) > float((p_new.argmax(-1) == c_new).double().mean())
 
 
 def test_a_level_no_answer_has_keeps_a_finite_bias() -> None:
@@ -67,7 +68,8 @@ def _recipe(backbone: str, calibrate: bool) -> reccbm.Recipe:
                               center=True, condition=True)
     return reccbm.Recipe(mcfg, StageIConfig(lr=3e-3, epochs=1, batch_size=8, eval_batch_size=16, device="cpu"),
                          JointConfig(epochs=1),
-                         StageIIConfig(epochs=2, lcec_fit="moments", calibrate=calibrate, calibrate_min_dev=8)).seeded(0)
+                         StageIIConfig(epochs=2, lcec_fit="moments", calibrate=calibrate,
+                                       calibrate_min_dev=8)).seeded(0)
 
 
 def test_fit_calibrates_the_levels_before_lcec_and_the_head(backbone: str) -> None:

@@ -53,7 +53,8 @@ def test_a_scale_nobody_fails_on_says_so() -> None:
 
 @pytest.mark.parametrize(("folder", "passed", "error"), [("folds", 0.77, 1.32), ("folds-by-question", 0.72, 1.42)])
 def test_the_kept_default_passes_most_failing_answers(folder: str, passed: float, error: float) -> None:
-    """The low-mark figures of the default, read back from the default's kept pooled predictions (all of Mohler, five folds)."""
+    """The low-mark figures of the default, read back from the default's kept pooled predictions (all of Mohler, five
+    folds)."""
     pooled = pd.read_csv(KEPT / folder / "default" / "pooled_predictions.csv", dtype={"id": str})
     rubric = load_rubric("mohler")
     lm = low_marks(pooled["grade_true"], pooled["grade"], rubric.grade.values, rubric.pass_mark, n_boot=200)
@@ -87,7 +88,8 @@ def _error(text: str) -> str:
 def test_a_pass_mark_outside_the_scale_names_its_line() -> None:
     text = edited("grade: {min: 0, max: 5}", "grade:\n  min: 0\n  max: 5\n  pass_mark: 0")
     msg = _error(text)
-    assert msg.startswith(f"{F}:{line_of(text, 'pass_mark: 0')}: grade.pass_mark: pass_mark 0 is outside the grades 1..5")
+    assert msg.startswith(f"{F}:{line_of(text, 'pass_mark: 0')}: grade.pass_mark: pass_mark 0 is outside the grades "
+                          "1..5")
     assert "e.g. 3" in msg
 
 

@@ -1,4 +1,5 @@
-"""benchmarks/data/mohler_minimal_pairs.jsonl: hand-written minimal pairs on Mohler questions (the behavioural suite's pairs).
+"""benchmarks/data/mohler_minimal_pairs.jsonl: hand-written minimal pairs on Mohler questions (the behavioural suite's
+pairs).
 
 Each pair is a right and a wrong answer to one Mohler question that differ by one word or one short phrase,
 stated in ``changed`` as ``from → to``: ``wrong`` is ``right`` with the one whole-word occurrence of ``from``

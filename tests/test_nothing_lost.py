@@ -192,7 +192,8 @@ def test_every_other_command_refuses_an_out_on_its_input(course: dict[str, Path]
     args = {"data split": ["data", "split", str(table), "--out", str(table)],
             "rubric export": ["rubric", "export", "--rubric", str(rubric), "--out", str(rubric)],
             "rubric points": ["rubric", "points", "--rubric", str(rubric), "--labels", str(table), "--out", str(table)],
-            "rubric fit-points": ["rubric", "fit-points", "--rubric", str(rubric), "--table", str(table), "--out", str(rubric)],
+            "rubric fit-points": ["rubric", "fit-points", "--rubric", str(rubric), "--table", str(table), "--out",
+                                  str(rubric)],
             "learning-curve": ["learning-curve", "--table", str(table), "--rubric", str(rubric), "--variants", "points",
                                "--out", str(table)]}[cmd]
     before = _snapshot(tmp_path)
@@ -251,7 +252,8 @@ def test_other_weights_of_the_same_size_are_refused_by_the_fast_check(course: di
     assert (a / "model.safetensors").stat().st_size == (b / "model.safetensors").stat().st_size
     assert (a / "model.safetensors").read_bytes() != (b / "model.safetensors").read_bytes()
     shutil.copy(b / "model.safetensors", a / "model.safetensors")
-    res = runner.invoke(app, ["grade", "--run", str(a), "--items", str(course["items"]), "--out", str(tmp_path / "g.csv")])
+    res = runner.invoke(app, ["grade", "--run", str(a), "--items", str(course["items"]), "--out",
+                              str(tmp_path / "g.csv")])
     flat = _one_line(res.output)
     assert res.exit_code == 1 and "model.safetensors changed after the run was written" in flat, flat
 
@@ -392,7 +394,8 @@ def test_train_folds_over_folds_of_another_table_is_refused_before_writing(cours
     assert _snapshot(out) == before
 
 
-def test_a_fold_trained_before_a_field_was_added_is_read_back_at_that_fields_default(kfold: Path, tmp_path: Path) -> None:
+def test_a_fold_trained_before_a_field_was_added_is_read_back_at_that_fields_default(
+        kfold: Path, tmp_path: Path) -> None:
     """A finished fold whose config.yaml lacks a recipe field added to the code since (here stage1.rdrop_share) is
     trained as this call would train it when the call leaves that field at its default; set otherwise, or a missing
     field outside the recipe's sections, it differs and says which."""
@@ -413,7 +416,8 @@ def test_a_fold_trained_before_a_field_was_added_is_read_back_at_that_fields_def
     assert fold_difference(fold, split, config, sha) is None
     later = copy.deepcopy(config)
     later["stage1"]["rdrop_share"] = 0.5
-    assert fold_difference(fold, split, later, sha) == "its configuration differs: stage1.rdrop_share None there, 0.5 now"
+    assert fold_difference(fold, split, later,
+                           sha) == "its configuration differs: stage1.rdrop_share None there, 0.5 now"
 
 
 # -- 5. spreadsheet formulas ----------------------------------------------------------------------------------------

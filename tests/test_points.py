@@ -35,7 +35,8 @@ LAB_POINTS = {"Claim": (0, 1, 2), "Data": (0, 2, 4), "Reasoning": (0, 2, 4)}
 def lab_yaml(grading: str = "grading: {points: sum, map: direct}", points: dict[str, tuple[float, ...]] | None = None,
              grade_max: int = 10) -> str:
     pts = LAB_POINTS if points is None else points
-    lines = ["# a lab report rubric", "name: lab", "title: Lab report", "version: 2", "description: Physics lab reports.",
+    lines = ["# a lab report rubric", "name: lab", "title: Lab report", "version: 2",
+             "description: Physics lab reports.",
              "fields: {question: the task, response: the report}", "scale: {min: 0, max: 2}",
              f"grade: {{min: 0, max: {grade_max}}}", grading, "concepts:"]
     for key, p in pts.items():
@@ -93,7 +94,8 @@ def test_the_three_grading_maps() -> None:
     default = parse_rubric(lab_yaml("", grade_max=5))  # points without grading: sum, linear
     assert points_grades(default, levels)[1].tolist() == points_grades(linear, levels)[1].tolist()
     assert points_baseline(linear, levels, grade_min=0).tolist() == [0, 5, 2, 3]
-    shifted = parse_rubric(lab_yaml("grading: {map: direct}").replace("grade: {min: 0, max: 10}", "grade: {min: 1, max: 11}"))
+    shifted = parse_rubric(lab_yaml("grading: {map: direct}").replace("grade: {min: 0, max: 10}",
+                                                                      "grade: {min: 1, max: 11}"))
     assert points_baseline(shifted, levels).tolist() == [1, 10, 3, 6]  # direct totals, clipped to 1..11
     assert points_baseline(shifted, levels, grade_min=1).tolist() == [0, 9, 2, 5]
     with pytest.raises(RubricError, match="declares no points"):
@@ -147,7 +149,8 @@ def test_cli_points_from_llm_labels_and_a_table(tmp_path: Path) -> None:
     rubric = tmp_path / "lab.yaml"
     rubric.write_text(lab_yaml())
     rows = []
-    for item, (a, b) in {"r1": ((2, 2, 2), (2, 1, 2)), "r2": ((0, 1, 0), (1, 1, 0)), "r3": ((1, 2, 1), (1, 2, 1))}.items():
+    for item, (a, b) in {"r1": ((2, 2, 2), (2, 1, 2)), "r2": ((0, 1, 0), (1, 1, 0)),
+                         "r3": ((1, 2, 1), (1, 2, 1))}.items():
         for model, lv in (("gpt", a), ("gemini", b)):
             rows += [{"item": item, "model": model, "concept": k, "level": v, "raw_ok": True}
                      for k, v in zip(LAB_POINTS, lv)]
@@ -296,11 +299,13 @@ def test_cli_fit_points_reports_cross_validated_figures_and_marks_in_sample(tmp_
     text = " ".join(res.output.split())
     assert "grades the table can give: all of 0..5" in text or "no concept profile earns grade" in text
     assert "no concept profile earns grades 0, 1" not in text
-    assert re.search(r"in-sample \(on the 48 answers it was fitted to, not a measure of new answers\): T-Acc [\d.]+, QWK", text)
+    assert re.search(r"in-sample \(on the 48 answers it was fitted to, not a measure of new answers\): T-Acc [\d.]+, "
+                     r"QWK", text)
     m = re.search(r"cross-validated \(5 folds.*?\): T-Acc ([\d.]+) \[([\d.]+), ([\d.]+)\], QWK (-?[\d.]+) \[", text)
     assert m and float(m.group(2)) <= float(m.group(1)) <= float(m.group(3))
     assert "majority class (always grade 3): T-Acc 0.312, QWK 0.000" in text
-    assert "warning: cross-validated, its T-Acc is not above the majority class" in text  # this course's levels say little
+    # this course's levels say little
+    assert "warning: cross-validated, its T-Acc is not above the majority class" in text
     rb = load_rubric(out)
     assert rb.grading is not None and rb.grading.map == "thresholds"
     # grading the answers it was fitted to says so
@@ -316,4 +321,5 @@ def test_cli_fit_points_reports_cross_validated_figures_and_marks_in_sample(tmp_
     res = runner.invoke(app, ["rubric", "fit-points", "--rubric", str(rubric), "--table", str(data), "--out", str(out),
                               "--fit", "least-squares", "--folds", "0"])
     assert res.exit_code == 0, res.output
-    assert "no concept profile earns grades 0, 1" in " ".join(res.output.split()) and "cross-validated" not in res.output
+    assert "no concept profile earns grades 0, 1" in " ".join(res.output.split())
+    assert "cross-validated" not in res.output

@@ -37,7 +37,8 @@ class _Checked(Exception):
 def _checking_loss(seen: list[set[torch.device]]) -> Any:
     def make(*_: Any) -> Any:
         def loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-            seen.append({p.device for p in model.parameters()} | {t.device for t in batch.values() if isinstance(t, torch.Tensor)})
+            seen.append({p.device for p in model.parameters()} | {t.device for t in batch.values()
+                                                                  if isinstance(t, torch.Tensor)})
             raise _Checked
 
         return loss
@@ -71,7 +72,8 @@ def test_a_second_stage_on_one_model_trains_on_the_accelerators_device(
     assert seen == [{ELSEWHERE}], f"the second stage computed on {seen}: the model was not placed on the device"
 
 
-def test_stage2_lcec_and_predict_run_on_the_device_they_are_given(backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stage2_lcec_and_predict_run_on_the_device_they_are_given(backbone: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Stage II, the LCEC fit and prediction move the model to the device given (here the CPU, from where a spy sees
     every grade-head call) and put it back where it was."""
     model, tok = tiny_model(backbone)
@@ -288,8 +290,9 @@ class _OnGpu(_OnDevice):
 
 
 def test_a_training_batch_as_the_loader_makes_it_is_never_read_back_from_the_device(backbone: str) -> None:
-    """A training batch carries its overlap features and its inputs' CPU copy (reccbm.batches.training_loader): the alignment
-    features, the examples across questions and, in its GPU form, L_rank then read nothing back from the device."""
+    """A training batch carries its overlap features and its inputs' CPU copy (reccbm.batches.training_loader): the
+    alignment features, the examples across questions and, in its GPU form, L_rank then read nothing back from the
+    device."""
     from reccbm.align import separator_id
     from reccbm.batches import HostCopy as _Host
     from reccbm.batches import training_loader as _loader

@@ -180,12 +180,14 @@ def test_a_rubrictool_rubric_converts_to_the_graders_with_its_concept_texts() ->
 
     rb = load_rubric("mohler")
     out = rb.to_reccbm()
-    assert out.keys == rb.keys and out.levels == (rb.scale.min, rb.scale.max) and out.grades == (rb.grade.min, rb.grade.max)
+    assert out.keys == rb.keys and out.levels == (rb.scale.min, rb.scale.max)
+    assert out.grades == (rb.grade.min, rb.grade.max)
     first = rb.concepts[0]
     assert out.concepts[0].anchors == tuple(lv.anchor for lv in first.levels)
     assert [(c.reference_is_top, c.off_topic_is_bottom) for c in out.concepts] == [
         (c.reference_is_top, c.off_topic_is_bottom) for c in rb.concepts]
-    assert concept_texts(rb)[0] == f"{first.name}. {first.definition} " + " ".join(f"{lv.anchor}." for lv in first.levels)
+    anchors = " ".join(f"{lv.anchor}." for lv in first.levels)
+    assert concept_texts(rb)[0] == f"{first.name}. {first.definition} {anchors}"
 
 
 def test_a_grader_without_the_question_in_its_input_reads_every_question_alike(backbone: str, tmp_path: Path) -> None:
@@ -234,7 +236,8 @@ def test_a_grader_without_the_question_in_its_input_reads_every_question_alike(b
     ("stage1", "epochs", "three", r"epochs is a number, got 'three'"),
     ("stage2", "lr", True, r"lr is a number, got True"),
 ])
-def test_a_config_field_of_the_wrong_kind_is_refused_naming_it(section: str, field: str, value: Any, message: str) -> None:
+def test_a_config_field_of_the_wrong_kind_is_refused_naming_it(section: str, field: str, value: Any,
+                                                               message: str) -> None:
     """A YAML word where true/false or a number belongs is refused when the recipe is built (it would otherwise
     train with a truthy string), naming the field."""
     with pytest.raises(ReccbmError, match=message):

@@ -45,7 +45,8 @@ def test_several_seeds_keep_the_seed_whose_final_model_is_best_on_dev(tmp_path: 
     from rubrictool.train import TrainOptions, train_model
 
     df = mohler_like_table(60)
-    overrides: dict[str, dict[str, Any]] = {"model": {"max_len": 32, "backbone": backbone}, "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
+    overrides: dict[str, dict[str, Any]] = {"model": {"max_len": 32, "backbone": backbone},
+                                            "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
                  "joint": {"epochs": 1}, "stage2": {"epochs": 3}}
     res = train_model("mohler", df, split_items(df, seed=0), tmp_path / "run",
                       options=TrainOptions(seeds=2, overrides=overrides))
@@ -84,7 +85,8 @@ def test_seeds_are_chosen_on_the_final_model_not_on_the_head_before_the_joint_st
 
     monkeypatch.setattr("reccbm.estimator.fit", fit)  # the recipe as the Grader runs it
     df = stats_table(60, seed=3)
-    overrides: dict[str, dict[str, Any]] = {"model": {"max_len": 24, "backbone": backbone}, "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
+    overrides: dict[str, dict[str, Any]] = {"model": {"max_len": 24, "backbone": backbone},
+                                            "stage1": {"epochs": 1, "lr": 3e-3, "device": "cpu"},
                  "joint": {"epochs": 1}, "stage2": {"epochs": 2}}
     res = train_model(stats_rubric(tmp_path), df, split_items(df, seed=0), tmp_path / "run",
                       options=TrainOptions(seeds=2, overrides=overrides))

@@ -17,7 +17,8 @@ from tests.support.tiny_models import FAST1, encoded, fits_counting_encoder_runs
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _recipe(backbone: str, encoder: str, plm: bool = False, crossfit: int = 0, epochs: int = 2, **stage1: Any) -> Recipe:
+def _recipe(backbone: str, encoder: str, plm: bool = False, crossfit: int = 0, epochs: int = 2,
+            **stage1: Any) -> Recipe:
     model = ModelConfig(num_concepts=3, num_levels=3, num_grades=4, backbone=backbone, max_len=32, head="level",
                         plm=plm, race=not plm, lcec=not plm)
     return Recipe(model, replace(FAST1, encoder=encoder, epochs=epochs, **stage1),

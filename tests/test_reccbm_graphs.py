@@ -30,7 +30,8 @@ def _problem(device: torch.device, n: int = 45) -> tuple[nn.Linear, Any, torch.T
     return model, loss_of, x, y
 
 
-def _train(graph: bool, device: torch.device, epochs: int = 3, bs: int = 4) -> tuple[list[torch.Tensor], list[float], KDimSteps]:
+def _train(graph: bool, device: torch.device, epochs: int = 3,
+           bs: int = 4) -> tuple[list[torch.Tensor], list[float], KDimSteps]:
     model, loss_of, x, _ = _problem(device)
     steps = KDimSteps(loss_of, list(model.parameters()), 0.05, bs, len(x), epochs, 0.1, device, graph)
     gen = torch.Generator().manual_seed(0)

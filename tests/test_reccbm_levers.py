@@ -244,8 +244,8 @@ def test_stage2_with_interventions_learns_from_the_labels(backbone: str) -> None
     assert acc > majority + 0.15, (acc, majority)
 
 
-def test_question_offsets_train_beside_the_encoder_and_stay_out_of_what_it_keeps(backbone: str,
-                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_question_offsets_train_beside_the_encoder_and_stay_out_of_what_it_keeps(
+        backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """stage1.question_effects: each training question (its first segment, question and reference) gets level offsets
     that the concept losses of Stage I and the joint stage read and that train (they get gradients only there); the
     model's state, dev selection and prediction hold none of them."""
@@ -259,7 +259,8 @@ def test_question_offsets_train_beside_the_encoder_and_stay_out_of_what_it_keeps
     groups, n = question_groups(train)
     assert n == 2  # toy_table's one question, with and without its reference
     with_ref = np.array([bool(a) for a in table["a"]])
-    assert len(set(groups[with_ref])) == len(set(groups[~with_ref])) == 1 and groups[with_ref][0] != groups[~with_ref][0]
+    assert len(set(groups[with_ref])) == len(set(groups[~with_ref])) == 1
+    assert groups[with_ref][0] != groups[~with_ref][0]
     runs: list[reccbm.train._Run] = []
     prepare = reccbm.train._prepare
     monkeypatch.setattr(reccbm.train, "_prepare", lambda *a, **k: runs.append(prepare(*a, **k)) or runs[-1])
@@ -333,8 +334,8 @@ def test_a_swapped_reference_is_another_top_graded_answer_to_the_same_question(b
     assert all(len(f["input_ids"]) <= max(14, len(o["input_ids"])) for f, o in zip(short, items.features))
 
 
-def test_training_with_other_references_reads_them_and_predicts_with_the_given_one(backbone: str,
-                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_training_with_other_references_reads_them_and_predicts_with_the_given_one(
+        backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """stage1.reference_swap 1.0 through Stage I and the joint stage: the training batches read other references (a
     batch's ids differ from its inputs' own), the model trains, and prediction reads the inputs as given."""
     import dataclasses
@@ -350,7 +351,8 @@ def test_training_with_other_references_reads_them_and_predicts_with_the_given_o
     train_joint(model, train, dev, cfg, JointConfig(epochs=1, select="last"), FAST2, tok.pad_token_id, 0.0)
     assert len(runs) == 2
     own = {tuple(f["input_ids"]) for f in train.features}
-    read = [tuple(row[m.bool()].tolist()) for b in runs[0].loader for row, m in zip(b["input_ids"], b["attention_mask"])]
+    read = [tuple(row[m.bool()].tolist()) for b in runs[0].loader
+            for row, m in zip(b["input_ids"], b["attention_mask"])]
     assert len(read) == len(train) and sum(r not in own for r in read) >= len(train) // 2
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     preds = predict(model, dev, tok.pad_token_id)
@@ -413,7 +415,8 @@ def test_encoder_dropout_sets_every_dropout_of_the_encoder_while_it_trains(backb
     assert own and set(own.values()) != {0.35}
     train_concepts(model, train, dev, dataclasses.replace(FAST1, encoder_dropout=-1.0), tok.pad_token_id)
     assert {n: m.p for n, m in model.encoder.named_modules() if isinstance(m, torch.nn.Dropout)} == own
-    heads = {n: m.p for n, m in model.named_modules() if isinstance(m, torch.nn.Dropout) and not n.startswith("encoder.")}
+    heads = {n: m.p for n, m in model.named_modules() if isinstance(m, torch.nn.Dropout)
+             and not n.startswith("encoder.")}
     train_concepts(model, train, dev, dataclasses.replace(FAST1, encoder_dropout=0.35), tok.pad_token_id)
     assert {m.p for m in model.encoder.modules() if isinstance(m, torch.nn.Dropout)} == {0.35}
     assert {n: m.p for n, m in model.named_modules() if isinstance(m, torch.nn.Dropout)

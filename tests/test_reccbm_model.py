@@ -176,7 +176,8 @@ def test_race_attention_ignores_padding_and_queries_are_orthogonal() -> None:
 
 def test_ordinal_concept_head_reads_one_score_per_concept_along_its_levels() -> None:
     """concept_head "ordinal": one direction v_k per concept, level m's logit m · v_kᵀh_k + b_{k,m}; the log-odds of
-    neighbouring levels, less their biases, are the same score s_k at every step, and the expected level rises with it."""
+    neighbouring levels, less their biases, are the same score s_k at every step, and the expected level rises with
+    it."""
     torch.manual_seed(0)
     head = ConceptBottleneck(K=4, num_levels=4, d=16, tau=0.5, race=True, ordinal=True)
     assert tuple(head.V.shape) == (4, 1, 16) and tuple(head.V_bias.shape) == (4, 4)
@@ -227,7 +228,8 @@ def test_conditioning_on_an_experts_levels_is_the_gaussian_conditional() -> None
     with torch.no_grad():
         lc.mu0.copy_(torch.rand(K, dtype=lc.mu0.dtype))
     s = torch.rand(4, K, dtype=torch.float64)
-    observed = torch.tensor([[True, False, False, True, False], [False] * K, [True] * K, [False, True, False, False, False]])
+    observed = torch.tensor([[True, False, False, True, False], [False] * K, [True] * K,
+                             [False, True, False, False, False]])
     got = lc(s, observed).detach().numpy()
     Omega, D = lc.precision().detach().numpy(), np.diag(lc.noise_variance().detach().numpy())
     C, mu0 = np.linalg.inv(Omega), lc.mu0.double().numpy()
@@ -236,8 +238,10 @@ def test_conditioning_on_an_experts_levels_is_the_gaussian_conditional() -> None
         want = s[i].numpy().copy()
         if J.any():
             # z_J | z_I = x_I: mean m, covariance S (the prior conditional); then s̃_J = z_J + noise (D_J)
-            m = mu0[J] + C[np.ix_(J, I)] @ np.linalg.solve(C[np.ix_(I, I)], s[i].numpy()[I] - mu0[I]) if I.any() else mu0[J]
-            S = C[np.ix_(J, J)] - (C[np.ix_(J, I)] @ np.linalg.solve(C[np.ix_(I, I)], C[np.ix_(I, J)]) if I.any() else 0)
+            m = mu0[J] + C[np.ix_(J, I)] @ np.linalg.solve(C[np.ix_(I, I)],
+                                                           s[i].numpy()[I] - mu0[I]) if I.any() else mu0[J]
+            S = C[np.ix_(J, J)] - (C[np.ix_(J, I)] @ np.linalg.solve(C[np.ix_(I, I)], C[np.ix_(I, J)]) if I.any()
+                                   else 0)
             want[J] = m + S @ np.linalg.solve(S + D[np.ix_(J, J)], s[i].numpy()[J] - m)
         np.testing.assert_allclose(got[i], want, rtol=1e-6, atol=1e-8)
     np.testing.assert_array_equal(got[observed.numpy()], s.numpy()[observed.numpy()])  # exactly the expert's value

@@ -35,9 +35,11 @@ def test_padded_inputs_append_another_questions_answer_or_repeat_the_answers_fir
     extra, source = built
     words = _words(tok, extra)
     # filler: the first answer, then the first 4 tokens of the answer to the other question
-    assert words[0] == "[CLS] what is a stack [SEP] last in first out [SEP] a stack stores elements first in first out [SEP]"
+    assert words[0] == ("[CLS] what is a stack [SEP] last in first out [SEP] "
+                        "a stack stores elements first in first out [SEP]")
     # repetition, on another answer than the filler's: its first 4 // 2 tokens twice more
-    assert words[1] == "[CLS] what is a queue [SEP] first in first out order [SEP] first in first out first in first in [SEP]"
+    assert words[1] == ("[CLS] what is a queue [SEP] first in first out order [SEP] "
+                        "first in first out first in first in [SEP]")
     assert source.tolist() == [0, 1]
     types = extra["token_type_ids"][0][extra["attention_mask"][0].bool()].tolist()
     assert types == [0] * 11 + [1] * 9  # the padded answer is the pair's second segment

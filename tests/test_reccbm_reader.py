@@ -196,14 +196,16 @@ def test_contrast_inputs_pair_the_reference_and_other_answers_with_their_levels(
     assert extra is not None
     words = [tok.decode(r[m.bool()].tolist()) for r, m in zip(extra["input_ids"], extra["attention_mask"])]
     assert words[0] == "[CLS] what is a stack [SEP] last in first out [SEP] last in first out [SEP]"
-    assert words[2] == "[CLS] what is a stack [SEP] last in first out [SEP] first in first out [SEP]"  # another's answer
+    # another's answer
+    assert words[2] == "[CLS] what is a stack [SEP] last in first out [SEP] first in first out [SEP]"
     assert len(words) == 4  # two of each kind: the third input has no reference
     assert extra["contrast"].tolist() == [[2, 2, IGNORE], [2, 2, IGNORE], [IGNORE, 0, IGNORE], [IGNORE, 0, IGNORE]]
     types = extra["token_type_ids"][0][extra["attention_mask"][0].bool()].tolist()
     assert types == [0] * 11 + [1] * 5  # the reference as the answer is the pair's second segment
     logits = torch.zeros(4, 3, 3)
     logits[:2, :, 2] = 5.0  # right about the references' top levels, unsure of the other answers
-    assert float(contrast_loss(logits, extra["contrast"])) < float(contrast_loss(torch.zeros(4, 3, 3), extra["contrast"]))
+    unsure = contrast_loss(torch.zeros(4, 3, 3), extra["contrast"])
+    assert float(contrast_loss(logits, extra["contrast"])) < float(unsure)
     assert contrast_batch(b, 2, 3, (), (), 2, 0) is None
     # the question as the answer, a third kind: the bottom level of the same concepts, one per input with a reference
     more = contrast_batch(b, M=2, K=3, top=(0, 1), bottom=(1,), n_each=2, pad_id=tok.pad_token_id, n_question=2)
@@ -380,4 +382,5 @@ def test_the_rubric_in_the_input_trains_a_frozen_encoder_without_cached_states_a
         reccbm.fit(train, dev, _rubric_recipe(backbone, 3), tok)
     positions = reccbm.TextEncoder.from_pretrained(backbone).hf_config.max_position_embeddings
     with pytest.raises(reccbm.ReccbmError, match="positions"):
-        reccbm.fit(train, dev, _rubric_recipe(backbone, positions), tok, concept_texts=[" ".join(["word"] * positions)] * 3)
+        reccbm.fit(train, dev, _rubric_recipe(backbone, positions), tok,
+                   concept_texts=[" ".join(["word"] * positions)] * 3)

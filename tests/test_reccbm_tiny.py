@@ -101,7 +101,8 @@ def test_encode_inputs_gives_the_ids_the_transformers_wrapper_gives(tiny_root: P
     from reccbm.data import encode_inputs, load_tokenizer
 
     tok = load_tokenizer(default_backbone() if family == "minilm" else build_backbone(tiny_root, family))
-    questions = ["What is a stack?", "what is a queue of the data structure that stores values", "it", "Où est-il ?"] * 3
+    questions = ["What is a stack?", "what is a queue of the data structure that stores values", "it",
+                 "Où est-il ?"] * 3
     responses = ["stack", "the data structure stores the first element of the list in memory order " * 3,
                  "LIFO: last-in, first-out.", "  "] * 3
     contexts = ["", "first in first out", "a stack stores elements last in first out", "référence"] * 3

@@ -153,7 +153,8 @@ def test_centered_prior_mean_is_the_training_label_mean(backbone: str) -> None:
 
 def test_the_fused_optimizer_is_the_loop_s_update_and_can_be_turned_off(backbone: str) -> None:
     """AdamW as one fused kernel (stage1.fused_optimizer, on by default) makes the per-tensor loop's update to
-    rounding, on every parameter group (decay, no decay, the queries' and the alignment weights' rates); off, the loop."""
+    rounding, on every parameter group (decay, no decay, the queries' and the alignment weights' rates); off, the
+    loop."""
     from reccbm.train import _fused, _optimizer
 
     grads: list[torch.Tensor] = []

@@ -26,8 +26,10 @@ CASES: dict[str, tuple[str, str, dict[str, dict[str, Any]]]] = {
     "plain": ("reccbm", "plain", TINY | {"joint": {"epochs": 2}}),  # pinned as "default" before the reader's levers
     "crossfit-plain": ("reccbm", "plain", TINY | {"joint": {"epochs": 1}, "stage2": {"epochs": 5, "crossfit": 2}}),
     "default": ("reccbm", "default", TINY | {"joint": {"epochs": 2}}),  # 90 labelled answers: the encoder frozen
-    "default-trained": ("reccbm", "default", TINY | {"stage1": TINY["stage1"] | {"encoder": "train"}, "joint": {"epochs": 2}}),
-    # the default before the weights' moving average (--cfg stage1.ema=0): pinned as "default" and "default-trained" then
+    "default-trained": ("reccbm", "default", TINY | {"stage1": TINY["stage1"] | {"encoder": "train"},
+                                                     "joint": {"epochs": 2}}),
+    # the default before the weights' moving average (--cfg stage1.ema=0): pinned as "default" and "default-trained"
+    # then
     "default-no-ema": ("reccbm", "default", TINY | {"stage1": TINY["stage1"] | {"ema": 0.0}, "joint": {"epochs": 2}}),
     "default-trained-no-ema": ("reccbm", "default", TINY | {"stage1": TINY["stage1"] | {"encoder": "train", "ema": 0.0},
                                                              "joint": {"epochs": 2}}),

@@ -122,7 +122,8 @@ def test_report_shows_what_the_concepts_cannot_separate_and_where_the_run_sits_o
     assert got["n_train"] == n and got["qwk"] == pytest.approx(want["qwk"]) and got["within"]
     assert got["run_qwk"] == pytest.approx(_selected_test(run)["qwk"])
     page, md = (out / "report.html").read_text(), (out / "report.md").read_text()
-    line = f"This run trained on {n} labelled answers (train + dev). On the curve (reccbm), that many answers give QWK {want['qwk']:.3f}"
+    line = (f"This run trained on {n} labelled answers (train + dev). On the curve (reccbm), that many answers "
+            f"give QWK {want['qwk']:.3f}")
     assert line in page and line in md and "interpolated between 20 and 120 answers" in md
     # the points grader beside the majority class, as the run recorded it
     points = json.loads((run / "metrics.json").read_text())["points"]
@@ -137,7 +138,8 @@ def test_report_shows_what_the_concepts_cannot_separate_and_where_the_run_sits_o
                               "--curve", str(small)])
     assert res.exit_code == 0, res.output
     md3 = (tmp_path / "rep3" / "report.md").read_text()
-    assert f"This run trained on {n} labelled answers (train + dev), outside the curve's sizes: its largest size, 20" in md3
+    assert (f"This run trained on {n} labelled answers (train + dev), outside the curve's sizes: "
+            "its largest size, 20") in md3
     # the rubric's own ceiling: every boundary of adjacent grades in the table, the same rows as the CSV
     bounds = pd.read_csv(out / "grade_boundaries.csv")
     grades = sorted(set(pd.read_csv(table)["grade"]))
@@ -145,7 +147,8 @@ def test_report_shows_what_the_concepts_cannot_separate_and_where_the_run_sits_o
     block = page.split('id="grade-boundaries"')[1].split("</table>")[0]
     assert block.count("<tr") == len(bounds) + 1
     assert block.count("cannot separate") == int(bounds["named"].sum())
-    assert "\n## What the concept levels can tell apart" not in md and "\n### What the concept levels can tell apart" in md
+    assert "\n## What the concept levels can tell apart" not in md
+    assert "\n### What the concept levels can tell apart" in md
     has_rows = (out / "contrast_pairs.csv").read_text(encoding="utf-8-sig").strip()  # a CSV for people: BOM-marked
     pairs = pd.read_csv(out / "contrast_pairs.csv", encoding="utf-8-sig") if has_rows else pd.DataFrame()
     assert page.count('class="contrast-pair"') == len(pairs)
@@ -178,7 +181,8 @@ def test_report_of_a_plm_run_shows_grades_and_says_why_nothing_else(tmp_path: Pa
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert "not shown: PLM run: it grades without concepts" in text
-    assert {p.name for p in out.glob("*.png")} == {"confusion.png", "calibration.png"}  # grade_prob exists without concepts
+    # grade_prob exists without concepts
+    assert {p.name for p in out.glob("*.png")} == {"confusion.png", "calibration.png"}
     page = (out / "report.html").read_text()
     saved = _selected_test(run)
     assert f'id="metric-t_acc" data-value="{saved["t_acc"]!r}"' in page and 'id="metric-c_acc"' not in page
@@ -264,7 +268,8 @@ def test_ablate_trains_each_combination_once_and_draws_the_chart(tmp_path: Path)
     data = tmp_path / "table.csv"
     graded_table(40).to_csv(data, index=False)
     args = ["ablate", "--table", str(data), "--rubric", "mohler", "--variants", "vanilla,race+lcec,plm", "--backbone",
-            build_backbone(tmp_path, "bert"), "--epochs", "1", "--max-len", "32", "--device", "cpu", "--preset", "plain",
+            build_backbone(tmp_path, "bert"), "--epochs", "1", "--max-len", "32", "--device", "cpu", "--preset",
+            "plain",
             "--out", str(tmp_path / "abl")]  # plain: the encoder fine-tuned, whose budget the PLM matches
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output

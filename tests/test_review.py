@@ -105,7 +105,8 @@ def test_parse_label_config_reads_plain_values_and_skips_non_level_controls() ->
 
 def test_build_tasks_one_prediction_per_model_in_rubric_order() -> None:
     r = load_rubric("mohler")
-    items = pd.DataFrame({"id": ["1", "2"], "question": ["q", "q"], "response": ["r1", "r2"], "reference": [None, "ref"]})
+    items = pd.DataFrame({"id": ["1", "2"], "question": ["q", "q"], "response": ["r1", "r2"],
+                          "reference": [None, "ref"]})
     preds = pd.DataFrame({
         "item": ["1", "1", "1", "2"], "model": ["m2", "m1", "m1", "m1"], "concept": ["FC", "CC", "FC", "FR"],
         "level": [3, 2, 1, 2],
@@ -176,7 +177,8 @@ def test_reviews_from_tasks_skips_cancelled_drafts_and_superseded() -> None:
 def test_reviews_from_tasks_rejects_values_outside_the_interface() -> None:
     bad = [{"id": 3, "data": {"item_id": "x"}, "predictions": [],
             "annotations": [_ann(1, 1, {"FC": 7})], "drafts": []}]
-    with pytest.raises(ReviewError, match=r"task 3 annotation 1: concept FC holds \['7'\], not one level of \[1, 2, 3\]"):
+    with pytest.raises(ReviewError,
+                       match=r"task 3 annotation 1: concept FC holds \['7'\], not one level of \[1, 2, 3\]"):
         review.reviews_from_tasks(bad, USERS, SCHEMA)
     bad[0]["annotations"] = [_ann(1, 1, {"FC": 2})]  # a malformed prediction only loses its differs flag
     bad[0]["predictions"] = [{"id": 9, "model_version": "m", "result": _ann(0, 0, {"FC": 9})["result"]}]
@@ -214,7 +216,8 @@ def test_connection_errors_say_what_to_set(monkeypatch: pytest.MonkeyPatch, tmp_
     with pytest.raises(ReviewError, match=r"no Label Studio API key for http://127.0.0.1:9") as no_key:
         review.resolve_connection("http://127.0.0.1:9", folder=tmp_path)
     # the library says what is missing; the hint (shown by the CLI) says what to pass or set
-    assert "pass --url http://HOST:PORT" in (no_url.value.hint or "") and "$LABEL_STUDIO_URL" in (no_url.value.hint or "")
+    assert "pass --url http://HOST:PORT" in (no_url.value.hint or "")
+    assert "$LABEL_STUDIO_URL" in (no_url.value.hint or "")
     assert "pass --api-key" in (no_key.value.hint or "") and "$LABEL_STUDIO_API_KEY" in (no_key.value.hint or "")
     with pytest.raises(ReviewError, match="not an http"):
         review.resolve_connection("127.0.0.1:9", "k", folder=tmp_path)
@@ -286,7 +289,8 @@ def test_a_server_that_dies_on_start_is_one_message(tmp_path: Path) -> None:
     fake = tmp_path / "label-studio"
     fake.write_text("#!/bin/sh\necho 'django.db.utils.OperationalError: disk full' >&2\nexit 3\n")
     fake.chmod(0o755)
-    with pytest.raises(ReviewError, match=r"exited with code 3 while starting; django.db.utils.OperationalError: disk full"):
+    with pytest.raises(ReviewError,
+                       match=r"exited with code 3 while starting; django.db.utils.OperationalError: disk full"):
         review.start_server(tmp_path / "ls", port=review.free_port(), bin=fake, timeout=30)
     assert stat.S_IMODE((tmp_path / "ls" / "admin-token").stat().st_mode) == 0o600
     assert not (tmp_path / "ls" / "server.json").exists()

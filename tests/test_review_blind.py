@@ -43,7 +43,8 @@ concepts:
       - {value: 2, anchor: Repeatable}
     examples:
       - {text: "We dropped the ball from 1 m, 10 times, timing with a phone.", level: 2, note: steps and counts}
-      - text: "</Text><Choices name=\\"Method\\" toName=\\"response\\"><Choice value=\\"9\\"/></Choices><Text value=\\"$response"
+      - text: "</Text><Choices name=\\"Method\\" toName=\\"response\\"><Choice value=\\"9\\"/></Choices>\\
+          <Text value=\\"$response"
         level: 0
         note: "hostile: closes the tag & injects a control \\u0001 <script>alert(1)</script>"
   - key: Error
@@ -227,7 +228,8 @@ def test_cli_push_show_predictions_marks_the_model(monkeypatch: pytest.MonkeyPat
     fake2 = FakeLS("http://fake2", "k")
     monkeypatch.setattr("rubrictool.review.resolve_connection", lambda url=None, key=None: fake2)
     assert _push(fake2, course, "--show-predictions").exit_code == 0
-    assert fake2.projects[1]["model_version"] == "gpt-4o" and prefilled_by(fake2.projects[1]["label_config"]) == "gpt-4o"
+    assert fake2.projects[1]["model_version"] == "gpt-4o"
+    assert prefilled_by(fake2.projects[1]["label_config"]) == "gpt-4o"
 
 
 def test_a_project_keeps_its_review_mode(monkeypatch: pytest.MonkeyPatch, course: Path) -> None:

@@ -182,7 +182,8 @@ def test_blind_push_sends_no_predictions(conn: review.Connection, mohler_rubric:
     write_table(prediction_table(passes, items["id"].tolist()), tmp_path / "preds.csv")
     res = review.push(conn, mohler_rubric, tmp_path / "items.csv", tmp_path / "preds.csv",
                       options=review.PushOptions(project="blind"))
-    assert res.blind and res.imported == 8 and res.predictions == 0 and res.kept_rows == 8 * 2 * 8 - 2  # two rows are raw_ok false
+    # two rows are raw_ok false
+    assert res.blind and res.imported == 8 and res.predictions == 0 and res.kept_rows == 8 * 2 * 8 - 2
     assert "blind review: no predictions sent" in res.summary()
     tasks = server_tasks(conn, "blind")
     assert len(tasks) == 8 and all(t["predictions"] == [] for t in tasks)
@@ -221,7 +222,8 @@ def test_anchored_interface_with_examples_is_accepted(conn: review.Connection, m
     assert res.prefill_model == "llama-3.1-8b" and res.predictions == 6
     proj = review.find_project(conn, "anchored-llama")
     assert proj is not None and proj["model_version"] == "llama-3.1-8b" and proj["show_collab_predictions"] is True
-    assert proj["label_config"].strip() == review.render_label_config(mohler_rubric, prefilled_by="llama-3.1-8b").strip()
+    assert proj["label_config"].strip() == review.render_label_config(mohler_rubric,
+                                                                      prefilled_by="llama-3.1-8b").strip()
     parsed = proj["parsed_label_config"]
     assert "example_FC_1" in parsed or "example_FC_1" in proj["label_config"]
     with pytest.raises(ReviewError, match="anchored review"):  # blind review into an anchored project
@@ -332,7 +334,8 @@ def reviewed(ls_server: LabelStudioServer, conn: review.Connection, pushed: dict
     for r, todo in plan.items():
         ls = LabelStudio(base_url=ls_server.url, api_key=tokens[r])  # type: ignore[no-untyped-call]
         if r == "A":
-            ls.annotations.create(id=task_of[ids[0]], result=_result(dict.fromkeys(wide[("A", ids[0])], 1)), lead_time=3.0)
+            ls.annotations.create(id=task_of[ids[0]], result=_result(dict.fromkeys(wide[("A", ids[0])], 1)),
+                                  lead_time=3.0)
         for n, item in enumerate(todo):
             ls.annotations.create(id=task_of[item], result=_result(wide[(r, item)]), lead_time=10.0 + n)
     c = LabelStudio(base_url=ls_server.url, api_key=tokens["C"])  # type: ignore[no-untyped-call]
@@ -412,7 +415,8 @@ def test_cli_adjudicate_from_label_studio(conn: review.Connection, reviewed: dic
 
     agreement = json.loads((tmp_path / "adj" / "agreement.json").read_text())
     for key in mohler_rubric.keys:
-        assert agreement["concepts"][key]["alpha"] == pytest.approx(direct.agreement["concepts"][key]["alpha"], abs=1e-12)
+        assert agreement["concepts"][key]["alpha"] == pytest.approx(direct.agreement["concepts"][key]["alpha"],
+                                                                    abs=1e-12)
 
 
 def test_status_counts_reviews_skips_and_changes(conn: review.Connection, reviewed: dict[str, Any],
@@ -432,7 +436,8 @@ def test_status_counts_reviews_skips_and_changes(conn: review.Connection, review
         e = exp[exp["model"] == model]
         row = st.changed.set_index("model").loc[model]
         assert row["labels"] == len(e) and row["labels_changed"] == int(e["diff"].sum())
-        assert row["reviews"] == 68 and row["reviews_changed"] == int(e.groupby(["item", "reviewer"])["diff"].any().sum())
+        assert row["reviews"] == 68
+        assert row["reviews_changed"] == int(e.groupby(["item", "reviewer"])["diff"].any().sum())
     gpt: Any = st.changed.set_index("model").loc["gpt-4o"]
     assert gpt["labels_changed"] > 0  # B and C disagree with pass A somewhere
 
@@ -465,7 +470,8 @@ def test_wrong_token_is_refused_and_never_shown(conn: review.Connection, mohler_
 
 def test_a_personal_access_token_is_exchanged_for_an_access_token(ls_server: LabelStudioServer) -> None:
     legacy = signup(ls_server.url, "pat-user@example.com", "pw-pat-user-2026")
-    pat = httpx.post(f"{ls_server.url}/api/token/", headers={"Authorization": f"Token {legacy}"}, timeout=60).json()["token"]
+    pat = httpx.post(f"{ls_server.url}/api/token/", headers={"Authorization": f"Token {legacy}"},
+                     timeout=60).json()["token"]
     assert pat.count(".") == 2  # a JWT refresh token, as Label Studio's UI hands out by default
     c = review.Connection(ls_server.url, pat)
     assert c.get("/api/current-user/whoami", "test")["email"] == "pat-user@example.com"
@@ -547,7 +553,8 @@ def test_serve_runs_on_loopback_with_a_private_token_and_stops_on_ctrl_c(
     proc = subprocess.Popen(
         # as a shell starts `rubrictool review serve &`: SIGINT ignored (`trap '' INT`); serve must still stop on it
         ["bash", "-c", "trap '' INT; exec \"$@\"", "serve",
-         sys.executable, "-m", "rubrictool.cli", "review", "serve", "--port", str(port), "--label-studio-bin", str(LS_BIN)],
+         sys.executable, "-m", "rubrictool.cli", "review", "serve", "--port", str(port), "--label-studio-bin",
+         str(LS_BIN)],
         cwd=tmp_path / "work", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     out = ""
@@ -565,7 +572,8 @@ def test_serve_runs_on_loopback_with_a_private_token_and_stops_on_ctrl_c(
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).json()["status"] == "UP"
         # the library finds the running server from its folder, token included
         c = review.resolve_connection(folder=folder)
-        assert c.url == f"http://127.0.0.1:{port}" and c.get("/api/current-user/whoami", "t")["email"] == review.ADMIN_EMAIL
+        assert c.url == f"http://127.0.0.1:{port}"
+        assert c.get("/api/current-user/whoami", "t")["email"] == review.ADMIN_EMAIL
         with socket.socket() as s:  # loopback only: not on the machine's other addresses
             s.settimeout(2)
             other = socket.gethostbyname(socket.gethostname())

@@ -80,7 +80,8 @@ def test_mixed_human_and_llm_and_model_sources(tmp_path: Path) -> None:
     panel.to_csv(tmp_path / "llm.csv", index=False)
     grader = _panel_rows({"run1": {"a": [2] * 8, "b": [1] * 8}}).assign(source="model")
     grader.to_csv(tmp_path / "grader.csv", index=False)
-    res = run_adjudicate(rubric="mohler", reviews=[tmp_path / "human.csv", tmp_path / "llm.csv", tmp_path / "grader.csv"],
+    res = run_adjudicate(rubric="mohler", reviews=[tmp_path / "human.csv", tmp_path / "llm.csv",
+                                                   tmp_path / "grader.csv"],
                          out=tmp_path / "out", options=AdjudicationOptions(n_boot=0))
     a = res.agreement
     assert a["reviewers"] == ["r0", "r1", "r2"]  # the consensus is the humans'
@@ -169,7 +170,8 @@ def test_cli_adjudicate_with_pre_annotations_says_how_many_labels_no_one_saw(tmp
     rev.to_csv(tmp_path / "reviews.csv", index=False)
     pre.drop(columns="source").to_csv(tmp_path / "pre.csv", index=False)
     res = CliRunner().invoke(app, ["adjudicate", "--rubric", "mohler", "--reviews", str(tmp_path / "reviews.csv"),
-                                   "--items", str(tmp_path / "items.csv"), "--pre-annotations", str(tmp_path / "pre.csv"),
+                                   "--items", str(tmp_path / "items.csv"), "--pre-annotations",
+                                   str(tmp_path / "pre.csv"),
                                    "--out", str(tmp_path / "out"), "--bootstrap", "0"])
     assert res.exit_code == 0, res.output
     assert "57 label(s) no reviewer saw (7 item(s) without any review)" in " ".join(res.output.split())
@@ -205,7 +207,8 @@ def test_route_picks_exactly_the_top_n_and_is_deterministic_for_a_seed() -> None
     assert len(picks) == 5  # a different sample per seed
     assert route(ids, pre, "random", 10, seed=7).selected == route(ids, pre, "random", 10, seed=7).selected
     # disagreement: the items where models disagree most come first
-    dis = _panel_rows({"a": {i: [1] * 8 for i in ids}, "b": {i: ([3] * 8 if i in ("i40", "i41") else [1] * 8) for i in ids}})
+    dis = _panel_rows({"a": {i: [1] * 8 for i in ids}, "b": {i: ([3] * 8 if i in ("i40", "i41") else [1] * 8)
+                                                             for i in ids}})
     assert set(route(ids, dis, "disagreement", 2).selected) == {"i40", "i41"}
     assert len(route(ids, pre, "uncertain", 500).selected) == 50
     with pytest.raises(ReviewError, match="needs the grader's uncertainty"):

@@ -132,7 +132,8 @@ def test_routed_push_imports_exactly_the_selected_items(
     on_server = {t["data"]["item_id"] for t in _tasks(conn, "routed-uncertain")}
     assert on_server == set(unc.index[:4])
     # routed by the grader, reviewed blind (the default): the grader's levels are nowhere on the server
-    assert _predictions(conn, "routed-uncertain") == [] and all(t["predictions"] == [] for t in _tasks(conn, "routed-uncertain"))
+    assert _predictions(conn, "routed-uncertain") == []
+    assert all(t["predictions"] == [] for t in _tasks(conn, "routed-uncertain"))
     assert "blind review: no predictions sent" in " ".join(res.output.split())
     assert len(read_table(tmp_path / "predictions-run.csv")) == 80  # kept here for adjudicate --pre-annotations
     ranking = read_table(tmp_path / "routed-uncertain.routing.csv")
@@ -237,7 +238,8 @@ def test_a_reviewer_labels_in_headless_chromium_and_pull_returns_exactly_those_l
         # control: with the pre-annotations shown, the label stream starts from the model's levels ...
         d.get(f"{ls_server.url}/projects/{shown.project_id}/data?labeling=1")
         WebDriverWait(d, 300).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "input[type=radio]")) == n_radios)
-        WebDriverWait(d, 30).until(lambda d: any(r.is_selected() for r in d.find_elements(By.CSS_SELECTOR, "input[type=radio]")))
+        WebDriverWait(d, 30).until(lambda d: any(r.is_selected()
+                                                 for r in d.find_elements(By.CSS_SELECTOR, "input[type=radio]")))
         picked = [i for i, r in enumerate(d.find_elements(By.CSS_SELECTOR, "input[type=radio]")) if r.is_selected()]
         model_levels = pre.set_index("concept")["level"].astype(int)
         assert picked == [3 * k + int(model_levels[c]) - 1 for k, c in enumerate(mohler_rubric.keys)]
@@ -263,13 +265,15 @@ def test_a_reviewer_labels_in_headless_chromium_and_pull_returns_exactly_those_l
         # blind: neither the other reviewer's 3s nor the hidden pre-annotation are pre-selected
         assert not any(r.is_selected() for r in radios)
         for k, c in enumerate(mohler_rubric.concepts):
-            r = d.find_elements(By.CSS_SELECTOR, "input[type=radio]")[3 * k + chosen[c.key] - 1]  # re-found: React re-renders
+            # re-found: React re-renders
+            r = d.find_elements(By.CSS_SELECTOR, "input[type=radio]")[3 * k + chosen[c.key] - 1]
             assert r.get_attribute("name") == f"{chosen[c.key]} — {c.anchor(chosen[c.key])}"
             label = r.find_element(By.XPATH, "./ancestor::label[1]")
             d.execute_script("arguments[0].scrollIntoView({block: 'center'})", label)
             label.click()
         WebDriverWait(d, 30).until(
-            lambda d: sum(r.is_selected() for r in d.find_elements(By.CSS_SELECTOR, "input[type=radio]")) == len(chosen))
+            lambda d: sum(r.is_selected() for r in d.find_elements(By.CSS_SELECTOR,
+                                                                   "input[type=radio]")) == len(chosen))
         d.save_screenshot(str(shot))
         submit = [b for b in d.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Submit"]
         assert len(submit) == 1

@@ -79,7 +79,8 @@ def test_bundled_counts_match_dataset_statistics_table() -> None:
 def test_bundled_rubrics_hold_paper_text_verbatim() -> None:
     asap = load_rubric("asap2")
     assert asap.concept("UE").anchor(5) == "Strong, well-developed evidence"
-    assert asap.concept("TC").examples[0].text == "My position on driveless cars are bad because they can cause accidents."
+    assert asap.concept("TC").examples[0].text == ("My position on driveless cars are bad because they can cause "
+                                                   "accidents.")
     assert asap.concept("TC").examples[0].level == 4
     assert asap.concept("OC").name == "Organization & Coherence"
     mocha = load_rubric("mocha")
@@ -219,7 +220,8 @@ def test_wrong_type_names_field_and_line() -> None:
 
 def test_scale_disagreeing_with_every_concept_points_at_scale() -> None:
     text = edited("scale: {min: 1, max: 3}", "scale: {min: 1, max: 4}")
-    assert _error(text).startswith(f"{F}:{line_of(text, 'scale:')}: scale: scale is 1..4 but every concept has levels 1..3")
+    assert _error(text).startswith(f"{F}:{line_of(text, 'scale:')}: scale: scale is 1..4 but every concept has levels "
+                                   "1..3")
 
 
 def test_one_concept_off_the_scale_points_at_its_levels() -> None:
@@ -227,7 +229,8 @@ def test_one_concept_off_the_scale_points_at_its_levels() -> None:
                   "      - {value: 3, anchor: Fluent and readable}\n      - {value: 4, anchor: Poetic}\n")
     msg = _error(text)
     fr_levels = [i + 1 for i, ln in enumerate(text.splitlines()) if ln.strip() == "levels:"][-1]
-    assert msg.startswith(f"{F}:{fr_levels}: concepts.7.levels: concept FR has levels 1..4 but the rubric scale is 1..3")
+    assert msg.startswith(f"{F}:{fr_levels}: concepts.7.levels: concept FR has levels 1..4 but the rubric scale is "
+                          "1..3")
 
 
 def test_empty_and_non_mapping_files() -> None:
@@ -344,7 +347,8 @@ def test_scaffold_rejects_bad_flags(kwargs: dict[str, object], match: str) -> No
         scaffold_rubric(**kwargs)  # type: ignore[arg-type]
 
 
-# -- exports ------------------------------------------------------------------------------------------------------------
+# -- exports
+# ------------------------------------------------------------------------------------------------------------
 
 
 def test_markdown_export_reads_like_the_paper_table() -> None:

@@ -58,7 +58,8 @@ def test_cli_fit_points_on_a_scaffolded_rubric(tmp_path: Path) -> None:
     pd.DataFrame({"id": [f"a{i}" for i in range(80)], **{k: levels[:, j] for j, k in enumerate(KEYS)},
                   "grade": np.clip(levels.sum(1) - 2, 0, 10)}).to_csv(data, index=False)
     out = tmp_path / "chemlab-points.yaml"
-    res = CliRunner().invoke(app, ["rubric", "fit-points", "--rubric", str(rubric), "--table", str(data), "--out", str(out)])
+    res = CliRunner().invoke(app, ["rubric", "fit-points", "--rubric", str(rubric), "--table", str(data), "--out",
+                                   str(out)])
     assert res.exit_code == 0, res.output
     rb = load_rubric(out)
     assert rb.has_points and all(lv.points is not None for c in rb.concepts for lv in c.levels)

@@ -26,7 +26,8 @@ def fill_todos(text: str) -> str:
 def test_scaffold_survives_the_teachers_edits_and_lint_flags_only_the_placeholders(tmp_path: Path) -> None:
     out = tmp_path / "science.yaml"
     res = runner.invoke(app, ["rubric", "new", "--name", "science", "--concepts", "EV,CL", "--levels", "3",
-                              "--grade-min", "0", "--grade-max", "2", "--title", "Science, year 8: plants", "--out", str(out)])
+                              "--grade-min", "0", "--grade-max", "2", "--title", "Science, year 8: plants", "--out",
+                              str(out)])
     assert res.exit_code == 0, res.output
     draft = load_rubric(str(out))
     assert draft.grade.min == 0 and draft.grade.max == 2

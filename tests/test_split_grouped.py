@@ -26,7 +26,8 @@ def course(n_tasks: int = 14, seed: int = 0) -> pd.DataFrame:
         easy = t % 3  # tasks differ in difficulty, so grades cluster by task
         for j in range(3 + (7 * t) % 15):
             g = min(2, max(0, int(rng.integers(0, 3)) + easy - 1))
-            rows.append({"id": f"s{t:02d}-{j}", "task": f"T{t}", "question": f"T{t}", "response": f"r {t} {j}", "grade": g})
+            rows.append({"id": f"s{t:02d}-{j}", "task": f"T{t}", "question": f"T{t}", "response": f"r {t} {j}",
+                         "grade": g})
     return pd.DataFrame(rows)
 
 
@@ -41,7 +42,8 @@ def test_no_question_crosses_parts_and_every_item_tested_once() -> None:
     tested: list[str] = []
     for sp in folds:
         groups = _parts_by_group(df, sp, "task")
-        assert not (groups["train"] & groups["test"] or groups["dev"] & groups["test"] or groups["train"] & groups["dev"])
+        assert not (groups["train"] & groups["test"] or groups["dev"] & groups["test"]
+                    or groups["train"] & groups["dev"])
         assert sp["train"] and sp["dev"] and sp["test"]
         assert sorted(sp["train"] + sp["dev"] + sp["test"]) == sorted(df["id"])
         tested += sp["test"]

@@ -112,7 +112,8 @@ def test_grades_join_back_and_explain_reads_the_graded_answer(tmp_path: Path, ti
     flat = " ".join(res.output.split())
     assert str(row["response"]) in flat and "is not the table this run was trained on" not in flat
     ex = pd.read_csv(tmp_path / "x" / "explain.csv")
-    assert set(ex["id"]) == {wanted} and int(ex["grade"].iloc[0]) == int(graded.set_index("id")["model_grade"].astype(int)[wanted])
+    assert set(ex["id"]) == {wanted}
+    assert int(ex["grade"].iloc[0]) == int(graded.set_index("id")["model_grade"].astype(int)[wanted])
     # without --items the id is not the run's: said so, with the fix
     res = runner.invoke(app, ["explain", "--run", str(tiny_run), wanted])
     assert res.exit_code == 1 and "--items" in res.output
@@ -135,6 +136,7 @@ def test_a_resit_is_checked_against_the_courses_earlier_tables(tmp_path: Path) -
                    "--id-prefix", "spring26/")
     assert "made ids spring26/<question>/<student>" in text
     new = read_items(out)
-    assert new["id"].tolist()[0] == "spring26/q1/s101" and not set(new["id"]) & set(read_items(tmp_path / "items.csv")["id"])
+    assert new["id"].tolist()[0] == "spring26/q1/s101"
+    assert not set(new["id"]) & set(read_items(tmp_path / "items.csv")["id"])
     # the same answers imported again are no clash
     _import(tmp_path / "fall.xlsx", tmp_path / "again.csv", "--against", str(tmp_path / "items.csv"))

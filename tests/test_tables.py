@@ -21,9 +21,11 @@ def test_a_valid_table_gets_zero_based_columns() -> None:
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (lambda d: d.assign(FC=d["FC"].where(d.index != 3, 7)), "row 4 (id q.3): concept FC = 7 is not a level of the rubric (1..3)"),
+    (lambda d: d.assign(FC=d["FC"].where(d.index != 3, 7)),
+     "row 4 (id q.3): concept FC = 7 is not a level of the rubric (1..3)"),
     (lambda d: d.drop(columns=["EE"]), "no column for concept(s) EE of rubric 'mohler'"),
-    (lambda d: d.assign(grade=d["grade"].astype(float).where(d.index != 0, 2.5)), "row 1 (id q.0): grade 2.5 is outside"),
+    (lambda d: d.assign(grade=d["grade"].astype(float).where(d.index != 0, 2.5)),
+     "row 1 (id q.0): grade 2.5 is outside"),
     (lambda d: d.drop(columns=["grade"]), "has no 'grade' column"),
     (lambda d: pd.concat([d, d.iloc[[2]]]), "duplicate id"),
 ])

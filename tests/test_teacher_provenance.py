@@ -56,7 +56,8 @@ def resolved_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, 
     tmp = tmp_path_factory.mktemp("teacher")
     adj, rubric = _panel_and_teacher(tmp)
     out = tmp / "run"
-    res = runner.invoke(app, ["train", "--table", str(adj / "adjudicated.csv"), "--agreement", str(adj / "agreement.json"),
+    res = runner.invoke(app, ["train", "--table", str(adj / "adjudicated.csv"), "--agreement",
+                              str(adj / "agreement.json"),
                               "--rubric", str(rubric), "--backbone", build_backbone(tmp, "bert"), "--epochs", "1",
                               "--max-len", "16", "--device", "cpu", "--lr", "3e-3", "--cfg", "joint.epochs=0",
                               "--folds", "3", "--encoder", "frozen", "--out", str(out)])
@@ -188,7 +189,8 @@ def test_each_level_is_counted_by_who_set_it_when_sources_mix() -> None:
                           "unreviewed_concepts": ["", "UNITS", "", ""],
                           "label_source": ["llm", "llm", "human", "none"]})
     lv = level_sources(table, STATS_KEYS).set_index(["id", "concept"])["source"]
-    assert lv[("a", "MEAN")] == "resolution" and lv[("b", "UNITS")] == "pre-annotation" and lv[("c", "UNITS")] == "human"
+    assert lv[("a", "MEAN")] == "resolution" and lv[("b", "UNITS")] == "pre-annotation"
+    assert lv[("c", "UNITS")] == "human"
     assert ("d", "MEAN") not in lv.index  # an unlabelled answer has no level to count
     labels = label_source(table, {"label_source": "llm"}, None, STATS_KEYS)
     assert labels["levels"] == {"resolution": 1, "human": 3, "llm": 4, "pre-annotation": 1}

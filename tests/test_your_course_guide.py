@@ -88,7 +88,8 @@ SUBSTITUTIONS = [
 ]
 
 # The steps the guide must walk, in this order: a new course's path from its data to an audited grader.
-STEPS = ["data import", "rubric new", "rubric lint", "annotate", "adjudicate", "rubric diagnose", "train --folds --final",
+STEPS = ["data import", "rubric new", "rubric lint", "annotate", "adjudicate", "rubric diagnose",
+         "train --folds --final",
          "grade --gradebook --review-budget", "explain", "report runs/chemlab-5fold/fold-0", "audit",
          "report runs/chemlab-5fold"]
 
@@ -276,7 +277,8 @@ def _grade(c: Course, argv: list[str]) -> None:
     assert len(graded) == len(c.spring) and graded["model_grade"].between(0, 10).all()
     assert "flags" in graded.columns and all(f"{k}_level" in graded.columns for k in CHEMLAB_KEYS)
     assert list(graded.columns[:4]) == ["id", "question", "student", "response"]  # grades join back
-    assert list(graded["response"]) == list(c.spring["Answer"]) and list(graded["student"]) == list(c.spring["Student ID"])
+    assert list(graded["response"]) == list(c.spring["Answer"])
+    assert list(graded["student"]) == list(c.spring["Student ID"])
     held = graded["flags"].fillna("") != ""
     assert (graded["grade"].isna() == held).all() and (graded["needs_review"].fillna("") != "").eq(held).all()
     assert (graded.loc[~held, "grade"] == graded.loc[~held, "model_grade"]).all()
@@ -404,7 +406,8 @@ def test_the_guide_walks_every_step_in_order() -> None:
                -1) for step in STEPS]
     assert -1 not in at, f"steps missing from the guide: {[s for s, i in zip(STEPS, at) if i < 0]}"
     assert at == sorted(at), f"the guide's steps are out of order: {sorted(zip(at, STEPS))}"
-    assert [r for r in runs if r.startswith("train")] == [runs[at[STEPS.index("train --folds --final")]]]  # one training
+    # one training
+    assert [r for r in runs if r.startswith("train")] == [runs[at[STEPS.index("train --folds --final")]]]
     graded = next(i for i, r in enumerate(runs) if r.startswith("grade"))
     for r in runs[graded:]:  # from grading on, a run needs only --run (grade reads the new answers)
         if "--run" in r and not r.startswith("grade"):

@@ -63,7 +63,8 @@ def test_every_import_of_a_lab_script_resolves(path: Path) -> None:
         if (LAB / f"{root}.py").is_file():  # a sibling script: the names it defines at top level
             tree = ast.parse((LAB / f"{root}.py").read_text(encoding="utf-8"))
             defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-            defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+            defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+                        if isinstance(t, ast.Name)}
             assert set(names) <= defined, f"{path.name}:{line}: {sorted(set(names) - defined)} not in {root}.py"
         elif root in ("rubrictool", "reccbm"):
             module = importlib.import_module(mod)
@@ -90,7 +91,8 @@ def test_there_are_configs() -> None:
 def test_a_config_runs_on_the_current_code_or_says_why_not(path: Path) -> None:
     """Every screened configuration is a `--config` file the current code accepts (its header says how to run it) or
     says in its header which retired field keeps it to the revision that measured it."""
-    header = "".join(line for line in path.read_text(encoding="utf-8").splitlines(keepends=True) if line.startswith("#"))
+    header = "".join(line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
+                     if line.startswith("#"))
     assert "git checkout " in header, f"{path.name}: no revision it was measured at"
     if RUNS_NOW in header:
         assert f"{RUNS_NOW}{path.name}" in header, f"{path.name}: the command names another file"
@@ -117,7 +119,8 @@ def test_a_kept_table_reproduces_from_its_kept_predictions(kept: Path) -> None:
     got = grade_metrics(pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy())
     keys = [c[: -len("_true")] for c in pooled.columns if c.endswith("_true") and c != "grade_true"]
     if keys and "c_acc" in said:
-        got |= concept_metrics(pooled[[f"{k}_true" for k in keys]].to_numpy(), pooled[[f"{k}_level" for k in keys]].to_numpy())
+        got |= concept_metrics(pooled[[f"{k}_true" for k in keys]].to_numpy(),
+                               pooled[[f"{k}_level" for k in keys]].to_numpy())
     if "grade_oracle" in pooled and "oracle_qwk" in said:
         got["oracle_qwk"] = grade_metrics(pooled["grade_true"].to_numpy(), pooled["grade_oracle"].to_numpy())["qwk"]
     for metric in ("t_acc", "t_f1", "qwk", "c_acc", "oracle_qwk"):
@@ -147,7 +150,8 @@ def test_curve_reach_reads_the_all_cell_from_a_kept_benchmark_fold_and_refuses_a
     cols = {"fold": 0, "repeat": 0, "variant": "reccbm", "n_dev": 1, "t_f1": 0.3, "majority_t_acc": 0.6,
             "majority_qwk": 0.0, "majority_t_f1": 0.1, "encoder_epochs": 0, "train_seconds": 1.0, "encoder": "frozen"}
     pd.DataFrame([{**cols, "size": "5", "n_train": 5, "t_acc": 0.55, "qwk": 0.2},
-                  {**cols, "size": "10", "n_train": 10, "t_acc": 0.7, "qwk": 0.66}]).to_csv(curve / "curve.csv", index=False)
+                  {**cols, "size": "10", "n_train": 10, "t_acc": 0.7, "qwk": 0.66}]
+                 ).to_csv(curve / "curve.csv", index=False)
     (curve / "curve.json").write_text(json.dumps({"settings": {"folds": 2, "by": "question", "fold_seed": 0}}))
 
     assert _curve_reach([str(curve), "--all-from", str(kept), "--out", str(tmp_path / "out")]) == 0
@@ -161,7 +165,8 @@ def test_curve_reach_reads_the_all_cell_from_a_kept_benchmark_fold_and_refuses_a
     assert _curve_reach([str(curve), "--all-from", str(kept), "--out", str(curve)]) == 2  # over its own input
     assert "all" not in set(pd.read_csv(curve / "curve.csv", dtype={"size": str})["size"])
     capsys.readouterr()
-    assert _curve_reach([str(curve), "--all-from", str(kept), "--out", str(tmp_path / "out")]) == 0  # its own output again
+    # its own output again
+    assert _curve_reach([str(curve), "--all-from", str(kept), "--out", str(tmp_path / "out")]) == 0
 
     pooled.assign(grade_true=[5] * 10 + [5] * 14 + [3] * 6).to_csv(kept / "pooled_predictions.csv", index=False)
     assert _curve_reach([str(curve), "--all-from", str(kept), "--out", str(tmp_path / "other")]) == 2
@@ -286,7 +291,8 @@ def test_question_offsets_predicts_an_offset_that_the_questions_texts_carry(tmp_
         for a in range(10):
             t = int(rng.integers(1, 4))
             row = {"id": f"{qi}.{a}", "fold": qi % 5}
-            for k, e in (("A", float(np.clip(t + off_a + rng.normal(0, 0.1), 0.5, 3.5))), ("B", 2.0 + rng.normal(0, 0.05))):
+            for k, e in (("A", float(np.clip(t + off_a + rng.normal(0, 0.1), 0.5, 3.5))),
+                         ("B", 2.0 + rng.normal(0, 0.05))):
                 row |= {f"{k}_true": t, f"{k}_expected": e, f"{k}_level": int(np.clip(np.rint(e), 1, 3))}
             rows.append(row)
             texts.append({"id": f"{qi}.{a}", "question": "why?", "response": "w0 w1 x", "reference": reference})
@@ -301,10 +307,13 @@ def test_question_offsets_predicts_an_offset_that_the_questions_texts_carry(tmp_
         mod.offsets_from_features(d, feats.iloc[1:])
 
 
-def test_question_offsets_refuses_a_folder_that_is_not_a_kfold_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_question_offsets_refuses_a_folder_that_is_not_a_kfold_run(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     pooled = tmp_path / "pooled.csv"
     pd.DataFrame({"id": ["1.1", "1.2", "2.1", "2.2"], "fold": [0, 0, 1, 1], "A_true": [1, 2, 3, 2],
                   "A_expected": [1.2, 2.1, 2.8, 2.0], "A_level": [1, 2, 3, 2]}).to_csv(pooled, index=False)
-    assert importlib.import_module("question_offsets").main([str(pooled), "--n", "1", "--draws", "1", "--fold-runs", str(tmp_path)]) == 2
+    assert importlib.import_module("question_offsets").main([str(pooled), "--n", "1", "--draws", "1", "--fold-runs",
+                                                             str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "--fold-runs" in err and "no fold-*/" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "--fold-runs" in err and "no fold-*/" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

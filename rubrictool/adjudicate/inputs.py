@@ -22,7 +22,8 @@ from rubrictool.tables import (
     validate_reviews,
 )
 
-__all__ = ["ReviewInputs", "llm_labels", "pre_annotation_labels", "read_resolutions", "read_review_files", "read_reviews"]
+__all__ = ["ReviewInputs", "llm_labels", "pre_annotation_labels", "read_resolutions", "read_review_files",
+           "read_reviews"]
 
 
 def _split_spec(spec: str | Path) -> tuple[str | None, Path]:

@@ -232,8 +232,8 @@ def trainable_rows(table: pd.DataFrame, rubric: Rubric, source: str) -> tuple[pd
 
     if "id" not in table.columns:
         raise DataError(f"{source}: no id column (columns: {', '.join(map(str, table.columns))})",
-                        hint="give every answer an id: `rubrictool data import FILE` makes stable ones from the question "
-                        "and student columns, or add an id column yourself")
+                        hint="give every answer an id: `rubrictool data import FILE` makes stable ones from the "
+                        "question and student columns, or add an id column yourself")
     lacking = [c for c in ("response", "grade") if empty(c)]
     if lacking == ["grade"]:  # the answers came along: the item table had no grades to bring
         raise DataError(

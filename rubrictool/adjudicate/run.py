@@ -231,7 +231,8 @@ def _fill_unreviewed_labels(
         if filled is not None:
             pre_grid, pre_source = filled
             table = fill_unreviewed(table, pre_grid, rubric, pre_source, items)
-            extra = pre_grid.frame().assign(source=pre_source, reviewed=False, rule="pre-annotation " + pre_grid.frame()["rule"])
+            extra = pre_grid.frame().assign(source=pre_source, reviewed=False,
+                                            rule="pre-annotation " + pre_grid.frame()["rule"])
             decisions = pd.concat([decisions, extra], ignore_index=True)
             unreviewed = {
                 "n_items": int((table["n_reviewers"] == 0).sum()),
@@ -317,7 +318,8 @@ def adjudicate(
     label_source = _one_source(reviews["source"].unique().tolist())
     table = training_table(grid, rubric, method, items, label_source)
     decisions = decisions.assign(source=label_source, reviewed=True)
-    table, decisions, unreviewed = _fill_unreviewed_labels(table, decisions, pre_annotations, reviews, rubric, order, items)
+    table, decisions, unreviewed = _fill_unreviewed_labels(table, decisions, pre_annotations, reviews, rubric, order,
+                                                           items)
     table, unlabelled, under = _unlabelled_and_under(table, items, rubric, expected)
     table = attach_votes(table, reviews, rubric)  # each reviewer's level beside the decision: soft targets
     concepts = concept_figures(rubric, grid, per_concept, pairs, loo, dawid_skene=changed is not None)
@@ -390,7 +392,8 @@ def write_outputs(result: AdjudicationResult, out: str | Path, fmt: str = "csv")
 def _benchmark_inputs(
     benchmark: str, data_dir: str | Path | None, with_items: bool = True
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The concept-label passes of a benchmark (from the data directory) and (unless ``with_items`` is false) its items."""
+    """The concept-label passes of a benchmark (from the data directory) and (unless ``with_items`` is false) its
+    items."""
     if benchmark != "mohler":
         raise AdjudicateError(
             f"no bundled concept labels for benchmark {benchmark!r}; only mohler ships them",

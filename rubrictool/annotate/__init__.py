@@ -13,7 +13,8 @@ This module does that for any litellm model string:
    or JSON, leniently, and validates each level against the rubric; entries that repeat text quoted
    from the item (a response's fake ``concept=..; label=..`` lines) are not the model's output and are ignored.
 4. :class:`ReplyCache` (SQLite, WAL, one commit per reply) keys replies by model + rendered messages +
-   sampling parameters (the random boundary replaced by a constant), so a second run makes no call and a killed run resumes without paying twice.
+   sampling parameters (the random boundary replaced by a constant), so a second run makes no call and a killed run
+   resumes without paying twice.
 5. :func:`run_annotation` holds a lock beside the cache and the output (one writer each), refuses a
    draft rubric, and stops a model early when its endpoint is unreachable or almost every reply fails.
 6. Token usage and cost come from litellm; ``budget`` (USD) reserves each request's worst case before

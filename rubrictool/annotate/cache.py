@@ -71,7 +71,8 @@ class ReplyCache:
                 " latency_s REAL NOT NULL, created REAL NOT NULL)"
             )
         except sqlite3.Error as e:
-            raise AnnotateError(f"{self.path}: cannot open the reply cache ({e})", hint="pass another --cache path") from None
+            raise AnnotateError(f"{self.path}: cannot open the reply cache ({e})",
+                                hint="pass another --cache path") from None
 
     def get(self, key: str) -> CachedReply | None:
         row = self.conn.execute(
@@ -83,7 +84,8 @@ class ReplyCache:
         with self.conn:  # one atomic transaction per reply
             self.conn.execute(
                 "INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, model, reply.text, reply.prompt_tokens, reply.completion_tokens, reply.cost_usd, latency_s, time.time()),
+                (key, model, reply.text, reply.prompt_tokens, reply.completion_tokens, reply.cost_usd, latency_s,
+                 time.time()),
             )
 
     def __len__(self) -> int:

@@ -74,7 +74,8 @@ class AnnotateConfig:
             raise AnnotateError("no model given", hint="pass --model (e.g. --model gpt-4o)")
         if self.format not in OUTPUT_FORMATS:
             raise AnnotateError(f"unknown reply format {self.format!r}; use line or json")
-        for name, v, lo in (("concurrency", self.concurrency, 1), ("max_tokens", self.max_tokens, 1), ("workers", 1 if self.workers is None else self.workers, 1)):
+        for name, v, lo in (("concurrency", self.concurrency, 1), ("max_tokens", self.max_tokens, 1),
+                            ("workers", 1 if self.workers is None else self.workers, 1)):
             if v < lo:
                 raise AnnotateError(f"{name} must be at least {lo}, got {v}", hint=f"set --{name.replace('_', '-')}")
         for name, x in (("timeout", self.timeout), ("backoff", self.backoff), ("temperature", self.temperature),

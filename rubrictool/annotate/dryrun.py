@@ -93,4 +93,5 @@ def dry_run(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig, show: i
             models.append(model_estimate(m, jobs, cache, params, out_tok, show))
     finally:
         cache.close()
-    return DryRunReport(prompts=[(i, p.text) for i, p in jobs[:show]], models=models, items=len(jobs), response_formats=formats)
+    return DryRunReport(prompts=[(i, p.text) for i, p in jobs[:show]], models=models, items=len(jobs),
+                        response_formats=formats)

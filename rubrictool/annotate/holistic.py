@@ -253,7 +253,8 @@ class _HolisticRunner(Runner):
             "error": None if ok else error,
         })
         if not ok:
-            self.failures.append({"item": item_id, "model": model, "error": error or "; ".join(result.errors if result else []),
+            self.failures.append({"item": item_id, "model": model, "error": error
+                                  or "; ".join(result.errors if result else []),
                                   "reply": replies[0].text if replies else None,
                                   "repair_reply": replies[1].text if len(replies) > 1 else None})
         if model in self.started:
@@ -283,7 +284,8 @@ def prepare_holistic(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig
     _check(config)
     rows = chosen_items(items, config)
     template = load_template(config.template or HOLISTIC_TEMPLATE)
-    return [(str(r["id"]), render_holistic_prompt({str(k): v for k, v in r.items()}, rubric, template, config.benchmark))
+    return [(str(r["id"]), render_holistic_prompt({str(k): v for k, v in r.items()}, rubric, template,
+                                                  config.benchmark))
             for r in rows.to_dict(orient="records")]
 
 
@@ -332,7 +334,8 @@ def grade_holistic(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig,
 
 
 def holistic_dry_run(items: pd.DataFrame, rubric: Rubric, config: AnnotateConfig, show: int = 2) -> DryRunReport:
-    """Render the holistic prompts, count tokens and estimate the run's cost (a one-line reply per item); sends nothing."""
+    """Render the holistic prompts, count tokens and estimate the run's cost (a one-line reply per item); sends
+    nothing."""
     jobs = prepare_holistic(items, rubric, config)
     cache = ReplyCache(config.cache) if config.cache is not None and Path(config.cache).exists() else NoCache()
     models = []
@@ -362,7 +365,8 @@ def _row(name: str, truth: np.ndarray[Any, Any], pred: np.ndarray[Any, Any], pas
     failing = truth < pass_mark
     return {
         "grader": name, "n": len(truth),
-        "qwk": bootstrap_ci(truth, pred, "qwk", n_boot, seed), "t_acc": bootstrap_ci(truth, pred, "t_acc", n_boot, seed),
+        "qwk": bootstrap_ci(truth, pred, "qwk", n_boot, seed),
+            "t_acc": bootstrap_ci(truth, pred, "t_acc", n_boot, seed),
         "failing": int(failing.sum()), "failing_passed": int((pred[failing] >= pass_mark).sum()),
         "cost_usd": cost, "cost_known": cost_known,
     }
@@ -411,7 +415,8 @@ def compare_holistic(marks: pd.DataFrame, run: str | Path, rubric: Rubric, pass_
         mm = ok[ok["model"] == m].drop_duplicates("item").set_index("item")
         priced = pd.to_numeric(marks.loc[marks["model"] == m, "priced_usd"], errors="coerce")
         rows.append(_row(f"holistic LLM ({m})", truth, mm.loc[sel["id"], "mark"].to_numpy(np.int64), pm,
-                         float(priced.sum()) if priced.notna().all() else None, bool(priced.notna().all()), n_boot, seed))
+                         float(priced.sum()) if priced.notna().all() else None, bool(priced.notna().all()), n_boot,
+                         seed))
     n_all = {m: int((marks["model"] == m).sum()) for m in models}
     return {"run": str(run), "pass_mark": pm, "answers": len(sel), "grade": [rubric.grade.min, rubric.grade.max],
             "marked": {m: len(per_model[m]) for m in models}, "asked": n_all, "rows": rows}
@@ -434,7 +439,8 @@ def comparison_markdown(cmp: dict[str, Any]) -> str:
         cost = ("no API cost" if r["cost_usd"] is None and r["cost_known"] else
                 "no price known (local model)" if not r["cost_known"] else f"${r['cost_usd']:.4f}")
         passed = f"{r['failing_passed']} of {r['failing']}" if r["failing"] else "none fail"
-        lines.append(f"| {md_inline(r['grader'])} | {r['n']} | {_ci(r['qwk'])} | {_ci(r['t_acc'])} | {passed} | {cost} |")
+        lines.append(f"| {md_inline(r['grader'])} | {r['n']} | {_ci(r['qwk'])} | {_ci(r['t_acc'])} | {passed} | {cost} "
+                     "|")
     unmarked = {m: cmp["asked"][m] - cmp["marked"][m] for m in cmp["marked"] if cmp["asked"][m] > cmp["marked"][m]}
     if unmarked:
         lines += ["", "Answers a model gave no usable mark (failure records, left out above): "

@@ -53,7 +53,8 @@ def load_injections(path: str | Path = INJECTIONS) -> list[Attack]:
         if not isinstance(a, dict) or not all(isinstance(a.get(f), str) for f in ("id", "kind", "mode", "text")):
             raise AnnotateError(f"{p}: attack {i}: needs string fields id, kind, mode and text")
         if a["kind"] not in _KINDS or a["mode"] not in ("append", "replace"):
-            raise AnnotateError(f"{p}: attack {a['id']}: kind must be one of {', '.join(_KINDS)} and mode append or replace")
+            raise AnnotateError(f"{p}: attack {a['id']}: kind must be one of {', '.join(_KINDS)} and mode append or "
+                                "replace")
         out.append(Attack(a["id"], a["kind"], a["mode"], a["text"], filler))
     if len({a.id for a in out}) != len(out):
         raise AnnotateError(f"{p}: two attacks share an id")

@@ -77,10 +77,13 @@ def load_inputs(
     """Items and rubric from ``--benchmark NAME`` (rubric defaults to the same name) or ``--rubric R --items FILE``."""
 
     if benchmark and data:
-        raise AnnotateError("items come from a benchmark or an item table, not both", hint="pass either --benchmark or --items")
+        raise AnnotateError("items come from a benchmark or an item table, not both",
+                            hint="pass either --benchmark or --items")
     if not benchmark and not data:
-        raise AnnotateError("nothing to annotate: no benchmark and no item table", hint="pass --benchmark mohler, or --rubric R --items ITEMS.jsonl")
+        raise AnnotateError("nothing to annotate: no benchmark and no item table",
+                            hint="pass --benchmark mohler, or --rubric R --items ITEMS.jsonl")
     if data and not rubric:
-        raise AnnotateError("an item table needs a rubric", hint="--items needs --rubric (a bundled rubric name or a YAML path)")
+        raise AnnotateError("an item table needs a rubric",
+                            hint="--items needs --rubric (a bundled rubric name or a YAML path)")
     items = load_benchmark(benchmark, data_dir) if benchmark else read_items(data)  # type: ignore[arg-type]
     return items, load_rubric(rubric or benchmark or "")

@@ -351,7 +351,8 @@ def _line_entries(text: str, resolve: _Resolver, echo: _Echo) -> list[tuple[Any,
                     out += [(k, v, None) for k, v in pairs]
                 continue
             # "<name>: <level> ..." or "<name> = <level>; evidence..." without the concept= key
-            m2 = re.match(r"^(.{1,80}?)\s*[:=\-\u2013\u2014]\s*(\d+(?:\.\d+)?)\b\s*[;,|\-\u2013\u2014:]?\s*(.*)$", chunk)
+            m2 = re.match(r"^(.{1,80}?)\s*[:=\-\u2013\u2014]\s*(\d+(?:\.\d+)?)\b\s*[;,|\-\u2013\u2014:]?\s*(.*)$",
+                          chunk)
             if m2 and resolve(m2.group(1)) is not None and not echo(chunk):
                 ev = fields.get("evidence", m2.group(3))
                 out.append((m2.group(1), m2.group(2), ev))
@@ -408,7 +409,8 @@ def parse_reply(text: Any, rubric: Rubric, quoted: Sequence[str] = (), boundary:
         res.errors.append(f"{key}: labelled more than once with different levels {sorted(levels)}")
     bad = {e.split(":", 1)[0] for e in res.errors}
     missing = [k for k in rubric.keys if k not in res.labels and k not in bad]
-    if len(missing) == 1 and len(unknown) == 1 and len(entries) == rubric.K and unknown[0] == rubric.keys.index(missing[0]):
+    if (len(missing) == 1 and len(unknown) == 1 and len(entries) == rubric.K
+            and unknown[0] == rubric.keys.index(missing[0])):
         # one entry per concept, in the rubric's order, one name garbled (e.g. "CU" for TU) exactly where the
         # only missing concept belongs: read it as that concept instead of paying for a repair round
         name, label, evidence = entries[unknown[0]]

@@ -56,7 +56,8 @@ def load_template(path: str | Path | None = None) -> Any:
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise AnnotateError(f"{p}: cannot read the template ({e.__class__.__name__}); pass a UTF-8 jinja2 file") from None
+        raise AnnotateError(f"{p}: cannot read the template ({e.__class__.__name__}); pass a UTF-8 jinja2 "
+                            "file") from None
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
     try:
         tpl = env.from_string(text)
@@ -86,7 +87,8 @@ def load_examples(path: str | Path, rubric: Rubric) -> list[ContextExample]:
     except DataError as e:
         raise AnnotateError(str(e)) from None
     if "response" not in df.columns:
-        raise AnnotateError(f"{p}: examples need a 'response' column (and one level column per concept: {', '.join(rubric.keys)})")
+        raise AnnotateError(f"{p}: examples need a 'response' column (and one level column per concept: "
+                            f"{', '.join(rubric.keys)})")
     missing = [k for k in rubric.keys if _level_column(df, k) is None]
     if missing:
         raise AnnotateError(f"{p}: examples lack level column(s) {', '.join(missing)}; add one column per concept key")
@@ -304,7 +306,8 @@ def response_format_for(model: str, rubric: Rubric, fmt: str, api_base: str | No
     litellm = load_litellm()
     try:
         if litellm.supports_response_schema(model=model):
-            return {"type": "json_schema", "json_schema": {"name": "concept_annotation", "schema": schema, "strict": True}}
+            return {"type": "json_schema", "json_schema": {"name": "concept_annotation", "schema": schema,
+                                                           "strict": True}}
     except Exception:  # noqa: BLE001,S110 - litellm raises many types for unknown models: plain JSON mode
         pass
     return {"type": "json_object"}

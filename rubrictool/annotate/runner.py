@@ -415,7 +415,8 @@ class Runner:
         if model in self.started:
             s.seconds = time.monotonic() - self.started[model]
 
-    async def run_model(self, model: str, jobs: list[tuple[str, ItemPrompt]], take: Callable[[], int] | None = None) -> None:
+    async def run_model(self, model: str, jobs: list[tuple[str, ItemPrompt]],
+                        take: Callable[[], int] | None = None) -> None:
         """Annotate ``jobs`` with ``model`` at the configured concurrency.
 
         ``take`` hands out the index of the next job (-1: none left). Worker processes share one counter
@@ -460,7 +461,8 @@ def _has_provider_key(model: str) -> bool:
 def check_keys(config: AnnotateConfig) -> None:
     if config.api_key_env:
         if not os.environ.get(config.api_key_env):
-            raise AnnotateError(f"environment variable {config.api_key_env} (the API key) is not set or empty", hint="set it, or pass another --api-key-env")
+            raise AnnotateError(f"environment variable {config.api_key_env} (the API key) is not set or empty",
+                                hint="set it, or pass another --api-key-env")
         return
     if config.api_base:
         return
@@ -503,7 +505,8 @@ def prepare(
     examples = load_examples(config.examples, rubric) if config.examples else []
     return [
         (str(r["id"]),
-         render_item_prompt({str(k): v for k, v in r.items()}, rubric, template, examples, config.format, config.benchmark))
+         render_item_prompt({str(k): v for k, v in r.items()}, rubric, template, examples, config.format,
+                            config.benchmark))
         for r in rows.to_dict(orient="records")
     ]
 

@@ -127,7 +127,8 @@ def _run_shard(
 
         def send(model: str) -> None:
             s = runner.summary[model]
-            queue.put(("progress", shard, model, s.items, s.cost_usd, s.prompt_tokens + s.completion_tokens, s.failures))
+            queue.put(("progress", shard, model, s.items, s.cost_usd, s.prompt_tokens + s.completion_tokens,
+                       s.failures))
 
         runner.on_progress = progress
         try:
@@ -136,7 +137,8 @@ def _run_shard(
             cache.close()
         for m in runner.summary:
             send(m)  # the final counts
-        queue.put(("done", ShardResult(runner.rows, runner.failures, runner.summary, runner.fatal, runner.budget.stopped,
+        queue.put(("done", ShardResult(runner.rows, runner.failures, runner.summary, runner.fatal,
+                                       runner.budget.stopped,
                                         runner.cache_error)))
     except AnnotateError as e:
         queue.put(("error", str(e)))
@@ -217,7 +219,8 @@ def run_workers(
                 msg = q.get(timeout=1.0)
             except queue_mod.Empty:
                 if not any(p.is_alive() for p in procs) and q.empty():
-                    errors.append("a worker process exited without a result (killed?); run again to resume from the cache")
+                    errors.append("a worker process exited without a result (killed?); run again to resume from the "
+                                  "cache")
                     break
                 continue
             if msg[0] == "done":

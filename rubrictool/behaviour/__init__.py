@@ -41,5 +41,6 @@ from rubrictool.behaviour.suite import BehaviourResult, run_suite, suite_on_run
 from rubrictool.behaviour.summary import TARGETS, failing_sentences, summarise, summary_markdown
 
 __all__ = ["FILLER", "OPPOSITES", "TARGETS", "TESTS", "BehaviourResult", "BehaviourTest", "check_tests", "edit",
-           "failing_sentences", "filler_for", "first_sentence", "key_words", "pair_questions", "read_pairs", "run_suite",
+           "failing_sentences", "filler_for", "first_sentence", "key_words", "pair_questions", "read_pairs",
+           "run_suite",
            "suite_on_run", "summarise", "summary_markdown"]

@@ -164,5 +164,6 @@ def _assemble(run: Any, base: pd.DataFrame, items: pd.DataFrame, pp: pd.DataFram
     if pp is not None and len(pp):
         m = len(pp)
         pairs = pp[["question_id", "right", "wrong", "changed", "note", "provenance"]].assign(
-            grade_right=graded["grade"].iloc[n1:n1 + m].to_numpy(), grade_wrong=graded["grade"].iloc[n1 + m:].to_numpy())
+            grade_right=graded["grade"].iloc[n1:n1 + m].to_numpy(),
+                grade_wrong=graded["grade"].iloc[n1 + m:].to_numpy())
     return BehaviourResult(str(run.path), seed, len(base), grades, out, pairs, summarise(out, pairs, grades, seed))

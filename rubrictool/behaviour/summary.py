@@ -76,7 +76,8 @@ def _judge(row: dict[str, Any]) -> tuple[bool | None, str]:
         if row["n_top"] == 0:
             return None, ""
         ok = row["share_top_fell"] >= TARGETS["falls_top"]
-        return ok, (f"{words} lowers only {pct(row['share_top_fell'])} of the {row['n_top']} answer{'s' * (row['n_top'] != 1)} graded {row['top']} by a "
+        return ok, (f"{words} lowers only {pct(row['share_top_fell'])} of the {row['n_top']} "
+                    f"answer{'s' * (row['n_top'] != 1)} graded {row['top']} by a "
                     "mark or more (target: at least 70 %)")
     if row["expect"] == "not_up":
         ok = row["mean_shift"] <= TARGETS["gaming_gain"]
@@ -108,7 +109,8 @@ def summarise(items: pd.DataFrame, pairs: pd.DataFrame, grades: tuple[int, int],
     n, share of marks changed, share with a concept level changed, mean shift [95 % bootstrap CI], share moved by 2
     or more, share in the expected direction, share of top-marked answers that fell (tests that must lower the mark),
     the largest moves, whether it meets its target and, when not, the sentence that says so."""
-    rows = [_test_row(t, items[items["test"] == t.name], grades, seed) for t in TESTS if (items["test"] == t.name).any()]
+    rows = [_test_row(t, items[items["test"] == t.name], grades, seed) for t in TESTS
+            if (items["test"] == t.name).any()]
     if len(pairs):
         rows.append(_pairs_row(pairs, seed))
     return pd.DataFrame(rows)
@@ -133,25 +135,30 @@ def summary_markdown(summary: pd.DataFrame, largest: bool = True) -> str:
         return "—" if v is None or (isinstance(v, float) and np.isnan(v)) else ("yes" if v else "**no**")
 
     recs = summary.to_dict(orient="records")
-    out = ["| invariance test | answers | marks changed | levels changed | mean shift [95 % CI] | moved ≥ 2 | meets target |",
+    out = [("| invariance test | answers | marks changed | levels changed | mean shift [95 % CI] | moved ≥ 2 | "
+            "meets target |"),
            "|---|---:|---:|---:|---|---:|---|"]
     out += [f"| {r['test']} | {r['n']} | {pct(r['share_changed'])} | {pct(r['share_levels_changed'])} | "
-            f"{r['mean_shift']:+.3f} [{r['ci_lo']:+.3f}, {r['ci_hi']:+.3f}] | {pct(r['share_moved_2'])} | {ok(r['passes'])} |"
+            f"{r['mean_shift']:+.3f} [{r['ci_lo']:+.3f}, {r['ci_hi']:+.3f}] | {pct(r['share_moved_2'])} | "
+            f"{ok(r['passes'])} |"
             for r in recs if r["kind"] == "invariance"]
     out += ["", ("| directional test | expected | answers | marks changed | mean shift [95 % CI] | in the expected "
-            "direction | answers graded in the top two marks falling ≥ 1 | meets target |"), "|---|---|---:|---:|---|---:|---|---|"]
+            "direction | answers graded in the top two marks falling ≥ 1 | meets target |"),
+            "|---|---|---:|---:|---|---:|---|---|"]
     for r in recs:
         if r["kind"] == "directional":
             top = f"{pct(r['share_top_fell'])} of {int(r['n_top'])}" if r["expect"] == "falls" else "—"
             exp = "falls" if r["expect"] == "falls" else "does not rise"
             out.append(f"| {r['test']} | {exp} | {int(r['n'])} | {pct(r['share_changed'])} | {r['mean_shift']:+.3f} "
-                       f"[{r['ci_lo']:+.3f}, {r['ci_hi']:+.3f}] | {pct(r['share_expected'])} | {top} | {ok(r['passes'])} |")
+                       f"[{r['ci_lo']:+.3f}, {r['ci_hi']:+.3f}] | {pct(r['share_expected'])} | {top} | "
+                       f"{ok(r['passes'])} |")
     for r in recs:
         if r["kind"] == "minimum functionality":
-            out += ["", "| minimal pairs | pairs | right above wrong | tied | mean difference [95 % CI] | meets target |",
+            out += ["",
+                    "| minimal pairs | pairs | right above wrong | tied | mean difference [95 % CI] | meets target |",
                     "|---|---:|---:|---:|---|---|",
-                    (f"| right vs. wrong by one word | {r['n']} | {pct(r['share_expected'])} | {pct(r['share_tied'])} | "
-                    f"{r['mean_shift']:+.3f} [{r['ci_lo']:+.3f}, {r['ci_hi']:+.3f}] | {ok(r['passes'])} |")]
+                    (f"| right vs. wrong by one word | {r['n']} | {pct(r['share_expected'])} | {pct(r['share_tied'])} "
+                    f"| {r['mean_shift']:+.3f} [{r['ci_lo']:+.3f}, {r['ci_hi']:+.3f}] | {ok(r['passes'])} |")]
     if largest:
         out += ["", "Largest moves (answer before → after, marks):", ""]
         for r in recs:

@@ -36,7 +36,8 @@ def read_cell(path: Path, settings: str) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: unreadable cell file ({exc.__class__.__name__})", hint="delete it to retrain that cell") from None
+        raise DataError(f"{path}: unreadable cell file ({exc.__class__.__name__})",
+                        hint="delete it to retrain that cell") from None
     if doc.get("settings") != settings:
         raise DataError(f"{path}: this cell was trained with other settings (table, folds, preset or training options) "
                         "than this run", hint="give a new --out, or delete the directory's cells/ to start over")
@@ -68,7 +69,8 @@ def cell_from_run(src: Path, fold: int, variant: str, expected: dict[str, Any], 
     from rubrictool.train.runs import RECORD, run_is_complete
 
     run = src / f"fold-{fold}"
-    if not all((run / f).is_file() for f in ("metrics.json", "test_predictions.csv", "split.json", "config.yaml", "table.csv")):
+    if not all((run / f).is_file() for f in ("metrics.json", "test_predictions.csv", "split.json", "config.yaml",
+                                             "table.csv")):
         return None
     if (run / RECORD).is_file() and not run_is_complete(run):
         return None
@@ -83,7 +85,8 @@ def cell_from_run(src: Path, fold: int, variant: str, expected: dict[str, Any], 
         raise DataError(f"{where}: unreadable fold run ({exc.__class__.__name__}: {str(exc)[:120]})",
                         hint="give the folder `train --folds` wrote, or drop --all-from to train the cell") from None
     if set(their_split.get("test", [])) != set(split["test"]) or (
-            set(their_split.get("train", [])) | set(their_split.get("dev", []))) != set(split["train"]) | set(split["dev"]):
+            set(their_split.get("train", [])) | set(their_split.get("dev",
+                                                                    []))) != set(split["train"]) | set(split["dev"]):
         raise DataError(f"{where}: its fold is not this curve's fold {fold} (other folds, fold seed or --by)",
                         hint="give the folder of `train --folds` with the same --folds, --fold-seed and --by")
     keys = [] if plm else rb.keys
@@ -97,7 +100,8 @@ def cell_from_run(src: Path, fold: int, variant: str, expected: dict[str, Any], 
     seeds = metrics.get("seeds") or []
     chosen = [s for s in seeds if s.get("seed") == metrics.get("selected_seed")]
     if len(seeds) != 1 or not chosen or chosen[0].get("seed") != 0:
-        raise DataError(f"{where}: trained with seeds {[s.get('seed') for s in seeds]}; the curve's first repeat is seed 0",
+        raise DataError(f"{where}: trained with seeds {[s.get('seed') for s in seeds]}; the curve's first repeat is "
+                        "seed 0",
                         hint="give fold runs trained with one seed (the default), or drop --all-from")
     test_m = chosen[0]["test"]
     return {"n_dev": len(their_split.get("dev", [])), "metrics": {m: float(test_m[m]) for m in METRICS},

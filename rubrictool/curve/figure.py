@@ -50,7 +50,8 @@ def _interp_log(n: float, n0: float, v0: float, n1: float, v1: float) -> float:
     return v0 + t * (v1 - v0)
 
 
-def reach_fraction(cells: pd.DataFrame, variant: str, fraction: float = 0.9, metric: str = "qwk") -> dict[str, Any] | None:
+def reach_fraction(cells: pd.DataFrame, variant: str, fraction: float = 0.9,
+                   metric: str = "qwk") -> dict[str, Any] | None:
     """How many labelled answers reach ``fraction`` of the full-data ``metric`` (the "all" size) for ``variant``:
     the first size whose mean reaches it, and the number interpolated (linearly in log n) between that size and the
     one before. None without an "all" size or when the full-data value is not above 0."""
@@ -86,10 +87,12 @@ def position_on_curve(curve_csv: str | Path, n_train: float, variant: str) -> di
     cells = read_table(p)
     missing = sorted(set(CURVE_COLUMNS[:8]) - set(cells.columns))
     if missing:
-        raise DataError(f"{p}: not a curve.csv (no column(s) {missing})", hint="give the curve.csv of `rubrictool learning-curve`")
+        raise DataError(f"{p}: not a curve.csv (no column(s) {missing})",
+                        hint="give the curve.csv of `rubrictool learning-curve`")
     cells = cells.assign(size=cells["size"].astype(str), variant=cells["variant"].astype(str))
     if variant not in set(cells["variant"]):
-        raise DataError(f"{p}: no cells of variant {variant!r}; the curve has {', '.join(sorted(set(cells['variant'])))}")
+        raise DataError(f"{p}: no cells of variant {variant!r}; the curve has "
+                        f"{', '.join(sorted(set(cells['variant'])))}")
     if not n_train > 0:
         raise DataError(f"n_train {n_train}: give the number of labelled answers the run trained on (> 0)")
     s = summarize_curve(cells[cells["variant"] == variant]).sort_values("n_train", kind="stable")
@@ -110,7 +113,8 @@ def position_on_curve(curve_csv: str | Path, n_train: float, variant: str) -> di
         near = lo if lo is not None else hi
         assert near is not None
         qwk, t_acc = near["qwk"], near["t_acc"]
-    return {"variant": variant, "n_train": n_train, "qwk": qwk, "t_acc": t_acc, "within": lo is not None and hi is not None,
+    return {"variant": variant, "n_train": n_train, "qwk": qwk, "t_acc": t_acc, "within": lo is not None
+            and hi is not None,
             "lower": point(lo) if lo else None, "upper": point(hi) if hi else None,
             "full": point(pts[-1]) if pts and pts[-1]["size"] == ALL else None, "curve": str(p),
             "reach_90": reading["reach"], "reading": reading}
@@ -133,7 +137,8 @@ def variant_labels(cells: pd.DataFrame) -> dict[str, str]:
 def figure_ticks(summary: pd.DataFrame) -> dict[int, str]:
     """x ticks of the figure: each size's answers, and one tick for "all" — whose answers differ a little between
     variants measured on other folds (a mean over five folds beside fold 0 alone), so it is labelled "≈n" then."""
-    ticks = {round(float(r["n_train"])): str(int(r["size"])) for r in summary.to_dict(orient="records") if r["size"] != ALL}
+    ticks = {round(float(r["n_train"])): str(int(r["size"])) for r in summary.to_dict(orient="records")
+             if r["size"] != ALL}
     full = sorted({round(float(n)) for n in summary.loc[summary["size"] == ALL, "n_train"]})
     if full:
         n = round(float(np.mean(full)))

@@ -16,13 +16,13 @@ Written, over every cell in ``DIR/cells`` (this call's and earlier calls'): ``cu
 ``curve.json`` (settings, the summary per variant and size, the size that reaches 90 % of the full-data QWK) and
 ``curve.png`` (reading and drawing a curve: :mod:`rubrictool.curve.figure`).
 
-A variant is ``reccbm``, ``plm`` or ``vanilla``, optionally with the encoder choice after a dash (:func:`parse_variant`):
-``reccbm-frozen`` trains REC-CBM with the pretrained encoder frozen (``stage1.encoder``; only the heads train),
-``plm-auto`` lets ``stage1.frozen_below`` decide per cell. Each is its own variant in curve.csv, so a curve
-directory gains frozen variants later without retraining the cells it has. ``points`` trains no model: a points
-table fitted to the n answers' concept levels and grades (:func:`rubrictool.points.fit_points`) grades the test
-answers from their concept levels — what a course whose every answer an LLM panel labelled (annotate, adjudicate)
-gets from n hand-graded answers, in seconds.
+A variant is ``reccbm``, ``plm`` or ``vanilla``, optionally with the encoder choice after a dash
+(:func:`parse_variant`): ``reccbm-frozen`` trains REC-CBM with the pretrained encoder frozen (``stage1.encoder``; only
+the heads train), ``plm-auto`` lets ``stage1.frozen_below`` decide per cell. Each is its own variant in curve.csv, so a
+curve directory gains frozen variants later without retraining the cells it has. ``points`` trains no model: a points
+table fitted to the n answers' concept levels and grades (:func:`rubrictool.points.fit_points`) grades the test answers
+from their concept levels — what a course whose every answer an LLM panel labelled (annotate, adjudicate) gets from n
+hand-graded answers, in seconds.
 """
 
 from __future__ import annotations
@@ -132,7 +132,8 @@ def parse_folds(text: str | None, k: int) -> list[int]:
     out = []
     for tok in (t.strip() for t in text.split(",")):
         if not tok.isdigit() or int(tok) >= k:
-            raise DataError(f"--fold {text}: {tok!r} is not a fold of 0..{k - 1}", hint=f"give fold numbers below --folds {k}")
+            raise DataError(f"--fold {text}: {tok!r} is not a fold of 0..{k - 1}",
+                            hint=f"give fold numbers below --folds {k}")
         out.append(int(tok))
     return sorted(set(out))
 
@@ -266,7 +267,8 @@ def learning_curve(
     jobs: int = 1,
 ) -> CurveResult:
     """Train every (fold, size, repeat, variant) cell not trained yet in ``out``, then write curve.csv, curve.json
-    and curve.png over every cell in ``out`` (earlier calls may have added other folds, sizes or repeats) (see the module docstring for what a cell is and how it is drawn).
+    and curve.png over every cell in ``out`` (earlier calls may have added other folds, sizes or repeats) (see the
+    module docstring for what a cell is and how it is drawn).
 
     options (:class:`CurveOptions`) sizes: numbers of labelled answers (train + dev) and optionally "all" (the
     fold's whole training part; needed for :func:`reach_fraction`); None: from the table's size
@@ -279,8 +281,8 @@ def learning_curve(
     those cells, up to the dev part the k-fold split drew), instead of trained again; a fold not finished there is
     trained. The cell records the run it came from (``source``).
     progress gets one task, "cells", and each cell's training (train_model's progress).
-    jobs > 1: the cells to train train in that many worker processes first (:mod:`rubrictool.train.parallel`; each cell as
-    the serial run trains it), then are written in order.
+    jobs > 1: the cells to train train in that many worker processes first (:mod:`rubrictool.train.parallel`; each cell
+    as the serial run trains it), then are written in order.
     """
     rb = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
     o, preset, match_budget = options, training.preset, options.match_budget
@@ -511,7 +513,8 @@ def _write_outputs(plan: CurvePlan, root: Path, trained: int, read_back: int, im
     """curve.csv, curve.json and curve.png over every cell in ``root/cells``: this call's and those earlier calls
     added (other folds, sizes, repeats)."""
     rows = [{"encoder": "train"} | read_cell(p, plan.settings) for p in sorted((root / "cells").glob("*.json"))]
-    from_runs = {cell_name(r["fold"], r["size"], r["repeat"], r["variant"]): r["source"] for r in rows if r.get("source")}
+    from_runs = {cell_name(r["fold"], r["size"], r["repeat"], r["variant"]): r["source"] for r in rows
+                 if r.get("source")}
     notes = list(plan.notes)
     if from_runs:
         notes.append(f"{len(from_runs)} 'all' cell(s) read from finished fold runs (--all-from; curve.json "
@@ -528,7 +531,8 @@ def _write_outputs(plan: CurvePlan, root: Path, trained: int, read_back: int, im
     title = curve_title(plan.rubric.name, len(plan.splits), plan.by, folds_run)
     png = plot_curve(cells, root / "curve.png", reach=reach, title=title) if plan.plot else None
     write_json(root / "curve.json", {
-        "rubric": plan.rubric.name, "settings": plan.settings_doc, "settings_digest": plan.settings, "cells": len(cells),
+        "rubric": plan.rubric.name, "settings": plan.settings_doc, "settings_digest": plan.settings,
+                                     "cells": len(cells),
         "sizes": sorted(set(cells["size"]), key=size_order), "variants": list(dict.fromkeys(cells["variant"])),
         "repeats": sorted({int(r) for r in cells["repeat"]}), "folds_run": folds_run,
         "encoder_epochs": {str(v): int(e) for v, e in cells.groupby("variant")["encoder_epochs"].first().items()},

@@ -185,8 +185,9 @@ def _reading(r: dict[str, Any]) -> str:
         return (f"{v}: its smallest size, {reach['size']} labelled answers, already reaches {pct} of its full-data "
                 f"QWK ({reach['target']:.3f} of {full['qwk']:.3f} with {full['n_train']:.0f}) and beats the majority "
                 "class; fewer may do")
-    return (f"{v}: about {reach['n_estimate']} labelled answers reach {pct} of its full-data QWK ({reach['target']:.3f} "
-            f"of {full['qwk']:.3f} with {full['n_train']:.0f}; first size at it: {reach['size']}), above the majority "
+    return (f"{v}: about {reach['n_estimate']} labelled answers reach {pct} of its full-data QWK "
+            f"({reach['target']:.3f} of {full['qwk']:.3f} with {full['n_train']:.0f}; first size at it: "
+            f"{reach['size']}), above the majority "
             "class")
 
 

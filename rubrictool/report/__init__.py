@@ -2,9 +2,9 @@
 and run the component ablation.
 
 explain.py (decision traces, overrides) · intervene.py (intervention curves) · page.py (the report: data,
-HTML), markdown.py (report.md) · figures.py (matplotlib PNGs) · diagnose.py (rubric diagnostics) · ablate.py (ablation) ·
-run.py (opening a run and its table) · scores.py (machine–human agreement figures).
-The library returns data and writes files; only the CLI prints.
+HTML), markdown.py (report.md) · figures.py (matplotlib PNGs) · diagnose.py (rubric diagnostics) · ablate.py (ablation)
+· run.py (opening a run and its table) · scores.py (machine–human agreement figures). The library returns data and
+writes files; only the CLI prints.
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ def _metrics(run: Path, done_file: str) -> dict[str, Any]:
 
 
 def _combo_options(options: TrainOptions, flags: tuple[bool, bool, bool, bool], encoder: str | None) -> TrainOptions:
-    """``options`` for one combination: its variant and switches, its encoder choice, and the PLM's fair encoder budget."""
+    """``options`` for one combination: its variant and switches, its encoder choice, and the PLM's fair encoder
+    budget."""
     plm, race, opcc, lcec = flags
     overrides = copy.deepcopy(options.overrides)
     if encoder:
@@ -118,7 +119,8 @@ def run_ablation(
         from rubrictool.train.parallel import run_in_workers
 
         source = resolve_data(benchmark=benchmark, data=data, rubric=rubric, data_dir=data_dir, progress=progress)
-        run_in_workers(train_on, [(name, {"source": source, "out": d / name, "options": _combo_options(options, flags, enc),
+        run_in_workers(train_on, [(name, {"source": source, "out": d / name,
+                                          "options": _combo_options(options, flags, enc),
                                           "split_seed": split_seed, "folds": folds}) for name, flags, enc in todo],
                        jobs, progress, "combinations")
     for i, (name, (plm, race, opcc, lcec), encoder) in enumerate(combos):
@@ -163,7 +165,8 @@ def ablation_markdown(table: pd.DataFrame) -> str:
         return "—" if mean is None or pd.isna(mean) else f"{mean:.3f} ± {(std or 0.0):.3f}"
 
     names = {"t_acc": "T-Acc", "t_f1": "T-F1", "qwk": "QWK", "c_acc": "C-Acc", "c_f1": "C-F1"}
-    lines = ["| variant | RACE | OPCC | LCEC | encoder | " + " | ".join(names[m] for m in METRICS) + " | trained with |",
+    lines = ["| variant | RACE | OPCC | LCEC | encoder | " + " | ".join(names[m] for m in METRICS)
+             + " | trained with |",
              "|---|---|---|---|---|" + "---|" * len(METRICS) + "---|"]
     for rec in table.to_dict("records"):
         r = {str(k): v for k, v in rec.items()}

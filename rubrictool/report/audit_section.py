@@ -18,7 +18,8 @@ __all__ = ["audit_html", "audit_markdown", "audit_verdict", "load_audit", "model
 
 
 def model_fingerprint(run_dir: str | Path) -> str | None:
-    """A quick fingerprint of the run's weights (:func:`rubrictool.train.runs.sample_sha256` of model.safetensors), or None."""
+    """A quick fingerprint of the run's weights (:func:`rubrictool.train.runs.sample_sha256` of model.safetensors), or
+    None."""
     from rubrictool.train.runs import sample_sha256
 
     path = Path(run_dir) / "model.safetensors"
@@ -108,15 +109,16 @@ def audit_html(audit: dict[str, Any]) -> str:
     e = html.escape
     if not audit:
         return ("<h2>Audit</h2><p class=\"note missing\" id=\"audit-none\">No audit of this run yet: "
-                "<code>rubrictool audit --run RUN</code> grades its test answers gamed and edited and this section shows "
-                "what moved.</p>")
+                "<code>rubrictool audit --run RUN</code> grades its test answers gamed and edited and this section "
+                "shows what moved.</p>")
     parts = ["<h2>Audit</h2>", f"<p id=\"audit-intro\">{e(_intro(audit))}</p>"]
     g = audit.get("gaming") or {}
     if g.get("transformations") and not audit.get("stale"):
         parts.append("<table id=\"audit-gaming\"><tr><th class=\"l\">gaming</th><th>mean grade shift</th>"
                      "<th>grade rises</th></tr>" + "".join(
                          f"<tr><td class=\"l\">{e(str(t['transformation']))}</td>"
-                         f"<td>{float(t['mean_grade_shift']):+.3f}</td><td>{100 * float(t['share_raised']):.1f} %</td></tr>"
+                         f"<td>{float(t['mean_grade_shift']):+.3f}</td><td>{100 * float(t['share_raised']):.1f} "
+                         "%</td></tr>"
                          for t in g["transformations"]) + "</table>")
     if audit.get("behaviour") and not audit.get("stale"):
         parts.append("<table id=\"audit-behaviour\"><tr><th class=\"l\">behavioural test</th><th>answers</th>"

@@ -187,7 +187,8 @@ def contrast_pairs(rubric: Rubric, table: pd.DataFrame, boundaries: list[tuple[i
             same_q = pick is not None
             if pick is None:
                 pick = (a_rows.iloc[0], b_rows.iloc[0])
-            out.append(ContrastPair(lo, hi, {k: int(v) for k, v in zip(keys, prof.split())}, same_q, len(a_rows), len(b_rows),
+            out.append(ContrastPair(lo, hi, {k: int(v) for k, v in zip(keys, prof.split())}, same_q, len(a_rows),
+                                    len(b_rows),
                                     item(pick[0]), item(pick[1])))
     return out
 
@@ -196,7 +197,8 @@ def pairs_frame(pairs: list[ContrastPair]) -> pd.DataFrame:
     """One row per contrasting pair: the boundary, the shared profile, both answers."""
     rows = [{"lower": p.lower, "upper": p.upper, "profile": " ".join(f"{k}={v}" for k, v in p.profile.items()),
              "same_question": p.same_question, "n_lower": p.n_lower, "n_upper": p.n_upper,
-             **{f"{side}_{f}": getattr(p, side)[f] for side in ("a", "b") for f in ("id", "question", "response", "grade")}}
+             **{f"{side}_{f}": getattr(p, side)[f] for side in ("a", "b")
+                for f in ("id", "question", "response", "grade")}}
             for p in pairs]
     return pd.DataFrame(rows)
 
@@ -223,8 +225,8 @@ def ceiling_markdown(ceiling: GradeCeiling, pairs: list[ContrastPair]) -> list[s
         for p in pairs:
             prof = " ".join(f"{k}={v}" for k, v in p.profile.items())
             q = "same question" if p.same_question else "different questions"
-            out += [(f"### grade {p.lower} vs {p.upper} — {cell(prof)} ({q}; this profile: {p.n_lower} × grade {p.lower}, "
-                    f"{p.n_upper} × grade {p.upper})"), "",
+            out += [(f"### grade {p.lower} vs {p.upper} — {cell(prof)} ({q}; this profile: {p.n_lower} × grade "
+                    f"{p.lower}, {p.n_upper} × grade {p.upper})"), "",
                     f"| | grade {p.lower}: {cell(p.a['id'])} | grade {p.upper}: {cell(p.b['id'])} |",
                     "|---|---|---|", f"| question | {cell(p.a['question'])} | {cell(p.b['question'])} |",
                     f"| response | {cell(p.a['response'])} | {cell(p.b['response'])} |", ""]

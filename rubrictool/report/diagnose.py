@@ -112,7 +112,8 @@ def queue_reviews(queue: pd.DataFrame, reviewers: list[str]) -> pd.DataFrame:
     return long.dropna(subset=["level"])
 
 
-def _drop_one(table: pd.DataFrame, keys: list[str], domain: list[int], folds: int, seed: int) -> tuple[float, list[float]]:
+def _drop_one(table: pd.DataFrame, keys: list[str], domain: list[int], folds: int,
+              seed: int) -> tuple[float, list[float]]:
     from threadpoolctl import threadpool_limits
 
     from rubrictool.agreement import cv_scores
@@ -200,9 +201,9 @@ def diagnose(
         for b in _records(named)[:MAX_BOUNDARY_SUGGESTIONS]:
             gaps.append(
                 f"the concept levels tell grade {b['lower']} from grade {b['upper']} apart with balanced accuracy "
-                f"{b['balanced_acc']:.2f} (0.5 is chance; {100 * b['shared_profiles']:.0f} % of those answers share a concept "
-                f"profile with an answer of the other grade): the rubric is missing what separates them — read the "
-                "contrasting pairs and add a concept or sharpen an anchor.")
+                f"{b['balanced_acc']:.2f} (0.5 is chance; {100 * b['shared_profiles']:.0f} % of those answers share a "
+                "concept profile with an answer of the other grade): the rubric is missing what separates them — read "
+                "the contrasting pairs and add a concept or sharpen an anchor.")
     return Diagnosis(df, corr, confusions, cov_acc, gaps + _suggest(df, len(table), who), notes, ceiling, pairs)
 
 
@@ -317,7 +318,8 @@ def diagnose_dir(
     elif (d / "disagreements.csv").is_file() or (d / "discussion_queue.csv").is_file():
         # every non-unanimous case; the discussion queue holds only what --queue selects (older folders: the queue)
         name = "disagreements.csv" if (d / "disagreements.csv").is_file() else "discussion_queue.csv"
-        queue = restore_frame(pd.read_csv(d / name, dtype={"item": str}))  # cells written for spreadsheets, as they were
+        # cells written for spreadsheets, as they were
+        queue = restore_frame(pd.read_csv(d / name, dtype={"item": str}))
         rev = queue_reviews(queue, [str(r) for r in agreement.get("reviewers", [])])
     pc = None
     if run is not None:

@@ -36,7 +36,8 @@ from rubrictool.textsafe import md_inline
 from rubrictool.train.kfold import BASELINES, fold_rows, pooled_table, training_text
 from rubrictool.train.labels import describe_labels
 
-__all__ = ["FoldsReport", "audit_gain", "build_folds_report", "folds_verdict", "render_folds_html", "render_folds_markdown",
+__all__ = ["FoldsReport", "audit_gain", "build_folds_report", "folds_verdict", "render_folds_html",
+           "render_folds_markdown",
            "write_folds_report"]
 
 METRIC_NAMES = {"t_acc": "T-Acc (exact agreement)", "t_f1": "T-F1", "qwk": "QWK", "adjacent": "adjacent agreement (±1)",
@@ -120,7 +121,8 @@ def build_folds_report(run_dir: str | Path, *, curve: str | Path | None = None, 
     r.warnings = [str(w.get("message")) for w in summary.get("warnings") or [] if isinstance(w, dict)]
     grades = list(range(rubric.grade.min, rubric.grade.max + 1))
     cm = np.zeros((G, G), dtype=np.int64)
-    np.add.at(cm, (pooled["grade_true"].to_numpy() - rubric.grade.min, pooled["grade"].to_numpy() - rubric.grade.min), 1)
+    np.add.at(cm, (pooled["grade_true"].to_numpy() - rubric.grade.min, pooled["grade"].to_numpy() - rubric.grade.min),
+              1)
     r.images["confusion.png"] = figures.confusion_png(cm, grades)
     from rubrictool.evaluate import folds_reliability, low_marks
 
@@ -135,8 +137,10 @@ def build_folds_report(run_dir: str | Path, *, curve: str | Path | None = None, 
         figs = dict(r.route["figures"]) | {"audit_gain": gain}
         r.route = {"figures": figs, "choice": choose_route(figs), "lines": route_lines(figs)}
     costs = rubric.costs
-    r.pass_mark = (f"pass mark {rubric.pass_mark} ({'the rubric states it' if rubric.grade.pass_mark is not None else 'the scale’s midpoint: the rubric states none'}); "
-                   f"cost of a failing answer passed {costs.fail_passed:g}, of a passing answer failed {costs.pass_failed:g}")
+    stated = ("the rubric states it" if rubric.grade.pass_mark is not None
+              else "the scale’s midpoint: the rubric states none")
+    r.pass_mark = (f"pass mark {rubric.pass_mark} ({stated}); cost of a failing answer passed {costs.fail_passed:g}, "
+                   f"of a passing answer failed {costs.pass_failed:g}")
     r.verdict = folds_verdict(r, grades, sorted({int(g) for g in pooled["grade"]}))
     if curve is not None:
         _curve(r, curve, pooled, summary)
@@ -206,8 +210,8 @@ def folds_verdict(r: FoldsReport, grades: list[int], predicted: list[int]) -> li
                    "answers.")
     if "majority" in row.get("t_acc", {}):
         vs = row["t_acc"]["vs_majority"]
-        out.append(f"It {'beats' if vs['lo'] > 0 else 'does not beat'} the majority class: T-Acc {vs['diff']:+.3f} over "
-                   f"it, paired 95 % CI [{vs['lo']:+.3f}, {vs['hi']:+.3f}] over the {r.n} pooled answers.")
+        out.append(f"It {'beats' if vs['lo'] > 0 else 'does not beat'} the majority class: T-Acc {vs['diff']:+.3f} "
+                   f"over it, paired 95 % CI [{vs['lo']:+.3f}, {vs['hi']:+.3f}] over the {r.n} pooled answers.")
     if "points" in row.get("qwk", {}):
         q, vs = row["qwk"], row["qwk"]["vs_points"]  # model − points
         ahead = points_ahead({"gold_levels": {"qwk": q["points"]["value"], "vs_model":
@@ -282,7 +286,8 @@ def render_folds_html(r: FoldsReport) -> str:
 
     e = html.escape
     style = template_env().get_template("_report_base.html.j2").module.style()
-    out = [f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(r.title)}</title>{style}</head><body>",
+    out = [(f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(r.title)}</title>"
+            f"{style}</head><body>"),
            f"<h1>{e(r.title)}</h1>", *(f"<p>{e(p)}</p>" for p in _intro(r))]
     if r.verdict:
         out += ["<h2>Verdict</h2>", '<ul id="verdict">', *(f"<li>{e(v)}</li>" for v in r.verdict), "</ul>"]
@@ -325,8 +330,8 @@ def _blocks(r: FoldsReport) -> list[tuple[str, list[str], list[str], list[list[s
             *(f"model − {n} [paired 95 % CI]" for n in names)]
     rows = [[METRIC_NAMES.get(t["metric"], t["metric"]), _ci(t["model"]), *(_ci(t[b]) for b in r.baselines),
              *(_diff(t[f"vs_{b}"]) for b in r.baselines)] for t in r.table]
-    about = [(f"Intervals: 95 % percentile bootstrap over the {r.n} pooled answers ({r.n_boot} resamples); differences: "
-             "paired bootstrap on the same resamples of answers."),
+    about = [(f"Intervals: 95 % percentile bootstrap over the {r.n} pooled answers ({r.n_boot} resamples); "
+             "differences: paired bootstrap on the same resamples of answers."),
              "Majority class: each fold's most common training grade, given to every test answer of the fold."]
     if "points" in r.baselines:
         about.append("Points grader: a grade from the adjudicated concept levels alone — the rubric's own points, or "
@@ -341,7 +346,8 @@ def _blocks(r: FoldsReport) -> list[tuple[str, list[str], list[str], list[list[s
     frows = []
     for f in r.per_fold:
         given = (f"constant: grade {f['top_grade']} for every answer" if f["constant"] else
-                 ", ".join(str(g) for g in f["grades"]) + f" (most common {f['top_grade']}, {100 * f['top_share']:.0f} %)")
+                 ", ".join(str(g) for g in f["grades"])
+                 + f" (most common {f['top_grade']}, {100 * f['top_share']:.0f} %)")
         frows.append([f"fold {f['fold']}", str(f["n"]), given, _ci(f["t_acc"]),
                       _ci(f["majority_t_acc"]) + f" (grade {f['majority_grade']})" if "majority_t_acc" in f else "—",
                       _ci(f["qwk"]), _ci(f["majority_qwk"]) if "majority_qwk" in f else "—"])
@@ -356,15 +362,16 @@ def _blocks(r: FoldsReport) -> list[tuple[str, list[str], list[str], list[list[s
         from rubrictool.evaluate import low_marks_lines
 
         lhead, lrows, text = low_marks_lines(r.low_marks)
-        blocks.append(("Low marks", [text, f"The course's {r.pass_mark} (rubric YAML, grade.pass_mark and grade.costs)."],
+        blocks.append(("Low marks", [text,
+                                     f"The course's {r.pass_mark} (rubric YAML, grade.pass_mark and grade.costs)."],
                        lhead, lrows))
     if len(r.reliability):
         from rubrictool.evaluate import SIGMA2_MEANING, reliability_rows
 
         rhead, rrows = reliability_rows(r.reliability)
-        about_rel = ("α: the reviewers' agreement on each concept (Krippendorff, 95 % bootstrap CI); σ² and σ²(implied): "
-                     "the noise LCEC learned, averaged over the folds; test C-Acc and test reliability: on every pooled "
-                     "answer.")
+        about_rel = ("α: the reviewers' agreement on each concept (Krippendorff, 95 % bootstrap CI); σ² and "
+                     "σ²(implied): the noise LCEC learned, averaged over the folds; test C-Acc and test reliability: "
+                     "on every pooled answer.")
         blocks.append(("Reliability: raters' α beside the model's noise", [about_rel, SIGMA2_MEANING], rhead, rrows))
     if r.curve.get("lines"):
         blocks.append(("On the learning curve", [*r.curve["lines"], f"Curve: {r.curve['curve']}"], [], []))
@@ -384,14 +391,16 @@ def write_folds_report(r: FoldsReport, out: str | Path) -> dict[str, Path]:
             for t in r.table]
     pd.DataFrame(flat).to_csv(d / "pooled_metrics.csv", index=False)
     pd.DataFrame([{k: (v["value"] if isinstance(v, dict) else v) for k, v in f.items() if k != "grades"}
-                  | {"grades": " ".join(map(str, f["grades"]))} for f in r.per_fold]).to_csv(d / "per_fold.csv", index=False)
+                  | {"grades": " ".join(map(str, f["grades"]))} for f in r.per_fold]
+                 ).to_csv(d / "per_fold.csv", index=False)
     (d / "report.html").write_text(render_folds_html(r), encoding="utf-8")
     (d / "report.md").write_text(render_folds_markdown(r), encoding="utf-8")
     (d / "report.json").write_text(json.dumps({"kfold": True, "n": r.n, "folds": r.folds, "table": r.table,
                                                "per_fold": r.per_fold, "verdict": r.verdict, "warnings": r.warnings,
                                                "training": r.training, "labels": r.labels,
                                                "low_marks": r.low_marks, "route": r.route,
-                                               "learning_curve": {k: v for k, v in r.curve.items() if k != "lines"} or None,
+                                               "learning_curve": {k: v for k, v in r.curve.items() if k != "lines"}
+                                               or None,
                                                "unavailable": r.unavailable}, indent=1, default=float) + "\n")
     for name in ("pooled_metrics.csv", "per_fold.csv", "report.html", "report.md", "report.json"):
         paths[name] = d / name

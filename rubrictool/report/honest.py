@@ -18,7 +18,8 @@ from rubrictool.evaluate import ECE_BINS, inconclusive
 from rubrictool.points import POINTS_MARGIN, points_ahead
 from rubrictool.report.diagnose import LOW_ALPHA
 
-__all__ = ["LOW_ALPHA", "LOW_RELIABILITY", "POINTS_MARGIN", "calibration_png", "implied_noise_png", "inconclusive", "verdict"]
+__all__ = ["LOW_ALPHA", "LOW_RELIABILITY", "POINTS_MARGIN", "calibration_png", "implied_noise_png", "inconclusive",
+           "verdict"]
 
 LOW_RELIABILITY = 0.5  # a concept score whose test variance is less than half signal
 
@@ -38,8 +39,8 @@ def verdict(
     model gave on the test split; honest: :func:`rubrictool.evaluate.honest_metrics` in rubric grades;
     concepts: the page's concept table (alpha, test_reliability); correlations: name -> ρ with its CI;
     points: the points grader beside the run (metrics.json ``points``); qwk: the model's test QWK; fold: the run is
-    one fold of a k-fold run (:func:`rubrictool.train.kfold.fold_context`), whose pooled page is the one to read; levels:
-    who set the levels it trained on (run.json ``labels.levels``: levels per source)."""
+    one fold of a k-fold run (:func:`rubrictool.train.kfold.fold_context`), whose pooled page is the one to read;
+    levels: who set the levels it trained on (run.json ``labels.levels``: levels per source)."""
     out = []
     never = [g for g in grades if g not in set(predicted)]
     n = honest.get("n_test", "")
@@ -74,7 +75,8 @@ def verdict(
     small = [w for w in honest.get("warnings", []) if w.get("code") == "small_test"]
     if small and fold:
         out.append(f"This is fold {fold['fold']} of a {fold['folds']}-fold run: its {n} test answers cannot tell this "
-                   f"model from another; the pooled page covers every answer (`rubrictool report --run {fold['parent']}`).")
+                   "model from another; the pooled page covers every answer (`rubrictool report --run "
+                   f"{fold['parent']}`).")
     elif small:
         out.append(f"With {n} test answers these numbers cannot tell this model from another: "
                    "train with --folds 5 to test every answer once.")
@@ -102,7 +104,8 @@ def calibration_png(cal: dict[str, Any]) -> bytes:
         lo = np.array([b["lo"] for b in bins], dtype=float)
         acc = np.array([b["accuracy"] for b in bins], dtype=float)
         conf = np.array([b["confidence"] for b in bins], dtype=float)
-        ax.bar(lo, acc, width=1 / ECE_BINS, align="edge", color="#1f77b4", alpha=0.75, edgecolor="white", label="share right")
+        ax.bar(lo, acc, width=1 / ECE_BINS, align="edge", color="#1f77b4", alpha=0.75, edgecolor="white",
+               label="share right")
         ax.scatter(conf, acc, color="#ff7f0e", zorder=3, s=18, label="mean probability")
         for x, y, b in zip(lo, acc, bins):
             ax.annotate(str(b["n"]), (x + 0.5 / ECE_BINS, min(y, 0.93)), xytext=(0, 3), textcoords="offset points",
@@ -143,7 +146,8 @@ def implied_noise_png(concepts: pd.DataFrame, rho: dict[str, float] | None) -> b
     ax.set_ylabel("implied noise v_k (1 − A_kk) / A_kk")
     title = "implied vs measured concept noise"
     if rho:
-        title += f" (ρ = {rho['rho']:.2f} [{rho['lo']:.2f}, {rho['hi']:.2f}]" + (", inconclusive)" if inconclusive(rho) else ")")
+        title += (f" (ρ = {rho['rho']:.2f} [{rho['lo']:.2f}, {rho['hi']:.2f}]"
+                  + (", inconclusive)" if inconclusive(rho) else ")"))
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     buf = io.BytesIO()

@@ -47,7 +47,8 @@ def _ci_words(ci: dict[str, float]) -> str:
 def render_markdown(r: Report) -> str:
     """The report as Markdown (figures referenced as the PNG files written beside it). Text that comes from
     the data (ids, answers, names, notes) is escaped (:mod:`rubrictool.textsafe`): no HTML, no markup."""
-    L = [f"# {md_inline(r.title)}", "", f"Test split: {r.n_test} answers. Numbers from {md_inline(r.metrics_source)}.", ""]
+    L = [f"# {md_inline(r.title)}", "", f"Test split: {r.n_test} answers. Numbers from {md_inline(r.metrics_source)}.",
+         ""]
     if r.verdict:
         L += ["## Verdict", ""] + [f"- {md_inline(v)}" for v in r.verdict] + [""]
     for w in r.warnings:
@@ -77,7 +78,8 @@ def _grade_lines(r: Report) -> list[str]:
               f"{r.honest['majority']['t_acc']:.3f} |")]
     for key, what in (("gold_levels", "the adjudicated levels"), ("predicted_levels", "the model's predicted levels")):
         if key in r.points:
-            L += [f"| points grader on {what}: T-Acc / QWK | {r.points[key]['t_acc']:.3f} / {r.points[key]['qwk']:.3f} |"]
+            pts = r.points[key]
+            L += [f"| points grader on {what}: T-Acc / QWK | {pts['t_acc']:.3f} / {pts['qwk']:.3f} |"]
     if r.points.get("source"):
         L += [f"| points | {md_inline(r.points['source'])} |"]
     if r.calibration:
@@ -157,12 +159,14 @@ def _figure_lcec_trace_lines(r: Report) -> list[str]:
             L += ["", (f"**LCEC is inert in this run:** {r.lcec['reason']}. Its learned links are not listed and the "
                       "rubric diagnostics do not use them.")]
     for t in r.traces:
-        L += ["", f"### Decision trace {md_inline(t.id)}: grade {t.grade} (p = {t.grade_prob:.2f}), gold {t.gold_grade}",
+        L += ["",
+              f"### Decision trace {md_inline(t.id)}: grade {t.grade} (p = {t.grade_prob:.2f}), gold {t.gold_grade}",
               "", md_quote(t.response), "", f"![trace]({trace_file(t.id)})"]
         if t.why():
             L += ["", md_inline(t.why())]
     if r.diagnosis is not None:
-        L += ["", "## Rubric diagnostics", ""] + [f"- {md_inline(s)}" for s in r.diagnosis.suggestions or ["no suggestion"]]
+        L += ["", "## Rubric diagnostics", ""] + [f"- {md_inline(s)}" for s in r.diagnosis.suggestions
+                                                  or ["no suggestion"]]
         if r.diagnosis.ceiling is not None:
             L += [""] + [("#" + line) if line.startswith("##") else line
                          for line in ceiling_markdown(r.diagnosis.ceiling, r.diagnosis.pairs)]

@@ -3,8 +3,8 @@
 :func:`build_report` gathers the numbers and figures (grade metrics, machine–human beside human–human
 agreement, concept metrics and reliability, LCEC correlations, intervention curves, two decision traces,
 rubric diagnostics, provenance); :func:`render_html` / :func:`render_markdown` lay them out, and
-:func:`rubrictool.report.write.write_report` writes the page, its PNGs and CSVs. Images are embedded as data: URIs, so the HTML
-file opens offline anywhere.
+:func:`rubrictool.report.write.write_report` writes the page, its PNGs and CSVs. Images are embedded as data: URIs, so
+the HTML file opens offline anywhere.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from rubrictool.textsafe import strip_controls
 from rubrictool.train.kfold import fold_context
 from rubrictool.train.labels import describe_labels
 
-__all__ = ["GRADE_METRICS", "NEAR_ZERO", "Report", "build_report", "curve_lines", "render_explain_html", "render_html", "template_env",
+__all__ = ["GRADE_METRICS", "NEAR_ZERO", "Report", "build_report", "curve_lines", "render_explain_html", "render_html",
+           "template_env",
            "trace_file",
            "trace_png", "write_explain"]
 
@@ -67,7 +68,8 @@ class Report:
     noise_share: dict[str, float] | None = None  # ρ(1 − test reliability, 1 − α) with its CI, when the run has it
     lcec: dict[str, Any] = field(default_factory=dict)  # near-zero shares, the strongest links, inert + reason
     implied: dict[str, Any] = field(default_factory=dict)  # ρ(σ²(implied), σ̂²), ρ(σ²(implied), 1 − α) with CIs
-    honest: dict[str, Any] = field(default_factory=dict)  # n_test, majority class, CIs (rubrictool.evaluate.honest_metrics)
+    # n_test, majority class, CIs (rubrictool.evaluate.honest_metrics)
+    honest: dict[str, Any] = field(default_factory=dict)
     warnings: list[dict[str, str]] = field(default_factory=list)  # [{code, message}], as metrics.json "warnings"
     calibration: dict[str, Any] = field(default_factory=dict)  # ECE, NLL, bins (rubrictool.evaluate.calibration)
     verdict: list[str] = field(default_factory=list)  # the page's conclusions in words, shown first
@@ -77,8 +79,10 @@ class Report:
     curve: dict[str, Any] = field(default_factory=dict)  # where the run's size sits on a learning curve (--curve)
     fold: dict[str, Any] | None = None  # the run is one fold of a k-fold run (rubrictool.train.kfold.fold_context)
     points: dict[str, Any] = field(default_factory=dict)  # the points grader beside the majority class (metrics.json)
-    low_marks: dict[str, Any] = field(default_factory=dict)  # per true mark, failing answers (rubrictool.evaluate.low_marks)
-    low_marks_table: tuple[list[str], list[list[str]], str] | None = None  # low_marks in words (evaluate.low_marks_lines)
+    # per true mark, failing answers (rubrictool.evaluate.low_marks)
+    low_marks: dict[str, Any] = field(default_factory=dict)
+    # low_marks in words (evaluate.low_marks_lines)
+    low_marks_table: tuple[list[str], list[list[str]], str] | None = None
     pass_mark: str = ""  # the course's pass mark and error costs, in words
     sigma2_meaning: str = ""  # what σ² measures on this project's data (evaluate.SIGMA2_MEANING)
     unavailable: list[str] = field(default_factory=list)  # one line per section a run cannot show
@@ -138,8 +142,9 @@ def build_report(
     if r.fold:  # a fold's few test answers: the pooled page is the one to read, not "train with --folds 5"
         for w in r.warnings:
             if w.get("code") == "small_test":
-                w["message"] = (f"only {r.n_test} test answers: this is fold {r.fold['fold']} of a {r.fold['folds']}-fold "
-                                f"run; its pooled page covers every answer: rubrictool report --run {r.fold['parent']}")
+                w["message"] = (f"only {r.n_test} test answers: this is fold {r.fold['fold']} of a "
+                                f"{r.fold['folds']}-fold run; its pooled page covers every answer: rubrictool report "
+                                f"--run {r.fold['parent']}")
     r.warnings += [{"code": "run", "message": w} for w in run.warnings]  # e.g. its training table changed since
     if curve is not None:
         _curve_section(r, run, curve)
@@ -184,7 +189,8 @@ def _low_marks_section(r: Report, run: Run, gold: NDArray[Any], pred: NDArray[An
     rb, g0 = run.rubric, run.grade_min
     r.low_marks = low_marks(gold + g0, pred + g0, list(range(g0, g0 + r.grade_levels)), rb.pass_mark)
     r.low_marks_table = low_marks_lines(r.low_marks)
-    stated = "the rubric states it" if rb.grade.pass_mark is not None else "the scale's midpoint: the rubric states none"
+    stated = ("the rubric states it" if rb.grade.pass_mark is not None
+              else "the scale's midpoint: the rubric states none")
     r.pass_mark = (f"pass mark {rb.pass_mark} ({stated}); cost of a failing answer passed {rb.costs.fail_passed:g}, "
                    f"of a passing answer failed {rb.costs.pass_failed:g}")
     r.sigma2_meaning = SIGMA2_MEANING
@@ -205,7 +211,8 @@ def _honest_section(r: Report, run: Run, gold: NDArray[Any], probs: NDArray[Any]
         r.unavailable.append("the majority-class baseline and the run's warnings: the table has no graded "
                              "training answers")
     else:
-        r.honest = honest_metrics(gold, decide(probs, run.model.decision), train, grade_min=run.grade_min, y_majority=majority)
+        r.honest = honest_metrics(gold, decide(probs, run.model.decision), train, grade_min=run.grade_min,
+                                  y_majority=majority)
         r.warnings = list(r.honest["warnings"])
     r.calibration = calibration(probs, gold)
     r.images["calibration.png"] = calibration_png(r.calibration)
@@ -224,7 +231,8 @@ def _curve_section(r: Report, run: Run, curve: str | Path) -> None:
     beats = not {w.get("code") for w in r.warnings} & {"constant_predictions", "not_above_majority"}
     pos = curve_position(curve, n_train, variant, r.unavailable)
     if pos is not None:
-        r.curve = pos | {"run_qwk": r.metrics.get("qwk"), "run_t_acc": r.metrics.get("t_acc"), "run_beats_majority": beats,
+        r.curve = pos | {"run_qwk": r.metrics.get("qwk"), "run_t_acc": r.metrics.get("t_acc"),
+                         "run_beats_majority": beats,
                          "run_variant": variant}
 
 
@@ -277,7 +285,8 @@ def curve_lines(c: dict[str, Any]) -> list[str]:
     if c["within"]:
         if lo and hi and lo["n_train"] != hi["n_train"]:
             where = (f"interpolated between {lo['n_train']:.0f} and {hi['n_train']:.0f} answers, whose QWK is "
-                     f"{lo['qwk']:.3f}{sd(lo, 'qwk')} and {hi['qwk']:.3f}{sd(hi, 'qwk')}, ± 1 s.d. over folds × repeats")
+                     f"{lo['qwk']:.3f}{sd(lo, 'qwk')} and {hi['qwk']:.3f}{sd(hi, 'qwk')}, ± 1 s.d. over folds × "
+                     "repeats")
             qwk, t_acc = f"{c['qwk']:.3f}", f"{c['t_acc']:.3f}"
         else:
             where = "at a measured size; ± 1 s.d. over folds × repeats"
@@ -300,8 +309,8 @@ def curve_lines(c: dict[str, Any]) -> list[str]:
     reach, reading = c.get("reach_90"), c.get("reading") or {}
     if full:
         majority = (reading.get("full") or {}).get("majority_t_acc")
-        out.append(f"With all {full['n_train']:.0f} answers of the curve's folds: QWK {full['qwk']:.3f}{sd(full, 'qwk')}, "
-                   f"T-Acc {full['t_acc']:.3f}{sd(full, 't_acc')}"
+        out.append(f"With all {full['n_train']:.0f} answers of the curve's folds: QWK "
+                   f"{full['qwk']:.3f}{sd(full, 'qwk')}, T-Acc {full['t_acc']:.3f}{sd(full, 't_acc')}"
                    + (f" (the majority class's T-Acc there: {majority:.3f}; its QWK is 0)." if majority is not None
                       else "."))
     if reach:
@@ -320,12 +329,14 @@ def curve_lines(c: dict[str, Any]) -> list[str]:
 def _verdict(r: Report, run: Run, predicted: NDArray[Any]) -> list[str]:
     correlations: dict[str, dict[str, float] | None] = {
         "ρ(σ², 1 − α)": r.spearman_ci, "ρ(σ²(implied), σ̂²)": r.implied.get("implied_vs_measured"),
-        "ρ(σ²(implied), 1 − α)": r.implied.get("implied_vs_1_minus_alpha"), "ρ(1 − test reliability, 1 − α)": r.noise_share}
+        "ρ(σ²(implied), 1 − α)": r.implied.get("implied_vs_1_minus_alpha"),
+                                                        "ρ(1 − test reliability, 1 − α)": r.noise_share}
     grades = list(range(run.grade_min, run.grade_min + r.grade_levels))
     low = [r.low_marks_table[2]] if r.low_marks_table else []
     return low + verdict(grades=grades, predicted=sorted({int(g) for g in predicted}), honest=r.honest,
                    concepts=r.concepts, correlations=correlations, lcec=r.lcec, points=r.points,
-                   qwk=r.metrics.get("qwk"), fold=r.fold, levels=(run.labels or {}).get("levels")) + audit_verdict(r.audit)
+                   qwk=r.metrics.get("qwk"), fold=r.fold,
+                         levels=(run.labels or {}).get("levels")) + audit_verdict(r.audit)
 
 
 def _graders(test: pd.DataFrame) -> list[str]:
@@ -347,7 +358,8 @@ def _agreement_section(r: Report, run: Run, test: pd.DataFrame, pred: NDArray[An
     for i, a in enumerate(graders):
         for b in graders[i + 1:]:
             rows.append({"pair": f"{a} vs {b} (human–human)",
-                         **pair_agreement(pd.to_numeric(test[a], errors="coerce"), pd.to_numeric(test[b], errors="coerce"))})
+                         **pair_agreement(pd.to_numeric(test[a], errors="coerce"),
+                                          pd.to_numeric(test[b], errors="coerce"))})
     if len(graders) < 2:
         r.unavailable.append("human–human agreement: the table has no two grader columns (grade_<who>, one per "
                              "human grader)")
@@ -489,7 +501,8 @@ def trace_file(item_id: str) -> str:
 
 def trace_png(t: ItemTrace) -> bytes:
     after = [c.contribution_after or 0.0 for c in t.concepts] if t.grade_after is not None else None
-    title = (f"{strip_controls(t.id, '').replace('$', chr(92) + '$')}: grade {t.grade} (p = {t.grade_prob:.2f}), logit {t.logit:+.2f}"
+    title = (f"{strip_controls(t.id, '').replace('$', chr(92) + '$')}: grade {t.grade} (p = {t.grade_prob:.2f}), logit "
+             f"{t.logit:+.2f}"
              + (f", gold {t.gold_grade}" if t.gold_grade is not None else ""))
     other = None
     if t.other_grade is not None and t.other_bias is not None:

@@ -1,10 +1,10 @@
 """A trained run, opened for inspection: model, rubric scales, the table it was trained on, predictions.
 
 :func:`open_run` opens a run directory (:class:`rubrictool.train.runs.Run`, the one run type) with its model and the
-adjudicated table it was trained on: ``--table FILE`` (explain: ``--items FILE``) when given, else the run's copy of it (or the recorded file),
-else the bundled benchmark labels the run names (Mohler).
-:func:`predict_with_attention` runs the model once over items and keeps, besides
-:class:`reccbm.Predictions`, each item's tokens and RACE attention α_{k,t} (Eq. 9) over its response.
+adjudicated table it was trained on: ``--table FILE`` (explain: ``--items FILE``) when given, else the run's copy of it
+(or the recorded file), else the bundled benchmark labels the run names (Mohler). :func:`predict_with_attention` runs
+the model once over items and keeps, besides :class:`reccbm.Predictions`, each item's tokens and RACE attention α_{k,t}
+(Eq. 9) over its response.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ __all__ = [
 
 def open_run(run_dir: str | Path, data: str | Path | None = None, data_dir: str | Path | None = None,
              need_table: bool = True) -> Run:
-    """:func:`rubrictool.train.runs.open_run` with the model loaded and, when ``need_table``, the training table (``data``,
-    else the run's copy or recorded table, else the benchmark's bundled labels)."""
+    """:func:`rubrictool.train.runs.open_run` with the model loaded and, when ``need_table``, the training table
+    (``data``, else the run's copy or recorded table, else the benchmark's bundled labels)."""
     run = runs.open_run(run_dir, data_dir=data_dir)
     _ = run.model  # load now: every reader of a run needs the model
     if data is not None or need_table:

@@ -61,7 +61,8 @@ def suggestion_prompt(rubric_text: str, rubric: Rubric, boundaries: list[tuple[i
     lines = [
         ("You are helping a teacher improve an analytic grading rubric. Each answer below was labelled with the "
         "rubric's concepts by reviewers and graded holistically by the teacher."),
-        f"The concept levels cannot tell some adjacent grades apart (grade scale {rubric.grade.min}..{rubric.grade.max}):",
+        ("The concept levels cannot tell some adjacent grades apart (grade scale "
+         f"{rubric.grade.min}..{rubric.grade.max}):"),
         *(f"- grade {lo} vs grade {hi}: balanced accuracy {acc:.2f} (0.5 is chance)" for lo, hi, acc in boundaries),
         "", "Pairs of answers with the SAME concept levels but DIFFERENT grades:",
     ]
@@ -94,7 +95,8 @@ def apply_proposal(rubric_text: str, rubric: Rubric, reply: str, file: str = "ru
     try:
         prop = yaml.safe_load(body)
     except yaml.YAMLError as e:
-        raise RubricError(f"the proposal is not YAML ({e.__class__.__name__}): {' '.join(body.split())[:200]}") from None
+        raise RubricError(f"the proposal is not YAML ({e.__class__.__name__}): "
+                          f"{' '.join(body.split())[:200]}") from None
     if not isinstance(prop, dict) or not ({"add_concept", "sharpen"} & set(prop)):
         raise RubricError("the proposal has neither add_concept: nor sharpen:")
     unknown = set(prop) - {"add_concept", "sharpen"}
@@ -116,7 +118,8 @@ def apply_proposal(rubric_text: str, rubric: Rubric, reply: str, file: str = "ru
         if not isinstance(new, dict):
             raise RubricError("add_concept must be a mapping (key, name, definition, levels)")
         order = ["key", "name", "group", "definition", "levels"]
-        text = add_concept(text, {k: new[k] for k in order if k in new} | {k: v for k, v in new.items() if k not in order})
+        text = add_concept(text, {k: new[k] for k in order if k in new}
+                           | {k: v for k, v in new.items() if k not in order})
     parse_rubric(text, f"{file} (as proposed)")
     return text, unified_diff(rubric_text, text, file)
 
@@ -186,7 +189,8 @@ def propose_rubric_change(
     return out
 
 
-def propose_for_diagnosis(diag: Diagnosis, model: str, rubric: str | Path | None = None, **kwargs: Any) -> RubricProposal:
+def propose_for_diagnosis(diag: Diagnosis, model: str, rubric: str | Path | None = None,
+                          **kwargs: Any) -> RubricProposal:
     """:func:`propose_rubric_change` for the boundaries a diagnosis named and its contrasting pairs."""
     ref = rubric if rubric is not None else diag.rubric
     if ref is None:

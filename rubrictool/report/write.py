@@ -29,7 +29,8 @@ def write_report(r: Report, out: str | Path) -> dict[str, Path]:
                   ("level_confusions.csv", people_csv(r.diagnosis.confusions))]
         if r.diagnosis.ceiling is not None:
             files += [(name, people_csv(df)) for name, df in (
-                ("grade_ceiling.csv", r.diagnosis.ceiling.per_grade), ("grade_boundaries.csv", r.diagnosis.ceiling.boundaries),
+                ("grade_ceiling.csv", r.diagnosis.ceiling.per_grade),
+                                                              ("grade_boundaries.csv", r.diagnosis.ceiling.boundaries),
                 ("contrast_pairs.csv", pairs_frame(r.diagnosis.pairs)))]
     report_json = json.dumps({"metrics": r.metrics, "agreement": r.agreement.to_dict("records"),
                               "unavailable": r.unavailable, "verdict": r.verdict,
@@ -39,7 +40,8 @@ def write_report(r: Report, out: str | Path) -> dict[str, Path]:
                               "learning_curve": r.curve or None, "low_marks": r.low_marks,
                               "pass_mark": r.pass_mark,
                               "audit": {"dir": r.audit.get("dir"), "stale": r.audit.get("stale"),
-                                        "failing": (r.audit.get("behaviour") or {}).get("failing")} if r.audit else None},
+                                        "failing": (r.audit.get("behaviour") or {}).get("failing")} if r.audit
+                              else None},
                              indent=1, default=float) + "\n"
     files += [("report.html", render_html(r).encode("utf-8")), ("report.md", render_markdown(r).encode("utf-8")),
               ("report.json", report_json.encode("utf-8"))]
@@ -49,6 +51,7 @@ def write_report(r: Report, out: str | Path) -> dict[str, Path]:
         except OSError as exc:
             done = ", ".join(paths) or "nothing"
             raise DataError(f"{d / name}: cannot write it ({exc.strerror or exc}); written before it: {done} (the rest "
-                            "is as it was)", hint="free space or pass --out a folder you can write, then run it again") from None
+                            "is as it was)",
+                            hint="free space or pass --out a folder you can write, then run it again") from None
         paths[name] = d / name
     return paths

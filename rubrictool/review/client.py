@@ -90,7 +90,8 @@ def _jwt_access(conn: Connection, refresh: str) -> str:
     try:
         r = httpx.post(conn.url + "/api/token/refresh", json={"refresh": refresh}, timeout=conn.timeout)
     except httpx.HTTPError as e:
-        raise ReviewError(f"cannot reach Label Studio at {conn.url} ({e.__class__.__name__}); is the server running?") from None
+        raise ReviewError(f"cannot reach Label Studio at {conn.url} ({e.__class__.__name__}); is the server "
+                          "running?") from None
     if r.status_code != 200 or "access" not in r.text:
         raise ReviewError(
             f"Label Studio at {conn.url} refused the personal access token ({r.status_code})",
@@ -101,7 +102,8 @@ def _jwt_access(conn: Connection, refresh: str) -> str:
     return access
 
 
-def resolve_connection(url: str | None = None, api_key: str | None = None, folder: str | Path = DEFAULT_DIR) -> Connection:
+def resolve_connection(url: str | None = None, api_key: str | None = None,
+                       folder: str | Path = DEFAULT_DIR) -> Connection:
     """Connection settings: the options, else ``$LABEL_STUDIO_URL`` / ``$LABEL_STUDIO_API_KEY``, else the
     server that ``rubrictool review serve`` is running from ``folder`` (its URL and admin token file)."""
     url = url or os.environ.get(ENV_URL) or None
@@ -112,7 +114,8 @@ def resolve_connection(url: str | None = None, api_key: str | None = None, folde
     if url is None:
         raise ReviewError(
             "no Label Studio URL",
-            hint=f"pass --url http://HOST:PORT or set ${ENV_URL} (or start a local server with `rubrictool review serve`)",
+            hint=f"pass --url http://HOST:PORT or set ${ENV_URL} (or start a local server with `rubrictool review "
+                 "serve`)",
         )
     url = url.rstrip("/")
     if not re.match(r"^https?://[^/\s]+", url):

@@ -165,19 +165,22 @@ class ReviewStatus:
         if len(self.anchoring):
             kept = [c for c in self.anchoring.columns if c.startswith("kept_")]
             out.append("anchoring check — per concept: α of the reviews so far, and the share of reviews that kept "
-                       "each pre-annotation's level (near 100% with a low α: pre-annotation may be steering the reviewers)")
+                       "each pre-annotation's level (near 100% with a low α: pre-annotation may be steering the "
+                       "reviewers)")
             for rec in self.anchoring.to_dict(orient="records"):
                 row: dict[str, Any] = {str(k): v for k, v in rec.items()}
                 a = "—" if pd.isna(row["alpha"]) else f"{row['alpha']:.3f}"
                 shares = "; ".join(
                     f"kept {c.removeprefix('kept_')} {100 * row[c]:.0f}%" for c in kept if not pd.isna(row[c])
                 )
-                out.append(f"  {row['concept']}: {row['reviews']} review(s), α {a} ({row['pairable']} item(s) with ≥ 2 reviews)"
+                out.append(f"  {row['concept']}: {row['reviews']} review(s), α {a} ({row['pairable']} item(s) with ≥ 2 "
+                           "reviews)"
                            + (f"; {shares}" if shares else ""))
         if self.settings:
             hist = "shown" if self.settings.get("show_annotation_history") else "hidden"
             if self.settings.get("show_collab_predictions", True):
-                mode = (f"anchored review: reviewers see the levels of {self.settings.get('model_version') or 'a model'} "
+                mode = ("anchored review: reviewers see the levels of "
+                        f"{self.settings.get('model_version') or 'a model'} "
                         "pre-selected (marked as pre-filled by it)")
             else:
                 mode = "blind review: reviewers see no model's levels"
@@ -213,7 +216,8 @@ def status(conn: Connection, project: str | int, rubric: Rubric | None = None) -
         rows.append({"model": col.removeprefix("differs_"), "reviews": len(by_ann),
                      "reviews_changed": int(by_ann.sum()), "labels": len(d), "labels_changed": int(d[col].sum())})
     changed = pd.DataFrame(rows, columns=["model", "reviews", "reviews_changed", "labels", "labels_changed"])
-    settings: dict[str, Any] = {k: proj.get(k) for k in ("show_collab_predictions", "show_annotation_history", "model_version")
+    settings: dict[str, Any] = {k: proj.get(k) for k in ("show_collab_predictions", "show_annotation_history",
+                                                         "model_version")
                                if k in proj}
     return ReviewStatus(int(proj["id"]), str(proj.get("title")), len(tasks), hist, per_reviewer, changed,
                         int(proj.get("maximum_annotations") or 0), anchoring_table(reviews, list(parse_label_config(
@@ -289,7 +293,8 @@ def project_and_rubric(project: str | None, rubric: str | Path | None) -> tuple[
     if project is not None:
         return rb, project
     if rb is None:
-        raise ReviewError("which project? no project and no rubric given", hint="pass --project TITLE|ID (or --rubric R for the default title R-review)")
+        raise ReviewError("which project? no project and no rubric given",
+                          hint="pass --project TITLE|ID (or --rubric R for the default title R-review)")
     return rb, f"{rb.name}-review"
 
 

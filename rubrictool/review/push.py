@@ -58,7 +58,8 @@ def find_project(conn: Connection, project: str | int) -> dict[str, Any] | None:
     hits = [p for p in _all_projects(conn, str(project)) if p.get("title") == project]
     if len(hits) > 1:
         ids = ", ".join(str(p["id"]) for p in hits)
-        raise ReviewError(f"{len(hits)} projects are titled {project!r} (ids {ids})", hint="pass --project <id> to pick one")
+        raise ReviewError(f"{len(hits)} projects are titled {project!r} (ids {ids})",
+                          hint="pass --project <id> to pick one")
     return _get_project(conn, int(hits[0]["id"])) if hits else None
 
 
@@ -91,7 +92,8 @@ def _writable_folder(path: Path) -> None:
             pass
     except OSError as exc:
         raise ReviewError(f"{path}: cannot write the review state file there ({exc.strerror or exc}); nothing was sent "
-                          "to Label Studio", hint="make the folder of --items writable, or copy the items elsewhere") from None
+                          "to Label Studio",
+                          hint="make the folder of --items writable, or copy the items elsewhere") from None
 
 
 def _write_local(path: Path, what: str, kept: str, write: Callable[[], object]) -> None:
@@ -220,7 +222,8 @@ class PushResult:
             + f"; {self.already} of {self.items} item(s) were already there"
             + (f"; {self.duplicates_removed} second copy(ies) of an item, left by an interrupted push, deleted"
                if self.duplicates_removed else "")
-            + (f"; {self.other_predictions} prediction row(s) for other items left out" if self.other_predictions else "")
+            + (f"; {self.other_predictions} prediction row(s) for other items left out" if self.other_predictions
+               else "")
             + (
                 f"; routed by {self.routing.how} (seed {self.routing.seed}): {len(self.routing.selected)} of "
                 f"{len(self.routing.table)} item(s) sent to review, ranking in {self.routing_file}"
@@ -275,7 +278,8 @@ def _project_title(project: str | None, rubric: Rubric) -> str:
     """The project's title (default ``<rubric>-review``), checked against Label Studio's length limits."""
     title = project or f"{rubric.name}-review"
     if not 3 <= len(title) <= 50:
-        raise ReviewError(f"project title {title!r} has {len(title)} characters; Label Studio needs 3 to 50", hint="pass another --project")
+        raise ReviewError(f"project title {title!r} has {len(title)} characters; Label Studio needs 3 to 50",
+                          hint="pass another --project")
     return title
 
 
@@ -402,11 +406,12 @@ def push(
     and what was kept.
 
     ``model_predictions`` (a trained grader's PredictionTable, :func:`rubrictool.grade.grader_predictions`)
-    ranks items for ``select="uncertain"`` and, in anchored review only, adds one more prediction per task (``model_version`` = its model name) whose ``score`` is the grader's
-    confidence (1 − uncertainty); it is also written next to the state file for ``adjudicate
-    --pre-annotations``. A prediction is never sent twice for the same task and model, so a re-push is a
-    no-op. ``select`` (uncertain, disagreement, random) with ``budget`` imports only the ``budget`` items
-    :func:`~rubrictool.review.routing.route` picks (the full ranking goes to ``<title>.routing.csv``).
+    ranks items for ``select="uncertain"`` and, in anchored review only, adds one more prediction per task
+    (``model_version`` = its model name) whose ``score`` is the grader's confidence (1 − uncertainty); it is also
+    written next to the state file for ``adjudicate --pre-annotations``. A prediction is never sent twice for the same
+    task and model, so a re-push is a no-op. ``select`` (uncertain, disagreement, random) with ``budget`` imports only
+    the ``budget`` items :func:`~rubrictool.review.routing.route` picks (the full ranking goes to
+    ``<title>.routing.csv``).
 
     Blind review is the default, as far as Label Studio's community edition allows: the tasks carry no
     predictions at all (the PredictionTable stays here, for ``adjudicate --predictions``), the project
@@ -421,7 +426,8 @@ def push(
     (:class:`PushOptions`).
     """
     o = options
-    project, max_annotations, batch_size, select, budget = o.project, o.max_annotations, o.batch_size, o.select, o.budget
+    project, max_annotations, batch_size = o.project, o.max_annotations, o.batch_size
+    select, budget = o.select, o.budget
     if max_annotations < 1:
         raise ReviewError(f"max_annotations must be at least 1 (got {max_annotations})", hint="set --max-annotations")
     items, preds, other = _push_inputs(rubric, items_path, predictions_path, model_predictions)
@@ -429,7 +435,8 @@ def push(
         raise ReviewError("--select and --budget go together", hint="e.g. --select uncertain --budget 200")
     models = sorted(preds["model"].astype(str).unique()) if preds is not None else []
     prefill = _prefill(o.show_predictions, o.prefill_model, models,
-                       str(model_predictions["model"].iloc[0]) if model_predictions is not None and len(model_predictions) else None)
+                       str(model_predictions["model"].iloc[0]) if model_predictions is not None
+                       and len(model_predictions) else None)
     title = _project_title(project, rubric)
     state_path = Path(state_file) if state_file else Path(items_path).parent / STATE_NAME
     xml = render_label_config(rubric, prefilled_by=prefill)
@@ -457,7 +464,8 @@ def _prefill(show: bool, model: str | None, models: list[str], grader: str | Non
     if not show:
         if model is not None:
             raise ReviewError(f"--prefill-model {model} only makes sense with --show-predictions (the default is blind "
-                              "review: no model's levels shown)", hint="add --show-predictions, or drop --prefill-model")
+                              "review: no model's levels shown)",
+                              hint="add --show-predictions, or drop --prefill-model")
         return None
     if not models:
         raise ReviewError("--show-predictions: there are no predictions to show",

@@ -51,7 +51,8 @@ def find_label_studio(bin: str | Path | None = None) -> Path:
         p = Path(bin)
         if p.is_file() and os.access(p, os.X_OK):
             return p.resolve()  # the server runs with its data folder as the working directory
-        raise ReviewError(f"{p}: not an executable", hint="pass the path of the label-studio command to --label-studio-bin")
+        raise ReviewError(f"{p}: not an executable",
+                          hint="pass the path of the label-studio command to --label-studio-bin")
     for cand in (Path(".venv-ls") / "bin" / "label-studio", REPO_DIR / ".venv-ls" / "bin" / "label-studio"):
         if cand.is_file() and os.access(cand, os.X_OK):
             return cand.resolve()
@@ -176,7 +177,8 @@ def start_server(
     exe = find_label_studio(bin)
     host = "127.0.0.1"
     if not port_is_free(port, host):
-        raise ReviewError(f"port {port} on {host} is already in use", hint="pass another --port or stop what runs there")
+        raise ReviewError(f"port {port} on {host} is already in use",
+                          hint="pass another --port or stop what runs there")
     root = Path(folder).resolve()
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o700)
@@ -209,7 +211,8 @@ def start_server(
             if url is not None:
                 try:
                     if httpx.get(url + "/health", timeout=5).status_code == 200:
-                        atomic_write_json(root / SERVER_FILE, {"url": url, "pid": os.getpid(), "admin_email": ADMIN_EMAIL})
+                        atomic_write_json(root / SERVER_FILE,
+                                          {"url": url, "pid": os.getpid(), "admin_email": ADMIN_EMAIL})
                         return server
                 except httpx.HTTPError:
                     pass

@@ -33,7 +33,14 @@ def _norm(text: str) -> str:
 
 
 _STOP_WORDS = frozenset(
-    ["a", "about", "above", "after", "again", "all", "also", "an", "and", "any", "are", "as", "at", "be", "been", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "during", "each", "either", "few", "for", "from", "further", "had", "has", "have", "having", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "may", "might", "more", "most", "much", "must", "no", "nor", "not", "of", "off", "on", "once", "only", "or", "other", "our", "out", "over", "own", "same", "should", "so", "some", "such", "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "whether", "which", "while", "who", "whom", "why", "will", "with", "within", "without", "would", "you", "your"]
+    ["a", "about", "above", "after", "again", "all", "also", "an", "and", "any", "are", "as", "at", "be", "been",
+     "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "during", "each",
+     "either", "few", "for", "from", "further", "had", "has", "have", "having", "how", "i", "if", "in", "into", "is",
+     "it", "its", "itself", "just", "may", "might", "more", "most", "much", "must", "no", "nor", "not", "of", "off",
+     "on", "once", "only", "or", "other", "our", "out", "over", "own", "same", "should", "so", "some", "such", "than",
+     "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under",
+     "until", "up", "very", "was", "we", "were", "what", "when", "where", "whether", "which", "while", "who", "whom",
+     "why", "will", "with", "within", "without", "would", "you", "your"]
 )
 
 

@@ -182,7 +182,8 @@ def _semantic_issues(data: dict[str, Any]) -> list[tuple[Loc, str]]:
         key = c.get("key")
         if isinstance(key, str):
             if key in first_key:
-                msg = f"duplicate concept key {key!r} (concept #{first_key[key]} has it too); every concept needs its own key"
+                msg = (f"duplicate concept key {key!r} (concept #{first_key[key]} has it too); "
+                       "every concept needs its own key")
                 issues.append((("concepts", i, "key"), msg))
             else:
                 first_key[key] = i
@@ -219,7 +220,8 @@ def _semantic_issues(data: dict[str, Any]) -> list[tuple[Loc, str]]:
         off = [(i, v) for i, v in concept_values if v != scale_values]
         if off and len(off) == len(concept_values) and len({tuple(v) for _, v in off}) == 1:
             v = off[0][1]
-            issues.append((("scale",), f"scale is {smin}..{smax} but every concept has levels {v[0]}..{v[-1]}; make them agree"))
+            issues.append((("scale",),
+                           f"scale is {smin}..{smax} but every concept has levels {v[0]}..{v[-1]}; make them agree"))
         else:
             for i, v in off:
                 msg = (
@@ -246,13 +248,15 @@ def _points_issues(data: dict[str, Any]) -> list[tuple[Loc, str]]:
     has = [[_num(lv.get("points")) for lv in lvs] for lvs in levels]
     if not any(p is not None for ps in has for p in ps):
         if raw_grading is not None:
-            return [(("grading",), "grading: is set but no level has points: give every level `points:`, or drop grading")]
+            return [(("grading",),
+                     "grading: is set but no level has points: give every level `points:`, or drop grading")]
         return []
     issues: list[tuple[Loc, str]] = []
     for i, (c, lvs, ps) in enumerate(zip(concepts, levels, has)):
         for j, (lv, pt) in enumerate(zip(lvs, ps)):
             if pt is None and "points" not in lv:
-                issues.append((("concepts", i, "levels", j), (f"level {lv.get('value')} of concept {c.get('key')} has no "
+                issues.append((("concepts", i, "levels", j),
+                               (f"level {lv.get('value')} of concept {c.get('key')} has no "
                                "points: when any level has points, every level needs them")))
         for j in range(1, len(ps)):
             lo, hi = ps[j - 1], ps[j]
@@ -269,11 +273,13 @@ def _points_issues(data: dict[str, Any]) -> list[tuple[Loc, str]]:
     gmin, gmax = _int_or_none(gs.get("min")), _int_or_none(gs.get("max"))
     th = grading.get("thresholds")
     if grading.get("map", "linear") == "linear" and hi_total <= lo_total:
-        issues.append((("grading", "map"), f"grading map linear needs a range of totals, but every response earns {lo_total:g} points"))
+        issues.append((("grading", "map"),
+                       f"grading map linear needs a range of totals, but every response earns {lo_total:g} points"))
     if grading.get("map") == "thresholds" and isinstance(th, list) and gmin is not None and gmax is not None:
         nums = [_num(t) for t in th]
         if len(th) != gmax - gmin:
-            issues.append((("grading", "thresholds"), (f"thresholds has {len(th)} number(s) but grades {gmin}..{gmax} need "
+            issues.append((("grading", "thresholds"),
+                           (f"thresholds has {len(th)} number(s) but grades {gmin}..{gmax} need "
                            f"{gmax - gmin}: the least total for each of grades {gmin + 1}..{gmax}")))
         else:
             for k in range(1, len(nums)):
@@ -283,8 +289,10 @@ def _points_issues(data: dict[str, Any]) -> list[tuple[Loc, str]]:
                                    f"above threshold {k - 1} ({a:g})")))
             for k, t in enumerate(nums):
                 if t is not None and not lo_total < t <= hi_total:
-                    issues.append((("grading", "thresholds", k), (f"threshold {k} ({t:g}) is outside the totals a response "
-                                   f"can earn ({lo_total:g}..{hi_total:g}]: grade {gmin + k + 1} could never (or always) be given")))
+                    issues.append((("grading", "thresholds", k),
+                                   (f"threshold {k} ({t:g}) is outside the totals a response "
+                                   f"can earn ({lo_total:g}..{hi_total:g}]: grade {gmin + k + 1} could never (or "
+                                   "always) be given")))
     return issues
 
 
@@ -412,7 +420,8 @@ def load_rubric(name_or_path: str | Path) -> Rubric:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise RubricError(f"{path}: cannot read the rubric ({e.__class__.__name__}); is it a UTF-8 text file?") from None
+        raise RubricError(f"{path}: cannot read the rubric ({e.__class__.__name__}); is it a UTF-8 text "
+                          "file?") from None
     return parse_rubric(text, str(path))
 
 

@@ -120,7 +120,8 @@ def set_grading(text: str, grading: dict[str, Any]) -> str:
     """Set the top-level ``grading:`` block (replacing one already there), written just before ``concepts:``."""
     root = _root(text)
     body = "grading: {" + ", ".join(
-        f"{k}: [{', '.join(_scalar(x) for x in v)}]" if isinstance(v, list) else f"{k}: {_scalar(v) if not isinstance(v, str) else v}"
+        f"{k}: [{', '.join(_scalar(x) for x in v)}]" if isinstance(v, list)
+                                    else f"{k}: {_scalar(v) if not isinstance(v, str) else v}"
         for k, v in grading.items()) + "}\n"
     have = _get(root, "grading")
     if have is not None:

@@ -155,7 +155,8 @@ class GradeScale(Scale):
         lo, hi = info.data.get("min"), info.data.get("max")
         if v is not None and isinstance(lo, int) and isinstance(hi, int) and not lo < v <= hi:
             raise ValueError(f"pass_mark {v} is outside the grades {lo + 1}..{hi} that can pass (a pass mark of {lo} "
-                             f"would pass every answer); set it to the least mark that passes, e.g. {-(-(lo + hi) // 2)}")
+                             "would pass every answer); set it to the least mark that passes, e.g. "
+                             f"{-(-(lo + hi) // 2)}")
         return v
 
     @property
@@ -188,16 +189,19 @@ def _points_problems(concepts: list[Concept], grade: Scale, grading: Grading | N
     """The points checks of a rubric, one message each (the loader locates them at the exact key)."""
     with_points = [(c, lv) for c in concepts for lv in c.levels if lv.points is not None]
     if not with_points:
-        return ["grading: is set but no level has points: give every level `points:`, or drop grading"] if grading else []
+        none = "grading: is set but no level has points: give every level `points:`, or drop grading"
+        return [none] if grading else []
     out = []
     for c in concepts:
         for lv in c.levels:
             if lv.points is None:
-                out.append(f"level {lv.value} of concept {c.key} has no points: when any level has points, every level needs them")
+                out.append(f"level {lv.value} of concept {c.key} has no points: when any level has points, "
+                           "every level needs them")
         pts = [lv.points for lv in c.levels]
         for a, b, lo, hi in zip(c.levels, c.levels[1:], pts, pts[1:]):
             if lo is not None and hi is not None and hi < lo:
-                out.append(f"points of concept {c.key} fall from {lo:g} at level {a.value} to {hi:g} at level {b.value}: "
+                out.append(f"points of concept {c.key} fall from {lo:g} at level {a.value} to {hi:g} at level "
+                           f"{b.value}: "
                            "a higher level must not earn fewer points")
     if out:
         return out
@@ -220,8 +224,9 @@ def _points_problems(concepts: list[Concept], grade: Scale, grading: Grading | N
                     out.append(f"thresholds must rise: threshold {i + 1} ({t1:g}) is not above threshold {i} ({t0:g})")
             for i, t in enumerate(th):
                 if not lo_total < t <= hi_total:
-                    out.append(f"threshold {i} ({t:g}) is outside the totals a response can earn ({lo_total:g}..{hi_total:g}]: "
-                               f"grade {grade.min + i + 1} could never (or always) be given")
+                    out.append(f"threshold {i} ({t:g}) is outside the totals a response can earn "
+                               f"({lo_total:g}..{hi_total:g}]: grade {grade.min + i + 1} could never (or always) "
+                               "be given")
     elif g.thresholds is not None:
         out.append(f"thresholds are only read with map: thresholds (map is {g.map}); drop them or set map: thresholds")
     return out

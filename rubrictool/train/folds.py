@@ -55,7 +55,8 @@ __all__ = ["FINAL_DIR", "FINAL_NOTE", "FOLD_COLUMNS", "folds_markdown", "train_f
 FINAL_DIR = "final"
 """The k-fold run's final model (``train --folds k --final``): one run trained on every labelled answer."""
 FINAL_NOTE = ("final model: trained on every labelled answer (its dev and test parts are its training answers, so "
-              "its own figures are in-sample); its quality card is the pooled figures of the folds beside it (folds.md)")
+              "its own figures are in-sample); its quality card is the pooled figures of the folds beside it "
+              "(folds.md)")
 
 
 def _fold_done(fold_dir: Path) -> bool:
@@ -83,8 +84,8 @@ def train_folds(
     """k-fold evaluation: one run per fold in ``run_dir/fold-<i>`` (every item tested exactly once; see
     :func:`rubrictool.data.kfold_splits`), then pooled metrics and the baselines (:mod:`rubrictool.evaluate`).
     options and record are each fold's :func:`rubrictool.train.train_model` arguments.
-    jobs > 1: the folds not finished yet train in that many worker processes (:mod:`rubrictool.train.parallel`), each fold
-    as the serial run trains it.
+    jobs > 1: the folds not finished yet train in that many worker processes (:mod:`rubrictool.train.parallel`), each
+    fold as the serial run trains it.
 
     final: then one more model on every labelled answer, ``run_dir/final`` (:data:`FINAL_DIR`), which ``rubrictool
     grade --run run_dir`` grades with, the pooled figures its quality card. Resumable: a fold whose run finished
@@ -108,7 +109,8 @@ def train_folds(
 
         run_in_workers(train_model, [(f"fold {i + 1}", {"rubric": rb, "table": table, "split": sp,
                                                         "run_dir": run / f"fold-{i}", **fold_args})
-                                     for i, sp in enumerate(splits) if not _fold_done(run / f"fold-{i}")], jobs, progress, "folds")
+                                     for i, sp in enumerate(splits) if not _fold_done(run / f"fold-{i}")], jobs,
+                       progress, "folds")
     results: list[dict[str, Any]] = []
     for i, sp in enumerate(splits):
         fold_dir = run / f"fold-{i}"
@@ -242,7 +244,8 @@ def _folds_summary(rb: Rubric, run: Path, results: list[dict[str, Any]], pooled:
         "fold_seed": fold_seed, "by": by, "n_items": len(pooled), "notes": list(notes or []),
         "pooled": pooled_metrics(pooled, keys),
         "per_fold": [r["seeds"][0]["test"] | {"fold": i} | fold_given(pooled, i) for i, r in enumerate(results)],
-        "baselines": {name: pooled_metrics(pooled.assign(grade=pooled[name]).drop(columns=["grade_oracle"], errors="ignore"), [])
+        "baselines": {name: pooled_metrics(pooled.assign(grade=pooled[name])
+                                           .drop(columns=["grade_oracle"], errors="ignore"), [])
                       for name in ("majority", "oracle_concepts") if name in pooled},
         "train_seconds": [r["summary"].get("train_seconds", 0.0) for r in results],
         "encoder": [(r.get("encoder") or {}).get("used", "train") for r in results],  # per fold (auto decides per fold)
@@ -251,7 +254,8 @@ def _folds_summary(rb: Rubric, run: Path, results: list[dict[str, Any]], pooled:
         "labels": results[0].get("labels") or {},  # who made the labels (every fold trains on the same table)
     }
     fold0_config = run / "fold-0" / "config.yaml"
-    summary["trained"] = training_text(summary, yaml.safe_load(fold0_config.read_text()) if fold0_config.is_file() else None)
+    summary["trained"] = training_text(summary, yaml.safe_load(fold0_config.read_text()) if fold0_config.is_file()
+                                       else None)
     honest = honest_metrics(pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy(), None,
                             y_majority=pooled["majority"].to_numpy())
     summary |= {k: honest[k] for k in ("majority", "ci", "vs_majority", "top_grade", "top_share")}
@@ -293,7 +297,8 @@ def _add_reliability(summary: dict[str, Any], rb: Rubric, run: Path, pooled: pd.
         }
     if keys and all(f"{k}_expected" in pooled for k in keys):  # the concept scores' noise on new answers, all folds
         score = reccbm.concept_score_reliability(pooled[[f"{k}_expected" for k in keys]].to_numpy(float) - rb.scale.min,
-                                                 pooled[[f"{k}_true" for k in keys]].to_numpy(float) - rb.scale.min, rb.M)
+                                                 pooled[[f"{k}_true" for k in keys]].to_numpy(float) - rb.scale.min,
+                                                 rb.M)
         alpha = [concept_alpha(agreement, k)[0] for k in keys]
         summary["score_reliability"] = {"concepts": keys, "alpha": alpha, **score,
                                         "alpha_ci": [list(concept_alpha(agreement, k)[1:]) for k in keys],
@@ -323,7 +328,8 @@ def _folds_metrics(summary: dict[str, Any], results: list[dict[str, Any]], n_ite
 
 
 FOLD_COLUMNS = (("t_acc", "T-Acc"), ("t_f1", "T-F1"), ("qwk", "QWK"), ("pearson", "Pearson r"), ("rmse", "RMSE"),
-                ("adjacent", "adjacent"), ("c_acc", "C-Acc"), ("c_f1", "C-F1"), ("oracle_t_acc", "oracle-interv. T-Acc"))
+                ("adjacent", "adjacent"), ("c_acc", "C-Acc"), ("c_f1", "C-F1"),
+                ("oracle_t_acc", "oracle-interv. T-Acc"))
 
 
 def folds_markdown(summary: dict[str, Any]) -> str:
@@ -336,7 +342,8 @@ def folds_markdown(summary: dict[str, Any]) -> str:
     columns = [c for c in FOLD_COLUMNS if c[0] != "adjacent" or summary.get("grade_levels", 3) > 2]
     head = "| model | " + " | ".join(n for _, n in columns) + " |"
     sep = "|---" * (len(columns) + 1) + "|"
-    rows = [f"| {summary['variant']} ({summary['preset']}) | " + " | ".join(cell(summary["pooled"], k) for k, _ in columns) + " |"]
+    rows = [f"| {summary['variant']} ({summary['preset']}) | "
+            + " | ".join(cell(summary["pooled"], k) for k, _ in columns) + " |"]
     for name, m in summary["baselines"].items():
         rows.append(f"| {name.replace('_', ' ')} baseline | " + " | ".join(cell(m, k) for k, _ in columns) + " |")
     folds = [f"| fold {m['fold']}{' (constant: grade ' + str(m['top_grade']) + ')' if m.get('constant') else ''} | "

@@ -160,7 +160,8 @@ def training_text(summary: dict[str, Any], config: dict[str, Any] | None = None)
         encoder = {"frozen": "encoder frozen in every fold (only the heads trained)",
                    "train": "encoder trained (fine-tuned) in every fold"}.get(used[0], f"encoder {used[0]}")
     elif used:
-        encoder = "encoder " + ", ".join(f"fold {i}: {'frozen' if e == 'frozen' else 'trained'}" for i, e in enumerate(used))
+        encoder = "encoder " + ", ".join(f"fold {i}: {'frozen' if e == 'frozen' else 'trained'}"
+                                         for i, e in enumerate(used))
     else:
         encoder = "encoder: not recorded"
     backbone = ((config or {}).get("model") or {}).get("backbone") or summary.get("backbone")

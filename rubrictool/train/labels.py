@@ -53,7 +53,8 @@ def describe_labels(labels: dict[str, Any]) -> str | None:
     if source == "unknown":
         return None
     who = {"llm": "an LLM panel", "human": "human reviewers", "model": "a trained grader",
-           "mixed": "a mix of sources", "resolution": "a teacher", "pre-annotation": "pre-annotations"}.get(source, source)
+           "mixed": "a mix of sources", "resolution": "a teacher",
+           "pre-annotation": "pre-annotations"}.get(source, source)
     levels = labels.get("levels")
     if isinstance(levels, dict) and levels:  # who set each level, from the table itself
         from rubrictool.adjudicate.provenance import describe_level_sources

@@ -19,7 +19,8 @@ def predictions_frame(
     model: reccbm.Model, rb_or_meta: Rubric | dict[str, Any], preds: Predictions, ids: list[str]
 ) -> pd.DataFrame:
     """One row per item: grade, its probability and, with a bottleneck, per concept the level, each level's
-    probability (``<key>_p<level>``), the expected score, μ_post and contribution (the layout of ``graded.csv`` and a run's ``test_predictions.csv``)."""
+    probability (``<key>_p<level>``), the expected score, μ_post and contribution (the layout of ``graded.csv`` and a
+    run's ``test_predictions.csv``)."""
     if isinstance(rb_or_meta, Rubric):
         keys, smin, gmin = rb_or_meta.keys, rb_or_meta.scale.min, rb_or_meta.grade.min
     else:

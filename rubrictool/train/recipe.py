@@ -122,7 +122,8 @@ def preset_config(preset: str) -> dict[str, dict[str, Any]]:
     for sec, cls in SECTIONS.items():
         out[sec] = {f.name: cfgs[sec][f.name] if f.name in cfgs[sec] else
                     f.default_factory() if f.default_factory is not MISSING else f.default
-                    for f in fields(cls) if f.name in cfgs[sec] or f.default is not MISSING or f.default_factory is not MISSING}
+                    for f in fields(cls) if f.name in cfgs[sec] or f.default is not MISSING
+                    or f.default_factory is not MISSING}
     return out
 
 
@@ -165,7 +166,8 @@ def fair_plm_overrides(preset: str, overrides: dict[str, dict[str, Any]] | None 
 
 def recipe_from(cfgs: dict[str, dict[str, Any]], mcfg: ModelConfig) -> reccbm.Recipe:
     """The :class:`reccbm.Recipe` of resolved config sections (model sizes already set)."""
-    return reccbm.Recipe(mcfg, config_from_dict(StageIConfig, cfgs["stage1"]), config_from_dict(JointConfig, cfgs["joint"]),
+    return reccbm.Recipe(mcfg, config_from_dict(StageIConfig, cfgs["stage1"]),
+                         config_from_dict(JointConfig, cfgs["joint"]),
                          config_from_dict(StageIIConfig, cfgs["stage2"]))
 
 
@@ -250,7 +252,8 @@ def resolve_training(
         cfgs["stage1"] = contrast_concepts(cfgs["stage1"], rb.keys, [c.reference_is_top for c in rb.concepts],
                                            [c.off_topic_is_bottom for c in rb.concepts])
     except ReccbmError as exc:
-        raise TrainError(str(exc), hint="name the rubric's concept keys, e.g. --cfg 'stage1.contrast_top=[FC]'") from None
+        raise TrainError(str(exc),
+                         hint="name the rubric's concept keys, e.g. --cfg 'stage1.contrast_top=[FC]'") from None
     given = (overrides or {}).get("stage2", {})  # the decision rule's pass mark and costs: the rubric's, unless --cfg
     if rb.grade.pass_mark is not None and "decision_pass" not in given:
         cfgs["stage2"]["decision_pass"] = rb.grade.pass_mark - rb.grade.min
@@ -335,7 +338,8 @@ class TrainOptions:
     passed down to every run it starts: ``train`` (one run or k folds), ``learning-curve`` (a run per cell, which sets
     the variant and seed per cell) and ``ablate`` (a run per combination, which sets the variant and switches)."""
 
-    preset: str = "default"  # PRESETS: "default" (what the fold measurements chose), "plain" (before its reader) or "paper"
+    # PRESETS: "default" (what the fold measurements chose), "plain" (before its reader) or "paper"
+    preset: str = "default"
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # config sections over the preset
     variant: str = "reccbm"  # reccbm, vanilla (CBM) or plm (no bottleneck)
     race: bool | None = None  # RACE queries on or off over the variant's (None: the variant's)

@@ -55,7 +55,8 @@ from rubrictool.train.recipe import DataRecord, ResolvedTraining, TrainOptions
 from rubrictool.train.runs import TABLE_COPY_MAX_BYTES, building, sha256_file, write_record
 from rubrictool.votes import has_votes, soft_targets
 
-__all__ = ["SUMMARY_METRICS", "RunSpec", "TrainResult", "concept_texts", "points_baselines", "prepare_table", "read_agreement",
+__all__ = ["SUMMARY_METRICS", "RunSpec", "TrainResult", "concept_texts", "points_baselines", "prepare_table",
+           "read_agreement",
            "train_model"]
 
 log = logging.getLogger("rubrictool.train")
@@ -97,8 +98,8 @@ SOFT_TARGETS_OFF = ("soft concept targets off: the table keeps no reviewers' lev
                     "`rubrictool adjudicate` writes), so the concept heads trained on the adjudicated levels alone")
 
 CONTRAST_OFF = ("examples across questions off: no concept is marked reference_is_top or off_topic_is_bottom in the "
-                "rubric (or named in stage1.contrast_top/bottom), so Stage I learnt from the course's own answers alone "
-                "(docs/your-course.md#what-holds-on-every-question)")
+                "rubric (or named in stage1.contrast_top/bottom), so Stage I learnt from the course's own answers "
+                "alone (docs/your-course.md#what-holds-on-every-question)")
 
 
 def _encode(
@@ -266,28 +267,32 @@ def train_model(
 def device_line(device: dict[str, Any]) -> str:
     """The one line that says where a run trains (:func:`reccbm.device.describe_device`)."""
     if device.get("name") == "CPU":
-        return f"training on the CPU ({device.get('threads')} torch threads, {device.get('cores')} cores; torch {device['torch']})"
-    return (f"training on {device['device']} ({device.get('name')}, {device.get('memory_gib')} GiB; torch {device['torch']}, "
-            f"CUDA {device.get('cuda')})")
+        return (f"training on the CPU ({device.get('threads')} torch threads, {device.get('cores')} cores; "
+                f"torch {device['torch']})")
+    return (f"training on {device['device']} ({device.get('name')}, {device.get('memory_gib')} GiB; torch "
+            f"{device['torch']}, CUDA {device.get('cuda')})")
 
 
 def batch_line(rs: ResolvedTraining) -> str:
     """The one line that says a GPU run trains on larger batches than the preset's (stage1.gpu_batch_scale)."""
     s1 = rs.recipe.stage1
-    return (f"batches of {s1.batch_size} on the GPU (stage1.gpu_batch_scale {rs.batch_scale}: {rs.batch_scale} times the "
-            f"answers a step, every learning rate × {rs.batch_scale}, {rs.batch_scale} times fewer steps); "
+    return (f"batches of {s1.batch_size} on the GPU (stage1.gpu_batch_scale {rs.batch_scale}: {rs.batch_scale} times "
+            f"the answers a step, every learning rate × {rs.batch_scale}, {rs.batch_scale} times fewer steps); "
             "--cfg stage1.gpu_batch_scale=1 trains the CPU's recipe")
 
 
 def _auto_notes(rs: ResolvedTraining) -> list[str]:
-    """What the run's notes say about how it was configured: the encoder --encoder auto chose, and where LCEC is fitted."""
+    """What the run's notes say about how it was configured: the encoder --encoder auto chose, and where LCEC is
+    fitted."""
     notes, encoder, cfgs = [], rs.encoder, rs.cfgs
     if encoder["asked"] == "auto":
         notes.append(f"encoder {encoder['used']}: --encoder auto freezes it below stage1.frozen_below = "
-                     f"{encoder['frozen_below']} labelled answers (train + dev), and this run had {encoder['labelled_answers']}")
+                     f"{encoder['frozen_below']} labelled answers (train + dev), and this run had "
+                     f"{encoder['labelled_answers']}")
     if rs.batch_scale > 1:
         notes.append(batch_line(rs))
-    if rs.mcfg.lcec and not rs.plm and not cfgs["stage2"].get("crossfit") and cfgs["stage2"].get("lcec_fit") not in ("dev", "moments"):
+    if (rs.mcfg.lcec and not rs.plm and not cfgs["stage2"].get("crossfit")
+            and cfgs["stage2"].get("lcec_fit") not in ("dev", "moments")):
         notes.append("σ² and A_kk are fitted on the outputs for the training answers themselves, where the encoder "
                      "errs less than on new answers; --crossfit 2 fits them on answers the encoder "
                      "never trained on, at a cost in training time (docs/training.md)")
@@ -397,7 +402,8 @@ def _encode_splits(spec: RunSpec, tokenizer: Any) -> tuple[dict[str, reccbm.Enco
     return sets, len(cut)
 
 
-Trained = tuple[reccbm.Grader, dict[str, Any], Predictions]  # a seed's grader, its record in metrics.json, test predictions
+# a seed's grader, its record in metrics.json, test predictions
+Trained = tuple[reccbm.Grader, dict[str, Any], Predictions]
 
 
 def _train_seeds(spec: RunSpec, sets: dict[str, reccbm.EncodedItems],

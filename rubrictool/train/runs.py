@@ -21,8 +21,8 @@ A retrain that was killed between its two renames leaves the old run aside as ``
 a folder at ``R`` where a ``mv`` put it): every reader names it and the one command that puts it back
 (:func:`restore_command`).
 :func:`migrate` is the one place that knows older formats: it brings a record up to ``FORMAT_VERSION`` when it is
-read, so no reader branches on a run's age. :class:`Run` gives grade, explain, intervene, report and audit the config, split, metrics, rubric,
-label source and training table, and loads the model only when asked.
+read, so no reader branches on a run's age. :class:`Run` gives grade, explain, intervene, report and audit the config,
+split, metrics, rubric, label source and training table, and loads the model only when asked.
 """
 
 from __future__ import annotations
@@ -198,7 +198,8 @@ def building(target: str | Path) -> Iterator[Path]:
         hint = ("its folder was removed while it was written: another process is cleaning or writing the same place; "
                 "train again when it is done" if exc.errno == errno.ENOENT
                 else "free space (or raise the file-size limit), then train again")
-        raise TrainError(f"cannot write {what} of the run {target} ({exc.strerror or exc}); {kept}", hint=hint) from None
+        raise TrainError(f"cannot write {what} of the run {target} ({exc.strerror or exc}); {kept}",
+                         hint=hint) from None
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
@@ -228,19 +229,23 @@ def write_record(stage: Path, *, rubric: Rubric, table: dict[str, Any], labels: 
                  device: dict[str, Any] | None = None) -> dict[str, Any]:
     """Copy the rubric YAML into the staging folder, then write ``run.json`` over every file in it (the last write);
     ``device``: what the run computed on (:func:`reccbm.device.describe_device`)."""
-    rubric_text = rubric.source_text  # the file as written (comments kept); a rubric built in memory: its validated form
+    # the file as written (comments kept); a rubric built in memory: its validated form
+    rubric_text = rubric.source_text
     if rubric_text is None:
-        rubric_text = yaml.safe_dump(rubric.model_dump(mode="json", exclude_none=True), sort_keys=False, allow_unicode=True)
+        rubric_text = yaml.safe_dump(rubric.model_dump(mode="json", exclude_none=True), sort_keys=False,
+                                     allow_unicode=True)
     (stage / "rubric.yaml").write_text(rubric_text, encoding="utf-8")
     files: dict[str, dict[str, Any]] = {}
     for p in sorted(stage.rglob("*")):
         if p.is_file() and p.name != RECORD:
             entry: dict[str, Any] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
-            if entry["bytes"] > _HASH_ON_OPEN_MAX_BYTES:  # what the fast check compares for files it does not hash whole
+            # what the fast check compares for files it does not hash whole
+            if entry["bytes"] > _HASH_ON_OPEN_MAX_BYTES:
                 entry["sample_sha256"] = sample_sha256(p)
             files[p.relative_to(stage).as_posix()] = entry
     record = {
-        "format_version": FORMAT_VERSION, "run_id": uuid.uuid4().hex, "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "format_version": FORMAT_VERSION, "run_id": uuid.uuid4().hex,
+              "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "git_revision": git_revision(),
         "rubric": {"name": rubric.name, "version": str(rubric.version), "sha256": files["rubric.yaml"]["sha256"],
                    "file": "rubric.yaml", "path": rubric.source_file},
@@ -254,7 +259,8 @@ def write_record(stage: Path, *, rubric: Rubric, table: dict[str, Any], labels: 
 
 
 # The packages whose versions can move a run's numbers (arithmetic, tokenisation, model code, data handling).
-NUMERIC_PACKAGES = ("torch", "transformers", "tokenizers", "accelerate", "safetensors", "numpy", "scipy", "scikit-learn",
+NUMERIC_PACKAGES = ("torch", "transformers", "tokenizers", "accelerate", "safetensors", "numpy", "scipy",
+                    "scikit-learn",
                     "pandas")
 
 
@@ -284,8 +290,9 @@ def migrate(record: dict[str, Any], path: str | Path = RECORD) -> dict[str, Any]
     A version newer than this build reads is refused (upgrade rubrictool)."""
     where = Path(path)
     if not record:
-        raise TrainError(f"{where.parent} has no completion record ({RECORD}): it is a run whose writing did not finish, "
-                         f"a copy of a staging folder, or a run written before runs had a completion record ({RECORD}); "
+        raise TrainError(f"{where.parent} has no completion record ({RECORD}): it is a run whose writing did not "
+                         "finish, a copy of a staging folder, or a run written before runs had a completion record "
+                         f"({RECORD}); "
                          "it cannot be checked or read as a run",
                          hint=f"train it again (`rubrictool train … --out {where.parent}`)")
     version = record.get("format_version", record.get("format"))
@@ -437,7 +444,8 @@ class Run:
             trained = {str(i) for part in self.split.values() if isinstance(part, list) for i in part}
             shares = "id" in self.table.columns and bool(trained & set(self.table["id"].astype(str)))
             if shares and rec.get("sha256") and Path(data).is_file() and sha256_file(data) != rec["sha256"]:
-                # a table of the run's own answers that differs from the one it trained on; new answers are not warned of
+                # a table of the run's own answers that differs from the one it trained on; new answers are not warned
+                # of
                 self.warnings.append(f"{data} is not the table this run was trained on (its content differs)")
             return self.table
         copy = self.path / str(rec.get("copy") or "table.csv")

@@ -39,7 +39,8 @@ DEMOGRAPHICS = ["economically_disadvantaged", "student_disability_status", "ell_
                 "gender", "grade_level"]
 PROMPTS = {
     "Driverless cars": "Write an explanatory essay to inform fellow citizens about the advantages of driverless cars.",
-    "Exploring Venus": "In \"The Challenge of Exploring Venus,\" the author suggests studying Venus is worthy. Evaluate.",
+    "Exploring "
+    "Venus": "In \"The Challenge of Exploring Venus,\" the author suggests studying Venus is worthy. Evaluate.",
 }
 
 
@@ -61,7 +62,8 @@ def asap2_rows(n: int = 36) -> list[dict[str, Any]]:
             "essay_id": f"{0xA0D118 + i:07x}", "score": score, "full_text": text,
             "assignment": PROMPTS[name], "prompt_name": name,
             "economically_disadvantaged": ["Economically disadvantaged", "Not economically disadvantaged"][i % 2],
-            "student_disability_status": ["Not identified as having disability", "Identified as having disability"][i % 3 == 0],
+            "student_disability_status": ["Not identified as having disability",
+                                          "Identified as having disability"][i % 3 == 0],
             "ell_status": ["No", "Yes"][i % 4 == 0],
             "race_ethnicity": ["White", "Hispanic/Latino", "Black/African American", "Asian/Pacific Islander"][i % 4],
             "gender": "FM"[i % 2], "grade_level": [6, 8, 9, 10][i % 4], "essay_word_count": len(text.split()),
@@ -82,7 +84,8 @@ def asap2_release_zip(out: Path, rows: list[dict[str, Any]] | None = None, csv_t
     """``ASAP_2_Final_github_train.zip`` as the corpus release ships it."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("ASAP_2_Final_github_train.csv", csv_text if csv_text is not None else asap2_csv_text(rows or asap2_rows()))
+        zf.writestr("ASAP_2_Final_github_train.csv", csv_text if csv_text is not None
+                    else asap2_csv_text(rows or asap2_rows()))
         zf.writestr("__MACOSX/._ASAP_2_Final_github_train.csv", b"resource fork")
     return out
 

@@ -49,6 +49,7 @@ def chromium(width: int = 1300, height: int = 2400, console_log: bool = False) -
 def artifact_path(name: str) -> Path:
     """Where a test keeps an artefact for people to look at: ``$RUBRICTOOL_TEST_ARTIFACTS/<name>`` (CI sets
     it to a folder it uploads), else ``<temp dir>/rubrictool-test-artifacts/<name>``."""
-    root = Path(os.environ.get("RUBRICTOOL_TEST_ARTIFACTS") or Path(tempfile.gettempdir()) / "rubrictool-test-artifacts")
+    root = Path(os.environ.get("RUBRICTOOL_TEST_ARTIFACTS")
+                or Path(tempfile.gettempdir()) / "rubrictool-test-artifacts")
     root.mkdir(parents=True, exist_ok=True)
     return root / name

@@ -119,9 +119,10 @@ def chemlab_levels_of(response: str) -> dict[str, int]:
 
 def chemlab_marks(students: int = 18, seed: int = 0, new_question: bool = False) -> pd.DataFrame:
     """The course's marks sheet: every student answers the four lab questions (``students`` × 4 rows; with
-    ``new_question`` also the spring term's new one, × 5) under the tutor's headers (CHEMLAB_HEADERS). Student ids repeat across questions, as in a real gradebook; another ``seed`` is
-    another cohort, with its own student ids (s001… for seed 0, s101… for seed 1). The mark
-    (0..10) follows the concept levels the wording carries, ±1 for the tutor's own judgement on 2 answers in 5."""
+    ``new_question`` also the spring term's new one, × 5) under the tutor's headers (CHEMLAB_HEADERS). Student ids
+    repeat across questions, as in a real gradebook; another ``seed`` is another cohort, with its own student ids (s001…
+    for seed 0, s101… for seed 1). The mark (0..10) follows the concept levels the wording carries, ±1 for the tutor's
+    own judgement on 2 answers in 5."""
     rng = np.random.default_rng(seed)
     rows = []
     for s in range(students):

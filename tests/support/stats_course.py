@@ -88,7 +88,8 @@ def train_stats(tmp: Path, backbone: str, df: pd.DataFrame, *extra: str, grade_m
     data, out = tmp / "stats.csv", tmp / "run"
     df.assign(grade=df["grade"].clip(0, grade_max), grade_ta=df["grade_ta"].clip(0, grade_max),
               grade_prof=df["grade_prof"].clip(0, grade_max)).to_csv(data, index=False)
-    args = ["train", "--table", str(data), "--rubric", str(stats_rubric(tmp, grade_max)), "--backbone", backbone, "--epochs", "1",
+    args = ["train", "--table", str(data), "--rubric", str(stats_rubric(tmp, grade_max)), "--backbone", backbone,
+            "--epochs", "1",
             "--max-len", "24", "--out", str(out), "--device", "cpu", "--lr", "3e-3", "--cfg", "joint.epochs=0", *extra]
     res = CliRunner().invoke(app, args)
     return res.exit_code, res.output, out

@@ -26,7 +26,10 @@ from reccbm import (
 from reccbm.data import collate
 from rubrictool.cli import app
 
-WORDS = ["what", "is", "a", "stack", "queue", "list", "array", "pointer", "the", "of", "and", "to", "it", "in", "that", "data", "structure", "first", "last", "out", "element", "elements", "value", "values", "stores", "store", "memory", "node", "nodes", "linked", "order", "returns", "function", "variable", "program", "loop", "computer", "yes", "no", "not", "maybe", "random", "wrong", "right", "good", "bad", "answer", "question", "reference"]
+WORDS = ["what", "is", "a", "stack", "queue", "list", "array", "pointer", "the", "of", "and", "to", "it", "in", "that",
+         "data", "structure", "first", "last", "out", "element", "elements", "value", "values", "stores", "store",
+         "memory", "node", "nodes", "linked", "order", "returns", "function", "variable", "program", "loop", "computer",
+         "yes", "no", "not", "maybe", "random", "wrong", "right", "good", "bad", "answer", "question", "reference"]
 
 FAMILIES = ["bert", "roberta", "gpt2", "bart", "t5"]
 
@@ -101,9 +104,11 @@ def build_backbone(root: Path, family: str = "bert", seed: int = 0, words: Seque
     return str(path)
 
 
-def fits_counting_encoder_runs(monkeypatch: Any, fit: Callable[[bool, int], Any]) -> tuple[dict[tuple[bool, int], Any], dict[tuple[bool, int], int]]:
-    """``fit(cache_states, epochs)`` for (cached, 2), (uncached, 2) and (cached, 4) epochs, each with the number of times
-    it ran TextEncoder.forward (the whole encoder, or the layers under a cut): (fits, runs), keyed (cache, epochs)."""
+def fits_counting_encoder_runs(monkeypatch: Any, fit: Callable[[bool, int], Any]
+                               ) -> tuple[dict[tuple[bool, int], Any], dict[tuple[bool, int], int]]:
+    """``fit(cache_states, epochs)`` for (cached, 2), (uncached, 2) and (cached, 4) epochs, each with the number of
+    times it ran TextEncoder.forward (the whole encoder, or the layers under a cut): (fits, runs), keyed (cache,
+    epochs)."""
     calls = {"n": 0}
     forward = TextEncoder.forward
 
