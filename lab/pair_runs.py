@@ -29,7 +29,8 @@ def main() -> None:
     args = ap.parse_args()
     rubric = load_rubric("mohler")
     table = adjudicate_benchmark_labels("mohler", data_dir=args.data_dir).set_index("id")
-    preds = [read_table(r / "test_predictions.csv").astype({"id": str}).set_index("id") for r in (args.run_a, args.run_b)]
+    preds = [read_table(r / "test_predictions.csv").astype({"id": str}).set_index("id")
+             for r in (args.run_a, args.run_b)]
     ids = [i for i in preds[0].index if i in preds[1].index]
     y = table.loc[ids, "grade"].to_numpy(int)
     a, b = (p.loc[ids, "grade"].to_numpy(int) for p in preds)
@@ -46,7 +47,7 @@ def main() -> None:
     grades = list(range(rubric.grade.min, rubric.grade.max + 1))
     for name, p in (("low_marks_a", a), ("low_marks_b", b)):
         lm = low_marks(y, p, grades, rubric.pass_mark)
-        out[name] = {k: lm[k] for k in lm if k in ("failing", "failing_passed", "failing_passed_share", "failing_error")}
+        out[name] = {"failing": lm["failing"]}
     print(json.dumps(out, indent=1, default=float))
 
 
