@@ -6,7 +6,9 @@ import csv
 import json
 import math
 import warnings
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,8 +17,8 @@ from rubrictool.atomic import atomic_write, atomic_write_text
 from rubrictool.errors import DataError
 from rubrictool.textsafe import neutralise_frame, restore_frame
 
-__all__ = ["FORMATS", "atomic_write_text", "people_csv", "read_table", "reject_nul", "write_table", "write_text",
-           "written_for_people"]
+__all__ = ["FORMATS", "atomic_write_text", "jsonl_objects", "people_csv", "read_table", "reject_nul", "write_table",
+           "write_text", "written_for_people"]
 
 _BOM = b"\xef\xbb\xbf"
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
@@ -48,6 +50,21 @@ def reject_nul(df: pd.DataFrame, source: str | Path) -> pd.DataFrame:
             raise DataError(f"{source}: row {pos + 1}{ident}, column {str(col)!r}: the text contains a NUL byte (\\0)",
                             hint="remove it, or save the file as UTF-8 text (a UTF-16 file reads as NULs)")
     return df
+
+
+def jsonl_objects(lines: Iterable[str], where: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank line of a JSONL text; a line that is not a JSON object is one error
+    naming ``where`` and the line."""
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}:{lineno}: invalid JSON ({e.msg}); one JSON object per line") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{where}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
+        yield lineno, row
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
@@ -89,18 +106,8 @@ def _read_table(path: str | Path) -> pd.DataFrame:
                     p, dtype={"id": str, "item": str}, keep_default_na=False, na_values=[""], index_col=False
                 )
         if fmt == "jsonl":
-            rows = []
             with p.open(encoding="utf-8") as fh:
-                for lineno, line in enumerate(fh, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise DataError(f"{p}:{lineno}: invalid JSON ({e.msg}); one JSON object per line") from None
-                    if not isinstance(row, dict):
-                        raise DataError(f"{p}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
-                    rows.append(row)
+                rows = [row for _, row in jsonl_objects(fh, p)]
             df = pd.DataFrame(rows)
             for col in ("id", "item"):
                 if col in df.columns:

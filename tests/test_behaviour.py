@@ -134,7 +134,7 @@ def test_pairs_file_is_read_and_a_bad_line_is_named(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"pairs.jsonl: line 2: field 'wrong'"):
         read_pairs(path)
     path.write_text("{not json\n")
-    with pytest.raises(DataError, match="line 1 is not JSON"):
+    with pytest.raises(DataError, match=":1: invalid JSON"):
         read_pairs(path)
 
 

@@ -3,12 +3,12 @@ matched to the questions of a run's table."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from rubrictool.errors import DataError
+from rubrictool.io import jsonl_objects
 
 __all__ = ["PAIR_FIELDS", "pair_questions", "read_pairs"]
 
@@ -25,15 +25,7 @@ def read_pairs(path: str | Path) -> pd.DataFrame:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot read the minimal pairs ({exc.__class__.__name__})") from None
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}: line {n} is not JSON ({exc.msg}); write one object a line") from None
-        if not isinstance(obj, dict):
-            raise DataError(f"{path}: line {n} is not a JSON object; write one object a line")
+    for n, obj in jsonl_objects(text.splitlines(), path):
         for f in PAIR_FIELDS:
             if not isinstance(obj.get(f), str) or (f in ("question_id", "right", "wrong") and not obj[f].strip()):
                 raise DataError(f"{path}: line {n}: field {f!r} is missing or not text; every pair needs "
