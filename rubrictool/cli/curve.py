@@ -44,7 +44,9 @@ __all__ = ["learning_curve_cmd"]
 
 
 def learning_curve_cmd(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Curve directory: cells/, curve.csv, curve.json, curve.png.")],
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", help="Curve directory: cells/, curve.csv, curve.json, curve.png.",
+    )],
     benchmark: BenchmarkOpt = None,
     table: TableOpt = None,
     rubric: TableRubricOpt = None,
@@ -62,11 +64,18 @@ def learning_curve_cmd(
         "seconds). Variants added to a curve later train only their own cells.",
     )] = "reccbm,plm,vanilla",
     repeats: Annotated[int, typer.Option("--repeats", help="Subsamples (and seeds) per fold and size.")] = 3,
-    folds: Annotated[int, typer.Option("--folds", callback=at_least(2), help="k folds; each fold's test part is the same for every size.")] = 5,
+    folds: Annotated[int, typer.Option(
+        "--folds", callback=at_least(2), help="k folds; each fold's test part is the same for every size.",
+    )] = 5,
     fold: Annotated[str | None, typer.Option("--fold", help="Only these folds, e.g. 0,1 (default: all).")] = None,
     fold_seed: Annotated[int, typer.Option("--fold-seed", help="Seed of the folds.")] = 0,
-    by: Annotated[str | None, typer.Option("--by", help="Grouped folds, e.g. question: no group in both train and test.")] = None,
-    dev_share: Annotated[float, typer.Option("--dev-share", callback=finite(0, 1, open_lo=True, open_hi=True), help="Share of each subsample used as its dev part.")] = 0.125,
+    by: Annotated[str | None, typer.Option(
+        "--by", help="Grouped folds, e.g. question: no group in both train and test.",
+    )] = None,
+    dev_share: Annotated[float, typer.Option(
+        "--dev-share", callback=finite(0, 1, open_lo=True, open_hi=True), help="Share of each subsample used as its "
+                                                                               "dev part.",
+    )] = 0.125,
     preset: PresetOpt = "default",
     config: ConfigOpt = None,
     match_budget: Annotated[bool, typer.Option(
@@ -74,14 +83,20 @@ def learning_curve_cmd(
     )] = True,
     backbone: BackboneOpt = None,
     epochs: EpochsOpt = None,
-    joint_epochs: Annotated[int | None, typer.Option("--joint-epochs", callback=at_least(0), help="Joint stage epochs (preset default 4).")] = None,
-    stage2_epochs: Annotated[int | None, typer.Option("--stage2-epochs", callback=at_least(0), help="Stage II epochs (default 30).")] = None,
+    joint_epochs: Annotated[int | None, typer.Option(
+        "--joint-epochs", callback=at_least(0), help="Joint stage epochs (preset default 4).",
+    )] = None,
+    stage2_epochs: Annotated[int | None, typer.Option(
+        "--stage2-epochs", callback=at_least(0), help="Stage II epochs (default 30).",
+    )] = None,
     max_len: MaxLenOpt = None,
     batch_size: TrainBatchSizeOpt = None,
     lr: LrOpt = None,
     device: DeviceOpt = None,
     jobs: JobsOpt = 1,
-    keep_runs: Annotated[bool, typer.Option("--keep-runs", help="Keep each cell's run directory in OUT/runs/ (large).")] = False,
+    keep_runs: Annotated[bool, typer.Option(
+        "--keep-runs", help="Keep each cell's run directory in OUT/runs/ (large).",
+    )] = False,
     all_from: Annotated[list[str] | None, typer.Option(
         "--all-from", help="VARIANT=FOLDER (repeatable): read the variant's 'all' cells of the first repeat from the fold "
         "runs `train --folds` wrote there (same folds, table and configuration) instead of training them.")] = None,

@@ -102,7 +102,9 @@ def data_fetch(
 def data_export(
     benchmark: Annotated[str, typer.Argument(help="Bundled benchmark (mohler, asap2, mocha).")],
     out: OutOpt = Path("items.jsonl"),
-    limit: Annotated[int | None, typer.Option("--limit", callback=at_least(1), help="Keep only the first N items.")] = None,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", callback=at_least(1), help="Keep only the first N items.",
+    )] = None,
     data_dir: DataDirOpt = None,
 ) -> None:
     """Write a benchmark's item table (every column) to a CSV/JSONL/Parquet file, e.g. for `review push --items`.
@@ -157,7 +159,8 @@ def _import_lines(rep: Any) -> list[str]:
     """What `data import` found, one statement per line (the library's ImportReport, in words)."""
     lines = []
     where = f" (sheet {rep.sheet!r}" + (f"; other sheets: {', '.join(map(repr, rep.other_sheets))}" if rep.other_sheets else "") + ")" if rep.sheet else ""
-    lines.append(f"read {rep.source}{where}: {rep.n_rows} rows" + (f" ({rep.blank_rows} blank row(s) skipped)" if rep.blank_rows else ""))
+    lines.append(f"read {rep.source}{where}: {rep.n_rows} "
+                 "rows" + (f" ({rep.blank_rows} blank row(s) skipped)" if rep.blank_rows else ""))
     shown = [f"{k} <- {rep.mapping[k]!r}" + (" (guessed)" if k in rep.guessed else "") for k in
              ("id", "student", "question", "response", "reference", "context", "grade") if k in rep.mapping]
     lines.append("columns: " + ", ".join(shown))
@@ -191,7 +194,8 @@ def _import_lines(rep: Any) -> list[str]:
                 + (f"; {g['rounded']} rounded half up (--round-grades)" if g.get("rounded") is not None else "")
                 + (f"; the header says {hs[0]:g}..{hs[1]:g}" if hs and g.get("scaled_by") is None else "")
             )
-            lines.append(f"  in the rubric: grade: {{min: {g['min']:g}, max: {g['max']:g}}} (or --grade-min/--grade-max of rubric new)")
+            lines.append(f"  in the rubric: grade: {{min: {g['min']:g}, max: {g['max']:g}}} (or "
+                         "--grade-min/--grade-max of rubric new)")
     if rep.delimiter:
         lines.append(f"delimiter: {rep.delimiter!r} (the header holds no comma)")
     lines += [f"warning: {w}" for w in rep.warnings]
@@ -207,7 +211,8 @@ def _import_lines(rep: Any) -> list[str]:
     else:
         lines.append("repeated rows: none")
     if rep.duplicate_answers:
-        lines.append(f"{rep.duplicate_answers} answers share their text with another answer to the same question (kept)")
+        lines.append(f"{rep.duplicate_answers} answers share their text with another answer to the same question "
+                     "(kept)")
     return lines
 
 
@@ -225,23 +230,32 @@ def data_import(
     ] = None,
     sheet: Annotated[str | None, typer.Option("--sheet", help="XLSX sheet to read (default: the first).")] = None,
     drop_empty: Annotated[
-        bool, typer.Option("--drop-empty", help="Leave out answers with an empty response (listed); without it they stop the import.")
+        bool, typer.Option(
+            "--drop-empty", help="Leave out answers with an empty response (listed); without it they stop the import.",
+        )
     ] = False,
     keep_empty: Annotated[
-        bool, typer.Option("--keep-empty", help="Keep answers with an empty response (listed), for `grade` to flag as empty.")
+        bool, typer.Option(
+            "--keep-empty", help="Keep answers with an empty response (listed), for `grade` to flag as empty.",
+        )
     ] = False,
     ungraded: Annotated[
         bool, typer.Option("--ungraded", help="The answers are to be graded: import them without a grade column.")
     ] = False,
     grade_scale: Annotated[
-        float | None, typer.Option("--grade-scale", callback=finite(0, open_lo=True), help="Multiply every grade by this, e.g. 2 to count half marks (0..5 in halves -> 0..10).")
+        float | None, typer.Option(
+            "--grade-scale", callback=finite(0, open_lo=True), help="Multiply every grade by this, e.g. 2 to count "
+                                                                    "half marks (0..5 in halves -> 0..10).",
+        )
     ] = None,
     round_grades: Annotated[
         bool, typer.Option("--round-grades", help="Round grades that are not whole numbers half up (2.5 -> 3).")
     ] = False,
     against: Annotated[list[Path] | None, typer.Option("--against", help=(
         "An earlier item table of the course (repeatable): refuse ids it gives to another answer."))] = None,
-    id_prefix: Annotated[str | None, typer.Option("--id-prefix", help="Put this before every made id, e.g. spring26/.")] = None,
+    id_prefix: Annotated[str | None, typer.Option(
+        "--id-prefix", help="Put this before every made id, e.g. spring26/.",
+    )] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what the import finds; write nothing.")] = False,
 ) -> None:
     """Import a course's own answer file (its own headers) as an item table every later stage reads.

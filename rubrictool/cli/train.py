@@ -96,7 +96,8 @@ def correlation_lines(result: TrainResult) -> list[str]:
     lines = [f"Spearman ρ(σ², 1 − α) = {_rho_text(sci)}" if sci else
              f"Spearman ρ(σ², 1 − α) = {rho:.3f}" if rho is not None else "Spearman ρ(σ², 1 − α): —"]
     implied = result.metrics.get("implied_noise") or {}
-    for key, what in (("implied_vs_measured", "ρ(σ²(implied), σ̂²)"), ("implied_vs_1_minus_alpha", "ρ(σ²(implied), 1 − α)")):
+    for key, what in (("implied_vs_measured", "ρ(σ²(implied), σ̂²)"),
+                      ("implied_vs_1_minus_alpha", "ρ(σ²(implied), 1 − α)")):
         lines.append(f"Spearman {what} = {_rho_text(implied.get(key))}")
     share = result.metrics.get("spearman_noise_share")
     if share:
@@ -139,7 +140,8 @@ def _points_text(points: dict[str, Any] | None) -> str:
     if not points:
         return ""
     parts = [f"{what} T-Acc {points[key]['t_acc']:.3f}, QWK {points[key]['qwk']:.3f}"
-             for key, what in (("gold_levels", "gold levels"), ("predicted_levels", "predicted levels")) if key in points]
+             for key, what in (("gold_levels", "gold levels"), ("predicted_levels", "predicted levels"))
+             if key in points]
     fitted = "fitted " if "fitted" in str(points.get("source", "")) else ""
     return f"; {fitted}points grader: " + "; ".join(parts) if parts else ""
 
@@ -202,7 +204,10 @@ def train_cmd(
     table: TableOpt = None,
     rubric: TableRubricOpt = None,
     split: Annotated[Path | None, typer.Option("--split", help="split.json (default: a 7:2:1 split).")] = None,
-    split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the default split, or of the folds with --folds (another seed: other question splits with --by question).")] = 0,
+    split_seed: Annotated[int, typer.Option(
+        "--split-seed", help="Seed of the default split, or of the folds with --folds (another seed: other question "
+                             "splits with --by question).",
+    )] = 0,
     out: Annotated[Path | None, typer.Option(
         "--out", "-o", help="Run dir (default runs/<table>-<variant>).")] = None,
     config: ConfigOpt = None,
@@ -222,7 +227,9 @@ def train_cmd(
     jobs: JobsOpt = 1,
     data_dir: DataDirOpt = None,
     preset: PresetOpt = "default",
-    folds: Annotated[int, typer.Option("--folds", callback=folds_or_none, help="k-fold evaluation: k runs, every item tested once (0 = one split).")] = 0,
+    folds: Annotated[int, typer.Option(
+        "--folds", callback=folds_or_none, help="k-fold evaluation: k runs, every item tested once (0 = one split).",
+    )] = 0,
     by: Annotated[str | None, typer.Option("--by", help="Keep every value of this column in one part, e.g. question: "
                                            "test on questions never seen in training (folds and the default split).")] = None,
     encoder: Annotated[str | None, typer.Option(
@@ -262,7 +269,8 @@ def train_cmd(
 
     flat = {"backbone": backbone, "epochs": epochs, "max_len": max_len, "batch_size": batch_size, "lr": lr,
             "device": device, "crossfit": crossfit, "encoder": encoder}
-    if lr is not None and (encoder == "frozen" or any(c.replace(" ", "") == "stage1.encoder=frozen" for c in cfg or [])):
+    if lr is not None and (encoder == "frozen" or any(c.replace(" "
+                                                                "", "") == "stage1.encoder=frozen" for c in cfg or [])):
         err_console.print("[yellow]note:[/] --lr is the encoder's learning rate, and --encoder frozen never updates "
                           "the encoder: --lr is not used", soft_wrap=True, highlight=False)
     options = TrainOptions(preset=preset, overrides=training_overrides(config, cfg or [], flat), variant=variant,
