@@ -178,8 +178,10 @@ LrOpt = Annotated[float | None, typer.Option(
     "--lr", callback=finite(0, open_lo=True), help="Stage I learning rate (default 1e-4).",
 )]
 DeviceOpt = Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")]
-JobsOpt = Annotated[int, typer.Option("--jobs", callback=at_least(1), help="Train that many runs at once (folds, cells or combinations), in "
-                                     "worker processes (CPU cores shared; one GPU each where there are several).")]
+JobsOpt = Annotated[int, typer.Option(
+    "--jobs", callback=at_least(1), help="Train that many runs at once (folds, cells or combinations), in "
+                                         "worker processes (CPU cores shared; one GPU each where there are several).",
+)]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -244,9 +246,11 @@ def handle_errors(fn: F) -> F:
             if e.errno not in _WRITE_ERRNOS:
                 raise
             where = f" {e.filename}" if e.filename else ""
-            err_console.print(f"[bold red]error:[/] cannot write{shown(where, one_line=True)} ({shown(e.strerror or e)}); "
+            err_console.print(f"[bold red]error:[/] cannot write{shown(where, one_line=True)} "
+                              f"({shown(e.strerror or e)}); "
                               "every file is written whole or not at all, so nothing half-written was left; free space "
-                              "(or pass --out a folder you can write), then run it again", highlight=False, soft_wrap=True)
+                              "(or pass --out a folder you can write), then run it again",
+                              highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err_console.print(_interrupted(fn.__name__), soft_wrap=True, highlight=False)

@@ -66,7 +66,8 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
     a = agreement["adjudication"]
     lines = [
         f"{agreement['n_items']} items, reviewers {', '.join(agreement['reviewers'])}: {a['n_decisions']} decisions "
-        f"by {a['method']}, {a['unanimous']} unanimous, {a['flagged']} flagged ({a['tied']} ties), {a['resolved']} resolved"
+        f"by {a['method']}, {a['unanimous']} unanimous, {a['flagged']} flagged ({a['tied']} ties), "
+        f"{a['resolved']} resolved"
         + (
             f"; Dawid-Skene differs from majority vote on {a['dawid_skene_changed']}"
             if a["dawid_skene_changed"] is not None
@@ -197,7 +198,7 @@ def adjudicate_cmd(
     Example: rubrictool adjudicate --benchmark mohler --out runs/mohler/adjudicated
 
     Example: rubrictool adjudicate --rubric science.yaml --reviews predictions.jsonl --items items.csv --queue all --out llm-panel/
-    """
+    """  # noqa: E501 - the command's help text, kept as users see it
     from rubrictool.adjudicate import AdjudicationOptions, run_adjudicate
     from rubrictool.outputs import check_output
     from rubrictool.review import pull_for_adjudicate

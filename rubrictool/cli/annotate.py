@@ -179,8 +179,9 @@ def print_comparison(cmp: dict[str, Any], con: Console) -> None:
         con.print("    " + ", ".join(f"{c} {v}" for c, v in zip(cols, vals)), markup=False, highlight=False)
 
 
-def _holistic(items: pd.DataFrame, rub: Rubric, config: AnnotateConfig, dry: bool, out: Path, inputs: list[Path | str | None],
-              rubric_file: Path | str | None, run: Path | None, pass_mark: int | None) -> None:
+def _holistic(items: pd.DataFrame, rub: Rubric, config: AnnotateConfig, dry: bool, out: Path,
+              inputs: list[Path | str | None], rubric_file: Path | str | None, run: Path | None,
+              pass_mark: int | None) -> None:
     """``annotate --holistic``: the mark asked for directly, then (with --run) beside the trained grader."""
     from rubrictool.annotate import holistic_dry_run, run_holistic
     from rubrictool.annotate.holistic import holistic_paths
@@ -322,9 +323,10 @@ def annotate_cmd(
     from rubrictool.rubric.load import resolve_rubric_path
 
     config = AnnotateConfig(
-        models=tuple(model or DEFAULT_MODELS), format=reply_format, template=template, examples=examples, api_base=api_base,
-        api_key_env=api_key_env, concurrency=concurrency, timeout=timeout, max_retries=max_retries, backoff=backoff,
-        temperature=temperature, max_tokens=max_tokens, budget=budget, limit=limit, per_question=per_question, cache=None if no_cache else cache,
+        models=tuple(model or DEFAULT_MODELS), format=reply_format, template=template, examples=examples,
+        api_base=api_base, api_key_env=api_key_env, concurrency=concurrency, timeout=timeout,
+        max_retries=max_retries, backoff=backoff, temperature=temperature, max_tokens=max_tokens, budget=budget,
+        limit=limit, per_question=per_question, cache=None if no_cache else cache,
         workers=workers, retry_failed=retry_failed, allow_draft=allow_draft, max_failures=max_failures,
     )
     data = renamed("--items", items_file, "--data", old_data)

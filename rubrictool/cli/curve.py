@@ -52,9 +52,9 @@ def learning_curve_cmd(
     rubric: TableRubricOpt = None,
     agreement: AgreementOpt = None,
     sizes: Annotated[str | None, typer.Option(
-        "--sizes", help="Labelled answers per model (train + dev), comma-separated; 'all' = a fold's whole training part. "
-        "Default: from the table's size (up to five of 10, 20, 50, 100, … at most half a fold's training part, and "
-        "all: 50,100,200,400,800,all on Mohler, 10,20,all on 48 answers).",
+        "--sizes", help="Labelled answers per model (train + dev), comma-separated; 'all' = a fold's whole training "
+        "part. Default: from the table's size (up to five of 10, 20, 50, 100, … at most half a fold's training "
+        "part, and all: 50,100,200,400,800,all on Mohler, 10,20,all on 48 answers).",
     )] = None,
     variants: Annotated[str, typer.Option(
         "--variants", help="Comma-separated: reccbm, plm, vanilla; each may end in -frozen (the pretrained encoder "
@@ -98,8 +98,9 @@ def learning_curve_cmd(
         "--keep-runs", help="Keep each cell's run directory in OUT/runs/ (large).",
     )] = False,
     all_from: Annotated[list[str] | None, typer.Option(
-        "--all-from", help="VARIANT=FOLDER (repeatable): read the variant's 'all' cells of the first repeat from the fold "
-        "runs `train --folds` wrote there (same folds, table and configuration) instead of training them.")] = None,
+        "--all-from", help="VARIANT=FOLDER (repeatable): read the variant's 'all' cells of the first repeat from the "
+        "fold runs `train --folds` wrote there (same folds, table and configuration) instead of training them.",
+    )] = None,
     data_dir: DataDirOpt = None,
     old_data: OldDataOpt = None,
 ) -> None:
@@ -114,7 +115,7 @@ def learning_curve_cmd(
     Example (reuse the folds `train --folds 5 --by question --out runs/q` trained, for the 'all' size): rubrictool learning-curve --benchmark mohler --by question --sizes 100,200,400,all --variants reccbm --all-from reccbm=runs/q --out curves/q
 
     Example (the points route, seconds: a points table fitted to the graded answers grades the panel's levels): rubrictool learning-curve --table adjudicated.csv --rubric course.yaml --sizes 10,20,50,100,all --variants points --out curves/points
-    """
+    """  # noqa: E501 - the command's help text, kept as users see it
     from rubrictool.curve import CURVE_OPTIONS, CurveOptions, run_learning_curve
     from rubrictool.train import TrainOptions, training_overrides
 

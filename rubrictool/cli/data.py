@@ -158,7 +158,8 @@ def data_split(
 def _import_lines(rep: Any) -> list[str]:
     """What `data import` found, one statement per line (the library's ImportReport, in words)."""
     lines = []
-    where = f" (sheet {rep.sheet!r}" + (f"; other sheets: {', '.join(map(repr, rep.other_sheets))}" if rep.other_sheets else "") + ")" if rep.sheet else ""
+    others = f"; other sheets: {', '.join(map(repr, rep.other_sheets))}" if rep.other_sheets else ""
+    where = f" (sheet {rep.sheet!r}" + others + ")" if rep.sheet else ""
     lines.append(f"read {rep.source}{where}: {rep.n_rows} "
                  "rows" + (f" ({rep.blank_rows} blank row(s) skipped)" if rep.blank_rows else ""))
     shown = [f"{k} <- {rep.mapping[k]!r}" + (" (guessed)" if k in rep.guessed else "") for k in
@@ -224,7 +225,8 @@ def data_import(
     columns: Annotated[
         str | None,
         typer.Option("--columns", help=(
-            "Map item-table columns to the file's headers, e.g. response=answer,reference=reference_answer,grade=correct "
+            "Map item-table columns to the file's headers, e.g. "
+            "response=answer,reference=reference_answer,grade=correct "
             "(id, question, response, reference, context, grade; 'grade=' maps none). Unmapped ones are guessed."
         )),
     ] = None,
@@ -297,6 +299,7 @@ def data_import(
     for w in imported.report.warnings[before:]:  # e.g. a killed import's temporary files, removed
         err_console.print(f"[yellow]note:[/] {shown(w)}", soft_wrap=True, highlight=False)
     kept = imported.report.empty_responses if keep_empty else []
-    left = f" ({len(imported.report.empty_responses)} empty response(s) left out)" if imported.report.dropped_empty else ""
+    n_empty = len(imported.report.empty_responses)
+    left = f" ({n_empty} empty response(s) left out)" if imported.report.dropped_empty else ""
     left += f" ({len(kept)} empty response(s) kept: `grade` flags them)" if kept else ""
     console.print(f"wrote {shown(str(path))}: {imported.report.n_written} items{left}", soft_wrap=True, highlight=False)

@@ -105,7 +105,7 @@ def grade_cmd(
     Example: rubrictool grade --run runs/mohler-reccbm --items new_answers.csv --out graded.csv
 
     Example: rubrictool grade --run runs/chemlab-5fold --items new-answers.csv --gradebook chem110-spring.xlsx --sheet Marks --columns "question=Lab question" --review-budget 10 --out graded.csv
-    """
+    """  # noqa: E501 - the command's help text, kept as users see it
     from rubrictool.marks import GradeOptions, card_line, grade_file
     from rubrictool.train.runs import verify_runs_fully
 
@@ -113,12 +113,13 @@ def grade_cmd(
     if verify:
         verify_runs_fully()
     if int8:
-        err_console.print("[yellow]note:[/] --int8 grades with 8-bit weights: some grades differ from the ones the full "
-                          "model gives (and was evaluated with); grade without --int8 for those",
+        err_console.print("[yellow]note:[/] --int8 grades with 8-bit weights: some grades differ from the ones the "
+                          "full model gives (and was evaluated with); grade without --int8 for those",
                           soft_wrap=True, highlight=False)
     with ProgressView(err_console, transient=True) as view:
         res = grade_file(run, data, out, GradeOptions(
-                             batch_size, int8, engine, overrides=",".join(set_) if set_ else None, device=device or "auto",
+                             batch_size, int8, engine, overrides=",".join(set_) if set_ else None,
+                             device=device or "auto",
                              keep=None if keep is None else [c.strip() for c in keep.split(",") if c.strip()],
                              review_budget=review_budget), view,
                          reviewed=reviewed, queue=review_queue, gradebook=gradebook,

@@ -379,7 +379,7 @@ def diagnose_cmd(
     confusions need the reviewers' own labels: --reviews, or --adjudicated).
 
     Example: rubrictool rubric diagnose --run runs/course --out diag/
-    """
+    """  # noqa: E501 - the command's help text, kept as users see it
     from rubrictool.report import diagnose_dir, diagnose_run
     from rubrictool.report.diagnose import write_diagnosis
 
@@ -562,7 +562,7 @@ def ablate_cmd(
     Example: rubrictool ablate --benchmark mohler --seeds 3 --out runs/ablation
 
     Example (frozen encoder beside trained): rubrictool ablate --benchmark mohler --variants reccbm,reccbm-frozen,plm,plm-frozen --out runs/ablation
-    """
+    """  # noqa: E501 - the command's help text, kept as users see it
     from rubrictool.outputs import check_output, is_kfold_folder, is_run_folder
     from rubrictool.report.ablate import ablation_markdown, run_ablation
     from rubrictool.train import TrainOptions, training_overrides

@@ -146,7 +146,7 @@ def review_push(
     Example: rubrictool review push --rubric mohler --items items.jsonl --predictions annotations/predictions.csv --run runs/mohler --select uncertain --budget 400
 
     Example (anchored): rubrictool review push --rubric mohler --items items.jsonl --predictions annotations/predictions.csv --project mohler-anchored --show-predictions --prefill-model gpt-4o
-    """
+    """  # noqa: E501 - the command's help text, kept as users see it
     from rubrictool.review import PushOptions, push, resolve_connection
     from rubrictool.tables import read_items
 

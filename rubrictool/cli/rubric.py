@@ -92,8 +92,8 @@ def rubric_list(
         if info.error:
             table.add_row(shown(info.name), "", "", "", "", f"[red]{shown(info.error)}[/]", shown(where))
         else:
-            table.add_row(shown(info.name), str(info.n_concepts), info.scale, info.grade, shown(info.version), shown(info.title),
-                          shown(where))
+            table.add_row(shown(info.name), str(info.n_concepts), info.scale, info.grade, shown(info.version),
+                          shown(info.title), shown(where))
     console.print(table)
 
 

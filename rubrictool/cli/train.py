@@ -68,7 +68,8 @@ def result_tables(result: TrainResult) -> list[Table]:
         return f"{s[k]['mean']:.3f} ± {s[k]['std']:.3f}" if n > 1 and not folds else f"{s[k]['mean']:.3f}"
 
     # training time of one run (of one fold); runs written before train_seconds was recorded add up their stages
-    seconds = float(s.get("train_seconds") or sum(float(s.get(f"{x}_seconds", 0.0)) for x in ("stage1", "joint", "stage2")))
+    seconds = float(s.get("train_seconds")
+                    or sum(float(s.get(f"{x}_seconds", 0.0)) for x in ("stage1", "joint", "stage2")))
     t.add_row(*(cell(k) for k in ("t_acc", "t_f1", "qwk", "c_acc", "c_f1")),
               f"{seconds / 60:.1f} min" + (" per fold" if folds else ""))
     out: list[Table] = [t]
@@ -215,8 +216,10 @@ def train_cmd(
         "--variant", help="reccbm, or a baseline: vanilla (CBM) or plm (no bottleneck); switching single "
         "components off is `rubrictool ablate`.")] = "reccbm",
     seeds: Annotated[int, typer.Option("--seeds", help="Repeat with N seeds, from --first-seed on; mean ± std.")] = 1,
-    first_seed: Annotated[int, typer.Option("--first-seed", help="The first seed (another: a second training of the same "
-                                            "recipe on the same split or folds).")] = 0,
+    first_seed: Annotated[int, typer.Option(
+        "--first-seed", help="The first seed (another: a second training of the same "
+                             "recipe on the same split or folds).",
+    )] = 0,
     agreement: AgreementOpt = None,
     backbone: BackboneOpt = None,
     epochs: EpochsOpt = None,
@@ -230,8 +233,10 @@ def train_cmd(
     folds: Annotated[int, typer.Option(
         "--folds", callback=folds_or_none, help="k-fold evaluation: k runs, every item tested once (0 = one split).",
     )] = 0,
-    by: Annotated[str | None, typer.Option("--by", help="Keep every value of this column in one part, e.g. question: "
-                                           "test on questions never seen in training (folds and the default split).")] = None,
+    by: Annotated[str | None, typer.Option(
+        "--by", help="Keep every value of this column in one part, e.g. question: "
+                     "test on questions never seen in training (folds and the default split).",
+    )] = None,
     encoder: Annotated[str | None, typer.Option(
         "--encoder", help="The pretrained encoder: train (fine-tune it; the default), frozen (never updated: only the "
         "concept queries, classifiers, LCEC and grade head train, on token states computed once; fast), or auto "
@@ -260,7 +265,7 @@ def train_cmd(
     Example (a small course, encoder frozen): rubrictool train --table adjudicated.csv --rubric course.yaml --encoder frozen
 
     Example (the grader to use, with its quality card): rubrictool train --table adjudicated.csv --rubric course.yaml --folds 5 --final --out runs/course
-    """
+    """  # noqa: E501 - the command's help text, kept as users see it
     from rubrictool.pipeline import SplitPlan, run_train
     from rubrictool.train import TrainOptions, training_overrides
 
@@ -279,8 +284,8 @@ def train_cmd(
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[info]}"))
     with ProgressView(console, *columns) as view:
-        result = run_train(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir, out=out,
-                           options=options, plan=SplitPlan(split, split_seed, folds, by, jobs, final),
+        result = run_train(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir,
+                           out=out, options=options, plan=SplitPlan(split, split_seed, folds, by, jobs, final),
                            progress=view)
     for shown_table in result_tables(result):
         console.print(shown_table)
