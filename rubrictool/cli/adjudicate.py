@@ -171,8 +171,8 @@ def adjudicate_cmd(
     )] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap and the coverage folds.")] = 0,
     expected_reviewers: Annotated[int | None, typer.Option(
-        "--expected-reviewers", callback=at_least(1), help="Report items with fewer reviewers (default: all reviewers "
-                                                           "seen).",
+        "--expected-reviewers", callback=at_least(1),
+        help="Report items with fewer reviewers (default: all reviewers seen).",
     )] = None,
     pre_annotations: Annotated[list[Path] | None, typer.Option(
         "--pre-annotations", help="Prediction table(s) (LLM annotations, `review push --run` grader predictions): "

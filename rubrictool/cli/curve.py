@@ -73,8 +73,8 @@ def learning_curve_cmd(
         "--by", help="Grouped folds, e.g. question: no group in both train and test.",
     )] = None,
     dev_share: Annotated[float, typer.Option(
-        "--dev-share", callback=finite(0, 1, open_lo=True, open_hi=True), help="Share of each subsample used as its "
-                                                                               "dev part.",
+        "--dev-share", callback=finite(0, 1, open_lo=True, open_hi=True),
+        help="Share of each subsample used as its dev part.",
     )] = 0.125,
     preset: PresetOpt = "default",
     config: ConfigOpt = None,

@@ -246,8 +246,8 @@ def data_import(
     ] = False,
     grade_scale: Annotated[
         float | None, typer.Option(
-            "--grade-scale", callback=finite(0, open_lo=True), help="Multiply every grade by this, e.g. 2 to count "
-                                                                    "half marks (0..5 in halves -> 0..10).",
+            "--grade-scale", callback=finite(0, open_lo=True),
+            help="Multiply every grade by this, e.g. 2 to count half marks (0..5 in halves -> 0..10).",
         )
     ] = None,
     round_grades: Annotated[

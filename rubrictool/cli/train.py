@@ -274,8 +274,8 @@ def train_cmd(
 
     flat = {"backbone": backbone, "epochs": epochs, "max_len": max_len, "batch_size": batch_size, "lr": lr,
             "device": device, "crossfit": crossfit, "encoder": encoder}
-    if lr is not None and (encoder == "frozen" or any(c.replace(" "
-                                                                "", "") == "stage1.encoder=frozen" for c in cfg or [])):
+    if lr is not None and (encoder == "frozen"
+                           or any(c.replace(" ", "") == "stage1.encoder=frozen" for c in cfg or [])):
         err_console.print("[yellow]note:[/] --lr is the encoder's learning rate, and --encoder frozen never updates "
                           "the encoder: --lr is not used", soft_wrap=True, highlight=False)
     options = TrainOptions(preset=preset, overrides=training_overrides(config, cfg or [], flat), variant=variant,
