@@ -124,8 +124,8 @@ BackboneOpt = Annotated[str | None, typer.Option("--backbone", help="HF name/pat
 def _refuse(param: typer.CallbackParam, value: object, fix: str) -> None:
     """A numeric option out of range: one line naming it and the fix, exit 1, before any work."""
     name = param.opts[0] if param.opts else str(param.name)
-    err_console.print(f"[bold red]error:[/] {name} {shown(value, one_line=True)}: "
-                      f"{fix}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {name} {shown(value, one_line=True)}: {fix}",
+                      highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 

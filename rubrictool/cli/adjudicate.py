@@ -78,8 +78,8 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
     if q:
         lines.append(
             f"discussion queue (--queue {q['rule']}): {q['n_cases']} case(s) over {q['n_items']} item(s) — {q['means']}"
-            + (f"; {a['flagged'] - q['n_cases']} other non-unanimous label(s) decided by the vote (--queue all lists "
-               "them)"
+            + (f"; {a['flagged'] - q['n_cases']} other non-unanimous label(s) decided by the vote "
+               "(--queue all lists them)"
                if "all" not in q["rule"].split(",") and a["flagged"] > q["n_cases"] else "")
         )
     under = agreement["under_reviewed"]["n_items"]
@@ -117,8 +117,8 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
         lines.append(
             f"{unl['n_items']} item(s) have no valid label from any reviewer or model ({', '.join(ids[:10])}"
             + (" ..." if unl["n_items"] > 10 else "")
-            + "): kept in the adjudicated table unlabelled (agreement.json lists them under unlabelled); train skips "
-              "them"
+            + "): kept in the adjudicated table unlabelled (agreement.json lists them under unlabelled); "
+              "train skips them"
         )
     if agreement.get("items_given") is False:
         lines.append(
