@@ -28,7 +28,8 @@ QUESTIONS = {
 }
 ANSWERS = [
     ["sunlight water and CO2", "light and water", "soil", "Light, water and carbon dioxide, in the leaves", "  "],
-    ["water moving takes the soil", "wind", "the river water carries sand away", "rocks", "water moving takes the soil"],
+    ["water moving takes the soil", "wind", "the river water carries sand away", "rocks",
+     "water moving takes the soil"],
 ]
 GRADES = [[2, 1, 0, 2, 0], [2, 0, 2, 0, 2]]
 
@@ -156,7 +157,8 @@ def test_repeated_rows_and_scale_reported_in_a_dry_run(tmp_path: Path) -> None:
                                 "workbook's other sheets: 'answers') ('remark')"), "pick the sheet with --sheet NAME"]),
     ],
 )
-def test_one_line_errors_name_the_file_and_the_fix(science_xlsx: Path, tmp_path: Path, args: list[str], expect: list[str]) -> None:
+def test_one_line_errors_name_the_file_and_the_fix(science_xlsx: Path, tmp_path: Path, args: list[str],
+                                                   expect: list[str]) -> None:
     code, text = invoke(str(science_xlsx), "--out", str(tmp_path / "o.csv"), *args)
     assert code == 1
     flat = " ".join(text.split())
@@ -251,7 +253,8 @@ def test_a_header_with_its_scale_is_the_grade(tmp_path: Path) -> None:
     assert read_items(out)["grade"].between(0, 5).all()
 
 
-@pytest.mark.parametrize(("header", "scale"), [("Score (0-5)", (0, 5)), ("Mark [0–10]", (0, 10)), ("Points /20", (0, 20)),
+@pytest.mark.parametrize(("header", "scale"), [("Score (0-5)", (0, 5)), ("Mark [0–10]", (0, 10)),
+                                               ("Points /20", (0, 20)),
                                                ("Score out of 4", (0, 4)), ("Grade (max 6)", (0, 6)), ("Grade", None),
                                                ("Grade (final)", None)])
 def test_header_scale(header: str, scale: tuple[int, int] | None) -> None:

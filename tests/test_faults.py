@@ -64,7 +64,8 @@ TRAIN_DELAY: list[tuple[int, float]] = [(KILL, round(rng.uniform(0.3, 0.9), 2))]
 RETRAIN_FILES = _points(2, 1, 14)  # retraining into an existing run
 FOLDS_DELAY = [(KILL, round(rng.uniform(0.2, 0.9), 2)) for _ in range(2)] + [(INT, round(rng.uniform(0.2, 0.9), 2))]
 ANNOTATE_ROWS = [(w, *p) for w in (1, 2) for p in _points(2, 1, N - 2) + _points(1, 1, N - 2, INT)]
-ADJUDICATE_DELAY = [(KILL, round(rng.uniform(0.15, 0.6), 2)) for _ in range(3)] + [(INT, round(rng.uniform(0.3, 0.6), 2))]
+ADJUDICATE_DELAY = ([(KILL, round(rng.uniform(0.15, 0.6), 2)) for _ in range(3)]
+                    + [(INT, round(rng.uniform(0.3, 0.6), 2))])
 TRAIN_FSIZE = [0, 3_000, 60_000]  # bytes: nothing, the small files but not the table copy, all but the weights
 FOLDS_FSIZE = [60_000]
 ANNOTATE_FSIZE = [0, 24_000]
@@ -478,7 +479,8 @@ def test_annotate_into_a_read_only_folder_pays_nothing_then_rerun(course: dict[s
         assert res.returncode == 1 and one_line_error(res.output), res.output[-3000:]
         named = out / "predictions.jsonl.lock" if where == "out" else cache.parent / "cache.sqlite.lock"
         assert f"{named}: cannot create the lock file" in flat, flat
-        assert "(Operation not permitted); nothing was sent" in flat or "(Permission denied); nothing was sent" in flat, flat
+        assert ("(Operation not permitted); nothing was sent" in flat
+                or "(Permission denied); nothing was sent" in flat), flat
         assert list(locked.iterdir()) == [] and srv.count() == 0
         _ok(run_cli(args))
         assert srv.count() == N
@@ -512,7 +514,8 @@ def _outputs_whole(out: Path) -> None:
         json.loads((out / "agreement.json").read_text())
 
 
-@pytest.mark.parametrize(("sig", "at"), ADJUDICATE_DELAY, ids=[f"{_sig(s)}-at-{t}-of-a-run" for s, t in ADJUDICATE_DELAY])
+@pytest.mark.parametrize(("sig", "at"), ADJUDICATE_DELAY,
+                         ids=[f"{_sig(s)}-at-{t}-of-a-run" for s, t in ADJUDICATE_DELAY])
 def test_adjudicate_killed_then_rerun(course: dict[str, Path], adjudicate_ref: dict[str, bytes], tmp_path: Path,
                                       sig: int, at: float) -> None:
     out = tmp_path / "adj"

@@ -1,7 +1,7 @@
-"""Faults of outputs, runs, numbers and imports, tried as a careful but unlucky user would: one output rule for every command, runs that cannot
-change unseen, numbers checked at the door, formula cells in every file written for people, an import that checks
-what it promises. Each case failed (data lost, silently wrong, a traceback or an unclear message) before the change
-that added it; docs/results.md ("Faults and hostile input") counts them.
+"""Faults of outputs, runs, numbers and imports, tried as a careful but unlucky user would: one output rule for every
+command, runs that cannot change unseen, numbers checked at the door, formula cells in every file written for people,
+an import that checks what it promises. Each case failed (data lost, silently wrong, a traceback or an unclear
+message) before the change that added it; docs/results.md ("Faults and hostile input") counts them.
 
 The course is the chemistry-lab one (SAFE, METH, UNIT on 0..2, a 0..10 grade), 40 answers, one of them a spreadsheet
 formula, trained once on a tiny BERT.
@@ -288,7 +288,8 @@ def test_a_kill_between_the_renames_names_the_kept_run_and_the_command_that_rest
             (run / "report").mkdir(parents=True)
             old = old.rename(run / old.name)
         for command in (["report", "--run", str(run)],
-                        ["grade", "--run", str(run), "--items", str(course["items"]), "--out", str(tmp_path / "g.csv")]):
+                        ["grade", "--run", str(run), "--items", str(course["items"]),
+                         "--out", str(tmp_path / "g.csv")]):
             res = runner.invoke(app, command)
             flat = _one_line(res.output)
             assert res.exit_code == 1 and str(old) in flat and "put it back with `mv " in flat, res.output
@@ -304,7 +305,8 @@ def test_a_kill_between_the_renames_names_the_kept_run_and_the_command_that_rest
 @pytest.mark.parametrize("args", [["grade", "--batch-size", "0"], ["grade", "--batch-size", "-3"],
                                   ["train", "--epochs", "0"], ["train", "--epochs", "-1"], ["train", "--lr", "nan"],
                                   ["train", "--lr", "inf"], ["train", "--lr", "-1e-3"], ["train", "--folds", "1"],
-                                  ["learning-curve", "--dev-share", "1.5"], ["annotate", "--per-question", "0"], ["audit", "--batch-size", "0"],
+                                  ["learning-curve", "--dev-share", "1.5"], ["annotate", "--per-question", "0"],
+                                  ["audit", "--batch-size", "0"],
                                   ["data", "import", "x.csv", "--grade-scale", "0"]],
                          ids=lambda a: "-".join(a).replace("--", ""))
 def test_numbers_out_of_range_are_one_line_errors(course: dict[str, Path], trained: Path, tmp_path: Path,

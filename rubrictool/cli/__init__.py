@@ -2,9 +2,9 @@
 
 One module per command group (:mod:`.rubric`, :mod:`.data`, :mod:`.annotate`, :mod:`.review`,
 :mod:`.adjudicate`, :mod:`.train`, :mod:`.grade`, :mod:`.audit`, :mod:`.curve` (``learning-curve``),
-:mod:`.inspect` with explain, intervene, report, ablate and ``rubric diagnose``). Each command parses options, calls one library
-function and prints what it returns; every Rich table, progress bar and message lives here. Library
-errors (:class:`rubrictool.errors.RubrictoolError`, and ``reccbm``'s ``ReccbmError``) become a
+:mod:`.inspect` with explain, intervene, report, ablate and ``rubric diagnose``). Each command parses options,
+calls one library function and prints what it returns; every Rich table, progress bar and message lives here.
+Library errors (:class:`rubrictool.errors.RubrictoolError`, and ``reccbm``'s ``ReccbmError``) become a
 one-line message and exit code 1 here, and only here.
 
 Imports are lazy: every command module is imported to build the app, so at module top a command

@@ -77,7 +77,9 @@ console = SafeConsole()
 err_console = SafeConsole(stderr=True)
 
 # -- shared options (defined once) ------------------------------------------------------------------------
-RubricOpt = Annotated[str, typer.Option("--rubric", "-r", help="Bundled rubric name (mohler, asap2, mocha) or a YAML path.")]
+RubricOpt = Annotated[str, typer.Option(
+    "--rubric", "-r", help="Bundled rubric name (mohler, asap2, mocha) or a YAML path.",
+)]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output file or folder.")]
 DataDirOpt = Annotated[
     Path | None,
@@ -86,7 +88,9 @@ DataDirOpt = Annotated[
 VerifyOpt = Annotated[bool, typer.Option(
     "--verify", help="Check the run by the full sha256 of every file, weights included (what every open does now; "
     "kept so that scripts that pass it keep working).")]
-BenchmarkOpt = Annotated[str | None, typer.Option("--benchmark", "-b", help="Bundled benchmark: mohler, asap2 or mocha.")]
+BenchmarkOpt = Annotated[str | None, typer.Option(
+    "--benchmark", "-b", help="Bundled benchmark: mohler, asap2 or mocha.",
+)]
 
 # A trained run is always --run (-m is an LLM in `annotate`, never a run).
 _RUN_HELP = "Run directory written by `rubrictool train`."
@@ -120,7 +124,8 @@ BackboneOpt = Annotated[str | None, typer.Option("--backbone", help="HF name/pat
 def _refuse(param: typer.CallbackParam, value: object, fix: str) -> None:
     """A numeric option out of range: one line naming it and the fix, exit 1, before any work."""
     name = param.opts[0] if param.opts else str(param.name)
-    err_console.print(f"[bold red]error:[/] {name} {shown(value, one_line=True)}: {fix}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {name} {shown(value, one_line=True)}: {fix}",
+                      highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
@@ -160,13 +165,23 @@ def folds_or_none(param: typer.CallbackParam, value: int | None) -> int | None:
     return value
 
 
-EpochsOpt = Annotated[int | None, typer.Option("--epochs", callback=at_least(1), help="Stage I epochs (preset default 3, paper 6).")]
-MaxLenOpt = Annotated[int | None, typer.Option("--max-len", callback=at_least(8), help="Tokens per input (default 128).")]
-TrainBatchSizeOpt = Annotated[int | None, typer.Option("--batch-size", callback=at_least(1), help="Batch size (default 8).")]
-LrOpt = Annotated[float | None, typer.Option("--lr", callback=finite(0, open_lo=True), help="Stage I learning rate (default 1e-4).")]
+EpochsOpt = Annotated[int | None, typer.Option(
+    "--epochs", callback=at_least(1), help="Stage I epochs (preset default 3, paper 6).",
+)]
+MaxLenOpt = Annotated[int | None, typer.Option(
+    "--max-len", callback=at_least(8), help="Tokens per input (default 128).",
+)]
+TrainBatchSizeOpt = Annotated[int | None, typer.Option(
+    "--batch-size", callback=at_least(1), help="Batch size (default 8).",
+)]
+LrOpt = Annotated[float | None, typer.Option(
+    "--lr", callback=finite(0, open_lo=True), help="Stage I learning rate (default 1e-4).",
+)]
 DeviceOpt = Annotated[str | None, typer.Option("--device", help="auto (CUDA if present) or cpu.")]
-JobsOpt = Annotated[int, typer.Option("--jobs", callback=at_least(1), help="Train that many runs at once (folds, cells or combinations), in "
-                                     "worker processes (CPU cores shared; one GPU each where there are several).")]
+JobsOpt = Annotated[int, typer.Option(
+    "--jobs", callback=at_least(1), help="Train that many runs at once (folds, cells or combinations), in "
+                                         "worker processes (CPU cores shared; one GPU each where there are several).",
+)]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -231,9 +246,11 @@ def handle_errors(fn: F) -> F:
             if e.errno not in _WRITE_ERRNOS:
                 raise
             where = f" {e.filename}" if e.filename else ""
-            err_console.print(f"[bold red]error:[/] cannot write{shown(where, one_line=True)} ({shown(e.strerror or e)}); "
+            err_console.print(f"[bold red]error:[/] cannot write{shown(where, one_line=True)} "
+                              f"({shown(e.strerror or e)}); "
                               "every file is written whole or not at all, so nothing half-written was left; free space "
-                              "(or pass --out a folder you can write), then run it again", highlight=False, soft_wrap=True)
+                              "(or pass --out a folder you can write), then run it again",
+                              highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err_console.print(_interrupted(fn.__name__), soft_wrap=True, highlight=False)

@@ -66,7 +66,8 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
     a = agreement["adjudication"]
     lines = [
         f"{agreement['n_items']} items, reviewers {', '.join(agreement['reviewers'])}: {a['n_decisions']} decisions "
-        f"by {a['method']}, {a['unanimous']} unanimous, {a['flagged']} flagged ({a['tied']} ties), {a['resolved']} resolved"
+        f"by {a['method']}, {a['unanimous']} unanimous, {a['flagged']} flagged ({a['tied']} ties), "
+        f"{a['resolved']} resolved"
         + (
             f"; Dawid-Skene differs from majority vote on {a['dawid_skene_changed']}"
             if a["dawid_skene_changed"] is not None
@@ -77,7 +78,8 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
     if q:
         lines.append(
             f"discussion queue (--queue {q['rule']}): {q['n_cases']} case(s) over {q['n_items']} item(s) — {q['means']}"
-            + (f"; {a['flagged'] - q['n_cases']} other non-unanimous label(s) decided by the vote (--queue all lists them)"
+            + (f"; {a['flagged'] - q['n_cases']} other non-unanimous label(s) decided by the vote "
+               "(--queue all lists them)"
                if "all" not in q["rule"].split(",") and a["flagged"] > q["n_cases"] else "")
         )
     under = agreement["under_reviewed"]["n_items"]
@@ -89,9 +91,11 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
     cov = agreement["coverage"]
     if cov.get("available"):
         lines.append(
-            f"coverage (grade from concept levels, {cov['folds']}-fold CV): one-hot acc {cov['levels_one_hot']['accuracy']:.3f} "
+            f"coverage (grade from concept levels, {cov['folds']}-fold CV): one-hot acc "
+            f"{cov['levels_one_hot']['accuracy']:.3f} "
             f"macro-F1 {cov['levels_one_hot']['macro_f1']:.3f}; numeric acc {cov['levels_as_numbers']['accuracy']:.3f} "
-            f"macro-F1 {cov['levels_as_numbers']['macro_f1']:.3f}; majority class acc {cov['majority_class']['accuracy']:.3f}"
+            f"macro-F1 {cov['levels_as_numbers']['macro_f1']:.3f}; majority class acc "
+            f"{cov['majority_class']['accuracy']:.3f}"
         )
     g = agreement["grade"]
     if g.get("available") and g.get("alpha") is not None:
@@ -113,7 +117,8 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
         lines.append(
             f"{unl['n_items']} item(s) have no valid label from any reviewer or model ({', '.join(ids[:10])}"
             + (" ..." if unl["n_items"] > 10 else "")
-            + "): kept in the adjudicated table unlabelled (agreement.json lists them under unlabelled); train skips them"
+            + "): kept in the adjudicated table unlabelled (agreement.json lists them under unlabelled); "
+              "train skips them"
         )
     if agreement.get("items_given") is False:
         lines.append(
@@ -132,23 +137,57 @@ def summary_lines(agreement: dict[str, Any]) -> list[str]:
 
 
 def adjudicate_cmd(
-    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric name or YAML path (default: the benchmark's).")] = None,
-    reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review file, repeatable: long (item, reviewer, concept, level), one reviewer's wide file (id, FC, ...; reviewer = file stem, or NAME=PATH), or a prediction table (each model a reviewer; failed replies skipped and counted).")] = None,
+    rubric: Annotated[str | None, typer.Option(
+        "--rubric", "-r", help="Rubric name or YAML path (default: the benchmark's).",
+    )] = None,
+    reviews: Annotated[list[str] | None, typer.Option(
+        "--reviews", help="Review file, repeatable: long (item, reviewer, concept, level), one reviewer's wide file "
+                          "(id, FC, ...; reviewer = file stem, or NAME=PATH), or a prediction table (each model a "
+                          "reviewer; failed replies skipped and counted).",
+    )] = None,
     benchmark: BenchmarkOpt = None,
-    items: Annotated[Path | None, typer.Option("--items", help="Item table (CSV/JSONL/Parquet) for texts, grades and the id check.")] = None,
+    items: Annotated[Path | None, typer.Option(
+        "--items", help="Item table (CSV/JSONL/Parquet) for texts, grades and the id check.",
+    )] = None,
     data_dir: DataDirOpt = None,
-    predictions: Annotated[Path | None, typer.Option("--predictions", help="LLM prediction table (item, model, concept, level, raw_ok) to compare with the consensus.")] = None,
-    method: Annotated[str, typer.Option("--method", help="majority (ordinal tie rule) or dawid-skene (crowd-kit).")] = "majority",
-    level_of_measurement: Annotated[str, typer.Option("--level-of-measurement", help="Krippendorff's α metric: ordinal, nominal, interval or ratio.")] = "ordinal",
-    resolutions: Annotated[Path | None, typer.Option("--resolutions", help="Expert decisions (item, concept, level[, note, decided_by]) or a filled-in discussion_queue.csv.")] = None,
+    predictions: Annotated[Path | None, typer.Option(
+        "--predictions", help="LLM prediction table (item, model, concept, level, raw_ok) to compare with the "
+                              "consensus.",
+    )] = None,
+    method: Annotated[str, typer.Option(
+        "--method", help="majority (ordinal tie rule) or dawid-skene (crowd-kit).",
+    )] = "majority",
+    level_of_measurement: Annotated[str, typer.Option(
+        "--level-of-measurement", help="Krippendorff's α metric: ordinal, nominal, interval or ratio.",
+    )] = "ordinal",
+    resolutions: Annotated[Path | None, typer.Option(
+        "--resolutions", help="Expert decisions (item, concept, level[, note, decided_by]) or a filled-in "
+                              "discussion_queue.csv.",
+    )] = None,
     out: OutOpt = Path("adjudicated"),
     out_format: Annotated[str, typer.Option("--out-format", help="Table format: csv, jsonl or parquet.")] = "csv",
-    bootstrap: Annotated[int, typer.Option("--bootstrap", callback=at_least(0), help="Bootstrap replicates for the α CIs (0 = none).")] = 1000,
+    bootstrap: Annotated[int, typer.Option(
+        "--bootstrap", callback=at_least(0), help="Bootstrap replicates for the α CIs (0 = none).",
+    )] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap and the coverage folds.")] = 0,
-    expected_reviewers: Annotated[int | None, typer.Option("--expected-reviewers", callback=at_least(1), help="Report items with fewer reviewers (default: all reviewers seen).")] = None,
-    pre_annotations: Annotated[list[Path] | None, typer.Option("--pre-annotations", help="Prediction table(s) (LLM annotations, `review push --run` grader predictions): their majority vote labels every item and concept no reviewer labelled (routed review); those labels are marked and in no α.")] = None,
-    queue: Annotated[str, typer.Option("--queue", help="What goes to the discussion queue: all (every non-unanimous label), ties, gap2 (reviewers two or more levels apart); combine with commas. Default: ties,gap2.")] = "ties,gap2",
-    from_label_studio: Annotated[str | None, typer.Option("--from-label-studio", help="First pull the reviews of this Label Studio project (title or id; connection from $LABEL_STUDIO_URL/$LABEL_STUDIO_API_KEY or `review serve`) into --out/reviews_label_studio.csv.")] = None,
+    expected_reviewers: Annotated[int | None, typer.Option(
+        "--expected-reviewers", callback=at_least(1),
+        help="Report items with fewer reviewers (default: all reviewers seen).",
+    )] = None,
+    pre_annotations: Annotated[list[Path] | None, typer.Option(
+        "--pre-annotations", help="Prediction table(s) (LLM annotations, `review push --run` grader predictions): "
+                                  "their majority vote labels every item and concept no reviewer labelled (routed "
+                                  "review); those labels are marked and in no α.",
+    )] = None,
+    queue: Annotated[str, typer.Option(
+        "--queue", help="What goes to the discussion queue: all (every non-unanimous label), ties, gap2 (reviewers two "
+                        "or more levels apart); combine with commas. Default: ties,gap2.",
+    )] = "ties,gap2",
+    from_label_studio: Annotated[str | None, typer.Option(
+        "--from-label-studio", help="First pull the reviews of this Label Studio project (title or id; connection from "
+                                    "$LABEL_STUDIO_URL/$LABEL_STUDIO_API_KEY or `review serve`) into "
+                                    "--out/reviews_label_studio.csv.",
+    )] = None,
 ) -> None:
     """Agreement (Krippendorff's α per concept, pairwise, per reviewer, LLM vs consensus, coverage) and adjudication.
 
@@ -159,7 +198,7 @@ def adjudicate_cmd(
     Example: rubrictool adjudicate --benchmark mohler --out runs/mohler/adjudicated
 
     Example: rubrictool adjudicate --rubric science.yaml --reviews predictions.jsonl --items items.csv --queue all --out llm-panel/
-    """
+    """  # noqa: E501 - the command's help text, kept as users see it
     from rubrictool.adjudicate import AdjudicationOptions, run_adjudicate
     from rubrictool.outputs import check_output
     from rubrictool.review import pull_for_adjudicate

@@ -66,7 +66,8 @@ def print_dry_run(report: DryRunReport, con: Console) -> None:
 
     for m in report.models:
         if m.too_long and m.context_tokens:
-            con.print(f"[bold red]warning:[/] {escape(too_long_message(m.model, m.too_long, report.items, m.context_tokens))}",
+            con.print("[bold red]warning:[/] "
+                      f"{escape(too_long_message(m.model, m.too_long, report.items, m.context_tokens))}",
                       soft_wrap=True, highlight=False)
     total, unpriced = report.est_cost_usd, report.unpriced
     if total is None:
@@ -109,7 +110,8 @@ def print_summary(result: AnnotateResult, paths: tuple[Path, Path, Path] | None,
             con.print(f"  {model}", markup=False, highlight=False, style="bold")
             con.print("    " + ", ".join(f"{c} {v}" for c, v in zip(cols, vals)), markup=False, highlight=False)
     if paths:
-        con.print(f"wrote {paths[0]} ({len(result.predictions)} rows), {paths[1]} ({len(result.failures)} failures), {paths[2]}")
+        con.print(f"wrote {paths[0]} ({len(result.predictions)} rows), {paths[1]} ({len(result.failures)} failures), "
+                  f"{paths[2]}")
     retried = sum(s.retried for s in result.summary.values())
     if retried:
         con.print(f"--retry-failed: sent again {retried} item(s) whose cached replies had failed")
@@ -177,8 +179,9 @@ def print_comparison(cmp: dict[str, Any], con: Console) -> None:
         con.print("    " + ", ".join(f"{c} {v}" for c, v in zip(cols, vals)), markup=False, highlight=False)
 
 
-def _holistic(items: pd.DataFrame, rub: Rubric, config: AnnotateConfig, dry: bool, out: Path, inputs: list[Path | str | None],
-              rubric_file: Path | str | None, run: Path | None, pass_mark: int | None) -> None:
+def _holistic(items: pd.DataFrame, rub: Rubric, config: AnnotateConfig, dry: bool, out: Path,
+              inputs: list[Path | str | None], rubric_file: Path | str | None, run: Path | None,
+              pass_mark: int | None) -> None:
     """``annotate --holistic``: the mark asked for directly, then (with --run) beside the trained grader."""
     from rubrictool.annotate import holistic_dry_run, run_holistic
     from rubrictool.annotate.holistic import holistic_paths
@@ -203,34 +206,95 @@ def _holistic(items: pd.DataFrame, rub: Rubric, config: AnnotateConfig, dry: boo
 
 def annotate_cmd(
     benchmark: BenchmarkOpt = None,
-    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric name or YAML path (default: the benchmark's).")] = None,
-    items_file: Annotated[Path | None, typer.Option("--items", help="The answers to annotate: an item table (CSV/JSONL/Parquet: id, response, question?, reference?).")] = None,
+    rubric: Annotated[str | None, typer.Option(
+        "--rubric", "-r", help="Rubric name or YAML path (default: the benchmark's).",
+    )] = None,
+    items_file: Annotated[Path | None, typer.Option(
+        "--items", help="The answers to annotate: an item table (CSV/JSONL/Parquet: id, response, question?, "
+                        "reference?).",
+    )] = None,
     data_dir: DataDirOpt = None,
-    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="litellm model string; repeatable (default: gpt-4o and gemini/gemini-2.5-pro).")] = None,
-    api_base: Annotated[str | None, typer.Option("--api-base", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 (model hosted_vllm/<alias> or openai/<alias>).")] = None,
-    api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="Read the API key from this environment variable (default: the provider's, e.g. OPENAI_API_KEY).")] = None,
+    model: Annotated[list[str] | None, typer.Option(
+        "--model", "-m", help="litellm model string; repeatable (default: gpt-4o and gemini/gemini-2.5-pro).",
+    )] = None,
+    api_base: Annotated[str | None, typer.Option(
+        "--api-base", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 (model hosted_vllm/<alias> or "
+                           "openai/<alias>).",
+    )] = None,
+    api_key_env: Annotated[str | None, typer.Option(
+        "--api-key-env", help="Read the API key from this environment variable (default: the provider's, e.g. "
+                              "OPENAI_API_KEY).",
+    )] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-j", help="Requests in flight per model.")] = 8,
-    workers: Annotated[int | None, typer.Option("--workers", help="Client processes sharing the items, concurrency and budget (default: auto, i.e. 1, or one per 8 requests in flight for --api-base runs of 64+ items).")] = None,
+    workers: Annotated[int | None, typer.Option(
+        "--workers", help="Client processes sharing the items, concurrency and budget (default: auto, i.e. 1, or one "
+                          "per 8 requests in flight for --api-base runs of 64+ items).",
+    )] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request (> 0).")] = 120.0,
-    max_retries: Annotated[int, typer.Option("--max-retries", help="Retries on 429, timeouts, 5xx and connection errors (0 or more).")] = 4,
-    backoff: Annotated[float, typer.Option("--backoff", help="First back-off in seconds, 0 or more (doubles per retry, with jitter).")] = 1.0,
-    reply_format: Annotated[str, typer.Option("--reply-format", help="Reply format: line (the paper's concept=..; label=..; evidence=..) or json (with a JSON schema).")] = "line",
-    template: Annotated[Path | None, typer.Option("--template", help="Your own jinja2 prompt template (default: templates/annotate.prompt.j2).")] = None,
-    examples: Annotated[Path | None, typer.Option("--examples", help="In-context examples: a table with response, question, reference and one level column per concept.")] = None,
-    cache: Annotated[Path, typer.Option("--cache", help="SQLite reply cache (resume, never pay twice).")] = Path(".rubrictool/cache.sqlite"),
+    max_retries: Annotated[int, typer.Option(
+        "--max-retries", help="Retries on 429, timeouts, 5xx and connection errors (0 or more).",
+    )] = 4,
+    backoff: Annotated[float, typer.Option(
+        "--backoff", help="First back-off in seconds, 0 or more (doubles per retry, with jitter).",
+    )] = 1.0,
+    reply_format: Annotated[str, typer.Option(
+        "--reply-format", help="Reply format: line (the paper's concept=..; label=..; evidence=..) or json (with a "
+                               "JSON schema).",
+    )] = "line",
+    template: Annotated[Path | None, typer.Option(
+        "--template", help="Your own jinja2 prompt template (default: templates/annotate.prompt.j2).",
+    )] = None,
+    examples: Annotated[Path | None, typer.Option(
+        "--examples", help="In-context examples: a table with response, question, reference and one level column per "
+                           "concept.",
+    )] = None,
+    cache: Annotated[Path, typer.Option(
+        "--cache", help="SQLite reply cache (resume, never pay twice).",
+    )] = Path(".rubrictool/cache.sqlite"),
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the reply cache.")] = False,
-    budget: Annotated[float | None, typer.Option("--budget", help="Stop cleanly before this many USD would be exceeded.")] = None,
-    limit: Annotated[int | None, typer.Option("--limit", "-n", help="Annotate only the first N items (a trial run).")] = None,
-    per_question: Annotated[int | None, typer.Option("--per-question", callback=at_least(1), help="Annotate only the first N answers of each question (a new question's few, for grade --reviewed).")] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Reply length cap (also the budget's worst case).")] = 1024,
+    budget: Annotated[float | None, typer.Option(
+        "--budget", help="Stop cleanly before this many USD would be exceeded.",
+    )] = None,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", "-n", help="Annotate only the first N items (a trial run).",
+    )] = None,
+    per_question: Annotated[int | None, typer.Option(
+        "--per-question", callback=at_least(1), help="Annotate only the first N answers of each question (a new "
+                                                     "question's few, for grade --reviewed).",
+    )] = None,
+    max_tokens: Annotated[int, typer.Option(
+        "--max-tokens", help="Reply length cap (also the budget's worst case).",
+    )] = 1024,
     temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature, 0..2.")] = 0.0,
-    dry: Annotated[bool, typer.Option("--dry-run", help="Print the first prompts, token counts and the estimated cost; send nothing.")] = False,
-    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Send again the items whose cached replies failed (successful cached replies are never re-sent). Example: rubrictool annotate --rubric r.yaml --items items.csv --retry-failed")] = False,
-    max_failures: Annotated[float, typer.Option("--max-failures", help="Exit 3 when more than this share of the item × model annotations failed (0..1; the outputs are written). Example: --max-failures 0.1")] = 0.05,
-    allow_draft: Annotated[bool, typer.Option("--allow-draft", help="Send a rubric that still has TODO placeholders or two levels with one anchor (refused by default). Example: rubrictool annotate --rubric draft.yaml --items items.csv --limit 5 --allow-draft")] = False,
-    holistic: Annotated[bool, typer.Option("--holistic", help="Ask each model for every answer's mark directly (the rubric and the grade scale in the prompt, a reply mark=<n>) instead of concept levels: the baseline a teacher would otherwise use. Writes marks.jsonl, failures.jsonl and summary.json into the --out folder. Example: rubrictool annotate --holistic --rubric r.yaml --items items.csv --model gpt-4o --run runs/k5 --out holistic/")] = False,
+    dry: Annotated[bool, typer.Option(
+        "--dry-run", help="Print the first prompts, token counts and the estimated cost; send nothing.",
+    )] = False,
+    retry_failed: Annotated[bool, typer.Option(
+        "--retry-failed", help="Send again the items whose cached replies failed (successful cached replies are never "
+                               "re-sent). Example: rubrictool annotate --rubric r.yaml --items items.csv "
+                               "--retry-failed",
+    )] = False,
+    max_failures: Annotated[float, typer.Option(
+        "--max-failures", help="Exit 3 when more than this share of the item × model annotations failed (0..1; the "
+                               "outputs are written). Example: --max-failures 0.1",
+    )] = 0.05,
+    allow_draft: Annotated[bool, typer.Option(
+        "--allow-draft", help="Send a rubric that still has TODO placeholders or two levels with one anchor (refused "
+                              "by default). Example: rubrictool annotate --rubric draft.yaml --items items.csv --limit "
+                              "5 --allow-draft",
+    )] = False,
+    holistic: Annotated[bool, typer.Option(
+        "--holistic", help="Ask each model for every answer's mark directly (the rubric and the grade scale in the "
+                           "prompt, a reply mark=<n>) instead of concept levels: the baseline a teacher would "
+                           "otherwise use. Writes marks.jsonl, failures.jsonl and summary.json into the --out folder. "
+                           "Example: rubrictool annotate --holistic --rubric r.yaml --items items.csv --model gpt-4o "
+                           "--run runs/k5 --out holistic/",
+    )] = False,
     run: OptionalRunOpt = None,
-    pass_mark: Annotated[int | None, typer.Option("--pass-mark", help="With --holistic --run: the least mark that passes, for 'failing answers passed' (default: the upper half of the grade scale, 3 on 0..5).")] = None,
+    pass_mark: Annotated[int | None, typer.Option(
+        "--pass-mark", help="With --holistic --run: the least mark that passes, for 'failing answers passed' (default: "
+                            "the upper half of the grade scale, 3 on 0..5).",
+    )] = None,
     out: OutOpt = Path("annotations"),
     old_data: OldDataOpt = None,
 ) -> None:
@@ -259,9 +323,10 @@ def annotate_cmd(
     from rubrictool.rubric.load import resolve_rubric_path
 
     config = AnnotateConfig(
-        models=tuple(model or DEFAULT_MODELS), format=reply_format, template=template, examples=examples, api_base=api_base,
-        api_key_env=api_key_env, concurrency=concurrency, timeout=timeout, max_retries=max_retries, backoff=backoff,
-        temperature=temperature, max_tokens=max_tokens, budget=budget, limit=limit, per_question=per_question, cache=None if no_cache else cache,
+        models=tuple(model or DEFAULT_MODELS), format=reply_format, template=template, examples=examples,
+        api_base=api_base, api_key_env=api_key_env, concurrency=concurrency, timeout=timeout,
+        max_retries=max_retries, backoff=backoff, temperature=temperature, max_tokens=max_tokens, budget=budget,
+        limit=limit, per_question=per_question, cache=None if no_cache else cache,
         workers=workers, retry_failed=retry_failed, allow_draft=allow_draft, max_failures=max_failures,
     )
     data = renamed("--items", items_file, "--data", old_data)

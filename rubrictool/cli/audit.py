@@ -32,7 +32,9 @@ __all__ = ["audit_cmd"]
 def audit_cmd(
     run: RunOpt,
     table: RunTableOpt = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for audit.csv/.md/.json/.png (default RUN/audit).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Folder for audit.csv/.md/.json/.png (default RUN/audit).",
+    )] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the filler choice and the shuffles.")] = 0,
     transform: Annotated[list[str] | None, typer.Option(
         "--transform", help="Only these transformations (repeatable; default all: append_reference, append_keywords, "
@@ -111,7 +113,8 @@ def _print_behaviour(b: BehaviourResult) -> None:
     for col in ("test", "answers", "marks changed", "mean shift", "expected", "meets target"):
         t.add_column(col, justify="left" if col in ("test", "expected") else "right", no_wrap=col == "test")
     for r in b.summary.to_dict(orient="records"):
-        expect = {"same": "stays", "falls": "falls", "not_up": "does not rise", "right_above": "right > wrong"}[r["expect"]]
+        expect = {"same": "stays", "falls": "falls", "not_up": "does not rise",
+                  "right_above": "right > wrong"}[r["expect"]]
         changed = "—" if r["kind"] == "minimum functionality" else f"{100 * r['share_changed']:.1f} %"
         verdict = "—" if r["passes"] is None else ("yes" if r["passes"] else "[bold red]no[/]")
         t.add_row(r["test"], str(r["n"]), changed, f"{r['mean_shift']:+.2f}", expect, verdict)

@@ -44,15 +44,17 @@ __all__ = ["learning_curve_cmd"]
 
 
 def learning_curve_cmd(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Curve directory: cells/, curve.csv, curve.json, curve.png.")],
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", help="Curve directory: cells/, curve.csv, curve.json, curve.png.",
+    )],
     benchmark: BenchmarkOpt = None,
     table: TableOpt = None,
     rubric: TableRubricOpt = None,
     agreement: AgreementOpt = None,
     sizes: Annotated[str | None, typer.Option(
-        "--sizes", help="Labelled answers per model (train + dev), comma-separated; 'all' = a fold's whole training part. "
-        "Default: from the table's size (up to five of 10, 20, 50, 100, … at most half a fold's training part, and "
-        "all: 50,100,200,400,800,all on Mohler, 10,20,all on 48 answers).",
+        "--sizes", help="Labelled answers per model (train + dev), comma-separated; 'all' = a fold's whole training "
+        "part. Default: from the table's size (up to five of 10, 20, 50, 100, … at most half a fold's training "
+        "part, and all: 50,100,200,400,800,all on Mohler, 10,20,all on 48 answers).",
     )] = None,
     variants: Annotated[str, typer.Option(
         "--variants", help="Comma-separated: reccbm, plm, vanilla; each may end in -frozen (the pretrained encoder "
@@ -62,11 +64,18 @@ def learning_curve_cmd(
         "seconds). Variants added to a curve later train only their own cells.",
     )] = "reccbm,plm,vanilla",
     repeats: Annotated[int, typer.Option("--repeats", help="Subsamples (and seeds) per fold and size.")] = 3,
-    folds: Annotated[int, typer.Option("--folds", callback=at_least(2), help="k folds; each fold's test part is the same for every size.")] = 5,
+    folds: Annotated[int, typer.Option(
+        "--folds", callback=at_least(2), help="k folds; each fold's test part is the same for every size.",
+    )] = 5,
     fold: Annotated[str | None, typer.Option("--fold", help="Only these folds, e.g. 0,1 (default: all).")] = None,
     fold_seed: Annotated[int, typer.Option("--fold-seed", help="Seed of the folds.")] = 0,
-    by: Annotated[str | None, typer.Option("--by", help="Grouped folds, e.g. question: no group in both train and test.")] = None,
-    dev_share: Annotated[float, typer.Option("--dev-share", callback=finite(0, 1, open_lo=True, open_hi=True), help="Share of each subsample used as its dev part.")] = 0.125,
+    by: Annotated[str | None, typer.Option(
+        "--by", help="Grouped folds, e.g. question: no group in both train and test.",
+    )] = None,
+    dev_share: Annotated[float, typer.Option(
+        "--dev-share", callback=finite(0, 1, open_lo=True, open_hi=True),
+        help="Share of each subsample used as its dev part.",
+    )] = 0.125,
     preset: PresetOpt = "default",
     config: ConfigOpt = None,
     match_budget: Annotated[bool, typer.Option(
@@ -74,17 +83,24 @@ def learning_curve_cmd(
     )] = True,
     backbone: BackboneOpt = None,
     epochs: EpochsOpt = None,
-    joint_epochs: Annotated[int | None, typer.Option("--joint-epochs", callback=at_least(0), help="Joint stage epochs (preset default 4).")] = None,
-    stage2_epochs: Annotated[int | None, typer.Option("--stage2-epochs", callback=at_least(0), help="Stage II epochs (default 30).")] = None,
+    joint_epochs: Annotated[int | None, typer.Option(
+        "--joint-epochs", callback=at_least(0), help="Joint stage epochs (preset default 4).",
+    )] = None,
+    stage2_epochs: Annotated[int | None, typer.Option(
+        "--stage2-epochs", callback=at_least(0), help="Stage II epochs (default 30).",
+    )] = None,
     max_len: MaxLenOpt = None,
     batch_size: TrainBatchSizeOpt = None,
     lr: LrOpt = None,
     device: DeviceOpt = None,
     jobs: JobsOpt = 1,
-    keep_runs: Annotated[bool, typer.Option("--keep-runs", help="Keep each cell's run directory in OUT/runs/ (large).")] = False,
+    keep_runs: Annotated[bool, typer.Option(
+        "--keep-runs", help="Keep each cell's run directory in OUT/runs/ (large).",
+    )] = False,
     all_from: Annotated[list[str] | None, typer.Option(
-        "--all-from", help="VARIANT=FOLDER (repeatable): read the variant's 'all' cells of the first repeat from the fold "
-        "runs `train --folds` wrote there (same folds, table and configuration) instead of training them.")] = None,
+        "--all-from", help="VARIANT=FOLDER (repeatable): read the variant's 'all' cells of the first repeat from the "
+        "fold runs `train --folds` wrote there (same folds, table and configuration) instead of training them.",
+    )] = None,
     data_dir: DataDirOpt = None,
     old_data: OldDataOpt = None,
 ) -> None:
@@ -99,7 +115,7 @@ def learning_curve_cmd(
     Example (reuse the folds `train --folds 5 --by question --out runs/q` trained, for the 'all' size): rubrictool learning-curve --benchmark mohler --by question --sizes 100,200,400,all --variants reccbm --all-from reccbm=runs/q --out curves/q
 
     Example (the points route, seconds: a points table fitted to the graded answers grades the panel's levels): rubrictool learning-curve --table adjudicated.csv --rubric course.yaml --sizes 10,20,50,100,all --variants points --out curves/points
-    """
+    """  # noqa: E501 - the command's help text, kept as users see it
     from rubrictool.curve import CURVE_OPTIONS, CurveOptions, run_learning_curve
     from rubrictool.train import TrainOptions, training_overrides
 

@@ -102,7 +102,9 @@ def data_fetch(
 def data_export(
     benchmark: Annotated[str, typer.Argument(help="Bundled benchmark (mohler, asap2, mocha).")],
     out: OutOpt = Path("items.jsonl"),
-    limit: Annotated[int | None, typer.Option("--limit", callback=at_least(1), help="Keep only the first N items.")] = None,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", callback=at_least(1), help="Keep only the first N items.",
+    )] = None,
     data_dir: DataDirOpt = None,
 ) -> None:
     """Write a benchmark's item table (every column) to a CSV/JSONL/Parquet file, e.g. for `review push --items`.
@@ -156,8 +158,10 @@ def data_split(
 def _import_lines(rep: Any) -> list[str]:
     """What `data import` found, one statement per line (the library's ImportReport, in words)."""
     lines = []
-    where = f" (sheet {rep.sheet!r}" + (f"; other sheets: {', '.join(map(repr, rep.other_sheets))}" if rep.other_sheets else "") + ")" if rep.sheet else ""
-    lines.append(f"read {rep.source}{where}: {rep.n_rows} rows" + (f" ({rep.blank_rows} blank row(s) skipped)" if rep.blank_rows else ""))
+    others = f"; other sheets: {', '.join(map(repr, rep.other_sheets))}" if rep.other_sheets else ""
+    where = f" (sheet {rep.sheet!r}" + others + ")" if rep.sheet else ""
+    lines.append(f"read {rep.source}{where}: {rep.n_rows} "
+                 "rows" + (f" ({rep.blank_rows} blank row(s) skipped)" if rep.blank_rows else ""))
     shown = [f"{k} <- {rep.mapping[k]!r}" + (" (guessed)" if k in rep.guessed else "") for k in
              ("id", "student", "question", "response", "reference", "context", "grade") if k in rep.mapping]
     lines.append("columns: " + ", ".join(shown))
@@ -191,7 +195,8 @@ def _import_lines(rep: Any) -> list[str]:
                 + (f"; {g['rounded']} rounded half up (--round-grades)" if g.get("rounded") is not None else "")
                 + (f"; the header says {hs[0]:g}..{hs[1]:g}" if hs and g.get("scaled_by") is None else "")
             )
-            lines.append(f"  in the rubric: grade: {{min: {g['min']:g}, max: {g['max']:g}}} (or --grade-min/--grade-max of rubric new)")
+            lines.append(f"  in the rubric: grade: {{min: {g['min']:g}, max: {g['max']:g}}} (or "
+                         "--grade-min/--grade-max of rubric new)")
     if rep.delimiter:
         lines.append(f"delimiter: {rep.delimiter!r} (the header holds no comma)")
     lines += [f"warning: {w}" for w in rep.warnings]
@@ -207,7 +212,8 @@ def _import_lines(rep: Any) -> list[str]:
     else:
         lines.append("repeated rows: none")
     if rep.duplicate_answers:
-        lines.append(f"{rep.duplicate_answers} answers share their text with another answer to the same question (kept)")
+        lines.append(f"{rep.duplicate_answers} answers share their text with another answer to the same question "
+                     "(kept)")
     return lines
 
 
@@ -219,29 +225,39 @@ def data_import(
     columns: Annotated[
         str | None,
         typer.Option("--columns", help=(
-            "Map item-table columns to the file's headers, e.g. response=answer,reference=reference_answer,grade=correct "
+            "Map item-table columns to the file's headers, e.g. "
+            "response=answer,reference=reference_answer,grade=correct "
             "(id, question, response, reference, context, grade; 'grade=' maps none). Unmapped ones are guessed."
         )),
     ] = None,
     sheet: Annotated[str | None, typer.Option("--sheet", help="XLSX sheet to read (default: the first).")] = None,
     drop_empty: Annotated[
-        bool, typer.Option("--drop-empty", help="Leave out answers with an empty response (listed); without it they stop the import.")
+        bool, typer.Option(
+            "--drop-empty", help="Leave out answers with an empty response (listed); without it they stop the import.",
+        )
     ] = False,
     keep_empty: Annotated[
-        bool, typer.Option("--keep-empty", help="Keep answers with an empty response (listed), for `grade` to flag as empty.")
+        bool, typer.Option(
+            "--keep-empty", help="Keep answers with an empty response (listed), for `grade` to flag as empty.",
+        )
     ] = False,
     ungraded: Annotated[
         bool, typer.Option("--ungraded", help="The answers are to be graded: import them without a grade column.")
     ] = False,
     grade_scale: Annotated[
-        float | None, typer.Option("--grade-scale", callback=finite(0, open_lo=True), help="Multiply every grade by this, e.g. 2 to count half marks (0..5 in halves -> 0..10).")
+        float | None, typer.Option(
+            "--grade-scale", callback=finite(0, open_lo=True),
+            help="Multiply every grade by this, e.g. 2 to count half marks (0..5 in halves -> 0..10).",
+        )
     ] = None,
     round_grades: Annotated[
         bool, typer.Option("--round-grades", help="Round grades that are not whole numbers half up (2.5 -> 3).")
     ] = False,
     against: Annotated[list[Path] | None, typer.Option("--against", help=(
         "An earlier item table of the course (repeatable): refuse ids it gives to another answer."))] = None,
-    id_prefix: Annotated[str | None, typer.Option("--id-prefix", help="Put this before every made id, e.g. spring26/.")] = None,
+    id_prefix: Annotated[str | None, typer.Option(
+        "--id-prefix", help="Put this before every made id, e.g. spring26/.",
+    )] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what the import finds; write nothing.")] = False,
 ) -> None:
     """Import a course's own answer file (its own headers) as an item table every later stage reads.
@@ -283,6 +299,7 @@ def data_import(
     for w in imported.report.warnings[before:]:  # e.g. a killed import's temporary files, removed
         err_console.print(f"[yellow]note:[/] {shown(w)}", soft_wrap=True, highlight=False)
     kept = imported.report.empty_responses if keep_empty else []
-    left = f" ({len(imported.report.empty_responses)} empty response(s) left out)" if imported.report.dropped_empty else ""
+    n_empty = len(imported.report.empty_responses)
+    left = f" ({n_empty} empty response(s) left out)" if imported.report.dropped_empty else ""
     left += f" ({len(kept)} empty response(s) kept: `grade` flags them)" if kept else ""
     console.print(f"wrote {shown(str(path))}: {imported.report.n_written} items{left}", soft_wrap=True, highlight=False)

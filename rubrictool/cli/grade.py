@@ -32,7 +32,10 @@ __all__ = ["grade_cmd"]
 
 def grade_cmd(
     run: RunOpt,
-    items: Annotated[Path | None, typer.Option("--items", help="The answers to grade (CSV/JSONL/Parquet): response, question... (or leave it out and pass --gradebook).")] = None,
+    items: Annotated[Path | None, typer.Option(
+        "--items", help="The answers to grade (CSV/JSONL/Parquet): response, question... (or leave it out and pass "
+                        "--gradebook).",
+    )] = None,
     out: OutOpt = Path("graded.csv"),
     batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least(1), help="Items per forward pass.")] = 64,
     int8: Annotated[bool, typer.Option("--int8", help="Int8 CPU inference: faster; changes about 1 grade in 10 (torch) "
@@ -40,17 +43,43 @@ def grade_cmd(
     engine: Annotated[str, typer.Option(
         "--engine", help="Encoder runtime: torch, or onnx (ONNX Runtime; exported once, cached in RUN/onnx).",
     )] = "torch",
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts for every response, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1).")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override concepts for every response, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1).",
+    )] = None,
     device: DeviceOpt = None,
     verify: VerifyOpt = False,
-    keep: Annotated[str | None, typer.Option("--keep", help="Columns of --items copied beside each grade, comma-separated (default: question, student, source_id, response, those present; '' for none).")] = None,
-    reviewed: Annotated[Path | None, typer.Option("--reviewed", help="Reviewed answers of new questions: id and a column per concept with its level, optionally grade (question and response too for an answer not in --items); each such question's other answers are shifted by what they show (docs/your-course.md#new-questions-a-few-reviewed-answers-first).")] = None,
-    review_budget: Annotated[int | None, typer.Option("--review-budget", help="How many answers a teacher will read: the review queue (<out>.review.csv) lists that many, most at risk first (default: the held answers).")] = None,
-    review_queue: Annotated[Path | None, typer.Option("--review-queue", help="Where the review queue goes (default <out stem>.review.csv).")] = None,
-    gradebook: Annotated[Path | None, typer.Option("--gradebook", help="The teacher's spreadsheet (XLSX/CSV/TSV) the answers came from, read as `data import` reads it: written back in its own layout with the mark, needs review and a comment per criterion, plus a per-question summary.")] = None,
-    sheet: Annotated[str | None, typer.Option("--sheet", help="The --gradebook workbook's sheet, as given to `data import`.")] = None,
-    columns: Annotated[str | None, typer.Option("--columns", help="The --gradebook's column mapping, as given to `data import` (e.g. question=Lab question).")] = None,
-    gradebook_out: Annotated[Path | None, typer.Option("--gradebook-out", help="Where the gradebook goes (default <name>-graded.<ext> beside it; never the file itself).")] = None,
+    keep: Annotated[str | None, typer.Option(
+        "--keep", help="Columns of --items copied beside each grade, comma-separated (default: question, student, "
+                       "source_id, response, those present; '' for none).",
+    )] = None,
+    reviewed: Annotated[Path | None, typer.Option(
+        "--reviewed", help="Reviewed answers of new questions: id and a column per concept with its level, optionally "
+                           "grade (question and response too for an answer not in --items); each such question's other "
+                           "answers are shifted by what they show "
+                           "(docs/your-course.md#new-questions-a-few-reviewed-answers-first).",
+    )] = None,
+    review_budget: Annotated[int | None, typer.Option(
+        "--review-budget", help="How many answers a teacher will read: the review queue (<out>.review.csv) lists that "
+                                "many, most at risk first (default: the held answers).",
+    )] = None,
+    review_queue: Annotated[Path | None, typer.Option(
+        "--review-queue", help="Where the review queue goes (default <out stem>.review.csv).",
+    )] = None,
+    gradebook: Annotated[Path | None, typer.Option(
+        "--gradebook", help="The teacher's spreadsheet (XLSX/CSV/TSV) the answers came from, read as `data import` "
+                            "reads it: written back in its own layout with the mark, needs review and a comment per "
+                            "criterion, plus a per-question summary.",
+    )] = None,
+    sheet: Annotated[str | None, typer.Option(
+        "--sheet", help="The --gradebook workbook's sheet, as given to `data import`.",
+    )] = None,
+    columns: Annotated[str | None, typer.Option(
+        "--columns", help="The --gradebook's column mapping, as given to `data import` (e.g. question=Lab question).",
+    )] = None,
+    gradebook_out: Annotated[Path | None, typer.Option(
+        "--gradebook-out", help="Where the gradebook goes (default <name>-graded.<ext> beside it; never the file "
+                                "itself).",
+    )] = None,
     old_data: OldDataOpt = None,
 ) -> None:
     """Grade new responses: grade, its probability, concept levels, expected scores, μ_post, contributions.
@@ -76,7 +105,7 @@ def grade_cmd(
     Example: rubrictool grade --run runs/mohler-reccbm --items new_answers.csv --out graded.csv
 
     Example: rubrictool grade --run runs/chemlab-5fold --items new-answers.csv --gradebook chem110-spring.xlsx --sheet Marks --columns "question=Lab question" --review-budget 10 --out graded.csv
-    """
+    """  # noqa: E501 - the command's help text, kept as users see it
     from rubrictool.marks import GradeOptions, card_line, grade_file
     from rubrictool.train.runs import verify_runs_fully
 
@@ -84,12 +113,13 @@ def grade_cmd(
     if verify:
         verify_runs_fully()
     if int8:
-        err_console.print("[yellow]note:[/] --int8 grades with 8-bit weights: some grades differ from the ones the full "
-                          "model gives (and was evaluated with); grade without --int8 for those",
+        err_console.print("[yellow]note:[/] --int8 grades with 8-bit weights: some grades differ from the ones the "
+                          "full model gives (and was evaluated with); grade without --int8 for those",
                           soft_wrap=True, highlight=False)
     with ProgressView(err_console, transient=True) as view:
         res = grade_file(run, data, out, GradeOptions(
-                             batch_size, int8, engine, overrides=",".join(set_) if set_ else None, device=device or "auto",
+                             batch_size, int8, engine, overrides=",".join(set_) if set_ else None,
+                             device=device or "auto",
                              keep=None if keep is None else [c.strip() for c in keep.split(",") if c.strip()],
                              review_budget=review_budget), view,
                          reviewed=reviewed, queue=review_queue, gradebook=gradebook,

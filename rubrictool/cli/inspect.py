@@ -76,7 +76,8 @@ def _print_trace(t: ItemTrace) -> None:
         table.add_row(shown(c.key, one_line=True), level, f"{c.expected:.2f}", f"{c.s_tilde:.2f}", f"{c.mu_post:.3f}",
                       f"{c.contribution:+.3f}", *diff, _bar((c.difference or 0.0) if other else c.contribution, scale))
     console.print(table)
-    attends = [f"{shown(c.key, one_line=True)}: " + " ".join(shown(tok.strip(), one_line=True) for tok, _ in c.top_tokens[:3])
+    attends = [f"{shown(c.key, one_line=True)}: "
+               "" + " ".join(shown(tok.strip(), one_line=True) for tok, _ in c.top_tokens[:3])
                for c in t.concepts if c.top_tokens]
     if attends:
         console.print("attends to — " + " · ".join(attends), soft_wrap=True, highlight=False)
@@ -89,7 +90,8 @@ def _print_trace(t: ItemTrace) -> None:
         console.print(f"why: {shown(t.why(), one_line=True)}", soft_wrap=True, highlight=False)
     if t.grade_after is not None:
         sets = ", ".join(f"{shown(k, one_line=True)}={v}" for k, v in t.overrides.items())
-        console.print(f"with {sets}: grade [bold]{t.grade}[/] → [bold]{t.grade_after}[/] (p = {t.grade_after_prob:.3f}); "
+        console.print(f"with {sets}: grade [bold]{t.grade}[/] → [bold]{t.grade_after}[/] (p = "
+                      f"{t.grade_after_prob:.3f}); "
                       f"p(grade {t.grade}) {t.grade_prob:.3f} → {t.prob_of_grade_after:.3f}", soft_wrap=True,
                       highlight=False)
 
@@ -122,10 +124,19 @@ def _before_work(out: Path, inputs: list[Any], verify: bool, writes: list[str]) 
 def explain_cmd(
     model: RunOpt,
     item_ids: Annotated[list[str] | None, typer.Argument(help="Ids of the answers to explain.")] = None,
-    ids: Annotated[list[str] | None, typer.Option("--id", help="Answer id (repeatable; same as the arguments).")] = None,
-    items: Annotated[Path | None, typer.Option("--items", help="The answers to explain, e.g. new ones (default: the run's own copy of its training table).")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override concepts, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1): how do the grade and its probability move?")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for explain.html, explain.csv and the PNGs (default RUN/explain).")] = None,
+    ids: Annotated[list[str] | None, typer.Option(
+        "--id", help="Answer id (repeatable; same as the arguments).",
+    )] = None,
+    items: Annotated[Path | None, typer.Option(
+        "--items", help="The answers to explain, e.g. new ones (default: the run's own copy of its training table).",
+    )] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override concepts, e.g. FC=3,CC=1 (or --set FC=3 --set CC=1): how do the grade and its "
+                      "probability move?",
+    )] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Folder for explain.html, explain.csv and the PNGs (default RUN/explain).",
+    )] = None,
     data_dir: DataDirOpt = None,
     verify: VerifyOpt = False,
     old_data: OldDataOpt = None,
@@ -160,8 +171,12 @@ def explain_cmd(
 def intervene_cmd(
     model: RunOpt,
     table: RunTableOpt = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for intervention.csv/.png (default RUN/intervene).")] = None,
-    repeats: Annotated[int, typer.Option("--repeats", callback=at_least(1), help="Random draws averaged for the random strategy.")] = 5,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Folder for intervention.csv/.png (default RUN/intervene).",
+    )] = None,
+    repeats: Annotated[int, typer.Option(
+        "--repeats", callback=at_least(1), help="Random draws averaged for the random strategy.",
+    )] = 5,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random strategy.")] = 0,
     data_dir: DataDirOpt = None,
     verify: VerifyOpt = False,
@@ -222,10 +237,20 @@ def intervene_cmd(
 def report_cmd(
     model: RunOpt,
     table: RunTableOpt = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for report.html/.md, PNGs and CSVs (default RUN/report).")] = None,
-    reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review files for the rubric diagnostics' level confusions (repeatable; default: the benchmark's passes).")] = None,
-    repeats: Annotated[int, typer.Option("--repeats", callback=at_least(1), help="Random draws of the random intervention.")] = 5,
-    curve: Annotated[Path | None, typer.Option("--curve", exists=True, dir_okay=False, help="A learning curve's curve.csv (`rubrictool learning-curve`): show where the run's number of labelled answers sits on it.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Folder for report.html/.md, PNGs and CSVs (default RUN/report).",
+    )] = None,
+    reviews: Annotated[list[str] | None, typer.Option(
+        "--reviews", help="Review files for the rubric diagnostics' level confusions (repeatable; default: the "
+                          "benchmark's passes).",
+    )] = None,
+    repeats: Annotated[int, typer.Option(
+        "--repeats", callback=at_least(1), help="Random draws of the random intervention.",
+    )] = 5,
+    curve: Annotated[Path | None, typer.Option(
+        "--curve", exists=True, dir_okay=False, help="A learning curve's curve.csv (`rubrictool learning-curve`): show "
+                                                     "where the run's number of labelled answers sits on it.",
+    )] = None,
     data_dir: DataDirOpt = None,
     verify: VerifyOpt = False,
     old_data: OldDataOpt = None,
@@ -303,19 +328,38 @@ def _print_suggestions(diag: Diagnosis) -> None:
 
 
 def diagnose_cmd(
-    adjudicated: Annotated[Path | None, typer.Option("--adjudicated", "-a", help="The --out folder of `rubrictool adjudicate` (adjudicated.csv, agreement.json, discussion_queue.csv).")] = None,
-    rubric: Annotated[str | None, typer.Option("--rubric", "-r", help="Rubric name or YAML (default: the one agreement.json names).")] = None,
-    reviews: Annotated[list[str] | None, typer.Option("--reviews", help="Review files (repeatable) for the level confusions; default: the discussion queue.")] = None,
+    adjudicated: Annotated[Path | None, typer.Option(
+        "--adjudicated", "-a", help="The --out folder of `rubrictool adjudicate` (adjudicated.csv, agreement.json, "
+                                    "discussion_queue.csv).",
+    )] = None,
+    rubric: Annotated[str | None, typer.Option(
+        "--rubric", "-r", help="Rubric name or YAML (default: the one agreement.json names).",
+    )] = None,
+    reviews: Annotated[list[str] | None, typer.Option(
+        "--reviews", help="Review files (repeatable) for the level confusions; default: the discussion queue.",
+    )] = None,
     model: OptionalRunOpt = None,
-    table: Annotated[Path | None, typer.Option("--table", help="With --run alone: the adjudicated table to diagnose instead of the run's copy of its training table.")] = None,
+    table: Annotated[Path | None, typer.Option(
+        "--table", help="With --run alone: the adjudicated table to diagnose instead of the run's copy of its training "
+                        "table.",
+    )] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write rubric_diagnosis.csv and .md here.")] = None,
-    n_pairs: Annotated[int, typer.Option("--pairs", callback=at_least(1), help="Contrasting pairs shown per grade boundary the concepts cannot separate.")] = 3,
+    n_pairs: Annotated[int, typer.Option(
+        "--pairs", callback=at_least(1), help="Contrasting pairs shown per grade boundary the concepts cannot "
+                                              "separate.",
+    )] = 3,
     suggest: Annotated[str | None, typer.Option("--suggest", help=(
         "LLM (litellm model string) that proposes a new concept or sharper anchors from the pairs, as a rubric YAML "
         "diff that validates (rubric_suggestion.diff in --out, else here)."))] = None,
-    api_base: Annotated[str | None, typer.Option("--api-base", help="OpenAI-compatible server for --suggest, e.g. http://127.0.0.1:8080/v1.")] = None,
-    api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="Environment variable holding the --suggest API key.")] = None,
-    cache: Annotated[Path | None, typer.Option("--cache", help="Reply cache (SQLite) for --suggest: the same question is paid once.")] = Path(".rubrictool-cache/suggest.sqlite"),
+    api_base: Annotated[str | None, typer.Option(
+        "--api-base", help="OpenAI-compatible server for --suggest, e.g. http://127.0.0.1:8080/v1.",
+    )] = None,
+    api_key_env: Annotated[str | None, typer.Option(
+        "--api-key-env", help="Environment variable holding the --suggest API key.",
+    )] = None,
+    cache: Annotated[Path | None, typer.Option(
+        "--cache", help="Reply cache (SQLite) for --suggest: the same question is paid once.",
+    )] = Path(".rubrictool-cache/suggest.sqlite"),
     old_data: OldDataOpt = None,
 ) -> None:
     """Diagnose a rubric from adjudicated labels, before any training: α, level confusions, drop-one coverage, redundancy,
@@ -335,7 +379,7 @@ def diagnose_cmd(
     confusions need the reviewers' own labels: --reviews, or --adjudicated).
 
     Example: rubrictool rubric diagnose --run runs/course --out diag/
-    """
+    """  # noqa: E501 - the command's help text, kept as users see it
     from rubrictool.report import diagnose_dir, diagnose_run
     from rubrictool.report.diagnose import write_diagnosis
 
@@ -491,8 +535,12 @@ def ablate_cmd(
     benchmark: Annotated[str | None, typer.Option("--benchmark", "-b", help="Bundled benchmark, e.g. mohler.")] = None,
     table: Annotated[Path | None, typer.Option("--table", help="Adjudicated table (with --rubric).")] = None,
     rubric: TableRubricOpt = None,
-    seeds: Annotated[int, typer.Option("--seeds", callback=at_least(1), help="Seeds per combination (mean ± std).")] = 1,
-    folds: Annotated[int, typer.Option("--folds", callback=folds_or_none, help="k-fold evaluation per combination (0 = one split).")] = 0,
+    seeds: Annotated[int, typer.Option(
+        "--seeds", callback=at_least(1), help="Seeds per combination (mean ± std).",
+    )] = 1,
+    folds: Annotated[int, typer.Option(
+        "--folds", callback=folds_or_none, help="k-fold evaluation per combination (0 = one split).",
+    )] = 0,
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the shared split.")] = 0,
     variants: Annotated[str | None, typer.Option(
         "--variants", help="Only these combinations, e.g. vanilla,reccbm,plm; each may end in -frozen (the pretrained "
@@ -514,7 +562,7 @@ def ablate_cmd(
     Example: rubrictool ablate --benchmark mohler --seeds 3 --out runs/ablation
 
     Example (frozen encoder beside trained): rubrictool ablate --benchmark mohler --variants reccbm,reccbm-frozen,plm,plm-frozen --out runs/ablation
-    """
+    """  # noqa: E501 - the command's help text, kept as users see it
     from rubrictool.outputs import check_output, is_kfold_folder, is_run_folder
     from rubrictool.report.ablate import ablation_markdown, run_ablation
     from rubrictool.train import TrainOptions, training_overrides

@@ -34,11 +34,15 @@ app = typer.Typer(
 
 LsUrlOpt = Annotated[
     str | None,
-    typer.Option("--url", help="Label Studio URL (default: $LABEL_STUDIO_URL, else the server `review serve` runs here)."),
+    typer.Option(
+        "--url", help="Label Studio URL (default: $LABEL_STUDIO_URL, else the server `review serve` runs here).",
+    ),
 ]
 LsKeyOpt = Annotated[
     str | None,
-    typer.Option("--api-key", help="Label Studio API token (default: $LABEL_STUDIO_API_KEY); never printed.", show_default=False),
+    typer.Option(
+        "--api-key", help="Label Studio API token (default: $LABEL_STUDIO_API_KEY); never printed.", show_default=False,
+    ),
 ]
 LsProjectOpt = Annotated[
     str | None, typer.Option("--project", "-p", help="Project title or numeric id (default: <rubric name>-review).")
@@ -49,7 +53,9 @@ CheckRubricOpt = Annotated[str | None, typer.Option("--rubric", "-r", help="Chec
 @app.command("serve")
 @handle_errors
 def review_serve(
-    port: Annotated[int, typer.Option("--port", callback=at_least(1, 65535), help="Port on 127.0.0.1 (the server listens on loopback only).")] = 8080,
+    port: Annotated[int, typer.Option(
+        "--port", callback=at_least(1, 65535), help="Port on 127.0.0.1 (the server listens on loopback only).",
+    )] = 8080,
     folder: Annotated[Path, typer.Option("--dir", help="Folder for the server's data, admin token and log.")] = Path(
         ".rubrictool/label-studio"
     ),
@@ -89,17 +95,36 @@ def review_push(
         "--items", show_default=False, help="The answers to review: an item table (CSV/JSONL/Parquet: id, "
         "response, question?, reference?, context?); required.")] = None,
     predictions: Annotated[
-        Path | None, typer.Option("--predictions", help="PredictionTable from `rubrictool annotate`: ranks items for --select; its raw_ok rows are sent as pre-annotations only with --show-predictions.")
+        Path | None, typer.Option(
+            "--predictions", help="PredictionTable from `rubrictool annotate`: ranks items for --select; its raw_ok "
+                                  "rows are sent as pre-annotations only with --show-predictions.",
+        )
     ] = None,
     project: LsProjectOpt = None,
-    max_annotations: Annotated[int, typer.Option("--max-annotations", callback=at_least(1), help="Reviews per task.")] = 3,
-    batch_size: Annotated[int, typer.Option("--batch-size", callback=at_least(1), help="Tasks per import request.")] = 200,
+    max_annotations: Annotated[int, typer.Option(
+        "--max-annotations", callback=at_least(1), help="Reviews per task.",
+    )] = 3,
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", callback=at_least(1), help="Tasks per import request.",
+    )] = 200,
     run: OptionalRunOpt = None,
-    select: Annotated[str | None, typer.Option("--select", help="Send only --budget items to review: uncertain (grader least sure; needs --run), disagreement (pre-annotations disagree most) or random.")] = None,
-    budget: Annotated[int | None, typer.Option("--budget", callback=at_least(1), help="How many items --select sends to review.")] = None,
+    select: Annotated[str | None, typer.Option(
+        "--select", help="Send only --budget items to review: uncertain (grader least sure; needs --run), disagreement "
+                         "(pre-annotations disagree most) or random.",
+    )] = None,
+    budget: Annotated[int | None, typer.Option(
+        "--budget", callback=at_least(1), help="How many items --select sends to review.",
+    )] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the tie-break (and of --select random).")] = 0,
-    show_predictions: Annotated[bool, typer.Option("--show-predictions", help="Anchored review (opt-in): send the predictions and let Label Studio pre-select one model's levels, marked on the interface as pre-filled by that model. The default is blind review: no predictions on the tasks.")] = False,
-    prefill_model: Annotated[str | None, typer.Option("--prefill-model", help="With --show-predictions: the model whose levels are pre-selected (default: the --run grader, else the first model by name).")] = None,
+    show_predictions: Annotated[bool, typer.Option(
+        "--show-predictions", help="Anchored review (opt-in): send the predictions and let Label Studio pre-select one "
+                                   "model's levels, marked on the interface as pre-filled by that model. The default "
+                                   "is blind review: no predictions on the tasks.",
+    )] = False,
+    prefill_model: Annotated[str | None, typer.Option(
+        "--prefill-model", help="With --show-predictions: the model whose levels are pre-selected (default: the --run "
+                                "grader, else the first model by name).",
+    )] = None,
     url: LsUrlOpt = None,
     api_key: LsKeyOpt = None,
     old_data: OldDataOpt = None,
@@ -121,7 +146,7 @@ def review_push(
     Example: rubrictool review push --rubric mohler --items items.jsonl --predictions annotations/predictions.csv --run runs/mohler --select uncertain --budget 400
 
     Example (anchored): rubrictool review push --rubric mohler --items items.jsonl --predictions annotations/predictions.csv --project mohler-anchored --show-predictions --prefill-model gpt-4o
-    """
+    """  # noqa: E501 - the command's help text, kept as users see it
     from rubrictool.review import PushOptions, push, resolve_connection
     from rubrictool.tables import read_items
 

@@ -63,7 +63,8 @@ def rubric_table(rubric: Rubric) -> Table:
         table.add_column(str(v), ratio=1)
     for c in rubric.concepts:
         group = f"\n[dim]{shown(c.group)}[/]" if c.group else ""
-        holds = [t for t, on in (("reference: top", c.reference_is_top), ("off-topic: bottom", c.off_topic_is_bottom)) if on]
+        holds = [t for t, on in (("reference: top", c.reference_is_top),
+                                 ("off-topic: bottom", c.off_topic_is_bottom)) if on]
         marks = f"\n[dim]{' · '.join(holds)}[/]" if holds else ""  # what holds on every question
         table.add_row(
             f"[bold]{shown(c.key)}[/] {shown(c.name)}{group}{marks}", shown(c.definition),
@@ -91,8 +92,8 @@ def rubric_list(
         if info.error:
             table.add_row(shown(info.name), "", "", "", "", f"[red]{shown(info.error)}[/]", shown(where))
         else:
-            table.add_row(shown(info.name), str(info.n_concepts), info.scale, info.grade, shown(info.version), shown(info.title),
-                          shown(where))
+            table.add_row(shown(info.name), str(info.n_concepts), info.scale, info.grade, shown(info.version),
+                          shown(info.title), shown(where))
     console.print(table)
 
 
@@ -232,7 +233,9 @@ def rubric_points(
         "test_predictions.csv / pooled_predictions.csv."))],
     option: Annotated[str | None, typer.Option("--rubric", "-r", show_default=False, help=(
         "A rubric with `points:` on every level (YAML path or bundled name); required."))] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write id, points_total, points_grade (and grade) here.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Write id, points_total, points_grade (and grade) here.",
+    )] = None,
     argument: OldRubricArg = None,
 ) -> None:
     """Grade answers from their concept levels alone with the rubric's own points: no training (a cold start).
@@ -252,7 +255,8 @@ def rubric_points(
     console.print(f"{n_ok} of {len(table)} answers graded from {kind} with the points of {rubric}", soft_wrap=True,
                   highlight=False)
     if n_ok < len(table):
-        err_console.print(f"{len(table) - n_ok} answer(s) lack a level for some concept: no points grade", highlight=False)
+        err_console.print(f"{len(table) - n_ok} answer(s) lack a level for some concept: no points "
+                          "grade", highlight=False)
     hist = table["points_grade"].value_counts().sort_index()
     console.print("points grades: " + ", ".join(f"{g}: {n}" for g, n in hist.items()), highlight=False)
     if metrics:

@@ -68,7 +68,8 @@ def result_tables(result: TrainResult) -> list[Table]:
         return f"{s[k]['mean']:.3f} ± {s[k]['std']:.3f}" if n > 1 and not folds else f"{s[k]['mean']:.3f}"
 
     # training time of one run (of one fold); runs written before train_seconds was recorded add up their stages
-    seconds = float(s.get("train_seconds") or sum(float(s.get(f"{x}_seconds", 0.0)) for x in ("stage1", "joint", "stage2")))
+    seconds = float(s.get("train_seconds")
+                    or sum(float(s.get(f"{x}_seconds", 0.0)) for x in ("stage1", "joint", "stage2")))
     t.add_row(*(cell(k) for k in ("t_acc", "t_f1", "qwk", "c_acc", "c_f1")),
               f"{seconds / 60:.1f} min" + (" per fold" if folds else ""))
     out: list[Table] = [t]
@@ -96,7 +97,8 @@ def correlation_lines(result: TrainResult) -> list[str]:
     lines = [f"Spearman ρ(σ², 1 − α) = {_rho_text(sci)}" if sci else
              f"Spearman ρ(σ², 1 − α) = {rho:.3f}" if rho is not None else "Spearman ρ(σ², 1 − α): —"]
     implied = result.metrics.get("implied_noise") or {}
-    for key, what in (("implied_vs_measured", "ρ(σ²(implied), σ̂²)"), ("implied_vs_1_minus_alpha", "ρ(σ²(implied), 1 − α)")):
+    for key, what in (("implied_vs_measured", "ρ(σ²(implied), σ̂²)"),
+                      ("implied_vs_1_minus_alpha", "ρ(σ²(implied), 1 − α)")):
         lines.append(f"Spearman {what} = {_rho_text(implied.get(key))}")
     share = result.metrics.get("spearman_noise_share")
     if share:
@@ -139,7 +141,8 @@ def _points_text(points: dict[str, Any] | None) -> str:
     if not points:
         return ""
     parts = [f"{what} T-Acc {points[key]['t_acc']:.3f}, QWK {points[key]['qwk']:.3f}"
-             for key, what in (("gold_levels", "gold levels"), ("predicted_levels", "predicted levels")) if key in points]
+             for key, what in (("gold_levels", "gold levels"), ("predicted_levels", "predicted levels"))
+             if key in points]
     fitted = "fitted " if "fitted" in str(points.get("source", "")) else ""
     return f"; {fitted}points grader: " + "; ".join(parts) if parts else ""
 
@@ -202,7 +205,10 @@ def train_cmd(
     table: TableOpt = None,
     rubric: TableRubricOpt = None,
     split: Annotated[Path | None, typer.Option("--split", help="split.json (default: a 7:2:1 split).")] = None,
-    split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the default split, or of the folds with --folds (another seed: other question splits with --by question).")] = 0,
+    split_seed: Annotated[int, typer.Option(
+        "--split-seed", help="Seed of the default split, or of the folds with --folds (another seed: other question "
+                             "splits with --by question).",
+    )] = 0,
     out: Annotated[Path | None, typer.Option(
         "--out", "-o", help="Run dir (default runs/<table>-<variant>).")] = None,
     config: ConfigOpt = None,
@@ -210,8 +216,10 @@ def train_cmd(
         "--variant", help="reccbm, or a baseline: vanilla (CBM) or plm (no bottleneck); switching single "
         "components off is `rubrictool ablate`.")] = "reccbm",
     seeds: Annotated[int, typer.Option("--seeds", help="Repeat with N seeds, from --first-seed on; mean ± std.")] = 1,
-    first_seed: Annotated[int, typer.Option("--first-seed", help="The first seed (another: a second training of the same "
-                                            "recipe on the same split or folds).")] = 0,
+    first_seed: Annotated[int, typer.Option(
+        "--first-seed", help="The first seed (another: a second training of the same "
+                             "recipe on the same split or folds).",
+    )] = 0,
     agreement: AgreementOpt = None,
     backbone: BackboneOpt = None,
     epochs: EpochsOpt = None,
@@ -222,9 +230,13 @@ def train_cmd(
     jobs: JobsOpt = 1,
     data_dir: DataDirOpt = None,
     preset: PresetOpt = "default",
-    folds: Annotated[int, typer.Option("--folds", callback=folds_or_none, help="k-fold evaluation: k runs, every item tested once (0 = one split).")] = 0,
-    by: Annotated[str | None, typer.Option("--by", help="Keep every value of this column in one part, e.g. question: "
-                                           "test on questions never seen in training (folds and the default split).")] = None,
+    folds: Annotated[int, typer.Option(
+        "--folds", callback=folds_or_none, help="k-fold evaluation: k runs, every item tested once (0 = one split).",
+    )] = 0,
+    by: Annotated[str | None, typer.Option(
+        "--by", help="Keep every value of this column in one part, e.g. question: "
+                     "test on questions never seen in training (folds and the default split).",
+    )] = None,
     encoder: Annotated[str | None, typer.Option(
         "--encoder", help="The pretrained encoder: train (fine-tune it; the default), frozen (never updated: only the "
         "concept queries, classifiers, LCEC and grade head train, on token states computed once; fast), or auto "
@@ -253,7 +265,7 @@ def train_cmd(
     Example (a small course, encoder frozen): rubrictool train --table adjudicated.csv --rubric course.yaml --encoder frozen
 
     Example (the grader to use, with its quality card): rubrictool train --table adjudicated.csv --rubric course.yaml --folds 5 --final --out runs/course
-    """
+    """  # noqa: E501 - the command's help text, kept as users see it
     from rubrictool.pipeline import SplitPlan, run_train
     from rubrictool.train import TrainOptions, training_overrides
 
@@ -262,7 +274,8 @@ def train_cmd(
 
     flat = {"backbone": backbone, "epochs": epochs, "max_len": max_len, "batch_size": batch_size, "lr": lr,
             "device": device, "crossfit": crossfit, "encoder": encoder}
-    if lr is not None and (encoder == "frozen" or any(c.replace(" ", "") == "stage1.encoder=frozen" for c in cfg or [])):
+    if lr is not None and (encoder == "frozen"
+                           or any(c.replace(" ", "") == "stage1.encoder=frozen" for c in cfg or [])):
         err_console.print("[yellow]note:[/] --lr is the encoder's learning rate, and --encoder frozen never updates "
                           "the encoder: --lr is not used", soft_wrap=True, highlight=False)
     options = TrainOptions(preset=preset, overrides=training_overrides(config, cfg or [], flat), variant=variant,
@@ -271,8 +284,8 @@ def train_cmd(
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[info]}"))
     with ProgressView(console, *columns) as view:
-        result = run_train(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir, out=out,
-                           options=options, plan=SplitPlan(split, split_seed, folds, by, jobs, final),
+        result = run_train(benchmark=benchmark, data=data, rubric=rubric, agreement=agreement, data_dir=data_dir,
+                           out=out, options=options, plan=SplitPlan(split, split_seed, folds, by, jobs, final),
                            progress=view)
     for shown_table in result_tables(result):
         console.print(shown_table)

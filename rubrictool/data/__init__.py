@@ -134,7 +134,8 @@ def split_to_file(
     """Split a benchmark (by name) or an item file (by path) and write ``split.json``; returns sizes.
     ``by`` (e.g. ``"question"``) keeps every value of that column in one part (:func:`group_split_items`)."""
     items = load_benchmark(source, data_dir) if source in BENCHMARKS else read_items(source)
-    split = group_split_items(items, by, seed=seed, ratios=ratios) if by else split_items(items, seed=seed, ratios=ratios)
+    split = (group_split_items(items, by, seed=seed, ratios=ratios) if by
+             else split_items(items, seed=seed, ratios=ratios))
     meta = {"source": source, "ratios": list(ratios), "stratify": "grade"} | ({"by": by} if by else {})
     save_split(split, out, seed=seed, meta=meta)
     return {k: len(v) for k, v in split.items()}

@@ -54,10 +54,14 @@ def _read_csv(path: Path) -> pd.DataFrame:
             warnings.simplefilter("error", pd.errors.ParserWarning)
             return pd.read_csv(path, dtype={"essay_id": str}, keep_default_na=False, na_values=[""], index_col=False)
     except pd.errors.ParserWarning:
-        raise DataError(f"{path}: a row has more fields than the header; the file is damaged — fetch it again") from None
+        raise DataError(
+            f"{path}: a row has more fields than the header; the file is damaged — fetch it again"
+        ) from None
     except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError) as e:
         first = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-        raise DataError(f"{path}: cannot read as CSV ({first}); the file is damaged or cut short — fetch it again") from None
+        raise DataError(
+            f"{path}: cannot read as CSV ({first}); the file is damaged or cut short — fetch it again"
+        ) from None
 
 
 def load_asap2(data_dir: str | Path | None = None) -> pd.DataFrame:
@@ -94,7 +98,9 @@ def read_asap2(root: Path) -> pd.DataFrame:
         row = int(bad.to_numpy().nonzero()[0][0]) + 1
         value = raw["score"].iloc[row - 1]
         what = "no score" if pd.isna(value) else f"score {value} is not a whole number 1..6"
-        raise DataError(f"{path}: row {row} (essay {out['id'].iloc[row - 1]}): {what}; the file is damaged — fetch it again")
+        raise DataError(
+            f"{path}: row {row} (essay {out['id'].iloc[row - 1]}): {what}; the file is damaged — fetch it again"
+        )
     out["grade"] = out["grade"].astype(int)
     return out
 
@@ -106,7 +112,10 @@ ASAP2 = ArchiveSpec(
     markers=ASAP2_FILES,
     load=read_asap2,
     manual=_MANUAL,
-    credentials=Credentials("KAGGLE_USERNAME", "KAGGLE_KEY", "your Kaggle user name and API key, from kaggle.com → Settings → API; accept the competition's rules first"),
+    credentials=Credentials(
+        "KAGGLE_USERNAME", "KAGGLE_KEY",
+        "your Kaggle user name and API key, from kaggle.com → Settings → API; accept the competition's rules first",
+    ),
     credentials_for="https://www.kaggle.com/",
 )
 

@@ -99,7 +99,9 @@ def read_raw(path: Path, fmt: str, sheet: str | None, report: ImportReport) -> p
                 "reading XLSX needs openpyxl", hint="pip install openpyxl (a rubrictool dependency)"
             ) from None
         except (ValueError, OSError, KeyError) as e:
-            raise DataError(f"{path}: cannot read as XLSX ({e.__class__.__name__}: {e}); is it an Excel workbook?") from None
+            raise DataError(
+                f"{path}: cannot read as XLSX ({e.__class__.__name__}: {e}); is it an Excel workbook?"
+            ) from None
         names = [str(n) for n in book.sheet_names]
         if sheet is not None and sheet not in names:
             raise DataError(f"{path}: no sheet {sheet!r}; its sheets: {', '.join(map(repr, names))}; pass --sheet NAME")
@@ -202,7 +204,8 @@ def check_nul(df: pd.DataFrame, report: ImportReport, path: Path) -> None:
         if has.any():
             pos = int(np.flatnonzero(has.to_numpy())[0])
             raise DataError(
-                f"{path}: {where_row(report, pos)}, column {col!r}: the cell contains a NUL byte ({int(has.sum())} such "
+                f"{path}: {where_row(report, pos)}, column {col!r}: the cell contains a NUL byte "
+                f"({int(has.sum())} such "
                 "cell(s)); remove it — a NUL usually means a binary file or the wrong encoding"
             )
 

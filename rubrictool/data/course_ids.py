@@ -48,13 +48,16 @@ def made_ids(items: pd.DataFrame, student: pd.Series | None) -> tuple[pd.Series,
         if isinstance(who, str) and who:
             tails.append(re.sub(r"[\s/]+", "_", str(who)))
         else:
-            tails.append("a" + hashlib.sha1(" ".join(str(resp.iloc[i]).lower().split()).encode("utf-8")).hexdigest()[:8])
-    base = pd.Series([f"{t}/{x}" if tags is not None else x for t, x in zip(tags if tags is not None else tails, tails)],
+            words = " ".join(str(resp.iloc[i]).lower().split())
+            tails.append("a" + hashlib.sha1(words.encode("utf-8")).hexdigest()[:8])
+    base = pd.Series([f"{t}/{x}" if tags is not None else x
+                      for t, x in zip(tags if tags is not None else tails, tails)],
                      index=items.index)
     n = base.groupby(base, sort=False).cumcount() + 1
     ids = base.where(n == 1, base + "." + n.astype(str))
     q = "<question>/" if tags is not None else ""
     has_student = student is not None and bool(student.notna().any())
     rule = f"{q}<student>" if has_student and bool(student.notna().all()) else (  # type: ignore[union-attr]
-        f"{q}<student> (answers without a student: {q}a<hash of the answer>)" if has_student else f"{q}a<hash of the answer>")
+        f"{q}<student> (answers without a student: {q}a<hash of the answer>)" if has_student
+        else f"{q}a<hash of the answer>")
     return ids, rule

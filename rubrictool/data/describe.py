@@ -47,7 +47,8 @@ def describe_items(items: pd.DataFrame) -> dict[str, Any]:
             "pearson_r": round(r, 4) if r is not None else None,  # undefined when a grader is constant
             "mean_abs_diff": round(float(np.mean(np.abs(a - b))), 4),
         }
-    by = {c: items[c].astype(str).value_counts().sort_index().to_dict() for c in BREAKDOWN_COLUMNS if c in items.columns}
+    by = {c: items[c].astype(str).value_counts().sort_index().to_dict()
+          for c in BREAKDOWN_COLUMNS if c in items.columns}
     if by:
         out["by"] = {c: {str(k): int(v) for k, v in counts.items()} for c, counts in by.items()}
     return out

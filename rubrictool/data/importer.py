@@ -133,7 +133,8 @@ def parse_columns(spec: str | None) -> dict[str, str | None]:
             continue
         if "=" not in part:
             raise DataError(
-                f"--columns {spec!r}: {part.strip()!r} is not COLUMN=HEADER; e.g. --columns response=answer,grade=correct"
+                f"--columns {spec!r}: {part.strip()!r} is not COLUMN=HEADER; "
+                "e.g. --columns response=answer,grade=correct"
             )
         key, _, header = part.partition("=")
         key = key.strip().lower()
@@ -263,7 +264,8 @@ def _mapped_items(
     if "grade" in mapping:
         items["grade"] = _grades(raw[mapping["grade"]], report, mapping["grade"], p, grade_scale, round_grades)
     elif grade_scale is not None or round_grades:
-        raise DataError(f"{p}: {'--grade-scale' if grade_scale is not None else '--round-grades'} needs a grade column, "
+        option = '--grade-scale' if grade_scale is not None else '--round-grades'
+        raise DataError(f"{p}: {option} needs a grade column, "
                         "and none was found", hint="map it with --columns grade=HEADER")
     if "question" in items.columns:
         items["question"] = items["question"].fillna("").str.strip()
@@ -373,10 +375,11 @@ def read_course_file(
     ``response=answer,...``); columns not given are guessed from :data:`HEADER_GUESSES`. Other headers
     are kept as extra columns; the student column (``student``) as ``student``. Ids: the file's answer-id column when
     its values are unique; otherwise (none, or repeated) ids made from the question and the student, the same for the
-    same answer in every import of the course and never another's (:func:`~rubrictool.data.course_ids.made_ids`: ``q1/s101``), the file's ids
-    kept as ``source_id``. Grades are multiplied by ``grade_scale`` and rounded half up with ``round_grades``
-    (half marks the trainer cannot use). Empty responses stay in the table and are listed in the report
-    (:func:`write_course_items` refuses, drops or keeps them). ``id_prefix`` goes before every made id (``spring26/``).
+    same answer in every import of the course and never another's
+    (:func:`~rubrictool.data.course_ids.made_ids`: ``q1/s101``), the file's ids kept as ``source_id``. Grades are
+    multiplied by ``grade_scale`` and rounded half up with ``round_grades`` (half marks the trainer cannot use). Empty
+    responses stay in the table and are listed in the report (:func:`write_course_items` refuses, drops or keeps
+    them). ``id_prefix`` goes before every made id (``spring26/``).
     """
     p = Path(path)
     fmt = file_format(p)
@@ -412,12 +415,13 @@ def grade_problem(report: ImportReport, ungraded: bool = False) -> tuple[str, st
                 "(`rubrictool grade`)"))
     if g.get("min") is None:
         return (f"the grade column {g['column']!r} is empty in every row",
-                ("map the column that holds the grades with --columns grade=HEADER, or pass --ungraded if these answers "
-                "are to be graded"))
+                ("map the column that holds the grades with --columns grade=HEADER, or pass --ungraded if these "
+                "answers are to be graded"))
     if g.get("n_fractional"):
         scale = next((k for k in (2, 4, 10, 100) if all(float(v) * k == round(float(v) * k) for v in g["histogram"])),
                      None)
-        fix = (f"pass --grade-scale {scale} to count in 1/{scale} marks (grades {g['min'] * scale:g}..{g['max'] * scale:g}), "
+        fix = (f"pass --grade-scale {scale} to count in 1/{scale} marks "
+               f"(grades {g['min'] * scale:g}..{g['max'] * scale:g}), "
                if scale else "")
         return ((f"grade column {g['column']!r}: {g['n_fractional']} grade(s) are not whole numbers "
                 f"({g['first_fractional']}); the trainer needs whole-number grades"),

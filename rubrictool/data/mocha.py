@@ -46,7 +46,9 @@ def _read_split(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise DataError(f"{path}:{e.lineno}: invalid JSON ({e.msg}); the file is damaged or cut short — fetch it again") from None
+        raise DataError(
+            f"{path}:{e.lineno}: invalid JSON ({e.msg}); the file is damaged or cut short — fetch it again"
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read ({e.__class__.__name__}: {e})") from None
     if not isinstance(doc, dict) or not all(isinstance(v, dict) for v in doc.values()):
@@ -78,7 +80,9 @@ def read_mocha(root: Path, splits: Sequence[str] = ("train",)) -> pd.DataFrame:
                     raise DataError(f"{where}: expected an object with {', '.join(_FIELDS)}, score")
                 missing = [f for f in _FIELDS if not isinstance(inst.get(f), str)]
                 if missing:
-                    raise DataError(f"{where}: missing field(s) {', '.join(missing)}; the file is damaged — fetch it again")
+                    raise DataError(
+                        f"{where}: missing field(s) {', '.join(missing)}; the file is damaged — fetch it again"
+                    )
                 score = inst.get("score")
                 if score is not None and not isinstance(score, (int, float)):
                     raise DataError(f"{where}: score {score!r} is not a number")

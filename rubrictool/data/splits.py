@@ -245,7 +245,9 @@ def load_split(path: str | Path) -> dict[str, list[str]]:
         data = json.loads(p.read_text())
         return {k: [str(x) for x in data[k]] for k in ("train", "dev", "test")}
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DataError(f"{p}: not a split file ({e.__class__.__name__}); expected JSON with train/dev/test id lists") from None
+        raise DataError(
+            f"{p}: not a split file ({e.__class__.__name__}); expected JSON with train/dev/test id lists"
+        ) from None
 
 
 # ---------------------------------------------------------------------------- nested stratified subsamples
@@ -272,7 +274,9 @@ class Subsample:
         return sorted(self.fit + self.dev)
 
 
-def nested_subsample(pool: pd.DataFrame, order: NDArray[np.intp], n: int, dev_share: float, seed: list[int]) -> Subsample:
+def nested_subsample(
+    pool: pd.DataFrame, order: NDArray[np.intp], n: int, dev_share: float, seed: list[int]
+) -> Subsample:
     """The first n of ``order`` over ``pool`` (columns id, _y), split into a stratified dev part and the rest."""
     sub = pool.iloc[order[:n]]
     grades = sub["_y"].to_numpy()
