@@ -323,4 +323,5 @@ def test_a_folder_that_cannot_be_written_is_one_clear_line(tiny: tuple[Path, Pat
     run, table = tiny
     res = runner.invoke(app, ["intervene", "--run", str(run), "--table", str(table), "--out", str(blocked / "x"),
                               "--repeats", "1"])
-    assert res.exit_code == 1 and "cannot write into" in res.output and "pass --out DIR" in " ".join(res.output.split())
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1 and "cannot write into" in said and "pass --out a path in a folder you can write" in said

@@ -75,7 +75,8 @@ def audit_cmd(
         verify_runs_fully()
     require_run_dir(run)  # a mistyped --run is one line, and nothing is created for it
     check_output(out or run / "audit", [run, data, filler, pairs], "folder", in_run=True,
-                 required=[data, filler, pairs])
+                 required=[data, filler, pairs], what="the audit",
+                 writes=["audit.csv", "audit_items.csv", "audit.md", "audit.json", "audit.png"])
     writable_dir(out or run / "audit")
     with ProgressView(err_console, transient=True) as view:
         res = audit_run(run, data=data, data_dir=data_dir, seed=seed, batch_size=batch_size,
