@@ -42,6 +42,9 @@ __all__ = ["OutputError", "check_output", "enclosing_run", "has_columns", "is_kf
 KINDS = ("run", "kfold", "folder", "file")
 _claims: contextvars.ContextVar[tuple[str, contextlib.ExitStack] | None] = contextvars.ContextVar(
     "rubrictool_output_claims", default=None)
+# the folders a command's write probe passed in, before it took their outputs' locks: not probed again while the
+# command runs (its own lock file may hold the last free block of a nearly full disk)
+_probed: contextvars.ContextVar[set[Path] | None] = contextvars.ContextVar("rubrictool_probed_folders", default=None)
 
 
 class OutputError(DataError):
@@ -165,8 +168,7 @@ def check_output(
     where = dst if Path(os.path.abspath(given.expanduser())) != dst else given  # a link: where it points
     claim = _claims.get()
     if lock and claim is not None:
-        if not Path(where).parent.is_dir():  # made now, after the checks: a folder that cannot be, named as such
-            writable_parent(where)
+        writable_parent(where)  # after the checks, before the lock: a read-only folder or a full disk named as such
         claim[1].enter_context(output_lock(where, claim[0]))
     return where
 
@@ -263,9 +265,11 @@ def one_writer_per_output(command: str) -> Iterator[None]:
     command in one."""
     with contextlib.ExitStack() as stack:
         token = _claims.set((command, stack))
+        probed = _probed.set(set())
         try:
             yield
         finally:
+            _probed.reset(probed)
             _claims.reset(token)
 
 
@@ -308,9 +312,13 @@ def output_lock(out: str | Path, command: str) -> contextlib.AbstractContextMana
 def writable_parent(out: str | Path, *, folder: bool = False, kept: str | None = None) -> Path:
     """The folder a command writes ``out`` into (``out`` itself when ``folder``), created, with a probe file written
     and removed in it: one :class:`OutputError` naming it for a read-only folder (Errno 30, EACCES/EPERM), a full disk
-    (Errno 28) or a path under a regular file, before any work."""
+    (Errno 28) or a path under a regular file, before any work. Inside :func:`one_writer_per_output` a folder is
+    probed once per command."""
     p = Path(out)
     d = p if folder else (p.parent if str(p.parent) else Path("."))
+    probed = _probed.get()
+    if probed is not None and d.is_dir() and d.resolve() in probed:
+        return d
     try:
         d.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".rubrictool-probe-", dir=d)
@@ -328,6 +336,8 @@ def writable_parent(out: str | Path, *, folder: bool = False, kept: str | None =
                 else "pass --out a path in a folder you can write")
         raise OutputError(f"cannot write into {d} ({why}); nothing was written"
                           + (f", {kept}" if kept else ""), hint=hint) from None
+    if probed is not None:
+        probed.add(d.resolve())
     return d
 
 
