@@ -22,6 +22,7 @@ from reccbm.model import (
     RecCBMOutput,
     concept_loss,
     expected_scores,
+    level_weights,
     opcc_loss,
     random_conditioning,
     soft_concept_loss,
@@ -29,20 +30,33 @@ from reccbm.model import (
 from reccbm.padding import padding_batch, padding_loss
 
 __all__ = ["concept_target_loss", "contrast_term", "first_rows", "host_inputs", "joint_loss", "padding_term",
-           "rdrop_divergence", "rdrop_rows", "read_extra", "stage1_loss"]
+           "rdrop_divergence", "rdrop_rows", "read_extra", "stage1_loss", "training_level_weights"]
 
 
-def concept_target_loss(logits: Tensor, batch: dict[str, Tensor], cfg: StageIConfig) -> Tensor:
+def concept_target_loss(logits: Tensor, batch: dict[str, Tensor], cfg: StageIConfig,
+                        weights: Tensor | None = None) -> Tensor:
     """L_con (Eq. 12) on the adjudicated levels, or with ``cfg.soft_targets`` > 0 on the soft targets (the
-    reviewers' level shares mixed in, :func:`reccbm.model.soft_concept_loss`)."""
+    reviewers' level shares mixed in, :func:`reccbm.model.soft_concept_loss`); ``weights`` (K, M+1): each term's
+    weight by its concept and level (``cfg.level_balance``, :func:`training_level_weights`), None = 1 each."""
     if cfg.soft_targets > 0:
         if "concept_soft" not in batch:
             raise ReccbmError("stage1.soft_targets needs each answer's reviewers' levels (EncodedItems.soft)")
-        return soft_concept_loss(logits, batch["concepts"], batch["concept_soft"], cfg.soft_targets, cfg.concept_loss)
-    return concept_loss(logits, batch["concepts"], cfg.concept_loss)
+        return soft_concept_loss(logits, batch["concepts"], batch["concept_soft"], cfg.soft_targets, cfg.concept_loss,
+                                 weights)
+    return concept_loss(logits, batch["concepts"], cfg.concept_loss, weights)
 
 
-def stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
+def training_level_weights(cfg: StageIConfig, concepts: Any, num_levels: int) -> Tensor | None:
+    """L_con's weights by concept and level from the training levels (N, K) for ``cfg.level_balance`` > 0
+    (:func:`reccbm.model.level_weights`); None when it is 0 (every term alike, Eq. 12)."""
+    if cfg.level_balance <= 0 or concepts is None:
+        return None
+    return level_weights(torch.as_tensor(concepts), num_levels, cfg.level_balance)
+
+
+def stage1_loss(cfg: StageIConfig, weights: Tensor | None = None) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
+    """λ_c L_con + λ_r L_rank (Eq. 27), with the extra terms ``cfg`` asks for; ``weights``: L_con's by concept and
+    level (:func:`training_level_weights`)."""
     def read(model: RecCBM, batch: dict[str, Tensor]) -> tuple[RecCBMOutput, Tensor, Tensor]:
         """One reading: the output, its concept logits (B, K, M+1) and ĉ (B, K), with the question offsets added."""
         out = model(batch)
@@ -54,7 +68,7 @@ def stage1_loss(cfg: StageIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tens
         return out, logits, c_hat
 
     def terms(logits: Tensor, c_hat: Tensor, batch: dict[str, Tensor]) -> Tensor:
-        total = cfg.lambda_c * concept_target_loss(logits, batch, cfg)  # Eq. 12
+        total = cfg.lambda_c * concept_target_loss(logits, batch, cfg, weights)  # Eq. 12
         if cfg.lambda_r > 0:
             total = total + cfg.lambda_r * opcc_loss(c_hat, batch["concepts"])  # Eq. 16
         return total
@@ -144,9 +158,10 @@ def padding_term(model: RecCBM, batch: dict[str, Tensor], cfg: StageIConfig, c_h
     return padding_loss(expected_scores(logits.float().softmax(-1)), c_hat[source.to(logits.device)])
 
 
-def joint_loss(cfg: StageIConfig, joint: JointConfig,
-               s2: StageIIConfig) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
-    """λ_c L_con + λ_r L_rank (Eq. 27) + λ_t L_task (+ λ_d L_den + λ_s L_spa) (Eq. 28), one backward pass."""
+def joint_loss(cfg: StageIConfig, joint: JointConfig, s2: StageIIConfig,
+               weights: Tensor | None = None) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
+    """λ_c L_con + λ_r L_rank (Eq. 27) + λ_t L_task (+ λ_d L_den + λ_s L_spa) (Eq. 28), one backward pass; ``weights``
+    as in :func:`stage1_loss`."""
     def loss(model: RecCBM, batch: dict[str, Tensor]) -> Tensor:
         c = batch["concepts"]  # (B, K)
         logits, _ = model.concepts(batch)  # (B, K, M+1)
@@ -156,7 +171,7 @@ def joint_loss(cfg: StageIConfig, joint: JointConfig,
         if "question_offsets" in batch:
             read = logits + batch["question_offsets"].to(logits.dtype)
             p_read = read.float().softmax(-1)
-        total = cfg.lambda_c * concept_target_loss(read, batch, cfg)  # Eq. 12
+        total = cfg.lambda_c * concept_target_loss(read, batch, cfg, weights)  # Eq. 12
         if cfg.lambda_r > 0:
             total = total + cfg.lambda_r * opcc_loss(expected_scores(p_read), c)  # Eq. 16
         out = model.grade_from_concepts(*random_conditioning(p_hat, c, joint.intervention_p))
