@@ -7,6 +7,11 @@ An experiment on issue "marks that move for the right reasons". From a k-fold sp
   ``--negate-min-grade``) that has an "is/are/does/can/will/has/have": "not" inserted after the first one; those
   concepts go to the bottom level and the grade to ``--negated-grade`` (the claim is reversed: a heuristic label,
   stated as such);
+with ``--negation symmetric`` also, so that the reader cannot take the word "not" for the claim:
+* a copy of each training answer marked correct whose claim carries a negation ("is not", "cannot", "doesn't", …) with
+  the negation taken out (``affirm``): the same concepts at the bottom and the same grade as a negated copy (heuristic);
+* a copy of as many training answers marked correct as got a "not" of a sentence that says "not" about nothing the
+  answer claims (``HARMLESS``), appended: every level and the grade kept;
 and writes the table and a split.json whose training part holds the copies (dev and test unchanged), for
 
     python lab/perturbed_copies.py --split F/fold-0/split.json --out lab/out/perturbed
@@ -52,6 +57,38 @@ def negate(text: str) -> str | None:
     return text[: m.end()] + " not" + text[m.end():]
 
 
+NEGATED = re.compile(r"\b(is|are|does|do|can|will|has|have|was|were|should|must) not\b|\bcannot\b"
+                     r"|\b(is|are|does|do|ca|wo|has|have|was|were|should)n['’]t\b", re.IGNORECASE)
+_AFFIRMED = {"ca": "can", "wo": "will"}
+HARMLESS = ("I am not sure I said it all.", "Not much else to add.", "I do not have more to say on it.",
+            "This is not all of it, but it is the main point.", "I hope this is not too short.")
+
+
+def affirm(text: str) -> str | None:
+    """The first negation of ``text`` taken out: "is not" → "is", "cannot" → "can", "doesn't" → "does" (None: there
+    is none)."""
+    m = NEGATED.search(text)
+    if m is None:
+        return None
+    found = m.group(0)
+    if found.lower() == "cannot":
+        plain = found[:3]
+    elif m.group(1):
+        plain = m.group(1)
+    else:
+        aux = m.group(2)
+        plain = _AFFIRMED.get(aux.lower(), aux)
+        plain = plain[0].upper() + plain[1:] if aux[0].isupper() else plain
+    return text[: m.start()] + plain + text[m.end():]
+
+
+def harmless(text: str, rng: random.Random) -> str:
+    """``text`` with a sentence appended that says "not" about nothing the answer claims."""
+    body = text.rstrip()
+    stop = "" if body.endswith((".", "!", "?")) else "."
+    return f"{body}{stop} {rng.choice(HARMLESS)}"
+
+
 def words(*texts: str) -> set[str]:
     return {w.lower() for t in texts for w in re.findall(r"[A-Za-z]+", t or "")}
 
@@ -65,6 +102,9 @@ def main() -> None:
     ap.add_argument("--negate-concepts", default="FC,CC,DU")
     ap.add_argument("--negate-min-grade", type=int, default=4)
     ap.add_argument("--negated-grade", type=int, default=1)
+    ap.add_argument("--negation", choices=("insert", "symmetric"), default="insert",
+                    help="insert: 'not' inserted into correct answers; symmetric: also taken out of those that have "
+                         "one, and a harmless 'not' sentence appended to as many correct answers (levels kept)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -80,7 +120,8 @@ def main() -> None:
             if t is not None:
                 copies.append(row.to_dict() | {"id": f"{row['id']}~typo", "response": t, "method": "copy"})
         if row["grade"] >= args.negate_min_grade and all(row[k] == 3 for k in negated_keys):
-            n = negate(str(row["response"]))
+            text = str(row["response"])
+            n = affirm(text) if args.negation == "symmetric" and NEGATED.search(text) else negate(text)
             if n is not None:
                 new = row.to_dict() | {"id": f"{row['id']}~not", "response": n, "grade": args.negated_grade,
                                        "method": "copy"}
@@ -88,13 +129,17 @@ def main() -> None:
                     new[k] = 1
                     new[f"votes_{k}"] = "1 1 1"
                 copies.append(new)
+                if args.negation == "symmetric":
+                    copies.append(row.to_dict() | {"id": f"{row['id']}~harmless", "response": harmless(text, rng),
+                                                   "method": "copy"})
     aug = pd.concat([table, pd.DataFrame(copies)], ignore_index=True)
     args.out.mkdir(parents=True, exist_ok=True)
     aug.to_csv(args.out / "table.csv", index=False)
     new_split = dict(split) | {"train": list(split["train"]) + [c["id"] for c in copies]}
     (args.out / "split.json").write_text(json.dumps(new_split, indent=1) + "\n")
-    n_typo = sum(c["id"].endswith("~typo") for c in copies)
-    print(f"{len(train)} training answers; added {n_typo} typo copies and {len(copies) - n_typo} negated copies")
+    added = {kind: sum(c["id"].endswith(f"~{kind}") for c in copies) for kind in ("typo", "not", "harmless")}
+    print(f"{len(train)} training answers; added {added['typo']} typo copies, {added['not']} copies with the claim "
+          f"reversed and {added['harmless']} with a harmless 'not' sentence")
 
 
 if __name__ == "__main__":

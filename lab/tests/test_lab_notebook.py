@@ -317,3 +317,17 @@ def test_question_offsets_refuses_a_folder_that_is_not_a_kfold_run(tmp_path: Pat
     err = capsys.readouterr().err
     assert "--fold-runs" in err and "no fold-*/" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_perturbed_copies_reverse_a_claim_both_ways_and_add_a_harmless_not() -> None:
+    import random
+
+    mod = importlib.import_module("perturbed_copies")
+    assert mod.negate("A stack is last in, first out.") == "A stack is not last in, first out."
+    assert mod.affirm("A local variable cannot be seen outside.") == "A local variable can be seen outside."
+    assert mod.affirm("It doesn't copy the data, so it is fast.") == "It does copy the data, so it is fast."
+    assert mod.affirm("Can't return a value.") == "Can return a value." and mod.affirm("Won't stop") == "Will stop"
+    assert mod.affirm("It is not void") == "It is void" and mod.affirm("A stack is LIFO") is None
+    added = mod.harmless("A stack is LIFO", random.Random(0))
+    assert added.startswith("A stack is LIFO. ") and added.split(". ", 1)[1] in mod.HARMLESS
+    assert mod.NEGATED.search(added.split(". ", 1)[1]) or "not" in added.split(". ", 1)[1].lower()
