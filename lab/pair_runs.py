@@ -1,5 +1,7 @@
 """Two runs trained on the same split, compared on its test answers: paired bootstrap 95 % CIs of B − A for T-Acc,
-T-F1, QWK and C-Acc, and the failing answers (below the rubric's pass mark) each gives a pass mark.
+T-F1, QWK and C-Acc, the failing answers (below the rubric's pass mark) each gives a pass mark, and each run's mean
+error on the honest answers that say "not", "no", "never" or "n't" (a reader that took the word for the claim marks
+them down).
 
     python lab/pair_runs.py RUN_A RUN_B [--data-dir DIR]
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +22,8 @@ from rubrictool.adjudicate import adjudicate_benchmark_labels
 from rubrictool.evaluate import low_marks, paired_bootstrap
 from rubrictool.io import read_table
 from rubrictool.rubric import load_rubric
+
+NEGATION = re.compile(r"\b(not|no|never)\b|n't\b", re.IGNORECASE)
 
 
 def main() -> None:
@@ -48,6 +53,10 @@ def main() -> None:
     for name, p in (("low_marks_a", a), ("low_marks_b", b)):
         lm = low_marks(y, p, grades, rubric.pass_mark)
         out[name] = {"failing": lm["failing"]}
+    negated = np.array([bool(NEGATION.search(str(t))) for t in table.loc[ids, "response"]])
+    out["negation_words"] = {"n": int(negated.sum()),
+                             **{f"mean_error_{k}": float((g[negated] - y[negated]).mean()) if negated.any() else None
+                                for k, g in (("a", a), ("b", b))}}
     print(json.dumps(out, indent=1, default=float))
 
 
