@@ -187,12 +187,14 @@ class StageIConfig:
     # (1 − w) · one-hot(the adjudicated level) + w · the share of the reviewers who gave each level, w = soft_targets;
     # needs each answer's reviewers' levels (EncodedItems.soft). 0 = the adjudicated level alone (the paper).
     soft_targets: float = 0.0
-    # Rare levels weighed up (not in the paper): each (answer, concept) term of L_con (Eq. 12), in Stage I and the joint
-    # stage, weighs w_{k,m} ∝ n_{k,m}^(−level_balance), n_{k,m} the training answers at level m of concept k, scaled so
-    # that the training answers' mean weight is 1 (:func:`reccbm.model.level_weights`). 0 = every term alike (the
-    # paper); 1 = each level of a concept weighs as much in all as any other. For readers that read weak answers' low
-    # levels as higher ones.
+    # Rare levels and rare grades weighed up (not in the paper): each (answer, concept) term of L_con (Eq. 12), in Stage
+    # I and the joint stage, weighs w_{k,m} ∝ n_{k,m}^(−level_balance), n_{k,m} the training answers at level m of
+    # concept k, times v_y ∝ n_y^(−grade_balance), n_y the training answers of the answer's grade y, each scaled so that
+    # the training answers' mean weight is 1 (:func:`reccbm.model.rarity_weights`, reccbm/losses.py TermWeights).
+    # 0 = every term alike (the paper); 1 = each level of a concept (each grade) weighs as much in all as any other.
+    # For readers that read weak answers as covering more of the rubric than they do.
     level_balance: float = 0.0
+    grade_balance: float = 0.0
     # Supervision across questions (not in the paper; reccbm/contrast.py): weight of the extra loss on inputs built from
     # each batch, the reference answer given as the answer (top level of the concepts contrast_top) and an answer to
     # another question (bottom level of contrast_bottom); 0 = off. Concepts by position in the rubric (0-based).
@@ -307,8 +309,9 @@ class StageIConfig:
         _choice("mixed precision", self.mixed_precision, ("no", "fp16", "bf16"))
         if self.min_steps < 0:
             raise ValueError(f"min_steps is >= 0, got {self.min_steps}")
-        if self.level_balance < 0:
-            raise ValueError(f"level_balance is >= 0 (0 = every level alike), got {self.level_balance}")
+        if self.level_balance < 0 or self.grade_balance < 0:
+            raise ValueError("level_balance and grade_balance are >= 0 (0 = every level or grade alike), got "
+                             f"{self.level_balance}, {self.grade_balance}")
         if not 0.0 <= self.soft_targets <= 1.0:
             raise ValueError(f"soft_targets is a weight in [0, 1], got {self.soft_targets}")
         if not 0.0 < self.layer_decay <= 1.0:

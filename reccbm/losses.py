@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,41 +23,80 @@ from reccbm.model import (
     RecCBMOutput,
     concept_loss,
     expected_scores,
-    level_weights,
     opcc_loss,
     random_conditioning,
+    rarity_weights,
     soft_concept_loss,
 )
 from reccbm.padding import padding_batch, padding_loss
 
-__all__ = ["concept_target_loss", "contrast_term", "first_rows", "host_inputs", "joint_loss", "padding_term",
-           "rdrop_divergence", "rdrop_rows", "read_extra", "stage1_loss", "training_level_weights"]
+__all__ = [
+    "TermWeights",
+    "concept_target_loss",
+    "contrast_term",
+    "first_rows",
+    "host_inputs",
+    "joint_loss",
+    "padding_term",
+    "rdrop_divergence",
+    "rdrop_rows",
+    "read_extra",
+    "stage1_loss",
+    "training_term_weights",
+]
+
+
+@dataclass(frozen=True)
+class TermWeights:
+    """The weights of L_con's (answer, concept) terms (``stage1.level_balance``, ``stage1.grade_balance``): by the
+    concept's level, ``levels`` (K, M+1), and by the answer's grade, ``grades`` (S+1,); None = 1 each."""
+
+    levels: Tensor | None = None
+    grades: Tensor | None = None
+
+    def of(self, batch: dict[str, Tensor]) -> Tensor | None:
+        """The batch's term weights (B, K): levels[k, c_{b,k}] · grades[y_b]."""
+        c = batch["concepts"].long()  # (B, K)
+        w = None
+        if self.levels is not None:
+            W = self.levels.to(c.device)  # (K, M+1)
+            w = W.gather(1, c.T).T  # (B, K): W[k, c_{b,k}]
+        if self.grades is not None:
+            if "grades" not in batch:
+                raise ReccbmError("stage1.grade_balance needs each training answer's grade")
+            v = self.grades.to(c.device)[batch["grades"].long()].unsqueeze(1)  # (B, 1)
+            w = v.expand(c.shape) if w is None else w * v
+        return w
+
+
+def training_term_weights(cfg: StageIConfig, concepts: Any, grades: Any, num_levels: int,
+                          num_grades: int) -> TermWeights | None:
+    """L_con's term weights from the training levels (N, K) and grades (N,) for ``cfg.level_balance`` or
+    ``cfg.grade_balance`` > 0 (:func:`reccbm.model.rarity_weights`); None when both are 0 (every term alike, Eq. 12)."""
+    levels = (rarity_weights(torch.as_tensor(concepts), num_levels, cfg.level_balance)
+              if cfg.level_balance > 0 and concepts is not None else None)
+    by_grade = (rarity_weights(torch.as_tensor(grades), num_grades, cfg.grade_balance)[0]
+                if cfg.grade_balance > 0 and grades is not None else None)
+    return None if levels is None and by_grade is None else TermWeights(levels, by_grade)
 
 
 def concept_target_loss(logits: Tensor, batch: dict[str, Tensor], cfg: StageIConfig,
-                        weights: Tensor | None = None) -> Tensor:
+                        weights: TermWeights | None = None) -> Tensor:
     """L_con (Eq. 12) on the adjudicated levels, or with ``cfg.soft_targets`` > 0 on the soft targets (the
-    reviewers' level shares mixed in, :func:`reccbm.model.soft_concept_loss`); ``weights`` (K, M+1): each term's
-    weight by its concept and level (``cfg.level_balance``, :func:`training_level_weights`), None = 1 each."""
+    reviewers' level shares mixed in, :func:`reccbm.model.soft_concept_loss`); ``weights``: each term's weight
+    (:func:`training_term_weights`), None = 1 each."""
+    w = weights.of(batch) if weights is not None else None
     if cfg.soft_targets > 0:
         if "concept_soft" not in batch:
             raise ReccbmError("stage1.soft_targets needs each answer's reviewers' levels (EncodedItems.soft)")
         return soft_concept_loss(logits, batch["concepts"], batch["concept_soft"], cfg.soft_targets, cfg.concept_loss,
-                                 weights)
-    return concept_loss(logits, batch["concepts"], cfg.concept_loss, weights)
+                                 w)
+    return concept_loss(logits, batch["concepts"], cfg.concept_loss, w)
 
 
-def training_level_weights(cfg: StageIConfig, concepts: Any, num_levels: int) -> Tensor | None:
-    """L_con's weights by concept and level from the training levels (N, K) for ``cfg.level_balance`` > 0
-    (:func:`reccbm.model.level_weights`); None when it is 0 (every term alike, Eq. 12)."""
-    if cfg.level_balance <= 0 or concepts is None:
-        return None
-    return level_weights(torch.as_tensor(concepts), num_levels, cfg.level_balance)
-
-
-def stage1_loss(cfg: StageIConfig, weights: Tensor | None = None) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
+def stage1_loss(cfg: StageIConfig, weights: TermWeights | None = None) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
     """λ_c L_con + λ_r L_rank (Eq. 27), with the extra terms ``cfg`` asks for; ``weights``: L_con's by concept and
-    level (:func:`training_level_weights`)."""
+    level and grade (:func:`training_term_weights`)."""
     def read(model: RecCBM, batch: dict[str, Tensor]) -> tuple[RecCBMOutput, Tensor, Tensor]:
         """One reading: the output, its concept logits (B, K, M+1) and ĉ (B, K), with the question offsets added."""
         out = model(batch)
@@ -159,7 +199,7 @@ def padding_term(model: RecCBM, batch: dict[str, Tensor], cfg: StageIConfig, c_h
 
 
 def joint_loss(cfg: StageIConfig, joint: JointConfig, s2: StageIIConfig,
-               weights: Tensor | None = None) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
+               weights: TermWeights | None = None) -> Callable[[RecCBM, dict[str, Tensor]], Tensor]:
     """λ_c L_con + λ_r L_rank (Eq. 27) + λ_t L_task (+ λ_d L_den + λ_s L_spa) (Eq. 28), one backward pass; ``weights``
     as in :func:`stage1_loss`."""
     def loss(model: RecCBM, batch: dict[str, Tensor]) -> Tensor:

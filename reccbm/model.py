@@ -39,13 +39,13 @@ __all__ = [
     "expected_scores",
     "fit_level_bias",
     "fit_level_tilt",
-    "level_weights",
     "masked_mean",
     "opcc_loss",
     "opcc_pairs",
     "orthogonal_queries",
     "random_conditioning",
     "random_interventions",
+    "rarity_weights",
     "rubric_queries",
     "soft_concept_loss",
     "tilted",
@@ -116,11 +116,12 @@ class ConceptBottleneck(nn.Module):
 
 
 def concept_loss(logits: Tensor, c: Tensor, reduction: str = "sum", weights: Tensor | None = None) -> Tensor:
-    """L_con = Σ_k CE(p̂_k, c_k) (Eq. 12), averaged over the batch; reduction="mean" divides by K. ``weights`` (K, M+1):
-    the term of concept k at level c_k weighs w_{k,c_k} (:func:`level_weights`); None = 1 each (Eq. 12)."""
+    """L_con = Σ_k CE(p̂_k, c_k) (Eq. 12), averaged over the batch; reduction="mean" divides by K. ``weights`` (B, K):
+    each (answer, concept) term's weight (reccbm.losses.TermWeights); None = 1 each (Eq. 12)."""
     B, K, L = logits.shape
     ce = F.cross_entropy(logits.reshape(B * K, L).float(), c.reshape(B * K), reduction="none").view(B, K)  # (B, K)
-    ce = ce * _term_weights(weights, c, ce)
+    if weights is not None:
+        ce = ce * weights.to(ce.device, ce.dtype)
     per_item = ce.sum(1) if reduction == "sum" else ce.mean(1)  # (B,)
     return per_item.mean()
 
@@ -133,27 +134,21 @@ def soft_concept_loss(logits: Tensor, c: Tensor, soft: Tensor, w: float, reducti
     logp = logits.float().log_softmax(-1)  # (B, K, M+1)
     target = (1 - w) * F.one_hot(c.long(), logits.shape[-1]).to(logp.dtype) + w * soft.to(logp.dtype)  # (B, K, M+1)
     ce = -(target * logp).sum(-1)  # (B, K)
-    ce = ce * _term_weights(weights, c, ce)
+    if weights is not None:
+        ce = ce * weights.to(ce.device, ce.dtype)
     per_item = ce.sum(1) if reduction == "sum" else ce.mean(1)  # (B,)
     return per_item.mean()
 
 
-def _term_weights(weights: Tensor | None, c: Tensor, like: Tensor) -> Tensor | float:
-    """w_{k,c_k} for every (answer, concept) of a batch (B, K), or 1 without ``weights``."""
-    if weights is None:
-        return 1.0
-    W = weights.to(like.device, like.dtype)  # (K, M+1)
-    return W.gather(1, c.long().T).T  # (B, K): W[k, c_{b,k}]
-
-
-def level_weights(c: Tensor, num_levels: int, balance: float) -> Tensor:
-    """The weights of L_con's terms that weigh rare levels up (stage1.level_balance, not in the paper): for the training
-    levels c (N, K) in 0..M, w_{k,m} = n_{k,m}^(−balance), n_{k,m} the answers at level m of concept k, scaled per
-    concept so that Σ_m n_{k,m} w_{k,m} = N (the answers' mean weight 1). A level no answer has weighs 1. Returns
-    (K, M+1); balance 0 gives all ones."""
-    counts = F.one_hot(c.long(), num_levels).sum(0).double()  # (K, M+1): n_{k,m}
-    raw = torch.where(counts > 0, counts.clamp_min(1).pow(-balance), torch.ones_like(counts))  # (K, M+1)
-    scale = c.shape[0] / (counts * raw).sum(1, keepdim=True).clamp_min(1e-12)  # (K, 1)
+def rarity_weights(labels: Tensor, num_classes: int, balance: float) -> Tensor:
+    """Weights that weigh rare classes up (stage1.level_balance and stage1.grade_balance, not in the paper): for labels
+    (N, ...) in 0..num_classes−1, one column each, w_{j,m} = n_{j,m}^(−balance), n_{j,m} the labels of column j at class
+    m, scaled per column so that Σ_m n_{j,m} w_{j,m} = N (the labels' mean weight 1). A class no label has weighs 1.
+    Returns (columns, num_classes); balance 0 gives all ones."""
+    cols = labels.long().reshape(labels.shape[0], -1)  # (N, J)
+    counts = F.one_hot(cols, num_classes).sum(0).double()  # (J, C): n_{j,m}
+    raw = torch.where(counts > 0, counts.clamp_min(1).pow(-balance), torch.ones_like(counts))  # (J, C)
+    scale = cols.shape[0] / (counts * raw).sum(1, keepdim=True).clamp_min(1e-12)  # (J, 1)
     return torch.where(counts > 0, raw * scale, torch.ones_like(counts)).float()
 
 

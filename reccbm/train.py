@@ -55,7 +55,7 @@ from reccbm.inference import (
     predict,
     quantize_encoder,
 )
-from reccbm.losses import joint_loss, stage1_loss, training_level_weights
+from reccbm.losses import joint_loss, stage1_loss, training_term_weights
 from reccbm.metrics import concept_metrics, task_metrics
 from reccbm.model import (
     PLM,
@@ -421,7 +421,8 @@ def train_concepts(
         assert items.concepts is not None and p.p_hat is not None
         return concept_metrics(items.concepts, p.levels) | {"loss": _nll(p.p_hat, items.concepts)}
 
-    weights = training_level_weights(cfg, train.concepts, model.config.num_levels)
+    weights = training_term_weights(cfg, train.concepts, train.grades, model.config.num_levels,
+                                    model.config.num_grades)
     objective = _Objective(stage1_loss(cfg, weights), metrics, lambda m: selection_key(m, "c_f1", "c_acc"))
     return _fit_encoder(model, train, dev, cfg, pad_id, "stage1", objective, callback, states=states)
 
@@ -454,7 +455,8 @@ def train_joint(
                 | {"loss": _nll(p.grade_probs, items.grades)})
 
     floor = reference_c_acc - joint.c_acc_drop
-    weights = training_level_weights(cfg, train.concepts, model.config.num_levels)
+    weights = training_term_weights(cfg, train.concepts, train.grades, model.config.num_levels,
+                                    model.config.num_grades)
 
     def select(m: dict[str, float]) -> tuple[float, ...]:
         return (float(m["c_acc"] >= floor - 1e-12),) + selection_key(m, "t_f1", "t_acc")
