@@ -499,7 +499,9 @@ def low_marks(y_true: ArrayLike, y_pred: ArrayLike, grades: list[int], pass_mark
     error (predicted − true) each with its 95 % bootstrap CI (the mark's answers resampled), ``recall`` (the share
     given exactly that mark) and ``over2`` (the share graded two or more marks too high). ``failing``: the answers
     below ``pass_mark`` — ``n``, ``passed`` (the share given ``pass_mark`` or more) and the mean error, each with its
-    CI, and ``inflated`` (mean error ≥ :data:`INFLATED`: the low marks are not given). ``pass_mark`` is echoed."""
+    CI, and ``inflated`` (mean error ≥ :data:`INFLATED`: the low marks are not given). ``passing``: the other side of
+    the same line — the answers at or above ``pass_mark``, ``n`` and ``failed`` (the share given a mark below it) with
+    its CI; a decision rule that fails more weak answers fails some passing ones too. ``pass_mark`` is echoed."""
     t, p = np.asarray(y_true, dtype=float), np.asarray(y_pred, dtype=float)
     if len(t) != len(p):
         raise TrainError(f"low_marks needs one prediction per answer, got {len(p)} for {len(t)}")
@@ -520,7 +522,9 @@ def low_marks(y_true: ArrayLike, y_pred: ArrayLike, grades: list[int], pass_mark
     failing = {"n": int(fail.sum()), "passed": passed, "passed_lo": lo, "passed_hi": hi,
                "mean_error": e, "mean_error_lo": elo, "mean_error_hi": ehi,
                "inflated": bool(fail.any() and e >= INFLATED)}
-    return {"pass_mark": int(pass_mark), "per_mark": rows, "failing": failing}
+    failed, flo, fhi = _mean_ci((p[~fail] < pass_mark).astype(float), rng, n_boot)
+    passing = {"n": int((~fail).sum()), "failed": failed, "failed_lo": flo, "failed_hi": fhi}
+    return {"pass_mark": int(pass_mark), "per_mark": rows, "failing": failing, "passing": passing}
 
 
 def _num(x: float, spec: str) -> str:
@@ -545,6 +549,10 @@ def low_marks_lines(lm: dict[str, Any]) -> tuple[list[str], list[list[str]], str
             f"given a pass mark [95 % CI {100 * f['passed_lo']:.0f}, {100 * f['passed_hi']:.0f} %], their mean error "
             f"{f['mean_error']:+.2f} [{f['mean_error_lo']:+.2f}, {f['mean_error_hi']:+.2f}] marks")
     text += (": low marks are inflated by a mark or more." if f["inflated"] else ".")
+    ok = lm.get("passing")  # absent from metrics written before it was measured
+    if ok and ok["n"]:
+        text += (f" Of the {ok['n']} passing answers, {100 * ok['failed']:.0f} % were given a failing mark "
+                 f"[{100 * ok['failed_lo']:.0f}, {100 * ok['failed_hi']:.0f} %].")
     return head, rows, text
 
 

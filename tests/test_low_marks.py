@@ -34,6 +34,20 @@ def test_low_marks_on_a_small_frame_by_hand() -> None:
     head, table, text = low_marks_lines(lm)
     assert len(table) == 6 and len(table[0]) == len(head)
     assert "5; 40 % of them were given a pass mark" in text and "inflated by a mark or more" in text
+    ok = lm["passing"]  # marks 3, 4, 5 given 3, 4, 4: none failed
+    assert ok["n"] == 3 and ok["failed"] == 0.0
+    assert "Of the 3 passing answers, 0 % were given a failing mark" in text
+
+
+def test_the_passing_answers_a_harsh_rule_fails_are_counted() -> None:
+    """The other side of the pass line: a grader that fails weak answers by marking everything low fails the passing
+    ones too, and the figure says how many."""
+    true = np.array([1, 2, 3, 3, 4, 5, 5, 5])
+    lm = low_marks(true, np.clip(true - 1, 0, 5), list(range(6)), pass_mark=3, n_boot=200)
+    assert lm["failing"]["passed"] == 0.0
+    assert lm["passing"]["n"] == 6 and lm["passing"]["failed"] == pytest.approx(2 / 6)
+    assert lm["passing"]["failed_lo"] <= 2 / 6 <= lm["passing"]["failed_hi"]
+    assert "Of the 6 passing answers, 33 % were given a failing mark" in low_marks_lines(lm)[2]
 
 
 def test_a_grader_that_gives_the_low_marks_is_not_inflated() -> None:
