@@ -9,7 +9,14 @@ true mark, macro-F1.
 
     python benchmarks/decision_rule.py --runs /path/to/folds/default --out benchmarks/out/decision/random
     python benchmarks/decision_rule.py --runs R --out O --fail-passed 2 --pass-failed 0   # another cost
+    python benchmarks/decision_rule.py --runs R --out O \
+        --against benchmarks/results/folds/default/pooled_predictions.csv   # paired with the kept marks
     python benchmarks/decision_rule.py --smoke     # two made-up folds of over-confident, compressed distributions
+
+``--against`` pairs every rule with a kept grader's pooled predictions on the answers both graded (today's default's,
+say: the candidate reader and rule against the default as it is), beside the pairing with the run's own argmax. Every
+rule's pooled marks are written to ``marks.csv`` (id, true mark, one column a rule), and each table says, besides the
+failing answers passed, the share of passing answers each rule fails: the price of the failing answers it catches.
 
 Concept labels (Mohler): majority vote over three independent LLM annotation passes, NOT validated by experts.
 """
@@ -36,7 +43,7 @@ from rubrictool.grade import load_grader
 from rubrictool.textsafe import md_table
 from rubrictool.train.runs import open_run
 
-SWEEP = (0.0, 1.0, 2.0, 4.0, 8.0)
+SWEEP = (0.0, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0)
 
 
 def fold_predictions(fold_dir: Path, cache: Path) -> dict[str, Any]:
@@ -72,6 +79,7 @@ def figures(y: np.ndarray, pred: np.ndarray, pass_index: int, n_marks: int) -> d
     return {"t_acc": float((pred == y).mean()), "t_f1": macro_f1(y, pred),
             "qwk": quadratic_weighted_kappa(y, pred, n_marks),
             "fail_passed": float((pred[fail] >= pass_index).mean()), "fail_error": float(err[fail].mean()),
+            "pass_failed": float((pred[~fail] < pass_index).mean()),
             "per_mark": per_mark, "predicted": {int(m): int((pred == m).sum()) for m in range(n_marks)}}
 
 
@@ -106,14 +114,21 @@ def main() -> None:
     ap.add_argument("--pass-mark", type=int, default=None, help="default: the scale's midpoint rounded up")
     ap.add_argument("--fail-passed", type=float, default=2.0, help="extra cost of a failing answer passed")
     ap.add_argument("--pass-failed", type=float, default=1.0, help="extra cost of a passing answer failed")
+    ap.add_argument("--against", type=Path, default=None,
+                    help="a kept pooled_predictions.csv (id, grade_true, grade): every rule paired with it as well")
     args = ap.parse_args()
     if args.smoke:
         with tempfile.TemporaryDirectory() as tmp:
             args.runs = args.out = Path(tmp)
+            kept = []
             for i in range(2):
                 (args.out / f"fold-{i}").mkdir()
                 (args.out / f"fold-{i}" / "metrics.json").write_text("{}")
-                np.savez(args.out / f"fold-{i}.npz", **smoke_predictions(i))
+                fold = smoke_predictions(i)
+                np.savez(args.out / f"fold-{i}.npz", **fold)
+                kept.append(pd.DataFrame({"id": fold["test_ids"], "grade_true": fold["test_y"] + 1, "grade": 6}))
+            args.against = args.out / "kept.csv"  # a kept grader that always gives the top mark, on a 1-6 scale
+            pd.concat(kept).to_csv(args.against, index=False)
             report(args)
         return
     if args.runs is None or args.out is None:
@@ -131,7 +146,7 @@ def smoke_predictions(seed: int, n: int = 200) -> dict[str, Any]:
         logits = -((np.arange(6)[None, :] - centre[:, None]) ** 2) / 0.2
         p = np.exp(logits - logits.max(1, keepdims=True))
         out[f"{part}_probs"], out[f"{part}_y"] = p / p.sum(1, keepdims=True), y
-        out[f"{part}_ids"] = np.asarray([f"{part}{i}" for i in range(n)], dtype=str)
+        out[f"{part}_ids"] = np.asarray([f"{seed}-{part}{i}" for i in range(n)], dtype=str)
     return out
 
 
@@ -143,7 +158,7 @@ def report(args: argparse.Namespace) -> None:
         folds = [args.runs]  # one run: its own dev and test answers
     if not folds:
         raise SystemExit(f"no trained run and no complete fold-<i>/ in {args.runs}")
-    y_all, rules_all, folds_used = [], {}, []
+    y_all, ids_all, rules_all, folds_used = [], [], {}, []
     for fd in folds:
         t0 = time.time()
         fp = fold_predictions(fd, args.out / f"{fd.name}.npz")
@@ -169,21 +184,65 @@ def report(args: argparse.Namespace) -> None:
         for k, v in rules.items():
             rules_all.setdefault(k, []).append(v)
         y_all.append(fp["test_y"])
+        ids_all.append(np.asarray(fp["test_ids"]).astype(str))
         folds_used.append(fd.name)
         print(f"{fd.name}: {len(fp['test_y'])} test answers ({time.time() - t0:.0f} s)", flush=True)
     y = np.concatenate(y_all)
     pooled = {k: np.concatenate(v) for k, v in rules_all.items()}
+    ids = np.concatenate(ids_all)
     report: dict[str, Any] = {"runs": str(args.runs), "folds": folds_used, "pass_index": pass_index,
                               "fail_passed_cost": args.fail_passed, "pass_failed_cost": args.pass_failed,
                               "n": len(y), "rules": {}}
+    kept = kept_marks(args.against, ids, y) if args.against is not None else None
+    if kept is not None:
+        report["against"] = {"path": str(args.against), "n": int(kept[0].sum()),
+                             **figures(y[kept[0]], kept[1], pass_index, n_marks)}
     for k, pred in pooled.items():
         report["rules"][k] = figures(y, pred, pass_index, n_marks)
         if k != "argmax":
             report["rules"][k]["vs_argmax"] = paired(y, pooled["argmax"], pred, pass_index, n_marks)
+        if kept is not None:
+            both, a = kept
+            report["rules"][k]["vs_against"] = paired(y[both], a, pred[both], pass_index, n_marks)
     (args.out / "decision.json").write_text(json.dumps(report, indent=1) + "\n")
+    marks = pd.DataFrame({"id": ids, "grade_true": y, **{k: v for k, v in pooled.items()}})
+    tmp = args.out / "marks.csv.tmp"
+    marks.to_csv(tmp, index=False)
+    tmp.replace(args.out / "marks.csv")
+    tables = [rule_table(report, "vs_argmax")]
+    if kept is not None:
+        a = report["against"]
+        tables.append(f"Against {args.against} ({a['n']} answers; T-Acc {a['t_acc']:.3f}, T-F1 {a['t_f1']:.3f}, "
+                      f"QWK {a['qwk']:.3f}, failing passed {a['fail_passed']:.0%}, passing failed "
+                      f"{a['pass_failed']:.0%}), paired 95 % CIs of rule − kept:\n\n"
+                      + rule_table(report, "vs_against"))
+    text = "\n\n".join(tables)
+    (args.out / "decision.md").write_text(text + "\n")
+    print(text)
+
+
+def kept_marks(path: Path, ids: np.ndarray[Any, Any], y: np.ndarray[Any, Any]
+               ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """A kept pooled_predictions.csv read onto the pooled answers: (which answers it graded, its 0-based marks)."""
+    kept = pd.read_csv(path, dtype={"id": str}).set_index("id")
+    missing = [c for c in ("grade_true", "grade") if c not in kept.columns]
+    if missing:
+        raise SystemExit(f"{path}: no column {', '.join(missing)}; --against takes a pooled_predictions.csv")
+    both = np.isin(ids, kept.index.to_numpy())
+    if not both.any():
+        raise SystemExit(f"{path}: none of the {len(ids)} pooled answers is in it; is it the same data set?")
+    rows = kept.loc[ids[both]]
+    offset = rows["grade_true"].to_numpy(int) - y[both]  # its marks on the rubric's scale, ours 0-based
+    if len(set(offset.tolist())) != 1:
+        raise SystemExit(f"{path}: its true marks do not match the run's for the same ids; is it the same data set?")
+    return both, rows["grade"].to_numpy(int) - int(offset[0])
+
+
+def rule_table(report: dict[str, Any], against: str) -> str:
+    """Every rule's pooled figures, with the paired CIs of ``against`` (``vs_argmax`` or ``vs_against``)."""
     rows = []
     for k, r in report["rules"].items():
-        ci = r.get("vs_argmax", {})
+        ci = r.get(against, {})
 
         def fmt(m: str, ci: dict[str, list[float]] = ci) -> str:
             return f" [{ci[m][0]:+.3f}, {ci[m][1]:+.3f}]" if m in ci else ""
@@ -192,10 +251,9 @@ def report(args: argparse.Namespace) -> None:
         rows.append({"rule": k, "T-Acc": f"{r['t_acc']:.3f}{fmt('t_acc')}", "T-F1": f"{r['t_f1']:.3f}{fmt('t_f1')}",
                      "QWK": f"{r['qwk']:.3f}{fmt('qwk')}",
                      "failing passed": f"{r['fail_passed']:.0%}", "failing error": f"{r['fail_error']:+.2f}",
+                     "passing failed": f"{r['pass_failed']:.0%}",
                      "error by mark": " ".join(f"{m}:{pm[m]['mean_error']:+.2f}" for m in pm if pm[m]["n"])})
-    table = markdown(pd.DataFrame(rows).set_index("rule"))
-    (args.out / "decision.md").write_text(table + "\n")
-    print(table)
+    return markdown(pd.DataFrame(rows).set_index("rule"))
 
 
 if __name__ == "__main__":
