@@ -17,6 +17,9 @@ true mark, macro-F1.
 say: the candidate reader and rule against the default as it is), beside the pairing with the run's own argmax. Every
 rule's pooled marks are written to ``marks.csv`` (id, true mark, one column a rule), and each table says, besides the
 failing answers passed, the share of passing answers each rule fails: the price of the failing answers it catches.
+With two folds or more, the calibrated Bayes rule is also fitted on the other folds' test answers rather than the
+fold's own dev answers: on question-grouped folds these are answers to questions their model never saw, so the rows
+tell whether a rule fitted on seen questions is what fails on new ones.
 
 Concept labels (Mohler): majority vote over three independent LLM annotation passes, NOT validated by experts.
 """
@@ -44,6 +47,7 @@ from rubrictool.textsafe import md_table
 from rubrictool.train.runs import open_run
 
 SWEEP = (0.0, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0)
+OTHER_FOLDS = (8.0, 16.0)  # costs of the rule fitted on the other folds' test answers instead of the fold's dev answers
 
 
 def fold_predictions(fold_dir: Path, cache: Path) -> dict[str, Any]:
@@ -70,7 +74,7 @@ def fold_predictions(fold_dir: Path, cache: Path) -> dict[str, Any]:
     return out
 
 
-def figures(y: np.ndarray, pred: np.ndarray, pass_index: int, n_marks: int) -> dict[str, Any]:
+def figures(y: np.ndarray[Any, Any], pred: np.ndarray[Any, Any], pass_index: int, n_marks: int) -> dict[str, Any]:
     fail = y < pass_index
     err = pred - y
     per_mark = {int(m): {"n": int((y == m).sum()), "mean_error": float(err[y == m].mean()) if (y == m).any() else None,
@@ -83,8 +87,8 @@ def figures(y: np.ndarray, pred: np.ndarray, pass_index: int, n_marks: int) -> d
             "per_mark": per_mark, "predicted": {int(m): int((pred == m).sum()) for m in range(n_marks)}}
 
 
-def paired(y: np.ndarray, a: np.ndarray, b: np.ndarray, pass_index: int, n_marks: int, n_boot: int = 2000,
-           seed: int = 0) -> dict[str, list[float]]:
+def paired(y: np.ndarray[Any, Any], a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], pass_index: int, n_marks: int,
+           n_boot: int = 2000, seed: int = 0) -> dict[str, list[float]]:
     """95 % CIs of b − a over answers resampled with replacement (T-Acc, T-F1, QWK, failing passed)."""
     rng = np.random.default_rng(seed)
     stats: dict[str, list[float]] = {"t_acc": [], "t_f1": [], "qwk": [], "fail_passed": []}
@@ -158,10 +162,16 @@ def report(args: argparse.Namespace) -> None:
         folds = [args.runs]  # one run: its own dev and test answers
     if not folds:
         raise SystemExit(f"no trained run and no complete fold-<i>/ in {args.runs}")
-    y_all, ids_all, rules_all, folds_used = [], [], {}, []
+    y_all: list[np.ndarray[Any, Any]] = []
+    ids_all: list[np.ndarray[Any, Any]] = []
+    rules_all: dict[str, list[np.ndarray[Any, Any]]] = {}
+    folds_used: list[str] = []
+    fps = []
     for fd in folds:
         t0 = time.time()
-        fp = fold_predictions(fd, args.out / f"{fd.name}.npz")
+        fps.append(fold_predictions(fd, args.out / f"{fd.name}.npz"))
+        print(f"{fd.name}: {len(fps[-1]['test_y'])} test answers ({time.time() - t0:.0f} s)", flush=True)
+    for i, (fd, fp) in enumerate(zip(folds, fps)):
         n_marks = fp["dev_probs"].shape[1]
         # below the midpoint fails
         pass_index = args.pass_mark if args.pass_mark is not None else -(-(n_marks - 1) // 2)
@@ -181,12 +191,18 @@ def report(args: argparse.Namespace) -> None:
                 fp["dev_probs"], fp["dev_y"], c).marks(fp["test_probs"])
             rules[f"cutpoints, failing passed costs +{extra:g}"] = fit_cutpoints(
                 fp["dev_probs"], fp["dev_y"], c).marks(fp["test_probs"])
+        if len(fps) > 1:  # fitted on the other folds' test answers: on grouped folds, answers to questions unseen
+            others = [f for j, f in enumerate(fps) if j != i]
+            probs, ys = np.concatenate([f["test_probs"] for f in others]), np.concatenate([f["test_y"] for f in others])
+            for extra in OTHER_FOLDS:
+                c = cost_matrix(n_marks, pass_index, extra, args.pass_failed)
+                rules[f"calibrated bayes on the other folds' test answers, +{extra:g}"] = fit_calibrated_bayes(
+                    probs, ys, c).marks(fp["test_probs"])
         for k, v in rules.items():
             rules_all.setdefault(k, []).append(v)
         y_all.append(fp["test_y"])
         ids_all.append(np.asarray(fp["test_ids"]).astype(str))
         folds_used.append(fd.name)
-        print(f"{fd.name}: {len(fp['test_y'])} test answers ({time.time() - t0:.0f} s)", flush=True)
     y = np.concatenate(y_all)
     pooled = {k: np.concatenate(v) for k, v in rules_all.items()}
     ids = np.concatenate(ids_all)

@@ -69,7 +69,8 @@ EXPECT = {
     "gpu_pack": ["MiB in fp16 (largest weight change restored to float32", "gpu_smoke.py --pack"],
     "main_job_pair": ["A 1 {'wall_s'", "B 6 {'wall_s'", "the same test predictions: True", "wrote "],
     "decision_rule": ["| calibrated bayes, failing passed costs +16 |", "| passing failed |",
-                      "kept.csv (400 answers; T-Acc ", "failing passed 100%, passing failed 0%)"],
+                      "kept.csv (400 answers; T-Acc ", "failing passed 100%, passing failed 0%)",
+                      "| calibrated bayes on the other folds' test answers, +16 |"],
     "behaviour": ["| invariance test |", "| punctuation |", "| directional test |", "wrote "],
 }
 NEEDS_BACKBONE = {"data_load", "grade_speed", "frozen_speed", "gpu_smoke", "gpu_pack", "main_job_pair", "behaviour"}
