@@ -33,8 +33,10 @@ __all__ = ["PRESETS", "SECTIONS", "contrast_concepts", "recipe"]
 # concepts the rubric marks reference_is_top, an answer to another question at the bottom of those it marks
 # off_topic_is_bottom (:func:`contrast_concepts`; a rubric that marks none trains without them), three joint epochs
 # instead of plain's four (so that the README's main job fits its budget on a 2-core CPU; joint.epochs 4 is the default
-# before, lab/history/concept-reader-levers.md), and the trained weights' moving average evaluated, selected and kept
-# in the encoder stages (stage1.ema; 0 is the default before).
+# before, lab/history/concept-reader-levers.md), the trained weights' moving average evaluated, selected and kept
+# in the encoder stages (stage1.ema; 0 is the default before), and each answer read normalised (model.normalise,
+# reccbm/normalise.py: whitespace, the final punctuation and one-letter slips, edits a teacher does not mark, so that
+# they cannot move a mark; off is the default before, lab/history/low-levels.md).
 _PLAIN: dict[str, dict[str, Any]] = {
     "model": {"head": "level", "query_init": "rubric", "center": True, "tau": 0.25, "condition": True},
     "stage1": {"epochs": 3, "concept_loss": "mean", "query_lr_multiplier": 10.0},
@@ -42,7 +44,7 @@ _PLAIN: dict[str, dict[str, Any]] = {
     "stage2": {"intervention_p": 0.25, "lcec_fit": "dev"},
 }
 _READER: dict[str, dict[str, Any]] = {
-    "model": {"align": True},
+    "model": {"align": True, "normalise": True},
     "stage1": {"soft_targets": 0.5, "encoder": "auto", "contrast": 0.5, "contrast_per_batch": 2, "ema": 0.995},
     "joint": {"epochs": 3},
     "stage2": {"lcec_fit": "moments"},
