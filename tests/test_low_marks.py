@@ -65,7 +65,7 @@ def test_a_scale_nobody_fails_on_says_so() -> None:
     assert [r["n"] for r in lm["per_mark"]] == [0, 0, 0, 1, 1, 1]
 
 
-@pytest.mark.parametrize(("folder", "passed", "error"), [("folds", 0.77, 1.32), ("folds-by-question", 0.72, 1.42)])
+@pytest.mark.parametrize(("folder", "passed", "error"), [("folds", 0.57, 1.20), ("folds-by-question", 0.79, 1.42)])
 def test_the_kept_default_passes_most_failing_answers(folder: str, passed: float, error: float) -> None:
     """The low-mark figures of the default, read back from the default's kept pooled predictions (all of Mohler, five
     folds)."""
