@@ -137,6 +137,8 @@ def main() -> None:
         return
     if args.runs is None or args.out is None:
         ap.error("--runs and --out are needed (or --smoke)")
+    if args.against is not None and not args.against.is_file():
+        ap.error(f"--against {args.against}: no such file; give a k-fold run's pooled_predictions.csv")
     report(args)
 
 
@@ -213,6 +215,7 @@ def report(args: argparse.Namespace) -> None:
     if kept is not None:
         report["against"] = {"path": str(args.against), "n": int(kept[0].sum()),
                              **figures(y[kept[0]], kept[1], pass_index, n_marks)}
+    print(f"{len(pooled)} rules on {len(y)} answers: paired bootstrap CIs", flush=True)
     for k, pred in pooled.items():
         report["rules"][k] = figures(y, pred, pass_index, n_marks)
         if k != "argmax":
@@ -240,10 +243,16 @@ def report(args: argparse.Namespace) -> None:
 def kept_marks(path: Path, ids: np.ndarray[Any, Any], y: np.ndarray[Any, Any]
                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """A kept pooled_predictions.csv read onto the pooled answers: (which answers it graded, its 0-based marks)."""
-    kept = pd.read_csv(path, dtype={"id": str}).set_index("id")
-    missing = [c for c in ("grade_true", "grade") if c not in kept.columns]
+    if not path.is_file():
+        raise SystemExit(f"--against {path}: no such file; give a k-fold run's pooled_predictions.csv")
+    try:
+        kept = pd.read_csv(path, dtype={"id": str})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise SystemExit(f"--against {path}: not a readable CSV ({type(e).__name__}); give a pooled_predictions.csv")
+    missing = [c for c in ("id", "grade_true", "grade") if c not in kept.columns]
     if missing:
         raise SystemExit(f"{path}: no column {', '.join(missing)}; --against takes a pooled_predictions.csv")
+    kept = kept.set_index("id")
     both = np.isin(ids, kept.index.to_numpy())
     if not both.any():
         raise SystemExit(f"{path}: none of the {len(ids)} pooled answers is in it; is it the same data set?")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -217,3 +218,23 @@ def test_the_benchmarks_index_names_every_script() -> None:
     assert len(scripts) > 5
     missing = sorted(n for n in scripts if f"| `{n}` |" not in text)
     assert not missing, "not in benchmarks/README.md's table: " + ", ".join(missing)
+
+
+@pytest.mark.parametrize("content", [None, "a,b\n1,2\n", "id,grade\n1,3\n"])
+def test_decision_rule_refuses_a_kept_table_it_cannot_pair_in_one_line(tmp_path: Path, content: str | None) -> None:
+    """--against names a file that is missing or is not a pooled_predictions.csv: one line naming it, no traceback,
+    nothing written."""
+    kept_marks = runpy.run_path(str(BENCH / "decision_rule.py"))["kept_marks"]
+    path = tmp_path / "kept.csv"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit) as refused:
+        kept_marks(path, np.asarray(["1"]), np.asarray([3]))
+    message = str(refused.value)
+    assert str(path) in message and "pooled_predictions.csv" in message and "\n" not in message
+    if content is None:
+        done = subprocess.run([sys.executable, "benchmarks/decision_rule.py", "--runs", str(tmp_path), "--out",
+                               str(tmp_path / "out"), "--against", str(path)], check=False, capture_output=True,
+                              text=True, cwd=ROOT)
+        assert done.returncode == 2 and "no such file" in done.stderr and "Traceback" not in done.stderr
+        assert not (tmp_path / "out").exists()
