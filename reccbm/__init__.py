@@ -55,6 +55,9 @@ from reccbm.data import (
 from reccbm.data import (
     load_tokenizer as load_tokenizer,
 )
+from reccbm.data import (
+    responses_as_read as responses_as_read,
+)
 from reccbm.errors import ReccbmError
 from reccbm.estimator import Concept, Grader, Rubric
 from reccbm.explain import (

@@ -74,8 +74,7 @@ def encode_inputs(
     if not (len(questions) == len(responses) == len(contexts)):
         raise ReccbmError("questions, responses and contexts must have the same length")
     if normalise:
-        fix = normaliser_for(tokenizer)
-        responses = [fix(r, q, c) for r, q, c in zip(responses, questions, contexts)]
+        responses = read_responses(tokenizer, questions, responses, contexts)
     if not question:
         questions = [""] * len(questions)
     sep = tokenizer.sep_token or tokenizer.eos_token or "\n"
@@ -113,6 +112,21 @@ def encode_inputs(
         backend.no_truncation()
     types = "token_type_ids" in tokenizer.model_input_names
     return [{"input_ids": e.ids, "token_type_ids": e.type_ids} if types else {"input_ids": e.ids} for e in enc]
+
+
+def read_responses(tokenizer: Any, questions: Sequence[str], responses: Sequence[str],
+                   contexts: Sequence[str]) -> list[str]:
+    """Each response as a model with ``ModelConfig.normalise`` reads it (:mod:`reccbm.normalise`, against its own
+    question and reference): what :func:`encode_inputs` encodes, for whatever else must judge the same text."""
+    fix = normaliser_for(tokenizer)
+    return [fix(r, q, c) for r, q, c in zip(responses, questions, contexts)]
+
+
+def responses_as_read(tokenizer: Any, table: Any, normalise: bool) -> list[str]:
+    """The responses of a table's rows (:func:`table_texts`) as a model reads them: normalised with ``normalise``
+    (the model's ``ModelConfig.normalise``), else as written."""
+    q, aux, r = table_texts(table)
+    return read_responses(tokenizer, q, r, aux) if normalise else r
 
 
 def table_texts(table: Any) -> tuple[list[str], list[str], list[str]]:

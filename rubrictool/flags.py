@@ -277,7 +277,8 @@ def flag_frame(
     """The ``flags`` column for graded items (same order): reasons joined by ``;``, empty when none.
 
     ``truncated``: per item, whether the encoder cut its input. Without a profile the two flags that
-    need training data are not checked."""
+    need training data are not checked. ``items``' responses are judged as given: :func:`rubrictool.grade.grade_loaded`
+    passes them as the model read them (``reccbm.responses_as_read``)."""
     n = len(items)
     col = {c: items[c].fillna("").astype(str).tolist() if c in items.columns else [""] * n
            for c in ("response", "reference", "question")}

@@ -209,7 +209,9 @@ def grade_loaded(
     if flags:
         truncated = np.zeros(len(df), dtype=bool)
         truncated[cut] = True
-        out.insert(3, "flags", flag_frame(df, out, list(meta["concept_keys"]), profile, truncated.tolist()))
+        # the flags judge the text the model read: with model.normalise a slip it corrected is no unseen word
+        read = df.assign(response=reccbm.responses_as_read(grader.tokenizer_, df, model.config.normalise))
+        out.insert(3, "flags", flag_frame(read, out, list(meta["concept_keys"]), profile, truncated.tolist()))
     return out
 
 

@@ -193,3 +193,23 @@ def test_grade_writes_flags_and_training_saves_the_profile(run: Path, tmp_path: 
     res = CliRunner().invoke(app, ["grade", "--run", str(old), "--items", str(data), "--out", str(out)])
     assert res.exit_code == 1 and "has no completion record (run.json)" in " ".join(res.output.split())
 
+
+
+def test_the_flags_judge_the_answer_the_model_read(run: Path, tmp_path: Path) -> None:
+    """With the default's model.normalise the grader reads a one-letter slip as the word it slipped from; the flags
+    judge that same text, so a typo does not make an answer "unlike every answer the grader trained on" and hold it.
+    A word no training answer uses still does."""
+    assert "normalise: true" in (run / "config.yaml").read_text()  # the default preset's
+    row = mohler_like_table(40).iloc[2]  # "maybe maybe yes structure in what": every word seen in training
+    slipped = str(row["response"]).replace("structure", "strcuture")
+    items = pd.DataFrame([{"id": i, "question": row["question"], "reference": row["reference"], "response": r}
+                          for i, r in (("as written", row["response"]), ("slip", slipped),
+                                       ("unseen", str(row["response"]).replace("structure", "xylophone")))])
+    data, out = tmp_path / "new.csv", tmp_path / "graded.csv"
+    items.to_csv(data, index=False)
+    res = CliRunner().invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    graded = pd.read_csv(out, keep_default_na=False).set_index("id")
+    assert graded.loc["slip", "flags"] == graded.loc["as written", "flags"] == ""
+    assert graded.loc["slip", "grade"] == graded.loc["as written", "grade"] != ""
+    assert "out_of_distribution" in graded.loc["unseen", "flags"]
