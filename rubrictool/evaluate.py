@@ -552,7 +552,7 @@ def low_marks_lines(lm: dict[str, Any]) -> tuple[list[str], list[list[str]], str
     ok = lm.get("passing")  # absent from metrics written before it was measured
     if ok and ok["n"]:
         text += (f" Of the {ok['n']} passing answers, {100 * ok['failed']:.0f} % were given a failing mark "
-                 f"[{100 * ok['failed_lo']:.0f}, {100 * ok['failed_hi']:.0f} %].")
+                 f"[95 % CI {100 * ok['failed_lo']:.0f}, {100 * ok['failed_hi']:.0f} %].")
     return head, rows, text
 
 
