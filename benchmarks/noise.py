@@ -85,7 +85,7 @@ class Course:
 
 
 def alphas(agreement: dict[str, Any], keys: list[str]) -> np.ndarray:
-    from rubrictool.evaluate import concept_alpha
+    from rubrictool.evaluate.reliability import concept_alpha
 
     return np.array([concept_alpha(agreement, k)[0] for k in keys])
 

@@ -62,7 +62,8 @@ def rho_over_answers(pooled: pd.DataFrame, keys: list[str], alpha: np.ndarray, l
 
 
 def main() -> None:
-    from rubrictool.evaluate import noise_share_rho, spearman_with_ci
+    from rubrictool.evaluate import spearman_with_ci
+    from rubrictool.evaluate.reliability import noise_share_rho
     from rubrictool.rubric import load_rubric
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -17,7 +17,7 @@ ranks among all concepts by one figure and :func:`summarise_trials` turns many t
 changes against the clean labels with bootstrap CIs over trials.
 
 What this finds on Mohler is said once, in the reliability table's sentence on σ²
-(:data:`rubrictool.evaluate.SIGMA2_MEANING`).
+(:data:`rubrictool.evaluate.reliability.SIGMA2_MEANING`).
 """
 
 from __future__ import annotations
@@ -103,8 +103,9 @@ def concept_figures(p_dev: NDArray[Any], p_test: NDArray[Any], train_levels: NDA
                     test_levels: NDArray[Any], M: int, eps: float = 1e-4, ridge: float = 0.0) -> pd.DataFrame:
     """Per concept (one row each, in the table's order): LCEC by its moments from these labels — ``sigma2`` σ_k²
     (mean squared error of the dev outputs' scores against the dev labels), ``A_kk``, ``one_minus_A``, ``label_var``
-    v_k and ``sigma2_implied`` v_k (1 − A_kk) / A_kk, as :func:`rubrictool.evaluate.reliability_table` reads them —
-    and the test answers' ``score_sigma2`` σ̂_k² and ``test_reliability`` (:func:`reccbm.concept_score_reliability`).
+    v_k and ``sigma2_implied`` v_k (1 − A_kk) / A_kk, as
+    :func:`rubrictool.evaluate.reliability.reliability_table` reads them — and the test answers' ``score_sigma2``
+    σ̂_k² and ``test_reliability`` (:func:`reccbm.concept_score_reliability`).
 
     p_dev, p_test: cached concept outputs (N, K, M+1); levels 0..M (N, K)."""
     train = np.asarray(train_levels, dtype=np.float64) / M  # (N_train, K)

@@ -15,7 +15,7 @@ import pytest
 import reccbm
 from rubrictool.adjudicate import AdjudicationOptions, adjudicate
 from rubrictool.errors import DataError
-from rubrictool.evaluate import concept_alpha
+from rubrictool.evaluate.reliability import concept_alpha
 from rubrictool.grade import inputs_for, load_grader
 from rubrictool.noise import (
     FIGURES,

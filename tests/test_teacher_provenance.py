@@ -18,7 +18,7 @@ from rubrictool.adjudicate import AdjudicationOptions, adjudicate
 from rubrictool.adjudicate.provenance import describe_level_sources, level_source_counts
 from rubrictool.adjudicate.run import write_outputs
 from rubrictool.cli import app
-from rubrictool.evaluate import SIGMA2_MEANING
+from rubrictool.evaluate.reliability import SIGMA2_MEANING
 from rubrictool.report.diagnose import diagnose_dir
 from rubrictool.rubric import load_rubric
 from tests.support.stats_course import STATS_KEYS, stats_rubric, stats_table

@@ -68,7 +68,7 @@ class FoldsReport:
     images: dict[str, bytes] = field(default_factory=dict)
     n_boot: int = N_BOOT
     low_marks: dict[str, Any] = field(default_factory=dict)  # rubrictool.evaluate.low_marks on the pooled answers
-    reliability: pd.DataFrame = field(default_factory=pd.DataFrame)  # rubrictool.evaluate.folds_reliability
+    reliability: pd.DataFrame = field(default_factory=pd.DataFrame)  # rubrictool.evaluate.reliability.folds_reliability
     route: dict[str, Any] = field(default_factory=dict)  # rubrictool.route: figures, choice, lines
     pass_mark: str = ""  # the pass mark and the costs of pass/fail errors, in words
 
@@ -124,7 +124,8 @@ def build_folds_report(run_dir: str | Path, *, curve: str | Path | None = None, 
     np.add.at(cm, (pooled["grade_true"].to_numpy() - rubric.grade.min, pooled["grade"].to_numpy() - rubric.grade.min),
               1)
     r.images["confusion.png"] = figures.confusion_png(cm, grades)
-    from rubrictool.evaluate import folds_reliability, low_marks
+    from rubrictool.evaluate import low_marks
+    from rubrictool.evaluate.reliability import folds_reliability
 
     r.low_marks = low_marks(pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy(), grades, rubric.pass_mark,
                             n_boot, seed)
@@ -366,7 +367,7 @@ def _blocks(r: FoldsReport) -> list[tuple[str, list[str], list[str], list[list[s
                                      f"The course's {r.pass_mark} (rubric YAML, grade.pass_mark and grade.costs)."],
                        lhead, lrows))
     if len(r.reliability):
-        from rubrictool.evaluate import SIGMA2_MEANING, reliability_rows
+        from rubrictool.evaluate.reliability import SIGMA2_MEANING, reliability_rows
 
         rhead, rrows = reliability_rows(r.reliability)
         about_rel = ("α: the reviewers' agreement on each concept (Krippendorff, 95 % bootstrap CI); σ² and "

@@ -84,7 +84,7 @@ class Report:
     # low_marks in words (evaluate.low_marks_lines)
     low_marks_table: tuple[list[str], list[list[str]], str] | None = None
     pass_mark: str = ""  # the course's pass mark and error costs, in words
-    sigma2_meaning: str = ""  # what σ² measures on this project's data (evaluate.SIGMA2_MEANING)
+    sigma2_meaning: str = ""  # what σ² measures on this project's data (evaluate.reliability.SIGMA2_MEANING)
     unavailable: list[str] = field(default_factory=list)  # one line per section a run cannot show
     audit: dict[str, Any] = field(default_factory=dict)  # what rubrictool audit wrote in RUN/audit (audit_section)
     notes: list[str] = field(default_factory=list)
@@ -184,7 +184,8 @@ def build_report(
 def _low_marks_section(r: Report, run: Run, gold: NDArray[Any], pred: NDArray[Any]) -> None:
     """Per true mark the test answers' mean predicted mark and error with CIs, and the failing answers given a pass
     mark, under the pass mark the run's rubric states (or its midpoint)."""
-    from rubrictool.evaluate import SIGMA2_MEANING, low_marks, low_marks_lines
+    from rubrictool.evaluate import low_marks, low_marks_lines
+    from rubrictool.evaluate.reliability import SIGMA2_MEANING
 
     rb, g0 = run.rubric, run.grade_min
     r.low_marks = low_marks(gold + g0, pred + g0, list(range(g0, g0 + r.grade_levels)), rb.pass_mark)
@@ -389,7 +390,7 @@ def _concept_section(r: Report, run: Run, preds: reccbm.Predictions, gold_c: NDA
     if run.metrics.get("implied_noise"):
         r.implied = dict(run.metrics["implied_noise"])
     elif {"sigma2_implied", "score_sigma2"} <= set(concepts.columns):
-        from rubrictool.evaluate import implied_noise_rhos
+        from rubrictool.evaluate.reliability import implied_noise_rhos
 
         r.implied = implied_noise_rhos(concepts["sigma2_implied"], concepts["score_sigma2"],
                                        concepts.get("alpha", pd.Series(np.nan, index=concepts.index)))

@@ -18,20 +18,22 @@ import reccbm
 from rubrictool.data import kfold_splits, save_split
 from rubrictool.errors import DataError, TrainError
 from rubrictool.evaluate import (
-    SIGMA2_MEANING,
-    concept_alpha,
     expected_calibration_error,
-    folds_reliability,
     honest_metrics,
-    implied_noise_rhos,
     low_marks,
     low_marks_lines,
     majority_baseline,
-    noise_share_rho,
     oracle_concept_baseline,
     pooled_metrics,
-    reliability_rows,
     spearman_with_ci,
+)
+from rubrictool.evaluate.reliability import (
+    SIGMA2_MEANING,
+    concept_alpha,
+    folds_reliability,
+    implied_noise_rhos,
+    noise_share_rho,
+    reliability_rows,
 )
 from rubrictool.io import atomic_write_text, read_table, write_table
 from rubrictool.progress import Progress, ProgressFn

@@ -31,17 +31,13 @@ from reccbm.decision import decide
 from reccbm.device import describe_device
 from rubrictool.data import save_split
 from rubrictool.errors import TrainError
-from rubrictool.evaluate import (
-    calibration,
-    honest_metrics,
+from rubrictool.evaluate import calibration, honest_metrics, low_marks, paired_bootstrap, spearman_with_ci
+from rubrictool.evaluate.reliability import (
     implied_noise_rhos,
     lcec_state,
-    low_marks,
     noise_share_rho,
-    paired_bootstrap,
     reliability_markdown,
     reliability_table,
-    spearman_with_ci,
 )
 from rubrictool.flags import profile_from_table, save_profile
 from rubrictool.io import people_csv
