@@ -58,6 +58,9 @@ from reccbm.data import (
 from reccbm.data import (
     responses_as_read as responses_as_read,
 )
+from reccbm.data import (
+    table_lexicon as table_lexicon,
+)
 from reccbm.errors import ReccbmError
 from reccbm.estimator import Concept, Grader, Rubric
 from reccbm.explain import (

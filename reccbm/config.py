@@ -90,6 +90,11 @@ class ModelConfig:
     # punctuation and one-letter slips in words of five or more letters, edits a teacher does not mark, so that they
     # cannot move a mark. False: the answer as written (the paper, and every run before the option).
     normalise: bool = False
+    # Not in the paper; with normalise only. > 0: the course's own words — those of five or more letters that at least
+    # this many of the training answers use, most used first (reccbm.normalise.course_lexicon) — are never corrected,
+    # and where a slip is one edit from several words the one the course's answers use most is read. The words are
+    # the run's (lexicon), set when training starts and kept in the checkpoint. 0: the encoder's vocabulary alone.
+    course_words: int = 0
     question_input: bool = True
     # Not in the paper. The concept classifiers (Eq. 11). "softmax": V_k holds one direction per level, p̂_k =
     # softmax(V_k h_k + b_k). "ordinal": one direction v_k per concept and level m's logit m · v_kᵀh_k + b_{k,m} (the
@@ -103,9 +108,13 @@ class ModelConfig:
     layer_mix: bool = False
     rubric_ids: tuple[int, ...] = ()
     rubric_spans: tuple[int, ...] = ()
+    lexicon: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_scalars(self)
+        object.__setattr__(self, "lexicon", tuple(str(w) for w in self.lexicon))  # a JSON list
+        if self.course_words < 0:
+            raise ValueError(f"course_words is a number of answers >= 0, got {self.course_words}")
         object.__setattr__(self, "rubric_ids", tuple(int(i) for i in self.rubric_ids))  # a JSON list
         object.__setattr__(self, "rubric_spans", tuple(int(i) for i in self.rubric_spans))
         if self.rubric_input < 0:

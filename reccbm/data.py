@@ -21,10 +21,10 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from reccbm.errors import ReccbmError
-from reccbm.normalise import normaliser_for
+from reccbm.normalise import course_lexicon, normaliser_for, vocabulary_words
 
 __all__ = ["TEXT_COLUMNS", "EncodedItems", "check_labels", "collate", "encode_inputs", "encode_table", "load_tokenizer",
-           "table_texts"]
+           "read_responses", "responses_as_read", "table_lexicon", "table_texts"]
 
 TEXT_COLUMNS = ("question", "reference", "context", "response")  # the text columns of a table of answers
 
@@ -62,6 +62,7 @@ def encode_inputs(
     truncated: list[int] | None = None,
     question: bool = True,
     normalise: bool = False,
+    lexicon: tuple[str, ...] = (),
 ) -> list[dict[str, list[int]]]:
     """Token ids (and token type ids when the backbone uses them) for each x = (q, r, a).
 
@@ -69,12 +70,13 @@ def encode_inputs(
     ``max_len`` tokens and was cut (the caller decides how to tell the user). ``question`` False
     leaves the questions out (``ModelConfig.question_input``): the first segment is ``[SEP] r``. ``normalise``
     (``ModelConfig.normalise``): each response read after :mod:`reccbm.normalise` (whitespace, final punctuation,
-    one-letter slips) against its own question and reference.
+    one-letter slips) against its own question and reference, and ``lexicon`` (``ModelConfig.lexicon``: the course's
+    words, :func:`reccbm.normalise.course_lexicon`).
     """
     if not (len(questions) == len(responses) == len(contexts)):
         raise ReccbmError("questions, responses and contexts must have the same length")
     if normalise:
-        responses = read_responses(tokenizer, questions, responses, contexts)
+        responses = read_responses(tokenizer, questions, responses, contexts, lexicon)
     if not question:
         questions = [""] * len(questions)
     sep = tokenizer.sep_token or tokenizer.eos_token or "\n"
@@ -115,18 +117,19 @@ def encode_inputs(
 
 
 def read_responses(tokenizer: Any, questions: Sequence[str], responses: Sequence[str],
-                   contexts: Sequence[str]) -> list[str]:
+                   contexts: Sequence[str], lexicon: tuple[str, ...] = ()) -> list[str]:
     """Each response as a model with ``ModelConfig.normalise`` reads it (:mod:`reccbm.normalise`, against its own
-    question and reference): what :func:`encode_inputs` encodes, for whatever else must judge the same text."""
-    fix = normaliser_for(tokenizer)
+    question and reference, and the run's ``lexicon``): what :func:`encode_inputs` encodes, for whatever else must
+    judge the same text."""
+    fix = normaliser_for(tokenizer, tuple(lexicon))
     return [fix(r, q, c) for r, q, c in zip(responses, questions, contexts)]
 
 
-def responses_as_read(tokenizer: Any, table: Any, normalise: bool) -> list[str]:
+def responses_as_read(tokenizer: Any, table: Any, normalise: bool, lexicon: tuple[str, ...] = ()) -> list[str]:
     """The responses of a table's rows (:func:`table_texts`) as a model reads them: normalised with ``normalise``
-    (the model's ``ModelConfig.normalise``), else as written."""
+    (the model's ``ModelConfig.normalise``, and its ``lexicon``), else as written."""
     q, aux, r = table_texts(table)
-    return read_responses(tokenizer, q, r, aux) if normalise else r
+    return read_responses(tokenizer, q, r, aux, lexicon) if normalise else r
 
 
 def table_texts(table: Any) -> tuple[list[str], list[str], list[str]]:
@@ -139,11 +142,22 @@ def table_texts(table: Any) -> tuple[list[str], list[str], list[str]]:
 
 
 def encode_table(tokenizer: Any, table: Any, max_len: int, truncated: list[int] | None = None, *,
-                 question: bool = True, normalise: bool = False) -> list[dict[str, list[int]]]:
+                 question: bool = True, normalise: bool = False,
+                 lexicon: tuple[str, ...] = ()) -> list[dict[str, list[int]]]:
     """:func:`encode_inputs` of every row of a table of answers (:func:`table_texts`): the one input rule that
     training, grading and the report share."""
     q, aux, r = table_texts(table)
-    return encode_inputs(tokenizer, q, r, aux, max_len, truncated, question=question, normalise=normalise)
+    return encode_inputs(tokenizer, q, r, aux, max_len, truncated, question=question, normalise=normalise,
+                         lexicon=lexicon)
+
+
+def table_lexicon(tokenizer: Any, table: Any, min_answers: int) -> tuple[str, ...]:
+    """The course lexicon (``ModelConfig.lexicon``) of a table's answers — the training answers a run learns from:
+    :func:`reccbm.normalise.course_lexicon` against the tokenizer's vocabulary; () when ``min_answers`` is 0."""
+    if min_answers <= 0:
+        return ()
+    q, aux, r = table_texts(table)
+    return course_lexicon(r, q, aux, vocabulary_words(tokenizer), min_answers)
 
 
 def check_labels(values: Any, lo: int, hi: int, names: Sequence[str], rows: Sequence[Any] | None = None,

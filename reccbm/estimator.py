@@ -27,11 +27,12 @@ from numpy.typing import NDArray
 
 from reccbm.checkpoint import load_checkpoint, save_checkpoint
 from reccbm.config import JointConfig, StageIConfig, StageIIConfig, config_from_dict
-from reccbm.data import EncodedItems, check_labels, encode_inputs, encode_table, load_tokenizer
+from reccbm.data import EncodedItems, check_labels, encode_inputs, encode_table, load_tokenizer, table_lexicon
 from reccbm.errors import ReccbmError
 from reccbm.fit import Recipe, fit
 from reccbm.inference import Predictions, predict
 from reccbm.model import Model, default_backbone
+from reccbm.normalise import course_lexicon, vocabulary_words
 from reccbm.recipes import PRESETS, contrast_concepts, recipe
 from reccbm.stages import Event
 
@@ -236,15 +237,31 @@ class Grader:
         train, held = self._split(np.asarray(items.grades), dev)
         backbone = r.model.backbone or default_backbone()  # the tokenizer's and the encoder's
         tokenizer = load_tokenizer(backbone)
+        r = self._with_lexicon(r, tokenizer, X, references, responses, from_table)
         m = r.model
-        items.features = (encode_table(tokenizer, X, m.max_len, question=m.question_input, normalise=m.normalise)
+        items.features = (encode_table(tokenizer, X, m.max_len, question=m.question_input, normalise=m.normalise,
+                                       lexicon=m.lexicon)
                           if from_table else
                           encode_inputs(tokenizer, *self._text_arrays(X, references, responses), m.max_len,
-                                        question=m.question_input, normalise=m.normalise))
+                                        question=m.question_input, normalise=m.normalise, lexicon=m.lexicon))
         fitted = fit(self._part(items, train), self._part(items, held), r, tokenizer,
                      concept_texts=[k.text() for k in self.rubric.concepts], callback=callback)
         self.model_, self.tokenizer_, self.recipe_, self.history_ = fitted.model, tokenizer, r, fitted.as_dict()
         return self
+
+    def _with_lexicon(self, r: Recipe, tokenizer: Any, X: Any, references: Iterable[Any] | None,
+                      responses: Iterable[Any] | None, from_table: bool) -> Recipe:
+        """The recipe with the course lexicon of the answers it learns from (``model.course_words``, with
+        ``model.normalise``), kept in the checkpoint; unchanged otherwise."""
+        m = r.model
+        if not (m.normalise and m.course_words > 0) or m.lexicon:
+            return r
+        if from_table:
+            words = table_lexicon(tokenizer, X, m.course_words)
+        else:
+            q, resp, ref = self._text_arrays(X, references, responses)
+            words = course_lexicon(resp, q, ref, vocabulary_words(tokenizer), m.course_words)
+        return replace(r, model=replace(m, lexicon=words))
 
     @staticmethod
     def _part(items: EncodedItems, idx: Sequence[int]) -> EncodedItems:
@@ -376,11 +393,11 @@ class Grader:
         cfg = self.model_.config
         if _is_table(X) and references is None and responses is None:
             feats = encode_table(self.tokenizer_, X, cfg.max_len, truncated, question=cfg.question_input,
-                                 normalise=cfg.normalise)
+                                 normalise=cfg.normalise, lexicon=cfg.lexicon)
         else:
             q, resp, ref = self._text_arrays(X, references, responses)
             feats = encode_inputs(self.tokenizer_, q, resp, ref, cfg.max_len, truncated, question=cfg.question_input,
-                                  normalise=cfg.normalise)
+                                  normalise=cfg.normalise, lexicon=cfg.lexicon)
         return predict(self.model_, EncodedItems(feats), self.tokenizer_.pad_token_id, batch_size or self.batch_size,
                        on_batch, device=device, precision=precision)
 

@@ -9,6 +9,11 @@ report and :class:`reccbm.Grader` read answers alike).
   (two neighbouring letters swapped, one letter dropped, added or replaced) away from exactly one word of the
   question, the reference answer or the vocabulary, becomes that word — the question's and the reference's words
   first. A word the vocabulary holds is never changed, so a real word a student chose ("except" for "accept") stays.
+  With a course lexicon (``ModelConfig.course_words``: the words the course's own training answers use, most used
+  first; :func:`course_lexicon`) its words are never changed either, and where several words are one edit away the
+  one the course's answers use most is read (Norvig's choice by the word's frequency, from the course rather than
+  from general English: "nodse" is "nodes" in a data-structures course, not "noise"); a slip one edit from a
+  lexicon word the vocabulary lacks ("pointre", "pointer") is read back too.
 
 Each of these is an edit a teacher would not mark; none can add what the answer did not say. Case is left alone
 (the default encoder is uncased; a cased one reads case as the student wrote it).
@@ -17,10 +22,10 @@ Each of these is an edit a teacher would not mark; none can add what the answer 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
-__all__ = ["Normaliser", "normaliser_for", "one_edit", "vocabulary_words"]
+__all__ = ["Normaliser", "course_lexicon", "normaliser_for", "one_edit", "vocabulary_words"]
 
 _SPACE = re.compile(r"\s+")
 _TRAILING = re.compile(r"[.!;,:\s]+$")
@@ -54,11 +59,15 @@ def vocabulary_words(tokenizer: object) -> frozenset[str]:
 
 
 class Normaliser:
-    """Normalises answers against a vocabulary (:func:`vocabulary_words`) and each answer's own question and
-    reference."""
+    """Normalises answers against a vocabulary (:func:`vocabulary_words`), an optional course lexicon (its words most
+    used first, :func:`course_lexicon`) and each answer's own question and reference."""
 
-    def __init__(self, vocabulary: Iterable[str] = ()) -> None:
+    def __init__(self, vocabulary: Iterable[str] = (), lexicon: Iterable[str] = ()) -> None:
         self.vocabulary = frozenset(w.lower() for w in vocabulary)
+        self.rank: dict[str, int] = {}  # lexicon word -> its rank (0: the most used)
+        for w in lexicon:
+            self.rank.setdefault(w.lower(), len(self.rank))
+        self.known = self.vocabulary | frozenset(self.rank)
         self._fix = lru_cache(maxsize=65536)(self._fix_uncached)
 
     def __call__(self, response: str, question: str = "", reference: str = "") -> str:
@@ -70,31 +79,54 @@ class Normaliser:
 
     def _word(self, word: str, near: frozenset[str]) -> str:
         low = word.lower()
-        if low in self.vocabulary or low in near:
+        if low in self.known or low in near:
             return word
         fixed = self._fix(low, near)
         if fixed is None:
             return word
         return fixed.capitalize() if word[0].isupper() and not word.isupper() else fixed
 
+    def _pick(self, hits: set[str]) -> str | None:
+        """One word of several one edit away: the lexicon's most used, if any is in it; else none (the slip cannot
+        be read back)."""
+        if len(hits) == 1:
+            return next(iter(hits))
+        ranked = sorted((self.rank[w], w) for w in hits if w in self.rank)
+        return ranked[0][1] if ranked else None
+
     def _fix_uncached(self, low: str, near: frozenset[str]) -> str | None:
         edits = one_edit(low)
-        for pool in (near, self.vocabulary):
+        for pool in (near, self.known):
             hits = edits & pool
-            if len(hits) == 1:
-                return next(iter(hits))
-            if len(hits) > 1:
-                return None  # two words one edit away: the slip cannot be read back
+            if hits:
+                return self._pick(hits)
         return None
 
 
-_BY_TOKENIZER: dict[int, tuple[object, Normaliser]] = {}
+def course_lexicon(responses: Sequence[str], questions: Sequence[str], references: Sequence[str],
+                   vocabulary: Iterable[str] = (), min_answers: int = 2) -> tuple[str, ...]:
+    """The course's own words: the words of five or more letters (lower case) that at least ``min_answers`` of the
+    ``responses`` use, most used first (ties in alphabetical order). Each response is read as a :class:`Normaliser`
+    without a lexicon reads it (against the ``vocabulary`` and its own question and reference), so a slip already
+    read back counts for its word. A word fewer answers use — a student's name, one student's own slip — is left
+    out."""
+    read = Normaliser(vocabulary)
+    counts: dict[str, int] = {}
+    for r, q, c in zip(responses, questions, references, strict=True):
+        for w in {w.lower() for w in _WORD.findall(read(str(r), str(q), str(c)))}:
+            counts[w] = counts.get(w, 0) + 1
+    kept = [(-n, w) for w, n in counts.items() if n >= min_answers]
+    return tuple(w for _, w in sorted(kept))
 
 
-def normaliser_for(tokenizer: object) -> Normaliser:
-    """The :class:`Normaliser` of a tokenizer's vocabulary, built once per tokenizer."""
-    held = _BY_TOKENIZER.get(id(tokenizer))
+_BY_TOKENIZER: dict[tuple[int, int], tuple[object, Normaliser]] = {}
+
+
+def normaliser_for(tokenizer: object, lexicon: tuple[str, ...] = ()) -> Normaliser:
+    """The :class:`Normaliser` of a tokenizer's vocabulary and a course lexicon, built once per pair."""
+    key = (id(tokenizer), hash(lexicon))
+    held = _BY_TOKENIZER.get(key)
     if held is None or held[0] is not tokenizer:
-        held = (tokenizer, Normaliser(vocabulary_words(tokenizer)))
-        _BY_TOKENIZER[id(tokenizer)] = held
+        held = (tokenizer, Normaliser(vocabulary_words(tokenizer), lexicon))
+        _BY_TOKENIZER[key] = held
     return held[1]

@@ -131,22 +131,25 @@ TEXT_COLUMNS = reccbm.TEXT_COLUMNS  # the text columns of an item table (reccbm.
 
 def model_inputs(
     tokenizer: Any, df: pd.DataFrame, max_len: int, truncated: list[int] | None = None, *, question: bool = True,
-    normalise: bool = False,
+    normalise: bool = False, lexicon: tuple[str, ...] = (),
 ) -> list[dict[str, list[int]]]:
     """Token features of x = (q, r, a) for every row of an item table (:func:`reccbm.encode_table`): the question,
     the reference answer and the context joined as r, and the response. The one input rule that training, grading
     and the report share; a missing column or an empty cell is empty text. ``truncated`` receives the positions
     of the inputs cut to ``max_len`` tokens; ``question`` is the model's ``question_input`` (False: the question left
-    out)."""
-    return reccbm.encode_table(tokenizer, df, max_len, truncated, question=question, normalise=normalise)
+    out); ``normalise`` and ``lexicon`` the model's (:mod:`reccbm.normalise`)."""
+    return reccbm.encode_table(tokenizer, df, max_len, truncated, question=question, normalise=normalise,
+                               lexicon=lexicon)
 
 
 def inputs_for(
     model: reccbm.Model, tokenizer: Any, df: pd.DataFrame, truncated: list[int] | None = None
 ) -> list[dict[str, list[int]]]:
-    """:func:`model_inputs` as a trained model reads them: its ``max_len`` and its ``question_input``."""
-    return model_inputs(tokenizer, df, model.config.max_len, truncated, question=model.config.question_input,
-                        normalise=model.config.normalise)
+    """:func:`model_inputs` as a trained model reads them: its ``max_len``, ``question_input``, ``normalise`` and
+    ``lexicon``."""
+    c = model.config
+    return model_inputs(tokenizer, df, c.max_len, truncated, question=c.question_input, normalise=c.normalise,
+                        lexicon=c.lexicon)
 
 
 def grade_loaded(
@@ -210,7 +213,8 @@ def grade_loaded(
         truncated = np.zeros(len(df), dtype=bool)
         truncated[cut] = True
         # the flags judge the text the model read: with model.normalise a slip it corrected is no unseen word
-        read = df.assign(response=reccbm.responses_as_read(grader.tokenizer_, df, model.config.normalise))
+        read = df.assign(response=reccbm.responses_as_read(grader.tokenizer_, df, model.config.normalise,
+                                                           model.config.lexicon))
         out.insert(3, "flags", flag_frame(read, out, list(meta["concept_keys"]), profile, truncated.tolist()))
     return out
 

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pandas as pd
+from typer.testing import CliRunner
+
 import reccbm
-from reccbm.normalise import Normaliser, normaliser_for, one_edit, vocabulary_words
+from reccbm.normalise import Normaliser, course_lexicon, normaliser_for, one_edit, vocabulary_words
+from rubrictool.cli import app
+from tests.support.tiny_models import build_backbone, mohler_like_table, train_with_cli
 
 VOCAB = {"stack", "memory", "structure", "values", "stores", "compiler", "translates", "details", "except", "accept"}
 
@@ -47,3 +55,59 @@ def test_the_encoder_vocabulary_corrects_a_slip_and_encode_inputs_reads_the_norm
     assert plain == slipped
     assert reccbm.encode_inputs(tok, q, ["A stack is a strucutre"], r, 64) != plain  # off: read as written
     assert len(words) == 0 or all(len(w) >= 5 for w in words)
+
+
+def test_a_course_lexicon_reads_back_the_slip_its_answers_make_likely() -> None:
+    """Several words one edit away: without a lexicon the slip stays; with one, the word the course's answers use most
+    is read. A lexicon word the vocabulary lacks is read back and never changed itself."""
+    vocab = {"value", "vault", "nodes", "noise"}
+    assert Normaliser(vocab)("the vaule of the nodse") == "the vaule of the nodse"  # two candidates each: kept
+    n = Normaliser(vocab, lexicon=("nodes", "value", "pointer", "noise"))  # most used first; "vault" unused
+    assert n("the vaule of the nodse") == "the value of the nodes"
+    assert n("a pointre to it") == "a pointer to it"  # not in the vocabulary: the lexicon's word
+    assert Normaliser(vocab | {"pointe"}, ("pointer",))("a pointer") == "a pointer"  # a lexicon word stays
+    assert Normaliser(vocab, lexicon=("noise", "nodes"))("the nodse") == "the noise"  # the course decides
+    near = Normaliser(vocab, lexicon=("nodes",))
+    assert near("the nodse", reference="noise and vault") == "the noise"  # the question's and reference's words first
+
+
+def test_the_course_lexicon_counts_answers_leaves_one_answers_words_out_and_reads_slips_first() -> None:
+    answers = ["Nodes hold values, nodes link", "the nodes and the values", "Jordan says pointers", "pointers valeus"]
+    q, ref = [""] * 4, [""] * 4
+    words = course_lexicon(answers, q, ref, vocabulary={"values", "nodes"}, min_answers=2)
+    assert words == ("values", "nodes", "pointers")  # values 3 (the slip read back counts), nodes 2, pointers 2
+    assert "jordan" not in words  # a name one answer uses
+    assert course_lexicon(answers, q, ref, {"values", "nodes"}, min_answers=3) == ("values",)
+    assert normaliser_for(object(), words) is not normaliser_for(object(), ())
+
+
+def test_a_run_with_course_words_keeps_its_training_answers_lexicon_and_grades_a_slip_as_its_word(
+        tmp_path: Path) -> None:
+    """``model.course_words`` on a run trained through the CLI: model.json keeps the lexicon of the train and dev
+    answers (never the test answers'), and ``grade`` reads a slip one edit from two words of the vocabulary ("valuse":
+    "values", "value") as the one the training answers use — the grade and probability of the word itself."""
+    table = mohler_like_table(40)
+    table["response"] = [f"{r} values" if i % 4 else str(r) for i, r in enumerate(table["response"])]
+    table.loc[table.index[-1], "response"] = "maybe maybe yes zigzagged"  # a word at most one answer uses
+    backbone = build_backbone(tmp_path, "bert")
+    code, output, run = train_with_cli(tmp_path, backbone, table, "--cfg", "model.course_words=2")
+    assert code == 0, output
+    lexicon = tuple(json.loads((run / "model.json").read_text())["model_config"]["lexicon"])
+    split = json.loads((run / "split.json").read_text())
+    learnt = table[table["id"].isin(split["train"] + split["dev"])]
+    tok = reccbm.load_tokenizer(backbone)
+    assert lexicon and lexicon == reccbm.table_lexicon(tok, learnt, 2) and "values" in lexicon
+    assert "zigzagged" not in lexicon
+    row = learnt[learnt["response"].str.endswith("values")].iloc[0]
+    items = pd.DataFrame([{"id": i, "question": row["question"], "reference": row["reference"], "response": r}
+                          for i, r in (("as written", row["response"]),
+                                       ("slip", str(row["response"])[:-len("values")] + "valuse"))])
+    assert reccbm.responses_as_read(tok, items, True, lexicon) == [row["response"]] * 2
+    data, out = tmp_path / "new.csv", tmp_path / "graded.csv"
+    items.to_csv(data, index=False)
+    res = CliRunner().invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    graded = pd.read_csv(out, keep_default_na=False).set_index("id")
+    assert graded.loc["slip", "flags"] == graded.loc["as written", "flags"]  # the tiny model's own flags, alike
+    assert graded.loc["slip", "model_grade"] == graded.loc["as written", "model_grade"] != ""
+    assert graded.loc["slip", "grade_prob"] == graded.loc["as written", "grade_prob"]

@@ -100,9 +100,10 @@ CONTRAST_OFF = ("examples across questions off: no concept is marked reference_i
 
 def _encode(
     df: pd.DataFrame, rubric: Rubric, tokenizer: Any, max_len: int, concepts: bool, truncated: list[int] | None = None,
-    question: bool = True, normalise: bool = False,
+    question: bool = True, normalise: bool = False, lexicon: tuple[str, ...] = (),
 ) -> reccbm.EncodedItems:
-    feats = reccbm.encode_table(tokenizer, df, max_len, truncated, question=question, normalise=normalise)
+    feats = reccbm.encode_table(tokenizer, df, max_len, truncated, question=question, normalise=normalise,
+                                lexicon=lexicon)
     c = df[[f"_c_{k}" for k in rubric.keys]].to_numpy(np.int64) if concepts else None
     y = df["_y"].to_numpy(np.int64) if "_y" in df.columns else None
     soft = soft_targets(df, rubric) if concepts and has_votes(df, rubric) else None  # the reviewers' levels, if kept
@@ -367,6 +368,7 @@ def _train_into(spec: RunSpec, progress: ProgressFn | None) -> TrainResult:
         log.info("run %s (built in %s): variant %s, rubric %s, %d/%d/%d items", spec.target, spec.stage.name, rs.name,
                  rb.name, *(len(spec.pos[s]) for s in spec.pos))
         tokenizer = reccbm.load_tokenizer(rs.mcfg.backbone or reccbm.default_backbone())  # the splits' labels, cuts
+        spec = _with_lexicon(spec, tokenizer)
         sets, cut = _encode_splits(spec, tokenizer)
         notes = list(spec.notes)
         if rs.recipe.stage1.soft_targets and not rs.plm and sets["train"].soft is None:
@@ -393,9 +395,21 @@ def _encode_splits(spec: RunSpec, tokenizer: Any) -> tuple[dict[str, reccbm.Enco
     cut: list[int] = []  # positions (within each split) of the inputs cut at max_len; only the count matters
     m = spec.training.mcfg
     sets = {s: _encode(spec.df.iloc[p], spec.rubric, tokenizer, m.max_len, not spec.training.plm, cut, m.question_input,
-                    m.normalise)
+                    m.normalise, m.lexicon)
             for s, p in spec.pos.items()}
     return sets, len(cut)
+
+
+def _with_lexicon(spec: RunSpec, tokenizer: Any) -> RunSpec:
+    """The run with the course lexicon of its training and dev answers (``model.course_words`` with
+    ``model.normalise``; :func:`reccbm.table_lexicon`), which the checkpoint keeps; unchanged otherwise."""
+    rs = spec.training
+    m = rs.mcfg
+    if not (m.normalise and m.course_words > 0) or m.lexicon:
+        return spec
+    rows = spec.df.iloc[[*spec.pos["train"], *spec.pos.get("dev", [])]]
+    mcfg = replace(m, lexicon=reccbm.table_lexicon(tokenizer, rows, m.course_words))
+    return replace(spec, training=replace(rs, mcfg=mcfg, recipe=replace(rs.recipe, model=mcfg)))
 
 
 # a seed's grader, its record in metrics.json, test predictions
