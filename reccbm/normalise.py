@@ -13,7 +13,8 @@ report and :class:`reccbm.Grader` read answers alike).
   first; :func:`course_lexicon`) its words are never changed either, and where several words are one edit away the
   one the course's answers use most is read (Norvig's choice by the word's frequency, from the course rather than
   from general English: "nodse" is "nodes" in a data-structures course, not "noise"); a slip one edit from a
-  lexicon word the vocabulary lacks ("pointre", "pointer") is read back too.
+  lexicon word the vocabulary lacks ("pointre", "pointer") is read back too. A known word with a regular ending
+  ("computes", "scoped", "constructors") is a real word the vocabulary splits into pieces and is never changed.
 
 Each of these is an edit a teacher would not mark; none can add what the answer did not say. Case is left alone
 (the default encoder is uncased; a cased one reads case as the student wrote it).
@@ -31,6 +32,7 @@ _SPACE = re.compile(r"\s+")
 _TRAILING = re.compile(r"[.!;,:\s]+$")
 _WORD = re.compile(r"[A-Za-z]{5,}")
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
+_ENDINGS = ("s", "es", "ies", "d", "ed", "ied", "ing", "er", "ers", "ly")  # regular inflections (_inflected)
 
 
 def one_edit(word: str) -> set[str]:
@@ -79,12 +81,27 @@ class Normaliser:
 
     def _word(self, word: str, near: frozenset[str]) -> str:
         low = word.lower()
-        if low in self.known or low in near:
+        if low in self.known or low in near or (self.rank and self._inflected(low, near)):
             return word
         fixed = self._fix(low, near)
         if fixed is None:
             return word
         return fixed.capitalize() if word[0].isupper() and not word.isupper() else fixed
+
+    def _inflected(self, low: str, near: frozenset[str]) -> bool:
+        """A known word with a regular ending ("computes", "scoped", "headers", "stopped", "copies"): a real word the
+        vocabulary splits into pieces, not a slip, so never read as another word (with a lexicon only: a run without one
+        reads answers as it was trained to)."""
+        for end in _ENDINGS:
+            stem = low[: -len(end)]
+            if not low.endswith(end) or len(stem) < 3:
+                continue
+            stems = {stem, stem + "e", stem[:-1] if len(stem) > 3 and stem[-1] == stem[-2] else stem}
+            if end in ("ies", "ied"):
+                stems.add(stem + "y")
+            if any(t in self.known or t in near for t in stems):
+                return True
+        return False
 
     def _pick(self, hits: set[str]) -> str | None:
         """One word of several one edit away: the lexicon's most used, if any is in it; else none (the slip cannot

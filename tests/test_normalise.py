@@ -71,6 +71,16 @@ def test_a_course_lexicon_reads_back_the_slip_its_answers_make_likely() -> None:
     assert near("the nodse", reference="noise and vault") == "the noise"  # the question's and reference's words first
 
 
+
+def test_with_a_lexicon_a_known_word_with_a_regular_ending_is_a_word_not_a_slip() -> None:
+    """The vocabulary holds "compute" but not "computes": without a lexicon (runs trained before it) the student's
+    "computes" is read as the one word one edit away; with one, an inflected known word stays as written."""
+    vocab = {"compute", "scope", "header", "simulate", "copy"}
+    text = "it computes the scoped headers, simulates and copies"
+    assert Normaliser(vocab)(text) == "it compute the scope header, simulate and copies"  # the old reading, kept
+    assert Normaliser(vocab, lexicon=("values",))(text) == text
+    assert Normaliser(vocab, lexicon=("values",))("the valuse") == "the values"  # a slip is still read back
+
 def test_the_course_lexicon_counts_answers_leaves_one_answers_words_out_and_reads_slips_first() -> None:
     answers = ["Nodes hold values, nodes link", "the nodes and the values", "Jordan says pointers", "pointers valeus"]
     q, ref = [""] * 4, [""] * 4
