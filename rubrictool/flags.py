@@ -70,6 +70,7 @@ __all__ = [
     "copy_cover",
     "copy_share",
     "flag_frame",
+    "gaming_flags",
     "keyword_list",
     "keyword_run",
     "keywords",
@@ -267,6 +268,22 @@ def profile_from_table(table: pd.DataFrame, train_ids: list[str], keys: list[str
     return build_profile(df["response"].fillna("").astype(str).tolist(), grades, levels, scale if has_c else None)
 
 
+def gaming_flags(response: str, reference: str, question: str) -> list[str]:
+    """The flags one answer's own text raises against its reference and question, in :data:`FLAGS`' order — what a
+    student could add to game the grader (``copies_reference``, ``copies_question``, ``repeats_text``,
+    ``keyword_list``); the product holds an answer that raises one for a teacher (no mark)."""
+    reasons = []
+    if copies_reference(reference, response):
+        reasons.append("copies_reference")
+    if question.strip() and copy_share(question, response) >= COPY_SHARE:
+        reasons.append("copies_question")
+    if repeats_text(response):
+        reasons.append("repeats_text")
+    if (reference.strip() or question.strip()) and keyword_list(response, reference, question):
+        reasons.append("keyword_list")
+    return reasons
+
+
 def flag_frame(
     items: pd.DataFrame,
     graded: pd.DataFrame,
@@ -290,11 +307,8 @@ def flag_frame(
         if not resp.strip():
             out.append(EMPTY_FLAG)  # nothing was read: no other reason applies
             continue
-        reasons = []
-        if copies_reference(col["reference"][i], resp):
-            reasons.append("copies_reference")
-        if col["question"][i].strip() and copy_share(col["question"][i], resp) >= COPY_SHARE:
-            reasons.append("copies_question")
+        text = gaming_flags(resp, col["reference"][i], col["question"][i])
+        reasons = [f for f in text if f in ("copies_reference", "copies_question")]
         if profile is not None and profile.consistency and profile.scale and has_concepts:
             lo, hi = profile.scale
             x = (float(np.mean([graded[c].iloc[i] for c in expected])) - lo) / max(1, hi - lo)
@@ -309,10 +323,6 @@ def flag_frame(
                 reasons.append("out_of_distribution")
         if truncated is not None and truncated[i]:
             reasons.append("truncated")
-        if repeats_text(resp):
-            reasons.append("repeats_text")
-        if (col["reference"][i].strip() or col["question"][i].strip()) and keyword_list(
-                resp, col["reference"][i], col["question"][i]):
-            reasons.append("keyword_list")
+        reasons += [f for f in text if f in ("repeats_text", "keyword_list")]
         out.append(";".join(reasons))
     return pd.Series(out, index=graded.index, name="flags", dtype=object)

@@ -23,9 +23,11 @@ from rubrictool.behaviour import (
     read_pairs,
     run_suite,
     summarise,
+    summary_markdown,
 )
 from rubrictool.cli import app
 from rubrictool.errors import DataError
+from rubrictool.flags import gaming_flags
 from rubrictool.grade import grade_items
 from tests.support.courses import CHEMLAB_KEYS, COURSE_RUBRIC, chemlab_levels_of, chemlab_marks, chemlab_words
 from tests.support.tiny_models import build_backbone
@@ -124,6 +126,31 @@ def test_summary_counts_what_the_rows_say() -> None:
     ok = summarise(items.assign(grade_after=items["grade_before"]), pairs.iloc[:0], (0, 5)).set_index("test")
     assert ok.loc["typo", "passes"] and ok.loc["filler", "passes"] and not ok.loc["negation", "passes"]
 
+
+
+def test_a_gaming_edit_held_by_the_flags_gains_nothing_as_marks_are_given() -> None:
+    """The product holds an answer whose own text raises a gaming flag (no mark from the grader): the summary keeps the
+    model's reading (the verdict) and says beside it how many edited answers were held and the shift as marks are
+    given, a held answer counting 0."""
+    items = pd.DataFrame({"test": "reference_after_wrong", "id": ["0", "1", "2", "3"], "before": "b", "after": "a",
+                          "grade_before": [1, 1, 2, 0], "grade_after": [4, 3, 2, 2], "levels_changed": True,
+                          "held_before": False, "held_after": [True, True, False, False]})
+    row = summarise(items, items.iloc[:0], (0, 5)).set_index("test").loc["reference_after_wrong"]
+    assert row["mean_shift"] == 1.75 and not row["passes"]
+    assert row["share_held"] == 0.5 and row["mean_shift_given"] == 0.5  # (0 + 0 + 0 + 2) / 4
+    assert row["given_lo"] <= 0.5 <= row["given_hi"]
+    assert "50 % held for a teacher by the flags, +0.50 as marks are given" in row["sentence"]
+    assert "| held by a flag |" in summary_markdown(summarise(items, items.iloc[:0], (0, 5)))
+    legacy = summarise(items.drop(columns=["held_before", "held_after"]), items.iloc[:0], (0, 5)).iloc[0]
+    assert legacy["share_held"] == 0 and legacy["mean_shift_given"] == 1.75  # rows kept before the column
+
+
+def test_gaming_flags_read_one_answer_against_its_reference_and_question() -> None:
+    ref = "a stack stores its elements so that the last one pushed is the first one popped"
+    assert gaming_flags("wrong. " + ref, ref, "What is a stack?") == ["copies_reference"]
+    assert gaming_flags("stack stores elements last pushed first popped", ref, "What is a stack?") == ["keyword_list"]
+    assert gaming_flags("It keeps the newest item on top.", ref, "What is a stack?") == []
+    assert gaming_flags("It is LIFO. It is LIFO. It is LIFO.", ref, "") == ["repeats_text"]
 
 def test_pairs_file_is_read_and_a_bad_line_is_named(tmp_path: Path) -> None:
     good = {"question_id": "q", "right": "a", "wrong": "b", "changed": "a -> b", "note": "", "provenance": "me"}

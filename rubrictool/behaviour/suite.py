@@ -15,6 +15,7 @@ from rubrictool.behaviour.edits import TESTS, check_tests, edit, filler_for, key
 from rubrictool.behaviour.pairs import pair_questions, read_pairs
 from rubrictool.behaviour.summary import TARGETS, failing_sentences, summarise
 from rubrictool.errors import DataError
+from rubrictool.flags import gaming_flags
 from rubrictool.progress import Progress, ProgressFn
 
 __all__ = ["BehaviourResult", "run_suite", "suite_on_run"]
@@ -159,6 +160,10 @@ def _assemble(run: Any, base: pd.DataFrame, items: pd.DataFrame, pp: pd.DataFram
     for c in levels:
         moved |= at[c].to_numpy() != after[c].to_numpy()
     out["levels_changed"] = moved
+    # held for a teacher, no mark given: the flags an answer's own text raises (a pasted reference, a keyword list, ...)
+    for col, text in (("held_before", "before"), ("held_after", "after")):
+        out[col] = [bool(gaming_flags(str(t), str(r), str(q)))
+                    for t, r, q in zip(out[text], out["reference"].fillna(""), out["question"].fillna(""))]
     out = out.drop(columns=["question", "reference", "context"])
     pairs = pd.DataFrame(columns=["question_id", "right", "wrong", "changed", "grade_right", "grade_wrong"])
     if pp is not None and len(pp):

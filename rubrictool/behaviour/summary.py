@@ -40,6 +40,10 @@ def _test_row(t: BehaviourTest, part: pd.DataFrame, grades: tuple[int, int], see
     shift = (part["grade_after"].to_numpy(float) - part["grade_before"].to_numpy(float))
     lo, hi = _ci(shift, seed)
     top = part["grade_before"].to_numpy() >= grades[1] - 1  # answers the model graded in the top two marks
+    # as marks are given: an edited answer the product holds for a teacher (a gaming flag) gets no mark from the grader
+    held = part["held_after"].to_numpy(bool) if "held_after" in part.columns else np.zeros(len(part), dtype=bool)
+    given = np.where(held, 0.0, shift)
+    glo, ghi = _ci(given, seed)
     row: dict[str, Any] = {
         "test": t.name, "kind": t.kind, "expect": t.expect, "words": t.words, "n": len(part),
         "share_changed": float((shift != 0).mean()) if len(part) else float("nan"),
@@ -48,6 +52,8 @@ def _test_row(t: BehaviourTest, part: pd.DataFrame, grades: tuple[int, int], see
         "share_moved_2": float((np.abs(shift) >= 2).mean()) if len(part) else float("nan"),
         "share_expected": float("nan"), "n_top": int(top.sum()), "share_top_fell": float("nan"),
         "top": f"{grades[1] - 1}–{grades[1]}",
+        "share_held": float(held.mean()) if len(part) else float("nan"),
+        "mean_shift_given": float(given.mean()) if len(part) else float("nan"), "given_lo": glo, "given_hi": ghi,
         "largest": _largest(part, shift),
     }
     if t.expect == "falls" and len(part):
@@ -81,7 +87,10 @@ def _judge(row: dict[str, Any]) -> tuple[bool | None, str]:
                     "mark or more (target: at least 70 %)")
     if row["expect"] == "not_up":
         ok = row["mean_shift"] <= TARGETS["gaming_gain"]
-        return ok, f"{words} gains {row['mean_shift']:+.2f} marks on average (target: at most +0.25)"
+        given = row.get("mean_shift_given", float("nan"))
+        held = (f"; {pct(row['share_held'])} held for a teacher by the flags, {given:+.2f} as marks are given"
+                if row.get("share_held") and not np.isnan(given) else "")
+        return ok, f"{words} gains {row['mean_shift']:+.2f} marks on average{held} (target: at most +0.25)"
     return None, ""
 
 
@@ -136,22 +145,25 @@ def summary_markdown(summary: pd.DataFrame, largest: bool = True) -> str:
 
     recs = summary.to_dict(orient="records")
     out = [("| invariance test | answers | marks changed | levels changed | mean shift [95 % CI] | moved ≥ 2 | "
-            "meets target |"),
-           "|---|---:|---:|---:|---|---:|---|"]
+            "held by a flag | meets target |"),
+           "|---|---:|---:|---:|---|---:|---:|---|"]
     out += [f"| {r['test']} | {r['n']} | {pct(r['share_changed'])} | {pct(r['share_levels_changed'])} | "
             f"{r['mean_shift']:+.3f} [{r['ci_lo']:+.3f}, {r['ci_hi']:+.3f}] | {pct(r['share_moved_2'])} | "
-            f"{ok(r['passes'])} |"
+            f"{pct(r.get('share_held'))} | {ok(r['passes'])} |"
             for r in recs if r["kind"] == "invariance"]
     out += ["", ("| directional test | expected | answers | marks changed | mean shift [95 % CI] | in the expected "
-            "direction | answers graded in the top two marks falling ≥ 1 | meets target |"),
-            "|---|---|---:|---:|---|---:|---|---|"]
+            "direction | answers graded in the top two marks falling ≥ 1 | held by a flag | mean shift as marks are "
+            "given [95 % CI] | meets target |"),
+            "|---|---|---:|---:|---|---:|---|---:|---|---|"]
     for r in recs:
         if r["kind"] == "directional":
             top = f"{pct(r['share_top_fell'])} of {int(r['n_top'])}" if r["expect"] == "falls" else "—"
             exp = "falls" if r["expect"] == "falls" else "does not rise"
+            given = (f"{r['mean_shift_given']:+.3f} [{r['given_lo']:+.3f}, {r['given_hi']:+.3f}]"
+                     if "mean_shift_given" in r and not np.isnan(r["mean_shift_given"]) else "—")
             out.append(f"| {r['test']} | {exp} | {int(r['n'])} | {pct(r['share_changed'])} | {r['mean_shift']:+.3f} "
                        f"[{r['ci_lo']:+.3f}, {r['ci_hi']:+.3f}] | {pct(r['share_expected'])} | {top} | "
-                       f"{ok(r['passes'])} |")
+                       f"{pct(r.get('share_held'))} | {given} | {ok(r['passes'])} |")
     for r in recs:
         if r["kind"] == "minimum functionality":
             out += ["",
