@@ -121,3 +121,27 @@ def test_a_run_with_course_words_keeps_its_training_answers_lexicon_and_grades_a
     assert graded.loc["slip", "flags"] == graded.loc["as written", "flags"]  # the tiny model's own flags, alike
     assert graded.loc["slip", "model_grade"] == graded.loc["as written", "model_grade"] != ""
     assert graded.loc["slip", "grade_prob"] == graded.loc["as written", "grade_prob"]
+
+
+def test_a_library_grader_with_course_words_fits_its_answers_lexicon_and_keeps_it(backbone: str,
+                                                                                 tmp_path: Path) -> None:
+    """``reccbm.Grader`` fitted on arrays with ``model.course_words``: the lexicon is its answers' (read against their
+    questions and references), kept by save and load; without the option there is none."""
+    from reccbm import Concept, Grader, Rubric
+
+    rubric = Rubric((Concept("EV", "Evidence.", ("none", "some", "strong")), Concept("MC", "Mechanism.")),
+                    grades=(0, 3), levels=(0, 2))
+    t = mohler_like_table(30)
+    responses = [f"{r} values" for r in t["response"]]
+    levels = t[["FC", "CC"]].to_numpy() - 1
+    grades = t["grade"].clip(0, 3)
+    over = {"model": {"normalise": True, "course_words": 2}, "stage1": {"epochs": 1}, "stage2": {"epochs": 2}}
+    g = Grader(rubric, backbone=backbone, overrides=over, seed=0).fit(t["question"], t["reference"].fillna(""),
+                                                                       responses, levels, grades)
+    tok = reccbm.load_tokenizer(backbone)
+    want = course_lexicon(responses, list(t["question"]), list(t["reference"].fillna("")), vocabulary_words(tok), 2)
+    assert g.model_.config.lexicon == want and "values" in want
+    g.save(tmp_path / "g")
+    assert Grader.load(tmp_path / "g").model_.config.lexicon == want
+    plain = Grader(rubric, backbone=backbone, overrides={**over, "model": {"normalise": True}}, seed=0)
+    assert plain.fit(t["question"], t["reference"].fillna(""), responses, levels, grades).model_.config.lexicon == ()
