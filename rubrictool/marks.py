@@ -38,7 +38,7 @@ from rubrictool.grade import (
 from rubrictool.io import read_table, write_table
 from rubrictool.outputs import check_output, has_columns, output_lock, writable_parent
 from rubrictool.progress import ProgressFn, note
-from rubrictool.review_queue import hold_marks, review_queue
+from rubrictool.review_queue import hold_marks, review_queue, weak_pass
 from rubrictool.rubric import Rubric
 from rubrictool.train.folds import FINAL_DIR
 from rubrictool.train.kfold import is_kfold_run
@@ -265,10 +265,13 @@ def _grade_into(
     graded = grade_loaded(grader, items, batch_size, progress, options.overrides, load_profile(model_run), device=where,
                           review=review)
     seconds = time.perf_counter() - t0
-    unc = _uncertainty(grader.model_, grader.rubric.as_meta(), graded)
+    meta = grader.rubric.as_meta()
+    unc = _uncertainty(grader.model_, meta, graded)
     held = hold_marks(keep_columns(graded, items, options.keep))
+    weak = weak_pass(held, list(meta.get("concept_keys") or []), (int(meta["scale"][0]), int(meta["scale"][1])),
+                     load_grader_rubric(model_run).pass_mark)
     result = Graded(held, _write(held, Path(out), "the graded table"), seconds,
-                    review_queue(held, unc, options.review_budget), queue_path, card, card_path)
+                    review_queue(held, unc, options.review_budget, weak=weak), queue_path, card, card_path)
     _write(result.queue, queue_path, "the review queue")
     atomic_write_text(card_path, json.dumps({"quality card": card, "graded": str(result.path)}, indent=1) + "\n")
     if imported is not None and book_out is not None:

@@ -6,9 +6,13 @@ mark: its ``grade`` is left empty, the model's reading is kept in ``model_grade`
 ``needs_review`` says why in words. Every other answer is marked, with ``needs_review`` empty.
 
 The review queue ranks the answers by risk for a teacher's fixed budget of reviews: the held answers first (the more
-flags, the earlier), then the marked ones by how unsure the grader is, ``risk = (1 - grade_prob + uncertainty) / 2``
-(``uncertainty``: the concept levels' σ²-weighted entropy, :func:`rubrictool.grade.uncertainty_score`), so a held
-answer's risk is above 1 and a marked answer's at most 1.
+flags, the earlier), then the marked ones by how unsure the grader is and how weak a passing mark's reading is,
+``risk = ((1 - grade_prob + uncertainty) / 2 + weak_pass) / 2`` (``uncertainty``: the concept levels' σ²-weighted
+entropy, :func:`rubrictool.grade.uncertainty_score`; ``weak_pass``: for an answer given a pass mark, how little of the
+rubric its concepts read, :func:`weak_pass`), so a held answer's risk is above 1 and a marked answer's at most 1. A
+failing answer given a pass mark is the costliest wrong mark and the commonest, and the grader is seldom unsure of it:
+the second term puts those answers in the queue (docs/results.md, "The review queue and failing answers"). A run
+without concepts ranks by ``(1 - grade_prob) / 2``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import pandas as pd
 
 from rubrictool.flags import FLAGS
 
-__all__ = ["HOLD_REASONS", "hold_marks", "review_queue"]
+__all__ = ["HOLD_REASONS", "hold_marks", "review_queue", "weak_pass"]
 
 HOLD_REASONS = {
     "copies_reference": "pastes the reference answer",
@@ -56,23 +60,46 @@ def hold_marks(graded: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def weak_pass(graded: pd.DataFrame, keys: Sequence[str], scale: tuple[int, int],
+              pass_mark: int) -> npt.NDArray[np.float64] | None:
+    """Per answer, how weak a passing mark's reading is: for an answer the grader marked ``pass_mark`` or above (its
+    ``model_grade``, else ``grade``), 1 − the mean of its concepts' expected levels (``<key>_expected``) rescaled from
+    ``scale`` to [0, 1] — 1 when every concept reads at the bottom level; 0 for an answer marked below the pass mark.
+    None without the concept columns (a PLM run)."""
+    cols = [f"{k}_expected" for k in keys]
+    if not cols or not all(c in graded.columns for c in cols):
+        return None
+    lo, hi = scale
+    reading = (graded[cols].apply(pd.to_numeric, errors="coerce").mean(axis=1).to_numpy(float) - lo) / max(1, hi - lo)
+    mark = pd.to_numeric(graded["model_grade" if "model_grade" in graded.columns else "grade"], errors="coerce")
+    passed = (mark >= pass_mark).fillna(False).to_numpy(bool)
+    out: npt.NDArray[np.float64] = np.where(passed, 1.0 - np.nan_to_num(np.clip(reading, 0, 1), nan=1.0), 0.0)
+    return out
+
+
 def review_queue(held: pd.DataFrame, uncertainty: npt.NDArray[np.float64] | None, budget: int | None = None,
-                 keep: Sequence[str] = ("question", "student", "response")) -> pd.DataFrame:
+                 keep: Sequence[str] = ("question", "student", "response"),
+                 weak: npt.NDArray[np.float64] | None = None) -> pd.DataFrame:
     """The answers of ``held`` (:func:`hold_marks`' table) ranked by risk, most at risk first: ``budget`` rows (None:
     as many as are held), with ``rank``, ``id``, the ``keep`` columns there are, ``needs_review``, ``model_grade``,
-    ``grade_prob``, ``uncertainty`` and ``risk``. ``uncertainty`` (N,): each answer's concept uncertainty in [0, 1]
-    (None: a run without concepts, 0)."""
+    ``grade_prob``, ``uncertainty``, ``weak_pass`` and ``risk``. ``uncertainty`` (N,): each answer's concept
+    uncertainty in [0, 1] (None: a run without concepts, 0); ``weak`` (N,): :func:`weak_pass` (None: not ranked by
+    it, the risk is the first term alone)."""
     n = len(held)
     is_held = (held["needs_review"].fillna("") != "").to_numpy()
     n_flags = held["needs_review"].fillna("").map(lambda r: len([x for x in str(r).split("; ") if x])).to_numpy(float)
     # empty answer: no probability
     prob = pd.to_numeric(held["grade_prob"], errors="coerce").fillna(0.0).to_numpy(float)
     unc = np.zeros(n) if uncertainty is None else np.nan_to_num(np.asarray(uncertainty, dtype=float))
-    risk = np.where(is_held, 1.0 + n_flags / (1.0 + n_flags), (1.0 - prob + unc) / 2)
+    unsure = (1.0 - prob + unc) / 2
+    weak_arr = np.zeros(n) if weak is None else np.nan_to_num(np.asarray(weak, dtype=float))
+    marked_risk = unsure if weak is None else (unsure + weak_arr) / 2
+    risk = np.where(is_held, 1.0 + n_flags / (1.0 + n_flags), marked_risk)
     order = np.argsort(-risk, kind="stable")
     size = int(is_held.sum()) if budget is None else max(0, min(int(budget), n))
     cols = ["id", *[c for c in keep if c in held.columns and c != "id"], "needs_review", "model_grade", "grade_prob"]
     queue = held.iloc[order[:size]][cols].reset_index(drop=True)
     queue.insert(0, "rank", np.arange(1, size + 1))
-    queue["uncertainty"], queue["risk"] = unc[order[:size]], risk[order[:size]]
+    queue["uncertainty"], queue["weak_pass"] = unc[order[:size]], weak_arr[order[:size]]
+    queue["risk"] = risk[order[:size]]
     return queue

@@ -73,6 +73,7 @@ EXPECT = {
                       "kept.csv (400 answers; T-Acc ", "failing passed 100%, passing failed 0%)",
                       "| calibrated bayes on the other folds' test answers, +16 |"],
     "behaviour": ["| invariance test |", "| punctuation |", "| directional test |", "wrote "],
+    "review_queue": ["| unsure only (before) | 10 % (20) |", "| unsure + weak pass (today) | 20 % (40) |", "wrote "],
 }
 NEEDS_BACKBONE = {"data_load", "grade_speed", "frozen_speed", "gpu_smoke", "gpu_pack", "main_job_pair", "behaviour"}
 SMOKED = [p for p in SCRIPTS if p.stem != "folds"]  # folds.py: test_folds_smoke_with_a_config_file

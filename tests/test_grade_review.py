@@ -225,6 +225,27 @@ def test_review_queue_ranks_held_answers_first_then_the_least_sure_marks() -> No
     assert len(review_queue(graded, None, budget=100)) == 6 and len(review_queue(graded, unc, budget=0)) == 0
 
 
+
+def test_a_passing_mark_on_a_weak_reading_comes_before_a_sure_one() -> None:
+    """weak_pass: for an answer given a pass mark, how little of the rubric its concepts read (1 − the mean expected
+    level on [0, 1]); 0 below the pass mark. The queue ranks a pass on a weak reading above an equally sure pass on a
+    strong one and above a sure fail: a failing answer passed is the mistake a teacher most needs to catch."""
+    from rubrictool.review_queue import hold_marks, review_queue, weak_pass
+
+    graded = hold_marks(pd.DataFrame({
+        "id": ["weak pass", "strong pass", "fail", "held"], "grade": pd.array([3, 5, 1, 4], dtype="Int64"),
+        "grade_prob": [0.9, 0.9, 0.9, 0.5], "flags": ["", "", "", "keyword_list"],
+        "A_expected": [1.2, 2.9, 1.0, 1.0], "B_expected": [1.4, 3.0, 1.0, 1.0]}))
+    weak = weak_pass(graded, ["A", "B"], (1, 3), pass_mark=3)
+    assert weak is not None
+    np.testing.assert_allclose(weak, [1 - 0.15, 1 - 0.975, 0.0, 1.0])  # "held" is marked 4 by the model
+    unc = np.full(4, 0.1)
+    q = review_queue(graded, unc, budget=4, weak=weak)
+    assert list(q["id"]) == ["held", "weak pass", "strong pass", "fail"]
+    assert q["risk"].iloc[1] == pytest.approx(((1 - 0.9 + 0.1) / 2 + 0.85) / 2) and q["risk"].iloc[1] <= 1
+    assert list(review_queue(graded, unc, budget=4)["id"])[1:] == ["weak pass", "strong pass", "fail"]  # all tied
+    assert weak_pass(graded, ["A", "C"], (1, 3), 3) is None  # a concept without its column: a PLM's table
+
 def test_grade_writes_the_queue_and_the_card_of_a_single_run(tmp_path: Path, run: Path) -> None:
     data, _, items = _items(tmp_path)
     copy = items.iloc[0].copy()
