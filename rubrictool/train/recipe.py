@@ -68,6 +68,7 @@ DECIDED_BY_THE_RUN: dict[tuple[str, str], str] = {
     ("stage2", "seed"): "--seeds and --first-seed (seeds S..S+N-1)",
     ("model", "rubric_ids"): "the rubric's concept texts (with model.rubric_input)",
     ("model", "rubric_spans"): "the rubric's concept texts (with model.rubric_input)",
+    ("model", "lexicon"): "the training answers' words (with model.course_words)",
 }
 
 
