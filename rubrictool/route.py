@@ -8,12 +8,16 @@ levels people set, or marking by hand.
   (:func:`rubrictool.points.points_column`): the panel's own levels (the majority of the panel's votes, from the
   table's ``votes_<KEY>`` columns, or the table's levels when the panel set them all) and the levels people set
   (reviewers or a teacher's resolutions, when they set the table's);
-* for each, the low marks (:func:`rubrictool.evaluate.low_marks`) and the α of the levels it reads.
+* for each, the low marks (:func:`rubrictool.evaluate.low_marks`) and the α of the levels it reads;
+* for the trained grader also the low marks after a teacher reads the first :data:`REVIEW_SHARE` of ``grade``'s review
+  queue (:func:`reviewed_figures`: the queue ranked as ``grade`` ranks it, each answer read given its teacher's mark).
 
 :func:`choose_route` applies one rule and says which figure decided: a route is never recommended when its QWK CI
 reaches the majority class's QWK, or when the levels it reads have α below :data:`ALPHA_MIN` on any concept; among
 the rest the highest QWK wins; and "do not auto-grade" replaces a route whose failing answers are graded a mark or
-more too high on average (or when the audit shows a pasted reference gaining a mark or more).
+more too high on average (or when the audit shows a pasted reference gaining a mark or more) — unless, for the
+trained grader, reading the review queue's first :data:`REVIEW_SHARE` of the answers brings them under a mark: then the
+route is the grader with that review.
 """
 
 from __future__ import annotations
@@ -28,15 +32,19 @@ import pandas as pd
 from rubrictool.evaluate import INFLATED, low_marks
 from rubrictool.rubric import Rubric
 
-__all__ = ["ALPHA_MIN", "ROUTES", "choose_route", "panel_levels", "route_figures", "route_lines"]
+__all__ = ["ALPHA_MIN", "REVIEW_SHARE", "ROUTES", "choose_route", "panel_levels", "reviewed_figures", "route_figures",
+           "route_lines"]
 
 ALPHA_MIN = 0.67  # Krippendorff's lowest α for tentative conclusions: levels below it are not graded from
+REVIEW_SHARE = 0.2  # the share of the answers a teacher reads from grade's review queue in the reviewed route
 ROUTES = {
     "grader": "grade with the trained grader (`rubrictool grade --run`)",
     "points_panel": ("points on the LLM panel's levels (annotate and adjudicate each new answer, then "
                      "`rubrictool rubric points`)"),
     "points_reviewed": ("points on levels people set (reviewers or the teacher set each new answer's levels, then "
                         "`rubrictool rubric points`)"),
+    "grader_review": ("grade with the trained grader and read the first fifth of its review queue (`rubrictool grade "
+                      "--run … --review-budget N`, N a fifth of the answers graded)"),
     "hand": "mark by hand",
 }
 
@@ -81,14 +89,46 @@ def _route(pooled: pd.DataFrame, grades: Any, rubric: Rubric, alpha: dict[str, A
             "n": len(t)}
 
 
+def reviewed_figures(pooled: pd.DataFrame, rubric: Rubric, sigma2: Any = None, share: float = REVIEW_SHARE,
+                     n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
+    """The trained grader's low marks after a teacher reads the first ``share`` of the pooled answers in ``grade``'s
+    review queue (:func:`rubrictool.review_queue.review_queue`, ranked by unsureness — σ²-weighted with ``sigma2``,
+    else equally — and by :func:`~rubrictool.review_queue.weak_pass`; no answer held, the pooled answers carry no
+    flags), each answer read given its teacher's mark: ``share``, ``n`` (answers read), ``caught`` (failing answers
+    passed that the review corrects) and ``failing`` (:func:`rubrictool.evaluate.low_marks`' figure after the review).
+    None without the concept columns (``<KEY>_expected``, ``<KEY>_p<level>``)."""
+    from rubrictool.grade import uncertainty_score
+    from rubrictool.review_queue import hold_marks, review_queue, weak_pass
+
+    keys, lv = rubric.keys, list(range(rubric.scale.min, rubric.scale.max + 1))
+    cols = [f"{k}_p{v}" for k in keys for v in lv] + [f"{k}_expected" for k in keys]
+    if not all(c in pooled.columns for c in [*cols, "grade_prob"]):
+        return None
+    probs = np.stack([pooled[[f"{k}_p{v}" for v in lv]].to_numpy(float) for k in keys], axis=1)  # (N, K, L)
+    w = None if sigma2 is None or len(sigma2) != len(keys) else np.asarray(sigma2, dtype=float)
+    unc = uncertainty_score(np.nan_to_num(probs, nan=1.0 / len(lv)), w)
+    graded = pooled.assign(id=pooled["id"].astype(str), flags="", grade=pooled["grade"].astype("Int64"))
+    held = hold_marks(graded[["id", "grade", "grade_prob", "flags", *[f"{k}_expected" for k in keys]]])
+    weak = weak_pass(held, keys, (rubric.scale.min, rubric.scale.max), rubric.pass_mark)
+    n = round(share * len(pooled))
+    read = graded["id"].isin(set(review_queue(held, unc, n, keep=(), weak=weak)["id"])).to_numpy()
+    t, p = pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy()
+    after = np.where(read, t, p)
+    caught = int(((t < rubric.pass_mark) & (p >= rubric.pass_mark) & read).sum())
+    lm = low_marks(t, after, rubric.grade.values, rubric.pass_mark, n_boot, seed)
+    return {"share": share, "n": n, "caught": caught, "failing": lm["failing"]}
+
+
 def route_figures(pooled: pd.DataFrame, rubric: Rubric, *, table: pd.DataFrame | None = None,
                   agreement: dict[str, Any] | None = None, labels: dict[str, Any] | None = None,
-                  audit_gain: float | None = None, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+                  audit_gain: float | None = None, sigma2: Any = None, n_boot: int = 1000,
+                  seed: int = 0) -> dict[str, Any]:
     """Each route's figures on the pooled answers (see the module docstring). ``pooled``: pooled_predictions.csv
     (``id, fold, grade_true, grade, majority`` and ``<KEY>_true``); ``table``: the training table (its panel votes);
     ``agreement``: agreement.json (the reviewers' α per concept and who they were); ``labels``: the run's label
     source (who set each level, :func:`rubrictool.train.labels.label_source`); ``audit_gain``: the mark a pasted
-    reference gains in the behavioural audit, when it was run."""
+    reference gains in the behavioural audit, when it was run; ``sigma2``: the folds' mean σ_k² (the review queue's
+    weights, :func:`reviewed_figures`)."""
     from rubrictool.points import points_column
 
     t = pooled["grade_true"].to_numpy()
@@ -102,6 +142,7 @@ def route_figures(pooled: pd.DataFrame, rubric: Rubric, *, table: pd.DataFrame |
     out: dict[str, Any] = {"majority_qwk": _ci(t, maj, n_boot, seed)["value"], "pass_mark": rubric.pass_mark,
                            "audit_gain": audit_gain, "levels_set_by": set_by, "reviewers": reviewers or None,
                            "grader": _route(pooled, pooled["grade"], rubric, {}, "—", n_boot, seed)}
+    out["grader"]["reviewed"] = reviewed_figures(pooled, rubric, sigma2, n_boot=n_boot, seed=seed)
     table_points = points_column(pooled, rubric)
     if table_points is not None and set_by in ("human", "resolution"):
         alpha = reviewers_alpha if set_by == "human" else {k: None for k in rubric.keys}
@@ -123,6 +164,14 @@ def route_figures(pooled: pd.DataFrame, rubric: Rubric, *, table: pd.DataFrame |
     return out
 
 
+def _reviewed_text(rv: dict[str, Any]) -> str:
+    f = rv["failing"]
+    return (f"a teacher reading the review queue's first {100 * rv['share']:.0f} % of the answers ({rv['n']}) "
+            f"corrects {rv['caught']} failing answers passed: {100 * f['passed']:.0f} % of the failing answers keep a "
+            f"pass mark, graded {f['mean_error']:+.2f} [{f['mean_error_lo']:+.2f}, {f['mean_error_hi']:+.2f}] marks "
+            "too high (under a mark)")
+
+
 def _qwk(c: dict[str, float]) -> str:
     return f"QWK {c['value']:.3f} [95 % CI {c['lo']:.3f}, {c['hi']:.3f}]"
 
@@ -139,6 +188,7 @@ def choose_route(figs: dict[str, Any]) -> dict[str, Any]:
     why_not: dict[str, str] = {}
     ok: list[tuple[float, str]] = []
     inflated: list[str] = []
+    reviewed: tuple[float, str] | None = None
     for key in ("grader", "points_panel", "points_reviewed"):
         r = figs.get(key)
         if r is None:
@@ -155,6 +205,9 @@ def choose_route(figs: dict[str, Any]) -> dict[str, Any]:
                             f"{f['mean_error_hi']:+.2f}] marks too high on average ({100 * f['passed']:.0f} % of them "
                             "given a pass mark)")
             inflated.append(key)
+            rv = r.get("reviewed")
+            if rv and not rv["failing"]["inflated"]:
+                reviewed = (q["value"], _reviewed_text(rv))
         else:
             ok.append((q["value"], key))
     gain = figs.get("audit_gain")
@@ -168,6 +221,9 @@ def choose_route(figs: dict[str, Any]) -> dict[str, Any]:
         if others:
             decided += "; beside it " + ", ".join(f"{NAMES[k]}: {_qwk(figs[k]['qwk'])}" for k in others)
         return {"route": best, "auto_grade": True, "why_not": why_not, "decided_by": decided}
+    if reviewed is not None:
+        return {"route": "grader_review", "auto_grade": True, "why_not": why_not,
+                "decided_by": f"{reviewed[1]}, with the grader's {_qwk(figs['grader']['qwk'])}"}
     if inflated:
         return {"route": "hand", "auto_grade": False, "why_not": why_not,
                 "decided_by": "low marks inflated by a mark or more under " + ", ".join(NAMES[k] for k in inflated)}
@@ -186,5 +242,6 @@ def route_lines(figs: dict[str, Any]) -> list[str]:
     out = [head, f"Decided by: {c['decided_by']}."]
     for k, why in c["why_not"].items():
         if k != c["route"]:
-            out.append(f"Not {NAMES[k]}: {why}.")
+            alone = " alone" if c["route"] == "grader_review" and k == "grader" else ""
+            out.append(f"Not {NAMES[k]}{alone}: {why}.")
     return out

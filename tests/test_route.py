@@ -93,3 +93,41 @@ def test_the_panel_route_is_measured_on_the_panels_own_votes_not_the_teachers_le
     assert figs["points_reviewed"]["alpha"] == {k: None for k in STATS_KEYS}  # one teacher: no α to hold against it
     c = choose_route(figs)
     assert c["route"] in ("grader", "points_reviewed") and "reaches the majority class" in c["why_not"]["points_panel"]
+
+
+def _with_readings(df: pd.DataFrame, informative: bool, seed: int = 3) -> pd.DataFrame:
+    """The grader's concept readings beside its marks: each concept's level shares (``<KEY>_p<level>``), expected level
+    and the mark's probability; ``informative``: the readings follow the answer's levels, else they are noise."""
+    rng = np.random.default_rng(seed)
+    out = df.assign(grade_prob=0.9)
+    for key in STATS_KEYS:
+        lv = out[f"{key}_true"].to_numpy() if informative else rng.integers(0, 3, len(out))
+        shares = np.full((len(out), 3), 0.1)
+        shares[np.arange(len(out)), lv] = 0.8
+        for j in range(3):
+            out[f"{key}_p{j}"] = shares[:, j]
+        out[f"{key}_expected"] = shares @ np.arange(3)
+    return out
+
+
+def test_inflated_low_marks_that_a_fifth_of_the_queue_corrects_route_to_the_grader_with_review() -> None:
+    """The grader passes every failing answer (+2 marks), but its concept readings are low on them: the review queue
+    (grade's ranking) puts them first, and reading a fifth of the answers leaves the failing ones under a mark too high
+    — the route is the grader with that review, said with its figures. Readings that say nothing leave marking by hand."""
+    df = _pooled()
+    df["grade_true"] = np.clip(df[[f"{k}_true" for k in STATS_KEYS]].sum(axis=1), 0, 4)  # failing: a sum of 0 or 1
+    df["grade"] = np.where(df["grade_true"] < 2, df["grade_true"] + 2, df["grade_true"])
+    figs = route_figures(_with_readings(df, True), RB, agreement=_agreement(0.2), labels=_panel_labels(len(df)),
+                         n_boot=200)
+    rv = figs["grader"]["reviewed"]
+    assert figs["grader"]["failing"]["inflated"] and rv["n"] == 40 and rv["share"] == 0.2
+    assert rv["caught"] == int((df["grade_true"] < 2).sum()) and not rv["failing"]["inflated"]
+    c = choose_route(figs)
+    assert c["route"] == "grader_review" and c["auto_grade"] and "review queue's first 20 %" in c["decided_by"]
+    lines = route_lines(figs)
+    assert "read the first fifth of its review queue" in lines[0]
+    assert any(x.startswith("Not the trained grader alone: its failing answers") for x in lines)
+    noise = route_figures(_with_readings(df, False), RB, agreement=_agreement(0.2), labels=_panel_labels(len(df)),
+                          n_boot=200)
+    assert noise["grader"]["reviewed"]["failing"]["inflated"] and choose_route(noise)["route"] == "hand"
+    assert route_figures(df, RB, n_boot=50)["grader"]["reviewed"] is None  # no readings kept: not measured

@@ -131,12 +131,7 @@ def build_folds_report(run_dir: str | Path, *, curve: str | Path | None = None, 
                             n_boot, seed)
     r.reliability = folds_reliability(summary)
     r.route = summary.get("route") or _route(pooled, rubric, summary, fold0.table, n_boot, seed)
-    gain = audit_gain(path)
-    if r.route and gain is not None:  # an audit of the run or of its folds since training: the route reads it too
-        from rubrictool.route import choose_route, route_lines
-
-        figs = dict(r.route["figures"]) | {"audit_gain": gain}
-        r.route = {"figures": figs, "choice": choose_route(figs), "lines": route_lines(figs)}
+    r.route = _route_now(r.route, pooled, rubric, summary, audit_gain(path), n_boot, seed)
     costs = rubric.costs
     stated = ("the rubric states it" if rubric.grade.pass_mark is not None
               else "the scale’s midpoint: the rubric states none")
@@ -181,7 +176,30 @@ def _route(pooled: pd.DataFrame, rubric: Any, summary: dict[str, Any], table: pd
     labels = summary.get("labels") or {}
     agreement = {"label_source": labels.get("source") if labels.get("source") in ("llm", "human", "model") else None,
                  "concepts": {k: {"alpha": a} for k, a in zip(score.get("concepts") or [], score.get("alpha") or [])}}
-    figs = route_figures(pooled, rubric, table=table, agreement=agreement, labels=labels, n_boot=n_boot, seed=seed)
+    figs = route_figures(pooled, rubric, table=table, agreement=agreement, labels=labels,
+                         sigma2=(summary.get("reliability") or {}).get("sigma2_mean"), n_boot=n_boot, seed=seed)
+    return {"figures": figs, "choice": choose_route(figs), "lines": route_lines(figs)}
+
+
+def _route_now(route: dict[str, Any], pooled: pd.DataFrame, rubric: Any, summary: dict[str, Any],
+               gain: float | None, n_boot: int, seed: int) -> dict[str, Any]:
+    """The route folds.json kept, with what it could not know: an audit of the run or of its folds since training, and
+    the grader's low marks after reading the review queue (:func:`rubrictool.route.reviewed_figures`) for a run
+    trained before the route read them."""
+    if not route:
+        return route
+    from rubrictool.route import choose_route, reviewed_figures, route_lines
+
+    figs = dict(route["figures"])
+    if gain is not None:
+        figs["audit_gain"] = gain
+    grader = figs.get("grader")
+    if grader is not None and "reviewed" not in grader:
+        sigma2 = (summary.get("reliability") or {}).get("sigma2_mean")
+        figs["grader"] = dict(grader) | {"reviewed": reviewed_figures(pooled, rubric, sigma2, n_boot=n_boot,
+                                                                      seed=seed)}
+    if figs == route["figures"]:
+        return route
     return {"figures": figs, "choice": choose_route(figs), "lines": route_lines(figs)}
 
 

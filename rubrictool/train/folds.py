@@ -164,7 +164,8 @@ def _route(rb: Rubric, pooled: pd.DataFrame, table: pd.DataFrame, agreement: dic
 
     if "plm" in summary["variant"]:
         return {}
-    figs = route_figures(pooled, rb, table=table, agreement=agreement, labels=summary.get("labels"))
+    figs = route_figures(pooled, rb, table=table, agreement=agreement, labels=summary.get("labels"),
+                         sigma2=(summary.get("reliability") or {}).get("sigma2_mean"))
     return {"figures": figs, "choice": choose_route(figs), "lines": route_lines(figs)}
 
 
