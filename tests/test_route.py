@@ -112,8 +112,9 @@ def _with_readings(df: pd.DataFrame, informative: bool, seed: int = 3) -> pd.Dat
 
 def test_inflated_low_marks_that_a_fifth_of_the_queue_corrects_route_to_the_grader_with_review() -> None:
     """The grader passes every failing answer (+2 marks), but its concept readings are low on them: the review queue
-    (grade's ranking) puts them first, and reading a fifth of the answers leaves the failing ones under a mark too high
-    — the route is the grader with that review, said with its figures. Readings that say nothing leave marking by hand."""
+    (grade's ranking) puts them first, and reading a fifth of the answers leaves the failing ones under a mark too
+    high — the route is the grader with that review, said with its figures. Readings that say nothing leave marking
+    by hand."""
     df = _pooled()
     df["grade_true"] = np.clip(df[[f"{k}_true" for k in STATS_KEYS]].sum(axis=1), 0, 4)  # failing: a sum of 0 or 1
     df["grade"] = np.where(df["grade_true"] < 2, df["grade_true"] + 2, df["grade_true"])
