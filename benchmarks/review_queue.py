@@ -1,6 +1,6 @@
 """The review queue and failing answers: of the failing answers a grader passed, how many does a teacher's review of
 the queue's first answers catch, with the queue ranked as ``rubrictool grade`` ranks it today
-(:func:`rubrictool.review_queue.review_queue` with :func:`~rubrictool.review_queue.weak_pass`) and by the grader's
+(:func:`rubrictool.route.queue_reads`, with :func:`~rubrictool.review_queue.weak_pass`) and by the grader's
 unsureness alone (the ranking before it)?
 
     python benchmarks/review_queue.py [--runs RUN,RUN] [--budgets 5,10,20] [--out benchmarks/results/review_queue]
@@ -31,8 +31,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import pandas as pd
 
-from rubrictool.grade import uncertainty_score
-from rubrictool.review_queue import hold_marks, review_queue, weak_pass
+from rubrictool.route import queue_reads
 from rubrictool.textsafe import md_table
 
 RUNS = "benchmarks/results/folds/default,benchmarks/results/folds-by-question/default"
@@ -51,23 +50,16 @@ def measure(pooled: pd.DataFrame, sigma2: list[float] | None, pass_mark: int,
             budgets: list[int]) -> list[dict[str, Any]]:
     """One row per ranking and budget (percent of the answers)."""
     keys, levels = _concepts(pooled)
-    probs = np.stack([pooled[[f"{k}_p{lv}" for lv in levels]].to_numpy(float) for k in keys], axis=1)  # (N, K, L)
-    unc = uncertainty_score(probs, None if sigma2 is None else np.asarray(sigma2, float))
-    graded = pooled.assign(id=pooled["id"].astype(str), flags="",
-                           grade=pooled["grade"].astype("Int64"))[["id", "grade", "grade_prob", "flags",
-                                                                    *[f"{k}_expected" for k in keys]]]
-    held = hold_marks(graded)
-    weak = weak_pass(held, keys, (levels[0], levels[-1]), pass_mark)
-    truth = pooled.set_index(pooled["id"].astype(str))["grade_true"]
-    mark = pooled.set_index(pooled["id"].astype(str))["grade"]
+    truth, mark = pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy()
     failing = truth < pass_mark
     passed_wrongly = failing & (mark >= pass_mark)
     rows = []
-    for name, w in zip(RANKINGS, (None, weak)):
+    for name, weak in zip(RANKINGS, (False, True)):
         for b in budgets:
             n = round(b / 100 * len(pooled))
-            queue = set(review_queue(held, unc, n, keep=(), weak=w)["id"])
-            inq = truth.index.isin(list(queue))
+            inq = queue_reads(pooled, keys, (levels[0], levels[-1]), pass_mark, n, sigma2, weak=weak)
+            if inq is None:
+                sys.exit("the pooled predictions keep no concept readings (<KEY>_p<level>, <KEY>_expected): a PLM run?")
             rows.append({"ranking": name, "budget_pct": b, "reviewed": n, "failing": int(failing.sum()),
                          "failing_passed_before": float(passed_wrongly.sum() / max(1, failing.sum())),
                          "failing_passed_after": float((passed_wrongly & ~inq).sum() / max(1, failing.sum())),

@@ -28,12 +28,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import NDArray
 
 from rubrictool.evaluate import INFLATED, low_marks
 from rubrictool.rubric import Rubric
 
-__all__ = ["ALPHA_MIN", "REVIEW_SHARE", "ROUTES", "choose_route", "panel_levels", "reviewed_figures", "route_figures",
-           "route_lines"]
+__all__ = ["ALPHA_MIN", "REVIEW_SHARE", "ROUTES", "choose_route", "panel_levels", "queue_reads", "reviewed_figures",
+           "route_figures", "route_lines"]
 
 ALPHA_MIN = 0.67  # Krippendorff's lowest α for tentative conclusions: levels below it are not graded from
 REVIEW_SHARE = 0.2  # the share of the answers a teacher reads from grade's review queue in the reviewed route
@@ -89,29 +90,41 @@ def _route(pooled: pd.DataFrame, grades: Any, rubric: Rubric, alpha: dict[str, A
             "n": len(t)}
 
 
-def reviewed_figures(pooled: pd.DataFrame, rubric: Rubric, sigma2: Any = None, share: float = REVIEW_SHARE,
-                     n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
-    """The trained grader's low marks after a teacher reads the first ``share`` of the pooled answers in ``grade``'s
-    review queue (:func:`rubrictool.review_queue.review_queue`, ranked by unsureness — σ²-weighted with ``sigma2``,
-    else equally — and by :func:`~rubrictool.review_queue.weak_pass`; no answer held, the pooled answers carry no
-    flags), each answer read given its teacher's mark: ``share``, ``n`` (answers read), ``caught`` (failing answers
-    passed that the review corrects) and ``failing`` (:func:`rubrictool.evaluate.low_marks`' figure after the review).
-    None without the concept columns (``<KEY>_expected``, ``<KEY>_p<level>``)."""
+def queue_reads(pooled: pd.DataFrame, keys: list[str], scale: tuple[int, int], pass_mark: int, n: int,
+                sigma2: Any = None, weak: bool = True) -> NDArray[np.bool_] | None:
+    """Per pooled answer, whether a teacher reading the first ``n`` answers of ``grade``'s review queue reads it: the
+    queue ranked as ``grade`` ranks it (:func:`rubrictool.review_queue.review_queue`; unsureness σ²-weighted with
+    ``sigma2``, else equally; with ``weak`` also :func:`~rubrictool.review_queue.weak_pass`), no answer held (pooled
+    answers carry no flags). None without the concept columns (``<KEY>_p<level>``, ``<KEY>_expected``)."""
     from rubrictool.grade import uncertainty_score
     from rubrictool.review_queue import hold_marks, review_queue, weak_pass
 
-    keys, lv = rubric.keys, list(range(rubric.scale.min, rubric.scale.max + 1))
+    lv = list(range(scale[0], scale[1] + 1))
     cols = [f"{k}_p{v}" for k in keys for v in lv] + [f"{k}_expected" for k in keys]
-    if not all(c in pooled.columns for c in [*cols, "grade_prob"]):
+    if not keys or not all(c in pooled.columns for c in [*cols, "grade_prob"]):
         return None
     probs = np.stack([pooled[[f"{k}_p{v}" for v in lv]].to_numpy(float) for k in keys], axis=1)  # (N, K, L)
     w = None if sigma2 is None or len(sigma2) != len(keys) else np.asarray(sigma2, dtype=float)
     unc = uncertainty_score(np.nan_to_num(probs, nan=1.0 / len(lv)), w)
     graded = pooled.assign(id=pooled["id"].astype(str), flags="", grade=pooled["grade"].astype("Int64"))
     held = hold_marks(graded[["id", "grade", "grade_prob", "flags", *[f"{k}_expected" for k in keys]]])
-    weak = weak_pass(held, keys, (rubric.scale.min, rubric.scale.max), rubric.pass_mark)
+    ranked_by = weak_pass(held, keys, scale, pass_mark) if weak else None
+    queue = review_queue(held, unc, n, keep=(), weak=ranked_by)
+    out: NDArray[np.bool_] = graded["id"].isin(set(queue["id"])).to_numpy()
+    return out
+
+
+def reviewed_figures(pooled: pd.DataFrame, rubric: Rubric, sigma2: Any = None, share: float = REVIEW_SHARE,
+                     n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
+    """The trained grader's low marks after a teacher reads the first ``share`` of the pooled answers in ``grade``'s
+    review queue (:func:`queue_reads`), each answer read given its teacher's mark: ``share``, ``n`` (answers read),
+    ``caught`` (failing answers passed that the review corrects) and ``failing``
+    (:func:`rubrictool.evaluate.low_marks`' figure after the review).
+    None without the concept columns (``<KEY>_expected``, ``<KEY>_p<level>``)."""
     n = round(share * len(pooled))
-    read = graded["id"].isin(set(review_queue(held, unc, n, keep=(), weak=weak)["id"])).to_numpy()
+    read = queue_reads(pooled, rubric.keys, (rubric.scale.min, rubric.scale.max), rubric.pass_mark, n, sigma2)
+    if read is None:
+        return None
     t, p = pooled["grade_true"].to_numpy(), pooled["grade"].to_numpy()
     after = np.where(read, t, p)
     caught = int(((t < rubric.pass_mark) & (p >= rubric.pass_mark) & read).sum())
@@ -188,7 +201,7 @@ def choose_route(figs: dict[str, Any]) -> dict[str, Any]:
     why_not: dict[str, str] = {}
     ok: list[tuple[float, str]] = []
     inflated: list[str] = []
-    reviewed: tuple[float, str] | None = None
+    reviewed: str | None = None
     for key in ("grader", "points_panel", "points_reviewed"):
         r = figs.get(key)
         if r is None:
@@ -207,7 +220,7 @@ def choose_route(figs: dict[str, Any]) -> dict[str, Any]:
             inflated.append(key)
             rv = r.get("reviewed")
             if rv and not rv["failing"]["inflated"]:
-                reviewed = (q["value"], _reviewed_text(rv))
+                reviewed = _reviewed_text(rv)
         else:
             ok.append((q["value"], key))
     gain = figs.get("audit_gain")
@@ -223,7 +236,7 @@ def choose_route(figs: dict[str, Any]) -> dict[str, Any]:
         return {"route": best, "auto_grade": True, "why_not": why_not, "decided_by": decided}
     if reviewed is not None:
         return {"route": "grader_review", "auto_grade": True, "why_not": why_not,
-                "decided_by": f"{reviewed[1]}, with the grader's {_qwk(figs['grader']['qwk'])}"}
+                "decided_by": f"{reviewed}, with the grader's {_qwk(figs['grader']['qwk'])}"}
     if inflated:
         return {"route": "hand", "auto_grade": False, "why_not": why_not,
                 "decided_by": "low marks inflated by a mark or more under " + ", ".join(NAMES[k] for k in inflated)}
