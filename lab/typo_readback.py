@@ -53,6 +53,10 @@ def main() -> None:
     ap.add_argument("--split", type=Path)
     a = ap.parse_args()
     table = pd.read_csv(a.table, keep_default_na=False, dtype={"id": str})
+    missing = [c for c in ("id", "question", "response") if c not in table.columns]
+    if missing:
+        raise SystemExit(f"{a.table}: no column {', '.join(missing)}; pass a table in rubrictool's layout "
+                         "(`rubrictool data import` writes one from a spreadsheet)")
     learn, test = table, table
     if a.split:
         split = json.loads(a.split.read_text(encoding="utf-8"))
