@@ -15,7 +15,7 @@ passes review exactly those, and ``adjudicate`` labels the rest with the pre-ann
 curve is the share of the N×8 adjudicated labels identical to the full consensus. Routings:
 
 - ``random``: mean over ``--seeds`` seeds (the min–max band is drawn);
-- ``uncertainty``: the grader's per-item uncertainty — ``rubrictool.grade.uncertainty_score`` (level
+- ``uncertainty``: the grader's per-item uncertainty — ``rubrictool.review_queue.uncertainty_score`` (level
   entropy, σ_k²-weighted with LCEC) when the fold predictions carry level probabilities (``<key>_p<level>``);
   folds trained before those columns existed carry only the argmax level and the expected level, and then
   the score is Σ_k σ_k²·|E[level]_k − level_k| (probability mass away from the predicted level), σ_k² from
@@ -52,9 +52,10 @@ import pandas as pd
 
 from rubrictool.adjudicate import AdjudicationOptions, MajorityVote, adjudicate
 from rubrictool.data import load_benchmark, load_concept_passes
-from rubrictool.grade import grader_predictions, uncertainty_score
+from rubrictool.grade import grader_predictions
 from rubrictool.io import write_table
 from rubrictool.review.routing import route
+from rubrictool.review_queue import uncertainty_score
 from rubrictool.rubric import load_rubric
 from rubrictool.tables import LLM_PASSES_NOTE
 

@@ -27,12 +27,12 @@ from rubrictool.errors import DataError, TrainError
 from rubrictool.flags import EMPTY_FLAG, Profile, flag_frame
 from rubrictool.io import read_table
 from rubrictool.progress import Progress, ProgressFn, truncation_message, warn
+from rubrictool.review_queue import level_entropy, uncertainty_score
 from rubrictool.tables import check_ids
 from rubrictool.train.predictions import predictions_frame
 
 __all__ = ["ENGINES", "check_finite", "check_unique_ids", "empty_responses", "grade_items", "grade_loaded",
-           "grader_predictions", "grading_device", "level_entropy", "load_grader", "onnx_cache_dirs", "parse_overrides",
-           "uncertainty_score"]
+           "grader_predictions", "grading_device", "load_grader", "onnx_cache_dirs", "parse_overrides"]
 
 log = logging.getLogger("rubrictool.grade")
 
@@ -216,24 +216,6 @@ def grade_loaded(
         read = df.assign(response=reccbm.responses_as_read(grader.tokenizer_, df, model.config.normalise,
                                                            model.config.lexicon))
         out.insert(3, "flags", flag_frame(read, out, list(meta["concept_keys"]), profile, truncated.tolist()))
-    return out
-
-
-def level_entropy(probs: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Entropy of each concept's level distribution, in [0, 1] (divided by log L): ``(N, K, L)`` → ``(N, K)``."""
-    p = np.clip(np.asarray(probs, dtype=np.float64), 1e-12, 1.0)  # (N, K, L)
-    out: npt.NDArray[np.float64] = -(p * np.log(p)).sum(axis=2) / np.log(p.shape[2])  # (N, K)
-    return out
-
-
-def uncertainty_score(probs: npt.NDArray[np.float64],
-                      sigma2: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.float64]:
-    """How unsure the grader is about an item's concept levels, in [0, 1]: the mean normalised level
-    entropy over concepts, each concept weighted by its learned noise variance σ_k² when the run has an
-    LCEC layer (a concept the model found noisy counts more), else equally. ``(N, K, L)`` → ``(N,)``."""
-    h = level_entropy(probs)  # (N, K)
-    w = np.ones(h.shape[1]) if sigma2 is None else np.asarray(sigma2, dtype=np.float64)  # (K,)
-    out: npt.NDArray[np.float64] = (h * w).sum(axis=1) / w.sum()  # (N,)
     return out
 
 

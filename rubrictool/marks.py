@@ -33,12 +33,11 @@ from rubrictool.grade import (
     read_review,
     review_summary,
     trained_questions,
-    uncertainty_score,
 )
 from rubrictool.io import read_table, write_table
 from rubrictool.outputs import check_output, has_columns, output_lock, writable_parent
 from rubrictool.progress import ProgressFn, note
-from rubrictool.review_queue import hold_marks, review_queue, weak_pass
+from rubrictool.review_queue import hold_marks, review_queue, uncertainty_score, weak_pass
 from rubrictool.rubric import Rubric
 from rubrictool.train.folds import FINAL_DIR
 from rubrictool.train.kfold import is_kfold_run

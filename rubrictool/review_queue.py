@@ -8,7 +8,7 @@ mark: its ``grade`` is left empty, the model's reading is kept in ``model_grade`
 The review queue ranks the answers by risk for a teacher's fixed budget of reviews: the held answers first (the more
 flags, the earlier), then the marked ones by how unsure the grader is and how weak a passing mark's reading is,
 ``risk = ((1 - grade_prob + uncertainty) / 2 + weak_pass) / 2`` (``uncertainty``: the concept levels' σ²-weighted
-entropy, :func:`rubrictool.grade.uncertainty_score`; ``weak_pass``: for an answer given a pass mark, how little of the
+entropy, :func:`uncertainty_score`; ``weak_pass``: for an answer given a pass mark, how little of the
 rubric its concepts read, :func:`weak_pass`), so a held answer's risk is above 1 and a marked answer's at most 1. A
 failing answer given a pass mark is the costliest wrong mark and the commonest, and the grader is seldom unsure of it:
 the second term puts those answers in the queue (docs/results.md, "The review queue and failing answers"). A run
@@ -25,7 +25,7 @@ import pandas as pd
 
 from rubrictool.flags import FLAGS
 
-__all__ = ["HOLD_REASONS", "hold_marks", "review_queue", "weak_pass"]
+__all__ = ["HOLD_REASONS", "hold_marks", "level_entropy", "review_queue", "uncertainty_score", "weak_pass"]
 
 HOLD_REASONS = {
     "copies_reference": "pastes the reference answer",
@@ -103,3 +103,21 @@ def review_queue(held: pd.DataFrame, uncertainty: npt.NDArray[np.float64] | None
     queue["uncertainty"], queue["weak_pass"] = unc[order[:size]], weak_arr[order[:size]]
     queue["risk"] = risk[order[:size]]
     return queue
+
+
+def level_entropy(probs: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Entropy of each concept's level distribution, in [0, 1] (divided by log L): ``(N, K, L)`` → ``(N, K)``."""
+    p = np.clip(np.asarray(probs, dtype=np.float64), 1e-12, 1.0)  # (N, K, L)
+    out: npt.NDArray[np.float64] = -(p * np.log(p)).sum(axis=2) / np.log(p.shape[2])  # (N, K)
+    return out
+
+
+def uncertainty_score(probs: npt.NDArray[np.float64],
+                      sigma2: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.float64]:
+    """How unsure the grader is about an item's concept levels, in [0, 1]: the mean normalised level
+    entropy over concepts, each concept weighted by its learned noise variance σ_k² when the run has an
+    LCEC layer (a concept the model found noisy counts more), else equally. ``(N, K, L)`` → ``(N,)``."""
+    h = level_entropy(probs)  # (N, K)
+    w = np.ones(h.shape[1]) if sigma2 is None else np.asarray(sigma2, dtype=np.float64)  # (K,)
+    out: npt.NDArray[np.float64] = (h * w).sum(axis=1) / w.sum()  # (N,)
+    return out

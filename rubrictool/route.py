@@ -96,8 +96,7 @@ def queue_reads(pooled: pd.DataFrame, keys: list[str], scale: tuple[int, int], p
     queue ranked as ``grade`` ranks it (:func:`rubrictool.review_queue.review_queue`; unsureness σ²-weighted with
     ``sigma2``, else equally; with ``weak`` also :func:`~rubrictool.review_queue.weak_pass`), no answer held (pooled
     answers carry no flags). None without the concept columns (``<KEY>_p<level>``, ``<KEY>_expected``)."""
-    from rubrictool.grade import uncertainty_score
-    from rubrictool.review_queue import hold_marks, review_queue, weak_pass
+    from rubrictool.review_queue import hold_marks, review_queue, uncertainty_score, weak_pass
 
     lv = list(range(scale[0], scale[1] + 1))
     cols = [f"{k}_p{v}" for k in keys for v in lv] + [f"{k}_expected" for k in keys]

@@ -20,9 +20,10 @@ from rubrictool.adjudicate import (
 )
 from rubrictool.cli import app
 from rubrictool.errors import AdjudicateError, ReviewError
-from rubrictool.grade import grader_predictions, level_entropy, uncertainty_score
+from rubrictool.grade import grader_predictions
 from rubrictool.review.routing import disagreement_scores, route
 from rubrictool.review.tasks import prediction_payload
+from rubrictool.review_queue import level_entropy, uncertainty_score
 from rubrictool.rubric import load_rubric
 
 MOHLER = load_rubric("mohler")

@@ -3,7 +3,7 @@
 ``review push --select uncertain|disagreement|random --budget N`` sends N items to the reviewers:
 
 - ``uncertain``: the items the trained grader is least sure about (its per-item ``uncertainty``,
-  :func:`rubrictool.grade.uncertainty_score`: mean level entropy, σ_k²-weighted with LCEC);
+  :func:`rubrictool.review_queue.uncertainty_score`: mean level entropy, σ_k²-weighted with LCEC);
 - ``disagreement``: the items where the pre-annotations (LLM models, the grader) disagree most —
   per concept, the share of models that did not give the most frequent level, summed over concepts;
 - ``random``: a uniform sample, the baseline.
