@@ -331,3 +331,21 @@ def test_perturbed_copies_reverse_a_claim_both_ways_and_add_a_harmless_not() -> 
     added = mod.harmless("A stack is LIFO", random.Random(0))
     assert added.startswith("A stack is LIFO. ") and added.split(". ", 1)[1] in mod.HARMLESS
     assert mod.NEGATED.search(added.split(". ", 1)[1]) or "not" in added.split(". ", 1)[1].lower()
+
+
+def test_teacher_split_reads_each_teacher_and_the_answers_both_fail_apart_from_those_they_split_on() -> None:
+    mod = importlib.import_module("teacher_split")
+    # four failing answers (mean below 2.5): two both teachers fail, two one teacher passes (a 3, or a 2.5 rounded up)
+    table = pd.DataFrame({"id": ["a", "b", "c", "d", "e"], "grade_me": [0, 1, 1, 1.5, 5],
+                          "grade_other": [1, 2, 3, 2.5, 5]})
+    table["grade"] = mod.half_up((table["grade_me"] + table["grade_other"]) / 2)
+    assert table["grade"].tolist() == [1, 2, 2, 2, 5]
+    me, other = mod.teacher_figures(table, 3)
+    assert me["failing"]["passed"] == 0 and other["failing"]["passed"] == 0.5
+    assert other["failing"]["mean_error"] == pytest.approx((0 + 0 + 1 + 1) / 4)
+    pooled = pd.DataFrame({"id": ["a", "b", "c", "d", "e"], "grade_true": table["grade"], "grade": [3, 1, 4, 4, 5]})
+    s = mod.split_figures(pooled, table, 3)
+    assert (s["all"]["n"], s["both"]["n"], s["split"]["n"]) == (4, 2, 2)
+    assert s["both"]["passed"] == 0.5 and s["split"]["passed"] == 1.0 and s["all"]["passed"] == 0.75
+    with pytest.raises(SystemExit):
+        mod.split_figures(pooled.assign(grade_true=[0, 2, 2, 2, 5]), table, 3)
