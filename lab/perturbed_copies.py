@@ -1,4 +1,4 @@
-"""Training on perturbed copies: a training table with typo copies (same levels) and negated copies (lower levels).
+"""Training on perturbed copies: typo, name and sentence-order copies (same levels), negated copies (lower levels).
 
 An experiment on issue "marks that move for the right reasons". From a k-fold split's training part it adds
 * a typo copy of a share of the training answers: one word of five or more letters that is not a word of the question
@@ -12,6 +12,13 @@ with ``--negation symmetric`` also, so that the reader cannot take the word "not
   the negation taken out (``affirm``): the same concepts at the bottom and the same grade as a negated copy (heuristic);
 * a copy of as many training answers marked correct as got a "not" of a sentence that says "not" about nothing the
   answer claims (``HARMLESS``), appended: every level and the grade kept;
+with ``--name-share`` / ``--order-share``, copies that must read the same (every level and the grade kept):
+* the student's name or id written into the answer, in forms and with names the behavioural suite does not use
+  (``signed``: "Name: Ana Silva\n…", "… - A. Silva", "ID 48213. …", "(Silva, Ana) …"), so the suite's
+  ``student_name`` test still measures a form the reader never saw;
+* the sentences of an answer of two or more sentences put in another order (``reordered``: shuffled, not the suite's
+  rotation, though a shuffle of two sentences is one);
+``--negation none`` leaves the negated copies out (invariance copies alone);
 and writes the table and a split.json whose training part holds the copies (dev and test unchanged), for
 
     python lab/perturbed_copies.py --split F/fold-0/split.json --out lab/out/perturbed
@@ -89,6 +96,31 @@ def harmless(text: str, rng: random.Random) -> str:
     return f"{body}{stop} {rng.choice(HARMLESS)}"
 
 
+FIRST = ("Ana", "Tomasz", "Priya", "Diego", "Yuki", "Femi", "Lena", "Omar", "Ines", "Ravi")
+LAST = ("Silva", "Kowalski", "Sharma", "Castro", "Tanaka", "Adeyemi", "Berg", "Haddad", "Duarte", "Iyer")
+SENTENCES = re.compile(r"(?<=[.!?])\s+")
+
+
+def signed(text: str, rng: random.Random) -> str:
+    """``text`` with the student's name or id written into it, in one of four forms unlike the suite's."""
+    first, last = rng.choice(FIRST), rng.choice(LAST)
+    number = rng.randrange(1000, 9999999)
+    forms = (f"Name: {first} {last}\n{text}", f"{text} - {first[0]}. {last}", f"ID {number}. {text}",
+             f"({last}, {first}) {text}")
+    return forms[rng.randrange(len(forms))]
+
+
+def reordered(text: str, rng: random.Random) -> str | None:
+    """The sentences of ``text`` in another order (None: fewer than two sentences)."""
+    parts = [p for p in SENTENCES.split(text.strip()) if p]
+    if len(parts) < 2:
+        return None
+    order = list(range(len(parts)))
+    while order == sorted(order):
+        rng.shuffle(order)
+    return " ".join(parts[i] for i in order)
+
+
 def words(*texts: str) -> set[str]:
     return {w.lower() for t in texts for w in re.findall(r"[A-Za-z]+", t or "")}
 
@@ -102,9 +134,14 @@ def main() -> None:
     ap.add_argument("--negate-concepts", default="FC,CC,DU")
     ap.add_argument("--negate-min-grade", type=int, default=4)
     ap.add_argument("--negated-grade", type=int, default=1)
-    ap.add_argument("--negation", choices=("insert", "symmetric"), default="insert",
+    ap.add_argument("--negation", choices=("insert", "symmetric", "none"), default="insert",
                     help="insert: 'not' inserted into correct answers; symmetric: also taken out of those that have "
-                         "one, and a harmless 'not' sentence appended to as many correct answers (levels kept)")
+                         "one, and a harmless 'not' sentence appended to as many correct answers (levels kept); "
+                         "none: no negated copies")
+    ap.add_argument("--name-share", type=float, default=0.0,
+                    help="the share of training answers copied with a name or id written in (levels kept)")
+    ap.add_argument("--order-share", type=float, default=0.0,
+                    help="the share of multi-sentence training answers copied with their sentences in another order")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -119,6 +156,15 @@ def main() -> None:
             t = typo(str(row["response"]), keep, rng)
             if t is not None:
                 copies.append(row.to_dict() | {"id": f"{row['id']}~typo", "response": t, "method": "copy"})
+        if args.name_share and rng.random() < args.name_share:  # no draw at 0: earlier tables stay as made
+            copies.append(row.to_dict() | {"id": f"{row['id']}~name", "response": signed(str(row["response"]), rng),
+                                           "method": "copy"})
+        if args.order_share and rng.random() < args.order_share:
+            r = reordered(str(row["response"]), rng)
+            if r is not None:
+                copies.append(row.to_dict() | {"id": f"{row['id']}~order", "response": r, "method": "copy"})
+        if args.negation == "none":
+            continue
         if row["grade"] >= args.negate_min_grade and all(row[k] == 3 for k in negated_keys):
             text = str(row["response"])
             n = affirm(text) if args.negation == "symmetric" and NEGATED.search(text) else negate(text)
@@ -137,9 +183,11 @@ def main() -> None:
     aug.to_csv(args.out / "table.csv", index=False)
     new_split = dict(split) | {"train": list(split["train"]) + [c["id"] for c in copies]}
     (args.out / "split.json").write_text(json.dumps(new_split, indent=1) + "\n")
-    added = {kind: sum(c["id"].endswith(f"~{kind}") for c in copies) for kind in ("typo", "not", "harmless")}
-    print(f"{len(train)} training answers; added {added['typo']} typo copies, {added['not']} copies with the claim "
-          f"reversed and {added['harmless']} with a harmless 'not' sentence")
+    added = {kind: sum(c["id"].endswith(f"~{kind}") for c in copies)
+             for kind in ("typo", "name", "order", "not", "harmless")}
+    print(f"{len(train)} training answers; added {added['typo']} typo copies, {added['name']} with a name or id, "
+          f"{added['order']} with the sentences reordered, {added['not']} with the claim reversed and "
+          f"{added['harmless']} with a harmless 'not' sentence")
 
 
 if __name__ == "__main__":

@@ -349,3 +349,20 @@ def test_teacher_split_reads_each_teacher_and_the_answers_both_fail_apart_from_t
     assert s["both"]["passed"] == 0.5 and s["split"]["passed"] == 1.0 and s["all"]["passed"] == 0.75
     with pytest.raises(SystemExit):
         mod.split_figures(pooled.assign(grade_true=[0, 2, 2, 2, 5]), table, 3)
+
+
+def test_perturbed_copies_sign_an_answer_unlike_the_suite_and_reorder_its_sentences() -> None:
+    import random
+
+    from rubrictool.behaviour.edits import NAMES
+
+    mod = importlib.import_module("perturbed_copies")
+    rng = random.Random(0)
+    signed = [mod.signed("A stack is LIFO.", rng) for _ in range(40)]
+    assert all("A stack is LIFO." in s and s != "A stack is LIFO." for s in signed)
+    assert not any(n in s or ", student " in s for s in signed for n in NAMES)  # not the suite's names or form
+    assert len({s.replace("A stack is LIFO.", "")[:3] for s in signed}) >= 3  # more than one form
+    assert mod.reordered("One sentence only.", rng) is None
+    for _ in range(10):
+        out = mod.reordered("First. Second! Third?", rng)
+        assert out != "First. Second! Third?" and sorted(out.split()) == sorted(["First.", "Second!", "Third?"])
