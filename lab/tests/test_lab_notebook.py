@@ -366,3 +366,24 @@ def test_perturbed_copies_sign_an_answer_unlike_the_suite_and_reorder_its_senten
     for _ in range(10):
         out = mod.reordered("First. Second! Third?", rng)
         assert out != "First. Second! Third?" and sorted(out.split()) == sorted(["First.", "Second!", "Third?"])
+
+
+def test_polarity_finds_a_clause_that_reverses_its_match_and_not_one_that_agrees() -> None:
+    mod = importlib.import_module("polarity")
+    assert mod.clauses("A stack is LIFO, but a queue is FIFO. It grows; x") == ["A stack is LIFO", "a queue is FIFO.",
+                                                                               "It grows;"]
+    assert mod.negated("it doesn't copy") and mod.negated("it cannot") and not mod.negated("it is known")
+    assert mod.stripped("It cannot be seen and doesn't copy, not ever") == "It can be seen and does copy, ever"
+
+    vocab = ["a", "stack", "queue", "is", "lifo", "fifo", "x"]
+
+    def encode(texts: list[str]) -> np.ndarray[Any, Any]:  # a bag of words: the same words read the same
+        v = np.array([[t.lower().split().count(w) for w in vocab] for t in texts], dtype=float)
+        return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-9)
+
+    ref = "A stack is LIFO"
+    assert mod.contradiction("A stack is not LIFO", ref, encode) == pytest.approx(1.0)
+    assert mod.contradiction("A stack is LIFO", ref, encode) == 0.0
+    assert mod.contradiction("A queue is not LIFO", ref, encode) == pytest.approx(0.75)  # its closest clause
+    assert mod.contradiction("A stack is not LIFO", "a queue", encode) < min(mod.TAUS)  # no clause it reverses
+    assert mod.contradiction("A stack is not LIFO", "x", encode, peers=[ref]) == pytest.approx(1.0)
