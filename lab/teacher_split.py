@@ -13,6 +13,7 @@ study reads the same line through each teacher alone:
     RUBRICTOOL_DATA=../shared/datasets .venv/bin/python lab/teacher_split.py \\
         --runs benchmarks/results/folds/default benchmarks/results/folds-by-question/default \\
                benchmarks/results/folds/plm benchmarks/results/folds-by-question/plm-default \\
+               benchmarks/results/folds/paper benchmarks/results/folds-by-question/paper \\
         --out lab/results/teacher-split.json
 
 Grades are the teachers' own (Mohler's ``me``, ``other`` and their average); no concept label is read.
