@@ -387,3 +387,14 @@ def test_polarity_finds_a_clause_that_reverses_its_match_and_not_one_that_agrees
     assert mod.contradiction("A queue is not LIFO", ref, encode) == pytest.approx(0.75)  # its closest clause
     assert mod.contradiction("A stack is not LIFO", "a queue", encode) < min(mod.TAUS)  # no clause it reverses
     assert mod.contradiction("A stack is not LIFO", "x", encode, peers=[ref]) == pytest.approx(1.0)
+
+
+def test_stable_marks_splits_the_moved_marks_by_how_sure_the_grader_was() -> None:
+    mod = importlib.import_module("stable_marks")
+    edits = pd.DataFrame({"id": ["a", "b", "c", "d", "a", "b"], "test": ["typo"] * 4 + ["synonym"] * 2,
+                          "grade_before": [5, 4, 3, 5, 5, 4], "grade_after": [5, 3, 4, 5, 4, 4]})
+    p = pd.Series({"a": 0.95, "b": 0.55, "c": 0.5, "d": 0.85})
+    t = mod.by_sureness(edits, p, fifth=0.52).set_index("test")
+    assert t.loc["typo", "moved"] == 0.5 and t.loc["typo", "moved_if_sure"] == 0.0
+    assert t.loc["typo", "moved_if_unsure"] == 1.0 and t.loc["typo", "moved_in_least_sure_fifth"] == 0.5
+    assert t.loc["synonym", "moved_if_sure"] == 1.0 and t.loc["synonym", "moved_in_least_sure_fifth"] == 0.0
