@@ -31,13 +31,9 @@ import numpy as np
 import pandas as pd
 
 from rubrictool.evaluate import low_marks
+from rubrictool.report.scores import round_half_up as half_up  # the Mohler rule that makes ``grade`` from the mean
 
 TEACHERS = ("grade_me", "grade_other")
-
-
-def half_up(x: Any) -> np.ndarray[Any, Any]:
-    """A mark rounded half up (the Mohler rule that makes ``grade`` from the teachers' mean)."""
-    return np.floor(np.asarray(x, dtype=float) + 0.5).astype(int)
 
 
 def teacher_figures(table: pd.DataFrame, pass_mark: int, teachers: tuple[str, ...] = TEACHERS) -> list[dict[str, Any]]:
