@@ -144,6 +144,8 @@ def main() -> None:
                     help="the share of multi-sentence training answers copied with their sentences in another order")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    if not args.split.is_file():
+        raise SystemExit(f"{args.split}: no such split file (give a k-fold run's fold-<i>.split.json)")
     rng = random.Random(args.seed)
     table = adjudicate_benchmark_labels("mohler", data_dir=args.data_dir)
     split = json.loads(args.split.read_text())

@@ -93,7 +93,9 @@ def contradiction(answer: str, reference: str, encode: Any, peers: list[str] | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    example = "\n".join(line for line in __doc__.splitlines() if line.startswith("    "))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="example:\n" + example,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=None, help="benchmark data (default: $RUBRICTOOL_DATA, else ./data)")
     ap.add_argument("--pairs", type=Path, default=Path("benchmarks/data/mohler_minimal_pairs.jsonl"))
     ap.add_argument("--backbone", default=None, help="the sentence encoder (default: MiniLM)")
@@ -111,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.pairs}: no such file (the minimal pairs; give --pairs)", file=sys.stderr)
         return 2
     pairs = [json.loads(line) for line in args.pairs.read_text(encoding="utf-8").splitlines() if line.strip()]
+    print(f"reading {len(table)} answers, their edits and {2 * len(pairs)} pair answers clause by clause "
+          "(about two minutes on a 2-core CPU)", file=sys.stderr)
     encode = Encoder(args.backbone)
     rng = np.random.default_rng(args.seed)
     scores: dict[str, list[float]] = {}
@@ -159,4 +163,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from rubrictool.errors import RubrictoolError
+
+    try:
+        raise SystemExit(main())
+    except RubrictoolError as exc:  # bad data or run folder: one line, no traceback
+        raise SystemExit(f"error: {exc}" + (f"; {exc.hint}" if exc.hint else "")) from None

@@ -40,8 +40,16 @@ def by_sureness(edits: pd.DataFrame, grade_prob: pd.Series, fifth: float) -> pd.
     return pd.DataFrame(rows)
 
 
+def _progress(p: Any) -> None:
+    """The suite's grading, as one line on stderr that counts up."""
+    if p.kind == "progress":
+        print(f"\r{p.task}: {p.done}/{p.total if p.total is not None else '?'}", end="", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    example = "\n".join(line for line in __doc__.splitlines() if line.startswith("    "))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="example:\n" + example,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", type=Path, help="trained run folders (each with test_predictions.csv)")
     ap.add_argument("--data-dir", default=None, help="the runs' data (default: $RUBRICTOOL_DATA)")
     ap.add_argument("--seed", type=int, default=0)
@@ -55,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (run / "test_predictions.csv").is_file():
             print(f"{run}: no test_predictions.csv (give a trained run's folder)", file=sys.stderr)
             return 2
-        result = run_suite(run, data_dir=args.data_dir, seed=args.seed, tests=TESTS)
+        result = run_suite(run, data_dir=args.data_dir, seed=args.seed, tests=TESTS, progress=_progress)
+        print(file=sys.stderr)
         edits.append(result.items)
         probs.append(pd.read_csv(run / "test_predictions.csv", dtype={"id": str})[["id", "grade_prob"]])
     p = pd.concat(probs).set_index("id")["grade_prob"]
@@ -79,4 +88,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from rubrictool.errors import RubrictoolError
+
+    try:
+        raise SystemExit(main())
+    except RubrictoolError as exc:  # bad data or run folder: one line, no traceback
+        raise SystemExit(f"error: {exc}" + (f"; {exc.hint}" if exc.hint else "")) from None

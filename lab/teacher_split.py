@@ -67,7 +67,9 @@ def split_figures(pooled: pd.DataFrame, table: pd.DataFrame, pass_mark: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    example = "\n".join(line for line in __doc__.splitlines() if line.startswith("    "))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="example:\n" + example,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", nargs="*", default=["benchmarks/results/folds/default",
                                                   "benchmarks/results/folds-by-question/default"],
                     help="kept k-fold runs (folders with pooled_predictions.csv)")
@@ -119,4 +121,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from rubrictool.errors import RubrictoolError
+
+    try:
+        raise SystemExit(main())
+    except RubrictoolError as exc:  # bad data or run folder: one line, no traceback
+        raise SystemExit(f"error: {exc}" + (f"; {exc.hint}" if exc.hint else "")) from None
