@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="match against the question's other answers given the top mark as well as the reference")
     ap.add_argument("--out", type=Path, default=None, help="also write the figures as JSON here")
     args = ap.parse_args(argv)
+    if args.out is not None and Path(args.out).suffix != ".json":
+        ap.error(f"--out {args.out}: give a .json file (this study writes JSON, never over its inputs)")
 
     from rubrictool.behaviour.edits import edit
     from rubrictool.pipeline import benchmark_table

@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="also write the table as JSON here")
     args = ap.parse_args(argv)
+    if args.out is not None and Path(args.out).suffix != ".json":
+        ap.error(f"--out {args.out}: give a .json file (this study writes JSON, never over its inputs)")
 
     from rubrictool.behaviour.suite import run_suite
 

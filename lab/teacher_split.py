@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=None, help="benchmark data (default: $RUBRICTOOL_DATA, else ./data)")
     ap.add_argument("--out", default=None, help="also write the figures as JSON here")
     args = ap.parse_args(argv)
+    if args.out is not None and Path(args.out).suffix != ".json":
+        ap.error(f"--out {args.out}: give a .json file (this study writes JSON, never over its inputs)")
 
     from rubrictool.pipeline import benchmark_table
 
