@@ -177,6 +177,9 @@ from reccbm.train import (
 from reccbm.train import (
     train_plm as train_plm,
 )
+from reccbm.views import (
+    encode_views as encode_views,
+)
 
 __all__ = [
     "PRESETS",

@@ -21,10 +21,11 @@ from torch import Tensor
 
 from reccbm.align import segment_masks
 from reccbm.contrast import infer_sep_id
-from reccbm.data import EncodedItems
+from reccbm.data import EncodedItems, collate
 from reccbm.inference import States, collate_states
 from reccbm.model import Model, RecCBM
 from reccbm.references import ReferenceSwap
+from reccbm.views import VIEW
 
 __all__ = ["HostCopy", "LengthGroupedBatches", "QuestionBatches", "epoch_steps", "question_groups", "take_batches",
            "training_loader"]
@@ -123,6 +124,11 @@ def training_loader(items: EncodedItems, batch_size: int, pad_id: int, seed: int
             batch = collate_states(items, idx, pad_id, states)
         if align is not None:
             batch["overlap"] = align.overlap_features(batch["input_ids"], batch["attention_mask"])
+        if items.views is not None:  # each answer's edited copy (StageIConfig.rdrop_views), batched as the answers
+            view = collate(EncodedItems(items.views), idx, pad_id)
+            if align is not None:
+                view["overlap"] = align.overlap_features(view["input_ids"], view["attention_mask"])
+            batch.update({VIEW + k: v for k, v in view.items()})
         batch["host"] = HostCopy(batch)
         if questions is not None:
             batch["question"] = torch.as_tensor(questions[np.asarray(idx)])  # (B,)

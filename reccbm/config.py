@@ -13,6 +13,8 @@ import numbers
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from reccbm.views import EDITS
+
 __all__ = [
     "SECTIONS",
     "VARIANTS",
@@ -286,6 +288,11 @@ class StageIConfig:
     # The share of each Stage I batch that R-Drop reads a second time (the batch's first ceil(share × B) answers; the
     # others keep their one reading in both terms), for a cheaper step: 1 = the whole batch.
     rdrop_share: float = 1.0
+    # Copies that must read the same (not in the paper; reccbm/views.py): R-Drop's second reading reads, for each
+    # training answer, a copy of it with one of these edits a teacher would not mark ("typo", "order", "name"), made
+    # once from the seed, so that the divergence holds the answer's and its copy's readings together. Needs rdrop > 0
+    # and an encoder that reads the tokens (no cached states). () = both readings read the answer.
+    rdrop_views: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_scalars(self)
@@ -293,6 +300,14 @@ class StageIConfig:
             raise ValueError(f"rdrop is a weight >= 0 (0 = one reading), got {self.rdrop}")
         if not 0 < self.rdrop_share <= 1:
             raise ValueError(f"rdrop_share is the share of a batch read twice, in (0, 1], got {self.rdrop_share}")
+        if isinstance(self.rdrop_views, str):  # one edit written without a list
+            object.__setattr__(self, "rdrop_views", (self.rdrop_views,))
+        object.__setattr__(self, "rdrop_views", tuple(str(e) for e in self.rdrop_views))  # a YAML list
+        for e in self.rdrop_views:
+            _choice("stage1.rdrop_views edit", e, EDITS)
+        if self.rdrop_views and self.rdrop <= 0:
+            raise ValueError("stage1.rdrop_views reads the copies in R-Drop's second reading: set stage1.rdrop > 0 "
+                             "(e.g. 1.0) as well")
         if self.question_effects < 0:
             raise ValueError(f"question_effects is >= 0 (0 = off), got {self.question_effects}")
         if not 0 <= self.reference_swap <= 1:

@@ -193,9 +193,14 @@ class EncodedItems:
     # (N, K, M+1) float: per answer and concept, the share of the reviewers who gave each level (soft targets,
     # StageIConfig.soft_targets); None = only the adjudicated level is known
     soft: NDArray[Any] | None = None
+    # per answer, the token features of an edited copy that must read the same (StageIConfig.rdrop_views,
+    # :func:`reccbm.views.encode_views`); None = no copies
+    views: list[dict[str, list[int]]] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.features)
+        if self.views is not None and len(self.views) != n:
+            raise ReccbmError(f"the answers' copies must be one per answer (N={n}), got {len(self.views)}")
         if self.soft is not None and (self.soft.ndim != 3 or len(self.soft) != n):
             raise ReccbmError(f"soft concept targets must be (N={n}, K, M+1), got {self.soft.shape}")
         if self.concepts is not None and (self.concepts.ndim != 2 or len(self.concepts) != n):
@@ -213,6 +218,7 @@ class EncodedItems:
             None if self.concepts is None else self.concepts[ix],
             None if self.grades is None else self.grades[ix],
             None if self.soft is None else self.soft[ix],
+            None if self.views is None else [self.views[i] for i in ix],
         )
 
 

@@ -27,7 +27,15 @@ from numpy.typing import NDArray
 
 from reccbm.checkpoint import load_checkpoint, save_checkpoint
 from reccbm.config import JointConfig, StageIConfig, StageIIConfig, config_from_dict
-from reccbm.data import EncodedItems, check_labels, encode_inputs, encode_table, load_tokenizer, table_lexicon
+from reccbm.data import (
+    EncodedItems,
+    check_labels,
+    encode_inputs,
+    encode_table,
+    load_tokenizer,
+    table_lexicon,
+    table_texts,
+)
 from reccbm.errors import ReccbmError
 from reccbm.fit import Recipe, fit
 from reccbm.inference import Predictions, predict
@@ -35,6 +43,7 @@ from reccbm.model import Model, default_backbone
 from reccbm.normalise import course_lexicon, vocabulary_words
 from reccbm.recipes import PRESETS, contrast_concepts, recipe
 from reccbm.stages import Event
+from reccbm.views import answer_views
 
 __all__ = ["VOTES_PREFIX", "Concept", "Grader", "Rubric", "vote_shares"]
 
@@ -244,6 +253,14 @@ class Grader:
                           if from_table else
                           encode_inputs(tokenizer, *self._text_arrays(X, references, responses), m.max_len,
                                         question=m.question_input, normalise=m.normalise, lexicon=m.lexicon))
+        if r.stage1.rdrop_views and not m.plm:  # each answer's copy that must read the same (reccbm/views.py)
+            if from_table:
+                q, ctx, resp = table_texts(X)
+            else:
+                q, resp, ctx = self._text_arrays(X, references, responses)
+            items.views = encode_inputs(tokenizer, q, answer_views(q, ctx, resp, r.stage1.rdrop_views, r.stage1.seed),
+                                        ctx, m.max_len, question=m.question_input, normalise=m.normalise,
+                                        lexicon=m.lexicon)
         fitted = fit(self._part(items, train), self._part(items, held), r, tokenizer,
                      concept_texts=[k.text() for k in self.rubric.concepts], callback=callback)
         self.model_, self.tokenizer_, self.recipe_, self.history_ = fitted.model, tokenizer, r, fitted.as_dict()

@@ -29,6 +29,7 @@ from reccbm.model import (
     soft_concept_loss,
 )
 from reccbm.padding import padding_batch, padding_loss
+from reccbm.views import view_inputs
 
 __all__ = [
     "TermWeights",
@@ -119,7 +120,8 @@ def stage1_loss(cfg: StageIConfig, weights: TermWeights | None = None) -> Callab
         if cfg.rdrop > 0:  # a second reading under another dropout mask (R-Drop): the mean of both, + their divergence
             B = logits.shape[0]
             n = rdrop_rows(cfg.rdrop_share, B)  # the first n answers are read again
-            _, logits2, c_hat2 = read(model, batch if n == B else first_rows(batch, n, B))
+            second = view_inputs(batch) or batch  # the answers' edited copies where the run made them (rdrop_views)
+            _, logits2, c_hat2 = read(model, second if n == B else first_rows(second, n, B))
             if n < B:  # the others keep their one reading in both terms
                 logits2, c_hat2 = torch.cat([logits2, logits[n:]]), torch.cat([c_hat2, c_hat[n:]])
             total = (0.5 * (total + terms(logits2, c_hat2, batch))

@@ -32,7 +32,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -223,6 +223,8 @@ def _prepare(model: Model, train: EncodedItems, dev: EncodedItems, cfg: StageICo
     states (given, or computed here when cfg.cache_states is on); optimiser, warm-up schedule and loader, prepared."""
     set_seed(cfg.seed)
     cfg = cfg.resolved(len(train) + len(dev))
+    if train.views is not None and (stage != "stage1" or cfg.rdrop <= 0):  # only Stage I's R-Drop reads the copies
+        train = replace(train, views=None)
     frozen = cfg.encoder == "frozen"
     train_stage = "joint" if stage == "joint" else "stage1"
     below = states_layer(model.encoder, cfg.train_top_layers) if not frozen else None

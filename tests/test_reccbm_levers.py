@@ -26,7 +26,7 @@ from reccbm import (
     train_grader,
     train_joint,
 )
-from reccbm.data import EncodedItems, collate
+from reccbm.data import EncodedItems, collate, encode_inputs
 from reccbm.model import concept_loss, rubric_queries
 from tests.support.tiny_models import FAST1, FAST2, encoded, tiny_model, toy_table
 
@@ -594,3 +594,86 @@ def test_two_readings_of_part_of_the_batch(backbone: str) -> None:
     for bad in (0.0, 1.5):
         with pytest.raises(ValueError, match=r"rdrop_share is the share of a batch read twice, in \(0, 1\]"):
             dataclasses.replace(FAST1, rdrop_share=bad)
+
+
+def test_answer_views_are_edits_a_teacher_would_not_mark() -> None:
+    """reccbm.views: a typo never touches a word of the question or the reference and keeps the word's letters; a
+    reordering needs two sentences and keeps every sentence; a name is always possible; one edit drawn per answer, the
+    same for the same seed; an answer no edit applies to is its own copy; an unknown edit is refused."""
+    import random
+
+    from reccbm.views import answer_views, name_view, order_view, typo_view
+
+    rng = random.Random(0)
+    for _ in range(20):
+        t = typo_view("A stack stores elements in order", {"stack", "stores", "elements"}, rng)
+        assert t is not None and t.startswith("A stack stores elements in ") and sorted(t[-5:]) == sorted("order")
+        assert t != "A stack stores elements in order"
+    assert typo_view("a pot of tea", set(), rng) is None and typo_view("a stack", {"stack"}, rng) is None
+    assert order_view("One sentence only.", rng) is None
+    two = order_view("First it pushes. Then it pops!", rng)
+    assert two == "Then it pops! First it pushes."
+    named = name_view("It pops.", rng)
+    assert "It pops." in named and named != "It pops."
+    q, c = ["what is a stack"] * 3, ["a stack stores elements last in first out"] * 3
+    r = ["It is last in first out. It pushes on top.", "lifo", "A pile of plates: push, then popping"]
+    views = answer_views(q, c, r, ("typo", "order"), seed=3)
+    assert views == answer_views(q, c, r, ("typo", "order"), seed=3)
+    assert views[1] == "lifo" and views[0] != r[0] and views[2] != r[2]
+    assert all(v != a for v, a in zip(answer_views(q, c, r, ("name",), seed=3), r))
+    with pytest.raises(ValueError, match="unknown answer edit 'synonym'"):
+        answer_views(q, c, r, ("synonym",), seed=0)
+
+
+def test_the_second_reading_reads_the_copies(backbone: str) -> None:
+    """stage1.rdrop_views: the loader batches each answer's copy beside it; without dropout the loss is the mean of
+    the answer's and the copy's terms plus rdrop × their divergence, so copies equal to the answers give the one
+    reading's loss and edited copies a different one; Stage I trains with them; the edits without R-Drop are refused."""
+    import dataclasses
+
+    from reccbm.batches import training_loader
+    from reccbm.losses import rdrop_divergence
+    from reccbm.losses import stage1_loss as _stage1_loss
+    from reccbm.views import answer_views, view_inputs
+
+    model, tok = tiny_model(backbone)
+    table = toy_table(8, seed=4)
+    items = encoded(tok, table)
+    model.train()
+    for m in model.encoder.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    cfg = dataclasses.replace(FAST1, rdrop=1.0, rdrop_views=("name",))
+    same = dataclasses.replace(items, views=list(items.features))
+    batch = next(iter(training_loader(same, 8, tok.pad_token_id, seed=0)))
+    assert torch.equal(batch["view_input_ids"], batch["input_ids"])
+    plain = _stage1_loss(FAST1)(model, batch)
+    torch.testing.assert_close(_stage1_loss(cfg)(model, batch), plain)
+    named = encode_inputs(tok, table["q"], answer_views(table["q"], table["a"], table["r"], ("name",), 0), table["a"],
+                          32)
+    edited = dataclasses.replace(items, views=named)
+    batch = next(iter(training_loader(edited, 8, tok.pad_token_id, seed=0)))
+    second = view_inputs(batch)
+    assert second is not None and set(second) >= {"input_ids", "attention_mask", "concepts", "grades"}
+    assert not any(k.startswith("view_") for k in second)
+    differ = second["input_ids"].shape != batch["input_ids"].shape or not torch.equal(second["input_ids"],
+                                                                                     batch["input_ids"])
+    assert differ and torch.equal(second["concepts"], batch["concepts"])  # the copies keep the answers' levels
+    with torch.no_grad():
+        a, b = model(batch).concept_logits, model(second).concept_logits
+        one, copy = _stage1_loss(FAST1)(model, batch), _stage1_loss(FAST1)(model, second)
+        both = _stage1_loss(cfg)(model, batch)
+    assert a is not None and b is not None
+    torch.testing.assert_close(both, 0.5 * (one + copy) + rdrop_divergence(a, b), rtol=1e-5, atol=1e-6)
+    assert float(rdrop_divergence(a, b)) > 0
+    train, dev = encoded(tok, toy_table(24, seed=1)), encoded(tok, toy_table(8, seed=2))
+    t = toy_table(24, seed=1)
+    train.views = encode_inputs(tok, t["q"], answer_views(t["q"], t["a"], t["r"], ("typo", "name"), 0), t["a"], 32)
+    assert len(train.subset([0, 3]).views or []) == 2
+    V = model.bottleneck.V.detach().clone()
+    train_concepts(model, train, dev, cfg, tok.pad_token_id)
+    assert not torch.equal(V, model.bottleneck.V.detach())
+    with pytest.raises(ValueError, match=r"set stage1.rdrop > 0"):
+        dataclasses.replace(FAST1, rdrop_views=("typo",))
+    with pytest.raises(reccbm.ReccbmError, match="one per answer"):
+        EncodedItems(items.features, views=items.features[:3])
