@@ -677,3 +677,36 @@ def test_the_second_reading_reads_the_copies(backbone: str) -> None:
         dataclasses.replace(FAST1, rdrop_views=("typo",))
     with pytest.raises(reccbm.ReccbmError, match="one per answer"):
         EncodedItems(items.features, views=items.features[:3])
+
+
+def test_a_library_grader_reads_its_answers_copies(backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``reccbm.Grader`` with ``stage1.rdrop_views`` fitted on arrays: every training answer comes with an edited copy
+    (the name edit always applies, so each copy differs from its answer), the copies are the same for the same seed,
+    and it trains and grades; without the option no copies are made."""
+    import reccbm.estimator
+    from reccbm import Concept, Grader, Rubric
+    from tests.support.tiny_models import mohler_like_table
+
+    seen: list[EncodedItems] = []
+    real_fit = reccbm.estimator.fit
+
+    def spy(train: EncodedItems, *args: object, **kw: object) -> object:
+        seen.append(train)
+        return real_fit(train, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reccbm.estimator, "fit", spy)
+    rubric = Rubric((Concept("EV", "Evidence.", ("none", "some", "strong")), Concept("MC", "Mechanism.")),
+                    grades=(0, 3), levels=(0, 2))
+    t = mohler_like_table(30)
+    args = (t["question"], t["reference"].fillna(""), t["response"], t[["FC", "CC"]].to_numpy() - 1,
+            t["grade"].clip(0, 3))
+    over = {"stage1": {"epochs": 1, "rdrop": 1.0, "rdrop_views": ["name"]}, "stage2": {"epochs": 2}}
+    g = Grader(rubric, backbone=backbone, overrides=over, seed=0).fit(*args)
+    Grader(rubric, backbone=backbone, overrides=over, seed=0).fit(*args)
+    first, again = seen[0], seen[1]
+    assert first.views is not None and len(first.views) == len(first)
+    assert all(v["input_ids"] != f["input_ids"] for v, f in zip(first.views, first.features))
+    assert first.views == again.views
+    assert set(np.asarray(g.predict(t["question"], t["reference"].fillna(""), t["response"])).tolist()) <= {0, 1, 2, 3}
+    Grader(rubric, backbone=backbone, overrides={"stage1": {"epochs": 1}, "stage2": {"epochs": 2}}, seed=0).fit(*args)
+    assert seen[2].views is None
