@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -688,7 +689,7 @@ def test_a_library_grader_reads_its_answers_copies(backbone: str, monkeypatch: p
     from tests.support.tiny_models import mohler_like_table
 
     seen: list[EncodedItems] = []
-    real_fit = reccbm.estimator.fit
+    real_fit = reccbm.fit
 
     def spy(train: EncodedItems, *args: object, **kw: object) -> object:
         seen.append(train)
@@ -700,7 +701,8 @@ def test_a_library_grader_reads_its_answers_copies(backbone: str, monkeypatch: p
     t = mohler_like_table(30)
     args = (t["question"], t["reference"].fillna(""), t["response"], t[["FC", "CC"]].to_numpy() - 1,
             t["grade"].clip(0, 3))
-    over = {"stage1": {"epochs": 1, "rdrop": 1.0, "rdrop_views": ["name"]}, "stage2": {"epochs": 2}}
+    over: dict[str, dict[str, Any]] = {"stage1": {"epochs": 1, "rdrop": 1.0, "rdrop_views": ["name"]},
+                                       "stage2": {"epochs": 2}}
     g = Grader(rubric, backbone=backbone, overrides=over, seed=0).fit(*args)
     Grader(rubric, backbone=backbone, overrides=over, seed=0).fit(*args)
     first, again = seen[0], seen[1]
