@@ -38,22 +38,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from reccbm.views import name_view as signed
+from reccbm.views import order_view as reordered
+from reccbm.views import typo_view as typo
 from rubrictool.adjudicate import adjudicate_benchmark_labels
 
 AUX = re.compile(r"\b(is|are|does|can|will|has|have)\b", re.IGNORECASE)
-WORD = re.compile(r"[A-Za-z]{5,}")
-
-
-def typo(text: str, keep: set[str], rng: random.Random) -> str | None:
-    """``text`` with two neighbouring letters of one non-key word of 5+ letters swapped (None: no such word)."""
-    spots = [m for m in WORD.finditer(text) if m.group(0).lower() not in keep]
-    if not spots:
-        return None
-    m = rng.choice(spots)
-    w = m.group(0)
-    i = rng.randrange(1, len(w) - 2)  # keep the first letter, as most typos do
-    w2 = w[:i] + w[i + 1] + w[i] + w[i + 2:]
-    return text[: m.start()] + w2 + text[m.end():]
 
 
 def negate(text: str) -> str | None:
@@ -94,31 +84,6 @@ def harmless(text: str, rng: random.Random) -> str:
     body = text.rstrip()
     stop = "" if body.endswith((".", "!", "?")) else "."
     return f"{body}{stop} {rng.choice(HARMLESS)}"
-
-
-FIRST = ("Ana", "Tomasz", "Priya", "Diego", "Yuki", "Femi", "Lena", "Omar", "Ines", "Ravi")
-LAST = ("Silva", "Kowalski", "Sharma", "Castro", "Tanaka", "Adeyemi", "Berg", "Haddad", "Duarte", "Iyer")
-SENTENCES = re.compile(r"(?<=[.!?])\s+")
-
-
-def signed(text: str, rng: random.Random) -> str:
-    """``text`` with the student's name or id written into it, in one of four forms unlike the suite's."""
-    first, last = rng.choice(FIRST), rng.choice(LAST)
-    number = rng.randrange(1000, 9999999)
-    forms = (f"Name: {first} {last}\n{text}", f"{text} - {first[0]}. {last}", f"ID {number}. {text}",
-             f"({last}, {first}) {text}")
-    return forms[rng.randrange(len(forms))]
-
-
-def reordered(text: str, rng: random.Random) -> str | None:
-    """The sentences of ``text`` in another order (None: fewer than two sentences)."""
-    parts = [p for p in SENTENCES.split(text.strip()) if p]
-    if len(parts) < 2:
-        return None
-    order = list(range(len(parts)))
-    while order == sorted(order):
-        rng.shuffle(order)
-    return " ".join(parts[i] for i in order)
 
 
 def words(*texts: str) -> set[str]:
