@@ -158,16 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"| {r['answers']} | {r['n']} | " + " | ".join(f"{r[f'fires at {t}']:.0%}" for t in TAUS) + " |")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"taus": TAUS, "rows": df.to_dict("records")}, indent=1) + "\n",
-                            encoding="utf-8")
+        from rubrictool.atomic import atomic_write_json
+
+        atomic_write_json(args.out, {"taus": TAUS, "rows": df.to_dict("records")})
     return 0
 
 
 if __name__ == "__main__":
-    from rubrictool.errors import RubrictoolError
+    from rubrictool.cli import run_script
 
-    try:
-        raise SystemExit(main())
-    except RubrictoolError as exc:  # bad data or run folder: one line, no traceback
-        raise SystemExit(f"error: {exc}" + (f"; {exc.hint}" if exc.hint else "")) from None
+    run_script(main)  # bad data or run folder: one line, no traceback

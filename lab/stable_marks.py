@@ -13,7 +13,6 @@ Grades are the teachers'; the runs' concept labels are what they trained on.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -84,15 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         doc: dict[str, Any] = {"runs": [str(r) for r in args.runs], "seed": args.seed, "fifth": fifth,
                                "share_sure": float((p >= SURE).mean()), "share_unsure": float((p < UNSURE).mean()),
                                "rows": table.to_dict("records")}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        from rubrictool.atomic import atomic_write_json
+
+        atomic_write_json(args.out, doc)
     return 0
 
 
 if __name__ == "__main__":
-    from rubrictool.errors import RubrictoolError
+    from rubrictool.cli import run_script
 
-    try:
-        raise SystemExit(main())
-    except RubrictoolError as exc:  # bad data or run folder: one line, no traceback
-        raise SystemExit(f"error: {exc}" + (f"; {exc.hint}" if exc.hint else "")) from None
+    run_script(main)  # bad data or run folder: one line, no traceback

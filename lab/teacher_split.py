@@ -22,7 +22,6 @@ Grades are the teachers' own (Mohler's ``me``, ``other`` and their average); no 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -116,16 +115,13 @@ def main(argv: list[str] | None = None) -> int:
                              f"{f['mean_error']:+.2f}")
             print(f"| {run} | " + " | ".join(cells) + " |")
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"pass_mark": pass_mark, "teachers": teachers, "runs": runs},
-                                             indent=1) + "\n", encoding="utf-8")
+        from rubrictool.atomic import atomic_write_json
+
+        atomic_write_json(args.out, {"pass_mark": pass_mark, "teachers": teachers, "runs": runs})
     return 0
 
 
 if __name__ == "__main__":
-    from rubrictool.errors import RubrictoolError
+    from rubrictool.cli import run_script
 
-    try:
-        raise SystemExit(main())
-    except RubrictoolError as exc:  # bad data or run folder: one line, no traceback
-        raise SystemExit(f"error: {exc}" + (f"; {exc.hint}" if exc.hint else "")) from None
+    run_script(main)  # bad data or run folder: one line, no traceback

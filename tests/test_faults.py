@@ -559,3 +559,22 @@ def test_adjudicate_into_a_read_only_folder_is_one_line_then_rerun(course: dict[
     _ok(run_cli(_adjudicate_args(course, out)))
     for name in OUTPUTS:
         assert (out / name).read_bytes() == adjudicate_ref[name], name
+
+
+def test_a_script_run_through_run_script_fails_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """``rubrictool.cli.run_script`` (the lab's and benchmarks' entry): a library error is ``error: <message>;
+    <hint>`` on stderr with exit code 1 and no traceback; otherwise the exit code is main's own."""
+    from rubrictool.cli import run_script
+    from rubrictool.errors import DataError
+
+    def bad() -> int:
+        raise DataError("no Mohler data in /nowhere", hint="point --data-dir at it")
+
+    with pytest.raises(SystemExit) as exc:
+        run_script(bad)
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "error: no Mohler data in /nowhere; point --data-dir at it" and "Traceback" not in err
+    with pytest.raises(SystemExit) as exc:
+        run_script(lambda: 3)
+    assert exc.value.code == 3 and capsys.readouterr().err == ""

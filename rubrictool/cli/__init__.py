@@ -26,9 +26,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never reach for
 import typer
 
 from rubrictool.cli import adjudicate, annotate, audit, curve, data, grade, inspect, review, rubric, train
-from rubrictool.cli._common import handle_errors
+from rubrictool.cli._common import handle_errors, run_script
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "run_script"]
 
 app = typer.Typer(
     name="rubrictool",

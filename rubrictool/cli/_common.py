@@ -230,6 +230,18 @@ def _one_writer(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
         return fn(*args, **kwargs)
 
 
+def run_script(main: Callable[[], int]) -> NoReturn:
+    """Run a lab or benchmark script's ``main`` as a command runs: a library error is one line, ``error: <message>;
+    <hint>``, on stderr with exit code 1, never a traceback; otherwise the exit code is ``main``'s."""
+    try:
+        code = main()
+    except _error_types() as e:
+        hint = getattr(e, "hint", None)
+        print(f"error: {shown(e)}" + (f"; {shown(hint)}" if hint else ""), file=sys.stderr)
+        raise SystemExit(1) from None
+    raise SystemExit(code)
+
+
 def handle_errors(fn: F) -> F:
     """Turn library errors into ``error: <message>`` on stderr and exit code 1 (no traceback)."""
 
