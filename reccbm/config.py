@@ -291,7 +291,8 @@ class StageIConfig:
     # Copies that must read the same (not in the paper; reccbm/views.py): R-Drop's second reading reads, for each
     # training answer, a copy of it with one of these edits a teacher would not mark ("typo", "order", "name"), made
     # once from the seed, so that the divergence holds the answer's and its copy's readings together. Needs rdrop > 0
-    # and an encoder that reads the tokens (no cached states). () = both readings read the answer.
+    # (a frozen encoder's cached states are the answers': the copies run through the encoder). () = both readings
+    # read the answer.
     rdrop_views: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
