@@ -34,7 +34,6 @@ from reccbm.data import (
     encode_table,
     load_tokenizer,
     table_lexicon,
-    table_texts,
 )
 from reccbm.errors import ReccbmError
 from reccbm.fit import Recipe, fit
@@ -43,7 +42,7 @@ from reccbm.model import Model, default_backbone
 from reccbm.normalise import course_lexicon, vocabulary_words
 from reccbm.recipes import PRESETS, contrast_concepts, recipe
 from reccbm.stages import Event
-from reccbm.views import answer_views
+from reccbm.views import answer_views, encode_views
 
 __all__ = ["VOTES_PREFIX", "Concept", "Grader", "Rubric", "vote_shares"]
 
@@ -254,13 +253,14 @@ class Grader:
                           encode_inputs(tokenizer, *self._text_arrays(X, references, responses), m.max_len,
                                         question=m.question_input, normalise=m.normalise, lexicon=m.lexicon))
         if r.stage1.rdrop_views and not m.plm:  # each answer's copy that must read the same (reccbm/views.py)
+            edits, seed = r.stage1.rdrop_views, r.stage1.seed
             if from_table:
-                q, ctx, resp = table_texts(X)
+                items.views = encode_views(tokenizer, X, m.max_len, edits, seed, question=m.question_input,
+                                           normalise=m.normalise, lexicon=m.lexicon)
             else:
                 q, resp, ctx = self._text_arrays(X, references, responses)
-            items.views = encode_inputs(tokenizer, q, answer_views(q, ctx, resp, r.stage1.rdrop_views, r.stage1.seed),
-                                        ctx, m.max_len, question=m.question_input, normalise=m.normalise,
-                                        lexicon=m.lexicon)
+                items.views = encode_inputs(tokenizer, q, answer_views(q, ctx, resp, edits, seed), ctx, m.max_len,
+                                            question=m.question_input, normalise=m.normalise, lexicon=m.lexicon)
         fitted = fit(self._part(items, train), self._part(items, held), r, tokenizer,
                      concept_texts=[k.text() for k in self.rubric.concepts], callback=callback)
         self.model_, self.tokenizer_, self.recipe_, self.history_ = fitted.model, tokenizer, r, fitted.as_dict()

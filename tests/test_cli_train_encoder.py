@@ -209,16 +209,24 @@ def test_two_readings_a_step_on_a_course_that_is_not_mohler(tmp_path: Path, cour
              "stage1.rdrop_share=2")
 
 
-def test_copies_that_must_read_the_same_on_a_course_that_is_not_mohler(tmp_path: Path,
-                                                                        course: dict[str, Path]) -> None:
-    """`--cfg stage1.rdrop=1.0 --cfg stage1.rdrop_views=[typo,order,name]` on the chemistry lab: R-Drop's second
-    reading reads each training answer's edited copy; the run trains, records the edits and grades in the rubric's
+def test_copies_that_must_read_the_same_on_a_course_that_is_not_mohler(tmp_path: Path, course: dict[str, Path],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--cfg stage1.rdrop=1.0 --cfg stage1.rdrop_views=[typo,order,name]` on the chemistry lab: every training answer
+    reaches R-Drop with an edited copy beside it; the run trains, records the edits and grades in the rubric's
     range; an unknown edit, and the edits without R-Drop, are refused in one line that names the field, nothing
     written."""
+    import reccbm.estimator
+
+    seen: list[Any] = []
+    real_fit = reccbm.fit
+    monkeypatch.setattr(reccbm.estimator, "fit", lambda train, *a, **k: seen.append(train) or real_fit(train, *a, **k))
     out = tmp_path / "views"
     res = _train(course, out, "--encoder", "train", "--cfg", "stage1.rdrop=1.0", "--cfg",
                  "stage1.rdrop_views=[typo,order,name]")
     assert res.exit_code == 0, res.output
+    train = seen[0]
+    assert train.views is not None and len(train.views) == len(train)
+    assert sum(v != f for v, f in zip(train.views, train.features)) >= len(train) // 2  # most answers edited
     assert yaml.safe_load((out / "config.yaml").read_text())["stage1"]["rdrop_views"] == ["typo", "order", "name"]
     _grades_in_the_rubrics_range(out)
     _refused(course, tmp_path / "bad", "unknown stage1.rdrop_views edit 'synonym'", "--cfg", "stage1.rdrop=1.0",

@@ -397,11 +397,6 @@ def _encode_splits(spec: RunSpec, tokenizer: Any) -> tuple[dict[str, reccbm.Enco
     sets = {s: _encode(spec.df.iloc[p], spec.rubric, tokenizer, m.max_len, not spec.training.plm, cut, m.question_input,
                     m.normalise, m.lexicon)
             for s, p in spec.pos.items()}
-    s1 = spec.training.recipe.stage1
-    if s1.rdrop_views and not spec.training.plm:  # each training answer's copy that must read the same
-        sets["train"].views = reccbm.encode_views(tokenizer, spec.df.iloc[spec.pos["train"]], m.max_len, s1.rdrop_views,
-                                                  s1.seed, question=m.question_input, normalise=m.normalise,
-                                                  lexicon=m.lexicon)
     return sets, len(cut)
 
 
