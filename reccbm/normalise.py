@@ -16,6 +16,12 @@ report and :class:`reccbm.Grader` read answers alike).
   lexicon word the vocabulary lacks ("pointre", "pointer") is read back too. A known word with a regular ending
   ("computes", "scoped", "constructors") is a real word the vocabulary splits into pieces and is never changed.
 
+* the student's own name or id written into the answer where it says so: a labelled id ("student 61400", "ID 4821",
+  "#20417"), with or without a name before it ("Maria Rossi, student 61400:"), or a "Name:" field, at the answer's
+  start or end; and a name with no label where its shape leaves no doubt — "(Silva, Ana)" before the answer, "- A.
+  Silva" after it — when none of its words is a word of the question, the reference or the course lexicon (so "- Big
+  O" at the end of an answer about Big O stays). An answer that is nothing but such a signature is read as empty.
+
 Each of these is an edit a teacher would not mark; none can add what the answer did not say. Case is left alone
 (the default encoder is uncased; a cased one reads case as the student wrote it).
 """
@@ -26,13 +32,32 @@ import re
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
-__all__ = ["Normaliser", "course_lexicon", "normaliser_for", "one_edit", "vocabulary_words"]
+__all__ = ["Normaliser", "course_lexicon", "normaliser_for", "one_edit", "vocabulary_words", "without_signature"]
 
 _SPACE = re.compile(r"\s+")
 _TRAILING = re.compile(r"[.!;,:\s]+$")
 _WORD = re.compile(r"[A-Za-z]{5,}")
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 _ENDINGS = ("s", "es", "ies", "d", "ed", "ied", "ing", "er", "ers", "ly")  # regular inflections (_inflected)
+
+# A student's signature (without_signature). A person's name: one to three capitalised words or initials ("Ana
+# Silva", "A. Silva", "Ana M. Silva"); an id: a number of three or more digits with its label.
+_CAP = r"[A-Z][a-z'\u2019-]+"
+_PERSON = rf"(?:[A-Z]\.\s?)?{_CAP}(?:\s+(?:[A-Z]\.|{_CAP})){{0,2}}"
+_ID = r"(?i:(?:student|matric(?:ulation)?)(?:\s*(?:id|no\.?|number|#))?|id|\#)\s*[:#]?\s*\d{3,}"
+_NAME_FIELD = rf"(?i:(?:student(?:'s)?\s+)?name)\s*:\s*(?P<field>{_PERSON})"
+_STOP = r"\s*(?:\n|[:.;,|\u2013\u2014-]\s*|$)"  # where a signature ends: a line break or a mark, never a bare space
+_LABELLED = (  # a signature with a label or an id: no doubt whose it is
+    rf"{_NAME_FIELD}(?:\s*[,;(]?\s*{_ID}\)?)?",
+    rf"{_PERSON}\s*,?\s*\(?\s*{_ID}\s*\)?",
+    rf"{_PERSON}\s*\(\s*\d{{3,}}\s*\)",
+    _ID,
+)
+_LEADING = re.compile(rf"^\s*(?:{'|'.join(_LABELLED)}){_STOP}")
+_TRAILING_ID = re.compile(rf"(?:^|(?<=[\s.;,]))(?:[\u2013\u2014~-]+\s*)?(?:{'|'.join(_LABELLED)})\s*[.]?\s*$")
+_BARE_LEADING = re.compile(rf"^\s*\(\s*(?P<field>{_CAP}\s*,\s*{_PERSON})\s*\)\s*[:.\u2013\u2014-]?\s*")
+# after a sentence's end or a line break only: "It was called - Alan Turing" keeps its answer
+_BARE_TRAILING = re.compile(rf"(?:(?<=[.!?)])\s*|\s*\n\s*)[\u2013\u2014~-]+\s*(?P<field>{_PERSON})\s*$")
 
 
 def one_edit(word: str) -> set[str]:
@@ -73,10 +98,12 @@ class Normaliser:
         self._fix = lru_cache(maxsize=65536)(self._fix_uncached)
 
     def __call__(self, response: str, question: str = "", reference: str = "") -> str:
-        text = _TRAILING.sub("", _SPACE.sub(" ", response).strip())
-        if not text:
-            return response.strip()
         near = frozenset(w.lower() for w in _WORD.findall(f"{question} {reference}"))
+        own = frozenset(w.lower() for w in re.findall(r"[A-Za-z]{2,}", f"{question} {reference}"))
+        signed = without_signature(response, own | frozenset(self.rank))
+        text = _TRAILING.sub("", _SPACE.sub(" ", signed).strip())
+        if not text:
+            return signed.strip()
         return _WORD.sub(lambda m: self._word(m.group(0), near), text)
 
     def _word(self, word: str, near: frozenset[str]) -> str:
@@ -118,6 +145,32 @@ class Normaliser:
             if hits:
                 return self._pick(hits)
         return None
+
+
+def without_signature(response: str, course_words: Iterable[str] = ()) -> str:
+    """``response`` without the student's name or id where it is written as a signature at its start or end (the forms
+    of this module's docstring). A name with no label is taken only when none of its words (lower case) is in
+    ``course_words`` (the question's, the reference's and the course lexicon's words): a course's own term is never
+    read as a name. An answer that is only a signature comes back empty."""
+    words = frozenset(course_words)
+
+    def names_nothing(m: re.Match[str]) -> bool:
+        return not any(w.lower() in words for w in re.findall(r"[A-Za-z]{2,}", m.group("field")))
+
+    text = response
+    for _ in range(2):  # a signature at each end; at most one each
+        before = text
+        text = _LEADING.sub("", text, count=1)
+        m = _BARE_LEADING.match(text)
+        if m and names_nothing(m):
+            text = text[m.end():]
+        text = _TRAILING_ID.sub("", text, count=1)
+        m = _BARE_TRAILING.search(text)
+        if m and names_nothing(m):
+            text = text[:m.start()]
+        if text == before:
+            break
+    return text
 
 
 def course_lexicon(responses: Sequence[str], questions: Sequence[str], references: Sequence[str],

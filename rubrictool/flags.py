@@ -19,8 +19,10 @@ Each flag is defined once here; docs/integrity.md gives the definitions and what
   no other training response uses) of its own word types are unseen in the training responses (with
   at least ``OOD_MIN_WORDS`` word types), or it has more than ``OOD_LENGTH_FACTOR`` times the longest
   training response's words.
-- ``empty``: the response is empty, whitespace only or null. ``rubrictool grade`` gives such an answer
-  no model grade (its grade and every model column are empty) instead of grading nothing as an answer.
+- ``empty``: the response is empty, whitespace only or null, or holds nothing but the student's name or id
+  written as a signature ("Maria Rossi, student 61400:", :func:`reccbm.normalise.without_signature`).
+  ``rubrictool grade`` gives such an answer no model grade (its grade and every model column are empty) instead
+  of grading nothing as an answer.
 - ``truncated``: the model read only part of the input: the response or the question/reference/context
   was cut to the run's ``max_len`` tokens (``reccbm.encode_inputs``'s ``truncated``).
 - ``repeats_text``: padding by repetition: a sentence of ``REPEAT_MIN_WORDS`` words or more occurs twice (any

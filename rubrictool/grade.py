@@ -22,6 +22,7 @@ import torch
 
 import reccbm
 from reccbm import Predictions, ReccbmError
+from reccbm.normalise import without_signature
 from reccbm.onnx_encoder import OnnxExportError, require_onnx, use_onnx_encoder
 from rubrictool.errors import DataError, TrainError
 from rubrictool.flags import EMPTY_FLAG, Profile, flag_frame
@@ -485,12 +486,14 @@ def _apply_review(model: reccbm.Model, preds: Predictions, df: pd.DataFrame, rev
 
 
 def empty_responses(df: pd.DataFrame) -> npt.NDArray[np.bool_]:
-    """Per row, whether the response is empty, whitespace only or null: such a row gets no model grade
-    (the model would grade nothing as if it were an answer) and the ``empty`` flag."""
+    """Per row, whether the response is empty, whitespace only, null or nothing but the student's signature (a name or
+    id, :func:`reccbm.normalise.without_signature`): such a row gets no model grade (the model would grade nothing as
+    if it were an answer) and the ``empty`` flag."""
     if "response" not in df.columns:
         return np.zeros(len(df), dtype=bool)
     resp = df["response"]
-    out: npt.NDArray[np.bool_] = (resp.isna() | resp.astype(str).str.strip().eq("")).to_numpy(dtype=bool)
+    unsigned = resp.astype(str).map(lambda r: without_signature(r).strip())
+    out: npt.NDArray[np.bool_] = (resp.isna() | unsigned.eq("")).to_numpy(dtype=bool)
     return out
 
 

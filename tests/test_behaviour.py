@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from reccbm.normalise import without_signature
 from rubrictool.behaviour import (
     FILLER,
     OPPOSITES,
@@ -25,6 +26,7 @@ from rubrictool.behaviour import (
     summarise,
     summary_markdown,
 )
+from rubrictool.behaviour.edits import NAMES
 from rubrictool.cli import app
 from rubrictool.errors import DataError
 from rubrictool.flags import gaming_flags
@@ -69,6 +71,10 @@ def test_invariance_edits_change_the_form_not_the_key_words() -> None:
     assert swapped in ([("usually", "typically")], [("because", "since")])
     named = edit("student_name", ITEM, rng())
     assert named.endswith(ITEM["response"]) and any(ch.isdigit() for ch in named)
+    assert without_signature(named) == ITEM["response"]  # the normaliser reads the labelled form as the answer
+    bare = edit("name_unlabelled", ITEM, rng())
+    assert bare.endswith("\n" + ITEM["response"]) and bare.split("\n")[0] in NAMES
+    assert without_signature(bare) == bare  # no label: left to the reader
     assert edit("typo", {**ITEM, "response": "a stack stores elements"}, rng()) is None  # only key words
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 from typer.testing import CliRunner
 
 import reccbm
-from reccbm.normalise import Normaliser, course_lexicon, normaliser_for, one_edit, vocabulary_words
+from reccbm.normalise import Normaliser, course_lexicon, normaliser_for, one_edit, vocabulary_words, without_signature
 from rubrictool.cli import app
 from tests.support.tiny_models import build_backbone, mohler_like_table, train_with_cli
 
@@ -145,3 +145,67 @@ def test_a_library_grader_with_course_words_fits_its_answers_lexicon_and_keeps_i
     assert Grader.load(tmp_path / "g").model_.config.lexicon == want
     plain = Grader(rubric, backbone=backbone, overrides={**over, "model": {"normalise": True}}, seed=0)
     assert plain.fit(t["question"], t["reference"].fillna(""), responses, levels, grades).model_.config.lexicon == ()
+
+
+def test_a_students_signature_goes_and_an_answers_own_words_stay() -> None:
+    """``without_signature``: a labelled name or id at either end goes (forms a gradebook export or a student writes);
+    a name with no label goes only where its shape leaves no doubt and none of its words is the course's; text that
+    only looks like one stays; an answer that is only a signature is empty."""
+    gone = {
+        "Maria Rossi, student 61400: not answered": "not answered",
+        "Name: Ana Silva\nA stack is LIFO.": "A stack is LIFO.",
+        "Student ID: 20417\nIt is a tree.": "It is a tree.",
+        "ID 4821. A stack is LIFO.": "A stack is LIFO.",
+        "Jordan Lee (55321): it is a tree": "it is a tree",
+        "(Silva, Ana) A stack is LIFO.": "A stack is LIFO.",
+        "A stack is LIFO. - A. Silva": "A stack is LIFO.",
+        "A stack is LIFO.\n\u2014 Kim Nguyen, student no. 77310": "A stack is LIFO.\n",
+    }
+    for written, read in gone.items():
+        assert without_signature(written) == read, written
+    kept = ["Name: a label for a memory cell", "Stack: a LIFO structure", "It runs in O(n) time",
+            "The first one is called - Alan Turing",  # no sentence before the dash: the name may be the answer
+            "The id is a key. Binary Search - Heap", "version 2.0 - Windows", "#20417 it is a tree"]
+    for written in kept:
+        assert without_signature(written) == written, written
+    assert without_signature("It was Turing. - Alan Turing", {"alan", "turing"}) == "It was Turing. - Alan Turing"
+    assert without_signature("It was Turing. - Alan Turing") == "It was Turing."
+    assert without_signature("Maria Rossi, student 61400:") == ""
+    assert without_signature("ID 4821. A tree. - A. Silva") == "A tree."  # one at each end
+
+
+def test_the_normaliser_reads_a_signed_answer_as_the_answer_and_the_question_guards_a_bare_name() -> None:
+    n = Normaliser(VOCAB)
+    signed = n("Sam Patel, student 12345: A stack stroes values.")
+    assert signed == n("A stack stores values") == "A stack stores values"
+    assert n("A stack stores values. - A. Silva") == "A stack stores values"
+    question = "Who proved the halting problem undecidable? Give his full name."
+    assert n("It was him. - Alan Turing", question, "Alan Turing") == "It was him. - Alan Turing"
+    assert n("Maria Rossi, student 61400:") == ""
+
+
+def test_grade_reads_a_signed_answer_as_the_answer_and_holds_a_signature_alone_as_empty(tmp_path: Path) -> None:
+    """Through the CLI on a gradebook export: an answer with the student's name and id written into it
+    gets the grade and probability of the answer without them; an answer that is only the signature gets no model grade
+    and the ``empty`` flag, as an empty answer does."""
+    from tests.support.tiny_models import tiny_bert_run
+
+    run = tiny_bert_run(tmp_path)
+    assert json.loads((run / "model.json").read_text())["model_config"]["normalise"] is True
+    table = mohler_like_table(40)
+    row = table.iloc[3]
+    answers = {"plain": str(row["response"]), "signed": f"Kim Nguyen, student 77310: {row['response']}",
+               "field": f"Name: Kim Nguyen\n{row['response']}", "signature": "Kim Nguyen, student 77310:", "blank": ""}
+    items = pd.DataFrame([{"id": i, "question": row["question"], "reference": row["reference"], "response": r}
+                          for i, r in answers.items()])
+    data, out = tmp_path / "export.csv", tmp_path / "graded.csv"
+    items.to_csv(data, index=False)
+    res = CliRunner().invoke(app, ["grade", "--run", str(run), "--items", str(data), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    graded = pd.read_csv(out, keep_default_na=False, dtype=str).set_index("id")
+    for signed in ("signed", "field"):
+        assert graded.loc[signed, "model_grade"] == graded.loc["plain", "model_grade"] != ""
+        assert graded.loc[signed, "grade_prob"] == graded.loc["plain", "grade_prob"]
+    for nothing in ("signature", "blank"):
+        assert graded.loc[nothing, "flags"] == "empty"
+        assert graded.loc[nothing, "model_grade"] == ""

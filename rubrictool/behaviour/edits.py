@@ -138,6 +138,11 @@ def _student_name(it: _Item, rng: np.random.Generator) -> str | None:
     return f"{name}, student {int(rng.integers(10000, 99999))}: {it['response']}"
 
 
+def _name_unlabelled(it: _Item, rng: np.random.Generator) -> str | None:
+    # no label and no id: a form reccbm.normalise.without_signature leaves alone, so this reads the grader itself
+    return f"{NAMES[int(rng.integers(len(NAMES)))]}\n{it['response']}"
+
+
 def _negation(it: _Item, rng: np.random.Generator) -> str | None:
     a = it["response"]
     m = _NEGATE.search(a)
@@ -204,6 +209,8 @@ TESTS = (
     BehaviourTest("sentence_order", "invariance", "same", "putting the sentences in another order", _sentence_order),
     BehaviourTest("synonym", "invariance", "same", "a synonym for an ordinary word", _synonym),
     BehaviourTest("student_name", "invariance", "same", "adding the student's name and id", _student_name),
+    BehaviourTest("name_unlabelled", "invariance", "same", "writing the student's name on a line above it",
+                  _name_unlabelled),
     BehaviourTest("negation", "directional", "falls", 'negating the answer ("not")', _negation),
     BehaviourTest("key_swap", "directional", "falls", "swapping the key term for its opposite or the other option",
                   _key_swap),
