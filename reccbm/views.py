@@ -9,8 +9,9 @@ cost. The edits, one per answer, drawn among those that apply to it:
 * ``typo``: two neighbouring letters swapped in one word of five or more letters that is not a word of the question or
   the reference (the first letter kept, as most slips keep it);
 * ``order``: the sentences of an answer of two or more sentences in another order;
-* ``name``: the student's name or id written into the answer ("Name: Ana Silva" above it, "- A. Silva" after it,
-  "ID 4821." before it, "(Silva, Ana)" before it).
+* ``name``: the student's name written into the answer with no label or id ("Ana Silva" on a line below it, "Ana
+  Silva:" or "A. Silva -" before it, "(Ana)" after it): the forms :func:`reccbm.normalise.without_signature` leaves
+  alone, since the normaliser already reads a labelled name or id as no part of the answer.
 
 An answer no chosen edit applies to is read again as it is (plain R-Drop for that answer). The copies are made once,
 from the run's seed, before training; each is read as the answer itself is read (the same question, reference and
@@ -66,11 +67,11 @@ def order_view(text: str, rng: random.Random) -> str | None:
 
 
 def name_view(text: str, rng: random.Random) -> str:
-    """``text`` with a student's name or id written into it, in one of four forms."""
+    """``text`` with a student's name written into it with no label, in one of four forms (none of them one the
+    normaliser's signature rule takes out)."""
     first, last = rng.choice(_FIRST), rng.choice(_LAST)
-    number = rng.randrange(1000, 9999999)
-    forms = (f"Name: {first} {last}\n{text}", f"{text} - {first[0]}. {last}", f"ID {number}. {text}",
-             f"({last}, {first}) {text}")
+    forms = (f"{text}\n{first} {last}", f"{first} {last}: {text}", f"{first[0]}. {last} - {text}",
+             f"{text} ({first})")
     return forms[rng.randrange(len(forms))]
 
 

@@ -603,6 +603,7 @@ def test_answer_views_are_edits_a_teacher_would_not_mark() -> None:
     same for the same seed; an answer no edit applies to is its own copy; an unknown edit is refused."""
     import random
 
+    from reccbm.normalise import without_signature
     from reccbm.views import answer_views, name_view, order_view, typo_view
 
     rng = random.Random(0)
@@ -614,8 +615,10 @@ def test_answer_views_are_edits_a_teacher_would_not_mark() -> None:
     assert order_view("One sentence only.", rng) is None
     two = order_view("First it pushes. Then it pops!", rng)
     assert two == "Then it pops! First it pushes."
-    named = name_view("It pops.", rng)
-    assert "It pops." in named and named != "It pops."
+    for _ in range(12):  # no label, no id: forms the normaliser leaves for the reader to learn
+        named = name_view("It pops.", rng)
+        assert "It pops." in named and named != "It pops." and not any(ch.isdigit() for ch in named)
+        assert without_signature(named) == named
     q, c = ["what is a stack"] * 3, ["a stack stores elements last in first out"] * 3
     r = ["It is last in first out. It pushes on top.", "lifo", "A pile of plates: push, then popping"]
     views = answer_views(q, c, r, ("typo", "order"), seed=3)
