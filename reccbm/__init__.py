@@ -5,7 +5,8 @@ RACE (rubric-aware concept encoder) -> OPCC (ordinal pairwise concept calibratio
 arrays, predict, save, load; scikit-learn's get_params/set_params) that owns its tokenizer and recipe, and the one
 way rubrictool trains and grades. Below it, :func:`fit` runs a :class:`Recipe` on token ids and 0-based labels:
 Stage I, then Stage II (the paper's Algorithm 1), with an optional joint stage and a cross-fitted Stage II in between
-(:func:`recipe` builds the named ones, :data:`PRESETS`); :func:`predict` runs a model on encoded items.
+(:func:`recipe` builds the named ones, :data:`PRESETS`); :func:`predict` runs a model on encoded items,
+:func:`predict_texts` on answers as the model reads them.
 Independent of rubrictool.
 
 ``__all__`` is that public surface. The building blocks (the stages, the model classes, metrics, explanations) are
@@ -101,7 +102,7 @@ from reccbm.explain import (
 )
 from reccbm.fit import Fitted as Fitted
 from reccbm.fit import Recipe, fit
-from reccbm.inference import Predictions, predict
+from reccbm.inference import Predictions, predict, predict_texts
 from reccbm.inference import (
     cache_concepts as cache_concepts,
 )
@@ -194,6 +195,7 @@ __all__ = [
     "fit",
     "load_checkpoint",
     "predict",
+    "predict_texts",
     "recipe",
     "save_checkpoint",
 ]

@@ -97,6 +97,12 @@ class ModelConfig:
     # and where a slip is one edit from several words the one the course's answers use most is read. The words are
     # the run's (lexicon), set when training starts and kept in the checkpoint. 0: the encoder's vocabulary alone.
     course_words: int = 0
+    # Not in the paper. >= 2: an answer of two or more sentences is read in several orders of its sentences (all of
+    # them up to three sentences, else the sorted order and this many minus one drawn from the sentences themselves)
+    # and its grade and concept outputs are averaged over those readings, so that the order of its sentences cannot
+    # move its mark (reccbm/orders.py; grading and the report; training reads each answer once). 0: read once, as
+    # written (the paper, and every run before the option).
+    sentence_orders: int = 0
     question_input: bool = True
     # Not in the paper. The concept classifiers (Eq. 11). "softmax": V_k holds one direction per level, p̂_k =
     # softmax(V_k h_k + b_k). "ordinal": one direction v_k per concept and level m's logit m · v_kᵀh_k + b_{k,m} (the
@@ -117,6 +123,8 @@ class ModelConfig:
         object.__setattr__(self, "lexicon", tuple(str(w) for w in self.lexicon))  # a JSON list
         if self.course_words < 0:
             raise ValueError(f"course_words is a number of answers >= 0, got {self.course_words}")
+        if self.sentence_orders < 0 or self.sentence_orders == 1:
+            raise ValueError(f"sentence_orders is 0 (read once) or a number of orders >= 2, got {self.sentence_orders}")
         object.__setattr__(self, "rubric_ids", tuple(int(i) for i in self.rubric_ids))  # a JSON list
         object.__setattr__(self, "rubric_spans", tuple(int(i) for i in self.rubric_spans))
         if self.rubric_input < 0:

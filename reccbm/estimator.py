@@ -34,10 +34,11 @@ from reccbm.data import (
     encode_table,
     load_tokenizer,
     table_lexicon,
+    table_texts,
 )
 from reccbm.errors import ReccbmError
 from reccbm.fit import Recipe, fit
-from reccbm.inference import Predictions, predict
+from reccbm.inference import Predictions, predict_texts
 from reccbm.model import Model, default_backbone
 from reccbm.normalise import course_lexicon, vocabulary_words
 from reccbm.recipes import PRESETS, contrast_concepts, recipe
@@ -407,16 +408,12 @@ class Grader:
         positions of the inputs cut at the model's max_len."""
         if not hasattr(self, "model_"):
             raise ReccbmError("this Grader is not fitted yet: call fit, or Grader.load a saved one")
-        cfg = self.model_.config
         if _is_table(X) and references is None and responses is None:
-            feats = encode_table(self.tokenizer_, X, cfg.max_len, truncated, question=cfg.question_input,
-                                 normalise=cfg.normalise, lexicon=cfg.lexicon)
+            q, ref, resp = table_texts(X)
         else:
             q, resp, ref = self._text_arrays(X, references, responses)
-            feats = encode_inputs(self.tokenizer_, q, resp, ref, cfg.max_len, truncated, question=cfg.question_input,
-                                  normalise=cfg.normalise, lexicon=cfg.lexicon)
-        return predict(self.model_, EncodedItems(feats), self.tokenizer_.pad_token_id, batch_size or self.batch_size,
-                       on_batch, device=device, precision=precision)
+        return predict_texts(self.model_, self.tokenizer_, q, resp, ref, batch_size or self.batch_size, on_batch,
+                             device=device, precision=precision, truncated=truncated)
 
     def predict_proba(self, X: Any, references: Iterable[Any] | None = None,
                       responses: Iterable[Any] | None = None) -> NDArray[Any]:

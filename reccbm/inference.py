@@ -1,5 +1,7 @@
 """Batched prediction with a trained model, and what runs a model once over a set of inputs.
 
+* :func:`predict_texts` — :func:`predict` of texts as the model reads them (its input rule, :mod:`reccbm.data`, and
+  ``ModelConfig.sentence_orders``, :mod:`reccbm.orders`): the one way from answers to a model's outputs.
 * :func:`predict` — grade probabilities, and for REC-CBM the concept outputs p̂ (Eq. 11), ĉ (Eq. 13) and μ_post
   (Eq. 20; s̃ without LCEC), batched, length-sorted, with dynamic padding.
 * :func:`cache_concepts` — runs the frozen Stage I model once and keeps p̂ (N, K, M+1) for Stage II (Eq. 28).
@@ -23,11 +25,12 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from reccbm.data import EncodedItems, collate
+from reccbm.data import EncodedItems, collate, encode_inputs
 from reccbm.decision import Decision, decide
 from reccbm.device import autocast, on_device
 from reccbm.errors import ReccbmError
 from reccbm.model import Model, TextEncoder
+from reccbm.orders import average_readings, expand_orders
 
 __all__ = [
     "Predictions",
@@ -36,6 +39,7 @@ __all__ = [
     "collate_states",
     "encoder_states",
     "predict",
+    "predict_texts",
     "quantize_encoder",
 ]
 
@@ -148,6 +152,59 @@ def predict(
     assert probs is not None
     return Predictions(probs, cat("p_hat"), cat("c_hat"), cat("mu_post"), cat("grade_logits"),
                        getattr(model, "decision", None))
+
+
+def predict_texts(
+    model: Model,
+    tokenizer: Any,
+    questions: Sequence[str],
+    responses: Sequence[str],
+    contexts: Sequence[str],
+    batch_size: int = 64,
+    on_batch: Callable[[int], None] | None = None,
+    device: str | torch.device | None = None,
+    precision: str = "no",
+    truncated: list[int] | None = None,
+) -> Predictions:
+    """:func:`predict` of N answers (their questions, responses and contexts as :func:`reccbm.table_texts` gives them)
+    read as the model reads them: encoded by its input rule (``max_len``, ``question_input``, ``normalise``,
+    ``lexicon``) and, with ``ModelConfig.sentence_orders``, each answer of two or more sentences read in several orders
+    of its sentences and its outputs averaged over them (:mod:`reccbm.orders`). ``on_batch`` counts answers;
+    ``truncated`` receives the positions of the answers whose input (in any order read) was cut at ``max_len``."""
+    cfg = model.config
+    n = getattr(cfg, "sentence_orders", 0)
+    flat, owner = expand_orders(list(responses), n) if n else (list(responses), None)
+    if owner is not None:
+        questions = [questions[i] for i in owner]
+        contexts = [contexts[i] for i in owner]
+    cut: list[int] = []
+    feats = encode_inputs(tokenizer, questions, flat, contexts, cfg.max_len, cut, question=cfg.question_input,
+                          normalise=cfg.normalise, lexicon=cfg.lexicon)
+    if truncated is not None:
+        truncated.extend(sorted({int(owner[i]) for i in cut}) if owner is not None else cut)
+    counted = on_batch
+    if owner is not None and on_batch is not None:
+        done = [0, 0]  # texts read, answers reported
+
+        def counted(k: int) -> None:
+            done[0] += k
+            answers = int(done[0] * len(responses) // len(flat))
+            if answers > done[1]:
+                on_batch(answers - done[1])
+                done[1] = answers
+
+    pred = predict(model, EncodedItems(feats), tokenizer.pad_token_id, batch_size, counted, device=device,
+                   precision=precision)
+    if owner is None:
+        return pred
+
+    def mean(a: NDArray[Any] | None) -> NDArray[Any] | None:
+        return None if a is None else average_readings(a, owner, len(responses))
+
+    probs = mean(pred.grade_probs)
+    assert probs is not None
+    return Predictions(probs, mean(pred.p_hat), mean(pred.c_hat), mean(pred.mu_post), mean(pred.grade_logits),
+                       pred.cutpoints)
 
 
 def quantize_encoder(model: Model) -> Model:

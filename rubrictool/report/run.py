@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 import reccbm
 from reccbm import Predictions
-from reccbm.data import collate
+from reccbm.data import collate, table_texts
 from rubrictool.errors import DataError
 from rubrictool.grade import check_finite, inputs_for, parse_overrides
 from rubrictool.provenance import git_revision
@@ -111,9 +111,10 @@ def predict_with_attention(run: Run, items: pd.DataFrame, batch_size: int = 16) 
     df = items.reset_index(drop=True)
     df["response"] = df["response"].fillna("").astype(str) if "response" in df.columns else ""
     tok = run.tokenizer
-    feats = inputs_for(run.model, tok, df)
+    feats = inputs_for(run.model, tok, df)  # the answer as written: the tokens the attention is shown on
     enc = reccbm.EncodedItems(feats)
-    preds = reccbm.predict(run.model, enc, tok.pad_token_id, batch_size)
+    q, aux, r = table_texts(df)
+    preds = reccbm.predict_texts(run.model, tok, q, r, aux, batch_size)
     check_finite(preds, [str(i) for i in df["id"]] if "id" in df.columns else [])
     tokens: list[list[str]] = []
     spans: list[list[tuple[int, int]]] = []
