@@ -25,7 +25,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from reccbm.data import EncodedItems, collate, encode_inputs
+from reccbm.data import EncodedItems, collate, encode_inputs, read_responses
 from reccbm.decision import Decision, decide
 from reccbm.device import autocast, on_device
 from reccbm.errors import ReccbmError
@@ -168,11 +168,14 @@ def predict_texts(
 ) -> Predictions:
     """:func:`predict` of N answers (their questions, responses and contexts as :func:`reccbm.table_texts` gives them)
     read as the model reads them: encoded by its input rule (``max_len``, ``question_input``, ``normalise``,
-    ``lexicon``) and, with ``ModelConfig.sentence_orders``, each answer of two or more sentences read in several orders
-    of its sentences and its outputs averaged over them (:mod:`reccbm.orders`). ``on_batch`` counts answers;
+    ``lexicon``) and, with ``ModelConfig.sentence_orders``, each answer of two or more sentences (after normalising,
+    when the model normalises) read in several orders of its sentences and its outputs averaged over them
+    (:mod:`reccbm.orders`). ``on_batch`` counts answers;
     ``truncated`` receives the positions of the answers whose input (in any order read) was cut at ``max_len``."""
     cfg = model.config
     n = getattr(cfg, "sentence_orders", 0)
+    if n and cfg.normalise:  # normalised first, so that a signature or a slip is undone before the sentences move
+        responses = read_responses(tokenizer, questions, responses, contexts, cfg.lexicon)
     flat, owner = expand_orders(list(responses), n) if n else (list(responses), None)
     if owner is not None:
         questions = [questions[i] for i in owner]

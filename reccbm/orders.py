@@ -10,7 +10,8 @@ the mean over those readings (test-time averaging):
 
 Either way the orders read are a function of the answer's *set* of sentences, not of the order it was written in, so
 two answers that differ only in the order of their sentences get the same reading. An answer of one sentence is read
-once, as it is. Sentences end at ``.``, ``!`` or ``?`` followed by a space, except after a common abbreviation
+once, as it is. The last sentence is read with a full stop when it has none (an answer's final punctuation is no
+part of it, :mod:`reccbm.normalise`), so it reads alike wherever it stands. Sentences end at ``.``, ``!`` or ``?`` followed by a space, except after a common abbreviation
 ("e.g.", "i.e.", "etc.", "vs.").
 """
 
@@ -47,6 +48,8 @@ def sentence_orders(text: str, n: int) -> list[str]:
     parts = sentences(text)
     if n < 2 or len(parts) < 2:
         return [text]
+    if parts[-1][-1] not in ".!?":  # the last sentence ends as the others do, wherever it is read
+        parts[-1] += "."
     canon = sorted(parts)
     if len(canon) <= 3:
         return [" ".join(p) for p in sorted(set(itertools.permutations(canon)))]

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -232,3 +233,35 @@ def test_copies_that_must_read_the_same_on_a_course_that_is_not_mohler(tmp_path:
     _refused(course, tmp_path / "bad", "unknown stage1.rdrop_views edit 'synonym'", "--cfg", "stage1.rdrop=1.0",
              "--cfg", "stage1.rdrop_views=[synonym]")
     _refused(course, tmp_path / "bad2", "set stage1.rdrop > 0", "--cfg", "stage1.rdrop_views=[typo]")
+
+
+def test_sentence_orders_on_a_course_that_is_not_mohler(tmp_path: Path, course: dict[str, Path]) -> None:
+    """`--cfg model.sentence_orders=6` on the chemistry lab (answers of three or four sentences, marks 0..10): the
+    run keeps the option; `grade` gives an answer and the same answer with its sentences in another order the same
+    mark and probability; the report reads the answers as `grade` does; 1 is refused in one line, nothing written."""
+    from reccbm.orders import sentences
+    from rubrictool.report.run import predict_with_attention
+    from rubrictool.train.runs import open_run
+
+    out = tmp_path / "orders"
+    res = _train(course, out, "--cfg", "model.sentence_orders=6")
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "model.json").read_text())["model_config"]["sentence_orders"] == 6
+    _grades_in_the_rubrics_range(out)
+    table = pd.read_csv(course["table"]).head(8)
+    assert all(len(sentences(r)) >= 3 for r in table["response"])
+    turned = table.assign(id=[f"{i}-turned" for i in table["id"]],
+                          response=[" ".join(sentences(r)[1:] + sentences(r)[:1]) for r in table["response"]])
+    items = pd.concat([table, turned])[["id", "question", "reference", "response"]]
+    data, graded_at = tmp_path / "items.csv", tmp_path / "graded.csv"
+    items.to_csv(data, index=False)
+    res = runner.invoke(app, ["grade", "--run", str(out), "--items", str(data), "--out", str(graded_at)])
+    assert res.exit_code == 0, res.output
+    graded = pd.read_csv(graded_at).set_index("id")
+    for i in table["id"]:
+        assert graded.loc[f"{i}-turned", "model_grade"] == graded.loc[i, "model_grade"]
+        assert graded.loc[f"{i}-turned", "grade_prob"] == pytest.approx(graded.loc[i, "grade_prob"], abs=1e-5)
+    shown = predict_with_attention(open_run(out), items.reset_index(drop=True)).preds
+    np.testing.assert_allclose(shown.grade_probs.max(1), graded.loc[items["id"], "grade_prob"], atol=1e-5)
+    _refused(course, tmp_path / "bad", "sentence_orders is 0 (read once) or a number of orders >= 2", "--cfg",
+             "model.sentence_orders=1")

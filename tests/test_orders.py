@@ -69,3 +69,15 @@ def test_predict_texts_reads_an_answer_in_its_orders_and_a_rotation_reads_the_sa
 def test_sentence_orders_of_one_is_refused() -> None:
     with pytest.raises(ValueError, match="sentence_orders is 0"):
         reccbm.ModelConfig(num_concepts=1, num_levels=3, num_grades=4, sentence_orders=1)
+
+
+def test_a_normalising_model_reads_the_orders_of_the_answer_it_reads(backbone: str) -> None:
+    """With model.normalise the answer is normalised before its sentences move: a signature at its start, a final full
+    stop and a rotation leave the reading as it was."""
+    model, tok = tiny_model(backbone, sentence_orders=6, normalise=True)
+    model.eval()
+    written = ["It is LIFO. It pushes on top.", "Sam Patel, student 12345: It is LIFO. It pushes on top",
+               "It pushes on top. It is LIFO"]
+    pred = reccbm.predict_texts(model, tok, ["What is a stack?"] * 3, written, ["Last in, first out."] * 3)
+    np.testing.assert_allclose(pred.grade_probs, np.repeat(pred.grade_probs[:1], 3, 0), rtol=1e-5, atol=1e-6)
+    assert sentence_orders("One. Two", 6) == sentence_orders("Two. One.", 6)  # the last sentence's full stop
