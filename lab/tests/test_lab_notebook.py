@@ -398,3 +398,17 @@ def test_stable_marks_splits_the_moved_marks_by_how_sure_the_grader_was() -> Non
     assert t.loc["typo", "moved"] == 0.5 and t.loc["typo", "moved_if_sure"] == 0.0
     assert t.loc["typo", "moved_if_unsure"] == 1.0 and t.loc["typo", "moved_in_least_sure_fifth"] == 0.5
     assert t.loc["synonym", "moved_if_sure"] == 1.0 and t.loc["synonym", "moved_in_least_sure_fifth"] == 0.0
+
+
+def test_order_average_figures_and_the_paired_interval() -> None:
+    mod = importlib.import_module("order_average")
+    truth = np.array([0, 1, 2, 3, 4, 5, 5, 5])
+    grades = np.array([2, 1, 2, 3, 4, 5, 5, 4])
+    levels, true_levels = np.array([[1, 2], [3, 3]]), np.array([[1.0, np.nan], [3.0, 2.0]])
+    f = mod.figures(grades, levels, truth, true_levels, top=5)
+    assert f["t_acc"] == 0.75 and f["failing_passed"] == 0.0 and f["c_acc"] == pytest.approx(2 / 3)
+    assert mod.figures(np.array([3, 1, 2, 3, 4, 5, 5, 4]), levels, truth, true_levels, 5)["failing_passed"] == 1 / 3
+    same = mod.paired_ci(grades, grades, truth, reps=50)
+    assert same["t_acc"] == [0.0, 0.0, 0.0] and same["qwk"] == [0.0, 0.0, 0.0]
+    better = mod.paired_ci(grades, truth, truth, reps=200)
+    assert better["t_acc"][0] == 0.25 and better["t_acc"][1] >= 0.0
