@@ -11,8 +11,8 @@ the mean over those readings (test-time averaging):
 Either way the orders read are a function of the answer's *set* of sentences, not of the order it was written in, so
 two answers that differ only in the order of their sentences get the same reading. An answer of one sentence is read
 once, as it is. The last sentence is read with a full stop when it has none (an answer's final punctuation is no
-part of it, :mod:`reccbm.normalise`), so it reads alike wherever it stands. Sentences end at ``.``, ``!`` or ``?`` followed by a space, except after a common abbreviation
-("e.g.", "i.e.", "etc.", "vs.").
+part of it, :mod:`reccbm.normalise`), so it reads alike wherever it stands. Sentences end at ``.``, ``!`` or ``?``
+followed by a space, except after a common abbreviation ("e.g.", "i.e.", "etc.", "vs.").
 """
 
 from __future__ import annotations
