@@ -6,7 +6,8 @@ an answer of two or more sentences is read in several orders of its sentences an
 the mean over those readings (test-time averaging):
 
 * up to three sentences: every order (at most six);
-* more: the sentences sorted, and n − 1 more orders drawn from a generator seeded by the sorted sentences.
+* more: the sentences sorted (ignoring case), and n − 1 more distinct orders of them drawn from a generator seeded by
+  their number alone, so that an edit inside a sentence (a typo, a synonym) changes what is read, not which orders.
 
 Either way the orders read are a function of the answer's *set* of sentences, not of the order it was written in, so
 two answers that differ only in the order of their sentences get the same reading. An answer of one sentence is read
@@ -17,8 +18,8 @@ followed by a space, except after a common abbreviation ("e.g.", "i.e.", "etc.",
 
 from __future__ import annotations
 
-import hashlib
 import itertools
+import math
 import random
 import re
 from collections.abc import Sequence
@@ -50,15 +51,17 @@ def sentence_orders(text: str, n: int) -> list[str]:
         return [text]
     if parts[-1][-1] not in ".!?":  # the last sentence ends as the others do, wherever it is read
         parts[-1] += "."
-    canon = sorted(parts)
+    canon = sorted(parts, key=lambda p: (p.lower(), p))
     if len(canon) <= 3:
         return [" ".join(p) for p in sorted(set(itertools.permutations(canon)))]
-    rng = random.Random(int(hashlib.sha1("\x00".join(canon).encode()).hexdigest()[:12], 16))
-    out = [" ".join(canon)]
-    for _ in range(n - 1):
-        rng.shuffle(canon)
-        out.append(" ".join(canon))
-    return out
+    rng = random.Random(len(canon))  # the same orders of positions for every answer of this many sentences
+    orders = [tuple(range(len(canon)))]
+    while len(orders) < min(n, math.factorial(len(canon))):  # distinct orders: 4 sentences have 24
+        order = list(orders[0])
+        rng.shuffle(order)
+        if tuple(order) not in orders:
+            orders.append(tuple(order))
+    return [" ".join(canon[i] for i in order) for order in orders]
 
 
 def expand_orders(responses: Sequence[str], n: int) -> tuple[list[str], np.ndarray[Any, Any]]:

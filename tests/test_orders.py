@@ -31,6 +31,9 @@ def test_the_orders_read_depend_on_the_set_of_sentences_not_on_the_order_written
     assert sentence_orders("e.g. a stack", 6) == ["e.g. a stack"]  # an abbreviation ends no sentence
     assert sentences("A pile, e.g. of plates. It pops.") == ["A pile, e.g. of plates.", "It pops."]
     assert sentence_orders(THREE, 0) == [THREE]
+    assert len(sentence_orders(THREE, 100)) == 24  # no more orders than four sentences have
+    lower = sentence_orders(THREE.lower(), 6)  # a change of case changes the text read, not which orders
+    assert [t.lower() for t in lower] == [t.lower() for t in sentence_orders(THREE, 6)]
 
 
 def test_each_answer_is_the_mean_of_its_readings() -> None:
