@@ -4,7 +4,7 @@ marks a reordering moves, and what does it do to grade quality?
 The behavioural suite's ``sentence_order`` test rotates an answer's sentences and counts the marks that move. This
 study reads each test answer of two or more sentences in several orders of its sentences and averages the grade and
 concept probabilities over them — ``model.sentence_orders`` 6 set on the run's own grader (``reccbm/orders.py``:
-every order up to three sentences, else the sorted order and five more drawn from the sentences themselves, so the
+every order up to three sentences, else the sorted order and five more drawn by their number alone, so the
 orders read depend on the set of sentences and not on the order written). The averaged reading is the same for any
 order of the same sentences by construction; the study checks that on a rotation of the sentences (the suite's edit)
 and measures grade quality (T-Acc, QWK, C-Acc, failing answers passed) against the run's own reading of the answers

@@ -98,7 +98,7 @@ class ModelConfig:
     # the run's (lexicon), set when training starts and kept in the checkpoint. 0: the encoder's vocabulary alone.
     course_words: int = 0
     # Not in the paper. >= 2: an answer of two or more sentences is read in several orders of its sentences (all of
-    # them up to three sentences, else the sorted order and this many minus one drawn from the sentences themselves)
+    # them up to three sentences, else the sorted order and this many minus one drawn by their number alone)
     # and its grade and concept outputs are averaged over those readings, so that the order of its sentences cannot
     # move its mark (reccbm/orders.py; grading and the report; training reads each answer once). 0: read once, as
     # written (the paper, and every run before the option).
