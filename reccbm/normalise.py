@@ -18,9 +18,10 @@ report and :class:`reccbm.Grader` read answers alike).
 
 * the student's own name or id written into the answer where it says so: a labelled id ("student 61400", "ID 4821",
   "#20417"), with or without a name before it ("Maria Rossi, student 61400:"), or a "Name:" field, at the answer's
-  start or end; and a name with no label where its shape leaves no doubt — "(Silva, Ana)" before the answer, "- A.
-  Silva" after it — when none of its words is a word of the question, the reference or the course lexicon (so "- Big
-  O" at the end of an answer about Big O stays). An answer that is nothing but such a signature is read as empty.
+  start or at its end after a sentence, a line break or a dash ("the user id 1001" keeps its id); and a name with no
+  label where its shape leaves no doubt — "(Silva, Ana)" before the answer, "- A. Silva" after a sentence — when none
+  of its words is a word of the question, the reference or the course lexicon (so "- Big O" at the end of an answer
+  about Big O stays). An answer that is nothing but such a signature is read as empty.
 
 Each of these is an edit a teacher would not mark; none can add what the answer did not say. Case is left alone
 (the default encoder is uncased; a cased one reads case as the student wrote it).
@@ -54,7 +55,8 @@ _LABELLED = (  # a signature with a label or an id: no doubt whose it is
     _ID,
 )
 _LEADING = re.compile(rf"^\s*(?:{'|'.join(_LABELLED)}){_STOP}")
-_TRAILING_ID = re.compile(rf"(?:^|(?<=[\s.;,]))(?:[\u2013\u2014~-]+\s*)?(?:{'|'.join(_LABELLED)})\s*[.]?\s*$")
+# at the end, standing apart: after a sentence's end, a line break or a dash ("the user id 1001" keeps its id)
+_TRAILING_ID = re.compile(rf"(?:(?<=[.!?])\s+|\s*\n\s*|\s*[\u2013\u2014~-]+\s*)(?:{'|'.join(_LABELLED)})\s*[.]?\s*$")
 _BARE_LEADING = re.compile(rf"^\s*\(\s*(?P<field>{_CAP}\s*,\s*{_PERSON})\s*\)\s*[:.\u2013\u2014-]?\s*")
 # after a sentence's end or a line break only: "It was called - Alan Turing" keeps its answer
 _BARE_TRAILING = re.compile(rf"(?:(?<=[.!?)])\s*|\s*\n\s*)[\u2013\u2014~-]+\s*(?P<field>{_PERSON})\s*$")

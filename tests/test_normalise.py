@@ -159,19 +159,22 @@ def test_a_students_signature_goes_and_an_answers_own_words_stay() -> None:
         "Jordan Lee (55321): it is a tree": "it is a tree",
         "(Silva, Ana) A stack is LIFO.": "A stack is LIFO.",
         "A stack is LIFO. - A. Silva": "A stack is LIFO.",
-        "A stack is LIFO.\n\u2014 Kim Nguyen, student no. 77310": "A stack is LIFO.\n",
+        "A stack is LIFO.\n\u2014 Kim Nguyen, student no. 77310": "A stack is LIFO.",
     }
     for written, read in gone.items():
         assert without_signature(written) == read, written
     kept = ["Name: a label for a memory cell", "Stack: a LIFO structure", "It runs in O(n) time",
             "The first one is called - Alan Turing",  # no sentence before the dash: the name may be the answer
-            "The id is a key. Binary Search - Heap", "version 2.0 - Windows", "#20417 it is a tree"]
+            "The id is a key. Binary Search - Heap", "version 2.0 - Windows", "#20417 it is a tree",
+            "It is stored under the user id 1001", "See issue #123"]
     for written in kept:
         assert without_signature(written) == written, written
     assert without_signature("It was Turing. - Alan Turing", {"alan", "turing"}) == "It was Turing. - Alan Turing"
     assert without_signature("It was Turing. - Alan Turing") == "It was Turing."
     assert without_signature("Maria Rossi, student 61400:") == ""
     assert without_signature("ID 4821. A tree. - A. Silva") == "A tree."  # one at each end
+    assert without_signature("It is a tree. Student ID 12345") == "It is a tree."
+    assert without_signature("It is a tree - Jordan Lee, student 55321") == "It is a tree"
 
 
 def test_the_normaliser_reads_a_signed_answer_as_the_answer_and_the_question_guards_a_bare_name() -> None:
