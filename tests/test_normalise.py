@@ -166,7 +166,7 @@ def test_a_students_signature_goes_and_an_answers_own_words_stay() -> None:
     kept = ["Name: a label for a memory cell", "Stack: a LIFO structure", "It runs in O(n) time",
             "The first one is called - Alan Turing",  # no sentence before the dash: the name may be the answer
             "The id is a key. Binary Search - Heap", "version 2.0 - Windows", "#20417 it is a tree",
-            "It is stored under the user id 1001", "See issue #123"]
+            "It is stored under the user id 1001", "See page #123"]
     for written in kept:
         assert without_signature(written) == written, written
     assert without_signature("It was Turing. - Alan Turing", {"alan", "turing"}) == "It was Turing. - Alan Turing"
