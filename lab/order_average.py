@@ -31,6 +31,7 @@ from sklearn.metrics import cohen_kappa_score
 from reccbm.orders import sentences
 from rubrictool.atomic import atomic_write_json
 from rubrictool.cli import run_script
+from rubrictool.evaluate import paired_bootstrap
 from rubrictool.grade import load_grader
 
 DRAWN = 6
@@ -52,16 +53,11 @@ def figures(grades: np.ndarray, levels: np.ndarray, truth: np.ndarray, true_leve
 
 
 def paired_ci(a: np.ndarray, b: np.ndarray, truth: np.ndarray, seed: int = 0, reps: int = 2000) -> dict[str, Any]:
-    """T-Acc and QWK of b − a with a bootstrap CI over answers."""
-    rng = np.random.default_rng(seed)
+    """T-Acc and QWK of b − a with the project's paired bootstrap CI over answers: [diff, lo, hi]."""
     out: dict[str, Any] = {}
-    for name, f in (("t_acc", lambda t, x: float((x == t).mean())),
-                    ("qwk", lambda t, x: float(cohen_kappa_score(t, x, weights="quadratic")))):
-        d = []
-        for _ in range(reps):
-            i = rng.integers(0, len(truth), len(truth))
-            d.append(f(truth[i], b[i]) - f(truth[i], a[i]))
-        out[name] = [f(truth, b) - f(truth, a), float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))]
+    for name in ("t_acc", "qwk"):
+        r = paired_bootstrap(truth, a, b, name, n_boot=reps, seed=seed)
+        out[name] = [r["diff"], r["lo"], r["hi"]]
     return out
 
 

@@ -173,7 +173,7 @@ def predict_texts(
     (:mod:`reccbm.orders`). ``on_batch`` counts answers;
     ``truncated`` receives the positions of the answers whose input (in any order read) was cut at ``max_len``."""
     cfg = model.config
-    n = getattr(cfg, "sentence_orders", 0)
+    n = cfg.sentence_orders
     if n and cfg.normalise:  # normalised first, so that a signature or a slip is undone before the sentences move
         responses = read_responses(tokenizer, questions, responses, contexts, cfg.lexicon)
     flat, owner = expand_orders(list(responses), n) if n else (list(responses), None)
